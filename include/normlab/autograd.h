@@ -1,0 +1,60 @@
+// The tape: define-by-run reverse mode, as in PyTorch. An op that has an input requiring
+// gradients records a Node holding its inputs (the graph's edges) and a backward closure
+// that captures exactly what its backward needs. Tensor::backward() walks the nodes in
+// reverse creation order, which is a topological order for a define-by-run graph.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normlab/tensor.h"
+
+namespace normlab {
+
+// Gradient outputs handed to a backward closure: grads[i] is nullptr when input i needs no
+// gradient; otherwise a tensor of input i's shape and dtype that the closure must WRITE.
+using GradOutputs = std::vector<Tensor*>;
+using BackwardFn = std::function<void(const Tensor& dy, GradOutputs& grads)>;
+
+class Node {
+ public:
+  Node(const char* op, std::vector<std::shared_ptr<TensorImpl>> inputs, BackwardFn fn);
+  const char* op() const { return op_; }
+  uint64_t sequence() const { return sequence_; }
+  const std::vector<std::shared_ptr<TensorImpl>>& inputs() const { return inputs_; }
+  bool released() const { return released_; }
+  void run_backward(const Tensor& dy, GradOutputs& grads);
+  // Frees the saved tensors and the edges: the graph behind this node is gone.
+  void release();
+
+ private:
+  const char* op_;
+  uint64_t sequence_;
+  std::vector<std::shared_ptr<TensorImpl>> inputs_;
+  BackwardFn fn_;
+  bool released_ = false;
+};
+
+// True when gradients are being recorded on this thread (the default).
+bool grad_enabled();
+
+// Evaluation without a graph: ops inside the scope record nothing.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Used by ops: true when any input requires a gradient and recording is on.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+// Used by ops: makes `out` the output of a new node. `inputs` are the op's differentiable
+// inputs, in the order the closure's GradOutputs follow.
+void record(const char* op, Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn);
+
+}  // namespace normlab

@@ -1,0 +1,23 @@
+// Build and runtime provenance: printed by `normlab --version` and stored in result.json.
+#pragma once
+#include <string>
+
+namespace normlab {
+
+struct BuildInfo {
+  std::string normlab_version;  // project version from CMake
+  std::string git_commit;       // short hash at configure time, or "unknown"
+  std::string compiler;         // e.g. "GCC 12.2.0"
+  std::string build_type;       // Release, Debug, ...
+  bool cuda_built = false;      // CUDA sources compiled in
+  bool sanitizers = false;
+};
+
+const BuildInfo& build_info();
+std::string onednn_version();   // as reported by the oneDNN library loaded at run time
+std::string cpu_model();        // from /proc/cpuinfo
+std::string host_name();
+// One line per fact, for --version.
+std::string version_text();
+
+}  // namespace normlab

@@ -1,0 +1,164 @@
+// The tape and the backward engine.
+#include <algorithm>
+#include <unordered_set>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+
+namespace normlab {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+thread_local uint64_t t_next_sequence = 0;
+}  // namespace
+
+Node::Node(const char* op, std::vector<std::shared_ptr<TensorImpl>> inputs, BackwardFn fn)
+    : op_(op), sequence_(t_next_sequence++), inputs_(std::move(inputs)), fn_(std::move(fn)) {}
+
+void Node::run_backward(const Tensor& dy, GradOutputs& grads) {
+  NL_CHECK(!released_,
+           "backward through the graph a second time (op '{}'): its saved tensors were freed by "
+           "the first backward(); build the graph again",
+           op_);
+  fn_(dy, grads);
+}
+
+void Node::release() {
+  fn_ = nullptr;
+  inputs_.clear();
+  inputs_.shrink_to_fit();
+  released_ = true;
+}
+
+bool grad_enabled() { return t_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void record(const char* op, Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  std::vector<std::shared_ptr<TensorImpl>> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) edges.push_back(t.impl_ptr());
+  out.impl().grad_fn = std::make_shared<Node>(op, std::move(edges), std::move(fn));
+  out.impl().requires_grad = true;
+}
+
+namespace {
+
+bool same_layout(const TensorImpl& a, const TensorImpl& b) {
+  return a.shape == b.shape && a.dtype == b.dtype && a.device == b.device;
+}
+
+void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
+  // Every tensor with a history that the root depends on, latest node first. Holding the
+  // shared_ptrs keeps each intermediate alive until its node has run.
+  std::vector<std::shared_ptr<TensorImpl>> order;
+  std::unordered_set<const TensorImpl*> seen;
+  std::vector<std::shared_ptr<TensorImpl>> stack{root};
+  seen.insert(root.get());
+  while (!stack.empty()) {
+    auto t = stack.back();
+    stack.pop_back();
+    if (!t->grad_fn) continue;
+    NL_CHECK(!t->grad_fn->released(),
+             "backward through the graph a second time (op '{}'): its saved tensors were freed by "
+             "the first backward(); build the graph again",
+             t->grad_fn->op());
+    order.push_back(t);
+    for (const auto& in : t->grad_fn->inputs())
+      if (in->requires_grad && seen.insert(in.get()).second) stack.push_back(in);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a->grad_fn->sequence() > b->grad_fn->sequence(); });
+
+  auto accumulate_into = [](TensorImpl& t, const Tensor& g) {
+    if (t.grad_valid) {
+      Tensor dst(t.grad);
+      backend_for(dst.device(), dst.dtype()).accumulate(dst, g);
+    } else {
+      t.grad = g.impl_ptr();
+      t.grad_valid = true;
+    }
+  };
+
+  // The seed becomes the root's gradient (a copy: the caller keeps its tensor).
+  accumulate_into(*root, seed.clone());
+
+  std::vector<Tensor> dest;
+  std::vector<bool> direct;
+  GradOutputs grads;
+  for (auto& t : order) {
+    Node& node = *t->grad_fn;
+    if (!t->grad_valid) {  // no gradient reached this tensor
+      node.release();
+      continue;
+    }
+    const auto& inputs = node.inputs();
+    size_t n = inputs.size();
+    dest.assign(n, Tensor());
+    direct.assign(n, false);
+    grads.assign(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      TensorImpl& in = *inputs[i];
+      if (!in.requires_grad) continue;
+      bool repeated = false;
+      for (size_t j = 0; j < i; ++j) repeated |= inputs[j].get() == inputs[i].get();
+      // First gradient of a tensor: write straight into its buffer (a parameter's buffer
+      // survives zero_grad(), so a steady-state step allocates nothing here).
+      if (!in.grad_valid && !repeated) {
+        direct[i] = true;
+        if (in.grad && same_layout(*in.grad, in) && in.grad.use_count() == 1) {
+          dest[i] = Tensor(in.grad);
+        } else {
+          dest[i] = Tensor::empty(in.shape, in.dtype, in.device);
+        }
+      } else {
+        dest[i] = Tensor::empty(in.shape, in.dtype, in.device);
+      }
+      grads[i] = &dest[i];
+    }
+    node.run_backward(Tensor(t->grad), grads);
+    for (size_t i = 0; i < n; ++i) {
+      if (!grads[i]) continue;
+      TensorImpl& in = *inputs[i];
+      if (direct[i]) {
+        in.grad = dest[i].impl_ptr();
+        in.grad_valid = true;
+      } else {
+        accumulate_into(in, dest[i]);
+      }
+    }
+    node.release();
+    if (!t->retain_grad && t.get() != root.get()) {
+      t->grad.reset();
+      t->grad_valid = false;
+    }
+  }
+}
+
+}  // namespace
+
+void Tensor::backward() const {
+  NL_CHECK(numel() == 1,
+           "backward() needs a one-element tensor (a loss), got shape {}; pass the upstream "
+           "gradient with backward(seed) for other shapes",
+           shape_str(shape()));
+  backward(Tensor::full_on(shape(), 1.0, dtype(), device()));
+}
+
+void Tensor::backward(const Tensor& seed) const {
+  NL_CHECK(requires_grad(), "backward() on a tensor that does not require grad (no input had requires_grad_(true), or it was computed under NoGradGuard)");
+  NL_CHECK(seed.shape() == shape() && seed.dtype() == dtype() && seed.device() == device(),
+           "backward(seed): seed {} {} does not match the tensor {} {}", shape_str(seed.shape()),
+           dtype_name(seed.dtype()), shape_str(shape()), dtype_name(dtype()));
+  run_engine(impl_ptr(), seed);
+}
+
+}  // namespace normlab

@@ -1,0 +1,31 @@
+// Shared by the subcommand files: global options and how a subcommand is registered.
+// main.cpp is a table of subcommands; each subcommand file parses its options into a
+// config struct, calls the library and prints. No arithmetic lives in src/cli.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace normlab::cli {
+
+struct GlobalOptions {
+  bool json = false;   // stdout is one JSON document
+  int verbose = 0;     // -v (repeatable)
+  bool quiet = false;  // -q: warnings and errors only
+};
+
+// A subcommand returns its exit code; it throws UsageError for bad input.
+using Runner = std::function<int()>;
+
+// Adds the options every subcommand shares (--json, -v, -q) to `sub`.
+void add_global_flags(CLI::App& sub, GlobalOptions& g);
+
+// Subcommand registration: each returns the runner invoked when the subcommand is chosen.
+Runner add_handcalc(CLI::App& app, GlobalOptions& g);
+Runner add_gradcheck(CLI::App& app, GlobalOptions& g);
+Runner add_probe(CLI::App& app, GlobalOptions& g);
+Runner add_train(CLI::App& app, GlobalOptions& g);
+Runner add_sweep(CLI::App& app, GlobalOptions& g);
+Runner add_bench(CLI::App& app, GlobalOptions& g);
+
+}  // namespace normlab::cli

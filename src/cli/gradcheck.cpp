@@ -1,0 +1,131 @@
+// `normlab gradcheck`: finite-difference checks of every op's backward and of whole blocks.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "cli/cli_common.h"
+#include "normlab/backend.h"
+#include "normlab/error.h"
+#include "normlab/gradcheck.h"
+#include "normlab/io.h"
+
+namespace normlab::cli {
+
+namespace {
+
+struct GradcheckArgs {
+  std::vector<std::string> ops;
+  bool list = false;
+  std::string shape;
+  uint64_t seed = 0;
+  std::string dump;
+  std::string backend = "cpu";
+  int threads = 0;
+};
+
+void print_list() {
+  std::printf("%-20s %-10s %s\n", "case", "kind", "what");
+  for (const GradCase& c : gradcheck_cases()) std::printf("%-20s %-10s %s\n", c.name.c_str(), c.kind.c_str(), c.description.c_str());
+}
+
+void print_table(const std::vector<CaseResult>& results, const GradcheckOptions& opt) {
+  std::printf("%-20s %-8s %-26s %-14s %11s %11s  %s\n", "case", "check", "input", "shape", "max_abs_err",
+              "max_rel_err", "status");
+  for (const CaseResult& r : results) {
+    for (const InputCheck& ic : r.inputs) {
+      std::string name = ic.input.size() > 26 ? "..." + ic.input.substr(ic.input.size() - 23) : ic.input;
+      std::printf("%-20s %-8s %-26s %-14s %11.2e %11.2e  %s\n", r.name.c_str(), r.check.c_str(), name.c_str(),
+                  shape_str(ic.shape).c_str(), ic.max_abs_err, ic.max_rel_err, ic.pass ? "ok" : "FAIL");
+      if (!ic.pass) {
+        std::printf("%-20s   worst element %lld: analytic %.10g vs expected %.10g\n", "",
+                    static_cast<long long>(ic.worst_index), ic.worst_analytic, ic.worst_numeric);
+      }
+    }
+  }
+  int failed = 0, checks = 0;
+  for (const CaseResult& r : results) {
+    ++checks;
+    failed += r.pass ? 0 : 1;
+  }
+  std::printf("\n%d checks, %d failed. Tolerance |analytic - expected| <= atol + rtol*|expected|: "
+              "fd64 atol %.0e rtol %.0e (h = %.0e); f32 vs f64 atol %.0e rtol %.0e\n",
+              checks, failed, opt.fd_tol.atol, opt.fd_tol.rtol, opt.h, opt.f32_tol.atol, opt.f32_tol.rtol);
+  std::printf("%s\n", failed ? "FAILED" : "all gradients agree");
+}
+
+int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
+  if (a.list) {
+    print_list();
+    return 0;
+  }
+  GradcheckOptions opt;
+  if (!a.shape.empty()) opt.shape = parse_case_shape(a.shape);
+  opt.seed = a.seed;
+  opt.f32_backend = a.backend == "none" ? "" : a.backend;
+  if (!opt.f32_backend.empty()) backend(opt.f32_backend);  // an unknown name is a usage error
+  NL_USAGE(a.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", a.threads);
+  set_num_threads(a.threads);
+
+  std::vector<const GradCase*> cases;
+  for (const std::string& name : a.ops) cases.push_back(&find_gradcheck_case(name));
+  if (cases.empty())
+    for (const GradCase& c : gradcheck_cases()) cases.push_back(&c);
+
+  if (!a.dump.empty()) {
+    NL_USAGE(cases.size() == 1, "--dump needs exactly one --op (got {})", cases.size());
+    write_file_atomic(a.dump, gradcheck_dump_json(*cases[0], opt));
+    spdlog::info("wrote {} for case {}", a.dump, cases[0]->name);
+  }
+
+  std::vector<CaseResult> results;
+  for (const GradCase* c : cases) {
+    results.push_back(check_finite_differences(*c, opt));
+    spdlog::debug("{} fd64 {} in {:.3f} s", c->name, results.back().pass ? "ok" : "FAIL", results.back().seconds);
+    if (!opt.f32_backend.empty()) {
+      results.push_back(check_float32_backend(*c, opt));
+      spdlog::debug("{} {} {} in {:.3f} s", c->name, results.back().check, results.back().pass ? "ok" : "FAIL",
+                    results.back().seconds);
+    }
+  }
+  bool pass = true;
+  for (const CaseResult& r : results) pass = pass && r.pass;
+  if (g.json) {
+    std::cout << gradcheck_results_json(results, opt) << "\n";
+  } else {
+    print_table(results, opt);
+  }
+  return pass ? 0 : 1;
+}
+
+}  // namespace
+
+Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
+  auto args = std::make_shared<GradcheckArgs>();
+  CLI::App* sub = app.add_subcommand("gradcheck", "Finite-difference checks of every op's backward, in float64");
+  sub->add_option("--op", args->ops, "Check only this case (repeatable); see --list");
+  sub->add_flag("--list", args->list, "List the cases and exit");
+  sub->add_option("--shape", args->shape, "Sizes BxTxC the cases are built with (default 2x5x8)");
+  sub->add_option("--seed", args->seed, "Seed of the random inputs (default 0)");
+  sub->add_option("--dump", args->dump, "Write inputs, analytic and numeric gradients of one --op as JSON to FILE");
+  sub->add_option("--backend", args->backend,
+                  "Backend whose float32 gradients are compared with the float64 reference (default cpu; none to skip)");
+  sub->add_option("--threads", args->threads, "Threads for the cpu backend (default 0 = all cores)");
+  add_global_flags(*sub, g);
+  sub->footer(R"(Examples:
+  normlab gradcheck                          every op and composite, float64 finite differences + cpu float32
+  normlab gradcheck --op layernorm --op rmsnorm
+  normlab gradcheck --list
+  normlab gradcheck --op block_post_ln --shape 3x7x16 --seed 4
+  normlab gradcheck --op rmsnorm --dump rmsnorm.json   then check it with numpy or PyTorch
+  normlab gradcheck --json | jq '.results[] | select(.pass | not)'
+
+Columns: max_abs_err = max |analytic - expected|, max_rel_err = the same divided by max(|analytic|, |expected|)
+(0 where the error is below atol). Expected is the central difference (fd64) or the float64 reference
+gradient (<backend>-f32). Exit status 1 when any check fails.)");
+  return [args, &g] { return run_gradcheck(*args, g); };
+}
+
+}  // namespace normlab::cli

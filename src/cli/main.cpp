@@ -1,0 +1,103 @@
+// normlab: one binary, a table of subcommands.
+//   normlab --help            lists the subcommands
+//   normlab <command> --help  options and examples of one command
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "cli/cli_common.h"
+#include "normlab/error.h"
+#include "normlab/version.h"
+
+namespace normlab::cli {
+
+void add_global_flags(CLI::App& sub, GlobalOptions& g) {
+  sub.add_flag("--json", g.json, "Print one JSON document on stdout instead of text");
+  sub.add_flag("-v,--verbose", g.verbose, "More log output on stderr (repeat for more)");
+  sub.add_flag("-q,--quiet", g.quiet, "Only warnings and errors on stderr");
+}
+
+namespace {
+
+using Registrar = Runner (*)(CLI::App&, GlobalOptions&);
+
+// The subcommands that exist. A command is listed here only once it works.
+const std::vector<Registrar>& registrars() {
+  static const std::vector<Registrar> table = {
+      &add_handcalc,
+      &add_gradcheck,
+  };
+  return table;
+}
+
+void setup_logging(const GlobalOptions& g) {
+  auto logger = spdlog::stderr_color_mt("normlab");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  if (g.quiet) {
+    spdlog::set_level(spdlog::level::warn);
+  } else if (g.verbose >= 2) {
+    spdlog::set_level(spdlog::level::trace);
+  } else if (g.verbose == 1) {
+    spdlog::set_level(spdlog::level::debug);
+  } else {
+    spdlog::set_level(spdlog::level::info);
+  }
+}
+
+}  // namespace
+}  // namespace normlab::cli
+
+int main(int argc, char** argv) {
+  using namespace normlab::cli;
+  CLI::App app{"normlab: measure and explain normalization and residual connections in Transformers"};
+  app.name("normlab");
+  app.require_subcommand(0, 1);
+  bool show_version = false;
+  app.add_flag("--version", show_version, "Print normlab's version, the oneDNN it runs with, the compiler and CUDA support");
+  app.footer("Run `normlab <command> --help` for the options and examples of a command.");
+  GlobalOptions global;
+
+  std::vector<std::pair<CLI::App*, Runner>> commands;
+  for (auto reg : registrars()) {
+    size_t before = app.get_subcommands({}).size();
+    Runner run = reg(app, global);
+    auto subs = app.get_subcommands({});
+    commands.emplace_back(subs.size() > before ? subs.back() : nullptr, std::move(run));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::fprintf(stderr, "error: %s (see `normlab --help`)\n", msg.c_str());
+    return 2;
+  }
+
+  if (show_version) {
+    std::cout << normlab::version_text();
+    return 0;
+  }
+  setup_logging(global);
+  for (auto& [sub, run] : commands) {
+    if (sub == nullptr || !sub->parsed()) continue;
+    try {
+      return run();
+    } catch (const normlab::UsageError& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
+  }
+  std::cout << app.help();
+  return 0;
+}

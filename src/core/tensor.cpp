@@ -1,0 +1,276 @@
+// Tensor construction, views, conversion to host values, and the arena that backs Storage.
+#include "normlab/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "normlab/backend.h"
+
+namespace normlab {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i32: return "int32";
+  }
+  return "?";
+}
+
+const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  if (s.size() == 1) out += ",";
+  return out + ")";
+}
+
+// ---- arena ------------------------------------------------------------------
+// A caching allocator: blocks are kept in free lists by (rounded) size and handed out
+// again for the next request of that size. A training step asks for the same sizes in the
+// same order every time, so after the first step every request is served from the cache.
+namespace {
+
+constexpr size_t kAlignment = 64;  // a cache line; also what AVX-512 loads like
+
+size_t round_size(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+struct Arena {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  ArenaStats stats;
+  DeviceAllocator alloc;
+
+  void* allocate(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.requests;
+    stats.bytes_in_use += bytes;
+    auto it = free_blocks.find(bytes);
+    if (it != free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      return p;
+    }
+    void* p = alloc.allocate ? alloc.allocate(bytes) : std::aligned_alloc(kAlignment, bytes);
+    NL_CHECK(p != nullptr, "out of memory allocating {} bytes", bytes);
+    ++stats.system_allocs;
+    stats.bytes_reserved += bytes;
+    return p;
+  }
+
+  void deallocate(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.bytes_in_use -= bytes;
+    free_blocks[bytes].push_back(p);
+  }
+
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [bytes, blocks] : free_blocks) {
+      for (void* p : blocks) {
+        if (alloc.deallocate) alloc.deallocate(p); else std::free(p);
+        stats.bytes_reserved -= bytes;
+      }
+      blocks.clear();
+    }
+  }
+};
+
+// Leaked on purpose: Storage may be destroyed by static destructors after the arena would be.
+Arena& arena(Device d) {
+  static Arena* arenas[2] = {new Arena(), new Arena()};
+  return *arenas[static_cast<int>(d)];
+}
+
+}  // namespace
+
+ArenaStats arena_stats(Device device) {
+  Arena& a = arena(device);
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.stats;
+}
+
+void arena_release_cached(Device device) { arena(device).release_cached(); }
+
+void register_device_allocator(Device device, DeviceAllocator alloc) { arena(device).alloc = alloc; }
+
+Storage::Storage(size_t bytes, Device device) : bytes_(round_size(bytes)), device_(device) {
+  data_ = arena(device).allocate(bytes_);
+}
+
+Storage::~Storage() { arena(device_).deallocate(data_, bytes_); }
+
+// ---- Tensor -----------------------------------------------------------------
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t v : shape) NL_CHECK(v >= 0, "negative size in shape {}", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full_on(shape, 0.0, dtype, device); }
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype) { return full_on(shape, value, dtype, Device::cpu); }
+
+Tensor Tensor::full_on(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (dtype == DType::i32) {
+    NL_CHECK(device == Device::cpu, "int32 fill is only supported on the cpu");
+    int32_t* p = t.data<int32_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int32_t>(value);
+  } else {
+    backend_for(device, dtype).fill(t, value);
+  }
+  return t;
+}
+
+Tensor Tensor::from(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  NL_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+           "{} values do not fill a tensor of shape {}", values.size(), shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+      case DType::f32: t.data<float>()[i] = static_cast<float>(values[i]); break;
+      case DType::f64: t.data<double>()[i] = values[i]; break;
+      case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(values[i]); break;
+    }
+  }
+  return t;
+}
+
+Tensor Tensor::from_ids(const std::vector<int32_t>& ids, const Shape& shape) {
+  NL_CHECK(static_cast<int64_t>(ids.size()) == shape_numel(shape), "{} ids do not fill shape {}", ids.size(),
+           shape_str(shape));
+  Tensor t = empty(shape, DType::i32);
+  if (!ids.empty()) std::memcpy(t.raw(), ids.data(), ids.size() * sizeof(int32_t));
+  return t;
+}
+
+TensorImpl& Tensor::impl() const {
+  NL_CHECK(impl_ != nullptr, "use of an undefined tensor");
+  return *impl_;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t n = dim();
+  int64_t i = d < 0 ? d + n : d;
+  NL_CHECK(i >= 0 && i < n, "dimension {} out of range for shape {}", d, shape_str(shape()));
+  return impl().shape[static_cast<size_t>(i)];
+}
+
+void* Tensor::raw() const {
+  const TensorImpl& t = impl();
+  return static_cast<char*>(t.storage->data()) + t.offset;
+}
+
+std::vector<double> Tensor::to_vector() const {
+  NL_CHECK(device() == Device::cpu, "to_vector() of a {} tensor: copy it to the cpu first", device_name(device()));
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (dtype()) {
+      case DType::f32: out[i] = data<float>()[i]; break;
+      case DType::f64: out[i] = data<double>()[i]; break;
+      case DType::i32: out[i] = data<int32_t>()[i]; break;
+    }
+  }
+  return out;
+}
+
+double Tensor::item() const {
+  NL_CHECK(numel() == 1, "item() of a tensor of shape {} (needs exactly one element)", shape_str(shape()));
+  return to_vector()[0];
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  NL_CHECK(shape_numel(shape) == numel(), "cannot view a tensor of shape {} as {}", shape_str(this->shape()),
+           shape_str(shape));
+  auto v = std::make_shared<TensorImpl>();
+  v->storage = impl().storage;
+  v->offset = impl().offset;
+  v->shape = shape;
+  v->dtype = dtype();
+  v->device = device();
+  return Tensor(std::move(v));
+}
+
+Tensor Tensor::view_at(int64_t element_offset, const Shape& shape) const {
+  NL_CHECK(element_offset >= 0 && element_offset + shape_numel(shape) <= numel(),
+           "view_at: {} elements at offset {} exceed a tensor of {} elements", shape_numel(shape), element_offset,
+           numel());
+  Tensor v = view({numel()});
+  v.impl().offset += static_cast<size_t>(element_offset) * dtype_size(dtype());
+  v.impl().shape = shape;
+  return v;
+}
+
+Tensor Tensor::clone() const { return to(dtype()); }
+
+Tensor Tensor::to(DType target) const {
+  NL_CHECK(device() == Device::cpu, "to() is implemented for cpu tensors only");
+  if (target == dtype()) {
+    Tensor out = empty(shape(), target);
+    if (nbytes()) std::memcpy(out.raw(), raw(), nbytes());
+    return out;
+  }
+  return from(to_vector(), shape(), target);
+}
+
+Tensor Tensor::detach() const {
+  Tensor v = view(shape());
+  return v;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  NL_CHECK(!on || dtype() != DType::i32, "an int32 tensor cannot require gradients");
+  NL_CHECK(is_leaf() || on, "requires_grad_(false) on a non-leaf tensor: use detach()");
+  impl().requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const TensorImpl& t = impl();
+  if (!t.grad_valid || !t.grad) return Tensor();
+  return Tensor(t.grad);
+}
+
+void Tensor::zero_grad() { impl().grad_valid = false; }
+
+Tensor& Tensor::retain_grad() {
+  impl().retain_grad = true;
+  return *this;
+}
+
+Tensor& Tensor::set_name(std::string n) {
+  impl().name = std::move(n);
+  return *this;
+}
+
+}  // namespace normlab

@@ -1,0 +1,241 @@
+// The cases gradcheck knows: every op, then blocks in each placement and whole-model losses.
+// Adding an op means adding one entry here.
+#include <memory>
+
+#include "normlab/gradcheck.h"
+#include "normlab/nn.h"
+#include "normlab/ops.h"
+#include "normlab/rng.h"
+
+namespace normlab {
+
+namespace {
+
+// Draws inputs in double so that a float32 and a float64 instance hold the same values.
+struct Draw {
+  Rng rng;
+  DType dtype;
+  Tensor normal(const Shape& s, double mean = 0.0, double std = 1.0) {
+    std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+    for (double& x : v) x = rng.normal(mean, std);
+    return Tensor::from(v, s, dtype).requires_grad_(true);
+  }
+  Tensor ids(const Shape& s, int64_t bound) {
+    std::vector<int32_t> v(static_cast<size_t>(shape_numel(s)));
+    for (int32_t& x : v) x = static_cast<int32_t>(rng.below(static_cast<uint32_t>(bound)));
+    return Tensor::from_ids(v, s);
+  }
+};
+
+using Inputs = std::vector<std::pair<std::string, Tensor>>;
+
+GradCase op(std::string name, std::string description,
+            std::function<CaseInstance(const CaseShape&, Draw&)> build) {
+  GradCase c;
+  c.name = std::move(name);
+  c.kind = "op";
+  c.description = std::move(description);
+  c.make = [build](const CaseShape& s, DType dtype, uint64_t seed) {
+    Draw d{Rng(seed, stream::check), dtype};
+    return build(s, d);
+  };
+  return c;
+}
+
+// A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
+GradCase block_case(std::string name, std::string description, std::string model, NormKind norm,
+                    Placement placement, bool qk_norm) {
+  GradCase c;
+  c.name = std::move(name);
+  c.kind = "composite";
+  c.description = std::move(description);
+  c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
+    ModelConfig cfg;
+    cfg.model = model;
+    cfg.norm = norm;
+    cfg.placement = placement;
+    cfg.qk_norm = qk_norm;
+    cfg.layers = s.layers;
+    cfg.d_model = s.channels;
+    cfg.d_hidden = s.hidden;
+    cfg.heads = s.heads;
+    cfg.dtype = dtype;
+    // GPT-2's 0.02 would make the branch tiny next to the identity; xavier exercises every path.
+    cfg.init = "xavier";
+    Init init{Rng(seed, stream::init), dtype};
+    auto params = std::make_shared<ParamList>();
+    auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
+    Draw d{Rng(seed, stream::check), dtype};
+    CaseInstance inst;
+    Tensor x = d.normal({s.batch, s.time, s.channels});
+    inst.inputs.push_back({"x", x});
+    for (const Tensor& p : params->all()) inst.inputs.push_back({p.name(), p});
+    inst.forward = [block, params, x] { return (*block)(x); };
+    return inst;
+  };
+  return c;
+}
+
+GradCase model_case(std::string name, std::string description, std::string model, NormKind norm,
+                    Placement placement, bool qk_norm) {
+  GradCase c;
+  c.name = std::move(name);
+  c.kind = "composite";
+  c.description = std::move(description);
+  c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
+    ModelConfig cfg;
+    cfg.model = model;
+    cfg.norm = norm;
+    cfg.placement = placement;
+    cfg.qk_norm = qk_norm;
+    cfg.layers = s.layers;
+    cfg.d_model = s.channels;
+    cfg.d_hidden = s.hidden;
+    cfg.heads = s.heads;
+    cfg.vocab = s.vocab;
+    cfg.seq_len = std::max<int64_t>(s.time, 2);
+    cfg.dtype = dtype;
+    cfg.init = "xavier";
+    auto m = std::make_shared<Model>(cfg, seed);
+    Draw d{Rng(seed, stream::check), dtype};
+    Tensor ids = d.ids({s.batch, s.time}, s.vocab);
+    Tensor targets = d.ids({s.batch, s.time}, s.vocab);
+    CaseInstance inst;
+    for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
+    inst.forward = [m, ids, targets] { return m->loss(ids, targets); };
+    return inst;
+  };
+  return c;
+}
+
+std::vector<GradCase> build_cases() {
+  std::vector<GradCase> cs;
+  cs.push_back(op("linear", "y = x W^T + b", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}), w = d.normal({s.hidden, s.channels}), b = d.normal({s.hidden});
+    return CaseInstance{{{"x", x}, {"w", w}, {"b", b}}, [=] { return linear(x, w, b); }};
+  }));
+  cs.push_back(op("matmul", "batched C_b = A_b B_b", [](const CaseShape& s, Draw& d) {
+    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.channels, s.hidden});
+    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return matmul(a, b); }};
+  }));
+  cs.push_back(op("matmul_shared", "C_b = A_b B with B shared across the batch", [](const CaseShape& s, Draw& d) {
+    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.channels, s.hidden});
+    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return matmul(a, b); }};
+  }));
+  cs.push_back(op("add", "a + b", [](const CaseShape& s, Draw& d) {
+    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return add(a, b); }};
+  }));
+  cs.push_back(op("add_scaled", "alpha*a + b (DeepNorm residual), alpha = 1.7", [](const CaseShape& s, Draw& d) {
+    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return add_scaled(a, 1.7, b); }};
+  }));
+  cs.push_back(op("scale", "alpha*x, alpha = -0.6", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"x", x}}, [=] { return scale(x, -0.6); }};
+  }));
+  cs.push_back(op("mul", "a * b elementwise", [](const CaseShape& s, Draw& d) {
+    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return mul(a, b); }};
+  }));
+  cs.push_back(op("gelu", "x * Phi(x), exact erf form", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
+    return CaseInstance{{{"x", x}}, [=] { return gelu(x); }};
+  }));
+  cs.push_back(op("layernorm", "gamma * (x - mean) * rstd + beta, eps 1e-5", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3),
+           b = d.normal({s.channels}, 0.0, 0.3);
+    return CaseInstance{{{"x", x}, {"gamma", g}, {"beta", b}}, [=] { return layernorm(x, g, b, 1e-5); }};
+  }));
+  cs.push_back(op("rmsnorm", "gamma * x / sqrt(mean(x^2) + eps), eps 1e-6", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3);
+    return CaseInstance{{{"x", x}, {"gamma", g}}, [=] { return rmsnorm(x, g, 1e-6); }};
+  }));
+  cs.push_back(op("add_layernorm", "fused s = 1.3a + b, y = LayerNorm(s); checks 0.37 s + y",
+                  [](const CaseShape& s, Draw& d) {
+                    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
+                           g = d.normal({s.channels}, 1.0, 0.3), be = d.normal({s.channels}, 0.0, 0.3);
+                    return CaseInstance{{{"a", a}, {"b", b}, {"gamma", g}, {"beta", be}}, [=] {
+                                          auto [sum, y] = add_layernorm(a, 1.3, b, g, be, 1e-5);
+                                          return add_scaled(sum, 0.37, y);
+                                        }};
+                  }));
+  cs.push_back(op("add_rmsnorm", "fused s = 1.3a + b, y = RMSNorm(s); checks 0.37 s + y",
+                  [](const CaseShape& s, Draw& d) {
+                    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
+                           g = d.normal({s.channels}, 1.0, 0.3);
+                    return CaseInstance{{{"a", a}, {"b", b}, {"gamma", g}}, [=] {
+                                          auto [sum, y] = add_rmsnorm(a, 1.3, b, g, 1e-6);
+                                          return add_scaled(sum, 0.37, y);
+                                        }};
+                  }));
+  cs.push_back(op("softmax", "softmax over the last dimension", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
+    return CaseInstance{{{"x", x}}, [=] { return softmax(x); }};
+  }));
+  cs.push_back(op("causal_attention", "causal multi-head softmax(q k^T / sqrt(Dh)) v", [](const CaseShape& s, Draw& d) {
+    Tensor q = d.normal({s.batch, s.time, s.channels}), k = d.normal({s.batch, s.time, s.channels}),
+           v = d.normal({s.batch, s.time, s.channels});
+    int64_t h = s.heads;
+    return CaseInstance{{{"q", q}, {"k", k}, {"v", v}}, [=] { return causal_attention(q, k, v, h); }};
+  }));
+  cs.push_back(op("prefix_mean", "causal prefix mean over time (toy mixing)", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"x", x}}, [=] { return prefix_mean(x); }};
+  }));
+  cs.push_back(op("embedding", "table[ids], repeated ids included", [](const CaseShape& s, Draw& d) {
+    Tensor table = d.normal({s.vocab, s.channels});
+    Tensor ids = d.ids({s.batch, s.time}, s.vocab);
+    return CaseInstance{{{"table", table}}, [=] { return embedding(ids, table); }};
+  }));
+  cs.push_back(op("cross_entropy", "mean over tokens of logsumexp(z) - z[target]", [](const CaseShape& s, Draw& d) {
+    Tensor z = d.normal({s.batch, s.time, s.vocab}, 0.0, 2.0);
+    Tensor t = d.ids({s.batch, s.time}, s.vocab);
+    return CaseInstance{{{"logits", z}}, [=] { return cross_entropy(z, t); }};
+  }));
+  cs.push_back(op("reshape", "(B, T, C) viewed as (B*T, C)", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"x", x}}, [=] { return reshape(x, {-1, x.size(-1)}); }};
+  }));
+  cs.push_back(op("transpose", "(B, T, H, Dh) -> (B, H, T, Dh)", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.heads, s.channels / s.heads});
+    return CaseInstance{{{"x", x}}, [=] { return transpose(x, 1, 2); }};
+  }));
+
+  cs.push_back(block_case("block_pre_ln", "toy block, Pre-LN: x + F(LN(x))", "toy", NormKind::layernorm,
+                          Placement::pre, false));
+  cs.push_back(block_case("block_post_ln", "toy block, Post-LN: LN(x + F(x))", "toy", NormKind::layernorm,
+                          Placement::post, false));
+  cs.push_back(block_case("block_sandwich_rms", "toy block, Sandwich RMSNorm: x + N2(F(N1(x)))", "toy",
+                          NormKind::rmsnorm, Placement::sandwich, false));
+  cs.push_back(block_case("block_deepnorm_ln", "toy block, DeepNorm: LN(alpha x + F(x))", "toy", NormKind::layernorm,
+                          Placement::deepnorm, false));
+  cs.push_back(block_case("block_post_rms", "toy block, Post-RMSNorm (fused add + RMSNorm)", "toy", NormKind::rmsnorm,
+                          Placement::post, false));
+  cs.push_back(block_case("attn_block_qknorm", "gpt block, Pre-RMSNorm, causal attention with QK-Norm", "gpt",
+                          NormKind::rmsnorm, Placement::pre, true));
+  cs.push_back(block_case("attn_block_post_ln", "gpt block, Post-LN, causal attention", "gpt", NormKind::layernorm,
+                          Placement::post, false));
+  cs.push_back(model_case("toy_model_loss", "whole toy model (Pre-LN, final norm) + cross-entropy", "toy",
+                          NormKind::layernorm, Placement::pre, false));
+  cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", "gpt",
+                          NormKind::rmsnorm, Placement::pre, true));
+  return cs;
+}
+
+}  // namespace
+
+const std::vector<GradCase>& gradcheck_cases() {
+  static const std::vector<GradCase> cases = build_cases();
+  return cases;
+}
+
+const GradCase& find_gradcheck_case(const std::string& name) {
+  for (const GradCase& c : gradcheck_cases())
+    if (c.name == name) return c;
+  std::string known;
+  for (const GradCase& c : gradcheck_cases()) known += (known.empty() ? "" : ", ") + c.name;
+  throw UsageError(fmt::format("--op '{}' is not a gradcheck case (see `normlab gradcheck --list`): {}", name, known));
+}
+
+}  // namespace normlab

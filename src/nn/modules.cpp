@@ -1,0 +1,344 @@
+// Modules and the two models (toy and gpt). Only ops are called here: no loops over data.
+#include <cmath>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+#include "normlab/nn.h"
+#include "normlab/ops.h"
+
+namespace normlab {
+
+// ---- names ----------------------------------------------------------------------
+
+const char* to_string(NormKind k) {
+  switch (k) {
+    case NormKind::none: return "none";
+    case NormKind::layernorm: return "layernorm";
+    case NormKind::rmsnorm: return "rmsnorm";
+  }
+  return "?";
+}
+const char* to_string(Placement p) {
+  switch (p) {
+    case Placement::pre: return "pre";
+    case Placement::post: return "post";
+    case Placement::sandwich: return "sandwich";
+    case Placement::deepnorm: return "deepnorm";
+  }
+  return "?";
+}
+const char* to_string(FinalNorm f) {
+  switch (f) {
+    case FinalNorm::auto_: return "auto";
+    case FinalNorm::on: return "on";
+    case FinalNorm::off: return "off";
+  }
+  return "?";
+}
+
+NormKind parse_norm(const std::string& s) {
+  if (s == "none") return NormKind::none;
+  if (s == "layernorm" || s == "ln") return NormKind::layernorm;
+  if (s == "rmsnorm" || s == "rms") return NormKind::rmsnorm;
+  throw UsageError(fmt::format("norm '{}' is not one of none, layernorm, rmsnorm", s));
+}
+Placement parse_placement(const std::string& s) {
+  if (s == "pre") return Placement::pre;
+  if (s == "post") return Placement::post;
+  if (s == "sandwich") return Placement::sandwich;
+  if (s == "deepnorm") return Placement::deepnorm;
+  throw UsageError(fmt::format("placement '{}' is not one of pre, post, sandwich, deepnorm", s));
+}
+FinalNorm parse_final_norm(const std::string& s) {
+  if (s == "auto") return FinalNorm::auto_;
+  if (s == "on" || s == "true") return FinalNorm::on;
+  if (s == "off" || s == "false") return FinalNorm::off;
+  throw UsageError(fmt::format("final_norm '{}' is not one of auto, on, off", s));
+}
+
+// ---- config ---------------------------------------------------------------------
+
+double ModelConfig::eps() const {
+  if (norm_eps > 0) return norm_eps;
+  return norm == NormKind::rmsnorm ? 1e-6 : 1e-5;
+}
+
+bool ModelConfig::final_norm_on() const {
+  if (norm == NormKind::none) return false;
+  if (final_norm == FinalNorm::on) return true;
+  if (final_norm == FinalNorm::off) return false;
+  return placement == Placement::pre || placement == Placement::sandwich;
+}
+
+double ModelConfig::deepnorm_alpha() const { return std::pow(2.0 * static_cast<double>(layers), 0.25); }
+double ModelConfig::deepnorm_beta() const { return std::pow(8.0 * static_cast<double>(layers), -0.25); }
+
+void ModelConfig::validate() const {
+  NL_USAGE(model == "toy" || model == "gpt", "model '{}' is not one of toy, gpt", model);
+  NL_USAGE(layers >= 1, "layers must be >= 1, got {}", layers);
+  NL_USAGE(d_model >= 1, "d_model must be >= 1, got {}", d_model);
+  NL_USAGE(d_hidden >= 1, "d_hidden must be >= 1, got {}", d_hidden);
+  NL_USAGE(vocab >= 2, "vocab must be >= 2, got {}", vocab);
+  NL_USAGE(seq_len >= 2, "seq_len must be >= 2, got {}", seq_len);
+  NL_USAGE(init == "gpt2" || init == "xavier", "init '{}' is not one of gpt2, xavier", init);
+  NL_USAGE(norm_eps >= 0, "norm_eps must be > 0 (or 0 for the norm's default), got {}", norm_eps);
+  if (model == "gpt") {
+    NL_USAGE(heads >= 1 && d_model % heads == 0, "heads = {} does not divide d_model = {}", heads, d_model);
+  }
+  NL_USAGE(!(qk_norm && model != "gpt"), "qk_norm needs model = gpt (the toy model has no queries or keys)");
+}
+
+// ---- parameters -----------------------------------------------------------------
+
+Tensor ParamList::add(const std::string& name, Tensor t) {
+  t.requires_grad_(true);
+  t.set_name(name);
+  params_.push_back(t);
+  return t;
+}
+
+int64_t ParamList::count() const {
+  int64_t n = 0;
+  for (const Tensor& p : params_) n += p.numel();
+  return n;
+}
+
+void ParamList::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
+void ParamList::flatten() {
+  if (params_.empty()) return;
+  const DType dtype = params_[0].dtype();
+  const Device device = params_[0].device();
+  flat_ = Tensor::empty({count()}, dtype, device);
+  flat_grad_ = Tensor::zeros({count()}, dtype, device);
+  Backend& kb = backend_for(device, dtype);
+  int64_t offset = 0;
+  for (Tensor& p : params_) {
+    NL_CHECK(p.dtype() == dtype && p.device() == device, "flatten: parameter {} has another dtype or device",
+             p.name());
+    Tensor dst = flat_.view_at(offset, p.shape());
+    kb.copy(dst, p);
+    // Rebind the parameter's own TensorImpl so that every holder sees the flat storage.
+    TensorImpl& impl = p.impl();
+    impl.storage = dst.impl().storage;
+    impl.offset = dst.impl().offset;
+    impl.grad = flat_grad_.view_at(offset, p.shape()).impl_ptr();
+    impl.grad_valid = false;
+    offset += p.numel();
+  }
+}
+
+// ---- init -----------------------------------------------------------------------
+
+Tensor Init::normal(const Shape& s, double std) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+  for (double& x : v) x = rng.normal(0.0, std);
+  return Tensor::from(v, s, dtype);
+}
+
+Tensor Init::xavier(int64_t fan_out, int64_t fan_in, double gain) {
+  return normal({fan_out, fan_in}, gain * std::sqrt(2.0 / static_cast<double>(fan_in + fan_out)));
+}
+
+Tensor Init::constant(const Shape& s, double v) { return Tensor::from(std::vector<double>(shape_numel(s), v), s, dtype); }
+
+Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init) {
+  Norm n;
+  n.kind = kind;
+  n.eps = eps;
+  if (kind == NormKind::none) return n;
+  n.gamma = p.add(name + ".gamma", init.constant({d}, 1.0));
+  if (kind == NormKind::layernorm) n.beta = p.add(name + ".beta", init.constant({d}, 0.0));
+  return n;
+}
+
+namespace {
+
+Linear make_linear(ParamList& p, const std::string& name, int64_t out, Tensor w, Init& init, bool bias = true) {
+  Linear l;
+  l.w = p.add(name + ".w", std::move(w));
+  if (bias) l.b = p.add(name + ".b", init.constant({out}, 0.0));
+  return l;
+}
+
+}  // namespace
+
+Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init) {
+  const int64_t d = cfg.d_model, h = cfg.d_hidden;
+  const bool deepnet = cfg.placement == Placement::deepnorm && cfg.norm != NormKind::none;
+  const bool xavier = cfg.init == "xavier" || deepnet;
+  // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L).
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  // DeepNet: Xavier with gain beta on the MLP and the value/output (mixing) projections.
+  const double gain = deepnet ? cfg.deepnorm_beta() : 1.0;
+  auto weight = [&](int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
+    if (xavier) return init.xavier(out, in, xavier_gain);
+    return init.normal({out, in}, residual_proj ? resid_std : 0.02);
+  };
+
+  Block b;
+  b.placement = cfg.placement;
+  b.norm_kind = cfg.norm;
+  b.residual = cfg.residual;
+  b.alpha = deepnet ? cfg.deepnorm_alpha() : 1.0;
+  b.attention = cfg.model == "gpt";
+  const NormKind nk = cfg.norm;
+  b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init);
+  if (b.attention) {
+    SelfAttention& a = b.attn;
+    a.heads = cfg.heads;
+    a.q = make_linear(p, prefix + ".attn.q", d, weight(d, d, false, 1.0), init);
+    a.k = make_linear(p, prefix + ".attn.k", d, weight(d, d, false, 1.0), init);
+    a.v = make_linear(p, prefix + ".attn.v", d, weight(d, d, false, gain), init);
+    a.o = make_linear(p, prefix + ".attn.o", d, weight(d, d, true, gain), init);
+    a.qk_norm = cfg.qk_norm;
+    if (cfg.qk_norm) {
+      const int64_t dh = d / cfg.heads;
+      a.q_gamma = p.add(prefix + ".attn.q_norm.gamma", init.constant({dh}, 1.0));
+      a.k_gamma = p.add(prefix + ".attn.k_norm.gamma", init.constant({dh}, 1.0));
+    }
+  } else {
+    b.mixer.proj = make_linear(p, prefix + ".mix", d, weight(d, d, true, gain), init);
+  }
+  if (cfg.placement == Placement::sandwich) b.norm1b = make_norm(p, prefix + ".norm1b", nk, d, cfg.eps(), init);
+  b.norm2 = make_norm(p, prefix + ".norm2", nk, d, cfg.eps(), init);
+  b.mlp.fc1 = make_linear(p, prefix + ".mlp.fc1", h, weight(h, d, false, gain), init);
+  b.mlp.fc2 = make_linear(p, prefix + ".mlp.fc2", d, weight(d, h, true, gain), init);
+  if (cfg.placement == Placement::sandwich) b.norm2b = make_norm(p, prefix + ".norm2b", nk, d, cfg.eps(), init);
+  return b;
+}
+
+// ---- forward ----------------------------------------------------------------------
+
+Tensor Linear::operator()(const Tensor& x) const { return linear(x, w, b); }
+
+Tensor Norm::operator()(const Tensor& x) const {
+  switch (kind) {
+    case NormKind::none: return x;
+    case NormKind::layernorm: return layernorm(x, gamma, beta, eps);
+    case NormKind::rmsnorm: return rmsnorm(x, gamma, eps);
+  }
+  return x;
+}
+
+std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double alpha, const Tensor& b) const {
+  switch (kind) {
+    case NormKind::layernorm: return add_layernorm(a, alpha, b, gamma, beta, eps);
+    case NormKind::rmsnorm: return add_rmsnorm(a, alpha, b, gamma, eps);
+    case NormKind::none: break;
+  }
+  Tensor s = add_scaled(a, alpha, b);
+  return {s, s};
+}
+
+Tensor MLP::operator()(const Tensor& x) const { return fc2(gelu(fc1(x))); }
+
+Tensor PrefixMixer::operator()(const Tensor& x) const { return proj(prefix_mean(x)); }
+
+Tensor SelfAttention::operator()(const Tensor& x) const {
+  Tensor qx = q(x), kx = k(x), vx = v(x);
+  if (qk_norm) {
+    // QK-Norm: RMSNorm over each head's Dh channels; (B, T, H*Dh) viewed as rows of Dh.
+    const Shape s = qx.shape();
+    const int64_t dh = q_gamma.size(0);
+    qx = reshape(rmsnorm(reshape(qx, {-1, dh}), q_gamma, qk_eps), s);
+    kx = reshape(rmsnorm(reshape(kx, {-1, dh}), k_gamma, qk_eps), s);
+  }
+  return o(causal_attention(qx, kx, vx, heads));
+}
+
+Tensor Block::mix(const Tensor& x) const { return attention ? attn(x) : mixer(x); }
+
+Tensor Block::operator()(const Tensor& x) const {
+  if (!residual) {  // the contrast for the identity-path probe: the same block without "x +"
+    switch (placement) {
+      case Placement::pre: {
+        Tensor h = mix(norm1(x));
+        return mlp(norm2(h));
+      }
+      case Placement::sandwich: {
+        Tensor h = norm1b(mix(norm1(x)));
+        return norm2b(mlp(norm2(h)));
+      }
+      case Placement::post:
+      case Placement::deepnorm: {
+        Tensor h = norm1(mix(x));
+        return norm2(mlp(h));
+      }
+    }
+  }
+  if (norm_kind == NormKind::none) {
+    Tensor h = x + mix(x);
+    return h + mlp(h);
+  }
+  switch (placement) {
+    case Placement::pre: {
+      Tensor h = x + mix(norm1(x));
+      return h + mlp(norm2(h));
+    }
+    case Placement::post: {
+      Tensor h = norm1.add_norm(x, 1.0, mix(x)).second;
+      return norm2.add_norm(h, 1.0, mlp(h)).second;
+    }
+    case Placement::sandwich: {
+      Tensor h = x + norm1b(mix(norm1(x)));
+      return h + norm2b(mlp(norm2(h)));
+    }
+    case Placement::deepnorm: {
+      Tensor h = norm1.add_norm(x, alpha, mix(x)).second;
+      return norm2.add_norm(h, alpha, mlp(h)).second;
+    }
+  }
+  return x;
+}
+
+// ---- model ------------------------------------------------------------------------
+
+Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
+  cfg_.validate();
+  Init init{Rng(seed, stream::init), cfg_.dtype};
+  const int64_t d = cfg_.d_model;
+  tok_emb = params_.add("tok_emb", init.normal({cfg_.vocab, d}, 0.02));
+  pos_emb = params_.add("pos_emb", init.normal({cfg_.seq_len, d}, 0.02));
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    size_t first = params_.all().size();
+    blocks_.push_back(make_block(params_, fmt::format("blocks.{}", l), cfg_, init));
+    block_params_.emplace_back(params_.all().begin() + static_cast<std::ptrdiff_t>(first), params_.all().end());
+  }
+  final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_on() ? cfg_.norm : NormKind::none, d, cfg_.eps(),
+                          init);
+  head_.w = params_.add("head.w", init.normal({cfg_.vocab, d}, 0.02));
+}
+
+Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
+  NL_CHECK(ids.dim() == 2 && ids.dtype() == DType::i32, "model input must be int32 (B, T), got {} {}",
+           dtype_name(ids.dtype()), shape_str(ids.shape()));
+  const int64_t b = ids.size(0), t = ids.size(1);
+  NL_CHECK(t <= cfg_.seq_len, "sequence of length {} exceeds seq_len = {}", t, cfg_.seq_len);
+  std::vector<int32_t> pos(static_cast<size_t>(b * t));
+  for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
+  Tensor x = embedding(ids, tok_emb) + embedding(Tensor::from_ids(pos, {b, t}), pos_emb);
+  if (trace) {
+    trace->block_out.clear();
+    if (trace->retain_grads && x.requires_grad()) x.retain_grad();
+    trace->embed = x;
+  }
+  for (const Block& block : blocks_) {
+    x = block(x);
+    if (trace) {
+      if (trace->retain_grads && x.requires_grad()) x.retain_grad();
+      trace->block_out.push_back(x);
+    }
+  }
+  x = final_norm_(x);
+  if (trace) trace->final_out = x;
+  return linear(x, head_.w);
+}
+
+Tensor Model::loss(const Tensor& ids, const Tensor& targets, ForwardTrace* trace) const {
+  return cross_entropy(forward(ids, trace), targets);
+}
+
+}  // namespace normlab

@@ -1,0 +1,59 @@
+// softmax, causal multi-head attention, and the toy model's causal prefix mean.
+#include <cmath>
+
+#include "ops/op_common.h"
+
+namespace normlab {
+using namespace ops_detail;
+
+Tensor softmax(const Tensor& x) {
+  check_float_same("softmax", {{"x", &x}});
+  NL_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "softmax: input {} has an empty last dimension", shape_str(x.shape()));
+  const int64_t n = rows_of(x), d = x.size(-1);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels(x).softmax_forward(y, x, n, d);
+  if (needs_grad({&x})) {
+    // The output is saved detached: a node must not own the tensor that owns it.
+    record("softmax", y, {x}, [y = y.detach(), n, d](const Tensor& dy, GradOutputs& g) {
+      if (g[0]) kernels(dy).softmax_backward(*g[0], dy, y, n, d);
+    });
+  }
+  return y;
+}
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads) {
+  check_float_same("causal_attention", {{"q", &q}, {"k", &k}, {"v", &v}});
+  NL_CHECK(q.dim() == 3, "causal_attention: q must be (B, T, C), got {}", shape_str(q.shape()));
+  NL_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), "causal_attention: q {}, k {} and v {} must have one shape",
+           shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  const int64_t b = q.size(0), t = q.size(1), c = q.size(2);
+  NL_CHECK(heads >= 1 && c % heads == 0, "causal_attention: {} heads do not divide the model width C = {}", heads, c);
+  const int64_t dh = c / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor probs = Tensor::empty({b, heads, t, t}, q.dtype(), q.device());
+  kernels(q).attention_forward(out, probs, q, k, v, b, t, heads, dh, scale);
+  if (needs_grad({&q, &k, &v})) {
+    record("causal_attention", out, {q, k, v},
+           [q, k, v, probs, b, t, heads, dh, scale](const Tensor& dout, GradOutputs& g) {
+             kernels(dout).attention_backward(g[0], g[1], g[2], dout, q, k, v, probs, b, t, heads, dh, scale);
+           });
+  }
+  return out;
+}
+
+Tensor prefix_mean(const Tensor& x) {
+  check_float_same("prefix_mean", {{"x", &x}});
+  NL_CHECK(x.dim() == 3, "prefix_mean: input must be (B, T, C), got {}", shape_str(x.shape()));
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels(x).prefix_mean_forward(y, x, b, t, c);
+  if (needs_grad({&x})) {
+    record("prefix_mean", y, {x}, [b, t, c](const Tensor& dy, GradOutputs& g) {
+      if (g[0]) kernels(dy).prefix_mean_backward(*g[0], dy, b, t, c);
+    });
+  }
+  return y;
+}
+
+}  // namespace normlab

@@ -1,0 +1,74 @@
+// Elementwise ops: add, alpha*a + b, scale, mul, GELU.
+#include "ops/op_common.h"
+
+namespace normlab {
+using namespace ops_detail;
+
+namespace ops_detail {
+// d(alpha*a + b): da = alpha*dy, db = dy. Shared with the fused add+norm ops.
+BackwardFn add_scaled_backward(double alpha) {
+  return [alpha](const Tensor& dy, GradOutputs& g) {
+    Backend& kb = kernels(dy);
+    if (g[0]) {
+      if (alpha == 1.0) kb.copy(*g[0], dy); else kb.scale(*g[0], dy, alpha);
+    }
+    if (g[1]) kb.copy(*g[1], dy);
+  };
+}
+}  // namespace ops_detail
+
+static void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  check_float_same(op, {{"a", &a}, {"b", &b}});
+  NL_CHECK(a.shape() == b.shape(), "{}: shapes {} and {} differ (no broadcasting)", op, shape_str(a.shape()),
+           shape_str(b.shape()));
+}
+
+Tensor add_scaled(const Tensor& a, double alpha, const Tensor& b) {
+  check_same_shape("add", a, b);
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  kernels(a).add(y, a, b, alpha, 1.0);
+  if (needs_grad({&a, &b})) record("add", y, {a, b}, add_scaled_backward(alpha));
+  return y;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return add_scaled(a, 1.0, b); }
+
+Tensor scale(const Tensor& x, double alpha) {
+  check_float_same("scale", {{"x", &x}});
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels(x).scale(y, x, alpha);
+  if (needs_grad({&x})) {
+    record("scale", y, {x}, [alpha](const Tensor& dy, GradOutputs& g) {
+      if (g[0]) kernels(dy).scale(*g[0], dy, alpha);
+    });
+  }
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  check_same_shape("mul", a, b);
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  kernels(a).mul(y, a, b);
+  if (needs_grad({&a, &b})) {
+    record("mul", y, {a, b}, [a, b](const Tensor& dy, GradOutputs& g) {
+      Backend& kb = kernels(dy);
+      if (g[0]) kb.mul(*g[0], dy, b);
+      if (g[1]) kb.mul(*g[1], dy, a);
+    });
+  }
+  return y;
+}
+
+Tensor gelu(const Tensor& x) {
+  check_float_same("gelu", {{"x", &x}});
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels(x).gelu_forward(y, x);
+  if (needs_grad({&x})) {
+    record("gelu", y, {x}, [x](const Tensor& dy, GradOutputs& g) {
+      if (g[0]) kernels(dy).gelu_backward(*g[0], dy, x);
+    });
+  }
+  return y;
+}
+
+}  // namespace normlab

@@ -1,0 +1,104 @@
+// Embedding lookup, cross-entropy loss, reshape and transpose.
+#include "ops/op_common.h"
+
+namespace normlab {
+using namespace ops_detail;
+
+Tensor embedding(const Tensor& ids, const Tensor& table) {
+  NL_CHECK(ids.dtype() == DType::i32, "embedding: ids must be int32, got {}", dtype_name(ids.dtype()));
+  check_float_same("embedding", {{"table", &table}});
+  NL_CHECK(table.dim() == 2, "embedding: table must be (V, D), got {}", shape_str(table.shape()));
+  NL_CHECK(ids.device() == table.device(), "embedding: ids on {} but table on {}", device_name(ids.device()),
+           device_name(table.device()));
+  const int64_t n = ids.numel(), v = table.size(0), d = table.size(1);
+  Shape out_shape = ids.shape();
+  out_shape.push_back(d);
+  Tensor y = Tensor::empty(out_shape, table.dtype(), table.device());
+  kernels(table).embedding_forward(y, table, ids, n, v, d);
+  if (needs_grad({&table})) {
+    record("embedding", y, {table}, [ids, n, v, d](const Tensor& dy, GradOutputs& g) {
+      if (g[0]) kernels(dy).embedding_backward(*g[0], dy, ids, n, v, d);
+    });
+  }
+  return y;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  check_float_same("cross_entropy", {{"logits", &logits}});
+  NL_CHECK(targets.dtype() == DType::i32, "cross_entropy: targets must be int32, got {}", dtype_name(targets.dtype()));
+  NL_CHECK(logits.dim() >= 1, "cross_entropy: logits must be (..., V)");
+  NL_CHECK(Shape(logits.shape().begin(), logits.shape().end() - 1) == targets.shape(),
+           "cross_entropy: logits {} need targets of shape {}, got {}", shape_str(logits.shape()),
+           shape_str(Shape(logits.shape().begin(), logits.shape().end() - 1)), shape_str(targets.shape()));
+  const int64_t n = rows_of(logits), v = logits.size(-1);
+  NL_CHECK(n >= 1, "cross_entropy: no rows in logits {}", shape_str(logits.shape()));
+  Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
+  Tensor probs = Tensor::empty({n, v}, logits.dtype(), logits.device());
+  kernels(logits).cross_entropy_forward(loss, probs, logits, targets, n, v);
+  if (needs_grad({&logits})) {
+    record("cross_entropy", loss, {logits}, [probs, targets, n, v](const Tensor& dloss, GradOutputs& g) {
+      if (g[0]) kernels(dloss).cross_entropy_backward(*g[0], dloss, probs, targets, n, v);
+    });
+  }
+  return loss;
+}
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Shape target = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == -1) {
+      NL_CHECK(infer < 0, "reshape: more than one -1 in {}", shape_str(shape));
+      infer = static_cast<int64_t>(i);
+    } else {
+      NL_CHECK(target[i] >= 0, "reshape: negative size in {}", shape_str(shape));
+      known *= target[i];
+    }
+  }
+  if (infer >= 0) {
+    NL_CHECK(known > 0 && x.numel() % known == 0, "reshape: cannot view {} as {}", shape_str(x.shape()),
+             shape_str(shape));
+    target[static_cast<size_t>(infer)] = x.numel() / known;
+  }
+  NL_CHECK(shape_numel(target) == x.numel(), "reshape: cannot view {} ({} elements) as {}", shape_str(x.shape()),
+           x.numel(), shape_str(shape));
+  Tensor y = x.view(target);
+  if (needs_grad({&x})) {
+    record("reshape", y, {x}, [in_shape = x.shape()](const Tensor& dy, GradOutputs& g) {
+      if (g[0]) kernels(dy).copy(*g[0], dy.view(in_shape));
+    });
+  }
+  return y;
+}
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  const int64_t nd = x.dim();
+  if (dim0 < 0) dim0 += nd;
+  if (dim1 < 0) dim1 += nd;
+  NL_CHECK(dim0 >= 0 && dim0 < nd && dim1 >= 0 && dim1 < nd, "transpose: dimensions out of range for {}",
+           shape_str(x.shape()));
+  if (dim0 > dim1) std::swap(dim0, dim1);
+  const Shape& s = x.shape();
+  int64_t outer = 1, mid = 1, inner = 1;
+  for (int64_t i = 0; i < dim0; ++i) outer *= s[i];
+  for (int64_t i = dim0 + 1; i < dim1; ++i) mid *= s[i];
+  for (int64_t i = dim1 + 1; i < nd; ++i) inner *= s[i];
+  const int64_t a = s[dim0], b = s[dim1];
+  Shape out_shape = s;
+  std::swap(out_shape[dim0], out_shape[dim1]);
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  if (dim0 == dim1) {
+    kernels(x).copy(y, x);
+  } else {
+    kernels(x).transpose(y, x, outer, a, mid, b, inner);
+  }
+  if (needs_grad({&x})) {
+    record("transpose", y, {x}, [outer, a, mid, b, inner, same = dim0 == dim1](const Tensor& dy, GradOutputs& g) {
+      if (!g[0]) return;
+      if (same) kernels(dy).copy(*g[0], dy); else kernels(dy).transpose(*g[0], dy, outer, b, mid, a, inner);
+    });
+  }
+  return y;
+}
+
+}  // namespace normlab

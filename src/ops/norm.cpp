@@ -1,0 +1,100 @@
+// LayerNorm and RMSNorm over the last dimension, and their fused residual-add forms.
+// Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean).
+#include "ops/op_common.h"
+
+namespace normlab {
+using namespace ops_detail;
+
+namespace {
+
+void check_norm(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  check_float_same(op, {{"input", &x}, {"gamma", &gamma}, {"beta", &beta}});
+  NL_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "{}: input {} has no last dimension to normalize", op,
+           shape_str(x.shape()));
+  const int64_t d = x.size(-1);
+  NL_CHECK(gamma.dim() == 1 && gamma.size(0) == d, "{}: gamma {} does not match the normalized size {} of input {}",
+           op, shape_str(gamma.shape()), d, shape_str(x.shape()));
+  NL_CHECK(!beta.defined() || (beta.dim() == 1 && beta.size(0) == d),
+           "{}: beta {} does not match the normalized size {} of input {}", op, shape_str(beta.shape()), d,
+           shape_str(x.shape()));
+  NL_CHECK(eps > 0, "{}: eps must be > 0, got {}", op, eps);
+}
+
+Tensor row_stat(const Tensor& x) { return Tensor::empty({rows_of(x)}, x.dtype(), x.device()); }
+
+}  // namespace
+
+namespace ops_detail {
+
+BackwardFn layernorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                                 int64_t n, int64_t d) {
+  return [x = x.detach(), gamma, mean, rstd, n, d](const Tensor& dy, GradOutputs& g) {
+    kernels(dy).layernorm_backward(g[0], g[1], g[2], dy, x, gamma, mean, rstd, n, d);
+  };
+}
+
+BackwardFn rmsnorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) {
+  return [x = x.detach(), gamma, rstd, n, d](const Tensor& dy, GradOutputs& g) {
+    kernels(dy).rmsnorm_backward(g[0], g[1], dy, x, gamma, rstd, n, d);
+  };
+}
+
+}  // namespace ops_detail
+
+Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  NL_CHECK(beta.defined(), "layernorm: beta is required (pass zeros for none)");
+  check_norm("layernorm", x, gamma, beta, eps);
+  const int64_t n = rows_of(x), d = x.size(-1);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = row_stat(x), rstd = row_stat(x);
+  kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
+  if (needs_grad({&x, &gamma, &beta}))
+    record("layernorm", y, {x, gamma, beta}, layernorm_backward_fn(x, gamma, mean, rstd, n, d));
+  return y;
+}
+
+Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps) {
+  check_norm("rmsnorm", x, gamma, Tensor(), eps);
+  const int64_t n = rows_of(x), d = x.size(-1);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = row_stat(x);
+  kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
+  if (needs_grad({&x, &gamma})) record("rmsnorm", y, {x, gamma}, rmsnorm_backward_fn(x, gamma, rstd, n, d));
+  return y;
+}
+
+std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Tensor& b, const Tensor& gamma,
+                                        const Tensor& beta, double eps) {
+  NL_CHECK(a.shape() == b.shape(), "add_layernorm: residual {} and branch {} differ in shape", shape_str(a.shape()),
+           shape_str(b.shape()));
+  check_float_same("add_layernorm", {{"residual", &a}, {"branch", &b}});
+  check_norm("add_layernorm", a, gamma, beta, eps);
+  const int64_t n = rows_of(a), d = a.size(-1);
+  Tensor s = Tensor::empty(a.shape(), a.dtype(), a.device());
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  Tensor mean = row_stat(a), rstd = row_stat(a);
+  kernels(a).add_layernorm_forward(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+  // Recorded as the two ops it fuses, so the backward is theirs.
+  if (needs_grad({&a, &b})) record("add", s, {a, b}, add_scaled_backward(alpha));
+  if (needs_grad({&s, &gamma, &beta}))
+    record("layernorm", y, {s, gamma, beta}, layernorm_backward_fn(s, gamma, mean, rstd, n, d));
+  return {s, y};
+}
+
+std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b, const Tensor& gamma,
+                                      double eps) {
+  NL_CHECK(a.shape() == b.shape(), "add_rmsnorm: residual {} and branch {} differ in shape", shape_str(a.shape()),
+           shape_str(b.shape()));
+  check_float_same("add_rmsnorm", {{"residual", &a}, {"branch", &b}});
+  check_norm("add_rmsnorm", a, gamma, Tensor(), eps);
+  const int64_t n = rows_of(a), d = a.size(-1);
+  Tensor s = Tensor::empty(a.shape(), a.dtype(), a.device());
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  Tensor rstd = row_stat(a);
+  kernels(a).add_rmsnorm_forward(s, y, rstd, a, b, alpha, gamma, n, d, eps);
+  if (needs_grad({&a, &b})) record("add", s, {a, b}, add_scaled_backward(alpha));
+  if (needs_grad({&s, &gamma})) record("rmsnorm", y, {s, gamma}, rmsnorm_backward_fn(s, gamma, rstd, n, d));
+  return {s, y};
+}
+
+}  // namespace normlab
