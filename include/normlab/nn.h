@@ -57,6 +57,9 @@ class ParamList {
   // Moves every parameter into one contiguous buffer (and their gradients into another), so
   // the optimizer makes one pass over all of them. Tensors handed out stay valid.
   void flatten();
+  // After backward: zero the (flattened) gradient of each parameter no path reached, so the
+  // one-pass optimizer does not read a stale buffer.
+  void fill_missing_grads();
   const Tensor& flat() const { return flat_; }
   const Tensor& flat_grad() const { return flat_grad_; }
 

@@ -50,7 +50,7 @@ void print_table(const std::vector<CaseResult>& results, const GradcheckOptions&
     ++checks;
     failed += r.pass ? 0 : 1;
   }
-  std::printf("\n%d checks, %d failed. Tolerance |analytic - expected| <= atol + rtol*|expected|: "
+  std::printf("\n%d checks, %d failed. Pass: max_abs_err <= atol + rtol * max|expected|: "
               "fd64 atol %.0e rtol %.0e (h = %.0e); f32 vs f64 atol %.0e rtol %.0e\n",
               checks, failed, opt.fd_tol.atol, opt.fd_tol.rtol, opt.h, opt.f32_tol.atol, opt.f32_tol.rtol);
   std::printf("%s\n", failed ? "FAILED" : "all gradients agree");
@@ -122,8 +122,8 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   normlab gradcheck --op rmsnorm --dump rmsnorm.json   then check it with numpy or PyTorch
   normlab gradcheck --json | jq '.results[] | select(.pass | not)'
 
-Columns: max_abs_err = max |analytic - expected|, max_rel_err = the same divided by max(|analytic|, |expected|)
-(0 where the error is below atol). Expected is the central difference (fd64) or the float64 reference
+Columns: max_abs_err = max over elements of |analytic - expected|; max_rel_err = max_abs_err divided by
+the input's gradient scale max |expected|. A check passes when max_abs_err <= atol + rtol * scale. Expected is the central difference (fd64) or the float64 reference
 gradient (<backend>-f32). Exit status 1 when any check fails.)");
   return [args, &g] { return run_gradcheck(*args, g); };
 }

@@ -29,6 +29,7 @@ const std::vector<Registrar>& registrars() {
   static const std::vector<Registrar> table = {
       &add_handcalc,
       &add_gradcheck,
+      &add_train,
   };
   return table;
 }

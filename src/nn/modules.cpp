@@ -130,6 +130,16 @@ void ParamList::flatten() {
   }
 }
 
+void ParamList::fill_missing_grads() {
+  for (Tensor& p : params_) {
+    TensorImpl& impl = p.impl();
+    if (impl.grad_valid || !impl.grad) continue;
+    Tensor g(impl.grad);
+    backend_for(g.device(), g.dtype()).fill(g, 0.0);
+    impl.grad_valid = true;
+  }
+}
+
 // ---- init -----------------------------------------------------------------------
 
 Tensor Init::normal(const Shape& s, double std) {

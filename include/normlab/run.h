@@ -1,0 +1,26 @@
+// A training run on disk: <dir>/config.json (resolved), metrics.jsonl (one line per eval,
+// deterministic), timing.jsonl (per-eval step time; wall-clock, so kept out of metrics.jsonl),
+// result.json. The run is written to <dir>.partial and renamed when complete: a directory
+// named <dir> is always whole.
+#pragma once
+#include <string>
+
+#include "normlab/train.h"
+
+namespace normlab {
+
+struct RunOptions {
+  std::string dir;          // where the run lands
+  bool force = false;       // replace an existing run directory
+  bool progress = false;    // a progress line on stderr (when it is a terminal)
+  bool print_table = true;  // the loss table on stdout
+};
+
+// Data "text:PATH" with vocab left at its default gets 256; call after all keys are applied.
+void finalize_config(TrainConfig& cfg, bool vocab_given);
+// Runs and writes the run directory; returns result.json's text.
+std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out = nullptr);
+std::string result_to_json(const TrainConfig& cfg, const TrainResult& r);
+std::string eval_to_json_line(const EvalRecord& r);
+
+}  // namespace normlab

@@ -1,0 +1,258 @@
+// The "cpu" Backend: checks each tensor (cpu, float32, the element count the sizes imply) and
+// hands raw pointers to the kernels in kernels.h / norm_kernels.h. No math here.
+#include "backends/cpu/cpu_backend.h"
+
+#include <mutex>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/norm_kernels.h"
+#include "backends/cpu/onednn.h"
+
+namespace normlab {
+
+namespace {
+
+// The pointer of a float32 cpu tensor of `numel` elements, or a sentence saying what is wrong.
+float* f32(const Tensor& t, const char* what, int64_t numel) {
+  NL_CHECK(t.defined(), "cpu backend: {} is an undefined tensor", what);
+  NL_CHECK(t.device() == Device::cpu,
+           "cpu backend: {} is a {} tensor; the cpu backend computes on cpu tensors", what,
+           device_name(t.device()));
+  NL_CHECK(t.dtype() == DType::f32,
+           "cpu backend: {} is {}; the cpu backend is float32 only (float64 runs on the "
+           "\"reference\" backend)",
+           what, dtype_name(t.dtype()));
+  NL_CHECK(t.numel() == numel, "cpu backend: {} has shape {} ({} elements), the sizes given need {}",
+           what, shape_str(t.shape()), t.numel(), numel);
+  return static_cast<float*>(t.raw());
+}
+
+float* f32_opt(Tensor* t, const char* what, int64_t numel) {
+  return t ? f32(*t, what, numel) : nullptr;
+}
+
+// int32 ids (or targets) of n elements, each checked to lie in [0, limit).
+const int32_t* ids_in_range(const Tensor& t, const char* what, int64_t n, int64_t limit) {
+  NL_CHECK(t.defined() && t.device() == Device::cpu && t.dtype() == DType::i32,
+           "cpu backend: {} must be a cpu int32 tensor", what);
+  NL_CHECK(t.numel() == n, "cpu backend: {} has {} elements, expected {}", what, t.numel(), n);
+  const int32_t* p = t.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    NL_CHECK(p[i] >= 0 && p[i] < limit, "cpu backend: {}[{}] = {} is outside [0, {})", what, i,
+             p[i], limit);
+  return p;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return Device::cpu; }
+  bool supports(DType dtype) const override { return dtype == DType::f32; }
+  uint64_t primitives_created() const override {
+    cpu::OneDnn& o = cpu::OneDnn::get();
+    std::lock_guard<std::mutex> lock(o.mutex());
+    return o.created();
+  }
+
+  // ---- matrix products ----------------------------------------------------------------
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
+              int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
+              bool accumulate) override {
+    const int64_t ab = batch > 1 && a_batched ? batch : 1, bb = batch > 1 && b_batched ? batch : 1;
+    cpu::matmul(f32(c, "matmul C", batch * m * n), f32(a, "matmul A", ab * m * k),
+                f32(b, "matmul B", bb * k * n), batch, m, n, k, trans_a, trans_b, a_batched,
+                b_batched, accumulate);
+  }
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
+                      int64_t k, int64_t n) override {
+    const float* bp = bias.defined() ? f32(bias, "linear bias", n) : nullptr;
+    cpu::linear_forward(f32(y, "linear y", m * n), f32(x, "linear x", m * k),
+                        f32(w, "linear w", n * k), bp, m, k, n);
+  }
+  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
+    cpu::sum_rows(f32(out, "sum_rows out", cols), f32(x, "sum_rows x", rows * cols), rows, cols);
+  }
+
+  // ---- elementwise ----------------------------------------------------------------------
+  void fill(Tensor& out, double value) override {
+    cpu::fill(f32(out, "fill out", out.numel()), static_cast<float>(value), out.numel());
+  }
+  void copy(Tensor& out, const Tensor& x) override {
+    cpu::copy(f32(out, "copy out", x.numel()), f32(x, "copy x", x.numel()), x.numel());
+  }
+  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+    const int64_t n = out.numel();
+    cpu::add(f32(out, "add out", n), f32(a, "add a", n), f32(b, "add b", n),
+             static_cast<float>(alpha), static_cast<float>(beta), n);
+  }
+  void accumulate(Tensor& dst, const Tensor& src) override {
+    const int64_t n = dst.numel();
+    cpu::accumulate(f32(dst, "accumulate dst", n), f32(src, "accumulate src", n), n);
+  }
+  void scale(Tensor& out, const Tensor& x, double alpha) override {
+    const int64_t n = out.numel();
+    cpu::scale(f32(out, "scale out", n), f32(x, "scale x", n), static_cast<float>(alpha), n);
+  }
+  void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
+    const int64_t n = out.numel();
+    cpu::mul(f32(out, "mul out", n), f32(a, "mul a", n), f32(b, "mul b", n), n);
+  }
+  void gelu_forward(Tensor& y, const Tensor& x) override {
+    const int64_t n = y.numel();
+    cpu::gelu_forward(f32(y, "gelu y", n), f32(x, "gelu x", n), n);
+  }
+  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override {
+    const int64_t n = dx.numel();
+    cpu::gelu_backward(f32(dx, "gelu dx", n), f32(dy, "gelu dy", n), f32(x, "gelu x", n), n);
+  }
+  double sum_squares(const Tensor& x) override {
+    return cpu::sum_squares(f32(x, "sum_squares x", x.numel()), x.numel());
+  }
+
+  // ---- normalization ----------------------------------------------------------------------
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                         double eps) override {
+    cpu::layernorm_forward(f32(y, "layernorm y", n * d), f32(mean, "layernorm mean", n),
+                           f32(rstd, "layernorm rstd", n), f32(x, "layernorm x", n * d),
+                           f32(gamma, "layernorm gamma", d), f32(beta, "layernorm beta", d), n, d,
+                           static_cast<float>(eps));
+  }
+  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, int64_t n, int64_t d) override {
+    cpu::layernorm_backward(f32_opt(dx, "layernorm dx", n * d),
+                            f32_opt(dgamma, "layernorm dgamma", d),
+                            f32_opt(dbeta, "layernorm dbeta", d), f32(dy, "layernorm dy", n * d),
+                            f32(x, "layernorm x", n * d), f32(gamma, "layernorm gamma", d),
+                            f32(mean, "layernorm mean", n), f32(rstd, "layernorm rstd", n), n, d);
+  }
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+                       int64_t d, double eps) override {
+    cpu::rmsnorm_forward_fused(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
+                               f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d), n, d,
+                               static_cast<float>(eps));
+  }
+  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
+    cpu::rmsnorm_backward_fused(f32_opt(dx, "rmsnorm dx", n * d),
+                                f32_opt(dgamma, "rmsnorm dgamma", d),
+                                f32(dy, "rmsnorm dy", n * d), f32(x, "rmsnorm x", n * d),
+                                f32(gamma, "rmsnorm gamma", d), f32(rstd, "rmsnorm rstd", n), n, d);
+  }
+  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                             const Tensor& b, double alpha, const Tensor& gamma,
+                             const Tensor& beta, int64_t n, int64_t d, double eps) override {
+    cpu::add_layernorm_forward_fused(
+        f32(s, "add_layernorm s", n * d), f32(y, "add_layernorm y", n * d),
+        f32(mean, "add_layernorm mean", n), f32(rstd, "add_layernorm rstd", n),
+        f32(a, "add_layernorm a", n * d), f32(b, "add_layernorm b", n * d),
+        static_cast<float>(alpha), f32(gamma, "add_layernorm gamma", d),
+        f32(beta, "add_layernorm beta", d), n, d, static_cast<float>(eps));
+  }
+  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           double alpha, const Tensor& gamma, int64_t n, int64_t d,
+                           double eps) override {
+    cpu::add_rmsnorm_forward_fused(
+        f32(s, "add_rmsnorm s", n * d), f32(y, "add_rmsnorm y", n * d),
+        f32(rstd, "add_rmsnorm rstd", n), f32(a, "add_rmsnorm a", n * d),
+        f32(b, "add_rmsnorm b", n * d), static_cast<float>(alpha),
+        f32(gamma, "add_rmsnorm gamma", d), n, d, static_cast<float>(eps));
+  }
+
+  // ---- softmax ---------------------------------------------------------------------------
+  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
+    cpu::softmax_forward(f32(y, "softmax y", n * d), f32(x, "softmax x", n * d), n, d);
+  }
+  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                        int64_t d) override {
+    cpu::softmax_backward(f32(dx, "softmax dx", n * d), f32(dy, "softmax dy", n * d),
+                          f32(y, "softmax y", n * d), n, d);
+  }
+
+  // ---- attention -------------------------------------------------------------------------
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                         double scale) override {
+    const int64_t n = b * t * h * dh;
+    cpu::attention_forward(f32(out, "attention out", n), f32(probs, "attention probs", b * h * t * t),
+                           f32(q, "attention q", n), f32(k, "attention k", n),
+                           f32(v, "attention v", n), b, t, h, dh, static_cast<float>(scale));
+  }
+  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                          int64_t b, int64_t t, int64_t h, int64_t dh, double scale) override {
+    const int64_t n = b * t * h * dh;
+    Tensor scratch;  // dP, (B, H, T, T), from the arena: no allocation in the steady state
+    if (dq || dk) scratch = Tensor::empty({b, h, t, t});
+    cpu::attention_backward(f32_opt(dq, "attention dq", n), f32_opt(dk, "attention dk", n),
+                            f32_opt(dv, "attention dv", n),
+                            scratch.defined() ? scratch.data<float>() : nullptr,
+                            f32(dout, "attention dout", n), f32(q, "attention q", n),
+                            f32(k, "attention k", n), f32(v, "attention v", n),
+                            f32(probs, "attention probs", b * h * t * t), b, t, h, dh,
+                            static_cast<float>(scale));
+  }
+
+  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
+    cpu::prefix_mean_forward(f32(y, "prefix_mean y", b * t * c), f32(x, "prefix_mean x", b * t * c),
+                             b, t, c);
+  }
+  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                            int64_t c) override {
+    cpu::prefix_mean_backward(f32(dx, "prefix_mean dx", b * t * c),
+                              f32(dy, "prefix_mean dy", b * t * c), b, t, c);
+  }
+
+  // ---- embedding -------------------------------------------------------------------------
+  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+                         int64_t d) override {
+    const int32_t* id = ids_in_range(ids, "embedding ids", n, v);
+    cpu::embedding_forward(f32(y, "embedding y", n * d), f32(table, "embedding table", v * d), id,
+                           n, d);
+  }
+  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n,
+                          int64_t v, int64_t d) override {
+    const int32_t* id = ids_in_range(ids, "embedding ids", n, v);
+    cpu::embedding_backward(f32(dtable, "embedding dtable", v * d), f32(dy, "embedding dy", n * d),
+                            id, n, v, d);
+  }
+
+  // ---- loss ------------------------------------------------------------------------------
+  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int64_t n, int64_t v) override {
+    const int32_t* tg = ids_in_range(targets, "cross_entropy targets", n, v);
+    cpu::cross_entropy_forward(f32(loss, "cross_entropy loss", 1),
+                               f32(probs, "cross_entropy probs", n * v),
+                               f32(logits, "cross_entropy logits", n * v), tg, n, v);
+  }
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                              const Tensor& targets, int64_t n, int64_t v) override {
+    const int32_t* tg = ids_in_range(targets, "cross_entropy targets", n, v);
+    cpu::cross_entropy_backward(f32(dlogits, "cross_entropy dlogits", n * v),
+                                *f32(dloss, "cross_entropy dloss", 1),
+                                f32(probs, "cross_entropy probs", n * v), tg, n, v);
+  }
+
+  // ---- layout ----------------------------------------------------------------------------
+  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid,
+                 int64_t bdim, int64_t inner) override {
+    const int64_t n = outer * a * mid * bdim * inner;
+    cpu::transpose(f32(out, "transpose out", n), f32(x, "transpose x", n), outer, a, mid, bdim,
+                   inner);
+  }
+
+  // ---- optimizer -------------------------------------------------------------------------
+  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                 const AdamParams& hp) override {
+    const int64_t n = param.numel();
+    cpu::adam_step(f32(param, "adam param", n), f32(m, "adam m", n), f32(v, "adam v", n),
+                   f32(grad, "adam grad", n), n, hp);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace normlab

@@ -1,0 +1,163 @@
+// Elementwise kernels of the cpu backend over n contiguous floats: fill, copy, add, accumulate,
+// scale, mul, GELU (exact erf form) forward/backward, sum of squares (in double) and the Adam
+// step (one pass over all parameters). Vectorized with simd.h, threaded in chunks above a size
+// threshold; each element's result does not depend on the chunking.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/simd.h"
+
+namespace normlab::cpu {
+
+namespace {
+
+using namespace simd;
+
+// f(i, lanes) over [0, n) in vector steps; threads split at cache-line multiples. `cost` is the
+// work per element relative to a copy (a transcendental costs more, so threads pay off sooner).
+template <class F>
+void map_elements(int64_t n, int64_t cost, F&& f) {
+  parallel_chunks(
+      n, n * cost,
+      [&](int64_t lo, int64_t hi) { row_for(hi - lo, [&](int64_t j, int64_t w) { f(lo + j, w); }); },
+      16);
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+}  // namespace
+
+// for i: out[i] = value
+void fill(float* out, float value, int64_t n) {
+  const VF v = set1(value);
+  map_elements(n, 1, [&](int64_t i, int64_t w) { store_n(out + i, v, w); });
+}
+
+void copy(float* out, const float* x, int64_t n) {
+  if (out == x) return;
+  parallel_chunks(
+      n, n,
+      [&](int64_t lo, int64_t hi) {
+        std::memcpy(out + lo, x + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+      },
+      16);
+}
+
+// for i: out[i] = alpha*a[i] + beta*b[i]        (out may be a or b)
+void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n) {
+  const VF va = set1(alpha), vb = set1(beta);
+  map_elements(n, 1, [&](int64_t i, int64_t w) {
+    store_n(out + i, fmadd(va, load_n(a + i, w), vb * load_n(b + i, w)), w);
+  });
+}
+
+// for i: dst[i] += src[i]
+void accumulate(float* dst, const float* src, int64_t n) {
+  map_elements(n, 1, [&](int64_t i, int64_t w) {
+    store_n(dst + i, load_n(dst + i, w) + load_n(src + i, w), w);
+  });
+}
+
+// for i: out[i] = alpha*x[i]
+void scale(float* out, const float* x, float alpha, int64_t n) {
+  const VF va = set1(alpha);
+  map_elements(n, 1, [&](int64_t i, int64_t w) { store_n(out + i, va * load_n(x + i, w), w); });
+}
+
+// for i: out[i] = a[i]*b[i]
+void mul(float* out, const float* a, const float* b, int64_t n) {
+  map_elements(n, 1, [&](int64_t i, int64_t w) {
+    store_n(out + i, load_n(a + i, w) * load_n(b + i, w), w);
+  });
+}
+
+// for i: y[i] = 0.5*x[i]*(1 + erf(x[i]/sqrt(2)))
+// erf is simd::erf (a rational approximation, |error| ~3e-7): std::erf is a scalar libm call
+// that would make GELU the slowest elementwise op of the MLP.
+void gelu_forward(float* y, const float* x, int64_t n) {
+  const VF half = set1(0.5f), one = set1(1.0f), k = set1(kInvSqrt2);
+  map_elements(n, 8, [&](int64_t i, int64_t w) {
+    VF xv = load_n(x + i, w);
+    store_n(y + i, half * xv * (one + simd::erf(xv * k)), w);
+  });
+}
+
+// for i: cdf = 0.5*(1 + erf(x/sqrt(2))); pdf = exp(-x^2/2)/sqrt(2*pi); dx[i] = dy[i]*(cdf + x*pdf)
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
+  const VF half = set1(0.5f), one = set1(1.0f), k = set1(kInvSqrt2), kpdf = set1(kInvSqrt2Pi),
+           mhalf = set1(-0.5f);
+  map_elements(n, 12, [&](int64_t i, int64_t w) {
+    VF xv = load_n(x + i, w);
+    VF cdf = half * (one + simd::erf(xv * k));
+    VF pdf = kpdf * simd::exp(mhalf * xv * xv);
+    store_n(dx + i, load_n(dy + i, w) * fmadd(xv, pdf, cdf), w);
+  });
+}
+
+// sum_i x[i]^2 in double. Fixed blocks of elements (not per-thread chunks), each summed over 16
+// double lanes (16 independent accumulators, kept in registers by the compiler), then the
+// blocks in order: the same bits whatever the thread count.
+double sum_squares(const float* x, int64_t n) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  if (blocks == 0) return 0.0;
+  double partial_stack[64];
+  std::vector<double> partial_heap;
+  double* partial = partial_stack;
+  if (blocks > 64) {
+    partial_heap.resize(static_cast<size_t>(blocks));
+    partial = partial_heap.data();
+  }
+  parallel_for(blocks, n, [&](int64_t b) {
+    const float* p = x + b * kBlock;
+    const int64_t len = std::min(kBlock, n - b * kBlock);
+    double acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+#pragma omp simd
+      for (int j = 0; j < 16; ++j) acc[j] += double(p[i + j]) * double(p[i + j]);
+    }
+    double s = 0.0;
+    for (; i < len; ++i) s += double(p[i]) * double(p[i]);
+    for (int j = 0; j < 16; ++j) s += acc[j];
+    partial[b] = s;
+  });
+  double total = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) total += partial[b];
+  return total;
+}
+
+// One Adam/AdamW step, all parameters in one pass (backend.h):
+// for i:
+//   g = grad[i] (+ wd*p[i] for Adam with L2)
+//   m[i] = b1*m[i] + (1-b1)*g;  v[i] = b2*v[i] + (1-b2)*g*g
+//   p[i] -= lr * ((m[i]/bc1) / (sqrt(v[i]/bc2) + eps) (+ wd*p[i] for AdamW, p before the update))
+// with the bias corrections bc1 = 1 - b1^step, bc2 = 1 - b2^step computed once in double.
+void adam_step(float* param, float* m, float* v, const float* grad, int64_t n,
+               const AdamParams& hp) {
+  const double step = static_cast<double>(std::max<int64_t>(hp.step, 1));
+  const VF b1 = set1(float(hp.beta1)), omb1 = set1(float(1.0 - hp.beta1));
+  const VF b2 = set1(float(hp.beta2)), omb2 = set1(float(1.0 - hp.beta2));
+  const VF inv_bc1 = set1(float(1.0 / (1.0 - std::pow(hp.beta1, step))));
+  const VF inv_bc2 = set1(float(1.0 / (1.0 - std::pow(hp.beta2, step))));
+  const VF eps = set1(float(hp.eps)), lr = set1(float(hp.lr));
+  const VF wd_l2 = set1(hp.decoupled ? 0.0f : float(hp.weight_decay));
+  const VF wd_decoupled = set1(hp.decoupled ? float(hp.weight_decay) : 0.0f);
+  map_elements(n, 4, [&](int64_t i, int64_t w) {
+    VF p = load_n(param + i, w);
+    VF g = fmadd(wd_l2, p, load_n(grad + i, w));
+    VF mi = fmadd(b1, load_n(m + i, w), omb1 * g);
+    VF vi = fmadd(b2, load_n(v + i, w), omb2 * g * g);
+    VF update = fmadd(wd_decoupled, p, (mi * inv_bc1) / (simd::sqrt(vi * inv_bc2) + eps));
+    store_n(param + i, fnmadd(lr, update, p), w);
+    store_n(m + i, mi, w);
+    store_n(v + i, vi, w);
+  });
+}
+
+}  // namespace normlab::cpu

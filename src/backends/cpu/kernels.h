@@ -1,0 +1,80 @@
+// The cpu backend's kernels other than the norms (norm_kernels.h), as free functions on raw
+// float32 arrays; cpu_backend.cpp checks the tensors and calls these. Conventions as
+// backend.h: outputs first, then inputs, then sizes; outputs WRITTEN unless a comment says
+// accumulate; a nullptr gradient output is skipped.
+#pragma once
+#include <cstdint>
+
+#include "normlab/backend.h"
+
+namespace normlab::cpu {
+
+// ---- matrix products (onednn_matmul.cpp) ---------------------------------------------------
+
+// A logical matrix (or batch of them) in memory: up to 4 dims, any strides (a transpose is a
+// swap of the last two strides). A dim of size 1 in a batch position is broadcast.
+struct MatView {
+  int nd = 2;
+  int64_t dims[4] = {0, 0, 0, 0};
+  int64_t strides[4] = {0, 0, 0, 0};
+};
+
+// c = scale * (a @ b) [+ bias] [+ c when accumulate], one oneDNN matmul primitive (cached).
+// a (..., M, K), b (..., K, N), c (..., M, N); bias (N) broadcast over rows, or nullptr.
+void matmul_strided(float* c, const float* a, const float* b, const float* bias,
+                    const MatView& av, const MatView& bv, const MatView& cv, float scale,
+                    bool accumulate);
+
+// Backend::matmul and Backend::linear_forward on raw arrays (their contract is in backend.h).
+void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t n,
+            int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
+            bool accumulate);
+void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t m,
+                    int64_t k, int64_t n);
+
+// ---- elementwise over n values (elementwise.cpp) -------------------------------------------
+void fill(float* out, float value, int64_t n);
+void copy(float* out, const float* x, int64_t n);
+void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n);
+void accumulate(float* dst, const float* src, int64_t n);
+void scale(float* out, const float* x, float alpha, int64_t n);
+void mul(float* out, const float* a, const float* b, int64_t n);
+void gelu_forward(float* y, const float* x, int64_t n);
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n);
+double sum_squares(const float* x, int64_t n);
+void adam_step(float* param, float* m, float* v, const float* grad, int64_t n,
+               const AdamParams& hp);
+
+// ---- softmax and loss (softmax_loss.cpp) ---------------------------------------------------
+void softmax_forward(float* y, const float* x, int64_t n, int64_t d);
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d);
+// Rows of length T of `rows/T` (T x T) score matrices: row t keeps entries s <= t, softmax over
+// them in place, zeros beyond (the causal mask).
+void causal_softmax_inplace(float* p, int64_t rows, int64_t t);
+// dS = scale * P * (dP - rowsum(dP*P)) in place of dP, zero above the diagonal.
+void causal_softmax_backward_inplace(float* dp, const float* p, int64_t rows, int64_t t,
+                                     float scale);
+void cross_entropy_forward(float* loss, float* probs, const float* logits,
+                           const int32_t* targets, int64_t n, int64_t v);
+void cross_entropy_backward(float* dlogits, float dloss, const float* probs,
+                            const int32_t* targets, int64_t n, int64_t v);
+
+// ---- attention and token mixing (attention.cpp) -------------------------------------------
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                       int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
+// dp_scratch: B*H*T*T floats of workspace (needed when dq or dk is wanted).
+void attention_backward(float* dq, float* dk, float* dv, float* dp_scratch, const float* dout,
+                        const float* q, const float* k, const float* v, const float* probs,
+                        int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
+void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
+void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c);
+
+// ---- layout and reductions (layout.cpp) ----------------------------------------------------
+void sum_rows(float* out, const float* x, int64_t rows, int64_t cols);
+void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+               int64_t inner);
+void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t d);
+void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
+                        int64_t d);
+
+}  // namespace normlab::cpu

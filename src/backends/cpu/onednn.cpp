@@ -1,0 +1,73 @@
+// The oneDNN engine, stream and primitive cache shared by the cpu backend's oneDNN kernels.
+#include "backends/cpu/onednn.h"
+
+#include <spdlog/spdlog.h>
+
+#include "normlab/error.h"
+
+namespace normlab::cpu {
+
+OneDnn& OneDnn::get() {
+  // Leaked on purpose: primitives must not be destroyed after oneDNN's own statics are.
+  static OneDnn* instance = new OneDnn();
+  return *instance;
+}
+
+OneDnn::OneDnn() {
+  try {
+    engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
+    stream_ = dnnl::stream(engine_);
+  } catch (const dnnl::error& e) {
+    onednn_failed("creating", "the cpu engine and stream", e);
+  }
+}
+
+uint64_t OneDnn::created() const { return created_; }
+
+CachedPrimitive* OneDnn::find(const PrimitiveKey& key) {
+  auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : it->second.get();
+}
+
+CachedPrimitive& OneDnn::insert(const PrimitiveKey& key, PrimitiveSpec spec, std::string what) {
+  auto p = std::make_unique<CachedPrimitive>();
+  p->primitive = std::move(spec.primitive);
+  p->what = std::move(what);
+  try {
+    for (auto& [id, md] : spec.args) {
+      // No buffer yet: execute() sets the caller's pointer each time.
+      dnnl::memory m(md, engine_, nullptr);
+      p->memories.push_back(m);
+      p->args.emplace(id, m);
+    }
+  } catch (const dnnl::error& e) {
+    onednn_failed("creating the arguments of", p->what, e);
+  }
+  ++created_;
+  spdlog::debug("oneDNN primitive #{}: {} -> {}", created_, p->what, spec.impl);
+  auto& slot = cache_[key];
+  slot = std::move(p);
+  return *slot;
+}
+
+void OneDnn::execute(CachedPrimitive& p, std::initializer_list<const void*> handles) {
+  NL_CHECK(handles.size() == p.memories.size(), "{}: {} data pointers for {} arguments", p.what,
+           handles.size(), p.memories.size());
+  try {
+    size_t i = 0;
+    // oneDNN takes void* for inputs too; it does not write them.
+    for (const void* h : handles) p.memories[i++].set_data_handle(const_cast<void*>(h));
+    p.primitive.execute(stream_, p.args);
+    stream_.wait();
+  } catch (const dnnl::error& e) {
+    onednn_failed("executing", p.what, e);
+  }
+}
+
+void onednn_failed(const char* stage, const std::string& what, const dnnl::error& e) {
+  detail::check_failed(__FILE__, __LINE__,
+                       fmt::format("oneDNN failed {} {}: {} (status {})", stage, what, e.what(),
+                                   static_cast<int>(e.status)));
+}
+
+}  // namespace normlab::cpu

@@ -1,0 +1,281 @@
+// A thin float-vector type for the cpu backend's kernels: one definition per instruction set
+// (AVX-512, AVX2+FMA, and a portable fallback of plain loops over 8 lanes), chosen at compile
+// time from the -march flags. Kernels are written once against it; each keeps the plain scalar
+// loop it computes in a comment above it.
+//
+// NaN/Inf must survive every kernel (divergence detection looks for them), so the library is
+// built without -ffast-math and:
+// - min/max follow the x86 rule "if either operand is NaN, return the second operand"; helpers
+//   put the data operand second so that a NaN input stays NaN (clamping would hide it);
+// - exp() clamps its argument only after NaN has had its chance to reach the result.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace normlab::cpu::simd {
+
+#if defined(__AVX512F__)
+
+constexpr int64_t kWidth = 16;
+constexpr const char* kIsa = "avx512";
+struct VF {
+  __m512 v;
+};
+inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+inline VF zero() { return {_mm512_setzero_ps()}; }
+inline VF set1(float x) { return {_mm512_set1_ps(x)}; }
+inline VF load(const float* p) { return {_mm512_loadu_ps(p)}; }
+// Lanes [n, kWidth) read as 0 and are never touched in memory (0 <= n < kWidth).
+inline VF load_tail(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(tail_mask(n), p)}; }
+inline void store(float* p, VF a) { _mm512_storeu_ps(p, a.v); }
+inline void store_tail(float* p, VF a, int64_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), a.v); }
+// Lanes [n, kWidth) set to 0 (a tail's contribution to a reduction).
+inline VF keep_first(VF a, int64_t n) { return {_mm512_maskz_mov_ps(tail_mask(n), a.v)}; }
+inline VF operator+(VF a, VF b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline VF operator-(VF a, VF b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline VF operator*(VF a, VF b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline VF operator/(VF a, VF b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline VF fmadd(VF a, VF b, VF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }    // a*b + c
+inline VF fnmadd(VF a, VF b, VF c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }  // c - a*b
+inline VF max(VF a, VF b) { return {_mm512_max_ps(a.v, b.v)}; }  // b when either is NaN
+inline VF min(VF a, VF b) { return {_mm512_min_ps(a.v, b.v)}; }  // b when either is NaN
+inline VF sqrt(VF a) { return {_mm512_sqrt_ps(a.v)}; }
+inline VF round_nearest(VF a) {
+  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+// 2^n for integer-valued n in [-126, 127]: n + 127 goes straight into the exponent bits.
+inline VF pow2_int(VF n) {
+  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
+}
+// a < b ? t : f, lane by lane (false when either is NaN).
+inline VF select_lt(VF a, VF b, VF t, VF f) {
+  return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ), f.v, t.v)};
+}
+inline float reduce_add(VF a) { return _mm512_reduce_add_ps(a.v); }
+inline float reduce_max(VF a) { return _mm512_reduce_max_ps(a.v); }
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+constexpr int64_t kWidth = 8;
+constexpr const char* kIsa = "avx2";
+struct VF {
+  __m256 v;
+};
+// Loading 8 ints from kMaskTable + 8 - n gives n all-ones lanes followed by zeros.
+alignas(64) inline const int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                   0,  0,  0,  0,  0,  0,  0,  0};
+inline __m256i tail_mask(int64_t n) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMaskTable + 8 - n));
+}
+inline VF zero() { return {_mm256_setzero_ps()}; }
+inline VF set1(float x) { return {_mm256_set1_ps(x)}; }
+inline VF load(const float* p) { return {_mm256_loadu_ps(p)}; }
+inline VF load_tail(const float* p, int64_t n) { return {_mm256_maskload_ps(p, tail_mask(n))}; }
+inline void store(float* p, VF a) { _mm256_storeu_ps(p, a.v); }
+inline void store_tail(float* p, VF a, int64_t n) { _mm256_maskstore_ps(p, tail_mask(n), a.v); }
+inline VF keep_first(VF a, int64_t n) {
+  return {_mm256_and_ps(a.v, _mm256_castsi256_ps(tail_mask(n)))};
+}
+inline VF operator+(VF a, VF b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline VF operator-(VF a, VF b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline VF operator*(VF a, VF b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline VF operator/(VF a, VF b) { return {_mm256_div_ps(a.v, b.v)}; }
+inline VF fmadd(VF a, VF b, VF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline VF fnmadd(VF a, VF b, VF c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
+inline VF max(VF a, VF b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline VF min(VF a, VF b) { return {_mm256_min_ps(a.v, b.v)}; }
+inline VF sqrt(VF a) { return {_mm256_sqrt_ps(a.v)}; }
+inline VF round_nearest(VF a) {
+  return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline VF pow2_int(VF n) {
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(e, 23))};
+}
+inline VF select_lt(VF a, VF b, VF t, VF f) {
+  return {_mm256_blendv_ps(f.v, t.v, _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ))};
+}
+inline float reduce_add(VF a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float reduce_max(VF a) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+#else
+
+// Portable fallback: 8 independent lanes in plain loops, which compilers turn into whatever
+// vector instructions the target has (SSE2, NEON), and which keeps 8 accumulators apart.
+constexpr int64_t kWidth = 8;
+constexpr const char* kIsa = "portable";
+struct VF {
+  float v[8];
+};
+#define NORMLAB_SIMD_MAP(expr) \
+  VF r;                        \
+  for (int i = 0; i < 8; ++i) r.v[i] = (expr); \
+  return r
+inline VF zero() { NORMLAB_SIMD_MAP(0.0f); }
+inline VF set1(float x) { NORMLAB_SIMD_MAP(x); }
+inline VF load(const float* p) { NORMLAB_SIMD_MAP(p[i]); }
+inline VF load_tail(const float* p, int64_t n) { NORMLAB_SIMD_MAP(i < n ? p[i] : 0.0f); }
+inline void store(float* p, VF a) {
+  for (int i = 0; i < 8; ++i) p[i] = a.v[i];
+}
+inline void store_tail(float* p, VF a, int64_t n) {
+  for (int i = 0; i < n; ++i) p[i] = a.v[i];
+}
+inline VF keep_first(VF a, int64_t n) { NORMLAB_SIMD_MAP(i < n ? a.v[i] : 0.0f); }
+inline VF operator+(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] + b.v[i]); }
+inline VF operator-(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] - b.v[i]); }
+inline VF operator*(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] * b.v[i]); }
+inline VF operator/(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] / b.v[i]); }
+inline VF fmadd(VF a, VF b, VF c) { NORMLAB_SIMD_MAP(std::fma(a.v[i], b.v[i], c.v[i])); }
+inline VF fnmadd(VF a, VF b, VF c) { NORMLAB_SIMD_MAP(std::fma(-a.v[i], b.v[i], c.v[i])); }
+// The x86 rule, written out: a comparison with NaN is false, so the second operand comes back.
+inline VF max(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] > b.v[i] ? a.v[i] : b.v[i]); }
+inline VF min(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] < b.v[i] ? a.v[i] : b.v[i]); }
+inline VF sqrt(VF a) { NORMLAB_SIMD_MAP(std::sqrt(a.v[i])); }
+inline VF round_nearest(VF a) { NORMLAB_SIMD_MAP(std::nearbyint(a.v[i])); }
+inline VF pow2_int(VF n) {
+  VF r;
+  for (int i = 0; i < 8; ++i) {
+    // NaN has no integer value; any bits do, since the caller multiplies by a NaN anyway.
+    int32_t e = std::isnan(n.v[i]) ? 0 : static_cast<int32_t>(n.v[i]) + 127;
+    uint32_t bits = static_cast<uint32_t>(e) << 23;
+    std::memcpy(&r.v[i], &bits, sizeof(float));
+  }
+  return r;
+}
+inline VF select_lt(VF a, VF b, VF t, VF f) { NORMLAB_SIMD_MAP(a.v[i] < b.v[i] ? t.v[i] : f.v[i]); }
+inline float reduce_add(VF a) {
+  // Pairwise, as the vector versions do.
+  float s4[4];
+  for (int i = 0; i < 4; ++i) s4[i] = a.v[i] + a.v[i + 4];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+inline float reduce_max(VF a) {
+  float m = a.v[0];
+  for (int i = 1; i < 8; ++i) m = a.v[i] > m ? a.v[i] : m;
+  return m;
+}
+#undef NORMLAB_SIMD_MAP
+
+#endif
+
+// ---- derived operations, written once for every instruction set ----------------------------
+
+// n lanes from p (n <= kWidth): a whole vector, or a tail whose other lanes are 0.
+inline VF load_n(const float* p, int64_t n) { return n == kWidth ? load(p) : load_tail(p, n); }
+inline void store_n(float* p, VF a, int64_t n) {
+  if (n == kWidth)
+    store(p, a);
+  else
+    store_tail(p, a, n);
+}
+
+// exp(x), Cephes' expf scheme: x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6
+// polynomial, times 2^n built in the exponent bits. Max error ~2 ulp on [-87.3, 88.3].
+// Below -87.33 (exp < FLT_MIN) the result is 0, above 88.37 it is +inf; NaN stays NaN
+// (the clamps put x second, and comparisons with NaN are false).
+inline VF exp(VF x) {
+  const VF hi = set1(88.3762626647949f), lo = set1(-87.3365447504f);
+  VF xc = min(hi, max(lo, x));
+  VF n = round_nearest(xc * set1(1.44269504088896341f));
+  VF r = fnmadd(n, set1(0.693359375f), xc);  // ln2 in two parts: the first is exact in float
+  r = fnmadd(n, set1(-2.12194440e-4f), r);
+  VF p = set1(1.9875691500e-4f);
+  p = fmadd(p, r, set1(1.3981999507e-3f));
+  p = fmadd(p, r, set1(8.3334519073e-3f));
+  p = fmadd(p, r, set1(4.1665795894e-2f));
+  p = fmadd(p, r, set1(1.6666665459e-1f));
+  p = fmadd(p, r, set1(5.0000001201e-1f));
+  p = fmadd(p, r * r, r + set1(1.0f));
+  VF y = p * pow2_int(n);
+  y = select_lt(x, lo, zero(), y);
+  return select_lt(hi, x, set1(std::numeric_limits<float>::infinity()), y);
+}
+
+// erf(x), the rational approximation Eigen and XLA use for float: x*P(x^2)/Q(x^2) on x clamped
+// to [-4, 4] (erf is +-1 in float beyond). Absolute error ~1e-7. NaN stays NaN.
+inline VF erf(VF x) {
+  VF xc = min(set1(4.0f), max(set1(-4.0f), x));
+  VF x2 = xc * xc;
+  VF p = set1(-2.72614225801306e-10f);
+  p = fmadd(p, x2, set1(2.77068142495902e-08f));
+  p = fmadd(p, x2, set1(-2.10102402082508e-06f));
+  p = fmadd(p, x2, set1(-5.69250639462346e-05f));
+  p = fmadd(p, x2, set1(-7.34990630326855e-04f));
+  p = fmadd(p, x2, set1(-2.95459980854025e-03f));
+  p = fmadd(p, x2, set1(-1.60960333262415e-02f));
+  VF q = set1(-1.45660718464996e-05f);
+  q = fmadd(q, x2, set1(-2.13374055278905e-04f));
+  q = fmadd(q, x2, set1(-1.68282697438203e-03f));
+  q = fmadd(q, x2, set1(-7.37332916720468e-03f));
+  q = fmadd(q, x2, set1(-1.42647390514189e-02f));
+  return xc * p / q;
+}
+
+// ---- loops over a row of d floats, whole vectors then one masked tail ---------------------
+
+// f(j, n) for j = 0, kWidth, 2*kWidth, ... with n lanes (kWidth, or fewer for the tail).
+template <class F>
+inline void row_for(int64_t d, F&& f) {
+  int64_t j = 0;
+  for (; j + kWidth <= d; j += kWidth) f(j, kWidth);
+  if (j < d) f(j, d - j);
+}
+
+// sum over the row of the lanes f(j, n) returns. Four independent accumulators: a float add
+// has 3-4 cycles of latency, and one accumulator would make the loop wait on each (a plain
+// scalar reduction loop runs at a quarter of copy speed, PLATFORM.md). The lanes a tail does not
+// cover are discarded, whatever f computed there.
+template <class F>
+inline float row_reduce(int64_t d, F&& f) {
+  VF a0 = zero(), a1 = zero(), a2 = zero(), a3 = zero();
+  int64_t j = 0;
+  for (; j + 4 * kWidth <= d; j += 4 * kWidth) {
+    a0 = a0 + f(j, kWidth);
+    a1 = a1 + f(j + kWidth, kWidth);
+    a2 = a2 + f(j + 2 * kWidth, kWidth);
+    a3 = a3 + f(j + 3 * kWidth, kWidth);
+  }
+  for (; j + kWidth <= d; j += kWidth) a0 = a0 + f(j, kWidth);
+  if (j < d) a1 = a1 + keep_first(f(j, d - j), d - j);
+  return reduce_add((a0 + a1) + (a2 + a3));
+}
+
+// Two sums in one sweep: f(j, n, u, v) adds its lanes to u and v (tails masked as above).
+template <class F>
+inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
+  VF u0 = zero(), u1 = zero(), v0 = zero(), v1 = zero();
+  int64_t j = 0;
+  for (; j + 2 * kWidth <= d; j += 2 * kWidth) {
+    f(j, kWidth, u0, v0);
+    f(j + kWidth, kWidth, u1, v1);
+  }
+  for (; j + kWidth <= d; j += kWidth) f(j, kWidth, u0, v0);
+  if (j < d) {
+    VF ut = zero(), vt = zero();
+    f(j, d - j, ut, vt);
+    u1 = u1 + keep_first(ut, d - j);
+    v1 = v1 + keep_first(vt, d - j);
+  }
+  sum_u = reduce_add(u0 + u1);
+  sum_v = reduce_add(v0 + v1);
+}
+
+}  // namespace normlab::cpu::simd

@@ -1,0 +1,141 @@
+// Softmax over rows (plain and causal-masked, forward and backward) and the cross-entropy loss
+// of the cpu backend. Every softmax subtracts the row max before exp (exp never overflows and
+// the result is unchanged); the loss works from log-sum-exp. exp is simd::exp (vectorized,
+// ~2 ulp). A NaN or Inf anywhere in a row makes the row's output NaN, as in the reference:
+// divergence must show.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/simd.h"
+#include "normlab/tensor.h"
+
+namespace normlab::cpu {
+
+namespace {
+
+using namespace simd;
+
+// for j < d: mx = max(mx, x[j])
+float row_max(const float* x, int64_t d) {
+  VF m0 = set1(-std::numeric_limits<float>::infinity()), m1 = m0;
+  int64_t j = 0;
+  for (; j + 2 * kWidth <= d; j += 2 * kWidth) {
+    m0 = max(m0, load(x + j));
+    m1 = max(m1, load(x + j + kWidth));
+  }
+  for (; j + kWidth <= d; j += kWidth) m0 = max(m0, load(x + j));
+  float m = reduce_max(max(m0, m1));
+  // The tail in scalar: masked lanes would read as 0, which is not neutral for a max.
+  for (; j < d; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// y[j] = exp(x[j] - mx) for j < d, returns their sum (y may be x).
+float row_exp_sum(float* y, const float* x, float mx, int64_t d) {
+  const VF vmx = set1(mx);
+  return row_reduce(d, [&](int64_t j, int64_t n) {
+    VF e = simd::exp(load_n(x + j, n) - vmx);
+    store_n(y + j, e, n);
+    return e;
+  });
+}
+
+// y[j] *= s for j < d
+void row_scale(float* y, float s, int64_t d) {
+  const VF vs = set1(s);
+  row_for(d, [&](int64_t j, int64_t n) { store_n(y + j, load_n(y + j, n) * vs, n); });
+}
+
+// for j < d: y[j] = exp(x[j] - max(x)) / sum_k exp(x[k] - max(x))       (y may be x)
+void softmax_row(float* y, const float* x, int64_t d) {
+  const float mx = row_max(x, d);
+  const float sum = row_exp_sum(y, x, mx, d);
+  row_scale(y, 1.0f / sum, d);
+}
+
+// dx[j] = s * y[j] * (dy[j] - sum_k dy[k]*y[k])          (dx may be dy)
+void softmax_backward_row(float* dx, const float* dy, const float* y, float s, int64_t d) {
+  const float dot =
+      row_reduce(d, [&](int64_t j, int64_t n) { return load_n(dy + j, n) * load_n(y + j, n); });
+  const VF vdot = set1(dot), vs = set1(s);
+  row_for(d, [&](int64_t j, int64_t n) {
+    store_n(dx + j, vs * load_n(y + j, n) * (load_n(dy + j, n) - vdot), n);
+  });
+}
+
+}  // namespace
+
+void softmax_forward(float* y, const float* x, int64_t n, int64_t d) {
+  if (d <= 0) return;
+  parallel_for(n, n * d * 4, [&](int64_t i) { softmax_row(y + i * d, x + i * d, d); });
+}
+
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d) {
+  if (d <= 0) return;
+  parallel_for(n, n * d * 2, [&](int64_t i) {
+    softmax_backward_row(dx + i * d, dy + i * d, y + i * d, 1.0f, d);
+  });
+}
+
+// Row r is query position t = r % T of its (T x T) matrix: entries s <= t are its scores.
+void causal_softmax_inplace(float* p, int64_t rows, int64_t t) {
+  parallel_for(rows, rows * t * 2, [&](int64_t r) {
+    float* row = p + r * t;
+    const int64_t valid = r % t + 1;
+    softmax_row(row, row, valid);
+    std::fill(row + valid, row + t, 0.0f);
+  });
+}
+
+void causal_softmax_backward_inplace(float* dp, const float* p, int64_t rows, int64_t t,
+                                     float scale) {
+  parallel_for(rows, rows * t * 2, [&](int64_t r) {
+    float* row = dp + r * t;
+    const int64_t valid = r % t + 1;
+    softmax_backward_row(row, row, p + r * t, scale, valid);
+    std::fill(row + valid, row + t, 0.0f);
+  });
+}
+
+// Per row i: lse = mx + log(sum_j exp(x[j] - mx)); probs[j] = exp(x[j] - mx) / sum;
+// loss_i = lse - x[target]; loss = mean_i loss_i, summed in double in row order.
+void cross_entropy_forward(float* loss, float* probs, const float* logits,
+                           const int32_t* targets, int64_t n, int64_t v) {
+  if (n <= 0) {
+    loss[0] = 0.0f;
+    return;
+  }
+  Tensor row_loss = Tensor::empty({n}, DType::f64);
+  double* rl = row_loss.data<double>();
+  parallel_for(n, n * v * 3, [&](int64_t i) {
+    const float* x = logits + i * v;
+    float* pr = probs + i * v;
+    const float mx = row_max(x, v);
+    const float sum = row_exp_sum(pr, x, mx, v);
+    row_scale(pr, 1.0f / sum, v);
+    const double lse = double(mx) + std::log(double(sum));
+    rl[i] = lse - double(x[targets[i]]);
+  });
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += rl[i];
+  loss[0] = static_cast<float>(total / double(n));
+}
+
+// dlogits[i,j] = dloss/N * (probs[i,j] - [j == target_i])
+void cross_entropy_backward(float* dlogits, float dloss, const float* probs,
+                            const int32_t* targets, int64_t n, int64_t v) {
+  if (n <= 0) return;
+  const float s = static_cast<float>(double(dloss) / double(n));
+  const VF vs = set1(s);
+  parallel_for(n, n * v, [&](int64_t i) {
+    float* out = dlogits + i * v;
+    const float* pr = probs + i * v;
+    row_for(v, [&](int64_t j, int64_t w) { store_n(out + j, vs * load_n(pr + j, w), w); });
+    out[targets[i]] = s * (pr[targets[i]] - 1.0f);
+  });
+}
+
+}  // namespace normlab::cpu

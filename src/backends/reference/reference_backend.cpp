@@ -1,0 +1,517 @@
+// The "reference" backend: checks each call's tensors, then dispatches on dtype to the plain
+// loops of reference_kernels.h. Being the oracle, it checks more than the contract requires
+// (element counts against the sizes, ids in range), so that a wrong op is caught here rather
+// than read as a wrong number.
+#include "backends/reference/reference_backend.h"
+
+#include "backends/reference/reference_kernels.h"
+
+namespace normlab {
+
+namespace {
+
+// Calls f(T{}) with T the C++ type of a floating dtype, so that each kernel is dispatched in one
+// line: dispatch(x.dtype(), "kernel", [&](auto tag) { using T = decltype(tag); ... }).
+template <class F>
+void dispatch(DType dtype, const char* kernel, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::f64:
+      f(double{});
+      return;
+    case DType::i32:
+      break;
+  }
+  NL_CHECK(false, "reference {}: dtype {} is not supported (f32 or f64)", kernel,
+           dtype_name(dtype));
+}
+
+// One tensor argument of a call: defined, on the cpu, of the call's dtype, and holding the
+// number of elements that the size arguments imply.
+void expect(const char* kernel, const char* arg, const Tensor& t, DType dtype, int64_t numel) {
+  NL_CHECK(t.defined(), "reference {}: {} is an undefined tensor", kernel, arg);
+  NL_CHECK(t.device() == Device::cpu,
+           "reference {}: {} is on {}, the reference backend is cpu only", kernel, arg,
+           device_name(t.device()));
+  NL_CHECK(t.dtype() == dtype, "reference {}: {} is {} but the call's dtype is {}", kernel, arg,
+           dtype_name(t.dtype()), dtype_name(dtype));
+  NL_CHECK(t.numel() == numel, "reference {}: {} has shape {} ({} elements); the sizes imply {}",
+           kernel, arg, shape_str(t.shape()), t.numel(), numel);
+}
+
+// A nullable gradient output: checked when present.
+void expect(const char* kernel, const char* arg, const Tensor* t, DType dtype, int64_t numel) {
+  if (t) expect(kernel, arg, *t, dtype, numel);
+}
+
+// Token ids or targets: int32, n of them, each in [0, v).
+void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t n, int64_t v) {
+  expect(kernel, arg, ids, DType::i32, n);
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    NL_CHECK(p[i] >= 0 && p[i] < v, "reference {}: {}[{}] = {} is outside [0, {})", kernel, arg, i,
+             p[i], v);
+}
+
+template <class T>
+T* ptr(Tensor* t) {
+  return t ? t->data<T>() : nullptr;
+}
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+  Device device() const override { return Device::cpu; }
+  bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
+
+  // ---- matrix products ---------------------------------------------------------
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
+              int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
+              bool accumulate) override {
+    const char* kn = "matmul";
+    DType dt = c.dtype();
+    expect(kn, "c", c, dt, batch * m * n);
+    expect(kn, "a", a, dt, (a_batched ? batch : 1) * m * k);
+    expect(kn, "b", b, dt, (b_batched ? batch : 1) * k * n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      matmul_ref(c.data<T>(), a.data<T>(), b.data<T>(), batch, m, n, k, trans_a, trans_b, a_batched,
+                 b_batched, accumulate);
+    });
+  }
+
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
+                      int64_t k, int64_t n) override {
+    const char* kn = "linear_forward";
+    DType dt = y.dtype();
+    expect(kn, "y", y, dt, m * n);
+    expect(kn, "x", x, dt, m * k);
+    expect(kn, "w", w, dt, n * k);
+    if (bias.defined()) expect(kn, "bias", bias, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      linear_forward_ref(y.data<T>(), x.data<T>(), w.data<T>(),
+                         bias.defined() ? bias.data<T>() : nullptr, m, k, n);
+    });
+  }
+
+  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
+    const char* kn = "sum_rows";
+    DType dt = out.dtype();
+    expect(kn, "out", out, dt, cols);
+    expect(kn, "x", x, dt, rows * cols);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      sum_rows_ref(out.data<T>(), x.data<T>(), rows, cols);
+    });
+  }
+
+  // ---- elementwise ---------------------------------------------------------------
+  void fill(Tensor& out, double value) override {
+    const char* kn = "fill";
+    expect(kn, "out", out, out.dtype(), out.numel());
+    dispatch(out.dtype(), kn, [&](auto tag) {
+      using T = decltype(tag);
+      fill_ref(out.data<T>(), value, out.numel());
+    });
+  }
+
+  void copy(Tensor& out, const Tensor& x) override {
+    const char* kn = "copy";
+    DType dt = out.dtype();
+    int64_t n = out.numel();
+    expect(kn, "out", out, dt, n);
+    expect(kn, "x", x, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      copy_ref(out.data<T>(), x.data<T>(), n);
+    });
+  }
+
+  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+    const char* kn = "add";
+    DType dt = out.dtype();
+    int64_t n = out.numel();
+    expect(kn, "out", out, dt, n);
+    expect(kn, "a", a, dt, n);
+    expect(kn, "b", b, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      add_ref(out.data<T>(), a.data<T>(), b.data<T>(), alpha, beta, n);
+    });
+  }
+
+  void accumulate(Tensor& dst, const Tensor& src) override {
+    const char* kn = "accumulate";
+    DType dt = dst.dtype();
+    int64_t n = dst.numel();
+    expect(kn, "dst", dst, dt, n);
+    expect(kn, "src", src, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      accumulate_ref(dst.data<T>(), src.data<T>(), n);
+    });
+  }
+
+  void scale(Tensor& out, const Tensor& x, double alpha) override {
+    const char* kn = "scale";
+    DType dt = out.dtype();
+    int64_t n = out.numel();
+    expect(kn, "out", out, dt, n);
+    expect(kn, "x", x, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      scale_ref(out.data<T>(), x.data<T>(), alpha, n);
+    });
+  }
+
+  void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
+    const char* kn = "mul";
+    DType dt = out.dtype();
+    int64_t n = out.numel();
+    expect(kn, "out", out, dt, n);
+    expect(kn, "a", a, dt, n);
+    expect(kn, "b", b, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      mul_ref(out.data<T>(), a.data<T>(), b.data<T>(), n);
+    });
+  }
+
+  void gelu_forward(Tensor& y, const Tensor& x) override {
+    const char* kn = "gelu_forward";
+    DType dt = y.dtype();
+    int64_t n = y.numel();
+    expect(kn, "y", y, dt, n);
+    expect(kn, "x", x, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      gelu_forward_ref(y.data<T>(), x.data<T>(), n);
+    });
+  }
+
+  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override {
+    const char* kn = "gelu_backward";
+    DType dt = dx.dtype();
+    int64_t n = dx.numel();
+    expect(kn, "dx", dx, dt, n);
+    expect(kn, "dy", dy, dt, n);
+    expect(kn, "x", x, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      gelu_backward_ref(dx.data<T>(), dy.data<T>(), x.data<T>(), n);
+    });
+  }
+
+  double sum_squares(const Tensor& x) override {
+    const char* kn = "sum_squares";
+    expect(kn, "x", x, x.dtype(), x.numel());
+    double result = 0.0;
+    dispatch(x.dtype(), kn, [&](auto tag) {
+      using T = decltype(tag);
+      result = sum_squares_ref(x.data<T>(), x.numel());
+    });
+    return result;
+  }
+
+  // ---- normalization -------------------------------------------------------------
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                         double eps) override {
+    const char* kn = "layernorm_forward";
+    DType dt = x.dtype();
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "mean", mean, dt, n);
+    expect(kn, "rstd", rstd, dt, n);
+    expect(kn, "x", x, dt, n * d);
+    expect(kn, "gamma", gamma, dt, d);
+    expect(kn, "beta", beta, dt, d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      layernorm_forward_ref(y.data<T>(), mean.data<T>(), rstd.data<T>(), x.data<T>(),
+                            gamma.data<T>(), beta.data<T>(), n, d, eps);
+    });
+  }
+
+  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, int64_t n, int64_t d) override {
+    const char* kn = "layernorm_backward";
+    DType dt = x.dtype();
+    expect(kn, "dx", dx, dt, n * d);
+    expect(kn, "dgamma", dgamma, dt, d);
+    expect(kn, "dbeta", dbeta, dt, d);
+    expect(kn, "dy", dy, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    expect(kn, "gamma", gamma, dt, d);
+    expect(kn, "mean", mean, dt, n);
+    expect(kn, "rstd", rstd, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      layernorm_backward_ref(ptr<T>(dx), ptr<T>(dgamma), ptr<T>(dbeta), dy.data<T>(), x.data<T>(),
+                             gamma.data<T>(), mean.data<T>(), rstd.data<T>(), n, d);
+    });
+  }
+
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+                       int64_t d, double eps) override {
+    const char* kn = "rmsnorm_forward";
+    DType dt = x.dtype();
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "rstd", rstd, dt, n);
+    expect(kn, "x", x, dt, n * d);
+    expect(kn, "gamma", gamma, dt, d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      rmsnorm_forward_ref(y.data<T>(), rstd.data<T>(), x.data<T>(), gamma.data<T>(), n, d, eps);
+    });
+  }
+
+  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
+    const char* kn = "rmsnorm_backward";
+    DType dt = x.dtype();
+    expect(kn, "dx", dx, dt, n * d);
+    expect(kn, "dgamma", dgamma, dt, d);
+    expect(kn, "dy", dy, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    expect(kn, "gamma", gamma, dt, d);
+    expect(kn, "rstd", rstd, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      rmsnorm_backward_ref(ptr<T>(dx), ptr<T>(dgamma), dy.data<T>(), x.data<T>(), gamma.data<T>(),
+                           rstd.data<T>(), n, d);
+    });
+  }
+
+  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                             const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
+                             int64_t n, int64_t d, double eps) override {
+    const char* kn = "add_layernorm_forward";
+    DType dt = a.dtype();
+    expect(kn, "s", s, dt, n * d);
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "mean", mean, dt, n);
+    expect(kn, "rstd", rstd, dt, n);
+    expect(kn, "a", a, dt, n * d);
+    expect(kn, "b", b, dt, n * d);
+    expect(kn, "gamma", gamma, dt, d);
+    expect(kn, "beta", beta, dt, d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      add_layernorm_forward_ref(s.data<T>(), y.data<T>(), mean.data<T>(), rstd.data<T>(),
+                                a.data<T>(), b.data<T>(), alpha, gamma.data<T>(), beta.data<T>(), n,
+                                d, eps);
+    });
+  }
+
+  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           double alpha, const Tensor& gamma, int64_t n, int64_t d,
+                           double eps) override {
+    const char* kn = "add_rmsnorm_forward";
+    DType dt = a.dtype();
+    expect(kn, "s", s, dt, n * d);
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "rstd", rstd, dt, n);
+    expect(kn, "a", a, dt, n * d);
+    expect(kn, "b", b, dt, n * d);
+    expect(kn, "gamma", gamma, dt, d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      add_rmsnorm_forward_ref(s.data<T>(), y.data<T>(), rstd.data<T>(), a.data<T>(), b.data<T>(),
+                              alpha, gamma.data<T>(), n, d, eps);
+    });
+  }
+
+  // ---- softmax ---------------------------------------------------------------------
+  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
+    const char* kn = "softmax_forward";
+    DType dt = x.dtype();
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      softmax_forward_ref(y.data<T>(), x.data<T>(), n, d);
+    });
+  }
+
+  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                        int64_t d) override {
+    const char* kn = "softmax_backward";
+    DType dt = y.dtype();
+    expect(kn, "dx", dx, dt, n * d);
+    expect(kn, "dy", dy, dt, n * d);
+    expect(kn, "y", y, dt, n * d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      softmax_backward_ref(dx.data<T>(), dy.data<T>(), y.data<T>(), n, d);
+    });
+  }
+
+  // ---- attention -------------------------------------------------------------------
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                         double scale) override {
+    const char* kn = "attention_forward";
+    DType dt = q.dtype();
+    int64_t btc = b * t * h * dh;
+    expect(kn, "out", out, dt, btc);
+    expect(kn, "probs", probs, dt, b * h * t * t);
+    expect(kn, "q", q, dt, btc);
+    expect(kn, "k", k, dt, btc);
+    expect(kn, "v", v, dt, btc);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      attention_forward_ref(out.data<T>(), probs.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
+                            b, t, h, dh, scale);
+    });
+  }
+
+  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
+                          int64_t t, int64_t h, int64_t dh, double scale) override {
+    const char* kn = "attention_backward";
+    DType dt = q.dtype();
+    int64_t btc = b * t * h * dh;
+    expect(kn, "dq", dq, dt, btc);
+    expect(kn, "dk", dk, dt, btc);
+    expect(kn, "dv", dv, dt, btc);
+    expect(kn, "dout", dout, dt, btc);
+    expect(kn, "q", q, dt, btc);
+    expect(kn, "k", k, dt, btc);
+    expect(kn, "v", v, dt, btc);
+    expect(kn, "probs", probs, dt, b * h * t * t);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      attention_backward_ref(ptr<T>(dq), ptr<T>(dk), ptr<T>(dv), dout.data<T>(), q.data<T>(),
+                             k.data<T>(), v.data<T>(), probs.data<T>(), b, t, h, dh, scale);
+    });
+  }
+
+  // ---- prefix mean -----------------------------------------------------------------
+  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
+    const char* kn = "prefix_mean_forward";
+    DType dt = x.dtype();
+    expect(kn, "y", y, dt, b * t * c);
+    expect(kn, "x", x, dt, b * t * c);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      prefix_mean_forward_ref(y.data<T>(), x.data<T>(), b, t, c);
+    });
+  }
+
+  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                            int64_t c) override {
+    const char* kn = "prefix_mean_backward";
+    DType dt = dy.dtype();
+    expect(kn, "dx", dx, dt, b * t * c);
+    expect(kn, "dy", dy, dt, b * t * c);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      prefix_mean_backward_ref(dx.data<T>(), dy.data<T>(), b, t, c);
+    });
+  }
+
+  // ---- embedding -------------------------------------------------------------------
+  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+                         int64_t d) override {
+    const char* kn = "embedding_forward";
+    DType dt = table.dtype();
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "table", table, dt, v * d);
+    expect_ids(kn, "ids", ids, n, v);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      embedding_forward_ref(y.data<T>(), table.data<T>(), ids.data<int32_t>(), n, v, d);
+    });
+  }
+
+  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+                          int64_t d) override {
+    const char* kn = "embedding_backward";
+    DType dt = dy.dtype();
+    expect(kn, "dtable", dtable, dt, v * d);
+    expect(kn, "dy", dy, dt, n * d);
+    expect_ids(kn, "ids", ids, n, v);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      embedding_backward_ref(dtable.data<T>(), dy.data<T>(), ids.data<int32_t>(), n, v, d);
+    });
+  }
+
+  // ---- cross-entropy -----------------------------------------------------------------
+  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int64_t n, int64_t v) override {
+    const char* kn = "cross_entropy_forward";
+    DType dt = logits.dtype();
+    NL_CHECK(n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, n);
+    expect(kn, "loss", loss, dt, 1);
+    expect(kn, "probs", probs, dt, n * v);
+    expect(kn, "logits", logits, dt, n * v);
+    expect_ids(kn, "targets", targets, n, v);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      cross_entropy_forward_ref(loss.data<T>(), probs.data<T>(), logits.data<T>(),
+                                targets.data<int32_t>(), n, v);
+    });
+  }
+
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                              const Tensor& targets, int64_t n, int64_t v) override {
+    const char* kn = "cross_entropy_backward";
+    DType dt = probs.dtype();
+    NL_CHECK(n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, n);
+    expect(kn, "dlogits", dlogits, dt, n * v);
+    expect(kn, "dloss", dloss, dt, 1);
+    expect(kn, "probs", probs, dt, n * v);
+    expect_ids(kn, "targets", targets, n, v);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      cross_entropy_backward_ref(dlogits.data<T>(), dloss.data<T>(), probs.data<T>(),
+                                 targets.data<int32_t>(), n, v);
+    });
+  }
+
+  // ---- layout ------------------------------------------------------------------------
+  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+                 int64_t inner) override {
+    const char* kn = "transpose";
+    DType dt = x.dtype();
+    int64_t n = outer * a * mid * bdim * inner;
+    expect(kn, "out", out, dt, n);
+    expect(kn, "x", x, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      transpose_ref(out.data<T>(), x.data<T>(), outer, a, mid, bdim, inner);
+    });
+  }
+
+  // ---- optimizer -----------------------------------------------------------------------
+  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                 const AdamParams& hp) override {
+    const char* kn = "adam_step";
+    DType dt = param.dtype();
+    int64_t n = param.numel();
+    NL_CHECK(hp.step >= 1, "reference {}: step is 1-based for the bias correction (got {})", kn,
+             hp.step);
+    expect(kn, "param", param, dt, n);
+    expect(kn, "grad", grad, dt, n);
+    expect(kn, "m", m, dt, n);
+    expect(kn, "v", v, dt, n);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      adam_step_ref(param.data<T>(), m.data<T>(), v.data<T>(), grad.data<T>(), n, hp.lr, hp.beta1,
+                    hp.beta2, hp.eps, hp.weight_decay, hp.decoupled, hp.step);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend() {
+  return std::make_unique<ReferenceBackend>();
+}
+
+}  // namespace normlab

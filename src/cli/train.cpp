@@ -1,0 +1,100 @@
+// `normlab train`: one configuration, a loss table on stdout, a run directory on disk.
+#include <unistd.h>
+
+#include <ctime>
+#include <iostream>
+#include <filesystem>
+#include <map>
+#include <spdlog/spdlog.h>
+
+#include "cli/cli_common.h"
+#include "normlab/config.h"
+#include "normlab/io.h"
+#include "normlab/run.h"
+
+namespace normlab::cli {
+
+namespace {
+
+struct TrainArgs {
+  std::string config_file, out;
+  bool force = false;
+  std::map<std::string, std::string> values;  // --key value, applied over the file
+};
+
+std::string default_run_dir(const TrainConfig& c) {
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, c.model.model, to_string(c.model.norm),
+                     to_string(c.model.placement), c.model.layers, c.seed);
+}
+
+int run_train(const TrainArgs& a, const GlobalOptions& g) {
+  TrainConfig cfg;
+  bool vocab_given = false;
+  if (!a.config_file.empty()) {
+    std::string text = read_file(a.config_file);
+    apply_config_json(cfg, text, a.config_file);
+    vocab_given = text.find("\"vocab\"") != std::string::npos;
+  }
+  for (const auto& [key, value] : a.values) apply_config_value(cfg, key, value);
+  vocab_given = vocab_given || a.values.count("vocab");
+  finalize_config(cfg, vocab_given);
+  cfg.validate();
+
+  RunOptions opt;
+  opt.dir = a.out.empty() ? default_run_dir(cfg) : a.out;
+  if (a.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories("runs", ec);
+  }
+  opt.force = a.force;
+  opt.print_table = !g.json;
+  opt.progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
+  spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", cfg.model.model, to_string(cfg.model.norm),
+               to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
+  TrainResult r;
+  std::string result = run_and_record(cfg, opt, &r);
+  if (g.json) {
+    std::cout << result << "\n";
+  } else {
+    std::printf("\nstatus %s", r.status.c_str());
+    if (r.status == "diverged") std::printf(" at step %lld (%s)", static_cast<long long>(r.diverged_step), r.diverged_reason.c_str());
+    std::printf("\nfinal val loss %.4f, best %.4f at step %lld; unigram %.4f; floor %.4f (gap %.4f)\n",
+                r.final_val_loss, r.best_val_loss, static_cast<long long>(r.best_val_step), r.unigram_loss,
+                r.loss_floor, r.final_val_loss - r.loss_floor);
+    std::printf("%lld parameters, %.2f ms/step, %.0f tokens/s; run directory %s\n", static_cast<long long>(r.parameters),
+                1e3 * r.seconds_per_step, r.tokens_per_second, opt.dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_train(CLI::App& app, GlobalOptions& g) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* sub = app.add_subcommand("train", "Train one small Transformer configuration and record its run");
+  sub->add_option("--config", args->config_file, "JSON file of config keys (flags override it)");
+  sub->add_option("--out", args->out, "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
+  sub->add_flag("--force", args->force, "Replace an existing run directory");
+  for (const ConfigKey& k : config_keys()) {
+    std::string name = k.name;
+    sub->add_option_function<std::string>(
+        "--" + name, [args, name](const std::string& v) { args->values[name] = v; },
+        fmt::format("{} ({})", k.help, k.type));
+  }
+  add_global_flags(*sub, g);
+  sub->footer(R"(Examples:
+  normlab train --norm rmsnorm --placement pre --layers 20 --steps 3000
+  normlab train --model gpt --qk_norm true --norm layernorm --placement post --lr 3e-3 --warmup_steps 200
+  normlab train --config experiments/toy-pre-rms.json --lr 1e-2 --out runs/lr1e-2
+  normlab train --data text:data/tiny.txt --model gpt --steps 500 --json
+
+A run directory holds config.json (resolved, defaults included), metrics.jsonl (one line per eval:
+losses, lr, residual-stream norm after each block, gradient norm of each block), timing.jsonl and
+result.json. A diverged run (non-finite loss or gradient) ends with status "diverged", exit 0.)");
+  return [args, &g] { return run_train(*args, g); };
+}
+
+}  // namespace normlab::cli

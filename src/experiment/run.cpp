@@ -1,0 +1,132 @@
+// Run directories: validated before anything is created, written under a temporary name,
+// renamed when whole.
+#include "normlab/run.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "normlab/backend.h"
+#include "normlab/config.h"
+#include "normlab/io.h"
+#include "normlab/version.h"
+
+namespace normlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+// JSON has no NaN/Inf: a diverged loss is written as null.
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+}  // namespace
+
+void finalize_config(TrainConfig& cfg, bool vocab_given) {
+  if (cfg.data.rfind("text:", 0) == 0 && !vocab_given) cfg.model.vocab = 256;
+}
+
+std::string eval_to_json_line(const EvalRecord& r) {
+  json j{{"step", r.step},           {"lr", r.lr},
+         {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},
+         {"grad_norm", num(r.grad_norm)},   {"final_norm_out", num(r.final_norm_out)}};
+  j["stream_norm"] = json::array();
+  for (double v : r.stream_norm) j["stream_norm"].push_back(num(v));
+  j["block_grad_norm"] = json::array();
+  for (double v : r.block_grad_norm) j["block_grad_norm"].push_back(num(v));
+  return j.dump();
+}
+
+std::string result_to_json(const TrainConfig& cfg, const TrainResult& r) {
+  const BuildInfo& b = build_info();
+  json j{{"status", r.status},
+         {"steps_done", r.steps_done},
+         {"diverged_step", r.diverged_step >= 0 ? json(r.diverged_step) : json(nullptr)},
+         {"diverged_reason", r.diverged_reason},
+         {"final_train_loss", num(r.final_train_loss)},
+         {"final_val_loss", num(r.final_val_loss)},
+         {"best_val_loss", num(r.best_val_loss)},
+         {"best_val_step", r.best_val_step},
+         {"loss_floor", num(r.loss_floor)},
+         {"unigram_loss", num(r.unigram_loss)},
+         {"gap_to_floor", num(r.final_val_loss - r.loss_floor)},
+         {"parameters", r.parameters},
+         {"timing", {{"seconds", r.seconds}, {"seconds_per_step", r.seconds_per_step},
+                     {"tokens_per_second", r.tokens_per_second}, {"threads", num_threads()}}},
+         {"versions", {{"normlab", b.normlab_version}, {"git_commit", b.git_commit}, {"onednn", onednn_version()},
+                       {"compiler", b.compiler}, {"build_type", b.build_type}, {"cpu", cpu_model()},
+                       {"host", host_name()}}}};
+  j["config"] = json::parse(config_to_json(cfg));
+  return j.dump(2);
+}
+
+std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
+  cfg.validate();
+  NL_USAGE(!opt.dir.empty(), "no run directory given (--out DIR)");
+  const fs::path dir(opt.dir);
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    NL_USAGE(opt.force, "run directory '{}' exists (use --force to replace it)", opt.dir);
+  }
+  if (dir.has_parent_path() && !dir.parent_path().empty()) {
+    NL_USAGE(fs::is_directory(dir.parent_path(), ec), "the parent directory of '{}' does not exist", opt.dir);
+  }
+  // Fail on a missing or short text file before creating anything.
+  if (cfg.data.rfind("text:", 0) == 0) make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
+
+  const fs::path tmp = dir.string() + ".partial." + std::to_string(getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  NL_USAGE(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
+  try {
+    write_file_atomic((tmp / "config.json").string(), config_to_json(cfg) + "\n");
+    std::ofstream metrics(tmp / "metrics.jsonl"), timing(tmp / "timing.jsonl");
+    if (opt.print_table) {
+      std::printf("%7s %10s %10s %10s %10s %11s %10s\n", "step", "lr", "train", "val", "grad_norm", "ms/step",
+                  "tok/s");
+      std::fflush(stdout);
+    }
+    auto on_eval = [&](const EvalRecord& r) {
+      metrics << eval_to_json_line(r) << "\n";
+      metrics.flush();
+      timing << json{{"step", r.step}, {"seconds_per_step", r.seconds_per_step},
+                     {"tokens_per_second", r.tokens_per_second}}.dump()
+             << "\n";
+      timing.flush();
+      if (opt.progress) std::fprintf(stderr, "\r\033[K");
+      if (opt.print_table) {
+        std::printf("%7lld %10.3g %10.4f %10.4f %10.3g %11.3f %10.0f\n", static_cast<long long>(r.step), r.lr,
+                    r.train_loss, r.val_loss, r.grad_norm, 1e3 * r.seconds_per_step, r.tokens_per_second);
+        std::fflush(stdout);
+      }
+    };
+    auto on_step = [&](int64_t step, double loss) {
+      if (opt.progress && (step % 10 == 0 || step == cfg.steps)) {
+        const int width = 30;
+        int filled = static_cast<int>(width * step / cfg.steps);
+        std::fprintf(stderr, "\r[%.*s%*s] %lld/%lld loss %.4f", filled, "##############################",
+                     width - filled, "", static_cast<long long>(step), static_cast<long long>(cfg.steps), loss);
+        std::fflush(stderr);
+      }
+    };
+    TrainResult r = train(cfg, on_eval, on_step);
+    if (opt.progress) std::fprintf(stderr, "\r\033[K");
+    metrics.close();
+    timing.close();
+    std::string result = result_to_json(cfg, r);
+    write_file_atomic((tmp / "result.json").string(), result + "\n");
+    if (fs::exists(dir, ec)) fs::remove_all(dir, ec);
+    fs::rename(tmp, dir, ec);
+    NL_CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), opt.dir, ec.message());
+    if (out) *out = r;
+    return result;
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace normlab

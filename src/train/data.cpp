@@ -1,0 +1,134 @@
+// Data sources: the synthetic topic-permutation task and byte-level text.
+#include <cmath>
+#include <numeric>
+
+#include "normlab/io.h"
+#include "normlab/train.h"
+
+namespace normlab {
+
+namespace {
+
+class Synthetic final : public DataSource {
+ public:
+  explicit Synthetic(const SyntheticSpec& s) : spec_(s), ordinary_(s.vocab - s.topics) {
+    NL_USAGE(s.topics >= 1, "topics must be >= 1, got {}", s.topics);
+    NL_USAGE(ordinary_ >= 2, "vocab ({}) must exceed topics ({}) by at least 2", s.vocab, s.topics);
+    NL_USAGE(s.noise >= 0 && s.noise <= 1, "noise must be in [0, 1], got {}", s.noise);
+    Rng rng(s.seed, stream::data);
+    perms_.resize(static_cast<size_t>(s.topics));
+    for (auto& p : perms_) {
+      p.resize(static_cast<size_t>(ordinary_));
+      std::iota(p.begin(), p.end(), 0);
+      for (int64_t i = ordinary_ - 1; i > 0; --i)  // Fisher-Yates with our portable RNG
+        std::swap(p[static_cast<size_t>(i)], p[rng.below(static_cast<uint32_t>(i + 1))]);
+    }
+  }
+  std::string describe() const override {
+    return fmt::format("synthetic (vocab {}, {} topics, noise {})", spec_.vocab, spec_.topics, spec_.noise);
+  }
+  int64_t vocab() const override { return spec_.vocab; }
+
+  Batch train_batch(Rng& rng, int64_t batch, int64_t seq_len) override { return make(rng, batch, seq_len); }
+
+  Batch val_batch(int64_t i, int64_t batch, int64_t seq_len) override {
+    // A stream of its own, far from the training stream.
+    Rng rng(spec_.seed ^ 0x5bd1e995ULL, 1000 + static_cast<uint64_t>(i));
+    return make(rng, batch, seq_len);
+  }
+
+  double loss_floor(int64_t seq_len) const override {
+    // Target 0 (the token after the marker) is uniform over R ordinary tokens; every later one is
+    // the rule's token with probability q = 1 - p + p/R, each other token with p/R.
+    const double r = static_cast<double>(ordinary_), p = spec_.noise;
+    const double q = 1 - p + p / r;
+    double h = -q * std::log(q);
+    if (p > 0) h -= (r - 1) * (p / r) * std::log(p / r);
+    return (std::log(r) + static_cast<double>(seq_len - 1) * h) / static_cast<double>(seq_len);
+  }
+
+  // Targets are uniform over the ordinary tokens (a permutation of a uniform token is uniform).
+  double unigram_loss() const override { return std::log(static_cast<double>(ordinary_)); }
+
+ private:
+  Batch make(Rng& rng, int64_t batch, int64_t seq_len) {
+    std::vector<int32_t> seq(static_cast<size_t>(seq_len + 1));
+    std::vector<int32_t> in(static_cast<size_t>(batch * seq_len)), tg(in.size());
+    const auto r = static_cast<uint32_t>(ordinary_);
+    for (int64_t b = 0; b < batch; ++b) {
+      uint32_t z = rng.below(static_cast<uint32_t>(spec_.topics));
+      seq[0] = static_cast<int32_t>(ordinary_ + z);
+      seq[1] = static_cast<int32_t>(rng.below(r));
+      for (int64_t t = 2; t <= seq_len; ++t) {
+        bool noisy = rng.uniform() < spec_.noise;
+        uint32_t uniform_tok = rng.below(r);  // drawn always, so the stream does not depend on noise
+        seq[t] = noisy ? static_cast<int32_t>(uniform_tok) : perms_[z][static_cast<size_t>(seq[t - 1])];
+      }
+      for (int64_t t = 0; t < seq_len; ++t) {
+        in[static_cast<size_t>(b * seq_len + t)] = seq[static_cast<size_t>(t)];
+        tg[static_cast<size_t>(b * seq_len + t)] = seq[static_cast<size_t>(t + 1)];
+      }
+    }
+    return {Tensor::from_ids(in, {batch, seq_len}), Tensor::from_ids(tg, {batch, seq_len})};
+  }
+
+  SyntheticSpec spec_;
+  int64_t ordinary_;
+  std::vector<std::vector<int32_t>> perms_;
+};
+
+class Text final : public DataSource {
+ public:
+  Text(const std::string& path, int64_t seq_len, uint64_t seed) : path_(path), seed_(seed) {
+    std::string text = read_file(path);
+    const size_t split = text.size() * 9 / 10;
+    train_.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(split));
+    val_.assign(text.begin() + static_cast<std::ptrdiff_t>(split), text.end());
+    const size_t need = static_cast<size_t>(seq_len) + 1;
+    NL_USAGE(val_.size() >= need && train_.size() >= need,
+             "text file '{}' is too short: {} bytes give a validation split of {} bytes, and seq_len {} needs {} "
+             "in each split",
+             path, text.size(), val_.size(), seq_len, need);
+    std::vector<double> count(256, 0.0);
+    for (unsigned char c : train_) count[c] += 1;
+    for (double c : count)
+      if (c > 0) unigram_ -= c / static_cast<double>(train_.size()) * std::log(c / static_cast<double>(train_.size()));
+  }
+  std::string describe() const override { return fmt::format("text {} ({} + {} bytes)", path_, train_.size(), val_.size()); }
+  int64_t vocab() const override { return 256; }
+  Batch train_batch(Rng& rng, int64_t batch, int64_t seq_len) override { return windows(train_, rng, batch, seq_len); }
+  Batch val_batch(int64_t i, int64_t batch, int64_t seq_len) override {
+    Rng rng(seed_ ^ 0x5bd1e995ULL, 1000 + static_cast<uint64_t>(i));
+    return windows(val_, rng, batch, seq_len);
+  }
+  double loss_floor(int64_t) const override { return std::nan(""); }
+  double unigram_loss() const override { return unigram_; }
+
+ private:
+  static Batch windows(const std::vector<unsigned char>& src, Rng& rng, int64_t batch, int64_t seq_len) {
+    std::vector<int32_t> in(static_cast<size_t>(batch * seq_len)), tg(in.size());
+    const auto starts = static_cast<uint32_t>(src.size() - static_cast<size_t>(seq_len));
+    for (int64_t b = 0; b < batch; ++b) {
+      size_t s = rng.below(starts);
+      for (int64_t t = 0; t < seq_len; ++t) {
+        in[static_cast<size_t>(b * seq_len + t)] = src[s + static_cast<size_t>(t)];
+        tg[static_cast<size_t>(b * seq_len + t)] = src[s + static_cast<size_t>(t) + 1];
+      }
+    }
+    return {Tensor::from_ids(in, {batch, seq_len}), Tensor::from_ids(tg, {batch, seq_len})};
+  }
+  std::string path_;
+  uint64_t seed_;
+  std::vector<unsigned char> train_, val_;
+  double unigram_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> make_synthetic(const SyntheticSpec& spec) { return std::make_unique<Synthetic>(spec); }
+
+std::unique_ptr<DataSource> make_text(const std::string& path, int64_t seq_len, uint64_t seed) {
+  return std::make_unique<Text>(path, seq_len, seed);
+}
+
+}  // namespace normlab

@@ -1,0 +1,211 @@
+// The trainer loop: Adam(W) over one flat parameter buffer, warm-up + schedule, optional
+// clipping, evals with per-layer statistics, and divergence as a result (not a crash).
+#include <chrono>
+#include <cmath>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+#include "normlab/ops.h"
+#include "normlab/train.h"
+
+namespace normlab {
+
+void TrainConfig::validate() const {
+  model.validate();
+  NL_USAGE(data == "synthetic" || data.rfind("text:", 0) == 0, "data '{}' is not synthetic or text:PATH", data);
+  NL_USAGE(data.rfind("text:", 0) != 0 || data.size() > 5, "data 'text:' needs a path, e.g. text:data/tiny.txt");
+  NL_USAGE(optimizer == "adam" || optimizer == "adamw", "optimizer '{}' is not one of adam, adamw", optimizer);
+  NL_USAGE(lr > 0 && std::isfinite(lr), "lr must be > 0, got {}", lr);
+  NL_USAGE(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got {}", beta1);
+  NL_USAGE(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got {}", beta2);
+  NL_USAGE(adam_eps > 0, "adam_eps must be > 0, got {}", adam_eps);
+  NL_USAGE(weight_decay >= 0, "weight_decay must be >= 0, got {}", weight_decay);
+  NL_USAGE(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
+  NL_USAGE(schedule == "constant" || schedule == "cosine", "schedule '{}' is not one of constant, cosine", schedule);
+  NL_USAGE(clip >= 0, "clip must be >= 0 (0 = off), got {}", clip);
+  NL_USAGE(batch_size >= 1, "batch_size must be >= 1, got {}", batch_size);
+  NL_USAGE(steps >= 1, "steps must be >= 1, got {}", steps);
+  NL_USAGE(eval_every >= 1, "eval_every must be >= 1, got {}", eval_every);
+  NL_USAGE(eval_batches >= 1, "eval_batches must be >= 1, got {}", eval_batches);
+  NL_USAGE(threads >= 0, "threads must be >= 0 (0 = all cores), got {}", threads);
+  if (data == "synthetic") {
+    NL_USAGE(topics >= 1, "topics must be >= 1, got {}", topics);
+    NL_USAGE(model.vocab - topics >= 2, "vocab ({}) must exceed topics ({}) by at least 2", model.vocab, topics);
+    NL_USAGE(noise >= 0 && noise <= 1, "noise must be in [0, 1], got {}", noise);
+  } else {
+    NL_USAGE(model.vocab == 256, "byte-level text needs vocab = 256, got {}", model.vocab);
+  }
+}
+
+double learning_rate(const TrainConfig& cfg, int64_t step) {
+  if (cfg.warmup_steps > 0 && step <= cfg.warmup_steps)
+    return cfg.lr * static_cast<double>(step) / static_cast<double>(cfg.warmup_steps);
+  if (cfg.schedule == "cosine") {
+    const double span = static_cast<double>(std::max<int64_t>(cfg.steps - cfg.warmup_steps, 1));
+    const double progress = static_cast<double>(step - cfg.warmup_steps) / span;
+    return cfg.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
+  }
+  return cfg.lr;
+}
+
+namespace {
+
+// Mean over the B*T token vectors of ||x_t||.
+double mean_token_norm(const Tensor& x) {
+  const int64_t d = x.size(-1), n = x.numel() / d;
+  std::vector<double> v = x.to_vector();
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < d; ++j) s += v[static_cast<size_t>(i * d + j)] * v[static_cast<size_t>(i * d + j)];
+    total += std::sqrt(s);
+  }
+  return total / static_cast<double>(n);
+}
+
+double params_grad_norm(const std::vector<Tensor>& ps) {
+  double s = 0;
+  for (const Tensor& p : ps) {
+    Tensor g = p.grad();
+    if (g.defined()) s += backend_for(g.device(), g.dtype()).sum_squares(g);
+  }
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const ProgressCallback& on_step) {
+  cfg.validate();
+  set_num_threads(cfg.threads);
+  std::unique_ptr<DataSource> data =
+      cfg.data == "synthetic" ? make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.seed})
+                              : make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
+  Model model(cfg.model, cfg.seed);
+  ParamList& params = model.params();
+  params.flatten();
+  Tensor flat = params.flat(), flat_grad = params.flat_grad();
+  Backend& kb = backend_for(flat.device(), flat.dtype());
+  Tensor m = Tensor::zeros(flat.shape(), flat.dtype()), v = Tensor::zeros(flat.shape(), flat.dtype());
+  Rng data_rng(cfg.seed, stream::data);
+
+  TrainResult res;
+  res.parameters = params.count();
+  res.loss_floor = data->loss_floor(cfg.model.seq_len);
+  res.unigram_loss = data->unigram_loss();
+  res.best_val_loss = INFINITY;
+  const int64_t tokens_per_step = cfg.batch_size * cfg.model.seq_len;
+
+  auto t_start = std::chrono::steady_clock::now();
+  auto t_window = t_start;
+  int64_t window_steps = 0;
+  double train_loss_sum = 0;
+  int64_t train_loss_count = 0;
+
+  auto evaluate = [&](int64_t step, double grad_norm) {
+    auto now = std::chrono::steady_clock::now();
+    EvalRecord r;
+    r.step = step;
+    r.lr = learning_rate(cfg, step);
+    r.train_loss = train_loss_count ? train_loss_sum / static_cast<double>(train_loss_count) : NAN;
+    r.grad_norm = grad_norm;
+    for (size_t l = 0; l < model.blocks().size(); ++l) r.block_grad_norm.push_back(params_grad_norm(model.block_params(l)));
+    const double window = std::chrono::duration<double>(now - t_window).count();
+    r.seconds_per_step = window_steps ? window / static_cast<double>(window_steps) : 0;
+    r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / r.seconds_per_step : 0;
+    NoGradGuard no_grad;
+    double val = 0;
+    for (int64_t i = 0; i < cfg.eval_batches; ++i) {
+      Batch b = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
+      ForwardTrace trace;
+      double loss = model.loss(b.inputs, b.targets, i == 0 ? &trace : nullptr).item();
+      val += loss;
+      if (i == 0) {
+        for (const Tensor& x : trace.block_out) r.stream_norm.push_back(mean_token_norm(x));
+        r.final_norm_out = mean_token_norm(trace.final_out);
+      }
+    }
+    r.val_loss = val / static_cast<double>(cfg.eval_batches);
+    train_loss_sum = 0;
+    train_loss_count = 0;
+    window_steps = 0;
+    res.evals.push_back(r);
+    if (std::isfinite(r.val_loss) && r.val_loss < res.best_val_loss) {
+      res.best_val_loss = r.val_loss;
+      res.best_val_step = step;
+    }
+    if (on_eval) on_eval(r);
+    t_window = std::chrono::steady_clock::now();  // evals do not count as step time
+  };
+
+  AdamParams hp;
+  hp.beta1 = cfg.beta1;
+  hp.beta2 = cfg.beta2;
+  hp.eps = cfg.adam_eps;
+  hp.weight_decay = cfg.weight_decay;
+  hp.decoupled = cfg.optimizer == "adamw";
+
+  double last_grad_norm = 0;
+  for (int64_t step = 1; step <= cfg.steps; ++step) {
+    params.zero_grad();
+    Batch b = data->train_batch(data_rng, cfg.batch_size, cfg.model.seq_len);
+    Tensor loss = model.loss(b.inputs, b.targets);
+    const double loss_value = loss.item();
+    if (!std::isfinite(loss_value)) {
+      res.status = "diverged";
+      res.diverged_step = step;
+      res.diverged_reason = "non-finite loss";
+      break;
+    }
+    loss.backward();
+    params.fill_missing_grads();
+    const double grad_norm = std::sqrt(kb.sum_squares(flat_grad));
+    last_grad_norm = grad_norm;
+    if (!std::isfinite(grad_norm)) {
+      res.status = "diverged";
+      res.diverged_step = step;
+      res.diverged_reason = "non-finite gradient";
+      break;
+    }
+    if (cfg.clip > 0 && grad_norm > cfg.clip) kb.scale(flat_grad, flat_grad, cfg.clip / grad_norm);
+    hp.lr = learning_rate(cfg, step);
+    hp.step = step;
+    kb.adam_step(flat, flat_grad, m, v, hp);
+    train_loss_sum += loss_value;
+    ++train_loss_count;
+    ++window_steps;
+    res.steps_done = step;
+    res.final_train_loss = loss_value;
+    if (on_step) on_step(step, loss_value);
+    if (step % cfg.eval_every == 0 || step == cfg.steps) {
+      evaluate(step, grad_norm);
+      if (!std::isfinite(res.evals.back().val_loss)) {
+        res.status = "diverged";
+        res.diverged_step = step;
+        res.diverged_reason = "non-finite validation loss";
+        break;
+      }
+    }
+  }
+  (void)last_grad_norm;
+  if (res.status == "diverged" && (res.evals.empty() || res.evals.back().step != res.diverged_step)) {
+    // The state at divergence is part of the result: record it (its losses may be NaN/Inf).
+    train_loss_sum = NAN;
+    train_loss_count = 1;
+    evaluate(res.diverged_step, last_grad_norm);
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!res.evals.empty()) res.final_val_loss = res.evals.back().val_loss;
+  double step_time = 0;
+  int64_t counted = 0;
+  for (const EvalRecord& r : res.evals)
+    if (r.seconds_per_step > 0) {
+      step_time += r.seconds_per_step;
+      ++counted;
+    }
+  res.seconds_per_step = counted ? step_time / static_cast<double>(counted) : 0;
+  res.tokens_per_second = res.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / res.seconds_per_step : 0;
+  if (!std::isfinite(res.best_val_loss)) res.best_val_loss = NAN;
+  return res;
+}
+
+}  // namespace normlab
