@@ -18,6 +18,9 @@ struct RunOptions {
 
 // Data "text:PATH" with vocab left at its default gets 256; call after all keys are applied.
 void finalize_config(TrainConfig& cfg, bool vocab_given);
+// Everything that can be wrong with a run's inputs (config, text file), checked before anything
+// is created or logged.
+void validate_run(const TrainConfig& cfg);
 // Runs and writes the run directory; returns result.json's text.
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out = nullptr);
 std::string result_to_json(const TrainConfig& cfg, const TrainResult& r);

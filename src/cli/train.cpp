@@ -41,7 +41,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   for (const auto& [key, value] : a.values) apply_config_value(cfg, key, value);
   vocab_given = vocab_given || a.values.count("vocab");
   finalize_config(cfg, vocab_given);
-  cfg.validate();
+  validate_run(cfg);
 
   RunOptions opt;
   opt.dir = a.out.empty() ? default_run_dir(cfg) : a.out;

@@ -134,15 +134,24 @@ const std::vector<ConfigKey>& config_keys() {
 }
 
 std::string closest_config_key(const std::string& name) {
+  // What nanoGPT and PyTorch users type for normlab's keys: a near-miss of these suggests the key.
+  static const std::vector<std::pair<std::string, std::string>> aliases = {
+      {"learning_rate", "lr"},   {"n_layer", "layers"},     {"num_layers", "layers"}, {"n_embd", "d_model"},
+      {"n_head", "heads"},       {"num_heads", "heads"},    {"block_size", "seq_len"}, {"vocab_size", "vocab"},
+      {"batch", "batch_size"},   {"max_iters", "steps"},    {"warmup", "warmup_steps"}, {"grad_clip", "clip"},
+      {"eps", "norm_eps"},       {"dataset", "data"},       {"eval_interval", "eval_every"},
+      {"eval_iters", "eval_batches"}};
   std::string best;
   size_t best_d = SIZE_MAX;
-  for (const Field& f : fields()) {
-    size_t d = edit_distance(name, f.key.name);
+  auto consider = [&](const std::string& candidate, const std::string& key) {
+    size_t d = edit_distance(name, candidate);
     if (d < best_d) {
       best_d = d;
-      best = f.key.name;
+      best = key;
     }
-  }
+  };
+  for (const Field& f : fields()) consider(f.key.name, f.key.name);
+  for (const auto& [alias, key] : aliases) consider(alias, key);
   return best_d <= std::max<size_t>(2, name.size() / 3) ? best : "";
 }
 

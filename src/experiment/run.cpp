@@ -63,8 +63,13 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r) {
   return j.dump(2);
 }
 
-std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
+void validate_run(const TrainConfig& cfg) {
   cfg.validate();
+  if (cfg.data.rfind("text:", 0) == 0) make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
+}
+
+std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
+  validate_run(cfg);
   NL_USAGE(!opt.dir.empty(), "no run directory given (--out DIR)");
   const fs::path dir(opt.dir);
   std::error_code ec;
@@ -74,8 +79,6 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
   if (dir.has_parent_path() && !dir.parent_path().empty()) {
     NL_USAGE(fs::is_directory(dir.parent_path(), ec), "the parent directory of '{}' does not exist", opt.dir);
   }
-  // Fail on a missing or short text file before creating anything.
-  if (cfg.data.rfind("text:", 0) == 0) make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
 
   const fs::path tmp = dir.string() + ".partial." + std::to_string(getpid());
   fs::remove_all(tmp, ec);

@@ -63,12 +63,27 @@ struct Partials {
   float* block(int64_t b, int64_t d) const { return p ? p + b * d : nullptr; }
 };
 
-// ---- one row, fused ---------------------------------------------------------------------------
+// ---- rows in L1 tiles, two phases ------------------------------------------------------------
+//
+// Each fused kernel has a statistics phase per row (one or two reductions over the row, whose
+// latency - the adds of a reduction, a horizontal sum, a divide, a square root - is what a
+// short row costs) and an apply phase (a sweep that writes the output). Rows are taken in tiles
+// of ~8 KiB: first the statistics of every row of the tile, then the sweeps. The statistics of
+// neighbouring rows do not depend on each other, so the out-of-order core overlaps their
+// latencies (one row at a time, a d = 64 LayerNorm ran at 150 cycles a row); the tile is
+// still in L1 when the apply phase re-reads it, so x comes from memory once. While it works
+// out of L1, the apply phase prefetches the matching row of the next tile, so that the next
+// statistics phase finds its rows on the way (+20% on a 2048x1024 forward on one thread).
 
-// Asks for the cache line of p + j (p: the next row, or nullptr on the last). The fused kernels
-// call it from the sweeps that work out of L1, so that the next row streams in meanwhile
-// instead of after: +20% on the forward (12.7 -> 15.6 GB/s, 2048x1024, one thread).
-inline void prefetch_next(const float* p, int64_t j) {
+constexpr int64_t kTileFloats = 2048;  // 8 KiB: a tile of x (and dy) stays in a 32 KiB L1
+constexpr int64_t kTileMaxRows = 64;   // bounds the tile's per-row scratch (on the stack)
+
+inline int64_t tile_rows(int64_t d) {
+  return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(d, 1), 1, kTileMaxRows);
+}
+
+// Asks for the cache line of p + j (p: a row of the next tile, or nullptr past the end).
+inline void prefetch_line(const float* p, int64_t j) {
 #if defined(__GNUC__)
   if (p != nullptr && (j & 15) == 0) __builtin_prefetch(p + j);  // one request per 64-byte line
 #else
@@ -77,13 +92,40 @@ inline void prefetch_next(const float* p, int64_t j) {
 #endif
 }
 
-// What to prefetch while row i is in L1: the row at least kPrefetchAhead floats further on
-// (the next row when rows are long; 16 rows on when d = 64, so that the requests go out a
-// memory latency early), or nullptr when that is past the end.
-constexpr int64_t kPrefetchAhead = 1024;
-inline const float* next_row(const float* base, int64_t i, int64_t n, int64_t d) {
-  const int64_t rows_ahead = std::max<int64_t>(1, kPrefetchAhead / std::max<int64_t>(d, 1));
-  return i + rows_ahead < n ? base + (i + rows_ahead) * d : nullptr;
+// Row i of the next tile (rows ahead = the tile's height), or nullptr when that is past n.
+inline const float* ahead(const float* base, int64_t i, int64_t n, int64_t d) {
+  const int64_t k = i + tile_rows(d);
+  return k < n ? base + k * d : nullptr;
+}
+
+// Rows [lo, hi) in tiles: stats(i, u, v) for every row of a tile, which leaves two numbers
+// per row (u, v: mean and rstd, or the backward's two means), then apply(i, u, v).
+template <class Stats, class Apply>
+void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply) {
+  const int64_t rows = tile_rows(d);
+  float u[kTileMaxRows], v[kTileMaxRows];
+  for (int64_t t0 = lo; t0 < hi; t0 += rows) {
+    const int64_t t1 = std::min(hi, t0 + rows);
+    for (int64_t i = t0; i < t1; ++i) stats(i, u[i - t0], v[i - t0]);
+    for (int64_t i = t0; i < t1; ++i) apply(i, u[i - t0], v[i - t0]);
+  }
+}
+
+// Forward kernels: rows split over threads, each thread's range in tiles.
+template <class Stats, class Apply>
+void for_rows_tiled(int64_t n, int64_t d, Stats&& stats, Apply&& apply) {
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) { for_tiles(lo, hi, d, stats, apply); });
+}
+
+// Backward kernels: rows in the fixed reduction blocks (RowBlocks), each block in tiles;
+// apply gets the block, so that it can add to that block's parameter-gradient partials.
+template <class Stats, class Apply>
+void for_row_blocks_tiled(int64_t n, int64_t d, const RowBlocks& blocks, Stats&& stats,
+                          Apply&& apply) {
+  parallel_for(blocks.count, n * d, [&](int64_t b) {
+    const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
+    for_tiles(lo, hi, d, stats, [&](int64_t i, float u, float v) { apply(b, i, u, v, i == lo); });
+  });
 }
 
 // mean(x) = x0 + sum(x - x0)/d with x0 = x[0]: a row far from 0 (|mean| >> std) would
@@ -91,118 +133,63 @@ inline const float* next_row(const float* base, int64_t i, int64_t n, int64_t d)
 // floats near 1000 sums to 1e6, where a float's step is 0.06); the shifted terms are small and
 // x - x0 is exact for values within a factor 2 of each other.
 // for j: s += x[j] - x0
-inline float shifted_mean(const float* x, int64_t d) {
+inline float shifted_mean(const float* x, int64_t d, float inv_d) {
   const float x0 = x[0];
   const VF v0 = set1(x0);
-  return x0 + row_reduce(d, [&](int64_t j, int64_t n) { return load_n(x + j, n) - v0; }) / float(d);
+  return x0 + row_reduce(d, [&](int64_t j, int64_t n) { return load_n(x + j, n) - v0; }) * inv_d;
 }
 
-// mu = mean(x); var = sum((x-mu)^2)/d (centred: E[x^2]-mu^2 cancels when |mu| >> std);
-// rstd = 1/sqrt(var + eps); y = (x-mu)*rstd*gamma + beta.
-// The first sweep reads x from memory; the second and third find it in L1 (d <= 4096 floats
-// is at most 16 KiB) or L2.
-inline void layernorm_row(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                          const float* beta, int64_t d, float eps, const float* next) {
-  const float mu = shifted_mean(x, d);
+// rstd = 1/sqrt(sum((x-mu)^2)/d + eps): centred, since E[x^2]-mu^2 cancels when |mu| >> std.
+// for j: ss += (x[j]-mu)^2
+inline float centred_rstd(const float* x, float mu, int64_t d, float inv_d, float eps) {
   const VF vmu = set1(mu);
-  // for j: ss += (x[j]-mu)^2
   const float var = row_reduce(d, [&](int64_t j, int64_t n) {
-                      prefetch_next(next, j);
                       VF c = load_n(x + j, n) - vmu;
                       return c * c;
-                    }) / float(d);
-  const float rs = 1.0f / std::sqrt(var + eps);
-  const VF vrs = set1(rs);
-  // for j: y[j] = (x[j]-mu)*rs*gamma[j] + beta[j]
+                    }) * inv_d;
+  return 1.0f / std::sqrt(var + eps);
+}
+
+// y = (x-mu)*rstd*gamma + beta, prefetching rows next1 and next2 (nullable) on the way.
+// for j: y[j] = (x[j]-mu)*rs*gamma[j] + beta[j]
+inline void layernorm_apply(float* y, const float* x, const float* gamma, const float* beta,
+                            float mu, float rs, int64_t d, const float* next1,
+                            const float* next2) {
+  const VF vmu = set1(mu), vrs = set1(rs);
   row_for(d, [&](int64_t j, int64_t n) {
+    prefetch_line(next1, j);
+    prefetch_line(next2, j);
     VF xhat = (load_n(x + j, n) - vmu) * vrs;
     store_n(y + j, fmadd(xhat, load_n(gamma + j, n), load_n(beta + j, n)), n);
   });
-  *mean = mu;
-  *rstd = rs;
 }
 
-// rstd = 1/sqrt(sum(x^2)/d + eps); y = x*rstd*gamma.
-inline void rmsnorm_row(float* y, float* rstd, const float* x, const float* gamma, int64_t d,
-                        float eps, const float* next) {
-  // for j: ss += x[j]^2
+// rstd = 1/sqrt(sum(x^2)/d + eps)
+// for j: ss += x[j]^2
+inline float rms_rstd(const float* x, int64_t d, float inv_d, float eps) {
   const float ms = row_reduce(d, [&](int64_t j, int64_t n) {
                      VF v = load_n(x + j, n);
                      return v * v;
-                   }) / float(d);
-  const float rs = 1.0f / std::sqrt(ms + eps);
+                   }) * inv_d;
+  return 1.0f / std::sqrt(ms + eps);
+}
+
+// y = x*rstd*gamma
+// for j: y[j] = x[j]*rs*gamma[j]
+inline void rmsnorm_apply(float* y, const float* x, const float* gamma, float rs, int64_t d,
+                          const float* next1, const float* next2) {
   const VF vrs = set1(rs);
-  // for j: y[j] = x[j]*rs*gamma[j]
   row_for(d, [&](int64_t j, int64_t n) {
-    prefetch_next(next, j);
+    prefetch_line(next1, j);
+    prefetch_line(next2, j);
     store_n(y + j, load_n(x + j, n) * vrs * load_n(gamma + j, n), n);
   });
-  *rstd = rs;
 }
 
-// One row of the LayerNorm backward; dx (row) and the block partials dgp/dbp each nullable.
-//   xhat = (x-mu)*rs; g = dy*gamma
-//   mg = sum(g)/d; mgx = sum(g*xhat)/d                        (first sweep: dy, x from memory)
-//   dx = rs*(g - mg - xhat*mgx); dgp += dy*xhat; dbp += dy     (second sweep: from L1)
-inline void layernorm_backward_row(float* dx, float* dgp, float* dbp, const float* dy,
-                                   const float* x, const float* gamma, float mu, float rs,
-                                   int64_t d, const float* next_dy, const float* next_x) {
-  const VF vmu = set1(mu), vrs = set1(rs);
-  VF vmg = zero(), vmgx = zero();
-  if (dx) {
-    float sg = 0.0f, sgx = 0.0f;
-    // for j: g = dy[j]*gamma[j]; sg += g; sgx += g*(x[j]-mu)*rs
-    row_reduce2(d, sg, sgx, [&](int64_t j, int64_t n, VF& u, VF& v) {
-      VF g = load_n(dy + j, n) * load_n(gamma + j, n);
-      VF xhat = (load_n(x + j, n) - vmu) * vrs;
-      u = u + g;
-      v = fmadd(g, xhat, v);
-    });
-    vmg = set1(sg / float(d));
-    vmgx = set1(sgx / float(d));
-  }
-  row_for(d, [&](int64_t j, int64_t n) {
-    prefetch_next(next_dy, j);
-    prefetch_next(next_x, j);
-    VF dyv = load_n(dy + j, n);
-    VF xhat = (load_n(x + j, n) - vmu) * vrs;
-    if (dx) {
-      VF g = dyv * load_n(gamma + j, n);
-      store_n(dx + j, vrs * fnmadd(xhat, vmgx, g - vmg), n);
-    }
-    if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, n)), n);
-    if (dbp) store_n(dbp + j, load_n(dbp + j, n) + dyv, n);
-  });
-}
-
-// One row of the RMSNorm backward: as LayerNorm without the mean.
-//   xhat = x*rs; g = dy*gamma; mgx = sum(g*xhat)/d; dx = rs*(g - xhat*mgx); dgp += dy*xhat
-inline void rmsnorm_backward_row(float* dx, float* dgp, const float* dy, const float* x,
-                                 const float* gamma, float rs, int64_t d, const float* next_dy,
-                                 const float* next_x) {
-  const VF vrs = set1(rs);
-  VF vmgx = zero();
-  if (dx) {
-    // for j: sgx += dy[j]*gamma[j]*x[j]*rs
-    const float sgx = row_reduce(d, [&](int64_t j, int64_t n) {
-      return load_n(dy + j, n) * load_n(gamma + j, n) * (load_n(x + j, n) * vrs);
-    });
-    vmgx = set1(sgx / float(d));
-  }
-  row_for(d, [&](int64_t j, int64_t n) {
-    prefetch_next(next_dy, j);
-    prefetch_next(next_x, j);
-    VF dyv = load_n(dy + j, n);
-    VF xhat = load_n(x + j, n) * vrs;
-    if (dx) store_n(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n)), n);
-    if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, n)), n);
-  });
-}
-
-// s = alpha*a + b, stored, and its mean on the way (the first sweep of the norm, fused),
-// shifted by s[0] as shifted_mean() is.
+// s = alpha*a + b, stored, and its mean on the way, shifted by s[0] as shifted_mean() is.
 // s0 = alpha*a[0] + b[0]; for j: s[j] = alpha*a[j] + b[j]; sum += s[j] - s0
-inline float add_row_mean(float* s, const float* a, const float* b, float alpha, int64_t d) {
+inline float add_row_mean(float* s, const float* a, const float* b, float alpha, int64_t d,
+                          float inv_d) {
   const VF valpha = set1(alpha);
   const float s0 = std::fma(alpha, a[0], b[0]);  // as fmadd rounds it, so s[0] - s0 = 0
   const VF v0 = set1(s0);
@@ -210,22 +197,87 @@ inline float add_row_mean(float* s, const float* a, const float* b, float alpha,
                 VF v = fmadd(valpha, load_n(a + j, n), load_n(b + j, n));
                 store_n(s + j, v, n);
                 return v - v0;
-              }) / float(d);
+              }) * inv_d;
 }
 
-// Runs row_fn(i) for rows [0, n) in parallel (above the threshold).
+// s = alpha*a + b, stored; returns sum(s^2).
+// for j: s[j] = alpha*a[j] + b[j]; ss += s[j]^2
+inline float add_row_sumsq(float* s, const float* a, const float* b, float alpha, int64_t d) {
+  const VF valpha = set1(alpha);
+  return row_reduce(d, [&](int64_t j, int64_t n) {
+    VF v = fmadd(valpha, load_n(a + j, n), load_n(b + j, n));
+    store_n(s + j, v, n);
+    return v * v;
+  });
+}
+
+// LayerNorm backward, statistics of one row: with xhat = (x-mu)*rs and g = dy*gamma,
+// mg = sum(g)/d and mgx = sum(g*xhat)/d.
+// for j: g = dy[j]*gamma[j]; sg += g; sgx += g*(x[j]-mu)*rs
+inline void layernorm_backward_stats(float* mg, float* mgx, const float* dy, const float* x,
+                                     const float* gamma, float mu, float rs, int64_t d,
+                                     float inv_d) {
+  const VF vmu = set1(mu), vrs = set1(rs);
+  float sg = 0.0f, sgx = 0.0f;
+  row_reduce2(d, sg, sgx, [&](int64_t j, int64_t n, VF& u, VF& v) {
+    VF g = load_n(dy + j, n) * load_n(gamma + j, n);
+    VF xhat = (load_n(x + j, n) - vmu) * vrs;
+    u = u + g;
+    v = fmadd(g, xhat, v);
+  });
+  *mg = sg * inv_d;
+  *mgx = sgx * inv_d;
+}
+
+// LayerNorm backward, the sweep of one row; dx (row) and the block partials dgp, dbp nullable.
+// for j: xhat = (x[j]-mu)*rs; dx[j] = rs*(dy[j]*gamma[j] - mg - xhat*mgx);
+//        dgp[j] += dy[j]*xhat; dbp[j] += dy[j]
+inline void layernorm_backward_apply(float* dx, float* dgp, float* dbp, const float* dy,
+                                     const float* x, const float* gamma, float mu, float rs,
+                                     float mg, float mgx, int64_t d, const float* next_dy,
+                                     const float* next_x) {
+  const VF vmu = set1(mu), vrs = set1(rs), vmg = set1(mg), vmgx = set1(mgx);
+  row_for(d, [&](int64_t j, int64_t n) {
+    prefetch_line(next_dy, j);
+    prefetch_line(next_x, j);
+    VF dyv = load_n(dy + j, n);
+    VF xhat = (load_n(x + j, n) - vmu) * vrs;
+    if (dx) store_n(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n) - vmg), n);
+    if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, n)), n);
+    if (dbp) store_n(dbp + j, load_n(dbp + j, n) + dyv, n);
+  });
+}
+
+// RMSNorm backward, statistics of one row: mgx = sum(dy*gamma*x*rs)/d.
+inline float rmsnorm_backward_stats(const float* dy, const float* x, const float* gamma, float rs,
+                                    int64_t d, float inv_d) {
+  const VF vrs = set1(rs);
+  // for j: sgx += dy[j]*gamma[j]*x[j]*rs
+  return row_reduce(d, [&](int64_t j, int64_t n) {
+           return load_n(dy + j, n) * load_n(gamma + j, n) * (load_n(x + j, n) * vrs);
+         }) * inv_d;
+}
+
+// RMSNorm backward, the sweep of one row.
+// for j: xhat = x[j]*rs; dx[j] = rs*(dy[j]*gamma[j] - xhat*mgx); dgp[j] += dy[j]*xhat
+inline void rmsnorm_backward_apply(float* dx, float* dgp, const float* dy, const float* x,
+                                   const float* gamma, float rs, float mgx, int64_t d,
+                                   const float* next_dy, const float* next_x) {
+  const VF vrs = set1(rs), vmgx = set1(mgx);
+  row_for(d, [&](int64_t j, int64_t n) {
+    prefetch_line(next_dy, j);
+    prefetch_line(next_x, j);
+    VF dyv = load_n(dy + j, n);
+    VF xhat = load_n(x + j, n) * vrs;
+    if (dx) store_n(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n)), n);
+    if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, n)), n);
+  });
+}
+
+// Runs row_fn(i) for rows [0, n) in parallel (above the threshold): the multipass baseline.
 template <class F>
 void for_rows(int64_t n, int64_t d, F&& row_fn) {
   parallel_for(n, n * d, row_fn);
-}
-
-// Backward driver: rows grouped in fixed blocks, each block's rows in order into its partials.
-template <class F>
-void for_row_blocks(int64_t n, int64_t d, const RowBlocks& blocks, F&& row_fn) {
-  parallel_for(blocks.count, n * d, [&](int64_t b) {
-    const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
-    for (int64_t i = lo; i < hi; ++i) row_fn(b, i, i == lo);
-  });
 }
 
 void zero_params(float* a, float* b, int64_t d) {
@@ -243,10 +295,16 @@ void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x,
                              const float* gamma, const float* beta, int64_t n, int64_t d,
                              float eps) {
   if (d <= 0) return;
-  for_rows(n, d, [&](int64_t i) {
-    layernorm_row(y + i * d, mean + i, rstd + i, x + i * d, gamma, beta, d, eps,
-                  next_row(x, i, n, d));
-  });
+  const float inv_d = 1.0f / float(d);
+  for_rows_tiled(
+      n, d,
+      [&](int64_t i, float& mu, float& rs) {
+        mu = mean[i] = shifted_mean(x + i * d, d, inv_d);
+        rs = rstd[i] = centred_rstd(x + i * d, mu, d, inv_d, eps);
+      },
+      [&](int64_t i, float mu, float rs) {
+        layernorm_apply(y + i * d, x + i * d, gamma, beta, mu, rs, d, ahead(x, i, n, d), nullptr);
+      });
 }
 
 // Three sweeps over the whole tensor, as a first version would be written.
@@ -277,13 +335,20 @@ void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const floa
   if (n <= 0) return zero_params(dgamma, dbeta, d);
   const RowBlocks blocks(n);
   Partials pg(blocks.count, d, dgamma != nullptr), pb(blocks.count, d, dbeta != nullptr);
-  for_row_blocks(n, d, blocks, [&](int64_t b, int64_t i, bool first_in_block) {
-    float* dgp = pg.block(b, d);
-    float* dbp = pb.block(b, d);
-    if (first_in_block) zero_params(dgp, dbp, d);
-    layernorm_backward_row(dx ? dx + i * d : nullptr, dgp, dbp, dy + i * d, x + i * d, gamma,
-                           mean[i], rstd[i], d, next_row(dy, i, n, d), next_row(x, i, n, d));
-  });
+  const float inv_d = 1.0f / float(d);
+  for_row_blocks_tiled(
+      n, d, blocks,
+      [&](int64_t i, float& mg, float& mgx) {
+        if (dx) layernorm_backward_stats(&mg, &mgx, dy + i * d, x + i * d, gamma, mean[i], rstd[i], d, inv_d);
+      },
+      [&](int64_t b, int64_t i, float mg, float mgx, bool first_in_block) {
+        float* dgp = pg.block(b, d);
+        float* dbp = pb.block(b, d);
+        if (first_in_block) zero_params(dgp, dbp, d);
+        layernorm_backward_apply(dx ? dx + i * d : nullptr, dgp, dbp, dy + i * d, x + i * d, gamma,
+                                 mean[i], rstd[i], mg, mgx, d, ahead(dy, i, n, d),
+                                 ahead(x, i, n, d));
+      });
   sum_partials(dgamma, pg.p, blocks.count, d);
   sum_partials(dbeta, pb.p, blocks.count, d);
 }
@@ -351,9 +416,12 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
                            int64_t d, float eps) {
   if (d <= 0) return;
-  for_rows(n, d, [&](int64_t i) {
-    rmsnorm_row(y + i * d, rstd + i, x + i * d, gamma, d, eps, next_row(x, i, n, d));
-  });
+  const float inv_d = 1.0f / float(d);
+  for_rows_tiled(
+      n, d, [&](int64_t i, float& rs, float&) { rs = rstd[i] = rms_rstd(x + i * d, d, inv_d, eps); },
+      [&](int64_t i, float rs, float) {
+        rmsnorm_apply(y + i * d, x + i * d, gamma, rs, d, ahead(x, i, n, d), nullptr);
+      });
 }
 
 void rmsnorm_forward_multipass(float* y, float* rstd, const float* x, const float* gamma,
@@ -375,12 +443,18 @@ void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const flo
   if (n <= 0) return zero_params(dgamma, nullptr, d);
   const RowBlocks blocks(n);
   Partials pg(blocks.count, d, dgamma != nullptr);
-  for_row_blocks(n, d, blocks, [&](int64_t b, int64_t i, bool first_in_block) {
-    float* dgp = pg.block(b, d);
-    if (first_in_block) zero_params(dgp, nullptr, d);
-    rmsnorm_backward_row(dx ? dx + i * d : nullptr, dgp, dy + i * d, x + i * d, gamma, rstd[i], d,
-                         next_row(dy, i, n, d), next_row(x, i, n, d));
-  });
+  const float inv_d = 1.0f / float(d);
+  for_row_blocks_tiled(
+      n, d, blocks,
+      [&](int64_t i, float& mgx, float&) {
+        if (dx) mgx = rmsnorm_backward_stats(dy + i * d, x + i * d, gamma, rstd[i], d, inv_d);
+      },
+      [&](int64_t b, int64_t i, float mgx, float, bool first_in_block) {
+        float* dgp = pg.block(b, d);
+        if (first_in_block) zero_params(dgp, nullptr, d);
+        rmsnorm_backward_apply(dx ? dx + i * d : nullptr, dgp, dy + i * d, x + i * d, gamma,
+                               rstd[i], mgx, d, ahead(dy, i, n, d), ahead(x, i, n, d));
+      });
   sum_partials(dgamma, pg.p, blocks.count, d);
 }
 
@@ -411,63 +485,39 @@ void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const
 
 // ==== fused residual add + norm ================================================================
 
+// The statistics phase computes and stores s (a and b from memory, s into L1) with its mean,
+// then the centred variance from s in L1; the apply phase normalizes s from L1.
 void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a,
                                  const float* b, float alpha, const float* gamma,
                                  const float* beta, int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  for_rows(n, d, [&](int64_t i) {
-    float* sr = s + i * d;
-    const float mu = add_row_mean(sr, a + i * d, b + i * d, alpha, d);
-    const VF vmu = set1(mu);
-    // for j: ss += (s[j]-mu)^2           (s is in L1: it was just written)
-    const float* next_a = next_row(a, i, n, d);
-    const float* next_b = next_row(b, i, n, d);
-    const float var = row_reduce(d, [&](int64_t j, int64_t nl) {
-                        prefetch_next(next_a, j);
-                        VF c = load_n(sr + j, nl) - vmu;
-                        return c * c;
-                      }) / float(d);
-    const float rs = 1.0f / std::sqrt(var + eps);
-    const VF vrs = set1(rs);
-    float* yr = y + i * d;
-    // for j: y[j] = (s[j]-mu)*rs*gamma[j] + beta[j]
-    row_for(d, [&](int64_t j, int64_t nl) {
-      prefetch_next(next_b, j);
-      VF xhat = (load_n(sr + j, nl) - vmu) * vrs;
-      store_n(yr + j, fmadd(xhat, load_n(gamma + j, nl), load_n(beta + j, nl)), nl);
-    });
-    mean[i] = mu;
-    rstd[i] = rs;
-  });
+  const float inv_d = 1.0f / float(d);
+  for_rows_tiled(
+      n, d,
+      [&](int64_t i, float& mu, float& rs) {
+        float* sr = s + i * d;
+        mu = mean[i] = add_row_mean(sr, a + i * d, b + i * d, alpha, d, inv_d);
+        rs = rstd[i] = centred_rstd(sr, mu, d, inv_d, eps);
+      },
+      [&](int64_t i, float mu, float rs) {
+        layernorm_apply(y + i * d, s + i * d, gamma, beta, mu, rs, d, ahead(a, i, n, d),
+                        ahead(b, i, n, d));
+      });
 }
 
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  const VF valpha = set1(alpha);
-  for_rows(n, d, [&](int64_t i) {
-    float* sr = s + i * d;
-    const float* ar = a + i * d;
-    const float* br = b + i * d;
-    // for j: s[j] = alpha*a[j] + b[j]; ss += s[j]^2
-    const float ms = row_reduce(d, [&](int64_t j, int64_t nl) {
-                       VF v = fmadd(valpha, load_n(ar + j, nl), load_n(br + j, nl));
-                       store_n(sr + j, v, nl);
-                       return v * v;
-                     }) / float(d);
-    const float rs = 1.0f / std::sqrt(ms + eps);
-    const VF vrs = set1(rs);
-    float* yr = y + i * d;
-    const float* next_a = next_row(a, i, n, d);
-    const float* next_b = next_row(b, i, n, d);
-    // for j: y[j] = s[j]*rs*gamma[j]
-    row_for(d, [&](int64_t j, int64_t nl) {
-      prefetch_next(next_a, j);
-      prefetch_next(next_b, j);
-      store_n(yr + j, load_n(sr + j, nl) * vrs * load_n(gamma + j, nl), nl);
-    });
-    rstd[i] = rs;
-  });
+  const float inv_d = 1.0f / float(d);
+  for_rows_tiled(
+      n, d,
+      [&](int64_t i, float& rs, float&) {
+        const float ms = add_row_sumsq(s + i * d, a + i * d, b + i * d, alpha, d) * inv_d;
+        rs = rstd[i] = 1.0f / std::sqrt(ms + eps);
+      },
+      [&](int64_t i, float rs, float) {
+        rmsnorm_apply(y + i * d, s + i * d, gamma, rs, d, ahead(a, i, n, d), ahead(b, i, n, d));
+      });
 }
 
 }  // namespace normlab::cpu

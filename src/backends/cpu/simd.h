@@ -15,7 +15,18 @@
 #include <limits>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// GCC 12's AVX-512 intrinsics (_mm512_max_ps, _mm512_reduce_add_ps, ...) pass
+// _mm512_undefined_ps() as an ignored operand and then warn about it under -Wall
+// (GCC bug 105593): silence that inside the header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 namespace normlab::cpu::simd {
