@@ -42,6 +42,26 @@ GradCase op(std::string name, std::string description,
   return c;
 }
 
+// The model config a composite case is built with: the case's sizes, float64 or float32.
+ModelConfig case_config(const CaseShape& s, DType dtype, const std::string& model, NormKind norm,
+                        Placement placement, bool qk_norm) {
+  ModelConfig cfg;
+  cfg.model = model;
+  cfg.norm = norm;
+  cfg.placement = placement;
+  cfg.qk_norm = qk_norm;
+  cfg.layers = s.layers;
+  cfg.d_model = s.channels;
+  cfg.d_hidden = s.hidden;
+  cfg.heads = s.heads;
+  cfg.vocab = s.vocab;
+  cfg.seq_len = std::max<int64_t>(s.time, 2);
+  cfg.dtype = dtype;
+  // GPT-2's 0.02 would make each branch tiny next to the identity; xavier exercises every path.
+  cfg.init = "xavier";
+  return cfg;
+}
+
 // A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
 GradCase block_case(std::string name, std::string description, std::string model, NormKind norm,
                     Placement placement, bool qk_norm) {
@@ -50,18 +70,7 @@ GradCase block_case(std::string name, std::string description, std::string model
   c.kind = "composite";
   c.description = std::move(description);
   c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
-    ModelConfig cfg;
-    cfg.model = model;
-    cfg.norm = norm;
-    cfg.placement = placement;
-    cfg.qk_norm = qk_norm;
-    cfg.layers = s.layers;
-    cfg.d_model = s.channels;
-    cfg.d_hidden = s.hidden;
-    cfg.heads = s.heads;
-    cfg.dtype = dtype;
-    // GPT-2's 0.02 would make the branch tiny next to the identity; xavier exercises every path.
-    cfg.init = "xavier";
+    ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
     Init init{Rng(seed, stream::init), dtype};
     auto params = std::make_shared<ParamList>();
     auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
@@ -83,19 +92,7 @@ GradCase model_case(std::string name, std::string description, std::string model
   c.kind = "composite";
   c.description = std::move(description);
   c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
-    ModelConfig cfg;
-    cfg.model = model;
-    cfg.norm = norm;
-    cfg.placement = placement;
-    cfg.qk_norm = qk_norm;
-    cfg.layers = s.layers;
-    cfg.d_model = s.channels;
-    cfg.d_hidden = s.hidden;
-    cfg.heads = s.heads;
-    cfg.vocab = s.vocab;
-    cfg.seq_len = std::max<int64_t>(s.time, 2);
-    cfg.dtype = dtype;
-    cfg.init = "xavier";
+    ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
     auto m = std::make_shared<Model>(cfg, seed);
     Draw d{Rng(seed, stream::check), dtype};
     Tensor ids = d.ids({s.batch, s.time}, s.vocab);
