@@ -35,6 +35,9 @@ Stat summarize(const std::vector<double>& values);
 struct ProbeOptions {
   int seeds = 3;          // seeds 0..seeds-1 are added to the config's seed
   int64_t batch = 16;     // sequences per probe batch (tokens = batch * seq_len)
+  // Threads for the kernels (0 = all cores). Probe tensors are small (a few hundred tokens):
+  // one thread is fastest, and is not slowed down by a busy machine. config.threads is ignored.
+  int threads = 1;
 };
 
 // ---- one configuration, per layer ------------------------------------------------------

@@ -16,8 +16,6 @@ struct RunOptions {
   bool print_table = true;  // the loss table on stdout
 };
 
-// Data "text:PATH" with vocab left at its default gets 256; call after all keys are applied.
-void finalize_config(TrainConfig& cfg, bool vocab_given);
 // Everything that can be wrong with a run's inputs (config, text file), checked before anything
 // is created or logged.
 void validate_run(const TrainConfig& cfg);

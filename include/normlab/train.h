@@ -70,6 +70,10 @@ struct TrainConfig {
 // lr at a 1-based step: linear warm-up from 0 over warmup_steps, then constant or cosine to 0.
 double learning_rate(const TrainConfig& cfg, int64_t step);
 
+// Mean over the rows (tokens) of the per-row L2 norm ||x_t||; x (..., d). The residual-stream
+// statistic of train's metrics and of probe.
+double mean_token_norm(const Tensor& x);
+
 // ---- the loop ----------------------------------------------------------------------
 struct EvalRecord {
   int64_t step = 0;

@@ -29,7 +29,9 @@ const std::vector<Registrar>& registrars() {
   static const std::vector<Registrar> table = {
       &add_handcalc,
       &add_gradcheck,
+      &add_probe,
       &add_train,
+      &add_bench,
   };
   return table;
 }

@@ -31,16 +31,7 @@ std::string default_run_dir(const TrainConfig& c) {
 }
 
 int run_train(const TrainArgs& a, const GlobalOptions& g) {
-  TrainConfig cfg;
-  bool vocab_given = false;
-  if (!a.config_file.empty()) {
-    std::string text = read_file(a.config_file);
-    apply_config_json(cfg, text, a.config_file);
-    vocab_given = text.find("\"vocab\"") != std::string::npos;
-  }
-  for (const auto& [key, value] : a.values) apply_config_value(cfg, key, value);
-  vocab_given = vocab_given || a.values.count("vocab");
-  finalize_config(cfg, vocab_given);
+  TrainConfig cfg = load_train_config(a.config_file, a.values);
   validate_run(cfg);
 
   RunOptions opt;

@@ -5,6 +5,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "normlab/io.h"
+
 namespace normlab {
 
 using json = nlohmann::json;
@@ -68,6 +70,7 @@ const std::vector<Field>& fields() {
                  [](TrainConfig& c, const std::string& s) { c.model.final_norm = parse_final_norm(s); },
                  [](const TrainConfig& c) { return std::string(to_string(c.model.final_norm)); }),
       NL_FIELD("qk_norm", bool, model.qk_norm, "RMSNorm on each head's q and k (gpt only)"),
+      NL_FIELD("residual", bool, model.residual, "false drops the identity path \"x +\" of every block (a probe contrast)"),
       NL_FIELD("layers", int64_t, model.layers, "number of blocks"),
       NL_FIELD("d_model", int64_t, model.d_model, "residual stream width"),
       NL_FIELD("d_hidden", int64_t, model.d_hidden, "MLP hidden width"),
@@ -198,6 +201,20 @@ void apply_config_value(TrainConfig& cfg, const std::string& key, const std::str
     }
   }
   f->set(cfg, v);
+}
+
+TrainConfig load_train_config(const std::string& config_file, const std::map<std::string, std::string>& flags) {
+  TrainConfig cfg;
+  bool vocab_given = false;
+  if (!config_file.empty()) {
+    const std::string text = read_file(config_file);
+    apply_config_json(cfg, text, config_file);
+    vocab_given = json::parse(text).contains("vocab");
+  }
+  for (const auto& [key, value] : flags) apply_config_value(cfg, key, value);
+  vocab_given = vocab_given || flags.count("vocab") > 0;
+  if (cfg.data.rfind("text:", 0) == 0 && !vocab_given) cfg.model.vocab = 256;
+  return cfg;
 }
 
 std::string config_to_json(const TrainConfig& cfg) {

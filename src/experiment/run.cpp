@@ -25,10 +25,6 @@ namespace {
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 }  // namespace
 
-void finalize_config(TrainConfig& cfg, bool vocab_given) {
-  if (cfg.data.rfind("text:", 0) == 0 && !vocab_given) cfg.model.vocab = 256;
-}
-
 std::string eval_to_json_line(const EvalRecord& r) {
   json j{{"step", r.step},           {"lr", r.lr},
          {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},

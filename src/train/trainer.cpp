@@ -48,9 +48,6 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
   return cfg.lr;
 }
 
-namespace {
-
-// Mean over the B*T token vectors of ||x_t||.
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   std::vector<double> v = x.to_vector();
@@ -62,6 +59,8 @@ double mean_token_norm(const Tensor& x) {
   }
   return total / static_cast<double>(n);
 }
+
+namespace {
 
 double params_grad_norm(const std::vector<Tensor>& ps) {
   double s = 0;

@@ -158,7 +158,7 @@ TEST(TrainRun, EveryNormPlacementModelAndDataTrains) {
           c.model.norm = norm;
           c.model.placement = pl;
           c.model.qk_norm = model == "gpt" && norm == NormKind::rmsnorm;
-          finalize_config(c, false);
+          if (data != "synthetic") c.model.vocab = 256;
           TrainResult r = train(c);
           SCOPED_TRACE(data + " " + model + " " + to_string(norm) + " " + to_string(pl));
           EXPECT_EQ(r.status, "ok");
@@ -222,7 +222,11 @@ TEST(TrainCli, TrainsAndWritesTheRunDirectory) {
   // An existing directory is not replaced without --force.
   r = run_cli({"train", "--steps", "2", "--out", dir.string()});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
-  // Flags override the config file.
+  // Flags override the config file; text data gets vocab 256 unless one is given.
+  TrainConfig t = load_train_config("", {{"data", "text:x.txt"}});
+  EXPECT_EQ(t.model.vocab, 256);
+  t = load_train_config("", {{"data", "text:x.txt"}, {"vocab", "300"}});
+  EXPECT_EQ(t.model.vocab, 300);
   fs::path cfg = fs::path(testing::TempDir()) / "normlab_cfg.json";
   std::ofstream(cfg) << R"({"layers": 3, "steps": 2, "eval_every": 2, "batch_size": 2, "lr": 0.5})";
   r = run_cli({"train", "--config", cfg.string(), "--lr", "0.25", "--out", dir.string(), "--force", "--json", "-q"});

@@ -1,0 +1,548 @@
+// `probe`: signal propagation at initialization (see include/normlab/probe.h for what each
+// number means). Models are built and differentiated with the library's modules and ops; this
+// file only reads the resulting tensors back and reduces them to norms, ratios and cosines.
+#include "normlab/probe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+#include "normlab/ops.h"
+
+namespace normlab {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- reductions over tensors read back to the host ---------------------------------------
+
+// Frobenius norm; 0 for an undefined tensor (no gradient reached it).
+double frobenius(const Tensor& t) {
+  if (!t.defined()) return 0;
+  return std::sqrt(backend_for(t.device(), t.dtype()).sum_squares(t));
+}
+
+double params_grad_norm(const std::vector<Tensor>& ps) {
+  double s = 0;
+  for (const Tensor& p : ps) {
+    const double n = frobenius(p.grad());
+    s += n * n;
+  }
+  return std::sqrt(s);
+}
+
+double ratio(double a, double b) { return b != 0 ? a / b : kNaN; }
+
+// The kernels' thread count for one probe, restored afterwards (it is process-wide).
+class ThreadsScope {
+ public:
+  explicit ThreadsScope(int n) : previous_(num_threads()) {
+    NL_USAGE(n >= 0, "--threads must be >= 0 (0 = all cores), got {}", n);
+    set_num_threads(n);
+  }
+  ~ThreadsScope() { set_num_threads(previous_); }
+  ThreadsScope(const ThreadsScope&) = delete;
+  ThreadsScope& operator=(const ThreadsScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+// ---- the identity path of a block --------------------------------------------------------
+
+// The block's forward with every sublayer output held constant (computed without a graph), so
+// that d(output)/dx is the Jacobian of the residual additions and norms alone: the identity
+// path of dL/dx. Mirrors Block::operator(). Undefined when the block has no residual.
+Tensor identity_path(const Block& b, const Tensor& x) {
+  if (!b.residual) return Tensor();
+  auto held = [](auto&& f) {
+    NoGradGuard no_grad;
+    return f();
+  };
+  if (b.norm_kind == NormKind::none) {
+    Tensor h = x + held([&] { return b.mix(x); });
+    return h + held([&] { return b.mlp(h); });
+  }
+  switch (b.placement) {
+    case Placement::pre: {
+      Tensor h = x + held([&] { return b.mix(b.norm1(x)); });
+      return h + held([&] { return b.mlp(b.norm2(h)); });
+    }
+    case Placement::sandwich: {
+      Tensor h = x + held([&] { return b.norm1b(b.mix(b.norm1(x))); });
+      return h + held([&] { return b.norm2b(b.mlp(b.norm2(h))); });
+    }
+    case Placement::post:
+    case Placement::deepnorm: {
+      Tensor h = b.norm1.add_norm(x, b.alpha, held([&] { return b.mix(x); })).second;
+      return b.norm2.add_norm(h, b.alpha, held([&] { return b.mlp(h); })).second;
+    }
+  }
+  return Tensor();
+}
+
+// Per-layer numbers of one seed, before averaging.
+struct SeedLayer {
+  double act = 0, growth = 0, stream_grad = 0, input_grad = 0, block_grad = 0, fc2_grad = 0;
+  double identity = 0, f = 0, share = 0, cosine = 0;
+};
+
+struct SeedProbe {
+  double loss = 0, embed = 0, embed_grad = 0;
+  std::vector<SeedLayer> layers;
+  double final_in = 0, final_out = 0, final_in_grad = 0, final_out_grad = 0;
+};
+
+std::unique_ptr<DataSource> make_source(const TrainConfig& c) {
+  if (c.data == "synthetic") return make_synthetic({c.model.vocab, c.topics, c.noise, c.seed});
+  return make_text(c.data.substr(5), c.model.seq_len, c.seed);
+}
+
+SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
+  Model model(c.model, c.seed);
+  std::unique_ptr<DataSource> data = make_source(c);
+  Rng data_rng(c.seed, stream::data);
+  Batch b = data->train_batch(data_rng, batch, c.model.seq_len);
+
+  ForwardTrace trace;
+  trace.retain_grads = true;
+  Tensor logits = model.forward(b.inputs, &trace);
+  trace.final_out.retain_grad();
+  Tensor loss = cross_entropy(logits, b.targets);
+  loss.backward();
+
+  SeedProbe r;
+  r.loss = loss.item();
+  r.embed = mean_token_norm(trace.embed);
+  r.embed_grad = frobenius(trace.embed.grad());
+  const size_t n_layers = trace.block_out.size();
+  r.layers.resize(n_layers);
+  for (size_t l = 0; l < n_layers; ++l) {
+    const Tensor& in = l == 0 ? trace.embed : trace.block_out[l - 1];
+    SeedLayer& s = r.layers[l];
+    s.act = mean_token_norm(trace.block_out[l]);
+    s.growth = ratio(s.act, l == 0 ? r.embed : r.layers[l - 1].act);
+    s.stream_grad = frobenius(trace.block_out[l].grad());
+    s.input_grad = frobenius(in.grad());
+    s.block_grad = params_grad_norm(model.block_params(l));
+    s.fc2_grad = frobenius(model.blocks()[l].mlp.fc2.w.grad());
+  }
+  r.final_in = mean_token_norm(trace.block_out.back());
+  r.final_out = mean_token_norm(trace.final_out);
+  r.final_in_grad = frobenius(trace.block_out.back().grad());
+  r.final_out_grad = frobenius(trace.final_out.grad());
+
+  // The identity / F split of dL/dx_{l-1}, after every parameter gradient has been read: the
+  // identity pass below runs the norms again and would add to their gamma/beta gradients.
+  for (size_t l = 0; l < n_layers; ++l) {
+    const Tensor& in = l == 0 ? trace.embed : trace.block_out[l - 1];
+    const Tensor g = trace.block_out[l].grad();  // dL/dx_l, upstream of block l
+    const std::vector<double> total = in.grad().to_vector();
+    std::vector<double> identity(total.size(), 0.0);
+    Tensor x = in.clone();  // a leaf with the block input's values
+    x.requires_grad_(true);
+    Tensor y = identity_path(model.blocks()[l], x);
+    if (y.defined()) {
+      y.backward(g);
+      identity = x.grad().to_vector();
+    }
+    double ii = 0, ff = 0, fi = 0;
+    for (size_t i = 0; i < total.size(); ++i) {
+      const double f = total[i] - identity[i];  // F term = dL/dx - identity term
+      ii += identity[i] * identity[i];
+      ff += f * f;
+      fi += f * identity[i];
+    }
+    SeedLayer& s = r.layers[l];
+    s.identity = std::sqrt(ii);
+    s.f = std::sqrt(ff);
+    s.share = ratio(s.identity, s.identity + s.f);
+    s.cosine = s.identity > 0 && s.f > 0 ? fi / (s.identity * s.f) : kNaN;
+  }
+  return r;
+}
+
+template <class T, class F>
+Stat over(const std::vector<T>& seeds, F get) {
+  std::vector<double> v;
+  v.reserve(seeds.size());
+  for (const T& s : seeds) v.push_back(get(s));
+  return summarize(v);
+}
+
+std::string model_label(const ModelConfig& m) {
+  std::string s = fmt::format("{} {}-{} L={} init={}", m.model, to_string(m.placement), to_string(m.norm), m.layers, m.init);
+  if (!m.residual) s += " no-residual";
+  return s;
+}
+
+}  // namespace
+
+Stat summarize(const std::vector<double>& values) {
+  Stat s;
+  s.n = static_cast<int64_t>(values.size());
+  if (values.empty()) return {kNaN, kNaN, 0};
+  double sum = 0;
+  for (double v : values) sum += v;
+  s.mean = sum / static_cast<double>(s.n);
+  double ss = 0;
+  for (double v : values) ss += (v - s.mean) * (v - s.mean);
+  s.std = s.n > 1 ? std::sqrt(ss / static_cast<double>(s.n - 1)) : 0.0;
+  if (std::isnan(s.mean)) s.std = kNaN;
+  return s;
+}
+
+const std::vector<std::string>& probe_presets() {
+  static const std::vector<std::string> names = {"plain-stack", "preln-growth", "xiong2020", "identity-share"};
+  return names;
+}
+
+// ---- one configuration ---------------------------------------------------------------------
+
+ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, const std::string& label) {
+  config.validate();
+  NL_USAGE(opt.seeds >= 1, "--seeds must be >= 1, got {}", opt.seeds);
+  NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
+  ThreadsScope threads(opt.threads);
+
+  std::vector<SeedProbe> seeds;
+  for (int s = 0; s < opt.seeds; ++s) {
+    TrainConfig c = config;
+    c.seed = config.seed + static_cast<uint64_t>(s);
+    seeds.push_back(probe_one_seed(c, opt.batch));
+  }
+
+  ConfigProbe p;
+  p.label = label.empty() ? model_label(config.model) : label;
+  p.config = config;
+  p.sqrt_d = std::sqrt(static_cast<double>(config.model.d_model));
+  p.final_norm_on = config.model.final_norm_on();
+  p.loss = over(seeds, [](const SeedProbe& s) { return s.loss; });
+  p.embed_norm = over(seeds, [](const SeedProbe& s) { return s.embed; });
+  p.embed_grad_norm = over(seeds, [](const SeedProbe& s) { return s.embed_grad; });
+  const size_t n_layers = seeds[0].layers.size();
+  for (size_t l = 0; l < n_layers; ++l) {
+    auto at = [&](double SeedLayer::*field) {
+      return over(seeds, [&](const SeedProbe& s) { return s.layers[l].*field; });
+    };
+    LayerProbe lp;
+    lp.act_norm = at(&SeedLayer::act);
+    lp.growth = at(&SeedLayer::growth);
+    lp.stream_grad_norm = at(&SeedLayer::stream_grad);
+    lp.input_grad_norm = at(&SeedLayer::input_grad);
+    lp.block_grad_norm = at(&SeedLayer::block_grad);
+    lp.fc2_grad_norm = at(&SeedLayer::fc2_grad);
+    lp.identity_norm = at(&SeedLayer::identity);
+    lp.f_norm = at(&SeedLayer::f);
+    lp.identity_share = at(&SeedLayer::share);
+    lp.cosine = at(&SeedLayer::cosine);
+    p.layers.push_back(lp);
+  }
+  p.final_in_norm = over(seeds, [](const SeedProbe& s) { return s.final_in; });
+  p.final_out_norm = over(seeds, [](const SeedProbe& s) { return s.final_out; });
+  p.final_in_grad_norm = over(seeds, [](const SeedProbe& s) { return s.final_in_grad; });
+  p.final_out_grad_norm = over(seeds, [](const SeedProbe& s) { return s.final_out_grad; });
+  p.fc2_last_over_first =
+      over(seeds, [](const SeedProbe& s) { return ratio(s.layers.back().fc2_grad, s.layers.front().fc2_grad); });
+  p.block_last_over_first =
+      over(seeds, [](const SeedProbe& s) { return ratio(s.layers.back().block_grad, s.layers.front().block_grad); });
+  p.stream_last_over_embed = over(seeds, [](const SeedProbe& s) { return ratio(s.layers.back().act, s.embed); });
+  return p;
+}
+
+// ---- preset 1: plain stack -----------------------------------------------------------------
+
+PlainStackResult probe_plain_stack(const PlainStackOptions& so, const ProbeOptions& opt) {
+  NL_USAGE(opt.seeds >= 1, "--seeds must be >= 1, got {}", opt.seeds);
+  NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
+  NL_USAGE(so.layers >= 1 && so.d >= 2 && so.seq_len >= 1, "plain stack needs layers >= 1, d >= 2, seq_len >= 1");
+  NL_USAGE(so.activation == "linear" || so.activation == "gelu", "--activation '{}' is not one of linear, gelu",
+           so.activation);
+  NL_USAGE(!so.gains.empty(), "plain stack needs at least one gain");
+  for (double g : so.gains) NL_USAGE(g > 0 && std::isfinite(g), "gain must be > 0, got {}", g);
+
+  ThreadsScope threads(opt.threads);
+  PlainStackResult res;
+  res.options = so;
+  res.tokens = opt.batch * so.seq_len;
+  res.sqrt_d = std::sqrt(static_cast<double>(so.d));
+  const int64_t n = res.tokens, d = so.d, L = so.layers;
+  const Tensor gamma = Tensor::full({d}, 1.0), beta = Tensor::full({d}, 0.0);
+  const bool linear_act = so.activation == "linear";
+
+  for (int ln = 0; ln < 2; ++ln) {
+    for (double gain : so.gains) {
+      // Per seed: [l] activation norm, weight and input gradient norms.
+      std::vector<std::vector<double>> act(static_cast<size_t>(L + 1)), wg(static_cast<size_t>(L)),
+          xg(static_cast<size_t>(L));
+      std::vector<double> last_over_input;
+      for (int s = 0; s < opt.seeds; ++s) {
+        const auto seed = static_cast<uint64_t>(s);
+        // The same underlying normals for every variant of a seed: stacks differ only in gain and norm.
+        Init init{Rng(seed, stream::init), DType::f32};
+        Init inputs{Rng(seed, stream::data), DType::f32};
+        Init upstream{Rng(seed, stream::check), DType::f32};
+        std::vector<Tensor> xs{inputs.normal({n, d}, 1.0)}, ws;
+        xs[0].requires_grad_(true);
+        for (int64_t l = 0; l < L; ++l) {
+          ws.push_back(init.normal({d, d}, gain / std::sqrt(static_cast<double>(d))));
+          ws.back().requires_grad_(true);
+          Tensor h = linear(xs.back(), ws.back());
+          if (!linear_act) h = gelu(h);
+          if (ln) h = layernorm(h, gamma, beta);
+          h.retain_grad();
+          xs.push_back(h);
+        }
+        xs.back().backward(upstream.normal({n, d}, 1.0 / static_cast<double>(n)));
+        for (int64_t l = 0; l <= L; ++l) act[static_cast<size_t>(l)].push_back(mean_token_norm(xs[static_cast<size_t>(l)]));
+        for (int64_t l = 0; l < L; ++l) {
+          wg[static_cast<size_t>(l)].push_back(frobenius(ws[static_cast<size_t>(l)].grad()));
+          xg[static_cast<size_t>(l)].push_back(frobenius(xs[static_cast<size_t>(l)].grad()));
+        }
+        last_over_input.push_back(ratio(act.back().back(), act.front().back()));
+      }
+      StackProbe sp;
+      sp.gain = gain;
+      sp.layernorm = ln != 0;
+      sp.label = fmt::format("{} gain={}", ln ? "layernorm" : "plain", gain);
+      for (const auto& v : act) sp.act_norm.push_back(summarize(v));
+      for (const auto& v : wg) sp.weight_grad_norm.push_back(summarize(v));
+      for (const auto& v : xg) sp.input_grad_norm.push_back(summarize(v));
+      sp.last_over_input = summarize(last_over_input);
+      sp.expected_last_over_input = ln ? 1.0 : linear_act ? std::pow(gain, static_cast<double>(L)) : kNaN;
+      if (ln) {
+        for (int64_t l = 1; l <= L; ++l)
+          res.layernorm_max_rel_dev = std::max(res.layernorm_max_rel_dev,
+                                               std::abs(sp.act_norm[static_cast<size_t>(l)].mean / res.sqrt_d - 1.0));
+      }
+      res.stacks.push_back(std::move(sp));
+    }
+  }
+  return res;
+}
+
+// ---- preset 2: Pre-LN growth ---------------------------------------------------------------
+
+namespace {
+TrainConfig preset_base() {
+  TrainConfig c;
+  c.model.model = "gpt";
+  c.model.norm = NormKind::layernorm;
+  return c;
+}
+}  // namespace
+
+PrelnGrowthResult probe_preln_growth(const ProbeOptions& opt, int64_t layers) {
+  PrelnGrowthResult res;
+  for (const char* init : {"gpt2", "xavier"}) {
+    TrainConfig c = preset_base();
+    c.model.placement = Placement::pre;
+    c.model.layers = layers;
+    c.model.init = init;
+    res.runs.push_back(probe_config(c, opt));
+  }
+  return res;
+}
+
+// ---- preset 3: Xiong et al. 2020 -------------------------------------------------------------
+
+XiongResult probe_xiong(const ProbeOptions& opt, const std::vector<int64_t>& depths) {
+  NL_USAGE(!depths.empty(), "--depths needs at least one depth");
+  XiongResult res;
+  res.depths = depths;
+  std::sort(res.depths.begin(), res.depths.end());
+  res.depths.erase(std::unique(res.depths.begin(), res.depths.end()), res.depths.end());
+  for (int64_t L : res.depths) {
+    NL_USAGE(L >= 2, "--depths: each depth must be >= 2 (a first and a last layer), got {}", L);
+    for (Placement pl : {Placement::post, Placement::pre}) {
+      TrainConfig c = preset_base();
+      c.model.init = "xavier";
+      c.model.placement = pl;
+      c.model.layers = L;
+      XiongRun run;
+      run.placement = pl;
+      run.layers = L;
+      run.probe = probe_config(c, opt);
+      res.runs.push_back(std::move(run));
+    }
+  }
+  // The claims, against the fc2 (W^{2,l}) gradient ratios, one pair of runs per depth.
+  res.post_grows = res.pre_flat = res.post_above_pre = true;
+  for (size_t i = 0; i + 1 < res.runs.size(); i += 2) {
+    const double post = res.runs[i].probe.fc2_last_over_first.mean;
+    const double pre = res.runs[i + 1].probe.fc2_last_over_first.mean;
+    res.post_grows = res.post_grows && post > 2.0;
+    res.pre_flat = res.pre_flat && pre >= 0.5 && pre <= 2.0;
+    res.post_above_pre = res.post_above_pre && post > pre;
+  }
+  const auto last_fc2 = [](const XiongRun& r) { return r.probe.layers.back().fc2_grad_norm.mean; };
+  const XiongRun &post_min = res.runs.front(), &pre_min = res.runs[1];
+  const XiongRun &post_max = res.runs[res.runs.size() - 2], &pre_max = res.runs.back();
+  res.post_last_depth_ratio = ratio(last_fc2(post_max), last_fc2(post_min));
+  res.pre_last_depth_ratio = ratio(last_fc2(pre_max), last_fc2(pre_min));
+  res.pre_predicted_depth_ratio =
+      std::sqrt(static_cast<double>(res.depths.front()) / static_cast<double>(res.depths.back()));
+
+  std::string v = fmt::format(
+      "Xiong et al. 2020 (Fig. 3): at init, ||dL/dW^(2,l)|| grows with the layer index l for Post-LN and is "
+      "roughly flat for Pre-LN. Measured (fc2 weight, last layer / first layer, mean over seeds): Post-LN {} at "
+      "every depth (threshold: > 2), Pre-LN {} (threshold: within [0.5, 2]), Post-LN's ratio {} Pre-LN's at every "
+      "depth. ",
+      res.post_grows ? "grows" : "does NOT grow", res.pre_flat ? "is roughly flat" : "is NOT roughly flat",
+      res.post_above_pre ? "exceeds" : "does NOT exceed");
+  const bool held = res.post_grows && res.pre_flat && res.post_above_pre;
+  v += held ? "The claim holds in this measurement." : "The claim does not fully hold in this measurement.";
+  if (res.depths.size() > 1) {
+    v += fmt::format(
+        " Theorem 1 (last layer, L = {} vs L = {}): Post-LN ratio {:.3g} (predicted ~1, depth-independent); "
+        "Pre-LN ratio {:.3g} (predicted sqrt({}/{}) = {:.3g}).",
+        res.depths.back(), res.depths.front(), res.post_last_depth_ratio, res.pre_last_depth_ratio,
+        res.depths.front(), res.depths.back(), res.pre_predicted_depth_ratio);
+  }
+  res.verdict = v;
+  return res;
+}
+
+// ---- preset 4: identity share ----------------------------------------------------------------
+
+IdentityShareResult probe_identity_share(const ProbeOptions& opt, int64_t layers) {
+  IdentityShareResult res;
+  for (Placement pl : {Placement::pre, Placement::post}) {
+    for (bool residual : {true, false}) {
+      TrainConfig c = preset_base();
+      c.model.init = "xavier";
+      c.model.placement = pl;
+      c.model.layers = layers;
+      c.model.residual = residual;
+      res.runs.push_back(probe_config(c, opt));
+    }
+  }
+  return res;
+}
+
+// ---- JSON ----------------------------------------------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json stat(const Stat& s) { return json{{"mean", num(s.mean)}, {"std", num(s.std)}}; }
+template <class T>
+json stats(const std::vector<T>& v) {
+  json a = json::array();
+  for (const Stat& s : v) a.push_back(stat(s));
+  return a;
+}
+
+json model_json(const TrainConfig& c) {
+  const ModelConfig& m = c.model;
+  return json{{"model", m.model},       {"norm", to_string(m.norm)},
+              {"placement", to_string(m.placement)}, {"final_norm", to_string(m.final_norm)},
+              {"qk_norm", m.qk_norm},   {"residual", m.residual},
+              {"layers", m.layers},     {"d_model", m.d_model},
+              {"d_hidden", m.d_hidden}, {"heads", m.heads},
+              {"vocab", m.vocab},       {"seq_len", m.seq_len},
+              {"init", m.init},         {"norm_eps", m.eps()},
+              {"data", c.data},         {"seed", c.seed}};
+}
+
+json config_probe_json(const ConfigProbe& p) {
+  json layers = json::array();
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const LayerProbe& lp = p.layers[l];
+    layers.push_back(json{{"layer", l + 1},
+                          {"act_norm", stat(lp.act_norm)},
+                          {"growth", stat(lp.growth)},
+                          {"stream_grad_norm", stat(lp.stream_grad_norm)},
+                          {"input_grad_norm", stat(lp.input_grad_norm)},
+                          {"block_grad_norm", stat(lp.block_grad_norm)},
+                          {"fc2_grad_norm", stat(lp.fc2_grad_norm)},
+                          {"identity_norm", stat(lp.identity_norm)},
+                          {"f_norm", stat(lp.f_norm)},
+                          {"identity_share", stat(lp.identity_share)},
+                          {"cosine", stat(lp.cosine)}});
+  }
+  return json{{"label", p.label},
+              {"config", model_json(p.config)},
+              {"sqrt_d", p.sqrt_d},
+              {"final_norm_on", p.final_norm_on},
+              {"loss", stat(p.loss)},
+              {"embed_norm", stat(p.embed_norm)},
+              {"embed_grad_norm", stat(p.embed_grad_norm)},
+              {"layers", layers},
+              {"final_norm",
+               {{"in_norm", stat(p.final_in_norm)},
+                {"out_norm", stat(p.final_out_norm)},
+                {"in_grad_norm", stat(p.final_in_grad_norm)},
+                {"out_grad_norm", stat(p.final_out_grad_norm)}}},
+              {"fc2_last_over_first", stat(p.fc2_last_over_first)},
+              {"block_last_over_first", stat(p.block_last_over_first)},
+              {"stream_last_over_embed", stat(p.stream_last_over_embed)}};
+}
+
+json plain_stack_json(const PlainStackResult& r) {
+  json stacks = json::array();
+  for (const StackProbe& s : r.stacks) {
+    stacks.push_back(json{{"label", s.label},
+                          {"gain", s.gain},
+                          {"layernorm", s.layernorm},
+                          {"act_norm", stats(s.act_norm)},
+                          {"weight_grad_norm", stats(s.weight_grad_norm)},
+                          {"input_grad_norm", stats(s.input_grad_norm)},
+                          {"last_over_input", stat(s.last_over_input)},
+                          {"expected_last_over_input", num(s.expected_last_over_input)}});
+  }
+  return json{{"layers", r.options.layers},
+              {"d", r.options.d},
+              {"tokens", r.tokens},
+              {"activation", r.options.activation},
+              {"weight_std", "gain / sqrt(d)"},
+              {"sqrt_d", r.sqrt_d},
+              {"layernorm_max_rel_dev", r.layernorm_max_rel_dev},
+              {"stacks", stacks}};
+}
+
+json runs_json(const std::vector<ConfigProbe>& runs) {
+  json a = json::array();
+  for (const ConfigProbe& p : runs) a.push_back(config_probe_json(p));
+  return a;
+}
+
+json xiong_json(const XiongResult& r) {
+  json runs = json::array();
+  for (const XiongRun& x : r.runs) {
+    json j = config_probe_json(x.probe);
+    j["placement"] = to_string(x.placement);
+    runs.push_back(j);
+  }
+  return json{{"depths", r.depths},
+              {"runs", runs},
+              {"post_grows", r.post_grows},
+              {"pre_flat", r.pre_flat},
+              {"post_above_pre", r.post_above_pre},
+              {"claim_holds", r.post_grows && r.pre_flat && r.post_above_pre},
+              {"post_last_depth_ratio", num(r.post_last_depth_ratio)},
+              {"pre_last_depth_ratio", num(r.pre_last_depth_ratio)},
+              {"pre_predicted_depth_ratio", num(r.pre_predicted_depth_ratio)},
+              {"verdict", r.verdict}};
+}
+
+}  // namespace
+
+std::string probe_report_json(const ProbeReport& r) {
+  json j{{"command", "probe"}, {"preset", r.preset}, {"seeds", r.options.seeds}, {"batch", r.options.batch}};
+  if (r.plain_stack) j["plain_stack"] = plain_stack_json(*r.plain_stack);
+  if (r.preln_growth) j["preln_growth"] = json{{"runs", runs_json(r.preln_growth->runs)}};
+  if (r.xiong) j["xiong2020"] = xiong_json(*r.xiong);
+  if (r.identity_share) j["identity_share"] = json{{"runs", runs_json(r.identity_share->runs)}};
+  if (r.config) j["config"] = config_probe_json(*r.config);
+  return j.dump(2);
+}
+
+}  // namespace normlab
