@@ -31,10 +31,10 @@ MatView view4(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t s0, int64_
 
 // Views of the attention operands for one call's sizes.
 struct AttentionViews {
-  MatView heads;     // (B, H, T, Dh) over a (B, T, H*Dh) tensor
-  MatView heads_t;   // (B, H, Dh, T): the same tensor, each head transposed
-  MatView probs;     // (B, H, T, T) contiguous
-  MatView probs_t;   // (B, H, T, T): each matrix transposed
+  MatView heads;    // (B, H, T, Dh) over a (B, T, H*Dh) tensor
+  MatView heads_t;  // (B, H, Dh, T): the same tensor, each head transposed
+  MatView probs;    // (B, H, T, T) contiguous
+  MatView probs_t;  // (B, H, T, T): each matrix transposed
   AttentionViews(int64_t b, int64_t t, int64_t h, int64_t dh) {
     const int64_t c = h * dh;
     heads = view4(b, h, t, dh, t * c, dh, c, 1);

@@ -22,8 +22,9 @@ float* f32(const Tensor& t, const char* what, int64_t numel) {
            "cpu backend: {} is {}; the cpu backend is float32 only (float64 runs on the "
            "\"reference\" backend)",
            what, dtype_name(t.dtype()));
-  NL_CHECK(t.numel() == numel, "cpu backend: {} has shape {} ({} elements), the sizes given need {}",
-           what, shape_str(t.shape()), t.numel(), numel);
+  NL_CHECK(t.numel() == numel,
+           "cpu backend: {} has shape {} ({} elements), the sizes given need {}", what,
+           shape_str(t.shape()), t.numel(), numel);
   return static_cast<float*>(t.raw());
 }
 
@@ -136,13 +137,13 @@ class CpuBackend final : public Backend {
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                         const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
     cpu::rmsnorm_backward_fused(f32_opt(dx, "rmsnorm dx", n * d),
-                                f32_opt(dgamma, "rmsnorm dgamma", d),
-                                f32(dy, "rmsnorm dy", n * d), f32(x, "rmsnorm x", n * d),
-                                f32(gamma, "rmsnorm gamma", d), f32(rstd, "rmsnorm rstd", n), n, d);
+                                f32_opt(dgamma, "rmsnorm dgamma", d), f32(dy, "rmsnorm dy", n * d),
+                                f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d),
+                                f32(rstd, "rmsnorm rstd", n), n, d);
   }
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
-                             const Tensor& b, double alpha, const Tensor& gamma,
-                             const Tensor& beta, int64_t n, int64_t d, double eps) override {
+                             const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
+                             int64_t n, int64_t d, double eps) override {
     cpu::add_layernorm_forward_fused(
         f32(s, "add_layernorm s", n * d), f32(y, "add_layernorm y", n * d),
         f32(mean, "add_layernorm mean", n), f32(rstd, "add_layernorm rstd", n),
@@ -153,11 +154,11 @@ class CpuBackend final : public Backend {
   void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
                            double alpha, const Tensor& gamma, int64_t n, int64_t d,
                            double eps) override {
-    cpu::add_rmsnorm_forward_fused(
-        f32(s, "add_rmsnorm s", n * d), f32(y, "add_rmsnorm y", n * d),
-        f32(rstd, "add_rmsnorm rstd", n), f32(a, "add_rmsnorm a", n * d),
-        f32(b, "add_rmsnorm b", n * d), static_cast<float>(alpha),
-        f32(gamma, "add_rmsnorm gamma", d), n, d, static_cast<float>(eps));
+    cpu::add_rmsnorm_forward_fused(f32(s, "add_rmsnorm s", n * d), f32(y, "add_rmsnorm y", n * d),
+                                   f32(rstd, "add_rmsnorm rstd", n), f32(a, "add_rmsnorm a", n * d),
+                                   f32(b, "add_rmsnorm b", n * d), static_cast<float>(alpha),
+                                   f32(gamma, "add_rmsnorm gamma", d), n, d,
+                                   static_cast<float>(eps));
   }
 
   // ---- softmax ---------------------------------------------------------------------------
@@ -175,23 +176,23 @@ class CpuBackend final : public Backend {
                          const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
                          double scale) override {
     const int64_t n = b * t * h * dh;
-    cpu::attention_forward(f32(out, "attention out", n), f32(probs, "attention probs", b * h * t * t),
-                           f32(q, "attention q", n), f32(k, "attention k", n),
-                           f32(v, "attention v", n), b, t, h, dh, static_cast<float>(scale));
+    cpu::attention_forward(f32(out, "attention out", n),
+                           f32(probs, "attention probs", b * h * t * t), f32(q, "attention q", n),
+                           f32(k, "attention k", n), f32(v, "attention v", n), b, t, h, dh,
+                           static_cast<float>(scale));
   }
-  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout,
-                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                          int64_t b, int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
+                          int64_t t, int64_t h, int64_t dh, double scale) override {
     const int64_t n = b * t * h * dh;
     Tensor scratch;  // dP, (B, H, T, T), from the arena: no allocation in the steady state
     if (dq || dk) scratch = Tensor::empty({b, h, t, t});
-    cpu::attention_backward(f32_opt(dq, "attention dq", n), f32_opt(dk, "attention dk", n),
-                            f32_opt(dv, "attention dv", n),
-                            scratch.defined() ? scratch.data<float>() : nullptr,
-                            f32(dout, "attention dout", n), f32(q, "attention q", n),
-                            f32(k, "attention k", n), f32(v, "attention v", n),
-                            f32(probs, "attention probs", b * h * t * t), b, t, h, dh,
-                            static_cast<float>(scale));
+    cpu::attention_backward(
+        f32_opt(dq, "attention dq", n), f32_opt(dk, "attention dk", n),
+        f32_opt(dv, "attention dv", n), scratch.defined() ? scratch.data<float>() : nullptr,
+        f32(dout, "attention dout", n), f32(q, "attention q", n), f32(k, "attention k", n),
+        f32(v, "attention v", n), f32(probs, "attention probs", b * h * t * t), b, t, h, dh,
+        static_cast<float>(scale));
   }
 
   void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
@@ -211,8 +212,8 @@ class CpuBackend final : public Backend {
     cpu::embedding_forward(f32(y, "embedding y", n * d), f32(table, "embedding table", v * d), id,
                            n, d);
   }
-  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n,
-                          int64_t v, int64_t d) override {
+  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+                          int64_t d) override {
     const int32_t* id = ids_in_range(ids, "embedding ids", n, v);
     cpu::embedding_backward(f32(dtable, "embedding dtable", v * d), f32(dy, "embedding dy", n * d),
                             id, n, v, d);
@@ -235,8 +236,8 @@ class CpuBackend final : public Backend {
   }
 
   // ---- layout ----------------------------------------------------------------------------
-  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid,
-                 int64_t bdim, int64_t inner) override {
+  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+                 int64_t inner) override {
     const int64_t n = outer * a * mid * bdim * inner;
     cpu::transpose(f32(out, "transpose out", n), f32(x, "transpose x", n), outer, a, mid, bdim,
                    inner);

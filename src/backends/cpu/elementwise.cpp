@@ -1,7 +1,8 @@
 // Elementwise kernels of the cpu backend over n contiguous floats: fill, copy, add, accumulate,
-// scale, mul, GELU (exact erf form) forward/backward, sum of squares (in double) and the Adam
-// step (one pass over all parameters). Vectorized with simd.h, threaded in chunks above a size
-// threshold; each element's result does not depend on the chunking.
+// scale, mul, GELU (the erf form, not the tanh one; erf itself to 3.3e-7) forward/backward,
+// sum of squares (in double) and the Adam step (one pass over all parameters). Vectorized with
+// simd.h, threaded in chunks above a size threshold; each element's result does not depend on
+// the chunking.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,7 +24,9 @@ template <class F>
 void map_elements(int64_t n, int64_t cost, F&& f) {
   parallel_chunks(
       n, n * cost,
-      [&](int64_t lo, int64_t hi) { row_for(hi - lo, [&](int64_t j, int64_t w) { f(lo + j, w); }); },
+      [&](int64_t lo, int64_t hi) {
+        row_for(hi - lo, [&](int64_t j, int64_t w) { f(lo + j, w); });
+      },
       16);
 }
 

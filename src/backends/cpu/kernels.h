@@ -21,14 +21,12 @@ struct MatView {
 
 // c = scale * (a @ b) [+ bias] [+ c when accumulate], one oneDNN matmul primitive (cached).
 // a (..., M, K), b (..., K, N), c (..., M, N); bias (N) broadcast over rows, or nullptr.
-void matmul_strided(float* c, const float* a, const float* b, const float* bias,
-                    const MatView& av, const MatView& bv, const MatView& cv, float scale,
-                    bool accumulate);
+void matmul_strided(float* c, const float* a, const float* b, const float* bias, const MatView& av,
+                    const MatView& bv, const MatView& cv, float scale, bool accumulate);
 
 // Backend::matmul and Backend::linear_forward on raw arrays (their contract is in backend.h).
 void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t n,
-            int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
-            bool accumulate);
+            int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched, bool accumulate);
 void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t m,
                     int64_t k, int64_t n);
 
@@ -54,10 +52,10 @@ void causal_softmax_inplace(float* p, int64_t rows, int64_t t);
 // dS = scale * P * (dP - rowsum(dP*P)) in place of dP, zero above the diagonal.
 void causal_softmax_backward_inplace(float* dp, const float* p, int64_t rows, int64_t t,
                                      float scale);
-void cross_entropy_forward(float* loss, float* probs, const float* logits,
-                           const int32_t* targets, int64_t n, int64_t v);
-void cross_entropy_backward(float* dlogits, float dloss, const float* probs,
-                            const int32_t* targets, int64_t n, int64_t v);
+void cross_entropy_forward(float* loss, float* probs, const float* logits, const int32_t* targets,
+                           int64_t n, int64_t v);
+void cross_entropy_backward(float* dlogits, float dloss, const float* probs, const int32_t* targets,
+                            int64_t n, int64_t v);
 
 // ---- attention and token mixing (attention.cpp) -------------------------------------------
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,

@@ -76,9 +76,8 @@ void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid
 // y[i,:] = table[ids[i],:]        (ids already checked to lie in [0, V))
 void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t d) {
   const size_t row_bytes = static_cast<size_t>(d) * sizeof(float);
-  parallel_for(n, n * d, [&](int64_t i) {
-    std::memcpy(y + i * d, table + int64_t(ids[i]) * d, row_bytes);
-  });
+  parallel_for(n, n * d,
+               [&](int64_t i) { std::memcpy(y + i * d, table + int64_t(ids[i]) * d, row_bytes); });
 }
 
 // dtable = 0; for i: dtable[ids[i],:] += dy[i,:]

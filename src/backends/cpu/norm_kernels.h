@@ -26,9 +26,8 @@ namespace normlab::cpu {
 void layernorm_forward_multipass(float* y, float* mean, float* rstd, const float* x,
                                  const float* gamma, const float* beta, int64_t n, int64_t d,
                                  float eps);
-void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x,
-                             const float* gamma, const float* beta, int64_t n, int64_t d,
-                             float eps);
+void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                             const float* beta, int64_t n, int64_t d, float eps);
 void layernorm_forward_onednn(float* y, float* mean, float* rstd, const float* x,
                               const float* gamma, const float* beta, int64_t n, int64_t d,
                               float eps);
@@ -51,8 +50,8 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                         int64_t d);
 
 // ---- RMSNorm (oneDNN 2.6 has none: no RMS flag before v3) ----------------------------------
-void rmsnorm_forward_multipass(float* y, float* rstd, const float* x, const float* gamma,
-                               int64_t n, int64_t d, float eps);
+void rmsnorm_forward_multipass(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
+                               int64_t d, float eps);
 void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
                            int64_t d, float eps);
 void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const float* x,
@@ -64,8 +63,8 @@ void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const flo
 // s = alpha*a + b (written: the residual stream), then the norm of s as stored. One pass per
 // row: a and b are read once, s and y written once.
 void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a,
-                                 const float* b, float alpha, const float* gamma,
-                                 const float* beta, int64_t n, int64_t d, float eps);
+                                 const float* b, float alpha, const float* gamma, const float* beta,
+                                 int64_t n, int64_t d, float eps);
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps);
 

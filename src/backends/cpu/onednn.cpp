@@ -22,6 +22,12 @@ OneDnn::OneDnn() {
   }
 }
 
+void PrimitiveKey::overflow() {
+  detail::check_failed(
+      __FILE__, __LINE__,
+      fmt::format("PrimitiveKey: more than {} numbers; raise kCapacity", kCapacity));
+}
+
 uint64_t OneDnn::created() const { return created_; }
 
 CachedPrimitive* OneDnn::find(const PrimitiveKey& key) {

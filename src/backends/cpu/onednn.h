@@ -9,10 +9,10 @@
 // that order) and describe() names it for messages. oneDNN errors become normlab::Error with the
 // primitive and its shapes in the message.
 #pragma once
-#include <dnnl.hpp>
-
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <dnnl.hpp>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -23,12 +23,15 @@
 
 namespace normlab::cpu {
 
-// Everything that defines a primitive, as integers (floats by their bits).
+// Everything that defines a primitive, as integers (floats by their bits). Built on every
+// call, so it lives on the stack: no allocation on a cache hit.
 class PrimitiveKey {
  public:
-  explicit PrimitiveKey(int64_t kind) { v_.push_back(kind); }
+  static constexpr int kCapacity = 48;  // a 4-D matmul needs 1 + 3*(1+4+4) + 3 = 31
+  explicit PrimitiveKey(int64_t kind) { add(kind); }
   PrimitiveKey& add(int64_t x) {
-    v_.push_back(x);
+    if (size_ == kCapacity) overflow();
+    v_[size_++] = x;
     return *this;
   }
   PrimitiveKey& add_float(float f) {
@@ -41,15 +44,19 @@ class PrimitiveKey {
     for (; first != last; ++first) add(static_cast<int64_t>(*first));
     return *this;
   }
-  bool operator==(const PrimitiveKey& o) const { return v_ == o.v_; }
+  bool operator==(const PrimitiveKey& o) const {
+    return size_ == o.size_ && std::equal(v_, v_ + size_, o.v_);
+  }
   size_t hash() const {
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the 64-bit words
-    for (int64_t x : v_) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    for (int i = 0; i < size_; ++i) h = (h ^ static_cast<uint64_t>(v_[i])) * 1099511628211ull;
     return static_cast<size_t>(h);
   }
 
  private:
-  std::vector<int64_t> v_;
+  [[noreturn]] static void overflow();
+  int64_t v_[kCapacity];
+  int size_ = 0;
 };
 
 struct PrimitiveKeyHash {
@@ -68,9 +75,9 @@ struct PrimitiveSpec {
 // data handles change, so a cache hit allocates nothing.
 struct CachedPrimitive {
   dnnl::primitive primitive;
-  std::vector<dnnl::memory> memories;                // in argument order
-  std::unordered_map<int, dnnl::memory> args;        // the same objects, as execute() wants
-  std::string what;                                  // describe(), for errors
+  std::vector<dnnl::memory> memories;          // in argument order
+  std::unordered_map<int, dnnl::memory> args;  // the same objects, as execute() wants
+  std::string what;                            // describe(), for errors
 };
 
 class OneDnn {

@@ -32,7 +32,8 @@ memory::desc vec_md(int64_t len) {
   return memory::desc({len}, memory::data_type::f32, memory::format_tag::a);
 }
 
-const normalization_flags kScaleShift = normalization_flags::use_scale | normalization_flags::use_shift;
+const normalization_flags kScaleShift =
+    normalization_flags::use_scale | normalization_flags::use_shift;
 
 dnnl::layer_normalization_forward::primitive_desc forward_pd(int64_t n, int64_t d, float eps,
                                                              const dnnl::engine& eng) {
@@ -50,14 +51,16 @@ void layernorm_forward_onednn(float* y, float* mean, float* rstd, const float* x
   if (n <= 0 || d <= 0) return;
   PrimitiveKey key(kKindLayerNormForward);
   key.add(n).add(d).add_float(eps);
-  auto describe = [&] { return fmt::format("layer_normalization forward {}x{} eps {}", n, d, eps); };
+  auto describe = [&] {
+    return fmt::format("layer_normalization forward {}x{} eps {}", n, d, eps);
+  };
   auto make = [&](const dnnl::engine& eng) {
     auto pd = forward_pd(n, d, eps, eng);
     PrimitiveSpec spec;
     spec.primitive = dnnl::layer_normalization_forward(pd);
-    spec.args = {{DNNL_ARG_SRC, data_md(n, d)},  {DNNL_ARG_SCALE, vec_md(d)},
-                 {DNNL_ARG_SHIFT, vec_md(d)},    {DNNL_ARG_DST, data_md(n, d)},
-                 {DNNL_ARG_MEAN, vec_md(n)},     {DNNL_ARG_VARIANCE, vec_md(n)}};
+    spec.args = {{DNNL_ARG_SRC, data_md(n, d)}, {DNNL_ARG_SCALE, vec_md(d)},
+                 {DNNL_ARG_SHIFT, vec_md(d)},   {DNNL_ARG_DST, data_md(n, d)},
+                 {DNNL_ARG_MEAN, vec_md(n)},    {DNNL_ARG_VARIANCE, vec_md(n)}};
     spec.impl = pd.impl_info_str();
     return spec;
   };
@@ -86,16 +89,16 @@ void layernorm_backward_onednn(float* dx, float* dgamma, float* dbeta, const flo
     // oneDNN 2.6 implements backward_data only without a scale, so the parameter gradients
     // are always computed (into scratch when not wanted).
     auto hint = forward_pd(n, d, 0.0f, eng);
-    dnnl::layer_normalization_backward::desc desc(prop_kind::backward, data_md(n, d),
-                                                  data_md(n, d), 0.0f, kScaleShift);
+    dnnl::layer_normalization_backward::desc desc(prop_kind::backward, data_md(n, d), data_md(n, d),
+                                                  0.0f, kScaleShift);
     dnnl::layer_normalization_backward::primitive_desc pd(desc, eng, hint);
     PrimitiveSpec spec;
     spec.primitive = dnnl::layer_normalization_backward(pd);
     // With use_shift the primitive insists on a SHIFT argument, though beta takes no part in
     // any gradient; gamma's pointer stands in for it (it is not read).
-    spec.args = {{DNNL_ARG_SRC, data_md(n, d)},   {DNNL_ARG_MEAN, vec_md(n)},
-                 {DNNL_ARG_VARIANCE, vec_md(n)},  {DNNL_ARG_DIFF_DST, data_md(n, d)},
-                 {DNNL_ARG_SCALE, vec_md(d)},     {DNNL_ARG_SHIFT, vec_md(d)},
+    spec.args = {{DNNL_ARG_SRC, data_md(n, d)},      {DNNL_ARG_MEAN, vec_md(n)},
+                 {DNNL_ARG_VARIANCE, vec_md(n)},     {DNNL_ARG_DIFF_DST, data_md(n, d)},
+                 {DNNL_ARG_SCALE, vec_md(d)},        {DNNL_ARG_SHIFT, vec_md(d)},
                  {DNNL_ARG_DIFF_SRC, data_md(n, d)}, {DNNL_ARG_DIFF_SCALE, vec_md(d)},
                  {DNNL_ARG_DIFF_SHIFT, vec_md(d)}};
     spec.impl = pd.impl_info_str();
@@ -112,9 +115,9 @@ void layernorm_backward_onednn(float* dx, float* dgamma, float* dbeta, const flo
     dx = dx_scratch.data<float>();
   }
   if (!dgamma || !dbeta) {
-    param_scratch = Tensor::empty({d});
+    param_scratch = Tensor::empty({2, d});  // two rows: oneDNN's outputs must not alias
     if (!dgamma) dgamma = param_scratch.data<float>();
-    if (!dbeta) dbeta = param_scratch.data<float>();
+    if (!dbeta) dbeta = param_scratch.data<float>() + d;
   }
   run_primitive(key, make, describe, {x, mean, varp, dy, gamma, gamma, dx, dgamma, dbeta});
 }

@@ -61,9 +61,8 @@ MatView view3(int64_t batch, int64_t rows, int64_t cols, bool trans) {
 
 }  // namespace
 
-void matmul_strided(float* c, const float* a, const float* b, const float* bias,
-                    const MatView& av, const MatView& bv, const MatView& cv, float scale,
-                    bool accumulate) {
+void matmul_strided(float* c, const float* a, const float* b, const float* bias, const MatView& av,
+                    const MatView& bv, const MatView& cv, float scale, bool accumulate) {
   NL_CHECK(av.nd == bv.nd && bv.nd == cv.nd && av.nd >= 2 && av.nd <= 4,
            "matmul: views of {}, {} and {} dims", av.nd, bv.nd, cv.nd);
   PrimitiveKey key(kKindMatmul);
@@ -97,7 +96,9 @@ void matmul_strided(float* c, const float* a, const float* b, const float* bias,
       bs[static_cast<size_t>(nd - 1)] = 1;
       memory::desc bias_md(bd, memory::data_type::f32, bs);
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, eng);
-      spec.args = {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_BIAS, bias_md},
+      spec.args = {{DNNL_ARG_SRC, a_md},
+                   {DNNL_ARG_WEIGHTS, b_md},
+                   {DNNL_ARG_BIAS, bias_md},
                    {DNNL_ARG_DST, c_md}};
     } else {
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);

@@ -7,8 +7,10 @@
 
 namespace normlab::cpu {
 
-// Below this many elements touched, one thread is faster: an OpenMP region costs ~1 us to
-// fork and join at 2 threads (PLATFORM.md), about what one core streams 16K floats in.
+// Below this many elements touched, the kernels stay on one thread: an OpenMP region costs
+// ~1 us to fork and join at 2 threads (PLATFORM.md), and streaming 16K floats in and out takes
+// one core ~5-10 us (~13 GB/s), so from here on the second thread saves several times what it
+// costs; below, tiny ops (a bias, a row of statistics) would mostly pay for the fork.
 constexpr int64_t kParallelMinWork = int64_t{1} << 14;
 
 inline bool use_threads(int64_t work) {

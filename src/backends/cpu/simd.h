@@ -29,7 +29,19 @@
 #endif
 #endif
 
+// The definitions differ per instruction set, so they live in an inline namespace named after
+// it: a translation unit built with other -march flags than the library (the tests are) gets
+// functions of other names instead of silently sharing one definition (an ODR violation).
+#if defined(__AVX512F__)
+#define NORMLAB_SIMD_ISA isa_avx512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define NORMLAB_SIMD_ISA isa_avx2
+#else
+#define NORMLAB_SIMD_ISA isa_portable
+#endif
+
 namespace normlab::cpu::simd {
+inline namespace NORMLAB_SIMD_ISA {
 
 #if defined(__AVX512F__)
 
@@ -135,8 +147,8 @@ constexpr const char* kIsa = "portable";
 struct VF {
   float v[8];
 };
-#define NORMLAB_SIMD_MAP(expr) \
-  VF r;                        \
+#define NORMLAB_SIMD_MAP(expr)                 \
+  VF r;                                        \
   for (int i = 0; i < 8; ++i) r.v[i] = (expr); \
   return r
 inline VF zero() { NORMLAB_SIMD_MAP(0.0f); }
@@ -289,4 +301,5 @@ inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
   sum_v = reduce_add(v0 + v1);
 }
 
+}  // namespace NORMLAB_SIMD_ISA
 }  // namespace normlab::cpu::simd

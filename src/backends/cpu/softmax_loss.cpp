@@ -102,8 +102,8 @@ void causal_softmax_backward_inplace(float* dp, const float* p, int64_t rows, in
 
 // Per row i: lse = mx + log(sum_j exp(x[j] - mx)); probs[j] = exp(x[j] - mx) / sum;
 // loss_i = lse - x[target]; loss = mean_i loss_i, summed in double in row order.
-void cross_entropy_forward(float* loss, float* probs, const float* logits,
-                           const int32_t* targets, int64_t n, int64_t v) {
+void cross_entropy_forward(float* loss, float* probs, const float* logits, const int32_t* targets,
+                           int64_t n, int64_t v) {
   if (n <= 0) {
     loss[0] = 0.0f;
     return;
@@ -125,8 +125,8 @@ void cross_entropy_forward(float* loss, float* probs, const float* logits,
 }
 
 // dlogits[i,j] = dloss/N * (probs[i,j] - [j == target_i])
-void cross_entropy_backward(float* dlogits, float dloss, const float* probs,
-                            const int32_t* targets, int64_t n, int64_t v) {
+void cross_entropy_backward(float* dlogits, float dloss, const float* probs, const int32_t* targets,
+                            int64_t n, int64_t v) {
   if (n <= 0) return;
   const float s = static_cast<float>(double(dloss) / double(n));
   const VF vs = set1(s);
