@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Reproduces results/bench-cpu.md: three runs of `bench norms` (with PyTorch's rows when python3
+# can import torch) and of `bench step`, threads pinned, then each set merged into one table
+# (median over the runs, range in brackets).
+#   scripts/bench_cpu.sh [BUILD_DIR] [OUT_DIR]      defaults: build, results/bench-runs
+# Run it on an idle machine: the load average is recorded in every JSON's context.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=${2:-results/bench-runs}
+mkdir -p "$out"
+export OMP_PROC_BIND=close OMP_PLACES=cores
+torch=()
+if python3 -c "import torch" 2>/dev/null; then torch=(--with-torch); fi
+for i in 1 2 3; do
+  echo "== run $i: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  "$build/normlab" bench norms "${torch[@]}" --out "$out/norms-$i.json" -q >/dev/null
+  "$build/normlab" bench step --out "$out/step-$i.json" -q >/dev/null
+done
+"$build/normlab" bench merge "$out"/norms-{1,2,3}.json --markdown > "$out/norms-merged.md"
+"$build/normlab" bench merge "$out"/step-{1,2,3}.json --markdown > "$out/step-merged.md"
+echo "wrote $out/norms-merged.md and $out/step-merged.md" >&2

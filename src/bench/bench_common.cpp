@@ -1,0 +1,334 @@
+// `bench`: what every benchmark shares: shape and thread-list parsing, sample statistics, the
+// byte counts, and the machine/build context (Google Benchmark's "context" block).
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "normlab/bench.h"
+#include "normlab/error.h"
+#include "normlab/version.h"
+
+namespace normlab::bench {
+
+// ---- shapes -----------------------------------------------------------------------------
+
+std::string NormShape::str() const { return fmt::format("{}x{}x{}", batch, seq, d); }
+
+namespace {
+
+// At most 2^40 elements (4 TiB of floats): beyond any machine, and far from int64 overflow in
+// the byte counts; what fits in this machine's memory is checked by validate().
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+// A positive decimal integer, digits only (no sign, no spaces, no exponent).
+bool parse_positive(const std::string& s, int64_t& out) {
+  if (s.empty() || s.size() > 12) return false;
+  for (char c : s)
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  out = std::stoll(s);
+  return out > 0;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  return parts;
+}
+
+}  // namespace
+
+NormShape parse_shape(const std::string& text, const std::string& flag) {
+  const std::vector<std::string> parts = split(text, 'x');
+  NL_USAGE(parts.size() == 3, "{}: shape '{}' is not BATCHxSEQxD (three positive integers, e.g. 8x256x1024)",
+           flag, text);
+  int64_t v[3];
+  const char* names[3] = {"batch", "seq", "d"};
+  for (int i = 0; i < 3; ++i)
+    NL_USAGE(parse_positive(parts[static_cast<size_t>(i)], v[i]),
+             "{}: shape '{}': {} '{}' is not a positive integer", flag, text, names[i],
+             parts[static_cast<size_t>(i)]);
+  NormShape s{v[0], v[1], v[2]};
+  // Products checked step by step so that they cannot overflow.
+  NL_USAGE(s.batch <= kMaxElements / s.seq && s.batch * s.seq <= kMaxElements / s.d,
+           "{}: shape '{}' has more than 2^40 elements: too large for memory", flag, text);
+  return s;
+}
+
+std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag) {
+  std::vector<NormShape> shapes;
+  for (const std::string& item : split(list, ',')) {
+    NL_USAGE(!item.empty(), "{}: '{}' has an empty entry (shapes are separated by single commas)", flag, list);
+    shapes.push_back(parse_shape(item, flag));
+  }
+  return shapes;
+}
+
+std::vector<NormShape> default_shapes() {
+  return {{4, 128, 512}, {8, 256, 1024}, {16, 512, 2048}, {32, 1024, 4096}};
+}
+
+std::vector<int> parse_threads(const std::string& list, const std::string& flag) {
+  std::vector<int> out;
+  for (const std::string& item : split(list, ',')) {
+    int64_t n = 0;
+    if (item == "all") {
+      n = omp_get_num_procs();
+    } else {
+      NL_USAGE(parse_positive(item, n) && n <= 4096,
+               "{}: '{}' is not a thread count (a positive integer or 'all')", flag, item);
+    }
+    if (std::find(out.begin(), out.end(), static_cast<int>(n)) == out.end()) out.push_back(static_cast<int>(n));
+  }
+  return out;
+}
+
+const char* to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
+
+// ---- statistics -----------------------------------------------------------------------------
+
+Stats summarize(std::vector<double> v) {
+  Stats s;
+  s.samples = static_cast<int64_t>(v.size());
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.min = v.front();
+  s.max = v.back();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(n);
+  double ss = 0;
+  for (double x : v) ss += (x - s.mean) * (x - s.mean);
+  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+  return s;
+}
+
+// ---- sizes --------------------------------------------------------------------------------
+
+int64_t norm_parameters(const std::string& norm, int64_t d) {
+  if (norm == "layernorm") return 2 * d;
+  if (norm == "rmsnorm") return d;
+  return 0;
+}
+
+ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s) {
+  constexpr int64_t f = 4;  // sizeof(float)
+  const int64_t nd = s.numel(), n = s.rows(), d = s.d;
+  const bool ln = norm == "layernorm";
+  ByteCount b;
+  if (pass == "copy" || norm == "copy") {
+    b.data = 2 * nd * f;  // src read, dst written
+  } else if (pass == "fwd") {
+    b.data = 2 * nd * f;                // x read, y written
+    b.params = (ln ? 2 : 1) * d * f;    // gamma (+ beta) read
+    b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd written
+  } else {
+    b.data = 3 * nd * f;                // x, dy read, dx written
+    b.params = (ln ? 3 : 2) * d * f;    // gamma read; dgamma (+ dbeta) written
+    b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd read
+  }
+  return b;
+}
+
+std::string NormRow::name() const {
+  return fmt::format("{}.{}/{}/{}/threads:{}", norm, impl, pass, shape.str(), threads);
+}
+
+std::string StepRow::name() const { return fmt::format("step/{}/{}/threads:{}", model, norm, threads); }
+
+// ---- context -------------------------------------------------------------------------------
+
+namespace {
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// "48K" / "2048K" / "32M" -> bytes
+int64_t parse_cache_size(const std::string& s) {
+  if (s.empty()) return 0;
+  int64_t v = std::atoll(s.c_str());
+  char unit = s.back();
+  if (unit == 'K') v *= 1024;
+  if (unit == 'M') v *= 1024 * 1024;
+  if (unit == 'G') v *= int64_t{1024} * 1024 * 1024;
+  return v;
+}
+
+// "0-1" / "0,2,4" / "0-3,8-11" -> number of CPUs
+int count_cpu_list(const std::string& s) {
+  int count = 0;
+  for (const std::string& part : split(s, ',')) {
+    if (part.empty()) continue;
+    auto dash = part.find('-');
+    if (dash == std::string::npos) {
+      ++count;
+    } else {
+      count += std::atoi(part.c_str() + dash + 1) - std::atoi(part.c_str()) + 1;
+    }
+  }
+  return count;
+}
+
+std::string iso_date() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S%z", &tm);
+  std::string s = buf;  // +0000 -> +00:00 as Google Benchmark writes it
+  if (s.size() > 2) s.insert(s.size() - 2, ":");
+  return s;
+}
+
+const char* proc_bind_name(omp_proc_bind_t b) {
+  switch (b) {
+    case omp_proc_bind_false: return "false";
+    case omp_proc_bind_true: return "true";
+    case omp_proc_bind_master: return "master";
+    case omp_proc_bind_close: return "close";
+    case omp_proc_bind_spread: return "spread";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+namespace {
+
+// Ticks since boot: busy (user, nice, system, irq, softirq), all, steal; and this process's.
+struct CpuTicks {
+  double busy = 0, total = 0, steal = 0, self = 0;
+};
+CpuTicks read_ticks() {
+  CpuTicks t;
+  {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    double v[10] = {0};
+    in >> cpu;
+    for (double& x : v) in >> x;
+    // user nice system idle iowait irq softirq steal guest guest_nice (guest is inside user)
+    t.busy = v[0] + v[1] + v[2] + v[5] + v[6];
+    t.steal = v[7];
+    t.total = t.busy + v[3] + v[4] + v[7];
+  }
+  {
+    std::ifstream in("/proc/self/stat");
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    std::istringstream rest(content.substr(content.rfind(')') + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::atof(field.c_str());
+      if (i == 15) stime = std::atof(field.c_str());
+    }
+    t.self = utime + stime;
+  }
+  return t;
+}
+
+}  // namespace
+
+void CpuUsage::start() {
+  const CpuTicks t = read_ticks();
+  busy_ = t.busy;
+  total_ = t.total;
+  steal_ = t.steal;
+  self_ = t.self;
+}
+
+void CpuUsage::stop(Context& ctx) const {
+  const CpuTicks t = read_ticks();
+  const double total = t.total - total_;
+  if (total <= 0) return;
+  ctx.others_cpu = std::max(0.0, (t.busy - busy_) - (t.self - self_)) / total;
+  ctx.steal = (t.steal - steal_) / total;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+Context collect_context() {
+  Context c;
+  c.date = iso_date();
+  c.host_name = host_name();
+  c.cpu_model = cpu_model();
+  c.num_cpus = omp_get_num_procs();
+  {
+    char buf[4096] = {0};
+    ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    c.executable = len > 0 ? std::string(buf, static_cast<size_t>(len)) : "normlab";
+  }
+  {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("cpu MHz", 0) == 0) {
+        auto pos = line.find(':');
+        if (pos != std::string::npos) c.mhz_per_cpu = std::atof(line.c_str() + pos + 1);
+        break;
+      }
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
+    const std::string level = read_first_line(dir + "level");
+    if (level.empty()) break;
+    CacheInfo ci;
+    ci.level = std::atoi(level.c_str());
+    ci.type = read_first_line(dir + "type");
+    ci.size = parse_cache_size(read_first_line(dir + "size"));
+    ci.num_sharing = count_cpu_list(read_first_line(dir + "shared_cpu_list"));
+    c.caches.push_back(ci);
+    c.llc_bytes = std::max(c.llc_bytes, ci.size);
+  }
+  {
+    std::ifstream in("/proc/loadavg");
+    double a = 0, b = 0, d = 0;
+    if (in >> a >> b >> d) c.load_avg = {a, b, d};
+  }
+  const BuildInfo& bi = build_info();
+  c.build_type = bi.build_type;
+  c.normlab_version = bi.normlab_version;
+  c.git_commit = bi.git_commit;
+  c.compiler = bi.compiler;
+  c.libraries["oneDNN"] = onednn_version();
+  const omp_proc_bind_t bind = omp_get_proc_bind();
+  c.omp_proc_bind = proc_bind_name(bind);
+  c.threads_pinned = bind != omp_proc_bind_false;
+  return c;
+}
+
+}  // namespace normlab::bench

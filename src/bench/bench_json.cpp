@@ -1,0 +1,633 @@
+// `bench`: the JSON documents (Google Benchmark's layout: a "context" block and a "benchmarks"
+// array, one entry per benchmark with its aggregates and counters; docs/bench.md has the
+// schema), reading them back, merging several runs, and comparing two runs.
+// The only file of src/bench that includes nlohmann/json (it costs seconds per translation unit).
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "bench/bench_internal.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+
+namespace normlab::bench {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kSchema = "normlab-bench/1";
+
+// NaN and infinities are written as null, and null reads back as NaN.
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+double get_num(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null() || !it->is_number()) return NAN;
+  return it->get<double>();
+}
+int64_t get_int(const json& j, const char* key, int64_t dflt = 0) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return dflt;
+  return it->get<int64_t>();
+}
+std::string get_str(const json& j, const char* key, const std::string& dflt = "") {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return dflt;
+  return it->get<std::string>();
+}
+
+// Seconds per unit of time_unit.
+double unit_seconds(const std::string& u) {
+  if (u == "ns") return 1e-9;
+  if (u == "us") return 1e-6;
+  if (u == "ms") return 1e-3;
+  if (u == "s") return 1.0;
+  throw UsageError(fmt::format("time_unit '{}' is not one of ns, us, ms, s", u));
+}
+
+ordered_json aggregates_json(const Stats& s, double unit) {
+  ordered_json a;
+  a["samples"] = s.samples;
+  a["median"] = num(s.median / unit);
+  a["min"] = num(s.min / unit);
+  a["max"] = num(s.max / unit);
+  a["mean"] = num(s.mean / unit);
+  a["stddev"] = num(s.stddev / unit);
+  a["cv"] = num(s.cv());
+  a["spread"] = num(s.spread());
+  return a;
+}
+
+Stats aggregates_from(const json& a, double unit) {
+  Stats s;
+  s.samples = get_int(a, "samples");
+  s.median = get_num(a, "median") * unit;
+  s.min = get_num(a, "min") * unit;
+  s.max = get_num(a, "max") * unit;
+  s.mean = get_num(a, "mean") * unit;
+  s.stddev = get_num(a, "stddev") * unit;
+  return s;
+}
+
+ordered_json context_json(const Context& c, const char* kind, const std::vector<std::string>& warnings) {
+  ordered_json j;
+  j["date"] = c.date;
+  j["host_name"] = c.host_name;
+  j["executable"] = c.executable;
+  j["num_cpus"] = c.num_cpus;
+  j["mhz_per_cpu"] = static_cast<int64_t>(c.mhz_per_cpu);
+  j["cpu_model"] = c.cpu_model;
+  ordered_json caches = ordered_json::array();
+  for (const CacheInfo& ci : c.caches)
+    caches.push_back({{"type", ci.type}, {"level", ci.level}, {"size", ci.size}, {"num_sharing", ci.num_sharing}});
+  j["caches"] = caches;
+  j["load_avg"] = c.load_avg;
+  std::string bt = c.build_type;
+  std::transform(bt.begin(), bt.end(), bt.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  j["library_build_type"] = bt;
+  j["normlab_version"] = c.normlab_version;
+  j["normlab_commit"] = c.git_commit;
+  j["compiler"] = c.compiler;
+  ordered_json libs = ordered_json::object();
+  for (const auto& [k, v] : c.libraries) libs[k] = v;
+  j["library_versions"] = libs;
+  j["omp_proc_bind"] = c.omp_proc_bind;
+  j["threads_pinned"] = c.threads_pinned;
+  j["llc_bytes"] = c.llc_bytes;
+  j["footprint_target_bytes"] = c.footprint_target;
+  j["others_cpu"] = num(c.others_cpu);
+  j["steal"] = num(c.steal);
+  j["normlab_bench"] = kind;
+  j["schema"] = kSchema;
+  j["warnings"] = warnings;
+  return j;
+}
+
+Context context_from(const json& j) {
+  Context c;
+  c.date = get_str(j, "date");
+  c.host_name = get_str(j, "host_name");
+  c.executable = get_str(j, "executable");
+  c.num_cpus = static_cast<int>(get_int(j, "num_cpus"));
+  c.mhz_per_cpu = get_num(j, "mhz_per_cpu");
+  c.cpu_model = get_str(j, "cpu_model");
+  if (j.contains("caches") && j["caches"].is_array())
+    for (const json& ci : j["caches"])
+      c.caches.push_back({get_str(ci, "type"), static_cast<int>(get_int(ci, "level")), get_int(ci, "size"),
+                          static_cast<int>(get_int(ci, "num_sharing"))});
+  if (j.contains("load_avg") && j["load_avg"].is_array())
+    for (const json& v : j["load_avg"])
+      if (v.is_number()) c.load_avg.push_back(v.get<double>());
+  c.build_type = get_str(j, "library_build_type");
+  c.normlab_version = get_str(j, "normlab_version");
+  c.git_commit = get_str(j, "normlab_commit");
+  c.compiler = get_str(j, "compiler");
+  if (j.contains("library_versions") && j["library_versions"].is_object())
+    for (auto it = j["library_versions"].begin(); it != j["library_versions"].end(); ++it)
+      if (it->is_string()) c.libraries[it.key()] = it->get<std::string>();
+  c.omp_proc_bind = get_str(j, "omp_proc_bind");
+  c.threads_pinned = j.value("threads_pinned", false);
+  c.llc_bytes = get_int(j, "llc_bytes");
+  c.footprint_target = get_int(j, "footprint_target_bytes");
+  c.others_cpu = get_num(j, "others_cpu");
+  c.steal = get_num(j, "steal");
+  return c;
+}
+
+ordered_json range_json(const std::map<std::string, std::pair<double, double>>& r) {
+  ordered_json j = ordered_json::object();
+  for (const auto& [k, v] : r) j[k] = {num(v.first), num(v.second)};
+  return j;
+}
+
+std::map<std::string, std::pair<double, double>> range_from(const json& j, const char* key) {
+  std::map<std::string, std::pair<double, double>> r;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_object()) return r;
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    if (!e->is_array() || e->size() != 2) continue;
+    auto v = [](const json& x) { return x.is_number() ? x.get<double>() : NAN; };
+    r[e.key()] = {v((*e)[0]), v((*e)[1])};
+  }
+  return r;
+}
+
+json parse_document(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw UsageError(fmt::format("{}: not JSON ({})", what, e.what()));
+  }
+  NL_USAGE(j.is_object() && j.contains("context") && j.contains("benchmarks") && j["benchmarks"].is_array(),
+           "{}: not a normlab bench JSON document (no context and benchmarks)", what);
+  return j;
+}
+
+}  // namespace
+
+std::string bench_kind_of_json(const std::string& text, const std::string& what) {
+  json j = parse_document(text, what);
+  const std::string kind = get_str(j["context"], "normlab_bench");
+  NL_USAGE(kind == "norms" || kind == "step", "{}: context.normlab_bench is '{}', not norms or step", what, kind);
+  return kind;
+}
+
+// ---- bench norms ---------------------------------------------------------------------------
+
+namespace {
+
+ordered_json norm_row_json(const NormRow& r) {
+  constexpr double kUnit = 1e-6;  // microseconds
+  ordered_json j;
+  j["name"] = r.name();
+  j["run_name"] = r.name();
+  j["run_type"] = "iteration";
+  j["repetitions"] = 1;
+  j["repetition_index"] = 0;
+  j["threads"] = r.threads;
+  j["iterations"] = r.time.samples;
+  j["real_time"] = num(r.time.median / kUnit);
+  j["cpu_time"] = num(r.time.median / kUnit);
+  j["time_unit"] = "us";
+  j["bytes_per_second"] = num(static_cast<double>(r.bytes.data) / r.time.median);
+  j["label"] = r.cache_resident ? "cache-resident" : "memory";
+  j["norm"] = r.norm;
+  j["impl"] = r.impl;
+  j["provider"] = r.provider;
+  j["pass"] = r.pass;
+  j["shape"] = {r.shape.batch, r.shape.seq, r.shape.d};
+  j["status"] = r.status;
+  j["streaming_stores"] = r.streaming_stores;
+  j["verify"] = {{"pass", r.verify.pass},
+                 {"max_abs_err", num(r.verify.max_abs_err)},
+                 {"worst_output", r.verify.worst_output},
+                 {"report", r.verify.report}};
+  j["aggregates"] = aggregates_json(r.time, kUnit);
+  ordered_json c;
+  c["data_bytes"] = r.bytes.data;
+  c["param_bytes"] = r.bytes.params;
+  c["stat_bytes"] = r.bytes.stats;
+  c["working_set_bytes"] = r.working_set_bytes;
+  c["parameters"] = r.parameters;
+  c["gb_per_s"] = num(r.gb_per_s);
+  c["copy_loop_gb_per_s"] = num(r.copy_loop_gb_per_s);
+  c["memcpy_gb_per_s"] = num(r.memcpy_gb_per_s);
+  c["pct_of_copy_loop"] = num(r.pct_of_copy_loop);
+  c["pct_of_memcpy"] = num(r.pct_of_memcpy);
+  c["rms_over_ln"] = num(r.rms_over_ln);
+  c["vs_onednn"] = num(r.vs_onednn);
+  c["vs_torch"] = num(r.vs_torch);
+  j["counters"] = c;
+  j["pct_against"] = r.pct_against;
+  j["runs"] = r.runs;
+  if (!r.run_range.empty()) j["run_range"] = range_json(r.run_range);
+  return j;
+}
+
+NormRow norm_row_from(const json& j, const std::string& what) {
+  NormRow r;
+  r.norm = get_str(j, "norm");
+  r.impl = get_str(j, "impl");
+  r.provider = get_str(j, "provider");
+  r.pass = get_str(j, "pass");
+  NL_USAGE(!r.norm.empty() && !r.impl.empty() && !r.pass.empty(), "{}: benchmark '{}' has no norm, impl or pass",
+           what, get_str(j, "name"));
+  NL_USAGE(j.contains("shape") && j["shape"].is_array() && j["shape"].size() == 3,
+           "{}: benchmark '{}' has no shape [batch, seq, d]", what, get_str(j, "name"));
+  r.shape = {j["shape"][0].get<int64_t>(), j["shape"][1].get<int64_t>(), j["shape"][2].get<int64_t>()};
+  r.threads = static_cast<int>(get_int(j, "threads", 1));
+  r.status = get_str(j, "status", "ok");
+  r.streaming_stores = j.value("streaming_stores", false);
+  if (j.contains("verify") && j["verify"].is_object()) {
+    const json& v = j["verify"];
+    r.verify.pass = v.value("pass", false);
+    r.verify.max_abs_err = get_num(v, "max_abs_err");
+    r.verify.worst_output = get_str(v, "worst_output");
+    r.verify.report = get_str(v, "report");
+  }
+  const double unit = unit_seconds(get_str(j, "time_unit", "us"));
+  if (j.contains("aggregates") && j["aggregates"].is_object()) r.time = aggregates_from(j["aggregates"], unit);
+  const json c = j.contains("counters") && j["counters"].is_object() ? j["counters"] : json::object();
+  r.bytes.data = get_int(c, "data_bytes");
+  r.bytes.params = get_int(c, "param_bytes");
+  r.bytes.stats = get_int(c, "stat_bytes");
+  r.working_set_bytes = get_int(c, "working_set_bytes");
+  r.parameters = get_int(c, "parameters");
+  r.gb_per_s = get_num(c, "gb_per_s");
+  r.copy_loop_gb_per_s = get_num(c, "copy_loop_gb_per_s");
+  r.memcpy_gb_per_s = get_num(c, "memcpy_gb_per_s");
+  r.pct_of_copy_loop = get_num(c, "pct_of_copy_loop");
+  r.pct_of_memcpy = get_num(c, "pct_of_memcpy");
+  r.rms_over_ln = get_num(c, "rms_over_ln");
+  r.vs_onednn = get_num(c, "vs_onednn");
+  r.vs_torch = get_num(c, "vs_torch");
+  r.pct_against = get_str(j, "pct_against", r.streaming_stores ? "memcpy" : "copy-loop");
+  r.cache_resident = get_str(j, "label") == "cache-resident";
+  r.runs = static_cast<int>(get_int(j, "runs", 1));
+  r.run_range = range_from(j, "run_range");
+  return r;
+}
+
+}  // namespace
+
+std::string norm_report_json(const NormReport& r) {
+  ordered_json j;
+  j["context"] = context_json(r.context, "norms", r.warnings);
+  ordered_json b = ordered_json::array();
+  for (const NormRow& row : r.rows) b.push_back(norm_row_json(row));
+  j["benchmarks"] = b;
+  return j.dump(2);
+}
+
+NormReport norm_report_from_json(const std::string& text, const std::string& what) {
+  json j = parse_document(text, what);
+  NL_USAGE(get_str(j["context"], "normlab_bench") == "norms", "{}: not a `bench norms` document (context.normlab_bench "
+           "is '{}')", what, get_str(j["context"], "normlab_bench"));
+  NormReport r;
+  r.context = context_from(j["context"]);
+  if (j["context"].contains("warnings") && j["context"]["warnings"].is_array())
+    for (const json& w : j["context"]["warnings"])
+      if (w.is_string()) r.warnings.push_back(w.get<std::string>());
+  for (const json& b : j["benchmarks"]) r.rows.push_back(norm_row_from(b, what));
+  return r;
+}
+
+// ---- bench step ----------------------------------------------------------------------------
+
+namespace {
+
+ordered_json step_row_json(const StepRow& r) {
+  constexpr double kUnit = 1e-3;  // milliseconds
+  ordered_json j;
+  j["name"] = r.name();
+  j["run_name"] = r.name();
+  j["run_type"] = "iteration";
+  j["repetitions"] = 1;
+  j["repetition_index"] = 0;
+  j["threads"] = r.threads;
+  j["iterations"] = r.step.samples;
+  j["real_time"] = num(r.step.median / kUnit);
+  j["cpu_time"] = num(r.step.median / kUnit);
+  j["time_unit"] = "ms";
+  j["items_per_second"] = num(r.tokens_per_s);
+  j["model"] = r.model;
+  j["norm"] = r.norm;
+  j["config"] = {{"layers", r.layers}, {"d_model", r.d_model}, {"d_hidden", r.d_hidden}, {"heads", r.heads},
+                 {"vocab", r.vocab},   {"batch", r.batch},     {"seq", r.seq}};
+  j["aggregates"] = aggregates_json(r.step, kUnit);
+  j["norm_kernels"] = aggregates_json(r.norm_kernels, kUnit);
+  j["norm_verify"] = {{"pass", r.norm_verify.pass},
+                      {"max_abs_err", num(r.norm_verify.max_abs_err)},
+                      {"worst_output", r.norm_verify.worst_output}};
+  ordered_json c;
+  c["parameters"] = r.parameters;
+  c["norm_parameters"] = r.norm_parameters;
+  c["norm_calls"] = r.norm_calls;
+  c["norm_rows"] = r.norm_rows;
+  c["norm_share"] = num(r.norm_share);
+  c["tokens_per_s"] = num(r.tokens_per_s);
+  c["step_speedup"] = num(r.step_speedup);
+  c["op_speedup"] = num(r.op_speedup);
+  c["predicted_step_speedup"] = num(r.predicted_step_speedup);
+  j["counters"] = c;
+  j["runs"] = r.runs;
+  if (!r.run_range.empty()) j["run_range"] = range_json(r.run_range);
+  return j;
+}
+
+StepRow step_row_from(const json& j, const std::string& what) {
+  StepRow r;
+  r.model = get_str(j, "model");
+  r.norm = get_str(j, "norm");
+  NL_USAGE(!r.model.empty() && !r.norm.empty(), "{}: benchmark '{}' has no model or norm", what, get_str(j, "name"));
+  r.threads = static_cast<int>(get_int(j, "threads", 1));
+  const json cfg = j.contains("config") ? j["config"] : json::object();
+  r.layers = get_int(cfg, "layers");
+  r.d_model = get_int(cfg, "d_model");
+  r.d_hidden = get_int(cfg, "d_hidden");
+  r.heads = get_int(cfg, "heads");
+  r.vocab = get_int(cfg, "vocab");
+  r.batch = get_int(cfg, "batch");
+  r.seq = get_int(cfg, "seq");
+  const double unit = unit_seconds(get_str(j, "time_unit", "ms"));
+  if (j.contains("aggregates")) r.step = aggregates_from(j["aggregates"], unit);
+  if (j.contains("norm_kernels")) r.norm_kernels = aggregates_from(j["norm_kernels"], unit);
+  if (j.contains("norm_verify")) {
+    r.norm_verify.pass = j["norm_verify"].value("pass", false);
+    r.norm_verify.max_abs_err = get_num(j["norm_verify"], "max_abs_err");
+    r.norm_verify.worst_output = get_str(j["norm_verify"], "worst_output");
+  }
+  const json c = j.contains("counters") ? j["counters"] : json::object();
+  r.parameters = get_int(c, "parameters");
+  r.norm_parameters = get_int(c, "norm_parameters");
+  r.norm_calls = get_int(c, "norm_calls");
+  r.norm_rows = get_int(c, "norm_rows");
+  r.norm_share = get_num(c, "norm_share");
+  r.tokens_per_s = get_num(c, "tokens_per_s");
+  r.step_speedup = get_num(c, "step_speedup");
+  r.op_speedup = get_num(c, "op_speedup");
+  r.predicted_step_speedup = get_num(c, "predicted_step_speedup");
+  r.runs = static_cast<int>(get_int(j, "runs", 1));
+  r.run_range = range_from(j, "run_range");
+  return r;
+}
+
+}  // namespace
+
+std::string step_report_json(const StepReport& r) {
+  ordered_json j;
+  j["context"] = context_json(r.context, "step", r.warnings);
+  ordered_json b = ordered_json::array();
+  for (const StepRow& row : r.rows) b.push_back(step_row_json(row));
+  j["benchmarks"] = b;
+  return j.dump(2);
+}
+
+StepReport step_report_from_json(const std::string& text, const std::string& what) {
+  json j = parse_document(text, what);
+  NL_USAGE(get_str(j["context"], "normlab_bench") == "step", "{}: not a `bench step` document (context.normlab_bench "
+           "is '{}')", what, get_str(j["context"], "normlab_bench"));
+  StepReport r;
+  r.context = context_from(j["context"]);
+  if (j["context"].contains("warnings") && j["context"]["warnings"].is_array())
+    for (const json& w : j["context"]["warnings"])
+      if (w.is_string()) r.warnings.push_back(w.get<std::string>());
+  for (const json& b : j["benchmarks"]) r.rows.push_back(step_row_from(b, what));
+  return r;
+}
+
+// ---- several runs ----------------------------------------------------------------------------
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+  if (v.empty()) return NAN;
+  return summarize(std::move(v)).median;
+}
+
+std::pair<double, double> range_of(const std::vector<double>& v) {
+  double lo = NAN, hi = NAN;
+  for (double x : v) {
+    if (!std::isfinite(x)) continue;
+    lo = std::isnan(lo) ? x : std::min(lo, x);
+    hi = std::isnan(hi) ? x : std::max(hi, x);
+  }
+  return {lo, hi};
+}
+
+// Time statistics of one row over runs: the median of the medians, the extremes of the
+// extremes, the mean of the means, the median of the standard deviations, all the samples.
+Stats merge_stats(const std::vector<Stats>& s) {
+  Stats m;
+  std::vector<double> med, mean, sd;
+  for (const Stats& x : s) {
+    med.push_back(x.median);
+    mean.push_back(x.mean);
+    sd.push_back(x.stddev);
+    m.samples += x.samples;
+    if (std::isfinite(x.min)) m.min = std::isnan(m.min) ? x.min : std::min(m.min, x.min);
+    if (std::isfinite(x.max)) m.max = std::isnan(m.max) ? x.max : std::max(m.max, x.max);
+  }
+  m.median = median_of(med);
+  double total = 0;
+  int count = 0;
+  for (double x : mean)
+    if (std::isfinite(x)) total += x, ++count;
+  m.mean = count ? total / count : NAN;
+  m.stddev = median_of(sd);
+  return m;
+}
+
+template <class Report>
+void merge_context(Report& out, const std::vector<Report>& runs) {
+  out.context = runs.front().context;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    // The busiest run's load: the merged figures are no cleaner than their noisiest run.
+    const Context& c = runs[i].context;
+    if (std::isfinite(c.others_cpu) && !(c.others_cpu <= out.context.others_cpu)) out.context.others_cpu = c.others_cpu;
+    if (std::isfinite(c.steal) && !(c.steal <= out.context.steal)) out.context.steal = c.steal;
+    if (!c.load_avg.empty() && !out.context.load_avg.empty() && c.load_avg[0] > out.context.load_avg[0])
+      out.context.load_avg = c.load_avg;
+    for (const auto& [k, v] : runs[i].context.libraries) out.context.libraries.emplace(k, v);
+    for (const std::string& w : runs[i].warnings)
+      if (seen.insert(w).second) out.warnings.push_back(w);
+  }
+  std::string dates;
+  for (const Report& r : runs) dates += (dates.empty() ? "" : ", ") + r.context.date;
+  out.warnings.push_back(fmt::format("{} runs merged (dates {}): each figure is the median over the runs, its range "
+                                     "over the runs in brackets",
+                                     runs.size(), dates));
+}
+
+}  // namespace
+
+NormReport merge_runs(const std::vector<NormReport>& runs_in) {
+  NL_USAGE(!runs_in.empty(), "merge: no runs given");
+  std::vector<NormReport> runs = runs_in;
+  for (NormReport& r : runs) derive(r);
+  NormReport out;
+  merge_context(out, runs);
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const NormRow*>> groups;
+  for (const NormReport& r : runs)
+    for (const NormRow& row : r.rows) {
+      auto& g = groups[row.name()];
+      if (g.empty()) order.push_back(row.name());
+      g.push_back(&row);
+    }
+  for (const std::string& name : order) {
+    const auto& g = groups[name];
+    NormRow m = *g.front();
+    std::vector<Stats> times;
+    std::map<std::string, std::vector<double>> figures;
+    bool all_ok = true;
+    for (const NormRow* r : g) {
+      all_ok = all_ok && r->status == "ok";
+      if (!r->verify.pass && m.verify.pass) m.verify = r->verify;
+      m.verify.max_abs_err = std::max(m.verify.max_abs_err, r->verify.max_abs_err);
+      if (r->status != "ok") continue;
+      times.push_back(r->time);
+      figures["median"].push_back(r->time.median);
+      figures["gb_per_s"].push_back(r->gb_per_s);
+      figures["pct_of_copy"].push_back(r->pct_of_copy());
+      figures["rms_over_ln"].push_back(r->rms_over_ln);
+      figures["vs_onednn"].push_back(r->vs_onednn);
+      figures["vs_torch"].push_back(r->vs_torch);
+    }
+    m.status = all_ok ? "ok" : "rejected";
+    m.runs = static_cast<int>(g.size());
+    m.time = times.empty() ? Stats{} : merge_stats(times);
+    m.run_range.clear();
+    for (const auto& [k, v] : figures) {
+      auto rg = range_of(v);
+      if (std::isfinite(rg.first)) m.run_range[k] = rg;
+    }
+    out.rows.push_back(m);
+  }
+  derive(out);
+  return out;
+}
+
+StepReport merge_runs(const std::vector<StepReport>& runs_in) {
+  NL_USAGE(!runs_in.empty(), "merge: no runs given");
+  std::vector<StepReport> runs = runs_in;
+  for (StepReport& r : runs) derive(r);
+  StepReport out;
+  merge_context(out, runs);
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const StepRow*>> groups;
+  for (const StepReport& r : runs)
+    for (const StepRow& row : r.rows) {
+      auto& g = groups[row.name()];
+      if (g.empty()) order.push_back(row.name());
+      g.push_back(&row);
+    }
+  for (const std::string& name : order) {
+    const auto& g = groups[name];
+    StepRow m = *g.front();
+    std::vector<Stats> steps, norms;
+    std::map<std::string, std::vector<double>> figures;
+    for (const StepRow* r : g) {
+      steps.push_back(r->step);
+      norms.push_back(r->norm_kernels);
+      figures["step"].push_back(r->step.median);
+      figures["norm_kernels"].push_back(r->norm_kernels.median);
+      figures["norm_share"].push_back(r->norm_share);
+      figures["step_speedup"].push_back(r->step_speedup);
+      figures["op_speedup"].push_back(r->op_speedup);
+      figures["predicted_step_speedup"].push_back(r->predicted_step_speedup);
+    }
+    m.runs = static_cast<int>(g.size());
+    m.step = merge_stats(steps);
+    m.norm_kernels = merge_stats(norms);
+    m.run_range.clear();
+    for (const auto& [k, v] : figures) {
+      auto rg = range_of(v);
+      if (std::isfinite(rg.first)) m.run_range[k] = rg;
+    }
+    out.rows.push_back(m);
+  }
+  derive(out);
+  return out;
+}
+
+// ---- comparisons -----------------------------------------------------------------------------
+
+std::vector<NamedStats> timed_entries(const NormReport& r) {
+  std::vector<NamedStats> out;
+  for (const NormRow& row : r.rows)
+    if (row.status == "ok") out.push_back({row.name(), row.time});
+  return out;
+}
+
+std::vector<NamedStats> timed_entries(const StepReport& r) {
+  std::vector<NamedStats> out;
+  for (const StepRow& row : r.rows) {
+    out.push_back({row.name(), row.step});
+    out.push_back({row.name() + "/norm_kernels", row.norm_kernels});
+  }
+  return out;
+}
+
+std::vector<NamedStats> timed_entries_from_json(const std::string& text, const std::string& what) {
+  return bench_kind_of_json(text, what) == "norms" ? timed_entries(norm_report_from_json(text, what))
+                                                   : timed_entries(step_report_from_json(text, what));
+}
+
+std::vector<CompareRow> compare(const std::vector<NamedStats>& base, const std::vector<NamedStats>& now) {
+  // Below 5% a change is not told apart from the run-to-run spread of medians measured on
+  // this kind of machine (docs/bench.md); noisier rows need more (twice their combined cv).
+  constexpr double kRunToRun = 0.05;
+  std::map<std::string, const NamedStats*> by_name;
+  for (const NamedStats& b : base) by_name[b.name] = &b;
+  std::set<std::string> matched;
+  std::vector<CompareRow> out;
+  for (const NamedStats& n : now) {
+    CompareRow c;
+    c.name = n.name;
+    c.now = n.time;
+    auto it = by_name.find(n.name);
+    if (it == by_name.end()) {
+      c.verdict = "only now";
+      out.push_back(c);
+      continue;
+    }
+    matched.insert(n.name);
+    c.base = it->second->time;
+    c.ratio = c.now.median / c.base.median;
+    const double cvb = std::isfinite(c.base.cv()) ? c.base.cv() : 0, cvn = std::isfinite(c.now.cv()) ? c.now.cv() : 0;
+    c.noise = std::max(kRunToRun, 2 * std::sqrt(cvb * cvb + cvn * cvn));
+    c.verdict = !std::isfinite(c.ratio) ? "not timed" : c.ratio < 1 - c.noise ? "faster" : c.ratio > 1 + c.noise ? "slower" : "same";
+    out.push_back(c);
+  }
+  for (const NamedStats& b : base) {
+    if (matched.count(b.name)) continue;
+    CompareRow c;
+    c.name = b.name;
+    c.base = b.time;
+    c.verdict = "only in base";
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string compare_json(const std::vector<CompareRow>& rows) {
+  ordered_json j = ordered_json::array();
+  for (const CompareRow& c : rows)
+    j.push_back({{"name", c.name},
+                 {"base_median_s", num(c.base.median)},
+                 {"now_median_s", num(c.now.median)},
+                 {"ratio", num(c.ratio)},
+                 {"noise", num(c.noise)},
+                 {"verdict", c.verdict}});
+  ordered_json doc;
+  doc["comparison"] = j;
+  return doc.dump(2);
+}
+
+}  // namespace normlab::bench

@@ -1,0 +1,393 @@
+// `bench`: the exporters. They serialize the result structs (bench.h) and compute nothing but
+// formatting: aligned text tables, markdown, CSV; JSON is bench_json.cpp's.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "bench/bench_internal.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+
+namespace normlab::bench {
+
+namespace {
+
+// ---- a table of strings, as text or markdown --------------------------------------------
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<bool> right;  // right-aligned (numbers)
+  std::vector<std::vector<std::string>> rows;
+  std::vector<size_t> gaps;  // a blank line before these rows (text only)
+
+  std::string text() const {
+    std::vector<size_t> w(header.size(), 0);
+    for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
+    for (const auto& r : rows)
+      for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
+    auto line = [&](const std::vector<std::string>& r) {
+      std::string s;
+      for (size_t c = 0; c < r.size(); ++c) {
+        const std::string pad(w[c] - r[c].size(), ' ');
+        s += (c ? "  " : "") + (right[c] ? pad + r[c] : r[c] + pad);
+      }
+      while (!s.empty() && s.back() == ' ') s.pop_back();
+      return s + "\n";
+    };
+    std::string out = line(header);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (std::find(gaps.begin(), gaps.end(), i) != gaps.end()) out += "\n";
+      out += line(rows[i]);
+    }
+    return out;
+  }
+
+  std::string markdown() const {
+    auto line = [](const std::vector<std::string>& r) {
+      std::string s = "|";
+      for (const std::string& c : r) s += " " + c + " |";
+      return s + "\n";
+    };
+    std::string out = line(header) + "|";
+    for (size_t c = 0; c < header.size(); ++c) out += right[c] ? "---:|" : "---|";
+    out += "\n";
+    for (const auto& r : rows) out += line(r);
+    return out;
+  }
+};
+
+bool finite(double x) { return std::isfinite(x); }
+
+std::string fmt_time(double s) {
+  if (!finite(s)) return "-";
+  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
+  if (s < 1.0) return fmt::format("{:.2f} ms", s * 1e3);
+  return fmt::format("{:.3f} s", s);
+}
+std::string fmt_pct(double p) { return finite(p) ? fmt::format("{:.0f}%", p) : "-"; }
+std::string fmt_ratio(double x) { return finite(x) ? fmt::format("{:.2f}x", x) : "-"; }
+std::string fmt_gbps(double x) { return finite(x) ? fmt::format("{:.1f}", x) : "-"; }
+std::string fmt_mib(int64_t b) { return fmt::format("{:.0f}", static_cast<double>(b) / (1 << 20)); }
+
+// "1.32x [1.29-1.35]" when several runs were merged, else "1.32x".
+std::string with_range(const std::string& value, const std::map<std::string, std::pair<double, double>>& rr,
+                       const std::string& key, const char* spec) {
+  auto it = rr.find(key);
+  if (value == "-" || it == rr.end() || !finite(it->second.first)) return value;
+  return value + fmt::format(" [{}-{}]", fmt::format(fmt::runtime(spec), it->second.first),
+                             fmt::format(fmt::runtime(spec), it->second.second));
+}
+
+// The run-to-run spread of the medians: (max - min) / median over the merged runs.
+std::string run_spread(const std::map<std::string, std::pair<double, double>>& rr, const std::string& key,
+                       double median) {
+  auto it = rr.find(key);
+  if (it == rr.end() || !finite(median) || median <= 0) return "-";
+  return fmt::format("{:.1f}%", 100 * (it->second.second - it->second.first) / median);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+std::string csv_num(double x) { return finite(x) ? fmt::format("{:.6g}", x) : ""; }
+
+std::string context_line(const Context& c) {
+  std::string llc = c.llc_bytes ? fmt::format(", last-level cache {} MiB", c.llc_bytes >> 20) : "";
+  std::string libs;
+  for (const auto& [k, v] : c.libraries) libs += fmt::format(", {} {}", k, v);
+  std::string load = c.load_avg.empty() ? "" : fmt::format(", load average {:.2f} at the start", c.load_avg[0]);
+  if (finite(c.others_cpu))
+    load += fmt::format(", other processes {:.0f}% of the CPU time during the run", 100 * c.others_cpu);
+  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}{}", c.date, c.cpu_model,
+                     c.num_cpus, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type, libs,
+                     c.threads_pinned ? "yes" : "no", load);
+}
+
+// ---- bench norms -------------------------------------------------------------------------
+
+int pass_rank(const std::string& p) { return p == "copy" ? 0 : p == "fwd" ? 1 : 2; }
+int norm_rank(const std::string& n) { return n == "copy" ? 0 : n == "layernorm" ? 1 : 2; }
+
+// Display order: shapes and thread counts as first met, then copy, forward, backward; in each,
+// copy rows, LayerNorm rows, RMSNorm rows, implementations as first met (torch after the rest).
+std::vector<const NormRow*> display_order(const NormReport& r) {
+  std::map<std::string, size_t> shape_at, impl_at;
+  for (const NormRow& row : r.rows) {
+    shape_at.emplace(row.shape.str(), shape_at.size());
+    impl_at.emplace(row.impl, row.impl == "torch" ? 1000 : impl_at.size());
+  }
+  std::vector<const NormRow*> v;
+  for (const NormRow& row : r.rows) v.push_back(&row);
+  std::stable_sort(v.begin(), v.end(), [&](const NormRow* a, const NormRow* b) {
+    auto key = [&](const NormRow* x) {
+      return std::make_tuple(shape_at[x->shape.str()], x->threads, pass_rank(x->pass), norm_rank(x->norm),
+                             impl_at[x->impl]);
+    };
+    return key(a) < key(b);
+  });
+  return v;
+}
+
+Table norm_table(const NormReport& r) {
+  bool merged = false;
+  for (const NormRow& row : r.rows) merged = merged || row.runs > 1;
+  Table t;
+  t.header = {"implementation", "pass", "shape", "thr", "params", "median", "min", "max", "cv", "GB/s", "%copy",
+              "RMS/LN", "vs oneDNN", "vs torch", "ws MiB"};
+  t.right = {false, false, false, true, true, true, true, true, true, true, true, true, true, true, true};
+  if (merged) {
+    t.header.insert(t.header.begin() + 6, "runs");
+    t.right.insert(t.right.begin() + 6, true);
+  }
+  std::string last_group;
+  for (const NormRow* p : display_order(r)) {
+    const NormRow& x = *p;
+    const std::string group = fmt::format("{}/{}", x.shape.str(), x.threads);
+    if (!last_group.empty() && group != last_group) t.gaps.push_back(t.rows.size());
+    last_group = group;
+    const auto& rr = x.run_range;
+    std::string pct = fmt_pct(x.norm == "copy" ? x.pct_of_copy_loop : x.pct_of_copy());
+    if (pct != "-" && x.pct_against == "memcpy" && x.norm != "copy") pct += " of memcpy";
+    std::vector<std::string> row = {
+        x.norm + "." + x.impl,
+        x.pass,
+        x.shape.str(),
+        std::to_string(x.threads),
+        x.parameters ? std::to_string(x.parameters) : "-",
+        x.status == "ok" ? fmt_time(x.time.median) : "REJECTED",
+        x.status == "ok" ? fmt_time(x.time.min) : "",
+        x.status == "ok" ? fmt_time(x.time.max) : "",
+        x.status == "ok" && finite(x.time.cv()) ? fmt::format("{:.1f}%", 100 * x.time.cv()) : "",
+        with_range(fmt_gbps(x.gb_per_s), rr, "gb_per_s", "{:.1f}"),
+        x.norm == "copy" ? pct : with_range(pct, rr, "pct_of_copy", "{:.0f}"),
+        with_range(fmt_ratio(x.rms_over_ln), rr, "rms_over_ln", "{:.2f}"),
+        with_range(fmt_ratio(x.vs_onednn), rr, "vs_onednn", "{:.2f}"),
+        with_range(fmt_ratio(x.vs_torch), rr, "vs_torch", "{:.2f}"),
+        fmt_mib(x.working_set_bytes) + (x.cache_resident ? "*" : "")};
+    if (merged) row.insert(row.begin() + 6, fmt::format("{} {}", x.runs, run_spread(rr, "median", x.time.median)));
+    t.rows.push_back(row);
+  }
+  return t;
+}
+
+std::string norm_legend(bool merged) {
+  std::string s =
+      "median/min/max: seconds per call over the timed calls (one call = one sample, each on the next buffer set); "
+      "cv: stddev/mean. GB/s: the N x D arrays moved per call (forward: x read + y written; backward: x, dy read + "
+      "dx written; parameters and statistics not counted) / median. %copy: of the copy loop's GB/s (ordinary "
+      "stores) measured in the same run, same shape and threads; a kernel with streaming stores is held to memcpy "
+      "instead (marked 'of memcpy'); the memcpy row shows memcpy as % of the copy loop. RMS/LN: LayerNorm's median "
+      "/ RMSNorm's, same implementation (>1: RMSNorm faster). vs oneDNN, vs torch: the other's median / this "
+      "median (>1: this faster). ws: MiB the case rotates through; * = below max(1 GiB, 4 x LLC): may be cache "
+      "speed.";
+  if (merged)
+    s += " runs: runs merged and the spread of their medians ((max-min)/median); [a-b]: the figure's range over the "
+         "runs.";
+  return s;
+}
+
+Table summary_table(const NormReport& r) {
+  // One line per (shape, threads, pass) with the headline figures.
+  std::map<std::string, const NormRow*> at;
+  for (const NormRow& x : r.rows) at[fmt::format("{}.{}/{}/{}/{}", x.norm, x.impl, x.pass, x.shape.str(), x.threads)] = &x;
+  auto get = [&](const std::string& ni, const std::string& pass, const NormRow& like) -> const NormRow* {
+    auto it = at.find(fmt::format("{}/{}/{}/{}", ni, pass, like.shape.str(), like.threads));
+    return it == at.end() || it->second->status != "ok" ? nullptr : it->second;
+  };
+  Table t;
+  t.header = {"shape", "thr", "pass", "copy GB/s", "memcpy GB/s", "LN fused GB/s", "LN %copy", "RMS fused GB/s",
+              "RMS %copy", "RMS/LN fused", "RMS/LN torch", "LN fused vs oneDNN", "LN fused vs torch",
+              "RMS fused vs torch"};
+  t.right = {false, true, false, true, true, true, true, true, true, true, true, true, true, true};
+  std::set<std::string> done;
+  for (const NormRow* p : display_order(r)) {
+    const NormRow& x = *p;
+    if (x.pass == "copy") continue;
+    const std::string key = fmt::format("{}/{}/{}", x.shape.str(), x.threads, x.pass);
+    if (!done.insert(key).second) continue;
+    const NormRow* cl = get("copy.loop", "copy", x);
+    const NormRow* cm = get("copy.memcpy", "copy", x);
+    const NormRow* lf = get("layernorm.fused", x.pass, x);
+    const NormRow* rf = get("rmsnorm.fused", x.pass, x);
+    const NormRow* rt = get("rmsnorm.torch", x.pass, x);
+    auto fig = [&](const NormRow* row, double v, const char* key2, const char* spec, std::string (*f)(double)) {
+      if (!row) return std::string("-");
+      return with_range(f(v), row->run_range, key2, spec);
+    };
+    t.rows.push_back({x.shape.str(), std::to_string(x.threads), x.pass,
+                      fig(cl, cl ? cl->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+                      fig(cm, cm ? cm->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+                      fig(lf, lf ? lf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+                      fig(lf, lf ? lf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+                      fig(rf, rf ? rf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+                      fig(rf, rf ? rf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+                      fig(rf, rf ? rf->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
+                      fig(rt, rt ? rt->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
+                      fig(lf, lf ? lf->vs_onednn : NAN, "vs_onednn", "{:.2f}", fmt_ratio),
+                      fig(lf, lf ? lf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
+                      fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio)});
+  }
+  return t;
+}
+
+std::string norm_csv(const NormReport& r) {
+  std::string s =
+      "name,norm,impl,provider,pass,batch,seq,d,threads,status,samples,median_s,min_s,max_s,mean_s,stddev_s,cv,"
+      "spread,data_bytes,param_bytes,stat_bytes,working_set_bytes,cache_resident,parameters,gb_per_s,"
+      "copy_loop_gb_per_s,memcpy_gb_per_s,pct_of_copy_loop,pct_of_memcpy,pct_against,rms_over_ln,vs_onednn,"
+      "vs_torch,verify_max_abs_err,runs\n";
+  for (const NormRow* p : display_order(r)) {
+    const NormRow& x = *p;
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                     csv_field(x.name()), x.norm, x.impl, csv_field(x.provider), x.pass, x.shape.batch, x.shape.seq,
+                     x.shape.d, x.threads, x.status, x.time.samples, csv_num(x.time.median), csv_num(x.time.min),
+                     csv_num(x.time.max), csv_num(x.time.mean), csv_num(x.time.stddev), csv_num(x.time.cv()),
+                     csv_num(x.time.spread()), x.bytes.data, x.bytes.params, x.bytes.stats, x.working_set_bytes,
+                     x.cache_resident ? 1 : 0, x.parameters, csv_num(x.gb_per_s), csv_num(x.copy_loop_gb_per_s),
+                     csv_num(x.memcpy_gb_per_s), csv_num(x.pct_of_copy_loop), csv_num(x.pct_of_memcpy),
+                     x.pct_against, csv_num(x.rms_over_ln), csv_num(x.vs_onednn), csv_num(x.vs_torch),
+                     csv_num(x.verify.max_abs_err), x.runs);
+  }
+  return s;
+}
+
+// ---- bench step ----------------------------------------------------------------------------
+
+Table step_table(const StepReport& r) {
+  bool merged = false;
+  for (const StepRow& row : r.rows) merged = merged || row.runs > 1;
+  Table t;
+  t.header = {"model", "norm", "thr", "params", "norm params", "norm calls", "step median", "min", "max", "cv",
+              "tokens/s", "norm kernels", "norm share", "RMS/LN step", "RMS/LN norms", "predicted"};
+  t.right = {false, false, true, true, true, true, true, true, true, true, true, true, true, true, true, true};
+  if (merged) {
+    t.header.insert(t.header.begin() + 7, "runs");
+    t.right.insert(t.right.begin() + 7, true);
+  }
+  std::string last;
+  for (const StepRow& x : r.rows) {
+    const std::string group = fmt::format("{}/{}", x.model, x.threads);
+    if (!last.empty() && group != last) t.gaps.push_back(t.rows.size());
+    last = group;
+    const auto& rr = x.run_range;
+    std::vector<std::string> row = {
+        x.model,
+        x.norm,
+        std::to_string(x.threads),
+        std::to_string(x.parameters),
+        std::to_string(x.norm_parameters),
+        fmt::format("{} x {}x{}", x.norm_calls, x.norm_rows, x.d_model),
+        fmt_time(x.step.median),
+        fmt_time(x.step.min),
+        fmt_time(x.step.max),
+        finite(x.step.cv()) ? fmt::format("{:.1f}%", 100 * x.step.cv()) : "-",
+        finite(x.tokens_per_s) ? fmt::format("{:.0f}", x.tokens_per_s) : "-",
+        fmt_time(x.norm_kernels.median),
+        with_range(finite(x.norm_share) ? fmt::format("{:.1f}%", 100 * x.norm_share) : "-", {}, "", ""),
+        with_range(fmt_ratio(x.step_speedup), rr, "step_speedup", "{:.3f}"),
+        with_range(fmt_ratio(x.op_speedup), rr, "op_speedup", "{:.2f}"),
+        with_range(fmt_ratio(x.predicted_step_speedup), rr, "predicted_step_speedup", "{:.3f}")};
+    if (merged) row.insert(row.begin() + 7, fmt::format("{} {}", x.runs, run_spread(rr, "step", x.step.median)));
+    t.rows.push_back(row);
+  }
+  return t;
+}
+
+std::string step_legend() {
+  return "step: one training step (forward + backward + gradient norm + AdamW), the two norms' models stepping in "
+         "turn. norm calls: norm forwards per step (each with its backward) x their rows x d. norm kernels: those "
+         "calls' kernels, forward and backward, timed apart at the step's shapes (cache-resident, as in the step). "
+         "norm share: norm kernels / step. RMS/LN step: LayerNorm's step / RMSNorm's (model level); RMS/LN norms: "
+         "the same for the norm kernels (operator level); predicted: the step speed-up if only the norm time "
+         "changed.";
+}
+
+std::string step_csv(const StepReport& r) {
+  std::string s =
+      "name,model,norm,threads,layers,d_model,d_hidden,heads,vocab,batch,seq,parameters,norm_parameters,norm_calls,"
+      "norm_rows,samples,step_median_s,step_min_s,step_max_s,step_cv,norm_kernels_median_s,norm_share,tokens_per_s,"
+      "step_speedup,op_speedup,predicted_step_speedup,runs\n";
+  for (const StepRow& x : r.rows)
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", x.name(),
+                     x.model, x.norm, x.threads, x.layers, x.d_model, x.d_hidden, x.heads, x.vocab, x.batch, x.seq,
+                     x.parameters, x.norm_parameters, x.norm_calls, x.norm_rows, x.step.samples,
+                     csv_num(x.step.median), csv_num(x.step.min), csv_num(x.step.max), csv_num(x.step.cv()),
+                     csv_num(x.norm_kernels.median), csv_num(x.norm_share), csv_num(x.tokens_per_s),
+                     csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs);
+  return s;
+}
+
+std::string notes_markdown(const std::vector<std::string>& warnings) {
+  std::string s;
+  for (const std::string& w : warnings) s += "- " + w + "\n";
+  return s;
+}
+
+}  // namespace
+
+std::string render(const NormReport& r, Format f) {
+  switch (f) {
+    case Format::json: return norm_report_json(r) + "\n";
+    case Format::csv: return norm_csv(r);
+    case Format::markdown: {
+      bool merged = false;
+      for (const NormRow& row : r.rows) merged = merged || row.runs > 1;
+      std::string s = "Measured " + context_line(r.context) + ".\n\n" + norm_table(r).markdown() + "\n" +
+                      norm_legend(merged) + "\n";
+      if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
+      return s;
+    }
+    case Format::table: break;
+  }
+  bool merged = false;
+  for (const NormRow& row : r.rows) merged = merged || row.runs > 1;
+  return norm_table(r).text() + "\n" + norm_legend(merged) + "\n";
+}
+
+std::string render_norm_summary(const NormReport& r, Format f) {
+  Table t = summary_table(r);
+  return f == Format::markdown ? t.markdown() : t.text();
+}
+
+std::string render(const StepReport& r, Format f) {
+  switch (f) {
+    case Format::json: return step_report_json(r) + "\n";
+    case Format::csv: return step_csv(r);
+    case Format::markdown: {
+      std::string s = "Measured " + context_line(r.context) + ".\n\n" + step_table(r).markdown() + "\n" +
+                      step_legend() + "\n";
+      if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
+      return s;
+    }
+    case Format::table: break;
+  }
+  return step_table(r).text() + "\n" + step_legend() + "\n";
+}
+
+std::string render(const std::vector<CompareRow>& rows, Format f) {
+  if (f == Format::json) return compare_json(rows) + "\n";
+  if (f == Format::csv) {
+    std::string s = "name,base_median_s,now_median_s,ratio,noise,verdict\n";
+    for (const CompareRow& c : rows)
+      s += fmt::format("{},{},{},{},{},{}\n", csv_field(c.name), csv_num(c.base.median), csv_num(c.now.median),
+                       csv_num(c.ratio), csv_num(c.noise), c.verdict);
+    return s;
+  }
+  Table t;
+  t.header = {"benchmark", "base", "now", "now/base", "noise", "verdict"};
+  t.right = {false, true, true, true, true, false};
+  for (const CompareRow& c : rows)
+    t.rows.push_back({c.name, fmt_time(c.base.median), fmt_time(c.now.median),
+                      finite(c.ratio) ? fmt::format("{:.3f}", c.ratio) : "-",
+                      finite(c.noise) ? fmt::format("{:.0f}%", 100 * c.noise) : "-", c.verdict});
+  const std::string legend =
+      "now/base: this run's median / the base's (< 1: faster now). noise: the change below which a ratio is not told "
+      "apart from 1 (the larger of 5%, the run-to-run spread of medians, and twice the rows' combined cv).\n";
+  return (f == Format::markdown ? t.markdown() : t.text()) + "\n" + legend;
+}
+
+}  // namespace normlab::bench

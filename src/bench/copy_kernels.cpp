@@ -1,0 +1,80 @@
+// `bench norms`: the bandwidth limits the norm kernels are held to, timed in the same run on the
+// same buffers and thread count:
+//   copy_loop    dst[i] = src[i] with ordinary vector loads and stores (what the norm kernels
+//                themselves do: a norm can at best read x and write y at this speed);
+//   copy_memcpy  memcpy, one call per thread on its chunk; glibc switches to non-temporal
+//                (streaming) stores above a size threshold, which is faster on large buffers:
+//                the limit for a kernel that streams its stores.
+// Chunks follow the cpu backend's parallel_chunks: one contiguous range per thread.
+//
+// GCC turns a recognisable copy loop into a memcpy call (-ftree-loop-distribute-patterns):
+// turned off for this file, or the "plain copy loop" would be memcpy again.
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace normlab::bench::detail {
+
+namespace {
+
+// dst[i] = src[i] for i in [0, n), four vectors per iteration, then the tail.
+void copy_loop_range(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 64 <= n; i += 64) {
+    __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + 16);
+    __m512 c = _mm512_loadu_ps(src + i + 32), d = _mm512_loadu_ps(src + i + 48);
+    _mm512_storeu_ps(dst + i, a);
+    _mm512_storeu_ps(dst + i + 16, b);
+    _mm512_storeu_ps(dst + i + 32, c);
+    _mm512_storeu_ps(dst + i + 48, d);
+  }
+#elif defined(__AVX__)
+  for (; i + 32 <= n; i += 32) {
+    __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
+    __m256 c = _mm256_loadu_ps(src + i + 16), d = _mm256_loadu_ps(src + i + 24);
+    _mm256_storeu_ps(dst + i, a);
+    _mm256_storeu_ps(dst + i + 8, b);
+    _mm256_storeu_ps(dst + i + 16, c);
+    _mm256_storeu_ps(dst + i + 24, d);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+template <class F>
+void per_thread_chunk(int64_t n, F&& f) {
+  if (omp_get_max_threads() <= 1 || n < 1024) {
+    f(int64_t{0}, n);
+    return;
+  }
+  constexpr int64_t kAlign = 16;  // chunk boundaries on 64-byte lines
+  const int64_t units = (n + kAlign - 1) / kAlign;
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = std::min(n, units * t / nt * kAlign), hi = std::min(n, units * (t + 1) / nt * kAlign);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+}  // namespace
+
+void copy_loop(float* dst, const float* src, int64_t n) {
+  per_thread_chunk(n, [&](int64_t lo, int64_t hi) { copy_loop_range(dst + lo, src + lo, hi - lo); });
+}
+
+void copy_memcpy(float* dst, const float* src, int64_t n) {
+  per_thread_chunk(n, [&](int64_t lo, int64_t hi) {
+    std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+  });
+}
+
+}  // namespace normlab::bench::detail

@@ -1,0 +1,852 @@
+// `bench norms`: buffer sets that rotate through more memory than the caches hold, the check of
+// each implementation against the float64 reference kernels, the interleaved timing loop, and
+// the derived figures (GB/s, % of the measured copy bandwidth, speed-ups).
+//
+//   normlab bench norms                               the default shapes, 1 and all threads
+//   normlab bench norms --shapes 8x256x1024 --impl fused --pass fwd --threads 1
+#include <fcntl.h>
+#include <omp.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include "backends/reference/reference_kernels.h"
+#include "bench/bench_internal.h"
+#include "normlab/backend.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+#include "normlab/io.h"
+
+extern char** environ;
+
+namespace normlab::bench {
+
+namespace detail {
+
+int64_t cache_resident_below(int64_t llc_bytes) {
+  return std::max<int64_t>(int64_t{1} << 30, 4 * llc_bytes);
+}
+
+int run_process(const std::vector<std::string>& argv, const std::string& stdout_path,
+                const std::string& stderr_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.empty() ? "/dev/null" : stdout_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.empty() ? "/dev/null" : stderr_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return 127;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 127;
+}
+
+}  // namespace detail
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ============================================================================
+// memory: 2 MiB-aligned blocks, transparent huge pages asked for, touched when filled
+// ============================================================================
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+class Block {
+ public:
+  explicit Block(size_t floats) {
+    bytes_ = std::max<size_t>(kHugePage, (floats * sizeof(float) + kHugePage - 1) / kHugePage * kHugePage);
+    p_ = static_cast<float*>(std::aligned_alloc(kHugePage, bytes_));
+    NL_CHECK(p_ != nullptr, "bench: cannot allocate {} MiB", bytes_ >> 20);
+    madvise(p_, bytes_, MADV_HUGEPAGE);  // a hint; without it the timings see 4 KiB pages' TLB misses
+  }
+  ~Block() { std::free(p_); }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Deterministic values from (seed, stream, index), cheap enough to fill gigabytes in parallel.
+inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+inline float uniform01(uint64_t seed, uint64_t stream, uint64_t i) {
+  return static_cast<float>(splitmix64(seed * 0x100000001b3ULL ^ (stream << 56) ^ i) >> 40) * 0x1p-24f;
+}
+
+// Runs f(i) for i in [0, n) on all cores (setup and checks: not timed).
+template <class F>
+void parallel_all(int64_t n, F&& f) {
+#pragma omp parallel for schedule(static) num_threads(omp_get_num_procs())
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+// ============================================================================
+// the buffer sets of one shape
+// ============================================================================
+
+// One set: everything a call reads or writes that has N rows. Inputs: x, dy and the saved
+// statistics of the backward; outputs: out (y or dx) and the forward's statistics. Parameters
+// (gamma, beta, dgamma, dbeta: d floats) are shared by all sets, as a model's are.
+struct BufferSet {
+  float* x = nullptr;
+  float* dy = nullptr;
+  float* out = nullptr;
+  float* out_mean = nullptr;
+  float* out_rstd = nullptr;
+  float* ln_mean = nullptr;   // saved by the LayerNorm reference forward of x
+  float* ln_rstd = nullptr;
+  float* rms_rstd = nullptr;  // saved by the RMSNorm reference forward of x
+};
+
+class Pool {
+ public:
+  // `sets` sets of N x D arrays; values from seed (row offsets and scales vary so that the
+  // mean matters to LayerNorm; see fill()).
+  // Floats a pool of `sets` sets of shape s needs.
+  static int64_t floats_needed(const NormShape& s, int64_t sets) {
+    return 4 * padded(s.d) + sets * (3 * padded(s.numel()) + 5 * padded(s.rows()));
+  }
+
+  // The arrays are carved out of `memory` (floats_needed(s, sets) floats, reused from shape to
+  // shape: the first touch of fresh memory costs more than the benchmark under a hypervisor),
+  // packed one after the other at 64-byte boundaries plus one cache line, so that x, dy and out
+  // do not sit at the same offset modulo 4 KiB (loads and stores that alias there stall).
+  Pool(float* memory, const NormShape& s, int64_t sets, uint64_t seed, float ln_eps, float rms_eps) : shape_(s) {
+    const int64_t nd = s.numel(), n = s.rows(), d = s.d;
+    float* p = memory;
+    auto take = [&](int64_t floats) {
+      float* q = p;
+      p += padded(floats);
+      return q;
+    };
+    gamma_ = take(d);
+    beta_ = take(d);
+    dgamma_ = take(d);
+    dbeta_ = take(d);
+    for (int64_t j = 0; j < d; ++j) {
+      gamma_[j] = 0.5f + uniform01(seed, 1, static_cast<uint64_t>(j));
+      beta_[j] = uniform01(seed, 2, static_cast<uint64_t>(j)) - 0.5f;
+      dgamma_[j] = dbeta_[j] = 0.0f;
+    }
+    for (int64_t k = 0; k < sets; ++k) {
+      BufferSet b;
+      b.x = take(nd);
+      b.dy = take(nd);
+      b.out = take(nd);
+      b.out_mean = take(n);
+      b.out_rstd = take(n);
+      b.ln_mean = take(n);
+      b.ln_rstd = take(n);
+      b.rms_rstd = take(n);
+      sets_.push_back(b);
+    }
+    // All rows of all sets in one parallel region (thousands of small sets otherwise pay a
+    // fork/join each, which is slow when other processes hold the cores).
+    parallel_all(sets * n, [&](int64_t r) {
+      fill_row(sets_[static_cast<size_t>(r / n)], seed + static_cast<uint64_t>(r / n) * 7919, r % n, ln_eps, rms_eps);
+    });
+  }
+  const NormShape& shape() const { return shape_; }
+  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
+  const BufferSet& set(int64_t k) const { return sets_[static_cast<size_t>(k)]; }
+  const float* gamma() const { return gamma_; }
+  const float* beta() const { return beta_; }
+  float* dgamma() const { return dgamma_; }
+  float* dbeta() const { return dbeta_; }
+
+ private:
+  // x[i,j] = off_i + scale_i * u, u uniform with variance 1, off_i in [-1, 1), scale_i in
+  // [0.5, 2); dy uniform in [-1, 1). Every array is written here (first touch: no page faults
+  // while timing). The saved statistics come from the reference forward of each row.
+  void fill_row(const BufferSet& b, uint64_t seed, int64_t i, float ln_eps, float rms_eps) {
+    const int64_t d = shape_.d;
+    const float* gamma = gamma_;
+    const float* beta = beta_;
+    {
+      const uint64_t r = static_cast<uint64_t>(i);
+      const float off = 2.0f * uniform01(seed, 3, r) - 1.0f;
+      const float scale = 0.5f + 1.5f * uniform01(seed, 4, r);
+      float* xr = b.x + i * d;
+      float* dyr = b.dy + i * d;
+      float* outr = b.out + i * d;
+      for (int64_t j = 0; j < d; ++j) {
+        const uint64_t e = r * static_cast<uint64_t>(d) + static_cast<uint64_t>(j);
+        xr[j] = off + scale * 1.7320508f * (2.0f * uniform01(seed, 5, e) - 1.0f);
+        dyr[j] = 2.0f * uniform01(seed, 6, e) - 1.0f;
+      }
+      // The reference forwards write their y into `out` (overwritten by every call later).
+      layernorm_forward_ref<float>(outr, b.ln_mean + i, b.ln_rstd + i, xr, gamma, beta, 1, d, ln_eps);
+      rmsnorm_forward_ref<float>(outr, b.rms_rstd + i, xr, gamma, 1, d, rms_eps);
+      b.out_mean[i] = 0.0f;
+      b.out_rstd[i] = 0.0f;
+    }
+  }
+
+  NormShape shape_;
+  static int64_t padded(int64_t floats) { return (floats + 15) / 16 * 16 + 16; }
+
+  std::vector<BufferSet> sets_;
+  float *gamma_ = nullptr, *beta_ = nullptr, *dgamma_ = nullptr, *dbeta_ = nullptr;
+};
+
+// The arguments of one call of `norm`'s `pass` on set k of the pool.
+NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps) {
+  const BufferSet& b = pool.set(k);
+  const bool ln = norm == "layernorm";
+  NormArgs a;
+  a.n = pool.shape().rows();
+  a.d = pool.shape().d;
+  a.eps = eps;
+  a.x = b.x;
+  a.gamma = pool.gamma();
+  a.beta = ln ? pool.beta() : nullptr;
+  if (pass == Pass::fwd) {
+    a.y = b.out;
+    a.mean = ln ? b.out_mean : nullptr;
+    a.rstd = b.out_rstd;
+  } else {
+    a.dy = b.dy;
+    a.saved_mean = ln ? b.ln_mean : nullptr;
+    a.saved_rstd = ln ? b.ln_rstd : b.rms_rstd;
+    a.dx = b.out;
+    a.dgamma = pool.dgamma();
+    a.dbeta = ln ? pool.dbeta() : nullptr;
+  }
+  return a;
+}
+
+// ============================================================================
+// the check against the reference
+// ============================================================================
+
+// One output's comparison: |got - want| <= atol*scale + rtol*|want|, where scale is 1 for the
+// row outputs and sum_rows |term| for the parameter gradients (see verify_tolerances).
+struct OutputCheck {
+  std::string name;
+  double atol = 0, rtol = 0;
+  int64_t checked = 0, bad = 0;
+  double max_err = 0;
+  int64_t max_at = -1;
+  struct Mismatch {
+    int64_t index;
+    double got, want, tol;
+  };
+  std::vector<Mismatch> first;  // the lowest indices that fail, at most kShown
+
+  static constexpr size_t kShown = 4;
+
+  void add(int64_t index, double got, double want, double scale) {
+    ++checked;
+    const double err = std::isnan(got) != std::isnan(want) ? INFINITY : std::fabs(got - want);
+    const double tol = atol * scale + rtol * std::fabs(want);
+    if (err > max_err || (std::isnan(err) && max_at < 0)) {
+      max_err = std::isnan(err) ? INFINITY : err;
+      max_at = index;
+    }
+    if (!(err <= tol)) {
+      ++bad;
+      if (first.size() < kShown) first.push_back({index, got, want, tol});
+    }
+  }
+  void merge(const OutputCheck& o) {
+    checked += o.checked;
+    bad += o.bad;
+    if (o.max_err > max_err) {
+      max_err = o.max_err;
+      max_at = o.max_at;
+    }
+    first.insert(first.end(), o.first.begin(), o.first.end());
+    std::sort(first.begin(), first.end(), [](const Mismatch& a, const Mismatch& b) { return a.index < b.index; });
+    if (first.size() > kShown) first.resize(kShown);
+  }
+};
+
+// Tolerances, per output, with their reasons. The reference is exact to float rounding (it
+// computes in float64); a correct float32 kernel differs by its own rounding:
+// - y, dx: O(1) values from a handful of float operations after two row reductions over d
+//   (<= 8192 terms). A plain sequential float sum (the multipass kernels) errs by ~sqrt(d) ulp
+//   typically, d ulp at worst (5e-4 relative at d = 8192); blocked/vector sums by far less.
+//   rtol 1e-4 covers the typical case with margin; atol 1e-4 covers values near 0, where the
+//   error of the row statistics (times |xhat| <= ~4) dominates.
+// - mean, rstd: one reduction each: atol 1e-5, rtol 1e-4.
+// - dgamma, dbeta: a sum over N rows (up to 32768 and more) of terms of both signs. The error
+//   of a float sum scales with the magnitude it passes through, sum_rows |term|, not with the
+//   (much smaller, cancelling) result: atol 1e-5 relative to sum_rows |term| (a sequential
+//   sum's typical error is ~sqrt(N) ulp of that), rtol 1e-4.
+// A wrong kernel (a missing term, a wrong row, an output not written) is off by O(1) relative.
+struct Tolerance {
+  double atol, rtol;
+};
+constexpr Tolerance kTolRow{1e-4, 1e-4};
+constexpr Tolerance kTolStat{1e-5, 1e-4};
+constexpr Tolerance kTolParam{1e-5, 1e-4};
+
+OutputCheck make_check(const std::string& name, Tolerance t) {
+  OutputCheck c;
+  c.name = name;
+  c.atol = t.atol;
+  c.rtol = t.rtol;
+  return c;
+}
+
+std::string describe_failure(const OutputCheck& c, const std::string& what) {
+  std::string s = fmt::format("{}: {} of {} {} values outside atol {:g}{} + rtol {:g}*|ref| (max |diff| {:.3g} at [{}]);",
+                              what, c.bad, c.checked, c.name, c.atol,
+                              c.name == "dgamma" || c.name == "dbeta" ? "*sum_rows|term|" : "", c.rtol, c.max_err,
+                              c.max_at);
+  for (const auto& m : c.first)
+    s += fmt::format(" [{}] got {:.7g} want {:.7g} (tol {:.2g});", m.index, m.got, m.want, m.tol);
+  s.pop_back();
+  return s;
+}
+
+// Forward: every row recomputed by the reference in float64 and compared.
+std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& a) {
+  const bool ln = norm == "layernorm";
+  const int64_t d = a.d;
+  std::vector<double> gamma(a.gamma, a.gamma + d), beta;
+  if (ln) beta.assign(a.beta, a.beta + d);
+  const int nt = omp_get_num_procs();
+  std::vector<std::vector<OutputCheck>> per(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<OutputCheck> c = {make_check("y", kTolRow), make_check("rstd", kTolStat)};
+    if (ln) c.push_back(make_check("mean", kTolStat));
+    std::vector<double> x(static_cast<size_t>(d)), y(static_cast<size_t>(d));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < a.n; ++i) {
+      for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(j)] = a.x[i * d + j];
+      double mean = 0, rstd = 0;
+      if (ln) {
+        layernorm_forward_ref<double>(y.data(), &mean, &rstd, x.data(), gamma.data(), beta.data(), 1, d, a.eps);
+      } else {
+        rmsnorm_forward_ref<double>(y.data(), &rstd, x.data(), gamma.data(), 1, d, a.eps);
+      }
+      for (int64_t j = 0; j < d; ++j) c[0].add(i * d + j, a.y[i * d + j], y[static_cast<size_t>(j)], 1.0);
+      c[1].add(i, a.rstd[i], rstd, 1.0);
+      if (ln) c[2].add(i, a.mean[i], mean, 1.0);
+    }
+    per[static_cast<size_t>(omp_get_thread_num())] = std::move(c);
+  }
+  std::vector<OutputCheck> out = per[0];
+  for (size_t t = 1; t < per.size(); ++t)
+    for (size_t k = 0; k < out.size(); ++k)
+      if (k < per[t].size()) out[k].merge(per[t][k]);
+  return out;
+}
+
+// Backward: dx row by row, dgamma/dbeta summed in float64 over blocks of rows, each block by
+// the reference kernel (column by column inside a block that fits in cache).
+std::vector<OutputCheck> check_backward(const std::string& norm, const NormArgs& a) {
+  const bool ln = norm == "layernorm";
+  const int64_t d = a.d, n = a.n;
+  constexpr int64_t kRows = 8;
+  const int64_t blocks = (n + kRows - 1) / kRows;
+  std::vector<double> gamma(a.gamma, a.gamma + d);
+  const int nt = omp_get_num_procs();
+  std::vector<std::vector<double>> dg(static_cast<size_t>(nt)), db(static_cast<size_t>(nt)),
+      adg(static_cast<size_t>(nt)), adb(static_cast<size_t>(nt));
+  std::vector<OutputCheck> dxc(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    OutputCheck c = make_check("dx", kTolRow);
+    std::vector<double> x(static_cast<size_t>(kRows * d)), dy(x.size()), dx(x.size()), mean(kRows), rstd(kRows),
+        pdg(static_cast<size_t>(d)), pdb(static_cast<size_t>(d));
+    std::vector<double>& sdg = dg[t];
+    std::vector<double>& sdb = db[t];
+    std::vector<double>& sadg = adg[t];
+    std::vector<double>& sadb = adb[t];
+    sdg.assign(static_cast<size_t>(d), 0.0);
+    sdb.assign(static_cast<size_t>(d), 0.0);
+    sadg.assign(static_cast<size_t>(d), 0.0);
+    sadb.assign(static_cast<size_t>(d), 0.0);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t lo = blk * kRows, rows = std::min(kRows, n - lo);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = lo + r;
+        mean[static_cast<size_t>(r)] = ln ? a.saved_mean[i] : 0.0;
+        rstd[static_cast<size_t>(r)] = a.saved_rstd[i];
+        for (int64_t j = 0; j < d; ++j) {
+          const size_t e = static_cast<size_t>(r * d + j);
+          x[e] = a.x[i * d + j];
+          dy[e] = a.dy[i * d + j];
+          // The magnitude the parameter-gradient sums pass through (their tolerance scale).
+          const double xhat = (x[e] - mean[static_cast<size_t>(r)]) * rstd[static_cast<size_t>(r)];
+          sadg[static_cast<size_t>(j)] += std::fabs(dy[e] * xhat);
+          sadb[static_cast<size_t>(j)] += std::fabs(dy[e]);
+        }
+      }
+      if (ln) {
+        layernorm_backward_ref<double>(dx.data(), pdg.data(), pdb.data(), dy.data(), x.data(), gamma.data(),
+                                       mean.data(), rstd.data(), rows, d);
+      } else {
+        rmsnorm_backward_ref<double>(dx.data(), pdg.data(), dy.data(), x.data(), gamma.data(), rstd.data(), rows, d);
+      }
+      for (int64_t j = 0; j < d; ++j) {
+        sdg[static_cast<size_t>(j)] += pdg[static_cast<size_t>(j)];
+        if (ln) sdb[static_cast<size_t>(j)] += pdb[static_cast<size_t>(j)];
+      }
+      if (a.dx)
+        for (int64_t e = 0; e < rows * d; ++e) c.add(lo * d + e, a.dx[lo * d + e], dx[static_cast<size_t>(e)], 1.0);
+    }
+    dxc[t] = std::move(c);
+  }
+  std::vector<OutputCheck> out;
+  OutputCheck cdx = dxc[0];
+  for (size_t t = 1; t < dxc.size(); ++t) cdx.merge(dxc[t]);
+  if (a.dx) out.push_back(cdx);
+  auto sum_threads = [&](std::vector<std::vector<double>>& v) {
+    std::vector<double> s(static_cast<size_t>(d), 0.0);
+    for (auto& part : v)
+      for (size_t j = 0; j < part.size(); ++j) s[j] += part[j];
+    return s;
+  };
+  const std::vector<double> rdg = sum_threads(dg), rdb = sum_threads(db), sadg = sum_threads(adg),
+                            sadb = sum_threads(adb);
+  if (a.dgamma) {
+    OutputCheck c = make_check("dgamma", kTolParam);
+    for (int64_t j = 0; j < d; ++j) c.add(j, a.dgamma[j], rdg[static_cast<size_t>(j)], sadg[static_cast<size_t>(j)]);
+    out.push_back(c);
+  }
+  if (ln && a.dbeta) {
+    OutputCheck c = make_check("dbeta", kTolParam);
+    for (int64_t j = 0; j < d; ++j) c.add(j, a.dbeta[j], rdb[static_cast<size_t>(j)], sadb[static_cast<size_t>(j)]);
+    out.push_back(c);
+  }
+  return out;
+}
+
+void fill_nan(float* p, int64_t n) {
+  if (!p) return;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  parallel_all(n, [&](int64_t i) { p[i] = nan; });
+}
+
+}  // namespace
+
+VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
+  const NormFn& fn = pass == Pass::fwd ? impl.forward : impl.backward;
+  NL_CHECK(static_cast<bool>(fn), "{} has no {} pass", impl.name(), to_string(pass));
+  if (pass == Pass::fwd) {
+    fill_nan(a.y, a.n * a.d);
+    fill_nan(a.mean, a.n);
+    fill_nan(a.rstd, a.n);
+  } else {
+    fill_nan(a.dx, a.n * a.d);
+    fill_nan(a.dgamma, a.d);
+    fill_nan(a.dbeta, a.d);
+  }
+  fn(a);
+  const std::vector<OutputCheck> checks = pass == Pass::fwd ? check_forward(impl.norm, a) : check_backward(impl.norm, a);
+  VerifyResult r;
+  r.pass = true;
+  const std::string what = fmt::format("{} {} {}x{}", impl.name(), to_string(pass), a.n, a.d);
+  for (const OutputCheck& c : checks) {
+    if (c.max_err >= r.max_abs_err) {
+      r.max_abs_err = c.max_err;
+      r.worst_output = c.name;
+    }
+    if (c.bad > 0) {
+      r.pass = false;
+      r.report += (r.report.empty() ? "" : " | ") + describe_failure(c, what);
+    }
+  }
+  return r;
+}
+
+// ============================================================================
+// the timing loop
+// ============================================================================
+
+namespace {
+
+// One timed case: a row of the report and the call it times on buffer set k.
+struct Case {
+  NormRow row;
+  std::function<void(int64_t k)> call;
+  std::vector<double> samples;
+  double timed = 0;
+  bool done = false;
+};
+
+int64_t working_set(const NormRow& r, int64_t sets) {
+  // Everything with N rows that one call touches, times the sets it rotates over.
+  return (r.bytes.data + r.bytes.stats) * sets;
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+int64_t sets_for(const NormShape& s, int64_t footprint) {
+  const int64_t per_set = 2 * s.numel() * 4;  // x + y of a forward: the smallest case footprint
+  return std::max<int64_t>(1, (footprint + per_set - 1) / per_set);
+}
+
+int64_t pool_bytes(const NormShape& s, int64_t sets) { return Pool::floats_needed(s, sets) * 4; }
+
+int64_t footprint_of(const NormBenchOptions& opt, int64_t llc) {
+  return opt.footprint > 0 ? opt.footprint : detail::cache_resident_below(llc);
+}
+
+
+}  // namespace
+
+void validate(const NormBenchOptions& opt) {
+  NL_USAGE(!opt.shapes.empty(), "--shapes: no shape given");
+  NL_USAGE(opt.fwd || opt.bwd, "--pass: nothing to run (fwd, bwd or both)");
+  NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
+  NL_USAGE(opt.repeats >= 1, "--repeats must be >= 1, got {}", opt.repeats);
+  NL_USAGE(opt.min_time >= 0 && std::isfinite(opt.min_time), "--min-time must be >= 0 seconds, got {}", opt.min_time);
+  NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: automatic), got {}", opt.footprint >> 20);
+  for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
+  const int64_t avail = available_memory_bytes();
+  for (const NormShape& s : opt.shapes) {
+    // One set is the least a shape needs; the rotation adds sets up to the footprint, and
+    // shrinks to fewer sets when memory is short (then the rows say cache-resident if it is).
+    const int64_t one = pool_bytes(s, 1);
+    NL_USAGE(avail <= 0 || one <= avail * 8 / 10,
+             "--shapes: {} needs {} for one set of buffers (x, dy, out), more than 80% of the {} of memory "
+             "available: too large for memory",
+             s.str(), mib(one), mib(avail));
+  }
+}
+
+NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry) {
+  validate(opt);
+  NormReport report;
+  report.context = collect_context();
+  CpuUsage usage;
+  usage.start();
+  const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
+  report.context.footprint_target = footprint;
+  const int64_t resident_below = detail::cache_resident_below(report.context.llc_bytes);
+  const std::vector<const NormImpl*> impls = registry.select(opt.impls);
+  std::vector<int> threads = opt.threads;
+  if (threads.empty()) threads = parse_threads("1,all");
+  std::vector<Pass> passes;
+  if (opt.fwd) passes.push_back(Pass::fwd);
+  if (opt.bwd) passes.push_back(Pass::bwd);
+  auto log = [&](const std::string& s) {
+    if (opt.log) opt.log(s);
+  };
+  const int saved_threads = num_threads();
+  const int64_t avail = available_memory_bytes();
+
+  // Buffer sets per shape, and one block of memory for the largest pool, reused by all shapes.
+  std::vector<int64_t> set_counts;
+  int64_t most = 0;
+  for (const NormShape& shape : opt.shapes) {
+    int64_t sets = sets_for(shape, footprint);
+    // Less rotation rather than swapping: keep the pool under 60% of the available memory.
+    while (sets > 1 && avail > 0 && pool_bytes(shape, sets) > avail * 6 / 10) --sets;
+    set_counts.push_back(sets);
+    most = std::max(most, pool_bytes(shape, sets));
+  }
+  Block memory(static_cast<size_t>(most / 4));
+
+  for (size_t si = 0; si < opt.shapes.size(); ++si) {
+    const NormShape& shape = opt.shapes[si];
+    const int64_t sets = set_counts[si];
+    log(fmt::format("{}: {} buffer set(s), {} in all", shape.str(), sets, mib(pool_bytes(shape, sets))));
+    Pool pool(memory.get(), shape, sets, opt.seed, opt.ln_eps, opt.rms_eps);
+    const int64_t nd = shape.numel();
+
+    for (int t : threads) {
+      set_num_threads(t);
+      std::vector<Case> cases;
+      auto base_row = [&](const std::string& norm, const std::string& impl, const std::string& provider,
+                          const std::string& pass) {
+        NormRow r;
+        r.norm = norm;
+        r.impl = impl;
+        r.provider = provider;
+        r.pass = pass;
+        r.shape = shape;
+        r.threads = t;
+        r.bytes = norm_bytes(norm, pass, shape);
+        r.parameters = norm_parameters(norm, shape.d);
+        r.working_set_bytes = working_set(r, sets);
+        r.cache_resident = r.working_set_bytes < resident_below;
+        return r;
+      };
+      if (opt.copy_baselines) {
+        for (const char* which : {"loop", "memcpy"}) {
+          Case c;
+          c.row = base_row("copy", which, std::string(which) == "loop" ? "normlab" : "libc", "copy");
+          const bool loop = std::string(which) == "loop";
+          c.call = [&pool, nd, loop](int64_t k) {
+            const BufferSet& b = pool.set(k);
+            loop ? detail::copy_loop(b.out, b.x, nd) : detail::copy_memcpy(b.out, b.x, nd);
+          };
+          // Checked as every case is: the copy must reproduce its source bit for bit.
+          fill_nan(pool.set(0).out, nd);
+          c.call(0);
+          c.row.verify.pass = std::memcmp(pool.set(0).out, pool.set(0).x, static_cast<size_t>(nd) * 4) == 0;
+          if (!c.row.verify.pass) {
+            c.row.status = "rejected";
+            c.row.verify.report = c.row.name() + ": the copy differs from its source";
+          }
+          cases.push_back(std::move(c));
+        }
+      }
+      for (const NormImpl* m : impls) {
+        for (Pass p : passes) {
+          if (!(p == Pass::fwd ? m->forward : m->backward)) continue;
+          const float eps = m->norm == "layernorm" ? opt.ln_eps : opt.rms_eps;
+          Case c;
+          c.row = base_row(m->norm, m->impl, m->provider, to_string(p));
+          c.row.streaming_stores = m->streaming_stores;
+          const NormFn& fn = p == Pass::fwd ? m->forward : m->backward;
+          c.call = [&pool, fn, norm = m->norm, p, eps](int64_t k) { fn(args_for(pool, k, norm, p, eps)); };
+          // Correctness first: a wrong kernel is reported and never timed.
+          c.row.verify = verify_norm(*m, p, args_for(pool, 0, m->norm, p, eps));
+          if (!c.row.verify.pass) {
+            c.row.status = "rejected";
+            c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --pass {} --shapes {} --threads {})",
+                                               m->name(), to_string(p), shape.str(), t);
+            log(fmt::format("REJECTED {}: {}", c.row.name(), c.row.verify.report));
+          } else {
+            log(fmt::format("verified {} (max |diff| {:.2g} in {})", c.row.name(), c.row.verify.max_abs_err,
+                            c.row.verify.worst_output));
+          }
+          cases.push_back(std::move(c));
+        }
+      }
+
+      // Warm-up, then the cases in turn, one call each, each call on the next buffer set, until
+      // every case has its repeats and its min-time: drift (other tenants, clocks) then hits all
+      // cases alike, and their ratios are measured side by side.
+      int64_t next = 0;
+      auto next_set = [&] { return next++ % sets; };
+      for (int64_t w = 0; w < opt.warmup; ++w)
+        for (Case& c : cases)
+          if (c.row.status == "ok") c.call(next_set());
+      constexpr int64_t kMaxSamples = 1000000;
+      bool running = true;
+      while (running) {
+        running = false;
+        for (Case& c : cases) {
+          if (c.row.status != "ok" || c.done) continue;
+          const int64_t k = next_set();
+          const auto t0 = Clock::now();
+          c.call(k);
+          const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+          c.samples.push_back(s);
+          c.timed += s;
+          const int64_t n = static_cast<int64_t>(c.samples.size());
+          c.done = (n >= opt.repeats && c.timed >= opt.min_time) || n >= kMaxSamples;
+          running = running || !c.done;
+        }
+      }
+      for (Case& c : cases) {
+        c.row.time = summarize(c.samples);
+        log(fmt::format("{}: median {:.1f} us over {} calls", c.row.name(), c.row.time.median * 1e6,
+                        c.row.time.samples));
+        report.rows.push_back(std::move(c.row));
+      }
+    }
+  }
+  set_num_threads(saved_threads);
+  usage.stop(report.context);
+  derive(report);
+
+  // ---- warnings that say what to do
+  const Context& ctx = report.context;
+  if (ctx.others_cpu > 0.05 || ctx.steal > 0.05)
+    report.warnings.push_back(fmt::format(
+        "other processes used {:.0f}% of the CPUs' time during the run (the hypervisor stole {:.0f}%): these are not "
+        "figures of an idle machine; rerun when it is idle",
+        100 * ctx.others_cpu, 100 * ctx.steal));
+  if (!ctx.threads_pinned)
+    report.warnings.push_back(
+        "threads are not pinned (OMP_PROC_BIND=false): multi-threaded timings may move between cores; "
+        "run with OMP_PROC_BIND=close OMP_PLACES=cores");
+  int resident = 0;
+  for (const NormRow& r : report.rows) resident += r.cache_resident ? 1 : 0;
+  if (resident > 0)
+    report.warnings.push_back(fmt::format(
+        "{} row(s) rotate through less than {} (working set in the ws column, marked *): they may run at cache "
+        "speed, not memory speed; use --footprint-mib 0 (automatic) for memory-bound figures",
+        resident, mib(resident_below)));
+  std::vector<std::string> noisy;
+  for (const NormRow& r : report.rows)
+    if (r.status == "ok" && r.time.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.time.cv()));
+  if (!noisy.empty()) {
+    std::string list;
+    for (size_t i = 0; i < noisy.size() && i < 4; ++i) list += (i ? ", " : "") + noisy[i];
+    if (noisy.size() > 4) list += fmt::format(" and {} more", noisy.size() - 4);
+    report.warnings.push_back(fmt::format(
+        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 1",
+        list));
+  }
+  if (!ctx.load_avg.empty() && ctx.load_avg[0] > 0.5)
+    report.warnings.push_back(fmt::format(
+        "load average {:.2f} on {} CPUs when the run started: other processes share the memory bandwidth; "
+        "rerun on an idle machine for reference figures",
+        ctx.load_avg[0], ctx.num_cpus));
+  int rejected = 0;
+  for (const NormRow& r : report.rows) rejected += r.status == "rejected" ? 1 : 0;
+  if (rejected > 0)
+    report.warnings.push_back(fmt::format("{} implementation(s) failed the check against the reference and were "
+                                          "not timed (status 'rejected')",
+                                          rejected));
+  return report;
+}
+
+// ============================================================================
+// derived figures
+// ============================================================================
+
+void derive(NormReport& report) {
+  auto key = [](const std::string& norm, const std::string& impl, const std::string& pass, const NormShape& s,
+                int threads) { return fmt::format("{}.{}/{}/{}/{}", norm, impl, pass, s.str(), threads); };
+  std::map<std::string, const NormRow*> index;
+  for (const NormRow& r : report.rows)
+    if (r.status == "ok" && r.time.median > 0) index[key(r.norm, r.impl, r.pass, r.shape, r.threads)] = &r;
+  auto find = [&](const std::string& norm, const std::string& impl, const std::string& pass, const NormRow& like) {
+    auto it = index.find(key(norm, impl, pass, like.shape, like.threads));
+    return it == index.end() ? nullptr : it->second;
+  };
+  auto gbps = [](const NormRow& r) { return static_cast<double>(r.bytes.data) / r.time.median / 1e9; };
+  std::vector<NormRow> rows = report.rows;  // derived from the measured fields of the originals
+  for (NormRow& r : rows) {
+    r.gb_per_s = r.copy_loop_gb_per_s = r.memcpy_gb_per_s = NAN;
+    r.pct_of_copy_loop = r.pct_of_memcpy = r.rms_over_ln = r.vs_onednn = r.vs_torch = NAN;
+    r.pct_against = r.streaming_stores ? "memcpy" : "copy-loop";
+    if (r.status != "ok" || !(r.time.median > 0)) continue;
+    r.gb_per_s = gbps(r);
+    if (const NormRow* c = find("copy", "loop", "copy", r)) r.copy_loop_gb_per_s = gbps(*c);
+    if (const NormRow* c = find("copy", "memcpy", "copy", r)) r.memcpy_gb_per_s = gbps(*c);
+    r.pct_of_copy_loop = 100.0 * r.gb_per_s / r.copy_loop_gb_per_s;
+    r.pct_of_memcpy = 100.0 * r.gb_per_s / r.memcpy_gb_per_s;
+    if (r.norm == "copy") continue;
+    if (r.norm == "rmsnorm")
+      if (const NormRow* ln = find("layernorm", r.impl, r.pass, r)) r.rms_over_ln = ln->time.median / r.time.median;
+    if (r.norm == "layernorm" && r.impl != "onednn")
+      if (const NormRow* o = find("layernorm", "onednn", r.pass, r)) r.vs_onednn = o->time.median / r.time.median;
+    if (r.impl != "torch")
+      if (const NormRow* o = find(r.norm, "torch", r.pass, r)) r.vs_torch = o->time.median / r.time.median;
+  }
+  report.rows = std::move(rows);
+}
+
+// ============================================================================
+// PyTorch's rows, from scripts/torch_bench.py
+// ============================================================================
+
+std::string find_torch_script() {
+  std::vector<std::string> candidates = {"scripts/torch_bench.py"};
+  char buf[4096] = {0};
+  ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (len > 0) {
+    std::string dir(buf, static_cast<size_t>(len));
+    dir = dir.substr(0, dir.find_last_of('/'));
+    candidates.push_back(dir + "/../scripts/torch_bench.py");
+    candidates.push_back(dir + "/../../scripts/torch_bench.py");
+  }
+  for (const std::string& c : candidates)
+    if (access(c.c_str(), R_OK) == 0) return c;
+  return "";
+}
+
+bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const TorchOptions& torch, std::string& why) {
+  const std::string script = torch.script.empty() ? find_torch_script() : torch.script;
+  if (script.empty() || access(script.c_str(), R_OK) != 0) {
+    why = "scripts/torch_bench.py not found (pass --torch-script PATH)";
+    return false;
+  }
+  if (detail::run_process({torch.python, "-c", "import torch"}, "", "") != 0) {
+    why = fmt::format("{} cannot import torch (pip install torch, or --python PATH)", torch.python);
+    return false;
+  }
+  std::string shapes, threads, impls;
+  for (const NormShape& s : opt.shapes) shapes += (shapes.empty() ? "" : ",") + s.str();
+  std::vector<int> ts = opt.threads.empty() ? parse_threads("1,all") : opt.threads;
+  for (int t : ts) threads += (threads.empty() ? "" : ",") + std::to_string(t);
+  const std::string tmp = fmt::format("/tmp/normlab_torch_bench.{}.json", getpid());
+  const std::string err = tmp + ".stderr";
+  const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
+  std::vector<std::string> argv = {torch.python,
+                                   script,
+                                   "--shapes",
+                                   shapes,
+                                   "--threads",
+                                   threads,
+                                   "--pass",
+                                   opt.fwd && opt.bwd ? "both" : (opt.fwd ? "fwd" : "bwd"),
+                                   "--warmup",
+                                   std::to_string(opt.warmup),
+                                   "--repeats",
+                                   std::to_string(opt.repeats),
+                                   "--min-time",
+                                   fmt::format("{}", opt.min_time),
+                                   "--footprint-bytes",
+                                   std::to_string(footprint),
+                                   "--cache-resident-below",
+                                   std::to_string(detail::cache_resident_below(report.context.llc_bytes)),
+                                   "--ln-eps",
+                                   fmt::format("{}", opt.ln_eps),
+                                   "--rms-eps",
+                                   fmt::format("{}", opt.rms_eps),
+                                   "--seed",
+                                   std::to_string(opt.seed),
+                                   "--out",
+                                   tmp};
+  const int rc = detail::run_process(argv, "", err);
+  std::string err_text;
+  try {
+    err_text = read_file(err);
+  } catch (const std::exception&) {
+  }
+  std::remove(err.c_str());
+  if (rc != 0) {
+    std::remove(tmp.c_str());
+    while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+    const auto last = err_text.find_last_of('\n');
+    why = fmt::format("{} exited with status {}: {}", script, rc,
+                      last == std::string::npos ? err_text : err_text.substr(last + 1));
+    return false;
+  }
+  NormReport t = norm_report_from_json(read_file(tmp), tmp);
+  std::remove(tmp.c_str());
+  for (auto& [lib, version] : t.context.libraries)
+    if (lib != "oneDNN") report.context.libraries[lib] = version;
+  for (NormRow& r : t.rows) report.rows.push_back(std::move(r));
+  for (const std::string& w : t.warnings) report.warnings.push_back("torch_bench.py: " + w);
+  derive(report);
+  return true;
+}
+
+}  // namespace normlab::bench

@@ -1,0 +1,93 @@
+// `bench norms`: the registry of norm implementations, and the cpu backend's five kernels
+// (src/backends/cpu/norm_kernels.h) registered in it. A test registers more (a deliberately
+// wrong one, to see it rejected before timing); scripts/torch_bench.py adds PyTorch's rows
+// from its own process.
+#include <algorithm>
+
+#include "backends/cpu/norm_kernels.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+#include "normlab/version.h"
+
+namespace normlab::bench {
+
+void NormRegistry::add(NormImpl impl) {
+  NL_CHECK(impl.norm == "layernorm" || impl.norm == "rmsnorm", "norm implementation '{}': norm must be "
+           "layernorm or rmsnorm", impl.name());
+  NL_CHECK(!impl.impl.empty() && impl.impl.find_first_of("./ ") == std::string::npos,
+           "norm implementation '{}': the implementation name must be non-empty, without '.', '/' or spaces",
+           impl.name());
+  for (const NormImpl& have : impls_)
+    NL_CHECK(have.name() != impl.name(), "norm implementation '{}' is registered twice", impl.name());
+  impls_.push_back(std::move(impl));
+}
+
+std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>& patterns,
+                                                  const std::string& flag) const {
+  std::vector<const NormImpl*> out;
+  auto take = [&](const NormImpl& m) {
+    if (std::find(out.begin(), out.end(), &m) == out.end()) out.push_back(&m);
+  };
+  for (const std::string& p : patterns) {
+    bool matched = false;
+    for (const NormImpl& m : impls_) {
+      if (p == "all" || p == m.name() || p == m.impl || p == m.norm) {
+        take(m);
+        matched = true;
+      }
+    }
+    if (!matched) {
+      std::string known;
+      for (const NormImpl& m : impls_) known += (known.empty() ? "" : ", ") + m.name();
+      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, {}; "
+                                   "or an implementation such as fused)",
+                                   flag, p, known));
+    }
+  }
+  // Registry order, whatever the order of the patterns.
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+NormRegistry builtin_norm_impls() {
+  NormRegistry r;
+  const std::string onednn = "oneDNN " + onednn_version();
+  // oneDNN 2.6's simple_layer_normalization stores with ordinary (vmovups) stores.
+  r.add({"layernorm", "onednn", onednn, "oneDNN's layer_normalization primitive (variance converted to rstd)", false,
+         [](const NormArgs& a) {
+           cpu::layernorm_forward_onednn(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+         },
+         [](const NormArgs& a) {
+           cpu::layernorm_backward_onednn(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
+                                          a.saved_rstd, a.n, a.d);
+         }});
+  r.add({"layernorm", "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
+         [](const NormArgs& a) {
+           cpu::layernorm_forward_multipass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+         },
+         [](const NormArgs& a) {
+           cpu::layernorm_backward_multipass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
+                                             a.saved_rstd, a.n, a.d);
+         }});
+  r.add({"layernorm", "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
+         [](const NormArgs& a) {
+           cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+         },
+         [](const NormArgs& a) {
+           cpu::layernorm_backward_fused(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
+                                         a.saved_rstd, a.n, a.d);
+         }});
+  r.add({"rmsnorm", "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
+         [](const NormArgs& a) { cpu::rmsnorm_forward_multipass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
+         [](const NormArgs& a) {
+           cpu::rmsnorm_backward_multipass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+         }});
+  r.add({"rmsnorm", "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
+         [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
+         [](const NormArgs& a) {
+           cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+         }});
+  return r;
+}
+
+}  // namespace normlab::bench

@@ -1,0 +1,380 @@
+// `bench step`: whole training steps of the toy and GPT models, LayerNorm against RMSNorm.
+//
+//   normlab bench step                         toy and gpt, 20 layers, d 64, 32 x 16 tokens
+//   normlab bench step --model gpt --d-model 256 --threads 1
+//
+// A step is the trainer's (src/train/trainer.cpp) without the data generation: zero_grad, the
+// loss forward, backward, the gradient norm, AdamW over the one flat parameter buffer. The two
+// models (same sizes, same seed, only the norm differs) take steps in turn, so that drift of
+// the machine hits both alike.
+//
+// The norms' share of a step: the norm kernels the cpu backend calls are timed separately at
+// the step's shapes, as many calls as a step makes (forward of every norm in order, then every
+// backward in reverse), on as many distinct buffers as the step's norms use, so that they meet
+// the caches about as they do inside the step. The share is that time over the step's time.
+#include <chrono>
+#include <memory>
+
+#include "backends/cpu/norm_kernels.h"
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+#include "normlab/nn.h"
+#include "normlab/train.h"
+
+namespace normlab::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// One model with its optimizer state and a few batches to cycle through.
+struct Trainee {
+  std::unique_ptr<Model> model;
+  Tensor flat, flat_grad, m, v;
+  Backend* kb = nullptr;
+  AdamParams hp;
+  std::vector<Batch> batches;
+  size_t next = 0;
+
+  Trainee(const ModelConfig& cfg, int64_t batch, uint64_t seed) {
+    model = std::make_unique<Model>(cfg, seed);
+    ParamList& params = model->params();
+    params.flatten();
+    flat = params.flat();
+    flat_grad = params.flat_grad();
+    kb = &backend_for(flat.device(), flat.dtype());
+    m = Tensor::zeros(flat.shape(), flat.dtype());
+    v = Tensor::zeros(flat.shape(), flat.dtype());
+    hp.lr = 1e-3;
+    hp.decoupled = true;
+    hp.step = 0;  // step() counts from 1
+    std::unique_ptr<DataSource> data = make_synthetic({cfg.vocab, 4, 0.1, seed});
+    Rng rng(seed, stream::data);
+    for (int i = 0; i < 4; ++i) batches.push_back(data->train_batch(rng, batch, cfg.seq_len));
+  }
+
+  // The trainer's step (trainer.cpp), data generation aside.
+  void step() {
+    ParamList& params = model->params();
+    params.zero_grad();
+    const Batch& b = batches[next++ % batches.size()];
+    Tensor loss = model->loss(b.inputs, b.targets);
+    NL_CHECK(std::isfinite(loss.item()), "bench step: the loss is not finite");
+    loss.backward();
+    params.fill_missing_grads();
+    (void)kb->sum_squares(flat_grad);  // the trainer's gradient norm (divergence check)
+    hp.step += 1;
+    kb->adam_step(flat, flat_grad, m, v, hp);
+  }
+};
+
+// The norm kernels of one step, on raw arrays: `calls` norms over (rows x d), each with its own
+// input, output, upstream gradient, statistics and parameter gradients.
+class NormSweep {
+ public:
+  NormSweep(const NormImpl& impl, int64_t calls, int64_t rows, int64_t d, float eps, uint64_t seed)
+      : impl_(impl), calls_(calls), n_(rows), d_(d), eps_(eps) {
+    const size_t nd = static_cast<size_t>(rows * d);
+    Rng rng(seed, stream::check);
+    gamma_.resize(static_cast<size_t>(d));
+    beta_.resize(static_cast<size_t>(d));
+    for (int64_t j = 0; j < d; ++j) {
+      gamma_[static_cast<size_t>(j)] = static_cast<float>(rng.uniform(0.5, 1.5));
+      beta_[static_cast<size_t>(j)] = static_cast<float>(rng.uniform(-0.5, 0.5));
+    }
+    for (int64_t c = 0; c < calls; ++c) {
+      Buffers b;
+      b.x.resize(nd);
+      b.dy.resize(nd);
+      b.y.resize(nd);
+      b.dx.resize(nd);
+      b.mean.resize(static_cast<size_t>(rows));
+      b.rstd.resize(static_cast<size_t>(rows));
+      b.dgamma.resize(static_cast<size_t>(d));
+      b.dbeta.resize(static_cast<size_t>(d));
+      for (size_t i = 0; i < nd; ++i) {
+        b.x[i] = static_cast<float>(rng.normal(0.3, 1.0));
+        b.dy[i] = static_cast<float>(rng.uniform(-1, 1));
+      }
+      bufs_.push_back(std::move(b));
+    }
+  }
+
+  NormArgs args(int64_t c, Pass pass) {
+    Buffers& b = bufs_[static_cast<size_t>(c)];
+    const bool ln = impl_.norm == "layernorm";
+    NormArgs a;
+    a.n = n_;
+    a.d = d_;
+    a.eps = eps_;
+    a.x = b.x.data();
+    a.gamma = gamma_.data();
+    a.beta = ln ? beta_.data() : nullptr;
+    if (pass == Pass::fwd) {
+      a.y = b.y.data();
+      a.mean = ln ? b.mean.data() : nullptr;
+      a.rstd = b.rstd.data();
+    } else {
+      a.dy = b.dy.data();
+      a.saved_mean = ln ? b.mean.data() : nullptr;
+      a.saved_rstd = b.rstd.data();
+      a.dx = b.dx.data();
+      a.dgamma = b.dgamma.data();
+      a.dbeta = ln ? b.dbeta.data() : nullptr;
+    }
+    return a;
+  }
+
+  // Both passes checked against the reference on the first call's buffers (the forward leaves
+  // the statistics the backward then reads), then one sweep so every buffer holds its values.
+  VerifyResult verify() {
+    VerifyResult f = verify_norm(impl_, Pass::fwd, args(0, Pass::fwd));
+    if (!f.pass) return f;
+    VerifyResult b = verify_norm(impl_, Pass::bwd, args(0, Pass::bwd));
+    if (!b.pass) return b;
+    run();
+    return f.max_abs_err >= b.max_abs_err ? f : b;
+  }
+
+  // Every forward in order, then every backward in reverse, as in a step.
+  void run() {
+    for (int64_t c = 0; c < calls_; ++c) impl_.forward(args(c, Pass::fwd));
+    for (int64_t c = calls_ - 1; c >= 0; --c) impl_.backward(args(c, Pass::bwd));
+  }
+
+ private:
+  struct Buffers {
+    std::vector<float> x, dy, y, dx, mean, rstd, dgamma, dbeta;
+  };
+  const NormImpl& impl_;
+  int64_t calls_, n_, d_;
+  float eps_;
+  std::vector<float> gamma_, beta_;
+  std::vector<Buffers> bufs_;
+};
+
+// The kernels the cpu backend's layernorm/rmsnorm ops call (cpu_backend.cpp).
+NormImpl backend_norm(const std::string& norm) {
+  NormImpl m;
+  m.norm = norm;
+  m.impl = "backend";
+  m.provider = "normlab";
+  if (norm == "layernorm") {
+    m.forward = [](const NormArgs& a) {
+      cpu::layernorm_forward(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+    };
+    m.backward = [](const NormArgs& a) {
+      cpu::layernorm_backward(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n, a.d);
+    };
+  } else {
+    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
+    m.backward = [](const NormArgs& a) {
+      cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+    };
+  }
+  return m;
+}
+
+// Norm forwards per step: the blocks' norms that exist, plus the final norm.
+int64_t norm_calls_of(const Model& model) {
+  int64_t calls = 0;
+  for (const Block& b : model.blocks())
+    for (const Norm* n : {&b.norm1, &b.norm2, &b.norm1b, &b.norm2b}) calls += n->kind != NormKind::none ? 1 : 0;
+  if (model.config().final_norm_on() && model.config().norm != NormKind::none) ++calls;
+  return calls;
+}
+
+int64_t norm_parameters_of(Model& model) {
+  int64_t n = 0;
+  for (const Tensor& p : model.params().all())
+    if (p.name().find("norm") != std::string::npos) n += p.numel();
+  return n;
+}
+
+}  // namespace
+
+void validate(const StepOptions& opt) {
+  NL_USAGE(!opt.models.empty(), "--model: no model given");
+  for (const std::string& m : opt.models)
+    NL_USAGE(m == "toy" || m == "gpt", "--model: '{}' is not one of toy, gpt", m);
+  for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
+  NL_USAGE(opt.layers >= 1, "--layers must be >= 1, got {}", opt.layers);
+  NL_USAGE(opt.d_model >= 1, "--d-model must be >= 1, got {}", opt.d_model);
+  NL_USAGE(opt.d_hidden >= 1, "--d-hidden must be >= 1, got {}", opt.d_hidden);
+  NL_USAGE(opt.heads >= 1, "--heads must be >= 1, got {}", opt.heads);
+  NL_USAGE(opt.vocab >= 6, "--vocab must be >= 6 (4 topic markers + 2 tokens), got {}", opt.vocab);
+  NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
+  NL_USAGE(opt.seq >= 2, "--seq must be >= 2, got {}", opt.seq);
+  NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
+  NL_USAGE(opt.repeats >= 1, "--repeats must be >= 1, got {}", opt.repeats);
+  NL_USAGE(opt.min_time >= 0 && std::isfinite(opt.min_time), "--min-time must be >= 0 seconds, got {}", opt.min_time);
+  for (const std::string& m : opt.models)
+    NL_USAGE(m != "gpt" || opt.d_model % opt.heads == 0, "--d-model {} is not a multiple of --heads {}", opt.d_model,
+             opt.heads);
+  // The sizes must fit in memory: parameters (and Adam's two moments) and the activations the
+  // tape keeps, roughly layers x tokens x (a dozen d-sized tensors + the hidden ones).
+  const double params = static_cast<double>(opt.layers) *
+                        (4.0 * opt.d_model * opt.d_model + 2.0 * opt.d_model * opt.d_hidden);
+  const double acts = static_cast<double>(opt.layers) * opt.batch * opt.seq * (12.0 * opt.d_model + 3.0 * opt.d_hidden);
+  const double bytes = 4.0 * (4 * params + 2 * acts);
+  const int64_t avail = available_memory_bytes();
+  NL_USAGE(avail <= 0 || bytes < 0.6 * static_cast<double>(avail),
+           "the model ({} layers, d {}, hidden {}, {} x {} tokens) needs about {:.1f} GiB, more than 60% of the "
+           "{:.1f} GiB available: too large for memory",
+           opt.layers, opt.d_model, opt.d_hidden, opt.batch, opt.seq, bytes / (1 << 30),
+           static_cast<double>(avail) / (1 << 30));
+}
+
+StepReport run_step_bench(const StepOptions& opt) {
+  validate(opt);
+  StepReport report;
+  report.context = collect_context();
+  CpuUsage usage;
+  usage.start();
+  std::vector<int> threads = opt.threads.empty() ? parse_threads("1,all") : opt.threads;
+  auto log = [&](const std::string& s) {
+    if (opt.log) opt.log(s);
+  };
+  const int saved_threads = num_threads();
+  const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
+
+  for (const std::string& model_name : opt.models) {
+    for (int t : threads) {
+      set_num_threads(t);
+      std::unique_ptr<Trainee> trainee[2];
+      std::unique_ptr<NormSweep> sweep[2];
+      NormImpl impls[2] = {backend_norm("layernorm"), backend_norm("rmsnorm")};
+      StepRow rows[2];
+      for (int k = 0; k < 2; ++k) {
+        ModelConfig cfg;
+        cfg.model = model_name;
+        cfg.norm = kinds[k];
+        cfg.layers = opt.layers;
+        cfg.d_model = opt.d_model;
+        cfg.d_hidden = opt.d_hidden;
+        cfg.heads = opt.heads;
+        cfg.vocab = opt.vocab;
+        cfg.seq_len = opt.seq;
+        trainee[k] = std::make_unique<Trainee>(cfg, opt.batch, opt.seed);
+        StepRow& r = rows[k];
+        r.model = model_name;
+        r.norm = to_string(kinds[k]);
+        r.threads = t;
+        r.layers = opt.layers;
+        r.d_model = opt.d_model;
+        r.d_hidden = opt.d_hidden;
+        r.heads = model_name == "gpt" ? opt.heads : 0;
+        r.vocab = opt.vocab;
+        r.batch = opt.batch;
+        r.seq = opt.seq;
+        r.parameters = trainee[k]->model->params().count();
+        r.norm_parameters = norm_parameters_of(*trainee[k]->model);
+        r.norm_calls = norm_calls_of(*trainee[k]->model);
+        r.norm_rows = opt.batch * opt.seq;
+        sweep[k] = std::make_unique<NormSweep>(impls[k], r.norm_calls, r.norm_rows, opt.d_model,
+                                               static_cast<float>(cfg.eps()), opt.seed);
+        r.norm_verify = sweep[k]->verify();
+        NL_CHECK(r.norm_verify.pass, "bench step: the cpu backend's {} kernels fail the reference check: {}", r.norm,
+                 r.norm_verify.report);
+      }
+      log(fmt::format("step {} threads {}: {} parameters (layernorm), {} norm calls per step", model_name, t,
+                      rows[0].parameters, rows[0].norm_calls));
+
+      // Steps, in turn.
+      for (int64_t w = 0; w < opt.warmup; ++w)
+        for (int k = 0; k < 2; ++k) trainee[k]->step();
+      std::vector<double> step_s[2], norm_s[2];
+      double total[2] = {0, 0};
+      while (true) {
+        bool more = false;
+        for (int k = 0; k < 2; ++k) {
+          const auto t0 = Clock::now();
+          trainee[k]->step();
+          const double s = seconds_since(t0);
+          step_s[k].push_back(s);
+          total[k] += s;
+          more = more || static_cast<int64_t>(step_s[k].size()) < opt.repeats || total[k] < opt.min_time;
+        }
+        if (!more) break;
+      }
+      // The norm kernels at the step's shapes, in turn; a quarter of the min-time suffices (the
+      // sweeps are short and steady).
+      for (int k = 0; k < 2; ++k) sweep[k]->run();
+      total[0] = total[1] = 0;
+      while (true) {
+        bool more = false;
+        for (int k = 0; k < 2; ++k) {
+          const auto t0 = Clock::now();
+          sweep[k]->run();
+          const double s = seconds_since(t0);
+          norm_s[k].push_back(s);
+          total[k] += s;
+          more = more || static_cast<int64_t>(norm_s[k].size()) < opt.repeats || total[k] < opt.min_time / 4;
+        }
+        if (!more) break;
+      }
+      for (int k = 0; k < 2; ++k) {
+        rows[k].step = summarize(step_s[k]);
+        rows[k].norm_kernels = summarize(norm_s[k]);
+        log(fmt::format("{}: step {:.3f} ms, norms {:.3f} ms", rows[k].name(), rows[k].step.median * 1e3,
+                        rows[k].norm_kernels.median * 1e3));
+        report.rows.push_back(rows[k]);
+      }
+    }
+  }
+  set_num_threads(saved_threads);
+  usage.stop(report.context);
+  derive(report);
+  const Context& ctx = report.context;
+  if (ctx.others_cpu > 0.05 || ctx.steal > 0.05)
+    report.warnings.push_back(fmt::format(
+        "other processes used {:.0f}% of the CPUs' time during the run (the hypervisor stole {:.0f}%): these are not "
+        "figures of an idle machine; rerun when it is idle",
+        100 * ctx.others_cpu, 100 * ctx.steal));
+  if (!ctx.threads_pinned)
+    report.warnings.push_back(
+        "threads are not pinned (OMP_PROC_BIND=false): multi-threaded timings may move between cores; "
+        "run with OMP_PROC_BIND=close OMP_PLACES=cores");
+  std::vector<std::string> noisy;
+  for (const StepRow& r : report.rows)
+    if (r.step.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.step.cv()));
+  if (!noisy.empty()) {
+    std::string list;
+    for (size_t i = 0; i < noisy.size(); ++i) list += (i ? ", " : "") + noisy[i];
+    report.warnings.push_back(fmt::format(
+        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 3",
+        list));
+  }
+  if (!ctx.load_avg.empty() && ctx.load_avg[0] > 0.5)
+    report.warnings.push_back(fmt::format(
+        "load average {:.2f} on {} CPUs when the run started: other processes compete for the cores; rerun on an "
+        "idle machine for reference figures",
+        ctx.load_avg[0], ctx.num_cpus));
+  report.warnings.push_back(
+      "the norm kernels are timed apart from the step, at its shapes, on buffers as many as the step's norms "
+      "(they are cache-resident, as inside the step); see docs/bench.md");
+  return report;
+}
+
+void derive(StepReport& report) {
+  for (StepRow& r : report.rows) {
+    r.norm_share = r.norm_kernels.median / r.step.median;
+    r.tokens_per_s = static_cast<double>(r.batch * r.seq) / r.step.median;
+    r.step_speedup = r.op_speedup = r.predicted_step_speedup = NAN;
+  }
+  for (StepRow& r : report.rows) {
+    if (r.norm != "rmsnorm") continue;
+    for (const StepRow& ln : report.rows) {
+      if (ln.norm != "layernorm" || ln.model != r.model || ln.threads != r.threads) continue;
+      r.step_speedup = ln.step.median / r.step.median;
+      r.op_speedup = ln.norm_kernels.median / r.norm_kernels.median;
+      r.predicted_step_speedup = ln.step.median / (ln.step.median - ln.norm_kernels.median + r.norm_kernels.median);
+    }
+  }
+}
+
+}  // namespace normlab::bench

@@ -1,0 +1,284 @@
+// `normlab bench`: times norm kernels and whole training steps (the library is src/bench/;
+// this file parses flags into its option structs and prints what its exporters return).
+//   normlab bench norms [--shapes 8x256x1024,...] [--impl fused,onednn] [--pass fwd|bwd|both]
+//   normlab bench step  [--model toy,gpt] [--threads 1,all]
+//   normlab bench merge RUN1.json RUN2.json RUN3.json      several runs as one (median, spread)
+//   normlab bench --compare BASE.json NEW.json             two saved runs, row by row
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/cli_common.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+#include "normlab/io.h"
+
+namespace normlab::cli {
+
+namespace {
+
+using namespace normlab::bench;
+
+struct OutputArgs {
+  bool markdown = false, csv = false;
+  std::string out;      // the JSON document, written to this file as well
+  std::string compare;  // BASE.json
+};
+
+struct NormsArgs {
+  OutputArgs o;
+  std::vector<std::string> impls;
+  std::string pass = "both";
+  std::string shapes, threads = "1,all";
+  int64_t repeats = 5, warmup = 2, footprint_mib = 0;
+  double min_time = 0.2;
+  uint64_t seed = 0;
+  bool list = false, with_torch = false;
+  std::string python = "python3", torch_script;
+};
+
+struct StepArgs {
+  OutputArgs o;
+  std::vector<std::string> models;
+  std::string threads = "1,all";
+  StepOptions opt;
+};
+
+struct MergeArgs {
+  OutputArgs o;
+  std::vector<std::string> files;
+};
+
+struct BenchArgs {
+  std::vector<std::string> compare;  // BASE.json NEW.json
+  OutputArgs o;
+};
+
+Format format_of(const OutputArgs& o, const GlobalOptions& g) {
+  NL_USAGE(int(g.json) + int(o.markdown) + int(o.csv) <= 1, "choose one of --json, --markdown, --csv");
+  return g.json ? Format::json : o.markdown ? Format::markdown : o.csv ? Format::csv : Format::table;
+}
+
+void add_output_flags(CLI::App& sub, OutputArgs& o, GlobalOptions& g, bool compare) {
+  sub.add_flag("--markdown", o.markdown, "Print markdown tables instead of text");
+  sub.add_flag("--csv", o.csv, "Print CSV instead of text");
+  sub.add_option("--out", o.out, "Also write the JSON document to FILE");
+  if (compare) sub.add_option("--compare", o.compare, "Show each row's ratio to an earlier run's JSON (BASE.json)");
+  add_global_flags(sub, g);
+}
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
+}
+
+// Prints the report's comparison with BASE.json: on stdout after the tables, on stderr when
+// stdout is one JSON document.
+void print_compare(const std::string& base_file, const std::vector<NamedStats>& now, Format f) {
+  const std::vector<CompareRow> rows = compare(timed_entries_from_json(read_file(base_file), base_file), now);
+  if (f == Format::json) {
+    std::fprintf(stderr, "comparison with %s:\n%s", base_file.c_str(), render(rows, Format::table).c_str());
+  } else {
+    std::printf("\ncomparison with %s:\n%s", base_file.c_str(), render(rows, f).c_str());
+  }
+}
+
+int run_norms(const NormsArgs& a, const GlobalOptions& g) {
+  if (a.list) {
+    std::printf("%-22s %-14s %s\n", "implementation", "provider", "what");
+    const NormRegistry registry = builtin_norm_impls();
+    for (const NormImpl& m : registry.all())
+      std::printf("%-22s %-14s %s\n", m.name().c_str(), m.provider.c_str(), m.description.c_str());
+    std::printf("%-22s %-14s %s\n", "layernorm.torch", "PyTorch", "torch.nn.LayerNorm, with --with-torch");
+    std::printf("%-22s %-14s %s\n", "rmsnorm.torch", "PyTorch", "torch.nn.RMSNorm, with --with-torch");
+    return 0;
+  }
+  const Format f = format_of(a.o, g);
+  NormBenchOptions opt;
+  if (!a.shapes.empty()) opt.shapes = parse_shapes(a.shapes, "--shapes");
+  opt.threads = parse_threads(a.threads, "--threads");
+  if (!a.impls.empty()) opt.impls = a.impls;
+  NL_USAGE(a.pass == "fwd" || a.pass == "bwd" || a.pass == "both", "--pass: '{}' is not one of fwd, bwd, both",
+           a.pass);
+  opt.fwd = a.pass != "bwd";
+  opt.bwd = a.pass != "fwd";
+  opt.repeats = a.repeats;
+  opt.warmup = a.warmup;
+  opt.min_time = a.min_time;
+  NL_USAGE(a.footprint_mib >= 0 && a.footprint_mib <= (int64_t{1} << 30),
+           "--footprint-mib must be >= 0 (0: automatic), got {}", a.footprint_mib);
+  opt.footprint = a.footprint_mib << 20;
+  opt.seed = a.seed;
+  opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
+  const NormRegistry registry = builtin_norm_impls();
+  registry.select(opt.impls);  // unknown names are usage errors before anything runs
+  validate(opt);
+  if (!a.o.compare.empty()) read_file(a.o.compare);  // a missing base file too
+
+  spdlog::info("bench norms: {} shape(s), threads {}, {} ...", opt.shapes.size(), a.threads,
+               a.pass == "both" ? "fwd and bwd" : a.pass);
+  NormReport report = run_norm_bench(opt, registry);
+  if (a.with_torch) {
+    std::string why;
+    TorchOptions t;
+    t.python = a.python;
+    t.script = a.torch_script;
+    spdlog::info("bench norms: PyTorch's rows (scripts/torch_bench.py) ...");
+    if (!add_torch_rows(report, opt, t, why)) report.warnings.push_back("--with-torch: " + why + "; no PyTorch rows");
+  }
+  if (!a.o.out.empty()) write_file_atomic(a.o.out, render(report, Format::json));
+  std::cout << render(report, f);
+  if (f == Format::table || f == Format::markdown)
+    std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
+  if (!a.o.compare.empty()) print_compare(a.o.compare, timed_entries(report), f);
+  print_warnings(report.warnings);
+  int rejected = 0;
+  for (const NormRow& r : report.rows)
+    if (r.status == "rejected") {
+      spdlog::error("{}", r.verify.report);
+      ++rejected;
+    }
+  return rejected ? 1 : 0;
+}
+
+int run_step(const StepArgs& a, const GlobalOptions& g) {
+  const Format f = format_of(a.o, g);
+  StepOptions opt = a.opt;
+  if (!a.models.empty()) opt.models = a.models;
+  opt.threads = parse_threads(a.threads, "--threads");
+  opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
+  validate(opt);
+  if (!a.o.compare.empty()) read_file(a.o.compare);
+  std::string models;
+  for (const std::string& m : opt.models) models += (models.empty() ? "" : ",") + m;
+  spdlog::info("bench step: models {}, threads {} ...", models, a.threads);
+  StepReport report = run_step_bench(opt);
+  if (!a.o.out.empty()) write_file_atomic(a.o.out, render(report, Format::json));
+  std::cout << render(report, f);
+  if (!a.o.compare.empty()) print_compare(a.o.compare, timed_entries(report), f);
+  print_warnings(report.warnings);
+  return 0;
+}
+
+int run_merge(const MergeArgs& a, const GlobalOptions& g) {
+  const Format f = format_of(a.o, g);
+  NL_USAGE(!a.files.empty(), "merge: give the JSON files of the runs to merge");
+  std::vector<std::string> texts;
+  for (const std::string& file : a.files) texts.push_back(read_file(file));
+  const std::string kind = bench_kind_of_json(texts[0], a.files[0]);
+  for (size_t i = 1; i < texts.size(); ++i)
+    NL_USAGE(bench_kind_of_json(texts[i], a.files[i]) == kind, "merge: {} is a `bench {}` document, {} is not",
+             a.files[0], kind, a.files[i]);
+  if (kind == "norms") {
+    std::vector<NormReport> runs;
+    for (size_t i = 0; i < texts.size(); ++i) runs.push_back(norm_report_from_json(texts[i], a.files[i]));
+    NormReport m = merge_runs(runs);
+    if (!a.o.out.empty()) write_file_atomic(a.o.out, render(m, Format::json));
+    std::cout << render(m, f);
+    if (f == Format::table || f == Format::markdown)
+      std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(m, f);
+  } else {
+    std::vector<StepReport> runs;
+    for (size_t i = 0; i < texts.size(); ++i) runs.push_back(step_report_from_json(texts[i], a.files[i]));
+    StepReport m = merge_runs(runs);
+    if (!a.o.out.empty()) write_file_atomic(a.o.out, render(m, Format::json));
+    std::cout << render(m, f);
+  }
+  return 0;
+}
+
+int run_compare_files(const BenchArgs& a, const GlobalOptions& g) {
+  const Format f = format_of(a.o, g);
+  NL_USAGE(a.compare.size() == 2, "--compare needs BASE.json NEW.json (or run `bench norms --compare BASE.json`)");
+  const auto base = timed_entries_from_json(read_file(a.compare[0]), a.compare[0]);
+  const auto now = timed_entries_from_json(read_file(a.compare[1]), a.compare[1]);
+  std::cout << render(compare(base, now), f);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app, GlobalOptions& g) {
+  auto bench = std::make_shared<BenchArgs>();
+  auto norms = std::make_shared<NormsArgs>();
+  auto step = std::make_shared<StepArgs>();
+  auto merge = std::make_shared<MergeArgs>();
+
+  CLI::App* sub = app.add_subcommand("bench", "Time norm kernels (GB/s, % of copy bandwidth) and training steps");
+  sub->require_subcommand(0, 1);
+  sub->add_option("--compare", bench->compare, "BASE.json NEW.json: each row's time now / base")->expected(2);
+  sub->add_flag("--markdown", bench->o.markdown, "Print markdown instead of text");
+  sub->add_flag("--csv", bench->o.csv, "Print CSV instead of text");
+  add_global_flags(*sub, g);
+  sub->footer(R"(Examples:
+  normlab bench norms                                   every implementation, default shapes, 1 and all threads
+  normlab bench norms --shapes 8x256x1024 --impl fused,onednn --pass fwd --threads 1
+  normlab bench norms --with-torch --out run1.json      PyTorch's rows too (needs python3 with torch)
+  normlab bench step                                    toy and gpt training steps, LayerNorm vs RMSNorm
+  normlab bench merge run1.json run2.json run3.json     three runs as one: medians and their spread
+  normlab bench norms --compare run1.json               this run against an earlier one
+  normlab bench --compare run1.json run2.json           two saved runs
+
+docs/bench.md explains every column and the JSON schema.)");
+
+  // ---- norms
+  CLI::App* n = sub->add_subcommand("norms", "LayerNorm/RMSNorm kernels: every implementation, shape and thread count");
+  n->add_option("--impl", norms->impls,
+                "Implementations (comma-separated): all, layernorm, rmsnorm, fused, multipass, onednn, or full names "
+                "such as layernorm.fused (see --list); default all")
+      ->delimiter(',');
+  n->add_option("--pass", norms->pass, "fwd, bwd or both (default both)");
+  n->add_option("--shapes", norms->shapes,
+                "BATCHxSEQxD list (default 4x128x512,8x256x1024,16x512x2048,32x1024x4096)");
+  n->add_option("--threads", norms->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
+  n->add_option("--repeats", norms->repeats, "At least this many timed calls per case (default 5)");
+  n->add_option("--min-time", norms->min_time, "And at least this many seconds of timed calls per case (default 0.2)");
+  n->add_option("--warmup", norms->warmup, "Untimed calls per case first (default 2)");
+  n->add_option("--footprint-mib", norms->footprint_mib,
+                "MiB of buffers each case rotates through (default 0: max(1 GiB, 4 x last-level cache))");
+  n->add_option("--seed", norms->seed, "Seed of the input values (default 0)");
+  n->add_flag("--list", norms->list, "List the implementations and exit");
+  n->add_flag("--with-torch", norms->with_torch,
+              "Add PyTorch's rows (scripts/torch_bench.py; skipped with a warning when python3 cannot import torch)");
+  n->add_option("--python", norms->python, "Python interpreter for --with-torch (default python3)");
+  n->add_option("--torch-script", norms->torch_script, "Path of torch_bench.py (default: found next to the build)");
+  add_output_flags(*n, norms->o, g, true);
+  n->footer(R"(Each implementation is checked against the float64 reference kernels on the first buffer set
+before it is timed; one that fails is reported (exit 1) and never timed. Each case then runs
+--warmup untimed calls and is timed call by call, the cases in turn, each call on the next of
+enough buffer sets that a case touches >= max(1 GiB, 4 x LLC) before it sees one again.
+Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
+
+  // ---- step
+  CLI::App* s = sub->add_subcommand("step", "Whole training steps, LayerNorm vs RMSNorm, and the norms' share");
+  s->add_option("--model", step->models, "toy, gpt or both (comma-separated; default toy,gpt)")->delimiter(',');
+  s->add_option("--threads", step->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
+  s->add_option("--layers", step->opt.layers, "Blocks (default 20)");
+  s->add_option("--d-model", step->opt.d_model, "Width d (default 64)");
+  s->add_option("--d-hidden", step->opt.d_hidden, "MLP hidden width (default 128)");
+  s->add_option("--heads", step->opt.heads, "Attention heads, gpt (default 4)");
+  s->add_option("--vocab", step->opt.vocab, "Vocabulary (default 64)");
+  s->add_option("--batch", step->opt.batch, "Sequences per step (default 32)");
+  s->add_option("--seq", step->opt.seq, "Tokens per sequence (default 16)");
+  s->add_option("--repeats", step->opt.repeats, "At least this many timed steps per model (default 10)");
+  s->add_option("--min-time", step->opt.min_time, "And at least this many seconds of steps per model (default 1)");
+  s->add_option("--warmup", step->opt.warmup, "Untimed steps first (default 3)");
+  s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)");
+  add_output_flags(*s, step->o, g, true);
+
+  // ---- merge
+  CLI::App* m = sub->add_subcommand("merge", "Several runs' JSON as one table: medians over the runs and their range");
+  m->add_option("files", merge->files, "JSON files written by --out or --json")->required();
+  add_output_flags(*m, merge->o, g, false);
+
+  return [sub, n, s, m, bench, norms, step, merge, &g]() -> int {
+    if (n->parsed()) return run_norms(*norms, g);
+    if (s->parsed()) return run_step(*step, g);
+    if (m->parsed()) return run_merge(*merge, g);
+    if (!bench->compare.empty()) return run_compare_files(*bench, g);
+    std::cout << sub->help();
+    return 0;
+  };
+}
+
+}  // namespace normlab::cli
