@@ -23,7 +23,7 @@ struct GradcheckArgs {
   uint64_t seed = 0;
   std::string dump;
   std::string backend = "cpu";
-  int threads = 0;
+  int threads = 1;  // the cases are tiny: a second thread only adds fork/join (and spinning under load)
 };
 
 void print_list() {
@@ -112,7 +112,7 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--dump", args->dump, "Write inputs, analytic and numeric gradients of one --op as JSON to FILE");
   sub->add_option("--backend", args->backend,
                   "Backend whose float32 gradients are compared with the float64 reference (default cpu; none to skip)");
-  sub->add_option("--threads", args->threads, "Threads for the cpu backend (default 0 = all cores)");
+  sub->add_option("--threads", args->threads, "Threads for the cpu backend (default 1: the cases are tiny; 0 = all cores)");
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
   normlab gradcheck                          every op and composite, float64 finite differences + cpu float32
