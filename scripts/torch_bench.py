@@ -16,12 +16,15 @@ Each is checked against a float64 computation of the formula before it is timed 
 tolerances as normlab's check); a wrong result is reported as "rejected" and not timed.
 
 PyTorch allocates every output. glibc serves blocks over 32 MiB with mmap and returns them at
-free, so each call would pay page faults for its output (very slow under a hypervisor); the
-script re-executes itself with MALLOC_MMAP_MAX_=0 and a large MALLOC_TRIM_THRESHOLD_ so that
-freed memory is reused, as a caching allocator would (--default-malloc turns that off).
+free, so each call would pay page faults for its output (very slow under a hypervisor: 5x on
+the machine of results/bench-cpu.md). When libjemalloc.so.2 is installed (Debian:
+libjemalloc2) the script re-executes itself with it preloaded and told to keep freed memory
+(MALLOC_CONF: freed pages kept, never returned), so outputs reuse memory as a caching allocator would; the
+JSON's context says which allocator ran. --allocator glibc keeps glibc's defaults.
 """
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -44,19 +47,36 @@ def parse_args():
     p.add_argument("--ln-eps", type=float, default=1e-5)
     p.add_argument("--rms-eps", type=float, default=1e-6)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--default-malloc", action="store_true", help="do not tune glibc malloc (see above)")
+    p.add_argument("--allocator", default="auto", choices=["auto", "jemalloc", "glibc"],
+                   help="auto: jemalloc when installed, else glibc (see above)")
     p.add_argument("--out", default="-", help="JSON file (default stdout)")
     return p.parse_args()
 
 
-def reexec_with_malloc_tuning():
-    if os.environ.get("NORMLAB_TORCH_BENCH_MALLOC") == "1" or "--default-malloc" in sys.argv:
-        return
+JEMALLOC_PATHS = ["/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                  "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2", "/usr/lib64/libjemalloc.so.2",
+                  "/usr/local/lib/libjemalloc.so.2"]
+
+
+def reexec_with_allocator(choice):
+    """Re-executes this script with jemalloc preloaded (once); returns the allocator in use."""
+    if os.environ.get("NORMLAB_TORCH_BENCH_ALLOCATOR"):
+        return os.environ["NORMLAB_TORCH_BENCH_ALLOCATOR"]
+    lib = next((p for p in JEMALLOC_PATHS if os.path.exists(p)), None)
+    if choice == "glibc" or lib is None:
+        if choice == "jemalloc":
+            sys.exit("torch_bench.py: --allocator jemalloc: libjemalloc.so.2 not found (apt-get install libjemalloc2)")
+        return "glibc"
     env = dict(os.environ)
-    env["NORMLAB_TORCH_BENCH_MALLOC"] = "1"
-    env["MALLOC_MMAP_MAX_"] = "0"
-    env["MALLOC_TRIM_THRESHOLD_"] = str(1 << 62)
+    env["NORMLAB_TORCH_BENCH_ALLOCATOR"] = "jemalloc"
+    env["LD_PRELOAD"] = (lib + " " + env.get("LD_PRELOAD", "")).strip()
+    # Freed pages are never given back (decay -1), and large blocks (outputs) are cached like the
+    # others (oversize_threshold:0), not in jemalloc's separate arena that gives them back at once:
+    # a page given back and touched again costs a fault, and on the machine of
+    # results/bench-cpu.md (a VM) faults made PyTorch's forward 5-10x slower.
+    env["MALLOC_CONF"] = "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    return "jemalloc"  # not reached
 
 
 def parse_shape(s):
@@ -115,46 +135,90 @@ class Check:
         self.name, self.atol, self.rtol = name, atol, rtol
         self.max_err, self.bad, self.total, self.report = 0.0, 0, 0, ""
 
-    def add(self, got, want, scale=None):
+    def add(self, got, want, scale=None, offset=0):
         import torch
         got = got.double()
         err = (got - want).abs()
         err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
         tol = self.atol * (scale if scale is not None else 1.0) + self.rtol * want.abs()
         bad = ~(err <= tol)
-        self.total += err.numel()
-        self.bad += int(bad.sum())
-        self.max_err = max(self.max_err, float(err.max()))
-        if self.bad and not self.report:
+        nbad = int(bad.sum())
+        if nbad and not self.report:
             idx = int(bad.flatten().nonzero()[0])
-            self.report = "%s: %d of %d values outside tolerance, max |diff| %.3g; first [%d] got %.7g want %.7g" % (
-                self.name, self.bad, self.total, self.max_err, idx, float(got.flatten()[idx]),
-                float(want.flatten()[idx]))
+            self.report = "%s: values outside atol %g + rtol %g*|ref|; first [%d] got %.7g want %.7g" % (
+                self.name, self.atol, self.rtol, offset + idx, float(got.flatten()[idx]), float(want.flatten()[idx]))
+        self.total += err.numel()
+        self.bad += nbad
+        self.max_err = max(self.max_err, float(err.max()))
+
+    def finish(self):
+        if self.bad:
+            self.report += " (%d of %d bad, max |diff| %.3g)" % (self.bad, self.total, self.max_err)
 
 
-def reference(norm, x, dy, w, b, eps):
-    """float64: y, dx, dgamma, dbeta and the sum_rows |term| scales of the parameter gradients."""
-    xd, dyd, wd = x.double(), dy.double(), w.double()
-    if norm == "layernorm":
-        mu = xd.mean(-1, keepdim=True)
-        var = ((xd - mu) ** 2).mean(-1, keepdim=True)
-        rstd = 1.0 / (var + eps).sqrt()
-        xhat = (xd - mu) * rstd
-        y = xhat * wd + b.double()
+ROWS_PER_CHUNK = 256  # float64 temporaries of 256 rows, not of the whole tensor
+
+
+def check_forward(norm, y, x, w, b, eps):
+    """y against the float64 formula, chunk by chunk."""
+    ch = Check("y", 1e-4, 1e-4)  # tolerances as norm_bench.cpp's kTolRow
+    wd = w.double()
+    for lo in range(0, x.shape[0], ROWS_PER_CHUNK):
+        xd = x[lo:lo + ROWS_PER_CHUNK].double()
+        if norm == "layernorm":
+            mu = xd.mean(-1, keepdim=True)
+            xhat = (xd - mu) / (((xd - mu) ** 2).mean(-1, keepdim=True) + eps).sqrt()
+            ref = xhat * wd + b.double()
+        else:
+            ref = xd / ((xd * xd).mean(-1, keepdim=True) + eps).sqrt() * wd
+        ch.add(y[lo:lo + ROWS_PER_CHUNK], ref, offset=lo * x.shape[1])
+    ch.finish()
+    return [ch]
+
+
+def check_backward(norm, grads, x, dy, w, b, eps):
+    """dx, dgamma, dbeta against the float64 formulas; parameter gradients summed over chunks, their
+    tolerance scaled by sum_rows |term| (as norm_bench.cpp's kTolParam)."""
+    import torch
+    d = x.shape[1]
+    cdx = Check("dx", 1e-4, 1e-4)
+    wd = w.double()
+    dg = torch.zeros(d, dtype=torch.float64)
+    db, adg, adb = torch.zeros_like(dg), torch.zeros_like(dg), torch.zeros_like(dg)
+    for lo in range(0, x.shape[0], ROWS_PER_CHUNK):
+        xd, dyd = x[lo:lo + ROWS_PER_CHUNK].double(), dy[lo:lo + ROWS_PER_CHUNK].double()
         g = dyd * wd
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-        return y, dx, (dyd * xhat).sum(0), dyd.sum(0), (dyd * xhat).abs().sum(0), dyd.abs().sum(0)
-    rstd = 1.0 / ((xd * xd).mean(-1, keepdim=True) + eps).sqrt()
-    xhat = xd * rstd
-    y = xhat * wd
-    g = dyd * wd
-    dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-    return y, dx, (dyd * xhat).sum(0), None, (dyd * xhat).abs().sum(0), None
+        if norm == "layernorm":
+            mu = xd.mean(-1, keepdim=True)
+            rstd = 1.0 / (((xd - mu) ** 2).mean(-1, keepdim=True) + eps).sqrt()
+            xhat = (xd - mu) * rstd
+            dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        else:
+            rstd = 1.0 / ((xd * xd).mean(-1, keepdim=True) + eps).sqrt()
+            xhat = xd * rstd
+            dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        cdx.add(grads[0][lo:lo + ROWS_PER_CHUNK], dx, offset=lo * d)
+        dg += (dyd * xhat).sum(0)
+        adg += (dyd * xhat).abs().sum(0)
+        db += dyd.sum(0)
+        adb += dyd.abs().sum(0)
+    cdx.finish()
+    checks = [cdx]
+    cdg = Check("dgamma", 1e-5, 1e-4)
+    cdg.add(grads[1], dg, adg)
+    cdg.finish()
+    checks.append(cdg)
+    if norm == "layernorm":
+        cdb = Check("dbeta", 1e-5, 1e-4)
+        cdb.add(grads[2], db, adb)
+        cdb.finish()
+        checks.append(cdb)
+    return checks
 
 
 def main():
     args = parse_args()
-    reexec_with_malloc_tuning()
+    allocator = reexec_with_allocator(args.allocator)
     import torch
 
     shapes = [parse_shape(s) for s in args.shapes.split(",")]
@@ -166,8 +230,9 @@ def main():
     provider = "PyTorch " + torch.__version__
     gen = torch.Generator().manual_seed(args.seed)
     rows, warnings = [], []
-    if not args.default_malloc and os.environ.get("NORMLAB_TORCH_BENCH_MALLOC") == "1":
-        warnings.append("glibc malloc tuned (MALLOC_MMAP_MAX_=0): freed outputs are reused, no page faults per call")
+    if allocator == "glibc":
+        warnings.append("PyTorch ran on glibc malloc: outputs over 32 MiB are mmap'd and page-faulted on every call, "
+                        "which can dominate its times; install libjemalloc2 (the script then preloads it)")
 
     for (b, t, d) in shapes:
         n = b * t
@@ -177,9 +242,10 @@ def main():
         xs, dys = [], []
         for _ in range(sets):
             off = torch.rand(n, 1, generator=gen) * 2 - 1
-            scale = 0.5 + 1.5 * torch.rand(n, 1, generator=gen)
-            xs.append((off + scale * (torch.rand(n, d, generator=gen) * 2 - 1) * 1.7320508).requires_grad_(True))
-            dys.append(torch.rand(n, d, generator=gen) * 2 - 1)
+            scale = (0.5 + 1.5 * torch.rand(n, 1, generator=gen)) * 1.7320508
+            x = torch.rand(n, d, generator=gen)  # in place from here: no N x D temporaries
+            xs.append(x.mul_(2).sub_(1).mul_(scale).add_(off).requires_grad_(True))
+            dys.append(torch.rand(n, d, generator=gen).mul_(2).sub_(1))
         mods = {}
         for norm in norms:
             if norm == "layernorm":
@@ -219,26 +285,14 @@ def main():
             # Correctness first, on set 0.
             for c in cases:
                 norm, m = c["norm"], c["module"]
-                bias = m.bias if norm == "layernorm" else None
-                y_ref, dx_ref, dg_ref, db_ref, dg_scale, db_scale = reference(
-                    norm, xs[0].detach(), dys[0], m.weight.detach(), bias.detach() if bias is not None else None,
-                    c["eps"])
-                checks = []
-                if c["pass"] == "fwd":
-                    ch = Check("y", 1e-4, 1e-4)
-                    ch.add(c["call"](0).detach(), y_ref)
-                    checks.append(ch)
-                else:
-                    grads = c["call"](0)
-                    for nm, got, want, scale, tol in (("dx", grads[0], dx_ref, None, (1e-4, 1e-4)),
-                                                      ("dgamma", grads[1], dg_ref, dg_scale, (1e-5, 1e-4)),
-                                                      ("dbeta", grads[2] if len(grads) > 2 else None, db_ref,
-                                                       db_scale, (1e-5, 1e-4))):
-                        if got is None or want is None:
-                            continue
-                        ch = Check(nm, *tol)
-                        ch.add(got, want, scale)
-                        checks.append(ch)
+                bias = m.bias.detach() if norm == "layernorm" else None
+                out = c["call"](0)  # as timed: y, or the gradients
+                with torch.no_grad():
+                    if c["pass"] == "fwd":
+                        checks = check_forward(norm, out.detach(), xs[0].detach(), m.weight.detach(), bias, c["eps"])
+                    else:
+                        checks = check_backward(norm, out, xs[0].detach(), dys[0], m.weight.detach(), bias, c["eps"])
+                del out
                 worst = max(checks, key=lambda ch: ch.max_err)
                 c["verify"] = {"pass": all(ch.bad == 0 for ch in checks), "max_abs_err": worst.max_err,
                                "worst_output": worst.name,
@@ -288,9 +342,9 @@ def main():
                     "pct_against": "copy-loop", "runs": 1})
                 print("%s: median %.1f us over %d calls" % (c["name"], (st["median"] or 0) * 1e6, st["samples"]),
                       file=sys.stderr)
-            for c in cases:
-                c.pop("graphs", None)
-        del xs, dys
+            cases.clear()  # the closures hold the retained graphs
+        del xs, dys, mods
+        gc.collect()
 
     doc = {
         "context": {
@@ -298,6 +352,7 @@ def main():
             "host_name": socket.gethostname(), "executable": sys.executable, "num_cpus": os.cpu_count(),
             "caches": caches(), "load_avg": list(os.getloadavg()), "library_build_type": "release",
             "library_versions": {"PyTorch": torch.__version__, "python": sys.version.split()[0]},
+            "torch_allocator": allocator,
             "omp_proc_bind": os.environ.get("OMP_PROC_BIND", "false"),
             "threads_pinned": os.environ.get("OMP_PROC_BIND", "false").lower() not in ("", "false"),
             "footprint_target_bytes": args.footprint_bytes, "normlab_bench": "norms", "schema": "normlab-bench/1",

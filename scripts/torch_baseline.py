@@ -1,0 +1,761 @@
+#!/usr/bin/env python3
+"""PyTorch baseline of normlab's toy model, for timing one training step against `normlab train`.
+
+The model, task shape and optimizer mirror normlab (include/normlab/nn.h, src/nn/modules.cpp,
+src/train/trainer.cpp):
+
+  x = tok_emb[ids] + pos_emb[0..T-1]
+  per block (placement pre):  h = x + proj(prefix_mean(norm1(x)))          proj: Linear d->d (bias)
+                              x = h + fc2(gelu(fc1(norm2(h))))            fc1 d->hidden, fc2 hidden->d
+                              prefix_mean: y_t = mean_{s<=t} x_s, exact GELU (erf)
+  final norm (on for pre), head: Linear d->vocab without bias, cross-entropy (mean over B*T tokens).
+  Norms: rmsnorm (gamma, eps 1e-6), layernorm (gamma, beta, eps 1e-5) or none.
+  Init (gpt2): weights N(0, 0.02), the residual projections (proj, fc2) N(0, 0.02/sqrt(2L)),
+  biases 0, gamma 1, beta 0; embeddings N(0, 0.02).
+  AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0), constant schedule.
+
+One step = zero_grad, draw a batch (random ids: timing does not need normlab's numbers), forward,
+loss.item() (normlab reads the loss every step to detect divergence), backward, optimizer step.
+normlab additionally takes the global gradient norm every step; --grad-norm adds the same here
+(off by default, which can only favour PyTorch).
+
+Timing: `--warmup` untimed steps, then `--steps` steps each timed with perf_counter; the median
+per-step time is the figure (mean, p10, p90 are printed too). Modes: eager, compile (torch.compile
+of the model's forward+loss; backward through AOTAutograd), or both.
+
+Needs PyTorch (pip install torch); never needed by normlab's tests. Examples:
+  python3 scripts/torch_baseline.py --threads 1 --mode both
+  python3 scripts/torch_baseline.py --threads 2 --mode eager --norm layernorm --json
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--layers", type=int, default=20)
+    p.add_argument("--d_model", type=int, default=64)
+    p.add_argument("--d_hidden", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--seq_len", type=int, default=16)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--norm", choices=["rmsnorm", "layernorm", "none"], default="rmsnorm")
+    p.add_argument("--placement", choices=["pre"], default="pre", help="only pre (the timed configuration)")
+    p.add_argument("--mode", choices=["eager", "compile", "both"], default="both")
+    p.add_argument("--compile_mode", default="default",
+                   help="torch.compile mode: default, reduce-overhead, max-autotune-no-cudagraphs, ...")
+    p.add_argument("--compile_optimizer", action="store_true",
+                   help="also torch.compile the optimizer step (only useful with --adam foreach/loop)")
+    p.add_argument("--mix", choices=["auto", "matmul", "cumsum"], default="auto",
+                   help="prefix mean as a (T,T) averaging-matrix product or cumsum / arange; "
+                        "auto times both in eager and keeps the faster")
+    p.add_argument("--adam", choices=["auto", "fused", "foreach", "loop"], default="auto",
+                   help="AdamW implementation; auto: fused if this torch has it on CPU, else foreach")
+    p.add_argument("--grad-norm", dest="grad_norm", action="store_true",
+                   help="also compute the global gradient norm each step, as normlab does")
+    p.add_argument("--warmup", type=int, default=30, help="untimed steps (after compilation)")
+    p.add_argument("--steps", type=int, default=200, help="timed steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true",
+                   help="after timing, run torch.profiler over 20 steps and print the op table "
+                        "(matmul ops vs the rest)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    c = p.add_argument_group("side-by-side comparison (--compare; scripts/compare_speed.sh runs this)")
+    c.add_argument("--compare", action="store_true",
+                   help="time normlab, eager and compiled PyTorch interleaved, per thread count, several repeats")
+    c.add_argument("--normlab_bin", default=os.environ.get("NORMLAB_BIN", ""),
+                   help="normlab binary (default $NORMLAB_BIN, else build/normlab, else build-main/normlab)")
+    c.add_argument("--thread_list", default="1,2", help="thread counts to compare (default 1,2)")
+    c.add_argument("--norms", default="", help="comma list of norms to compare (default: --norm)")
+    c.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
+    c.add_argument("--normlab_steps", type=int, default=300, help="steps of `normlab train` per repeat")
+    c.add_argument("--skip_compile", action="store_true", help="compare against eager only")
+    c.add_argument("--no_gemm_share", dest="gemm_share", action="store_false",
+                   help="skip the DNNL_VERBOSE matmul-time split of normlab's step")
+    c.add_argument("--perf", action="store_true", help="also profile normlab with perf (cpu-clock) per thread count")
+    c.add_argument("--torch_profile", action="store_true", help="also run torch.profiler on eager PyTorch")
+    c.add_argument("--out_json", default="", help="write every measurement to this JSON file")
+    c.add_argument("--quiet_wait", type=float, default=0.0,
+                   help="before each measurement wait up to this many seconds for the machine to be quiet "
+                        "(other processes using less than --quiet_threshold cores over 2 s); 0 = do not wait")
+    c.add_argument("--quiet_threshold", type=float, default=0.3)
+    c.add_argument("--summarize", default="", metavar="JSON",
+                   help="print the tables again from a file written by --out_json, and exit")
+    c.add_argument("--quiet_max", type=float, default=0.2,
+                   help="summary: a repeat counts as quiet when other processes used less than this many "
+                        "cores during each of its runs (default 0.2)")
+    return p.parse_args(argv)
+
+
+def build(args, torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    L, d, h, V, T = args.layers, args.d_model, args.d_hidden, args.vocab, args.seq_len
+    eps = 1e-6 if args.norm == "rmsnorm" else 1e-5
+
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kind = args.norm
+            if self.kind != "none":
+                self.gamma = nn.Parameter(torch.ones(d))
+            if self.kind == "layernorm":
+                self.beta = nn.Parameter(torch.zeros(d))
+
+        def forward(self, x):
+            if self.kind == "rmsnorm":
+                return F.rms_norm(x, (d,), self.gamma, eps)
+            if self.kind == "layernorm":
+                return F.layer_norm(x, (d,), self.gamma, self.beta, eps)
+            return x
+
+    class PrefixMean(nn.Module):
+        def __init__(self, form):
+            super().__init__()
+            self.form = form
+            # y_t = mean_{s<=t} x_s: row t of A holds 1/(t+1) in columns 0..t.
+            a = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1, dtype=torch.float32).unsqueeze(1)
+            self.register_buffer("avg", a, persistent=False)
+            self.register_buffer("inv_count", (1.0 / torch.arange(1, T + 1, dtype=torch.float32)).view(1, T, 1),
+                                 persistent=False)
+
+        def forward(self, x):  # (B, T, d)
+            t = x.shape[1]
+            if self.form == "matmul":
+                return torch.matmul(self.avg[:t, :t], x)
+            return x.cumsum(1) * self.inv_count[:, :t]
+
+    class Block(nn.Module):
+        def __init__(self, form):
+            super().__init__()
+            self.norm1, self.norm2 = Norm(), Norm()
+            self.mix = PrefixMean(form)
+            self.proj = nn.Linear(d, d)
+            self.fc1 = nn.Linear(d, h)
+            self.fc2 = nn.Linear(h, d)
+
+        def forward(self, x):
+            x = x + self.proj(self.mix(self.norm1(x)))
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))  # exact (erf) GELU
+
+    class Toy(nn.Module):
+        def __init__(self, form):
+            super().__init__()
+            self.tok_emb = nn.Parameter(torch.empty(V, d))
+            self.pos_emb = nn.Parameter(torch.empty(T, d))
+            self.blocks = nn.ModuleList([Block(form) for _ in range(L)])
+            self.final_norm = Norm()  # placement pre: final norm on (none when norm = none)
+            self.head = nn.Linear(d, V, bias=False)
+            resid_std = 0.02 / math.sqrt(2.0 * L)
+            with torch.no_grad():
+                for name, prm in self.named_parameters():
+                    if name.endswith("gamma"):
+                        prm.fill_(1.0)
+                    elif name.endswith("beta") or name.endswith(".bias"):
+                        prm.zero_()
+                    elif name.endswith("proj.weight") or name.endswith("fc2.weight"):
+                        prm.normal_(0.0, resid_std)
+                    else:
+                        prm.normal_(0.0, 0.02)
+
+        def forward(self, ids, targets):
+            t = ids.shape[1]
+            x = F.embedding(ids, self.tok_emb) + self.pos_emb[:t]
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.head(self.final_norm(x))
+            return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+    return Toy
+
+
+def make_optimizer(args, torch, params):
+    kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    choice = args.adam
+    if choice in ("auto", "fused"):
+        try:
+            opt = torch.optim.AdamW(params, fused=True, **kw)
+            return opt, "fused"
+        except (RuntimeError, TypeError, ValueError) as e:
+            if choice == "fused":
+                raise
+            warnings.warn(f"fused AdamW unavailable on CPU ({e}); using foreach")
+            choice = "foreach"
+    if choice in ("auto", "foreach"):
+        return torch.optim.AdamW(params, foreach=True, **kw), "foreach"
+    return torch.optim.AdamW(params, foreach=False, **kw), "loop"
+
+
+def run_mode(args, torch, mode, form):
+    torch.manual_seed(args.seed)
+    Toy = build(args, torch)
+    model = Toy(form)
+    params = [p for p in model.parameters()]
+    n_params = sum(p.numel() for p in params)
+    opt, adam_impl = make_optimizer(args, torch, params)
+    loss_fn = model
+    if mode == "compile":
+        loss_fn = torch.compile(model, mode=None if args.compile_mode == "default" else args.compile_mode)
+    opt_step = opt.step
+    if mode == "compile" and args.compile_optimizer:
+        opt_step = torch.compile(opt.step)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    B, T, V = args.batch_size, args.seq_len, args.vocab
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        ids = torch.randint(0, V, (B, T), generator=gen, dtype=torch.long)
+        tg = torch.randint(0, V, (B, T), generator=gen, dtype=torch.long)
+        loss = loss_fn(ids, tg)
+        value = loss.item()
+        loss.backward()
+        if args.grad_norm:
+            g = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params])))
+            g.item()
+        opt_step()
+        return value
+
+    t0 = time.perf_counter()
+    first_loss = step()  # compiles in compile mode
+    first_step_s = time.perf_counter() - t0
+    for _ in range(args.warmup):
+        step()
+    times, cpu = [], []
+    for _ in range(args.steps):
+        t, c = time.perf_counter(), time.process_time()
+        last_loss = step()
+        times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    times.sort()
+    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]
+    res = {
+        "mode": mode,
+        "mix": form,
+        "adam": adam_impl,
+        "compile_mode": args.compile_mode if mode == "compile" else None,
+        "threads": torch.get_num_threads(),
+        "parameters": n_params,
+        "first_step_s": first_step_s,
+        "median_s": statistics.median(times),
+        "mean_s": statistics.fmean(times),
+        "p10_s": q(0.1),
+        "p90_s": q(0.9),
+        "min_s": times[0],
+        # CPU time of the process per step (all threads): at 1 thread a load-robust cross-check
+        "cpu_median_s": statistics.median(cpu),
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "first_loss": first_loss,
+        "last_loss": last_loss,
+    }
+    if args.profile:
+        res["profile"] = profile(torch, step)
+    return res
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm")
+
+
+def profile(torch, step):
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    n = 20
+    t = time.perf_counter()
+    with tprofile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n):
+            step()
+    wall = (time.perf_counter() - t) / n
+    avgs = prof.key_averages()
+    # Self time of the leaf GEMM ops (mm/addmm/bmm; compiled graphs call them as extern kernels).
+    gemm = sum(e.self_cpu_time_total for e in avgs if e.key in ("aten::mm", "aten::addmm", "aten::bmm",
+                                                                 "aten::baddbmm")) / n / 1e6
+    rows = sorted(((e.key, e.self_cpu_time_total / n / 1e6, e.count // n) for e in avgs), key=lambda r: -r[1])
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    print(table, file=sys.stderr)
+    return {"profiled_step_s": wall, "gemm_self_s": gemm, "top_ops": [
+        {"op": k, "self_s_per_step": s, "calls_per_step": c} for k, s, c in rows[:25]]}
+
+
+def choose_form(args, torch):
+    """Times both prefix-mean forms in eager and keeps the faster one."""
+    if args.mix != "auto":
+        return args.mix, {}
+    sub = argparse.Namespace(**vars(args))
+    sub.warmup, sub.steps, sub.profile, sub.grad_norm = 10, 40, False, False
+    t = {f: run_mode(sub, torch, "eager", f)["median_s"] for f in ("matmul", "cumsum")}
+    return min(t, key=t.get), t
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    if args.summarize:
+        with open(args.summarize) as fh:
+            data = json.load(fh)
+        runs = data["runs"]
+        norms = list(dict.fromkeys(r["norm"] for r in runs))
+        threads = list(dict.fromkeys(r["threads"] for r in runs))
+        modes = [m for m in ("eager", "compile") if any(m in r for r in runs)]
+        print_summary(data, norms, threads, modes, args.quiet_max)
+        return 0
+    if args.compare:
+        return compare(args)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if hasattr(torch, "set_num_interop_threads"):
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass
+    form, form_times = choose_form(args, torch)
+    modes = ["eager", "compile"] if args.mode == "both" else [args.mode]
+    out = {
+        "torch": torch.__version__,
+        "config": {k: getattr(args, k) for k in ("layers", "d_model", "d_hidden", "vocab", "seq_len",
+                                                  "batch_size", "norm", "placement", "threads")},
+        "mix_choice_median_s": form_times,
+        "loadavg": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None,
+        "results": [],
+    }
+    for m in modes:
+        try:
+            out["results"].append(run_mode(args, torch, m, form))
+        except Exception as e:  # torch.compile needs a working C++ toolchain; report instead of dying
+            out["results"].append({"mode": m, "error": f"{type(e).__name__}: {e}"[:2000]})
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"torch {out['torch']}, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
+              f"batch {args.batch_size}; prefix mean: {form} {form_times or ''}")
+        for r in out["results"]:
+            if "error" in r:
+                print(f"  {r['mode']:8s} FAILED: {r['error']}")
+                continue
+            print(f"  {r['mode']:8s} median {1e3 * r['median_s']:7.3f} ms/step  (mean {1e3 * r['mean_s']:.3f}, "
+                  f"p10 {1e3 * r['p10_s']:.3f}, p90 {1e3 * r['p90_s']:.3f}; first step {r['first_step_s']:.2f} s; "
+                  f"AdamW {r['adam']}; loss {r['first_loss']:.3f} -> {r['last_loss']:.3f})")
+            if "profile" in r:
+                pr = r["profile"]
+                print(f"           profiled {1e3 * pr['profiled_step_s']:.3f} ms/step, GEMM self time "
+                      f"{1e3 * pr['gemm_self_s']:.3f} ms/step")
+    return 0
+
+
+# ---- side-by-side comparison -------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_busy():
+    """(busy, steal) jiffies of the whole machine from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (v + [0] * 8)[:8]
+    return user + nice + system + irq + softirq, steal
+
+
+QUIET = {"wait": 0.0, "threshold": 0.3}
+
+
+def wait_quiet():
+    """Waits (up to QUIET['wait'] s) until other processes use < QUIET['threshold'] cores over 2 s."""
+    if QUIET["wait"] <= 0:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    deadline = time.time() + QUIET["wait"]
+    while True:
+        b0, _ = cpu_busy()
+        time.sleep(2.0)
+        b1, _ = cpu_busy()
+        busy = (b1 - b0) / hz / 2.0
+        if busy < QUIET["threshold"] or time.time() > deadline:
+            return busy
+
+
+def measured(cmd, env=None, timeout=None, wait=True):
+    """Runs cmd; returns (CompletedProcess, facts about the load while it ran).
+
+    others_cores: CPU time used by every other process on the machine during the run, divided by
+    the wall time (0 = machine otherwise idle, 1 = one other core's worth of work, 2 = both cores).
+    """
+    import resource
+    import subprocess
+    hz = os.sysconf("SC_CLK_TCK")
+    before = wait_quiet() if wait else None
+    load0 = open("/proc/loadavg").read().split()[0]
+    b0, st0 = cpu_busy()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    b1, st1 = cpu_busy()
+    own = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    others = max(0.0, (b1 - b0) / hz - own)
+    return p, {"wall_s": wall, "loadavg1_before": float(load0), "own_cpu_s": own, "others_cores_before": before,
+               "others_cores": others / wall if wall > 0 else 0.0,
+               "steal_cores": (st1 - st0) / hz / wall if wall > 0 else 0.0}
+
+
+def find_normlab(args):
+    for cand in [args.normlab_bin, os.path.join(ROOT, "build", "normlab"), os.path.join(ROOT, "build-main", "normlab")]:
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    sys.exit("no normlab binary: build it with ./scripts/build.sh or set NORMLAB_BIN")
+
+
+def normlab_cmd(args, binary, norm, threads, steps, out, eval_batches=None):
+    cmd = [binary, "train", "--layers", str(args.layers), "--d_model", str(args.d_model), "--d_hidden",
+           str(args.d_hidden), "--vocab", str(args.vocab), "--seq_len", str(args.seq_len), "--norm", norm,
+           "--placement", args.placement, "--batch_size", str(args.batch_size), "--steps", str(steps),
+           "--eval_every", str(steps), "--threads", str(threads), "--json", "--out", out, "--force", "-q"]
+    if eval_batches is not None:
+        cmd += ["--eval_batches", str(eval_batches)]
+    return cmd
+
+
+def normlab_env(threads):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env.pop("DNNL_VERBOSE", None)
+    env.pop("ONEDNN_VERBOSE", None)
+    return env
+
+
+def run_normlab(args, binary, norm, threads, tmp):
+    out = os.path.join(tmp, f"nl-{norm}-{threads}")
+    p, load = measured(normlab_cmd(args, binary, norm, threads, args.normlab_steps, out), env=normlab_env(threads))
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout)[-2000:], **load}
+    j = json.loads(p.stdout)
+    return {"seconds_per_step": j["timing"]["seconds_per_step"], "threads": j["timing"].get("threads"),
+            # whole process (start-up, model creation, the final evaluation included): an upper bound
+            "cpu_s_per_step": load["own_cpu_s"] / args.normlab_steps, **load}
+
+
+def verbose_exec_lines(text):
+    """(kind, impl, shapes, ms, timestamp_ms) of each oneDNN execution in DNNL_VERBOSE=1 output.
+
+    With DNNL_VERBOSE_TIMESTAMP=1 oneDNN 2.x puts a millisecond timestamp (taken when the
+    execution started) after the prefix; without it the timestamp is None.
+    """
+    rows = []
+    for line in text.splitlines():
+        f = line.split(",")
+        if len(f) < 6 or f[0] not in ("onednn_verbose", "dnnl_verbose"):
+            continue
+        ts = None
+        if f[1] != "exec":
+            try:
+                ts = float(f[1])
+            except ValueError:
+                continue
+            f = f[:1] + f[2:]
+            if f[1] != "exec":
+                continue
+        try:
+            rows.append((f[3], f[4], f[-2], float(f[-1]), ts))
+        except ValueError:
+            pass
+    return rows
+
+
+def gemm_counts(args, binary, norm, threads, tmp):
+    """oneDNN executions per training step (c) and per evaluation forward (f), from two short runs."""
+    env = normlab_env(threads)
+    env["DNNL_VERBOSE"] = "1"
+    counts = {}
+    for s in (2, 3):
+        p, _ = measured(normlab_cmd(args, binary, norm, threads, s, os.path.join(tmp, f"v{s}"), 1), env=env,
+                        wait=False)
+        counts[s] = len(verbose_exec_lines(p.stdout + p.stderr))
+    c = counts[3] - counts[2]
+    return c, counts[2] - 2 * c
+
+
+def gemm_share(args, binary, norm, threads, tmp, counts, steps=120, skip=20):
+    """normlab's matmul time per step from DNNL_VERBOSE=1 (oneDNN prints every execution with its time).
+
+    With c executions per training step and f per evaluation forward (gemm_counts), a run of
+    `steps` steps with one evaluation batch at the end prints steps*c + f lines in order, and
+    step k is lines [k*c, (k+1)*c). Sum the matmul lines of each step; median over the steps
+    after `skip`. The printing slows the run's own step down, so the share is taken against the
+    step time of the plain run of the same repeat.
+    """
+    c, f = counts
+    env = normlab_env(threads)
+    env["DNNL_VERBOSE"] = "1"
+    env["DNNL_VERBOSE_TIMESTAMP"] = "1"
+    p, load = measured(normlab_cmd(args, binary, norm, threads, steps, os.path.join(tmp, "vN"), 1), env=env)
+    rows = verbose_exec_lines(p.stdout + p.stderr)
+    if c <= 0 or len(rows) != steps * c + f:
+        return {"error": f"unexpected DNNL_VERBOSE line counts: per step {c}, eval {f}, run {len(rows)}"}
+    mm, other, wall, share = [], [], [], []
+    for k in range(skip, steps):
+        chunk = rows[k * c:(k + 1) * c]
+        mm.append(sum(r[3] for r in chunk if r[0] == "matmul") / 1e3)
+        other.append(sum(r[3] for r in chunk if r[0] != "matmul") / 1e3)
+        if k + 1 < steps and chunk[0][4] is not None:
+            # step k's wall time: from its first oneDNN execution to the next step's first one
+            wall.append((rows[(k + 1) * c][4] - chunk[0][4]) / 1e3)
+            share.append(mm[-1] / wall[-1])
+    kinds = {}
+    for r in rows[skip * c:(skip + 1) * c]:
+        kinds[f"{r[0]} {r[1]}"] = kinds.get(f"{r[0]} {r[1]}", 0) + 1
+    shapes = {}
+    for r in rows[skip * c:(skip + 1) * c]:
+        if r[0] == "matmul":
+            shapes[r[2]] = shapes.get(r[2], 0) + 1
+    return {"execs_per_step": c, "execs_per_eval_forward": f, "kinds_per_step": kinds, "matmul_shapes": shapes,
+            "matmul_s_median": statistics.median(mm), "matmul_s_p10": sorted(mm)[len(mm) // 10],
+            "matmul_s_p90": sorted(mm)[(9 * len(mm)) // 10],
+            "other_onednn_s_median": statistics.median(other),
+            # the same steps' wall time in this run (printing each line slows it down a little, so
+            # the share is, if anything, underestimated)
+            "verbose_step_s_median": statistics.median(wall) if wall else None,
+            "share_in_run_median": statistics.median(share) if share else None, **load}
+
+
+def perf_profile(args, binary, norm, threads, tmp):
+    """perf record -e cpu-clock of one normlab run; samples grouped into matmul / the rest."""
+    import shutil
+    import subprocess
+    if not shutil.which("perf"):
+        return {"error": "perf not found"}
+    data = os.path.join(tmp, f"perf-{norm}-{threads}.data")
+    env = normlab_env(threads)
+    env["DNNL_JIT_PROFILE"] = "2"  # perf map of oneDNN's JIT kernels (/tmp/perf-PID.map)
+    cmd = ["perf", "record", "-e", "cpu-clock", "-F", "2000", "-o", data, "--"] + normlab_cmd(
+        args, binary, norm, threads, args.normlab_steps, os.path.join(tmp, "perf-run"))
+    p, load = measured(cmd, env=env)
+    if p.returncode != 0:
+        return {"error": p.stderr[-1000:]}
+    return {**parse_perf(data), **load}
+
+
+def parse_perf(data):
+    """Groups the samples of a perf.data file: matmul (oneDNN) / normlab code / OpenMP / libc / kernel."""
+    import re
+    import subprocess
+    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym", "--stdio", "-g",
+                          "none"], capture_output=True, text=True).stdout
+    groups, syms = {}, {}
+    for line in rep.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "%" not in line.split()[0]:
+            continue
+        pct = float(line.split()[0].rstrip("%"))
+        rest = line.split(None, 1)[1]
+        dso, _, sym = rest.partition("[.]") if "[.]" in rest else rest.partition("[k]")
+        dso, sym = dso.strip(), sym.strip()
+        m = re.search(r"(normlab::cpu::\w+)\(", sym) if "for_tiles" in sym or "for_row" in sym else None
+        short = m.group(1) + " (tiled loop)" if m else sym.split("(")[0].split("<")[0]
+        if "libdnnl" in dso or "[JIT]" in dso:
+            # normlab's step runs only matmul primitives in oneDNN (DNNL_VERBOSE: 183 of 183
+            # executions); JIT GEMM kernels, their bias post-processing and the stripped
+            # libdnnl driver code all count as matmul. A oneDNN norm kernel would be named *norm*.
+            g = "oneDNN, not matmul" if "norm" in sym else "matmul (oneDNN)"
+        elif "libgomp" in dso or "libiomp" in dso:
+            g = "OpenMP runtime (barriers, spin-wait)"
+        elif "kernel" in dso:
+            g = "kernel"
+        elif dso.startswith("libc"):
+            g = "libc (malloc/free, memcpy)"
+        else:
+            g = "normlab code"
+        groups[g] = groups.get(g, 0.0) + pct
+        if g != "matmul (oneDNN)":
+            key = f"{dso}: {short}"
+            syms[key] = syms.get(key, 0.0) + pct
+    top = sorted(syms.items(), key=lambda kv: -kv[1])[:15]
+    return {"groups_pct": groups, "top_non_matmul_pct": top}
+
+
+def run_torch(args, mode, norm, threads, mix):
+    cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode, "--threads", str(threads), "--norm", norm,
+           "--mix", mix, "--json", "--steps", str(args.steps), "--warmup", str(args.warmup), "--layers",
+           str(args.layers), "--d_model", str(args.d_model), "--d_hidden", str(args.d_hidden), "--vocab",
+           str(args.vocab), "--seq_len", str(args.seq_len), "--batch_size", str(args.batch_size),
+           "--adam", args.adam, "--compile_mode", args.compile_mode]
+    if args.grad_norm:
+        cmd.append("--grad-norm")
+    if args.torch_profile and mode == "eager":
+        cmd.append("--profile")
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    p, load = measured(cmd, env=env)
+    try:
+        j = json.loads(p.stdout)
+        r = j["results"][0]
+    except (ValueError, KeyError, IndexError):
+        return {"error": (p.stderr or p.stdout)[-2000:], **load}
+    r["torch"] = j["torch"]
+    r["mix_choice_median_s"] = j.get("mix_choice_median_s")
+    return {**r, **load}
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    if len(xs) < 2:
+        return ""
+    m = statistics.median(xs)
+    return f"{1e3 * min(xs):.2f}-{1e3 * max(xs):.2f} (±{50 * (max(xs) - min(xs)) / m:.0f}%)"
+
+
+def compare(args):
+    import platform
+    import tempfile
+    binary = find_normlab(args)
+    QUIET["wait"], QUIET["threshold"] = args.quiet_wait, args.quiet_threshold
+    threads = [int(t) for t in args.thread_list.split(",") if t]
+    norms = [n for n in (args.norms or args.norm).split(",") if n]
+    tmp = tempfile.mkdtemp(prefix="normlab-speed-")
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)
+    info = {"machine": platform.processor() or platform.machine(), "normlab_bin": binary, "tmp": tmp,
+            "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+            "nproc": os.cpu_count()}
+    log(f"normlab: {binary}; cpu: {info['cpu']} x{info['nproc']}; scratch {tmp}")
+    # The prefix-mean form for PyTorch: the faster of the two in eager, 1 thread.
+    mix = args.mix
+    if mix == "auto":
+        r = run_torch(argparse.Namespace(**{**vars(args), "steps": 60, "warmup": 10, "mix": "auto",
+                                            "torch_profile": False}), "eager", norms[0], 1, "auto")
+        mix = r.get("mix", "matmul")
+        log(f"prefix mean form for PyTorch: {mix} (eager medians {r.get('mix_choice_median_s')})")
+    data = {"info": info, "mix": mix, "runs": [], "perf": {}}
+    modes = ["eager"] + ([] if args.skip_compile else ["compile"])
+    counts = {}
+    if args.gemm_share:
+        for norm in norms:
+            for t in threads:
+                counts[(norm, t)] = gemm_counts(args, binary, norm, t, tmp)
+                log(f"oneDNN executions {norm} t={t}: {counts[(norm, t)][0]} per step, "
+                    f"{counts[(norm, t)][1]} per evaluation forward")
+    for rep in range(args.repeats):
+        for norm in norms:
+            for t in threads:
+                row = {"repeat": rep, "norm": norm, "threads": t}
+                row["normlab"] = run_normlab(args, binary, norm, t, tmp)
+                if args.gemm_share:
+                    row["gemm"] = gemm_share(args, binary, norm, t, tmp, counts[(norm, t)])
+                for m in modes:
+                    row[m] = run_torch(args, m, norm, t, mix)
+                data["runs"].append(row)
+                msg = f"repeat {rep + 1}/{args.repeats} {norm} t={t}: normlab " + (
+                    f"{1e3 * row['normlab']['seconds_per_step']:.2f} ms" if "seconds_per_step" in row["normlab"] else
+                    "FAILED " + row["normlab"].get("error", "")[:300])
+                if "matmul_s_median" in row.get("gemm", {}):
+                    g = row["gemm"]
+                    msg += f" (DNNL_VERBOSE: matmul {1e3 * g['matmul_s_median']:.2f} ms of " + (
+                        f"{1e3 * g['verbose_step_s_median']:.2f} ms = {100 * g['share_in_run_median']:.0f}%)"
+                        if g.get("verbose_step_s_median") else "?)")
+                for m in modes:
+                    r = row[m]
+                    msg += f", {m} " + (f"{1e3 * r['median_s']:.2f} ms" if "median_s" in r else
+                                        "FAILED " + r.get("error", "")[-300:])
+                msg += f"  [others used {row['normlab']['others_cores']:.2f} cores during normlab]"
+                log(msg)
+                if args.out_json:
+                    with open(args.out_json, "w") as fh:
+                        json.dump(data, fh, indent=1)
+    if args.perf:
+        for norm in norms:
+            for t in threads:
+                data["perf"][f"{norm}/{t}"] = perf_profile(args, binary, norm, t, tmp)
+                log(f"perf {norm} t={t}: {json.dumps(data['perf'][f'{norm}/{t}'])[:1500]}")
+    if args.out_json:
+        with open(args.out_json, "w") as fh:
+            json.dump(data, fh, indent=1)
+    print_summary(data, norms, threads, modes, args.quiet_max)
+    return 0
+
+
+def is_quiet(row, modes, limit):
+    parts = [row["normlab"]] + [row[m] for m in modes] + ([row["gemm"]] if "gemm" in row else [])
+    return all(p.get("others_cores", 9) < limit for p in parts)
+
+
+def print_table(data, norms, threads, modes, rows_of):
+    hdr = "| norm | threads | repeats | normlab ms | " + " | ".join(
+        f"{m} ms (median step) | {m} / normlab" for m in modes)
+    hdr += (" | normlab matmul ms (DNNL_VERBOSE) | matmul share (vs plain run) | matmul share (in-run)"
+            " | outside matmul | others' load (cores) |")
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    for norm in norms:
+        for t in threads:
+            rows = rows_of(norm, t)
+            if not rows:
+                continue
+            nl = [r["normlab"].get("seconds_per_step") for r in rows]
+            nlm = med(nl)
+            line = f"| {norm} | {t} | {len(rows)} | " + (f"{1e3 * nlm:.2f} [{spread(nl)}] |" if nlm else "failed |")
+            for m in modes:
+                ts = [r[m].get("median_s") for r in rows]
+                # ratio per repeat (runs next to each other in time), then the median of the ratios
+                ratios = [r[m]["median_s"] / r["normlab"]["seconds_per_step"] for r in rows
+                          if r[m].get("median_s") and r["normlab"].get("seconds_per_step")]
+                tm = med(ts)
+                line += (f" {1e3 * tm:.2f} [{spread(ts)}] | {med(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] |"
+                         if tm and ratios else " failed | - |")
+            gs = [r for r in rows if "matmul_s_median" in r.get("gemm", {}) and r["normlab"].get("seconds_per_step")]
+            if gs:
+                mms = [r["gemm"]["matmul_s_median"] for r in gs]
+                plain = [r["gemm"]["matmul_s_median"] / r["normlab"]["seconds_per_step"] for r in gs]
+                inrun = [r["gemm"]["share_in_run_median"] for r in gs if r["gemm"].get("share_in_run_median")]
+                sh = med(plain)
+                line += (f" {1e3 * med(mms):.2f} | {100 * sh:.0f}% [{100 * min(plain):.0f}-{100 * max(plain):.0f}] |"
+                         + (f" {100 * med(inrun):.0f}% [{100 * min(inrun):.0f}-{100 * max(inrun):.0f}] |" if inrun
+                            else " - |") + f" {100 * (1 - sh):.0f}% |")
+            else:
+                line += " - | - | - | - |"
+            loads = [max(r[k].get("others_cores", 0) for k in ["normlab"] + modes) for r in rows]
+            line += f" {med(loads):.2f} [{min(loads):.2f}-{max(loads):.2f}] |"
+            print(line)
+
+
+def print_summary(data, norms, threads, modes, quiet_max=0.2):
+    runs = data["runs"]
+    print(f"\nper-step ms, median over repeats [min-max of the repeats (± half-range / median)]; ratios: "
+          f"median of the per-repeat ratios [min-max]; PyTorch prefix mean: {data['mix']}")
+    print("\nAll repeats:")
+    print_table(data, norms, threads, modes,
+                lambda n, t: [r for r in runs if r["norm"] == n and r["threads"] == t])
+    print(f"\nQuiet repeats only (other processes used < {quiet_max} cores during each run of the repeat):")
+    print_table(data, norms, threads, modes,
+                lambda n, t: [r for r in runs if r["norm"] == n and r["threads"] == t and is_quiet(r, modes, quiet_max)])
+    # 1 thread: CPU time per step is far less sensitive to other processes than wall time.
+    print("\n1-thread CPU time per step, all repeats (process CPU time; normlab: whole run / steps, an upper bound):")
+    for norm in norms:
+        rows = [r for r in runs if r["norm"] == norm and r["threads"] == 1]
+        if not rows:
+            continue
+        nl = med([r["normlab"].get("cpu_s_per_step") for r in rows])
+        parts = [f"normlab {1e3 * nl:.2f} ms" if nl else "normlab -"]
+        for m in modes:
+            c = med([r[m].get("cpu_median_s") for r in rows])
+            if c and nl:
+                parts.append(f"{m} {1e3 * c:.2f} ms ({c / nl:.2f}x)")
+        print(f"  {norm}: " + ", ".join(parts))
+    for key, pr in data.get("perf", {}).items():
+        if "groups_pct" in pr:
+            g = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(pr["groups_pct"].items(), key=lambda kv: -kv[1]))
+            top = ", ".join(f"{k.split(': ', 1)[-1]} {v:.1f}%" for k, v in pr["top_non_matmul_pct"][:10])
+            print(f"\nperf (cpu-clock samples of normlab, all threads) {key}: {g}\n  outside matmul: {top}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
