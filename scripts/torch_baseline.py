@@ -76,6 +76,10 @@ def parse_args(argv=None):
     c.add_argument("--norms", default="", help="comma list of norms to compare (default: --norm)")
     c.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
     c.add_argument("--normlab_steps", type=int, default=300, help="steps of `normlab train` per repeat")
+    c.add_argument("--normlab_policies", default="default",
+                   help="OpenMP wait policies to time normlab with, comma list of default (whatever normlab "
+                        "chooses: passive since b17540a unless OMP_WAIT_POLICY is set), active, passive; the "
+                        "first one is the headline (default: default)")
     c.add_argument("--skip_compile", action="store_true", help="compare against eager only")
     c.add_argument("--no_gemm_share", dest="gemm_share", action="store_false",
                    help="skip the DNNL_VERBOSE matmul-time split of normlab's step")
@@ -422,21 +426,26 @@ def normlab_cmd(args, binary, norm, threads, steps, out, eval_batches=None):
     return cmd
 
 
-def normlab_env(threads):
+def normlab_env(threads, policy="default"):
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads)
+    env.pop("OMP_WAIT_POLICY", None)
+    if policy != "default":
+        env["OMP_WAIT_POLICY"] = policy
     env.pop("DNNL_VERBOSE", None)
     env.pop("ONEDNN_VERBOSE", None)
     return env
 
 
-def run_normlab(args, binary, norm, threads, tmp):
-    out = os.path.join(tmp, f"nl-{norm}-{threads}")
-    p, load = measured(normlab_cmd(args, binary, norm, threads, args.normlab_steps, out), env=normlab_env(threads))
+def run_normlab(args, binary, norm, threads, tmp, policy="default"):
+    out = os.path.join(tmp, f"nl-{norm}-{threads}-{policy}")
+    p, load = measured(normlab_cmd(args, binary, norm, threads, args.normlab_steps, out),
+                       env=normlab_env(threads, policy))
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout)[-2000:], **load}
     j = json.loads(p.stdout)
     return {"seconds_per_step": j["timing"]["seconds_per_step"], "threads": j["timing"].get("threads"),
+            "policy": policy, "versions": j.get("versions"),
             # whole process (start-up, model creation, the final evaluation included): an upper bound
             "cpu_s_per_step": load["own_cpu_s"] / args.normlab_steps, **load}
 
@@ -481,7 +490,7 @@ def gemm_counts(args, binary, norm, threads, tmp):
     return c, counts[2] - 2 * c
 
 
-def gemm_share(args, binary, norm, threads, tmp, counts, steps=120, skip=20):
+def gemm_share(args, binary, norm, threads, tmp, counts, steps=120, skip=20, policy="default"):
     """normlab's matmul time per step from DNNL_VERBOSE=1 (oneDNN prints every execution with its time).
 
     With c executions per training step and f per evaluation forward (gemm_counts), a run of
@@ -491,7 +500,7 @@ def gemm_share(args, binary, norm, threads, tmp, counts, steps=120, skip=20):
     step time of the plain run of the same repeat.
     """
     c, f = counts
-    env = normlab_env(threads)
+    env = normlab_env(threads, policy)
     env["DNNL_VERBOSE"] = "1"
     env["DNNL_VERBOSE_TIMESTAMP"] = "1"
     p, load = measured(normlab_cmd(args, binary, norm, threads, steps, os.path.join(tmp, "vN"), 1), env=env)
@@ -524,14 +533,14 @@ def gemm_share(args, binary, norm, threads, tmp, counts, steps=120, skip=20):
             "share_in_run_median": statistics.median(share) if share else None, **load}
 
 
-def perf_profile(args, binary, norm, threads, tmp):
+def perf_profile(args, binary, norm, threads, tmp, policy="default"):
     """perf record -e cpu-clock of one normlab run; samples grouped into matmul / the rest."""
     import shutil
     import subprocess
     if not shutil.which("perf"):
         return {"error": "perf not found"}
-    data = os.path.join(tmp, f"perf-{norm}-{threads}.data")
-    env = normlab_env(threads)
+    data = os.path.join(tmp, f"perf-{norm}-{threads}-{policy}.data")
+    env = normlab_env(threads, policy)
     env["DNNL_JIT_PROFILE"] = "2"  # perf map of oneDNN's JIT kernels (/tmp/perf-PID.map)
     cmd = ["perf", "record", "-e", "cpu-clock", "-F", "2000", "-o", data, "--"] + normlab_cmd(
         args, binary, norm, threads, args.normlab_steps, os.path.join(tmp, "perf-run"))
@@ -620,13 +629,15 @@ def compare(args):
     import tempfile
     binary = find_normlab(args)
     QUIET["wait"], QUIET["threshold"] = args.quiet_wait, args.quiet_threshold
+    policies = [x for x in args.normlab_policies.split(",") if x]
     threads = [int(t) for t in args.thread_list.split(",") if t]
     norms = [n for n in (args.norms or args.norm).split(",") if n]
     tmp = tempfile.mkdtemp(prefix="normlab-speed-")
     log = lambda *a: print(*a, file=sys.stderr, flush=True)
     info = {"machine": platform.processor() or platform.machine(), "normlab_bin": binary, "tmp": tmp,
             "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
-            "nproc": os.cpu_count()}
+            "nproc": os.cpu_count(), "normlab_policies": policies,
+            "normlab_bin_mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(binary)))}
     log(f"normlab: {binary}; cpu: {info['cpu']} x{info['nproc']}; scratch {tmp}")
     # The prefix-mean form for PyTorch: the faster of the two in eager, 1 thread.
     mix = args.mix
@@ -648,9 +659,11 @@ def compare(args):
         for norm in norms:
             for t in threads:
                 row = {"repeat": rep, "norm": norm, "threads": t}
-                row["normlab"] = run_normlab(args, binary, norm, t, tmp)
-                if args.gemm_share:
-                    row["gemm"] = gemm_share(args, binary, norm, t, tmp, counts[(norm, t)])
+                for i, pol in enumerate(policies):
+                    sfx = "" if i == 0 else "@" + pol
+                    row["normlab" + sfx] = run_normlab(args, binary, norm, t, tmp, pol)
+                    if args.gemm_share:
+                        row["gemm" + sfx] = gemm_share(args, binary, norm, t, tmp, counts[(norm, t)], policy=pol)
                 for m in modes:
                     row[m] = run_torch(args, m, norm, t, mix)
                 data["runs"].append(row)
@@ -666,6 +679,10 @@ def compare(args):
                     r = row[m]
                     msg += f", {m} " + (f"{1e3 * r['median_s']:.2f} ms" if "median_s" in r else
                                         "FAILED " + r.get("error", "")[-300:])
+                for pol in policies[1:]:
+                    r = row["normlab@" + pol]
+                    msg += f"; normlab OMP_WAIT_POLICY={pol} " + (
+                        f"{1e3 * r['seconds_per_step']:.2f} ms" if "seconds_per_step" in r else "FAILED")
                 msg += f"  [others used {row['normlab']['others_cores']:.2f} cores during normlab]"
                 log(msg)
                 if args.out_json:
@@ -674,8 +691,10 @@ def compare(args):
     if args.perf:
         for norm in norms:
             for t in threads:
-                data["perf"][f"{norm}/{t}"] = perf_profile(args, binary, norm, t, tmp)
-                log(f"perf {norm} t={t}: {json.dumps(data['perf'][f'{norm}/{t}'])[:1500]}")
+                for pol in policies if t > 1 else policies[:1]:
+                    key = f"{norm}/{t}/{pol}"
+                    data["perf"][key] = perf_profile(args, binary, norm, t, tmp, pol)
+                    log(f"perf {key}: {json.dumps(data['perf'][key])[:1500]}")
     if args.out_json:
         with open(args.out_json, "w") as fh:
             json.dump(data, fh, indent=1)
@@ -683,16 +702,23 @@ def compare(args):
     return 0
 
 
+def load_of(part):
+    """Cores' worth of CPU taken by others during a run: other processes plus the hypervisor's steal.
+    When normlab's threads spin (OMP_WAIT_POLICY=active) they hide other processes from the
+    busy-minus-own measure, so the 2-s sample taken just before the run counts too."""
+    return max(part.get("others_cores", 9), part.get("others_cores_before") or 0) + part.get("steal_cores", 0)
+
+
 def is_quiet(row, modes, limit):
-    parts = [row["normlab"]] + [row[m] for m in modes] + ([row["gemm"]] if "gemm" in row else [])
-    return all(p.get("others_cores", 9) < limit for p in parts)
+    parts = [row["normlab"]] + [row[m] for m in modes] + ([row["gemm"]] if row.get("gemm") else [])
+    return all(load_of(p) < limit for p in parts)
 
 
 def print_table(data, norms, threads, modes, rows_of):
     hdr = "| norm | threads | repeats | normlab ms | " + " | ".join(
         f"{m} ms (median step) | {m} / normlab" for m in modes)
     hdr += (" | normlab matmul ms (DNNL_VERBOSE) | matmul share (vs plain run) | matmul share (in-run)"
-            " | outside matmul | others' load (cores) |")
+            " | outside matmul | others' load + steal, worst run (cores) |")
     print(hdr)
     print("|" + "---|" * (hdr.count("|") - 1))
     for norm in norms:
@@ -722,13 +748,29 @@ def print_table(data, norms, threads, modes, rows_of):
                             else " - |") + f" {100 * (1 - sh):.0f}% |")
             else:
                 line += " - | - | - | - |"
-            loads = [max(r[k].get("others_cores", 0) for k in ["normlab"] + modes) for r in rows]
+            loads = [max(load_of(r[k]) for k in ["normlab"] + modes) for r in rows]
             line += f" {med(loads):.2f} [{min(loads):.2f}-{max(loads):.2f}] |"
             print(line)
 
 
 def print_summary(data, norms, threads, modes, quiet_max=0.2):
-    runs = data["runs"]
+    policies = data["info"].get("normlab_policies", ["default"])
+    for i, pol in enumerate(policies):
+        if i == 0:
+            runs = data["runs"]
+        else:  # the same repeats, with normlab's figures taken from this policy's runs
+            runs = [{**r, "normlab": r["normlab@" + pol], "gemm": r.get("gemm@" + pol, {})} for r in data["runs"]
+                    if "normlab@" + pol in r]
+        print(f"\n===== normlab with OpenMP wait policy: {pol} =====")
+        print_summary_runs(data, runs, norms, threads, modes, quiet_max)
+    for key, pr in data.get("perf", {}).items():
+        if "groups_pct" in pr:
+            g = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(pr["groups_pct"].items(), key=lambda kv: -kv[1]))
+            top = ", ".join(f"{k.split(': ', 1)[-1]} {v:.1f}%" for k, v in pr["top_non_matmul_pct"][:10])
+            print(f"\nperf (cpu-clock samples of normlab, all threads) {key}: {g}\n  outside matmul: {top}")
+
+
+def print_summary_runs(data, runs, norms, threads, modes, quiet_max):
     print(f"\nper-step ms, median over repeats [min-max of the repeats (± half-range / median)]; ratios: "
           f"median of the per-repeat ratios [min-max]; PyTorch prefix mean: {data['mix']}")
     print("\nAll repeats:")
@@ -750,11 +792,6 @@ def print_summary(data, norms, threads, modes, quiet_max=0.2):
             if c and nl:
                 parts.append(f"{m} {1e3 * c:.2f} ms ({c / nl:.2f}x)")
         print(f"  {norm}: " + ", ".join(parts))
-    for key, pr in data.get("perf", {}).items():
-        if "groups_pct" in pr:
-            g = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(pr["groups_pct"].items(), key=lambda kv: -kv[1]))
-            top = ", ".join(f"{k.split(': ', 1)[-1]} {v:.1f}%" for k, v in pr["top_non_matmul_pct"][:10])
-            print(f"\nperf (cpu-clock samples of normlab, all threads) {key}: {g}\n  outside matmul: {top}")
 
 
 if __name__ == "__main__":
