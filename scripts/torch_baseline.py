@@ -23,9 +23,19 @@ Timing: `--warmup` untimed steps, then `--steps` steps each timed with perf_coun
 per-step time is the figure (mean, p10, p90 are printed too). Modes: eager, compile (torch.compile
 of the model's forward+loss; backward through AOTAutograd), or both.
 
+--compare (what scripts/compare_speed.sh runs) times normlab's own step next to both, interleaved:
+per repeat, norm and thread count it runs `normlab train ... --steps 300 --eval_every 300 --threads t
+--json` (timing.seconds_per_step: the mean over the 300 steps, evaluation excluded), a DNNL_VERBOSE=1
+run of normlab for the matmul time of each step, then this script in eager and compile mode in
+fresh processes; it records the load (other processes' CPU time and the hypervisor's steal during
+each run) and prints medians over the repeats. Method and figures: results/train-speed.md.
+
 Needs PyTorch (pip install torch); never needed by normlab's tests. Examples:
   python3 scripts/torch_baseline.py --threads 1 --mode both
   python3 scripts/torch_baseline.py --threads 2 --mode eager --norm layernorm --json
+  NORMLAB_BIN=build/normlab python3 scripts/torch_baseline.py --compare --repeats 4 --norms rmsnorm,layernorm \\
+      --normlab_policies default,active --perf --out_json /tmp/speed.json
+  python3 scripts/torch_baseline.py --summarize /tmp/speed.json
 """
 import argparse
 import json
