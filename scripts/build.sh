@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || [ $# -gt 0 ]; then
+# A cache without a Makefile is an interrupted configure: run it again.
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || [ ! -f "$BUILD_DIR/Makefile" ] || [ $# -gt 0 ]; then
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 fi
 if ! out=$(cmake --build "$BUILD_DIR" -j "$jobs" 2>&1); then

@@ -77,7 +77,9 @@ struct CacheInfo {
 struct Context {
   std::string date;          // ISO 8601, local time with offset
   std::string host_name, executable, cpu_model;
-  int num_cpus = 0;          // CPUs OpenMP sees (omp_get_num_procs)
+  int num_cpus = 0;          // CPUs OpenMP sees (omp_get_num_procs): this process's affinity mask
+  int cpus_online = 0;       // CPUs the system has online; more than num_cpus when the process
+                             // inherited a narrower affinity mask (e.g. from a pinned parent)
   double mhz_per_cpu = 0;    // from /proc/cpuinfo (nominal under a hypervisor)
   std::vector<CacheInfo> caches;
   std::vector<double> load_avg;  // 1, 5, 15 minutes, when the run started
@@ -85,6 +87,7 @@ struct Context {
   std::string normlab_version, git_commit, compiler;
   std::map<std::string, std::string> libraries;  // "oneDNN" -> "2.6.3", "PyTorch" -> ...
   std::string omp_proc_bind;   // OMP_PROC_BIND as the OpenMP runtime sees it (false = not pinned)
+  std::string omp_wait_policy; // OMP_WAIT_POLICY from the environment, "default" when unset
   bool threads_pinned = false;
   int64_t llc_bytes = 0;       // the largest cache level's size
   int64_t footprint_target = 0;  // bytes the buffer rotation covers per case
@@ -93,6 +96,9 @@ struct Context {
   double others_cpu = NAN, steal = NAN;
 };
 Context collect_context();
+// Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
+// online, other processes busy during the run (from CpuUsage).
+std::vector<std::string> context_warnings(const Context& c);
 
 // What the CPUs did between start() and stop(): /proc/stat against this process's own time.
 class CpuUsage {

@@ -240,12 +240,12 @@ CpuTicks read_ticks() {
     // Fields after the command name (which may hold spaces) start after the last ')'.
     std::istringstream rest(content.substr(content.rfind(')') + 2));
     std::string field;
-    double utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14) utime = std::atof(field.c_str());
-      if (i == 15) stime = std::atof(field.c_str());
-    }
-    t.self = utime + stime;
+    // utime, stime (fields 14, 15) and cutime, cstime (16, 17: children waited for, such as
+    // scripts/torch_bench.py): all of it is this benchmark's own work.
+    double own = 0;
+    for (int i = 3; i <= 17 && rest >> field; ++i)
+      if (i >= 14) own += std::atof(field.c_str());
+    t.self = own;
   }
   return t;
 }
@@ -268,6 +268,32 @@ void CpuUsage::stop(Context& ctx) const {
   ctx.steal = (t.steal - steal_) / total;
 }
 
+std::vector<std::string> context_warnings(const Context& c) {
+  std::vector<std::string> w;
+  if (!c.threads_pinned)
+    w.push_back(
+        "threads are not pinned (OMP_PROC_BIND=false): multi-threaded timings may move between cores; "
+        "run with OMP_PROC_BIND=close OMP_PLACES=cores");
+  if (c.cpus_online > 0 && c.num_cpus < c.cpus_online)
+    w.push_back(fmt::format(
+        "this process may run on only {} of the {} online CPUs (its affinity mask, e.g. inherited from a pinned "
+        "parent process): 'all' threads means {}; run it from an unpinned shell (taskset -p $$)",
+        c.num_cpus, c.cpus_online, c.num_cpus));
+  if (c.others_cpu > 0.05 || c.steal > 0.05)
+    w.push_back(fmt::format(
+        "other processes used {:.0f}% of the CPUs' time during the run (the hypervisor stole {:.0f}%): these are not "
+        "figures of an idle machine; rerun when it is idle",
+        100 * c.others_cpu, 100 * c.steal));
+  // The load average counts this process's own recent past; the CPU time others used during
+  // the run is the better measure, so the load average only speaks when that is missing.
+  if (!std::isfinite(c.others_cpu) && !c.load_avg.empty() && c.load_avg[0] > 0.5)
+    w.push_back(fmt::format(
+        "load average {:.2f} on {} CPUs when the run started: other processes share the cores and the memory "
+        "bandwidth; rerun on an idle machine for reference figures",
+        c.load_avg[0], c.num_cpus));
+  return w;
+}
+
 int64_t available_memory_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -286,6 +312,9 @@ Context collect_context() {
   c.host_name = host_name();
   c.cpu_model = cpu_model();
   c.num_cpus = omp_get_num_procs();
+  c.cpus_online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  c.omp_wait_policy = wait ? wait : "default";
   {
     char buf[4096] = {0};
     ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -77,6 +77,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   j["host_name"] = c.host_name;
   j["executable"] = c.executable;
   j["num_cpus"] = c.num_cpus;
+  j["cpus_online"] = c.cpus_online;
   j["mhz_per_cpu"] = static_cast<int64_t>(c.mhz_per_cpu);
   j["cpu_model"] = c.cpu_model;
   ordered_json caches = ordered_json::array();
@@ -94,6 +95,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   for (const auto& [k, v] : c.libraries) libs[k] = v;
   j["library_versions"] = libs;
   j["omp_proc_bind"] = c.omp_proc_bind;
+  j["omp_wait_policy"] = c.omp_wait_policy;
   j["threads_pinned"] = c.threads_pinned;
   j["llc_bytes"] = c.llc_bytes;
   j["footprint_target_bytes"] = c.footprint_target;
@@ -111,6 +113,7 @@ Context context_from(const json& j) {
   c.host_name = get_str(j, "host_name");
   c.executable = get_str(j, "executable");
   c.num_cpus = static_cast<int>(get_int(j, "num_cpus"));
+  c.cpus_online = static_cast<int>(get_int(j, "cpus_online"));
   c.mhz_per_cpu = get_num(j, "mhz_per_cpu");
   c.cpu_model = get_str(j, "cpu_model");
   if (j.contains("caches") && j["caches"].is_array())
@@ -128,6 +131,7 @@ Context context_from(const json& j) {
     for (auto it = j["library_versions"].begin(); it != j["library_versions"].end(); ++it)
       if (it->is_string()) c.libraries[it.key()] = it->get<std::string>();
   c.omp_proc_bind = get_str(j, "omp_proc_bind");
+  c.omp_wait_policy = get_str(j, "omp_wait_policy");
   c.threads_pinned = j.value("threads_pinned", false);
   c.llc_bytes = get_int(j, "llc_bytes");
   c.footprint_target = get_int(j, "footprint_target_bytes");

@@ -684,15 +684,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
 
   // ---- warnings that say what to do
   const Context& ctx = report.context;
-  if (ctx.others_cpu > 0.05 || ctx.steal > 0.05)
-    report.warnings.push_back(fmt::format(
-        "other processes used {:.0f}% of the CPUs' time during the run (the hypervisor stole {:.0f}%): these are not "
-        "figures of an idle machine; rerun when it is idle",
-        100 * ctx.others_cpu, 100 * ctx.steal));
-  if (!ctx.threads_pinned)
-    report.warnings.push_back(
-        "threads are not pinned (OMP_PROC_BIND=false): multi-threaded timings may move between cores; "
-        "run with OMP_PROC_BIND=close OMP_PLACES=cores");
+  report.warnings = context_warnings(ctx);
   int resident = 0;
   for (const NormRow& r : report.rows) resident += r.cache_resident ? 1 : 0;
   if (resident > 0)
@@ -711,11 +703,6 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 1",
         list));
   }
-  if (!ctx.load_avg.empty() && ctx.load_avg[0] > 0.5)
-    report.warnings.push_back(fmt::format(
-        "load average {:.2f} on {} CPUs when the run started: other processes share the memory bandwidth; "
-        "rerun on an idle machine for reference figures",
-        ctx.load_avg[0], ctx.num_cpus));
   int rejected = 0;
   for (const NormRow& r : report.rows) rejected += r.status == "rejected" ? 1 : 0;
   if (rejected > 0)
@@ -824,7 +811,17 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
                                    std::to_string(opt.seed),
                                    "--out",
                                    tmp};
+  CpuUsage usage;  // whether other processes ran during PyTorch's rows too
+  usage.start();
   const int rc = detail::run_process(argv, "", err);
+  Context during;
+  usage.stop(during);
+  if (during.others_cpu > report.context.others_cpu || std::isnan(report.context.others_cpu))
+    report.context.others_cpu = during.others_cpu;
+  if (during.others_cpu > 0.05)
+    report.warnings.push_back(fmt::format("other processes used {:.0f}% of the CPUs' time while PyTorch's rows ran: "
+                                          "rerun them on an idle machine",
+                                          100 * during.others_cpu));
   std::string err_text;
   try {
     err_text = read_file(err);

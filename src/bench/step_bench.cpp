@@ -330,15 +330,7 @@ StepReport run_step_bench(const StepOptions& opt) {
   usage.stop(report.context);
   derive(report);
   const Context& ctx = report.context;
-  if (ctx.others_cpu > 0.05 || ctx.steal > 0.05)
-    report.warnings.push_back(fmt::format(
-        "other processes used {:.0f}% of the CPUs' time during the run (the hypervisor stole {:.0f}%): these are not "
-        "figures of an idle machine; rerun when it is idle",
-        100 * ctx.others_cpu, 100 * ctx.steal));
-  if (!ctx.threads_pinned)
-    report.warnings.push_back(
-        "threads are not pinned (OMP_PROC_BIND=false): multi-threaded timings may move between cores; "
-        "run with OMP_PROC_BIND=close OMP_PLACES=cores");
+  report.warnings = context_warnings(ctx);
   std::vector<std::string> noisy;
   for (const StepRow& r : report.rows)
     if (r.step.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.step.cv()));
@@ -349,11 +341,6 @@ StepReport run_step_bench(const StepOptions& opt) {
         "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 3",
         list));
   }
-  if (!ctx.load_avg.empty() && ctx.load_avg[0] > 0.5)
-    report.warnings.push_back(fmt::format(
-        "load average {:.2f} on {} CPUs when the run started: other processes compete for the cores; rerun on an "
-        "idle machine for reference figures",
-        ctx.load_avg[0], ctx.num_cpus));
   report.warnings.push_back(
       "the norm kernels are timed apart from the step, at its shapes, on buffers as many as the step's norms "
       "(they are cache-resident, as inside the step); see docs/bench.md");
