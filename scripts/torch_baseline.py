@@ -87,8 +87,8 @@ def parse_args(argv=None):
     c.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
     c.add_argument("--normlab_steps", type=int, default=300, help="steps of `normlab train` per repeat")
     c.add_argument("--normlab_policies", default="default",
-                   help="OpenMP wait policies to time normlab with, comma list of default (whatever normlab "
-                        "chooses: passive since b17540a unless OMP_WAIT_POLICY is set), active, passive; the "
+                   help="OpenMP wait policies to time normlab with, comma list of default (OMP_WAIT_POLICY "
+                        "unset: libgomp spins briefly, then sleeps), active, passive; the "
                         "first one is the headline (default: default)")
     c.add_argument("--skip_compile", action="store_true", help="compare against eager only")
     c.add_argument("--no_gemm_share", dest="gemm_share", action="store_false",

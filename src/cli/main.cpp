@@ -4,10 +4,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <vector>
 
@@ -57,19 +55,7 @@ void setup_logging(const GlobalOptions& g) {
 }  // namespace
 }  // namespace normlab::cli
 
-// OpenMP threads that spin while waiting (libgomp's default) collapse when the cores are shared:
-// a 2-thread training step measured 25x slower (860 vs 35 ms) next to one other busy process.
-// libgomp reads OMP_WAIT_POLICY only when it loads, so normlab sets it to passive and re-executes
-// itself, unless the user chose a policy.
-static void prefer_passive_openmp_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("NORMLAB_NO_REEXEC") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  setenv("NORMLAB_NO_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-}
-
 int main(int argc, char** argv) {
-  prefer_passive_openmp_waits(argv);
   using namespace normlab::cli;
   CLI::App app{"normlab: measure and explain normalization and residual connections in Transformers"};
   app.name("normlab");
