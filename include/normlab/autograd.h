@@ -12,9 +12,31 @@
 
 namespace normlab {
 
-// Gradient outputs handed to a backward closure: grads[i] is nullptr when input i needs no
-// gradient; otherwise a tensor of input i's shape and dtype that the closure must WRITE.
-using GradOutputs = std::vector<Tensor*>;
+// Gradient outputs handed to a backward closure: g[i] is nullptr when input i needs no
+// gradient; otherwise a tensor of input i's shape and dtype that the closure must WRITE, unless
+// it calls g.pass_through(i).
+class GradOutputs {
+ public:
+  Tensor* operator[](size_t i) const { return slots_[i]; }
+  size_t size() const { return slots_.size(); }
+  // Input i's gradient is dy itself (an identity path such as a residual connection; input i has
+  // dy's shape). The engine then hands dy's buffer on, or adds dy to a gradient input i already
+  // has, instead of the closure copying it: the residual stream's gradient flows through a deep
+  // network without a copy per block.
+  void pass_through(size_t i) { identity_[i] = slots_[i] != nullptr; }
+  bool passed_through(size_t i) const { return identity_[i]; }
+
+  // The engine's side.
+  void reset(size_t n) {
+    slots_.assign(n, nullptr);
+    identity_.assign(n, false);
+  }
+  void set(size_t i, Tensor* t) { slots_[i] = t; }
+
+ private:
+  std::vector<Tensor*> slots_;
+  std::vector<bool> identity_;
+};
 using BackwardFn = std::function<void(const Tensor& dy, GradOutputs& grads)>;
 
 class Node {

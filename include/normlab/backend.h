@@ -60,10 +60,10 @@ class Backend {
   virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
   virtual void scale(Tensor& out, const Tensor& x, double alpha) = 0;
   virtual void mul(Tensor& out, const Tensor& a, const Tensor& b) = 0;
-  // GELU, exact erf form (PyTorch's default): y = x * 0.5 * (1 + erf(x / sqrt(2)))
-  virtual void gelu_forward(Tensor& y, const Tensor& x) = 0;
-  // dx = dy * (Phi(x) + x * phi(x))
-  virtual void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) = 0;
+  // GELU, exact erf form (PyTorch's default): y = x * Phi(x), Phi(x) = 0.5 * (1 + erf(x / sqrt(2))).
+  // dydx (optional) = Phi(x) + x * phi(x): the backward is then dx = dy * dydx, one multiply,
+  // because erf and exp are computed once, here, while x is in registers.
+  virtual void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) = 0;
   // sum of x^2 over all elements, accumulated in double (for norms of activations/gradients)
   virtual double sum_squares(const Tensor& x) = 0;
 

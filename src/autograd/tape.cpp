@@ -81,7 +81,14 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
   auto accumulate_into = [](TensorImpl& t, const Tensor& g) {
     if (t.grad_valid) {
       Tensor dst(t.grad);
-      backend_for(dst.device(), dst.dtype()).accumulate(dst, g);
+      Backend& kb = backend_for(dst.device(), dst.dtype());
+      if (t.grad.use_count() == 2 && t.grad->storage.use_count() == 1) {
+        kb.accumulate(dst, g);
+      } else {  // the buffer is shared (handed on by pass_through): never write it in place
+        Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+        kb.add(sum, dst, g, 1.0, 1.0);
+        t.grad = sum.impl_ptr();
+      }
     } else {
       t.grad = g.impl_ptr();
       t.grad_valid = true;
@@ -104,7 +111,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
     size_t n = inputs.size();
     dest.assign(n, Tensor());
     direct.assign(n, false);
-    grads.assign(n, nullptr);
+    grads.reset(n);
     for (size_t i = 0; i < n; ++i) {
       TensorImpl& in = *inputs[i];
       if (!in.requires_grad) continue;
@@ -122,12 +129,36 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       } else {
         dest[i] = Tensor::empty(in.shape, in.dtype, in.device);
       }
-      grads[i] = &dest[i];
+      grads.set(i, &dest[i]);
     }
     node.run_backward(Tensor(t->grad), grads);
+    // dy's buffer becomes the gradient of the inputs it passes through to, uncopied, when only
+    // they will hold it: t's own gradient is dropped after this node (not the root's, not a
+    // retained one) and no other tensor views the buffer. The first such input takes it; later
+    // ones share it only if they are intermediates whose gradient is read by their own node and
+    // then dropped (a leaf's gradient is the user's to modify, e.g. by clipping, in place);
+    // accumulate_into never writes a shared buffer in place.
+    const bool donatable = !t->retain_grad && t.get() != root.get() && t->grad.use_count() == 1 &&
+                           t->grad->storage.use_count() == 1;
+    bool donated = false;
     for (size_t i = 0; i < n; ++i) {
       if (!grads[i]) continue;
       TensorImpl& in = *inputs[i];
+      if (grads.passed_through(i)) {
+        const bool share_ok = !donated || (in.grad_fn != nullptr && !in.retain_grad);
+        if (direct[i] && donatable && share_ok) {
+          in.grad = t->grad;
+          in.grad_valid = true;
+          donated = true;
+        } else if (direct[i]) {
+          backend_for(dest[i].device(), dest[i].dtype()).copy(dest[i], Tensor(t->grad));
+          in.grad = dest[i].impl_ptr();
+          in.grad_valid = true;
+        } else {
+          accumulate_into(in, Tensor(t->grad));
+        }
+        continue;
+      }
       if (direct[i]) {
         in.grad = dest[i].impl_ptr();
         in.grad_valid = true;

@@ -20,12 +20,15 @@ using Runner = std::function<int()>;
 // Adds the options every subcommand shares (--json, -v, -q) to `sub`.
 void add_global_flags(CLI::App& sub, GlobalOptions& g);
 
+// The flag names of a config key: "--eval_every,--eval-every" (config files use the underscore,
+// most command lines the hyphen; both are accepted).
+std::string config_flag_names(const std::string& key);
+
 // Subcommand registration: each returns the runner invoked when the subcommand is chosen.
 Runner add_handcalc(CLI::App& app, GlobalOptions& g);
 Runner add_gradcheck(CLI::App& app, GlobalOptions& g);
 Runner add_probe(CLI::App& app, GlobalOptions& g);
 Runner add_train(CLI::App& app, GlobalOptions& g);
-Runner add_sweep(CLI::App& app, GlobalOptions& g);
 Runner add_bench(CLI::App& app, GlobalOptions& g);
 
 }  // namespace normlab::cli

@@ -21,6 +21,15 @@ void add_global_flags(CLI::App& sub, GlobalOptions& g) {
   sub.add_flag("-q,--quiet", g.quiet, "Only warnings and errors on stderr");
 }
 
+std::string config_flag_names(const std::string& key) {
+  std::string names = "--" + key;
+  if (key.find('_') == std::string::npos) return names;
+  std::string hyphen = key;
+  for (char& c : hyphen)
+    if (c == '_') c = '-';
+  return names + ",--" + hyphen;
+}
+
 namespace {
 
 using Registrar = Runner (*)(CLI::App&, GlobalOptions&);

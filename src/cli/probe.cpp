@@ -321,7 +321,7 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
     if (training_only_keys().count(k.name)) continue;
     std::string name = k.name;
     sub->add_option_function<std::string>(
-        "--" + name, [args, name](const std::string& v) { args->values[name] = v; },
+        config_flag_names(name), [args, name](const std::string& v) { args->values[name] = v; },
         fmt::format("config: {} ({})", k.help, k.type));
   }
   add_global_flags(*sub, g);

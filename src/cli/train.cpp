@@ -72,7 +72,7 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   for (const ConfigKey& k : config_keys()) {
     std::string name = k.name;
     sub->add_option_function<std::string>(
-        "--" + name, [args, name](const std::string& v) { args->values[name] = v; },
+        config_flag_names(name), [args, name](const std::string& v) { args->values[name] = v; },
         fmt::format("{} ({})", k.help, k.type));
   }
   add_global_flags(*sub, g);

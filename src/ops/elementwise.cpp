@@ -8,11 +8,10 @@ namespace ops_detail {
 // d(alpha*a + b): da = alpha*dy, db = dy. Shared with the fused add+norm ops.
 BackwardFn add_scaled_backward(double alpha) {
   return [alpha](const Tensor& dy, GradOutputs& g) {
-    Backend& kb = kernels(dy);
     if (g[0]) {
-      if (alpha == 1.0) kb.copy(*g[0], dy); else kb.scale(*g[0], dy, alpha);
+      if (alpha == 1.0) g.pass_through(0); else kernels(dy).scale(*g[0], dy, alpha);
     }
-    if (g[1]) kb.copy(*g[1], dy);
+    g.pass_through(1);
   };
 }
 }  // namespace ops_detail
@@ -62,12 +61,15 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor gelu(const Tensor& x) {
   check_float_same("gelu", {{"x", &x}});
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernels(x).gelu_forward(y, x);
-  if (needs_grad({&x})) {
-    record("gelu", y, {x}, [x](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) kernels(dy).gelu_backward(*g[0], dy, x);
-    });
+  if (!needs_grad({&x})) {
+    kernels(x).gelu_forward(y, nullptr, x);
+    return y;
   }
+  Tensor dydx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels(x).gelu_forward(y, &dydx, x);
+  record("gelu", y, {x}, [dydx](const Tensor& dy, GradOutputs& g) {
+    if (g[0]) kernels(dy).mul(*g[0], dy, dydx);
+  });
   return y;
 }
 

@@ -229,17 +229,18 @@ TEST(CpuElementwise, GeluForwardBackward) {
   uint64_t seed = 500;
   for (int64_t n : kElementCounts) {
     Rng rng(seed++, stream::check);
-    Tensor x = randn(rng, {n}, 2.0), dy = randn(rng, {n});
-    Tensor y = e32({n}), y64 = e64({n}), dx = e32({n}), dx64 = e64({n});
-    cpu_backend().gelu_forward(y, x);
-    ref().gelu_forward(y64, f64(x));
+    Tensor x = randn(rng, {n}, 2.0);
+    Tensor y = e32({n}), y64 = e64({n}), dydx = e32({n}), dydx64 = e64({n}), y_only = e32({n});
+    cpu_backend().gelu_forward(y, &dydx, x);
+    ref().gelu_forward(y64, &dydx64, f64(x));
     // erf is a float rational approximation with |error| <= 3.3e-7 (simd.h), times |x|/2 with
     // |x| up to ~8 here: 1.5e-6 at worst (measured 9.3e-7); 3e-6 leaves a 2x margin.
     expect_close(y, y64, {3e-6, 1e-5}, "gelu forward n=" + std::to_string(n));
-    cpu_backend().gelu_backward(dx, dy, x);
-    ref().gelu_backward(dx64, f64(dy), f64(x));
-    // The same erf error (times |dy|/2) plus exp's 2 ulp in the density term.
-    expect_close(dx, dx64, {3e-6, 1e-5}, "gelu backward n=" + std::to_string(n));
+    // The same erf error (halved) plus exp's 2 ulp in the density term.
+    expect_close(dydx, dydx64, {3e-6, 1e-5}, "gelu derivative n=" + std::to_string(n));
+    // Without the derivative: the same values, bit for bit (inference and training agree).
+    cpu_backend().gelu_forward(y_only, nullptr, x);
+    EXPECT_EQ(y_only.to_vector(), y.to_vector()) << "gelu forward with and without dydx, n=" << n;
   }
 }
 
@@ -865,7 +866,7 @@ TEST(CpuBackend, IdentityAndFloat64Rejected) {
   EXPECT_FALSE(cpu_backend().supports(DType::f64));
   Tensor x64 = e64({4}), y = e32({4});
   try {
-    cpu_backend().gelu_forward(y, x64);
+    cpu_backend().gelu_forward(y, nullptr, x64);
     FAIL() << "a float64 input was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
@@ -897,7 +898,7 @@ TEST(CpuBackend, NonFiniteValuesPropagate) {
       << "rmsnorm hid a NaN";
   cpu_backend().softmax_forward(y, x, 2, d);
   EXPECT_TRUE(all_nonfinite_row(y, 0) && all_nonfinite_row(y, 1)) << "softmax hid a NaN/Inf";
-  cpu_backend().gelu_forward(y, x);
+  cpu_backend().gelu_forward(y, nullptr, x);
   EXPECT_TRUE(std::isnan(y.data<float>()[5]));
   EXPECT_EQ(y.data<float>()[d + 30], inf);
   cpu_backend().scale(y, x, 2.0);

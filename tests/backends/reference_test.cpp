@@ -206,17 +206,17 @@ TEST(ReferenceHand, CrossEntropyStable) {
 TEST(ReferenceHand, GeluErf) {
   Tensor x = f64({-3, -1, 0, 0.5, 1, 2}, {6});
   Tensor y = Tensor::empty({6}, DType::f64);
-  ref().gelu_forward(y, x);
+  ref().gelu_forward(y, nullptr, x);
   expect_close(y.to_vector(),
                {-0.00404969409489031, -0.15865525393145707, 0.0, 0.34573123063700656,
                 0.8413447460685429, 1.9544997361036416},
                1e-12, 0, "gelu");
   // GELU'(0) = Phi(0) + 0 = 0.5; GELU'(1) = Phi(1) + phi(1) = 0.8413447460685429 +
   // 0.24197072451914337.
-  Tensor x2 = f64({0, 1}, {2}), dy = f64({1, 2}, {2}), dx = Tensor::empty({2}, DType::f64);
-  ref().gelu_backward(dx, dy, x2);
-  expect_close(dx.to_vector(), {0.5, 2 * (0.8413447460685429 + 0.24197072451914337)}, 1e-12, 0,
-               "gelu'");
+  Tensor x2 = f64({0, 1}, {2}), y2 = Tensor::empty({2}, DType::f64), dydx = Tensor::empty({2}, DType::f64);
+  ref().gelu_forward(y2, &dydx, x2);
+  expect_close(dydx.to_vector(), {0.5, 0.8413447460685429 + 0.24197072451914337}, 1e-12, 0, "gelu'");
+  expect_close(y2.to_vector(), {0.0, 0.8413447460685429}, 1e-12, 0, "gelu with its derivative");
 }
 
 // Small integer cases: exact in binary floating point, so compared exactly.
@@ -518,12 +518,13 @@ TEST(ReferenceGradcheck, Gelu) {
   Vec r = randn(rng, n);
   Tensor y = Tensor::empty({n}, DType::f64);
   auto loss = [&] {
-    ref().gelu_forward(y, x);
+    ref().gelu_forward(y, nullptr, x);
     return dot(y, r);
   };
   Vec ndx = numeric_grad(x, loss);
-  Tensor dx = Tensor::empty({n}, DType::f64);
-  ref().gelu_backward(dx, f64(r, {n}), x);
+  Tensor dydx = Tensor::empty({n}, DType::f64), dx = Tensor::empty({n}, DType::f64);
+  ref().gelu_forward(y, &dydx, x);
+  ref().mul(dx, f64(r, {n}), dydx);
   expect_grad(dx, ndx, "gelu dx");
 }
 
@@ -861,10 +862,9 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
     return Outputs{y, dx};
   });
   expect_f32_matches_f64("gelu", [&](DType dt) {
-    Tensor xt = Tensor::from(x, {n * d}, dt), y = E({n * d}, dt), dx = E({n * d}, dt);
-    ref().gelu_forward(y, xt);
-    ref().gelu_backward(dx, Tensor::from(dyv, {n * d}, dt), xt);
-    return Outputs{y, dx};
+    Tensor xt = Tensor::from(x, {n * d}, dt), y = E({n * d}, dt), dydx = E({n * d}, dt);
+    ref().gelu_forward(y, &dydx, xt);
+    return Outputs{y, dydx};
   });
   expect_f32_matches_f64("attention", [&](DType dt) {
     // (B=1, T=7, H=5, Dh=13): C = 65.

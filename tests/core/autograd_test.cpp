@@ -28,6 +28,49 @@ TEST(Autograd, SameTensorTwiceInOneOp) {
   EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{2, -4, 6}));
 }
 
+// Residual paths hand dy's buffer on instead of copying it (GradOutputs::pass_through). A
+// gradient someone may write in place (a leaf's, a retained one, the root's) never shares a
+// buffer, and sums into a shared buffer happen out of place.
+TEST(Autograd, PassThroughNeverAliasesAWritableGradient) {
+  const Tensor seed = Tensor::from({1, 2, 3}, {3}, DType::f64);
+  {
+    Tensor a = leaf({1, 1, 1}, {3}), b = leaf({2, 2, 2}, {3});
+    Tensor y = add(a, b);
+    y.backward(seed);
+    ASSERT_NE(a.grad().raw(), b.grad().raw());
+    a.grad().data<double>()[0] = 100;  // what clipping or an optimizer may do
+    EXPECT_EQ(b.grad().to_vector(), seed.to_vector());
+  }
+  {
+    Tensor a = leaf({1, 2, 3}, {3});
+    add(a, a).backward(seed);  // both inputs pass through to the same tensor: 2 * seed
+    EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{2, 4, 6}));
+  }
+  {
+    // A residual chain: h = a + a*b (a fans out), y = h + 2h; dy/da = 3 (1 + b), dy/db = 3a.
+    Tensor a = leaf({1, 2, 3}, {3}), b = leaf({4, 5, 6}, {3});
+    Tensor h = add(a, mul(a, b));
+    h.retain_grad();
+    Tensor y = add(h, scale(h, 2.0));
+    y.backward(seed);
+    EXPECT_EQ(h.grad().to_vector(), (std::vector<double>{3, 6, 9}));
+    EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{15, 36, 63}));
+    EXPECT_EQ(b.grad().to_vector(), (std::vector<double>{3, 12, 27}));
+    a.grad().data<double>()[0] = -1;
+    EXPECT_EQ(h.grad().to_vector(), (std::vector<double>{3, 6, 9})) << "a retained gradient was shared";
+  }
+  {
+    // Two intermediates share dy's buffer; the first is then summed into: out of place.
+    Tensor a = leaf({1, 2, 3}, {3}), b = leaf({1, 1, 1}, {3});
+    Tensor p = scale(a, 1.0), q = scale(b, 1.0);
+    Tensor s = add(p, q);
+    Tensor y = add(s, mul(p, q));  // dp = seed (1 + q), dq = seed (1 + p)
+    y.backward(seed);
+    EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{2, 4, 6}));
+    EXPECT_EQ(b.grad().to_vector(), (std::vector<double>{2, 6, 12}));
+  }
+}
+
 TEST(Autograd, GradientsAccumulateAcrossBackwardsUntilZeroGrad) {
   Tensor a = leaf({1, 2}, {2});
   for (int i = 0; i < 2; ++i) scale(a, 3.0).backward(Tensor::full({2}, 1.0, DType::f64));

@@ -98,13 +98,9 @@ class CpuBackend final : public Backend {
     const int64_t n = out.numel();
     cpu::mul(f32(out, "mul out", n), f32(a, "mul a", n), f32(b, "mul b", n), n);
   }
-  void gelu_forward(Tensor& y, const Tensor& x) override {
+  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
     const int64_t n = y.numel();
-    cpu::gelu_forward(f32(y, "gelu y", n), f32(x, "gelu x", n), n);
-  }
-  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override {
-    const int64_t n = dx.numel();
-    cpu::gelu_backward(f32(dx, "gelu dx", n), f32(dy, "gelu dy", n), f32(x, "gelu x", n), n);
+    cpu::gelu_forward(f32(y, "gelu y", n), f32_opt(dydx, "gelu dydx", n), f32(x, "gelu x", n), n);
   }
   double sum_squares(const Tensor& x) override {
     return cpu::sum_squares(f32(x, "sum_squares x", x.numel()), x.numel());

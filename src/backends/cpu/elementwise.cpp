@@ -82,23 +82,22 @@ void mul(float* out, const float* a, const float* b, int64_t n) {
 // for i: y[i] = 0.5*x[i]*(1 + erf(x[i]/sqrt(2)))
 // erf is simd::erf (a rational approximation, |error| ~3e-7): std::erf is a scalar libm call
 // that would make GELU the slowest elementwise op of the MLP.
-void gelu_forward(float* y, const float* x, int64_t n) {
-  const VF half = set1(0.5f), one = set1(1.0f), k = set1(kInvSqrt2);
-  map_elements(n, 8, [&](int64_t i, int64_t w) {
-    VF xv = load_n(x + i, w);
-    store_n(y + i, half * xv * (one + simd::erf(xv * k)), w);
-  });
-}
-
-// for i: cdf = 0.5*(1 + erf(x/sqrt(2))); pdf = exp(-x^2/2)/sqrt(2*pi); dx[i] = dy[i]*(cdf + x*pdf)
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
+// for i: cdf = 0.5*(1 + erf(x/sqrt(2))); y[i] = x*cdf; dydx[i] = cdf + x*exp(-x^2/2)/sqrt(2*pi)
+void gelu_forward(float* y, float* dydx, const float* x, int64_t n) {
   const VF half = set1(0.5f), one = set1(1.0f), k = set1(kInvSqrt2), kpdf = set1(kInvSqrt2Pi),
            mhalf = set1(-0.5f);
+  if (dydx == nullptr) {
+    map_elements(n, 8, [&](int64_t i, int64_t w) {
+      VF xv = load_n(x + i, w);
+      store_n(y + i, xv * (half * (one + simd::erf(xv * k))), w);
+    });
+    return;
+  }
   map_elements(n, 12, [&](int64_t i, int64_t w) {
     VF xv = load_n(x + i, w);
     VF cdf = half * (one + simd::erf(xv * k));
-    VF pdf = kpdf * simd::exp(mhalf * xv * xv);
-    store_n(dx + i, load_n(dy + i, w) * fmadd(xv, pdf, cdf), w);
+    store_n(y + i, xv * cdf, w);
+    store_n(dydx + i, fmadd(xv, kpdf * simd::exp(mhalf * xv * xv), cdf), w);
   });
 }
 

@@ -37,8 +37,8 @@ void add(float* out, const float* a, const float* b, float alpha, float beta, in
 void accumulate(float* dst, const float* src, int64_t n);
 void scale(float* out, const float* x, float alpha, int64_t n);
 void mul(float* out, const float* a, const float* b, int64_t n);
-void gelu_forward(float* y, const float* x, int64_t n);
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t n);
+// dydx may be nullptr (inference: no derivative wanted).
+void gelu_forward(float* y, float* dydx, const float* x, int64_t n);
 double sum_squares(const float* x, int64_t n);
 void adam_step(float* param, float* m, float* v, const float* grad, int64_t n,
                const AdamParams& hp);

@@ -180,28 +180,16 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void gelu_forward(Tensor& y, const Tensor& x) override {
+  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
     const char* kn = "gelu_forward";
     DType dt = y.dtype();
     int64_t n = y.numel();
     expect(kn, "y", y, dt, n);
     expect(kn, "x", x, dt, n);
+    if (dydx) expect(kn, "dydx", *dydx, dt, n);
     dispatch(dt, kn, [&](auto tag) {
       using T = decltype(tag);
-      gelu_forward_ref(y.data<T>(), x.data<T>(), n);
-    });
-  }
-
-  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override {
-    const char* kn = "gelu_backward";
-    DType dt = dx.dtype();
-    int64_t n = dx.numel();
-    expect(kn, "dx", dx, dt, n);
-    expect(kn, "dy", dy, dt, n);
-    expect(kn, "x", x, dt, n);
-    dispatch(dt, kn, [&](auto tag) {
-      using T = decltype(tag);
-      gelu_backward_ref(dx.data<T>(), dy.data<T>(), x.data<T>(), n);
+      gelu_forward_ref(y.data<T>(), dydx ? dydx->data<T>() : nullptr, x.data<T>(), n);
     });
   }
 

@@ -113,25 +113,17 @@ void mul_ref(T* out, const T* a, const T* b, int64_t n) {
 
 // GELU, exact erf form (PyTorch's default, not the tanh approximation):
 // y = x * Phi(x), Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the standard normal CDF.
-template <class T>
-void gelu_forward_ref(T* y, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    double xi = x[i];
-    y[i] = static_cast<T>(xi * 0.5 * (1.0 + std::erf(xi / std::sqrt(2.0))));
-  }
-}
-
-// dx = dy * dy/dx, with
+// The derivative (dydx, optional):
 //   d/dx [x * Phi(x)] = Phi(x) + x * Phi'(x) = Phi(x) + x * phi(x),
 //   phi(x) = exp(-x^2/2) / sqrt(2*pi), the standard normal density (Phi' = phi).
 template <class T>
-void gelu_backward_ref(T* dx, const T* dy, const T* x, int64_t n) {
+void gelu_forward_ref(T* y, T* dydx, const T* x, int64_t n) {
   const double inv_sqrt_2pi = 0.39894228040143267794;  // 1/sqrt(2*pi); M_PI is not standard C++
   for (int64_t i = 0; i < n; ++i) {
     double xi = x[i];
     double cdf = 0.5 * (1.0 + std::erf(xi / std::sqrt(2.0)));
-    double pdf = inv_sqrt_2pi * std::exp(-0.5 * xi * xi);
-    dx[i] = static_cast<T>(double(dy[i]) * (cdf + xi * pdf));
+    y[i] = static_cast<T>(xi * cdf);
+    if (dydx) dydx[i] = static_cast<T>(cdf + xi * inv_sqrt_2pi * std::exp(-0.5 * xi * xi));
   }
 }
 
