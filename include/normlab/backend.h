@@ -44,10 +44,20 @@ class Backend {
   virtual void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m,
                       int64_t n, int64_t k, bool trans_a, bool trans_b, bool a_batched,
                       bool b_batched, bool accumulate) = 0;
-  // y (M x N) = x (M x K) @ w^T (w is N x K, PyTorch's Linear layout) + bias (N), bias optional
-  // (undefined tensor = no bias).
+  // y (M x N) = x (M x K) @ w^T (w is N x K, PyTorch's Linear layout) + bias (N) + residual
+  // (M x N); bias and residual optional (undefined tensor = none). The residual add is fused into
+  // the product's epilogue: a pre-norm block's "x + proj(...)" costs no pass of its own.
   virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                              int64_t m, int64_t k, int64_t n) = 0;
+                              const Tensor& residual, int64_t m, int64_t k, int64_t n) = 0;
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
+                      int64_t k, int64_t n) {
+    linear_forward(y, x, w, bias, Tensor(), m, k, n);
+  }
+  // The linear layer's input gradient, dx (M x K) = (dy (M x N) @ w (N x K)) * gate (M x K),
+  // gate optional: the derivative of an elementwise op in front of the layer (GELU's), applied
+  // in the product's epilogue instead of a separate pass.
+  virtual void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w,
+                                     const Tensor& gate, int64_t m, int64_t k, int64_t n) = 0;
   // dbias (N) = sum over the M rows of dy (M x N).
   virtual void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) = 0;
 

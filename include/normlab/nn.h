@@ -68,9 +68,11 @@ class ParamList {
   Tensor flat_, flat_grad_;
 };
 
+// The sublayers take an optional residual r and return r + f(x), the add fused into their last
+// product (see ops.h linear): a pre-norm block is x + f(norm(x)) without a pass for the "+".
 struct Linear {
   Tensor w, b;  // w (out, in); b (out) or undefined
-  Tensor operator()(const Tensor& x) const;
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
 };
 
 struct Norm {
@@ -84,13 +86,13 @@ struct Norm {
 
 struct MLP {
   Linear fc1, fc2;  // d -> hidden -> d, GELU between
-  Tensor operator()(const Tensor& x) const;
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
 };
 
 // The toy model's stand-in for attention: causal prefix mean, then Linear d -> d.
 struct PrefixMixer {
   Linear proj;
-  Tensor operator()(const Tensor& x) const;
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
 };
 
 struct SelfAttention {
@@ -99,7 +101,7 @@ struct SelfAttention {
   bool qk_norm = false;
   Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only
   double qk_eps = 1e-6;
-  Tensor operator()(const Tensor& x) const;  // x (B, T, C)
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;  // x (B, T, C)
 };
 
 struct Block {
@@ -113,7 +115,7 @@ struct Block {
   NormKind norm_kind = NormKind::layernorm;
   bool residual = true;
   double alpha = 1.0;   // DeepNorm's residual scale
-  Tensor mix(const Tensor& x) const;  // the first sublayer
+  Tensor mix(const Tensor& x, const Tensor& residual = Tensor()) const;  // the first sublayer
   Tensor operator()(const Tensor& x) const;
 };
 

@@ -9,8 +9,16 @@
 namespace normlab {
 
 // ---- products -------------------------------------------------------------------
-// x (..., K) @ w^T with w (N, K) as PyTorch's Linear, + bias (N) when defined: (..., N).
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+// x (..., K) @ w^T with w (N, K) as PyTorch's Linear, + bias (N) when defined, + residual
+// (..., N) when defined: (..., N). With a residual it is a pre-norm block's "x + proj(h)" in one
+// op: the add happens in the product's epilogue and the gradient passes through uncopied.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(),
+              const Tensor& residual = Tensor());
+// linear(gelu(h), w, bias, residual) as one op (an MLP's second layer with its activation):
+// GELU's derivative, saved by the forward, is applied in the epilogue of the product that
+// computes dh, instead of in a pass of its own.
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias = Tensor(),
+                   const Tensor& residual = Tensor());
 // a (..., M, K) @ b (..., K, N) with equal leading dims (or b 2-D, shared): (..., M, N).
 Tensor matmul(const Tensor& a, const Tensor& b);
 

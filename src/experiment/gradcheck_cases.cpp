@@ -111,6 +111,18 @@ std::vector<GradCase> build_cases() {
     Tensor x = d.normal({s.batch, s.time, s.channels}), w = d.normal({s.hidden, s.channels}), b = d.normal({s.hidden});
     return CaseInstance{{{"x", x}, {"w", w}, {"b", b}}, [=] { return linear(x, w, b); }};
   }));
+  cs.push_back(op("linear_residual", "y = r + x W^T + b (the add in the product's epilogue)",
+                  [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}), w = d.normal({s.hidden, s.channels}), b = d.normal({s.hidden}),
+           r = d.normal({s.batch, s.time, s.hidden});
+    return CaseInstance{{{"x", x}, {"w", w}, {"b", b}, {"r", r}}, [=] { return linear(x, w, b, r); }};
+  }));
+  cs.push_back(op("gelu_linear", "y = r + gelu(h) W^T + b (GELU's derivative in the dh product's epilogue)",
+                  [](const CaseShape& s, Draw& d) {
+    Tensor h = d.normal({s.batch, s.time, s.hidden}, 0.0, 2.0), w = d.normal({s.channels, s.hidden}),
+           b = d.normal({s.channels}), r = d.normal({s.batch, s.time, s.channels});
+    return CaseInstance{{{"h", h}, {"w", w}, {"b", b}, {"r", r}}, [=] { return gelu_linear(h, w, b, r); }};
+  }));
   cs.push_back(op("matmul", "batched C_b = A_b B_b", [](const CaseShape& s, Draw& d) {
     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.channels, s.hidden});
     return CaseInstance{{{"a", a}, {"b", b}}, [=] { return matmul(a, b); }};

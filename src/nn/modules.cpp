@@ -222,7 +222,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
 
 // ---- forward ----------------------------------------------------------------------
 
-Tensor Linear::operator()(const Tensor& x) const { return linear(x, w, b); }
+Tensor Linear::operator()(const Tensor& x, const Tensor& residual) const { return linear(x, w, b, residual); }
 
 Tensor Norm::operator()(const Tensor& x) const {
   switch (kind) {
@@ -243,11 +243,15 @@ std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double alpha, const Te
   return {s, s};
 }
 
-Tensor MLP::operator()(const Tensor& x) const { return fc2(gelu(fc1(x))); }
+Tensor MLP::operator()(const Tensor& x, const Tensor& residual) const {
+  return gelu_linear(fc1(x), fc2.w, fc2.b, residual);
+}
 
-Tensor PrefixMixer::operator()(const Tensor& x) const { return proj(prefix_mean(x)); }
+Tensor PrefixMixer::operator()(const Tensor& x, const Tensor& residual) const {
+  return proj(prefix_mean(x), residual);
+}
 
-Tensor SelfAttention::operator()(const Tensor& x) const {
+Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual) const {
   Tensor qx = q(x), kx = k(x), vx = v(x);
   if (qk_norm) {
     // QK-Norm: RMSNorm over each head's Dh channels; (B, T, H*Dh) viewed as rows of Dh.
@@ -256,10 +260,12 @@ Tensor SelfAttention::operator()(const Tensor& x) const {
     qx = reshape(rmsnorm(reshape(qx, {-1, dh}), q_gamma, qk_eps), s);
     kx = reshape(rmsnorm(reshape(kx, {-1, dh}), k_gamma, qk_eps), s);
   }
-  return o(causal_attention(qx, kx, vx, heads));
+  return o(causal_attention(qx, kx, vx, heads), residual);
 }
 
-Tensor Block::mix(const Tensor& x) const { return attention ? attn(x) : mixer(x); }
+Tensor Block::mix(const Tensor& x, const Tensor& residual) const {
+  return attention ? attn(x, residual) : mixer(x, residual);
+}
 
 Tensor Block::operator()(const Tensor& x) const {
   if (!residual) {  // the contrast for the identity-path probe: the same block without "x +"
@@ -280,13 +286,13 @@ Tensor Block::operator()(const Tensor& x) const {
     }
   }
   if (norm_kind == NormKind::none) {
-    Tensor h = x + mix(x);
-    return h + mlp(h);
+    Tensor h = mix(x, x);
+    return mlp(h, h);
   }
   switch (placement) {
     case Placement::pre: {
-      Tensor h = x + mix(norm1(x));
-      return h + mlp(norm2(h));
+      Tensor h = mix(norm1(x), x);
+      return mlp(norm2(h), h);
     }
     case Placement::post: {
       Tensor h = norm1.add_norm(x, 1.0, mix(x)).second;

@@ -4,31 +4,82 @@
 namespace normlab {
 using namespace ops_detail;
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_float_same("linear", {{"input", &x}, {"weight", &w}, {"bias", &bias}});
-  NL_CHECK(w.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got {}", shape_str(w.shape()));
+namespace {
+
+void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual) {
+  check_float_same(op, {{"input", &x}, {"weight", &w}, {"bias", &bias}, {"residual", &residual}});
+  NL_CHECK(w.dim() == 2, "{}: weight must be 2-D (out_features, in_features), got {}", op, shape_str(w.shape()));
   NL_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
-           "linear: input {} has last dimension {} but weight {} expects in_features = {}", shape_str(x.shape()),
+           "{}: input {} has last dimension {} but weight {} expects in_features = {}", op, shape_str(x.shape()),
            x.dim() ? x.size(-1) : 0, shape_str(w.shape()), w.size(1));
   NL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)),
-           "linear: bias {} does not match out_features = {} of weight {}", shape_str(bias.shape()), w.size(0),
+           "{}: bias {} does not match out_features = {} of weight {}", op, shape_str(bias.shape()), w.size(0),
            shape_str(w.shape()));
+  NL_CHECK(!residual.defined() || residual.shape() == with_last(x.shape(), w.size(0)),
+           "{}: residual {} does not match the output {} of input {} and weight {}", op,
+           shape_str(residual.shape()), shape_str(with_last(x.shape(), w.size(0))), shape_str(x.shape()),
+           shape_str(w.shape()));
+}
+
+// The differentiable inputs of a linear op, in GradOutputs order: input, weight, [bias], [residual].
+std::vector<Tensor> linear_inputs(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual) {
+  std::vector<Tensor> inputs{x, w};
+  if (bias.defined()) inputs.push_back(bias);
+  if (residual.defined()) inputs.push_back(residual);
+  return inputs;
+}
+
+// dW, dbias and the residual's gradient, shared by linear and gelu_linear; `x` is the product's
+// left operand (gelu(h) for gelu_linear).
+void linear_param_grads(const Tensor& dy, GradOutputs& g, const Tensor& x, bool has_bias, bool has_residual,
+                        int64_t m, int64_t k, int64_t n) {
+  Backend& kb = kernels(dy);
+  // dW (N,K) = dy^T (N,M) @ x (M,K)
+  if (g[1]) kb.matmul(*g[1], dy, x, 1, n, k, m, true, false, true, true, false);
+  // dbias (N) = sum over rows of dy
+  if (has_bias && g[2]) kb.sum_rows(*g[2], dy, m, n);
+  if (has_residual) g.pass_through(has_bias ? 3 : 2);
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual) {
+  check_linear("linear", x, w, bias, residual);
   const int64_t m = rows_of(x), k = w.size(1), n = w.size(0);
   Tensor y = Tensor::empty(with_last(x.shape(), n), x.dtype(), x.device());
-  kernels(x).linear_forward(y, x, w, bias, m, k, n);
-  if (needs_grad({&x, &w, &bias})) {
-    std::vector<Tensor> inputs{x, w};
-    if (bias.defined()) inputs.push_back(bias);
-    record("linear", y, inputs, [x, w, m, k, n](const Tensor& dy, GradOutputs& g) {
-      Backend& kb = kernels(dy);
-      // dx (M,K) = dy (M,N) @ W (N,K)
-      if (g[0]) kb.matmul(*g[0], dy, w, 1, m, k, n, false, false, true, true, false);
-      // dW (N,K) = dy^T (N,M) @ x (M,K)
-      if (g[1]) kb.matmul(*g[1], dy, x, 1, n, k, m, true, false, true, true, false);
-      // dbias (N) = sum over rows of dy
-      if (g.size() > 2 && g[2]) kb.sum_rows(*g[2], dy, m, n);
-    });
+  kernels(x).linear_forward(y, x, w, bias, residual, m, k, n);
+  if (needs_grad({&x, &w, &bias, &residual})) {
+    const bool has_bias = bias.defined(), has_residual = residual.defined();
+    record("linear", y, linear_inputs(x, w, bias, residual),
+           [x, w, m, k, n, has_bias, has_residual](const Tensor& dy, GradOutputs& g) {
+             // dx (M,K) = dy (M,N) @ W (N,K)
+             if (g[0]) kernels(dy).linear_backward_input(*g[0], dy, w, Tensor(), m, k, n);
+             linear_param_grads(dy, g, x, has_bias, has_residual, m, k, n);
+           });
   }
+  return y;
+}
+
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, const Tensor& residual) {
+  check_linear("gelu_linear", h, w, bias, residual);
+  const int64_t m = rows_of(h), k = w.size(1), n = w.size(0);
+  Tensor a = Tensor::empty(h.shape(), h.dtype(), h.device());
+  Tensor y = Tensor::empty(with_last(h.shape(), n), h.dtype(), h.device());
+  if (!needs_grad({&h, &w, &bias, &residual})) {
+    kernels(h).gelu_forward(a, nullptr, h);
+    kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
+    return y;
+  }
+  Tensor dadh = Tensor::empty(h.shape(), h.dtype(), h.device());
+  kernels(h).gelu_forward(a, &dadh, h);
+  kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
+  const bool has_bias = bias.defined(), has_residual = residual.defined();
+  record("gelu_linear", y, linear_inputs(h, w, bias, residual),
+         [a, dadh, w, m, k, n, has_bias, has_residual](const Tensor& dy, GradOutputs& g) {
+           // dh (M,K) = (dy (M,N) @ W (N,K)) * gelu'(h)
+           if (g[0]) kernels(dy).linear_backward_input(*g[0], dy, w, dadh, m, k, n);
+           linear_param_grads(dy, g, a, has_bias, has_residual, m, k, n);
+         });
   return y;
 }
 

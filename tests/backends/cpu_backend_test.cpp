@@ -165,6 +165,29 @@ TEST(CpuMatmul, LinearForwardWithAndWithoutBias) {
   }
 }
 
+// The epilogues: a residual added to the product, a gate multiplying the input gradient.
+TEST(CpuMatmul, LinearEpiloguesMatchTheReference) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 65, 1}, {33, 64, 128}, {512, 128, 64}};
+  uint64_t seed = 250;
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], k = s[1], n = s[2];
+    Rng rng(seed++, stream::check);
+    Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n}), r = randn(rng, {m, n});
+    Tensor dy = randn(rng, {m, n}), gate = randn(rng, {m, k});
+    Tensor y = e32({m, n}), y64 = e64({m, n});
+    cpu_backend().linear_forward(y, x, w, bias, r, m, k, n);
+    ref().linear_forward(y64, f64(x), f64(w), f64(bias), f64(r), m, k, n);
+    expect_close(y, y64, kForward, fmt_case("linear + residual m=%lld k=%lld n=%lld", m, k, n));
+    for (int gated = 0; gated < 2; ++gated) {
+      Tensor dx = e32({m, k}), dx64 = e64({m, k});
+      cpu_backend().linear_backward_input(dx, dy, w, gated ? gate : Tensor(), m, k, n);
+      ref().linear_backward_input(dx64, f64(dy), f64(w), gated ? f64(gate) : Tensor(), m, k, n);
+      expect_close(dx, dx64, kForward,
+                   fmt_case("linear dx m=%lld k=%lld n=%lld gated=%lld", m, k, n, gated));
+    }
+  }
+}
+
 TEST(CpuMatmul, SumRows) {
   const int64_t shapes[][2] = {{1, 1}, {7, 3}, {7, 65}, {1, 1000}, {512, 64}, {64, 513}};
   uint64_t seed = 300;

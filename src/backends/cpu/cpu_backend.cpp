@@ -64,11 +64,19 @@ class CpuBackend final : public Backend {
                 f32(b, "matmul B", bb * k * n), batch, m, n, k, trans_a, trans_b, a_batched,
                 b_batched, accumulate);
   }
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
-                      int64_t k, int64_t n) override {
+  using Backend::linear_forward;
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
     const float* bp = bias.defined() ? f32(bias, "linear bias", n) : nullptr;
+    const float* rp = residual.defined() ? f32(residual, "linear residual", m * n) : nullptr;
     cpu::linear_forward(f32(y, "linear y", m * n), f32(x, "linear x", m * k),
-                        f32(w, "linear w", n * k), bp, m, k, n);
+                        f32(w, "linear w", n * k), bp, rp, m, k, n);
+  }
+  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                             int64_t m, int64_t k, int64_t n) override {
+    const float* gp = gate.defined() ? f32(gate, "linear gate", m * k) : nullptr;
+    cpu::linear_backward_input(f32(dx, "linear dx", m * k), f32(dy, "linear dy", m * n),
+                               f32(w, "linear w", n * k), gp, m, k, n);
   }
   void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
     cpu::sum_rows(f32(out, "sum_rows out", cols), f32(x, "sum_rows x", rows * cols), rows, cols);

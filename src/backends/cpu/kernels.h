@@ -19,15 +19,26 @@ struct MatView {
   int64_t strides[4] = {0, 0, 0, 0};
 };
 
-// c = scale * (a @ b) [+ bias] [+ c when accumulate], one oneDNN matmul primitive (cached).
-// a (..., M, K), b (..., K, N), c (..., M, N); bias (N) broadcast over rows, or nullptr.
+// An elementwise op with a second array laid out as c (contiguous), applied to the product in
+// the primitive's epilogue (a binary post-op) while the output tile is in registers.
+struct Epilogue {
+  enum class Op { none, add, mul };
+  Op op = Op::none;
+  const float* src1 = nullptr;
+};
+
+// c = scale * (a @ b) [+ bias] [+ c when accumulate] [op src1], one oneDNN matmul primitive
+// (cached). a (..., M, K), b (..., K, N), c (..., M, N); bias (N) broadcast over rows, or nullptr.
 void matmul_strided(float* c, const float* a, const float* b, const float* bias, const MatView& av,
-                    const MatView& bv, const MatView& cv, float scale, bool accumulate);
+                    const MatView& bv, const MatView& cv, float scale, bool accumulate,
+                    Epilogue epilogue = {});
 
 // Backend::matmul and Backend::linear_forward on raw arrays (their contract is in backend.h).
 void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t n,
             int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched, bool accumulate);
-void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t m,
+void linear_backward_input(float* dx, const float* dy, const float* w, const float* gate, int64_t m,
+                           int64_t k, int64_t n);
+void linear_forward(float* y, const float* x, const float* w, const float* bias, const float* residual, int64_t m,
                     int64_t k, int64_t n);
 
 // ---- elementwise over n values (elementwise.cpp) -------------------------------------------

@@ -62,28 +62,44 @@ MatView view3(int64_t batch, int64_t rows, int64_t cols, bool trans) {
 }  // namespace
 
 void matmul_strided(float* c, const float* a, const float* b, const float* bias, const MatView& av,
-                    const MatView& bv, const MatView& cv, float scale, bool accumulate) {
+                    const MatView& bv, const MatView& cv, float scale, bool accumulate,
+                    Epilogue epilogue) {
   NL_CHECK(av.nd == bv.nd && bv.nd == cv.nd && av.nd >= 2 && av.nd <= 4,
            "matmul: views of {}, {} and {} dims", av.nd, bv.nd, cv.nd);
+  const bool binary = epilogue.op != Epilogue::Op::none;
+  NL_CHECK(!binary || epilogue.src1 != nullptr, "matmul: an epilogue without its second operand");
   PrimitiveKey key(kKindMatmul);
   add_view(key, av);
   add_view(key, bv);
   add_view(key, cv);
-  key.add(bias != nullptr).add(accumulate).add_float(scale);
+  key.add(bias != nullptr).add(accumulate).add_float(scale).add(static_cast<int64_t>(epilogue.op));
 
   const int nd = cv.nd;
   auto describe = [&] {
-    return fmt::format("matmul src {} @ weights {} -> dst {}{}{}{}", view_str(av), view_str(bv),
+    return fmt::format("matmul src {} @ weights {} -> dst {}{}{}{}{}", view_str(av), view_str(bv),
                        view_str(cv), bias ? " + bias" : "", accumulate ? " (sum post-op)" : "",
-                       scale != 1.0f ? fmt::format(" scale {}", scale) : "");
+                       scale != 1.0f ? fmt::format(" scale {}", scale) : "",
+                       epilogue.op == Epilogue::Op::add   ? " (binary add post-op)"
+                       : epilogue.op == Epilogue::Op::mul ? " (binary mul post-op)"
+                                                          : "");
   };
+  // The epilogue's operand has dst's dims, stored contiguously.
+  MatView ev = cv;
+  for (int i = nd - 1, stride = 1; i >= 0; --i) {
+    ev.strides[i] = stride;
+    stride *= static_cast<int>(cv.dims[i]);
+  }
   auto make = [&](const dnnl::engine& eng) {
     using dnnl::memory;
-    memory::desc a_md = view_md(av), b_md = view_md(bv), c_md = view_md(cv);
+    memory::desc a_md = view_md(av), b_md = view_md(bv), c_md = view_md(cv), e_md = view_md(ev);
     dnnl::primitive_attr attr;
-    if (accumulate) {
+    if (accumulate || binary) {
       dnnl::post_ops po;
-      po.append_sum(1.0f);
+      if (accumulate) po.append_sum(1.0f);
+      if (binary)
+        po.append_binary(epilogue.op == Epilogue::Op::add ? dnnl::algorithm::binary_add
+                                                          : dnnl::algorithm::binary_mul,
+                         e_md);
       attr.set_post_ops(po);
     }
     if (scale != 1.0f) attr.set_output_scales(0, {scale});
@@ -104,12 +120,18 @@ void matmul_strided(float* c, const float* a, const float* b, const float* bias,
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
       spec.args = {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_DST, c_md}};
     }
+    const int post_op_index = accumulate ? 1 : 0;
+    if (binary) spec.args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op_index) | DNNL_ARG_SRC_1, e_md});
     spec.primitive = dnnl::matmul(pd);
     spec.impl = pd.impl_info_str();
     return spec;
   };
-  if (bias)
+  if (bias && binary)
+    run_primitive(key, make, describe, {a, b, bias, c, epilogue.src1});
+  else if (bias)
     run_primitive(key, make, describe, {a, b, bias, c});
+  else if (binary)
+    run_primitive(key, make, describe, {a, b, c, epilogue.src1});
   else
     run_primitive(key, make, describe, {a, b, c});
 }
@@ -145,21 +167,38 @@ void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, 
                  accumulate);
 }
 
-void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t m,
-                    int64_t k, int64_t n) {
+void linear_forward(float* y, const float* x, const float* w, const float* bias, const float* residual,
+                    int64_t m, int64_t k, int64_t n) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // y = bias broadcast (or zero)
+  if (k <= 0) {  // y = bias broadcast (or zero) [+ residual]
     for (int64_t i = 0; i < m; ++i) {
       if (bias)
         std::memcpy(y + i * n, bias, static_cast<size_t>(n) * sizeof(float));
       else
         fill(y + i * n, 0.0f, n);
     }
+    if (residual) accumulate(y, residual, m * n);
     return;
   }
   // w is (N x K) row-major, i.e. w^T (K x N) with strides (1, K).
+  Epilogue epi;
+  if (residual) epi = {Epilogue::Op::add, residual};
   matmul_strided(y, x, w, bias, view2(m, k, false), view2(k, n, true), view2(m, n, false), 1.0f,
-                 false);
+                 false, epi);
+}
+
+void linear_backward_input(float* dx, const float* dy, const float* w, const float* gate, int64_t m,
+                           int64_t k, int64_t n) {
+  if (m <= 0 || k <= 0) return;
+  if (n <= 0) {  // an empty sum
+    fill(dx, 0.0f, m * k);
+    return;
+  }
+  Epilogue epi;
+  if (gate) epi = {Epilogue::Op::mul, gate};
+  // dy (M x N) @ w (N x K), both row-major.
+  matmul_strided(dx, dy, w, nullptr, view2(m, n, false), view2(n, k, false), view2(m, k, false), 1.0f,
+                 false, epi);
 }
 
 }  // namespace normlab::cpu

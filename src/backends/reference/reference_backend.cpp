@@ -82,18 +82,36 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
-                      int64_t k, int64_t n) override {
+  using Backend::linear_forward;
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
     const char* kn = "linear_forward";
     DType dt = y.dtype();
     expect(kn, "y", y, dt, m * n);
     expect(kn, "x", x, dt, m * k);
     expect(kn, "w", w, dt, n * k);
     if (bias.defined()) expect(kn, "bias", bias, dt, n);
+    if (residual.defined()) expect(kn, "residual", residual, dt, m * n);
     dispatch(dt, kn, [&](auto tag) {
       using T = decltype(tag);
       linear_forward_ref(y.data<T>(), x.data<T>(), w.data<T>(),
-                         bias.defined() ? bias.data<T>() : nullptr, m, k, n);
+                         bias.defined() ? bias.data<T>() : nullptr,
+                         residual.defined() ? residual.data<T>() : nullptr, m, k, n);
+    });
+  }
+
+  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                             int64_t m, int64_t k, int64_t n) override {
+    const char* kn = "linear_backward_input";
+    DType dt = dx.dtype();
+    expect(kn, "dx", dx, dt, m * k);
+    expect(kn, "dy", dy, dt, m * n);
+    expect(kn, "w", w, dt, n * k);
+    if (gate.defined()) expect(kn, "gate", gate, dt, m * k);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      linear_backward_input_ref(dx.data<T>(), dy.data<T>(), w.data<T>(),
+                                gate.defined() ? gate.data<T>() : nullptr, m, k, n);
     });
   }
 

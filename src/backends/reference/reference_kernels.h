@@ -50,14 +50,30 @@ void matmul_ref(T* c, const T* a, const T* b, int64_t batch, int64_t m, int64_t 
 // y[i,j] = sum_p x[i,p] * w[j,p] + bias[j]; w is (N x K) (PyTorch's Linear layout); bias nullable.
 // Its backward is three calls of other kernels: dx = dy @ w (matmul), dw = dy^T @ x (matmul with
 // trans_a), dbias = sum_rows(dy).
+// residual (M x N, nullable) is added to the result.
 template <class T>
-void linear_forward_ref(T* y, const T* x, const T* w, const T* bias, int64_t m, int64_t k,
-                        int64_t n) {
+void linear_forward_ref(T* y, const T* x, const T* w, const T* bias, const T* residual, int64_t m,
+                        int64_t k, int64_t n) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = bias ? double(bias[j]) : 0.0;
       for (int64_t p = 0; p < k; ++p) acc += double(x[i * k + p]) * double(w[j * k + p]);
+      if (residual) acc += double(residual[i * n + j]);
       y[i * n + j] = static_cast<T>(acc);
+    }
+  }
+}
+
+// dx[i,p] = (sum_j dy[i,j] * w[j,p]) * gate[i,p]; gate nullable (then 1).
+template <class T>
+void linear_backward_input_ref(T* dx, const T* dy, const T* w, const T* gate, int64_t m, int64_t k,
+                               int64_t n) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      double acc = 0.0;
+      for (int64_t j = 0; j < n; ++j) acc += double(dy[i * n + j]) * double(w[j * k + p]);
+      if (gate) acc *= double(gate[i * k + p]);
+      dx[i * k + p] = static_cast<T>(acc);
     }
   }
 }
