@@ -82,9 +82,11 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
     if (t.grad_valid) {
       Tensor dst(t.grad);
       Backend& kb = backend_for(dst.device(), dst.dtype());
-      if (t.grad.use_count() == 2 && t.grad->storage.use_count() == 1) {
+      // Only pass_through shares a gradient's TensorImpl (views of one storage, such as a
+      // flattened parameter list's gradients, are distinct impls and are written in place).
+      if (t.grad.use_count() == 2) {
         kb.accumulate(dst, g);
-      } else {  // the buffer is shared (handed on by pass_through): never write it in place
+      } else {  // shared with another tensor's gradient: never write it in place
         Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
         kb.add(sum, dst, g, 1.0, 1.0);
         t.grad = sum.impl_ptr();
@@ -137,7 +139,8 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
     // retained one) and no other tensor views the buffer. The first such input takes it; later
     // ones share it only if they are intermediates whose gradient is read by their own node and
     // then dropped (a leaf's gradient is the user's to modify, e.g. by clipping, in place);
-    // accumulate_into never writes a shared buffer in place.
+    // accumulate_into never writes a shared buffer in place. An input that keeps a gradient
+    // buffer of its own (a parameter's, e.g. a view into ParamList's flat buffer) gets a copy.
     const bool donatable = !t->retain_grad && t.get() != root.get() && t->grad.use_count() == 1 &&
                            t->grad->storage.use_count() == 1;
     bool donated = false;
@@ -145,7 +148,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       if (!grads[i]) continue;
       TensorImpl& in = *inputs[i];
       if (grads.passed_through(i)) {
-        const bool share_ok = !donated || (in.grad_fn != nullptr && !in.retain_grad);
+        const bool share_ok = !in.grad && (!donated || (in.grad_fn != nullptr && !in.retain_grad));
         if (direct[i] && donatable && share_ok) {
           in.grad = t->grad;
           in.grad_valid = true;
@@ -154,6 +157,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
           backend_for(dest[i].device(), dest[i].dtype()).copy(dest[i], Tensor(t->grad));
           in.grad = dest[i].impl_ptr();
           in.grad_valid = true;
+          dest[i] = Tensor();  // the input holds it now; a later sum into it may be in place
         } else {
           accumulate_into(in, Tensor(t->grad));
         }
@@ -162,6 +166,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       if (direct[i]) {
         in.grad = dest[i].impl_ptr();
         in.grad_valid = true;
+        dest[i] = Tensor();  // the input holds it now; a later sum into it may be in place
       } else {
         accumulate_into(in, dest[i]);
       }

@@ -71,6 +71,26 @@ TEST(Autograd, PassThroughNeverAliasesAWritableGradient) {
   }
 }
 
+// A flattened parameter list's gradients are views into one buffer that the optimizer reads:
+// pass_through and gradient sums must land in those views, not replace them.
+TEST(Autograd, FlattenedParameterGradientsStayInTheFlatBuffer) {
+  ParamList params;
+  Tensor p = params.add("p", Tensor::from({1, 2, 3}, {3}, DType::f64));
+  Tensor q = params.add("q", Tensor::from({4, 5, 6}, {3}, DType::f64));
+  params.flatten();
+  for (int step = 0; step < 2; ++step) {
+    params.zero_grad();
+    // p passes through an add and is also used by a mul (two contributions); q is used twice.
+    Tensor y = add(p, mul(p, q));
+    Tensor z = add(y, mul(q, q));
+    z.backward(Tensor::from({1, 1, 1}, {3}, DType::f64));
+    params.fill_missing_grads();
+    // dz/dp = 1 + q, dz/dq = p + 2q
+    EXPECT_EQ(params.flat_grad().to_vector(), (std::vector<double>{5, 6, 7, 9, 12, 15})) << "step " << step;
+    EXPECT_EQ(p.grad().to_vector(), (std::vector<double>{5, 6, 7}));
+  }
+}
+
 TEST(Autograd, GradientsAccumulateAcrossBackwardsUntilZeroGrad) {
   Tensor a = leaf({1, 2}, {2});
   for (int i = 0; i < 2; ++i) scale(a, 3.0).backward(Tensor::full({2}, 1.0, DType::f64));
