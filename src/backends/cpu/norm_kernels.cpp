@@ -78,6 +78,11 @@ struct Partials {
 // statistics phase finds its rows on the way (the forward at 2048x1024 on one thread went from
 // ~70% to ~85% of memcpy's bandwidth with it).
 
+// From this row length on, the forward kernels pipeline rows instead of tiling them: row i's
+// output sweep runs in the same loop as row i+1's statistics. Shorter rows keep the tiles, whose
+// strength is overlapping many rows' statistics latencies.
+constexpr int64_t kPipelineMinD = 256;
+
 constexpr int64_t kTileFloats = 2048;  // 8 KiB: a tile of x (and dy) stays in a 32 KiB L1
 constexpr int64_t kTileMaxRows = 64;   // bounds the tile's per-row scratch (on the stack)
 
@@ -128,6 +133,28 @@ void for_row_blocks_tiled(int64_t n, int64_t d, const RowBlocks& blocks, Stats&&
   parallel_for(blocks.count, n * d, [&](int64_t b) {
     const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
     for_tiles(lo, hi, d, stats, [&](int64_t i, float u, float v) { apply(b, i, u, v, i == lo); });
+  });
+}
+
+// Backward kernels for rows of d >= kPipelineMinD: rows in the same fixed blocks, and within a
+// block row i's sweep runs alongside row i+1's statistics. stats_alone(i, u, v) computes row
+// i's two statistics; stats_alongside(i, u, v, sweep) computes them while calling sweep(j, n)
+// on every vector position (the same bits as stats_alone); sweep_of(b, i, u, v, first) makes
+// row i's per-vector sweep.
+template <class StatsAlone, class StatsAlongside, class SweepOf>
+void for_row_blocks_pipelined(int64_t n, int64_t d, const RowBlocks& blocks, StatsAlone&& stats_alone,
+                              StatsAlongside&& stats_alongside, SweepOf&& sweep_of) {
+  parallel_for(blocks.count, n * d, [&](int64_t b) {
+    const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
+    float u = 0.0f, v = 0.0f;
+    stats_alone(lo, u, v);
+    for (int64_t i = lo; i < hi; ++i) {
+      auto sweep = sweep_of(b, i, u, v, i == lo);
+      if (i + 1 < hi)
+        stats_alongside(i + 1, u, v, sweep);
+      else
+        row_for(d, sweep);
+    }
   });
 }
 
@@ -303,6 +330,47 @@ void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x,
                              const float* beta, int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
   const float inv_d = 1.0f / float(d);
+  if (d >= kPipelineMinD) {
+    // Three rows in flight: row i's output sweep, row i+1's centred variance (from L1) and row
+    // i+2's mean (from memory) run in one loop. The statistics are shifted_mean's and
+    // centred_rstd's, bit for bit.
+    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+      auto shifted = [&](int64_t r) {  // row r's terms x[j] - x[0]
+        const float* p = x + r * d;
+        const VF v0 = set1(p[0]);
+        return [p, v0](int64_t j, int64_t m) { return load_n(p + j, m) - v0; };
+      };
+      auto centred_sq = [&](int64_t r, float mu) {  // row r's terms (x[j] - mu)^2
+        const float* p = x + r * d;
+        const VF vmu = set1(mu);
+        return [p, vmu](int64_t j, int64_t m) {
+          VF c = load_n(p + j, m) - vmu;
+          return c * c;
+        };
+      };
+      auto finish_mean = [&](int64_t r, float sum) { return mean[r] = x[r * d] + sum * inv_d; };
+      auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = 1.0f / std::sqrt(ss * inv_d + eps); };
+      float mu = finish_mean(lo, row_reduce(d, shifted(lo)));
+      float rs = finish_rstd(lo, row_reduce(d, centred_sq(lo, mu)));
+      for (int64_t i = lo; i < hi; ++i) {
+        const float* xi = x + i * d;
+        float* yi = y + i * d;
+        const VF vmu = set1(mu), vrs = set1(rs);
+        // for j: y[j] = (x[j]-mu)*rs*gamma[j] + beta[j]
+        auto apply = [&](int64_t j, int64_t m) {
+          VF xhat = (load_n(xi + j, m) - vmu) * vrs;
+          store_n(yi + j, fmadd(xhat, load_n(gamma + j, m), load_n(beta + j, m)), m);
+        };
+        if (i + 1 < hi) {
+          mu = finish_mean(i + 1, row_reduce_alongside(d, shifted(i + 1), apply));
+          rs = finish_rstd(i + 1, row_reduce(d, centred_sq(i + 1, mu)));
+        } else {
+          row_for(d, apply);
+        }
+      }
+    });
+    return;
+  }
   for_rows_tiled(
       n, d,
       [&](int64_t i, float& mu, float& rs) {
@@ -343,6 +411,57 @@ void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const floa
   const RowBlocks blocks(n);
   Partials pg(blocks.count, d, dgamma != nullptr), pb(blocks.count, d, dbeta != nullptr);
   const float inv_d = 1.0f / float(d);
+  if (d >= kPipelineMinD && dx) {
+    // for j: g = dy[j]*gamma[j]; sg += g; sgx += g*(x[j]-mu)*rs   (layernorm_backward_stats)
+    auto terms = [&](int64_t i) {
+      const float* dyr = dy + i * d;
+      const float* xr = x + i * d;
+      const VF vmu = set1(mean[i]), vrs = set1(rstd[i]);
+      return [=](int64_t j, int64_t m, VF& su, VF& sv) {
+        VF g = load_n(dyr + j, m) * load_n(gamma + j, m);
+        VF xhat = (load_n(xr + j, m) - vmu) * vrs;
+        su = su + g;
+        sv = fmadd(g, xhat, sv);
+      };
+    };
+    auto finish = [&](float& mg, float& mgx, float sg, float sgx) {
+      mg = sg * inv_d;
+      mgx = sgx * inv_d;
+    };
+    for_row_blocks_pipelined(
+        n, d, blocks,
+        [&](int64_t i, float& mg, float& mgx) {
+          float sg = 0, sgx = 0;
+          row_reduce2(d, sg, sgx, terms(i));
+          finish(mg, mgx, sg, sgx);
+        },
+        [&](int64_t i, float& mg, float& mgx, auto& sweep) {
+          float sg = 0, sgx = 0;
+          row_reduce2_alongside(d, sg, sgx, terms(i), sweep);
+          finish(mg, mgx, sg, sgx);
+        },
+        [&](int64_t b, int64_t i, float mg, float mgx, bool first_in_block) {
+          float* dgp = pg.block(b, d);
+          float* dbp = pb.block(b, d);
+          if (first_in_block) zero_params(dgp, dbp, d);
+          const float* dyr = dy + i * d;
+          const float* xr = x + i * d;
+          float* dxr = dx + i * d;
+          const VF vmu = set1(mean[i]), vrs = set1(rstd[i]), vmg = set1(mg), vmgx = set1(mgx);
+          // for j: xhat = (x[j]-mu)*rs; dx[j] = rs*(dy[j]*gamma[j] - mg - xhat*mgx);
+          //        dgp[j] += dy[j]*xhat; dbp[j] += dy[j]   (layernorm_backward_apply)
+          return [=](int64_t j, int64_t m) {
+            VF dyv = load_n(dyr + j, m);
+            VF xhat = (load_n(xr + j, m) - vmu) * vrs;
+            store_n(dxr + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, m) - vmg), m);
+            if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, m)), m);
+            if (dbp) store_n(dbp + j, load_n(dbp + j, m) + dyv, m);
+          };
+        });
+    sum_partials(dgamma, pg.p, blocks.count, d);
+    sum_partials(dbeta, pb.p, blocks.count, d);
+    return;
+  }
   for_row_blocks_tiled(
       n, d, blocks,
       [&](int64_t i, float& mg, float& mgx) {
@@ -431,6 +550,31 @@ void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* g
                            int64_t d, float eps) {
   if (d <= 0) return;
   const float inv_d = 1.0f / float(d);
+  if (d >= kPipelineMinD) {
+    // Row i's output sweep runs inside row i+1's sum of squares (see row_reduce_alongside).
+    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+      auto sumsq = [&](const float* r) {
+        return [r](int64_t j, int64_t m) {
+          VF v = load_n(r + j, m);
+          return v * v;
+        };
+      };
+      float ss = row_reduce(d, sumsq(x + lo * d));
+      for (int64_t i = lo; i < hi; ++i) {
+        const float rs = rstd[i] = 1.0f / std::sqrt(ss * inv_d + eps);
+        const VF vrs = set1(rs);
+        const float* xi = x + i * d;
+        float* yi = y + i * d;
+        // for j: y[j] = x[j]*rs*gamma[j]
+        auto apply = [&](int64_t j, int64_t m) { store_n(yi + j, load_n(xi + j, m) * vrs * load_n(gamma + j, m), m); };
+        if (i + 1 < hi)
+          ss = row_reduce_alongside(d, sumsq(xi + d), apply);
+        else
+          row_for(d, apply);
+      }
+    });
+    return;
+  }
   for_rows_tiled(
       n, d,
       [&](int64_t i, float& rs, float&) { rs = rstd[i] = rms_rstd(x + i * d, d, inv_d, eps); },
@@ -459,6 +603,35 @@ void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const flo
   const RowBlocks blocks(n);
   Partials pg(blocks.count, d, dgamma != nullptr);
   const float inv_d = 1.0f / float(d);
+  if (d >= kPipelineMinD && dx) {
+    // for j: sgx += dy[j]*gamma[j]*x[j]*rs   (rmsnorm_backward_stats)
+    auto terms = [&](int64_t i) {
+      const float* dyr = dy + i * d;
+      const float* xr = x + i * d;
+      const VF vrs = set1(rstd[i]);
+      return [=](int64_t j, int64_t m) { return load_n(dyr + j, m) * load_n(gamma + j, m) * (load_n(xr + j, m) * vrs); };
+    };
+    for_row_blocks_pipelined(
+        n, d, blocks, [&](int64_t i, float& mgx, float&) { mgx = row_reduce(d, terms(i)) * inv_d; },
+        [&](int64_t i, float& mgx, float&, auto& sweep) { mgx = row_reduce_alongside(d, terms(i), sweep) * inv_d; },
+        [&](int64_t b, int64_t i, float mgx, float, bool first_in_block) {
+          float* dgp = pg.block(b, d);
+          if (first_in_block) zero_params(dgp, nullptr, d);
+          const float* dyr = dy + i * d;
+          const float* xr = x + i * d;
+          float* dxr = dx + i * d;
+          const VF vrs = set1(rstd[i]), vmgx = set1(mgx);
+          // for j: xhat = x[j]*rs; dx[j] = rs*(dy[j]*gamma[j] - xhat*mgx); dgp[j] += dy[j]*xhat
+          return [=](int64_t j, int64_t m) {
+            VF dyv = load_n(dyr + j, m);
+            VF xhat = load_n(xr + j, m) * vrs;
+            store_n(dxr + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, m)), m);
+            if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, m)), m);
+          };
+        });
+    sum_partials(dgamma, pg.p, blocks.count, d);
+    return;
+  }
   for_row_blocks_tiled(
       n, d, blocks,
       [&](int64_t i, float& mgx, float&) {

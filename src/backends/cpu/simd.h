@@ -281,6 +281,69 @@ inline float row_reduce(int64_t d, F&& f) {
   return reduce_add((a0 + a1) + (a2 + a3));
 }
 
+// row_reduce(d, f), while g(j, n) runs on every vector position of the row as well: g is other
+// work over a row of the same length (the output sweep of the previous row, from L1), so that
+// loads from memory, loads from L1 and stores interleave as in a copy loop instead of
+// alternating in phases. The sum is row_reduce's, bit for bit.
+template <class F, class G>
+inline float row_reduce_alongside(int64_t d, F&& f, G&& g) {
+  VF a0 = zero(), a1 = zero(), a2 = zero(), a3 = zero();
+  int64_t j = 0;
+  for (; j + 4 * kWidth <= d; j += 4 * kWidth) {
+    a0 = a0 + f(j, kWidth);
+    g(j, kWidth);
+    a1 = a1 + f(j + kWidth, kWidth);
+    g(j + kWidth, kWidth);
+    a2 = a2 + f(j + 2 * kWidth, kWidth);
+    g(j + 2 * kWidth, kWidth);
+    a3 = a3 + f(j + 3 * kWidth, kWidth);
+    g(j + 3 * kWidth, kWidth);
+  }
+  for (; j + kWidth <= d; j += kWidth) {
+    a0 = a0 + f(j, kWidth);
+    g(j, kWidth);
+  }
+  if (j < d) {
+    a1 = a1 + keep_first(f(j, d - j), d - j);
+    g(j, d - j);
+  }
+  return reduce_add((a0 + a1) + (a2 + a3));
+}
+
+// row_reduce(d, f1) and row_reduce(d, f2) (bit for bit), with g alongside as above.
+template <class F1, class F2, class G>
+inline void row_reduce2_alongside(int64_t d, F1&& f1, F2&& f2, G&& g, float& s1, float& s2) {
+  VF a0 = zero(), a1 = zero(), a2 = zero(), a3 = zero();
+  VF b0 = zero(), b1 = zero(), b2 = zero(), b3 = zero();
+  int64_t j = 0;
+  for (; j + 4 * kWidth <= d; j += 4 * kWidth) {
+    a0 = a0 + f1(j, kWidth);
+    b0 = b0 + f2(j, kWidth);
+    g(j, kWidth);
+    a1 = a1 + f1(j + kWidth, kWidth);
+    b1 = b1 + f2(j + kWidth, kWidth);
+    g(j + kWidth, kWidth);
+    a2 = a2 + f1(j + 2 * kWidth, kWidth);
+    b2 = b2 + f2(j + 2 * kWidth, kWidth);
+    g(j + 2 * kWidth, kWidth);
+    a3 = a3 + f1(j + 3 * kWidth, kWidth);
+    b3 = b3 + f2(j + 3 * kWidth, kWidth);
+    g(j + 3 * kWidth, kWidth);
+  }
+  for (; j + kWidth <= d; j += kWidth) {
+    a0 = a0 + f1(j, kWidth);
+    b0 = b0 + f2(j, kWidth);
+    g(j, kWidth);
+  }
+  if (j < d) {
+    a1 = a1 + keep_first(f1(j, d - j), d - j);
+    b1 = b1 + keep_first(f2(j, d - j), d - j);
+    g(j, d - j);
+  }
+  s1 = reduce_add((a0 + a1) + (a2 + a3));
+  s2 = reduce_add((b0 + b1) + (b2 + b3));
+}
+
 // Two sums in one sweep: f(j, n, u, v) adds its lanes to u and v (tails masked as above).
 template <class F>
 inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
@@ -296,6 +359,33 @@ inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
     f(j, d - j, ut, vt);
     u1 = u1 + keep_first(ut, d - j);
     v1 = v1 + keep_first(vt, d - j);
+  }
+  sum_u = reduce_add(u0 + u1);
+  sum_v = reduce_add(v0 + v1);
+}
+
+// row_reduce2(d, sum_u, sum_v, f) with g(j, n) alongside (see row_reduce_alongside); the same
+// sums, bit for bit.
+template <class F, class G>
+inline void row_reduce2_alongside(int64_t d, float& sum_u, float& sum_v, F&& f, G&& g) {
+  VF u0 = zero(), u1 = zero(), v0 = zero(), v1 = zero();
+  int64_t j = 0;
+  for (; j + 2 * kWidth <= d; j += 2 * kWidth) {
+    f(j, kWidth, u0, v0);
+    g(j, kWidth);
+    f(j + kWidth, kWidth, u1, v1);
+    g(j + kWidth, kWidth);
+  }
+  for (; j + kWidth <= d; j += kWidth) {
+    f(j, kWidth, u0, v0);
+    g(j, kWidth);
+  }
+  if (j < d) {
+    VF ut = zero(), vt = zero();
+    f(j, d - j, ut, vt);
+    u1 = u1 + keep_first(ut, d - j);
+    v1 = v1 + keep_first(vt, d - j);
+    g(j, d - j);
   }
   sum_u = reduce_add(u0 + u1);
   sum_v = reduce_add(v0 + v1);
