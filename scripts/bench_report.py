@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Tables and target verdicts for results/bench-cpu.md from several `normlab bench norms` runs.
+
+    python3 scripts/bench_report.py results/bench-runs/norms-{1,2,3}.json [--step results/bench-runs/step-{1,2,3}.json]
+
+Every figure is the median over the runs of that row's own figure (each run's figure is itself a
+median over its timed calls); [a-b] is the range over the runs. A target counts as met only when
+every run meets it ("met"); when the median meets it but some run does not, the verdict is
+"within the spread" (a claimed win smaller than the run-to-run spread is not a win).
+"""
+import argparse
+import json
+import statistics
+import sys
+
+FWD_TARGET, BWD_TARGET = 90.0, 80.0
+
+
+def load(paths):
+    runs = []
+    for p in paths:
+        with open(p) as fh:
+            runs.append(json.load(fh))
+    return runs
+
+
+def rows_by_name(run):
+    return {b["name"]: b for b in run["benchmarks"]}
+
+
+def fig(vals):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None, None, None
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def fmt_range(m, lo, hi, unit="", digits=0):
+    if m is None:
+        return "-"
+    f = f"{{:.{digits}f}}"
+    return f"{f.format(m)}{unit} [{f.format(lo)}-{f.format(hi)}]"
+
+
+def pct_of_copy(b):
+    c = b.get("counters", {})
+    # a kernel that streams its stores is held to the faster of the two copies
+    if b.get("streaming_stores"):
+        return min(c.get("pct_of_copy_loop") or 1e9, c.get("pct_of_memcpy") or 1e9)
+    return c.get("pct_of_copy_loop")
+
+
+def verdict(vals, ok):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "no data"
+    if all(ok(v) for v in vals):
+        return "met"
+    if ok(statistics.median(vals)):
+        return "within the spread"
+    return "**missed**"
+
+
+def norms_report(runs):
+    by = [rows_by_name(r) for r in runs]
+    names = list(by[0].keys())
+    shapes, threads = [], []
+    for n in names:
+        b = by[0][n]
+        s = "x".join(str(x) for x in b["shape"])
+        if s not in shapes:
+            shapes.append(s)
+        if b["threads"] not in threads:
+            threads.append(b["threads"])
+    out = []
+    ctx = runs[0]["context"]
+    out.append(f"Runs: {len(runs)}; " + "; ".join(
+        f"run {i + 1}: {r['context'].get('date')}, commit {r['context'].get('normlab_commit')}, others used "
+        f"{100 * (r['context'].get('others_cpu') or 0):.0f}% of the CPUs, steal {100 * (r['context'].get('steal') or 0):.0f}%"
+        for i, r in enumerate(runs)))
+    out.append(f"CPU: {ctx.get('cpu_model')} x{ctx.get('num_cpus')}, LLC {ctx.get('llc_bytes', 0) // 2**20} MiB; "
+               f"libraries: {ctx.get('library_versions')}; threads pinned: {ctx.get('threads_pinned')}")
+    out.append("")
+
+    def get(name, key):
+        vals = []
+        for b in by:
+            r = b.get(name)
+            if r is None or r.get("status") != "ok":
+                vals.append(None)
+                continue
+            vals.append(key(r))
+        return vals
+
+    verdicts = []
+    for t in threads:
+        out.append(f"### {t} thread{'s' if t > 1 else ''}")
+        out.append("")
+        out.append("| shape | pass | copy loop GB/s | memcpy GB/s | LN fused % copy | RMS fused % copy | LN oneDNN % copy | "
+                   "LN torch % copy | RMS torch % copy | LN fused vs oneDNN | LN fused vs torch | RMS fused vs torch | "
+                   "RMS/LN (fused) |")
+        out.append("|" + "---|" * 13)
+        for s in shapes:
+            for ps in ("fwd", "bwd"):
+                key = lambda impl: f"{impl}/{ps}/{s}/threads:{t}"
+                copy = f"copy.loop/copy/{s}/threads:{t}"
+                memc = f"copy.memcpy/copy/{s}/threads:{t}"
+                gbs = lambda r: r["counters"]["gb_per_s"]
+                cl = fig(get(copy, gbs))
+                mc = fig(get(memc, gbs))
+                ln = get(key("layernorm.fused"), pct_of_copy)
+                rms = get(key("rmsnorm.fused"), pct_of_copy)
+                lno = get(key("layernorm.onednn"), pct_of_copy)
+                lnt = get(key("layernorm.torch"), pct_of_copy)
+                rmst = get(key("rmsnorm.torch"), pct_of_copy)
+                vs_o = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_onednn"))
+                vs_t = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_torch"))
+                rvs_t = get(key("rmsnorm.fused"), lambda r: r["counters"].get("vs_torch"))
+                rl = get(key("rmsnorm.fused"), lambda r: r["counters"].get("rms_over_ln"))
+                out.append(f"| {s} | {ps} | {fmt_range(*cl, digits=1)} | {fmt_range(*mc, digits=1)} | "
+                           f"{fmt_range(*fig(ln), '%')} | {fmt_range(*fig(rms), '%')} | {fmt_range(*fig(lno), '%')} | "
+                           f"{fmt_range(*fig(lnt), '%')} | {fmt_range(*fig(rmst), '%')} | "
+                           f"{fmt_range(*fig(vs_o), 'x', 2)} | {fmt_range(*fig(vs_t), 'x', 2)} | "
+                           f"{fmt_range(*fig(rvs_t), 'x', 2)} | {fmt_range(*fig(rl), 'x', 2)} |")
+                limit = FWD_TARGET if ps == "fwd" else BWD_TARGET
+                verdicts.append((f"LayerNorm fused {ps} >= {limit:.0f}% of copy", s, t, ln, lambda v, l=limit: v >= l, "%"))
+                verdicts.append((f"RMSNorm fused {ps} >= {limit:.0f}% of copy", s, t, rms, lambda v, l=limit: v >= l, "%"))
+                verdicts.append((f"LayerNorm fused {ps} faster than oneDNN", s, t, vs_o, lambda v: v > 1.0, "x"))
+                verdicts.append((f"LayerNorm fused {ps} faster than PyTorch", s, t, vs_t, lambda v: v > 1.0, "x"))
+                verdicts.append((f"RMSNorm fused {ps} faster than PyTorch", s, t, rvs_t, lambda v: v > 1.0, "x"))
+                verdicts.append((f"RMSNorm faster than LayerNorm ({ps}, fused)", s, t, rl, lambda v: v > 1.0, "x"))
+        out.append("")
+
+    out.append("### Verdict per target")
+    out.append("")
+    out.append("| target | met in | within the spread | missed (median over runs) |")
+    out.append("|---|---|---|---|")
+    groups = {}
+    for name, s, t, vals, ok, unit in verdicts:
+        groups.setdefault(name, []).append((s, t, vals, ok, unit))
+    for name, cases in groups.items():
+        met, spread, missed = [], [], []
+        for s, t, vals, ok, unit in cases:
+            v = verdict(vals, ok)
+            m = fig(vals)[0]
+            label = f"{s}/t{t}" + ("" if m is None else f" ({m:.0f}%)" if unit == "%" else f" ({m:.2f}x)")
+            if v == "met":
+                met.append(label)
+            elif v == "within the spread":
+                spread.append(label)
+            elif v == "no data":
+                missed.append(label + " no data")
+            else:
+                missed.append(label)
+        out.append(f"| {name} | {len(met)}/{len(cases)} | {', '.join(spread) or '-'} | {', '.join(missed) or '-'} |")
+    out.append("")
+    return "\n".join(out)
+
+
+def step_report(runs):
+    by = [rows_by_name(r) for r in runs]
+    out = ["| model | norm | threads | step ms | norm kernels' share | step speed-up RMS/LN | operator speed-up RMS/LN | "
+           "predicted step speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for name in by[0]:
+        def get(key):
+            return [key(b[name]) if name in b else None for b in by]
+        r0 = by[0][name]
+        step = fig(get(lambda r: r["aggregates"]["median"]))
+        share = fig(get(lambda r: 100 * r["counters"]["norm_share"] if r["counters"].get("norm_share") is not None else None))
+        sp = fig(get(lambda r: r["counters"].get("step_speedup")))
+        op = fig(get(lambda r: r["counters"].get("op_speedup")))
+        pr = fig(get(lambda r: r["counters"].get("predicted_step_speedup")))
+        out.append(f"| {r0['model']} | {r0['norm']} | {r0['threads']} | {fmt_range(*step, digits=2)} | "
+                   f"{fmt_range(*share, '%', 1)} | {fmt_range(*sp, 'x', 3)} | {fmt_range(*op, 'x', 2)} | "
+                   f"{fmt_range(*pr, 'x', 3)} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("norms", nargs="+", help="bench norms JSON files (one per run)")
+    ap.add_argument("--step", nargs="*", default=[], help="bench step JSON files (one per run)")
+    a = ap.parse_args(argv)
+    print(norms_report(load(a.norms)))
+    if a.step:
+        print("### bench step")
+        print()
+        print(step_report(load(a.step)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
