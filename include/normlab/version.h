@@ -6,7 +6,7 @@ namespace normlab {
 
 struct BuildInfo {
   std::string normlab_version;  // project version from CMake
-  std::string git_commit;       // short hash at configure time, or "unknown"
+  std::string git_commit;       // `git describe --always --dirty` at build time, or "unknown"
   std::string compiler;         // e.g. "GCC 12.2.0"
   std::string build_type;       // Release, Debug, ...
   bool cuda_built = false;      // CUDA sources compiled in

@@ -78,15 +78,20 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
   std::sort(order.begin(), order.end(),
             [](const auto& a, const auto& b) { return a->grad_fn->sequence() > b->grad_fn->sequence(); });
 
-  auto accumulate_into = [](TensorImpl& t, const Tensor& g) {
+  // Gradient buffers this run handed to a second input by pass_through. A sum into one of them
+  // (while still shared: more holders than the tensor and this function) goes to a new buffer.
+  // Every other sum is in place, also when the user holds a handle to the gradient (as in
+  // PyTorch) and when it is a view (a flattened parameter's gradient must stay in its slot).
+  // Addresses of impls freed during the run may be reused by new ones; that can only send a
+  // sum out of place needlessly, and never for a parameter (its gradient impl predates the run).
+  std::unordered_set<const TensorImpl*> shared;
+  auto accumulate_into = [&shared](TensorImpl& t, const Tensor& g) {
     if (t.grad_valid) {
       Tensor dst(t.grad);
       Backend& kb = backend_for(dst.device(), dst.dtype());
-      // Only pass_through shares a gradient's TensorImpl (views of one storage, such as a
-      // flattened parameter list's gradients, are distinct impls and are written in place).
-      if (t.grad.use_count() == 2) {
+      if (t.grad.use_count() == 2 || shared.count(t.grad.get()) == 0) {
         kb.accumulate(dst, g);
-      } else {  // shared with another tensor's gradient: never write it in place
+      } else {
         Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
         kb.add(sum, dst, g, 1.0, 1.0);
         t.grad = sum.impl_ptr();
@@ -123,7 +128,9 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       // survives zero_grad(), so a steady-state step allocates nothing here).
       if (!in.grad_valid && !repeated) {
         direct[i] = true;
-        if (in.grad && same_layout(*in.grad, in) && in.grad.use_count() == 1) {
+        // (A handle the user holds to the old gradient sees the new one, as after PyTorch's
+        // zero_grad(set_to_none=False); a flattened parameter's view stays in its slot.)
+        if (in.grad && same_layout(*in.grad, in) && shared.count(in.grad.get()) == 0) {
           dest[i] = Tensor(in.grad);
         } else {
           dest[i] = Tensor::empty(in.shape, in.dtype, in.device);
@@ -150,6 +157,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       if (grads.passed_through(i)) {
         const bool share_ok = !in.grad && (!donated || (in.grad_fn != nullptr && !in.retain_grad));
         if (direct[i] && donatable && share_ok) {
+          if (donated) shared.insert(t->grad.get());
           in.grad = t->grad;
           in.grad_valid = true;
           donated = true;

@@ -256,10 +256,10 @@ TEST(CpuElementwise, GeluForwardBackward) {
     Tensor y = e32({n}), y64 = e64({n}), dydx = e32({n}), dydx64 = e64({n}), y_only = e32({n});
     cpu_backend().gelu_forward(y, &dydx, x);
     ref().gelu_forward(y64, &dydx64, f64(x));
-    // erf is a float rational approximation with |error| <= 3.3e-7 (simd.h), times |x|/2 with
-    // |x| up to ~8 here: 1.5e-6 at worst (measured 9.3e-7); 3e-6 leaves a 2x margin.
+    // Phi comes from A&S 7.1.26 (|error in erf| <= 1.5e-7, so <= 7.5e-8 in Phi) plus float
+    // rounding, times |x| up to ~8 here: ~1e-6 at worst; 3e-6 leaves a margin.
     expect_close(y, y64, {3e-6, 1e-5}, "gelu forward n=" + std::to_string(n));
-    // The same erf error (halved) plus exp's 2 ulp in the density term.
+    // The same error in Phi plus exp's 2 ulp in the density term.
     expect_close(dydx, dydx64, {3e-6, 1e-5}, "gelu derivative n=" + std::to_string(n));
     // Without the derivative: the same values, bit for bit (inference and training agree).
     cpu_backend().gelu_forward(y_only, nullptr, x);

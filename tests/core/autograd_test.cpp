@@ -89,6 +89,16 @@ TEST(Autograd, FlattenedParameterGradientsStayInTheFlatBuffer) {
     EXPECT_EQ(params.flat_grad().to_vector(), (std::vector<double>{5, 6, 7, 9, 12, 15})) << "step " << step;
     EXPECT_EQ(p.grad().to_vector(), (std::vector<double>{5, 6, 7}));
   }
+  // A handle held across backward calls (two micro-batches, a gradient kept for logging) must
+  // not detach the gradient from the flat buffer either, nor across zero_grad().
+  Tensor held = p.grad();
+  for (int step = 0; step < 2; ++step) {
+    params.zero_grad();
+    for (int micro = 0; micro < 2; ++micro) add(p, mul(p, q)).backward(Tensor::from({1, 1, 1}, {3}, DType::f64));
+    params.fill_missing_grads();
+    EXPECT_EQ(params.flat_grad().to_vector(), (std::vector<double>{10, 12, 14, 2, 4, 6})) << "held, step " << step;
+    EXPECT_EQ(held.to_vector(), (std::vector<double>{10, 12, 14})) << "the held handle sees the gradient";
+  }
 }
 
 TEST(Autograd, GradientsAccumulateAcrossBackwardsUntilZeroGrad) {

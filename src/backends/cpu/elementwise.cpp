@@ -1,5 +1,5 @@
 // Elementwise kernels of the cpu backend over n contiguous floats: fill, copy, add, accumulate,
-// scale, mul, GELU (the erf form, not the tanh one; erf itself to 3.3e-7) forward/backward,
+// scale, mul, GELU (the erf form, not the tanh one; Phi to 1.5e-7) with its derivative,
 // sum of squares (in double) and the Adam step (one pass over all parameters). Vectorized with
 // simd.h, threaded in chunks above a size threshold; each element's result does not depend on
 // the chunking.

@@ -78,8 +78,8 @@ struct Partials {
 // statistics phase finds its rows on the way (the forward at 2048x1024 on one thread went from
 // ~70% to ~85% of memcpy's bandwidth with it).
 
-// From this row length on, the forward kernels pipeline rows instead of tiling them: row i's
-// output sweep runs in the same loop as row i+1's statistics. Shorter rows keep the tiles, whose
+// From this row length on, the kernels pipeline rows instead of tiling them (the backward ones when
+// dx is wanted): row i's sweep runs in the same loop as row i+1's statistics. Shorter rows keep the tiles, whose
 // strength is overlapping many rows' statistics latencies.
 constexpr int64_t kPipelineMinD = 256;
 
@@ -163,23 +163,27 @@ void for_row_blocks_pipelined(int64_t n, int64_t d, const RowBlocks& blocks, Sta
 // floats near 1000 sums to 1e6, where a float's step is 0.06); the shifted terms are small and
 // x - x0 is exact for values within a factor 2 of each other.
 // for j: s += x[j] - x0
+// The statistics' final arithmetic, one definition for the tiled and the pipelined kernels so
+// that both give the same bits whatever the compiler contracts into FMAs.
+inline float mean_from(float x0, float shifted_sum, float inv_d) { return x0 + shifted_sum * inv_d; }
+inline float rstd_from(float sum_sq, float inv_d, float eps) { return 1.0f / std::sqrt(sum_sq * inv_d + eps); }
+
 inline float shifted_mean(const float* x, int64_t d, float inv_d) {
   const float x0 = x[0];
   const VF v0 = set1(x0);
-  return x0 + row_reduce(d, [&](int64_t j, int64_t n) { return load_n(x + j, n) - v0; }) * inv_d;
+  return mean_from(x0, row_reduce(d, [&](int64_t j, int64_t n) { return load_n(x + j, n) - v0; }), inv_d);
 }
 
 // rstd = 1/sqrt(sum((x-mu)^2)/d + eps): centred, since E[x^2]-mu^2 cancels when |mu| >> std.
 // for j: ss += (x[j]-mu)^2
 inline float centred_rstd(const float* x, float mu, int64_t d, float inv_d, float eps) {
   const VF vmu = set1(mu);
-  const float var = row_reduce(d,
-                               [&](int64_t j, int64_t n) {
-                                 VF c = load_n(x + j, n) - vmu;
-                                 return c * c;
-                               }) *
-                    inv_d;
-  return 1.0f / std::sqrt(var + eps);
+  return rstd_from(row_reduce(d,
+                              [&](int64_t j, int64_t n) {
+                                VF c = load_n(x + j, n) - vmu;
+                                return c * c;
+                              }),
+                   inv_d, eps);
 }
 
 // y = (x-mu)*rstd*gamma + beta, prefetching rows next1 and next2 (nullable) on the way.
@@ -198,13 +202,12 @@ inline void layernorm_apply(float* y, const float* x, const float* gamma, const 
 // rstd = 1/sqrt(sum(x^2)/d + eps)
 // for j: ss += x[j]^2
 inline float rms_rstd(const float* x, int64_t d, float inv_d, float eps) {
-  const float ms = row_reduce(d,
+  return rstd_from(row_reduce(d,
                               [&](int64_t j, int64_t n) {
                                 VF v = load_n(x + j, n);
                                 return v * v;
-                              }) *
-                   inv_d;
-  return 1.0f / std::sqrt(ms + eps);
+                              }),
+                   inv_d, eps);
 }
 
 // y = x*rstd*gamma
@@ -331,9 +334,10 @@ void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x,
   if (d <= 0) return;
   const float inv_d = 1.0f / float(d);
   if (d >= kPipelineMinD) {
-    // Three rows in flight: row i's output sweep, row i+1's centred variance (from L1) and row
-    // i+2's mean (from memory) run in one loop. The statistics are shifted_mean's and
-    // centred_rstd's, bit for bit.
+    // Row i's output sweep runs in the loop that sums row i+1's mean (reading it from memory);
+    // row i+1's centred variance is then a second sweep over it, from L1/L2. (A three-row version,
+    // row i+2's mean and row i+1's variance both alongside row i's sweep, measured the same.)
+    // The statistics are shifted_mean's and centred_rstd's, bit for bit.
     parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
       auto shifted = [&](int64_t r) {  // row r's terms x[j] - x[0]
         const float* p = x + r * d;
@@ -348,8 +352,8 @@ void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x,
           return c * c;
         };
       };
-      auto finish_mean = [&](int64_t r, float sum) { return mean[r] = x[r * d] + sum * inv_d; };
-      auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = 1.0f / std::sqrt(ss * inv_d + eps); };
+      auto finish_mean = [&](int64_t r, float sum) { return mean[r] = mean_from(x[r * d], sum, inv_d); };
+      auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = rstd_from(ss, inv_d, eps); };
       float mu = finish_mean(lo, row_reduce(d, shifted(lo)));
       float rs = finish_rstd(lo, row_reduce(d, centred_sq(lo, mu)));
       for (int64_t i = lo; i < hi; ++i) {
@@ -561,7 +565,7 @@ void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* g
       };
       float ss = row_reduce(d, sumsq(x + lo * d));
       for (int64_t i = lo; i < hi; ++i) {
-        const float rs = rstd[i] = 1.0f / std::sqrt(ss * inv_d + eps);
+        const float rs = rstd[i] = rstd_from(ss, inv_d, eps);
         const VF vrs = set1(rs);
         const float* xi = x + i * d;
         float* yi = y + i * d;
