@@ -469,6 +469,11 @@ TEST(BenchCli, NormsJsonAndCompare) {
   r = run_cli({"bench", "merge", base, base, "--markdown"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("| layernorm.fused |"), std::string::npos) << r.out;
+  // A norms base against a step run matches no row: an error before anything is timed.
+  r = run_cli({"bench", "step", "--model", "toy", "--layers", "1", "--compare", base});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("`bench norms` document"), std::string::npos) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
   std::remove(base.c_str());
 }
 

@@ -277,26 +277,41 @@ NormRow norm_row_from(const json& j, const std::string& what) {
 
 }  // namespace
 
-std::string norm_report_json(const NormReport& r) {
+namespace {
+
+// A report's document: the context block and one entry per row (row_json).
+template <class Report, class RowJson>
+std::string report_json(const Report& r, const char* kind, RowJson&& row_json) {
   ordered_json j;
-  j["context"] = context_json(r.context, "norms", r.warnings);
+  j["context"] = context_json(r.context, kind, r.warnings);
   ordered_json b = ordered_json::array();
-  for (const NormRow& row : r.rows) b.push_back(norm_row_json(row));
+  for (const auto& row : r.rows) b.push_back(row_json(row));
   j["benchmarks"] = b;
   return j.dump(2);
 }
 
-NormReport norm_report_from_json(const std::string& text, const std::string& what) {
+// The inverse, for a document of `bench <kind>`; rows read by row_from(entry, what).
+template <class Report, class RowFrom>
+Report report_from_json(const std::string& text, const std::string& what, const std::string& kind, RowFrom&& row_from) {
   json j = parse_document(text, what);
-  NL_USAGE(get_str(j["context"], "normlab_bench") == "norms", "{}: not a `bench norms` document (context.normlab_bench "
-           "is '{}')", what, get_str(j["context"], "normlab_bench"));
-  NormReport r;
+  NL_USAGE(get_str(j["context"], "normlab_bench") == kind,
+           "{}: not a `bench {}` document (context.normlab_bench is '{}')", what, kind,
+           get_str(j["context"], "normlab_bench"));
+  Report r;
   r.context = context_from(j["context"]);
   if (j["context"].contains("warnings") && j["context"]["warnings"].is_array())
     for (const json& w : j["context"]["warnings"])
       if (w.is_string()) r.warnings.push_back(w.get<std::string>());
-  for (const json& b : j["benchmarks"]) r.rows.push_back(norm_row_from(b, what));
+  for (const json& b : j["benchmarks"]) r.rows.push_back(row_from(b, what));
   return r;
+}
+
+}  // namespace
+
+std::string norm_report_json(const NormReport& r) { return report_json(r, "norms", norm_row_json); }
+
+NormReport norm_report_from_json(const std::string& text, const std::string& what) {
+  return report_from_json<NormReport>(text, what, "norms", norm_row_from);
 }
 
 // ---- bench step ----------------------------------------------------------------------------
@@ -381,26 +396,10 @@ StepRow step_row_from(const json& j, const std::string& what) {
 
 }  // namespace
 
-std::string step_report_json(const StepReport& r) {
-  ordered_json j;
-  j["context"] = context_json(r.context, "step", r.warnings);
-  ordered_json b = ordered_json::array();
-  for (const StepRow& row : r.rows) b.push_back(step_row_json(row));
-  j["benchmarks"] = b;
-  return j.dump(2);
-}
+std::string step_report_json(const StepReport& r) { return report_json(r, "step", step_row_json); }
 
 StepReport step_report_from_json(const std::string& text, const std::string& what) {
-  json j = parse_document(text, what);
-  NL_USAGE(get_str(j["context"], "normlab_bench") == "step", "{}: not a `bench step` document (context.normlab_bench "
-           "is '{}')", what, get_str(j["context"], "normlab_bench"));
-  StepReport r;
-  r.context = context_from(j["context"]);
-  if (j["context"].contains("warnings") && j["context"]["warnings"].is_array())
-    for (const json& w : j["context"]["warnings"])
-      if (w.is_string()) r.warnings.push_back(w.get<std::string>());
-  for (const json& b : j["benchmarks"]) r.rows.push_back(step_row_from(b, what));
-  return r;
+  return report_from_json<StepReport>(text, what, "step", step_row_from);
 }
 
 // ---- several runs ----------------------------------------------------------------------------

@@ -74,6 +74,14 @@ void print_warnings(const std::vector<std::string>& warnings) {
 
 // Prints the report's comparison with BASE.json: on stdout after the tables, on stderr when
 // stdout is one JSON document.
+// A base for --compare must be a readable document of the same command as the run it is
+// compared with (otherwise no row would match); checked before anything is timed.
+void check_base(const std::string& file, const std::string& kind) {
+  const std::string found = bench_kind_of_json(read_file(file), file);
+  NL_USAGE(found == kind, "--compare: {} is a `bench {}` document; compare `bench {}` runs with `bench {}` runs", file,
+           found, kind, kind);
+}
+
 void print_compare(const std::string& base_file, const std::vector<NamedStats>& now, Format f) {
   const std::vector<CompareRow> rows = compare(timed_entries_from_json(read_file(base_file), base_file), now);
   if (f == Format::json) {
@@ -113,7 +121,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   const NormRegistry registry = builtin_norm_impls();
   registry.select(opt.impls);  // unknown names are usage errors before anything runs
   validate(opt);
-  if (!a.o.compare.empty()) read_file(a.o.compare);  // a missing base file too
+  if (!a.o.compare.empty()) check_base(a.o.compare, "norms");
 
   spdlog::info("bench norms: {} shape(s), threads {}, {} ...", opt.shapes.size(), a.threads,
                a.pass == "both" ? "fwd and bwd" : a.pass);
@@ -148,7 +156,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   opt.threads = parse_threads(a.threads, "--threads");
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
   validate(opt);
-  if (!a.o.compare.empty()) read_file(a.o.compare);
+  if (!a.o.compare.empty()) check_base(a.o.compare, "step");
   std::string models;
   for (const std::string& m : opt.models) models += (models.empty() ? "" : ",") + m;
   spdlog::info("bench step: models {}, threads {} ...", models, a.threads);
@@ -190,8 +198,10 @@ int run_merge(const MergeArgs& a, const GlobalOptions& g) {
 int run_compare_files(const BenchArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   NL_USAGE(a.compare.size() == 2, "--compare needs BASE.json NEW.json (or run `bench norms --compare BASE.json`)");
-  const auto base = timed_entries_from_json(read_file(a.compare[0]), a.compare[0]);
-  const auto now = timed_entries_from_json(read_file(a.compare[1]), a.compare[1]);
+  const std::string base_text = read_file(a.compare[0]), now_text = read_file(a.compare[1]);
+  check_base(a.compare[0], bench_kind_of_json(now_text, a.compare[1]));
+  const auto base = timed_entries_from_json(base_text, a.compare[0]);
+  const auto now = timed_entries_from_json(now_text, a.compare[1]);
   std::cout << render(compare(base, now), f);
   return 0;
 }
