@@ -12,6 +12,7 @@
 // the step's shapes, as many calls as a step makes (forward of every norm in order, then every
 // backward in reverse), on as many distinct buffers as the step's norms use, so that they meet
 // the caches about as they do inside the step. The share is that time over the step's time.
+#include <array>
 #include <chrono>
 #include <memory>
 
@@ -30,6 +31,27 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Times run(0) and run(1) in turn (so that both see the same machine) until each has at least
+// `repeats` samples and `min_time` seconds; returns the samples of each, in seconds.
+template <class Run>
+std::array<std::vector<double>, 2> time_in_turn(Run&& run, int64_t repeats, double min_time) {
+  std::array<std::vector<double>, 2> samples;
+  double total[2] = {0, 0};
+  bool more = true;
+  while (more) {
+    more = false;
+    for (int k = 0; k < 2; ++k) {
+      const auto t0 = Clock::now();
+      run(k);
+      const double s = seconds_since(t0);
+      samples[k].push_back(s);
+      total[k] += s;
+      more = more || static_cast<int64_t>(samples[k].size()) < repeats || total[k] < min_time;
+    }
+  }
+  return samples;
+}
 
 // One model with its optimizer state and a few batches to cycle through.
 struct Trainee {
@@ -287,36 +309,11 @@ StepReport run_step_bench(const StepOptions& opt) {
       // Steps, in turn.
       for (int64_t w = 0; w < opt.warmup; ++w)
         for (int k = 0; k < 2; ++k) trainee[k]->step();
-      std::vector<double> step_s[2], norm_s[2];
-      double total[2] = {0, 0};
-      while (true) {
-        bool more = false;
-        for (int k = 0; k < 2; ++k) {
-          const auto t0 = Clock::now();
-          trainee[k]->step();
-          const double s = seconds_since(t0);
-          step_s[k].push_back(s);
-          total[k] += s;
-          more = more || static_cast<int64_t>(step_s[k].size()) < opt.repeats || total[k] < opt.min_time;
-        }
-        if (!more) break;
-      }
+      const auto step_s = time_in_turn([&](int k) { trainee[k]->step(); }, opt.repeats, opt.min_time);
       // The norm kernels at the step's shapes, in turn; a quarter of the min-time suffices (the
       // sweeps are short and steady).
       for (int k = 0; k < 2; ++k) sweep[k]->run();
-      total[0] = total[1] = 0;
-      while (true) {
-        bool more = false;
-        for (int k = 0; k < 2; ++k) {
-          const auto t0 = Clock::now();
-          sweep[k]->run();
-          const double s = seconds_since(t0);
-          norm_s[k].push_back(s);
-          total[k] += s;
-          more = more || static_cast<int64_t>(norm_s[k].size()) < opt.repeats || total[k] < opt.min_time / 4;
-        }
-        if (!more) break;
-      }
+      const auto norm_s = time_in_turn([&](int k) { sweep[k]->run(); }, opt.repeats, opt.min_time / 4);
       for (int k = 0; k < 2; ++k) {
         rows[k].step = summarize(step_s[k]);
         rows[k].norm_kernels = summarize(norm_s[k]);
