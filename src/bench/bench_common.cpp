@@ -14,6 +14,7 @@
 
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/cpu_backend.h"
 #include "normlab/version.h"
 
 namespace normlab::bench {

@@ -21,8 +21,8 @@
 #include <map>
 #include <memory>
 
-#include "backends/reference/reference_kernels.h"
-#include "bench/bench_internal.h"
+#include "normlab/reference_kernels.h"
+#include "bench_internal.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"

@@ -1,13 +1,13 @@
 // `bench norms`: the registry of norm implementations, and the cpu backend's five kernels
-// (src/backends/cpu/norm_kernels.h) registered in it. A test registers more (a deliberately
+// (include/backend_cpu/normlab/cpu_kernel_lab.h) registered in it. A test registers more (a deliberately
 // wrong one, to see it rejected before timing); scripts/torch_bench.py adds PyTorch's rows
 // from its own process.
 #include <algorithm>
 
-#include "backends/cpu/norm_kernels.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
-#include "normlab/version.h"
+#include "normlab/cpu_backend.h"
 
 namespace normlab::bench {
 

@@ -16,7 +16,7 @@
 #include <chrono>
 #include <memory>
 
-#include "backends/cpu/norm_kernels.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"

@@ -1,5 +1,5 @@
 // `normlab probe [PRESET]`: signal propagation at initialization, no training. Parses options,
-// calls the library (include/normlab/probe.h) and prints its results as tables or JSON; every
+// calls the library (include/train/normlab/probe.h) and prints its results as tables or JSON; every
 // number printed here was computed there.
 //   normlab probe --help          presets, options, examples
 //   normlab probe all --json      every preset as one JSON document
@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/probe.h"

@@ -2,7 +2,6 @@
 #include <cmath>
 
 #include "normlab/autograd.h"
-#include "normlab/backend.h"
 #include "normlab/nn.h"
 #include "normlab/ops.h"
 
@@ -108,37 +107,12 @@ void ParamList::zero_grad() {
 }
 
 void ParamList::flatten() {
-  if (params_.empty()) return;
-  const DType dtype = params_[0].dtype();
-  const Device device = params_[0].device();
-  flat_ = Tensor::empty({count()}, dtype, device);
-  flat_grad_ = Tensor::zeros({count()}, dtype, device);
-  Backend& kb = backend_for(device, dtype);
-  int64_t offset = 0;
-  for (Tensor& p : params_) {
-    NL_CHECK(p.dtype() == dtype && p.device() == device, "flatten: parameter {} has another dtype or device",
-             p.name());
-    Tensor dst = flat_.view_at(offset, p.shape());
-    kb.copy(dst, p);
-    // Rebind the parameter's own TensorImpl so that every holder sees the flat storage.
-    TensorImpl& impl = p.impl();
-    impl.storage = dst.impl().storage;
-    impl.offset = dst.impl().offset;
-    impl.grad = flat_grad_.view_at(offset, p.shape()).impl_ptr();
-    impl.grad_valid = false;
-    offset += p.numel();
-  }
+  FlatLeaves flat = flatten_leaves(params_);
+  flat_ = flat.values;
+  flat_grad_ = flat.grads;
 }
 
-void ParamList::fill_missing_grads() {
-  for (Tensor& p : params_) {
-    TensorImpl& impl = p.impl();
-    if (impl.grad_valid || !impl.grad) continue;
-    Tensor g(impl.grad);
-    backend_for(g.device(), g.dtype()).fill(g, 0.0);
-    impl.grad_valid = true;
-  }
-}
+void ParamList::fill_missing_grads() { zero_unreached_grads(params_); }
 
 // ---- init -----------------------------------------------------------------------
 

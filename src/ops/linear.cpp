@@ -1,5 +1,5 @@
 // linear and batched matmul. Backward of C = A @ B: dA = dC @ B^T, dB = A^T @ dC.
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab {
 using namespace ops_detail;

@@ -1,4 +1,4 @@
-// `probe`: signal propagation at initialization (see include/normlab/probe.h for what each
+// `probe`: signal propagation at initialization (see include/train/normlab/probe.h for what each
 // number means). Models are built and differentiated with the library's modules and ops; this
 // file only reads the resulting tensors back and reduces them to norms, ratios and cosines.
 #include "normlab/probe.h"
@@ -24,16 +24,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Frobenius norm; 0 for an undefined tensor (no gradient reached it).
 double frobenius(const Tensor& t) {
   if (!t.defined()) return 0;
-  return std::sqrt(backend_for(t.device(), t.dtype()).sum_squares(t));
-}
-
-double params_grad_norm(const std::vector<Tensor>& ps) {
-  double s = 0;
-  for (const Tensor& p : ps) {
-    const double n = frobenius(p.grad());
-    s += n * n;
-  }
-  return std::sqrt(s);
+  return std::sqrt(sum_squares(t));
 }
 
 double ratio(double a, double b) { return b != 0 ? a / b : kNaN; }

@@ -60,18 +60,14 @@ double mean_token_norm(const Tensor& x) {
   return total / static_cast<double>(n);
 }
 
-namespace {
-
-double params_grad_norm(const std::vector<Tensor>& ps) {
+double params_grad_norm(const std::vector<Tensor>& params) {
   double s = 0;
-  for (const Tensor& p : ps) {
+  for (const Tensor& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) s += backend_for(g.device(), g.dtype()).sum_squares(g);
+    if (g.defined()) s += sum_squares(g);
   }
   return std::sqrt(s);
 }
-
-}  // namespace
 
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const ProgressCallback& on_step) {
   cfg.validate();

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/norm_kernels.h"
-#include "backends/cpu/simd.h"
+#include "normlab/cpu_kernel_lab.h"
+#include "simd.h"
 #include "normlab/backend.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"

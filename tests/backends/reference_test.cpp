@@ -12,15 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "backends/reference/reference_kernels.h"
+#include "normlab/reference_kernels.h"
 #include "normlab/backend.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
+#include "test_util.h"
 
 namespace normlab {
 namespace {
 
 using Vec = std::vector<double>;
+using test::expect_close;
+using test::numeric_grad;
 
 Backend& ref() {
   return backend("reference");
@@ -36,32 +39,6 @@ Tensor f64(const Vec& v, const Shape& shape) {
   return Tensor::from(v, shape, DType::f64);
 }
 
-// A failure shows the first few mismatches side by side and the largest difference, so that a
-// wrong kernel can be told from a loose tolerance at a glance.
-void expect_close(const Vec& got, const Vec& want, double atol, double rtol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what << ": sizes differ";
-  int bad = 0;
-  double max_diff = 0.0;
-  std::string report;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double diff = std::fabs(got[i] - want[i]);
-    bool ok =
-        diff <= atol + rtol * std::fabs(want[i]) && std::isfinite(got[i]) == std::isfinite(want[i]);
-    if (!(diff <= max_diff)) max_diff = diff;
-    if (!ok && ++bad <= 5) {
-      char line[160];
-      std::snprintf(line, sizeof line, "\n  [%zu] got %.12g want %.12g diff %.3g", i, got[i],
-                    want[i], diff);
-      report += line;
-    }
-  }
-  if (bad) {
-    ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " values outside atol " << atol
-                  << " + rtol " << rtol << "*|want|; max diff " << max_diff << report;
-  }
-}
-
 // The finite-difference loss sum(y * R). Summed in long double: outputs the perturbation does
 // not reach round identically in L(x+h) and L(x-h) and cancel, but the rounding of a double sum
 // depends on every term, and divided by 2h it would dominate the difference error.
@@ -70,23 +47,6 @@ double dot(const Tensor& y, const Vec& r) {
   long double s = 0.0;
   for (size_t i = 0; i < v.size(); ++i) s += static_cast<long double>(v[i]) * r[i];
   return static_cast<double>(s);
-}
-
-// Central differences dL/dx_i = (L(x + h e_i) - L(x - h e_i)) / 2h over every element of the
-// float64 tensor x, perturbed in place and restored.
-Vec numeric_grad(Tensor& x, const std::function<double()>& loss, double h = 1e-6) {
-  double* p = x.data<double>();
-  Vec g(static_cast<size_t>(x.numel()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    double saved = p[i];
-    p[i] = saved + h;
-    double lp = loss();
-    p[i] = saved - h;
-    double lm = loss();
-    p[i] = saved;
-    g[static_cast<size_t>(i)] = (lp - lm) / (2 * h);
-  }
-  return g;
 }
 
 // Finite differences against analytic gradients. With h = 1e-6 in float64 the truncation

@@ -12,8 +12,8 @@
 //             dQ = dS K;  dK = dS^T Q
 #include <algorithm>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/parallel.h"
+#include "kernels.h"
+#include "parallel.h"
 
 namespace normlab::cpu {
 

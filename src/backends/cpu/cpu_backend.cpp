@@ -1,12 +1,12 @@
 // The "cpu" Backend: checks each tensor (cpu, float32, the element count the sizes imply) and
-// hands raw pointers to the kernels in kernels.h / norm_kernels.h. No math here.
-#include "backends/cpu/cpu_backend.h"
+// hands raw pointers to the kernels in kernels.h / normlab/cpu_kernel_lab.h. No math here.
+#include "normlab/cpu_backend.h"
 
 #include <mutex>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/norm_kernels.h"
-#include "backends/cpu/onednn.h"
+#include "kernels.h"
+#include "normlab/cpu_kernel_lab.h"
+#include "onednn.h"
 
 namespace normlab {
 

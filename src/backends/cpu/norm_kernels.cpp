@@ -1,5 +1,5 @@
 // LayerNorm and RMSNorm kernels of the cpu backend, forward and backward, plus the fused
-// residual-add + norm forwards (the math is in norm_kernels.h):
+// residual-add + norm forwards (the math is in normlab/cpu_kernel_lab.h):
 //   *_multipass  the naive baseline: one sweep over the whole tensor per step, plain loops;
 //   *_fused      one pass over memory: x (and dy) read once, y (dx) written once, the rows
 //                re-read from L1 by the later sweeps over them (tiles, below), vectorized
@@ -7,14 +7,14 @@
 // Rows run in parallel (OpenMP) above a size threshold; each row's result does not depend on
 // the thread that computes it. Parameter gradients (dgamma, dbeta) are summed per fixed block
 // of rows, then over the blocks in order: no atomics, and the same bits for any thread count.
-#include "backends/cpu/norm_kernels.h"
+#include "normlab/cpu_kernel_lab.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/parallel.h"
-#include "backends/cpu/simd.h"
+#include "parallel.h"
+#include "simd.h"
 #include "normlab/tensor.h"
 
 namespace normlab::cpu {

@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/onednn.h"
+#include "kernels.h"
+#include "onednn.h"
 #include "normlab/error.h"
 
 namespace normlab::cpu {

@@ -2,9 +2,9 @@
 // loops of reference_kernels.h. Being the oracle, it checks more than the contract requires
 // (element counts against the sizes, ids in range), so that a wrong op is caught here rather
 // than read as a wrong number.
-#include "backends/reference/reference_backend.h"
+#include "normlab/reference_backend.h"
 
-#include "backends/reference/reference_kernels.h"
+#include "normlab/reference_kernels.h"
 
 namespace normlab {
 
