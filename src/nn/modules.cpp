@@ -165,7 +165,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   Block b;
   b.placement = cfg.placement;
   b.norm_kind = cfg.norm;
-  b.residual = cfg.residual;
+  b.skip_connection = cfg.residual;
   b.alpha = deepnet ? cfg.deepnorm_alpha() : 1.0;
   b.attention = cfg.model == "gpt";
   const NormKind nk = cfg.norm;
@@ -241,44 +241,67 @@ Tensor Block::mix(const Tensor& x, const Tensor& residual) const {
   return attention ? attn(x, residual) : mixer(x, residual);
 }
 
-Tensor Block::operator()(const Tensor& x) const {
-  if (!residual) {  // the contrast for the identity-path probe: the same block without "x +"
-    switch (placement) {
+Tensor Block::operator()(const Tensor& x) const { return block_forward(*this, x, Sublayers::live); }
+
+namespace {
+
+// r + f(r): f(Tensor()) is the sublayer alone; f(r) adds r in the sublayer's last product.
+template <class F>
+Tensor add_sublayer(Sublayers mode, const Tensor& r, F&& f) {
+  if (mode == Sublayers::live) return f(r);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = f(Tensor());
+  }
+  return r + out;
+}
+
+// A sublayer whose output a norm reads (post, deepnorm) or that has no skip connection.
+template <class F>
+Tensor sublayer(Sublayers mode, F&& f) {
+  if (mode == Sublayers::live) return f();
+  NoGradGuard no_grad;
+  return f();
+}
+
+}  // namespace
+
+Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode) {
+  if (!b.skip_connection) {  // the contrast for the identity-path probe: the same block without "x +"
+    switch (b.placement) {
       case Placement::pre: {
-        Tensor h = mix(norm1(x));
-        return mlp(norm2(h));
+        Tensor h = sublayer(mode, [&] { return b.mix(b.norm1(x)); });
+        return sublayer(mode, [&] { return b.mlp(b.norm2(h)); });
       }
       case Placement::sandwich: {
-        Tensor h = norm1b(mix(norm1(x)));
-        return norm2b(mlp(norm2(h)));
+        Tensor h = sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x))); });
+        return sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
       }
       case Placement::post:
       case Placement::deepnorm: {
-        Tensor h = norm1(mix(x));
-        return norm2(mlp(h));
+        Tensor h = b.norm1(sublayer(mode, [&] { return b.mix(x); }));
+        return b.norm2(sublayer(mode, [&] { return b.mlp(h); }));
       }
     }
   }
-  if (norm_kind == NormKind::none) {
-    Tensor h = mix(x, x);
-    return mlp(h, h);
+  if (b.norm_kind == NormKind::none) {
+    Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(x, r); });
+    return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(h, r); });
   }
-  switch (placement) {
+  switch (b.placement) {
     case Placement::pre: {
-      Tensor h = mix(norm1(x), x);
-      return mlp(norm2(h), h);
+      Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(b.norm1(x), r); });
+      return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(b.norm2(h), r); });
     }
-    case Placement::post: {
-      Tensor h = norm1.add_norm(x, 1.0, mix(x)).second;
-      return norm2.add_norm(h, 1.0, mlp(h)).second;
+    case Placement::post:
+    case Placement::deepnorm: {
+      Tensor h = b.norm1.add_norm(x, b.alpha, sublayer(mode, [&] { return b.mix(x); })).second;
+      return b.norm2.add_norm(h, b.alpha, sublayer(mode, [&] { return b.mlp(h); })).second;
     }
     case Placement::sandwich: {
-      Tensor h = x + norm1b(mix(norm1(x)));
-      return h + norm2b(mlp(norm2(h)));
-    }
-    case Placement::deepnorm: {
-      Tensor h = norm1.add_norm(x, alpha, mix(x)).second;
-      return norm2.add_norm(h, alpha, mlp(h)).second;
+      Tensor h = x + sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x))); });
+      return h + sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
     }
   }
   return x;

@@ -44,39 +44,6 @@ class ThreadsScope {
   int previous_;
 };
 
-// ---- the identity path of a block --------------------------------------------------------
-
-// The block's forward with every sublayer output held constant (computed without a graph), so
-// that d(output)/dx is the Jacobian of the residual additions and norms alone: the identity
-// path of dL/dx. Mirrors Block::operator(). Undefined when the block has no residual.
-Tensor identity_path(const Block& b, const Tensor& x) {
-  if (!b.residual) return Tensor();
-  auto held = [](auto&& f) {
-    NoGradGuard no_grad;
-    return f();
-  };
-  if (b.norm_kind == NormKind::none) {
-    Tensor h = x + held([&] { return b.mix(x); });
-    return h + held([&] { return b.mlp(h); });
-  }
-  switch (b.placement) {
-    case Placement::pre: {
-      Tensor h = x + held([&] { return b.mix(b.norm1(x)); });
-      return h + held([&] { return b.mlp(b.norm2(h)); });
-    }
-    case Placement::sandwich: {
-      Tensor h = x + held([&] { return b.norm1b(b.mix(b.norm1(x))); });
-      return h + held([&] { return b.norm2b(b.mlp(b.norm2(h))); });
-    }
-    case Placement::post:
-    case Placement::deepnorm: {
-      Tensor h = b.norm1.add_norm(x, b.alpha, held([&] { return b.mix(x); })).second;
-      return b.norm2.add_norm(h, b.alpha, held([&] { return b.mlp(h); })).second;
-    }
-  }
-  return Tensor();
-}
-
 // Per-layer numbers of one seed, before averaging.
 struct SeedLayer {
   double act = 0, growth = 0, stream_grad = 0, input_grad = 0, block_grad = 0, fc2_grad = 0;
@@ -137,10 +104,11 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
     std::vector<double> identity(total.size(), 0.0);
     Tensor x = in.clone();  // a leaf with the block input's values
     x.requires_grad_(true);
-    Tensor y = identity_path(model.blocks()[l], x);
-    if (y.defined()) {
+    // The block with its sublayers held constant: its Jacobian is the identity path's.
+    Tensor y = block_forward(model.blocks()[l], x, Sublayers::held);
+    if (y.requires_grad()) {
       y.backward(g);
-      identity = x.grad().to_vector();
+      if (x.grad().defined()) identity = x.grad().to_vector();
     }
     double ii = 0, ff = 0, fi = 0;
     for (size_t i = 0; i < total.size(); ++i) {

@@ -113,11 +113,23 @@ struct Block {
   Norm norm1b, norm2b;  // sandwich: the norms on the sublayer outputs
   Placement placement = Placement::pre;
   NormKind norm_kind = NormKind::layernorm;
-  bool residual = true;
-  double alpha = 1.0;   // DeepNorm's residual scale
+  bool skip_connection = true;  // false: no "x +" (probe's contrast; config key `residual`)
+  double alpha = 1.0;           // DeepNorm's residual scale
   Tensor mix(const Tensor& x, const Tensor& residual = Tensor()) const;  // the first sublayer
-  Tensor operator()(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const;  // block_forward(*this, x, Sublayers::live)
 };
+
+// How block_forward evaluates a block's sublayers (mixing/attention and MLP):
+//   live  as the model runs them: the residual add fused into the sublayer's last product where
+//         the placement allows it;
+//   held  each sublayer's output computed without a graph, so that d(output)/dx is the Jacobian
+//         of the residual additions and norms alone: the identity path of dL/dx that probe
+//         reports. Without a skip connection the held output does not depend on x at all.
+enum class Sublayers { live, held };
+// The one definition of every placement: none `x + F(x)` (norm none), pre `x + F(N(x))`, post
+// `N(x + F(x))`, sandwich `x + N2(F(N1(x)))`, deepnorm `N(alpha x + F(x))`, and each without its
+// skip connection. The values do not depend on the mode.
+Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode);
 
 // What a forward pass can leave behind for probes and per-layer statistics.
 struct ForwardTrace {
