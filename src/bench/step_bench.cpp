@@ -221,8 +221,7 @@ int64_t norm_parameters_of(Model& model) {
 
 void validate(const StepOptions& opt) {
   NL_USAGE(!opt.models.empty(), "--model: no model given");
-  for (const std::string& m : opt.models)
-    NL_USAGE(m == "toy" || m == "gpt", "--model: '{}' is not one of toy, gpt", m);
+  for (const std::string& m : opt.models) parse_kind<ModelKind>(m);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
   NL_USAGE(opt.layers >= 1, "--layers must be >= 1, got {}", opt.layers);
   NL_USAGE(opt.d_model >= 1, "--d-model must be >= 1, got {}", opt.d_model);
@@ -269,11 +268,11 @@ StepReport run_step_bench(const StepOptions& opt) {
       set_num_threads(t);
       std::unique_ptr<Trainee> trainee[2];
       std::unique_ptr<NormSweep> sweep[2];
-      NormImpl impls[2] = {backend_norm("layernorm"), backend_norm("rmsnorm")};
+      NormImpl impls[2] = {backend_norm(to_string(kinds[0])), backend_norm(to_string(kinds[1]))};
       StepRow rows[2];
       for (int k = 0; k < 2; ++k) {
         ModelConfig cfg;
-        cfg.model = model_name;
+        cfg.model = parse_kind<ModelKind>(model_name);
         cfg.norm = kinds[k];
         cfg.layers = opt.layers;
         cfg.d_model = opt.d_model;

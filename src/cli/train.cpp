@@ -28,7 +28,7 @@ std::string default_run_dir(const TrainConfig& c) {
   char stamp[32];
   std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, c.model.model, to_string(c.model.norm),
+  return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, to_string(c.model.model), to_string(c.model.norm),
                      to_string(c.model.placement), c.model.layers, c.seed);
 }
 
@@ -54,7 +54,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     if (table) print_loss_table_row(r);
   };
   if (progress) opt.on_step = [steps = cfg.steps](int64_t step, double loss) { print_progress_line(step, steps, loss); };
-  spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", cfg.model.model, to_string(cfg.model.norm),
+  spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
                to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
   TrainResult r;
   std::string result = run_and_record(cfg, opt, &r);

@@ -43,7 +43,7 @@ GradCase op(std::string name, std::string description,
 }
 
 // The model config a composite case is built with: the case's sizes, float64 or float32.
-ModelConfig case_config(const CaseShape& s, DType dtype, const std::string& model, NormKind norm,
+ModelConfig case_config(const CaseShape& s, DType dtype, ModelKind model, NormKind norm,
                         Placement placement, bool qk_norm) {
   ModelConfig cfg;
   cfg.model = model;
@@ -58,12 +58,12 @@ ModelConfig case_config(const CaseShape& s, DType dtype, const std::string& mode
   cfg.seq_len = std::max<int64_t>(s.time, 2);
   cfg.dtype = dtype;
   // GPT-2's 0.02 would make each branch tiny next to the identity; xavier exercises every path.
-  cfg.init = "xavier";
+  cfg.init = InitScheme::xavier;
   return cfg;
 }
 
 // A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
-GradCase block_case(std::string name, std::string description, std::string model, NormKind norm,
+GradCase block_case(std::string name, std::string description, ModelKind model, NormKind norm,
                     Placement placement, bool qk_norm) {
   GradCase c;
   c.name = std::move(name);
@@ -85,7 +85,7 @@ GradCase block_case(std::string name, std::string description, std::string model
   return c;
 }
 
-GradCase model_case(std::string name, std::string description, std::string model, NormKind norm,
+GradCase model_case(std::string name, std::string description, ModelKind model, NormKind norm,
                     Placement placement, bool qk_norm) {
   GradCase c;
   c.name = std::move(name);
@@ -211,23 +211,23 @@ std::vector<GradCase> build_cases() {
     return CaseInstance{{{"x", x}}, [=] { return transpose(x, 1, 2); }};
   }));
 
-  cs.push_back(block_case("block_pre_ln", "toy block, Pre-LN: x + F(LN(x))", "toy", NormKind::layernorm,
+  cs.push_back(block_case("block_pre_ln", "toy block, Pre-LN: x + F(LN(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::pre, false));
-  cs.push_back(block_case("block_post_ln", "toy block, Post-LN: LN(x + F(x))", "toy", NormKind::layernorm,
+  cs.push_back(block_case("block_post_ln", "toy block, Post-LN: LN(x + F(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::post, false));
-  cs.push_back(block_case("block_sandwich_rms", "toy block, Sandwich RMSNorm: x + N2(F(N1(x)))", "toy",
+  cs.push_back(block_case("block_sandwich_rms", "toy block, Sandwich RMSNorm: x + N2(F(N1(x)))", ModelKind::toy,
                           NormKind::rmsnorm, Placement::sandwich, false));
-  cs.push_back(block_case("block_deepnorm_ln", "toy block, DeepNorm: LN(alpha x + F(x))", "toy", NormKind::layernorm,
+  cs.push_back(block_case("block_deepnorm_ln", "toy block, DeepNorm: LN(alpha x + F(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::deepnorm, false));
-  cs.push_back(block_case("block_post_rms", "toy block, Post-RMSNorm (fused add + RMSNorm)", "toy", NormKind::rmsnorm,
+  cs.push_back(block_case("block_post_rms", "toy block, Post-RMSNorm (fused add + RMSNorm)", ModelKind::toy, NormKind::rmsnorm,
                           Placement::post, false));
-  cs.push_back(block_case("attn_block_qknorm", "gpt block, Pre-RMSNorm, causal attention with QK-Norm", "gpt",
+  cs.push_back(block_case("attn_block_qknorm", "gpt block, Pre-RMSNorm, causal attention with QK-Norm", ModelKind::gpt,
                           NormKind::rmsnorm, Placement::pre, true));
-  cs.push_back(block_case("attn_block_post_ln", "gpt block, Post-LN, causal attention", "gpt", NormKind::layernorm,
+  cs.push_back(block_case("attn_block_post_ln", "gpt block, Post-LN, causal attention", ModelKind::gpt, NormKind::layernorm,
                           Placement::post, false));
-  cs.push_back(model_case("toy_model_loss", "whole toy model (Pre-LN, final norm) + cross-entropy", "toy",
+  cs.push_back(model_case("toy_model_loss", "whole toy model (Pre-LN, final norm) + cross-entropy", ModelKind::toy,
                           NormKind::layernorm, Placement::pre, false));
-  cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", "gpt",
+  cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", ModelKind::gpt,
                           NormKind::rmsnorm, Placement::pre, true));
   return cs;
 }

@@ -57,7 +57,7 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
 
 void validate_run(const TrainConfig& cfg) {
   cfg.validate();
-  if (cfg.data.rfind("text:", 0) == 0) make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
+  if (cfg.data.kind == DataKind::text) make_data_source(cfg);  // the file is read and checked
 }
 
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {

@@ -7,54 +7,6 @@
 
 namespace normlab {
 
-// ---- names ----------------------------------------------------------------------
-
-const char* to_string(NormKind k) {
-  switch (k) {
-    case NormKind::none: return "none";
-    case NormKind::layernorm: return "layernorm";
-    case NormKind::rmsnorm: return "rmsnorm";
-  }
-  return "?";
-}
-const char* to_string(Placement p) {
-  switch (p) {
-    case Placement::pre: return "pre";
-    case Placement::post: return "post";
-    case Placement::sandwich: return "sandwich";
-    case Placement::deepnorm: return "deepnorm";
-  }
-  return "?";
-}
-const char* to_string(FinalNorm f) {
-  switch (f) {
-    case FinalNorm::auto_: return "auto";
-    case FinalNorm::on: return "on";
-    case FinalNorm::off: return "off";
-  }
-  return "?";
-}
-
-NormKind parse_norm(const std::string& s) {
-  if (s == "none") return NormKind::none;
-  if (s == "layernorm" || s == "ln") return NormKind::layernorm;
-  if (s == "rmsnorm" || s == "rms") return NormKind::rmsnorm;
-  throw UsageError(fmt::format("norm '{}' is not one of none, layernorm, rmsnorm", s));
-}
-Placement parse_placement(const std::string& s) {
-  if (s == "pre") return Placement::pre;
-  if (s == "post") return Placement::post;
-  if (s == "sandwich") return Placement::sandwich;
-  if (s == "deepnorm") return Placement::deepnorm;
-  throw UsageError(fmt::format("placement '{}' is not one of pre, post, sandwich, deepnorm", s));
-}
-FinalNorm parse_final_norm(const std::string& s) {
-  if (s == "auto") return FinalNorm::auto_;
-  if (s == "on" || s == "true") return FinalNorm::on;
-  if (s == "off" || s == "false") return FinalNorm::off;
-  throw UsageError(fmt::format("final_norm '{}' is not one of auto, on, off", s));
-}
-
 // ---- config ---------------------------------------------------------------------
 
 double ModelConfig::eps() const {
@@ -73,18 +25,16 @@ double ModelConfig::deepnorm_alpha() const { return std::pow(2.0 * static_cast<d
 double ModelConfig::deepnorm_beta() const { return std::pow(8.0 * static_cast<double>(layers), -0.25); }
 
 void ModelConfig::validate() const {
-  NL_USAGE(model == "toy" || model == "gpt", "model '{}' is not one of toy, gpt", model);
   NL_USAGE(layers >= 1, "layers must be >= 1, got {}", layers);
   NL_USAGE(d_model >= 1, "d_model must be >= 1, got {}", d_model);
   NL_USAGE(d_hidden >= 1, "d_hidden must be >= 1, got {}", d_hidden);
   NL_USAGE(vocab >= 2, "vocab must be >= 2, got {}", vocab);
   NL_USAGE(seq_len >= 2, "seq_len must be >= 2, got {}", seq_len);
-  NL_USAGE(init == "gpt2" || init == "xavier", "init '{}' is not one of gpt2, xavier", init);
   NL_USAGE(norm_eps >= 0, "norm_eps must be > 0 (or 0 for the norm's default), got {}", norm_eps);
-  if (model == "gpt") {
+  if (model == ModelKind::gpt) {
     NL_USAGE(heads >= 1 && d_model % heads == 0, "heads = {} does not divide d_model = {}", heads, d_model);
   }
-  NL_USAGE(!(qk_norm && model != "gpt"), "qk_norm needs model = gpt (the toy model has no queries or keys)");
+  NL_USAGE(!(qk_norm && model != ModelKind::gpt), "qk_norm needs model = gpt (the toy model has no queries or keys)");
 }
 
 // ---- parameters -----------------------------------------------------------------
@@ -152,7 +102,7 @@ Linear make_linear(ParamList& p, const std::string& name, int64_t out, Tensor w,
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init) {
   const int64_t d = cfg.d_model, h = cfg.d_hidden;
   const bool deepnet = cfg.placement == Placement::deepnorm && cfg.norm != NormKind::none;
-  const bool xavier = cfg.init == "xavier" || deepnet;
+  const bool xavier = cfg.init == InitScheme::xavier || deepnet;
   // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L).
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   // DeepNet: Xavier with gain beta on the MLP and the value/output (mixing) projections.
@@ -167,7 +117,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   b.norm_kind = cfg.norm;
   b.skip_connection = cfg.residual;
   b.alpha = deepnet ? cfg.deepnorm_alpha() : 1.0;
-  b.attention = cfg.model == "gpt";
+  b.attention = cfg.model == ModelKind::gpt;
   const NormKind nk = cfg.norm;
   b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init);
   if (b.attention) {

@@ -56,14 +56,10 @@ struct SeedProbe {
   double final_in = 0, final_out = 0, final_in_grad = 0, final_out_grad = 0;
 };
 
-std::unique_ptr<DataSource> make_source(const TrainConfig& c) {
-  if (c.data == "synthetic") return make_synthetic({c.model.vocab, c.topics, c.noise, c.seed});
-  return make_text(c.data.substr(5), c.model.seq_len, c.seed);
-}
 
 SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
   Model model(c.model, c.seed);
-  std::unique_ptr<DataSource> data = make_source(c);
+  std::unique_ptr<DataSource> data = make_data_source(c);
   Rng data_rng(c.seed, stream::data);
   Batch b = data->train_batch(data_rng, batch, c.model.seq_len);
 
@@ -135,7 +131,8 @@ Stat over(const std::vector<T>& seeds, F get) {
 }
 
 std::string model_label(const ModelConfig& m) {
-  std::string s = fmt::format("{} {}-{} L={} init={}", m.model, to_string(m.placement), to_string(m.norm), m.layers, m.init);
+  std::string s = fmt::format("{} {}-{} L={} init={}", to_string(m.model), to_string(m.placement), to_string(m.norm), m.layers,
+                              to_string(m.init));
   if (!m.residual) s += " no-residual";
   return s;
 }
@@ -290,7 +287,7 @@ PlainStackResult probe_plain_stack(const PlainStackOptions& so, const ProbeOptio
 namespace {
 TrainConfig preset_base() {
   TrainConfig c;
-  c.model.model = "gpt";
+  c.model.model = ModelKind::gpt;
   c.model.norm = NormKind::layernorm;
   return c;
 }
@@ -298,7 +295,7 @@ TrainConfig preset_base() {
 
 PrelnGrowthResult probe_preln_growth(const ProbeOptions& opt, int64_t layers) {
   PrelnGrowthResult res;
-  for (const char* init : {"gpt2", "xavier"}) {
+  for (InitScheme init : {InitScheme::gpt2, InitScheme::xavier}) {
     TrainConfig c = preset_base();
     c.model.placement = Placement::pre;
     c.model.layers = layers;
@@ -320,7 +317,7 @@ XiongResult probe_xiong(const ProbeOptions& opt, const std::vector<int64_t>& dep
     NL_USAGE(L >= 2, "--depths: each depth must be >= 2 (a first and a last layer), got {}", L);
     for (Placement pl : {Placement::post, Placement::pre}) {
       TrainConfig c = preset_base();
-      c.model.init = "xavier";
+      c.model.init = InitScheme::xavier;
       c.model.placement = pl;
       c.model.layers = L;
       XiongRun run;
@@ -374,7 +371,7 @@ IdentityShareResult probe_identity_share(const ProbeOptions& opt, int64_t layers
   for (Placement pl : {Placement::pre, Placement::post}) {
     for (bool residual : {true, false}) {
       TrainConfig c = preset_base();
-      c.model.init = "xavier";
+      c.model.init = InitScheme::xavier;
       c.model.placement = pl;
       c.model.layers = layers;
       c.model.residual = residual;
@@ -401,14 +398,14 @@ json stats(const std::vector<T>& v) {
 
 json model_json(const TrainConfig& c) {
   const ModelConfig& m = c.model;
-  return json{{"model", m.model},       {"norm", to_string(m.norm)},
+  return json{{"model", to_string(m.model)},       {"norm", to_string(m.norm)},
               {"placement", to_string(m.placement)}, {"final_norm", to_string(m.final_norm)},
               {"qk_norm", m.qk_norm},   {"residual", m.residual},
               {"layers", m.layers},     {"d_model", m.d_model},
               {"d_hidden", m.d_hidden}, {"heads", m.heads},
               {"vocab", m.vocab},       {"seq_len", m.seq_len},
-              {"init", m.init},         {"norm_eps", m.eps()},
-              {"data", c.data},         {"seed", c.seed}};
+              {"init", to_string(m.init)},         {"norm_eps", m.eps()},
+              {"data", c.data.str()},         {"seed", c.seed}};
 }
 
 json config_probe_json(const ConfigProbe& p) {

@@ -164,7 +164,7 @@ TEST(Autograd, ShapeErrorsNameBothShapes) {
 // every tensor from the arena's cache and creates no oneDNN primitive.
 TEST(Autograd, SteadyStateStepAllocatesNothing) {
   ModelConfig cfg;
-  cfg.model = "gpt";
+  cfg.model = ModelKind::gpt;
   cfg.layers = 2;
   cfg.norm = NormKind::rmsnorm;
   cfg.qk_norm = true;

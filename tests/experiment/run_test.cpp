@@ -80,21 +80,21 @@ TEST(TrainRun, DivergenceIsAResult) {
 
 TEST(TrainRun, EveryNormPlacementModelAndDataTrains) {
   for (std::string data : {std::string("synthetic"), "text:" + kText})
-    for (std::string model : {"toy", "gpt"})
+    for (ModelKind model : {ModelKind::toy, ModelKind::gpt})
       for (NormKind norm : {NormKind::none, NormKind::layernorm, NormKind::rmsnorm})
         for (Placement pl : {Placement::pre, Placement::post, Placement::sandwich, Placement::deepnorm}) {
           TrainConfig c = tiny();
           c.steps = 3;
           c.eval_every = 3;
           c.eval_batches = 1;
-          c.data = data;
+          c.data = DataSpec::parse(data);
           c.model.model = model;
           c.model.norm = norm;
           c.model.placement = pl;
-          c.model.qk_norm = model == "gpt" && norm == NormKind::rmsnorm;
+          c.model.qk_norm = model == ModelKind::gpt && norm == NormKind::rmsnorm;
           if (data != "synthetic") c.model.vocab = 256;
           TrainResult r = train(c);
-          SCOPED_TRACE(data + " " + model + " " + to_string(norm) + " " + to_string(pl));
+          SCOPED_TRACE(data + " " + to_string(model) + " " + to_string(norm) + " " + to_string(pl));
           EXPECT_EQ(r.status, "ok");
           ASSERT_EQ(r.evals.size(), 1u);
           EXPECT_TRUE(std::isfinite(r.evals[0].val_loss));

@@ -16,18 +16,18 @@ using namespace normlab;
 namespace {
 
 struct BlockCase {
-  std::string model;
+  ModelKind model;
   NormKind norm;
   Placement placement;
   bool skip;
   std::string name() const {
-    return model + "-" + to_string(norm) + "-" + to_string(placement) + (skip ? "" : "-noskip");
+    return std::string(to_string(model)) + "-" + to_string(norm) + "-" + to_string(placement) + (skip ? "" : "-noskip");
   }
 };
 
 std::vector<BlockCase> all_cases() {
   std::vector<BlockCase> cases;
-  for (const char* model : {"toy", "gpt"})
+  for (ModelKind model : {ModelKind::toy, ModelKind::gpt})
     for (NormKind n : {NormKind::none, NormKind::layernorm, NormKind::rmsnorm})
       for (Placement p : {Placement::pre, Placement::post, Placement::sandwich, Placement::deepnorm})
         for (bool skip : {true, false}) cases.push_back({model, n, p, skip});

@@ -86,13 +86,13 @@ void run_exam(DType dtype, const std::string& backend_name, double tol) {
   BackendScope scope(backend_name);
   const int B = 2, T = 8, C = 64, hidden = 128, H = 4;
   ModelConfig cfg;
-  cfg.model = "gpt";
+  cfg.model = ModelKind::gpt;
   cfg.norm = NormKind::layernorm;
   cfg.placement = Placement::pre;
   cfg.d_model = C;
   cfg.d_hidden = hidden;
   cfg.heads = H;
-  cfg.init = "xavier";
+  cfg.init = InitScheme::xavier;
   cfg.dtype = dtype;
   Init init{Rng(11, stream::init), dtype};
   ParamList params;
@@ -120,7 +120,7 @@ TEST(Exam, PreLnBlockMatchesIndependentComputationCpuFloat32) { run_exam(DType::
 
 TEST(Exam, WrongOutputProjectionWidthIsAShapeError) {
   ModelConfig cfg;
-  cfg.model = "gpt";
+  cfg.model = ModelKind::gpt;
   Init init{Rng(1, stream::init), DType::f32};
   ParamList params;
   Block blk = make_block(params, "b", cfg, init);

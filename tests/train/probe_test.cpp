@@ -27,8 +27,8 @@ ProbeOptions small(int seeds = 1, int64_t batch = 4) {
 
 TrainConfig gpt(normlab::Placement placement, int64_t layers, bool residual = true) {
   TrainConfig c;
-  c.model.model = "gpt";
-  c.model.init = "xavier";
+  c.model.model = normlab::ModelKind::gpt;
+  c.model.init = normlab::InitScheme::xavier;
   c.model.placement = placement;
   c.model.layers = layers;
   c.model.residual = residual;
@@ -91,7 +91,7 @@ TEST(ProbePrelnGrowth, StreamGrowsAndTheFinalNormBringsItBack) {
     EXPECT_NEAR(p.final_in_norm.mean, p.layers.back().act_norm.mean, 1e-12);
   }
   const ConfigProbe& xavier = r.runs[1];
-  EXPECT_EQ(xavier.config.model.init, "xavier");
+  EXPECT_EQ(xavier.config.model.init, normlab::InitScheme::xavier);
   for (size_t l = 1; l < xavier.layers.size(); ++l) {
     EXPECT_GT(xavier.layers[l].act_norm.mean, xavier.layers[l - 1].act_norm.mean) << "layer " << l + 1;
     EXPECT_NEAR(xavier.layers[l].growth.mean, xavier.layers[l].act_norm.mean / xavier.layers[l - 1].act_norm.mean, 1e-9);

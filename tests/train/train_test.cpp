@@ -15,7 +15,7 @@ TEST(TrainSchedule, WarmupThenConstantOrCosine) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 1), 0.1);
   EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate(c, 50), 1.0);
-  c.schedule = "cosine";
+  c.schedule = Schedule::cosine;
   EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1.0);
   EXPECT_NEAR(learning_rate(c, 60), 0.5, 1e-12);
   EXPECT_NEAR(learning_rate(c, 110), 0.0, 1e-12);

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "normlab/kinds.h"
+
 namespace normlab::handcalc {
 
 // ---- the worksheet defaults (the example) ------------------------------------
@@ -24,8 +26,8 @@ inline constexpr int kMaxDecimals = 17;  // float64 carries 17 significant digit
 // turn into gigabytes. 1024 is far beyond anything checked by hand.
 inline constexpr std::size_t kMaxMatrixDim = 1024;
 
-enum class NormKind { layernorm, rmsnorm, both };
-const char* norm_name(NormKind kind);  // "layernorm" | "rmsnorm" | "both"
+using normlab::NormKind;  // layernorm or rmsnorm here (kinds.h); an empty optional means both
+const char* norm_name(std::optional<NormKind> kind);  // "layernorm" | "rmsnorm" | "both"
 
 // ---- LayerNorm: y = gamma * (x - mu) / sqrt(var + eps) + beta -------------------------
 struct LayerNormWorksheet {
@@ -76,7 +78,7 @@ RMSNormWorksheet rmsnorm_worksheet(const std::vector<double>& x, const std::vect
 
 // The norm worksheet: one or both norms of the same x.
 struct NormWorksheet {
-  NormKind norm = NormKind::both;
+  std::optional<NormKind> norm;  // empty: both
   bool gamma_default = true, beta_default = true;  // ones / zeros because the user gave none
   std::optional<LayerNormWorksheet> layernorm;
   std::optional<RMSNormWorksheet> rmsnorm;
@@ -160,7 +162,8 @@ double gershgorin_bound(const std::vector<double>& w, std::size_t d);
 std::vector<double> parse_vector(const std::string& option, const std::string& text);
 double parse_scalar(const std::string& option, const std::string& text);
 int parse_decimals(const std::string& option, const std::string& text);  // 0..kMaxDecimals
-NormKind parse_norm(const std::string& option, const std::string& text, bool allow_both);
+// layernorm or rmsnorm (any case), or "both" (an empty optional) where allow_both.
+std::optional<NormKind> parse_norm(const std::string& option, const std::string& text, bool allow_both);
 void validate_eps(const std::string& option, double eps);  // finite and > 0
 // A per-element vector (gamma, beta, dy) must have length d.
 void validate_length(const std::string& option, const std::vector<double>& v, std::size_t d);

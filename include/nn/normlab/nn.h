@@ -5,25 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "normlab/kinds.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
 
-enum class NormKind { none, layernorm, rmsnorm };
-enum class Placement { pre, post, sandwich, deepnorm };
-enum class FinalNorm { auto_, on, off };
-
-const char* to_string(NormKind k);
-const char* to_string(Placement p);
-const char* to_string(FinalNorm f);
-// Parse a name; throws UsageError naming `what` and the accepted values.
-NormKind parse_norm(const std::string& s);
-Placement parse_placement(const std::string& s);
-FinalNorm parse_final_norm(const std::string& s);
-
 struct ModelConfig {
-  std::string model = "toy";  // toy: prefix-mean mixing + Linear; gpt: causal multi-head attention
+  ModelKind model = ModelKind::toy;  // toy: prefix-mean mixing + Linear; gpt: causal multi-head attention
   NormKind norm = NormKind::layernorm;
   Placement placement = Placement::pre;
   FinalNorm final_norm = FinalNorm::auto_;
@@ -35,7 +24,7 @@ struct ModelConfig {
   int64_t heads = 4;
   int64_t vocab = 64;
   int64_t seq_len = 16;
-  std::string init = "gpt2";  // gpt2: N(0, 0.02), residual projections / sqrt(2L); xavier
+  InitScheme init = InitScheme::gpt2;  // gpt2: N(0, 0.02), residual projections / sqrt(2L); xavier
   double norm_eps = 0;        // 0: the norm's default (LayerNorm 1e-5, RMSNorm 1e-6)
   DType dtype = DType::f32;
 

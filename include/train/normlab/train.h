@@ -46,17 +46,28 @@ struct SyntheticSpec {
 std::unique_ptr<DataSource> make_synthetic(const SyntheticSpec& spec);
 // Byte-level language modelling on a text file: the first 90% trains, the rest validates.
 std::unique_ptr<DataSource> make_text(const std::string& path, int64_t seq_len, uint64_t seed);
+// The data source a config names (its data, vocab, topics, noise, seq_len and seed).
+struct TrainConfig;
+std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg);
+
+// Where batches come from: the config key `data`, "synthetic" or "text:PATH".
+struct DataSpec {
+  DataKind kind = DataKind::synthetic;
+  std::string path;  // text only
+  std::string str() const;  // "synthetic", "text:PATH"
+  static DataSpec parse(const std::string& s);  // UsageError for anything else
+};
 
 // ---- optimizer ----------------------------------------------------------------------
 struct TrainConfig {
   ModelConfig model;
-  std::string data = "synthetic";  // synthetic | text:PATH
+  DataSpec data;
   int64_t topics = 4;              // synthetic only
   double noise = 0.1;              // synthetic only
-  std::string optimizer = "adamw"; // adam | adamw
+  OptimizerKind optimizer = OptimizerKind::adamw;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.0;
   int64_t warmup_steps = 0;
-  std::string schedule = "constant";  // constant | cosine
+  Schedule schedule = Schedule::constant;
   double clip = 0.0;                  // global gradient-norm clip; 0 = off
   int64_t batch_size = 32;
   int64_t steps = 3000;
