@@ -193,9 +193,9 @@ NormImpl backend_norm(const std::string& norm) {
       cpu::layernorm_backward(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n, a.d);
     };
   } else {
-    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
+    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
     m.backward = [](const NormArgs& a) {
-      cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+      cpu::rmsnorm_backward(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
     };
   }
   return m;

@@ -59,6 +59,12 @@ void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const
 void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x,
                             const float* gamma, const float* rstd, int64_t n, int64_t d);
 
+// The implementations the cpu Backend uses.
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
+                     float eps);
+void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
+                      const float* rstd, int64_t n, int64_t d);
+
 // ---- fused residual add + norm ---------------------------------------------------------------
 // s = alpha*a + b (written: the residual stream), then the norm of s as stored. One pass per
 // row: a and b are read once, s and y written once.

@@ -134,13 +134,13 @@ class CpuBackend final : public Backend {
   }
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
                        int64_t d, double eps) override {
-    cpu::rmsnorm_forward_fused(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
+    cpu::rmsnorm_forward(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
                                f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d), n, d,
                                static_cast<float>(eps));
   }
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                         const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::rmsnorm_backward_fused(f32_opt(dx, "rmsnorm dx", n * d),
+    cpu::rmsnorm_backward(f32_opt(dx, "rmsnorm dx", n * d),
                                 f32_opt(dgamma, "rmsnorm dgamma", d), f32(dy, "rmsnorm dy", n * d),
                                 f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d),
                                 f32(rstd, "rmsnorm rstd", n), n, d);
