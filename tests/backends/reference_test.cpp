@@ -312,7 +312,7 @@ TEST(ReferenceMatmul, AgainstNaiveAllCombos) {
           Vec c0 = randn(rng, batch * m * n);
           Tensor ta_ = f64(a, {int64_t(a.size())}), tb_ = f64(b, {int64_t(b.size())});
           Tensor c = f64(c0, {batch, m, n});
-          ref().matmul(c, ta_, tb_, batch, m, n, k, ta, tb, mode.ab, mode.bb, acc);
+          ref().matmul(c, ta_, tb_, MatmulSpec{batch, m, n, k, ta, tb, mode.ab, mode.bb, acc});
           std::string what =
               "matmul trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb) +
               " a_batched=" + std::to_string(mode.ab) + " b_batched=" + std::to_string(mode.bb) +
@@ -326,11 +326,11 @@ TEST(ReferenceMatmul, AgainstNaiveAllCombos) {
 // Degenerate sizes: 1 x 1 x 1 and a single batch with K = 1 (an outer product).
 TEST(ReferenceMatmul, TinyShapes) {
   Tensor a = f64({3}, {1}), b = f64({-2}, {1}), c = Tensor::empty({1}, DType::f64);
-  ref().matmul(c, a, b, 1, 1, 1, 1, false, false, true, true, false);
+  ref().matmul(c, a, b, MatmulSpec{1, 1, 1, 1, false, false, true, true, false});
   EXPECT_EQ(c.item(), -6.0);
   Tensor col = f64({1, 2}, {2, 1}), row = f64({3, 4, 5}, {1, 3}),
          outer = Tensor::empty({2, 3}, DType::f64);
-  ref().matmul(outer, col, row, 1, 2, 3, 1, false, false, true, true, false);
+  ref().matmul(outer, col, row, MatmulSpec{1, 2, 3, 1, false, false, true, true, false});
   expect_close(outer.to_vector(), {3, 4, 5, 6, 8, 10}, 0, 0, "outer product");
 }
 
@@ -596,8 +596,8 @@ TEST(ReferenceGradcheck, LinearViaMatmul) {
   Tensor dy = f64(r, {m, n});
   Tensor dx = Tensor::empty({m, k}, DType::f64), dw = Tensor::empty({n, k}, DType::f64),
          db = Tensor::empty({n}, DType::f64);
-  ref().matmul(dx, dy, w, 1, m, k, n, false, false, true, true, false);  // (M x N) @ (N x K)
-  ref().matmul(dw, dy, x, 1, n, k, m, true, false, true, true, false);   // (M x N)^T @ (M x K)
+  ref().matmul(dx, dy, w, MatmulSpec{1, m, k, n, false, false, true, true, false});  // (M x N) @ (N x K)
+  ref().matmul(dw, dy, x, MatmulSpec{1, n, k, m, true, false, true, true, false});   // (M x N)^T @ (M x K)
   ref().sum_rows(db, dy, m, n);
   expect_grad(dx, ndx, "linear dx");
   expect_grad(dw, ndw, "linear dw");
@@ -779,8 +779,7 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
   expect_f32_matches_f64("matmul", [&](DType dt) {
     // batch 7 of (13 x 5)^T @ shared (13 x 5), accumulated into existing values
     Tensor c = Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 25), {n, 5, 5}, dt);
-    ref().matmul(c, Tensor::from(x, {n, 13, 5}, dt), Tensor::from(gamma, {13, 5}, dt), n, 5, 5, 13,
-                 true, false, true, false, true);
+    ref().matmul(c, Tensor::from(x, {n, 13, 5}, dt), Tensor::from(gamma, {13, 5}, dt), MatmulSpec{n, 5, 5, 13, true, false, true, false, true});
     return Outputs{c};
   });
   expect_f32_matches_f64("linear", [&](DType dt) {
@@ -886,7 +885,7 @@ TEST(ReferencePrecision, Float32SumsInDouble) {
   ref().sum_rows(out, col, 3, 1);
   EXPECT_EQ(out.item(), 1.0) << "sum_rows";
   Tensor row = Tensor::from({1e8, 1, -1e8}, {1, 3}, dt), ones = Tensor::from({1, 1, 1}, {3, 1}, dt);
-  ref().matmul(out, row, ones, 1, 1, 1, 3, false, false, true, true, false);
+  ref().matmul(out, row, ones, MatmulSpec{1, 1, 1, 3, false, false, true, true, false});
   EXPECT_EQ(out.item(), 1.0) << "matmul";
   ref().linear_forward(out, row, Tensor::from({1, 1, 1}, {1, 3}, dt), Tensor(), 1, 3, 1);
   EXPECT_EQ(out.item(), 1.0) << "linear_forward";

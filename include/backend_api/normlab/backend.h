@@ -21,6 +21,30 @@
 
 namespace normlab {
 
+// One batch of matrix products: for each b < batch, C_b (M x N) = op(A_b) @ op(B_b), op(X) = X^T
+// when trans_x. A_b is (M x K), or (K x M) stored when trans_a; B_b is (K x N), or (N x K) when
+// trans_b. a_batched / b_batched false: the same A (or B) for every b (shared weights).
+// accumulate: C += product instead of C = product.
+//   MatmulSpec::of(m, n, k).batched(b).transposed_a()
+struct MatmulSpec {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  bool a_batched = true, b_batched = true;
+  bool accumulate = false;
+
+  static MatmulSpec of(int64_t m_, int64_t n_, int64_t k_) {
+    MatmulSpec s;
+    s.m = m_;
+    s.n = n_;
+    s.k = k_;
+    return s;
+  }
+  MatmulSpec& batched(int64_t b) { batch = b; return *this; }
+  MatmulSpec& transposed_a() { trans_a = true; return *this; }
+  MatmulSpec& transposed_b() { trans_b = true; return *this; }
+  MatmulSpec& shared_b(bool shared = true) { b_batched = !shared; return *this; }
+};
+
 struct AdamParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
@@ -38,13 +62,8 @@ class Backend {
   virtual uint64_t primitives_created() const { return 0; }
 
   // ---- matrix products ---------------------------------------------------------
-  // For each b < batch: C_b (M x N) = op(A_b) @ op(B_b), op(X) = X^T when trans_x.
-  // A_b is (M x K), or (K x M) stored when trans_a; B_b is (K x N), or (N x K) when trans_b.
-  // a_batched / b_batched false: the same A (or B) for every b (shared weights).
-  // accumulate: C += product instead of C = product.
-  virtual void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m,
-                      int64_t n, int64_t k, bool trans_a, bool trans_b, bool a_batched,
-                      bool b_batched, bool accumulate) = 0;
+  // c = the products `s` describes (MatmulSpec, above).
+  virtual void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) = 0;
   // y (M x N) = x (M x K) @ w^T (w is N x K, PyTorch's Linear layout) + bias (N) + residual
   // (M x N); bias and residual optional (undefined tensor = none). The residual add is fused into
   // the product's epilogue: a pre-norm block's "x + proj(...)" costs no pass of its own.

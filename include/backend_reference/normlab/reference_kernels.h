@@ -14,19 +14,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "normlab/backend.h"
+
 namespace normlab {
 
 // ============================================================================
 // matrix products
 // ============================================================================
 
-// B batch, M/N rows/cols of C, K the contracted size.
-// C_b = op(A_b) @ op(B_b), op(X) = X^T when trans_x; A_b is (M x K) stored, or (K x M) when
-// trans_a; B_b is (K x N), or (N x K) when trans_b. A not batched: the same A for every b (shared
-// weights); likewise B. accumulate: C += product (the backward of a shared weight sums batches).
+// The products MatmulSpec describes (backend.h); accumulate: C += product (the backward of a
+// shared weight sums batches).
 template <class T>
-void matmul_ref(T* c, const T* a, const T* b, int64_t batch, int64_t m, int64_t n, int64_t k,
-                bool trans_a, bool trans_b, bool a_batched, bool b_batched, bool accumulate) {
+void matmul_ref(T* c, const T* a, const T* b, const MatmulSpec& s) {
+  const int64_t batch = s.batch, m = s.m, n = s.n, k = s.k;
+  const bool trans_a = s.trans_a, trans_b = s.trans_b, a_batched = s.a_batched, b_batched = s.b_batched;
+  const bool accumulate = s.accumulate;
   for (int64_t bi = 0; bi < batch; ++bi) {
     const T* ab = a + (a_batched ? bi * m * k : 0);
     const T* bb = b + (b_batched ? bi * k * n : 0);

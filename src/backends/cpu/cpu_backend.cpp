@@ -56,13 +56,10 @@ class CpuBackend final : public Backend {
   }
 
   // ---- matrix products ----------------------------------------------------------------
-  void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
-              int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
-              bool accumulate) override {
-    const int64_t ab = batch > 1 && a_batched ? batch : 1, bb = batch > 1 && b_batched ? batch : 1;
-    cpu::matmul(f32(c, "matmul C", batch * m * n), f32(a, "matmul A", ab * m * k),
-                f32(b, "matmul B", bb * k * n), batch, m, n, k, trans_a, trans_b, a_batched,
-                b_batched, accumulate);
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
+    const int64_t ab = s.batch > 1 && s.a_batched ? s.batch : 1, bb = s.batch > 1 && s.b_batched ? s.batch : 1;
+    cpu::matmul(f32(c, "matmul C", s.batch * s.m * s.n), f32(a, "matmul A", ab * s.m * s.k),
+                f32(b, "matmul B", bb * s.k * s.n), s);
   }
   using Backend::linear_forward;
   void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,

@@ -34,8 +34,7 @@ void matmul_strided(float* c, const float* a, const float* b, const float* bias,
                     Epilogue epilogue = {});
 
 // Backend::matmul and Backend::linear_forward on raw arrays (their contract is in backend.h).
-void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t n,
-            int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched, bool accumulate);
+void matmul(float* c, const float* a, const float* b, const MatmulSpec& s);
 void linear_backward_input(float* dx, const float* dy, const float* w, const float* gate, int64_t m,
                            int64_t k, int64_t n);
 void linear_forward(float* y, const float* x, const float* w, const float* bias, const float* residual, int64_t m,
