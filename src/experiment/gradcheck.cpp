@@ -168,6 +168,11 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     y = a.inst.forward();
   }
   auto numeric = numeric_gradients(a.inst, a.seed, opt.h);
+  Analytic f32;
+  if (!opt.f32_backend.empty()) {
+    BackendScope f32_scope(opt.f32_backend);
+    f32 = analytic_gradients(c, opt, DType::f32);
+  }
   nlohmann::json j;
   j["case"] = c.name;
   j["description"] = c.description;
@@ -177,13 +182,25 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
   j["checked_scalar"] = "f = sum(output * upstream)";
   j["output"] = {{"shape", y.shape()}, {"values", y.to_vector()}};
   j["upstream"] = {{"shape", a.seed.shape()}, {"values", a.seed.to_vector()}};
+  j["hyperparameters"] = nlohmann::json::object();
+  for (const auto& [k, v] : a.inst.numbers) j["hyperparameters"][k] = v;
+  for (const auto& [k, v] : a.inst.names) j["hyperparameters"][k] = v;
+  j["constants"] = nlohmann::json::array();
+  for (const auto& [name, t] : a.inst.constants) {
+    std::vector<int64_t> ids;
+    for (double v : t.to_vector()) ids.push_back(static_cast<int64_t>(v));
+    j["constants"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"values", ids}});
+  }
+  if (!opt.f32_backend.empty()) j["f32_backend"] = opt.f32_backend;
   for (size_t i = 0; i < a.inst.inputs.size(); ++i) {
     const auto& [name, t] = a.inst.inputs[i];
-    j["inputs"].push_back({{"name", name},
-                           {"shape", t.shape()},
-                           {"values", t.to_vector()},
-                           {"analytic_grad", a.grads[i]},
-                           {"numeric_grad", numeric[i]}});
+    nlohmann::json in{{"name", name},
+                      {"shape", t.shape()},
+                      {"values", t.to_vector()},
+                      {"analytic_grad", a.grads[i]},
+                      {"numeric_grad", numeric[i]}};
+    if (!opt.f32_backend.empty()) in["f32_analytic_grad"] = f32.grads[i];
+    j["inputs"].push_back(in);
   }
   return j.dump(1);
 }

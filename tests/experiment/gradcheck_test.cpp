@@ -80,3 +80,37 @@ TEST(Gradcheck, DumpIsCompleteJson) {
   EXPECT_THROW(parse_case_shape("2x5"), UsageError);
   EXPECT_THROW(parse_case_shape("axbxc"), UsageError);
 }
+
+// The dump holds everything needed to recompute a case outside normlab: the embedding's output
+// is rebuilt here from its integer ids and its table alone, and the model cases carry their ids,
+// targets and hyperparameters; the float32 backend's gradients sit next to the float64 ones.
+TEST(Gradcheck, DumpRecomputesOutsideNormlab) {
+  GradcheckOptions opt;
+  auto j = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("embedding"), opt));
+  ASSERT_EQ(j["constants"].size(), 1u);
+  const auto& ids = j["constants"][0];
+  EXPECT_EQ(ids["name"], "ids");
+  const auto& table = j["inputs"][0];
+  const int64_t d = table["shape"][1].get<int64_t>();
+  const auto& out = j["output"]["values"];
+  ASSERT_EQ(out.size(), ids["values"].size() * static_cast<size_t>(d));
+  for (size_t t = 0; t < ids["values"].size(); ++t)
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_EQ(out[t * static_cast<size_t>(d) + static_cast<size_t>(c)].get<double>(),
+                table["values"][static_cast<size_t>(ids["values"][t].get<int64_t>() * d + c)].get<double>());
+  EXPECT_EQ(j["f32_backend"], "cpu");
+  for (auto& in : j["inputs"]) {
+    ASSERT_EQ(in["f32_analytic_grad"].size(), in["analytic_grad"].size());
+    for (size_t i = 0; i < in["values"].size(); ++i)
+      EXPECT_NEAR(in["f32_analytic_grad"][i].get<double>(), in["analytic_grad"][i].get<double>(), 1e-5);
+  }
+
+  auto m = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("gpt_model_loss"), opt));
+  std::vector<std::string> names;
+  for (auto& c : m["constants"]) names.push_back(c["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"ids", "targets"}));
+  EXPECT_EQ(m["hyperparameters"]["heads"].get<double>(), 2.0);
+  EXPECT_EQ(m["hyperparameters"]["model"], "gpt");
+  auto att = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("causal_attention"), opt));
+  EXPECT_EQ(att["hyperparameters"]["heads"].get<double>(), 2.0);
+}

@@ -8,7 +8,9 @@
 // its analytic gradients against the float64 reference gradients.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/tensor.h"
@@ -23,8 +25,16 @@ struct CaseShape {
 CaseShape parse_case_shape(const std::string& text);
 
 struct CaseInstance {
+  CaseInstance() = default;
+  CaseInstance(std::vector<std::pair<std::string, Tensor>> in, std::function<Tensor()> fwd)
+      : inputs(std::move(in)), forward(std::move(fwd)) {}
+
   std::vector<std::pair<std::string, Tensor>> inputs;  // differentiable leaves, named
   std::function<Tensor()> forward;                     // recomputes the output from the inputs
+  // What else an outside program needs to recompute the case (gradcheck --dump writes it all):
+  std::vector<std::pair<std::string, Tensor>> constants;  // integer inputs: token ids, targets
+  std::map<std::string, double> numbers;                  // eps, alpha, heads, sizes
+  std::map<std::string, std::string> names;               // model, norm, placement, init
 };
 
 struct GradCase {
@@ -88,7 +98,9 @@ CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& o
 // Analytic float32 gradients on opt.f32_backend vs analytic float64 reference gradients.
 CaseResult check_float32_backend(const GradCase& c, const GradcheckOptions& opt);
 
-// Everything about one case as JSON text: inputs, R, analytic and numeric gradients.
+// Everything about one case as JSON text: inputs (and integer constants, hyperparameters), R, the
+// float64 analytic and numeric gradients and, unless opt.f32_backend is empty, that backend's
+// float32 analytic gradients.
 std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt);
 std::string gradcheck_results_json(const std::vector<CaseResult>& results, const GradcheckOptions& opt);
 
