@@ -92,7 +92,7 @@ TEST(ReferenceHand, LayerNormAffine) {
                "layernorm affine y");
 }
 
-// RMSNorm: mean(x^2) = 14/4 = 3.5, r = sqrt(3.50001) = 1.870831, y = x / r (DESIGN: eps inside
+// RMSNorm: mean(x^2) = 14/4 = 3.5, r = sqrt(3.50001) = 1.870831, y = x / r (the math contract in backend.h: eps inside
 // the square root). Given to 4 decimals: atol 1e-4.
 TEST(ReferenceHand, RMSNormWorksheet) {
   for (DType dt : {DType::f64, DType::f32}) {

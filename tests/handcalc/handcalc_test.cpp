@@ -1,4 +1,4 @@
-// Unit tests of the handcalc library (include/handcalc/normlab/handcalc.h): the worksheet
+// Unit tests of the handcalc library (include/handcalc/normlab/handcalc.h): the worksheet's example
 // values, the same quantities recomputed by other routes (Welford statistics, finite
 // differences, explicit transposes, power iteration), d = 1, and the input parser/validators.
 #include <gtest/gtest.h>
@@ -65,7 +65,7 @@ const std::vector<double> kOnes(4, 1.0), kZeros(4, 0.0);
 
 }  // namespace
 
-// ---- the worksheet ------------------------------------------------------------
+// ---- the worksheet's example ------------------------------------------------------------
 
 TEST(HandcalcLayerNorm, WorksheetValues) {
   auto ws = hc::layernorm_worksheet(kX, kOnes, kZeros, 1e-5);

@@ -17,7 +17,7 @@
 
 namespace normlab::handcalc {
 
-// ---- the worksheet defaults (the example) ------------------------------------
+// ---- the worksheet defaults (the worksheet's example) ------------------------------------
 std::vector<double> default_x();  // [2, -1, 0, 3]
 inline constexpr double kDefaultEps = 1e-5;
 inline constexpr int kDefaultDecimals = 4;
