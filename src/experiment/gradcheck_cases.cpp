@@ -73,50 +73,55 @@ void describe_config(CaseInstance& inst, const ModelConfig& cfg) {
                   {"deepnorm_alpha", cfg.placement == Placement::deepnorm ? cfg.deepnorm_alpha() : 1.0}};
 }
 
-// A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
-GradCase block_case(std::string name, std::string description, ModelKind model, NormKind norm,
-                    Placement placement, bool qk_norm) {
+using CompositeBuilder = std::function<CaseInstance(const ModelConfig&, const CaseShape&, DType, uint64_t seed)>;
+
+// A composite case: the model config of its sizes, norm and placement, built into an instance
+// whose hyperparameters are recorded for --dump.
+GradCase composite_case(std::string name, std::string description, ModelKind model, NormKind norm,
+                        Placement placement, bool qk_norm, CompositeBuilder build) {
   GradCase c;
   c.name = std::move(name);
   c.kind = "composite";
   c.description = std::move(description);
   c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
     ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
-    Init init{Rng(seed, stream::init), dtype};
-    auto params = std::make_shared<ParamList>();
-    auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
-    Draw d{Rng(seed, stream::check), dtype};
-    CaseInstance inst;
-    Tensor x = d.normal({s.batch, s.time, s.channels});
-    inst.inputs.push_back({"x", x});
-    for (const Tensor& p : params->all()) inst.inputs.push_back({p.name(), p});
-    inst.forward = [block, params, x] { return (*block)(x); };
+    CaseInstance inst = build(cfg, s, dtype, seed);
     describe_config(inst, cfg);
     return inst;
   };
   return c;
 }
 
+// A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
+GradCase block_case(std::string name, std::string description, ModelKind model, NormKind norm,
+                    Placement placement, bool qk_norm) {
+  return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
+                        [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
+                          Init init{Rng(seed, stream::init), dtype};
+                          auto params = std::make_shared<ParamList>();
+                          auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
+                          Draw d{Rng(seed, stream::check), dtype};
+                          Tensor x = d.normal({s.batch, s.time, s.channels});
+                          CaseInstance inst({{"x", x}}, [block, params, x] { return (*block)(x); });
+                          for (const Tensor& p : params->all()) inst.inputs.push_back({p.name(), p});
+                          return inst;
+                        });
+}
+
+// The whole model's loss on random ids and targets; inputs: every parameter.
 GradCase model_case(std::string name, std::string description, ModelKind model, NormKind norm,
                     Placement placement, bool qk_norm) {
-  GradCase c;
-  c.name = std::move(name);
-  c.kind = "composite";
-  c.description = std::move(description);
-  c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
-    ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
-    auto m = std::make_shared<Model>(cfg, seed);
-    Draw d{Rng(seed, stream::check), dtype};
-    Tensor ids = d.ids({s.batch, s.time}, s.vocab);
-    Tensor targets = d.ids({s.batch, s.time}, s.vocab);
-    CaseInstance inst;
-    for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
-    inst.forward = [m, ids, targets] { return m->loss(ids, targets); };
-    inst.constants = {{"ids", ids}, {"targets", targets}};
-    describe_config(inst, cfg);
-    return inst;
-  };
-  return c;
+  return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
+                        [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
+                          auto m = std::make_shared<Model>(cfg, seed);
+                          Draw d{Rng(seed, stream::check), dtype};
+                          Tensor ids = d.ids({s.batch, s.time}, s.vocab);
+                          Tensor targets = d.ids({s.batch, s.time}, s.vocab);
+                          CaseInstance inst({}, [m, ids, targets] { return m->loss(ids, targets); });
+                          for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
+                          inst.constants = {{"ids", ids}, {"targets", targets}};
+                          return inst;
+                        });
 }
 
 std::vector<GradCase> build_cases() {

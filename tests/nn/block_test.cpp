@@ -34,6 +34,21 @@ std::vector<BlockCase> all_cases() {
   return cases;
 }
 
+// A block of case c with the given sizes, its parameters drawn from init_seed.
+Block make_case_block(ParamList& params, const BlockCase& c, int64_t d, int64_t hidden, uint64_t init_seed) {
+  ModelConfig cfg;
+  cfg.model = c.model;
+  cfg.norm = c.norm;
+  cfg.placement = c.placement;
+  cfg.residual = c.skip;
+  cfg.layers = 3;
+  cfg.d_model = d;
+  cfg.d_hidden = hidden;
+  cfg.heads = 2;
+  Init init{Rng(init_seed, stream::init), DType::f32};
+  return make_block(params, "b", cfg, init);
+}
+
 Tensor random_input(uint64_t seed, const Shape& shape) {
   Rng rng(seed, stream::data);
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
@@ -45,18 +60,8 @@ Tensor random_input(uint64_t seed, const Shape& shape) {
 
 TEST(BlockForward, LiveAndHeldSublayersComputeTheSameValues) {
   for (const BlockCase& c : all_cases()) {
-    ModelConfig cfg;
-    cfg.model = c.model;
-    cfg.norm = c.norm;
-    cfg.placement = c.placement;
-    cfg.residual = c.skip;
-    cfg.layers = 3;
-    cfg.d_model = 16;
-    cfg.d_hidden = 24;
-    cfg.heads = 2;
     ParamList params;
-    Init init{Rng(7, stream::init), DType::f32};
-    Block b = make_block(params, "b", cfg, init);
+    Block b = make_case_block(params, c, 16, 24, 7);
     Tensor x = random_input(3, {2, 5, 16});
     const std::vector<double> live = b(x).to_vector();
     const std::vector<double> held = block_forward(b, x, Sublayers::held).to_vector();
@@ -67,17 +72,8 @@ TEST(BlockForward, LiveAndHeldSublayersComputeTheSameValues) {
 
 TEST(BlockForward, HeldSublayersLeaveOnlyTheIdentityPath) {
   for (const BlockCase& c : all_cases()) {
-    ModelConfig cfg;
-    cfg.model = c.model;
-    cfg.norm = c.norm;
-    cfg.placement = c.placement;
-    cfg.residual = c.skip;
-    cfg.d_model = 8;
-    cfg.d_hidden = 8;
-    cfg.heads = 2;
     ParamList params;
-    Init init{Rng(11, stream::init), DType::f32};
-    Block b = make_block(params, "b", cfg, init);
+    Block b = make_case_block(params, c, 8, 8, 11);
     Tensor x = random_input(5, {1, 3, 8});
     x.requires_grad_(true);
     Tensor seed = random_input(9, {1, 3, 8});
