@@ -309,16 +309,24 @@ void add_rmsnorm_forward_ref(T* s, T* y, T* rstd, const T* a, const T* b, double
 // softmax over the last dimension
 // ============================================================================
 
-// N rows, D size. y_j = exp(x_j - max) / sum_k exp(x_k - max): subtracting the row max changes
-// nothing mathematically and keeps exp from overflowing.
+// One row's max m and sum_j exp(x_j - m): subtracting the row max changes nothing
+// mathematically and keeps exp from overflowing. Softmax and cross-entropy share it.
+template <class T>
+double row_max_sumexp(const T* xr, int64_t d, double& mx) {
+  mx = -INFINITY;
+  for (int64_t j = 0; j < d; ++j) mx = std::fmax(mx, double(xr[j]));
+  double sum = 0.0;
+  for (int64_t j = 0; j < d; ++j) sum += std::exp(xr[j] - mx);
+  return sum;
+}
+
+// N rows, D size. y_j = exp(x_j - max) / sum_k exp(x_k - max).
 template <class T>
 void softmax_forward_ref(T* y, const T* x, int64_t n, int64_t d) {
   for (int64_t i = 0; i < n; ++i) {
     const T* xr = x + i * d;
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < d; ++j) mx = std::fmax(mx, double(xr[j]));
-    double sum = 0.0;
-    for (int64_t j = 0; j < d; ++j) sum += std::exp(xr[j] - mx);
+    double mx = 0.0;
+    const double sum = row_max_sumexp(xr, d, mx);
     for (int64_t j = 0; j < d; ++j) y[i * d + j] = static_cast<T>(std::exp(xr[j] - mx) / sum);
   }
 }
@@ -521,11 +529,9 @@ void cross_entropy_forward_ref(T* loss, T* probs, const T* logits, const int32_t
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     const T* lr = logits + i * v;
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < v; ++j) mx = std::fmax(mx, double(lr[j]));
-    double sum = 0.0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(lr[j] - mx);
-    double lse = mx + std::log(sum);
+    double mx = 0.0;
+    const double sum = row_max_sumexp(lr, v, mx);
+    const double lse = mx + std::log(sum);
     for (int64_t j = 0; j < v; ++j) probs[i * v + j] = static_cast<T>(std::exp(lr[j] - lse));
     total += lse - double(lr[targets[i]]);
   }
