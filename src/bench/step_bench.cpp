@@ -128,7 +128,7 @@ class NormSweep {
 
   NormArgs args(int64_t c, Pass pass) {
     Buffers& b = bufs_[static_cast<size_t>(c)];
-    const bool ln = impl_.norm == "layernorm";
+    const bool ln = impl_.norm == NormKind::layernorm;
     NormArgs a;
     a.n = n_;
     a.d = d_;
@@ -180,12 +180,12 @@ class NormSweep {
 };
 
 // The kernels the cpu backend's layernorm/rmsnorm ops call (cpu_backend.cpp).
-NormImpl backend_norm(const std::string& norm) {
+NormImpl backend_norm(NormKind norm) {
   NormImpl m;
   m.norm = norm;
   m.impl = "backend";
   m.provider = "normlab";
-  if (norm == "layernorm") {
+  if (norm == NormKind::layernorm) {
     m.forward = [](const NormArgs& a) {
       cpu::layernorm_forward(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
     };
@@ -268,7 +268,7 @@ StepReport run_step_bench(const StepOptions& opt) {
       set_num_threads(t);
       std::unique_ptr<Trainee> trainee[2];
       std::unique_ptr<NormSweep> sweep[2];
-      NormImpl impls[2] = {backend_norm(to_string(kinds[0])), backend_norm(to_string(kinds[1]))};
+      NormImpl impls[2] = {backend_norm(kinds[0]), backend_norm(kinds[1])};
       StepRow rows[2];
       for (int k = 0; k < 2; ++k) {
         ModelConfig cfg;

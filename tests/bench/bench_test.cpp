@@ -232,12 +232,12 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
     NormArgs a;
     a.n = n;
     a.d = d;
-    a.eps = m.norm == "layernorm" ? 1e-5f : 1e-6f;
+    a.eps = m.norm == NormKind::layernorm ? 1e-5f : 1e-6f;
     a.x = x.data();
     a.gamma = gamma.data();
-    a.beta = m.norm == "layernorm" ? beta.data() : nullptr;
+    a.beta = m.norm == NormKind::layernorm ? beta.data() : nullptr;
     a.y = y.data();
-    a.mean = m.norm == "layernorm" ? mean.data() : nullptr;
+    a.mean = m.norm == NormKind::layernorm ? mean.data() : nullptr;
     a.rstd = rstd.data();
     VerifyResult f = verify_norm(m, Pass::fwd, a);
     EXPECT_TRUE(f.pass) << m.name() << ": " << f.report;
@@ -251,7 +251,7 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
     b.saved_rstd = rstd.data();  // as the forward just saved them
     b.dx = dx.data();
     b.dgamma = dg.data();
-    b.dbeta = m.norm == "layernorm" ? db.data() : nullptr;
+    b.dbeta = m.norm == NormKind::layernorm ? db.data() : nullptr;
     VerifyResult g = verify_norm(m, Pass::bwd, b);
     EXPECT_TRUE(g.pass) << m.name() << ": " << g.report;
   }
@@ -263,7 +263,7 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
   auto bwd_calls = std::make_shared<std::atomic<int>>(0);
   auto lazy_calls = std::make_shared<std::atomic<int>>(0);
   NormImpl wrong;
-  wrong.norm = "layernorm";
+  wrong.norm = NormKind::layernorm;
   wrong.impl = "wrong";
   wrong.provider = "test";
   // Forward: right except one value of the last row; backward: dgamma misses the last row.
@@ -282,7 +282,7 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
   };
   reg.add(wrong);
   NormImpl lazy;  // writes nothing at all
-  lazy.norm = "rmsnorm";
+  lazy.norm = NormKind::rmsnorm;
   lazy.impl = "lazy";
   lazy.provider = "test";
   lazy.forward = [lazy_calls](const NormArgs&) { ++*lazy_calls; };

@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/kinds.h"
+
 namespace normlab::bench {
 
 // ============================================================================
@@ -143,18 +145,18 @@ struct NormArgs {
 using NormFn = std::function<void(const NormArgs&)>;
 
 struct NormImpl {
-  std::string norm;         // "layernorm" | "rmsnorm"
+  NormKind norm = NormKind::layernorm;  // layernorm or rmsnorm
   std::string impl;         // "fused", "multipass", "onednn", ...
   std::string provider;     // who wrote the kernel: "normlab", "oneDNN 2.6.3"
   std::string description;  // one line for --list
   bool streaming_stores = false;  // writes with non-temporal stores: held to memcpy's bandwidth
   NormFn forward, backward;       // an empty function: that pass is not implemented
-  std::string name() const { return norm + "." + impl; }
+  std::string name() const { return std::string(to_string(norm)) + "." + impl; }
 };
 
 class NormRegistry {
  public:
-  // Error when the name exists already or the norm is not layernorm/rmsnorm.
+  // Error when the name exists already or the norm is neither layernorm nor rmsnorm.
   void add(NormImpl impl);
   const std::vector<NormImpl>& all() const { return impls_; }
   // Selected by patterns: "all", a full name ("layernorm.fused"), an implementation ("fused":
