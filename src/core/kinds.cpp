@@ -64,7 +64,9 @@ template <>
 const Table<InitScheme>& table() {
   static const Table<InitScheme> t{"init",
                                    {{InitScheme::gpt2, "gpt2", nullptr, "N(0, 0.02), residual projections N(0, 0.02/sqrt(2L))"},
-                                    {InitScheme::xavier, "xavier", nullptr, "normal Xavier"}}};
+                                    {InitScheme::xavier, "xavier", nullptr, "normal Xavier"},
+                                    {InitScheme::torch, "torch", nullptr, "PyTorch's defaults: Linear U(+-1/sqrt(fan_in)), Embedding N(0, 1)"},
+                                    {InitScheme::fairseq, "fairseq", nullptr, "Xavier-uniform linears, embeddings N(0, 1/d) times sqrt(d)"}}};
   return t;
 }
 template <>

@@ -76,6 +76,16 @@ Tensor Init::xavier(int64_t fan_out, int64_t fan_in, double gain) {
   return normal({fan_out, fan_in}, gain * std::sqrt(2.0 / static_cast<double>(fan_in + fan_out)));
 }
 
+Tensor Init::uniform(const Shape& s, double bound) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+  for (double& x : v) x = rng.uniform(-bound, bound);
+  return Tensor::from(v, s, dtype);
+}
+
+Tensor Init::xavier_uniform(int64_t fan_out, int64_t fan_in) {
+  return uniform({fan_out, fan_in}, std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
+}
+
 Tensor Init::constant(const Shape& s, double v) { return Tensor::from(std::vector<double>(shape_numel(s), v), s, dtype); }
 
 Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init) {
@@ -90,10 +100,14 @@ Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, 
 
 namespace {
 
-Linear make_linear(ParamList& p, const std::string& name, int64_t out, Tensor w, Init& init, bool bias = true) {
+// A Linear(in -> out) with weight w (drawn by the caller, first) and a bias drawn after it, as
+// PyTorch's reset_parameters does: U(-1/sqrt(in), 1/sqrt(in)) under the torch scheme, else zeros.
+Linear make_linear(ParamList& p, const std::string& name, int64_t out, int64_t in, Tensor w, InitScheme scheme,
+                   Init& init) {
   Linear l;
   l.w = p.add(name + ".w", std::move(w));
-  if (bias) l.b = p.add(name + ".b", init.constant({out}, 0.0));
+  l.b = p.add(name + ".b", scheme == InitScheme::torch ? init.uniform({out}, 1.0 / std::sqrt(static_cast<double>(in)))
+                                                       : init.constant({out}, 0.0));
   return l;
 }
 
@@ -102,14 +116,24 @@ Linear make_linear(ParamList& p, const std::string& name, int64_t out, Tensor w,
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init) {
   const int64_t d = cfg.d_model, h = cfg.d_hidden;
   const bool deepnet = cfg.placement == Placement::deepnorm && cfg.norm != NormKind::none;
-  const bool xavier = cfg.init == InitScheme::xavier || deepnet;
+  // DeepNet's own init wins under every scheme: Xavier (normal) with gain beta on the MLP and the
+  // value/output (mixing) projections, gain 1 on queries and keys.
+  const InitScheme scheme = deepnet ? InitScheme::xavier : cfg.init;
   // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L).
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  // DeepNet: Xavier with gain beta on the MLP and the value/output (mixing) projections.
   const double gain = deepnet ? cfg.deepnorm_beta() : 1.0;
   auto weight = [&](int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
-    if (xavier) return init.xavier(out, in, xavier_gain);
+    switch (scheme) {
+      case InitScheme::xavier: return init.xavier(out, in, xavier_gain);
+      case InitScheme::torch: return init.uniform({out, in}, 1.0 / std::sqrt(static_cast<double>(in)));
+      case InitScheme::fairseq: return init.xavier_uniform(out, in);
+      case InitScheme::gpt2: break;
+    }
     return init.normal({out, in}, residual_proj ? resid_std : 0.02);
+  };
+  auto linear_of = [&](const std::string& name, int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
+    Tensor w = weight(out, in, residual_proj, xavier_gain);
+    return make_linear(p, name, out, in, std::move(w), scheme, init);
   };
 
   Block b;
@@ -123,10 +147,10 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   if (b.attention) {
     SelfAttention& a = b.attn;
     a.heads = cfg.heads;
-    a.q = make_linear(p, prefix + ".attn.q", d, weight(d, d, false, 1.0), init);
-    a.k = make_linear(p, prefix + ".attn.k", d, weight(d, d, false, 1.0), init);
-    a.v = make_linear(p, prefix + ".attn.v", d, weight(d, d, false, gain), init);
-    a.o = make_linear(p, prefix + ".attn.o", d, weight(d, d, true, gain), init);
+    a.q = linear_of(prefix + ".attn.q", d, d, false, 1.0);
+    a.k = linear_of(prefix + ".attn.k", d, d, false, 1.0);
+    a.v = linear_of(prefix + ".attn.v", d, d, false, gain);
+    a.o = linear_of(prefix + ".attn.o", d, d, true, gain);
     a.qk_norm = cfg.qk_norm;
     if (cfg.qk_norm) {
       const int64_t dh = d / cfg.heads;
@@ -134,12 +158,12 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
       a.k_gamma = p.add(prefix + ".attn.k_norm.gamma", init.constant({dh}, 1.0));
     }
   } else {
-    b.mixer.proj = make_linear(p, prefix + ".mix", d, weight(d, d, true, gain), init);
+    b.mixer.proj = linear_of(prefix + ".mix", d, d, true, gain);
   }
   if (cfg.placement == Placement::sandwich) b.norm1b = make_norm(p, prefix + ".norm1b", nk, d, cfg.eps(), init);
   b.norm2 = make_norm(p, prefix + ".norm2", nk, d, cfg.eps(), init);
-  b.mlp.fc1 = make_linear(p, prefix + ".mlp.fc1", h, weight(h, d, false, gain), init);
-  b.mlp.fc2 = make_linear(p, prefix + ".mlp.fc2", d, weight(d, h, true, gain), init);
+  b.mlp.fc1 = linear_of(prefix + ".mlp.fc1", h, d, false, gain);
+  b.mlp.fc2 = linear_of(prefix + ".mlp.fc2", d, h, true, gain);
   if (cfg.placement == Placement::sandwich) b.norm2b = make_norm(p, prefix + ".norm2b", nk, d, cfg.eps(), init);
   return b;
 }
@@ -263,8 +287,13 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   cfg_.validate();
   Init init{Rng(seed, stream::init), cfg_.dtype};
   const int64_t d = cfg_.d_model;
-  tok_emb = params_.add("tok_emb", init.normal({cfg_.vocab, d}, 0.02));
-  pos_emb = params_.add("pos_emb", init.normal({cfg_.seq_len, d}, 0.02));
+  // Embeddings: N(0, 0.02) (gpt2, xavier), nn.Embedding's N(0, 1) (torch), N(0, 1/d) (fairseq,
+  // whose forward multiplies the token embeddings by sqrt(d)).
+  const double emb_std = cfg_.init == InitScheme::torch     ? 1.0
+                         : cfg_.init == InitScheme::fairseq ? 1.0 / std::sqrt(static_cast<double>(d))
+                                                            : 0.02;
+  tok_emb = params_.add("tok_emb", init.normal({cfg_.vocab, d}, emb_std));
+  pos_emb = params_.add("pos_emb", init.normal({cfg_.seq_len, d}, emb_std));
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     size_t first = params_.all().size();
     blocks_.push_back(make_block(params_, fmt::format("blocks.{}", l), cfg_, init));
@@ -272,7 +301,11 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   }
   final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_on() ? cfg_.norm : NormKind::none, d, cfg_.eps(),
                           init);
-  head_.w = params_.add("head.w", init.normal({cfg_.vocab, d}, 0.02));
+  // The head (no bias): nn.Linear(d, vocab)'s U(-1/sqrt(d), 1/sqrt(d)) (torch), N(0, 1/d) (fairseq).
+  Tensor head = cfg_.init == InitScheme::torch     ? init.uniform({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
+                : cfg_.init == InitScheme::fairseq ? init.normal({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
+                                                   : init.normal({cfg_.vocab, d}, 0.02);
+  head_.w = params_.add("head.w", std::move(head));
 }
 
 Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
@@ -282,7 +315,9 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
   NL_CHECK(t <= cfg_.seq_len, "sequence of length {} exceeds seq_len = {}", t, cfg_.seq_len);
   std::vector<int32_t> pos(static_cast<size_t>(b * t));
   for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
-  Tensor x = embedding(ids, tok_emb) + embedding(Tensor::from_ids(pos, {b, t}), pos_emb);
+  Tensor tokens = embedding(ids, tok_emb);
+  if (cfg_.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.d_model)));
+  Tensor x = tokens + embedding(Tensor::from_ids(pos, {b, t}), pos_emb);
   if (trace) {
     trace->block_out.clear();
     if (trace->retain_grads && x.requires_grad()) x.retain_grad();

@@ -11,7 +11,7 @@ enum class ModelKind { toy, gpt };
 enum class NormKind { none, layernorm, rmsnorm };
 enum class Placement { pre, post, sandwich, deepnorm };
 enum class FinalNorm { auto_, on, off };
-enum class InitScheme { gpt2, xavier };
+enum class InitScheme { gpt2, xavier, torch, fairseq };
 enum class OptimizerKind { adam, adamw };
 enum class Schedule { constant, cosine };
 enum class DataKind { synthetic, text };

@@ -24,7 +24,7 @@ struct ModelConfig {
   int64_t heads = 4;
   int64_t vocab = 64;
   int64_t seq_len = 16;
-  InitScheme init = InitScheme::gpt2;  // gpt2: N(0, 0.02), residual projections / sqrt(2L); xavier
+  InitScheme init = InitScheme::gpt2;  // what each parameter gets: docs/init.md
   double norm_eps = 0;        // 0: the norm's default (LayerNorm 1e-5, RMSNorm 1e-6)
   DType dtype = DType::f32;
 
@@ -156,7 +156,9 @@ struct Init {
   Rng rng;
   DType dtype;
   Tensor normal(const Shape& s, double std);
+  Tensor uniform(const Shape& s, double bound);                  // U(-bound, bound)
   Tensor xavier(int64_t fan_out, int64_t fan_in, double gain);  // normal, std = gain*sqrt(2/(in+out))
+  Tensor xavier_uniform(int64_t fan_out, int64_t fan_in);       // U(-a, a), a = sqrt(6/(in+out))
   Tensor constant(const Shape& s, double v);
 };
 Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init);
