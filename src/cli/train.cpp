@@ -64,6 +64,9 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   } else {
     std::printf("\nstatus %s", r.status.c_str());
     if (r.status == "diverged") std::printf(" at step %lld (%s)", static_cast<long long>(r.diverged_step), r.diverged_reason.c_str());
+    if (r.status == "collapsed")
+      std::printf(" from step %lld (validation loss at or above the unigram baseline - %.2f)",
+                  static_cast<long long>(r.collapsed_step), kCollapseMargin);
     std::printf("\nfinal val loss %.4f, best %.4f at step %lld; unigram %.4f; floor %.4f (gap %.4f)\n",
                 r.final_val_loss, r.best_val_loss, static_cast<long long>(r.best_val_step), r.unigram_loss,
                 r.loss_floor, r.final_val_loss - r.loss_floor);
@@ -96,7 +99,8 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
 
 A run directory holds config.json (resolved, defaults included), metrics.jsonl (one line per eval:
 losses, lr, residual-stream norm after each block, gradient norm of each block), timing.jsonl and
-result.json. A diverged run (non-finite loss or gradient) ends with status "diverged", exit 0.)");
+result.json. A diverged run (non-finite loss or gradient) ends with status "diverged", exit 0; a run that learned
+nothing (final validation loss within 0.05 nats of the unigram baseline, or above it) "collapsed".)");
   return [args, &g] { return run_train(*args, g); };
 }
 

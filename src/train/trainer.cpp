@@ -214,7 +214,19 @@ TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const Pro
   res.seconds_per_step = counted ? step_time / static_cast<double>(counted) : 0;
   res.tokens_per_second = res.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / res.seconds_per_step : 0;
   if (!std::isfinite(res.best_val_loss)) res.best_val_loss = NAN;
+  if (res.status == "ok") {
+    res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
+    if (res.collapsed_step >= 0) res.status = "collapsed";
+  }
   return res;
+}
+
+int64_t collapse_step(const std::vector<EvalRecord>& evals, double unigram_loss) {
+  if (evals.empty() || !std::isfinite(unigram_loss)) return -1;
+  const double threshold = unigram_loss - kCollapseMargin;
+  int64_t from = -1;
+  for (auto it = evals.rbegin(); it != evals.rend() && !(it->val_loss < threshold); ++it) from = it->step;
+  return from;
 }
 
 }  // namespace normlab

@@ -64,3 +64,47 @@ TEST(TrainData, SyntheticFloorMatchesAnOracle) {
   EXPECT_EQ(data->val_batch(3, 2, T).inputs.to_vector(), data->val_batch(3, 2, T).inputs.to_vector());
 }
 
+
+// A run that learned nothing, or lost what it learned, is "collapsed" from the first eval after
+// which its validation loss stayed within 0.05 nats of the unigram baseline or above it.
+TEST(TrainStatus, CollapseStepIsWhereTheLossStayedAtTheBaseline) {
+  auto evals = [](std::vector<double> losses) {
+    std::vector<EvalRecord> v;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      EvalRecord r;
+      r.step = int64_t(100 * (i + 1));
+      r.val_loss = losses[i];
+      v.push_back(r);
+    }
+    return v;
+  };
+  const double unigram = 4.09;
+  EXPECT_EQ(collapse_step(evals({4.2, 4.1, 4.08}), unigram), 100);        // never learned
+  EXPECT_EQ(collapse_step(evals({3.0, 1.0, 4.05, 4.2}), unigram), 300);   // learned, then lost it
+  EXPECT_EQ(collapse_step(evals({4.2, 1.0, 4.05, 1.2}), unigram), -1);    // recovered: not collapsed
+  EXPECT_EQ(collapse_step(evals({3.0, 4.03}), unigram), -1);              // 0.06 below: learned a little
+  EXPECT_EQ(collapse_step({}, unigram), -1);
+}
+
+// Post-LN at lr 1e-2 under PyTorch's default init: the 12-layer toy model collapses to the unigram
+// loss within 100 steps; the same model in Pre-LN learns.
+TEST(TrainStatus, PostLnAtHighLrUnderTorchInitCollapses) {
+  TrainConfig c;
+  c.model.placement = Placement::post;
+  c.model.init = InitScheme::torch;
+  c.model.layers = 12;
+  c.lr = 1e-2;
+  c.steps = 100;
+  c.eval_every = 50;
+  c.eval_batches = 2;
+  c.threads = 1;
+  TrainResult r = train(c);
+  EXPECT_EQ(r.status, "collapsed");
+  EXPECT_EQ(r.collapsed_step, 50);
+  EXPECT_GE(r.final_val_loss, r.unigram_loss - kCollapseMargin);
+  c.model.placement = Placement::pre;
+  c.lr = 1e-3;
+  r = train(c);
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_LT(r.final_val_loss, r.unigram_loss - 1.0);
+}

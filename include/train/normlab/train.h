@@ -100,9 +100,13 @@ struct EvalRecord {
 };
 
 struct TrainResult {
-  std::string status = "ok";  // ok | diverged
+  // ok; diverged (a non-finite loss or gradient, at diverged_step); collapsed (finished, but its
+  // validation loss ended within kCollapseMargin of the unigram baseline or above it: it learned
+  // nothing, or lost what it learned; collapsed_step is the first eval from which it stayed there).
+  std::string status = "ok";
   int64_t diverged_step = -1;
   std::string diverged_reason;
+  int64_t collapsed_step = -1;
   int64_t steps_done = 0;
   double final_train_loss = 0, final_val_loss = 0, best_val_loss = 0;
   int64_t best_val_step = 0;
@@ -111,6 +115,13 @@ struct TrainResult {
   double seconds = 0, seconds_per_step = 0, tokens_per_second = 0;
   std::vector<EvalRecord> evals;
 };
+
+// A finished run whose validation loss ends this close to the unigram baseline (nats), or above
+// it, has collapsed.
+constexpr double kCollapseMargin = 0.05;
+// The eval step from which every validation loss is at or above unigram - kCollapseMargin (the run
+// ended collapsed), or -1 when the last one is below it.
+int64_t collapse_step(const std::vector<EvalRecord>& evals, double unigram_loss);
 
 // Called after each eval; the trainer writes nothing itself.
 using EvalCallback = std::function<void(const EvalRecord&)>;
