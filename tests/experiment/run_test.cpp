@@ -56,7 +56,7 @@ TEST(TrainRun, SameConfigSameMetricsBitForBit) {
   EXPECT_EQ(ma, mb);
   EXPECT_EQ(slurp(a / "config.json"), slurp(b / "config.json"));
   auto result = nlohmann::json::parse(slurp(a / "result.json"));
-  EXPECT_EQ(result["status"], "ok");
+  EXPECT_EQ(result["status"], "collapsed");  // 6 steps learn nothing: finished, not diverged
   EXPECT_EQ(result["steps_done"], 6);
   EXPECT_TRUE(result["versions"].contains("onednn"));
   // The run was written under a temporary name (<dir>.partial.<pid>) that is gone now.
@@ -95,7 +95,7 @@ TEST(TrainRun, EveryNormPlacementModelAndDataTrains) {
           if (data != "synthetic") c.model.vocab = 256;
           TrainResult r = train(c);
           SCOPED_TRACE(data + " " + to_string(model) + " " + to_string(norm) + " " + to_string(pl));
-          EXPECT_EQ(r.status, "ok");
+          EXPECT_TRUE(r.status == "ok" || r.status == "collapsed") << r.status;  // 3 steps: finished
           ASSERT_EQ(r.evals.size(), 1u);
           EXPECT_TRUE(std::isfinite(r.evals[0].val_loss));
           EXPECT_EQ(r.evals[0].stream_norm.size(), 2u);
