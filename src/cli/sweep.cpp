@@ -248,7 +248,8 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   CLI::App* sub = app.add_subcommand("sweep", "Run a grid of train configurations in parallel: resumable, shardable over Slurm, with tables and plots");
   sub->add_option("spec_and_axes", a->positional, "SPEC.json and/or axes key=v1,v2,... (Hydra-style; key=v alone sets the base)");
   sub->add_option("--out", a->out, "The sweep directory (runs, manifest, summaries, plots)");
-  sub->add_option("--set", a->sets, "key=value: a base config value (repeatable; config=FILE starts from a config file)");
+  sub->add_option("--set", a->sets, "key=value: a base config value (repeatable; config=FILE starts from a config file)")
+      ->allow_extra_args(false);
   sub->add_flag("--dry-run", a->dry_run, "List the points with their run names and whether they would run; create nothing");
   sub->add_option("-j,--jobs", a->jobs, "Points at once (default: the number of cores, or SLURM_CPUS_PER_TASK)");
   sub->add_option("--threads", a->threads, "Threads per point (default 1)");

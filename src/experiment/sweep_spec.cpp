@@ -33,6 +33,7 @@ namespace {
 struct Axis {
   std::string key;
   std::vector<ojson> values;  // canonical JSON values (as config_to_json writes them)
+  std::vector<std::string> shown;  // as in run names (see label_axis)
 };
 
 const ConfigKey* find_key(const std::string& name) {
@@ -82,6 +83,31 @@ std::string display(const ojson& v) {
   if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
   if (v.is_number_float()) return short_number(v.get<double>());
   return v.dump();
+}
+
+void number_forms(double v, std::string* plain, std::string* sci);
+
+// The values of an axis as run names show them: floats all in scientific form when any value reads
+// shorter that way (lr=1e-4 ... 1e-2, not a mix of 1e-3 and 0.01), else all plain.
+void label_axis(Axis& a) {
+  a.shown.clear();
+  bool floats = true, any_sci = false;
+  for (const ojson& v : a.values) {
+    floats = floats && v.is_number_float();
+    if (!v.is_number_float()) continue;
+    std::string plain, sci;
+    number_forms(v.get<double>(), &plain, &sci);
+    any_sci = any_sci || (sci.size() < plain.size());
+  }
+  for (const ojson& v : a.values) {
+    if (floats && v.get<double>() != std::floor(v.get<double>())) {
+      std::string plain, sci;
+      number_forms(v.get<double>(), &plain, &sci);
+      a.shown.push_back(any_sci ? sci : plain);
+    } else {
+      a.shown.push_back(display(v));
+    }
+  }
 }
 
 // A run name component must be one path segment: '/' and other awkward characters become '_'.
@@ -174,6 +200,13 @@ const std::vector<std::string>& sweep_spec_keys() {
 std::string short_number(double v) {
   if (!std::isfinite(v)) return v > 0 ? "inf" : (v < 0 ? "-inf" : "nan");
   if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  std::string plain, sci;
+  number_forms(v, &plain, &sci);
+  return plain.size() <= sci.size() ? plain : sci;
+}
+
+namespace {
+void number_forms(double v, std::string* plain_out, std::string* sci_out) {
   // The fewest significant digits that read back exactly, then the shorter of the two spellings.
   int digits = 1;
   for (; digits < 17; ++digits) {
@@ -190,9 +223,10 @@ std::string short_number(double v) {
   std::string scientific = mant + "e" + std::to_string(exp);
   std::snprintf(plain, sizeof plain, "%.*f", std::max(0, digits - 1 - exp), v);
   std::string p = plain;
-  if (std::strtod(p.c_str(), nullptr) != v) return scientific;
-  return p.size() <= scientific.size() ? p : scientific;
+  *sci_out = scientific;
+  *plain_out = std::strtod(p.c_str(), nullptr) == v ? p : scientific;
 }
+}  // namespace
 
 std::string config_hash(const TrainConfig& cfg) {
   TrainConfig c = cfg;
@@ -247,7 +281,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
       NL_USAGE(g.is_object(), "{}: grid must be an object of key -> list of values, got {}", req.spec_file, g.dump());
       for (auto& [key, value] : g.items()) {
         check_key(key, fmt::format("{} grid", req.spec_file));
-        grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", req.spec_file, key))});
+        grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", req.spec_file, key)), {}});
       }
     }
     if (spec.contains("zip")) {
@@ -260,7 +294,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
         std::vector<Axis> group;
         for (auto& [key, value] : z.items()) {
           check_key(key, fmt::format("{} {}", req.spec_file, zname));
-          group.push_back({key, axis_values(key, value, fmt::format("{} {}.{}", req.spec_file, zname, key))});
+          group.push_back({key, axis_values(key, value, fmt::format("{} {}.{}", req.spec_file, zname, key)), {}});
           NL_USAGE(group.back().values.size() == group.front().values.size(),
                    "{}: {}.{} has {} values but {}.{} has {}: zipped axes vary together and need equal lengths",
                    req.spec_file, zname, key, group.back().values.size(), zname, group.front().key, group.front().values.size());
@@ -334,7 +368,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     bool replaced = false;
     for (Axis& a : grid)
       if (a.key == key) a.values = values, replaced = true;
-    if (!replaced) grid.push_back({key, values});
+    if (!replaced) grid.push_back({key, values, {}});
   }
 
   // seed in the grid is the seeds list; no key is varied twice
@@ -387,6 +421,12 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     total *= d;
   }
 
+  for (Axis& a : grid) label_axis(a);
+  for (auto& g : zips)
+    for (Axis& a : g) label_axis(a);
+  Axis seed_axis{"seed", seeds, {}};
+  label_axis(seed_axis);
+
   SweepPlan plan;
   plan.axes = axis_keys;
   std::set<std::string> names;
@@ -402,16 +442,16 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     SweepPoint p;
     ojson values = ojson::object();
     size_t d = 0;
-    auto add = [&](const std::string& key, const ojson& v) {
-      values[key] = v;
-      p.values.emplace_back(key, display(v));
+    auto add = [&](const Axis& a, size_t k) {
+      values[a.key] = a.values[k];
+      p.values.emplace_back(a.key, a.shown[k]);
     };
-    for (const Axis& a : grid) add(a.key, a.values[idx[d++]]);
+    for (const Axis& a : grid) add(a, idx[d++]);
     for (const auto& g : zips) {
-      for (const Axis& a : g) add(a.key, a.values[idx[d]]);
+      for (const Axis& a : g) add(a, idx[d]);
       ++d;
     }
-    if (!seeds.empty()) add("seed", seeds[idx[d++]]);
+    if (!seeds.empty()) add(seed_axis, idx[d++]);
     p.config = base_cfg;
     apply_config_json(p.config, values.dump(), "the axes");
     std::vector<std::string> parts;
