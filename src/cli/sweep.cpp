@@ -167,9 +167,9 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
     ++in_shard_count;
     if (states[i].done && !runs[i]) ++done, diverged += states[i].status == "diverged";
   }
-  std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d jobs x %d thread%s\n", a.out.c_str(),
+  std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", a.out.c_str(),
                in_shard_count, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
-               todo.size(), done, diverged ? fmt::format(" ({} diverged)", diverged).c_str() : "", jobs, a.threads,
+               todo.size(), done, diverged ? fmt::format(" ({} diverged)", diverged).c_str() : "", jobs, jobs == 1 ? "" : "s", a.threads,
                a.threads == 1 ? "" : "s");
 
   const bool tty = isatty(STDERR_FILENO) && !g.quiet;

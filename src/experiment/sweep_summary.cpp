@@ -259,7 +259,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
 
 std::string summary_markdown(const SweepSummary& s) {
   std::string out = fmt::format("# Sweep summary: {}\n\n", s.metric);
-  out += fmt::format("{} points: {} completed, {} diverged, {} failed, {} not run yet.\n", s.points, s.completed,
+  out += fmt::format("{} points: {} completed, {} diverged, {} failed, {} pending (not run yet, or running elsewhere).\n", s.points, s.completed,
                      s.diverged, s.failed, s.pending);
   out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± std over seeds of {} (converged seeds only), "
                      "with how many diverged, or diverged@STEP when every seed diverged.\n\n",
