@@ -71,7 +71,7 @@ std::vector<double> log_ticks(double lo, double hi) {
   if (t.size() >= 3) return t;
   t = collect({1, 2, 3, 4, 5, 6, 7, 8, 9}, 1);
   if (t.size() >= 3 && t.size() <= 9) return t;
-  return linear_ticks(lo, hi, 4);
+  return linear_ticks(lo, hi, 6);
 }
 
 struct Axis {
@@ -220,6 +220,19 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s) {
   const size_t nr = s.row_values.size(), nc = s.col_labels.size();
   bool log_x = nr > 0;
   for (double v : s.row_numbers) log_x = log_x && std::isfinite(v) && v > 0;
+  // A grid whose values are very unevenly spaced even in log space (1e-3, 1e-2, 1e30) would crowd all
+  // but one value into a corner: show such values evenly spaced, in order, instead.
+  bool uneven = false;
+  if (log_x && nr >= 3) {
+    double min_gap = INFINITY, max_gap = 0;
+    for (size_t r = 1; r < nr; ++r) {
+      double gap = std::log10(s.row_numbers[r]) - std::log10(s.row_numbers[r - 1]);
+      min_gap = std::min(min_gap, gap);
+      max_gap = std::max(max_gap, gap);
+    }
+    uneven = max_gap > 8 * min_gap;
+    log_x = !uneven;
+  }
   double ylo = INFINITY, yhi = -INFINITY;
   for (size_t r = 0; r < nr; ++r)
     for (size_t c = 0; c < nc; ++c) {
@@ -243,7 +256,7 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s) {
   const std::string rows_name = s.rows.empty() ? "run" : s.rows;
   out += fmt::format("<text x=\"12\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} against {} (mean ± std over "
                      "seeds{})</text>\n",
-                     esc(s.metric), esc(rows_name), log_x ? "; log x" : "");
+                     esc(s.metric), esc(rows_name), log_x ? "; log x" : (uneven ? "; x values evenly spaced" : ""));
   Axis x;
   std::vector<double> xt;
   std::vector<std::string> xl;
