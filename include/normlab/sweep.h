@@ -149,6 +149,7 @@ struct SummaryOptions {
 struct SummaryCell {
   int n = 0;                // seeds that converged (have a finite metric)
   int diverged = 0, failed = 0, pending = 0;
+  int collapsed = 0;        // of the n: finished at or above the unigram baseline (learned nothing)
   double mean = 0, std = 0; // over the converged seeds (std: sample, n-1; 0 when n = 1)
   int64_t diverged_first = -1, diverged_last = -1;  // range of divergence steps
   std::vector<std::string> points;  // point names in the cell
@@ -172,10 +173,10 @@ struct SweepSummary {
   std::vector<std::string> col_labels;     // "placement=post layers=2" ("all" with no column axes)
   std::vector<std::vector<std::string>> col_values;  // per column: the value of each column axis
   std::vector<std::vector<SummaryCell>> cells;  // [row][col]
-  std::vector<std::vector<size_t>> stable;      // per column: rows where every seed converged
+  std::vector<std::vector<size_t>> stable;      // per column: rows where every seed converged (none collapsed)
   std::vector<int> best;                        // per column: best stable row, -1 if none
   std::vector<SummaryCurve> curves;             // every (row, col) with a point that ran
-  size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0;
+  size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0, collapsed = 0;
 };
 
 // Reads DIR/spec.json and whatever runs are there (a run counts only when its config hash matches).

@@ -75,6 +75,8 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
     else return r;
     if (j.contains("diverged_step") && j["diverged_step"].is_number()) r.diverged_step = j["diverged_step"].get<int64_t>();
     r.metric = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
+    if (r.status == "completed" && j["final_val_loss"].is_number() && j["unigram_loss"].is_number())
+      r.collapsed = j["final_val_loss"].get<double>() >= j["unigram_loss"].get<double>();
   } catch (const std::exception&) {
     r = RunRecord{};  // unreadable: not a finished run of this point
   }

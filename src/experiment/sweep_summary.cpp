@@ -66,6 +66,7 @@ std::string cell_text(const SummaryCell& c) {
   std::vector<std::string> notes;
   const int total = c.n + c.diverged + c.failed + c.pending;
   if (c.n > 0 && c.diverged > 0) notes.push_back(fmt::format("{}/{} diverged", c.diverged, total));
+  if (c.collapsed > 0) notes.push_back(fmt::format("{}/{} collapsed", c.collapsed, total));
   if (c.failed > 0) notes.push_back(fmt::format("{} failed", c.failed));
   if (c.pending > 0) notes.push_back(fmt::format("{} pending", c.pending));
   if (s.empty()) return notes.empty() ? "" : fmt::format("{}", fmt::join(notes, ", "));
@@ -187,6 +188,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     }
     if (rec.status == "completed" && std::isfinite(rec.metric)) {
       ++s.completed;
+      if (rec.collapsed) ++s.collapsed, ++c.collapsed;
       values[point_row[i]][point_col[i]].push_back(rec.metric);
       runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
     } else if (!rec.status.empty()) {  // diverged (or a completed run whose metric is not finite)
@@ -221,13 +223,13 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     }
 
   // Stable window and best row per column: only rows where every seed converged count; a diverged,
-  // failed or pending seed keeps a row out (so a diverged point is never best).
+  // collapsed, failed or pending seed keeps a row out (so a diverged or collapsed point is never best).
   s.stable.assign(s.col_labels.size(), {});
   s.best.assign(s.col_labels.size(), -1);
   for (size_t col = 0; col < s.col_labels.size(); ++col)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
       const SummaryCell& c = s.cells[r][col];
-      if (!c.present || c.n == 0 || c.diverged || c.failed || c.pending) continue;
+      if (!c.present || c.n == 0 || c.diverged || c.failed || c.pending || c.collapsed) continue;
       s.stable[col].push_back(r);
       if (s.best[col] < 0 || c.mean < s.cells[static_cast<size_t>(s.best[col])][col].mean) s.best[col] = static_cast<int>(r);
     }
@@ -259,8 +261,9 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
 
 std::string summary_markdown(const SweepSummary& s) {
   std::string out = fmt::format("# Sweep summary: {}\n\n", s.metric);
-  out += fmt::format("{} points: {} completed, {} diverged, {} failed, {} pending (not run yet, or running elsewhere).\n", s.points, s.completed,
-                     s.diverged, s.failed, s.pending);
+  out += fmt::format("{} points: {} completed{}, {} diverged, {} failed, {} pending (not run yet, or running elsewhere).\n",
+                     s.points, s.completed, s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "", s.diverged,
+                     s.failed, s.pending);
   out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± std over seeds of {} (converged seeds only), "
                      "with how many diverged, or diverged@STEP when every seed diverged.\n\n",
                      s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
@@ -284,8 +287,9 @@ std::string summary_markdown(const SweepSummary& s) {
   for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + window_text(s, c) + " |";
   out += "\n| best " + rows_name + " |";
   for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + best_text(s, c) + " |";
-  out += "\n\nStable: every seed converged (none diverged, failed or is missing). Best: the lowest mean among the "
-         "stable values (bold above); a diverged point is never best.\n";
+  out += "\n\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished at or "
+         "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
+         "diverged or collapsed point is never best.\n";
 
   // Validation loss by step, each column at its best row value: the table papers print.
   std::vector<const SummaryCurve*> shown;
@@ -318,7 +322,7 @@ std::string summary_csv(const SweepSummary& s) {
   // Long format: one line per cell, which spreadsheets and pandas pivot as they like.
   std::string out = csv_field(s.rows.empty() ? "row" : s.rows);
   for (const std::string& c : s.cols) out += "," + csv_field(c);
-  out += ",metric,n,mean,std,diverged,diverged_step,failed,pending,stable,best\n";
+  out += ",metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best\n";
   for (size_t c = 0; c < s.col_labels.size(); ++c)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
       const SummaryCell& cell = s.cells[r][c];
@@ -326,9 +330,9 @@ std::string summary_csv(const SweepSummary& s) {
       out += csv_field(s.row_values[r]);
       for (const std::string& v : s.col_values[c]) out += "," + csv_field(v);
       bool stable = std::find(s.stable[c].begin(), s.stable[c].end(), r) != s.stable[c].end();
-      out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n", s.metric, cell.n, cell.n ? fmt::format("{:.6g}", cell.mean) : "",
+      out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{}\n", s.metric, cell.n, cell.n ? fmt::format("{:.6g}", cell.mean) : "",
                          cell.n > 1 ? fmt::format("{:.6g}", cell.std) : "", cell.diverged,
-                         cell.diverged_first >= 0 ? std::to_string(cell.diverged_first) : "", cell.failed, cell.pending,
+                         cell.diverged_first >= 0 ? std::to_string(cell.diverged_first) : "", cell.collapsed, cell.failed, cell.pending,
                          stable ? "true" : "false", s.best[c] == static_cast<int>(r) ? "true" : "false");
     }
   return out;
@@ -340,7 +344,7 @@ std::string summary_json(const SweepSummary& s) {
   j["rows"] = s.rows;
   j["cols"] = s.cols;
   j["counts"] = {{"points", s.points}, {"completed", s.completed}, {"diverged", s.diverged}, {"failed", s.failed},
-                 {"pending", s.pending}};
+                 {"pending", s.pending}, {"collapsed", s.collapsed}};
   j["row_values"] = s.row_values;
   j["columns"] = ojson::array();
   for (size_t c = 0; c < s.col_labels.size(); ++c) {
@@ -355,6 +359,7 @@ std::string summary_json(const SweepSummary& s) {
                               {"mean", cell.n ? num(cell.mean) : ojson(nullptr)},
                               {"std", cell.n > 1 ? num(cell.std) : ojson(nullptr)},
                               {"diverged", cell.diverged},
+                              {"collapsed", cell.collapsed},
                               {"diverged_steps", cell.diverged_first >= 0 ? ojson::array({cell.diverged_first, cell.diverged_last}) : ojson(nullptr)},
                               {"failed", cell.failed},
                               {"pending", cell.pending},
