@@ -15,6 +15,7 @@
 // The flow: plan_sweep (parse and validate everything; nothing touched) -> prepare_sweep_dir (refuses a
 // changed spec, creates DIR) -> select_points -> run_sweep -> summarize_sweep + write_summaries.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -177,6 +178,7 @@ struct SweepSummary {
   std::vector<int> best;                        // per column: best stable row, -1 if none
   std::vector<SummaryCurve> curves;             // every (row, col) with a point that ran
   size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0, collapsed = 0;
+  double unigram_loss = NAN;  // the task's unigram baseline (from the runs), drawn in the plots of a loss
 };
 
 // Reads DIR/spec.json and whatever runs are there (a run counts only when its config hash matches).

@@ -141,6 +141,15 @@ std::string cross(double x, double y, double r, const char* stroke) {
                      x - r, y - r, x + r, y + r, stroke);
 }
 
+// A dashed horizontal line at the unigram loss, labelled, when it lies inside the y range.
+std::string unigram_line(const Axis& x, const Axis& y, double unigram) {
+  if (!std::isfinite(unigram) || unigram < y.lo || unigram > y.hi) return "";
+  double py = y.map(unigram);
+  return fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n"
+                     "<text x=\"{3:.1f}\" y=\"{4:.1f}\" fill=\"#555\" font-size=\"10\">unigram (learned nothing)</text>\n",
+                     x.px0, py, x.px1, x.px0 + 6, py - y.px1 < 14 ? py + 12 : py - 5);
+}
+
 std::string empty_plot(const std::string& what) {
   return header(480, 120) + fmt::format("<text x=\"240\" y=\"64\" text-anchor=\"middle\">{}</text>\n</svg>\n", esc(what));
 }
@@ -179,6 +188,7 @@ std::string plot_loss_curves_svg(const SweepSummary& s) {
     Axis x{0, xhi * 1.02, false, ox, ox + pw};
     Axis y{ylo, yhi, true, oy + ph, oy};
     out += frame(x, y, xt, xl, yt, "step", "validation loss", s.col_labels[p] == "all" ? "" : s.col_labels[p]);
+    out += unigram_line(x, y, s.unigram_loss);
     for (const SummaryCurve& c : s.curves) {
       if (c.col != p) continue;
       std::string pts;
@@ -273,6 +283,7 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s) {
   const double top = mt + band;
   Axis y{ylo, yhi, true, top + ph, top};
   out += frame(x, y, xt, xl, log_ticks(ylo, yhi), rows_name, s.metric + " (log scale)", "");
+  out += unigram_line(x, y, s.unigram_loss);
   if (any_diverged) {
     out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fbe9e9\" stroke=\"#333\"/>\n", ml,
                        mt, pw, band);

@@ -185,6 +185,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
                "metric '{}' is not a number in result.json (try final_val_loss, best_val_loss, final_train_loss, "
                "gap_to_floor)", s.metric);
       metric_checked = true;
+      if (s.metric.find("loss") != std::string::npos && j["unigram_loss"].is_number()) s.unigram_loss = j["unigram_loss"].get<double>();
     }
     if (rec.status == "completed" && std::isfinite(rec.metric)) {
       ++s.completed;
