@@ -5,6 +5,7 @@
 //   normlab sweep summarize DIR --rows lr --cols placement,layers --format csv
 #include <fmt/ranges.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -212,8 +213,14 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   } else {
     std::cout << summary_markdown(s);
   }
-  std::fprintf(stderr, "ran %zu points in %s: %zu completed, %zu diverged, %zu failed; summaries and plots in %s\n", p.finished,
-               clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed, a.out.c_str());
+  // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  const double own_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+                         1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
+  std::fprintf(stderr, "ran %zu point%s in %s: %zu completed, %zu diverged, %zu failed; summaries and plots in %s "
+               "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
+               clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed, a.out.c_str(), own_cpu);
   if (p.failed > 0) {
     std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
                  p.failed, p.failed == 1 ? "" : "s", a.out.c_str(), a.out.c_str());
