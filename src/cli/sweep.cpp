@@ -67,7 +67,9 @@ std::string outcome_line(const SweepPoint& pt, const PointOutcome& o, const Swee
   else if (o.status == "diverged") detail = fmt::format("at step {}", o.diverged_step);
   else if (o.signal) detail = fmt::format("signal {} ({})", o.signal, strsignal(o.signal));
   else detail = fmt::format("exit {}", o.exit_code);
-  std::string line = fmt::format("[{}/{}] {:<11} {}  {}  {:.1f} s", p.finished, p.total, o.status, pt.name, detail, o.seconds);
+  std::string line = fmt::format("[{}/{}] {:<11} {}  {}  {:.1f} s  ({} running, {} failed, {} diverged, {} elapsed, ~{} left)",
+                                 p.finished, p.total, o.status, pt.name, detail, o.seconds, p.running, p.failed, p.diverged,
+                                 clock_text(p.elapsed_s), p.eta_s < 0 ? "?" : clock_text(p.eta_s));
   if (o.status == "failed" && !o.stderr_tail.empty()) {
     std::string last = o.stderr_tail.substr(o.stderr_tail.rfind('\n') == std::string::npos ? 0 : o.stderr_tail.rfind('\n') + 1);
     line += "\n    " + last;

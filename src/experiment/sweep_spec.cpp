@@ -429,7 +429,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
 
   SweepPlan plan;
   plan.axes = axis_keys;
-  std::set<std::string> names;
+  std::set<std::string> names, text_checked;
   std::vector<size_t> idx(dims.size(), 0);
   const std::string base_json = config_to_json(base_cfg);
   for (size_t n = 0; n < total; ++n) {
@@ -460,7 +460,9 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     NL_USAGE(names.insert(p.name).second, "two points would share the run name '{}' (values that differ only in "
              "characters a directory name cannot hold)", p.name);
     try {
-      validate_run(p.config);
+      // validate_run also reads a text data file: once per distinct file is enough
+      if (p.config.data.rfind("text:", 0) == 0 && text_checked.insert(p.config.data).second) validate_run(p.config);
+      else p.config.validate();
     } catch (const UsageError& e) {
       if (parts.empty()) throw UsageError(fmt::format("base config: {}", e.what()));
       throw UsageError(fmt::format("point {}: {}", p.name, e.what()));
