@@ -417,6 +417,30 @@ TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
 }
 
+TEST(SweepSlurm, WritesAnArrayScriptAndPrintsTheSbatchLine) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  CliResult r = run_cli({"sweep", "--out", dir, "lr=1e-3,1e-2", "seed=0,1,2", "--set", "steps=5", "--slurm",
+                         "--slurm-shards", "3", "--slurm-cpus", "2", "--slurm-array-max", "2", "--slurm-partition",
+                         "cpu", "--slurm-time", "00:05:00", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string script = slurp(dir + "/sweep.sbatch");
+  for (const char* line : {"#SBATCH --array=0-2%2\n", "#SBATCH --cpus-per-task=2\n", "#SBATCH --partition=cpu\n",
+                           "#SBATCH --time=00:05:00\n", "/slurm/%A_%a.out\n", "--shard \"${SLURM_ARRAY_TASK_ID}/3\" --jobs 2 --threads 1"})
+    EXPECT_NE(script.find(line), std::string::npos) << line << "\n" << script;
+  EXPECT_NE(r.out.find("sbatch " + dir + "/sweep.sbatch"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_directory(dir + "/slurm"));
+  EXPECT_TRUE(fs::exists(dir + "/spec.json"));
+  EXPECT_FALSE(fs::exists(dir + "/manifest.jsonl"));  // nothing ran here
+  // the spec the array tasks run is the same sweep
+  SweepPlan from_dir = plan_sweep({dir + "/spec.json", {}, {}});
+  EXPECT_EQ(from_dir.points.size(), 6u);
+  EXPECT_EQ(from_dir.spec_json, slurp(dir + "/spec.json"));
+  CliResult bad = run_cli({"sweep", "--out", tmp / "t", "lr=1e-3,1e-2", "--submit"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_FALSE(fs::exists(tmp / "t"));
+}
+
 TEST(SweepSignals, SigtermInterruptsPromptlyAndResumes) {
   TempDir tmp;
   const std::string dir = tmp / "s";
