@@ -262,7 +262,7 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   sub->add_flag("--dry-run", a->dry_run, "List the points with their run names and whether they would run; create nothing");
   sub->add_option("-j,--jobs", a->jobs, "Points at once (default: the number of cores, or SLURM_CPUS_PER_TASK)");
   sub->add_option("--threads", a->threads, "Threads per point (default 1)");
-  sub->add_option("--rerun", a->rerun, "Also re-run finished points of these statuses: diverged, completed, failed, interrupted, all (comma list)");
+  sub->add_option("--rerun", a->rerun, "Also re-run finished points with these statuses (comma list): diverged, completed, all; failed and interrupted points always run again");
   sub->add_flag("--force", a->force, "Run a changed spec over an existing sweep directory");
   sub->add_option("--shard", a->shard, "K/N: run only the K-th of N slices (0-based; default SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT)");
   sub->add_flag("--slurm", a->slurm, "Write DIR/sweep.sbatch (a job array, one task per shard) and print the sbatch line");
@@ -292,11 +292,7 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
   summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
   summ->add_option("--format", a->format, "md, csv or json (stdout)");
   add_global_flags(*summ, g);
-  return [a, sub, summ, &g] {
-    if (summ->parsed()) return run_summarize_command(*a, g);
-    (void)sub;
-    return run_sweep_command(*a, g);
-  };
+  return [a, summ, &g] { return summ->parsed() ? run_summarize_command(*a, g) : run_sweep_command(*a, g); };
 }
 
 }  // namespace normlab::cli
