@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch baseline of normlab's toy model, for timing one training step against `normlab train`.
 
-The model, task shape and optimizer mirror normlab (include/normlab/nn.h, src/nn/modules.cpp,
+The model, task shape and optimizer mirror normlab (include/nn/normlab/nn.h, src/nn/modules.cpp,
 src/train/trainer.cpp):
 
   x = tok_emb[ids] + pos_emb[0..T-1]

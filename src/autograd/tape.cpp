@@ -3,7 +3,6 @@
 #include <unordered_set>
 
 #include "normlab/autograd.h"
-#include "normlab/backend.h"
 
 namespace normlab {
 
@@ -28,6 +27,52 @@ void Node::release() {
   inputs_.clear();
   inputs_.shrink_to_fit();
   released_ = true;
+}
+
+namespace {
+GradientMath g_gradient_math;
+
+const GradientMath& gradient_math() {
+  NL_CHECK(g_gradient_math.accumulate != nullptr && g_gradient_math.add != nullptr,
+           "no gradient arithmetic installed: call install_backends() first");
+  return g_gradient_math;
+}
+}  // namespace
+
+void set_gradient_math(GradientMath math) { g_gradient_math = math; }
+
+FlatLeaves flatten_leaves(const std::vector<Tensor>& leaves) {
+  FlatLeaves flat;
+  if (leaves.empty()) return flat;
+  const DType dtype = leaves[0].dtype();
+  const Device device = leaves[0].device();
+  int64_t count = 0;
+  for (const Tensor& p : leaves) count += p.numel();
+  flat.values = Tensor::empty({count}, dtype, device);
+  flat.grads = Tensor::zeros({count}, dtype, device);
+  int64_t offset = 0;
+  for (const Tensor& p : leaves) {
+    NL_CHECK(p.dtype() == dtype && p.device() == device, "flatten: parameter {} has another dtype or device",
+             p.name());
+    Tensor dst = flat.values.view_at(offset, p.shape());
+    dst.copy_(p);
+    TensorImpl& impl = p.impl();
+    impl.storage = dst.impl().storage;
+    impl.offset = dst.impl().offset;
+    impl.grad = flat.grads.view_at(offset, p.shape()).impl_ptr();
+    impl.grad_valid = false;
+    offset += p.numel();
+  }
+  return flat;
+}
+
+void zero_unreached_grads(const std::vector<Tensor>& leaves) {
+  for (const Tensor& p : leaves) {
+    TensorImpl& impl = p.impl();
+    if (impl.grad_valid || !impl.grad) continue;
+    Tensor(impl.grad).fill_(0.0);
+    impl.grad_valid = true;
+  }
 }
 
 bool grad_enabled() { return t_grad_enabled; }
@@ -88,12 +133,12 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
   auto accumulate_into = [&shared](TensorImpl& t, const Tensor& g) {
     if (t.grad_valid) {
       Tensor dst(t.grad);
-      Backend& kb = backend_for(dst.device(), dst.dtype());
+      const GradientMath& math = gradient_math();
       if (t.grad.use_count() == 2 || shared.count(t.grad.get()) == 0) {
-        kb.accumulate(dst, g);
+        math.accumulate(dst, g);
       } else {
         Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
-        kb.add(sum, dst, g, 1.0, 1.0);
+        math.add(sum, dst, g);
         t.grad = sum.impl_ptr();
       }
     } else {
@@ -162,7 +207,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
           in.grad_valid = true;
           donated = true;
         } else if (direct[i]) {
-          backend_for(dest[i].device(), dest[i].dtype()).copy(dest[i], Tensor(t->grad));
+          dest[i].copy_(Tensor(t->grad));
           in.grad = dest[i].impl_ptr();
           in.grad_valid = true;
           dest[i] = Tensor();  // the input holds it now; a later sum into it may be in place

@@ -14,6 +14,8 @@
 
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/cpu_backend.h"
+#include "normlab/parse.h"
 #include "normlab/version.h"
 
 namespace normlab::bench {
@@ -55,20 +57,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }  // namespace
 
 NormShape parse_shape(const std::string& text, const std::string& flag) {
-  const std::vector<std::string> parts = split(text, 'x');
-  NL_USAGE(parts.size() == 3, "{}: shape '{}' is not BATCHxSEQxD (three positive integers, e.g. 8x256x1024)",
-           flag, text);
-  int64_t v[3];
-  const char* names[3] = {"batch", "seq", "d"};
-  for (int i = 0; i < 3; ++i)
-    NL_USAGE(parse_positive(parts[static_cast<size_t>(i)], v[i]),
-             "{}: shape '{}': {} '{}' is not a positive integer", flag, text, names[i],
-             parts[static_cast<size_t>(i)]);
-  NormShape s{v[0], v[1], v[2]};
-  // Products checked step by step so that they cannot overflow.
-  NL_USAGE(s.batch <= kMaxElements / s.seq && s.batch * s.seq <= kMaxElements / s.d,
-           "{}: shape '{}' has more than 2^40 elements: too large for memory", flag, text);
-  return s;
+  const std::array<int64_t, 3> v = parse_shape3(text, flag, "BATCHxSEQxD", kMaxElements, kMaxElements);
+  return NormShape{v[0], v[1], v[2]};
 }
 
 std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag) {

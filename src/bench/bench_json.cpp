@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "bench/bench_internal.h"
+#include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 

@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "bench/bench_internal.h"
+#include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 

@@ -21,8 +21,8 @@
 #include <map>
 #include <memory>
 
-#include "backends/reference/reference_kernels.h"
-#include "bench/bench_internal.h"
+#include "normlab/reference_kernels.h"
+#include "bench_internal.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
@@ -470,7 +470,7 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
     fill_nan(a.dbeta, a.d);
   }
   fn(a);
-  const std::vector<OutputCheck> checks = pass == Pass::fwd ? check_forward(impl.norm, a) : check_backward(impl.norm, a);
+  const std::vector<OutputCheck> checks = pass == Pass::fwd ? check_forward(to_string(impl.norm), a) : check_backward(to_string(impl.norm), a);
   VerifyResult r;
   r.pass = true;
   const std::string what = fmt::format("{} {} {}x{}", impl.name(), to_string(pass), a.n, a.d);
@@ -624,14 +624,14 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       for (const NormImpl* m : impls) {
         for (Pass p : passes) {
           if (!(p == Pass::fwd ? m->forward : m->backward)) continue;
-          const float eps = m->norm == "layernorm" ? opt.ln_eps : opt.rms_eps;
+          const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
           Case c;
-          c.row = base_row(m->norm, m->impl, m->provider, to_string(p));
+          c.row = base_row(to_string(m->norm), m->impl, m->provider, to_string(p));
           c.row.streaming_stores = m->streaming_stores;
           const NormFn& fn = p == Pass::fwd ? m->forward : m->backward;
-          c.call = [&pool, fn, norm = m->norm, p, eps](int64_t k) { fn(args_for(pool, k, norm, p, eps)); };
+          c.call = [&pool, fn, norm = std::string(to_string(m->norm)), p, eps](int64_t k) { fn(args_for(pool, k, norm, p, eps)); };
           // Correctness first: a wrong kernel is reported and never timed.
-          c.row.verify = verify_norm(*m, p, args_for(pool, 0, m->norm, p, eps));
+          c.row.verify = verify_norm(*m, p, args_for(pool, 0, to_string(m->norm), p, eps));
           if (!c.row.verify.pass) {
             c.row.status = "rejected";
             c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --pass {} --shapes {} --threads {})",

@@ -1,18 +1,18 @@
 // `bench norms`: the registry of norm implementations, and the cpu backend's five kernels
-// (src/backends/cpu/norm_kernels.h) registered in it. A test registers more (a deliberately
+// (include/backend_cpu/normlab/cpu_kernel_lab.h) registered in it. A test registers more (a deliberately
 // wrong one, to see it rejected before timing); scripts/torch_bench.py adds PyTorch's rows
 // from its own process.
 #include <algorithm>
 
-#include "backends/cpu/norm_kernels.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
-#include "normlab/version.h"
+#include "normlab/cpu_backend.h"
 
 namespace normlab::bench {
 
 void NormRegistry::add(NormImpl impl) {
-  NL_CHECK(impl.norm == "layernorm" || impl.norm == "rmsnorm", "norm implementation '{}': norm must be "
+  NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm, "norm implementation '{}': norm must be "
            "layernorm or rmsnorm", impl.name());
   NL_CHECK(!impl.impl.empty() && impl.impl.find_first_of("./ ") == std::string::npos,
            "norm implementation '{}': the implementation name must be non-empty, without '.', '/' or spaces",
@@ -31,7 +31,7 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
   for (const std::string& p : patterns) {
     bool matched = false;
     for (const NormImpl& m : impls_) {
-      if (p == "all" || p == m.name() || p == m.impl || p == m.norm) {
+      if (p == "all" || p == m.name() || p == m.impl || p == to_string(m.norm)) {
         take(m);
         matched = true;
       }
@@ -53,7 +53,7 @@ NormRegistry builtin_norm_impls() {
   NormRegistry r;
   const std::string onednn = "oneDNN " + onednn_version();
   // oneDNN 2.6's simple_layer_normalization stores with ordinary (vmovups) stores.
-  r.add({"layernorm", "onednn", onednn, "oneDNN's layer_normalization primitive (variance converted to rstd)", false,
+  r.add({NormKind::layernorm, "onednn", onednn, "oneDNN's layer_normalization primitive (variance converted to rstd)", false,
          [](const NormArgs& a) {
            cpu::layernorm_forward_onednn(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
          },
@@ -61,7 +61,7 @@ NormRegistry builtin_norm_impls() {
            cpu::layernorm_backward_onednn(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                           a.saved_rstd, a.n, a.d);
          }});
-  r.add({"layernorm", "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
+  r.add({NormKind::layernorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) {
            cpu::layernorm_forward_multipass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
          },
@@ -69,7 +69,7 @@ NormRegistry builtin_norm_impls() {
            cpu::layernorm_backward_multipass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                              a.saved_rstd, a.n, a.d);
          }});
-  r.add({"layernorm", "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
+  r.add({NormKind::layernorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) {
            cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
          },
@@ -77,12 +77,12 @@ NormRegistry builtin_norm_impls() {
            cpu::layernorm_backward_fused(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                          a.saved_rstd, a.n, a.d);
          }});
-  r.add({"rmsnorm", "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
+  r.add({NormKind::rmsnorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_multipass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
            cpu::rmsnorm_backward_multipass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
          }});
-  r.add({"rmsnorm", "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
+  r.add({NormKind::rmsnorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
            cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);

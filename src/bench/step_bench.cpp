@@ -16,7 +16,7 @@
 #include <chrono>
 #include <memory>
 
-#include "backends/cpu/norm_kernels.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
@@ -128,7 +128,7 @@ class NormSweep {
 
   NormArgs args(int64_t c, Pass pass) {
     Buffers& b = bufs_[static_cast<size_t>(c)];
-    const bool ln = impl_.norm == "layernorm";
+    const bool ln = impl_.norm == NormKind::layernorm;
     NormArgs a;
     a.n = n_;
     a.d = d_;
@@ -180,12 +180,12 @@ class NormSweep {
 };
 
 // The kernels the cpu backend's layernorm/rmsnorm ops call (cpu_backend.cpp).
-NormImpl backend_norm(const std::string& norm) {
+NormImpl backend_norm(NormKind norm) {
   NormImpl m;
   m.norm = norm;
   m.impl = "backend";
   m.provider = "normlab";
-  if (norm == "layernorm") {
+  if (norm == NormKind::layernorm) {
     m.forward = [](const NormArgs& a) {
       cpu::layernorm_forward(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
     };
@@ -193,9 +193,9 @@ NormImpl backend_norm(const std::string& norm) {
       cpu::layernorm_backward(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n, a.d);
     };
   } else {
-    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
+    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
     m.backward = [](const NormArgs& a) {
-      cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+      cpu::rmsnorm_backward(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
     };
   }
   return m;
@@ -221,8 +221,7 @@ int64_t norm_parameters_of(Model& model) {
 
 void validate(const StepOptions& opt) {
   NL_USAGE(!opt.models.empty(), "--model: no model given");
-  for (const std::string& m : opt.models)
-    NL_USAGE(m == "toy" || m == "gpt", "--model: '{}' is not one of toy, gpt", m);
+  for (const std::string& m : opt.models) parse_kind<ModelKind>(m);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
   NL_USAGE(opt.layers >= 1, "--layers must be >= 1, got {}", opt.layers);
   NL_USAGE(opt.d_model >= 1, "--d-model must be >= 1, got {}", opt.d_model);
@@ -269,11 +268,11 @@ StepReport run_step_bench(const StepOptions& opt) {
       set_num_threads(t);
       std::unique_ptr<Trainee> trainee[2];
       std::unique_ptr<NormSweep> sweep[2];
-      NormImpl impls[2] = {backend_norm("layernorm"), backend_norm("rmsnorm")};
+      NormImpl impls[2] = {backend_norm(kinds[0]), backend_norm(kinds[1])};
       StepRow rows[2];
       for (int k = 0; k < 2; ++k) {
         ModelConfig cfg;
-        cfg.model = model_name;
+        cfg.model = parse_kind<ModelKind>(model_name);
         cfg.norm = kinds[k];
         cfg.layers = opt.layers;
         cfg.d_model = opt.d_model;

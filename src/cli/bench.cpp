@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/io.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/backend.h"
 #include "normlab/error.h"
 #include "normlab/gradcheck.h"

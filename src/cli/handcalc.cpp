@@ -1,6 +1,6 @@
 // `normlab handcalc [residual|placement]`: the worksheet arithmetic of LayerNorm/RMSNorm, the
 // residual gradient and Pre-/Post-LN, printed step by step. This file only wires option strings
-// to the library (include/normlab/handcalc.h), which parses, validates, computes and renders.
+// to the library (include/handcalc/normlab/handcalc.h), which parses, validates, computes and renders.
 //   normlab handcalc --help
 //   normlab handcalc residual --help
 //   normlab handcalc placement --help
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/error.h"
 #include "normlab/handcalc.h"
 

@@ -9,9 +9,10 @@
 #include <iostream>
 #include <vector>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/error.h"
-#include "normlab/version.h"
+#include "normlab/about.h"
+#include "normlab/backends.h"
 
 namespace normlab::cli {
 
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   setup_logging(global);
+  normlab::install_backends();
   for (auto& [sub, run] : commands) {
     if (sub == nullptr || !sub->parsed()) continue;
     try {

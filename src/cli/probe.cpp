@@ -1,5 +1,5 @@
 // `normlab probe [PRESET]`: signal propagation at initialization, no training. Parses options,
-// calls the library (include/normlab/probe.h) and prints its results as tables or JSON; every
+// calls the library (include/train/normlab/probe.h) and prints its results as tables or JSON; every
 // number printed here was computed there.
 //   normlab probe --help          presets, options, examples
 //   normlab probe all --json      every preset as one JSON document
@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/probe.h"
@@ -65,8 +65,8 @@ std::string model_line(const ConfigProbe& p, const ProbeOptions& opt) {
   const ModelConfig& m = p.config.model;
   return fmt::format("{}: d_model {}, d_hidden {}{}, vocab {}, final norm {}; batch {} x {} tokens of {} data; "
                      "mean over {} seed{} (from seed {})",
-                     p.label, m.d_model, m.d_hidden, m.model == "gpt" ? fmt::format(", heads {}", m.heads) : "",
-                     m.vocab, p.final_norm_on ? "on" : "off", opt.batch, m.seq_len, p.config.data, opt.seeds,
+                     p.label, m.d_model, m.d_hidden, m.model == ModelKind::gpt ? fmt::format(", heads {}", m.heads) : "",
+                     m.vocab, p.final_norm_on ? "on" : "off", opt.batch, m.seq_len, p.config.data.str(), opt.seeds,
                      opt.seeds == 1 ? "" : "s", p.config.seed);
 }
 
@@ -259,7 +259,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   ConfigProbe config;
   if (preset == "config") {
     TrainConfig cfg = load_train_config(a.config_file, a.values);
-    spdlog::debug("probing {} {} {} L={}", cfg.model.model, to_string(cfg.model.norm), to_string(cfg.model.placement),
+    spdlog::debug("probing {} {} {} L={}", to_string(cfg.model.model), to_string(cfg.model.norm), to_string(cfg.model.placement),
                   cfg.model.layers);
     config = probe_config(cfg, opt);
     report.config = &config;

@@ -7,7 +7,9 @@
 #include <map>
 #include <spdlog/spdlog.h>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
+#include "output.h"
+#include "normlab/about.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/run.h"
@@ -26,7 +28,7 @@ std::string default_run_dir(const TrainConfig& c) {
   char stamp[32];
   std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, c.model.model, to_string(c.model.norm),
+  return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, to_string(c.model.model), to_string(c.model.norm),
                      to_string(c.model.placement), c.model.layers, c.seed);
 }
 
@@ -41,12 +43,22 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     std::filesystem::create_directories("runs", ec);
   }
   opt.force = a.force;
-  opt.print_table = !g.json;
-  opt.progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
-  spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", cfg.model.model, to_string(cfg.model.norm),
+  opt.versions = provenance();
+  const bool table = !g.json;
+  const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
+  opt.on_start = [table] {
+    if (table) print_loss_table_header();
+  };
+  opt.on_eval = [table, progress](const EvalRecord& r) {
+    if (progress) clear_progress_line();
+    if (table) print_loss_table_row(r);
+  };
+  if (progress) opt.on_step = [steps = cfg.steps](int64_t step, double loss) { print_progress_line(step, steps, loss); };
+  spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
                to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
   TrainResult r;
   std::string result = run_and_record(cfg, opt, &r);
+  if (progress) clear_progress_line();
   if (g.json) {
     std::cout << result << "\n";
   } else {

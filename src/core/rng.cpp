@@ -22,7 +22,13 @@ uint32_t Rng::next_u32() {
   return (xorshifted >> rot) | (xorshifted << ((-rot) & 31u));
 }
 
-uint64_t Rng::next_u64() { return (static_cast<uint64_t>(next_u32()) << 32) | next_u32(); }
+// The two draws are sequenced explicitly (the order of the operands of | is unspecified in C++):
+// the first is the high half.
+uint64_t Rng::next_u64() {
+  const uint64_t high = next_u32();
+  const uint64_t low = next_u32();
+  return (high << 32) | low;
+}
 
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 

@@ -6,7 +6,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "normlab/backend.h"
 
 namespace normlab {
 
@@ -63,7 +62,7 @@ struct Arena {
   std::mutex mu;
   std::unordered_map<size_t, std::vector<void*>> free_blocks;
   ArenaStats stats;
-  DeviceAllocator alloc;
+  DeviceMemory alloc;
 
   void* allocate(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu);
@@ -116,7 +115,47 @@ ArenaStats arena_stats(Device device) {
 
 void arena_release_cached(Device device) { arena(device).release_cached(); }
 
-void register_device_allocator(Device device, DeviceAllocator alloc) { arena(device).alloc = alloc; }
+void register_device_memory(Device device, DeviceMemory memory) { arena(device).alloc = memory; }
+
+namespace {
+
+template <class T>
+void fill_host(void* dst, int64_t count, double value) {
+  T* p = static_cast<T*>(dst);
+  const T v = static_cast<T>(value);
+  for (int64_t i = 0; i < count; ++i) p[i] = v;
+}
+
+}  // namespace
+
+Tensor& Tensor::fill_(double value) {
+  if (device() != Device::cpu) {
+    const DeviceMemory& m = arena(device()).alloc;
+    NL_CHECK(m.fill != nullptr, "no memory hooks registered for device {}", device_name(device()));
+    m.fill(raw(), dtype(), numel(), value);
+    return *this;
+  }
+  switch (dtype()) {
+    case DType::f32: fill_host<float>(raw(), numel(), value); break;
+    case DType::f64: fill_host<double>(raw(), numel(), value); break;
+    case DType::i32: fill_host<int32_t>(raw(), numel(), value); break;
+  }
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  NL_CHECK(src.dtype() == dtype() && src.device() == device() && src.numel() == numel(),
+           "copy_: {} {} {} into {} {} {}", device_name(src.device()), dtype_name(src.dtype()),
+           shape_str(src.shape()), device_name(device()), dtype_name(dtype()), shape_str(shape()));
+  if (device() != Device::cpu) {
+    const DeviceMemory& m = arena(device()).alloc;
+    NL_CHECK(m.copy != nullptr, "no memory hooks registered for device {}", device_name(device()));
+    m.copy(raw(), src.raw(), nbytes());
+  } else if (raw() != src.raw()) {
+    std::memcpy(raw(), src.raw(), nbytes());
+  }
+  return *this;
+}
 
 Storage::Storage(size_t bytes, Device device) : bytes_(round_size(bytes)), device_(device) {
   data_ = arena(device).allocate(bytes_);
@@ -142,13 +181,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) { return full
 
 Tensor Tensor::full_on(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (dtype == DType::i32) {
-    NL_CHECK(device == Device::cpu, "int32 fill is only supported on the cpu");
-    int32_t* p = t.data<int32_t>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int32_t>(value);
-  } else {
-    backend_for(device, dtype).fill(t, value);
-  }
+  t.fill_(value);
   return t;
 }
 

@@ -51,24 +51,24 @@ const char* type_name() {
   else return "string";
 }
 
-Field enum_field(const char* name, const char* help, std::function<void(TrainConfig&, const std::string&)> set,
+Field text_field(const char* name, const std::string& help, std::function<void(TrainConfig&, const std::string&)> set,
                  std::function<std::string(const TrainConfig&)> get) {
   ConfigKey k{name, "string", help};
   return Field{k, [k, set](TrainConfig& c, const json& v) { set(c, typed<std::string>(v, k)); },
                [get](const TrainConfig& c) { return json(get(c)); }};
 }
 
+// A key whose values are an enumeration's names (kinds.h): help, parser and error come from its table.
+#define NL_KIND_FIELD(NAME, TYPE, MEMBER)                                                          \
+  text_field(NAME, kind_help<TYPE>(), [](TrainConfig& c, const std::string& s) { c.MEMBER = parse_kind<TYPE>(s); }, \
+             [](const TrainConfig& c) { return std::string(to_string(c.MEMBER)); })
+
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      NL_FIELD("model", std::string, model.model, "toy (prefix-mean mixing) or gpt (causal self-attention)"),
-      enum_field("norm", "none, layernorm or rmsnorm", [](TrainConfig& c, const std::string& s) { c.model.norm = parse_norm(s); },
-                 [](const TrainConfig& c) { return std::string(to_string(c.model.norm)); }),
-      enum_field("placement", "pre, post, sandwich or deepnorm",
-                 [](TrainConfig& c, const std::string& s) { c.model.placement = parse_placement(s); },
-                 [](const TrainConfig& c) { return std::string(to_string(c.model.placement)); }),
-      enum_field("final_norm", "auto (on for pre/sandwich), on or off",
-                 [](TrainConfig& c, const std::string& s) { c.model.final_norm = parse_final_norm(s); },
-                 [](const TrainConfig& c) { return std::string(to_string(c.model.final_norm)); }),
+      NL_KIND_FIELD("model", ModelKind, model.model),
+      NL_KIND_FIELD("norm", NormKind, model.norm),
+      NL_KIND_FIELD("placement", Placement, model.placement),
+      NL_KIND_FIELD("final_norm", FinalNorm, model.final_norm),
       NL_FIELD("qk_norm", bool, model.qk_norm, "RMSNorm on each head's q and k (gpt only)"),
       NL_FIELD("residual", bool, model.residual, "false drops the identity path \"x +\" of every block (a probe contrast)"),
       NL_FIELD("layers", int64_t, model.layers, "number of blocks"),
@@ -77,19 +77,20 @@ const std::vector<Field>& fields() {
       NL_FIELD("heads", int64_t, model.heads, "attention heads (gpt)"),
       NL_FIELD("vocab", int64_t, model.vocab, "vocabulary size (256 for text)"),
       NL_FIELD("seq_len", int64_t, model.seq_len, "tokens per sequence"),
-      NL_FIELD("init", std::string, model.init, "gpt2 (N(0,0.02), residual projections / sqrt(2L)) or xavier"),
+      NL_KIND_FIELD("init", InitScheme, model.init),
       NL_FIELD("norm_eps", double, model.norm_eps, "norm epsilon; 0 = the norm's default (LN 1e-5, RMS 1e-6)"),
-      NL_FIELD("data", std::string, data, "synthetic or text:PATH"),
+      text_field("data", kind_help<DataKind>(), [](TrainConfig& c, const std::string& v) { c.data = DataSpec::parse(v); },
+                 [](const TrainConfig& c) { return c.data.str(); }),
       NL_FIELD("topics", int64_t, topics, "synthetic: number of topics"),
       NL_FIELD("noise", double, noise, "synthetic: probability a token is replaced by a uniform one"),
-      NL_FIELD("optimizer", std::string, optimizer, "adam or adamw"),
+      NL_KIND_FIELD("optimizer", OptimizerKind, optimizer),
       NL_FIELD("lr", double, lr, "peak learning rate"),
       NL_FIELD("beta1", double, beta1, "Adam beta1"),
       NL_FIELD("beta2", double, beta2, "Adam beta2"),
       NL_FIELD("adam_eps", double, adam_eps, "Adam epsilon"),
       NL_FIELD("weight_decay", double, weight_decay, "decoupled (adamw) or L2 (adam) weight decay, all parameters"),
       NL_FIELD("warmup_steps", int64_t, warmup_steps, "linear warm-up from 0"),
-      NL_FIELD("schedule", std::string, schedule, "constant or cosine (to 0 at the last step)"),
+      NL_KIND_FIELD("schedule", Schedule, schedule),
       NL_FIELD("clip", double, clip, "global gradient-norm clip; 0 = off"),
       NL_FIELD("batch_size", int64_t, batch_size, "sequences per step"),
       NL_FIELD("steps", int64_t, steps, "training steps"),
@@ -213,7 +214,7 @@ TrainConfig load_train_config(const std::string& config_file, const std::map<std
   }
   for (const auto& [key, value] : flags) apply_config_value(cfg, key, value);
   vocab_given = vocab_given || flags.count("vocab") > 0;
-  if (cfg.data.rfind("text:", 0) == 0 && !vocab_given) cfg.model.vocab = 256;
+  if (cfg.data.kind == DataKind::text && !vocab_given) cfg.model.vocab = 256;
   return cfg;
 }
 

@@ -8,6 +8,7 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/parse.h"
 #include "normlab/rng.h"
 
 namespace normlab {
@@ -167,6 +168,11 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     y = a.inst.forward();
   }
   auto numeric = numeric_gradients(a.inst, a.seed, opt.h);
+  Analytic f32;
+  if (!opt.f32_backend.empty()) {
+    BackendScope f32_scope(opt.f32_backend);
+    f32 = analytic_gradients(c, opt, DType::f32);
+  }
   nlohmann::json j;
   j["case"] = c.name;
   j["description"] = c.description;
@@ -176,13 +182,25 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
   j["checked_scalar"] = "f = sum(output * upstream)";
   j["output"] = {{"shape", y.shape()}, {"values", y.to_vector()}};
   j["upstream"] = {{"shape", a.seed.shape()}, {"values", a.seed.to_vector()}};
+  j["hyperparameters"] = nlohmann::json::object();
+  for (const auto& [k, v] : a.inst.numbers) j["hyperparameters"][k] = v;
+  for (const auto& [k, v] : a.inst.names) j["hyperparameters"][k] = v;
+  j["constants"] = nlohmann::json::array();
+  for (const auto& [name, t] : a.inst.constants) {
+    std::vector<int64_t> ids;
+    for (double v : t.to_vector()) ids.push_back(static_cast<int64_t>(v));
+    j["constants"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"values", ids}});
+  }
+  if (!opt.f32_backend.empty()) j["f32_backend"] = opt.f32_backend;
   for (size_t i = 0; i < a.inst.inputs.size(); ++i) {
     const auto& [name, t] = a.inst.inputs[i];
-    j["inputs"].push_back({{"name", name},
-                           {"shape", t.shape()},
-                           {"values", t.to_vector()},
-                           {"analytic_grad", a.grads[i]},
-                           {"numeric_grad", numeric[i]}});
+    nlohmann::json in{{"name", name},
+                      {"shape", t.shape()},
+                      {"values", t.to_vector()},
+                      {"analytic_grad", a.grads[i]},
+                      {"numeric_grad", numeric[i]}};
+    if (!opt.f32_backend.empty()) in["f32_analytic_grad"] = f32.grads[i];
+    j["inputs"].push_back(in);
   }
   return j.dump(1);
 }
@@ -218,22 +236,9 @@ std::string gradcheck_results_json(const std::vector<CaseResult>& results, const
 }
 
 CaseShape parse_case_shape(const std::string& text) {
+  // Finite differences cost two forwards per input element: 4096 per size is already minutes.
+  const std::array<int64_t, 3> v = parse_shape3(text, "--shape", "BxTxC", 4096, int64_t{1} << 24);
   CaseShape s;
-  std::vector<int64_t> v;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t x = text.find('x', pos);
-    std::string tok = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    char* end = nullptr;
-    long long val = std::strtoll(tok.c_str(), &end, 10);
-    NL_USAGE(!tok.empty() && end && *end == '\0', "--shape '{}': '{}' is not a whole number (expected BxTxC, e.g. 2x5x8)",
-             text, tok);
-    NL_USAGE(val >= 1 && val <= 4096, "--shape '{}': {} is out of range 1..4096", text, val);
-    v.push_back(val);
-    if (x == std::string::npos) break;
-    pos = x + 1;
-  }
-  NL_USAGE(v.size() == 3, "--shape '{}' must have three sizes BxTxC (e.g. 2x5x8)", text);
   s.batch = v[0];
   s.time = v[1];
   s.channels = v[2];

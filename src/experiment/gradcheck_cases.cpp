@@ -43,7 +43,7 @@ GradCase op(std::string name, std::string description,
 }
 
 // The model config a composite case is built with: the case's sizes, float64 or float32.
-ModelConfig case_config(const CaseShape& s, DType dtype, const std::string& model, NormKind norm,
+ModelConfig case_config(const CaseShape& s, DType dtype, ModelKind model, NormKind norm,
                         Placement placement, bool qk_norm) {
   ModelConfig cfg;
   cfg.model = model;
@@ -58,51 +58,70 @@ ModelConfig case_config(const CaseShape& s, DType dtype, const std::string& mode
   cfg.seq_len = std::max<int64_t>(s.time, 2);
   cfg.dtype = dtype;
   // GPT-2's 0.02 would make each branch tiny next to the identity; xavier exercises every path.
-  cfg.init = "xavier";
+  cfg.init = InitScheme::xavier;
   return cfg;
 }
 
-// A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
-GradCase block_case(std::string name, std::string description, std::string model, NormKind norm,
-                    Placement placement, bool qk_norm) {
+// The hyperparameters of a composite case, for --dump.
+void describe_config(CaseInstance& inst, const ModelConfig& cfg) {
+  inst.names = {{"model", to_string(cfg.model)}, {"norm", to_string(cfg.norm)},
+                {"placement", to_string(cfg.placement)}, {"init", to_string(cfg.init)}};
+  inst.numbers = {{"layers", double(cfg.layers)},   {"d_model", double(cfg.d_model)},
+                  {"d_hidden", double(cfg.d_hidden)}, {"heads", double(cfg.heads)},
+                  {"vocab", double(cfg.vocab)},     {"norm_eps", cfg.eps()},
+                  {"qk_norm", cfg.qk_norm ? 1.0 : 0.0}, {"final_norm", cfg.final_norm_on() ? 1.0 : 0.0},
+                  {"deepnorm_alpha", cfg.placement == Placement::deepnorm ? cfg.deepnorm_alpha() : 1.0}};
+}
+
+using CompositeBuilder = std::function<CaseInstance(const ModelConfig&, const CaseShape&, DType, uint64_t seed)>;
+
+// A composite case: the model config of its sizes, norm and placement, built into an instance
+// whose hyperparameters are recorded for --dump.
+GradCase composite_case(std::string name, std::string description, ModelKind model, NormKind norm,
+                        Placement placement, bool qk_norm, CompositeBuilder build) {
   GradCase c;
   c.name = std::move(name);
   c.kind = "composite";
   c.description = std::move(description);
   c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
     ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
-    Init init{Rng(seed, stream::init), dtype};
-    auto params = std::make_shared<ParamList>();
-    auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
-    Draw d{Rng(seed, stream::check), dtype};
-    CaseInstance inst;
-    Tensor x = d.normal({s.batch, s.time, s.channels});
-    inst.inputs.push_back({"x", x});
-    for (const Tensor& p : params->all()) inst.inputs.push_back({p.name(), p});
-    inst.forward = [block, params, x] { return (*block)(x); };
+    CaseInstance inst = build(cfg, s, dtype, seed);
+    describe_config(inst, cfg);
     return inst;
   };
   return c;
 }
 
-GradCase model_case(std::string name, std::string description, std::string model, NormKind norm,
+// A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
+GradCase block_case(std::string name, std::string description, ModelKind model, NormKind norm,
                     Placement placement, bool qk_norm) {
-  GradCase c;
-  c.name = std::move(name);
-  c.kind = "composite";
-  c.description = std::move(description);
-  c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
-    ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
-    auto m = std::make_shared<Model>(cfg, seed);
-    Draw d{Rng(seed, stream::check), dtype};
-    Tensor ids = d.ids({s.batch, s.time}, s.vocab);
-    Tensor targets = d.ids({s.batch, s.time}, s.vocab);
-    CaseInstance inst;
-    for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
-    inst.forward = [m, ids, targets] { return m->loss(ids, targets); };
-    return inst;
-  };
-  return c;
+  return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
+                        [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
+                          Init init{Rng(seed, stream::init), dtype};
+                          auto params = std::make_shared<ParamList>();
+                          auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
+                          Draw d{Rng(seed, stream::check), dtype};
+                          Tensor x = d.normal({s.batch, s.time, s.channels});
+                          CaseInstance inst({{"x", x}}, [block, params, x] { return (*block)(x); });
+                          for (const Tensor& p : params->all()) inst.inputs.push_back({p.name(), p});
+                          return inst;
+                        });
+}
+
+// The whole model's loss on random ids and targets; inputs: every parameter.
+GradCase model_case(std::string name, std::string description, ModelKind model, NormKind norm,
+                    Placement placement, bool qk_norm) {
+  return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
+                        [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
+                          auto m = std::make_shared<Model>(cfg, seed);
+                          Draw d{Rng(seed, stream::check), dtype};
+                          Tensor ids = d.ids({s.batch, s.time}, s.vocab);
+                          Tensor targets = d.ids({s.batch, s.time}, s.vocab);
+                          CaseInstance inst({}, [m, ids, targets] { return m->loss(ids, targets); });
+                          for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
+                          inst.constants = {{"ids", ids}, {"targets", targets}};
+                          return inst;
+                        });
 }
 
 std::vector<GradCase> build_cases() {
@@ -137,11 +156,15 @@ std::vector<GradCase> build_cases() {
   }));
   cs.push_back(op("add_scaled", "alpha*a + b (DeepNorm residual), alpha = 1.7", [](const CaseShape& s, Draw& d) {
     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return add_scaled(a, 1.7, b); }};
+    CaseInstance inst{{{"a", a}, {"b", b}}, [=] { return add_scaled(a, 1.7, b); }};
+    inst.numbers = {{"alpha", 1.7}};
+    return inst;
   }));
   cs.push_back(op("scale", "alpha*x, alpha = -0.6", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"x", x}}, [=] { return scale(x, -0.6); }};
+    CaseInstance inst{{{"x", x}}, [=] { return scale(x, -0.6); }};
+    inst.numbers = {{"alpha", -0.6}};
+    return inst;
   }));
   cs.push_back(op("mul", "a * b elementwise", [](const CaseShape& s, Draw& d) {
     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
@@ -154,29 +177,37 @@ std::vector<GradCase> build_cases() {
   cs.push_back(op("layernorm", "gamma * (x - mean) * rstd + beta, eps 1e-5", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3),
            b = d.normal({s.channels}, 0.0, 0.3);
-    return CaseInstance{{{"x", x}, {"gamma", g}, {"beta", b}}, [=] { return layernorm(x, g, b, 1e-5); }};
+    CaseInstance inst{{{"x", x}, {"gamma", g}, {"beta", b}}, [=] { return layernorm(x, g, b, 1e-5); }};
+    inst.numbers = {{"eps", 1e-5}};
+    return inst;
   }));
   cs.push_back(op("rmsnorm", "gamma * x / sqrt(mean(x^2) + eps), eps 1e-6", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3);
-    return CaseInstance{{{"x", x}, {"gamma", g}}, [=] { return rmsnorm(x, g, 1e-6); }};
+    CaseInstance inst{{{"x", x}, {"gamma", g}}, [=] { return rmsnorm(x, g, 1e-6); }};
+    inst.numbers = {{"eps", 1e-6}};
+    return inst;
   }));
   cs.push_back(op("add_layernorm", "fused s = 1.3a + b, y = LayerNorm(s); checks 0.37 s + y",
                   [](const CaseShape& s, Draw& d) {
                     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
                            g = d.normal({s.channels}, 1.0, 0.3), be = d.normal({s.channels}, 0.0, 0.3);
-                    return CaseInstance{{{"a", a}, {"b", b}, {"gamma", g}, {"beta", be}}, [=] {
-                                          auto [sum, y] = add_layernorm(a, 1.3, b, g, be, 1e-5);
-                                          return add_scaled(sum, 0.37, y);
-                                        }};
+                    CaseInstance inst{{{"a", a}, {"b", b}, {"gamma", g}, {"beta", be}}, [=] {
+                                        auto [sum, y] = add_layernorm(a, 1.3, b, g, be, 1e-5);
+                                        return add_scaled(sum, 0.37, y);
+                                      }};
+                    inst.numbers = {{"alpha", 1.3}, {"eps", 1e-5}, {"checked_sum_weight", 0.37}};
+                    return inst;
                   }));
   cs.push_back(op("add_rmsnorm", "fused s = 1.3a + b, y = RMSNorm(s); checks 0.37 s + y",
                   [](const CaseShape& s, Draw& d) {
                     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
                            g = d.normal({s.channels}, 1.0, 0.3);
-                    return CaseInstance{{{"a", a}, {"b", b}, {"gamma", g}}, [=] {
-                                          auto [sum, y] = add_rmsnorm(a, 1.3, b, g, 1e-6);
-                                          return add_scaled(sum, 0.37, y);
-                                        }};
+                    CaseInstance inst{{{"a", a}, {"b", b}, {"gamma", g}}, [=] {
+                                        auto [sum, y] = add_rmsnorm(a, 1.3, b, g, 1e-6);
+                                        return add_scaled(sum, 0.37, y);
+                                      }};
+                    inst.numbers = {{"alpha", 1.3}, {"eps", 1e-6}, {"checked_sum_weight", 0.37}};
+                    return inst;
                   }));
   cs.push_back(op("softmax", "softmax over the last dimension", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
@@ -186,7 +217,9 @@ std::vector<GradCase> build_cases() {
     Tensor q = d.normal({s.batch, s.time, s.channels}), k = d.normal({s.batch, s.time, s.channels}),
            v = d.normal({s.batch, s.time, s.channels});
     int64_t h = s.heads;
-    return CaseInstance{{{"q", q}, {"k", k}, {"v", v}}, [=] { return causal_attention(q, k, v, h); }};
+    CaseInstance inst{{{"q", q}, {"k", k}, {"v", v}}, [=] { return causal_attention(q, k, v, h); }};
+    inst.numbers = {{"heads", double(h)}};
+    return inst;
   }));
   cs.push_back(op("prefix_mean", "causal prefix mean over time (toy mixing)", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels});
@@ -195,12 +228,16 @@ std::vector<GradCase> build_cases() {
   cs.push_back(op("embedding", "table[ids], repeated ids included", [](const CaseShape& s, Draw& d) {
     Tensor table = d.normal({s.vocab, s.channels});
     Tensor ids = d.ids({s.batch, s.time}, s.vocab);
-    return CaseInstance{{{"table", table}}, [=] { return embedding(ids, table); }};
+    CaseInstance inst{{{"table", table}}, [=] { return embedding(ids, table); }};
+    inst.constants = {{"ids", ids}};
+    return inst;
   }));
   cs.push_back(op("cross_entropy", "mean over tokens of logsumexp(z) - z[target]", [](const CaseShape& s, Draw& d) {
     Tensor z = d.normal({s.batch, s.time, s.vocab}, 0.0, 2.0);
     Tensor t = d.ids({s.batch, s.time}, s.vocab);
-    return CaseInstance{{{"logits", z}}, [=] { return cross_entropy(z, t); }};
+    CaseInstance inst{{{"logits", z}}, [=] { return cross_entropy(z, t); }};
+    inst.constants = {{"targets", t}};
+    return inst;
   }));
   cs.push_back(op("reshape", "(B, T, C) viewed as (B*T, C)", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels});
@@ -211,23 +248,23 @@ std::vector<GradCase> build_cases() {
     return CaseInstance{{{"x", x}}, [=] { return transpose(x, 1, 2); }};
   }));
 
-  cs.push_back(block_case("block_pre_ln", "toy block, Pre-LN: x + F(LN(x))", "toy", NormKind::layernorm,
+  cs.push_back(block_case("block_pre_ln", "toy block, Pre-LN: x + F(LN(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::pre, false));
-  cs.push_back(block_case("block_post_ln", "toy block, Post-LN: LN(x + F(x))", "toy", NormKind::layernorm,
+  cs.push_back(block_case("block_post_ln", "toy block, Post-LN: LN(x + F(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::post, false));
-  cs.push_back(block_case("block_sandwich_rms", "toy block, Sandwich RMSNorm: x + N2(F(N1(x)))", "toy",
+  cs.push_back(block_case("block_sandwich_rms", "toy block, Sandwich RMSNorm: x + N2(F(N1(x)))", ModelKind::toy,
                           NormKind::rmsnorm, Placement::sandwich, false));
-  cs.push_back(block_case("block_deepnorm_ln", "toy block, DeepNorm: LN(alpha x + F(x))", "toy", NormKind::layernorm,
+  cs.push_back(block_case("block_deepnorm_ln", "toy block, DeepNorm: LN(alpha x + F(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::deepnorm, false));
-  cs.push_back(block_case("block_post_rms", "toy block, Post-RMSNorm (fused add + RMSNorm)", "toy", NormKind::rmsnorm,
+  cs.push_back(block_case("block_post_rms", "toy block, Post-RMSNorm (fused add + RMSNorm)", ModelKind::toy, NormKind::rmsnorm,
                           Placement::post, false));
-  cs.push_back(block_case("attn_block_qknorm", "gpt block, Pre-RMSNorm, causal attention with QK-Norm", "gpt",
+  cs.push_back(block_case("attn_block_qknorm", "gpt block, Pre-RMSNorm, causal attention with QK-Norm", ModelKind::gpt,
                           NormKind::rmsnorm, Placement::pre, true));
-  cs.push_back(block_case("attn_block_post_ln", "gpt block, Post-LN, causal attention", "gpt", NormKind::layernorm,
+  cs.push_back(block_case("attn_block_post_ln", "gpt block, Post-LN, causal attention", ModelKind::gpt, NormKind::layernorm,
                           Placement::post, false));
-  cs.push_back(model_case("toy_model_loss", "whole toy model (Pre-LN, final norm) + cross-entropy", "toy",
+  cs.push_back(model_case("toy_model_loss", "whole toy model (Pre-LN, final norm) + cross-entropy", ModelKind::toy,
                           NormKind::layernorm, Placement::pre, false));
-  cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", "gpt",
+  cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", ModelKind::gpt,
                           NormKind::rmsnorm, Placement::pre, true));
   return cs;
 }

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,7 +12,6 @@
 #include "normlab/backend.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
-#include "normlab/version.h"
 
 namespace normlab {
 
@@ -36,8 +34,8 @@ std::string eval_to_json_line(const EvalRecord& r) {
   return j.dump();
 }
 
-std::string result_to_json(const TrainConfig& cfg, const TrainResult& r) {
-  const BuildInfo& b = build_info();
+std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
+                           const std::map<std::string, std::string>& versions) {
   json j{{"status", r.status},
          {"steps_done", r.steps_done},
          {"diverged_step", r.diverged_step >= 0 ? json(r.diverged_step) : json(nullptr)},
@@ -52,16 +50,14 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r) {
          {"parameters", r.parameters},
          {"timing", {{"seconds", r.seconds}, {"seconds_per_step", r.seconds_per_step},
                      {"tokens_per_second", r.tokens_per_second}, {"threads", num_threads()}}},
-         {"versions", {{"normlab", b.normlab_version}, {"git_commit", b.git_commit}, {"onednn", onednn_version()},
-                       {"compiler", b.compiler}, {"build_type", b.build_type}, {"cpu", cpu_model()},
-                       {"host", host_name()}}}};
+         {"versions", versions}};
   j["config"] = json::parse(config_to_json(cfg));
   return j.dump(2);
 }
 
 void validate_run(const TrainConfig& cfg) {
   cfg.validate();
-  if (cfg.data.rfind("text:", 0) == 0) make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
+  if (cfg.data.kind == DataKind::text) make_data_source(cfg);  // the file is read and checked
 }
 
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
@@ -83,11 +79,7 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
   try {
     write_file_atomic((tmp / "config.json").string(), config_to_json(cfg) + "\n");
     std::ofstream metrics(tmp / "metrics.jsonl"), timing(tmp / "timing.jsonl");
-    if (opt.print_table) {
-      std::printf("%7s %10s %10s %10s %10s %11s %10s\n", "step", "lr", "train", "val", "grad_norm", "ms/step",
-                  "tok/s");
-      std::fflush(stdout);
-    }
+    if (opt.on_start) opt.on_start();
     auto on_eval = [&](const EvalRecord& r) {
       metrics << eval_to_json_line(r) << "\n";
       metrics.flush();
@@ -95,27 +87,12 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
                      {"tokens_per_second", r.tokens_per_second}}.dump()
              << "\n";
       timing.flush();
-      if (opt.progress) std::fprintf(stderr, "\r\033[K");
-      if (opt.print_table) {
-        std::printf("%7lld %10.3g %10.4f %10.4f %10.3g %11.3f %10.0f\n", static_cast<long long>(r.step), r.lr,
-                    r.train_loss, r.val_loss, r.grad_norm, 1e3 * r.seconds_per_step, r.tokens_per_second);
-        std::fflush(stdout);
-      }
+      if (opt.on_eval) opt.on_eval(r);
     };
-    auto on_step = [&](int64_t step, double loss) {
-      if (opt.progress && (step % 10 == 0 || step == cfg.steps)) {
-        const int width = 30;
-        int filled = static_cast<int>(width * step / cfg.steps);
-        std::fprintf(stderr, "\r[%.*s%*s] %lld/%lld loss %.4f", filled, "##############################",
-                     width - filled, "", static_cast<long long>(step), static_cast<long long>(cfg.steps), loss);
-        std::fflush(stderr);
-      }
-    };
-    TrainResult r = train(cfg, on_eval, on_step);
-    if (opt.progress) std::fprintf(stderr, "\r\033[K");
+    TrainResult r = train(cfg, on_eval, opt.on_step);
     metrics.close();
     timing.close();
-    std::string result = result_to_json(cfg, r);
+    std::string result = result_to_json(cfg, r, opt.versions);
     write_file_atomic((tmp / "result.json").string(), result + "\n");
     if (fs::exists(dir, ec)) fs::remove_all(dir, ec);
     fs::rename(tmp, dir, ec);

@@ -15,14 +15,7 @@ namespace normlab::handcalc {
 
 std::vector<double> default_x() { return {2.0, -1.0, 0.0, 3.0}; }
 
-const char* norm_name(NormKind kind) {
-  switch (kind) {
-    case NormKind::layernorm: return "layernorm";
-    case NormKind::rmsnorm: return "rmsnorm";
-    case NormKind::both: return "both";
-  }
-  return "?";
-}
+const char* norm_name(std::optional<NormKind> kind) { return kind ? to_string(*kind) : "both"; }
 
 namespace {
 
@@ -286,7 +279,7 @@ PlacementWorksheet placement_worksheet(NormKind norm, const std::vector<double>&
                                        const std::vector<double>& gamma,
                                        const std::vector<double>& beta, double eps) {
   const std::size_t d = x.size();
-  NL_CHECK(norm != NormKind::both, "placement_worksheet: choose layernorm or rmsnorm");
+  NL_CHECK(norm != NormKind::none, "placement_worksheet: choose layernorm or rmsnorm");
   NL_CHECK(d > 0, "placement_worksheet: x is empty");
   NL_CHECK(w.size() == d * d, "placement_worksheet: W has {} values, expected {}x{}", w.size(), d,
            d);
@@ -360,14 +353,13 @@ int parse_decimals(const std::string& option, const std::string& text) {
   return v;
 }
 
-NormKind parse_norm(const std::string& option, const std::string& text, bool allow_both) {
+std::optional<NormKind> parse_norm(const std::string& option, const std::string& text, bool allow_both) {
   const std::string t = lower(trim(text));
-  if (t == "layernorm") return NormKind::layernorm;
-  if (t == "rmsnorm") return NormKind::rmsnorm;
-  if (t == "both" && allow_both) return NormKind::both;
-  NL_USAGE(false, "{}: \"{}\" is not a norm (expected {})", option, text,
-           allow_both ? "layernorm, rmsnorm or both" : "layernorm or rmsnorm");
-  return NormKind::both;  // unreachable
+  if (t == "both" && allow_both) return std::nullopt;
+  if (t == to_string(NormKind::layernorm)) return NormKind::layernorm;
+  if (t == to_string(NormKind::rmsnorm)) return NormKind::rmsnorm;
+  throw UsageError(fmt::format("{}: \"{}\" is not a norm (expected {})", option, text,
+                               allow_both ? "layernorm, rmsnorm or both" : "layernorm or rmsnorm"));
 }
 
 void validate_eps(const std::string& option, double eps) {

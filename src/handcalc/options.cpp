@@ -53,7 +53,7 @@ NormWorksheet norm_worksheet_from_options(const NormOptions& o) {
   const std::vector<double> x = x_or_default(o.x);
   const std::size_t d = x.size();
   NormWorksheet ws;
-  ws.norm = o.norm ? parse_norm("--norm", *o.norm, /*allow_both=*/true) : NormKind::both;
+  if (o.norm) ws.norm = parse_norm("--norm", *o.norm, /*allow_both=*/true);
   if (ws.norm == NormKind::rmsnorm) reject_beta_for_rmsnorm(o.beta);
   const double eps = eps_or_default(o.eps);
   const std::vector<double> gamma = per_element("--gamma", o.gamma, d, 1.0);
@@ -82,7 +82,7 @@ PlacementWorksheet placement_worksheet_from_options(const PlacementOptions& o) {
   const std::size_t d = x.size();
   validate_matrix_dim("--x", d);
   const NormKind norm =
-      o.norm ? parse_norm("--norm", *o.norm, /*allow_both=*/false) : NormKind::layernorm;
+      o.norm ? *parse_norm("--norm", *o.norm, /*allow_both=*/false) : NormKind::layernorm;
   if (norm == NormKind::rmsnorm) reject_beta_for_rmsnorm(o.beta);
   const double eps = eps_or_default(o.eps);
   const std::vector<double> w = w_or_default(o.w, d);

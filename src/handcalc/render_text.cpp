@@ -254,7 +254,7 @@ std::string render_text(const NormWorksheet& ws, int decimals) {
   const auto& any_x = ws.layernorm ? ws.layernorm->x : ws.rmsnorm->x;
   const double eps = ws.layernorm ? ws.layernorm->eps : ws.rmsnorm->eps;
   const auto& gamma = ws.layernorm ? ws.layernorm->gamma : ws.rmsnorm->gamma;
-  std::string title = ws.norm == NormKind::both ? "normlab handcalc: LayerNorm and RMSNorm of one vector, by hand"
+  std::string title = !ws.norm ? "normlab handcalc: LayerNorm and RMSNorm of one vector, by hand"
                       : ws.norm == NormKind::layernorm ? "normlab handcalc: LayerNorm of one vector, by hand"
                                                        : "normlab handcalc: RMSNorm of one vector, by hand";
   std::string out = header(title, decimals) + "\ninput\n";
@@ -262,7 +262,7 @@ std::string render_text(const NormWorksheet& ws, int decimals) {
   s.line("vector", "x", vec(any_x, decimals), fmt::format("(d = {})", any_x.size()));
   s.line("epsilon", "eps", eps_text(eps));
   input_gamma_beta(s, gamma, ws.gamma_default, ws.layernorm ? &ws.layernorm->beta : nullptr,
-                   ws.beta_default, ws.norm == NormKind::both, decimals);
+                   ws.beta_default, !ws.norm, decimals);
   out += s.str();
   if (ws.layernorm) out += "\n" + layernorm_section(*ws.layernorm, decimals);
   if (ws.rmsnorm) out += "\n" + rmsnorm_section(*ws.rmsnorm, decimals);

@@ -2,59 +2,10 @@
 #include <cmath>
 
 #include "normlab/autograd.h"
-#include "normlab/backend.h"
 #include "normlab/nn.h"
 #include "normlab/ops.h"
 
 namespace normlab {
-
-// ---- names ----------------------------------------------------------------------
-
-const char* to_string(NormKind k) {
-  switch (k) {
-    case NormKind::none: return "none";
-    case NormKind::layernorm: return "layernorm";
-    case NormKind::rmsnorm: return "rmsnorm";
-  }
-  return "?";
-}
-const char* to_string(Placement p) {
-  switch (p) {
-    case Placement::pre: return "pre";
-    case Placement::post: return "post";
-    case Placement::sandwich: return "sandwich";
-    case Placement::deepnorm: return "deepnorm";
-  }
-  return "?";
-}
-const char* to_string(FinalNorm f) {
-  switch (f) {
-    case FinalNorm::auto_: return "auto";
-    case FinalNorm::on: return "on";
-    case FinalNorm::off: return "off";
-  }
-  return "?";
-}
-
-NormKind parse_norm(const std::string& s) {
-  if (s == "none") return NormKind::none;
-  if (s == "layernorm" || s == "ln") return NormKind::layernorm;
-  if (s == "rmsnorm" || s == "rms") return NormKind::rmsnorm;
-  throw UsageError(fmt::format("norm '{}' is not one of none, layernorm, rmsnorm", s));
-}
-Placement parse_placement(const std::string& s) {
-  if (s == "pre") return Placement::pre;
-  if (s == "post") return Placement::post;
-  if (s == "sandwich") return Placement::sandwich;
-  if (s == "deepnorm") return Placement::deepnorm;
-  throw UsageError(fmt::format("placement '{}' is not one of pre, post, sandwich, deepnorm", s));
-}
-FinalNorm parse_final_norm(const std::string& s) {
-  if (s == "auto") return FinalNorm::auto_;
-  if (s == "on" || s == "true") return FinalNorm::on;
-  if (s == "off" || s == "false") return FinalNorm::off;
-  throw UsageError(fmt::format("final_norm '{}' is not one of auto, on, off", s));
-}
 
 // ---- config ---------------------------------------------------------------------
 
@@ -74,18 +25,16 @@ double ModelConfig::deepnorm_alpha() const { return std::pow(2.0 * static_cast<d
 double ModelConfig::deepnorm_beta() const { return std::pow(8.0 * static_cast<double>(layers), -0.25); }
 
 void ModelConfig::validate() const {
-  NL_USAGE(model == "toy" || model == "gpt", "model '{}' is not one of toy, gpt", model);
   NL_USAGE(layers >= 1, "layers must be >= 1, got {}", layers);
   NL_USAGE(d_model >= 1, "d_model must be >= 1, got {}", d_model);
   NL_USAGE(d_hidden >= 1, "d_hidden must be >= 1, got {}", d_hidden);
   NL_USAGE(vocab >= 2, "vocab must be >= 2, got {}", vocab);
   NL_USAGE(seq_len >= 2, "seq_len must be >= 2, got {}", seq_len);
-  NL_USAGE(init == "gpt2" || init == "xavier", "init '{}' is not one of gpt2, xavier", init);
   NL_USAGE(norm_eps >= 0, "norm_eps must be > 0 (or 0 for the norm's default), got {}", norm_eps);
-  if (model == "gpt") {
+  if (model == ModelKind::gpt) {
     NL_USAGE(heads >= 1 && d_model % heads == 0, "heads = {} does not divide d_model = {}", heads, d_model);
   }
-  NL_USAGE(!(qk_norm && model != "gpt"), "qk_norm needs model = gpt (the toy model has no queries or keys)");
+  NL_USAGE(!(qk_norm && model != ModelKind::gpt), "qk_norm needs model = gpt (the toy model has no queries or keys)");
 }
 
 // ---- parameters -----------------------------------------------------------------
@@ -108,37 +57,12 @@ void ParamList::zero_grad() {
 }
 
 void ParamList::flatten() {
-  if (params_.empty()) return;
-  const DType dtype = params_[0].dtype();
-  const Device device = params_[0].device();
-  flat_ = Tensor::empty({count()}, dtype, device);
-  flat_grad_ = Tensor::zeros({count()}, dtype, device);
-  Backend& kb = backend_for(device, dtype);
-  int64_t offset = 0;
-  for (Tensor& p : params_) {
-    NL_CHECK(p.dtype() == dtype && p.device() == device, "flatten: parameter {} has another dtype or device",
-             p.name());
-    Tensor dst = flat_.view_at(offset, p.shape());
-    kb.copy(dst, p);
-    // Rebind the parameter's own TensorImpl so that every holder sees the flat storage.
-    TensorImpl& impl = p.impl();
-    impl.storage = dst.impl().storage;
-    impl.offset = dst.impl().offset;
-    impl.grad = flat_grad_.view_at(offset, p.shape()).impl_ptr();
-    impl.grad_valid = false;
-    offset += p.numel();
-  }
+  FlatLeaves flat = flatten_leaves(params_);
+  flat_ = flat.values;
+  flat_grad_ = flat.grads;
 }
 
-void ParamList::fill_missing_grads() {
-  for (Tensor& p : params_) {
-    TensorImpl& impl = p.impl();
-    if (impl.grad_valid || !impl.grad) continue;
-    Tensor g(impl.grad);
-    backend_for(g.device(), g.dtype()).fill(g, 0.0);
-    impl.grad_valid = true;
-  }
-}
+void ParamList::fill_missing_grads() { zero_unreached_grads(params_); }
 
 // ---- init -----------------------------------------------------------------------
 
@@ -178,7 +102,7 @@ Linear make_linear(ParamList& p, const std::string& name, int64_t out, Tensor w,
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init) {
   const int64_t d = cfg.d_model, h = cfg.d_hidden;
   const bool deepnet = cfg.placement == Placement::deepnorm && cfg.norm != NormKind::none;
-  const bool xavier = cfg.init == "xavier" || deepnet;
+  const bool xavier = cfg.init == InitScheme::xavier || deepnet;
   // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L).
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   // DeepNet: Xavier with gain beta on the MLP and the value/output (mixing) projections.
@@ -191,9 +115,9 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   Block b;
   b.placement = cfg.placement;
   b.norm_kind = cfg.norm;
-  b.residual = cfg.residual;
+  b.skip_connection = cfg.residual;
   b.alpha = deepnet ? cfg.deepnorm_alpha() : 1.0;
-  b.attention = cfg.model == "gpt";
+  b.attention = cfg.model == ModelKind::gpt;
   const NormKind nk = cfg.norm;
   b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init);
   if (b.attention) {
@@ -267,44 +191,67 @@ Tensor Block::mix(const Tensor& x, const Tensor& residual) const {
   return attention ? attn(x, residual) : mixer(x, residual);
 }
 
-Tensor Block::operator()(const Tensor& x) const {
-  if (!residual) {  // the contrast for the identity-path probe: the same block without "x +"
-    switch (placement) {
+Tensor Block::operator()(const Tensor& x) const { return block_forward(*this, x, Sublayers::live); }
+
+namespace {
+
+// r + f(r): f(Tensor()) is the sublayer alone; f(r) adds r in the sublayer's last product.
+template <class F>
+Tensor add_sublayer(Sublayers mode, const Tensor& r, F&& f) {
+  if (mode == Sublayers::live) return f(r);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = f(Tensor());
+  }
+  return r + out;
+}
+
+// A sublayer whose output a norm reads (post, deepnorm) or that has no skip connection.
+template <class F>
+Tensor sublayer(Sublayers mode, F&& f) {
+  if (mode == Sublayers::live) return f();
+  NoGradGuard no_grad;
+  return f();
+}
+
+}  // namespace
+
+Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode) {
+  if (!b.skip_connection) {  // the contrast for the identity-path probe: the same block without "x +"
+    switch (b.placement) {
       case Placement::pre: {
-        Tensor h = mix(norm1(x));
-        return mlp(norm2(h));
+        Tensor h = sublayer(mode, [&] { return b.mix(b.norm1(x)); });
+        return sublayer(mode, [&] { return b.mlp(b.norm2(h)); });
       }
       case Placement::sandwich: {
-        Tensor h = norm1b(mix(norm1(x)));
-        return norm2b(mlp(norm2(h)));
+        Tensor h = sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x))); });
+        return sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
       }
       case Placement::post:
       case Placement::deepnorm: {
-        Tensor h = norm1(mix(x));
-        return norm2(mlp(h));
+        Tensor h = b.norm1(sublayer(mode, [&] { return b.mix(x); }));
+        return b.norm2(sublayer(mode, [&] { return b.mlp(h); }));
       }
     }
   }
-  if (norm_kind == NormKind::none) {
-    Tensor h = mix(x, x);
-    return mlp(h, h);
+  if (b.norm_kind == NormKind::none) {
+    Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(x, r); });
+    return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(h, r); });
   }
-  switch (placement) {
+  switch (b.placement) {
     case Placement::pre: {
-      Tensor h = mix(norm1(x), x);
-      return mlp(norm2(h), h);
+      Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(b.norm1(x), r); });
+      return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(b.norm2(h), r); });
     }
-    case Placement::post: {
-      Tensor h = norm1.add_norm(x, 1.0, mix(x)).second;
-      return norm2.add_norm(h, 1.0, mlp(h)).second;
+    case Placement::post:
+    case Placement::deepnorm: {
+      Tensor h = b.norm1.add_norm(x, b.alpha, sublayer(mode, [&] { return b.mix(x); })).second;
+      return b.norm2.add_norm(h, b.alpha, sublayer(mode, [&] { return b.mlp(h); })).second;
     }
     case Placement::sandwich: {
-      Tensor h = x + norm1b(mix(norm1(x)));
-      return h + norm2b(mlp(norm2(h)));
-    }
-    case Placement::deepnorm: {
-      Tensor h = norm1.add_norm(x, alpha, mix(x)).second;
-      return norm2.add_norm(h, alpha, mlp(h)).second;
+      Tensor h = x + sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x))); });
+      return h + sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
     }
   }
   return x;

@@ -1,7 +1,7 @@
 // softmax, causal multi-head attention, and the toy model's causal prefix mean.
 #include <cmath>
 
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab {
 using namespace ops_detail;

@@ -1,5 +1,5 @@
 // Elementwise ops: add, alpha*a + b, scale, mul, GELU.
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab {
 using namespace ops_detail;
@@ -31,6 +31,18 @@ Tensor add_scaled(const Tensor& a, double alpha, const Tensor& b) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) { return add_scaled(a, 1.0, b); }
+
+double sum_squares(const Tensor& x) {
+  check_float_same("sum_squares", {{"x", &x}});
+  return kernels(x).sum_squares(x);
+}
+
+void install_gradient_math() {
+  GradientMath math;
+  math.accumulate = [](Tensor& dst, const Tensor& g) { kernels(dst).accumulate(dst, g); };
+  math.add = [](Tensor& out, const Tensor& a, const Tensor& b) { kernels(out).add(out, a, b, 1.0, 1.0); };
+  set_gradient_math(math);
+}
 
 Tensor scale(const Tensor& x, double alpha) {
   check_float_same("scale", {{"x", &x}});

@@ -1,5 +1,5 @@
 // linear and batched matmul. Backward of C = A @ B: dA = dC @ B^T, dB = A^T @ dC.
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab {
 using namespace ops_detail;
@@ -35,7 +35,7 @@ void linear_param_grads(const Tensor& dy, GradOutputs& g, const Tensor& x, bool 
                         int64_t m, int64_t k, int64_t n) {
   Backend& kb = kernels(dy);
   // dW (N,K) = dy^T (N,M) @ x (M,K)
-  if (g[1]) kb.matmul(*g[1], dy, x, 1, n, k, m, true, false, true, true, false);
+  if (g[1]) kb.matmul(*g[1], dy, x, MatmulSpec::of(n, k, m).transposed_a());
   // dbias (N) = sum over rows of dy
   if (has_bias && g[2]) kb.sum_rows(*g[2], dy, m, n);
   if (has_residual) g.pass_through(has_bias ? 3 : 2);
@@ -99,17 +99,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape out_shape(a.shape().begin(), a.shape().end() - 1);
   out_shape.push_back(n);
   Tensor c = Tensor::empty(out_shape, a.dtype(), a.device());
-  kernels(a).matmul(c, a, b, batch, m, n, k, false, false, true, b_batched, false);
+  kernels(a).matmul(c, a, b, MatmulSpec::of(m, n, k).batched(batch).shared_b(!b_batched));
   if (needs_grad({&a, &b})) {
     record("matmul", c, {a, b}, [a, b, batch, m, n, k, b_batched](const Tensor& dc, GradOutputs& g) {
       Backend& kb = kernels(dc);
       // dA_b (M,K) = dC_b (M,N) @ B_b^T
-      if (g[0]) kb.matmul(*g[0], dc, b, batch, m, k, n, false, true, true, b_batched, false);
+      if (g[0]) kb.matmul(*g[0], dc, b, MatmulSpec::of(m, k, n).batched(batch).transposed_b().shared_b(!b_batched));
       if (g[1]) {
         if (b_batched) {  // dB_b (K,N) = A_b^T (K,M) @ dC_b (M,N)
-          kb.matmul(*g[1], a, dc, batch, k, n, m, true, false, true, true, false);
+          kb.matmul(*g[1], a, dc, MatmulSpec::of(k, n, m).batched(batch).transposed_a());
         } else {  // a shared B sums over the batch: treat A as (batch*M, K)
-          kb.matmul(*g[1], a, dc, 1, k, n, batch * m, true, false, true, true, false);
+          kb.matmul(*g[1], a, dc, MatmulSpec::of(k, n, batch * m).transposed_a());
         }
       }
     });

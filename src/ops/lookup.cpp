@@ -1,5 +1,5 @@
 // Embedding lookup, cross-entropy loss, reshape and transpose.
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab {
 using namespace ops_detail;

@@ -1,6 +1,6 @@
 // LayerNorm and RMSNorm over the last dimension, and their fused residual-add forms.
 // Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean).
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab {
 using namespace ops_detail;

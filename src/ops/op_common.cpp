@@ -1,4 +1,4 @@
-#include "ops/op_common.h"
+#include "op_common.h"
 
 namespace normlab::ops_detail {
 

@@ -1,4 +1,4 @@
-// `probe`: signal propagation at initialization (see include/normlab/probe.h for what each
+// `probe`: signal propagation at initialization (see include/train/normlab/probe.h for what each
 // number means). Models are built and differentiated with the library's modules and ops; this
 // file only reads the resulting tensors back and reduces them to norms, ratios and cosines.
 #include "normlab/probe.h"
@@ -24,16 +24,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Frobenius norm; 0 for an undefined tensor (no gradient reached it).
 double frobenius(const Tensor& t) {
   if (!t.defined()) return 0;
-  return std::sqrt(backend_for(t.device(), t.dtype()).sum_squares(t));
-}
-
-double params_grad_norm(const std::vector<Tensor>& ps) {
-  double s = 0;
-  for (const Tensor& p : ps) {
-    const double n = frobenius(p.grad());
-    s += n * n;
-  }
-  return std::sqrt(s);
+  return std::sqrt(sum_squares(t));
 }
 
 double ratio(double a, double b) { return b != 0 ? a / b : kNaN; }
@@ -53,39 +44,6 @@ class ThreadsScope {
   int previous_;
 };
 
-// ---- the identity path of a block --------------------------------------------------------
-
-// The block's forward with every sublayer output held constant (computed without a graph), so
-// that d(output)/dx is the Jacobian of the residual additions and norms alone: the identity
-// path of dL/dx. Mirrors Block::operator(). Undefined when the block has no residual.
-Tensor identity_path(const Block& b, const Tensor& x) {
-  if (!b.residual) return Tensor();
-  auto held = [](auto&& f) {
-    NoGradGuard no_grad;
-    return f();
-  };
-  if (b.norm_kind == NormKind::none) {
-    Tensor h = x + held([&] { return b.mix(x); });
-    return h + held([&] { return b.mlp(h); });
-  }
-  switch (b.placement) {
-    case Placement::pre: {
-      Tensor h = x + held([&] { return b.mix(b.norm1(x)); });
-      return h + held([&] { return b.mlp(b.norm2(h)); });
-    }
-    case Placement::sandwich: {
-      Tensor h = x + held([&] { return b.norm1b(b.mix(b.norm1(x))); });
-      return h + held([&] { return b.norm2b(b.mlp(b.norm2(h))); });
-    }
-    case Placement::post:
-    case Placement::deepnorm: {
-      Tensor h = b.norm1.add_norm(x, b.alpha, held([&] { return b.mix(x); })).second;
-      return b.norm2.add_norm(h, b.alpha, held([&] { return b.mlp(h); })).second;
-    }
-  }
-  return Tensor();
-}
-
 // Per-layer numbers of one seed, before averaging.
 struct SeedLayer {
   double act = 0, growth = 0, stream_grad = 0, input_grad = 0, block_grad = 0, fc2_grad = 0;
@@ -98,14 +56,10 @@ struct SeedProbe {
   double final_in = 0, final_out = 0, final_in_grad = 0, final_out_grad = 0;
 };
 
-std::unique_ptr<DataSource> make_source(const TrainConfig& c) {
-  if (c.data == "synthetic") return make_synthetic({c.model.vocab, c.topics, c.noise, c.seed});
-  return make_text(c.data.substr(5), c.model.seq_len, c.seed);
-}
 
 SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
   Model model(c.model, c.seed);
-  std::unique_ptr<DataSource> data = make_source(c);
+  std::unique_ptr<DataSource> data = make_data_source(c);
   Rng data_rng(c.seed, stream::data);
   Batch b = data->train_batch(data_rng, batch, c.model.seq_len);
 
@@ -146,10 +100,11 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
     std::vector<double> identity(total.size(), 0.0);
     Tensor x = in.clone();  // a leaf with the block input's values
     x.requires_grad_(true);
-    Tensor y = identity_path(model.blocks()[l], x);
-    if (y.defined()) {
+    // The block with its sublayers held constant: its Jacobian is the identity path's.
+    Tensor y = block_forward(model.blocks()[l], x, Sublayers::held);
+    if (y.requires_grad()) {
       y.backward(g);
-      identity = x.grad().to_vector();
+      if (x.grad().defined()) identity = x.grad().to_vector();
     }
     double ii = 0, ff = 0, fi = 0;
     for (size_t i = 0; i < total.size(); ++i) {
@@ -176,7 +131,8 @@ Stat over(const std::vector<T>& seeds, F get) {
 }
 
 std::string model_label(const ModelConfig& m) {
-  std::string s = fmt::format("{} {}-{} L={} init={}", m.model, to_string(m.placement), to_string(m.norm), m.layers, m.init);
+  std::string s = fmt::format("{} {}-{} L={} init={}", to_string(m.model), to_string(m.placement), to_string(m.norm), m.layers,
+                              to_string(m.init));
   if (!m.residual) s += " no-residual";
   return s;
 }
@@ -331,7 +287,7 @@ PlainStackResult probe_plain_stack(const PlainStackOptions& so, const ProbeOptio
 namespace {
 TrainConfig preset_base() {
   TrainConfig c;
-  c.model.model = "gpt";
+  c.model.model = ModelKind::gpt;
   c.model.norm = NormKind::layernorm;
   return c;
 }
@@ -339,7 +295,7 @@ TrainConfig preset_base() {
 
 PrelnGrowthResult probe_preln_growth(const ProbeOptions& opt, int64_t layers) {
   PrelnGrowthResult res;
-  for (const char* init : {"gpt2", "xavier"}) {
+  for (InitScheme init : {InitScheme::gpt2, InitScheme::xavier}) {
     TrainConfig c = preset_base();
     c.model.placement = Placement::pre;
     c.model.layers = layers;
@@ -361,7 +317,7 @@ XiongResult probe_xiong(const ProbeOptions& opt, const std::vector<int64_t>& dep
     NL_USAGE(L >= 2, "--depths: each depth must be >= 2 (a first and a last layer), got {}", L);
     for (Placement pl : {Placement::post, Placement::pre}) {
       TrainConfig c = preset_base();
-      c.model.init = "xavier";
+      c.model.init = InitScheme::xavier;
       c.model.placement = pl;
       c.model.layers = L;
       XiongRun run;
@@ -415,7 +371,7 @@ IdentityShareResult probe_identity_share(const ProbeOptions& opt, int64_t layers
   for (Placement pl : {Placement::pre, Placement::post}) {
     for (bool residual : {true, false}) {
       TrainConfig c = preset_base();
-      c.model.init = "xavier";
+      c.model.init = InitScheme::xavier;
       c.model.placement = pl;
       c.model.layers = layers;
       c.model.residual = residual;
@@ -442,14 +398,14 @@ json stats(const std::vector<T>& v) {
 
 json model_json(const TrainConfig& c) {
   const ModelConfig& m = c.model;
-  return json{{"model", m.model},       {"norm", to_string(m.norm)},
+  return json{{"model", to_string(m.model)},       {"norm", to_string(m.norm)},
               {"placement", to_string(m.placement)}, {"final_norm", to_string(m.final_norm)},
               {"qk_norm", m.qk_norm},   {"residual", m.residual},
               {"layers", m.layers},     {"d_model", m.d_model},
               {"d_hidden", m.d_hidden}, {"heads", m.heads},
               {"vocab", m.vocab},       {"seq_len", m.seq_len},
-              {"init", m.init},         {"norm_eps", m.eps()},
-              {"data", c.data},         {"seed", c.seed}};
+              {"init", to_string(m.init)},         {"norm_eps", m.eps()},
+              {"data", c.data.str()},         {"seed", c.seed}};
 }
 
 json config_probe_json(const ConfigProbe& p) {

@@ -10,25 +10,41 @@
 
 namespace normlab {
 
+std::string DataSpec::str() const { return kind == DataKind::text ? "text:" + path : to_string(kind); }
+
+DataSpec DataSpec::parse(const std::string& s) {
+  DataSpec d;
+  if (s.rfind("text:", 0) == 0) {
+    NL_USAGE(s.size() > 5, "data 'text:' needs a path, e.g. text:data/tiny.txt");
+    d.kind = DataKind::text;
+    d.path = s.substr(5);
+    return d;
+  }
+  NL_USAGE(s == to_string(DataKind::synthetic), "data '{}' is not synthetic or text:PATH", s);
+  return d;
+}
+
+std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg) {
+  if (cfg.data.kind == DataKind::synthetic)
+    return make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.seed});
+  return make_text(cfg.data.path, cfg.model.seq_len, cfg.seed);
+}
+
 void TrainConfig::validate() const {
   model.validate();
-  NL_USAGE(data == "synthetic" || data.rfind("text:", 0) == 0, "data '{}' is not synthetic or text:PATH", data);
-  NL_USAGE(data.rfind("text:", 0) != 0 || data.size() > 5, "data 'text:' needs a path, e.g. text:data/tiny.txt");
-  NL_USAGE(optimizer == "adam" || optimizer == "adamw", "optimizer '{}' is not one of adam, adamw", optimizer);
   NL_USAGE(lr > 0 && std::isfinite(lr), "lr must be > 0, got {}", lr);
   NL_USAGE(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got {}", beta1);
   NL_USAGE(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got {}", beta2);
   NL_USAGE(adam_eps > 0, "adam_eps must be > 0, got {}", adam_eps);
   NL_USAGE(weight_decay >= 0, "weight_decay must be >= 0, got {}", weight_decay);
   NL_USAGE(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
-  NL_USAGE(schedule == "constant" || schedule == "cosine", "schedule '{}' is not one of constant, cosine", schedule);
   NL_USAGE(clip >= 0, "clip must be >= 0 (0 = off), got {}", clip);
   NL_USAGE(batch_size >= 1, "batch_size must be >= 1, got {}", batch_size);
   NL_USAGE(steps >= 1, "steps must be >= 1, got {}", steps);
   NL_USAGE(eval_every >= 1, "eval_every must be >= 1, got {}", eval_every);
   NL_USAGE(eval_batches >= 1, "eval_batches must be >= 1, got {}", eval_batches);
   NL_USAGE(threads >= 0, "threads must be >= 0 (0 = all cores), got {}", threads);
-  if (data == "synthetic") {
+  if (data.kind == DataKind::synthetic) {
     NL_USAGE(topics >= 1, "topics must be >= 1, got {}", topics);
     NL_USAGE(model.vocab - topics >= 2, "vocab ({}) must exceed topics ({}) by at least 2", model.vocab, topics);
     NL_USAGE(noise >= 0 && noise <= 1, "noise must be in [0, 1], got {}", noise);
@@ -40,7 +56,7 @@ void TrainConfig::validate() const {
 double learning_rate(const TrainConfig& cfg, int64_t step) {
   if (cfg.warmup_steps > 0 && step <= cfg.warmup_steps)
     return cfg.lr * static_cast<double>(step) / static_cast<double>(cfg.warmup_steps);
-  if (cfg.schedule == "cosine") {
+  if (cfg.schedule == Schedule::cosine) {
     const double span = static_cast<double>(std::max<int64_t>(cfg.steps - cfg.warmup_steps, 1));
     const double progress = static_cast<double>(step - cfg.warmup_steps) / span;
     return cfg.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
@@ -60,25 +76,19 @@ double mean_token_norm(const Tensor& x) {
   return total / static_cast<double>(n);
 }
 
-namespace {
-
-double params_grad_norm(const std::vector<Tensor>& ps) {
+double params_grad_norm(const std::vector<Tensor>& params) {
   double s = 0;
-  for (const Tensor& p : ps) {
+  for (const Tensor& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) s += backend_for(g.device(), g.dtype()).sum_squares(g);
+    if (g.defined()) s += sum_squares(g);
   }
   return std::sqrt(s);
 }
 
-}  // namespace
-
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const ProgressCallback& on_step) {
   cfg.validate();
   set_num_threads(cfg.threads);
-  std::unique_ptr<DataSource> data =
-      cfg.data == "synthetic" ? make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.seed})
-                              : make_text(cfg.data.substr(5), cfg.model.seq_len, cfg.seed);
+  std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
   ParamList& params = model.params();
   params.flatten();
@@ -141,7 +151,7 @@ TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const Pro
   hp.beta2 = cfg.beta2;
   hp.eps = cfg.adam_eps;
   hp.weight_decay = cfg.weight_decay;
-  hp.decoupled = cfg.optimizer == "adamw";
+  hp.decoupled = cfg.optimizer == OptimizerKind::adamw;
 
   double last_grad_norm = 0;
   for (int64_t step = 1; step <= cfg.steps; ++step) {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/norm_kernels.h"
-#include "backends/cpu/simd.h"
+#include "normlab/cpu_kernel_lab.h"
+#include "simd.h"
 #include "normlab/backend.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
@@ -110,8 +110,8 @@ void check_matmul(const MatmulCase& c, uint64_t seed) {
   Tensor a = randn(rng, {na * c.m * c.k}), b = randn(rng, {nb * c.k * c.n});
   Tensor c32 = randn(rng, {c.batch * c.m * c.n});  // the initial C, used when accumulating
   Tensor c64 = f64(c32);
-  cpu_backend().matmul(c32, a, b, c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc);
-  ref().matmul(c64, f64(a), f64(b), c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc);
+  cpu_backend().matmul(c32, a, b, MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
+  ref().matmul(c64, f64(a), f64(b), MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
   // Dot products of K float32 terms ~N(0,1): kForward up to K = 65 (see there); the K = 1000
   // cases get the reduction tolerance (measured 2.4e-5).
   expect_close(c32, c64, c.k > 100 ? kReduction : kForward, c.str());
@@ -141,9 +141,9 @@ TEST(CpuMatmul, LargerAndLongContraction) {
 
 TEST(CpuMatmul, EmptyContractionWritesZeroOrKeeps) {
   Tensor c = Tensor::full({6}, 3.0), a = e32({0}), b = e32({0});
-  cpu_backend().matmul(c, a, b, 1, 2, 3, 0, false, false, true, true, true);
+  cpu_backend().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, true});
   for (double v : c.to_vector()) EXPECT_EQ(v, 3.0);
-  cpu_backend().matmul(c, a, b, 1, 2, 3, 0, false, false, true, true, false);
+  cpu_backend().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, false});
   for (double v : c.to_vector()) EXPECT_EQ(v, 0.0);
 }
 
@@ -766,8 +766,8 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
          ldb = e32({ld});
 
   auto step = [&] {
-    be.matmul(c, a, w, b, m, n, k, false, false, true, true, false);
-    be.matmul(c, a, w_shared, b, m, n, k, true, true, true, false, true);
+    be.matmul(c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, false});
+    be.matmul(c, a, w_shared, MatmulSpec{b, m, n, k, true, true, true, false, true});
     be.linear_forward(y, x, wl, bias, m, k, n);
     be.attention_forward(out, probs, q, kk, v, bt, t, h, dh, 0.3);
     be.attention_backward(&dq, &dk, &dv, out, q, kk, v, probs, bt, t, h, dh, 0.3);
@@ -792,7 +792,7 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
   be.linear_forward(y2, x2, wl, bias, m + 1, k, n);
   EXPECT_EQ(be.primitives_created(), after_first + 1);
   // accumulate (a sum post-op) is part of the key too.
-  be.matmul(c, a, w, b, m, n, k, false, false, true, true, true);
+  be.matmul(c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, true});
   EXPECT_EQ(be.primitives_created(), after_first + 2);
 }
 

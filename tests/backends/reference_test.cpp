@@ -12,15 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "backends/reference/reference_kernels.h"
+#include "normlab/reference_kernels.h"
 #include "normlab/backend.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
+#include "test_util.h"
 
 namespace normlab {
 namespace {
 
 using Vec = std::vector<double>;
+using test::expect_close;
+using test::numeric_grad;
 
 Backend& ref() {
   return backend("reference");
@@ -36,32 +39,6 @@ Tensor f64(const Vec& v, const Shape& shape) {
   return Tensor::from(v, shape, DType::f64);
 }
 
-// A failure shows the first few mismatches side by side and the largest difference, so that a
-// wrong kernel can be told from a loose tolerance at a glance.
-void expect_close(const Vec& got, const Vec& want, double atol, double rtol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what << ": sizes differ";
-  int bad = 0;
-  double max_diff = 0.0;
-  std::string report;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double diff = std::fabs(got[i] - want[i]);
-    bool ok =
-        diff <= atol + rtol * std::fabs(want[i]) && std::isfinite(got[i]) == std::isfinite(want[i]);
-    if (!(diff <= max_diff)) max_diff = diff;
-    if (!ok && ++bad <= 5) {
-      char line[160];
-      std::snprintf(line, sizeof line, "\n  [%zu] got %.12g want %.12g diff %.3g", i, got[i],
-                    want[i], diff);
-      report += line;
-    }
-  }
-  if (bad) {
-    ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " values outside atol " << atol
-                  << " + rtol " << rtol << "*|want|; max diff " << max_diff << report;
-  }
-}
-
 // The finite-difference loss sum(y * R). Summed in long double: outputs the perturbation does
 // not reach round identically in L(x+h) and L(x-h) and cancel, but the rounding of a double sum
 // depends on every term, and divided by 2h it would dominate the difference error.
@@ -70,23 +47,6 @@ double dot(const Tensor& y, const Vec& r) {
   long double s = 0.0;
   for (size_t i = 0; i < v.size(); ++i) s += static_cast<long double>(v[i]) * r[i];
   return static_cast<double>(s);
-}
-
-// Central differences dL/dx_i = (L(x + h e_i) - L(x - h e_i)) / 2h over every element of the
-// float64 tensor x, perturbed in place and restored.
-Vec numeric_grad(Tensor& x, const std::function<double()>& loss, double h = 1e-6) {
-  double* p = x.data<double>();
-  Vec g(static_cast<size_t>(x.numel()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    double saved = p[i];
-    p[i] = saved + h;
-    double lp = loss();
-    p[i] = saved - h;
-    double lm = loss();
-    p[i] = saved;
-    g[static_cast<size_t>(i)] = (lp - lm) / (2 * h);
-  }
-  return g;
 }
 
 // Finite differences against analytic gradients. With h = 1e-6 in float64 the truncation
@@ -132,7 +92,7 @@ TEST(ReferenceHand, LayerNormAffine) {
                "layernorm affine y");
 }
 
-// RMSNorm: mean(x^2) = 14/4 = 3.5, r = sqrt(3.50001) = 1.870831, y = x / r (DESIGN: eps inside
+// RMSNorm: mean(x^2) = 14/4 = 3.5, r = sqrt(3.50001) = 1.870831, y = x / r (the math contract in backend.h: eps inside
 // the square root). Given to 4 decimals: atol 1e-4.
 TEST(ReferenceHand, RMSNormWorksheet) {
   for (DType dt : {DType::f64, DType::f32}) {
@@ -352,7 +312,7 @@ TEST(ReferenceMatmul, AgainstNaiveAllCombos) {
           Vec c0 = randn(rng, batch * m * n);
           Tensor ta_ = f64(a, {int64_t(a.size())}), tb_ = f64(b, {int64_t(b.size())});
           Tensor c = f64(c0, {batch, m, n});
-          ref().matmul(c, ta_, tb_, batch, m, n, k, ta, tb, mode.ab, mode.bb, acc);
+          ref().matmul(c, ta_, tb_, MatmulSpec{batch, m, n, k, ta, tb, mode.ab, mode.bb, acc});
           std::string what =
               "matmul trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb) +
               " a_batched=" + std::to_string(mode.ab) + " b_batched=" + std::to_string(mode.bb) +
@@ -366,11 +326,11 @@ TEST(ReferenceMatmul, AgainstNaiveAllCombos) {
 // Degenerate sizes: 1 x 1 x 1 and a single batch with K = 1 (an outer product).
 TEST(ReferenceMatmul, TinyShapes) {
   Tensor a = f64({3}, {1}), b = f64({-2}, {1}), c = Tensor::empty({1}, DType::f64);
-  ref().matmul(c, a, b, 1, 1, 1, 1, false, false, true, true, false);
+  ref().matmul(c, a, b, MatmulSpec{1, 1, 1, 1, false, false, true, true, false});
   EXPECT_EQ(c.item(), -6.0);
   Tensor col = f64({1, 2}, {2, 1}), row = f64({3, 4, 5}, {1, 3}),
          outer = Tensor::empty({2, 3}, DType::f64);
-  ref().matmul(outer, col, row, 1, 2, 3, 1, false, false, true, true, false);
+  ref().matmul(outer, col, row, MatmulSpec{1, 2, 3, 1, false, false, true, true, false});
   expect_close(outer.to_vector(), {3, 4, 5, 6, 8, 10}, 0, 0, "outer product");
 }
 
@@ -636,8 +596,8 @@ TEST(ReferenceGradcheck, LinearViaMatmul) {
   Tensor dy = f64(r, {m, n});
   Tensor dx = Tensor::empty({m, k}, DType::f64), dw = Tensor::empty({n, k}, DType::f64),
          db = Tensor::empty({n}, DType::f64);
-  ref().matmul(dx, dy, w, 1, m, k, n, false, false, true, true, false);  // (M x N) @ (N x K)
-  ref().matmul(dw, dy, x, 1, n, k, m, true, false, true, true, false);   // (M x N)^T @ (M x K)
+  ref().matmul(dx, dy, w, MatmulSpec{1, m, k, n, false, false, true, true, false});  // (M x N) @ (N x K)
+  ref().matmul(dw, dy, x, MatmulSpec{1, n, k, m, true, false, true, true, false});   // (M x N)^T @ (M x K)
   ref().sum_rows(db, dy, m, n);
   expect_grad(dx, ndx, "linear dx");
   expect_grad(dw, ndw, "linear dw");
@@ -819,8 +779,7 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
   expect_f32_matches_f64("matmul", [&](DType dt) {
     // batch 7 of (13 x 5)^T @ shared (13 x 5), accumulated into existing values
     Tensor c = Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 25), {n, 5, 5}, dt);
-    ref().matmul(c, Tensor::from(x, {n, 13, 5}, dt), Tensor::from(gamma, {13, 5}, dt), n, 5, 5, 13,
-                 true, false, true, false, true);
+    ref().matmul(c, Tensor::from(x, {n, 13, 5}, dt), Tensor::from(gamma, {13, 5}, dt), MatmulSpec{n, 5, 5, 13, true, false, true, false, true});
     return Outputs{c};
   });
   expect_f32_matches_f64("linear", [&](DType dt) {
@@ -926,7 +885,7 @@ TEST(ReferencePrecision, Float32SumsInDouble) {
   ref().sum_rows(out, col, 3, 1);
   EXPECT_EQ(out.item(), 1.0) << "sum_rows";
   Tensor row = Tensor::from({1e8, 1, -1e8}, {1, 3}, dt), ones = Tensor::from({1, 1, 1}, {3, 1}, dt);
-  ref().matmul(out, row, ones, 1, 1, 1, 3, false, false, true, true, false);
+  ref().matmul(out, row, ones, MatmulSpec{1, 1, 1, 3, false, false, true, true, false});
   EXPECT_EQ(out.item(), 1.0) << "matmul";
   ref().linear_forward(out, row, Tensor::from({1, 1, 1}, {1, 3}, dt), Tensor(), 1, 3, 1);
   EXPECT_EQ(out.item(), 1.0) << "linear_forward";

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cli_util.h"
+#include "test_util.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/sweep.h"

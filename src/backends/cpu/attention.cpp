@@ -4,7 +4,7 @@
 // Attention: q, k, v, out are (B, T, H*Dh). Each per-head product is ONE batched oneDNN matmul
 // over (B, H): the (B, T, H*Dh) layout seen as (B, H, T, Dh) through strides
 // (T*C, Dh, C, 1) - no copies, no loop of per-head calls (one call per (b, h) costs ~7x one
-// batched call, PLATFORM.md); k^T and P^T are the same with the last two strides swapped.
+// batched call, docs/cpu-costs.md); k^T and P^T are the same with the last two strides swapped.
 // The scale is the matmul's output scale; the causal mask and softmax are our own kernel,
 // in place in `probs`.
 //   S = scale * Q K^T;  P = causal_softmax(S) (saved);  out = P V
@@ -12,8 +12,8 @@
 //             dQ = dS K;  dK = dS^T Q
 #include <algorithm>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/parallel.h"
+#include "kernels.h"
+#include "parallel.h"
 
 namespace normlab::cpu {
 

@@ -1,12 +1,12 @@
 // The "cpu" Backend: checks each tensor (cpu, float32, the element count the sizes imply) and
-// hands raw pointers to the kernels in kernels.h / norm_kernels.h. No math here.
-#include "backends/cpu/cpu_backend.h"
+// hands raw pointers to the kernels in kernels.h / normlab/cpu_kernel_lab.h. No math here.
+#include "normlab/cpu_backend.h"
 
 #include <mutex>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/norm_kernels.h"
-#include "backends/cpu/onednn.h"
+#include "kernels.h"
+#include "normlab/cpu_kernel_lab.h"
+#include "onednn.h"
 
 namespace normlab {
 
@@ -56,13 +56,10 @@ class CpuBackend final : public Backend {
   }
 
   // ---- matrix products ----------------------------------------------------------------
-  void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
-              int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
-              bool accumulate) override {
-    const int64_t ab = batch > 1 && a_batched ? batch : 1, bb = batch > 1 && b_batched ? batch : 1;
-    cpu::matmul(f32(c, "matmul C", batch * m * n), f32(a, "matmul A", ab * m * k),
-                f32(b, "matmul B", bb * k * n), batch, m, n, k, trans_a, trans_b, a_batched,
-                b_batched, accumulate);
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
+    const int64_t ab = s.batch > 1 && s.a_batched ? s.batch : 1, bb = s.batch > 1 && s.b_batched ? s.batch : 1;
+    cpu::matmul(f32(c, "matmul C", s.batch * s.m * s.n), f32(a, "matmul A", ab * s.m * s.k),
+                f32(b, "matmul B", bb * s.k * s.n), s);
   }
   using Backend::linear_forward;
   void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
@@ -134,13 +131,13 @@ class CpuBackend final : public Backend {
   }
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
                        int64_t d, double eps) override {
-    cpu::rmsnorm_forward_fused(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
+    cpu::rmsnorm_forward(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
                                f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d), n, d,
                                static_cast<float>(eps));
   }
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                         const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::rmsnorm_backward_fused(f32_opt(dx, "rmsnorm dx", n * d),
+    cpu::rmsnorm_backward(f32_opt(dx, "rmsnorm dx", n * d),
                                 f32_opt(dgamma, "rmsnorm dgamma", d), f32(dy, "rmsnorm dy", n * d),
                                 f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d),
                                 f32(rstd, "rmsnorm rstd", n), n, d);

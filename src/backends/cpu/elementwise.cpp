@@ -8,9 +8,9 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/parallel.h"
-#include "backends/cpu/simd.h"
+#include "kernels.h"
+#include "parallel.h"
+#include "simd.h"
 
 namespace normlab::cpu {
 

@@ -1,4 +1,4 @@
-// The cpu backend's kernels other than the norms (norm_kernels.h), as free functions on raw
+// The cpu backend's kernels other than the norms (normlab/cpu_kernel_lab.h), as free functions on raw
 // float32 arrays; cpu_backend.cpp checks the tensors and calls these. Conventions as
 // backend.h: outputs first, then inputs, then sizes; outputs WRITTEN unless a comment says
 // accumulate; a nullptr gradient output is skipped.
@@ -34,8 +34,7 @@ void matmul_strided(float* c, const float* a, const float* b, const float* bias,
                     Epilogue epilogue = {});
 
 // Backend::matmul and Backend::linear_forward on raw arrays (their contract is in backend.h).
-void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t n,
-            int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched, bool accumulate);
+void matmul(float* c, const float* a, const float* b, const MatmulSpec& s);
 void linear_backward_input(float* dx, const float* dy, const float* w, const float* gate, int64_t m,
                            int64_t k, int64_t n);
 void linear_forward(float* y, const float* x, const float* w, const float* bias, const float* residual, int64_t m,

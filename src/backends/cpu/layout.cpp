@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/parallel.h"
-#include "backends/cpu/simd.h"
+#include "kernels.h"
+#include "parallel.h"
+#include "simd.h"
 
 namespace normlab::cpu {
 

@@ -1,8 +1,10 @@
 // The oneDNN engine, stream and primitive cache shared by the cpu backend's oneDNN kernels.
-#include "backends/cpu/onednn.h"
+#include "onednn.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "normlab/cpu_backend.h"
 #include "normlab/error.h"
 
 namespace normlab::cpu {
@@ -77,3 +79,12 @@ void onednn_failed(const char* stage, const std::string& what, const dnnl::error
 }
 
 }  // namespace normlab::cpu
+
+namespace normlab {
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl::version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+}  // namespace normlab

@@ -1,6 +1,6 @@
 // The cpu backend's oneDNN 2.6 state: one engine, one stream, and a cache of primitives keyed by
 // everything that defines them, so that a steady-state training step creates none (creating
-// one costs ~100 us, executing a small one ~3 us: PLATFORM.md).
+// one costs ~100 us, executing a small one ~3 us: docs/cpu-costs.md).
 //
 // Usage: build a PrimitiveKey from the numbers that define the primitive (cheap: no oneDNN
 // object is made on a cache hit), then

@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include "backends/cpu/norm_kernels.h"
-#include "backends/cpu/onednn.h"
+#include "normlab/cpu_kernel_lab.h"
+#include "onednn.h"
 #include "normlab/error.h"
 #include "normlab/tensor.h"
 

@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/onednn.h"
+#include "kernels.h"
+#include "onednn.h"
 #include "normlab/error.h"
 
 namespace normlab::cpu {
@@ -136,9 +136,11 @@ void matmul_strided(float* c, const float* a, const float* b, const float* bias,
     run_primitive(key, make, describe, {a, b, c});
 }
 
-void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t n,
-            int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
-            bool accumulate) {
+void matmul(float* c, const float* a, const float* b, const MatmulSpec& s) {
+  int64_t batch = s.batch, m = s.m;
+  const int64_t n = s.n, k = s.k;
+  const bool trans_a = s.trans_a, trans_b = s.trans_b, a_batched = s.a_batched, b_batched = s.b_batched;
+  const bool accumulate = s.accumulate;
   if (batch <= 0 || m <= 0 || n <= 0) return;
   if (k <= 0) {  // an empty sum: the product is zero
     if (!accumulate) fill(c, 0.0f, batch * m * n);
@@ -148,7 +150,7 @@ void matmul(float* c, const float* a, const float* b, int64_t batch, int64_t m, 
     // Every C_b is the same product: one primitive, run per batch (rare; oneDNN wants the dst
     // batch to come from src or weights).
     for (int64_t bi = 0; bi < batch; ++bi)
-      matmul(c + bi * m * n, a, b, 1, m, n, k, trans_a, trans_b, false, false, accumulate);
+      matmul(c + bi * m * n, a, b, MatmulSpec{1, m, n, k, trans_a, trans_b, false, false, accumulate});
     return;
   }
   if (batch > 1 && a_batched && !b_batched && !trans_a) {

@@ -8,7 +8,7 @@
 namespace normlab::cpu {
 
 // Below this many elements touched, the kernels stay on one thread: an OpenMP region costs
-// ~1 us to fork and join at 2 threads (PLATFORM.md), and streaming 16K floats in and out takes
+// ~1 us to fork and join at 2 threads (docs/cpu-costs.md), and streaming 16K floats in and out takes
 // one core ~5-10 us (~13 GB/s), so from here on the second thread saves several times what it
 // costs; below, tiny ops (a bias, a row of statistics) would mostly pay for the fork.
 constexpr int64_t kParallelMinWork = int64_t{1} << 14;

@@ -264,7 +264,7 @@ inline void row_for(int64_t d, F&& f) {
 
 // sum over the row of the lanes f(j, n) returns. Four independent accumulators: a float add
 // has 3-4 cycles of latency, and one accumulator would make the loop wait on each (a plain
-// scalar reduction loop runs at a quarter of copy speed, PLATFORM.md). The lanes a tail does not
+// scalar reduction loop runs at a quarter of copy speed, docs/cpu-costs.md). The lanes a tail does not
 // cover are discarded, whatever f computed there.
 template <class F>
 inline float row_reduce(int64_t d, F&& f) {

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/parallel.h"
-#include "backends/cpu/simd.h"
+#include "kernels.h"
+#include "parallel.h"
+#include "simd.h"
 #include "normlab/tensor.h"
 
 namespace normlab::cpu {

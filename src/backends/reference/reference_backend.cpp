@@ -2,9 +2,9 @@
 // loops of reference_kernels.h. Being the oracle, it checks more than the contract requires
 // (element counts against the sizes, ids in range), so that a wrong op is caught here rather
 // than read as a wrong number.
-#include "backends/reference/reference_backend.h"
+#include "normlab/reference_backend.h"
 
-#include "backends/reference/reference_kernels.h"
+#include "normlab/reference_kernels.h"
 
 namespace normlab {
 
@@ -67,18 +67,15 @@ class ReferenceBackend final : public Backend {
   bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
 
   // ---- matrix products ---------------------------------------------------------
-  void matmul(Tensor& c, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
-              int64_t k, bool trans_a, bool trans_b, bool a_batched, bool b_batched,
-              bool accumulate) override {
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
     const char* kn = "matmul";
     DType dt = c.dtype();
-    expect(kn, "c", c, dt, batch * m * n);
-    expect(kn, "a", a, dt, (a_batched ? batch : 1) * m * k);
-    expect(kn, "b", b, dt, (b_batched ? batch : 1) * k * n);
+    expect(kn, "c", c, dt, s.batch * s.m * s.n);
+    expect(kn, "a", a, dt, (s.a_batched ? s.batch : 1) * s.m * s.k);
+    expect(kn, "b", b, dt, (s.b_batched ? s.batch : 1) * s.k * s.n);
     dispatch(dt, kn, [&](auto tag) {
       using T = decltype(tag);
-      matmul_ref(c.data<T>(), a.data<T>(), b.data<T>(), batch, m, n, k, trans_a, trans_b, a_batched,
-                 b_batched, accumulate);
+      matmul_ref(c.data<T>(), a.data<T>(), b.data<T>(), s);
     });
   }
 

@@ -1,0 +1,207 @@
+// The backend interface: every kernel an op may call. Ops (src/ops) check shapes, allocate
+// outputs and call these; backends implement them and never see the tape.
+//
+// Conventions (all backends):
+// - Every tensor argument is contiguous, row-major, and already has the right shape and
+//   dtype; outputs are allocated by the caller. Size letters: B batch, T time, C channels
+//   (C = H * Dh), H heads, Dh head size, N rows (= B*T), D or d normalized size, V vocabulary,
+//   M/K/N for matrix products.
+// - Outputs and gradients are WRITTEN (=), never accumulated, unless a kernel's comment says
+//   `accumulate`. The tape accumulates when a tensor feeds several consumers.
+// - A gradient output passed as nullptr is not wanted: skip its work (ATen's gradient mask).
+// - Norms save rstd = 1/sqrt(var + eps) (LayerNorm) or 1/sqrt(mean(x^2) + eps) (RMSNorm), one
+//   per row, in the input's dtype; backends that use oneDNN convert its variance at the boundary.
+// - `eps`, `alpha`, `scale`, `lr`... are passed as double and used in the tensor's dtype.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normlab/tensor.h"
+
+namespace normlab {
+
+// One batch of matrix products: for each b < batch, C_b (M x N) = op(A_b) @ op(B_b), op(X) = X^T
+// when trans_x. A_b is (M x K), or (K x M) stored when trans_a; B_b is (K x N), or (N x K) when
+// trans_b. a_batched / b_batched false: the same A (or B) for every b (shared weights).
+// accumulate: C += product instead of C = product.
+//   MatmulSpec::of(m, n, k).batched(b).transposed_a()
+struct MatmulSpec {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  bool a_batched = true, b_batched = true;
+  bool accumulate = false;
+
+  static MatmulSpec of(int64_t m_, int64_t n_, int64_t k_) {
+    MatmulSpec s;
+    s.m = m_;
+    s.n = n_;
+    s.k = k_;
+    return s;
+  }
+  MatmulSpec& batched(int64_t b) { batch = b; return *this; }
+  MatmulSpec& transposed_a() { trans_a = true; return *this; }
+  MatmulSpec& transposed_b() { trans_b = true; return *this; }
+  MatmulSpec& shared_b(bool shared = true) { b_batched = !shared; return *this; }
+};
+
+struct AdamParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled = true;  // AdamW (decoupled decay, applied as p -= lr*wd*p) vs Adam (L2 added to grad)
+  int64_t step = 1;       // 1-based step for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual bool supports(DType dtype) const = 0;
+  // Expensive objects (oneDNN primitives) created so far; a steady-state step adds none.
+  virtual uint64_t primitives_created() const { return 0; }
+
+  // ---- matrix products ---------------------------------------------------------
+  // c = the products `s` describes (MatmulSpec, above).
+  virtual void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) = 0;
+  // y (M x N) = x (M x K) @ w^T (w is N x K, PyTorch's Linear layout) + bias (N) + residual
+  // (M x N); bias and residual optional (undefined tensor = none). The residual add is fused into
+  // the product's epilogue: a pre-norm block's "x + proj(...)" costs no pass of its own.
+  virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                              const Tensor& residual, int64_t m, int64_t k, int64_t n) = 0;
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
+                      int64_t k, int64_t n) {
+    linear_forward(y, x, w, bias, Tensor(), m, k, n);
+  }
+  // The linear layer's input gradient, dx (M x K) = (dy (M x N) @ w (N x K)) * gate (M x K),
+  // gate optional: the derivative of an elementwise op in front of the layer (GELU's), applied
+  // in the product's epilogue instead of a separate pass.
+  virtual void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w,
+                                     const Tensor& gate, int64_t m, int64_t k, int64_t n) = 0;
+  // dbias (N) = sum over the M rows of dy (M x N).
+  virtual void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) = 0;
+
+  // ---- elementwise over n = numel values -----------------------------------------
+  virtual void fill(Tensor& out, double value) = 0;
+  virtual void copy(Tensor& out, const Tensor& x) = 0;
+  // out = alpha * a + beta * b
+  virtual void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) = 0;
+  // dst += src (accumulate)
+  virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
+  virtual void scale(Tensor& out, const Tensor& x, double alpha) = 0;
+  virtual void mul(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // GELU, exact erf form (PyTorch's default): y = x * Phi(x), Phi(x) = 0.5 * (1 + erf(x / sqrt(2))).
+  // dydx (optional) = Phi(x) + x * phi(x): the backward is then dx = dy * dydx, one multiply,
+  // because erf and exp are computed once, here, while x is in registers.
+  virtual void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) = 0;
+  // sum of x^2 over all elements, accumulated in double (for norms of activations/gradients)
+  virtual double sum_squares(const Tensor& x) = 0;
+
+  // ---- normalization over the last dimension: x is (N x D) ---------------------
+  // mu = mean(x); var = mean((x-mu)^2); rstd = 1/sqrt(var+eps); y = gamma*(x-mu)*rstd + beta
+  virtual void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                 const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                                 double eps) = 0;
+  // g = dy*gamma; dx = rstd*(g - mean(g) - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat);
+  // dbeta = sum_rows(dy). Any of dx, dgamma, dbeta may be nullptr.
+  virtual void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                                  const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, int64_t n, int64_t d) = 0;
+  // rstd = 1/sqrt(mean(x^2)+eps); y = gamma*x*rstd
+  virtual void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                               int64_t n, int64_t d, double eps) = 0;
+  // g = dy*gamma; dx = rstd*(g - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat)
+  virtual void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                                const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) = 0;
+  // Fused residual add + norm, one pass per row: s = alpha*a + b; y = LayerNorm(s) (or RMSNorm).
+  // Writes s as well: the residual stream is needed by the next block and by the backward.
+  virtual void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                     const Tensor& a, const Tensor& b, double alpha,
+                                     const Tensor& gamma, const Tensor& beta, int64_t n,
+                                     int64_t d, double eps) = 0;
+  virtual void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a,
+                                   const Tensor& b, double alpha, const Tensor& gamma, int64_t n,
+                                   int64_t d, double eps) = 0;
+
+  // ---- softmax over the last dimension: x is (N x D) ---------------------------
+  virtual void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) = 0;
+  // dx = y * (dy - sum(dy*y))
+  virtual void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                                int64_t d) = 0;
+
+  // ---- causal multi-head scaled-dot-product attention --------------------------
+  // q, k, v, out: (B, T, H*Dh), head h uses channels [h*Dh, (h+1)*Dh).
+  // probs (B, H, T, T): softmax over s <= t of scale * q_t . k_s, zero for s > t (saved).
+  // out_t = sum_s probs[t,s] v_s.
+  virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                                 double scale) = 0;
+  // dP = dout v^T; dv = P^T dout; dS = P*(dP - rowsum(dP*P)) * scale; dq = dS k; dk = dS^T q.
+  virtual void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout,
+                                  const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& probs, int64_t b, int64_t t, int64_t h,
+                                  int64_t dh, double scale) = 0;
+
+  // ---- causal prefix mean (the toy model's mixing): x, y (B, T, C) --------------
+  // y[b,t] = (1/(t+1)) * sum_{s<=t} x[b,s]
+  virtual void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t,
+                                   int64_t c) = 0;
+  // dx[b,s] = sum_{t>=s} dy[b,t] / (t+1)
+  virtual void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                                    int64_t c) = 0;
+
+  // ---- embedding: ids (N) int32 in [0, V), table (V x D), y (N x D) ---------------
+  virtual void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n,
+                                 int64_t v, int64_t d) = 0;
+  // dtable (V x D) = scatter-add of dy rows at ids (written: rows not hit are zero).
+  virtual void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n,
+                                  int64_t v, int64_t d) = 0;
+
+  // ---- cross-entropy, mean over N rows: logits (N x V), targets (N) int32 -------
+  // loss (one element) = mean_i [logsumexp(logits_i) - logits_i[target_i]]; probs = softmax (saved).
+  virtual void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
+                                     const Tensor& targets, int64_t n, int64_t v) = 0;
+  // dlogits = dloss * (probs - onehot(target)) / N, dloss is a one-element tensor.
+  virtual void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                                      const Tensor& targets, int64_t n, int64_t v) = 0;
+
+  // ---- layout -----------------------------------------------------------------
+  // x viewed as (outer, A, mid, Bdim, inner) -> out (outer, Bdim, mid, A, inner): swaps two axes.
+  virtual void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid,
+                         int64_t bdim, int64_t inner) = 0;
+
+  // ---- optimizer: one pass over n parameters (all parameters live in one buffer) ----
+  // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr * (mhat/(sqrt(vhat)+eps) [+ wd*p])
+  virtual void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                         const AdamParams& hp) = 0;
+};
+
+// ---- registry -----------------------------------------------------------------
+// Names: "reference" (plain loops, f32/f64: the oracle), "cpu" (oneDNN + normlab's vectorized
+// kernels, f32), "cuda" (when built and a GPU is present).
+// Adds (or replaces) a backend under `name`; install_backends() does it for the built-in ones.
+void register_backend(const std::string& name, std::unique_ptr<Backend> b);
+std::vector<std::string> backend_names();
+Backend& backend(const std::string& name);  // throws UsageError for an unknown name
+// The backend ops use for CPU tensors (default "cpu"); CUDA tensors always use "cuda".
+Backend& backend_for(Device device, DType dtype);
+void set_default_cpu_backend(const std::string& name);
+const std::string& default_cpu_backend();
+
+// RAII: use another CPU backend inside a scope (gradcheck runs on "reference").
+class BackendScope {
+ public:
+  explicit BackendScope(const std::string& name);
+  ~BackendScope();
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+
+ private:
+  std::string previous_;
+};
+
+// Threads the CPU kernels and oneDNN may use (OpenMP); 0 = all cores.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace normlab

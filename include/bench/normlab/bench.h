@@ -1,0 +1,393 @@
+// `normlab bench`: timing normalization kernels and whole training steps, with figures anyone
+// can rerun. This header is the library half (src/bench/); src/cli/bench.cpp only parses flags
+// into the option structs below and prints what the exporters return.
+//
+//   norms  every registered implementation of LayerNorm / RMSNorm (oneDNN's primitive, normlab's
+//          multi-pass and fused kernels, PyTorch via scripts/torch_bench.py), forward and
+//          backward, per shape and thread count. Each implementation is checked against the
+//          float64 reference kernels before it is timed; one that fails is reported and never
+//          timed. Buffers rotate through >= max(1 GiB, 4 x LLC) so that timings are of memory,
+//          not cache; a copy loop and memcpy are timed in the same run, interleaved with the
+//          kernels, as the bandwidth limit.
+//   step   whole training steps (forward + backward + AdamW) of the toy and GPT models with
+//          LayerNorm vs RMSNorm, interleaved step by step, and the time the norm kernels take at
+//          the step's shapes, timed separately.
+//
+// Results are plain structs (NormReport, StepReport), documented field by field; the
+// exporters (table, markdown, csv, json) only serialize them. docs/bench.md has the JSON schema.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normlab/kinds.h"
+
+namespace normlab::bench {
+
+// ============================================================================
+// shapes and thread lists
+// ============================================================================
+
+// batch x seq x d: the norm runs over d, on N = batch*seq rows.
+struct NormShape {
+  int64_t batch = 0, seq = 0, d = 0;
+  int64_t rows() const { return batch * seq; }
+  int64_t numel() const { return batch * seq * d; }
+  std::string str() const;  // "8x256x1024"
+  bool operator==(const NormShape& o) const { return batch == o.batch && seq == o.seq && d == o.d; }
+};
+
+// "8x256x1024" -> {8, 256, 1024}. UsageError (naming `flag`) for anything else: a missing or
+// extra dimension, 0, a negative number, not a number, or more than 2^40 elements.
+NormShape parse_shape(const std::string& text, const std::string& flag = "--shapes");
+// Comma-separated shapes; empty entries are errors.
+std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag = "--shapes");
+// 4x128x512, 8x256x1024, 16x512x2048, 32x1024x4096.
+std::vector<NormShape> default_shapes();
+// "1,all" -> {1, cores}; "all" is the number of CPUs OpenMP sees. Duplicates removed, order kept.
+// UsageError for 0, negatives, non-numbers.
+std::vector<int> parse_threads(const std::string& list, const std::string& flag = "--threads");
+
+// ============================================================================
+// statistics of repeated timings
+// ============================================================================
+
+struct Stats {
+  int64_t samples = 0;
+  double median = NAN, min = NAN, max = NAN, mean = NAN, stddev = NAN;  // seconds (or any unit)
+  double cv() const { return mean > 0 ? stddev / mean : NAN; }             // coefficient of variation
+  double spread() const { return median > 0 ? (max - min) / median : NAN; }  // full range / median
+};
+// Sample statistics; stddev with n-1 (0 for one sample). An empty vector gives samples = 0, NaNs.
+Stats summarize(std::vector<double> samples);
+
+// ============================================================================
+// the machine and the build (Google Benchmark's "context" block)
+// ============================================================================
+
+struct CacheInfo {
+  std::string type;  // Data, Instruction, Unified
+  int level = 0;
+  int64_t size = 0;     // bytes
+  int num_sharing = 0;  // CPUs sharing one instance
+};
+
+struct Context {
+  std::string date;          // ISO 8601, local time with offset
+  std::string host_name, executable, cpu_model;
+  int num_cpus = 0;          // CPUs OpenMP sees (omp_get_num_procs): this process's affinity mask
+  int cpus_online = 0;       // CPUs the system has online; more than num_cpus when the process
+                             // inherited a narrower affinity mask (e.g. from a pinned parent)
+  double mhz_per_cpu = 0;    // from /proc/cpuinfo (nominal under a hypervisor)
+  std::vector<CacheInfo> caches;
+  std::vector<double> load_avg;  // 1, 5, 15 minutes, when the run started
+  std::string build_type;        // CMAKE_BUILD_TYPE of normlab
+  std::string normlab_version, git_commit, compiler;
+  std::map<std::string, std::string> libraries;  // "oneDNN" -> "2.6.3", "PyTorch" -> ...
+  std::string omp_proc_bind;   // OMP_PROC_BIND as the OpenMP runtime sees it (false = not pinned)
+  std::string omp_wait_policy; // OMP_WAIT_POLICY from the environment, "default" when unset
+  bool threads_pinned = false;
+  int64_t llc_bytes = 0;       // the largest cache level's size
+  int64_t footprint_target = 0;  // bytes the buffer rotation covers per case
+  // Measured over the run (CpuUsage): the share of all CPUs' time other processes used, and
+  // the share the hypervisor stole. NaN when not measured.
+  double others_cpu = NAN, steal = NAN;
+};
+Context collect_context();
+// Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
+// online, other processes busy during the run (from CpuUsage).
+std::vector<std::string> context_warnings(const Context& c);
+
+// What the CPUs did between start() and stop(): /proc/stat against this process's own time.
+class CpuUsage {
+ public:
+  void start();
+  // Sets ctx.others_cpu and ctx.steal.
+  void stop(Context& ctx) const;
+
+ private:
+  double busy_ = 0, total_ = 0, steal_ = 0, self_ = 0;
+};
+// Bytes of memory the system has available (MemAvailable), 0 when unknown.
+int64_t available_memory_bytes();
+
+// ============================================================================
+// norm implementations: a registry of free functions on raw float arrays
+// ============================================================================
+
+enum class Pass { fwd, bwd };
+const char* to_string(Pass p);
+
+// One norm call on raw arrays; N rows, D normalized size, row-major, contiguous.
+//   forward  reads x, gamma, beta (LayerNorm only); writes y, mean (LayerNorm only), rstd
+//   backward reads dy, x, gamma, saved_mean (LayerNorm only), saved_rstd;
+//            writes dx, dgamma, dbeta (LayerNorm only)
+struct NormArgs {
+  int64_t n = 0, d = 0;
+  float eps = 1e-5f;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* y = nullptr;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+  const float* saved_mean = nullptr;
+  const float* saved_rstd = nullptr;
+  float* dx = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+};
+using NormFn = std::function<void(const NormArgs&)>;
+
+struct NormImpl {
+  NormKind norm = NormKind::layernorm;  // layernorm or rmsnorm
+  std::string impl;         // "fused", "multipass", "onednn", ...
+  std::string provider;     // who wrote the kernel: "normlab", "oneDNN 2.6.3"
+  std::string description;  // one line for --list
+  bool streaming_stores = false;  // writes with non-temporal stores: held to memcpy's bandwidth
+  NormFn forward, backward;       // an empty function: that pass is not implemented
+  std::string name() const { return std::string(to_string(norm)) + "." + impl; }
+};
+
+class NormRegistry {
+ public:
+  // Error when the name exists already or the norm is neither layernorm nor rmsnorm.
+  void add(NormImpl impl);
+  const std::vector<NormImpl>& all() const { return impls_; }
+  // Selected by patterns: "all", a full name ("layernorm.fused"), an implementation ("fused":
+  // every norm that has one) or a norm ("rmsnorm": all of its implementations). Registry
+  // order, no duplicates. UsageError naming `flag` and the known names for a pattern that
+  // matches nothing.
+  std::vector<const NormImpl*> select(const std::vector<std::string>& patterns,
+                                      const std::string& flag = "--impl") const;
+
+ private:
+  std::vector<NormImpl> impls_;
+};
+
+// The cpu backend's kernels (include/backend_cpu/normlab/cpu_kernel_lab.h): layernorm.onednn,
+// layernorm.multipass, layernorm.fused, rmsnorm.multipass, rmsnorm.fused.
+NormRegistry builtin_norm_impls();
+
+// Parameters of one norm over d: LayerNorm 2d (gamma, beta), RMSNorm d (gamma).
+int64_t norm_parameters(const std::string& norm, int64_t d);
+
+// Bytes one call moves, counted from the formula (4-byte floats). `data`: the N x D arrays
+// (forward x read + y written = 2ND; backward x, dy read + dx written = 3ND; copy 2ND);
+// `params`: gamma (+ beta) read, and in the backward dgamma (+ dbeta) written; `stats`: the
+// per-row mean (LayerNorm) and rstd, written by the forward, read by the backward.
+struct ByteCount {
+  int64_t data = 0, params = 0, stats = 0;
+};
+// norm: "layernorm" | "rmsnorm" | "copy"; pass: "fwd" | "bwd" | "copy".
+ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s);
+
+// ============================================================================
+// results of `bench norms`
+// ============================================================================
+
+// Tolerances of the correctness check, per output: |out - ref| <= atol + rtol*|ref|.
+// Parameter gradients sum N rows, so their atol is relative to sum_rows |term| (the magnitude
+// the float sum passed through), see verify_tolerances() in norm_bench.cpp for the reasons.
+struct VerifyResult {
+  bool pass = false;
+  double max_abs_err = 0;   // over every output
+  std::string worst_output; // "y", "mean", "rstd", "dx", "dgamma", "dbeta"
+  std::string report;       // mismatch report (first values side by side) when it fails
+};
+
+// One row of the table: one (implementation, pass, shape, threads), or a copy baseline.
+struct NormRow {
+  // ---- what was run
+  std::string norm;      // "layernorm" | "rmsnorm" | "copy"
+  std::string impl;      // "fused" | "multipass" | "onednn" | "torch" | copy: "loop" | "memcpy"
+  std::string provider;  // "normlab", "oneDNN 2.6.3", "PyTorch 2.5.1", "libc"
+  std::string pass;      // "fwd" | "bwd" | "copy"
+  NormShape shape;
+  int threads = 1;
+  bool streaming_stores = false;  // held to memcpy rather than the copy loop
+  // ---- correctness: checked on the first buffer set before any timing
+  std::string status = "ok";  // "ok" | "rejected" (wrong output: never timed)
+  VerifyResult verify;
+  // ---- timing: seconds per call, one sample per call, each call on the next buffer set
+  Stats time;
+  // ---- sizes
+  ByteCount bytes;                // per call, from the formula
+  int64_t working_set_bytes = 0;  // bytes all the buffer sets this case touches add up to
+  bool cache_resident = false;    // working set < max(1 GiB, 4 x LLC): may be cache speed
+  int64_t parameters = 0;         // of the norm (0 for copy rows)
+  // ---- derived by derive(): NaN where it does not apply
+  double gb_per_s = NAN;             // bytes.data / time.median / 1e9
+  double copy_loop_gb_per_s = NAN;   // the copy loop's GB/s, same shape and threads, same run
+  double memcpy_gb_per_s = NAN;      // memcpy's GB/s, same shape and threads, same run
+  double pct_of_copy_loop = NAN;     // 100 * gb_per_s / copy_loop_gb_per_s
+  double pct_of_memcpy = NAN;        // 100 * gb_per_s / memcpy_gb_per_s
+  std::string pct_against;           // "copy-loop", or "memcpy" for streaming-store kernels
+  double rms_over_ln = NAN;  // rmsnorm rows: median(layernorm, same impl) / median(this)
+  double vs_onednn = NAN;    // median(layernorm.onednn, same pass) / median(this)
+  double vs_torch = NAN;     // median(<same norm>.torch, same pass) / median(this)
+  // ---- several runs merged (merge_runs): the range of each figure over the runs
+  int runs = 1;
+  std::map<std::string, std::pair<double, double>> run_range;  // figure -> (min, max) over runs
+
+  // The headline percentage: of memcpy for streaming-store kernels, else of the copy loop.
+  double pct_of_copy() const { return pct_against == "memcpy" ? pct_of_memcpy : pct_of_copy_loop; }
+  // "layernorm.fused/fwd/8x256x1024/threads:1", "copy.loop/copy/8x256x1024/threads:1"
+  std::string name() const;
+};
+
+struct NormReport {
+  Context context;
+  std::vector<NormRow> rows;
+  std::vector<std::string> warnings;  // say what to do: "... consider --min-time 1"
+};
+
+// Fills every derived field of every row from the measured ones (idempotent).
+void derive(NormReport& report);
+
+// ============================================================================
+// running `bench norms`
+// ============================================================================
+
+struct NormBenchOptions {
+  std::vector<NormShape> shapes = default_shapes();
+  std::vector<int> threads;                  // empty: {1, all}
+  std::vector<std::string> impls = {"all"};  // patterns for NormRegistry::select
+  bool fwd = true, bwd = true;
+  bool copy_baselines = true;  // time the copy loop and memcpy (the % columns need them)
+  int64_t warmup = 2;          // untimed calls per case (creates oneDNN primitives, faults pages)
+  int64_t repeats = 5;         // at least this many timed calls per case
+  double min_time = 0.2;       // and at least this many seconds of timed calls per case
+  int64_t footprint = 0;       // bytes to rotate through per case; 0: max(1 GiB, 4 x LLC)
+  uint64_t seed = 0;
+  float ln_eps = 1e-5f, rms_eps = 1e-6f;
+  std::function<void(const std::string&)> log;  // progress lines (optional)
+};
+
+// Checks options (UsageError: shapes too large for memory, bad counts) before running anything.
+void validate(const NormBenchOptions& opt);
+// Runs every (shape, threads) group: allocates and fills the buffer sets, verifies each case
+// against the reference, warms up, then times the verified cases round-robin (one call each in
+// turn) so that the ratios between them are measured side by side. Calls derive().
+NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry = builtin_norm_impls());
+
+// Checks one implementation on the given arrays against the reference kernels (float64); the
+// same check run_norm_bench applies before timing. `a` holds the inputs; the outputs it names
+// are overwritten (NaN first, so an output the kernel never writes fails).
+VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a);
+
+// PyTorch's rows from scripts/torch_bench.py, run as `python3 SCRIPT ...` with the same shapes,
+// threads, passes and rotation as `opt`. Returns false (and says why in `why`) when python3
+// cannot import torch or the script fails; the rows are appended to `report` and derive() is
+// called again on success.
+struct TorchOptions {
+  std::string python = "python3";
+  std::string script;  // empty: scripts/torch_bench.py next to the source tree (see find_torch_script)
+};
+bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const TorchOptions& torch,
+                    std::string& why);
+// scripts/torch_bench.py searched in ./scripts, then ../scripts and ../../scripts next to the
+// running executable; empty when not found.
+std::string find_torch_script();
+
+// ============================================================================
+// `bench step`: whole training steps
+// ============================================================================
+
+struct StepOptions {
+  std::vector<std::string> models = {"toy", "gpt"};
+  std::vector<int> threads;  // empty: {1, all}
+  int64_t layers = 20, d_model = 64, d_hidden = 128, heads = 4, vocab = 64;
+  int64_t batch = 32, seq = 16;
+  int64_t warmup = 3;
+  int64_t repeats = 10;
+  double min_time = 1.0;  // seconds of timed steps per (model, norm, threads)
+  uint64_t seed = 0;
+  std::function<void(const std::string&)> log;
+};
+void validate(const StepOptions& opt);
+
+struct StepRow {
+  std::string model;  // "toy" | "gpt"
+  std::string norm;   // "layernorm" | "rmsnorm"
+  int threads = 1;
+  int64_t layers = 0, d_model = 0, d_hidden = 0, heads = 0, vocab = 0, batch = 0, seq = 0;
+  int64_t parameters = 0;       // of the model
+  int64_t norm_parameters = 0;  // of its norms
+  int64_t norm_calls = 0;       // norm forwards per step (each with one backward)
+  int64_t norm_rows = 0;        // N of each norm call (batch*seq), over d_model
+  Stats step;                   // seconds per training step (forward + backward + AdamW)
+  Stats norm_kernels;           // seconds per step in the norm kernels (fwd + bwd of every call)
+  VerifyResult norm_verify;     // the norm kernels checked against the reference first
+  // derived (derive_step)
+  double norm_share = NAN;      // norm_kernels.median / step.median
+  double tokens_per_s = NAN;    // batch*seq / step.median
+  // rmsnorm rows: LayerNorm / RMSNorm of the same model and threads
+  double step_speedup = NAN;    // step.median(LN) / step.median(RMS): model level
+  double op_speedup = NAN;      // norm_kernels.median(LN) / norm_kernels.median(RMS): operator level
+  // what the step speed-up would be if only the norm time changed (Amdahl):
+  // step(LN) / (step(LN) - norm(LN) + norm(RMS))
+  double predicted_step_speedup = NAN;
+  int runs = 1;
+  std::map<std::string, std::pair<double, double>> run_range;
+  std::string name() const;  // "step/toy/rmsnorm/threads:1"
+};
+
+struct StepReport {
+  Context context;
+  std::vector<StepRow> rows;
+  std::vector<std::string> warnings;
+};
+void derive(StepReport& report);
+StepReport run_step_bench(const StepOptions& opt);
+
+// ============================================================================
+// exporters, reading results back, several runs, comparisons
+// ============================================================================
+
+enum class Format { table, markdown, csv, json };
+
+std::string render(const NormReport& r, Format f);
+std::string render(const StepReport& r, Format f);
+// The RMSNorm / LayerNorm summary (ratios per shape, threads and pass), table or markdown.
+std::string render_norm_summary(const NormReport& r, Format f);
+
+// Reading a --json document back (what: the file name, for messages). UsageError when it is
+// not a `bench norms` (resp. `bench step`) document.
+NormReport norm_report_from_json(const std::string& text, const std::string& what);
+StepReport step_report_from_json(const std::string& text, const std::string& what);
+// "norms" or "step": the kind of a bench JSON document (UsageError otherwise).
+std::string bench_kind_of_json(const std::string& text, const std::string& what);
+
+// Several runs of the same benchmark as one: per row, the median over the runs of each
+// figure (time median, GB/s, %, ratios), with its range over the runs in run_range; the
+// time's min/max are the extremes over all runs. Rows missing from some runs keep the runs
+// they are in (runs counts them).
+NormReport merge_runs(const std::vector<NormReport>& runs);
+StepReport merge_runs(const std::vector<StepReport>& runs);
+
+// One row of `--compare`: an earlier run's median against this run's, matched by name.
+struct CompareRow {
+  std::string name;
+  Stats base, now;       // seconds
+  double ratio = NAN;    // now.median / base.median (< 1: faster now)
+  double noise = NAN;    // the change below which a ratio is not told apart from 1
+  std::string verdict;   // "faster", "slower", "same" (within noise), "only in base", "only now"
+};
+struct NamedStats {
+  std::string name;
+  Stats time;
+};
+std::vector<NamedStats> timed_entries(const NormReport& r);
+std::vector<NamedStats> timed_entries(const StepReport& r);
+// Entries of any bench JSON document (norms or step).
+std::vector<NamedStats> timed_entries_from_json(const std::string& text, const std::string& what);
+std::vector<CompareRow> compare(const std::vector<NamedStats>& base, const std::vector<NamedStats>& now);
+std::string render(const std::vector<CompareRow>& rows, Format f);
+
+}  // namespace normlab::bench

@@ -1,0 +1,107 @@
+// Finite-difference checks of every op's backward and of whole blocks and models.
+//
+// For a case with differentiable inputs x_1..x_k and output y, the checked scalar is
+// f = sum(y * R) with a fixed random R (R = 1 for a one-element y). The analytic gradient comes
+// from y.backward(R); the numeric one from central differences in float64 on the reference
+// backend: (f(x + h e_j) - f(x - h e_j)) / 2h, h = 1e-6.
+// A second check runs the same case in float32 on another backend (default "cpu") and compares
+// its analytic gradients against the float64 reference gradients.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normlab/tensor.h"
+
+namespace normlab {
+
+// Sizes a case is built with. Odd by default so that no size hides a transposed index.
+struct CaseShape {
+  int64_t batch = 2, time = 5, channels = 8, heads = 2, hidden = 12, vocab = 11, layers = 2;
+};
+// "BxTxC" (e.g. 2x8x64); throws UsageError.
+CaseShape parse_case_shape(const std::string& text);
+
+struct CaseInstance {
+  CaseInstance() = default;
+  CaseInstance(std::vector<std::pair<std::string, Tensor>> in, std::function<Tensor()> fwd)
+      : inputs(std::move(in)), forward(std::move(fwd)) {}
+
+  std::vector<std::pair<std::string, Tensor>> inputs;  // differentiable leaves, named
+  std::function<Tensor()> forward;                     // recomputes the output from the inputs
+  // What else an outside program needs to recompute the case (gradcheck --dump writes it all):
+  std::vector<std::pair<std::string, Tensor>> constants;  // integer inputs: token ids, targets
+  std::map<std::string, double> numbers;                  // eps, alpha, heads, sizes
+  std::map<std::string, std::string> names;               // model, norm, placement, init
+};
+
+struct GradCase {
+  std::string name;
+  std::string kind;  // "op" or "composite"
+  std::string description;
+  // Same seed and shape -> same values whatever the dtype (values are drawn in double).
+  std::function<CaseInstance(const CaseShape&, DType, uint64_t seed)> make;
+};
+
+// Every registered case, ops first then composites.
+const std::vector<GradCase>& gradcheck_cases();
+const GradCase& find_gradcheck_case(const std::string& name);  // UsageError if unknown
+
+// Per input tensor: max_j |analytic_j - expected_j| <= atol + rtol * max_j |expected_j|.
+// The scale is the tensor's largest gradient: element-wise relative errors blow up where a
+// gradient crosses zero.
+struct Tolerance {
+  double atol, rtol;
+};
+// float64 central differences with h = 1e-6: truncation error O(h^2 * f's third derivative) ~ 1e-12; the rounding
+// noise 64 eps sum|y R| / 2h is computed per case and added to the bound; a correct backward
+// lands at 1e-9..2e-7 of the gradient scale (small-gradient tensors are noisiest), a wrong one
+// near 1e-2 or worse, hence rtol 1e-5.
+constexpr Tolerance kFiniteDifferenceTol{1e-8, 1e-5};
+// float32 kernels vs float64 reference gradients: float32 rounding (6e-8) grows with reduction
+// length and depth: ~1e-6 of scale on the default cases, 2e-4 on a Post-RMSNorm block at d = 1
+// (RMSNorm of one value is ~sign(x): its derivative is eps/|x|^3, badly conditioned), hence 1e-3.
+// Gradients that are exactly zero in exact arithmetic (the key bias: softmax ignores a shift of a
+// whole row of scores) come out as float32 noise up to ~4e-7, hence atol 1e-6.
+constexpr Tolerance kFloat32Tol{1e-6, 1e-3};
+
+struct InputCheck {
+  std::string input;
+  Shape shape;
+  double max_abs_err = 0;
+  double max_rel_err = 0;  // max_abs_err / max |expected| (the tensor's gradient scale)
+  int64_t worst_index = -1;
+  double worst_analytic = 0, worst_numeric = 0;
+  bool pass = true;
+};
+
+struct CaseResult {
+  std::string name, kind, check;  // check: "fd64" (finite differences) or "<backend>-f32"
+  std::vector<InputCheck> inputs;
+  bool pass = true;
+  double seconds = 0;
+};
+
+struct GradcheckOptions {
+  CaseShape shape;
+  uint64_t seed = 0;
+  double h = 1e-6;
+  Tolerance fd_tol = kFiniteDifferenceTol;
+  Tolerance f32_tol = kFloat32Tol;
+  std::string f32_backend = "cpu";  // empty: skip the float32 check
+};
+
+// Central-difference check of one case on the reference backend in float64.
+CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& opt);
+// Analytic float32 gradients on opt.f32_backend vs analytic float64 reference gradients.
+CaseResult check_float32_backend(const GradCase& c, const GradcheckOptions& opt);
+
+// Everything about one case as JSON text: inputs (and integer constants, hyperparameters), R, the
+// float64 analytic and numeric gradients and, unless opt.f32_backend is empty, that backend's
+// float32 analytic gradients.
+std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt);
+std::string gradcheck_results_json(const std::vector<CaseResult>& results, const GradcheckOptions& opt);
+
+}  // namespace normlab

@@ -1,0 +1,165 @@
+// Modules: Linear, Norm (LayerNorm / RMSNorm / none), MLP, the toy mixer, causal self-attention
+// (+QK-Norm), Block (placement none/pre/post/sandwich/deepnorm) and the two models.
+// Model code reads like the formulas: x = x + attn(norm1(x)).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "normlab/kinds.h"
+#include "normlab/rng.h"
+#include "normlab/tensor.h"
+
+namespace normlab {
+
+struct ModelConfig {
+  ModelKind model = ModelKind::toy;  // toy: prefix-mean mixing + Linear; gpt: causal multi-head attention
+  NormKind norm = NormKind::layernorm;
+  Placement placement = Placement::pre;
+  FinalNorm final_norm = FinalNorm::auto_;
+  bool qk_norm = false;      // gpt only: RMSNorm over each head's Dh on q and k
+  bool residual = true;      // false drops the identity path (probe's contrast)
+  int64_t layers = 6;
+  int64_t d_model = 64;
+  int64_t d_hidden = 128;
+  int64_t heads = 4;
+  int64_t vocab = 64;
+  int64_t seq_len = 16;
+  InitScheme init = InitScheme::gpt2;  // gpt2: N(0, 0.02), residual projections / sqrt(2L); xavier
+  double norm_eps = 0;        // 0: the norm's default (LayerNorm 1e-5, RMSNorm 1e-6)
+  DType dtype = DType::f32;
+
+  double eps() const;
+  bool final_norm_on() const;  // auto: on for pre and sandwich, off for post and deepnorm
+  // DeepNet (Wang et al. 2022), decoder-only with L layers: alpha = (2L)^(1/4), beta = (8L)^(-1/4).
+  double deepnorm_alpha() const;
+  double deepnorm_beta() const;
+  void validate() const;  // throws UsageError naming the field
+};
+
+// Every parameter of a model, in creation order, with its dotted name.
+class ParamList {
+ public:
+  Tensor add(const std::string& name, Tensor t);  // marks it requires_grad
+  const std::vector<Tensor>& all() const { return params_; }
+  int64_t count() const;  // number of scalars
+  void zero_grad();
+  // Moves every parameter into one contiguous buffer (and their gradients into another), so
+  // the optimizer makes one pass over all of them. Tensors handed out stay valid.
+  void flatten();
+  // After backward: zero the (flattened) gradient of each parameter no path reached, so the
+  // one-pass optimizer does not read a stale buffer.
+  void fill_missing_grads();
+  const Tensor& flat() const { return flat_; }
+  const Tensor& flat_grad() const { return flat_grad_; }
+
+ private:
+  std::vector<Tensor> params_;
+  Tensor flat_, flat_grad_;
+};
+
+// The sublayers take an optional residual r and return r + f(x), the add fused into their last
+// product (see ops.h linear): a pre-norm block is x + f(norm(x)) without a pass for the "+".
+struct Linear {
+  Tensor w, b;  // w (out, in); b (out) or undefined
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
+};
+
+struct Norm {
+  NormKind kind = NormKind::none;
+  Tensor gamma, beta;  // beta only for LayerNorm
+  double eps = 1e-5;
+  Tensor operator()(const Tensor& x) const;  // identity for none
+  // s = alpha*a + b, y = norm(s), one pass per row; returns {s, y}.
+  std::pair<Tensor, Tensor> add_norm(const Tensor& a, double alpha, const Tensor& b) const;
+};
+
+struct MLP {
+  Linear fc1, fc2;  // d -> hidden -> d, GELU between
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
+};
+
+// The toy model's stand-in for attention: causal prefix mean, then Linear d -> d.
+struct PrefixMixer {
+  Linear proj;
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
+};
+
+struct SelfAttention {
+  Linear q, k, v, o;
+  int64_t heads = 1;
+  bool qk_norm = false;
+  Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only
+  double qk_eps = 1e-6;
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;  // x (B, T, C)
+};
+
+struct Block {
+  bool attention = false;  // gpt: attention; toy: prefix mixer
+  PrefixMixer mixer;
+  SelfAttention attn;
+  MLP mlp;
+  Norm norm1, norm2;    // pre/post/deepnorm norms; sandwich: the input norms
+  Norm norm1b, norm2b;  // sandwich: the norms on the sublayer outputs
+  Placement placement = Placement::pre;
+  NormKind norm_kind = NormKind::layernorm;
+  bool skip_connection = true;  // false: no "x +" (probe's contrast; config key `residual`)
+  double alpha = 1.0;           // DeepNorm's residual scale
+  Tensor mix(const Tensor& x, const Tensor& residual = Tensor()) const;  // the first sublayer
+  Tensor operator()(const Tensor& x) const;  // block_forward(*this, x, Sublayers::live)
+};
+
+// How block_forward evaluates a block's sublayers (mixing/attention and MLP):
+//   live  as the model runs them: the residual add fused into the sublayer's last product where
+//         the placement allows it;
+//   held  each sublayer's output computed without a graph, so that d(output)/dx is the Jacobian
+//         of the residual additions and norms alone: the identity path of dL/dx that probe
+//         reports. Without a skip connection the held output does not depend on x at all.
+enum class Sublayers { live, held };
+// The one definition of every placement: none `x + F(x)` (norm none), pre `x + F(N(x))`, post
+// `N(x + F(x))`, sandwich `x + N2(F(N1(x)))`, deepnorm `N(alpha x + F(x))`, and each without its
+// skip connection. The values do not depend on the mode.
+Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode);
+
+// What a forward pass can leave behind for probes and per-layer statistics.
+struct ForwardTrace {
+  bool retain_grads = false;  // keep dL/d(stream) of each block output
+  Tensor embed;               // the residual stream entering block 0
+  std::vector<Tensor> block_out;  // the residual stream after each block
+  Tensor final_out;           // after the final norm (== last block output when off)
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& cfg, uint64_t seed);
+  const ModelConfig& config() const { return cfg_; }
+  ParamList& params() { return params_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  // ids (B, T) int32 -> logits (B, T, V)
+  Tensor forward(const Tensor& ids, ForwardTrace* trace = nullptr) const;
+  Tensor loss(const Tensor& ids, const Tensor& targets, ForwardTrace* trace = nullptr) const;
+  // Parameters of block l (for per-layer gradient norms).
+  const std::vector<Tensor>& block_params(size_t l) const { return block_params_[l]; }
+
+ private:
+  ModelConfig cfg_;
+  ParamList params_;
+  Tensor tok_emb, pos_emb;
+  std::vector<Block> blocks_;
+  std::vector<std::vector<Tensor>> block_params_;
+  Norm final_norm_;
+  Linear head_;
+  Tensor positions_;  // cached position ids for (B, T)
+};
+
+// Builders shared by the model and by gradcheck's composites.
+struct Init {
+  Rng rng;
+  DType dtype;
+  Tensor normal(const Shape& s, double std);
+  Tensor xavier(int64_t fan_out, int64_t fan_in, double gain);  // normal, std = gain*sqrt(2/(in+out))
+  Tensor constant(const Shape& s, double v);
+};
+Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init);
+Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init);
+
+}  // namespace normlab

@@ -1,0 +1,70 @@
+// Differentiable ops: each checks shapes at the boundary (messages name both shapes),
+// allocates its outputs, calls the backend's kernels, and records its backward on the tape.
+// Ops never loop over data.
+#pragma once
+#include <utility>
+
+#include "normlab/tensor.h"
+
+namespace normlab {
+
+// ---- products -------------------------------------------------------------------
+// x (..., K) @ w^T with w (N, K) as PyTorch's Linear, + bias (N) when defined, + residual
+// (..., N) when defined: (..., N). With a residual it is a pre-norm block's "x + proj(h)" in one
+// op: the add happens in the product's epilogue and the gradient passes through uncopied.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(),
+              const Tensor& residual = Tensor());
+// linear(gelu(h), w, bias, residual) as one op (an MLP's second layer with its activation):
+// GELU's derivative, saved by the forward, is applied in the epilogue of the product that
+// computes dh, instead of in a pass of its own.
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias = Tensor(),
+                   const Tensor& residual = Tensor());
+// a (..., M, K) @ b (..., K, N) with equal leading dims (or b 2-D, shared): (..., M, N).
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- elementwise ----------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+// alpha*a + b: DeepNorm's residual (alpha*x + F(x)).
+Tensor add_scaled(const Tensor& a, double alpha, const Tensor& b);
+Tensor scale(const Tensor& x, double alpha);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor gelu(const Tensor& x);  // exact erf form
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator*(double alpha, const Tensor& x) { return scale(x, alpha); }
+
+// ---- normalization over the last dimension --------------------------------------------
+Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps = 1e-6);
+// Fused residual add + norm (one pass per row): s = alpha*a + b, y = norm(s); returns {s, y}.
+// The backward is that of the two separate ops.
+std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Tensor& b,
+                                        const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b,
+                                      const Tensor& gamma, double eps = 1e-6);
+
+// ---- softmax, attention, mixing -------------------------------------------------
+Tensor softmax(const Tensor& x);  // over the last dimension
+// Causal multi-head scaled-dot-product attention: q, k, v (B, T, C) with C = heads * Dh;
+// scale 1/sqrt(Dh). Returns (B, T, C).
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads);
+// The toy model's stand-in for attention: y[b,t] = mean of x[b,0..t]. x (B, T, C).
+Tensor prefix_mean(const Tensor& x);
+
+// ---- lookup and loss ------------------------------------------------------------
+// ids int32 (any shape, values in [0, V)), table (V, D): shape ids.shape + (D,).
+Tensor embedding(const Tensor& ids, const Tensor& table);
+// logits (..., V), targets int32 (...): mean cross-entropy, a one-element tensor.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// ---- not recorded ---------------------------------------------------------------
+// sum of squares of every element (a gradient norm's square); no graph.
+double sum_squares(const Tensor& x);
+// Gives the tape its gradient arithmetic (dst += g, out = a + b) through the backends; done once
+// by install_backends() before any backward.
+void install_gradient_math();
+
+// ---- layout ---------------------------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);  // a view; -1 infers one dimension
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);  // materialized
+
+}  // namespace normlab

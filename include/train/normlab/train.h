@@ -1,0 +1,121 @@
+// Training: data sources, the optimizer and its schedule, the trainer loop with divergence
+// detection and per-layer statistics.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normlab/nn.h"
+#include "normlab/rng.h"
+#include "normlab/tensor.h"
+
+namespace normlab {
+
+// ---- data --------------------------------------------------------------------------
+struct Batch {
+  Tensor inputs, targets;  // int32 (B, T): targets are the inputs shifted by one
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual std::string describe() const = 0;
+  virtual int64_t vocab() const = 0;
+  virtual Batch train_batch(Rng& rng, int64_t batch, int64_t seq_len) = 0;
+  // Held-out batch number i (the same for every call with the same i and seed).
+  virtual Batch val_batch(int64_t i, int64_t batch, int64_t seq_len) = 0;
+  // Best achievable mean cross-entropy per predicted token, when the rule is known (NaN otherwise).
+  virtual double loss_floor(int64_t seq_len) const = 0;
+  // Cross-entropy of the unigram distribution of the targets (from the training data).
+  virtual double unigram_loss() const = 0;
+};
+
+// The synthetic rule task. Tokens 0..V-K-1 are ordinary, V-K..V-1 are K topic markers.
+// A sequence starts with the marker of a topic z (drawn uniformly), then a uniform ordinary
+// token; after that each token is pi_z(previous) with probability 1 - noise, else uniform over
+// the ordinary tokens (pi_z: a fixed random permutation per topic, drawn from the data seed).
+// Predicting token t+1 needs the current token AND the topic marker at position 0: one token of
+// context is not enough, so mixing and depth matter. The floor follows from the noise.
+struct SyntheticSpec {
+  int64_t vocab = 64;
+  int64_t topics = 4;
+  double noise = 0.1;
+  uint64_t seed = 0;
+};
+std::unique_ptr<DataSource> make_synthetic(const SyntheticSpec& spec);
+// Byte-level language modelling on a text file: the first 90% trains, the rest validates.
+std::unique_ptr<DataSource> make_text(const std::string& path, int64_t seq_len, uint64_t seed);
+// The data source a config names (its data, vocab, topics, noise, seq_len and seed).
+struct TrainConfig;
+std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg);
+
+// Where batches come from: the config key `data`, "synthetic" or "text:PATH".
+struct DataSpec {
+  DataKind kind = DataKind::synthetic;
+  std::string path;  // text only
+  std::string str() const;  // "synthetic", "text:PATH"
+  static DataSpec parse(const std::string& s);  // UsageError for anything else
+};
+
+// ---- optimizer ----------------------------------------------------------------------
+struct TrainConfig {
+  ModelConfig model;
+  DataSpec data;
+  int64_t topics = 4;              // synthetic only
+  double noise = 0.1;              // synthetic only
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.0;
+  int64_t warmup_steps = 0;
+  Schedule schedule = Schedule::constant;
+  double clip = 0.0;                  // global gradient-norm clip; 0 = off
+  int64_t batch_size = 32;
+  int64_t steps = 3000;
+  int64_t eval_every = 500;
+  int64_t eval_batches = 8;
+  uint64_t seed = 0;
+  int threads = 0;  // 0 = all cores
+  void validate() const;  // UsageError naming the field
+};
+
+// lr at a 1-based step: linear warm-up from 0 over warmup_steps, then constant or cosine to 0.
+double learning_rate(const TrainConfig& cfg, int64_t step);
+
+// Mean over the rows (tokens) of the per-row L2 norm ||x_t||; x (..., d). The residual-stream
+// statistic of train's metrics and of probe.
+double mean_token_norm(const Tensor& x);
+// ||(dL/dp)_p|| over a set of parameters: the L2 norm of their gradients taken together (those no
+// gradient reached count 0). train's grad norms per block and probe's.
+double params_grad_norm(const std::vector<Tensor>& params);
+
+// ---- the loop ----------------------------------------------------------------------
+struct EvalRecord {
+  int64_t step = 0;
+  double lr = 0, train_loss = 0, val_loss = 0, grad_norm = 0;
+  std::vector<double> stream_norm;      // mean over tokens of ||x|| after each block (validation batch 0)
+  double final_norm_out = 0;            // ||x|| after the final norm
+  std::vector<double> block_grad_norm;  // ||dL/dtheta|| of each block's parameters
+  // timing (not deterministic: kept apart from the other fields)
+  double seconds_per_step = 0, tokens_per_second = 0;
+};
+
+struct TrainResult {
+  std::string status = "ok";  // ok | diverged
+  int64_t diverged_step = -1;
+  std::string diverged_reason;
+  int64_t steps_done = 0;
+  double final_train_loss = 0, final_val_loss = 0, best_val_loss = 0;
+  int64_t best_val_step = 0;
+  double loss_floor = 0, unigram_loss = 0;
+  int64_t parameters = 0;
+  double seconds = 0, seconds_per_step = 0, tokens_per_second = 0;
+  std::vector<EvalRecord> evals;
+};
+
+// Called after each eval; the trainer writes nothing itself.
+using EvalCallback = std::function<void(const EvalRecord&)>;
+using ProgressCallback = std::function<void(int64_t step, double loss)>;
+
+TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval = {}, const ProgressCallback& on_step = {});
+
+}  // namespace normlab

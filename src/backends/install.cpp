@@ -1,0 +1,21 @@
+// The only place that names concrete backends.
+#include "normlab/backends.h"
+
+#include "normlab/backend.h"
+#include "normlab/cpu_backend.h"
+#include "normlab/ops.h"
+#include "normlab/reference_backend.h"
+
+namespace normlab {
+
+void install_backends() {
+  static const bool installed = [] {
+    register_backend("reference", make_reference_backend());
+    register_backend("cpu", make_cpu_backend());
+    install_gradient_math();
+    return true;
+  }();
+  (void)installed;
+}
+
+}  // namespace normlab

@@ -1,0 +1,16 @@
+// Text output shared by the subcommands: the loss table (train; sweep's children print none) and
+// the progress line on a terminal. Everything normlab prints for a person is in src/cli.
+#pragma once
+#include <cstdint>
+
+#include "normlab/train.h"
+
+namespace normlab::cli {
+
+void print_loss_table_header();
+void print_loss_table_row(const EvalRecord& r);
+// "[#######      ] 120/3000 loss 2.3456" on stderr, redrawn in place.
+void print_progress_line(int64_t step, int64_t steps, double loss);
+void clear_progress_line();
+
+}  // namespace normlab::cli

@@ -1,0 +1,453 @@
+// `bench`: the arithmetic of the derived figures, the check that runs before any timing (a wrong
+// implementation is rejected and never timed), the JSON round trip, merging and comparing runs,
+// the step benchmark's bookkeeping, and the CLI's bad-input handling. Tiny shapes, tiny
+// min-times; no test depends on how fast anything runs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "normlab/cpu_kernel_lab.h"
+#include "test_util.h"
+#include "normlab/bench.h"
+#include "normlab/error.h"
+
+using namespace normlab;
+using namespace normlab::bench;
+using normlab::test::describe;
+using normlab::test::run_cli;
+
+namespace {
+
+// A quick run: tiny shapes, a 1 MiB rotation (cache-resident: fine for tests), no min-time.
+NormBenchOptions quick_options() {
+  NormBenchOptions o;
+  o.shapes = {{2, 8, 64}, {1, 3, 67}};
+  o.threads = {1};
+  o.warmup = 1;
+  o.repeats = 3;
+  o.min_time = 0;
+  o.footprint = 1 << 20;
+  return o;
+}
+
+NormRow row(const std::string& norm, const std::string& impl, const std::string& pass, double median_s,
+            NormShape s = {4, 8, 16}, int threads = 1) {
+  NormRow r;
+  r.norm = norm;
+  r.impl = impl;
+  r.pass = pass;
+  r.shape = s;
+  r.threads = threads;
+  r.bytes = norm_bytes(norm, pass, s);
+  r.time = summarize({median_s});
+  return r;
+}
+
+const NormRow* find(const NormReport& r, const std::string& name) {
+  for (const NormRow& x : r.rows)
+    if (x.name() == name) return &x;
+  return nullptr;
+}
+
+}  // namespace
+
+// ---- parsing ---------------------------------------------------------------------------------
+
+TEST(BenchParse, ShapesAndThreads) {
+  NormShape s = parse_shape("8x256x1024");
+  EXPECT_EQ(s.batch, 8);
+  EXPECT_EQ(s.seq, 256);
+  EXPECT_EQ(s.d, 1024);
+  EXPECT_EQ(s.rows(), 2048);
+  EXPECT_EQ(s.str(), "8x256x1024");
+  EXPECT_EQ(parse_shapes("1x2x3,4x5x6").size(), 2u);
+  EXPECT_EQ(default_shapes().size(), 4u);
+  EXPECT_EQ(default_shapes().back().str(), "32x1024x4096");
+  for (const char* bad : {"0x4x8", "-1x4x8", "4x-1x8", "axbxc", "4x8", "4x8x16x2", "", "4x8x", "4.5x8x8", "4x8x1e3",
+                          "2000000x2000000x2000000"})
+    EXPECT_THROW(parse_shape(bad), UsageError) << bad;
+  EXPECT_THROW(parse_shapes("4x8x8,,4x8x8"), UsageError);
+  const std::vector<int> t = parse_threads("1,all");
+  ASSERT_GE(t.size(), 1u);
+  EXPECT_EQ(t[0], 1);
+  EXPECT_EQ(parse_threads("2,2,1"), (std::vector<int>{2, 1}));
+  for (const char* bad : {"0", "-1", "x", "1,,2", ""}) EXPECT_THROW(parse_threads(bad), UsageError) << bad;
+}
+
+TEST(BenchParse, RegistrySelection) {
+  NormRegistry r = builtin_norm_impls();
+  EXPECT_EQ(r.all().size(), 5u);
+  EXPECT_EQ(r.select({"all"}).size(), 5u);
+  EXPECT_EQ(r.select({"fused"}).size(), 2u);
+  EXPECT_EQ(r.select({"layernorm"}).size(), 3u);
+  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 2u);
+  ASSERT_EQ(r.select({"onednn"}).size(), 1u);
+  EXPECT_EQ(r.select({"onednn"})[0]->name(), "layernorm.onednn");
+  EXPECT_THROW(r.select({"nope"}), UsageError);
+  EXPECT_THROW(r.add(r.all()[0]), Error);  // duplicate name
+}
+
+// ---- arithmetic -------------------------------------------------------------------------------
+
+TEST(BenchArithmetic, SummaryStatistics) {
+  Stats s = summarize({3e-6, 1e-6, 2e-6});
+  EXPECT_EQ(s.samples, 3);
+  EXPECT_DOUBLE_EQ(s.median, 2e-6);
+  EXPECT_DOUBLE_EQ(s.min, 1e-6);
+  EXPECT_DOUBLE_EQ(s.max, 3e-6);
+  EXPECT_DOUBLE_EQ(s.mean, 2e-6);
+  EXPECT_NEAR(s.stddev, 1e-6, 1e-18);
+  EXPECT_NEAR(s.cv(), 0.5, 1e-12);
+  EXPECT_NEAR(s.spread(), 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(summarize({4, 1, 2, 3}).median, 2.5);
+  EXPECT_EQ(summarize({5}).stddev, 0.0);
+  EXPECT_EQ(summarize({}).samples, 0);
+  EXPECT_TRUE(std::isnan(summarize({}).median));
+}
+
+TEST(BenchArithmetic, BytesFromTheFormula) {
+  const NormShape s{2, 3, 4};  // N = 6 rows, D = 4, 24 elements, 96 bytes per N x D array
+  ByteCount f = norm_bytes("layernorm", "fwd", s);
+  EXPECT_EQ(f.data, 2 * 96);    // x read, y written
+  EXPECT_EQ(f.params, 2 * 16);  // gamma, beta read
+  EXPECT_EQ(f.stats, 2 * 24);   // mean, rstd written
+  ByteCount b = norm_bytes("layernorm", "bwd", s);
+  EXPECT_EQ(b.data, 3 * 96);    // x, dy read, dx written
+  EXPECT_EQ(b.params, 3 * 16);  // gamma read, dgamma, dbeta written
+  EXPECT_EQ(b.stats, 2 * 24);   // mean, rstd read
+  EXPECT_EQ(norm_bytes("rmsnorm", "fwd", s).params, 16);
+  EXPECT_EQ(norm_bytes("rmsnorm", "fwd", s).stats, 24);
+  EXPECT_EQ(norm_bytes("rmsnorm", "bwd", s).params, 2 * 16);
+  EXPECT_EQ(norm_bytes("rmsnorm", "bwd", s).data, 3 * 96);
+  EXPECT_EQ(norm_bytes("copy", "copy", s).data, 2 * 96);
+  EXPECT_EQ(norm_parameters("layernorm", 1024), 2048);
+  EXPECT_EQ(norm_parameters("rmsnorm", 1024), 1024);
+}
+
+TEST(BenchArithmetic, DerivedFigures) {
+  const NormShape s{4, 8, 16};  // 512 elements: 2048 bytes per array
+  NormReport r;
+  r.rows.push_back(row("copy", "loop", "copy", 1e-6, s));          // 4096 B / 1 us = 4.096 GB/s
+  r.rows.push_back(row("copy", "memcpy", "copy", 0.5e-6, s));      // 8.192 GB/s
+  r.rows.push_back(row("layernorm", "fused", "fwd", 2e-6, s));     // 2.048 GB/s
+  r.rows.push_back(row("layernorm", "onednn", "fwd", 3e-6, s));
+  r.rows.push_back(row("layernorm", "torch", "fwd", 5e-6, s));
+  r.rows.push_back(row("rmsnorm", "fused", "fwd", 1.6e-6, s));
+  r.rows.push_back(row("rmsnorm", "torch", "fwd", 4e-6, s));
+  r.rows.push_back(row("layernorm", "fused", "bwd", 3e-6, s));     // 6144 B / 3 us = 2.048 GB/s
+  NormRow streaming = row("rmsnorm", "stream", "fwd", 1e-6, s);
+  streaming.streaming_stores = true;
+  r.rows.push_back(streaming);
+  NormRow rejected = row("rmsnorm", "onednn", "fwd", 1e-6, s);
+  rejected.status = "rejected";
+  r.rows.push_back(rejected);
+  r.rows.push_back(row("layernorm", "fused", "fwd", 2e-6, s, 2));  // no copy rows at 2 threads
+  derive(r);
+
+  const NormRow* loop = find(r, "copy.loop/copy/4x8x16/threads:1");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_NEAR(loop->gb_per_s, 4.096, 1e-9);
+  EXPECT_NEAR(loop->pct_of_copy_loop, 100.0, 1e-9);
+  EXPECT_NEAR(find(r, "copy.memcpy/copy/4x8x16/threads:1")->pct_of_copy_loop, 200.0, 1e-9);
+
+  const NormRow* ln = find(r, "layernorm.fused/fwd/4x8x16/threads:1");
+  EXPECT_NEAR(ln->gb_per_s, 2.048, 1e-9);
+  EXPECT_NEAR(ln->copy_loop_gb_per_s, 4.096, 1e-9);
+  EXPECT_NEAR(ln->memcpy_gb_per_s, 8.192, 1e-9);
+  EXPECT_NEAR(ln->pct_of_copy_loop, 50.0, 1e-9);
+  EXPECT_NEAR(ln->pct_of_memcpy, 25.0, 1e-9);
+  EXPECT_EQ(ln->pct_against, "copy-loop");
+  EXPECT_NEAR(ln->pct_of_copy(), 50.0, 1e-9);
+  EXPECT_NEAR(ln->vs_onednn, 1.5, 1e-12);  // oneDNN 3 us / fused 2 us
+  EXPECT_NEAR(ln->vs_torch, 2.5, 1e-12);   // torch 5 us / fused 2 us
+  EXPECT_TRUE(std::isnan(ln->rms_over_ln));
+  EXPECT_TRUE(std::isnan(find(r, "layernorm.onednn/fwd/4x8x16/threads:1")->vs_onednn));
+
+  const NormRow* rms = find(r, "rmsnorm.fused/fwd/4x8x16/threads:1");
+  EXPECT_NEAR(rms->rms_over_ln, 2.0 / 1.6, 1e-12);  // LayerNorm fused / RMSNorm fused
+  EXPECT_NEAR(rms->vs_torch, 4.0 / 1.6, 1e-12);
+  EXPECT_TRUE(std::isnan(rms->vs_onednn));  // oneDNN has no RMSNorm: not compared
+  EXPECT_NEAR(find(r, "rmsnorm.torch/fwd/4x8x16/threads:1")->rms_over_ln, 5.0 / 4.0, 1e-12);
+
+  const NormRow* bwd = find(r, "layernorm.fused/bwd/4x8x16/threads:1");
+  EXPECT_NEAR(bwd->gb_per_s, 2.048, 1e-9);
+  EXPECT_NEAR(bwd->pct_of_copy_loop, 50.0, 1e-9);  // against the copy of the same shape and threads
+
+  const NormRow* st = find(r, "rmsnorm.stream/fwd/4x8x16/threads:1");
+  EXPECT_EQ(st->pct_against, "memcpy");  // streaming stores: held to the faster copy
+  EXPECT_NEAR(st->pct_of_copy(), 50.0, 1e-9);
+
+  EXPECT_TRUE(std::isnan(find(r, "rmsnorm.onednn/fwd/4x8x16/threads:1")->gb_per_s));  // rejected: no figures
+  EXPECT_TRUE(std::isnan(find(r, "layernorm.fused/fwd/4x8x16/threads:2")->pct_of_copy_loop));
+  EXPECT_NEAR(find(r, "layernorm.fused/fwd/4x8x16/threads:2")->gb_per_s, 2.048, 1e-9);
+
+  // derive() is idempotent.
+  NormReport again = r;
+  derive(again);
+  EXPECT_EQ(again.rows.size(), r.rows.size());
+  EXPECT_NEAR(find(again, "rmsnorm.fused/fwd/4x8x16/threads:1")->rms_over_ln, 1.25, 1e-12);
+}
+
+TEST(BenchArithmetic, StepFigures) {
+  StepReport r;
+  StepRow ln, rms;
+  ln.model = rms.model = "toy";
+  ln.norm = "layernorm";
+  rms.norm = "rmsnorm";
+  ln.batch = rms.batch = 4;
+  ln.seq = rms.seq = 8;
+  ln.step = summarize({10e-3});
+  ln.norm_kernels = summarize({2e-3});
+  rms.step = summarize({9e-3});
+  rms.norm_kernels = summarize({1e-3});
+  r.rows = {ln, rms};
+  derive(r);
+  EXPECT_NEAR(r.rows[0].norm_share, 0.2, 1e-12);
+  EXPECT_NEAR(r.rows[0].tokens_per_s, 32 / 10e-3, 1e-6);
+  EXPECT_TRUE(std::isnan(r.rows[0].step_speedup));
+  EXPECT_NEAR(r.rows[1].step_speedup, 10.0 / 9.0, 1e-12);
+  EXPECT_NEAR(r.rows[1].op_speedup, 2.0, 1e-12);
+  EXPECT_NEAR(r.rows[1].predicted_step_speedup, 10.0 / (10.0 - 2.0 + 1.0), 1e-12);
+}
+
+// ---- correctness before timing ------------------------------------------------------------------
+
+TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
+  // 67 is not a multiple of any vector width; 15 rows are not a multiple of the row blocks.
+  const NormRegistry reg = builtin_norm_impls();
+  const int64_t n = 15, d = 67;
+  std::vector<float> x(n * d), dy(n * d), y(n * d), dx(n * d), gamma(d), beta(d), dg(d), db(d), mean(n), rstd(n);
+  for (int64_t i = 0; i < n * d; ++i) {
+    x[i] = 0.5f + std::sin(0.37f * i) * (1 + i % 7);
+    dy[i] = std::cos(0.11f * i);
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    gamma[j] = 0.5f + 0.01f * j;
+    beta[j] = 0.1f * std::sin(j);
+  }
+  for (const NormImpl& m : reg.all()) {
+    NormArgs a;
+    a.n = n;
+    a.d = d;
+    a.eps = m.norm == NormKind::layernorm ? 1e-5f : 1e-6f;
+    a.x = x.data();
+    a.gamma = gamma.data();
+    a.beta = m.norm == NormKind::layernorm ? beta.data() : nullptr;
+    a.y = y.data();
+    a.mean = m.norm == NormKind::layernorm ? mean.data() : nullptr;
+    a.rstd = rstd.data();
+    VerifyResult f = verify_norm(m, Pass::fwd, a);
+    EXPECT_TRUE(f.pass) << m.name() << ": " << f.report;
+    NormArgs b;
+    b.n = n;
+    b.d = d;
+    b.x = x.data();
+    b.dy = dy.data();
+    b.gamma = gamma.data();
+    b.saved_mean = a.mean;
+    b.saved_rstd = rstd.data();  // as the forward just saved them
+    b.dx = dx.data();
+    b.dgamma = dg.data();
+    b.dbeta = m.norm == NormKind::layernorm ? db.data() : nullptr;
+    VerifyResult g = verify_norm(m, Pass::bwd, b);
+    EXPECT_TRUE(g.pass) << m.name() << ": " << g.report;
+  }
+}
+
+TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
+  NormRegistry reg = builtin_norm_impls();
+  auto fwd_calls = std::make_shared<std::atomic<int>>(0);
+  auto bwd_calls = std::make_shared<std::atomic<int>>(0);
+  auto lazy_calls = std::make_shared<std::atomic<int>>(0);
+  NormImpl wrong;
+  wrong.norm = NormKind::layernorm;
+  wrong.impl = "wrong";
+  wrong.provider = "test";
+  // Forward: right except one value of the last row; backward: dgamma misses the last row.
+  wrong.forward = [fwd_calls](const NormArgs& a) {
+    ++*fwd_calls;
+    cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+    a.y[a.n * a.d - 1] += 0.01f;
+  };
+  wrong.backward = [bwd_calls](const NormArgs& a) {
+    ++*bwd_calls;
+    cpu::layernorm_backward_fused(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n - 1,
+                                  a.d);
+    cpu::layernorm_backward_fused(a.dx ? a.dx + (a.n - 1) * a.d : nullptr, nullptr, nullptr, a.dy + (a.n - 1) * a.d,
+                                  a.x + (a.n - 1) * a.d, a.gamma, a.saved_mean + a.n - 1, a.saved_rstd + a.n - 1, 1,
+                                  a.d);
+  };
+  reg.add(wrong);
+  NormImpl lazy;  // writes nothing at all
+  lazy.norm = NormKind::rmsnorm;
+  lazy.impl = "lazy";
+  lazy.provider = "test";
+  lazy.forward = [lazy_calls](const NormArgs&) { ++*lazy_calls; };
+  reg.add(lazy);
+
+  NormBenchOptions o = quick_options();
+  o.impls = {"fused", "wrong", "lazy"};
+  NormReport r = run_norm_bench(o, reg);
+
+  for (const NormShape& s : o.shapes) {
+    for (const char* name : {"layernorm.wrong/fwd", "layernorm.wrong/bwd", "rmsnorm.lazy/fwd"}) {
+      const NormRow* x = find(r, fmt::format("{}/{}/threads:1", name, s.str()));
+      ASSERT_NE(x, nullptr) << name;
+      EXPECT_EQ(x->status, "rejected") << name;
+      EXPECT_FALSE(x->verify.pass);
+      EXPECT_FALSE(x->verify.report.empty());
+      EXPECT_EQ(x->time.samples, 0) << name << " was timed";
+      EXPECT_TRUE(std::isnan(x->gb_per_s));
+    }
+    for (const char* name : {"layernorm.fused/fwd", "layernorm.fused/bwd", "rmsnorm.fused/fwd", "rmsnorm.fused/bwd"}) {
+      const NormRow* x = find(r, fmt::format("{}/{}/threads:1", name, s.str()));
+      ASSERT_NE(x, nullptr) << name;
+      EXPECT_EQ(x->status, "ok") << x->verify.report;
+      EXPECT_TRUE(x->verify.pass);
+      EXPECT_GE(x->time.samples, 3);
+      EXPECT_GT(x->gb_per_s, 0);
+      EXPECT_GT(x->pct_of_copy_loop, 0);
+    }
+  }
+  // Each wrong kernel ran exactly once per shape: its check. No warm-up, no timed call.
+  EXPECT_EQ(fwd_calls->load(), 2);
+  EXPECT_EQ(bwd_calls->load(), 2);
+  EXPECT_EQ(lazy_calls->load(), 2);
+  EXPECT_NE(r.rows.size(), 0u);
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned = warned || w.find("failed the check") != std::string::npos;
+  EXPECT_TRUE(warned);
+  // The mismatch report shows values side by side and the largest difference.
+  const NormRow* x = find(r, "layernorm.wrong/fwd/2x8x64/threads:1");
+  EXPECT_NE(x->verify.report.find("got"), std::string::npos) << x->verify.report;
+  EXPECT_NE(x->verify.report.find("want"), std::string::npos);
+  EXPECT_NE(find(r, "layernorm.wrong/bwd/2x8x64/threads:1")->verify.report.find("dgamma"), std::string::npos);
+}
+
+TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
+  NormBenchOptions o = quick_options();
+  o.shapes = {{2, 4, 48}};
+  o.threads = parse_threads("1,all");
+  NormReport r = run_norm_bench(o);
+  // copy.loop, copy.memcpy, 5 implementations x 2 passes, per thread count.
+  EXPECT_EQ(r.rows.size(), o.threads.size() * 12);
+  for (const NormRow& x : r.rows) {
+    EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
+    EXPECT_TRUE(x.verify.pass) << x.name();
+    EXPECT_GE(x.time.samples, 3) << x.name();
+    EXPECT_TRUE(x.cache_resident) << x.name();  // a 1 MiB rotation is labelled as such
+  }
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned = warned || w.find("cache speed") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+// ---- JSON, merge, compare ---------------------------------------------------------------------------
+
+TEST(BenchJson, RoundTripMergeAndCompare) {
+  NormBenchOptions o = quick_options();
+  o.shapes = {{1, 4, 32}};
+  o.impls = {"fused"};
+  NormReport r = run_norm_bench(o);
+  const std::string text = render(r, Format::json);
+  auto j = nlohmann::json::parse(text);
+  ASSERT_TRUE(j.contains("context"));
+  EXPECT_EQ(j["context"]["normlab_bench"], "norms");
+  EXPECT_TRUE(j["context"]["library_versions"].contains("oneDNN"));
+  EXPECT_TRUE(j["context"]["caches"].is_array());
+  ASSERT_EQ(j["benchmarks"].size(), r.rows.size());
+  const auto& b0 = j["benchmarks"][0];
+  for (const char* key : {"name", "run_name", "run_type", "iterations", "real_time", "cpu_time", "time_unit",
+                          "aggregates", "counters", "verify", "threads"})
+    EXPECT_TRUE(b0.contains(key)) << key;
+  EXPECT_EQ(bench_kind_of_json(text, "t"), "norms");
+
+  NormReport back = norm_report_from_json(text, "t");
+  ASSERT_EQ(back.rows.size(), r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(back.rows[i].name(), r.rows[i].name());
+    EXPECT_NEAR(back.rows[i].time.median, r.rows[i].time.median, 1e-12);
+    EXPECT_EQ(back.rows[i].bytes.data, r.rows[i].bytes.data);
+    EXPECT_EQ(back.rows[i].verify.pass, r.rows[i].verify.pass);
+  }
+
+  // Three runs: the middle one's times are the median; the range covers all three.
+  NormReport slow = back, fast = back;
+  for (NormRow& x : slow.rows) x.time = summarize({x.time.median * 1.2});
+  for (NormRow& x : fast.rows) x.time = summarize({x.time.median * 0.9});
+  NormReport m = merge_runs({slow, back, fast});
+  ASSERT_EQ(m.rows.size(), r.rows.size());
+  const NormRow* lf = find(m, "layernorm.fused/fwd/1x4x32/threads:1");
+  ASSERT_NE(lf, nullptr);
+  EXPECT_EQ(lf->runs, 3);
+  EXPECT_NEAR(lf->time.median, find(back, lf->name())->time.median, 1e-12);
+  ASSERT_TRUE(lf->run_range.count("median"));
+  EXPECT_NEAR(lf->run_range.at("median").second, 1.2 * lf->time.median, 1e-12);
+  EXPECT_TRUE(lf->run_range.count("gb_per_s"));
+  const std::string merged = render(m, Format::markdown);
+  EXPECT_NE(merged.find("| runs |"), std::string::npos) << merged;
+
+  // Compare: the slow run against the base (both without spread): every row 1.2x, "slower".
+  NormReport exact = back;
+  for (NormRow& x : exact.rows) x.time = summarize({x.time.median});
+  std::vector<CompareRow> c = compare(timed_entries(exact), timed_entries(slow));
+  ASSERT_EQ(c.size(), timed_entries(back).size());
+  for (const CompareRow& x : c) {
+    EXPECT_NEAR(x.ratio, 1.2, 1e-9) << x.name;
+    EXPECT_EQ(x.verdict, "slower");
+  }
+  EXPECT_EQ(compare(timed_entries(back), timed_entries(back))[0].verdict, "same");
+  EXPECT_EQ(compare(timed_entries(exact), timed_entries(fast))[0].verdict, "faster");
+  EXPECT_THROW(norm_report_from_json("{}", "x"), UsageError);
+  EXPECT_THROW(norm_report_from_json("not json", "x"), UsageError);
+  EXPECT_FALSE(render(r, Format::csv).empty());
+  EXPECT_NE(render(r, Format::table).find("layernorm.fused"), std::string::npos);
+}
+
+// ---- whole steps ---------------------------------------------------------------------------------
+
+TEST(BenchStep, TinyModelsBothNorms) {
+  StepOptions o;
+  o.threads = {1};
+  o.layers = 2;
+  o.d_model = 16;
+  o.d_hidden = 32;
+  o.heads = 2;
+  o.vocab = 16;
+  o.batch = 2;
+  o.seq = 4;
+  o.warmup = 1;
+  o.repeats = 2;
+  o.min_time = 0;
+  StepReport r = run_step_bench(o);
+  ASSERT_EQ(r.rows.size(), 4u);  // toy and gpt, layernorm and rmsnorm
+  for (const StepRow& x : r.rows) {
+    EXPECT_EQ(x.norm_calls, 2 * 2 + 1) << x.name();  // pre-LN: two per block, and the final norm
+    EXPECT_EQ(x.norm_rows, 8);
+    EXPECT_EQ(x.norm_parameters, (x.norm == "layernorm" ? 2 : 1) * 16 * 5) << x.name();
+    EXPECT_GE(x.step.samples, 2);
+    EXPECT_GE(x.norm_kernels.samples, 2);
+    EXPECT_TRUE(x.norm_verify.pass);
+    EXPECT_NEAR(x.norm_share, x.norm_kernels.median / x.step.median, 1e-12);
+    if (x.norm == "rmsnorm") {
+      EXPECT_GT(x.step_speedup, 0);
+      EXPECT_GT(x.op_speedup, 0);
+    }
+  }
+  EXPECT_EQ(r.rows[0].parameters - r.rows[1].parameters, 16 * 5);  // the betas
+  const std::string text = render(r, Format::json);
+  StepReport back = step_report_from_json(text, "t");
+  ASSERT_EQ(back.rows.size(), 4u);
+  EXPECT_EQ(back.rows[1].name(), "step/toy/rmsnorm/threads:1");
+  EXPECT_NEAR(back.rows[1].step.median, r.rows[1].step.median, 1e-12);
+  EXPECT_EQ(timed_entries_from_json(text, "t").size(), 8u);
+  StepOptions bad = o;
+  bad.models = {"bert"};
+  EXPECT_THROW(validate(bad), UsageError);
+}
+
+// ---- the command line ----------------------------------------------------------------------------
+

@@ -1,0 +1,60 @@
+// `normlab bench` as a user runs it: norms with --json and --compare, and its errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using normlab::test::describe;
+using normlab::test::run_cli;
+
+TEST(BenchCli, NormsJsonAndCompare) {
+  const std::string base = testing::TempDir() + "/normlab_bench_base.json";
+  auto r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time",
+                    "0", "--repeats", "2", "--warmup", "1", "--impl", "fused,onednn", "--json", "--out", base});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["benchmarks"].size(), 2u + 3u * 2u);
+  r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time", "0",
+               "--repeats", "2", "--impl", "rmsnorm.fused", "--compare", base});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("rmsnorm.fused"), std::string::npos);
+  EXPECT_NE(r.out.find("now/base"), std::string::npos) << r.out;
+  r = run_cli({"bench", "--compare", base, base});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("same"), std::string::npos) << r.out;
+  r = run_cli({"bench", "merge", base, base, "--markdown"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("| layernorm.fused |"), std::string::npos) << r.out;
+  // A norms base against a step run matches no row: an error before anything is timed.
+  r = run_cli({"bench", "step", "--model", "toy", "--layers", "1", "--compare", base});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("`bench norms` document"), std::string::npos) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+  std::remove(base.c_str());
+}
+
+TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"bench", "norms", "--shapes", "0x4x8"},
+                                        {"bench", "norms", "--shapes", "4x-2x8"},
+                                        {"bench", "norms", "--shapes", "four"},
+                                        {"bench", "norms", "--shapes", "4096x4096x4096"},
+                                        {"bench", "norms", "--shapes", "4x8x8,"},
+                                        {"bench", "norms", "--impl", "cudnn"},
+                                        {"bench", "norms", "--pass", "sideways"},
+                                        {"bench", "norms", "--threads", "0"},
+                                        {"bench", "norms", "--repeats", "0"},
+                                        {"bench", "norms", "--json", "--csv"},
+                                        {"bench", "norms", "--compare", "/nonexistent/base.json"},
+                                        {"bench", "step", "--model", "bert"},
+                                        {"bench", "step", "--layers", "0"},
+                                        {"bench", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"},
+                                        {"bench", "norms", "--frobnicate"}}) {
+    auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
+  }
+}

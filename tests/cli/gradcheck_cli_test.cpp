@@ -1,0 +1,56 @@
+// `normlab gradcheck` as a user runs it: table, JSON, --list, --dump, bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using normlab::test::describe;
+using normlab::test::run_cli;
+
+TEST(CliGradcheck, SelectedOpsPrintATableAndExitZero) {
+  auto r = run_cli({"gradcheck", "--op", "layernorm", "--op", "block_post_ln"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("layernorm"), std::string::npos);
+  EXPECT_NE(r.out.find("block.norm1.gamma"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cpu-f32"), std::string::npos);
+  EXPECT_NE(r.out.find("4 checks, 0 failed"), std::string::npos) << r.out;
+}
+
+TEST(CliGradcheck, JsonIsOneDocument) {
+  auto r = run_cli({"gradcheck", "--op", "rmsnorm", "--json", "--shape", "3x7x65"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["pass"].get<bool>());
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["results"][0]["inputs"][0]["shape"], nlohmann::json({3, 7, 65}));
+}
+
+TEST(CliGradcheck, ListAndDump) {
+  auto r = run_cli({"gradcheck", "--list"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("toy_model_loss"), std::string::npos);
+  std::string path = testing::TempDir() + "/normlab_dump_test.json";
+  std::remove(path.c_str());
+  r = run_cli({"gradcheck", "--op", "gelu", "--dump", path, "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["case"], "gelu");
+}
+
+TEST(CliGradcheck, BadInputIsOneLineAndExitTwo) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"gradcheck", "--op", "nope"},
+                                        {"gradcheck", "--shape", "2x0x8"},
+                                        {"gradcheck", "--backend", "tpu"},
+                                        {"gradcheck", "--dump", "/nonexistent/dir/x.json", "--op", "gelu"},
+                                        {"gradcheck", "--dump", "x.json"},
+                                        {"gradcheck", "--frobnicate"}}) {
+    auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
+  }
+}

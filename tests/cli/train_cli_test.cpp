@@ -1,0 +1,65 @@
+// `normlab train` as a user runs it: a run directory from flags and a config file, and its errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using normlab::test::describe;
+using normlab::test::fresh_dir;
+using normlab::test::run_cli;
+using normlab::test::slurp;
+
+TEST(TrainCli, TrainsAndWritesTheRunDirectory) {
+  fs::path dir = fresh_dir("cli_run");
+  auto r = run_cli({"train", "--steps", "4", "--eval_every", "2", "--layers", "2", "--batch_size", "4", "--out",
+                    dir.string(), "--json", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["status"], "ok");
+  for (const char* f : {"config.json", "metrics.jsonl", "result.json", "timing.jsonl"}) EXPECT_TRUE(fs::exists(dir / f)) << f;
+  EXPECT_EQ(normlab::test::split_lines(slurp(dir / "metrics.jsonl")).size(), 2u);
+  // An existing directory is not replaced without --force.
+  r = run_cli({"train", "--steps", "2", "--out", dir.string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  // Flags override the config file.
+  fs::path cfg = fs::path(testing::TempDir()) / "normlab_cfg.json";
+  std::ofstream(cfg) << R"({"layers": 3, "steps": 2, "eval_every": 2, "batch_size": 2, "lr": 0.5})";
+  r = run_cli({"train", "--config", cfg.string(), "--lr", "0.25", "--out", dir.string(), "--force", "--json", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto resolved = nlohmann::json::parse(slurp(dir / "config.json"));
+  EXPECT_EQ(resolved["layers"], 3);
+  EXPECT_DOUBLE_EQ(resolved["lr"].get<double>(), 0.25);
+  EXPECT_EQ(resolved["d_model"], 64);  // defaults are filled in
+}
+
+TEST(TrainCli, BadInputIsOneLineExitTwoAndNoRunDirectory) {
+  fs::path dir = fresh_dir("cli_bad");
+  fs::path short_text = fs::path(testing::TempDir()) / "normlab_short.txt";
+  std::ofstream(short_text) << "too short";
+  fs::path bad_json = fs::path(testing::TempDir()) / "normlab_bad.json";
+  std::ofstream(bad_json) << R"({"lerning_rate": 1})";
+  std::vector<std::vector<std::string>> cases = {
+      {"--layers", "0"},          {"--lr", "0"},          {"--lr", "-1"},
+      {"--lr", "abc"},            {"--model", "gpt", "--heads", "5"}, {"--seq_len", "1"},
+      {"--data", "text:/no/such/file.txt"}, {"--data", "text:" + short_text.string()},
+      {"--config", bad_json.string()},      {"--config", "/no/such.json"},
+      {"--norm", "batchnorm"},    {"--placement", "middle"}, {"--qk_norm", "maybe"},
+  };
+  for (auto args : cases) {
+    args.insert(args.begin(), "train");
+    args.push_back("--out");
+    args.push_back(dir.string());
+    auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
+    EXPECT_FALSE(fs::exists(dir)) << describe(r);
+  }
+  auto r = run_cli({"train", "--config", bad_json.string()});
+  EXPECT_NE(r.err.find("lerning_rate"), std::string::npos);
+  EXPECT_NE(r.err.find("did you mean 'lr'"), std::string::npos) << r.err;
+}

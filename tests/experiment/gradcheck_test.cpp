@@ -1,0 +1,116 @@
+// gradcheck itself: every case passes, and a wrong backward makes it fail (the check can fail).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+#include "normlab/gradcheck.h"
+#include "normlab/ops.h"
+#include "normlab/rng.h"
+
+using namespace normlab;
+
+TEST(Gradcheck, EveryCasePassesFiniteDifferencesAndFloat32) {
+  GradcheckOptions opt;
+  for (const GradCase& c : gradcheck_cases()) {
+    CaseResult fd = check_finite_differences(c, opt);
+    EXPECT_TRUE(fd.pass) << c.name;
+    for (const InputCheck& ic : fd.inputs) EXPECT_TRUE(ic.pass) << c.name << " " << ic.input << " " << ic.max_abs_err;
+    CaseResult f32 = check_float32_backend(c, opt);
+    for (const InputCheck& ic : f32.inputs) EXPECT_TRUE(ic.pass) << c.name << " f32 " << ic.input << " " << ic.max_abs_err;
+  }
+}
+
+// An op whose recorded backward is off by 1% in one element's gradient: gradcheck must catch it.
+TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
+  GradCase broken;
+  broken.name = "broken_rmsnorm";
+  broken.kind = "op";
+  broken.make = [](const CaseShape& s, DType dtype, uint64_t seed) {
+    Rng rng(seed, stream::check);
+    std::vector<double> xv(static_cast<size_t>(s.batch * s.channels)), gv(static_cast<size_t>(s.channels));
+    for (double& v : xv) v = rng.normal();
+    for (double& v : gv) v = 1 + 0.1 * rng.normal();
+    Tensor x = Tensor::from(xv, {s.batch, s.channels}, dtype).requires_grad_(true);
+    Tensor g = Tensor::from(gv, {s.channels}, dtype).requires_grad_(true);
+    CaseInstance inst;
+    inst.inputs = {{"x", x}, {"gamma", g}};
+    inst.forward = [x, g] {
+      Tensor y;
+      {
+        NoGradGuard ng;
+        y = rmsnorm(x, g);
+      }
+      if (grad_enabled()) {
+        // The right rule, then one element perturbed: the kind of bug gradcheck exists for.
+        Tensor y_ref = rmsnorm(x, g);
+        Tensor out = y_ref.detach();
+        record("broken_rmsnorm", out, {y_ref}, [](const Tensor& dy, GradOutputs& gr) {
+          backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, 1.0);
+          if (dy.dtype() == DType::f64) gr[0]->data<double>()[0] *= 1.01; else gr[0]->data<float>()[0] *= 1.01f;
+        });
+        return out;
+      }
+      return y;
+    };
+    return inst;
+  };
+  GradcheckOptions opt;
+  CaseResult r = check_finite_differences(broken, opt);
+  EXPECT_FALSE(r.pass);
+  bool x_failed = false;
+  for (const InputCheck& ic : r.inputs) x_failed |= (ic.input == "x" && !ic.pass);
+  EXPECT_TRUE(x_failed);
+}
+
+TEST(Gradcheck, DumpIsCompleteJson) {
+  GradcheckOptions opt;
+  auto j = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("rmsnorm"), opt));
+  EXPECT_EQ(j["case"], "rmsnorm");
+  ASSERT_EQ(j["inputs"].size(), 2u);
+  for (auto& in : j["inputs"]) {
+    ASSERT_EQ(in["values"].size(), in["analytic_grad"].size());
+    ASSERT_EQ(in["values"].size(), in["numeric_grad"].size());
+    for (size_t i = 0; i < in["values"].size(); ++i)
+      EXPECT_NEAR(in["analytic_grad"][i].get<double>(), in["numeric_grad"][i].get<double>(), 1e-6);
+  }
+  EXPECT_THROW(find_gradcheck_case("no_such_op"), UsageError);
+  EXPECT_THROW(parse_case_shape("2x0x8"), UsageError);
+  EXPECT_THROW(parse_case_shape("2x5"), UsageError);
+  EXPECT_THROW(parse_case_shape("axbxc"), UsageError);
+}
+
+// The dump holds everything needed to recompute a case outside normlab: the embedding's output
+// is rebuilt here from its integer ids and its table alone, and the model cases carry their ids,
+// targets and hyperparameters; the float32 backend's gradients sit next to the float64 ones.
+TEST(Gradcheck, DumpRecomputesOutsideNormlab) {
+  GradcheckOptions opt;
+  auto j = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("embedding"), opt));
+  ASSERT_EQ(j["constants"].size(), 1u);
+  const auto& ids = j["constants"][0];
+  EXPECT_EQ(ids["name"], "ids");
+  const auto& table = j["inputs"][0];
+  const int64_t d = table["shape"][1].get<int64_t>();
+  const auto& out = j["output"]["values"];
+  ASSERT_EQ(out.size(), ids["values"].size() * static_cast<size_t>(d));
+  for (size_t t = 0; t < ids["values"].size(); ++t)
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_EQ(out[t * static_cast<size_t>(d) + static_cast<size_t>(c)].get<double>(),
+                table["values"][static_cast<size_t>(ids["values"][t].get<int64_t>() * d + c)].get<double>());
+  EXPECT_EQ(j["f32_backend"], "cpu");
+  for (auto& in : j["inputs"]) {
+    ASSERT_EQ(in["f32_analytic_grad"].size(), in["analytic_grad"].size());
+    for (size_t i = 0; i < in["values"].size(); ++i)
+      EXPECT_NEAR(in["f32_analytic_grad"][i].get<double>(), in["analytic_grad"][i].get<double>(), 1e-5);
+  }
+
+  auto m = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("gpt_model_loss"), opt));
+  std::vector<std::string> names;
+  for (auto& c : m["constants"]) names.push_back(c["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"ids", "targets"}));
+  EXPECT_EQ(m["hyperparameters"]["heads"].get<double>(), 2.0);
+  EXPECT_EQ(m["hyperparameters"]["model"], "gpt");
+  auto att = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("causal_attention"), opt));
+  EXPECT_EQ(att["hyperparameters"]["heads"].get<double>(), 2.0);
+}

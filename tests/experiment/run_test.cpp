@@ -1,0 +1,151 @@
+// Run directories: determinism, divergence as a result, every norm x placement x model x data
+// combination, and the config schema.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+#include "normlab/about.h"
+#include "normlab/config.h"
+#include "normlab/run.h"
+#include "normlab/train.h"
+
+using namespace normlab;
+namespace fs = std::filesystem;
+using normlab::test::fresh_dir;
+using normlab::test::slurp;
+
+namespace {
+
+TrainConfig tiny() {
+  TrainConfig c;
+  c.model.layers = 2;
+  c.model.d_model = 16;
+  c.model.d_hidden = 32;
+  c.model.heads = 2;
+  c.batch_size = 4;
+  c.steps = 6;
+  c.eval_every = 3;
+  c.eval_batches = 2;
+  c.threads = 1;
+  return c;
+}
+
+const std::string kText = std::string(NORMLAB_SOURCE_DIR) + "/experiments/data/tiny.txt";
+
+}  // namespace
+
+TEST(TrainRun, SameConfigSameMetricsBitForBit) {
+  TrainConfig c = tiny();
+  c.model.norm = NormKind::rmsnorm;
+  fs::path a = fresh_dir("det_a"), b = fresh_dir("det_b");
+  RunOptions o;
+  o.versions = provenance();
+  o.dir = a.string();
+  testing::internal::CaptureStdout();
+  run_and_record(c, o);
+  o.dir = b.string();
+  run_and_record(c, o);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");  // printing is the cli's
+  std::string ma = slurp(a / "metrics.jsonl"), mb = slurp(b / "metrics.jsonl");
+  EXPECT_FALSE(ma.empty());
+  EXPECT_EQ(ma, mb);
+  EXPECT_EQ(slurp(a / "config.json"), slurp(b / "config.json"));
+  auto result = nlohmann::json::parse(slurp(a / "result.json"));
+  EXPECT_EQ(result["status"], "ok");
+  EXPECT_EQ(result["steps_done"], 6);
+  EXPECT_TRUE(result["versions"].contains("onednn"));
+  // The run was written under a temporary name (<dir>.partial.<pid>) that is gone now.
+  for (const auto& e : fs::directory_iterator(a.parent_path()))
+    EXPECT_EQ(e.path().filename().string().rfind(a.filename().string() + ".partial", 0), std::string::npos)
+        << e.path();
+}
+
+TEST(TrainRun, DivergenceIsAResult) {
+  TrainConfig c = tiny();
+  c.model.norm = NormKind::none;
+  c.lr = 1e6;
+  c.steps = 50;
+  c.eval_every = 25;
+  TrainResult r = train(c);
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_GE(r.diverged_step, 1);
+  EXPECT_LE(r.diverged_step, 50);
+  EXPECT_FALSE(r.evals.empty());
+}
+
+TEST(TrainRun, EveryNormPlacementModelAndDataTrains) {
+  for (std::string data : {std::string("synthetic"), "text:" + kText})
+    for (ModelKind model : {ModelKind::toy, ModelKind::gpt})
+      for (NormKind norm : {NormKind::none, NormKind::layernorm, NormKind::rmsnorm})
+        for (Placement pl : {Placement::pre, Placement::post, Placement::sandwich, Placement::deepnorm}) {
+          TrainConfig c = tiny();
+          c.steps = 3;
+          c.eval_every = 3;
+          c.eval_batches = 1;
+          c.data = DataSpec::parse(data);
+          c.model.model = model;
+          c.model.norm = norm;
+          c.model.placement = pl;
+          c.model.qk_norm = model == ModelKind::gpt && norm == NormKind::rmsnorm;
+          if (data != "synthetic") c.model.vocab = 256;
+          TrainResult r = train(c);
+          SCOPED_TRACE(data + " " + to_string(model) + " " + to_string(norm) + " " + to_string(pl));
+          EXPECT_EQ(r.status, "ok");
+          ASSERT_EQ(r.evals.size(), 1u);
+          EXPECT_TRUE(std::isfinite(r.evals[0].val_loss));
+          EXPECT_EQ(r.evals[0].stream_norm.size(), 2u);
+          EXPECT_EQ(r.evals[0].block_grad_norm.size(), 2u);
+        }
+}
+
+TEST(TrainRun, LearnsBelowUnigramQuickly) {
+  TrainConfig c;
+  c.model.layers = 4;
+  c.model.norm = NormKind::rmsnorm;
+  c.lr = 3e-3;
+  c.steps = 200;
+  c.eval_every = 200;
+  c.threads = 1;
+  TrainResult r = train(c);
+  EXPECT_LT(r.final_val_loss, r.unigram_loss - 1.0);
+  EXPECT_GT(r.final_val_loss, r.loss_floor - 0.05);
+}
+
+TEST(TrainConfigKeys, UnknownKeySuggestsTheClosest) {
+  TrainConfig c;
+  try {
+    apply_config_json(c, R"({"lerning_rate": 0.1})", "x.json");
+    FAIL();
+  } catch (const UsageError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("lerning_rate"), std::string::npos) << m;
+  }
+  try {
+    apply_config_json(c, R"({"layer": 3})", "x.json");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'layers'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(apply_config_json(c, R"({"lr": "fast"})", "x.json"), UsageError);
+  EXPECT_THROW(apply_config_json(c, R"({"layers": 2.5})", "x.json"), UsageError);
+  EXPECT_THROW(apply_config_json(c, R"([1, 2])", "x.json"), UsageError);
+  EXPECT_THROW(apply_config_json(c, R"({"lr": )", "x.json"), UsageError);
+  apply_config_json(c, R"({"lr": 0.01, "norm": "rmsnorm", "qk_norm": true, "model": "gpt"})", "x.json");
+  EXPECT_DOUBLE_EQ(c.lr, 0.01);
+  EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
+  // The resolved config reads back to the same config.
+  TrainConfig d;
+  apply_config_json(d, config_to_json(c), "resolved");
+  EXPECT_EQ(config_to_json(d), config_to_json(c));
+  // Text data gets vocab 256 unless one is given.
+  TrainConfig t = load_train_config("", {{"data", "text:x.txt"}});
+  EXPECT_EQ(t.model.vocab, 256);
+  t = load_train_config("", {{"data", "text:x.txt"}, {"vocab", "300"}});
+  EXPECT_EQ(t.model.vocab, 300);
+}
+

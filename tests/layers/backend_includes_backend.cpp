@@ -1,0 +1,2 @@
+// one backend including another
+#include "normlab/reference_kernels.h"

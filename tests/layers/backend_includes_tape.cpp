@@ -1,0 +1,2 @@
+// a backend including the tape
+#include "normlab/autograd.h"

@@ -1,0 +1,2 @@
+// core knowing nn
+#include "normlab/nn.h"

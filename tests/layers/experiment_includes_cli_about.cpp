@@ -1,0 +1,2 @@
+// experiment asking the backends' versions itself
+#include "normlab/about.h"

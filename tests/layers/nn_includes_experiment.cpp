@@ -1,0 +1,2 @@
+// nn knowing sweeps and configs
+#include "normlab/config.h"

@@ -1,0 +1,2 @@
+// ops naming a concrete backend
+#include "normlab/cpu_backend.h"

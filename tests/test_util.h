@@ -1,0 +1,71 @@
+// The tests' one helper header.
+// - Files: slurp, fresh scratch directories.
+// - Closeness: element-wise comparison of values against an oracle (atol + rtol * scale).
+// - Finite differences: central differences of a scalar function of a tensor's elements.
+// - Programs: run the built `normlab` binary (or any program) as a child process and capture its
+//   exit code, stdout and stderr separately. No shell is involved: arguments go to execve as
+//   they are, so quotes, spaces and `;` in them are just characters.
+//
+//   CliResult r = run_cli({"handcalc", "--json"});
+//   EXPECT_EQ(r.exit_code, 0) << describe(r);
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace normlab {
+class Tensor;
+}
+
+namespace normlab::test {
+
+// ---- files ---------------------------------------------------------------------------------
+std::string slurp(const std::filesystem::path& p);  // the whole file; empty when unreadable
+// <gtest temp dir>/normlab_<name>, removed if it exists (not created).
+std::filesystem::path fresh_dir(const std::string& name);
+
+// ---- closeness -----------------------------------------------------------------------------
+// Every |got[i] - want[i]| <= atol + rtol * |want[i]|, and finite exactly where want is. A failure
+// shows the first few mismatches side by side and the largest difference, so that a wrong kernel
+// can be told from a loose tolerance at a glance.
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol, double rtol,
+                  const std::string& what);
+
+// ---- finite differences --------------------------------------------------------------------
+// dL/dx_i = (L(x + h e_i) - L(x - h e_i)) / 2h over every element of the float64 tensor x,
+// perturbed in place and restored.
+std::vector<double> numeric_grad(Tensor& x, const std::function<double()>& loss, double h = 1e-6);
+
+// ---- programs ------------------------------------------------------------------------------
+
+struct CliResult {
+  int exit_code = -1;     // the child's exit status; 128 + N when killed by signal N
+  std::string out;        // everything written to stdout
+  std::string err;        // everything written to stderr
+  bool timed_out = false; // killed (SIGKILL) after RunOptions::timeout_s
+  std::string command;    // the command line, for failure messages
+};
+
+struct RunOptions {
+  std::string cwd;                 // working directory of the child; empty: this process's
+  double timeout_s = 120;          // then the child is killed and timed_out is set
+  std::vector<std::pair<std::string, std::string>> env;  // set (or override) these variables
+  std::string stdin_text;          // fed to the child's stdin (empty: stdin is /dev/null)
+};
+
+// Runs `program` with `args` (argv[0] is `program`).
+CliResult run_program(const std::string& program, const std::vector<std::string>& args,
+                      const RunOptions& options = {});
+
+// Runs the normlab binary built with the tests (NORMLAB_BINARY).
+CliResult run_cli(const std::vector<std::string>& args, const RunOptions& options = {});
+
+// Splits text into lines; a trailing newline does not make an empty last line.
+std::vector<std::string> split_lines(const std::string& text);
+
+// Command, exit code, stdout and stderr in one string, for EXPECT_... << describe(r).
+std::string describe(const CliResult& r);
+
+}  // namespace normlab::test
