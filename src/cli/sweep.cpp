@@ -17,7 +17,7 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
-#include "cli/cli_common.h"
+#include "cli_common.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/sweep.h"

@@ -399,7 +399,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     bool vocab_given = base_obj.contains("vocab");
     if (!base_file.empty()) vocab_given = vocab_given || ojson::parse(read_file(base_file)).contains("vocab");
     apply_config_json(base_cfg, base_obj.dump(), spec_name + " base");
-    if (base_cfg.data.rfind("text:", 0) == 0 && !vocab_given) base_cfg.model.vocab = 256;
+    if (base_cfg.data.kind == DataKind::text && !vocab_given) base_cfg.model.vocab = 256;
   }
   base_cfg.threads = 0;
 
@@ -461,7 +461,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
              "characters a directory name cannot hold)", p.name);
     try {
       // validate_run also reads a text data file: once per distinct file is enough
-      if (p.config.data.rfind("text:", 0) == 0 && text_checked.insert(p.config.data).second) validate_run(p.config);
+      if (p.config.data.kind == DataKind::text && text_checked.insert(p.config.data.str()).second) validate_run(p.config);
       else p.config.validate();
     } catch (const UsageError& e) {
       if (parts.empty()) throw UsageError(fmt::format("base config: {}", e.what()));
