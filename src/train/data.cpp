@@ -15,7 +15,9 @@ class Synthetic final : public DataSource {
     NL_USAGE(s.topics >= 1, "topics must be >= 1, got {}", s.topics);
     NL_USAGE(ordinary_ >= 2, "vocab ({}) must exceed topics ({}) by at least 2", s.vocab, s.topics);
     NL_USAGE(s.noise >= 0 && s.noise <= 1, "noise must be in [0, 1], got {}", s.noise);
-    Rng rng(s.seed, stream::data);
+    // The task's rule has a stream of its own: the batches draw from stream::data, and sharing it
+    // would make the first batch replay the permutations' draws.
+    Rng rng(s.seed, stream::task);
     perms_.resize(static_cast<size_t>(s.topics));
     for (auto& p : perms_) {
       p.resize(static_cast<size_t>(ordinary_));
