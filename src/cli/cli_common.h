@@ -30,5 +30,6 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g);
 Runner add_probe(CLI::App& app, GlobalOptions& g);
 Runner add_train(CLI::App& app, GlobalOptions& g);
 Runner add_bench(CLI::App& app, GlobalOptions& g);
+Runner add_sweep(CLI::App& app, GlobalOptions& g);
 
 }  // namespace normlab::cli

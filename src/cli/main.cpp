@@ -43,6 +43,7 @@ const std::vector<Registrar>& registrars() {
       &add_probe,
       &add_train,
       &add_bench,
+      &add_sweep,
   };
   return table;
 }

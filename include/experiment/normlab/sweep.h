@@ -1,0 +1,216 @@
+// Sweeps: a grid of train configurations, each point run as its own `normlab train` child process,
+// resumable, shardable over a Slurm job array, summarized into tables (md/csv/json) and SVG plots.
+//
+// A sweep directory DIR holds:
+//   spec.json            the resolved spec (base config with every default, axes, seeds, summary layout);
+//                        itself a valid spec: `normlab sweep DIR/spec.json --out DIR` resumes the sweep
+//   manifest.jsonl       append-only: one line at the start and one at the end of every point attempt
+//   points/<hash>.json   the resolved config handed to each point's child process
+//   logs/<name>.log      stdout and stderr of each point's last attempt
+//   runs/<name>/         one train run directory per point, <name> = varied values, e.g.
+//                        runs/layers=2/placement=post/lr=1e-3/seed=0 (written atomically by train)
+//   summary.md/.csv/.json, loss_curves.svg, final_loss_vs_lr.svg
+//   sweep.sbatch         with --slurm
+//
+// The flow: plan_sweep (parse and validate everything; nothing touched) -> prepare_sweep_dir (refuses a
+// changed spec, creates DIR) -> select_points -> run_sweep -> summarize_sweep + write_summaries.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normlab/train.h"
+
+namespace normlab {
+
+// ---- the plan --------------------------------------------------------------------------------
+// What the command line gives: a spec file and/or Hydra-style axes and base overrides.
+struct SweepRequest {
+  std::string spec_file;           // JSON spec; empty: axes and sets only
+  std::vector<std::string> axes;   // "key=v1,v2,..." (a single value is a base override, as in Hydra)
+  std::vector<std::string> sets;   // "key=value" base overrides (--set)
+};
+
+struct SweepPoint {
+  std::string name;   // "layers=2/placement=post/lr=1e-3/seed=0": the varied values, run directory below runs/
+  std::vector<std::pair<std::string, std::string>> values;  // varied key -> value as shown in the name
+  TrainConfig config;  // fully resolved; threads is set per launch (--threads) and not part of the hash
+  std::string hash;    // 16 hex digits: FNV-1a 64 of the resolved config's JSON (threads excluded)
+};
+
+struct SummaryLayout {
+  std::string rows;               // the row axis (default lr when it varies, else the first varied axis)
+  std::vector<std::string> cols;  // column axes (default: every other varied axis but seed)
+  std::string metric = "final_val_loss";  // a numeric field of result.json
+};
+
+struct SweepPlan {
+  std::string spec_json;           // resolved spec, pretty JSON (DIR/spec.json)
+  std::vector<std::string> axes;   // varied keys in name order; seed (when varied) is last
+  std::vector<SweepPoint> points;  // grid order: the first axis varies slowest
+  SummaryLayout layout;            // from the spec's "summary" object, defaults filled in
+};
+
+// Parses and validates the whole sweep (every point's config, via TrainConfig::validate) before
+// anything is created. Throws UsageError naming the field.
+SweepPlan plan_sweep(const SweepRequest& request);
+// The spec keys, for --help and "did you mean".
+const std::vector<std::string>& sweep_spec_keys();
+// A float value as shown in run names: the shorter of plain and scientific form that reads back exactly
+// (1e-3, 3e-4, 0.5, 12).
+std::string short_number(double v);
+
+// ---- shards ----------------------------------------------------------------------------------
+struct Shard {
+  int index = 0, count = 1;  // 0 <= index < count
+};
+// "K/N" with 0 <= K < N. Throws UsageError.
+Shard parse_shard(const std::string& text);
+// SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT when both are set, else 0/1.
+Shard shard_from_env();
+// The points of one shard: every N-th point starting at K (round robin, so each shard gets a mix).
+bool in_shard(size_t point_index, const Shard& shard);
+
+// ---- the directory -----------------------------------------------------------------------------
+// Checks, without creating anything, that DIR can hold this sweep: DIR (or its nearest existing
+// ancestor) is a writable directory, and an existing DIR/spec.json plans the same points; otherwise
+// UsageError saying what changed (unless force). Then creates DIR and writes spec.json.
+void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force);
+// The checks of prepare_sweep_dir only (for --dry-run). Returns what changed (empty: nothing).
+std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan);
+
+// A point's state on disk: pending (never finished), completed, diverged (both final: the run
+// directory is whole and its config hash matches), failed or interrupted (the manifest's last end
+// record for the point's hash), running (a start without an end: another shard, or a killed sweep).
+struct PointState {
+  std::string status = "pending";
+  bool done = false;  // completed or diverged with a matching hash
+};
+std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan);
+
+// The points to run: in this shard, not done, plus the done ones whose status is in `rerun`
+// (failed, interrupted, diverged, completed or all).
+std::vector<size_t> select_points(const SweepPlan& plan, const std::vector<PointState>& states, const Shard& shard,
+                                  const std::vector<std::string>& rerun);
+// Splits and checks a --rerun list ("diverged,failed"). Throws UsageError.
+std::vector<std::string> parse_rerun(const std::string& text);
+
+// ---- running -----------------------------------------------------------------------------------
+struct SweepRunOptions {
+  std::string dir;
+  std::string exe;   // the normlab binary the children run (default: /proc/self/exe)
+  int jobs = 1;      // points at once
+  int threads = 1;   // threads per point
+  Shard shard;       // recorded in the manifest
+};
+
+struct PointOutcome {
+  size_t point = 0;
+  std::string status;    // completed, diverged, failed, interrupted
+  int exit_code = -1;    // the child's exit code, -1 when it was killed by a signal
+  int signal = 0;        // the signal that ended it, 0 if none
+  double seconds = 0;
+  double metric = 0;     // final_val_loss (NaN when diverged)
+  int64_t diverged_step = -1;
+  std::string stderr_tail;  // the last lines of its output (failed points)
+};
+
+struct SweepProgress {
+  size_t total = 0;     // points this invocation runs
+  size_t finished = 0;  // of those
+  size_t running = 0, completed = 0, diverged = 0, failed = 0, interrupted = 0;
+  double elapsed_s = 0, eta_s = -1;  // -1: no estimate yet
+};
+
+struct SweepCallbacks {
+  std::function<void(const SweepPoint&, const PointOutcome&, const SweepProgress&)> on_end;
+  std::function<void(const SweepProgress&)> on_tick;  // a few times a second
+};
+
+struct SweepRunReport {
+  SweepProgress progress;
+  int signal = 0;  // SIGINT / SIGTERM that stopped the sweep, 0 if it ran to the end
+};
+
+// Runs the chosen points as child processes, `jobs` at once. SIGINT and SIGTERM are forwarded to the
+// children, which end as interrupted; the call then returns promptly with report.signal set.
+SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
+                         const SweepCallbacks& cb);
+
+// ---- summaries ---------------------------------------------------------------------------------
+struct SummaryOptions {
+  std::string rows;               // empty: the spec's layout
+  std::vector<std::string> cols;  // empty: the spec's layout
+  std::string metric;             // empty: the spec's layout
+};
+
+struct SummaryCell {
+  int n = 0;                // seeds that converged (have a finite metric)
+  int diverged = 0, failed = 0, pending = 0;
+  int collapsed = 0;        // of the n: finished at or above the unigram baseline (learned nothing)
+  double mean = 0, std = 0; // over the converged seeds (std: sample, n-1; 0 when n = 1)
+  int64_t diverged_first = -1, diverged_last = -1;  // range of divergence steps
+  std::vector<std::string> points;  // point names in the cell
+  bool present = false;     // some point of the plan falls in this cell
+};
+
+struct SummaryCurve {
+  std::string label;        // the column label plus the row value ("placement=post layers=2 lr=1e-3")
+  size_t col = 0, row = 0;
+  std::vector<int64_t> steps;
+  std::vector<double> mean;  // mean val loss over the seeds that reached the step (NaN: none finite)
+  int64_t diverged_step = -1;  // earliest divergence among the seeds, -1 if none
+};
+
+struct SweepSummary {
+  std::string rows;                        // row axis
+  std::vector<std::string> cols;           // column axes
+  std::string metric;
+  std::vector<std::string> row_values;     // display text, sorted numerically when numeric
+  std::vector<double> row_numbers;         // NaN when not numeric
+  std::vector<std::string> col_labels;     // "placement=post layers=2" ("all" with no column axes)
+  std::vector<std::vector<std::string>> col_values;  // per column: the value of each column axis
+  std::vector<std::vector<SummaryCell>> cells;  // [row][col]
+  std::vector<std::vector<size_t>> stable;      // per column: rows where every seed converged (none collapsed)
+  std::vector<int> best;                        // per column: best stable row, -1 if none
+  std::vector<SummaryCurve> curves;             // every (row, col) with a point that ran
+  size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0, collapsed = 0;
+  double unigram_loss = NAN;  // the task's unigram baseline (from the runs), drawn in the plots of a loss
+};
+
+// Reads DIR/spec.json and whatever runs are there (a run counts only when its config hash matches).
+SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt);
+std::string summary_markdown(const SweepSummary& s);
+std::string summary_csv(const SweepSummary& s);
+std::string summary_json(const SweepSummary& s);
+// SVG plots: validation loss by step per configuration (log y; one panel per column, one line per row
+// value) and the final metric against the row axis (log x when numeric) with diverged points marked.
+std::string plot_loss_curves_svg(const SweepSummary& s);
+std::string plot_final_vs_rows_svg(const SweepSummary& s);
+// Writes summary.md/.csv/.json, loss_curves.svg and final_loss_vs_lr.svg into DIR atomically.
+void write_summaries(const std::string& dir, const SweepSummary& s);
+
+// ---- Slurm -------------------------------------------------------------------------------------
+struct SlurmOptions {
+  std::string exe;        // absolute path of normlab
+  std::string partition;  // empty: the cluster's default
+  std::string time;       // e.g. 01:00:00; empty: the partition's default
+  int cpus = 1;           // cpus per array task (= --jobs of each task)
+  int threads = 1;        // threads per point
+  int array_max = 0;      // at most this many tasks at once (%M); 0 = no limit
+  int shards = 1;         // array tasks
+  std::vector<std::string> rerun;
+};
+// The sbatch script: one array task per shard, each running `normlab sweep DIR/spec.json --out DIR
+// --shard $SLURM_ARRAY_TASK_ID/N`.
+std::string sbatch_script(const std::string& dir, const SlurmOptions& opt);
+// Runs `sbatch --parsable SCRIPT` and returns the job id. Throws Error with sbatch's message.
+std::string submit_sbatch(const std::string& script_path);
+
+// The absolute path of the running executable (/proc/self/exe).
+std::string self_exe();
+
+}  // namespace normlab

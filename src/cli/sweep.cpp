@@ -1,0 +1,298 @@
+// `normlab sweep`: flags and progress rendering; planning, running, tables and plots live in
+// src/experiment/sweep_*.cpp (include/normlab/sweep.h).
+//   normlab sweep SPEC.json --out DIR
+//   normlab sweep --out DIR lr=1e-4,3e-4,1e-3 layers=2,4 placement=pre,post seed=0,1,2
+//   normlab sweep summarize DIR --rows lr --cols placement,layers --format csv
+#include <fmt/ranges.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "cli_common.h"
+#include "normlab/error.h"
+#include "normlab/io.h"
+#include "normlab/sweep.h"
+
+namespace normlab::cli {
+
+namespace {
+
+struct SweepArgs {
+  std::vector<std::string> positional;  // SPEC.json and/or key=v1,v2 axes
+  std::vector<std::string> sets;
+  std::string out, shard, rerun;
+  int jobs = 0, threads = 1;
+  bool dry_run = false, force = false;
+  bool slurm = false, submit = false;
+  std::string slurm_partition, slurm_time;
+  int slurm_cpus = 1, slurm_array_max = 0, slurm_shards = 0;
+  // summarize
+  std::string dir, rows, cols, metric, format = "md";
+};
+
+int default_jobs() {
+  if (const char* c = std::getenv("SLURM_CPUS_PER_TASK")) {
+    int n = std::atoi(c);
+    if (n > 0) return n;
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string clock_text(double s) {
+  if (s < 0) return "?";
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
+  return fmt::format("{}:{:02d}", t / 60, t % 60);
+}
+
+std::string progress_counts(const SweepProgress& p) {
+  return fmt::format("{}/{} done, {} running, {} failed, {} diverged, {} elapsed, ~{} left", p.finished, p.total, p.running,
+                     p.failed, p.diverged, clock_text(p.elapsed_s), p.eta_s < 0 ? "?" : clock_text(p.eta_s));
+}
+
+std::string outcome_line(const SweepPoint& pt, const PointOutcome& o, const SweepProgress& p) {
+  std::string detail;
+  if (o.status == "completed") detail = fmt::format("val {:.4f}", o.metric);
+  else if (o.status == "diverged") detail = fmt::format("at step {}", o.diverged_step);
+  else if (o.signal) detail = fmt::format("signal {} ({})", o.signal, strsignal(o.signal));
+  else detail = fmt::format("exit {}", o.exit_code);
+  std::string line = fmt::format("[{}/{}] {:<11} {}  {}  {:.1f} s  ({} running, {} failed, {} diverged, {} elapsed, ~{} left)",
+                                 p.finished, p.total, o.status, pt.name, detail, o.seconds, p.running, p.failed, p.diverged,
+                                 clock_text(p.elapsed_s), p.eta_s < 0 ? "?" : clock_text(p.eta_s));
+  if (o.status == "failed" && !o.stderr_tail.empty()) {
+    std::string last = o.stderr_tail.substr(o.stderr_tail.rfind('\n') == std::string::npos ? 0 : o.stderr_tail.rfind('\n') + 1);
+    line += "\n    " + last;
+  }
+  return line;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t c = s.find(',', start);
+    std::string item = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    if (!item.empty()) out.push_back(item);
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return out;
+}
+
+int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
+  // Everything is checked before anything is created.
+  SweepRequest req;
+  for (const std::string& p : a.positional) {
+    if (p.find('=') != std::string::npos) {
+      req.axes.push_back(p);
+    } else {
+      NL_USAGE(req.spec_file.empty(), "two spec files given ('{}' and '{}'); axes are written key=v1,v2", req.spec_file, p);
+      req.spec_file = p;
+    }
+  }
+  req.sets = a.sets;
+  NL_USAGE(!a.out.empty(), "--out DIR is required (the sweep directory)");
+  NL_USAGE(a.jobs >= 0, "--jobs must be >= 1, got {}", a.jobs);
+  NL_USAGE(a.threads >= 1, "--threads must be >= 1, got {}", a.threads);
+  NL_USAGE(!a.submit || a.slurm, "--submit needs --slurm");
+  const Shard shard = a.shard.empty() ? shard_from_env() : parse_shard(a.shard);
+  const std::vector<std::string> rerun = parse_rerun(a.rerun);
+  const int jobs = a.jobs > 0 ? a.jobs : default_jobs();
+  SweepPlan plan = plan_sweep(req);
+
+  if (a.dry_run) {
+    std::string changed = check_sweep_dir(a.out, plan);
+    std::error_code ec;
+    std::vector<PointState> states = std::filesystem::exists(a.out + "/spec.json", ec) && changed.empty()
+                                         ? point_states(a.out, plan)
+                                         : std::vector<PointState>(plan.points.size());
+    std::vector<size_t> todo = select_points(plan, states, shard, rerun);
+    std::vector<bool> runs(plan.points.size(), false);
+    for (size_t i : todo) runs[i] = true;
+    size_t in_shard_count = 0, done = 0;
+    for (size_t i = 0; i < plan.points.size(); ++i) {
+      if (!in_shard(i, shard)) continue;
+      ++in_shard_count;
+      done += states[i].done && !runs[i];
+      std::printf("%-5s %-11s %s\n", runs[i] ? "run" : "skip", states[i].status.c_str(), plan.points[i].name.c_str());
+    }
+    std::printf("%zu points%s: %zu to run, %zu already done (dry run: nothing was started or created)\n", in_shard_count,
+                shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "", todo.size(), done);
+    if (!changed.empty()) std::printf("note: the spec differs from the sweep in %s: %s (a real run refuses without --force)\n", a.out.c_str(), changed.c_str());
+    return 0;
+  }
+
+  prepare_sweep_dir(a.out, plan, a.force);
+
+  if (a.slurm) {
+    SlurmOptions so;
+    so.exe = self_exe();
+    so.partition = a.slurm_partition;
+    so.time = a.slurm_time;
+    so.cpus = a.slurm_cpus;
+    so.threads = a.threads;
+    so.array_max = a.slurm_array_max;
+    so.shards = a.slurm_shards > 0 ? a.slurm_shards : static_cast<int>(plan.points.size());
+    so.rerun = rerun;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(a.out) / "slurm", ec);
+    NL_USAGE(!ec, "cannot create {}/slurm: {}", a.out, ec.message());
+    const std::string script = (std::filesystem::path(a.out) / "sweep.sbatch").string();
+    write_file_atomic(script, sbatch_script(a.out, so));
+    std::printf("wrote %s: %d array tasks over %zu points, %d cpus each\n", script.c_str(), so.shards, plan.points.size(), so.cpus);
+    if (!a.submit) {
+      std::printf("sbatch %s\n", script.c_str());
+      return 0;
+    }
+    std::string id = submit_sbatch(script);
+    std::printf("submitted job %s\n", id.c_str());
+    return 0;
+  }
+
+  std::vector<PointState> states = point_states(a.out, plan);
+  std::vector<size_t> todo = select_points(plan, states, shard, rerun);
+  size_t in_shard_count = 0, done = 0, diverged = 0;
+  std::vector<bool> runs(plan.points.size(), false);
+  for (size_t i : todo) runs[i] = true;
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    if (!in_shard(i, shard)) continue;
+    ++in_shard_count;
+    if (states[i].done && !runs[i]) ++done, diverged += states[i].status == "diverged";
+  }
+  std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", a.out.c_str(),
+               in_shard_count, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
+               todo.size(), done, diverged ? fmt::format(" ({} diverged)", diverged).c_str() : "", jobs, jobs == 1 ? "" : "s", a.threads,
+               a.threads == 1 ? "" : "s");
+
+  const bool tty = isatty(STDERR_FILENO) && !g.quiet;
+  SweepCallbacks cb;
+  auto draw_bar = [](const SweepProgress& p) {
+    const int width = 24;
+    int filled = p.total ? static_cast<int>(width * p.finished / p.total) : width;
+    std::fprintf(stderr, "\r\033[K[%.*s%*s] %s", filled, "########################", width - filled, "", progress_counts(p).c_str());
+    std::fflush(stderr);
+  };
+  cb.on_end = [&](const SweepPoint& pt, const PointOutcome& o, const SweepProgress& p) {
+    const bool notable = o.status == "failed";
+    if (tty) {
+      if (notable) std::fprintf(stderr, "\r\033[K%s\n", outcome_line(pt, o, p).c_str());
+      draw_bar(p);
+    } else if (!g.quiet || notable) {
+      std::fprintf(stderr, "%s\n", outcome_line(pt, o, p).c_str());
+    }
+  };
+  if (tty) cb.on_tick = draw_bar;
+  SweepRunOptions ro;
+  ro.dir = a.out;
+  ro.jobs = jobs;
+  ro.threads = a.threads;
+  ro.shard = shard;
+  SweepRunReport rep = run_sweep(plan, todo, ro, cb);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+
+  // The summaries cover every run in DIR (other shards included), whatever this invocation ran.
+  SweepSummary s = summarize_sweep(a.out, {});
+  write_summaries(a.out, s);
+  const SweepProgress& p = rep.progress;
+  if (rep.signal) {
+    std::fprintf(stderr, "sweep interrupted (%s): %zu finished, %zu interrupted, %zu not started; run the same command "
+                 "again to resume\n", strsignal(rep.signal), p.finished - p.interrupted, p.interrupted, p.total - p.finished);
+    return 128 + rep.signal;
+  }
+  if (g.json) {
+    std::cout << summary_json(s);
+  } else {
+    std::cout << summary_markdown(s);
+  }
+  // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  const double own_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+                         1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
+  std::fprintf(stderr, "ran %zu point%s in %s: %zu completed, %zu diverged, %zu failed; summaries and plots in %s "
+               "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
+               clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed, a.out.c_str(), own_cpu);
+  if (p.failed > 0) {
+    std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
+                 p.failed, p.failed == 1 ? "" : "s", a.out.c_str(), a.out.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
+  NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", a.format);
+  SummaryOptions o;
+  o.rows = a.rows;
+  o.cols = split_commas(a.cols);
+  o.metric = a.metric;
+  SweepSummary s = summarize_sweep(a.dir, o);
+  try {
+    write_summaries(a.dir, s);
+  } catch (const Error& e) {
+    spdlog::warn("summaries not written into {}: {}", a.dir, e.what());
+  }
+  const std::string format = g.json ? "json" : a.format;
+  if (format == "md") std::cout << summary_markdown(s);
+  else if (format == "csv") std::cout << summary_csv(s);
+  else std::cout << summary_json(s);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_sweep(CLI::App& app, GlobalOptions& g) {
+  auto a = std::make_shared<SweepArgs>();
+  CLI::App* sub = app.add_subcommand("sweep", "Run a grid of train configurations in parallel: resumable, shardable over Slurm, with tables and plots");
+  sub->add_option("spec_and_axes", a->positional, "SPEC.json and/or axes key=v1,v2,... (Hydra-style; key=v alone sets the base)");
+  sub->add_option("--out", a->out, "The sweep directory (runs, manifest, summaries, plots)");
+  sub->add_option("--set", a->sets, "key=value: a base config value (repeatable; config=FILE starts from a config file)")
+      ->allow_extra_args(false);
+  sub->add_flag("--dry-run", a->dry_run, "List the points with their run names and whether they would run; create nothing");
+  sub->add_option("-j,--jobs", a->jobs, "Points at once (default: the number of cores, or SLURM_CPUS_PER_TASK)");
+  sub->add_option("--threads", a->threads, "Threads per point (default 1)");
+  sub->add_option("--rerun", a->rerun, "Also re-run finished points with these statuses (comma list): diverged, completed, all; failed and interrupted points always run again");
+  sub->add_flag("--force", a->force, "Run a changed spec over an existing sweep directory");
+  sub->add_option("--shard", a->shard, "K/N: run only the K-th of N slices (0-based; default SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT)");
+  sub->add_flag("--slurm", a->slurm, "Write DIR/sweep.sbatch (a job array, one task per shard) and print the sbatch line");
+  sub->add_flag("--submit", a->submit, "With --slurm: submit it and print the job id");
+  sub->add_option("--slurm-shards", a->slurm_shards, "Array tasks (default: one per point)");
+  sub->add_option("--slurm-partition", a->slurm_partition, "#SBATCH --partition");
+  sub->add_option("--slurm-time", a->slurm_time, "#SBATCH --time (e.g. 01:00:00)");
+  sub->add_option("--slurm-cpus", a->slurm_cpus, "#SBATCH --cpus-per-task, and --jobs of each task (default 1)");
+  sub->add_option("--slurm-array-max", a->slurm_array_max, "At most this many array tasks at once (%M; 0 = no limit)");
+  add_global_flags(*sub, g);
+  sub->footer(R"(Examples:
+  normlab sweep --out sweeps/lr lr=1e-4,3e-4,1e-3,3e-3,1e-2 layers=12,30 placement=pre,post seed=0,1,2 --set steps=3000
+  normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --jobs 2
+  normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --dry-run
+  normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --slurm --slurm-shards 8 --slurm-time 02:00:00 --submit
+  normlab sweep summarize sweeps/lr --rows lr --cols placement,layers --format csv
+
+A spec file: {"base": {"config": "FILE", "steps": 3000, ...}, "grid": {"lr": [1e-4, 1e-3], "placement": ["pre", "post"]},
+"zip": {"lr": [...], "warmup_steps": [...]}, "seeds": [0, 1, 2], "summary": {"rows": "lr", "cols": [...], "metric": "final_val_loss"}}.
+Runs land in DIR/runs/<key=value/...>; running the same command again resumes (finished points are skipped;
+diverged ones are results and are not re-run unless --rerun diverged). See docs/sweep.md.)");
+
+  CLI::App* summ = sub->add_subcommand("summarize", "Rebuild DIR's tables and plots from whatever runs are there");
+  summ->add_option("dir", a->dir, "The sweep directory")->required();
+  summ->add_option("--rows", a->rows, "The row axis (default: the spec's, lr when it varies)");
+  summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
+  summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
+  summ->add_option("--format", a->format, "md, csv or json (stdout)");
+  add_global_flags(*summ, g);
+  return [a, summ, &g] { return summ->parsed() ? run_summarize_command(*a, g) : run_sweep_command(*a, g); };
+}
+
+}  // namespace normlab::cli

@@ -1,0 +1,33 @@
+// Shared by the sweep implementation files (src/experiment/sweep_*.cpp); not a public header.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "normlab/sweep.h"
+
+namespace normlab {
+
+size_t edit_distance(const std::string& a, const std::string& b);
+// 16 hex digits: FNV-1a 64 of config_to_json with threads set to 0.
+std::string config_hash(const TrainConfig& cfg);
+// rows/cols/metric against the varied axes; UsageError naming `where`.
+void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where);
+// Appends one line to DIR/manifest.jsonl with a single write() on an O_APPEND descriptor (so lines from
+// concurrent shards never interleave); throws Error when the write fails.
+void manifest_append(const std::string& dir, const std::string& json_line);
+// Run directory, point config and log paths of a point.
+std::string run_dir(const std::string& dir, const SweepPoint& p);
+std::string point_config_path(const std::string& dir, const SweepPoint& p);
+std::string point_log_path(const std::string& dir, const SweepPoint& p);
+// Reads a run directory: status (completed / diverged, or "" when not a whole run of this config).
+struct RunRecord {
+  std::string status;  // completed, diverged or "" (missing, partial, other config)
+  double metric = 0;
+  int64_t diverged_step = -1;
+  bool collapsed = false;  // completed at or above the unigram baseline: learned nothing (DESIGN.md, Results)
+  std::string result_json;  // the text of result.json
+};
+RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);
+std::string now_iso8601();
+
+}  // namespace normlab

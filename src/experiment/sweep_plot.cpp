@@ -1,0 +1,349 @@
+// SVG plots of a sweep summary, written by hand (no plotting library): validation loss by step per
+// configuration (one panel per column of the table, one line per row value, log-scale loss), and the
+// final metric against the row axis (log x when numeric) per column, diverged points marked.
+#include <fmt/ranges.h>
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "normlab/sweep.h"
+
+namespace normlab {
+
+namespace {
+
+// Tableau 10: distinguishable, readable on white.
+const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+const char* color(size_t i) { return kColors[i % 10]; }
+
+std::string esc(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+std::string tick_label(double v) {
+  std::string s = fmt::format("{:.3g}", v);
+  return s;
+}
+
+// Linear "nice" ticks (1, 2, 5 x 10^k steps) inside [lo, hi].
+std::vector<double> linear_ticks(double lo, double hi, int target = 5) {
+  std::vector<double> t;
+  if (!(hi > lo)) return {lo};
+  double raw = (hi - lo) / target;
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  for (double v = std::ceil(lo / step) * step; v <= hi * (1 + 1e-12); v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  return t;
+}
+
+// Ticks for a log axis over [lo, hi] (both > 0): decades when the range is wide, 1-2-5 or 1..9 per
+// decade when narrow, linear nice ticks when even those give fewer than three.
+std::vector<double> log_ticks(double lo, double hi) {
+  std::vector<double> t;
+  const double decades = std::log10(hi / lo);
+  auto collect = [&](std::vector<double> mults, int every) {
+    std::vector<double> out;
+    for (int k = static_cast<int>(std::floor(std::log10(lo))) - 1; k <= static_cast<int>(std::ceil(std::log10(hi))) + 1; ++k) {
+      if (((k % every) + every) % every != 0) continue;
+      for (double m : mults) {
+        double v = m * std::pow(10.0, k);
+        if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) out.push_back(v);
+      }
+    }
+    return out;
+  };
+  if (decades >= 3) return collect({1.0}, decades > 8 ? 2 : 1);
+  t = collect({1.0, 2.0, 5.0}, 1);
+  if (t.size() >= 3) return t;
+  t = collect({1, 2, 3, 4, 5, 6, 7, 8, 9}, 1);
+  if (t.size() >= 3 && t.size() <= 9) return t;
+  return linear_ticks(lo, hi, 6);
+}
+
+struct Axis {
+  double lo = 0, hi = 1;
+  bool log = false;
+  double px0 = 0, px1 = 1;  // pixel range (px0 maps lo)
+  double map(double v) const {
+    double f = log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : (v - lo) / (hi - lo);
+    return px0 + f * (px1 - px0);
+  }
+};
+
+// Widens [lo, hi] a little (in log space for a log axis) so that points do not sit on the frame.
+void pad(double& lo, double& hi, bool log) {
+  if (log) {
+    if (!(hi > lo)) lo /= 1.5, hi *= 1.5;
+    double r = std::log10(hi / lo) * 0.05;
+    lo /= std::pow(10.0, r);
+    hi *= std::pow(10.0, r);
+  } else {
+    if (!(hi > lo)) lo -= 0.5, hi += 0.5;
+    double r = (hi - lo) * 0.05;
+    lo -= r;
+    hi += r;
+  }
+}
+
+std::string header(double w, double h) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
+      w, h);
+}
+
+// Frame, grid lines, ticks and axis labels of one panel.
+std::string frame(const Axis& x, const Axis& y, const std::vector<double>& xt, const std::vector<std::string>& xl,
+                  const std::vector<double>& yt, const std::string& xlabel, const std::string& ylabel, const std::string& title) {
+  std::string s;
+  const double left = x.px0, right = x.px1, bottom = y.px0, top = y.px1;
+  s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#333\"/>\n", left,
+                   top, right - left, bottom - top);
+  for (size_t i = 0; i < xt.size(); ++i) {
+    double px = x.map(xt[i]);
+    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#e4e4e4\"/>\n", px, top, bottom);
+    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#333\"/>\n", px, bottom, bottom + 4);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", px, bottom + 17, esc(xl[i]));
+  }
+  for (double v : yt) {
+    double py = y.map(v);
+    s += fmt::format("<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#e4e4e4\"/>\n", py, left, right);
+    s += fmt::format("<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#333\"/>\n", py, left - 4, left);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 7, py + 4, esc(tick_label(v)));
+  }
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", (left + right) / 2, bottom + 36, esc(xlabel));
+  s += fmt::format("<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", left - 48,
+                   (top + bottom) / 2, esc(ylabel));
+  if (!title.empty())
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>\n", (left + right) / 2,
+                     top - 8, esc(title));
+  return s;
+}
+
+std::string cross(double x, double y, double r, const char* stroke) {
+  return fmt::format("<path d=\"M{0:.1f},{1:.1f} L{2:.1f},{3:.1f} M{0:.1f},{3:.1f} L{2:.1f},{1:.1f}\" stroke=\"{4}\" "
+                     "stroke-width=\"2.5\"/>\n",
+                     x - r, y - r, x + r, y + r, stroke);
+}
+
+// A dashed horizontal line at the unigram loss, labelled, when it lies inside the y range.
+std::string unigram_line(const Axis& x, const Axis& y, double unigram) {
+  if (!std::isfinite(unigram) || unigram < y.lo || unigram > y.hi) return "";
+  double py = y.map(unigram);
+  return fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n"
+                     "<text x=\"{3:.1f}\" y=\"{4:.1f}\" fill=\"#555\" font-size=\"10\">unigram (learned nothing)</text>\n",
+                     x.px0, py, x.px1, x.px0 + 6, py - y.px1 < 14 ? py + 12 : py - 5);
+}
+
+std::string empty_plot(const std::string& what) {
+  return header(480, 120) + fmt::format("<text x=\"240\" y=\"64\" text-anchor=\"middle\">{}</text>\n</svg>\n", esc(what));
+}
+
+}  // namespace
+
+std::string plot_loss_curves_svg(const SweepSummary& s) {
+  // Shared axes across panels, so panels compare at a glance.
+  double ylo = INFINITY, yhi = -INFINITY, xhi = 0;
+  for (const SummaryCurve& c : s.curves)
+    for (size_t i = 0; i < c.steps.size(); ++i) {
+      if (std::isfinite(c.mean[i]) && c.mean[i] > 0) ylo = std::min(ylo, c.mean[i]), yhi = std::max(yhi, c.mean[i]);
+      xhi = std::max(xhi, static_cast<double>(c.steps[i]));
+    }
+  if (!(yhi >= ylo) || xhi <= 0) return empty_plot("no finished runs to plot yet");
+  pad(ylo, yhi, true);
+
+  const size_t panels = s.col_labels.size();
+  const size_t per_row = std::min<size_t>(panels, 3);
+  const size_t rows = (panels + per_row - 1) / per_row;
+  const double pw = 330, ph = 230, ml = 72, mr = 18, mt = 34, mb = 50, legend_w = 170;
+  const double width = static_cast<double>(per_row) * (ml + pw + mr) + legend_w;
+  const double height = std::max(static_cast<double>(rows) * (mt + ph + mb) + 34, 60.0 + 20.0 * static_cast<double>(s.row_values.size()));
+  std::string out = header(width, height);
+  out += fmt::format("<text x=\"12\" y=\"20\" font-size=\"14\" font-weight=\"bold\">Validation loss by step (mean over "
+                     "seeds; log scale){}</text>\n",
+                     s.rows.empty() ? "" : ", one line per " + esc(s.rows));
+  std::vector<double> yt = log_ticks(ylo, yhi);
+  std::vector<double> xt = linear_ticks(0, xhi, 4);
+  std::vector<std::string> xl;
+  for (double v : xt) xl.push_back(tick_label(v));
+  bool any_diverged = false;
+  for (size_t p = 0; p < panels; ++p) {
+    const double ox = static_cast<double>(p % per_row) * (ml + pw + mr) + ml;
+    const double oy = 34 + static_cast<double>(p / per_row) * (mt + ph + mb) + mt;
+    Axis x{0, xhi * 1.02, false, ox, ox + pw};
+    Axis y{ylo, yhi, true, oy + ph, oy};
+    out += frame(x, y, xt, xl, yt, "step", "validation loss", s.col_labels[p] == "all" ? "" : s.col_labels[p]);
+    out += unigram_line(x, y, s.unigram_loss);
+    for (const SummaryCurve& c : s.curves) {
+      if (c.col != p) continue;
+      std::string pts;
+      double lx = NAN, ly = NAN;
+      for (size_t i = 0; i < c.steps.size(); ++i) {
+        if (!std::isfinite(c.mean[i]) || c.mean[i] <= 0) continue;
+        lx = x.map(static_cast<double>(c.steps[i]));
+        ly = y.map(c.mean[i]);
+        pts += fmt::format("{:.1f},{:.1f} ", lx, ly);
+      }
+      if (!pts.empty())
+        out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color(c.row));
+      if (c.diverged_step >= 0) {
+        any_diverged = true;
+        // the × sits at the divergence step, at the last finite loss (or the top when none was finite)
+        double dx = x.map(static_cast<double>(c.diverged_step));
+        out += cross(dx, std::isfinite(ly) ? ly : y.px1 + 6, 5, color(c.row));
+      }
+    }
+  }
+  // Legend: one entry per row value.
+  const double lx = width - legend_w + 10;
+  double ly = 34 + 30;
+  out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", lx, ly - 14,
+                     esc(s.rows.empty() ? "run" : s.rows));
+  for (size_t r = 0; r < s.row_values.size(); ++r, ly += 20) {
+    out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"/>\n", lx,
+                       ly - 4, lx + 24, ly - 4, color(r));
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", lx + 30, ly, esc(s.row_values[r]));
+  }
+  if (any_diverged) {
+    out += cross(lx + 12, ly - 4, 5, "#333");
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">diverged</text>\n", lx + 30, ly);
+  }
+  return out + "</svg>\n";
+}
+
+std::string plot_final_vs_rows_svg(const SweepSummary& s) {
+  const size_t nr = s.row_values.size(), nc = s.col_labels.size();
+  bool log_x = nr > 0;
+  for (double v : s.row_numbers) log_x = log_x && std::isfinite(v) && v > 0;
+  // A grid whose values are very unevenly spaced even in log space (1e-3, 1e-2, 1e30) would crowd all
+  // but one value into a corner: show such values evenly spaced, in order, instead.
+  bool uneven = false;
+  if (log_x && nr >= 3) {
+    double min_gap = INFINITY, max_gap = 0;
+    for (size_t r = 1; r < nr; ++r) {
+      double gap = std::log10(s.row_numbers[r]) - std::log10(s.row_numbers[r - 1]);
+      min_gap = std::min(min_gap, gap);
+      max_gap = std::max(max_gap, gap);
+    }
+    uneven = max_gap > 8 * min_gap;
+    log_x = !uneven;
+  }
+  double ylo = INFINITY, yhi = -INFINITY;
+  for (size_t r = 0; r < nr; ++r)
+    for (size_t c = 0; c < nc; ++c) {
+      const SummaryCell& cell = s.cells[r][c];
+      if (cell.n == 0 || !(cell.mean > 0)) continue;
+      ylo = std::min(ylo, cell.mean - cell.std > 0 ? cell.mean - cell.std : cell.mean);
+      yhi = std::max(yhi, cell.mean + cell.std);
+    }
+  bool any_diverged = false;
+  for (size_t r = 0; r < nr; ++r)
+    for (size_t c = 0; c < nc; ++c) any_diverged = any_diverged || s.cells[r][c].diverged > 0;
+  if (!(yhi >= ylo) && !any_diverged) return empty_plot("no finished runs to plot yet");
+  if (!(yhi >= ylo)) ylo = 1, yhi = 10;
+  pad(ylo, yhi, true);
+
+  const double ml = 78, pw = 520, ph = 320, mt = 44, mb = 54, legend_w = 250;
+  const double band = 26;  // the "diverged" band above the plot area
+  const double width = ml + pw + 20 + legend_w;
+  const double height = std::max(mt + band + ph + mb, mt + 40 + 20.0 * static_cast<double>(nc + 3));
+  std::string out = header(width, height);
+  const std::string rows_name = s.rows.empty() ? "run" : s.rows;
+  out += fmt::format("<text x=\"12\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} against {} (mean ± std over "
+                     "seeds{})</text>\n",
+                     esc(s.metric), esc(rows_name), log_x ? "; log x" : (uneven ? "; x values evenly spaced" : ""));
+  Axis x;
+  std::vector<double> xt;
+  std::vector<std::string> xl;
+  if (log_x) {
+    double lo = *std::min_element(s.row_numbers.begin(), s.row_numbers.end());
+    double hi = *std::max_element(s.row_numbers.begin(), s.row_numbers.end());
+    pad(lo, hi, true);
+    x = Axis{lo, hi, true, ml, ml + pw};
+    for (size_t r = 0; r < nr; ++r) xt.push_back(s.row_numbers[r]), xl.push_back(s.row_values[r]);
+  } else {
+    x = Axis{-0.5, static_cast<double>(nr) - 0.5, false, ml, ml + pw};
+    for (size_t r = 0; r < nr; ++r) xt.push_back(static_cast<double>(r)), xl.push_back(s.row_values[r]);
+  }
+  const double top = mt + band;
+  Axis y{ylo, yhi, true, top + ph, top};
+  out += frame(x, y, xt, xl, log_ticks(ylo, yhi), rows_name, s.metric + " (log scale)", "");
+  out += unigram_line(x, y, s.unigram_loss);
+  if (any_diverged) {
+    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fbe9e9\" stroke=\"#333\"/>\n", ml,
+                       mt, pw, band);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#b00\">diverged</text>\n", ml - 7, mt + band / 2 + 4);
+  }
+  auto px = [&](size_t r) { return log_x ? x.map(s.row_numbers[r]) : x.map(static_cast<double>(r)); };
+  const double jitter_step = nc > 1 ? std::min(6.0, 24.0 / static_cast<double>(nc)) : 0;
+  for (size_t c = 0; c < nc; ++c) {
+    const double jit = (static_cast<double>(c) - (static_cast<double>(nc) - 1) / 2) * jitter_step;
+    std::string pts;
+    for (size_t r = 0; r < nr; ++r) {
+      const SummaryCell& cell = s.cells[r][c];
+      if (cell.n == 0 || !(cell.mean > 0)) {
+        if (!pts.empty()) out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color(c));
+        pts.clear();
+        continue;
+      }
+      pts += fmt::format("{:.1f},{:.1f} ", px(r) + jit, y.map(cell.mean));
+    }
+    if (!pts.empty()) out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color(c));
+    for (size_t r = 0; r < nr; ++r) {
+      const SummaryCell& cell = s.cells[r][c];
+      const double cx = px(r) + jit;
+      if (cell.n > 0 && cell.mean > 0) {
+        if (cell.n > 1 && cell.std > 0) {
+          double lo = cell.mean - cell.std > 0 ? y.map(cell.mean - cell.std) : y.px0;
+          out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\"/>\n",
+                             cx, lo, y.map(cell.mean + cell.std), color(c));
+        }
+        // hollow marker: some seeds of this cell diverged
+        out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", cx,
+                           y.map(cell.mean), cell.diverged ? "white" : color(c), color(c));
+        if (s.best[c] == static_cast<int>(r))
+          out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"8\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n", cx,
+                             y.map(cell.mean), color(c));
+      }
+      if (cell.diverged > 0) out += cross(cx, mt + band / 2, 5, color(c));
+    }
+  }
+  // Legend: one entry per column, then the marker meanings.
+  const double lx = ml + pw + 28;
+  double ly = top + 6;
+  out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", lx, ly - 14,
+                     esc(s.cols.empty() ? "configuration" : fmt::format("{}", fmt::join(s.cols, ", "))));
+  for (size_t c = 0; c < nc; ++c, ly += 20) {
+    out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"/>\n", lx,
+                       ly - 4, lx + 24, ly - 4, color(c));
+    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"/>\n", lx + 12, ly - 4, color(c));
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", lx + 32, ly, esc(s.col_labels[c]));
+  }
+  ly += 8;
+  out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"8\" fill=\"none\" stroke=\"#333\" stroke-width=\"1.5\"/>\n", lx + 12, ly - 4);
+  out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">best (stable) {}</text>\n", lx + 32, ly, esc(rows_name));
+  ly += 20;
+  out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"white\" stroke=\"#333\" stroke-width=\"2\"/>\n", lx + 12, ly - 4);
+  out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">some seeds diverged</text>\n", lx + 32, ly);
+  ly += 20;
+  out += cross(lx + 12, ly - 4, 5, "#333");
+  out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">diverged (top band)</text>\n", lx + 32, ly);
+  return out + "</svg>\n";
+}
+
+}  // namespace normlab

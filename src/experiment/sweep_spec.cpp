@@ -1,0 +1,557 @@
+// Sweep specs: parsing (JSON file, Hydra-style axes, --set), validation of every point before anything
+// runs, run names and config hashes.
+//
+// Spec (every key optional):
+//   { "base":    {"config": "file.json", "steps": 200, ...},   // train config keys
+//     "grid":    {"lr": [1e-4, 1e-3], "placement": ["pre", "post"]},   // full product, in this order
+//     "zip":     {"lr": [1e-3, 3e-3], "warmup_steps": [100, 300]},     // varied together (or a list of such)
+//     "seeds":   [0, 1, 2],
+//     "summary": {"rows": "lr", "cols": ["placement"], "metric": "final_val_loss"} }
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "normlab/config.h"
+#include "normlab/error.h"
+#include "normlab/io.h"
+#include "normlab/run.h"
+#include "normlab/sweep.h"
+#include "sweep_internal.h"
+
+namespace normlab {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+struct Axis {
+  std::string key;
+  std::vector<ojson> values;  // canonical JSON values (as config_to_json writes them)
+  std::vector<std::string> shown;  // as in run names (see label_axis)
+};
+
+const ConfigKey* find_key(const std::string& name) {
+  for (const ConfigKey& k : config_keys())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& where) {
+  std::string hint = closest_config_key(key);
+  throw UsageError(fmt::format("unknown config key '{}' in {}{}", key, where,
+                               hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+void check_key(const std::string& key, const std::string& where) {
+  if (!find_key(key)) unknown_key(key, where);
+  NL_USAGE(key != "threads", "{}: 'threads' cannot be swept or set in a sweep; use --threads (threads per point)", where);
+}
+
+// The canonical JSON of one value of `key`: applied to a default config (which type-checks it, naming
+// the key) and read back.
+ojson canonical(const std::string& key, const ojson& v, const std::string& where) {
+  TrainConfig scratch;
+  try {
+    ojson one = ojson::object();
+    one[key] = v;
+    apply_config_json(scratch, one.dump(), where);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}: {}", where, e.what()));
+  }
+  return ojson::parse(config_to_json(scratch))[key];
+}
+
+ojson canonical_text(const std::string& key, const std::string& text, const std::string& where) {
+  TrainConfig scratch;
+  try {
+    apply_config_value(scratch, key, text);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}: {}", where, e.what()));
+  }
+  return ojson::parse(config_to_json(scratch))[key];
+}
+
+std::string display(const ojson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  if (v.is_number_float()) return short_number(v.get<double>());
+  return v.dump();
+}
+
+void number_forms(double v, std::string* plain, std::string* sci);
+
+// The values of an axis as run names show them: floats all in scientific form when any value reads
+// shorter that way (lr=1e-4 ... 1e-2, not a mix of 1e-3 and 0.01), else all plain.
+void label_axis(Axis& a) {
+  a.shown.clear();
+  bool floats = true, any_sci = false;
+  for (const ojson& v : a.values) {
+    floats = floats && v.is_number_float();
+    if (!v.is_number_float()) continue;
+    std::string plain, sci;
+    number_forms(v.get<double>(), &plain, &sci);
+    any_sci = any_sci || (sci.size() < plain.size());
+  }
+  for (const ojson& v : a.values) {
+    if (floats && v.get<double>() != std::floor(v.get<double>())) {
+      std::string plain, sci;
+      number_forms(v.get<double>(), &plain, &sci);
+      a.shown.push_back(any_sci ? sci : plain);
+    } else {
+      a.shown.push_back(display(v));
+    }
+  }
+}
+
+// A run name component must be one path segment: '/' and other awkward characters become '_'.
+std::string path_safe(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+' || c == '_' || c == '=';
+    out += ok ? c : '_';
+  }
+  if (out == "." || out == "..") out = "_" + out;
+  return out;
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::vector<ojson> axis_values(const std::string& key, const ojson& list, const std::string& where) {
+  NL_USAGE(list.is_array(), "{} must be a list of values, got {}", where, list.dump());
+  NL_USAGE(!list.empty(), "{} is empty: an axis needs at least one value", where);
+  std::vector<ojson> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    ojson c = canonical(key, list[i], fmt::format("{}[{}]", where, i));
+    for (const ojson& prev : out)
+      NL_USAGE(prev != c, "{} lists {} twice", where, list[i].dump());
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t p = s.find(sep, start);
+    out.push_back(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
+    if (p == std::string::npos) break;
+    start = p + 1;
+  }
+  return out;
+}
+
+const std::vector<std::string>& summary_keys() {
+  static const std::vector<std::string> k = {"rows", "cols", "metric"};
+  return k;
+}
+
+std::string closest_of(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const std::string& k : known) {
+    size_t d = edit_distance(name, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  return best_d <= std::max<size_t>(2, name.size() / 2) ? best : "";
+}
+
+[[noreturn]] void unknown_spec_key(const std::string& key, const std::string& where, const std::vector<std::string>& known) {
+  std::string hint = closest_of(key, known);
+  if (hint.empty() && find_key(key)) hint = "base";  // a config key at the top level belongs in base
+  throw UsageError(fmt::format("unknown key '{}' in {}{}", key, where,
+                               hint.empty() ? fmt::format(" (known: {})", fmt::join(known, ", "))
+                                            : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+}  // namespace
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const std::vector<std::string>& sweep_spec_keys() {
+  static const std::vector<std::string> k = {"base", "grid", "zip", "seeds", "summary"};
+  return k;
+}
+
+std::string short_number(double v) {
+  if (!std::isfinite(v)) return v > 0 ? "inf" : (v < 0 ? "-inf" : "nan");
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  std::string plain, sci;
+  number_forms(v, &plain, &sci);
+  return plain.size() <= sci.size() ? plain : sci;
+}
+
+namespace {
+void number_forms(double v, std::string* plain_out, std::string* sci_out) {
+  // The fewest significant digits that read back exactly, then the shorter of the two spellings.
+  int digits = 1;
+  for (; digits < 17; ++digits) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  char sci[64], plain[64];
+  std::snprintf(sci, sizeof sci, "%.*e", digits - 1, v);
+  std::string s = sci;  // "3.0e-04" style: tidy the exponent
+  size_t e = s.find('e');
+  std::string mant = s.substr(0, e);
+  int exp = std::atoi(s.c_str() + e + 1);
+  std::string scientific = mant + "e" + std::to_string(exp);
+  std::snprintf(plain, sizeof plain, "%.*f", std::max(0, digits - 1 - exp), v);
+  std::string p = plain;
+  *sci_out = scientific;
+  *plain_out = std::strtod(p.c_str(), nullptr) == v ? p : scientific;
+}
+}  // namespace
+
+std::string config_hash(const TrainConfig& cfg) {
+  TrainConfig c = cfg;
+  c.threads = 0;  // how many threads a point ran on is not part of what it is
+  return fmt::format("{:016x}", fnv1a64(config_to_json(c)));
+}
+
+SweepPlan plan_sweep(const SweepRequest& req) {
+  ojson base_obj = ojson::object();     // key -> canonical value, in the order given
+  std::string base_file;                // base.config
+  std::vector<Axis> grid;
+  std::vector<std::vector<Axis>> zips;
+  std::vector<ojson> seeds;
+  SummaryLayout layout;
+  bool layout_rows_given = false, layout_cols_given = false;
+  std::string spec_name = req.spec_file.empty() ? "the command line" : req.spec_file;
+
+  // ---- the spec file
+  if (!req.spec_file.empty()) {
+    const std::string text = read_file(req.spec_file);
+    ojson spec;
+    try {
+      spec = ojson::parse(text);
+    } catch (const ojson::parse_error& e) {
+      std::string what = e.what();
+      throw UsageError(fmt::format("{} is not valid JSON: {}", req.spec_file, what.substr(what.find(']') + 2)));
+    }
+    NL_USAGE(spec.is_object(), "{} must hold a JSON object (keys: {})", req.spec_file, fmt::join(sweep_spec_keys(), ", "));
+    for (auto& [key, value] : spec.items()) {
+      const auto& known = sweep_spec_keys();
+      if (std::find(known.begin(), known.end(), key) == known.end()) unknown_spec_key(key, req.spec_file, known);
+    }
+    if (spec.contains("base")) {
+      const ojson& b = spec["base"];
+      NL_USAGE(b.is_object(), "{}: base must be an object of config keys, got {}", req.spec_file, b.dump());
+      for (auto& [key, value] : b.items()) {
+        std::string where = fmt::format("{} base.{}", req.spec_file, key);
+        if (key == "config") {
+          NL_USAGE(value.is_string(), "{} must be a file name, got {}", where, value.dump());
+          fs::path p = value.get<std::string>();
+          fs::path beside = fs::path(req.spec_file).parent_path() / p;
+          std::error_code ec;
+          base_file = (p.is_relative() && fs::exists(beside, ec)) ? beside.string() : p.string();
+          continue;
+        }
+        check_key(key, fmt::format("{} base", req.spec_file));
+        base_obj[key] = canonical(key, value, where);
+      }
+    }
+    if (spec.contains("grid")) {
+      const ojson& g = spec["grid"];
+      NL_USAGE(g.is_object(), "{}: grid must be an object of key -> list of values, got {}", req.spec_file, g.dump());
+      for (auto& [key, value] : g.items()) {
+        check_key(key, fmt::format("{} grid", req.spec_file));
+        grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", req.spec_file, key)), {}});
+      }
+    }
+    if (spec.contains("zip")) {
+      ojson groups = spec["zip"].is_array() ? spec["zip"] : ojson::array({spec["zip"]});
+      for (size_t gi = 0; gi < groups.size(); ++gi) {
+        const ojson& z = groups[gi];
+        std::string zname = spec["zip"].is_array() ? fmt::format("zip[{}]", gi) : "zip";
+        NL_USAGE(z.is_object() && !z.empty(), "{}: {} must be an object of key -> list of values (all the same length), got {}",
+                 req.spec_file, zname, z.dump());
+        std::vector<Axis> group;
+        for (auto& [key, value] : z.items()) {
+          check_key(key, fmt::format("{} {}", req.spec_file, zname));
+          group.push_back({key, axis_values(key, value, fmt::format("{} {}.{}", req.spec_file, zname, key)), {}});
+          NL_USAGE(group.back().values.size() == group.front().values.size(),
+                   "{}: {}.{} has {} values but {}.{} has {}: zipped axes vary together and need equal lengths",
+                   req.spec_file, zname, key, group.back().values.size(), zname, group.front().key, group.front().values.size());
+        }
+        zips.push_back(group);
+      }
+    }
+    if (spec.contains("seeds")) seeds = axis_values("seed", spec["seeds"], fmt::format("{} seeds", req.spec_file));
+    if (spec.contains("summary")) {
+      const ojson& s = spec["summary"];
+      std::string where = req.spec_file + " summary";
+      NL_USAGE(s.is_object(), "{} must be an object (keys: rows, cols, metric), got {}", where, s.dump());
+      for (auto& [key, value] : s.items()) {
+        if (std::find(summary_keys().begin(), summary_keys().end(), key) == summary_keys().end())
+          unknown_spec_key(key, where, summary_keys());
+      }
+      if (s.contains("rows")) {
+        NL_USAGE(s["rows"].is_string(), "{}.rows must be an axis name, got {}", where, s["rows"].dump());
+        layout.rows = s["rows"].get<std::string>();
+        layout_rows_given = true;
+      }
+      if (s.contains("cols")) {
+        NL_USAGE(s["cols"].is_array(), "{}.cols must be a list of axis names, got {}", where, s["cols"].dump());
+        for (const ojson& c : s["cols"]) {
+          NL_USAGE(c.is_string(), "{}.cols must be a list of axis names, got {}", where, c.dump());
+          layout.cols.push_back(c.get<std::string>());
+        }
+        layout_cols_given = true;
+      }
+      if (s.contains("metric")) {
+        NL_USAGE(s["metric"].is_string(), "{}.metric must be a result.json field name, got {}", where, s["metric"].dump());
+        layout.metric = s["metric"].get<std::string>();
+      }
+    }
+  }
+
+  // ---- the command line: --set key=value, then axes key=v1,v2 (one value: a base override)
+  auto split_kv = [](const std::string& s, const std::string& what) {
+    size_t eq = s.find('=');
+    NL_USAGE(eq != std::string::npos && eq > 0, "{} '{}' is not key=value", what, s);
+    return std::make_pair(s.substr(0, eq), s.substr(eq + 1));
+  };
+  for (const std::string& s : req.sets) {
+    auto [key, value] = split_kv(s, "--set");
+    if (key == "config") {
+      base_file = value;
+      continue;
+    }
+    check_key(key, "--set");
+    base_obj[key] = canonical_text(key, value, fmt::format("--set {}", key));
+  }
+  for (const std::string& s : req.axes) {
+    auto [key, value] = split_kv(s, "axis");
+    check_key(key, fmt::format("axis '{}'", s));
+    std::vector<std::string> texts = split(value, ',');
+    std::vector<ojson> values;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      NL_USAGE(!texts[i].empty(), "axis '{}': value {} is empty", s, i + 1);
+      ojson c = canonical_text(key, texts[i], fmt::format("axis {}", key));
+      for (const ojson& prev : values) NL_USAGE(prev != c, "axis '{}' lists '{}' twice", s, texts[i]);
+      values.push_back(c);
+    }
+    if (values.size() == 1) {
+      base_obj[key] = values[0];
+      continue;
+    }
+    if (key == "seed") {
+      seeds = values;
+      continue;
+    }
+    bool replaced = false;
+    for (Axis& a : grid)
+      if (a.key == key) a.values = values, replaced = true;
+    if (!replaced) grid.push_back({key, values, {}});
+  }
+
+  // seed in the grid is the seeds list; no key is varied twice
+  for (size_t i = 0; i < grid.size(); ++i) {
+    if (grid[i].key != "seed") continue;
+    NL_USAGE(seeds.empty(), "{}: seed is both a grid axis and 'seeds': give it once", spec_name);
+    seeds = grid[i].values;
+    grid.erase(grid.begin() + static_cast<long>(i));
+    break;
+  }
+  for (const ojson& s : seeds)
+    NL_USAGE(s.is_number_unsigned() || (s.is_number_integer() && s.get<int64_t>() >= 0), "seeds must be whole numbers >= 0, got {}", s.dump());
+  {
+    std::set<std::string> seen;
+    auto note = [&](const std::string& key) {
+      NL_USAGE(seen.insert(key).second, "{}: '{}' is varied twice (grid, zip, seeds or a command-line axis)", spec_name, key);
+    };
+    for (const Axis& a : grid) note(a.key);
+    for (const auto& g : zips)
+      for (const Axis& a : g) note(a.key);
+    if (!seeds.empty()) note("seed");
+  }
+
+  // ---- the base config: defaults, the config file, base keys; byte-level text gets vocab 256
+  TrainConfig base_cfg = load_train_config(base_file, {});
+  {
+    // load_train_config applied the text-vocab rule to the file alone; base keys may change data
+    bool vocab_given = base_obj.contains("vocab");
+    if (!base_file.empty()) vocab_given = vocab_given || ojson::parse(read_file(base_file)).contains("vocab");
+    apply_config_json(base_cfg, base_obj.dump(), spec_name + " base");
+    if (base_cfg.data.kind == DataKind::text && !vocab_given) base_cfg.model.vocab = 256;
+  }
+  base_cfg.threads = 0;
+
+  // ---- the axes in name order, and the product
+  std::vector<std::string> axis_keys;
+  for (const Axis& a : grid) axis_keys.push_back(a.key);
+  for (const auto& g : zips)
+    for (const Axis& a : g) axis_keys.push_back(a.key);
+  if (!seeds.empty()) axis_keys.push_back("seed");
+
+  // dimensions: each grid axis, each zip group, seeds
+  std::vector<size_t> dims;
+  for (const Axis& a : grid) dims.push_back(a.values.size());
+  for (const auto& g : zips) dims.push_back(g.front().values.size());
+  if (!seeds.empty()) dims.push_back(seeds.size());
+  size_t total = 1;
+  for (size_t d : dims) {
+    NL_USAGE(total * d <= 100000, "{}: the grid has more than 100000 points", spec_name);
+    total *= d;
+  }
+
+  for (Axis& a : grid) label_axis(a);
+  for (auto& g : zips)
+    for (Axis& a : g) label_axis(a);
+  Axis seed_axis{"seed", seeds, {}};
+  label_axis(seed_axis);
+
+  SweepPlan plan;
+  plan.axes = axis_keys;
+  std::set<std::string> names, text_checked;
+  std::vector<size_t> idx(dims.size(), 0);
+  const std::string base_json = config_to_json(base_cfg);
+  for (size_t n = 0; n < total; ++n) {
+    // mixed-radix index, last dimension fastest
+    size_t rest = n;
+    for (size_t d = dims.size(); d-- > 0;) {
+      idx[d] = rest % dims[d];
+      rest /= dims[d];
+    }
+    SweepPoint p;
+    ojson values = ojson::object();
+    size_t d = 0;
+    auto add = [&](const Axis& a, size_t k) {
+      values[a.key] = a.values[k];
+      p.values.emplace_back(a.key, a.shown[k]);
+    };
+    for (const Axis& a : grid) add(a, idx[d++]);
+    for (const auto& g : zips) {
+      for (const Axis& a : g) add(a, idx[d]);
+      ++d;
+    }
+    if (!seeds.empty()) add(seed_axis, idx[d++]);
+    p.config = base_cfg;
+    apply_config_json(p.config, values.dump(), "the axes");
+    std::vector<std::string> parts;
+    for (const auto& [k, v] : p.values) parts.push_back(path_safe(k + "=" + v));
+    p.name = parts.empty() ? "base" : fmt::format("{}", fmt::join(parts, "/"));
+    NL_USAGE(names.insert(p.name).second, "two points would share the run name '{}' (values that differ only in "
+             "characters a directory name cannot hold)", p.name);
+    try {
+      // validate_run also reads a text data file: once per distinct file is enough
+      if (p.config.data.kind == DataKind::text && text_checked.insert(p.config.data.str()).second) validate_run(p.config);
+      else p.config.validate();
+    } catch (const UsageError& e) {
+      if (parts.empty()) throw UsageError(fmt::format("base config: {}", e.what()));
+      throw UsageError(fmt::format("point {}: {}", p.name, e.what()));
+    }
+    p.hash = config_hash(p.config);
+    plan.points.push_back(std::move(p));
+  }
+
+  // ---- the summary layout (checked against the axes)
+  std::vector<std::string> varied;
+  for (const std::string& k : axis_keys)
+    if (k != "seed") varied.push_back(k);
+  plan.layout = layout;
+  if (!layout_rows_given) plan.layout.rows = std::find(varied.begin(), varied.end(), "lr") != varied.end() ? "lr"
+                                              : (varied.empty() ? "" : varied.front());
+  if (!layout_cols_given) {
+    plan.layout.cols.clear();
+    for (const std::string& k : varied)
+      if (k != plan.layout.rows) plan.layout.cols.push_back(k);
+  }
+  check_layout(plan.layout, plan.axes, spec_name + " summary");
+
+  // ---- the resolved spec: the base in full, the axes as canonical values
+  ojson resolved = ojson::object();
+  resolved["base"] = ojson::parse(base_json);
+  resolved["base"].erase("threads");
+  ojson g = ojson::object();
+  for (const Axis& a : grid) g[a.key] = a.values;
+  resolved["grid"] = g;
+  ojson z = ojson::array();
+  for (const auto& group : zips) {
+    ojson o = ojson::object();
+    for (const Axis& a : group) o[a.key] = a.values;
+    z.push_back(o);
+  }
+  resolved["zip"] = z;
+  if (!seeds.empty()) resolved["seeds"] = seeds;
+  resolved["summary"] = {{"rows", plan.layout.rows}, {"cols", plan.layout.cols}, {"metric", plan.layout.metric}};
+  plan.spec_json = resolved.dump(2) + "\n";
+  return plan;
+}
+
+void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where) {
+  auto varied = [&](const std::string& k) { return k != "seed" && std::find(axes.begin(), axes.end(), k) != axes.end(); };
+  std::vector<std::string> names;
+  for (const std::string& a : axes)
+    if (a != "seed") names.push_back(a);
+  if (names.empty()) return;  // nothing varies but the seed: one cell
+  NL_USAGE(varied(layout.rows), "{}: rows '{}' is not a varied axis (varied: {})", where, layout.rows, fmt::join(names, ", "));
+  for (const std::string& c : layout.cols) {
+    NL_USAGE(varied(c), "{}: column '{}' is not a varied axis (varied: {})", where, c, fmt::join(names, ", "));
+    NL_USAGE(c != layout.rows, "{}: '{}' is both the rows and a column", where, c);
+  }
+  for (const std::string& k : names)
+    NL_USAGE(k == layout.rows || std::find(layout.cols.begin(), layout.cols.end(), k) != layout.cols.end(),
+             "{}: axis '{}' is neither the rows nor a column (each varied axis but seed must be one of them)", where, k);
+  NL_USAGE(!layout.metric.empty(), "{}: metric is empty", where);
+}
+
+Shard parse_shard(const std::string& text) {
+  size_t slash = text.find('/');
+  Shard s;
+  try {
+    NL_USAGE(slash != std::string::npos, "--shard '{}' is not K/N", text);
+    size_t a = 0, b = 0;
+    long k = std::stol(text.substr(0, slash), &a);
+    long n = std::stol(text.substr(slash + 1), &b);
+    NL_USAGE(a == slash && b == text.size() - slash - 1, "--shard '{}' is not K/N (two whole numbers)", text);
+    NL_USAGE(n >= 1, "--shard {}: N must be at least 1", text);
+    NL_USAGE(k >= 0 && k < n, "--shard {}: K must be in 0..{} (shards count from 0, as SLURM_ARRAY_TASK_ID does)", text, n - 1);
+    s.index = static_cast<int>(k);
+    s.count = static_cast<int>(n);
+  } catch (const std::logic_error&) {
+    throw UsageError(fmt::format("--shard '{}' is not K/N (two whole numbers)", text));
+  }
+  return s;
+}
+
+Shard shard_from_env() {
+  const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
+  const char* count = std::getenv("SLURM_ARRAY_TASK_COUNT");
+  if (!id || !count || !*id || !*count) return {};
+  try {
+    return parse_shard(std::string(id) + "/" + count);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT: {} (an array must run 0..N-1)", e.what()));
+  }
+}
+
+bool in_shard(size_t i, const Shard& s) { return i % static_cast<size_t>(s.count) == static_cast<size_t>(s.index); }
+
+}  // namespace normlab

@@ -1,0 +1,398 @@
+// Sweep summaries: the table papers print (rows = one axis, columns = the other varied axes, cells =
+// the metric's mean ± std over seeds, with divergences counted), the stable window and best value per
+// column, and validation loss by step. Built only from what is on disk, so shards merge by construction.
+#include <fmt/ranges.h>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "normlab/error.h"
+#include "normlab/io.h"
+#include "normlab/sweep.h"
+#include "sweep_internal.h"
+
+namespace normlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+std::string value_of(const SweepPoint& p, const std::string& key) {
+  for (const auto& [k, v] : p.values)
+    if (k == key) return v;
+  return "";
+}
+
+bool numeric(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size()) return false;
+  *out = v;
+  return true;
+}
+
+// Validation loss by step of one run (NaN where the loss was not finite).
+std::map<int64_t, double> val_curve(const std::string& run) {
+  std::map<int64_t, double> c;
+  std::ifstream in(fs::path(run) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      json j = json::parse(line);
+      c[j.at("step").get<int64_t>()] = j["val_loss"].is_number() ? j["val_loss"].get<double>() : NAN;
+    } catch (const std::exception&) {
+    }
+  }
+  return c;
+}
+
+std::string fixed4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : "nan"; }
+
+std::string cell_text(const SummaryCell& c) {
+  if (!c.present) return "";
+  std::string s;
+  if (c.n > 0) {
+    s = c.n > 1 ? fmt::format("{} ± {}", fixed4(c.mean), fixed4(c.std)) : fixed4(c.mean);
+  } else if (c.diverged > 0) {
+    s = c.diverged_first == c.diverged_last ? fmt::format("diverged@{}", c.diverged_first)
+                                            : fmt::format("diverged@{}–{}", c.diverged_first, c.diverged_last);
+  }
+  std::vector<std::string> notes;
+  const int total = c.n + c.diverged + c.failed + c.pending;
+  if (c.n > 0 && c.diverged > 0) notes.push_back(fmt::format("{}/{} diverged", c.diverged, total));
+  if (c.collapsed > 0) notes.push_back(fmt::format("{}/{} collapsed", c.collapsed, total));
+  if (c.failed > 0) notes.push_back(fmt::format("{} failed", c.failed));
+  if (c.pending > 0) notes.push_back(fmt::format("{} pending", c.pending));
+  if (s.empty()) return notes.empty() ? "" : fmt::format("{}", fmt::join(notes, ", "));
+  return notes.empty() ? s : fmt::format("{} ({})", s, fmt::join(notes, ", "));
+}
+
+// "1e-4 … 3e-3" when the stable rows are consecutive, else the list; "none".
+std::string window_text(const SweepSummary& s, size_t col) {
+  const auto& rows = s.stable[col];
+  if (rows.empty()) return "none";
+  bool contiguous = true;
+  for (size_t i = 1; i < rows.size(); ++i) contiguous = contiguous && rows[i] == rows[i - 1] + 1;
+  if (rows.size() == 1) return s.row_values[rows[0]];
+  if (contiguous) return fmt::format("{} … {}", s.row_values[rows.front()], s.row_values[rows.back()]);
+  std::vector<std::string> v;
+  for (size_t r : rows) v.push_back(s.row_values[r]);
+  return fmt::format("{}", fmt::join(v, ", "));
+}
+
+std::string best_text(const SweepSummary& s, size_t col) {
+  if (s.best[col] < 0) return "none";
+  const SummaryCell& c = s.cells[static_cast<size_t>(s.best[col])][col];
+  return fmt::format("{} ({})", s.row_values[static_cast<size_t>(s.best[col])], fixed4(c.mean));
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+ojson num(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
+
+}  // namespace
+
+SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) {
+  const std::string spec_path = (fs::path(dir) / "spec.json").string();
+  std::error_code ec;
+  NL_USAGE(fs::is_regular_file(spec_path, ec), "'{}' is not a sweep directory (no spec.json)", dir);
+  SweepPlan plan = plan_sweep({spec_path, {}, {}});
+  SummaryLayout layout = plan.layout;
+  if (!opt.rows.empty()) {
+    layout.rows = opt.rows;
+    if (opt.cols.empty()) {  // the other varied axes
+      layout.cols.clear();
+      for (const std::string& a : plan.axes)
+        if (a != "seed" && a != opt.rows) layout.cols.push_back(a);
+    }
+  }
+  if (!opt.cols.empty()) layout.cols = opt.cols;
+  if (!opt.metric.empty()) layout.metric = opt.metric;
+  check_layout(layout, plan.axes, "summary");
+
+  SweepSummary s;
+  s.rows = layout.rows;
+  s.cols = layout.cols;
+  s.metric = layout.metric;
+
+  // Row and column values in the order the spec lists them (first appearance in grid order).
+  std::vector<std::string> col_keys;
+  std::map<std::string, size_t> row_index, col_index;
+  std::vector<size_t> point_row(plan.points.size()), point_col(plan.points.size());
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    const SweepPoint& p = plan.points[i];
+    std::string rv = s.rows.empty() ? "all" : value_of(p, s.rows);
+    std::vector<std::string> parts, vals;
+    for (const std::string& c : s.cols) parts.push_back(c + "=" + value_of(p, c)), vals.push_back(value_of(p, c));
+    std::string cv = parts.empty() ? "all" : fmt::format("{}", fmt::join(parts, " "));
+    if (!row_index.count(rv)) {
+      row_index[rv] = s.row_values.size();
+      s.row_values.push_back(rv);
+    }
+    if (!col_index.count(cv)) {
+      col_index[cv] = s.col_labels.size();
+      s.col_labels.push_back(cv);
+      s.col_values.push_back(vals);
+    }
+    point_row[i] = row_index[rv];
+    point_col[i] = col_index[cv];
+  }
+  // Numeric rows are shown in increasing order (a learning-rate window reads left to right).
+  bool all_numeric = true;
+  s.row_numbers.assign(s.row_values.size(), NAN);
+  for (size_t r = 0; r < s.row_values.size(); ++r) all_numeric = numeric(s.row_values[r], &s.row_numbers[r]) && all_numeric;
+  std::vector<size_t> order(s.row_values.size());
+  for (size_t r = 0; r < order.size(); ++r) order[r] = r;
+  if (all_numeric)
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.row_numbers[a] < s.row_numbers[b]; });
+  std::vector<size_t> rank(order.size());
+  for (size_t k = 0; k < order.size(); ++k) rank[order[k]] = k;
+  {
+    std::vector<std::string> rv(order.size());
+    std::vector<double> rn(order.size());
+    for (size_t k = 0; k < order.size(); ++k) rv[k] = s.row_values[order[k]], rn[k] = s.row_numbers[order[k]];
+    s.row_values = rv;
+    s.row_numbers = rn;
+  }
+  for (size_t& r : point_row) r = rank[r];
+
+  s.cells.assign(s.row_values.size(), std::vector<SummaryCell>(s.col_labels.size()));
+  std::vector<std::vector<std::vector<double>>> values(s.row_values.size(), std::vector<std::vector<double>>(s.col_labels.size()));
+  std::vector<std::vector<std::vector<std::string>>> runs(s.row_values.size(), std::vector<std::vector<std::string>>(s.col_labels.size()));
+  std::vector<PointState> states = point_states(dir, plan);
+  bool metric_checked = false;
+  s.points = plan.points.size();
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    const SweepPoint& p = plan.points[i];
+    SummaryCell& c = s.cells[point_row[i]][point_col[i]];
+    c.present = true;
+    c.points.push_back(p.name);
+    RunRecord rec = states[i].done ? read_run(dir, p, s.metric) : RunRecord{};
+    if (!metric_checked && !rec.status.empty()) {
+      json j = json::parse(rec.result_json);
+      NL_USAGE(j.contains(s.metric) && (j[s.metric].is_number() || j[s.metric].is_null()),
+               "metric '{}' is not a number in result.json (try final_val_loss, best_val_loss, final_train_loss, "
+               "gap_to_floor)", s.metric);
+      metric_checked = true;
+      if (s.metric.find("loss") != std::string::npos && j["unigram_loss"].is_number()) s.unigram_loss = j["unigram_loss"].get<double>();
+    }
+    if (rec.status == "completed" && std::isfinite(rec.metric)) {
+      ++s.completed;
+      if (rec.collapsed) ++s.collapsed, ++c.collapsed;
+      values[point_row[i]][point_col[i]].push_back(rec.metric);
+      runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
+    } else if (!rec.status.empty()) {  // diverged (or a completed run whose metric is not finite)
+      ++s.diverged;
+      ++c.diverged;
+      int64_t step = rec.diverged_step;
+      if (step >= 0) {
+        c.diverged_first = c.diverged_first < 0 ? step : std::min(c.diverged_first, step);
+        c.diverged_last = std::max(c.diverged_last, step);
+      }
+      runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
+    } else if (states[i].status == "failed") {
+      ++s.failed;
+      ++c.failed;
+    } else {
+      ++s.pending;
+      ++c.pending;
+    }
+  }
+  for (size_t r = 0; r < s.row_values.size(); ++r)
+    for (size_t col = 0; col < s.col_labels.size(); ++col) {
+      SummaryCell& c = s.cells[r][col];
+      const auto& v = values[r][col];
+      c.n = static_cast<int>(v.size());
+      if (v.empty()) continue;
+      double sum = 0;
+      for (double x : v) sum += x;
+      c.mean = sum / static_cast<double>(v.size());
+      double ss = 0;
+      for (double x : v) ss += (x - c.mean) * (x - c.mean);
+      c.std = v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0;
+    }
+
+  // Stable window and best row per column: only rows where every seed converged count; a diverged,
+  // collapsed, failed or pending seed keeps a row out (so a diverged or collapsed point is never best).
+  s.stable.assign(s.col_labels.size(), {});
+  s.best.assign(s.col_labels.size(), -1);
+  for (size_t col = 0; col < s.col_labels.size(); ++col)
+    for (size_t r = 0; r < s.row_values.size(); ++r) {
+      const SummaryCell& c = s.cells[r][col];
+      if (!c.present || c.n == 0 || c.diverged || c.failed || c.pending || c.collapsed) continue;
+      s.stable[col].push_back(r);
+      if (s.best[col] < 0 || c.mean < s.cells[static_cast<size_t>(s.best[col])][col].mean) s.best[col] = static_cast<int>(r);
+    }
+
+  // Validation loss by step for every cell that ran: the mean over its seeds at each step.
+  for (size_t col = 0; col < s.col_labels.size(); ++col)
+    for (size_t r = 0; r < s.row_values.size(); ++r) {
+      if (runs[r][col].empty()) continue;
+      SummaryCurve curve;
+      curve.row = r;
+      curve.col = col;
+      curve.label = s.col_labels[col] == "all" ? (s.rows.empty() ? "all" : s.rows + "=" + s.row_values[r])
+                                                : s.col_labels[col] + (s.rows.empty() ? "" : " " + s.rows + "=" + s.row_values[r]);
+      curve.diverged_step = s.cells[r][col].diverged_first;
+      std::map<int64_t, std::pair<double, int>> acc;
+      for (const std::string& run : runs[r][col])
+        for (const auto& [step, v] : val_curve(run)) {
+          auto& a = acc[step];
+          if (std::isfinite(v)) a.first += v, a.second += 1;
+        }
+      for (const auto& [step, a] : acc) {
+        curve.steps.push_back(step);
+        curve.mean.push_back(a.second > 0 ? a.first / a.second : NAN);
+      }
+      s.curves.push_back(std::move(curve));
+    }
+  return s;
+}
+
+std::string summary_markdown(const SweepSummary& s) {
+  std::string out = fmt::format("# Sweep summary: {}\n\n", s.metric);
+  out += fmt::format("{} points: {} completed{}, {} diverged, {} failed, {} pending (not run yet, or running elsewhere).\n",
+                     s.points, s.completed, s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "", s.diverged,
+                     s.failed, s.pending);
+  out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± std over seeds of {} (converged seeds only), "
+                     "with how many diverged, or diverged@STEP when every seed diverged.\n\n",
+                     s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
+                     s.metric);
+  const std::string rows_name = s.rows.empty() ? "" : s.rows;
+  out += "| " + rows_name + " |";
+  for (const std::string& c : s.col_labels) out += " " + c + " |";
+  out += "\n|---:|";
+  for (size_t i = 0; i < s.col_labels.size(); ++i) out += "---|";
+  out += "\n";
+  for (size_t r = 0; r < s.row_values.size(); ++r) {
+    out += "| " + s.row_values[r] + " |";
+    for (size_t c = 0; c < s.col_labels.size(); ++c) {
+      std::string t = cell_text(s.cells[r][c]);
+      if (s.best[c] == static_cast<int>(r)) t = "**" + t + "**";
+      out += " " + t + " |";
+    }
+    out += "\n";
+  }
+  out += "| stable " + rows_name + " |";
+  for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + window_text(s, c) + " |";
+  out += "\n| best " + rows_name + " |";
+  for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + best_text(s, c) + " |";
+  out += "\n\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished at or "
+         "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
+         "diverged or collapsed point is never best.\n";
+
+  // Validation loss by step, each column at its best row value: the table papers print.
+  std::vector<const SummaryCurve*> shown;
+  for (size_t c = 0; c < s.col_labels.size(); ++c)
+    for (const SummaryCurve& cv : s.curves)
+      if (cv.col == c && static_cast<int>(cv.row) == s.best[c]) shown.push_back(&cv);
+  if (!shown.empty()) {
+    out += fmt::format("\n## Validation loss by step (each column at its best {})\n\n| step |", rows_name);
+    std::set<int64_t> steps;
+    for (const SummaryCurve* cv : shown) {
+      out += " " + cv->label + " |";
+      steps.insert(cv->steps.begin(), cv->steps.end());
+    }
+    out += "\n|---:|";
+    for (size_t i = 0; i < shown.size(); ++i) out += "---:|";
+    out += "\n";
+    for (int64_t step : steps) {
+      out += fmt::format("| {} |", step);
+      for (const SummaryCurve* cv : shown) {
+        auto it = std::find(cv->steps.begin(), cv->steps.end(), step);
+        out += " " + (it == cv->steps.end() ? std::string("") : fixed4(cv->mean[static_cast<size_t>(it - cv->steps.begin())])) + " |";
+      }
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+std::string summary_csv(const SweepSummary& s) {
+  // Long format: one line per cell, which spreadsheets and pandas pivot as they like.
+  std::string out = csv_field(s.rows.empty() ? "row" : s.rows);
+  for (const std::string& c : s.cols) out += "," + csv_field(c);
+  out += ",metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best\n";
+  for (size_t c = 0; c < s.col_labels.size(); ++c)
+    for (size_t r = 0; r < s.row_values.size(); ++r) {
+      const SummaryCell& cell = s.cells[r][c];
+      if (!cell.present) continue;
+      out += csv_field(s.row_values[r]);
+      for (const std::string& v : s.col_values[c]) out += "," + csv_field(v);
+      bool stable = std::find(s.stable[c].begin(), s.stable[c].end(), r) != s.stable[c].end();
+      out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{}\n", s.metric, cell.n, cell.n ? fmt::format("{:.6g}", cell.mean) : "",
+                         cell.n > 1 ? fmt::format("{:.6g}", cell.std) : "", cell.diverged,
+                         cell.diverged_first >= 0 ? std::to_string(cell.diverged_first) : "", cell.collapsed, cell.failed, cell.pending,
+                         stable ? "true" : "false", s.best[c] == static_cast<int>(r) ? "true" : "false");
+    }
+  return out;
+}
+
+std::string summary_json(const SweepSummary& s) {
+  ojson j;
+  j["metric"] = s.metric;
+  j["rows"] = s.rows;
+  j["cols"] = s.cols;
+  j["counts"] = {{"points", s.points}, {"completed", s.completed}, {"diverged", s.diverged}, {"failed", s.failed},
+                 {"pending", s.pending}, {"collapsed", s.collapsed}};
+  j["row_values"] = s.row_values;
+  j["columns"] = ojson::array();
+  for (size_t c = 0; c < s.col_labels.size(); ++c) {
+    ojson col;
+    col["label"] = s.col_labels[c];
+    col["cells"] = ojson::array();
+    for (size_t r = 0; r < s.row_values.size(); ++r) {
+      const SummaryCell& cell = s.cells[r][c];
+      if (!cell.present) continue;
+      col["cells"].push_back({{"row", s.row_values[r]},
+                              {"n", cell.n},
+                              {"mean", cell.n ? num(cell.mean) : ojson(nullptr)},
+                              {"std", cell.n > 1 ? num(cell.std) : ojson(nullptr)},
+                              {"diverged", cell.diverged},
+                              {"collapsed", cell.collapsed},
+                              {"diverged_steps", cell.diverged_first >= 0 ? ojson::array({cell.diverged_first, cell.diverged_last}) : ojson(nullptr)},
+                              {"failed", cell.failed},
+                              {"pending", cell.pending},
+                              {"text", cell_text(cell)},
+                              {"points", cell.points}});
+    }
+    ojson stable = ojson::array();
+    for (size_t r : s.stable[c]) stable.push_back(s.row_values[r]);
+    col["stable"] = stable;
+    col["best"] = s.best[c] < 0 ? ojson(nullptr)
+                                : ojson{{"row", s.row_values[static_cast<size_t>(s.best[c])]},
+                                        {"mean", num(s.cells[static_cast<size_t>(s.best[c])][c].mean)}};
+    j["columns"].push_back(col);
+  }
+  j["curves"] = ojson::array();
+  for (const SummaryCurve& cv : s.curves) {
+    ojson m = ojson::array();
+    for (double v : cv.mean) m.push_back(num(v));
+    j["curves"].push_back({{"label", cv.label}, {"row", s.row_values[cv.row]}, {"column", s.col_labels[cv.col]},
+                           {"steps", cv.steps}, {"val_loss", m},
+                           {"diverged_step", cv.diverged_step >= 0 ? ojson(cv.diverged_step) : ojson(nullptr)}});
+  }
+  return j.dump(2) + "\n";
+}
+
+void write_summaries(const std::string& dir, const SweepSummary& s) {
+  const fs::path d(dir);
+  write_file_atomic((d / "summary.md").string(), summary_markdown(s));
+  write_file_atomic((d / "summary.csv").string(), summary_csv(s));
+  write_file_atomic((d / "summary.json").string(), summary_json(s));
+  write_file_atomic((d / "loss_curves.svg").string(), plot_loss_curves_svg(s));
+  write_file_atomic((d / "final_loss_vs_lr.svg").string(), plot_final_vs_rows_svg(s));
+}
+
+}  // namespace normlab

@@ -1,0 +1,503 @@
+// Sweep tests: planning and names (in process), and the whole command through the built binary: bad specs
+// (one error line, exit 2, nothing created), resume after SIGKILL at several moments, shards merging into
+// the unsharded summary, diverged points (never re-run by default, never best), changed specs, SIGTERM.
+//   ./build/normlab_tests --gtest_filter='Sweep*'
+// Points are tiny (2 layers, d_model 16, 40 steps: ~40 ms each) so the file runs in seconds.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_util.h"
+#include "normlab/error.h"
+#include "normlab/io.h"
+#include "normlab/sweep.h"
+
+namespace normlab {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::CliResult;
+using test::describe;
+using test::run_cli;
+
+// A fresh directory under /tmp, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/normlab_sweep_test_XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The grid of most tests: 3 lr x 2 placements x 2 seeds = 12 points; lr 1e30 diverges at step 2.
+std::vector<std::string> grid_args(const std::string& out) {
+  return {"sweep",        "--out",        out,           "--jobs",         "2",
+          "--set",        "layers=2",     "--set",       "d_model=16",     "--set",
+          "d_hidden=32",  "--set",        "steps=40",    "--set",          "eval_every=10",
+          "--set",        "batch_size=4", "--set",       "eval_batches=2", "lr=1e-3,1e-2,1e30",
+          "placement=pre,post",           "seed=0,1"};
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<json> manifest(const std::string& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir + "/manifest.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(json::parse(line));
+  return out;
+}
+
+size_t count_events(const std::vector<json>& m, const std::string& event, const std::string& status = "") {
+  size_t n = 0;
+  for (const json& j : m) n += j["event"] == event && (status.empty() || j.value("status", "") == status);
+  return n;
+}
+
+// The three summaries, which must not depend on how (or in how many pieces) the sweep ran.
+std::string summaries(const std::string& dir) {
+  return slurp(dir + "/summary.md") + slurp(dir + "/summary.csv") + slurp(dir + "/summary.json");
+}
+
+// Starts normlab in the background (output discarded); returns its pid.
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<std::string> full = {NORMLAB_BINARY};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int null_fd = ::open("/dev/null", O_RDWR);
+    ::dup2(null_fd, 0);
+    ::dup2(null_fd, 1);
+    ::dup2(null_fd, 2);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits until the manifest holds at least `ends` end records (or the process exits), up to 20 s.
+void wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return;
+    std::error_code ec;
+    if (fs::exists(dir + "/manifest.jsonl", ec)) {
+      std::string m = slurp(dir + "/manifest.jsonl");
+      size_t n = 0;
+      for (size_t p = m.find("\"event\":\"end\""); p != std::string::npos; p = m.find("\"event\":\"end\"", p + 1)) ++n;
+      if (n >= ends) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// ---- planning ---------------------------------------------------------------------------------
+
+TEST(SweepPlan, AxesMakeTheProductWithNamesFromTheValues) {
+  SweepRequest req;
+  req.axes = {"lr=1e-4,3e-4,1e-3,3e-3,1e-2", "layers=2,3", "placement=pre,post", "seed=0,1"};
+  req.sets = {"steps=20"};
+  SweepPlan plan = plan_sweep(req);
+  ASSERT_EQ(plan.points.size(), 40u);
+  EXPECT_EQ(plan.points.front().name, "lr=1e-4/layers=2/placement=pre/seed=0");
+  EXPECT_EQ(plan.points[1].name, "lr=1e-4/layers=2/placement=pre/seed=1");
+  EXPECT_EQ(plan.points.back().name, "lr=1e-2/layers=3/placement=post/seed=1");
+  EXPECT_EQ(plan.axes, (std::vector<std::string>{"lr", "layers", "placement", "seed"}));
+  EXPECT_EQ(plan.points.back().config.steps, 20);
+  EXPECT_DOUBLE_EQ(plan.points.back().config.lr, 1e-2);
+  EXPECT_EQ(plan.layout.rows, "lr");
+  EXPECT_EQ(plan.layout.cols, (std::vector<std::string>{"layers", "placement"}));
+  // hashes: distinct per point, and the same config always hashes the same
+  std::set<std::string> hashes;
+  for (const SweepPoint& p : plan.points) hashes.insert(p.hash);
+  EXPECT_EQ(hashes.size(), plan.points.size());
+  EXPECT_EQ(plan_sweep(req).points[7].hash, plan.points[7].hash);
+}
+
+TEST(SweepPlan, ResolvedSpecPlansTheSamePoints) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"base": {"steps": 30, "layers": 2},
+    "grid": {"placement": ["pre", "post"]}, "zip": {"lr": [1e-3, 3e-3], "warmup_steps": [5, 10]}, "seeds": [0, 1]})";
+  SweepPlan a = plan_sweep({tmp / "spec.json", {}, {}});
+  ASSERT_EQ(a.points.size(), 8u);
+  EXPECT_EQ(a.points[0].name, "placement=pre/lr=1e-3/warmup_steps=5/seed=0");
+  EXPECT_EQ(a.points[3].name, "placement=pre/lr=3e-3/warmup_steps=10/seed=1");
+  write_file_atomic(tmp / "resolved.json", a.spec_json);
+  SweepPlan b = plan_sweep({tmp / "resolved.json", {}, {}});
+  EXPECT_EQ(a.spec_json, b.spec_json);
+  ASSERT_EQ(a.points.size(), b.points.size());
+  for (size_t i = 0; i < a.points.size(); ++i) {
+    EXPECT_EQ(a.points[i].name, b.points[i].name);
+    EXPECT_EQ(a.points[i].hash, b.points[i].hash);
+  }
+  // The same grid from the command line is the same sweep.
+  SweepPlan c = plan_sweep({"", {"placement=pre,post", "seed=0,1"}, {"steps=30", "layers=2", "lr=1e-3"}});
+  SweepPlan d = plan_sweep({"", {"placement=pre,post", "seed=0,1"}, {"steps=30", "layers=2", "lr=0.001"}});
+  EXPECT_EQ(c.spec_json, d.spec_json);
+}
+
+TEST(SweepPlan, NumbersAndShards) {
+  EXPECT_EQ(short_number(1e-3), "1e-3");
+  EXPECT_EQ(short_number(3e-4), "3e-4");
+  EXPECT_EQ(short_number(0.5), "0.5");
+  EXPECT_EQ(short_number(12), "12");
+  EXPECT_EQ(short_number(0.25), "0.25");
+  EXPECT_EQ(parse_shard("1/4").index, 1);
+  EXPECT_EQ(parse_shard("1/4").count, 4);
+  EXPECT_THROW(parse_shard("3/2"), UsageError);
+  EXPECT_THROW(parse_shard("0/0"), UsageError);
+  EXPECT_THROW(parse_shard("4/4"), UsageError);
+  EXPECT_THROW(parse_shard("a/2"), UsageError);
+  EXPECT_THROW(parse_shard("1"), UsageError);
+  Shard s{1, 3};
+  EXPECT_FALSE(in_shard(0, s));
+  EXPECT_TRUE(in_shard(1, s));
+  EXPECT_TRUE(in_shard(4, s));
+}
+
+// ---- bad input: one line, exit 2, nothing created ------------------------------------------------
+
+struct BadCase {
+  std::string name, spec;             // spec text ("" = none)
+  std::vector<std::string> args;      // after `sweep`
+  std::string expect;                 // a substring of the error line
+};
+
+TEST(SweepErrors, OneLineExit2NothingCreated) {
+  TempDir tmp;
+  std::ofstream(tmp / "file") << "not a directory";
+  const std::vector<BadCase> cases = {
+      {"unknown config key", R"({"base": {"lrr": 1e-3}, "grid": {"layers": [2, 3]}})", {}, "did you mean 'lr'"},
+      {"unknown grid key", R"({"grid": {"placment": ["pre", "post"]}})", {}, "did you mean 'placement'"},
+      {"unknown spec key", R"({"gird": {"layers": [2, 3]}})", {}, "did you mean 'grid'"},
+      {"empty axis", R"({"grid": {"layers": []}})", {}, "grid.layers is empty"},
+      {"empty cli axis", "", {"layers="}, "empty"},
+      {"wrong type", R"({"grid": {"layers": [2, "three"]}})", {}, "grid.layers[1]"},
+      {"wrong type in base", R"({"base": {"lr": "fast"}})", {}, "base.lr"},
+      {"wrong cli type", "", {"lr=1e-3,fast"}, "lr"},
+      {"invalid base", R"({"base": {"steps": 0}, "grid": {"layers": [2, 3]}})", {}, "steps must be >= 1"},
+      {"invalid point", R"({"grid": {"lr": [1e-3, -1]}})", {}, "lr must be > 0"},
+      {"zip lengths", R"({"zip": {"lr": [1e-3, 3e-3], "warmup_steps": [10]}})", {}, "equal lengths"},
+      {"seed twice", R"({"grid": {"seed": [0, 1]}, "seeds": [2]})", {}, "seed"},
+      {"shard 3/2", R"({"grid": {"layers": [2, 3]}})", {"--shard", "3/2"}, "--shard"},
+      {"shard 0/0", R"({"grid": {"layers": [2, 3]}})", {"--shard", "0/0"}, "--shard"},
+      {"not json", "{grid: ", {}, "not valid JSON"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> args = {"sweep", "--out", tmp / "out"};
+    if (!c.spec.empty()) {
+      std::ofstream(tmp / "spec.json") << c.spec;
+      args.push_back(tmp / "spec.json");
+    }
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << describe(r);
+    EXPECT_FALSE(fs::exists(tmp / "out")) << c.name;
+  }
+  // An unwritable DIR: under a regular file (root may write anywhere else).
+  CliResult r = run_cli({"sweep", "--out", tmp / "file/out", "layers=2,3"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_NE(r.err.find("not a directory"), std::string::npos) << describe(r);
+  if (::geteuid() != 0) {
+    fs::create_directories(tmp / "ro");
+    ::chmod((tmp / "ro").c_str(), 0555);
+    CliResult r2 = run_cli({"sweep", "--out", tmp / "ro/out", "layers=2,3"});
+    EXPECT_EQ(r2.exit_code, 2) << describe(r2);
+    EXPECT_FALSE(fs::exists(tmp / "ro/out"));
+  }
+  // SLURM variables that do not describe a 0-based array are an error too.
+  test::RunOptions env;
+  env.env = {{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_COUNT", "2"}};
+  CliResult r3 = run_cli({"sweep", "--out", tmp / "out", "layers=2,3"}, env);
+  EXPECT_EQ(r3.exit_code, 2) << describe(r3);
+  EXPECT_NE(r3.err.find("SLURM_ARRAY_TASK_ID"), std::string::npos) << describe(r3);
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+}
+
+TEST(SweepErrors, DryRunListsPointsAndCreatesNothing) {
+  TempDir tmp;
+  CliResult r = run_cli({"sweep", "--out", tmp / "out", "--dry-run", "lr=1e-3,1e-2", "layers=2,3", "--set", "steps=5"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("run   pending     lr=1e-3/layers=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4 points: 4 to run, 0 already done"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+}
+
+// ---- running ---------------------------------------------------------------------------------------
+
+// One uninterrupted sweep, shared by the tests below as the reference summary.
+class SweepRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ref_ = new TempDir;
+    CliResult r = run_cli(grid_args(*ref_ / "ref"));
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    ref_summary_ = new std::string(summaries(*ref_ / "ref"));
+  }
+  static void TearDownTestSuite() {
+    delete ref_;
+    delete ref_summary_;
+  }
+  static TempDir* ref_;
+  static std::string* ref_summary_;
+};
+TempDir* SweepRun::ref_ = nullptr;
+std::string* SweepRun::ref_summary_ = nullptr;
+
+TEST_F(SweepRun, ReferenceHasEveryPointDivergedNeverBest) {
+  const std::string dir = *ref_ / "ref";
+  std::vector<json> m = manifest(dir);
+  EXPECT_EQ(count_events(m, "start"), 12u);
+  EXPECT_EQ(count_events(m, "end", "completed"), 8u);
+  EXPECT_EQ(count_events(m, "end", "diverged"), 4u);
+  for (const char* f : {"spec.json", "summary.md", "summary.csv", "summary.json", "loss_curves.svg", "final_loss_vs_lr.svg"})
+    EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+  EXPECT_TRUE(fs::exists(dir + "/runs/lr=1e-3/placement=post/seed=1/result.json"));
+  json s = json::parse(slurp(dir + "/summary.json"));
+  ASSERT_EQ(s["columns"].size(), 2u);
+  for (const json& col : s["columns"]) {
+    ASSERT_FALSE(col["best"].is_null());
+    EXPECT_NE(col["best"]["row"], "1e30");
+    for (const json& r : col["stable"]) EXPECT_NE(r, "1e30");
+    for (const json& cell : col["cells"])
+      if (cell["row"] == "1e30") {
+        EXPECT_EQ(cell["diverged"], 2);
+        EXPECT_EQ(cell["text"], "diverged@2");
+      }
+  }
+  EXPECT_NE(slurp(dir + "/summary.md").find("diverged@2"), std::string::npos);
+  EXPECT_NE(slurp(dir + "/final_loss_vs_lr.svg").find("diverged"), std::string::npos);
+}
+
+TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {
+  TempDir tmp;
+  fs::copy(*ref_ / "ref", tmp / "s", fs::copy_options::recursive);
+  CliResult r = run_cli(grid_args(tmp / "s"));
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find("0 to run, 12 already done (4 diverged)"), std::string::npos) << r.err;
+  EXPECT_EQ(count_events(manifest(tmp / "s"), "start"), 12u);
+  EXPECT_EQ(summaries(tmp / "s"), *ref_summary_);
+  // --rerun diverged runs exactly the diverged points again, and they diverge again.
+  std::vector<std::string> args = grid_args(tmp / "s");
+  args.insert(args.end(), {"--rerun", "diverged"});
+  r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find("4 to run, 8 already done"), std::string::npos) << r.err;
+  std::vector<json> m = manifest(tmp / "s");
+  EXPECT_EQ(count_events(m, "start"), 16u);
+  EXPECT_EQ(count_events(m, "end", "diverged"), 8u);
+  EXPECT_EQ(summaries(tmp / "s"), *ref_summary_);
+}
+
+TEST_F(SweepRun, SigkillAtSeveralMomentsThenResumeGivesTheSameSummary) {
+  for (size_t ends : {0u, 3u, 8u}) {
+    SCOPED_TRACE("killed after " + std::to_string(ends) + " points ended");
+    TempDir tmp;
+    const std::string dir = tmp / "s";
+    pid_t pid = spawn(grid_args(dir));
+    wait_for_ends(pid, dir, ends);
+    ::kill(pid, SIGKILL);
+    int status;
+    ::waitpid(pid, &status, 0);
+    // PDEATHSIG: no child outlives the sweep (give the kernel a moment to deliver it)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<json> before = manifest(dir);
+    std::printf("[ sweep   ] killed after %zu points ended (%zu starts)\n", count_events(before, "end"), count_events(before, "start"));
+    std::map<std::string, int> finished_before;
+    for (const json& j : before)
+      if (j["event"] == "end") ++finished_before[j["point"].get<std::string>()];
+    CliResult r = run_cli(grid_args(dir));
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_EQ(summaries(dir), *ref_summary_);
+    // A point that had finished was not started again; no point finished twice.
+    std::map<std::string, int> starts_after, ends_total;
+    std::vector<json> after = manifest(dir);
+    for (size_t i = before.size(); i < after.size(); ++i)
+      if (after[i]["event"] == "start") ++starts_after[after[i]["point"].get<std::string>()];
+    for (const auto& [point, n] : finished_before) EXPECT_EQ(starts_after[point], 0) << point;
+    for (const json& j : after)
+      if (j["event"] == "end") ++ends_total[j["point"].get<std::string>()];
+    // (a point whose child renamed its run directory just before the kill is done without an end record)
+    EXPECT_GE(ends_total.size(), 11u);
+    for (const auto& [point, n] : ends_total) EXPECT_EQ(n, 1) << point;
+    // no half-written run directory is left behind
+    for (const auto& e : fs::recursive_directory_iterator(dir + "/runs"))
+      EXPECT_EQ(e.path().string().find(".partial."), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(SweepRun, TwoShardsMergeIntoTheUnshardedSummary) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  std::vector<std::string> a0 = grid_args(dir), a1 = grid_args(dir);
+  a0.insert(a0.end(), {"--shard", "0/2"});
+  // shard 1 from the Slurm variables, as an array task gets it
+  test::RunOptions env;
+  env.env = {{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "2"}};
+  CliResult r0 = run_cli(a0);
+  ASSERT_EQ(r0.exit_code, 0) << describe(r0);
+  EXPECT_NE(r0.err.find("6 points in shard 0/2"), std::string::npos) << r0.err;
+  EXPECT_NE(summaries(dir), *ref_summary_);  // half the runs: a partial summary
+  CliResult r1 = run_cli(a1, env);
+  ASSERT_EQ(r1.exit_code, 0) << describe(r1);
+  EXPECT_NE(r1.err.find("6 points in shard 1/2"), std::string::npos) << r1.err;
+  CliResult s = run_cli({"sweep", "summarize", dir});
+  ASSERT_EQ(s.exit_code, 0) << describe(s);
+  EXPECT_EQ(summaries(dir), *ref_summary_);
+  EXPECT_EQ(s.out, slurp(dir + "/summary.md"));
+  EXPECT_EQ(count_events(manifest(dir), "start"), 12u);
+}
+
+TEST_F(SweepRun, ChangedSpecIsRefusedUnlessForced) {
+  TempDir tmp;
+  fs::copy(*ref_ / "ref", tmp / "s", fs::copy_options::recursive);
+  std::vector<std::string> args = grid_args(tmp / "s");
+  args.insert(args.end(), {"--set", "steps=30"});
+  CliResult r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_NE(r.err.find("base steps: 40 -> 30"), std::string::npos) << r.err;
+  EXPECT_EQ(count_events(manifest(tmp / "s"), "start"), 12u);
+  args.push_back("--force");
+  r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find("12 to run, 0 already done"), std::string::npos) << r.err;
+  json s = json::parse(slurp(tmp / "s/summary.json"));
+  EXPECT_EQ(s["curves"][0]["steps"].back(), 30);
+}
+
+TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
+  const std::string dir = *ref_ / "ref";
+  CliResult r = run_cli({"sweep", "summarize", dir, "--rows", "placement", "--cols", "lr", "--format", "csv"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("pre,1e30,final_val_loss,0,,,2,2,0,0,0,false,false"), std::string::npos) << r.out;
+  r = run_cli({"sweep", "summarize", dir, "--cols", "nope"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--metric", "status"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--metric", "best_val_loss", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(json::parse(r.out)["metric"], "best_val_loss");
+  // restore the default layout for the other tests
+  r = run_cli({"sweep", "summarize", dir});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+}
+
+TEST(SweepSlurm, WritesAnArrayScriptAndPrintsTheSbatchLine) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  CliResult r = run_cli({"sweep", "--out", dir, "lr=1e-3,1e-2", "seed=0,1,2", "--set", "steps=5", "--slurm",
+                         "--slurm-shards", "3", "--slurm-cpus", "2", "--slurm-array-max", "2", "--slurm-partition",
+                         "cpu", "--slurm-time", "00:05:00", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string script = slurp(dir + "/sweep.sbatch");
+  for (const char* line : {"#SBATCH --array=0-2%2\n", "#SBATCH --cpus-per-task=2\n", "#SBATCH --partition=cpu\n",
+                           "#SBATCH --time=00:05:00\n", "/slurm/%A_%a.out\n", "--shard \"${SLURM_ARRAY_TASK_ID}/3\" --jobs 2 --threads 1"})
+    EXPECT_NE(script.find(line), std::string::npos) << line << "\n" << script;
+  EXPECT_NE(r.out.find("sbatch " + dir + "/sweep.sbatch"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_directory(dir + "/slurm"));
+  EXPECT_TRUE(fs::exists(dir + "/spec.json"));
+  EXPECT_FALSE(fs::exists(dir + "/manifest.jsonl"));  // nothing ran here
+  // the spec the array tasks run is the same sweep
+  SweepPlan from_dir = plan_sweep({dir + "/spec.json", {}, {}});
+  EXPECT_EQ(from_dir.points.size(), 6u);
+  EXPECT_EQ(from_dir.spec_json, slurp(dir + "/spec.json"));
+  CliResult bad = run_cli({"sweep", "--out", tmp / "t", "lr=1e-3,1e-2", "--submit"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_FALSE(fs::exists(tmp / "t"));
+}
+
+TEST(SweepSignals, SigtermInterruptsPromptlyAndResumes) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  // slower points (2000 steps, ~1 s each) so that SIGTERM lands while they run
+  std::vector<std::string> args = {"sweep", "--out", dir, "--jobs", "2", "--set", "layers=2", "--set", "d_model=16",
+                                   "--set", "steps=2000", "--set", "eval_every=1000", "--set", "batch_size=4",
+                                   "lr=1e-3,1e-2", "seed=0,1"};
+  pid_t pid = spawn(args);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline && count_events(fs::exists(dir + "/manifest.jsonl") ? manifest(dir) : std::vector<json>{}, "start") < 2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_LT(seconds, 2.0);
+  std::vector<json> m = manifest(dir);
+  EXPECT_GE(count_events(m, "end", "interrupted"), 1u);
+  // the rerun finishes the sweep; every point ends completed once
+  std::vector<std::string> quick = args;
+  CliResult r = run_cli(quick);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(count_events(manifest(dir), "end", "completed"), 4u);
+}
+
+TEST(SweepFailures, ACrashingPointIsRecordedAndTheSweepGoesOn) {
+  TempDir tmp;
+  SweepPlan plan = plan_sweep({"", {"lr=1e-3,1e-2"}, {"steps=5"}});
+  prepare_sweep_dir(tmp / "s", plan, false);
+  // a "normlab" that fails the way a crashing one would
+  std::ofstream(tmp / "crash.sh") << "#!/bin/sh\necho 'boom: something broke' >&2\nexit 3\n";
+  ::chmod((tmp / "crash.sh").c_str(), 0755);
+  SweepRunOptions opt;
+  opt.dir = tmp / "s";
+  opt.exe = tmp / "crash.sh";
+  opt.jobs = 2;
+  std::vector<PointOutcome> outcomes;
+  SweepCallbacks cb;
+  cb.on_end = [&](const SweepPoint&, const PointOutcome& o, const SweepProgress&) { outcomes.push_back(o); };
+  SweepRunReport rep = run_sweep(plan, {0, 1}, opt, cb);
+  EXPECT_EQ(rep.progress.failed, 2u);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].status, "failed");
+  EXPECT_EQ(outcomes[0].exit_code, 3);
+  EXPECT_NE(outcomes[0].stderr_tail.find("boom: something broke"), std::string::npos);
+  std::vector<PointState> st = point_states(tmp / "s", plan);
+  EXPECT_EQ(st[0].status, "failed");
+  EXPECT_FALSE(st[0].done);
+  // failed points are not done: the default selection runs them again
+  EXPECT_EQ(select_points(plan, st, {}, {}).size(), 2u);
+  SweepSummary s = summarize_sweep(tmp / "s", {});
+  EXPECT_EQ(s.failed, 2u);
+  EXPECT_EQ(s.best[0], -1);
+}
+
+}  // namespace
+}  // namespace normlab
