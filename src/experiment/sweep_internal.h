@@ -24,7 +24,8 @@ struct RunRecord {
   std::string status;  // completed, diverged or "" (missing, partial, other config)
   double metric = 0;
   int64_t diverged_step = -1;
-  bool collapsed = false;  // completed at or above the unigram baseline: learned nothing (DESIGN.md, Results)
+  bool collapsed = false;  // train's status "collapsed": finished, but learned nothing (train.h)
+  int64_t collapsed_step = -1;
   std::string result_json;  // the text of result.json
 };
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);

@@ -70,13 +70,15 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
     r.result_json = read_file((rd / "result.json").string());
     json j = json::parse(r.result_json);
     const std::string status = j.value("status", "");
-    if (status == "ok") r.status = "completed";
+    // A collapsed run finished: it counts as completed, with its loss, and is marked.
+    if (status == "ok" || status == "collapsed") r.status = "completed";
     else if (status == "diverged") r.status = "diverged";
     else return r;
     if (j.contains("diverged_step") && j["diverged_step"].is_number()) r.diverged_step = j["diverged_step"].get<int64_t>();
     r.metric = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
-    if (r.status == "completed" && j["final_val_loss"].is_number() && j["unigram_loss"].is_number())
-      r.collapsed = j["final_val_loss"].get<double>() >= j["unigram_loss"].get<double>();
+    r.collapsed = status == "collapsed";
+    if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())
+      r.collapsed_step = j["collapsed_step"].get<int64_t>();
   } catch (const std::exception&) {
     r = RunRecord{};  // unreadable: not a finished run of this point
   }

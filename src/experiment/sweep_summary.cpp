@@ -66,7 +66,14 @@ std::string cell_text(const SummaryCell& c) {
   std::vector<std::string> notes;
   const int total = c.n + c.diverged + c.failed + c.pending;
   if (c.n > 0 && c.diverged > 0) notes.push_back(fmt::format("{}/{} diverged", c.diverged, total));
-  if (c.collapsed > 0) notes.push_back(fmt::format("{}/{} collapsed", c.collapsed, total));
+  if (c.collapsed > 0) {
+    const std::string at = c.collapsed_first < 0 ? ""
+                           : c.collapsed_first == c.collapsed_last ? fmt::format("@{}", c.collapsed_first)
+                                                                   : fmt::format("@{}–{}", c.collapsed_first, c.collapsed_last);
+    // Every seed collapsed: the cell says so first, as diverged@STEP does.
+    if (c.collapsed == total) return fmt::format("collapsed{} ({})", at, s);
+    notes.push_back(fmt::format("{}/{} collapsed{}", c.collapsed, total, at));
+  }
   if (c.failed > 0) notes.push_back(fmt::format("{} failed", c.failed));
   if (c.pending > 0) notes.push_back(fmt::format("{} pending", c.pending));
   if (s.empty()) return notes.empty() ? "" : fmt::format("{}", fmt::join(notes, ", "));
@@ -189,7 +196,14 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     }
     if (rec.status == "completed" && std::isfinite(rec.metric)) {
       ++s.completed;
-      if (rec.collapsed) ++s.collapsed, ++c.collapsed;
+      if (rec.collapsed) {
+        ++s.collapsed;
+        ++c.collapsed;
+        if (rec.collapsed_step >= 0) {
+          c.collapsed_first = c.collapsed_first < 0 ? rec.collapsed_step : std::min(c.collapsed_first, rec.collapsed_step);
+          c.collapsed_last = std::max(c.collapsed_last, rec.collapsed_step);
+        }
+      }
       values[point_row[i]][point_col[i]].push_back(rec.metric);
       runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
     } else if (!rec.status.empty()) {  // diverged (or a completed run whose metric is not finite)
@@ -288,7 +302,7 @@ std::string summary_markdown(const SweepSummary& s) {
   for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + window_text(s, c) + " |";
   out += "\n| best " + rows_name + " |";
   for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + best_text(s, c) + " |";
-  out += "\n\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished at or "
+  out += "\n\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
          "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
          "diverged or collapsed point is never best.\n";
 

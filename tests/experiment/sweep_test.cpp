@@ -31,6 +31,7 @@ using json = nlohmann::json;
 using test::CliResult;
 using test::describe;
 using test::run_cli;
+using test::slurp;
 
 // A fresh directory under /tmp, removed at the end of the test.
 class TempDir {
@@ -57,11 +58,6 @@ std::vector<std::string> grid_args(const std::string& out) {
           "d_hidden=32",  "--set",        "steps=40",    "--set",          "eval_every=10",
           "--set",        "batch_size=4", "--set",       "eval_batches=2", "lr=1e-3,1e-2,1e30",
           "placement=pre,post",           "seed=0,1"};
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 std::vector<json> manifest(const std::string& dir) {
@@ -497,6 +493,23 @@ TEST(SweepFailures, ACrashingPointIsRecordedAndTheSweepGoesOn) {
   SweepSummary s = summarize_sweep(tmp / "s", {});
   EXPECT_EQ(s.failed, 2u);
   EXPECT_EQ(s.best[0], -1);
+}
+
+// A collapsed run (train's status: it finished but learned nothing) is a result: shown as
+// collapsed@STEP, kept out of the stable window, never best.
+TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
+  TempDir tmp;
+  CliResult r = run_cli({"sweep", "--out", tmp / "s", "placement=pre,post", "--set", "lr=1e-2", "--set", "layers=12",
+                         "--set", "init=torch", "--set", "steps=100", "--set", "eval_every=50", "--set",
+                         "eval_batches=2", "--jobs", "2", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss"});
+  ASSERT_EQ(s.points, 2u);
+  EXPECT_EQ(s.collapsed, 1u);
+  const std::string md = slurp(tmp / "s" + "/summary.md");
+  EXPECT_NE(md.find("collapsed@50 ("), std::string::npos) << md;
+  ASSERT_EQ(s.best.size(), 1u);
+  EXPECT_EQ(s.row_values[static_cast<size_t>(s.best[0])], "pre");
 }
 
 }  // namespace

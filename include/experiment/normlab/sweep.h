@@ -150,9 +150,10 @@ struct SummaryOptions {
 struct SummaryCell {
   int n = 0;                // seeds that converged (have a finite metric)
   int diverged = 0, failed = 0, pending = 0;
-  int collapsed = 0;        // of the n: finished at or above the unigram baseline (learned nothing)
+  int collapsed = 0;        // of the n: finished but learned nothing (train's status "collapsed")
   double mean = 0, std = 0; // over the converged seeds (std: sample, n-1; 0 when n = 1)
-  int64_t diverged_first = -1, diverged_last = -1;  // range of divergence steps
+  int64_t diverged_first = -1, diverged_last = -1;    // range of divergence steps
+  int64_t collapsed_first = -1, collapsed_last = -1;  // range of the steps they collapsed from
   std::vector<std::string> points;  // point names in the cell
   bool present = false;     // some point of the plan falls in this cell
 };
