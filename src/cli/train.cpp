@@ -21,6 +21,7 @@ namespace {
 struct TrainArgs {
   std::string config_file, out;
   bool force = false;
+  int64_t save_every = 0;
   std::map<std::string, std::string> values;  // --key value, applied over the file
 };
 
@@ -43,6 +44,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     std::filesystem::create_directories("runs", ec);
   }
   opt.force = a.force;
+  opt.save_every = a.save_every;
   opt.versions = provenance();
   const bool table = !g.json;
   const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
@@ -84,6 +86,9 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--config", args->config_file, "JSON file of config keys (flags override it)");
   sub->add_option("--out", args->out, "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
   sub->add_flag("--force", args->force, "Replace an existing run directory");
+  sub->add_option("--save_every,--save-every", args->save_every,
+                  "Also write checkpoints/step-N.safetensors every N steps (the final model.safetensors always)")
+      ->check(CLI::NonNegativeNumber);
   for (const ConfigKey& k : config_keys()) {
     std::string name = k.name;
     sub->add_option_function<std::string>(

@@ -98,6 +98,7 @@ const std::vector<Field>& fields() {
       NL_FIELD("eval_batches", int64_t, eval_batches, "held-out batches per evaluation"),
       NL_FIELD("seed", uint64_t, seed, "seed of init and data"),
       NL_FIELD("threads", int, threads, "threads (0 = all cores)"),
+      NL_FIELD("init_from", std::string, init_from, "a model.safetensors to start from (\"\" = the init scheme)"),
   };
   return f;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/backend.h"
+#include "normlab/checkpoint.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
 
@@ -59,6 +60,10 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
 void validate_run(const TrainConfig& cfg) {
   cfg.validate();
   if (cfg.data.kind == DataKind::text) make_data_source(cfg);  // the file is read and checked
+  if (!cfg.init_from.empty()) {  // the checkpoint is read and matched against the config
+    Model model(cfg.model, cfg.seed);
+    load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
+  }
 }
 
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
@@ -90,7 +95,20 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
       timing.flush();
       if (opt.on_eval) opt.on_eval(r);
     };
-    TrainResult r = train(cfg, on_eval, opt.on_step);
+    TrainHooks hooks;
+    hooks.on_eval = on_eval;
+    hooks.on_step = opt.on_step;
+    hooks.checkpoint_every = opt.save_every;
+    const std::map<std::string, std::string> meta{{"format", "pt"}, {"normlab_config", config_to_json(cfg)}};
+    hooks.on_checkpoint = [&](int64_t step, Model& model) {
+      fs::path file = tmp / "model.safetensors";
+      if (opt.save_every > 0 && step % opt.save_every == 0 && step < cfg.steps) {
+        fs::create_directories(tmp / "checkpoints");
+        file = tmp / "checkpoints" / fmt::format("step-{}.safetensors", step);
+      }
+      save_safetensors(file.string(), model_state(model), meta);
+    };
+    TrainResult r = train(cfg, hooks);
     metrics.close();
     timing.close();
     std::string result = result_to_json(cfg, r, opt.versions);

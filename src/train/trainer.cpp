@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "normlab/autograd.h"
+#include "normlab/checkpoint.h"
 #include "normlab/backend.h"
 #include "normlab/ops.h"
 #include "normlab/train.h"
@@ -86,10 +87,20 @@ double params_grad_norm(const std::vector<Tensor>& params) {
 }
 
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const ProgressCallback& on_step) {
+  TrainHooks hooks;
+  hooks.on_eval = on_eval;
+  hooks.on_step = on_step;
+  return train(cfg, hooks);
+}
+
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
+  const EvalCallback& on_eval = hooks.on_eval;
+  const ProgressCallback& on_step = hooks.on_step;
   cfg.validate();
   set_num_threads(cfg.threads);
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
+  if (!cfg.init_from.empty()) load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
   ParamList& params = model.params();
   params.flatten();
   Tensor flat = params.flat(), flat_grad = params.flat_grad();
@@ -185,6 +196,8 @@ TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const Pro
     res.steps_done = step;
     res.final_train_loss = loss_value;
     if (on_step) on_step(step, loss_value);
+    if (hooks.on_checkpoint && hooks.checkpoint_every > 0 && step % hooks.checkpoint_every == 0 && step < cfg.steps)
+      hooks.on_checkpoint(step, model);
     if (step % cfg.eval_every == 0 || step == cfg.steps) {
       evaluate(step, grad_norm);
       if (!std::isfinite(res.evals.back().val_loss)) {
@@ -218,6 +231,7 @@ TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const Pro
     res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
     if (res.collapsed_step >= 0) res.status = "collapsed";
   }
+  if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model);
   return res;
 }
 

@@ -63,3 +63,24 @@ TEST(TrainCli, BadInputIsOneLineExitTwoAndNoRunDirectory) {
   EXPECT_NE(r.err.find("lerning_rate"), std::string::npos);
   EXPECT_NE(r.err.find("did you mean 'lr'"), std::string::npos) << r.err;
 }
+
+// A finished run leaves model.safetensors (PyTorch names, the config in its metadata); a run can
+// start from it, and a checkpoint that does not fit the config is one line, exit 2, nothing written.
+TEST(TrainCli, CheckpointAndInitFrom) {
+  fs::path a = fresh_dir("ck_a"), b = fresh_dir("ck_b"), c = fresh_dir("ck_c");
+  auto r = run_cli({"train", "--steps", "4", "--eval_every", "2", "--layers", "2", "--batch_size", "4", "--out",
+                    a.string(), "--save_every", "2", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  ASSERT_TRUE(fs::exists(a / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(a / "checkpoints" / "step-2.safetensors"));
+  const std::string model = (a / "model.safetensors").string();
+  r = run_cli({"train", "--steps", "2", "--eval_every", "2", "--layers", "2", "--batch_size", "4", "--init_from", model,
+               "--out", b.string(), "--json", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(slurp(b / "config.json").find(model), std::string::npos);
+  r = run_cli({"train", "--steps", "2", "--layers", "3", "--init_from", model, "--out", c.string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("blocks.2.norm1.weight missing"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(c));
+}

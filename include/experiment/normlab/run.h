@@ -1,7 +1,8 @@
 // A training run on disk: <dir>/config.json (resolved), metrics.jsonl (one line per eval,
 // deterministic), timing.jsonl (per-eval step time; wall-clock, so kept out of metrics.jsonl),
-// result.json. The run is written to <dir>.partial and renamed when complete: a directory
-// named <dir> is always whole.
+// result.json, model.safetensors (the final weights, PyTorch names, the resolved config in its
+// __metadata__; not for a diverged run). The run is written to <dir>.partial and renamed when
+// complete: a directory named <dir> is always whole.
 #pragma once
 #include <map>
 #include <string>
@@ -21,6 +22,8 @@ struct RunOptions {
   std::function<void()> on_start;  // after the inputs are validated, before the first step
   EvalCallback on_eval;
   ProgressCallback on_step;
+  // Besides the final model.safetensors: checkpoints/step-<N>.safetensors every N steps (0: none).
+  int64_t save_every = 0;
 };
 
 // Everything that can be wrong with a run's inputs (config, text file), checked before anything

@@ -75,6 +75,7 @@ struct TrainConfig {
   int64_t eval_batches = 8;
   uint64_t seed = 0;
   int threads = 0;  // 0 = all cores
+  std::string init_from;  // a safetensors checkpoint the model starts from ("" = its init scheme)
   void validate() const;  // UsageError naming the field
 };
 
@@ -127,6 +128,16 @@ int64_t collapse_step(const std::vector<EvalRecord>& evals, double unigram_loss)
 using EvalCallback = std::function<void(const EvalRecord&)>;
 using ProgressCallback = std::function<void(int64_t step, double loss)>;
 
+// What a caller is told as a run goes. on_checkpoint(step, model) is called every
+// checkpoint_every steps (0: never) and once after the last step of a finished run.
+struct TrainHooks {
+  EvalCallback on_eval;
+  ProgressCallback on_step;
+  std::function<void(int64_t step, Model& model)> on_checkpoint;
+  int64_t checkpoint_every = 0;
+};
+
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks);
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval = {}, const ProgressCallback& on_step = {});
 
 }  // namespace normlab

@@ -1,0 +1,232 @@
+#include "normlab/checkpoint.h"
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "normlab/error.h"
+#include "normlab/io.h"
+
+namespace normlab {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A header larger than this is not a checkpoint of these models (theirs are a few KiB).
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+const char* st_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i32: return "I32";
+  }
+  return "?";
+}
+
+bool parse_st_dtype(const std::string& s, DType& out) {
+  if (s == "F32") out = DType::f32;
+  else if (s == "F64") out = DType::f64;
+  else if (s == "I32") out = DType::i32;
+  else return false;
+  return true;
+}
+
+// What a problem in a file looks like to the user: one line, names the file.
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw UsageError(fmt::format("checkpoint '{}': {}", path, what));
+}
+
+std::string clip(const std::string& s) { return s.size() > 80 ? s.substr(0, 77) + "..." : s; }
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    NL_CHECK(t.device() == Device::cpu, "save_safetensors: {} is not on the cpu", name);
+    const uint64_t bytes = t.nbytes();
+    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  // The format aligns the data to 8 bytes by padding the header with spaces.
+  while ((8 + text.size()) % 8 != 0) text += ' ';
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const auto& [name, t] : tensors) out.append(static_cast<const char*>(t.raw()), t.nbytes());
+  write_file_atomic(path, out);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw UsageError(fmt::format("checkpoint '{}': cannot be opened", path));
+  const std::streamoff size_signed = in.tellg();
+  if (size_signed < 0) bad(path, "cannot be read (not a regular file?)");
+  const uint64_t size = static_cast<uint64_t>(size_signed);
+  if (size < 8) bad(path, fmt::format("{} bytes: too short for the 8-byte header length", size));
+  in.seekg(0);
+  unsigned char len_bytes[8];
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) bad(path, "cannot read the header length");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxHeaderBytes) bad(path, fmt::format("header length {} is not plausible (more than 100 MiB)", header_len));
+  if (header_len > size - 8) bad(path, fmt::format("header length {} runs past the end of the file ({} bytes)", header_len, size));
+  std::string header_text(header_len, '\0');
+  if (!in.read(header_text.data(), static_cast<std::streamsize>(header_len))) bad(path, "cannot read the header");
+  const uint64_t data_size = size - 8 - header_len;
+
+  json header;
+  std::set<std::string> seen;
+  bool duplicate = false;
+  std::string duplicate_name;
+  int depth = 0;
+  try {
+    header = json::parse(header_text, [&](int d, json::parse_event_t ev, json& parsed) {
+      depth = std::max(depth, d);
+      if (d > 8) throw UsageError("nested too deeply");
+      if (ev == json::parse_event_t::key && d == 1) {
+        const std::string k = parsed.get<std::string>();
+        if (!seen.insert(k).second && !duplicate) {
+          duplicate = true;
+          duplicate_name = k;
+        }
+      }
+      return true;
+    });
+  } catch (const UsageError&) {
+    bad(path, "the header nests JSON too deeply");
+  } catch (const json::exception& e) {
+    bad(path, fmt::format("the header is not JSON ({})", clip(e.what())));
+  }
+  if (duplicate) bad(path, fmt::format("tensor '{}' appears twice in the header", clip(duplicate_name)));
+  if (!header.is_object()) bad(path, "the header is not a JSON object");
+
+  SafetensorsFile file;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) bad(path, "__metadata__ is not an object of strings");
+      for (auto& [k, v] : entry.items()) {
+        if (!v.is_string()) bad(path, fmt::format("__metadata__ '{}' is not a string", clip(k)));
+        file.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string n = clip(name);
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+      bad(path, fmt::format("tensor '{}' needs dtype, shape and data_offsets", n));
+    DType dt;
+    if (!entry["dtype"].is_string() || !parse_st_dtype(entry["dtype"].get<std::string>(), dt))
+      bad(path, fmt::format("tensor '{}' has dtype {} (normlab reads F32, F64, I32)", n, clip(entry["dtype"].dump())));
+    if (!entry["shape"].is_array() || entry["shape"].size() > 8) bad(path, fmt::format("tensor '{}' has no valid shape", n));
+    Shape shape;
+    uint64_t numel = 1;
+    for (auto& v : entry["shape"]) {
+      if (!v.is_number_unsigned()) bad(path, fmt::format("tensor '{}' has a shape entry {} (not a size)", n, clip(v.dump())));
+      const uint64_t s = v.get<uint64_t>();
+      if (s > (uint64_t{1} << 40) || (s > 0 && numel > (uint64_t{1} << 40) / s))
+        bad(path, fmt::format("tensor '{}' has an implausibly large shape", n));
+      numel *= s;
+      shape.push_back(static_cast<int64_t>(s));
+    }
+    const auto& off = entry["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      bad(path, fmt::format("tensor '{}' has data_offsets {} (expected [begin, end])", n, clip(off.dump())));
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e || e > data_size)
+      bad(path, fmt::format("tensor '{}' has data_offsets [{}, {}] outside the {} data bytes", n, b, e, data_size));
+    if (e - b != numel * dtype_size(dt))
+      bad(path, fmt::format("tensor '{}': data_offsets hold {} bytes but shape {} of {} needs {}", n, e - b,
+                            shape_str(shape), dtype_name(dt), numel * dtype_size(dt)));
+    spans.push_back({b, e, n});
+    Tensor t = Tensor::empty(shape, dt);
+    file.tensors.push_back({name, t});
+  }
+  // The tensors must tile the data section: no overlap, no gap.
+  std::vector<Span> sorted = spans;
+  std::sort(sorted.begin(), sorted.end(), [](const Span& a, const Span& b2) { return a.begin < b2.begin; });
+  uint64_t at = 0;
+  for (const Span& s : sorted) {
+    if (s.begin != at) bad(path, fmt::format("tensor '{}' starts at byte {} of the data, expected {} (gap or overlap)", s.name, s.begin, at));
+    at = s.end;
+  }
+  if (at != data_size) bad(path, fmt::format("{} data bytes, but the tensors cover {} (truncated or trailing bytes)", data_size, at));
+  for (size_t i = 0; i < spans.size(); ++i) {
+    Tensor& t = file.tensors[i].second;
+    in.seekg(static_cast<std::streamoff>(8 + header_len + spans[i].begin));
+    if (t.nbytes() > 0 && !in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.nbytes())))
+      bad(path, fmt::format("cannot read the data of tensor '{}'", spans[i].name));
+  }
+  return file;
+}
+
+std::string torch_parameter_name(const std::string& name) {
+  auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  auto swap_tail = [&](size_t n, const char* to) { return name.substr(0, name.size() - n) + to; };
+  if (ends(".gamma")) return swap_tail(6, ".weight");
+  if (ends(".beta")) return swap_tail(5, ".bias");
+  if (ends(".w")) return swap_tail(2, ".weight");
+  if (ends(".b")) return swap_tail(2, ".bias");
+  if (name.find('.') == std::string::npos) return name + ".weight";  // tok_emb, pos_emb: nn.Embedding
+  return name;
+}
+
+std::vector<std::pair<std::string, Tensor>> model_state(Model& model) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Tensor& p : model.params().all()) out.push_back({torch_parameter_name(p.name()), p});
+  return out;
+}
+
+void load_model_state(Model& model, const SafetensorsFile& file, const std::string& source) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : file.tensors) by_name[name] = &t;
+  std::vector<std::string> problems;
+  std::set<std::string> used;
+  for (const Tensor& p : model.params().all()) {
+    const std::string name = torch_parameter_name(p.name());
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      problems.push_back(fmt::format("{} missing", name));
+      continue;
+    }
+    used.insert(name);
+    const Tensor& t = *it->second;
+    if (t.shape() != p.shape() || t.dtype() != p.dtype())
+      problems.push_back(fmt::format("{} is {} {} in the checkpoint, {} {} in the model", name, dtype_name(t.dtype()),
+                                     shape_str(t.shape()), dtype_name(p.dtype()), shape_str(p.shape())));
+  }
+  for (const auto& [name, t] : file.tensors)
+    if (!used.count(name) && by_name.count(name)) {
+      bool is_param = false;
+      for (const Tensor& p : model.params().all()) is_param = is_param || torch_parameter_name(p.name()) == name;
+      if (!is_param) problems.push_back(fmt::format("{} is not a parameter of this model", name));
+    }
+  if (!problems.empty()) {
+    std::string list;
+    for (size_t i = 0; i < problems.size() && i < 4; ++i) list += (i ? "; " : "") + problems[i];
+    if (problems.size() > 4) list += fmt::format("; and {} more", problems.size() - 4);
+    throw UsageError(fmt::format("checkpoint '{}' does not match the config: {}", source, list));
+  }
+  for (const Tensor& p : model.params().all()) {
+    Tensor dst = p;
+    dst.copy_(*by_name[torch_parameter_name(p.name())]);
+  }
+}
+
+}  // namespace normlab
