@@ -31,5 +31,6 @@ Runner add_probe(CLI::App& app, GlobalOptions& g);
 Runner add_train(CLI::App& app, GlobalOptions& g);
 Runner add_bench(CLI::App& app, GlobalOptions& g);
 Runner add_sweep(CLI::App& app, GlobalOptions& g);
+Runner add_convert(CLI::App& app, GlobalOptions& g);
 
 }  // namespace normlab::cli

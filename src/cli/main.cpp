@@ -44,6 +44,7 @@ const std::vector<Registrar>& registrars() {
       &add_train,
       &add_bench,
       &add_sweep,
+      &add_convert,
   };
   return table;
 }

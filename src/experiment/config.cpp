@@ -70,6 +70,7 @@ const std::vector<Field>& fields() {
       NL_KIND_FIELD("placement", Placement, model.placement),
       NL_KIND_FIELD("final_norm", FinalNorm, model.final_norm),
       NL_FIELD("qk_norm", bool, model.qk_norm, "RMSNorm on each head's q and k (gpt only)"),
+      NL_FIELD("head_bias", bool, model.head_bias, "a bias on the head (exact LayerNorm -> RMSNorm conversions add one)"),
       NL_FIELD("residual", bool, model.residual, "false drops the identity path \"x +\" of every block (a probe contrast)"),
       NL_FIELD("layers", int64_t, model.layers, "number of blocks"),
       NL_FIELD("d_model", int64_t, model.d_model, "residual stream width"),

@@ -306,6 +306,7 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
                 : cfg_.init == InitScheme::fairseq ? init.normal({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
                                                    : init.normal({cfg_.vocab, d}, 0.02);
   head_.w = params_.add("head.w", std::move(head));
+  if (cfg_.head_bias) head_.b = params_.add("head.b", init.constant({cfg_.vocab}, 0.0));
 }
 
 Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
@@ -332,7 +333,7 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
   }
   x = final_norm_(x);
   if (trace) trace->final_out = x;
-  return linear(x, head_.w);
+  return linear(x, head_.w, head_.b);
 }
 
 Tensor Model::loss(const Tensor& ids, const Tensor& targets, ForwardTrace* trace) const {

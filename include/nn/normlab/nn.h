@@ -17,6 +17,7 @@ struct ModelConfig {
   Placement placement = Placement::pre;
   FinalNorm final_norm = FinalNorm::auto_;
   bool qk_norm = false;      // gpt only: RMSNorm over each head's Dh on q and k
+  bool head_bias = false;    // a bias on the head (what an exact LayerNorm -> RMSNorm conversion folds beta into)
   bool residual = true;      // false drops the identity path (probe's contrast)
   int64_t layers = 6;
   int64_t d_model = 64;
@@ -139,6 +140,8 @@ class Model {
   Tensor loss(const Tensor& ids, const Tensor& targets, ForwardTrace* trace = nullptr) const;
   // Parameters of block l (for per-layer gradient norms).
   const std::vector<Tensor>& block_params(size_t l) const { return block_params_[l]; }
+  const Norm& final_norm() const { return final_norm_; }
+  const Linear& head() const { return head_; }
 
  private:
   ModelConfig cfg_;

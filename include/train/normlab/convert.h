@@ -1,0 +1,34 @@
+// LayerNorm -> RMSNorm conversion of a trained model.
+//   naive  what community scripts do: keep each gamma as the RMSNorm gain, drop beta;
+//   exact  function-preserving for models whose residual stream is written only by linear maps and
+//          read only through norms (Pre-LN with the final norm): fold each norm's beta into the
+//          bias of the linear that reads it (W(gamma xhat + beta) + b = W(gamma xhat) + (W beta + b);
+//          the head gets a bias), and centre every writer of the stream (the embeddings' rows, each
+//          output projection and fc2, their biases) over the model dimension. Every LayerNorm then
+//          sees zero-mean input, where it equals an RMSNorm with the same eps and gain.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normlab/nn.h"
+#include "normlab/train.h"
+
+namespace normlab {
+
+enum class ConvertMethod { naive, exact };
+
+struct Conversion {
+  ModelConfig config;  // the converted model's: norm rmsnorm, the source's eps, head_bias for exact
+  std::vector<std::pair<std::string, Tensor>> state;  // its parameters, PyTorch names (checkpoint.h)
+};
+
+// Why the method cannot convert a model of this config ("" when it can).
+std::string conversion_refusal(const ModelConfig& cfg, ConvertMethod method);
+// Throws UsageError with conversion_refusal's reason.
+Conversion convert_layernorm_to_rmsnorm(Model& source, ConvertMethod method);
+
+// Mean cross-entropy over the config's validation batches (eval_batches of batch_size).
+double validation_loss(const TrainConfig& cfg, Model& model);
+
+}  // namespace normlab

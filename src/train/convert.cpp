@@ -1,0 +1,120 @@
+#include "normlab/convert.h"
+
+#include <map>
+
+#include "normlab/autograd.h"
+#include "normlab/checkpoint.h"
+#include "normlab/error.h"
+#include "normlab/ops.h"
+
+namespace normlab {
+
+namespace {
+
+using Values = std::map<std::string, std::vector<double>>;  // normlab parameter name -> values
+
+// b += W v for W (out, in) row-major.
+void fold(std::vector<double>& b, const std::vector<double>& w, const std::vector<double>& v) {
+  const size_t in = v.size(), out = b.size();
+  NL_CHECK(w.size() == out * in, "fold: W has {} values, expected {}x{}", w.size(), out, in);
+  for (size_t i = 0; i < out; ++i)
+    for (size_t j = 0; j < in; ++j) b[i] += w[i * in + j] * v[j];
+}
+
+// Every column of a (d x in) W, and a bias of d, made zero-mean over the d outputs.
+void centre_outputs(std::vector<double>& w, size_t d) {
+  const size_t in = w.size() / d;
+  for (size_t j = 0; j < in; ++j) {
+    double m = 0;
+    for (size_t i = 0; i < d; ++i) m += w[i * in + j];
+    m /= double(d);
+    for (size_t i = 0; i < d; ++i) w[i * in + j] -= m;
+  }
+}
+
+// Every row of a (rows x d) table made zero-mean.
+void centre_rows(std::vector<double>& t, size_t d) {
+  for (size_t r = 0; r < t.size() / d; ++r) {
+    double m = 0;
+    for (size_t j = 0; j < d; ++j) m += t[r * d + j];
+    m /= double(d);
+    for (size_t j = 0; j < d; ++j) t[r * d + j] -= m;
+  }
+}
+
+}  // namespace
+
+std::string conversion_refusal(const ModelConfig& cfg, ConvertMethod method) {
+  if (cfg.norm != NormKind::layernorm) return fmt::format("the model's norm is {}, not layernorm", to_string(cfg.norm));
+  if (method == ConvertMethod::naive) return "";
+  if (!cfg.residual) return "without the residual the stream is not written by linear maps only";
+  if (cfg.placement != Placement::pre)
+    return fmt::format("placement {}: the exact method needs the residual stream to be read only through norms and "
+                       "written only by linear maps (Pre-LN); {}",
+                       to_string(cfg.placement),
+                       cfg.placement == Placement::sandwich ? "sandwich adds a norm's output (with its beta) to the stream"
+                                                            : "post/deepnorm put a norm on the stream itself");
+  if (!cfg.final_norm_on()) return "the final norm is off: the head reads the stream directly, mean included";
+  return "";
+}
+
+Conversion convert_layernorm_to_rmsnorm(Model& source, ConvertMethod method) {
+  const ModelConfig& src = source.config();
+  const std::string refusal = conversion_refusal(src, method);
+  NL_USAGE(refusal.empty(), "cannot convert {}: {}", method == ConvertMethod::exact ? "exactly" : "naively", refusal);
+  Values v;
+  for (const Tensor& p : source.params().all()) v[p.name()] = p.to_vector();
+  const size_t d = size_t(src.d_model);
+
+  Conversion out;
+  out.config = src;
+  out.config.norm = NormKind::rmsnorm;
+  out.config.norm_eps = src.eps();  // the LayerNorm's eps, not RMSNorm's default
+  if (method == ConvertMethod::exact) {
+    out.config.head_bias = true;
+    if (!v.count("head.b")) v["head.b"] = std::vector<double>(size_t(src.vocab), 0.0);
+    for (int64_t l = 0; l < src.layers; ++l) {
+      const std::string b = fmt::format("blocks.{}.", l);
+      const std::vector<double>& beta1 = v.at(b + "norm1.beta");
+      const std::vector<double>& beta2 = v.at(b + "norm2.beta");
+      if (src.model == ModelKind::gpt) {
+        for (const char* proj : {"attn.q", "attn.k", "attn.v"}) fold(v.at(b + proj + ".b"), v.at(b + proj + ".w"), beta1);
+      } else {
+        fold(v.at(b + "mix.b"), v.at(b + "mix.w"), beta1);  // the prefix mean passes a constant beta through
+      }
+      fold(v.at(b + "mlp.fc1.b"), v.at(b + "mlp.fc1.w"), beta2);
+      for (const char* writer : {src.model == ModelKind::gpt ? "attn.o" : "mix", "mlp.fc2"}) {
+        centre_outputs(v.at(b + writer + ".w"), d);
+        centre_rows(v.at(b + writer + ".b"), d);
+      }
+    }
+    fold(v.at("head.b"), v.at("head.w"), v.at("final_norm.beta"));
+    centre_rows(v.at("tok_emb"), d);
+    centre_rows(v.at("pos_emb"), d);
+  }
+  // The converted model's parameters, by name; every LayerNorm beta is dropped.
+  Model converted(out.config, 0);
+  for (const Tensor& p : converted.params().all()) {
+    auto it = v.find(p.name());
+    NL_CHECK(it != v.end(), "convert: no source value for {}", p.name());
+    Tensor t = Tensor::from(it->second, p.shape(), p.dtype());
+    Tensor dst = p;
+    dst.copy_(t);
+  }
+  out.state = model_state(converted);
+  for (auto& [name, t] : out.state) t = t.clone();  // the converted model goes away
+  return out;
+}
+
+double validation_loss(const TrainConfig& cfg, Model& model) {
+  std::unique_ptr<DataSource> data = make_data_source(cfg);
+  NoGradGuard no_grad;
+  double total = 0;
+  for (int64_t i = 0; i < cfg.eval_batches; ++i) {
+    Batch b = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
+    total += model.loss(b.inputs, b.targets).item();
+  }
+  return total / double(cfg.eval_batches);
+}
+
+}  // namespace normlab

@@ -1,0 +1,101 @@
+// LayerNorm -> RMSNorm: the exact method preserves the model's logits (to rounding) on random
+// inputs, toy and gpt; the naive one does not once beta is non-zero; placements the exact method
+// cannot handle are refused with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "normlab/autograd.h"
+#include "normlab/checkpoint.h"
+#include "normlab/convert.h"
+#include "normlab/error.h"
+
+using namespace normlab;
+
+namespace {
+
+// A trained-looking LayerNorm model: every gain, beta and bias drawn away from its init.
+ModelConfig ln_config(ModelKind model, DType dtype) {
+  ModelConfig c;
+  c.model = model;
+  c.norm = NormKind::layernorm;
+  c.placement = Placement::pre;
+  c.layers = 3;
+  c.d_model = 16;
+  c.d_hidden = 24;
+  c.heads = 2;
+  c.qk_norm = model == ModelKind::gpt;
+  c.dtype = dtype;
+  return c;
+}
+
+void perturb(Model& m) {
+  Rng rng(99, stream::check);
+  for (const Tensor& p : m.params().all()) {
+    std::vector<double> v = p.to_vector();
+    for (double& x : v) x += rng.normal(0.0, 0.3);
+    Tensor dst = p;
+    dst.copy_(Tensor::from(v, p.shape(), p.dtype()));
+  }
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return diff / scale;
+}
+
+Tensor random_ids(uint64_t seed) {
+  Rng rng(seed, stream::data);
+  std::vector<int32_t> ids(3 * 16);
+  for (int32_t& i : ids) i = int32_t(rng.below(64));
+  return Tensor::from_ids(ids, {3, 16});
+}
+
+// Logits of the LayerNorm model and of its conversion on the same ids.
+double conversion_error(ModelKind kind, DType dtype, ConvertMethod method) {
+  Model src(ln_config(kind, dtype), 3);
+  perturb(src);
+  Conversion conv = convert_layernorm_to_rmsnorm(src, method);
+  Model dst(conv.config, 0);
+  load_model_state(dst, SafetensorsFile{{}, conv.state}, "converted");
+  NoGradGuard no_grad;
+  Tensor ids = random_ids(5);
+  return max_rel_diff(dst.forward(ids), src.forward(ids));
+}
+
+}  // namespace
+
+TEST(ConvertLnToRms, ExactPreservesTheLogits) {
+  for (ModelKind kind : {ModelKind::toy, ModelKind::gpt}) {
+    SCOPED_TRACE(to_string(kind));
+    EXPECT_LT(conversion_error(kind, DType::f64, ConvertMethod::exact), 1e-12);  // float64: rounding only
+    EXPECT_LT(conversion_error(kind, DType::f32, ConvertMethod::exact), 1e-5);   // float32 rounding
+  }
+}
+
+TEST(ConvertLnToRms, NaiveDoesNotOnceBetaIsNonZero) {
+  for (ModelKind kind : {ModelKind::toy, ModelKind::gpt})
+    EXPECT_GT(conversion_error(kind, DType::f64, ConvertMethod::naive), 1e-2) << to_string(kind);
+}
+
+TEST(ConvertLnToRms, RefusalsNameTheReason) {
+  for (Placement pl : {Placement::post, Placement::sandwich, Placement::deepnorm}) {
+    ModelConfig c = ln_config(ModelKind::toy, DType::f32);
+    c.placement = pl;
+    EXPECT_NE(conversion_refusal(c, ConvertMethod::exact).find(to_string(pl)), std::string::npos);
+    EXPECT_EQ(conversion_refusal(c, ConvertMethod::naive), "");
+    Model m(c, 1);
+    EXPECT_THROW(convert_layernorm_to_rmsnorm(m, ConvertMethod::exact), UsageError);
+  }
+  ModelConfig off = ln_config(ModelKind::toy, DType::f32);
+  off.final_norm = FinalNorm::off;
+  EXPECT_NE(conversion_refusal(off, ConvertMethod::exact).find("final norm is off"), std::string::npos);
+  ModelConfig rms = ln_config(ModelKind::toy, DType::f32);
+  rms.norm = NormKind::rmsnorm;
+  EXPECT_NE(conversion_refusal(rms, ConvertMethod::naive).find("not layernorm"), std::string::npos);
+}
