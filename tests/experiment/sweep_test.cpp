@@ -455,7 +455,9 @@ TEST(SweepSignals, SigtermInterruptsPromptlyAndResumes) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
-  EXPECT_LT(seconds, 2.0);
+  // Not a speed target: a guard against a sweep that waits for its children to finish (each has
+  // ~1000 steps left), generous because the machine may be loaded.
+  EXPECT_LT(seconds, 30.0);
   std::vector<json> m = manifest(dir);
   EXPECT_GE(count_events(m, "end", "interrupted"), 1u);
   // the rerun finishes the sweep; every point ends completed once
