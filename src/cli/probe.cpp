@@ -39,7 +39,7 @@ struct ProbeArgs {
 const std::set<std::string>& training_only_keys() {
   static const std::set<std::string> keys = {"optimizer", "lr",         "beta1", "beta2",      "adam_eps",
                                              "weight_decay", "warmup_steps", "schedule", "clip", "batch_size",
-                                             "steps",     "eval_every", "eval_batches", "threads"};
+                                             "steps",     "eval_every", "eval_batches", "threads", "init_from"};
   return keys;
 }
 
@@ -222,6 +222,32 @@ void print_config(const ConfigProbe& p, const ProbeOptions& opt) {
               pm(p.block_last_over_first).c_str(), pm(p.stream_last_over_embed).c_str());
 }
 
+void print_batchnorm(const BatchNormProbeResult& b, const ProbeOptions& opt) {
+  auto pm = [](const Stat& s) { return fmt::format("{:.3g} +- {:.2g}", s.mean, s.std); };
+  std::printf("batchnorm: BatchNorm's batch statistics vs LayerNorm's and RMSNorm's per-token ones, on token vectors\n"
+              "(toy model embeddings, init torch, d = %lld, %lld tokens per sequence, batches of %lld); a change is the\n"
+              "mean |y_a - y_b| over the affected tokens and channels (outputs are unit-scale); mean +- std over %d seeds.\n\n",
+              static_cast<long long>(b.d), static_cast<long long>(b.seq_len), static_cast<long long>(b.batch), opt.seeds);
+  std::printf("1. padding (lengths uniform in [4, %lld], pad token 0; %s of the positions are pads)\n",
+              static_cast<long long>(b.seq_len), pm(b.pad_fraction).c_str());
+  std::printf("   BatchNorm per-channel mean, pads counted vs not: |shift| %s; variance ratio %s\n",
+              pm(b.pad_mean_shift).c_str(), pm(b.pad_var_ratio).c_str());
+  std::printf("   the real tokens' BatchNorm output changes by %s (LayerNorm and RMSNorm see one token at a time: no pad enters)\n\n",
+              pm(b.pad_output_change).c_str());
+  std::printf("2. one sequence's output when its batch-mates change\n");
+  std::printf("   %6s  %24s  %24s  %12s  %12s\n", "batch", "BN: other companions", "BN: vs normalized alone",
+              "LayerNorm", "RMSNorm");
+  for (const BatchDependence& d : b.dependence)
+    std::printf("   %6lld  %24s  %24s  %12.3g  %12.3g\n", static_cast<long long>(d.batch), pm(d.bn_companions).c_str(),
+                pm(d.bn_alone).c_str(), d.ln_companions.mean, d.rms_companions.mean);
+  std::printf("\n3. train vs inference: BatchNorm with the batch's statistics vs the running ones (momentum 0.1)\n");
+  for (const RunningGap& g : b.train_vs_eval)
+    std::printf("   after %4lld batches: output gap %s\n", static_cast<long long>(g.batches), pm(g.gap).c_str());
+  std::printf("\n4. causal leakage: statistics over whole sequences; one sequence's last token replaced\n");
+  std::printf("   change of its earlier positions: BatchNorm %s, LayerNorm %.3g, RMSNorm %.3g\n", pm(b.bn_leak).c_str(),
+              b.ln_leak.mean, b.rms_leak.mean);
+}
+
 // ---- the command ---------------------------------------------------------------------------------
 
 std::string preset_choices() {
@@ -283,6 +309,11 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
     identity = probe_identity_share(opt);
     report.identity_share = &identity;
   }
+  BatchNormProbeResult batchnorm;
+  if (all || preset == "batchnorm") {
+    batchnorm = probe_batchnorm(opt);
+    report.batchnorm = &batchnorm;
+  }
 
   if (g.json) {
     std::cout << probe_report_json(report) << "\n";
@@ -298,6 +329,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   if (report.preln_growth) section(), print_preln_growth(growth, opt);
   if (report.xiong) section(), print_xiong(xiong, opt);
   if (report.identity_share) section(), print_identity_share(identity, opt);
+  if (report.batchnorm) section(), print_batchnorm(batchnorm, opt);
   return 0;
 }
 
@@ -307,7 +339,7 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   auto args = std::make_shared<ProbeArgs>();
   CLI::App* sub = app.add_subcommand("probe", "Signal propagation at initialization: per-layer activation and gradient norms");
   sub->add_option("preset", args->preset,
-                  "plain-stack, preln-growth, xiong2020, identity-share, all, or config (default: config, probed "
+                  "plain-stack, preln-growth, xiong2020, identity-share, batchnorm, all, or config (default: config, probed "
                   "per layer from the config flags)");
   sub->add_option("--seeds", args->seeds, "Seeds to average over (default 3)");
   sub->add_option("--batch", args->batch, "Sequences per probe batch (default 16)");

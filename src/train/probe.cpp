@@ -154,7 +154,8 @@ Stat summarize(const std::vector<double>& values) {
 }
 
 const std::vector<std::string>& probe_presets() {
-  static const std::vector<std::string> names = {"plain-stack", "preln-growth", "xiong2020", "identity-share"};
+  static const std::vector<std::string> names = {"plain-stack", "preln-growth", "xiong2020", "identity-share",
+                                                 "batchnorm"};
   return names;
 }
 
@@ -498,6 +499,21 @@ std::string probe_report_json(const ProbeReport& r) {
   if (r.xiong) j["xiong2020"] = xiong_json(*r.xiong);
   if (r.identity_share) j["identity_share"] = json{{"runs", runs_json(r.identity_share->runs)}};
   if (r.config) j["config"] = config_probe_json(*r.config);
+  if (r.batchnorm) {
+    const BatchNormProbeResult& b = *r.batchnorm;
+    json dep = json::array(), gaps = json::array();
+    for (const BatchDependence& d : b.dependence)
+      dep.push_back({{"batch", d.batch}, {"bn_companions", stat(d.bn_companions)}, {"bn_alone", stat(d.bn_alone)},
+                     {"layernorm_companions", stat(d.ln_companions)}, {"rmsnorm_companions", stat(d.rms_companions)}});
+    for (const RunningGap& g : b.train_vs_eval) gaps.push_back({{"batches", g.batches}, {"gap", stat(g.gap)}});
+    j["batchnorm"] = {{"d", b.d}, {"seq_len", b.seq_len}, {"batch", b.batch},
+                      {"padding", {{"pad_fraction", stat(b.pad_fraction)}, {"mean_shift", stat(b.pad_mean_shift)},
+                                   {"var_ratio", stat(b.pad_var_ratio)}, {"output_change", stat(b.pad_output_change)}}},
+                      {"batch_dependence", dep},
+                      {"train_vs_inference", gaps},
+                      {"causal_leakage", {{"batchnorm", stat(b.bn_leak)}, {"layernorm", stat(b.ln_leak)},
+                                          {"rmsnorm", stat(b.rms_leak)}}}};
+  }
   return j.dump(2);
 }
 

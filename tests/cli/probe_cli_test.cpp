@@ -82,5 +82,5 @@ TEST(ProbeCli, BadInputIsOneLineAndExitTwo) {
     EXPECT_EQ(r.err.rfind("error:", 0), 0u) << describe(r);
   }
   auto r = run_cli({"probe", "nope"});
-  EXPECT_NE(r.err.find("plain-stack, preln-growth, xiong2020, identity-share, all, config"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("plain-stack, preln-growth, xiong2020, identity-share, batchnorm, all, config"), std::string::npos) << r.err;
 }

@@ -202,3 +202,25 @@ TEST(ProbeConfig, SummarizeIsMeanAndSampleStd) {
 
 // ---- the CLI -------------------------------------------------------------------------------
 
+
+// BatchNorm's statistics mix sequences, padding and the future; LayerNorm's and RMSNorm's do not:
+// their changes are exactly 0 (computed by the ops, not assumed), BatchNorm's are not.
+TEST(ProbeBatchNorm, BatchStatisticsMixWhatPerTokenNormsKeepApart) {
+  normlab::BatchNormProbeResult r = normlab::probe_batchnorm(small(2));
+  EXPECT_GT(r.pad_fraction.mean, 0.1);
+  EXPECT_GT(r.pad_mean_shift.mean, 0.01);
+  EXPECT_GT(r.pad_output_change.mean, 0.01);
+  ASSERT_EQ(r.dependence.size(), 2u);
+  for (const auto& d : r.dependence) {
+    EXPECT_GT(d.bn_companions.mean, 1e-3) << d.batch;
+    EXPECT_GT(d.bn_alone.mean, 1e-3) << d.batch;
+    EXPECT_EQ(d.ln_companions.mean, 0.0) << d.batch;
+    EXPECT_EQ(d.rms_companions.mean, 0.0) << d.batch;
+  }
+  EXPECT_GT(r.dependence[1].bn_companions.mean, r.dependence[0].bn_companions.mean);  // smaller batch, more noise
+  ASSERT_EQ(r.train_vs_eval.size(), 3u);
+  EXPECT_GT(r.train_vs_eval[0].gap.mean, r.train_vs_eval[2].gap.mean);  // running stats converge
+  EXPECT_GT(r.bn_leak.mean, 0.0);
+  EXPECT_EQ(r.ln_leak.mean, 0.0);
+  EXPECT_EQ(r.rms_leak.mean, 0.0);
+}

@@ -156,6 +156,36 @@ IdentityShareResult probe_identity_share(const ProbeOptions& opt, int64_t layers
 
 // ---- JSON ---------------------------------------------------------------------------------
 // Every preset that ran (null pointers are skipped), as one document; Stats as {mean, std}.
+// ---- batchnorm: why not BatchNorm in a Transformer --------------------------------------------
+// Token vectors are the toy model's embeddings under init torch (token + position, N(0, 1) each,
+// d = 64) of synthetic batches of 16 tokens. BatchNorm here is a forward-only reference
+// computation (per channel over the batch's positions, biased variance, eps 1e-5, gain 1, bias 0);
+// LayerNorm and RMSNorm are normlab's ops on the same vectors. Every "change" is the mean over the
+// affected tokens and channels of |y_a - y_b| (the outputs are unit-scale).
+struct BatchDependence {
+  int64_t batch = 0;
+  Stat bn_companions;  // the target sequence's BN output, batch-mates replaced by others
+  Stat bn_alone;       // ... against normalizing the target sequence alone (batch 1)
+  Stat ln_companions, rms_companions;  // the same for LayerNorm and RMSNorm: exactly 0
+};
+struct RunningGap {
+  int64_t batches = 0;  // training batches the running statistics (momentum 0.1) were updated on
+  Stat gap;             // BN with batch statistics vs with the running statistics, on a fresh batch
+};
+struct BatchNormProbeResult {
+  int64_t d = 0, seq_len = 0, batch = 0;
+  // Variable-length sequences (lengths uniform in [4, 16]) padded with token 0 to 16.
+  Stat pad_fraction;       // of the positions
+  Stat pad_mean_shift;     // mean over channels |mean with pads - mean without|
+  Stat pad_var_ratio;      // mean over channels var with pads / var without
+  Stat pad_output_change;  // the real tokens' BN output, pads counted vs not
+  std::vector<BatchDependence> dependence;  // batch 32 and 8
+  std::vector<RunningGap> train_vs_eval;    // after 1, 10 and 100 batches
+  // Causal leakage: statistics over whole sequences; the last token of one sequence replaced.
+  Stat bn_leak, ln_leak, rms_leak;  // change of that sequence's earlier positions
+};
+BatchNormProbeResult probe_batchnorm(const ProbeOptions& opt);
+
 struct ProbeReport {
   std::string preset;  // plain-stack | preln-growth | xiong2020 | identity-share | all | config
   ProbeOptions options;
@@ -164,6 +194,7 @@ struct ProbeReport {
   const XiongResult* xiong = nullptr;
   const IdentityShareResult* identity_share = nullptr;
   const ConfigProbe* config = nullptr;
+  const BatchNormProbeResult* batchnorm = nullptr;
 };
 std::string probe_report_json(const ProbeReport& report);
 
