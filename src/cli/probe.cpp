@@ -29,6 +29,8 @@ struct ProbeArgs {
   int threads = 1;
   std::string config_file;
   std::vector<int64_t> depths = {6, 12, 24};
+  std::vector<std::string> inits;    // xiong2020: with --inits or --widths, the factor table too
+  std::vector<int64_t> widths;
   std::vector<double> gains = {0.5, 1.0, 2.0};
   std::string activation = "linear";
   std::map<std::string, std::string> values;  // --key value, applied over the file
@@ -278,6 +280,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   report.options = opt;
   const bool all = preset == "all";
 
+  XiongFactors factors;
   PlainStackResult plain;
   PrelnGrowthResult growth;
   XiongResult xiong;
@@ -303,6 +306,13 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   }
   if (all || preset == "xiong2020") {
     xiong = probe_xiong(opt, a.depths);
+    if (!a.inits.empty() || !a.widths.empty()) {
+      std::vector<InitScheme> inits;
+      for (const std::string& i : a.inits) inits.push_back(parse_kind<InitScheme>(i));
+      if (inits.empty()) inits.push_back(InitScheme::xavier);
+      factors = probe_xiong_factors(opt, inits, a.widths.empty() ? std::vector<int64_t>{64} : a.widths, a.depths);
+      report.xiong_factors = &factors;
+    }
     report.xiong = &xiong;
   }
   if (all || preset == "identity-share") {
@@ -328,6 +338,16 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   if (report.plain_stack) section(), print_plain_stack(plain, opt);
   if (report.preln_growth) section(), print_preln_growth(growth, opt);
   if (report.xiong) section(), print_xiong(xiong, opt);
+  if (report.xiong_factors) {
+    std::printf("\nxiong2020 factors: fc2 last/first per init scheme, width (d_hidden 2d, d/16 heads) and depth; mean +- std over %d seeds\n\n",
+                opt.seeds);
+    std::printf("%8s %6s %6s %20s %20s\n", "init", "d", "L", "post last/first", "pre last/first");
+    for (const XiongFactorRow& x : factors.rows)
+      std::printf("%8s %6lld %6lld %20s %20s\n", to_string(x.init), static_cast<long long>(x.d_model),
+                  static_cast<long long>(x.layers), fmt::format("{:.3f} +- {:.3f}", x.post.mean, x.post.std).c_str(),
+                  fmt::format("{:.3f} +- {:.3f}", x.pre.mean, x.pre.std).c_str());
+    std::printf("\n%s\n", factors.summary.c_str());
+  }
   if (report.identity_share) section(), print_identity_share(identity, opt);
   if (report.batchnorm) section(), print_batchnorm(batchnorm, opt);
   return 0;
@@ -346,6 +366,10 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--threads", args->threads, "Threads for the kernels (default 1: probe tensors are small; 0 = all cores)");
   sub->add_option("--config", args->config_file, "config: JSON file of config keys (flags override it)");
   sub->add_option("--depths", args->depths, "xiong2020: depths to compare (default 6,12,24)")->delimiter(',');
+  sub->add_option("--inits", args->inits,
+                  "xiong2020: also a factor table under these init schemes (gpt2, xavier, torch, fairseq)")
+      ->delimiter(',');
+  sub->add_option("--widths", args->widths, "xiong2020: ... and these widths d_model (default 64)")->delimiter(',');
   sub->add_option("--gains", args->gains, "plain-stack: weight gains, W ~ N(0, (gain/sqrt(d))^2) (default 0.5,1,2)")
       ->delimiter(',');
   sub->add_option("--activation", args->activation, "plain-stack: linear (default) or gelu between the layers");
@@ -362,6 +386,7 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   normlab probe plain-stack --activation gelu --gains 1,1.5,2
   normlab probe preln-growth                     Pre-LN stream growth over 12 layers; the final norm
   normlab probe xiong2020 --depths 6,12,24       Post-LN vs Pre-LN weight gradients at init (Xiong et al. 2020)
+  normlab probe xiong2020 --depths 6,12 --inits gpt2,xavier,torch,fairseq --widths 64,256,512   what moves the ratio
   normlab probe identity-share                   the identity term's share of dL/dx, with and without "x +"
   normlab probe all --seeds 5 --json > probe.json
   normlab probe config --model gpt --placement post --layers 12 --init xavier

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -365,6 +366,65 @@ XiongResult probe_xiong(const ProbeOptions& opt, const std::vector<int64_t>& dep
   return res;
 }
 
+XiongFactors probe_xiong_factors(const ProbeOptions& opt, const std::vector<InitScheme>& inits,
+                                 const std::vector<int64_t>& widths, const std::vector<int64_t>& depths) {
+  NL_USAGE(!inits.empty() && !widths.empty() && !depths.empty(), "--inits, --widths and --depths need a value each");
+  XiongFactors res;
+  for (InitScheme init : inits)
+    for (int64_t d : widths) {
+      NL_USAGE(d >= 16 && d % 16 == 0 && d <= 1024, "--widths: {} is not a multiple of 16 in [16, 1024]", d);
+      for (int64_t L : depths) {
+        NL_USAGE(L >= 2 && L <= 48, "--depths: each depth must be in [2, 48], got {}", L);
+        XiongFactorRow row;
+        row.init = init;
+        row.d_model = d;
+        row.layers = L;
+        for (Placement pl : {Placement::post, Placement::pre}) {
+          TrainConfig c = preset_base();
+          c.model.init = init;
+          c.model.placement = pl;
+          c.model.layers = L;
+          c.model.d_model = d;
+          c.model.d_hidden = 2 * d;
+          c.model.heads = d / 16;
+          (pl == Placement::post ? row.post : row.pre) = probe_config(c, opt).fc2_last_over_first;
+        }
+        res.rows.push_back(row);
+      }
+    }
+  // Each factor's effect: the range of the per-row means when only that factor varies, averaged
+  // over the settings of the others.
+  auto spread = [&](auto key_of_others, bool post) {
+    std::map<std::string, std::pair<double, double>> groups;
+    for (const XiongFactorRow& r : res.rows) {
+      const double v = post ? r.post.mean : r.pre.mean;
+      auto [it, fresh] = groups.try_emplace(key_of_others(r), v, v);
+      if (!fresh) it->second = {std::min(it->second.first, v), std::max(it->second.second, v)};
+    }
+    double total = 0;
+    for (auto& [k, mm] : groups) total += mm.second - mm.first;
+    return groups.empty() ? 0.0 : total / double(groups.size());
+  };
+  auto key = [](const XiongFactorRow& r, int skip) {
+    return fmt::format("{}/{}/{}", skip == 0 ? "" : to_string(r.init), skip == 1 ? 0 : r.d_model, skip == 2 ? 0 : r.layers);
+  };
+  const char* names[3] = {"init scheme (with its embedding scale and head init)", "model width", "depth"};
+  std::string sum = "Mean spread of the fc2 last/first ratio when one factor varies and the others are fixed:";
+  for (int f = 0; f < 3; ++f)
+    sum += fmt::format(" {}: Post-LN {:.3g}, Pre-LN {:.3g};", names[f], spread([&](const XiongFactorRow& r) { return key(r, f); }, true),
+                       spread([&](const XiongFactorRow& r) { return key(r, f); }, false));
+  double post_max = 0;
+  const XiongFactorRow* grows = nullptr;
+  for (const XiongFactorRow& r : res.rows)
+    if (r.post.mean > post_max) post_max = r.post.mean, grows = &r;
+  if (grows)
+    sum += fmt::format(" The largest Post-LN ratio, {:.3g}, is at init {}, d = {}, L = {} ({}).", post_max,
+                       to_string(grows->init), grows->d_model, grows->layers,
+                       post_max > 2 ? "growth toward the output as in Fig. 3" : "no setting reaches Fig. 3's growth (> 2)");
+  res.summary = sum;
+  return res;
+}
+
 // ---- preset 4: identity share ----------------------------------------------------------------
 
 IdentityShareResult probe_identity_share(const ProbeOptions& opt, int64_t layers) {
@@ -499,6 +559,13 @@ std::string probe_report_json(const ProbeReport& r) {
   if (r.xiong) j["xiong2020"] = xiong_json(*r.xiong);
   if (r.identity_share) j["identity_share"] = json{{"runs", runs_json(r.identity_share->runs)}};
   if (r.config) j["config"] = config_probe_json(*r.config);
+  if (r.xiong_factors) {
+    json rows = json::array();
+    for (const XiongFactorRow& x : r.xiong_factors->rows)
+      rows.push_back({{"init", to_string(x.init)}, {"d_model", x.d_model}, {"layers", x.layers},
+                      {"post_fc2_last_over_first", stat(x.post)}, {"pre_fc2_last_over_first", stat(x.pre)}});
+    j["xiong2020_factors"] = {{"rows", rows}, {"summary", r.xiong_factors->summary}};
+  }
   if (r.batchnorm) {
     const BatchNormProbeResult& b = *r.batchnorm;
     json dep = json::array(), gaps = json::array();

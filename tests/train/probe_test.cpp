@@ -224,3 +224,17 @@ TEST(ProbeBatchNorm, BatchStatisticsMixWhatPerTokenNormsKeepApart) {
   EXPECT_EQ(r.ln_leak.mean, 0.0);
   EXPECT_EQ(r.rms_leak.mean, 0.0);
 }
+
+TEST(ProbeXiong, FactorTableOverInitsWidthsAndDepths) {
+  normlab::XiongFactors f = normlab::probe_xiong_factors(
+      small(1, 2), {normlab::InitScheme::torch, normlab::InitScheme::fairseq}, {16, 32}, {2, 3});
+  ASSERT_EQ(f.rows.size(), 8u);
+  for (const auto& r : f.rows) {
+    EXPECT_TRUE(std::isfinite(r.post.mean) && r.post.mean > 0);
+    EXPECT_TRUE(std::isfinite(r.pre.mean) && r.pre.mean > 0);
+  }
+  EXPECT_EQ(f.rows[4].init, normlab::InitScheme::fairseq);
+  EXPECT_EQ(f.rows[3].d_model, 32);
+  EXPECT_NE(f.summary.find("model width"), std::string::npos);
+  EXPECT_THROW(normlab::probe_xiong_factors(small(1, 2), {normlab::InitScheme::torch}, {20}, {2}), normlab::UsageError);
+}

@@ -147,6 +147,21 @@ struct XiongResult {
 };
 XiongResult probe_xiong(const ProbeOptions& opt, const std::vector<int64_t>& depths = {6, 12, 24});
 
+// What moves Xiong's ratio: the fc2 last/first ratio of Post-LN and Pre-LN for every init scheme
+// (embedding scale and head init come with it: docs/init.md), model width (d_hidden = 2d,
+// heads = d/16) and depth. The summary names the spread each factor causes, measured.
+struct XiongFactorRow {
+  InitScheme init = InitScheme::xavier;
+  int64_t d_model = 0, layers = 0;
+  Stat post, pre;  // fc2 last/first, over seeds
+};
+struct XiongFactors {
+  std::vector<XiongFactorRow> rows;
+  std::string summary;
+};
+XiongFactors probe_xiong_factors(const ProbeOptions& opt, const std::vector<InitScheme>& inits,
+                                 const std::vector<int64_t>& widths, const std::vector<int64_t>& depths);
+
 // ---- preset 4: the identity term's share of dL/dx, with and without the residual ------------
 // gpt, layernorm, init xavier, 12 layers: pre and post, residual on and off.
 struct IdentityShareResult {
@@ -195,6 +210,7 @@ struct ProbeReport {
   const IdentityShareResult* identity_share = nullptr;
   const ConfigProbe* config = nullptr;
   const BatchNormProbeResult* batchnorm = nullptr;
+  const XiongFactors* xiong_factors = nullptr;
 };
 std::string probe_report_json(const ProbeReport& report);
 
