@@ -102,6 +102,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     return 0;
   }
   const Format f = format_of(a.o, g);
+  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   NormBenchOptions opt;
   if (!a.shapes.empty()) opt.shapes = parse_shapes(a.shapes, "--shapes");
   opt.threads = parse_threads(a.threads, "--threads");
@@ -151,6 +152,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
 
 int run_step(const StepArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
+  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   StepOptions opt = a.opt;
   if (!a.models.empty()) opt.models = a.models;
   opt.threads = parse_threads(a.threads, "--threads");
@@ -171,6 +173,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
 int run_merge(const MergeArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   NL_USAGE(!a.files.empty(), "merge: give the JSON files of the runs to merge");
+  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   std::vector<std::string> texts;
   for (const std::string& file : a.files) texts.push_back(read_file(file));
   const std::string kind = bench_kind_of_json(texts[0], a.files[0]);
@@ -246,7 +249,7 @@ docs/bench.md explains every column and the JSON schema.)");
   n->add_option("--warmup", norms->warmup, "Untimed calls per case first (default 2)");
   n->add_option("--footprint-mib", norms->footprint_mib,
                 "MiB of buffers each case rotates through (default 0: max(1 GiB, 4 x last-level cache))");
-  n->add_option("--seed", norms->seed, "Seed of the input values (default 0)");
+  n->add_option("--seed", norms->seed, "Seed of the input values (default 0)")->check(whole_u64);
   n->add_flag("--list", norms->list, "List the implementations and exit");
   n->add_flag("--with-torch", norms->with_torch,
               "Add PyTorch's rows (scripts/torch_bench.py; skipped with a warning when python3 cannot import torch)");
@@ -273,7 +276,7 @@ Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
   s->add_option("--repeats", step->opt.repeats, "At least this many timed steps per model (default 10)");
   s->add_option("--min-time", step->opt.min_time, "And at least this many seconds of steps per model (default 1)");
   s->add_option("--warmup", step->opt.warmup, "Untimed steps first (default 3)");
-  s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)");
+  s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)")->check(whole_u64);
   add_output_flags(*s, step->o, g, true);
 
   // ---- merge
