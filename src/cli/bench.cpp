@@ -116,6 +116,11 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   opt.min_time = a.min_time;
   NL_USAGE(a.footprint_mib >= 0 && a.footprint_mib <= (int64_t{1} << 30),
            "--footprint-mib must be >= 0 (0: automatic), got {}", a.footprint_mib);
+  const int64_t avail = available_memory_bytes();
+  NL_USAGE(avail <= 0 || static_cast<double>(a.footprint_mib) * (1 << 20) <= 0.6 * static_cast<double>(avail),
+           "--footprint-mib {} is more than 60% of the {} MiB of memory available", a.footprint_mib, avail >> 20);
+  NL_USAGE(a.repeats >= 1 && a.repeats <= 1000000, "--repeats must be 1..1000000, got {}", a.repeats);
+  NL_USAGE(a.warmup >= 0 && a.warmup <= 1000000, "--warmup must be 0..1000000, got {}", a.warmup);
   opt.footprint = a.footprint_mib << 20;
   opt.seed = a.seed;
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
@@ -154,6 +159,8 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   StepOptions opt = a.opt;
+  NL_USAGE(opt.repeats >= 1 && opt.repeats <= 1000000, "--repeats must be 1..1000000, got {}", opt.repeats);
+  NL_USAGE(opt.warmup >= 0 && opt.warmup <= 1000000, "--warmup must be 0..1000000, got {}", opt.warmup);
   if (!a.models.empty()) opt.models = a.models;
   opt.threads = parse_threads(a.threads, "--threads");
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };

@@ -247,6 +247,11 @@ std::vector<Case> catalogue() {
   add("probe_config_fifo", {"probe", "--config", "fifo"}, [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
   add("probe_lr_flag", {"probe", "--lr", "0.1"});
   add("probe_seed_negative", {"probe", "--seed", "-1"});
+  add("probe_gains_inf_text", {"probe", "plain-stack", "--gains", "1,inf"});
+  add("probe_depths_zero", {"probe", "xiong2020", "--depths", "0"});
+  add("probe_config_threads_wrap", {"probe", "--config", "c.json"}, config("{\"threads\": 99999999999}"));
+  add("handcalc_eps_underflow", {"handcalc", "--eps", "1e-400"});
+  add("train_warmup_huge", tiny({"--warmup_steps", "99999999999999"}));
 
   // ---- gradcheck
   add("gradcheck_seed_negative", {"gradcheck", "--op", "add", "--seed", "-1"});
@@ -311,6 +316,13 @@ std::vector<Case> catalogue() {
   add("bench_norms_compare_missing", {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--compare", "nope.json"});
   add("bench_norms_compare_fifo", {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--compare", "fifo"},
       [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
+  add("bench_norms_footprint_memory", {"bench", "norms", "--footprint-mib", "1000000000", "--shapes", "1x1x8"});
+  add("bench_norms_repeats_huge", {"bench", "norms", "--repeats", "99999999999999999999", "--shapes", "1x1x8"});
+  add("bench_norms_warmup_huge", {"bench", "norms", "--warmup", "1e12", "--shapes", "1x1x8"});
+  add("bench_norms_min_time_inf", {"bench", "norms", "--min-time", "1e400", "--shapes", "1x1x8"});
+  add("bench_step_repeats_huge", {"bench", "step", "--repeats", "99999999999999999999"});
+  add("bench_step_min_time_inf", {"bench", "step", "--min-time", "inf"});
+  add("bench_step_tokens_memory", {"bench", "step", "--batch", "1000000000", "--seq", "1000000000"});
   add("bench_step_layers_memory", {"bench", "step", "--layers", "100000000"});
   add("bench_step_seed_negative", {"bench", "step", "--seed", "-1"});
   add("bench_step_out_directory", {"bench", "step", "--threads", "1", "--out", "."});
