@@ -237,7 +237,10 @@ json number_from_text(const std::string& text, const std::string& label) {
   }
   const double d = std::strtod(text.c_str(), &end);
   NL_USAGE(end == text.c_str() + text.size(), "{}", bad);
-  NL_USAGE(std::isfinite(d) && errno != ERANGE, "{} must be a finite number, got '{}' (out of range)", label,
+  // ERANGE: an overflow (refused), an underflow to 0 (refused: the value written is not 0) or a
+  // subnormal result (kept: it is the nearest double).
+  const bool underflow_to_zero = errno == ERANGE && d == 0;
+  NL_USAGE(std::isfinite(d) && !underflow_to_zero, "{} must be a finite number, got '{}' (out of range)", label,
            shown(text));
   return json(d);
 }
