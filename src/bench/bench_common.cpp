@@ -58,24 +58,24 @@ std::vector<std::string> split(const std::string& s, char sep) {
 NormShape parse_shape(const std::string& text, const std::string& flag) {
   const std::vector<std::string> parts = split(text, 'x');
   NL_USAGE(parts.size() == 3, "{}: shape '{}' is not BATCHxSEQxD (three positive integers, e.g. 8x256x1024)",
-           flag, text);
+           flag, shown(text));
   int64_t v[3];
   const char* names[3] = {"batch", "seq", "d"};
   for (int i = 0; i < 3; ++i)
     NL_USAGE(parse_positive(parts[static_cast<size_t>(i)], v[i]),
-             "{}: shape '{}': {} '{}' is not a positive integer", flag, text, names[i],
-             parts[static_cast<size_t>(i)]);
+             "{}: shape '{}': {} '{}' is not a positive integer", flag, shown(text), names[i],
+             shown(parts[static_cast<size_t>(i)]));
   NormShape s{v[0], v[1], v[2]};
   // Products checked step by step so that they cannot overflow.
   NL_USAGE(s.batch <= kMaxElements / s.seq && s.batch * s.seq <= kMaxElements / s.d,
-           "{}: shape '{}' has more than 2^40 elements: too large for memory", flag, text);
+           "{}: shape '{}' has more than 2^40 elements: too large for memory", flag, shown(text));
   return s;
 }
 
 std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag) {
   std::vector<NormShape> shapes;
   for (const std::string& item : split(list, ',')) {
-    NL_USAGE(!item.empty(), "{}: '{}' has an empty entry (shapes are separated by single commas)", flag, list);
+    NL_USAGE(!item.empty(), "{}: '{}' has an empty entry (shapes are separated by single commas)", flag, shown(list));
     shapes.push_back(parse_shape(item, flag));
   }
   return shapes;
@@ -93,7 +93,7 @@ std::vector<int> parse_threads(const std::string& list, const std::string& flag)
       n = omp_get_num_procs();
     } else {
       NL_USAGE(parse_positive(item, n) && n <= 4096,
-               "{}: '{}' is not a thread count (a positive integer or 'all')", flag, item);
+               "{}: '{}' is not a thread count (a positive integer or 'all')", flag, shown(item));
     }
     if (std::find(out.begin(), out.end(), static_cast<int>(n)) == out.end()) out.push_back(static_cast<int>(n));
   }

@@ -227,13 +227,13 @@ CaseShape parse_case_shape(const std::string& text) {
     char* end = nullptr;
     long long val = std::strtoll(tok.c_str(), &end, 10);
     NL_USAGE(!tok.empty() && end && *end == '\0', "--shape '{}': '{}' is not a whole number (expected BxTxC, e.g. 2x5x8)",
-             text, tok);
-    NL_USAGE(val >= 1 && val <= 4096, "--shape '{}': {} is out of range 1..4096", text, val);
+             shown(text), shown(tok));
+    NL_USAGE(val >= 1 && val <= 4096, "--shape '{}': {} is out of range 1..4096", shown(text), val);
     v.push_back(val);
     if (x == std::string::npos) break;
     pos = x + 1;
   }
-  NL_USAGE(v.size() == 3, "--shape '{}' must have three sizes BxTxC (e.g. 2x5x8)", text);
+  NL_USAGE(v.size() == 3, "--shape '{}' must have three sizes BxTxC (e.g. 2x5x8)", shown(text));
   s.batch = v[0];
   s.time = v[1];
   s.channels = v[2];

@@ -263,6 +263,11 @@ std::vector<Case> catalogue() {
   add("gradcheck_shape_zero", {"gradcheck", "--shape", "0x5x8"});
   add("gradcheck_shape_huge_each", {"gradcheck", "--shape", "99999x5x8"});
   add("gradcheck_shape_memory", {"gradcheck", "--shape", "4096x4096x4096"});
+  add("gradcheck_shape_newline", {"gradcheck", "--shape", "\n"});  // fuzz finding (shapes, crash-71853c61)
+  add("gradcheck_shape_huge_text", {"gradcheck", "--shape", std::string(100000, '7') + "x"});
+  add("bench_norms_shape_newline", {"bench", "norms", "--shapes", "1x\n1x8"});
+  add("bench_norms_shape_huge_text", {"bench", "norms", "--shapes", std::string(100000, 'x')});
+  add("bench_norms_threads_newline", {"bench", "norms", "--threads", "1\n2", "--shapes", "1x1x8"});
   add("gradcheck_shape_text", {"gradcheck", "--shape", "axbxc"});
   add("gradcheck_shape_overflow", {"gradcheck", "--shape", "99999999999999999999x1x1"});
   add("gradcheck_threads_huge", {"gradcheck", "--op", "add", "--threads", "100000"});
