@@ -187,15 +187,18 @@ void validate_run(const TrainConfig& cfg) {
 bool is_run_directory(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  if (is_regular(path + "/" + kRunMarker)) return true;
-  if (!is_regular(path + "/config.json") || !is_regular(path + "/result.json")) return false;
+  // Only files a run writes (and leftovers of its atomic writes, <file>.tmp.<pid>): a file a
+  // person added makes the directory theirs too, and --force does not replace it.
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
     const std::string name = e.path().filename().string();
-    if (name != "config.json" && name != "result.json" && name != "metrics.jsonl" && name != "timing.jsonl")
-      return false;
+    const bool run_file = name == kRunMarker || name == "config.json" || name == "result.json" ||
+                          name == "metrics.jsonl" || name == "timing.jsonl" || name.find(".tmp.") != std::string::npos;
+    if (!run_file || e.is_symlink(ec) || e.is_directory(ec)) return false;
   }
-  return !ec;
+  if (ec) return false;
+  if (is_regular(path + "/" + kRunMarker)) return true;
+  return is_regular(path + "/config.json") && is_regular(path + "/result.json");  // a run from before the marker
 }
 
 std::vector<std::string> stale_partials(const std::string& dir) {
@@ -220,8 +223,8 @@ void check_run_destination(const RunOptions& opt) {
     NL_USAGE(S_ISDIR(st.st_mode), "--out '{}' exists and is not a directory; choose another --out",
              shown(opt.dir, 200));
     const bool ours = is_run_directory(dir);
-    NL_USAGE(ours, "--out '{}' exists and is not a normlab run directory (no {}); normlab never replaces it, "
-             "even with --force: choose another --out", shown(opt.dir, 200), kRunMarker);
+    NL_USAGE(ours, "--out '{}' exists and is not a normlab run directory (no {}, or files normlab did not write); "
+             "normlab never replaces it, even with --force: choose another --out", shown(opt.dir, 200), kRunMarker);
     NL_USAGE(opt.force, "run directory '{}' exists (use --force to replace it)", shown(opt.dir, 200));
     struct stat cwd {};
     NL_USAGE(!(::stat(".", &cwd) == 0 && cwd.st_dev == st.st_dev && cwd.st_ino == st.st_ino),

@@ -103,6 +103,10 @@ std::vector<Case> catalogue() {
     write(w / "r" / "result.json", "{}");
     write(w / "r" / "thesis.tex", "mine");
   });
+  add("train_out_run_dir_with_marker_plus_user_file_force", tiny({"--out", "r", "--force"}), [](const fs::path& w) {
+    make_run_dir(w / "r");
+    write(w / "r" / "my-notes.md", "what I learned from this run");
+  });
   add("train_out_existing_run_no_force", tiny({"--out", "r"}), [](const fs::path& w) { make_run_dir(w / "r"); });
   add("train_out_symlink_to_run_force", tiny({"--out", "link", "--force"}), [](const fs::path& w) {
     make_run_dir(w / "r");

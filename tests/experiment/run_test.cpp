@@ -227,10 +227,13 @@ TEST(RunDestination, ARecognizedRunDirectory) {
   std::ofstream(d / "config.json") << "{}";
   std::ofstream(d / "result.json") << "{}";
   EXPECT_TRUE(is_run_directory(d.string()));  // a run from before the marker
-  std::ofstream(d / "notes.txt") << "mine";
-  EXPECT_FALSE(is_run_directory(d.string()));  // not only run files
   std::ofstream(d / kRunMarker) << "";
   EXPECT_TRUE(is_run_directory(d.string()));  // normlab wrote it (the marker)
+  std::ofstream(d / "notes.txt") << "mine";
+  EXPECT_FALSE(is_run_directory(d.string()));  // a person added a file: theirs too
+  fs::remove(d / "notes.txt");
+  fs::create_directory(d / "plots");
+  EXPECT_FALSE(is_run_directory(d.string()));  // or a directory
   fs::remove_all(d);
 }
 

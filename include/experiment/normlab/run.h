@@ -52,8 +52,9 @@ void validate_run(const TrainConfig& cfg);
 // Everything that can be wrong with where the run goes (see the top of this file), checked
 // before anything is created; throws UsageError.
 void check_run_destination(const RunOptions& opt);
-// A directory normlab wrote as a run: a real directory (not a symlink) holding the marker, or
-// (runs written before the marker existed) config.json and result.json and only run files.
+// A directory normlab wrote as a run: a real directory (not a symlink) that holds only run files
+// (the marker, config.json, result.json, metrics.jsonl, timing.jsonl) and the marker, or (runs
+// written before the marker existed) config.json and result.json.
 bool is_run_directory(const std::string& path);
 // <dir>.partial.<pid> directories whose process is gone.
 std::vector<std::string> stale_partials(const std::string& dir);
