@@ -1,6 +1,6 @@
 // Runs stopped at random moments (issue 10): SIGKILL, SIGINT and SIGTERM sent to `normlab train`
 // at a random time between its start and its end, then:
-//   - the destination is absent or whole (marker, config.json, metrics.jsonl with every eval,
+//   - the destination is absent or whole (whatever the exit code: a SIGKILL may land after the rename) (marker, config.json, metrics.jsonl with every eval,
 //     timing.jsonl, result.json that parses with a final status); nothing half-written under it;
 //   - no user file next to it is touched;
 //   - SIGINT/SIGTERM: the run says so on one line, exits 128 + signal, and leaves no partial
@@ -133,14 +133,17 @@ TEST(Interrupt, KillIntTermAtRandomMomentsLeaveTheDestinationAbsentOrWhole) {
     ::kill(pid, sig);
     const int code = wait_for(pid);
     const std::string err = slurp(root / (name + ".err"));
-    const bool finished = code == 0;
-    if (finished) {
+    // The destination is absent or whole, whatever the exit code (a SIGKILL can land after the
+    // rename, while the process is exiting).
+    if (fs::exists(fs::symlink_status(work / name))) {
       expect_whole(work / name, 300, 20);
       ++whole;
     } else {
       ++interrupted;
+      EXPECT_NE(code, 0) << "exit 0 without a run directory: " << err;
+    }
+    if (code != 0) {
       EXPECT_EQ(code, 128 + sig) << err;
-      EXPECT_FALSE(fs::exists(fs::symlink_status(work / name))) << "an interrupted run left " << name;
       if (sig != SIGKILL && !err.empty()) {
         // Caught: one line that says what happened (an uncaught signal at startup prints nothing).
         EXPECT_NE(err.find("interrupted by"), std::string::npos) << err;
@@ -164,7 +167,7 @@ TEST(Interrupt, KillIntTermAtRandomMomentsLeaveTheDestinationAbsentOrWhole) {
     }
     EXPECT_TRUE(user_files(work) == before) << "a user file was touched";
   }
-  std::printf("12 runs: %d finished whole, %d interrupted (none left a destination), %d partial directories left "
+  std::printf("12 runs: %d left a whole destination, %d left none, %d partial directories left "
               "by SIGKILL and reported by the next run\n",
               whole, interrupted, left);
   fs::remove_all(root);
