@@ -148,6 +148,12 @@ def main():
     else:
         L.append("(no fuzz logs: run ./scripts/fuzz.sh first)")
     L.append("")
+    regs = {t: [f for f in os.listdir(os.path.join(ROOT, "fuzz", "regressions", t)) if f != "README"]
+            for t in sorted(os.listdir(os.path.join(ROOT, "fuzz", "regressions")))}
+    L.append("Past findings kept as regression inputs (fuzz/regressions/, replayed by every fuzz run, each also a "
+             "catalogue case): " + ", ".join(f"{t} {len(f)}" for t, f in regs.items()) + ". "
+             "The sweep spec and checkpoint readers named in the issue do not exist yet on this branch: no target.")
+    L.append("")
     L.append("## The suite under AddressSanitizer + UndefinedBehaviorSanitizer")
     L.append("")
     if sa:
