@@ -64,7 +64,7 @@ NormShape parse_shape(const std::string& text, const std::string& flag) {
 std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag) {
   std::vector<NormShape> shapes;
   for (const std::string& item : split(list, ',')) {
-    NL_USAGE(!item.empty(), "{}: '{}' has an empty entry (shapes are separated by single commas)", flag, list);
+    NL_USAGE(!item.empty(), "{}: '{}' has an empty entry (shapes are separated by single commas)", flag, shown(list));
     shapes.push_back(parse_shape(item, flag));
   }
   return shapes;
@@ -82,7 +82,7 @@ std::vector<int> parse_threads(const std::string& list, const std::string& flag)
       n = omp_get_num_procs();
     } else {
       NL_USAGE(parse_positive(item, n) && n <= 4096,
-               "{}: '{}' is not a thread count (a positive integer or 'all')", flag, item);
+               "{}: '{}' is not a thread count (a positive integer or 'all')", flag, shown(item));
     }
     if (std::find(out.begin(), out.end(), static_cast<int>(n)) == out.end()) out.push_back(static_cast<int>(n));
   }

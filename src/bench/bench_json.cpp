@@ -30,6 +30,11 @@ double get_num(const json& j, const char* key) {
 int64_t get_int(const json& j, const char* key, int64_t dflt = 0) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return dflt;
+  if (it->is_number_float()) {  // a double out of int64's range must not be cast (undefined)
+    const double d = it->get<double>();
+    return std::isfinite(d) && std::fabs(d) < 9.2e18 ? static_cast<int64_t>(d) : dflt;
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return dflt;
   return it->get<int64_t>();
 }
 std::string get_str(const json& j, const char* key, const std::string& dflt = "") {
@@ -163,7 +168,7 @@ json parse_document(const std::string& text, const std::string& what) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw UsageError(fmt::format("{}: not JSON ({})", what, e.what()));
+    throw UsageError(fmt::format("{}: not JSON ({})", what, shown(e.what(), 200)));
   }
   NL_USAGE(j.is_object() && j.contains("context") && j.contains("benchmarks") && j["benchmarks"].is_array(),
            "{}: not a normlab bench JSON document (no context and benchmarks)", what);
@@ -175,7 +180,7 @@ json parse_document(const std::string& text, const std::string& what) {
 std::string bench_kind_of_json(const std::string& text, const std::string& what) {
   json j = parse_document(text, what);
   const std::string kind = get_str(j["context"], "normlab_bench");
-  NL_USAGE(kind == "norms" || kind == "step", "{}: context.normlab_bench is '{}', not norms or step", what, kind);
+  NL_USAGE(kind == "norms" || kind == "step", "{}: context.normlab_bench is '{}', not norms or step", what, shown(kind));
   return kind;
 }
 
@@ -241,7 +246,14 @@ NormRow norm_row_from(const json& j, const std::string& what) {
            what, get_str(j, "name"));
   NL_USAGE(j.contains("shape") && j["shape"].is_array() && j["shape"].size() == 3,
            "{}: benchmark '{}' has no shape [batch, seq, d]", what, get_str(j, "name"));
-  r.shape = {j["shape"][0].get<int64_t>(), j["shape"][1].get<int64_t>(), j["shape"][2].get<int64_t>()};
+  int64_t dims[3];
+  for (size_t i = 0; i < 3; ++i) {
+    const json& d = j["shape"][i];
+    NL_USAGE(d.is_number_integer() && !(d.is_number_unsigned() && d.get<uint64_t>() > uint64_t{INT64_MAX}),
+             "{}: benchmark '{}' has a shape that is not three integers", what, shown(get_str(j, "name")));
+    dims[i] = d.get<int64_t>();
+  }
+  r.shape = {dims[0], dims[1], dims[2]};
   r.threads = static_cast<int>(get_int(j, "threads", 1));
   r.status = get_str(j, "status", "ok");
   r.streaming_stores = j.value("streaming_stores", false);

@@ -102,6 +102,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     return 0;
   }
   const Format f = format_of(a.o, g);
+  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   NormBenchOptions opt;
   if (!a.shapes.empty()) opt.shapes = parse_shapes(a.shapes, "--shapes");
   opt.threads = parse_threads(a.threads, "--threads");
@@ -115,6 +116,11 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   opt.min_time = a.min_time;
   NL_USAGE(a.footprint_mib >= 0 && a.footprint_mib <= (int64_t{1} << 30),
            "--footprint-mib must be >= 0 (0: automatic), got {}", a.footprint_mib);
+  const int64_t avail = available_memory_bytes();
+  NL_USAGE(avail <= 0 || static_cast<double>(a.footprint_mib) * (1 << 20) <= 0.6 * static_cast<double>(avail),
+           "--footprint-mib {} is more than 60% of the {} MiB of memory available", a.footprint_mib, avail >> 20);
+  NL_USAGE(a.repeats >= 1 && a.repeats <= 1000000, "--repeats must be 1..1000000, got {}", a.repeats);
+  NL_USAGE(a.warmup >= 0 && a.warmup <= 1000000, "--warmup must be 0..1000000, got {}", a.warmup);
   opt.footprint = a.footprint_mib << 20;
   opt.seed = a.seed;
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
@@ -151,7 +157,10 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
 
 int run_step(const StepArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
+  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   StepOptions opt = a.opt;
+  NL_USAGE(opt.repeats >= 1 && opt.repeats <= 1000000, "--repeats must be 1..1000000, got {}", opt.repeats);
+  NL_USAGE(opt.warmup >= 0 && opt.warmup <= 1000000, "--warmup must be 0..1000000, got {}", opt.warmup);
   if (!a.models.empty()) opt.models = a.models;
   opt.threads = parse_threads(a.threads, "--threads");
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
@@ -171,6 +180,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
 int run_merge(const MergeArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   NL_USAGE(!a.files.empty(), "merge: give the JSON files of the runs to merge");
+  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   std::vector<std::string> texts;
   for (const std::string& file : a.files) texts.push_back(read_file(file));
   const std::string kind = bench_kind_of_json(texts[0], a.files[0]);
@@ -246,7 +256,7 @@ docs/bench.md explains every column and the JSON schema.)");
   n->add_option("--warmup", norms->warmup, "Untimed calls per case first (default 2)");
   n->add_option("--footprint-mib", norms->footprint_mib,
                 "MiB of buffers each case rotates through (default 0: max(1 GiB, 4 x last-level cache))");
-  n->add_option("--seed", norms->seed, "Seed of the input values (default 0)");
+  n->add_option("--seed", norms->seed, "Seed of the input values (default 0)")->check(whole_u64);
   n->add_flag("--list", norms->list, "List the implementations and exit");
   n->add_flag("--with-torch", norms->with_torch,
               "Add PyTorch's rows (scripts/torch_bench.py; skipped with a warning when python3 cannot import torch)");
@@ -273,7 +283,7 @@ Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
   s->add_option("--repeats", step->opt.repeats, "At least this many timed steps per model (default 10)");
   s->add_option("--min-time", step->opt.min_time, "And at least this many seconds of steps per model (default 1)");
   s->add_option("--warmup", step->opt.warmup, "Untimed steps first (default 3)");
-  s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)");
+  s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)")->check(whole_u64);
   add_output_flags(*s, step->o, g, true);
 
   // ---- merge

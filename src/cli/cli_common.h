@@ -24,6 +24,16 @@ void add_global_flags(CLI::App& sub, GlobalOptions& g);
 // most command lines the hyphen; both are accepted).
 std::string config_flag_names(const std::string& key);
 
+// A CLI11 check for an unsigned 64-bit option (a seed): CLI11 alone reads "-1" as 2^64 - 1 and
+// wraps 2^64 to 0. Digits only, at most 2^64 - 1.
+inline std::string whole_u64(const std::string& text) {
+  const std::string bad = "must be a whole number from 0 to 18446744073709551615, got '" +
+                          (text.size() > 40 ? text.substr(0, 40) + "..." : text) + "'";
+  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos) return bad;
+  if (text.size() == 20 && text > "18446744073709551615") return bad;
+  return "";
+}
+
 // Subcommand registration: each returns the runner invoked when the subcommand is chosen.
 Runner add_handcalc(CLI::App& app, GlobalOptions& g);
 Runner add_gradcheck(CLI::App& app, GlobalOptions& g);

@@ -8,6 +8,7 @@
 
 #include "cli_common.h"
 #include "normlab/backend.h"
+#include "normlab/config.h"
 #include "normlab/error.h"
 #include "normlab/gradcheck.h"
 #include "normlab/io.h"
@@ -61,16 +62,33 @@ int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
     print_list();
     return 0;
   }
+  NL_USAGE(a.threads >= 0 && a.threads <= kMaxThreads, "--threads must be 0 (all cores) .. {}, got {}", kMaxThreads,
+           a.threads);
+  if (!a.dump.empty()) check_output_file(a.dump, "--dump");
   GradcheckOptions opt;
-  if (!a.shape.empty()) opt.shape = parse_case_shape(a.shape);
+  if (!a.shape.empty()) {
+    opt.shape = parse_case_shape(a.shape);
+    // The largest case (the gpt model: activations of a dozen (B, T, C) tensors and (B, T, T)
+    // attention per head, plus (C, 4C) weights), in float64, with gradients: it must fit in memory.
+    const double B = double(opt.shape.batch), T = double(opt.shape.time), C = double(opt.shape.channels);
+    const double bytes = 8.0 * 2 * (64 * B * T * C + 16 * C * C + 8 * B * T * T);
+    const double avail = double(available_memory_bytes());
+    NL_USAGE(avail <= 0 || bytes < 0.6 * avail,
+             "--shape {}: the cases need about {:.3g} GiB, more than 60% of the {:.1f} GiB of memory available: too "
+             "large for memory",
+             shown(a.shape), bytes / double(1 << 30), avail / double(1 << 30));
+  }
   opt.seed = a.seed;
   opt.f32_backend = a.backend == "none" ? "" : a.backend;
   if (!opt.f32_backend.empty()) backend(opt.f32_backend);  // an unknown name is a usage error
-  NL_USAGE(a.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", a.threads);
   set_num_threads(a.threads);
 
   std::vector<const GradCase*> cases;
-  for (const std::string& name : a.ops) cases.push_back(&find_gradcheck_case(name));
+  for (const std::string& name : a.ops) {
+    NL_USAGE(name.size() <= 64 && shown(name) == name, "--op '{}' is not a gradcheck case (see `normlab gradcheck --list`)",
+             shown(name));
+    cases.push_back(&find_gradcheck_case(name));
+  }
   if (cases.empty())
     for (const GradCase& c : gradcheck_cases()) cases.push_back(&c);
 
@@ -108,7 +126,7 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--op", args->ops, "Check only this case (repeatable); see --list");
   sub->add_flag("--list", args->list, "List the cases and exit");
   sub->add_option("--shape", args->shape, "Sizes BxTxC the cases are built with (default 2x5x8)");
-  sub->add_option("--seed", args->seed, "Seed of the random inputs (default 0)");
+  sub->add_option("--seed", args->seed, "Seed of the random inputs (default 0)")->check(whole_u64);
   sub->add_option("--dump", args->dump, "Write inputs, analytic and numeric gradients of one --op as JSON to FILE");
   sub->add_option("--backend", args->backend,
                   "Backend whose float32 gradients are compared with the float64 reference (default cpu; none to skip)");

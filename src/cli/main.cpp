@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <vector>
@@ -69,6 +70,9 @@ void setup_logging(const GlobalOptions& g) {
 
 int main(int argc, char** argv) {
   using namespace normlab::cli;
+  // A file-size limit (ulimit -f) must make a write fail (EFBIG, reported with the file's name),
+  // not kill the process with SIGXFSZ halfway through a record.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"normlab: measure and explain normalization and residual connections in Transformers"};
   app.name("normlab");
   app.require_subcommand(0, 1);
@@ -107,6 +111,9 @@ int main(int argc, char** argv) {
     if (sub == nullptr || !sub->parsed()) continue;
     try {
       return run();
+    } catch (const normlab::Interrupted& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 128 + e.signal;
     } catch (const normlab::UsageError& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return 2;

@@ -269,8 +269,12 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
     NL_USAGE(!any, "config keys and --config apply to `normlab probe config`; preset '{}' fixes its own configs (got {})",
              preset, !a.config_file.empty() ? "--config" : "--" + a.values.begin()->first);
   }
-  NL_USAGE(a.seeds >= 1, "--seeds must be >= 1, got {}", a.seeds);
-  NL_USAGE(a.batch >= 1, "--batch must be >= 1, got {}", a.batch);
+  NL_USAGE(a.seeds >= 1 && a.seeds <= 1000, "--seeds must be 1..1000, got {}", a.seeds);
+  NL_USAGE(a.batch >= 1 && a.batch <= (int64_t{1} << 20), "--batch must be 1..{}, got {}", int64_t{1} << 20, a.batch);
+  NL_USAGE(a.threads >= 0 && a.threads <= kMaxThreads, "--threads must be 0 (all cores) .. {}, got {}", kMaxThreads,
+           a.threads);
+  for (int64_t L : a.depths) NL_USAGE(L <= 256, "--depths: each depth must be at most 256, got {}", L);
+  NL_USAGE(a.depths.size() <= 16 && a.gains.size() <= 16, "--depths and --gains take at most 16 values each");
   ProbeOptions opt;
   opt.seeds = a.seeds;
   opt.batch = a.batch;
@@ -288,6 +292,8 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   ConfigProbe config;
   if (preset == "config") {
     TrainConfig cfg = load_train_config(a.config_file, a.values);
+    validate_config(cfg);
+    check_fits_in_memory(cfg, a.batch, "probe");
     spdlog::debug("probing {} {} {} L={}", to_string(cfg.model.model), to_string(cfg.model.norm), to_string(cfg.model.placement),
                   cfg.model.layers);
     config = probe_config(cfg, opt);

@@ -1,6 +1,7 @@
 // `normlab train`: one configuration, a loss table on stdout, a run directory on disk.
 #include <unistd.h>
 
+#include <csignal>
 #include <ctime>
 #include <iostream>
 #include <filesystem>
@@ -20,6 +21,7 @@ namespace {
 
 struct TrainArgs {
   std::string config_file, out;
+  bool out_given = false;  // --out "" is an error, not the default directory
   bool force = false;
   int64_t save_every = 0;
   std::map<std::string, std::string> values;  // --key value, applied over the file
@@ -33,7 +35,22 @@ std::string default_run_dir(const TrainConfig& c) {
                      to_string(c.model.placement), c.model.layers, c.seed);
 }
 
+// The signal that asked the run to stop (0: none). The handler only records it: the run stops
+// after the current step and removes its partial directory. SA_RESETHAND: a second Ctrl-C kills.
+volatile std::sig_atomic_t g_interrupt = 0;
+
+extern "C" void on_interrupt(int sig) { g_interrupt = sig; }
+
+void catch_interrupts() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 int run_train(const TrainArgs& a, const GlobalOptions& g) {
+  NL_USAGE(!a.out_given || !a.out.empty(), "--out needs a directory name (leave --out out for runs/<time>-...)");
   TrainConfig cfg = load_train_config(a.config_file, a.values);
   validate_run(cfg);
 
@@ -41,23 +58,26 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   opt.dir = a.out.empty() ? default_run_dir(cfg) : a.out;
   if (a.out.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories("runs", ec);
+    std::filesystem::create_directories("runs", ec);  // after the config is known to be good
   }
   opt.force = a.force;
   opt.save_every = a.save_every;
   opt.versions = provenance();
   const bool table = !g.json;
   const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
-  opt.on_start = [table] {
+  opt.on_start = [table, &cfg, &opt] {
+    spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
+                 to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
     if (table) print_loss_table_header();
   };
+  opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
+  opt.interrupt = &g_interrupt;
+  catch_interrupts();
   opt.on_eval = [table, progress](const EvalRecord& r) {
     if (progress) clear_progress_line();
     if (table) print_loss_table_row(r);
   };
   if (progress) opt.on_step = [steps = cfg.steps](int64_t step, double loss) { print_progress_line(step, steps, loss); };
-  spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
-               to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
   TrainResult r;
   std::string result = run_and_record(cfg, opt, &r);
   if (progress) clear_progress_line();
@@ -84,7 +104,13 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* sub = app.add_subcommand("train", "Train one small Transformer configuration and record its run");
   sub->add_option("--config", args->config_file, "JSON file of config keys (flags override it)");
-  sub->add_option("--out", args->out, "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
+  sub->add_option_function<std::string>(
+      "--out",
+      [args](const std::string& v) {
+        args->out = v;
+        args->out_given = true;
+      },
+      "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
   sub->add_flag("--force", args->force, "Replace an existing run directory");
   sub->add_option("--save_every,--save-every", args->save_every,
                   "Also write checkpoints/step-N.safetensors every N steps (the final model.safetensors always)")

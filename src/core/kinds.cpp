@@ -131,7 +131,7 @@ E parse_kind(const std::string& text) {
   const Table<E>& t = table<E>();
   for (const Name<E>& n : t.names)
     if (text == n.name || (n.alias != nullptr && text == n.alias)) return n.value;
-  throw UsageError(fmt::format("{} '{}' is not one of {}", t.what, text, kind_choices<E>()));
+  throw UsageError(fmt::format("{} '{}' is not one of {}", t.what, shown(text), kind_choices<E>()));
 }
 
 #define NL_KIND(E)                                  \

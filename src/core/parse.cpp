@@ -16,19 +16,19 @@ std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& 
     else
       parts.back() += c;
   }
-  NL_USAGE(parts.size() == 3, "{}: shape '{}' is not {} (three positive integers, e.g. 2x5x8)", flag, text, layout);
+  NL_USAGE(parts.size() == 3, "{}: shape '{}' is not {} (three positive integers, e.g. 2x5x8)", flag, shown(text), layout);
   std::array<int64_t, 3> v{};
   for (size_t i = 0; i < 3; ++i) {
     const std::string& p = parts[i];
     bool digits = !p.empty() && p.size() <= 18;
     for (char c : p) digits = digits && std::isdigit(static_cast<unsigned char>(c));
-    NL_USAGE(digits, "{}: shape '{}': '{}' is not a positive integer", flag, text, p);
+    NL_USAGE(digits, "{}: shape '{}': '{}' is not a positive integer", flag, shown(text), shown(p));
     v[i] = std::stoll(p);
-    NL_USAGE(v[i] >= 1 && v[i] <= max_each, "{}: shape '{}': {} is out of range 1..{}", flag, text, v[i], max_each);
+    NL_USAGE(v[i] >= 1 && v[i] <= max_each, "{}: shape '{}': {} is out of range 1..{}", flag, shown(text), v[i], max_each);
   }
   // Products checked step by step so that they cannot overflow.
   NL_USAGE(v[0] <= max_product / v[1] && v[0] * v[1] <= max_product / v[2],
-           "{}: shape '{}' has more than {} elements: too large", flag, text, max_product);
+           "{}: shape '{}' has more than {} elements: too large", flag, shown(text), max_product);
   return v;
 }
 

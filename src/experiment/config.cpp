@@ -2,6 +2,13 @@
 #include "normlab/config.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -15,30 +22,67 @@ namespace {
 
 struct Field {
   ConfigKey key;
-  std::function<void(TrainConfig&, const json&)> set;
+  // label: how the error names the value ("config key 'lr' in FILE" or "--lr").
+  std::function<void(TrainConfig&, const json&, const std::string& label)> set;
   std::function<json(const TrainConfig&)> get;
 };
 
+// A value as it may appear in a one-line error (dumped, control characters escaped, cut).
+std::string shown_json(const json& v) {
+  return shown(v.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+// An integer key's value, checked against T's range: never wrapped (-1 as an unsigned seed),
+// never narrowed (2^40 layers as an int), never a float cast out of range.
 template <class T>
-T typed(const json& v, const ConfigKey& k) {
-  if constexpr (std::is_same_v<T, bool>) {
-    NL_USAGE(v.is_boolean(), "config key '{}' must be true or false, got {}", k.name, v.dump());
-  } else if constexpr (std::is_integral_v<T>) {
-    NL_USAGE(v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))),
-             "config key '{}' must be a whole number, got {}", k.name, v.dump());
-    return static_cast<T>(v.get<double>());
-  } else if constexpr (std::is_floating_point_v<T>) {
-    NL_USAGE(v.is_number(), "config key '{}' must be a number, got {}", k.name, v.dump());
-  } else {
-    NL_USAGE(v.is_string(), "config key '{}' must be a string, got {}", k.name, v.dump());
+T whole_number(const json& v, const std::string& label) {
+  using L = std::numeric_limits<T>;
+  const std::string range = fmt::format("a whole number from {} to {}", L::min(), L::max());
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    NL_USAGE(u <= static_cast<uint64_t>(L::max()), "{} must be {}, got {}", label, range, u);
+    return static_cast<T>(u);
   }
-  return v.get<T>();
+  if (v.is_number_integer()) {  // negative
+    const int64_t i = v.get<int64_t>();
+    bool ok = i >= 0 && static_cast<uint64_t>(i) <= static_cast<uint64_t>(L::max());
+    if constexpr (L::is_signed) ok = i >= static_cast<int64_t>(L::min()) && i <= static_cast<int64_t>(L::max());
+    NL_USAGE(ok, "{} must be {}, got {}", label, range, i);
+    return static_cast<T>(i);
+  }
+  NL_USAGE(v.is_number_float(), "{} must be {}, got {}", label, range, shown_json(v));
+  const double d = v.get<double>();
+  // [min, max] of T as doubles: -2^digits .. 2^digits (exclusive), exact powers of two.
+  const double hi = std::ldexp(1.0, L::digits), lo = L::is_signed ? -hi : 0.0;
+  NL_USAGE(std::isfinite(d) && d == std::floor(d) && d >= lo && d < hi, "{} must be {}, got {}", label, range,
+           std::isfinite(d) ? fmt::format("{}", d) : std::string("a number out of range"));
+  return static_cast<T>(d);
+}
+
+template <class T>
+T typed(const json& v, const std::string& label) {
+  if constexpr (std::is_same_v<T, bool>) {
+    NL_USAGE(v.is_boolean(), "{} must be true or false, got {}", label, shown_json(v));
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    return whole_number<T>(v, label);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    NL_USAGE(v.is_number(), "{} must be a number, got {}", label, shown_json(v));
+    // No key means anything when infinite or NaN, and JSON could not write it back.
+    NL_USAGE(std::isfinite(v.get<double>()), "{} must be a finite number, got a number out of range", label);
+    return v.get<T>();
+  } else {
+    NL_USAGE(v.is_string(), "{} must be a string, got {}", label, shown_json(v));
+    const std::string& s = v.get_ref<const std::string&>();
+    NL_USAGE(s.size() <= 4096, "{} is too long ({} bytes; at most 4096)", label, s.size());
+    return s;
+  }
 }
 
 #define NL_FIELD(NAME, TYPE, MEMBER, HELP)                                                     \
   Field {                                                                                      \
-    {NAME, type_name<TYPE>(), HELP}, [](TrainConfig& c, const json& v) {                       \
-      c.MEMBER = typed<TYPE>(v, {NAME, type_name<TYPE>(), HELP});                             \
+    {NAME, type_name<TYPE>(), HELP}, [](TrainConfig& c, const json& v, const std::string& label) { \
+      c.MEMBER = typed<TYPE>(v, label);                                                        \
     },                                                                                         \
         [](const TrainConfig& c) { return json(c.MEMBER); }                                    \
   }
@@ -54,7 +98,7 @@ const char* type_name() {
 Field text_field(const char* name, const std::string& help, std::function<void(TrainConfig&, const std::string&)> set,
                  std::function<std::string(const TrainConfig&)> get) {
   ConfigKey k{name, "string", help};
-  return Field{k, [k, set](TrainConfig& c, const json& v) { set(c, typed<std::string>(v, k)); },
+  return Field{k, [set](TrainConfig& c, const json& v, const std::string& label) { set(c, typed<std::string>(v, label)); },
                [get](const TrainConfig& c) { return json(get(c)); }};
 }
 
@@ -124,8 +168,91 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 [[noreturn]] void unknown_key(const std::string& name, const std::string& source) {
   std::string hint = closest_config_key(name);
-  throw UsageError(fmt::format("unknown config key '{}' in {}{}", name, source,
+  throw UsageError(fmt::format("unknown config key '{}' in {}{}", shown(name), source,
                                hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+// A config file is a flat object of keys: anything nested deeper than this is refused while it
+// is parsed (a 100,000-deep array would otherwise overflow the stack when it is printed).
+constexpr int kMaxDepth = 16;
+constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
+
+// The JSON object of a config file; UsageError on invalid JSON, nesting deeper than kMaxDepth
+// and a key given twice in one object (JSON allows it; which one would win is a guess).
+json parse_config_object(const std::string& text, const std::string& source) {
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        NL_USAGE(depth < kMaxDepth, "{} nests arrays or objects more than {} deep", source, kMaxDepth);
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+          throw UsageError(fmt::format("{} has the key '{}' twice", source, shown(parsed.get<std::string>())));
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  NL_USAGE(text.find('\0') == std::string::npos, "{} is not valid JSON: it holds a NUL byte", source);
+  json j;
+  try {
+    j = json::parse(text, check);
+  } catch (const json::exception& e) {  // parse_error, out_of_range (number overflow: 1e400)
+    std::string what = e.what();
+    const size_t at = what.find(']');
+    throw UsageError(fmt::format("{} is not valid JSON: {}", source,
+                                 shown(at == std::string::npos ? what : what.substr(at + 2), 200)));
+  }
+  NL_USAGE(j.is_object(), "{} must hold a JSON object of config keys", source);
+  return j;
+}
+
+// A flag's number as JSON would hold it: a whole number (signed or unsigned, exactly, when it has
+// no point or exponent) or a double; anything else, or a value out of a double's range, is refused.
+json number_from_text(const std::string& text, const std::string& label) {
+  const std::string bad = fmt::format("{} must be a number, got '{}'", label, shown(text));
+  NL_USAGE(!text.empty() && text.size() <= 400, "{}", bad);
+  for (char c : text) NL_USAGE(std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E', "{}", bad);
+  const bool whole = text.find_first_of(".eE") == std::string::npos;
+  char* end = nullptr;
+  errno = 0;
+  if (whole && text[0] == '-') {
+    const long long i = std::strtoll(text.c_str(), &end, 10);
+    NL_USAGE(end == text.c_str() + text.size(), "{}", bad);
+    NL_USAGE(errno != ERANGE, "{} must be a whole number from {} to {}, got '{}' (out of range)", label,
+             std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), shown(text));
+    return json(static_cast<int64_t>(i));
+  }
+  if (whole) {
+    const unsigned long long u = std::strtoull(text.c_str(), &end, 10);
+    NL_USAGE(end == text.c_str() + text.size(), "{}", bad);
+    NL_USAGE(errno != ERANGE, "{} must be a whole number from 0 to {}, got '{}' (more than 64 bits)", label,
+             std::numeric_limits<uint64_t>::max(), shown(text));
+    return json(static_cast<uint64_t>(u));
+  }
+  const double d = std::strtod(text.c_str(), &end);
+  NL_USAGE(end == text.c_str() + text.size(), "{}", bad);
+  // ERANGE: an overflow (refused), an underflow to 0 (refused: the value written is not 0) or a
+  // subnormal result (kept: it is the nearest double).
+  const bool underflow_to_zero = errno == ERANGE && d == 0;
+  NL_USAGE(std::isfinite(d) && !underflow_to_zero, "{} must be a finite number, got '{}' (out of range)", label,
+           shown(text));
+  return json(d);
+}
+
+void apply_object(TrainConfig& cfg, const json& j, const std::string& source) {
+  for (auto& [key, value] : j.items()) {
+    const Field* f = find_field(key);
+    if (!f) unknown_key(key, source);
+    f->set(cfg, value, fmt::format("config key '{}' in {}", key, source));
+  }
 }
 
 }  // namespace
@@ -147,6 +274,9 @@ std::string closest_config_key(const std::string& name) {
       {"batch", "batch_size"},   {"max_iters", "steps"},    {"warmup", "warmup_steps"}, {"grad_clip", "clip"},
       {"eps", "norm_eps"},       {"dataset", "data"},       {"eval_interval", "eval_every"},
       {"eval_iters", "eval_batches"}};
+  // No key is longer than 20 characters: a longer name cannot be within max(2, n/3) edits of one
+  // (and a huge name would cost minutes of edit distance).
+  if (name.size() > 40) return "";
   std::string best;
   size_t best_d = SIZE_MAX;
   auto consider = [&](const std::string& candidate, const std::string& key) {
@@ -162,62 +292,105 @@ std::string closest_config_key(const std::string& name) {
 }
 
 void apply_config_json(TrainConfig& cfg, const std::string& json_text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    throw UsageError(fmt::format("{} is not valid JSON: {}", source, what.substr(what.find(']') + 2)));
-  }
-  NL_USAGE(j.is_object(), "{} must hold a JSON object of config keys", source);
-  for (auto& [key, value] : j.items()) {
-    const Field* f = find_field(key);
-    if (!f) unknown_key(key, source);
-    f->set(cfg, value);
-  }
+  apply_object(cfg, parse_config_object(json_text, source), source);
 }
 
 void apply_config_value(TrainConfig& cfg, const std::string& key, const std::string& value) {
   const Field* f = find_field(key);
   if (!f) unknown_key(key, "the flags");
+  const std::string label = "--" + key;
   json v;
   const std::string& t = f->key.type;
   if (t == "string") {
     v = value;
   } else if (t == "bool") {
     NL_USAGE(value == "true" || value == "false" || value == "1" || value == "0" || value == "on" || value == "off",
-             "--{} must be true or false, got '{}'", key, value);
+             "--{} must be true or false, got '{}'", key, shown(value));
     v = value == "true" || value == "1" || value == "on";
   } else {
-    try {
-      size_t used = 0;
-      double d = std::stod(value, &used);
-      NL_USAGE(used == value.size(), "--{} must be a number, got '{}'", key, value);
-      if (t == "int") {
-        NL_USAGE(d == static_cast<double>(static_cast<int64_t>(d)), "--{} must be a whole number, got '{}'", key, value);
-        v = static_cast<int64_t>(d);
-      } else {
-        v = d;
-      }
-    } catch (const std::logic_error&) {
-      throw UsageError(fmt::format("--{} must be a number, got '{}'", key, value));
-    }
+    v = number_from_text(value, label);
   }
-  f->set(cfg, v);
+  f->set(cfg, v, label);
 }
 
 TrainConfig load_train_config(const std::string& config_file, const std::map<std::string, std::string>& flags) {
   TrainConfig cfg;
   bool vocab_given = false;
   if (!config_file.empty()) {
-    const std::string text = read_file(config_file);
-    apply_config_json(cfg, text, config_file);
-    vocab_given = json::parse(text).contains("vocab");
+    const std::string source = shown(config_file, 200);
+    const json j = parse_config_object(read_file(config_file, kMaxConfigBytes), source);
+    apply_object(cfg, j, source);
+    vocab_given = j.contains("vocab");
   }
   for (const auto& [key, value] : flags) apply_config_value(cfg, key, value);
   vocab_given = vocab_given || flags.count("vocab") > 0;
   if (cfg.data.kind == DataKind::text && !vocab_given) cfg.model.vocab = 256;
   return cfg;
+}
+
+void validate_config(const TrainConfig& cfg) {
+  cfg.validate();
+  const ModelConfig& m = cfg.model;
+  auto at_most = [](const char* key, int64_t v, int64_t most) {
+    NL_USAGE(v <= most, "{} must be at most {}, got {}", key, most, v);
+  };
+  at_most("layers", m.layers, 4096);
+  at_most("d_model", m.d_model, 65536);
+  at_most("d_hidden", m.d_hidden, 262144);
+  at_most("heads", m.heads, 4096);
+  at_most("vocab", m.vocab, int64_t{1} << 24);
+  at_most("seq_len", m.seq_len, int64_t{1} << 20);
+  at_most("batch_size", cfg.batch_size, int64_t{1} << 20);
+  at_most("eval_batches", cfg.eval_batches, int64_t{1} << 20);
+  at_most("topics", cfg.topics, int64_t{1} << 24);
+  at_most("steps", cfg.steps, int64_t{1} << 40);
+  at_most("warmup_steps", cfg.warmup_steps, int64_t{1} << 40);
+  at_most("eval_every", cfg.eval_every, int64_t{1} << 40);
+  NL_USAGE(cfg.threads <= kMaxThreads, "threads must be at most {}, got {}", kMaxThreads, cfg.threads);
+  NL_USAGE(std::isfinite(m.norm_eps) && m.norm_eps < 1e30, "norm_eps must be a finite number below 1e30, got {}",
+           m.norm_eps);
+  for (const auto& [key, v] : {std::pair<const char*, double>{"lr", cfg.lr}, {"adam_eps", cfg.adam_eps},
+                               {"weight_decay", cfg.weight_decay}, {"clip", cfg.clip}, {"noise", cfg.noise}})
+    NL_USAGE(std::isfinite(v), "{} must be a finite number, got {}", key, v);
+  // What a run writes as config.json must load back as this config (a value JSON cannot hold,
+  // such as inf, would be written as null and refused when the run is repeated).
+  TrainConfig back;
+  apply_config_json(back, config_to_json(cfg), "the resolved config");
+  NL_CHECK(config_to_json(back) == config_to_json(cfg), "the resolved config does not read back as itself");
+}
+
+double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_bytes) {
+  const ModelConfig& m = cfg.model;
+  const double L = static_cast<double>(m.layers), d = static_cast<double>(m.d_model),
+               h = static_cast<double>(m.d_hidden), V = static_cast<double>(m.vocab),
+               T = static_cast<double>(m.seq_len), B = static_cast<double>(batch);
+  const double params = L * (4 * d * d + 2 * d * h + 8 * d) + 2 * V * d + T * d;
+  double acts = L * B * T * (16 * d + 3 * h) + 3 * B * T * V;
+  if (m.model == ModelKind::gpt) acts += L * B * static_cast<double>(m.heads) * T * T * 3;
+  // float32: parameters, gradients and two moments; activations and their gradients.
+  return 4.0 * (4 * params + 2 * acts) + data_bytes;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+void check_fits_in_memory(const TrainConfig& cfg, int64_t batch, const std::string& what, double data_bytes) {
+  const double bytes = estimate_memory_bytes(cfg, batch, data_bytes);
+  const int64_t avail = available_memory_bytes();
+  const double gib = double(int64_t{1} << 30);
+  NL_USAGE(avail <= 0 || bytes < 0.6 * static_cast<double>(avail),
+           "{}: this model ({} layers, d_model {}, d_hidden {}, vocab {}, {} x {} tokens) needs about {:.3g} GiB, "
+           "more than 60% of the {:.1f} GiB of memory available: too large for memory",
+           what, cfg.model.layers, cfg.model.d_model, cfg.model.d_hidden, cfg.model.vocab, batch, cfg.model.seq_len,
+           bytes / gib, static_cast<double>(avail) / gib);
 }
 
 std::string config_to_json(const TrainConfig& cfg) {

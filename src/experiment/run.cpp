@@ -2,7 +2,14 @@
 // renamed when whole.
 #include "normlab/run.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
 
 #include <cmath>
 #include <filesystem>
@@ -22,6 +29,118 @@ using json = nlohmann::json;
 namespace {
 // JSON has no NaN/Inf: a diverged loss is written as null.
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int64_t file_size_or_zero(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+}
+
+std::string without_trailing_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+std::string parent_dir(const std::string& dir) {
+  const size_t slash = dir.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : dir.substr(0, slash);
+}
+
+// A process that exists and is a normlab (a pid reused by another program does not count).
+bool process_alive(long pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  if (!(comm >> name)) return true;  // no /proc: trust kill()
+  std::ifstream self("/proc/self/comm");
+  std::string mine;
+  return !(self >> mine) || name == mine;
+}
+
+// <dir>.partial.<pid> next to dir, with their pids.
+std::vector<std::pair<std::string, long>> partials_of(const std::string& dir) {
+  std::vector<std::pair<std::string, long>> found;
+  const std::string parent = parent_dir(dir);
+  const std::string prefix = fs::path(dir).filename().string() + ".partial.";
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    found.emplace_back((parent == "." ? name : parent + "/" + name), std::stol(digits));
+  }
+  return found;
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+// rename(from, to) that fails when `to` exists (EEXIST) instead of replacing it.
+bool rename_noreplace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno != EINVAL && errno != ENOSYS) return false;
+  // A file system without RENAME_NOREPLACE: claim the name with mkdir (atomic), then replace
+  // the empty directory we own.
+  if (::mkdir(to.c_str(), 0755) != 0) return false;
+  if (::rename(from.c_str(), to.c_str()) == 0) return true;
+  const int e = errno;
+  ::rmdir(to.c_str());
+  errno = e;
+  return false;
+}
+
+// The finished run `tmp` becomes `dir`. When `old` is given, the run directory that was at dir
+// when the run started is replaced, and only that one (same device and inode); anything else
+// found at dir, or a failure, keeps the finished run at tmp and says so.
+void claim(const std::string& tmp, const std::string& dir, const struct stat* old, const std::string& shown_dir) {
+  const std::string kept = fmt::format("the finished run is kept at {}", shown(tmp, 200));
+  std::string aside;
+  if (old) {
+    aside = dir + ".replaced." + std::to_string(getpid());
+    struct stat now {};
+    const bool same = ::lstat(dir.c_str(), &now) == 0 && now.st_dev == old->st_dev && now.st_ino == old->st_ino;
+    if (!same) {
+      // Gone (someone removed it: nothing to replace) or another directory took its place.
+      if (::lstat(dir.c_str(), &now) == 0)
+        throw UsageError(fmt::format("'{}' was replaced by something else while this run was going; {}",
+                                     shown(shown_dir, 200), kept));
+      aside.clear();
+    } else if (!rename_noreplace(dir, aside)) {
+      throw UsageError(fmt::format("cannot move the old run '{}' aside: {}; {}", shown(shown_dir, 200),
+                                   std::strerror(errno), kept));
+    } else if (::lstat(aside.c_str(), &now) != 0 || now.st_ino != old->st_ino || now.st_dev != old->st_dev) {
+      ::renameat2(AT_FDCWD, aside.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE);  // put it back
+      throw UsageError(fmt::format("'{}' changed while this run was going; {}", shown(shown_dir, 200), kept));
+    }
+  }
+  if (!rename_noreplace(tmp, dir)) {
+    const int e = errno;
+    if (!aside.empty()) ::renameat2(AT_FDCWD, aside.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE);
+    if (e == EEXIST || e == ENOTEMPTY)
+      throw UsageError(fmt::format("'{}' appeared while this run was going (another run into the same --out?); {}",
+                                   shown(shown_dir, 200), kept));
+    throw UsageError(fmt::format("cannot rename {} to '{}': {}; {}", shown(tmp, 200), shown(shown_dir, 200),
+                                 std::strerror(e), kept));
+  }
+  if (!aside.empty() && is_run_directory(aside)) {
+    std::error_code ec;
+    fs::remove_all(aside, ec);  // removes symlinks inside, never what they point to
+  }
+}
+
 }  // namespace
 
 std::string eval_to_json_line(const EvalRecord& r) {
@@ -58,68 +177,161 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
 }
 
 void validate_run(const TrainConfig& cfg) {
-  cfg.validate();
-  if (cfg.data.kind == DataKind::text) make_data_source(cfg);  // the file is read and checked
+  validate_config(cfg);
+  double data_bytes = 0;
+  if (cfg.data.kind == DataKind::text) {
+    make_data_source(cfg);  // the file is read and checked (a regular file, bounded in size, long enough)
+    data_bytes = 3.0 * static_cast<double>(file_size_or_zero(cfg.data.path));
+  }
+  check_fits_in_memory(cfg, cfg.batch_size, "train", data_bytes);
   if (!cfg.init_from.empty()) {  // the checkpoint is read and matched against the config
     Model model(cfg.model, cfg.seed);
     load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
   }
 }
 
+bool is_run_directory(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  // Only files a run writes (and leftovers of its atomic writes, <file>.tmp.<pid>): a file a
+  // person added makes the directory theirs too, and --force does not replace it.
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool run_file = name == kRunMarker || name == "config.json" || name == "result.json" ||
+                          name == "metrics.jsonl" || name == "timing.jsonl" || name == "model.safetensors" ||
+                          name.find(".tmp.") != std::string::npos;
+    if (name == "checkpoints" && !e.is_symlink(ec) && e.is_directory(ec)) {
+      // The run's own checkpoints/step-<N>.safetensors, nothing else.
+      for (const fs::directory_entry& c : fs::directory_iterator(e.path(), ec)) {
+        const std::string cn = c.path().filename().string();
+        const bool ckpt = cn.rfind("step-", 0) == 0 &&
+                          ((cn.size() > 17 && cn.compare(cn.size() - 12, 12, ".safetensors") == 0) ||
+                                                      cn.find(".tmp.") != std::string::npos);
+        if (!ckpt || c.is_symlink(ec) || !c.is_regular_file(ec)) return false;
+      }
+      continue;
+    }
+    if (!run_file || e.is_symlink(ec) || e.is_directory(ec)) return false;
+  }
+  if (ec) return false;
+  if (is_regular(path + "/" + kRunMarker)) return true;
+  return is_regular(path + "/config.json") && is_regular(path + "/result.json");  // a run from before the marker
+}
+
+std::vector<std::string> stale_partials(const std::string& dir) {
+  std::vector<std::string> stale;
+  const std::string d = without_trailing_slashes(dir);
+  for (const auto& [path, pid] : partials_of(d))
+    if (!process_alive(pid)) stale.push_back(path);
+  return stale;
+}
+
+void check_run_destination(const RunOptions& opt) {
+  NL_USAGE(!opt.dir.empty(), "no run directory given (--out DIR)");
+  const std::string dir = without_trailing_slashes(opt.dir);
+  const std::string name = fs::path(dir).filename().string();
+  NL_USAGE(!dir.empty() && name != "." && name != ".." && dir != "/",
+           "--out '{}' must name a run directory to create, not '{}'", shown(opt.dir, 200),
+           dir.empty() || dir == "/" ? "/" : name);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) == 0) {
+    NL_USAGE(!S_ISLNK(st.st_mode), "--out '{}' is a symbolic link; normlab neither follows nor replaces it",
+             shown(opt.dir, 200));
+    NL_USAGE(S_ISDIR(st.st_mode), "--out '{}' exists and is not a directory; choose another --out",
+             shown(opt.dir, 200));
+    const bool ours = is_run_directory(dir);
+    NL_USAGE(ours, "--out '{}' exists and is not a normlab run directory (no {}, or files normlab did not write); "
+             "normlab never replaces it, even with --force: choose another --out", shown(opt.dir, 200), kRunMarker);
+    NL_USAGE(opt.force, "run directory '{}' exists (use --force to replace it)", shown(opt.dir, 200));
+    struct stat cwd {};
+    NL_USAGE(!(::stat(".", &cwd) == 0 && cwd.st_dev == st.st_dev && cwd.st_ino == st.st_ino),
+             "--out '{}' is the current directory; normlab does not replace it", shown(opt.dir, 200));
+  }
+  const std::string parent = parent_dir(dir);
+  struct stat pst {};
+  NL_USAGE(::stat(parent.c_str(), &pst) == 0 && S_ISDIR(pst.st_mode), "the parent directory of '{}' does not exist",
+           shown(opt.dir, 200));
+  NL_USAGE(::access(parent.c_str(), W_OK | X_OK) == 0, "the parent directory of '{}' is not writable",
+           shown(opt.dir, 200));
+  for (const auto& [path, pid] : partials_of(dir)) {
+    NL_USAGE(pid == getpid() || !process_alive(pid),
+             "another normlab run (process {}) is writing '{}' ({}); wait for it or choose another --out", pid,
+             shown(opt.dir, 200), shown(path, 200));
+  }
+}
+
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
   validate_run(cfg);
-  NL_USAGE(!opt.dir.empty(), "no run directory given (--out DIR)");
-  const fs::path dir(opt.dir);
-  std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    NL_USAGE(opt.force, "run directory '{}' exists (use --force to replace it)", opt.dir);
+  check_run_destination(opt);
+  const std::string dir = without_trailing_slashes(opt.dir);
+  if (opt.on_notice) {
+    for (const std::string& p : stale_partials(dir))
+      opt.on_notice(fmt::format("{} is left from an interrupted run (its process is gone); it is not a finished run: "
+                                "look at it or remove it (rm -r '{}')",
+                                p, p));
   }
-  if (dir.has_parent_path() && !dir.parent_path().empty()) {
-    NL_USAGE(fs::is_directory(dir.parent_path(), ec), "the parent directory of '{}' does not exist", opt.dir);
-  }
+  // The run directory that --force may replace: the one there now, by identity.
+  struct stat old {};
+  const bool replace = ::lstat(dir.c_str(), &old) == 0;
 
-  const fs::path tmp = dir.string() + ".partial." + std::to_string(getpid());
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  NL_USAGE(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
+  const std::string tmp = dir + ".partial." + std::to_string(getpid());
+  if (is_run_directory(tmp)) {  // a partial of a dead process that had this pid
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  }
+  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
+  bool keep_tmp = false;
   try {
-    write_file_atomic((tmp / "config.json").string(), config_to_json(cfg) + "\n");
-    std::ofstream metrics(tmp / "metrics.jsonl"), timing(tmp / "timing.jsonl");
+    write_file_atomic(tmp + "/" + kRunMarker, "a normlab run directory (normlab train)\n");
+    write_file_atomic(tmp + "/config.json", config_to_json(cfg) + "\n");
+    CheckedFile metrics(tmp + "/metrics.jsonl"), timing(tmp + "/timing.jsonl");
     if (opt.on_start) opt.on_start();
     auto on_eval = [&](const EvalRecord& r) {
-      metrics << eval_to_json_line(r) << "\n";
-      metrics.flush();
-      timing << json{{"step", r.step}, {"seconds_per_step", r.seconds_per_step},
-                     {"tokens_per_second", r.tokens_per_second}}.dump()
-             << "\n";
-      timing.flush();
+      metrics.write(eval_to_json_line(r) + "\n");
+      timing.write(json{{"step", r.step}, {"seconds_per_step", r.seconds_per_step},
+                        {"tokens_per_second", r.tokens_per_second}}.dump() + "\n");
       if (opt.on_eval) opt.on_eval(r);
     };
     TrainHooks hooks;
     hooks.on_eval = on_eval;
-    hooks.on_step = opt.on_step;
+    hooks.on_step = [&](int64_t step, double loss) {
+      if (opt.interrupt && *opt.interrupt) throw Interrupted("", static_cast<int>(*opt.interrupt));
+      if (opt.on_step) opt.on_step(step, loss);
+    };
     hooks.checkpoint_every = opt.save_every;
     const std::map<std::string, std::string> meta{{"format", "pt"}, {"normlab_config", config_to_json(cfg)}};
     hooks.on_checkpoint = [&](int64_t step, Model& model) {
-      fs::path file = tmp / "model.safetensors";
+      std::string file = tmp + "/model.safetensors";
       if (opt.save_every > 0 && step % opt.save_every == 0 && step < cfg.steps) {
-        fs::create_directories(tmp / "checkpoints");
-        file = tmp / "checkpoints" / fmt::format("step-{}.safetensors", step);
+        std::error_code mkdir_ec;
+        fs::create_directories(tmp + "/checkpoints", mkdir_ec);
+        NL_USAGE(!mkdir_ec, "cannot create '{}/checkpoints': {}", shown(tmp, 200), mkdir_ec.message());
+        file = tmp + "/checkpoints/" + fmt::format("step-{}.safetensors", step);
       }
-      save_safetensors(file.string(), model_state(model), meta);
+      save_safetensors(file, model_state(model), meta);
     };
     TrainResult r = train(cfg, hooks);
+    if (opt.interrupt && *opt.interrupt) throw Interrupted("", static_cast<int>(*opt.interrupt));
     metrics.close();
     timing.close();
     std::string result = result_to_json(cfg, r, opt.versions);
-    write_file_atomic((tmp / "result.json").string(), result + "\n");
-    if (fs::exists(dir, ec)) fs::remove_all(dir, ec);
-    fs::rename(tmp, dir, ec);
-    NL_CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), opt.dir, ec.message());
+    write_file_atomic(tmp + "/result.json", result + "\n");
+    keep_tmp = true;  // from here on the run is finished: never thrown away
+    claim(tmp, dir, replace ? &old : nullptr, opt.dir);
     if (out) *out = r;
     return result;
-  } catch (...) {
+  } catch (const Interrupted& e) {
+    std::error_code ec;
     fs::remove_all(tmp, ec);
+    throw Interrupted(fmt::format("interrupted by {}; the unfinished run {} was removed", signal_name(e.signal),
+                                  shown(tmp, 200)),
+                      e.signal);
+  } catch (...) {
+    if (!keep_tmp) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
     throw;
   }
 }

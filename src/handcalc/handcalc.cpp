@@ -52,7 +52,7 @@ std::string lower(std::string s) {
 double parse_token(const std::string& option, const std::string& token, const std::string& whole,
                    std::size_t position) {
   NL_USAGE(!token.empty(), "{}: value {} of \"{}\" is empty (expected numbers separated by commas, "
-           "e.g. 2,-1,0,3)", option, position, whole);
+           "e.g. 2,-1,0,3)", option, position, shown(whole));
   // from_chars is locale-independent but rejects a leading '+', which people do type.
   const char* first = token.data();
   const char* last = token.data() + token.size();
@@ -60,11 +60,11 @@ double parse_token(const std::string& option, const std::string& token, const st
   double v = 0;
   auto [ptr, ec] = std::from_chars(first, last, v);
   NL_USAGE(ec != std::errc::result_out_of_range, "{}: \"{}\" is outside the float64 range (in \"{}\")",
-           option, token, whole);
-  NL_USAGE(ec == std::errc() && ptr == last, "{}: \"{}\" is not a number (in \"{}\")", option, token,
-           whole);
+           option, shown(token), shown(whole));
+  NL_USAGE(ec == std::errc() && ptr == last, "{}: \"{}\" is not a number (in \"{}\")", option, shown(token),
+           shown(whole));
   NL_USAGE(std::isfinite(v), "{}: \"{}\" is not a finite number (in \"{}\"); NaN and Inf are not "
-           "allowed", option, token, whole);
+           "allowed", option, shown(token), shown(whole));
   return v;
 }
 
@@ -338,7 +338,7 @@ double parse_scalar(const std::string& option, const std::string& text) {
   std::string token = trim(text);
   NL_USAGE(!token.empty(), "{} is empty: expected one number", option);
   NL_USAGE(token.find(',') == std::string::npos, "{}: expected one number, got the list \"{}\"",
-           option, text);
+           option, shown(text));
   return parse_token(option, token, text, 1);
 }
 
@@ -347,7 +347,7 @@ int parse_decimals(const std::string& option, const std::string& text) {
   int v = 0;
   auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
   NL_USAGE(!token.empty() && ec == std::errc() && ptr == token.data() + token.size(),
-           "{}: \"{}\" is not a whole number (expected 0..{})", option, text, kMaxDecimals);
+           "{}: \"{}\" is not a whole number (expected 0..{})", option, shown(text), kMaxDecimals);
   NL_USAGE(v >= 0 && v <= kMaxDecimals, "{}: {} is out of range (expected 0..{})", option, v,
            kMaxDecimals);
   return v;
@@ -358,7 +358,7 @@ std::optional<NormKind> parse_norm(const std::string& option, const std::string&
   if (t == "both" && allow_both) return std::nullopt;
   if (t == to_string(NormKind::layernorm)) return NormKind::layernorm;
   if (t == to_string(NormKind::rmsnorm)) return NormKind::rmsnorm;
-  throw UsageError(fmt::format("{}: \"{}\" is not a norm (expected {})", option, text,
+  throw UsageError(fmt::format("{}: \"{}\" is not a norm (expected {})", option, shown(text),
                                allow_both ? "layernorm, rmsnorm or both" : "layernorm or rmsnorm"));
 }
 

@@ -21,7 +21,7 @@ DataSpec DataSpec::parse(const std::string& s) {
     d.path = s.substr(5);
     return d;
   }
-  NL_USAGE(s == to_string(DataKind::synthetic), "data '{}' is not synthetic or text:PATH", s);
+  NL_USAGE(s == to_string(DataKind::synthetic), "data '{}' is not synthetic or text:PATH", shown(s));
   return d;
 }
 

@@ -2,7 +2,10 @@
 // combination, and the config schema.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -149,3 +152,102 @@ TEST(TrainConfigKeys, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(t.model.vocab, 300);
 }
 
+
+// ---- the destination changes while the run goes (issue 10): the finished run is never lost and
+// nothing that appeared at the destination is replaced.
+namespace {
+
+std::string partial_of(const fs::path& dir) { return dir.string() + ".partial." + std::to_string(getpid()); }
+
+// Runs with `during` called once the run has started; returns the UsageError's message ("" if none).
+std::string run_with(const fs::path& dir, bool force, const std::function<void()>& during) {
+  RunOptions o;
+  o.dir = dir.string();
+  o.force = force;
+  o.on_start = during;
+  try {
+    run_and_record(tiny(), o);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(RunDestination, ADirectoryThatAppearsDuringTheRunIsKeptAndSoIsTheRun) {
+  const fs::path dir = fresh_dir("appears");
+  const std::string err = run_with(dir, false, [&] {
+    fs::create_directories(dir);
+    std::ofstream(dir / "theirs.txt") << "another run's or a person's file";
+  });
+  EXPECT_NE(err.find("appeared while this run was going"), std::string::npos) << err;
+  EXPECT_NE(err.find("kept at " + partial_of(dir)), std::string::npos) << err;
+  EXPECT_EQ(slurp(dir / "theirs.txt"), "another run's or a person's file");
+  EXPECT_TRUE(is_run_directory(partial_of(dir)));
+  EXPECT_TRUE(fs::exists(fs::path(partial_of(dir)) / "result.json"));
+  fs::remove_all(partial_of(dir));
+}
+
+TEST(RunDestination, ADanglingSymlinkThatAppearsIsNotFollowedAndTheRunIsKept) {
+  const fs::path dir = fresh_dir("symlink_appears");
+  const std::string err = run_with(dir, false, [&] { fs::create_symlink("nowhere", dir); });
+  EXPECT_NE(err.find("kept at"), std::string::npos) << err;
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir)));
+  EXPECT_TRUE(is_run_directory(partial_of(dir)));
+  fs::remove(dir);
+  fs::remove_all(partial_of(dir));
+}
+
+TEST(RunDestination, ForceReplacesOnlyTheRunDirectoryThatWasThereAtTheStart) {
+  const fs::path dir = fresh_dir("force_swap");
+  RunOptions o;
+  o.dir = dir.string();
+  run_and_record(tiny(), o);  // a run directory to replace
+  ASSERT_TRUE(is_run_directory(dir.string()));
+  // Replaced with --force: fine.
+  EXPECT_EQ(run_with(dir, true, [] {}), "");
+  EXPECT_TRUE(is_run_directory(dir.string()));
+  // Swapped for a person's directory during the run: kept, and so is the run.
+  const std::string err = run_with(dir, true, [&] {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "thesis.tex") << "mine";
+  });
+  EXPECT_NE(err.find("kept at"), std::string::npos) << err;
+  EXPECT_EQ(slurp(dir / "thesis.tex"), "mine");
+  EXPECT_TRUE(is_run_directory(partial_of(dir)));
+  fs::remove_all(partial_of(dir));
+}
+
+TEST(RunDestination, ARecognizedRunDirectory) {
+  const fs::path d = fresh_dir("recognize");
+  fs::create_directories(d);
+  EXPECT_FALSE(is_run_directory(d.string()));  // empty
+  std::ofstream(d / "config.json") << "{}";
+  std::ofstream(d / "result.json") << "{}";
+  EXPECT_TRUE(is_run_directory(d.string()));  // a run from before the marker
+  std::ofstream(d / kRunMarker) << "";
+  EXPECT_TRUE(is_run_directory(d.string()));  // normlab wrote it (the marker)
+  std::ofstream(d / "notes.txt") << "mine";
+  EXPECT_FALSE(is_run_directory(d.string()));  // a person added a file: theirs too
+  fs::remove(d / "notes.txt");
+  fs::create_directory(d / "plots");
+  EXPECT_FALSE(is_run_directory(d.string()));  // or a directory
+  fs::remove_all(d);
+}
+
+TEST(TrainConfigKeys, EveryResolvedConfigReadsBack) {
+  // Extreme but valid values are written as JSON that loads back to the same config.
+  TrainConfig c = tiny();
+  c.lr = 1e-300;
+  c.adam_eps = 1e300;
+  c.clip = 1.7976931348623157e308;
+  c.weight_decay = 4.9e-324;
+  c.seed = 18446744073709551615ull;
+  c.model.norm_eps = 1e29;
+  EXPECT_NO_THROW(validate_config(c));
+  TrainConfig back;
+  apply_config_json(back, config_to_json(c), "test");
+  EXPECT_EQ(config_to_json(back), config_to_json(c));
+}

@@ -19,6 +19,23 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// The command was stopped by a signal (SIGINT, SIGTERM) and cleaned up after itself: the CLI
+// prints one `error:` line and exits with 128 + signal, as a shell does.
+class Interrupted : public Error {
+ public:
+  Interrupted(const std::string& message, int sig) : Error(message), signal(sig) {}
+  int signal;
+};
+
+// `text` as it may appear inside a one-line error message: control characters (newlines, tabs,
+// escapes) written as \n, \t, \xNN, and anything past `max` bytes cut with "... (N bytes)", so
+// that a 100 MB value or a value with newlines never makes a giant or multi-line error.
+std::string shown(const std::string& text, size_t max = 60);
+
+// The most threads any command accepts (--threads, the config key threads): more only exhausts
+// memory (each OpenMP thread has its own stack).
+constexpr int kMaxThreads = 1024;
+
 namespace detail {
 [[noreturn]] void check_failed(const char* file, int line, const std::string& message);
 }  // namespace detail

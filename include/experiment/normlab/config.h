@@ -21,6 +21,19 @@ void apply_config_value(TrainConfig& cfg, const std::string& key, const std::str
 // The config a command runs: defaults, then the JSON file (if any), then --key value flags;
 // byte-level text data gets vocab 256 unless a vocab was given. Throws UsageError.
 TrainConfig load_train_config(const std::string& config_file, const std::map<std::string, std::string>& flags);
+// TrainConfig::validate() and the limits on top of it: every size bounded (no product of sizes
+// can overflow, nothing is narrowed), threads <= kMaxThreads, and the resolved config reads back
+// (config_to_json, then --config) as the same config. Throws UsageError naming the key.
+void validate_config(const TrainConfig& cfg);
+// Roughly the bytes a training step of cfg holds at its peak with `batch` sequences: parameters,
+// their gradients and Adam's two moments, the activations the tape keeps and their gradients
+// (attention scores included for gpt), the logits; plus `data_bytes` of loaded data.
+double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_bytes = 0);
+// MemAvailable from /proc/meminfo (0 when unknown).
+int64_t available_memory_bytes();
+// UsageError, with the estimate and the machine's memory, when the estimate is more than 60% of
+// the available memory. `what` names the command ("train", "probe").
+void check_fits_in_memory(const TrainConfig& cfg, int64_t batch, const std::string& what, double data_bytes = 0);
 // Fully resolved config as pretty JSON.
 std::string config_to_json(const TrainConfig& cfg);
 // The closest known key by edit distance (empty when nothing is close).

@@ -1,11 +1,28 @@
 // A training run on disk: <dir>/config.json (resolved), metrics.jsonl (one line per eval,
 // deterministic), timing.jsonl (per-eval step time; wall-clock, so kept out of metrics.jsonl),
 // result.json, model.safetensors (the final weights, PyTorch names, the resolved config in its
-// __metadata__; not for a diverged run). The run is written to <dir>.partial and renamed when
-// complete: a directory named <dir> is always whole.
+// __metadata__; not for a diverged run; with save_every also checkpoints/step-<N>.safetensors),
+// and the marker file .normlab-run that makes it recognizable as normlab's.
+//
+// The run is written to <dir>.partial.<pid> and renamed when complete: a directory named <dir>
+// is always whole. What normlab guarantees about the files around it:
+// - the destination is checked before training: an existing <dir> stays unless --force, and
+//   --force replaces only a normlab run directory (never '.', '..', a symlink or a person's
+//   directory), and only the one that was there when the run started;
+// - the final rename never replaces anything (renameat2 RENAME_NOREPLACE): of two runs into one
+//   <dir>, one wins and the other fails with an error, its finished run kept under its
+//   temporary name;
+// - if the rename fails, the finished run is kept under <dir>.partial.<pid> and the error says so;
+// - every write is checked: a full disk or a file-size limit fails the run (UsageError), the
+//   partial directory removed;
+// - an interrupt (RunOptions::interrupt) removes the partial directory and throws Interrupted;
+//   partial directories of processes that are gone (SIGKILL, a crash) are reported by the next
+//   run into the same <dir> (RunOptions::on_notice), never removed silently.
 #pragma once
+#include <csignal>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "normlab/train.h"
 
@@ -13,22 +30,38 @@ namespace normlab {
 
 struct RunOptions {
   std::string dir;     // where the run lands
-  bool force = false;  // replace an existing run directory
+  bool force = false;  // replace an existing normlab run directory
   // result.json's "versions": what built and runs this binary (normlab, oneDNN, CPU, ...); the
   // caller asks (about.h), so that this layer need not know the backends.
   std::map<std::string, std::string> versions;
   // Told as the run goes (the cli prints the loss table and a progress line); the run itself
   // prints nothing.
-  std::function<void()> on_start;  // after the inputs are validated, before the first step
+  std::function<void()> on_start;  // after the inputs and the destination are checked, before the first step
   EvalCallback on_eval;
   ProgressCallback on_step;
   // Besides the final model.safetensors: checkpoints/step-<N>.safetensors every N steps (0: none).
   int64_t save_every = 0;
+  std::function<void(const std::string&)> on_notice;  // things worth a warning (stale partial directories)
+  // Set (to the signal's number) by the caller's signal handler: the run stops after the current
+  // step, removes its partial directory and throws Interrupted.
+  const volatile std::sig_atomic_t* interrupt = nullptr;
 };
 
-// Everything that can be wrong with a run's inputs (config, text file), checked before anything
-// is created or logged.
+// The marker file in every run directory normlab writes.
+inline constexpr const char* kRunMarker = ".normlab-run";
+
+// Everything that can be wrong with a run's inputs (config, text file, memory), checked before
+// anything is created or logged.
 void validate_run(const TrainConfig& cfg);
+// Everything that can be wrong with where the run goes (see the top of this file), checked
+// before anything is created; throws UsageError.
+void check_run_destination(const RunOptions& opt);
+// A directory normlab wrote as a run: a real directory (not a symlink) that holds only run files
+// (the marker, config.json, result.json, metrics.jsonl, timing.jsonl) and the marker, or (runs
+// written before the marker existed) config.json and result.json.
+bool is_run_directory(const std::string& path);
+// <dir>.partial.<pid> directories whose process is gone.
+std::vector<std::string> stale_partials(const std::string& dir);
 // Runs and writes the run directory; returns result.json's text.
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out = nullptr);
 std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,

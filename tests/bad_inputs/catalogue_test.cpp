@@ -1,0 +1,417 @@
+// The bad-input catalogue (issue 10): every way a user can get a command wrong, as a table. Each
+// case runs `normlab` in a scratch directory (with its fixtures: user files, a FIFO, a run
+// directory, a symlink) and must end with
+//   exit code 2, exactly one line on stderr ("error: ..."), nothing on stdout,
+//   and not one file created, changed or removed in the scratch directory or its parent.
+// The data-loss cases (--out . --force, a user's directory, symlinks) are here too.
+//   ./build/test_bad_inputs --gtest_filter='Catalogue/*'          all of them
+//   ./build/test_bad_inputs --gtest_filter='Catalogue/*/train_*'  one family
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using normlab::test::describe;
+using normlab::test::run_cli;
+using normlab::test::slurp;
+using normlab::test::split_lines;
+
+namespace {
+
+using Setup = std::function<void(const fs::path& work)>;
+
+struct Case {
+  std::string name;               // [a-z0-9_] only: the test's name
+  std::vector<std::string> args;  // normlab's arguments, run in the scratch directory
+  Setup setup;                    // fixtures created in the scratch directory first
+};
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+// A tiny training run's flags: errors are found before any of it runs, but if one were not, the
+// case would still end quickly.
+std::vector<std::string> tiny(std::vector<std::string> more) {
+  std::vector<std::string> a = {"train", "--steps", "2", "--eval_every", "1", "--layers", "1", "--d_model", "8",
+                                "--d_hidden", "8", "--batch_size", "2", "--threads", "1"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// A run directory as normlab writes it (the marker, config.json, result.json, ...).
+void make_run_dir(const fs::path& d) {
+  fs::create_directories(d);
+  write(d / ".normlab-run", "a normlab run directory (normlab train)\n");
+  write(d / "config.json", "{}\n");
+  write(d / "metrics.jsonl", "");
+  write(d / "result.json", "{\"status\": \"ok\"}\n");
+}
+
+Setup user_dir(const std::string& name) {
+  return [name](const fs::path& w) {
+    fs::create_directories(w / name / "sub");
+    write(w / name / "notes.txt", "a user's file\n");
+    write(w / name / "sub" / "data.csv", "1,2,3\n");
+  };
+}
+
+Setup config(const std::string& text) {
+  return [text](const fs::path& w) { write(w / "c.json", text); };
+}
+
+// A config file's case: the file decides (no flag overrides a key it sets).
+std::vector<std::string> cfg() {
+  return {"train", "--config", "c.json", "--steps", "2", "--eval_every", "1", "--batch_size", "2"};
+}
+
+std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+std::vector<Case> catalogue() {
+  const std::string tiny_txt = std::string(NORMLAB_SOURCE_DIR) + "/experiments/data/tiny.txt";
+  std::vector<Case> c;
+  auto add = [&](std::string name, std::vector<std::string> args, Setup setup = {}) {
+    c.push_back({std::move(name), std::move(args), std::move(setup)});
+  };
+
+  // ---- the command line itself
+  add("cli_unknown_command", {"nosuch"});
+  add("cli_unknown_flag", {"train", "--nosuch", "1"});
+  add("cli_missing_value", {"train", "--lr"});
+  add("cli_flag_twice", {"train", "--lr", "0.1", "--lr", "0.2"});
+  add("cli_extra_positional", {"gradcheck", "extra"});
+
+  // ---- train: data loss (--out, --force)
+  add("train_out_dot_force", tiny({"--out", ".", "--force"}), user_dir("x"));
+  add("train_out_dotdot_force", tiny({"--out", "..", "--force"}), user_dir("x"));
+  add("train_out_dot_slash_force", tiny({"--out", "./", "--force"}), user_dir("x"));
+  add("train_out_sub_dotdot_force", tiny({"--out", "e/..", "--force"}), user_dir("e"));
+  add("train_out_root_force", tiny({"--out", "/", "--force"}));
+  add("train_out_user_dir_slash_force", tiny({"--out", "e/", "--force"}), user_dir("e"));
+  add("train_out_user_dir_force", tiny({"--out", "e", "--force"}), user_dir("e"));
+  add("train_out_user_dir", tiny({"--out", "e"}), user_dir("e"));
+  add("train_out_empty_dir_force", tiny({"--out", "e", "--force"}), [](const fs::path& w) { fs::create_directory(w / "e"); });
+  add("train_out_run_dir_plus_user_file_force", tiny({"--out", "r", "--force"}), [](const fs::path& w) {
+    fs::create_directories(w / "r");  // config.json and result.json, but also a user's file, no marker
+    write(w / "r" / "config.json", "{}");
+    write(w / "r" / "result.json", "{}");
+    write(w / "r" / "thesis.tex", "mine");
+  });
+  add("train_out_run_dir_with_marker_plus_user_file_force", tiny({"--out", "r", "--force"}), [](const fs::path& w) {
+    make_run_dir(w / "r");
+    write(w / "r" / "my-notes.md", "what I learned from this run");
+  });
+  add("train_out_existing_run_no_force", tiny({"--out", "r"}), [](const fs::path& w) { make_run_dir(w / "r"); });
+  add("train_out_symlink_to_run_force", tiny({"--out", "link", "--force"}), [](const fs::path& w) {
+    make_run_dir(w / "r");
+    fs::create_directory_symlink("r", w / "link");
+  });
+  add("train_out_symlink_to_user_dir_force", tiny({"--out", "link", "--force"}), [](const fs::path& w) {
+    user_dir("e")(w);
+    fs::create_directory_symlink("e", w / "link");
+  });
+  add("train_out_dangling_symlink", tiny({"--out", "link"}),
+      [](const fs::path& w) { fs::create_symlink("nowhere", w / "link"); });
+  add("train_out_dangling_symlink_force", tiny({"--out", "link", "--force"}),
+      [](const fs::path& w) { fs::create_symlink("nowhere", w / "link"); });
+  add("train_out_is_file", tiny({"--out", "f.txt"}), [](const fs::path& w) { write(w / "f.txt", "mine"); });
+  add("train_out_is_file_force", tiny({"--out", "f.txt", "--force"}), [](const fs::path& w) { write(w / "f.txt", "mine"); });
+  add("train_out_missing_parent", tiny({"--out", "no/such/dir"}));
+  add("train_out_parent_is_file", tiny({"--out", "f.txt/run"}), [](const fs::path& w) { write(w / "f.txt", "mine"); });
+  add("train_out_empty", tiny({"--out", ""}));
+  add("train_out_cwd_absolute_force", {}, {});  // filled below (needs the scratch path)
+
+  // ---- train: numbers
+  add("train_seed_negative", tiny({"--seed", "-1"}));
+  add("train_seed_2_64", tiny({"--seed", "18446744073709551616"}));
+  add("train_seed_huge", tiny({"--seed", "123456789012345678901234567890"}));
+  add("train_seed_fraction", tiny({"--seed", "1.5"}));
+  add("train_seed_1e400", tiny({"--seed", "1e400"}));
+  add("train_layers_wrap_int", tiny({"--layers", "4294967297"}));
+  add("train_layers_huge", tiny({"--layers", "99999999999"}));
+  add("train_layers_zero", tiny({"--layers", "0"}));
+  add("train_layers_negative", tiny({"--layers", "-3"}));
+  add("train_threads_wrap", tiny({"--threads", "4294967297"}));
+  add("train_threads_huge", tiny({"--threads", "100000"}));
+  add("train_threads_negative", tiny({"--threads", "-1"}));
+  add("train_lr_1e400", tiny({"--lr", "1e400"}));
+  add("train_lr_inf", tiny({"--lr", "inf"}));
+  add("train_lr_nan", tiny({"--lr", "nan"}));
+  add("train_lr_negative", tiny({"--lr", "-0.1"}));
+  add("train_lr_text", tiny({"--lr", "fast"}));
+  add("train_lr_empty", tiny({"--lr", ""}));
+  add("train_lr_hex", tiny({"--lr", "0x10"}));
+  add("train_lr_trailing", tiny({"--lr", "0.1abc"}));
+  add("train_adam_eps_inf", tiny({"--adam_eps", "inf"}));
+  add("train_adam_eps_1e999", tiny({"--adam_eps", "1e999"}));
+  add("train_clip_inf", tiny({"--clip", "1e400"}));
+  add("train_norm_eps_inf", tiny({"--norm_eps", "1e309"}));
+  add("train_norm_eps_huge", tiny({"--norm_eps", "1e300"}));
+  add("train_weight_decay_inf", tiny({"--weight_decay", "1e400"}));
+  add("train_weight_decay_negative", tiny({"--weight_decay", "-1"}));
+  add("train_lr_underflow", tiny({"--lr", "1e-400"}));
+  add("train_beta1_one", tiny({"--beta1", "1"}));
+  add("train_noise_two", tiny({"--noise", "2"}));
+  add("train_steps_zero", tiny({"--steps", "0"}));
+  add("train_steps_huge", tiny({"--steps", "1e30"}));
+  add("train_batch_huge", tiny({"--batch_size", "1e15"}));
+  add("train_heads_not_dividing", tiny({"--model", "gpt", "--heads", "3"}));
+  add("train_vocab_one", tiny({"--vocab", "1"}));
+  add("train_qk_norm_toy", tiny({"--qk_norm", "true"}));
+  add("train_bool_maybe", tiny({"--qk_norm", "maybe"}));
+  add("train_memory_too_large", tiny({"--d_model", "65536", "--d_hidden", "65536", "--layers", "4096"}));
+  add("train_memory_large_batch", tiny({"--d_model", "4096", "--batch_size", "1000000", "--seq_len", "1024"}));
+  add("train_memory_vocab", tiny({"--vocab", "16777216", "--d_model", "65536"}));
+  add("train_eval_every_zero", tiny({"--eval_every", "0"}));
+
+  // ---- train: strings echoed into errors
+  add("train_model_newline", tiny({"--model", "gpt\nsecond line"}));
+  add("train_model_huge", tiny({"--model", std::string(100000, 'm')}));
+  add("train_norm_escape", tiny({"--norm", "\x1b[31mred"}));
+  add("train_placement_unknown", tiny({"--placement", "middle"}));
+  add("train_data_unknown", tiny({"--data", "imagenet"}));
+  add("train_data_text_empty_path", tiny({"--data", "text:"}));
+  add("train_data_huge_value", tiny({"--data", std::string(50000, 'd')}));
+  add("train_lr_newline", tiny({"--lr", "0.1\n0.2"}));
+
+  // ---- train: files that are not regular files or do not exist
+  add("train_config_missing", tiny({"--config", "nope.json"}));
+  add("train_config_directory", tiny({"--config", "."}));
+  add("train_config_dev_zero", tiny({"--config", "/dev/zero"}));
+  add("train_config_dev_null", tiny({"--config", "/dev/null"}));
+  add("train_config_fifo", tiny({"--config", "fifo"}), [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
+  add("train_config_too_big", cfg(), config("{\"lr\": 0.1" + std::string(2 << 20, ' ') + "}"));
+  add("train_data_directory", tiny({"--data", "text:."}));
+  add("train_data_dev_zero", tiny({"--data", "text:/dev/zero"}));
+  add("train_data_fifo", tiny({"--data", "text:fifo"}), [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
+  add("train_data_missing", tiny({"--data", "text:nope.txt"}));
+  add("train_data_too_short", tiny({"--data", "text:short.txt"}), [](const fs::path& w) { write(w / "short.txt", "abc"); });
+  add("train_data_vocab_wrong", tiny({"--data", "text:" + tiny_txt, "--vocab", "64"}));
+
+  // ---- train: config files
+  add("config_not_json", cfg(), config("lr = 0.1"));
+  add("config_empty", cfg(), config(""));
+  add("config_array", cfg(), config("[1, 2]"));
+  add("config_truncated", cfg(), config("{\"lr\": 0.1,"));
+  add("config_duplicate_key", cfg(), config("{\"lr\": 0.1, \"layers\": 2, \"lr\": 0.2}"));
+  add("config_duplicate_nested_ok_but_unknown", cfg(), config("{\"x\": {\"a\": 1, \"a\": 2}}"));
+  add("config_deep_array", cfg(), config(nested(100000)));
+  add("config_deep_value", cfg(), config("{\"lr\": " + nested(100000) + "}"));
+  add("config_deep_object", cfg(), [](const fs::path& w) {
+    std::string s;
+    for (int i = 0; i < 50000; ++i) s += "{\"a\":";
+    s += "1" + std::string(50000, '}');
+    write(w / "c.json", s);
+  });
+  add("config_huge_value", cfg(), config("{\"model\": \"" + std::string(900000, 'g') + "\"}"));
+  add("config_huge_number_value", cfg(), config("{\"lr\": [" + std::string(200000, '1') + "]}"));
+  add("config_huge_key", cfg(), config("{\"" + std::string(500000, 'k') + "\": 1}"));
+  add("config_unknown_key", cfg(), config("{\"learning_rate\": 0.1}"));
+  add("config_key_newline", cfg(), config("{\"l\\nr\": 0.1}"));
+  add("config_lr_1e400", cfg(), config("{\"lr\": 1e400}"));
+  add("config_lr_string", cfg(), config("{\"lr\": \"0.1\"}"));
+  add("config_lr_null", cfg(), config("{\"lr\": null}"));
+  add("config_adam_eps_null", cfg(), config("{\"adam_eps\": null}"));
+  add("config_seed_negative", cfg(), config("{\"seed\": -1}"));
+  add("config_seed_2_64", cfg(), config("{\"seed\": 18446744073709551616}"));
+  add("config_seed_float", cfg(), config("{\"seed\": 1e30}"));
+  add("config_layers_wrap", cfg(), config("{\"layers\": 4294967297}"));
+  add("config_threads_wrap", cfg(), config("{\"threads\": 4294967297}"));
+  add("config_threads_float_huge", cfg(), config("{\"threads\": 1e300}"));
+  add("config_layers_fraction", cfg(), config("{\"layers\": 2.5}"));
+  add("config_bool_as_number", cfg(), config("{\"qk_norm\": 1}"));
+  add("config_invalid_utf8", cfg(), config("{\"model\": \"\xff\xfe\"}"));
+  add("config_nul_byte", cfg(), config(std::string("{\"lr\": 0.1}\0junk", 16)));
+  add("config_trailing_garbage", cfg(), config("{\"lr\": 0.1} {\"lr\": 0.2}"));
+
+  // ---- probe
+  add("probe_unknown_preset", {"probe", "nosuch"});
+  add("probe_preset_with_config_key", {"probe", "plain-stack", "--layers", "3"});
+  add("probe_seeds_zero", {"probe", "--seeds", "0"});
+  add("probe_seeds_huge", {"probe", "--seeds", "99999999999"});
+  add("probe_seeds_many", {"probe", "--seeds", "100000"});
+  add("probe_batch_zero", {"probe", "--batch", "0"});
+  add("probe_batch_huge", {"probe", "--batch", "1000000000"});
+  add("probe_threads_huge", {"probe", "--threads", "100000"});
+  add("probe_threads_negative", {"probe", "--threads", "-2"});
+  add("probe_memory", {"probe", "--layers", "4096", "--d_model", "65536"});
+  add("probe_memory_batch", {"probe", "--batch", "1000000", "--d_model", "4096"});
+  add("probe_depths_huge", {"probe", "xiong2020", "--depths", "100000"});
+  add("probe_depths_one", {"probe", "xiong2020", "--depths", "1"});
+  add("probe_gains_negative", {"probe", "plain-stack", "--gains", "-1"});
+  add("probe_gains_inf", {"probe", "plain-stack", "--gains", "1e400"});
+  add("probe_activation_unknown", {"probe", "plain-stack", "--activation", "relu"});
+  add("probe_config_deep", {"probe", "--config", "c.json"}, config(nested(100000)));
+  add("probe_config_fifo", {"probe", "--config", "fifo"}, [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
+  add("probe_lr_flag", {"probe", "--lr", "0.1"});
+  add("probe_seed_negative", {"probe", "--seed", "-1"});
+  add("probe_gains_inf_text", {"probe", "plain-stack", "--gains", "1,inf"});
+  add("probe_depths_zero", {"probe", "xiong2020", "--depths", "0"});
+  add("probe_config_threads_wrap", {"probe", "--config", "c.json"}, config("{\"threads\": 99999999999}"));
+  add("handcalc_eps_underflow", {"handcalc", "--eps", "1e-400"});
+  add("train_warmup_huge", tiny({"--warmup_steps", "99999999999999"}));
+
+  // ---- gradcheck
+  add("gradcheck_seed_negative", {"gradcheck", "--op", "add", "--seed", "-1"});
+  add("gradcheck_seed_text", {"gradcheck", "--op", "add", "--seed", "abc"});
+  add("gradcheck_seed_2_64", {"gradcheck", "--op", "add", "--seed", "18446744073709551616"});
+  add("gradcheck_unknown_op", {"gradcheck", "--op", "nosuch"});
+  add("gradcheck_op_newline", {"gradcheck", "--op", "layer\nnorm"});
+  add("gradcheck_shape_two", {"gradcheck", "--shape", "2x5"});
+  add("gradcheck_shape_zero", {"gradcheck", "--shape", "0x5x8"});
+  add("gradcheck_shape_huge_each", {"gradcheck", "--shape", "99999x5x8"});
+  add("gradcheck_shape_memory", {"gradcheck", "--shape", "4096x4096x4096"});
+  add("gradcheck_shape_newline", {"gradcheck", "--shape", "\n"});  // fuzz finding (shapes, crash-71853c61)
+  add("gradcheck_shape_huge_text", {"gradcheck", "--shape", std::string(100000, '7') + "x"});
+  add("bench_norms_shape_newline", {"bench", "norms", "--shapes", "1x\n1x8"});
+  add("bench_norms_shape_huge_text", {"bench", "norms", "--shapes", std::string(100000, 'x')});
+  add("bench_norms_threads_newline", {"bench", "norms", "--threads", "1\n2", "--shapes", "1x1x8"});
+  add("gradcheck_shape_text", {"gradcheck", "--shape", "axbxc"});
+  add("gradcheck_shape_overflow", {"gradcheck", "--shape", "99999999999999999999x1x1"});
+  add("gradcheck_threads_huge", {"gradcheck", "--op", "add", "--threads", "100000"});
+  add("gradcheck_threads_negative", {"gradcheck", "--op", "add", "--threads", "-1"});
+  add("gradcheck_backend_unknown", {"gradcheck", "--op", "add", "--backend", "tpu"});
+  add("gradcheck_dump_two_ops", {"gradcheck", "--op", "add", "--op", "mul", "--dump", "d.json"});
+  add("gradcheck_dump_directory", {"gradcheck", "--op", "add", "--dump", "."});
+  add("gradcheck_dump_missing_dir", {"gradcheck", "--op", "add", "--dump", "no/such/d.json"});
+  add("gradcheck_dump_trailing_slash", {"gradcheck", "--op", "add", "--dump", "d/"});
+
+  // ---- handcalc
+  add("handcalc_x_text", {"handcalc", "--x", "a,b"});
+  add("handcalc_x_1e400", {"handcalc", "--x", "1e400"});
+  add("handcalc_x_empty", {"handcalc", "--x", ""});
+  add("handcalc_x_nan", {"handcalc", "--x", "nan,1"});
+  add("handcalc_residual_x_huge_list", {"handcalc", "residual", "--x", [] {
+        std::string s = "1";
+        for (int i = 0; i < 20000; ++i) s += ",1";
+        return s;
+      }()});
+  add("handcalc_x_huge_invalid", {"handcalc", "--x", std::string(100000, 'x')});
+  add("handcalc_decimals_huge_text", {"handcalc", "--decimals", std::string(100000, '9')});
+  add("handcalc_eps_newline", {"handcalc", "--eps", "1e-5\nmore"});
+  add("handcalc_eps_zero", {"handcalc", "--eps", "0"});
+  add("handcalc_eps_negative", {"handcalc", "--eps", "-1"});
+  add("handcalc_gamma_length", {"handcalc", "--gamma", "1,2"});
+  add("handcalc_decimals_huge", {"handcalc", "--decimals", "99999999999999999999"});
+  add("handcalc_decimals_negative", {"handcalc", "--decimals", "-1"});
+  add("handcalc_norm_unknown", {"handcalc", "--norm", "batchnorm"});
+  add("handcalc_residual_w_size", {"handcalc", "residual", "--x", "1,2", "--w", "1,2,3"});
+  add("handcalc_residual_eps", {"handcalc", "residual", "--eps", "1e-5"});
+  add("handcalc_placement_norm_both", {"handcalc", "placement", "--norm", "both"});
+  add("handcalc_x_twice", {"handcalc", "--x", "1,2", "residual", "--x", "1,2"});
+
+  // ---- bench
+  add("bench_norms_shape_text", {"bench", "norms", "--shapes", "big"});
+  add("bench_norms_shape_zero", {"bench", "norms", "--shapes", "0x1x8"});
+  add("bench_norms_shape_overflow", {"bench", "norms", "--shapes", "99999999999999999999x1x1"});
+  add("bench_norms_shape_too_many_elements", {"bench", "norms", "--shapes", "1048576x1048576x1048576"});
+  add("bench_norms_shape_memory", {"bench", "norms", "--shapes", "1024x1024x65536", "--threads", "1"});
+  add("bench_norms_shapes_empty_entry", {"bench", "norms", "--shapes", "1x1x8,,1x1x8"});
+  add("bench_norms_impl_unknown", {"bench", "norms", "--impl", "magic", "--shapes", "1x1x8"});
+  add("bench_norms_pass_unknown", {"bench", "norms", "--pass", "sideways"});
+  add("bench_norms_threads_huge", {"bench", "norms", "--threads", "100000", "--shapes", "1x1x8"});
+  add("bench_norms_threads_zero", {"bench", "norms", "--threads", "0", "--shapes", "1x1x8"});
+  add("bench_norms_seed_negative", {"bench", "norms", "--seed", "-1", "--shapes", "1x1x8"});
+  add("bench_norms_footprint_negative", {"bench", "norms", "--footprint-mib", "-1"});
+  add("bench_norms_out_missing_dir", {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--out", "no/such/r.json"});
+  add("bench_norms_out_directory", {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--out", "."});
+  add("bench_norms_two_formats", {"bench", "norms", "--json", "--csv"});
+  add("bench_norms_compare_missing", {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--compare", "nope.json"});
+  add("bench_norms_compare_fifo", {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--compare", "fifo"},
+      [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
+  add("bench_norms_footprint_memory", {"bench", "norms", "--footprint-mib", "1000000000", "--shapes", "1x1x8"});
+  add("bench_norms_repeats_huge", {"bench", "norms", "--repeats", "99999999999999999999", "--shapes", "1x1x8"});
+  add("bench_norms_warmup_huge", {"bench", "norms", "--warmup", "1e12", "--shapes", "1x1x8"});
+  add("bench_norms_min_time_inf", {"bench", "norms", "--min-time", "1e400", "--shapes", "1x1x8"});
+  add("bench_step_repeats_huge", {"bench", "step", "--repeats", "99999999999999999999"});
+  add("bench_step_min_time_inf", {"bench", "step", "--min-time", "inf"});
+  add("bench_step_tokens_memory", {"bench", "step", "--batch", "1000000000", "--seq", "1000000000"});
+  add("bench_step_layers_memory", {"bench", "step", "--layers", "100000000"});
+  add("bench_step_seed_negative", {"bench", "step", "--seed", "-1"});
+  add("bench_step_out_directory", {"bench", "step", "--threads", "1", "--out", "."});
+  add("bench_step_model_unknown", {"bench", "step", "--model", "rnn"});
+  add("bench_step_heads", {"bench", "step", "--model", "gpt", "--heads", "3"});
+  add("bench_merge_missing", {"bench", "merge", "nope.json"});
+  add("bench_merge_not_json", {"bench", "merge", "c.json"}, config("not json"));
+  add("bench_merge_deep", {"bench", "merge", "c.json"}, config(nested(100000)));
+  add("bench_merge_directory", {"bench", "merge", "."});
+  add("bench_merge_dev_zero", {"bench", "merge", "/dev/zero"});
+  add("bench_merge_wrong_doc", {"bench", "merge", "c.json"}, config("{\"context\": 1, \"benchmarks\": 2}"));
+  add("bench_compare_one_file", {"bench", "--compare", "c.json"}, config("{}"));
+  add("bench_compare_not_json", {"bench", "--compare", "c.json", "c.json"}, config("[1,"));
+  add("bench_merge_out_missing_dir", {"bench", "merge", "c.json", "--out", "no/such/x.json"}, config("{}"));
+  return c;
+}
+
+// Everything under root: path -> type, size and content (files), or link target.
+std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> s;
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+    const fs::path& p = it->path();
+    const std::string rel = fs::relative(p, root).string();
+    const fs::file_status st = it->symlink_status();
+    if (fs::is_symlink(st)) {
+      s[rel] = "link -> " + fs::read_symlink(p).string();
+    } else if (fs::is_directory(st)) {
+      s[rel] = "dir";
+    } else if (fs::is_regular_file(st)) {
+      s[rel] = "file " + std::to_string(fs::file_size(p)) + " " + slurp(p);
+    } else {
+      s[rel] = "other";
+    }
+  }
+  return s;
+}
+
+class Catalogue : public testing::TestWithParam<Case> {};
+
+// gtest prints a failing case's parameter with this (not as a dump of its bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+TEST_P(Catalogue, OneLineExitTwoNothingWritten) {
+  const Case& cs = GetParam();
+  // <tmp>/normlab_bad_<name>/outer/work: the command runs in work; outer and work are compared
+  // before and after (so '..' is watched too).
+  const fs::path outer = normlab::test::fresh_dir("bad_" + cs.name) / "outer";
+  const fs::path work = outer / "work";
+  fs::create_directories(work);
+  write(outer / "neighbour.txt", "next to the scratch directory\n");
+  if (cs.setup) cs.setup(work);
+  std::vector<std::string> args = cs.args;
+  if (cs.name == "train_out_cwd_absolute_force") {
+    make_run_dir(work / "r");  // the current directory, named by its absolute path
+    args = tiny({"--out", fs::absolute(work / "r").string(), "--force"});
+  }
+  const auto before = snapshot(outer);
+  normlab::test::RunOptions opt;
+  opt.cwd = (cs.name == "train_out_cwd_absolute_force" ? work / "r" : work).string();
+  opt.timeout_s = 60;
+  const auto r = run_cli(args, opt);
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(r.out, "") << describe(r);
+  const auto lines = split_lines(r.err);
+  EXPECT_EQ(lines.size(), 1u) << describe(r);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
+  EXPECT_LT(r.err.size(), 600u) << "the error echoes too much: " << r.err.substr(0, 600);
+  EXPECT_TRUE(before == snapshot(outer)) << "files were created, changed or removed: " << describe(r);
+  fs::remove_all(outer.parent_path());
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, Catalogue, testing::ValuesIn(catalogue()),
+                         [](const testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+TEST(CatalogueSize, AtLeastAHundredCasesOverEveryCommand) {
+  std::map<std::string, int> per_command;
+  for (const Case& c : catalogue()) ++per_command[c.args.empty() ? "train" : c.args[0]];
+  EXPECT_GE(catalogue().size(), 100u);
+  for (const char* cmd : {"train", "probe", "gradcheck", "handcalc", "bench"}) EXPECT_GE(per_command[cmd], 5) << cmd;
+}
+
+}  // namespace
