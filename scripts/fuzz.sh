@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config shapes bench_json)
+# sweep_spec is built and run on request (scripts/fuzz.sh 60 sweep_spec): a spec of 100000 points
+# takes seconds to plan, past libFuzzer's per-input timeout, so it is not yet in the CI list.
+[ ${#targets[@]} -gt 0 ] || targets=(config shapes bench_json checkpoint)
 ./scripts/setup.sh
 if ! command -v clang++ >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   echo "fuzz.sh: installing clang, libclang-rt-dev, libomp-dev" >&2
