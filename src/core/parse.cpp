@@ -1,5 +1,6 @@
 #include "normlab/parse.h"
 
+#include <algorithm>
 #include <cctype>
 #include <vector>
 
@@ -30,6 +31,18 @@ std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& 
   NL_USAGE(v[0] <= max_product / v[1] && v[0] * v[1] <= max_product / v[2],
            "{}: shape '{}' has more than {} elements: too large", flag, shown(text), max_product);
   return v;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
 }
 
 }  // namespace normlab

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/io.h"
+#include "normlab/parse.h"
 
 namespace normlab {
 
@@ -152,18 +153,6 @@ const Field* find_field(const std::string& name) {
   for (const Field& f : fields())
     if (f.key.name == name) return &f;
   return nullptr;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 [[noreturn]] void unknown_key(const std::string& name, const std::string& source) {

@@ -7,7 +7,6 @@
 
 namespace normlab {
 
-size_t edit_distance(const std::string& a, const std::string& b);
 // 16 hex digits: FNV-1a 64 of config_to_json with threads set to 0.
 std::string config_hash(const TrainConfig& cfg);
 // rows/cols/metric against the varied axes; UsageError naming `where`.

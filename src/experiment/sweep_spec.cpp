@@ -19,6 +19,7 @@
 #include "normlab/config.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/run.h"
 #include "normlab/sweep.h"
 #include "sweep_internal.h"
@@ -161,6 +162,7 @@ const std::vector<std::string>& summary_keys() {
 }
 
 std::string closest_of(const std::string& name, const std::vector<std::string>& known) {
+  if (name.size() > 40) return "";  // no spec key is that long; a huge name would cost minutes
   std::string best;
   size_t best_d = SIZE_MAX;
   for (const std::string& k : known) {
@@ -179,18 +181,6 @@ std::string closest_of(const std::string& name, const std::vector<std::string>& 
 }
 
 }  // namespace
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 const std::vector<std::string>& sweep_spec_keys() {
   static const std::vector<std::string> k = {"base", "grid", "zip", "seeds", "summary"};
