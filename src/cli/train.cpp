@@ -6,6 +6,7 @@
 #include <iostream>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <spdlog/spdlog.h>
 
 #include "cli_common.h"
@@ -24,6 +25,8 @@ struct TrainArgs {
   bool out_given = false;  // --out "" is an error, not the default directory
   bool force = false;
   int64_t save_every = 0;
+  bool save_every_given = false;
+  std::string resume;  // a stopped run to continue
   std::map<std::string, std::string> values;  // --key value, applied over the file
 };
 
@@ -51,21 +54,33 @@ void catch_interrupts() {
 
 int run_train(const TrainArgs& a, const GlobalOptions& g) {
   NL_USAGE(!a.out_given || !a.out.empty(), "--out needs a directory name (leave --out out for runs/<time>-...)");
-  TrainConfig cfg = load_train_config(a.config_file, a.values);
-  validate_run(cfg);
+  std::unique_ptr<ResumableRun> resume;
+  if (!a.resume.empty()) {
+    // A resumed run is the stopped run: the same config, the same destination.
+    NL_USAGE(a.config_file.empty() && a.values.empty(),
+             "--resume continues a run with the config it started with (its config.json); drop {}",
+             a.config_file.empty() ? "--" + a.values.begin()->first : "--config");
+    NL_USAGE(!a.out_given, "--resume finishes the run where it was going (the directory it was started with); drop --out");
+    resume = std::make_unique<ResumableRun>(find_resumable(a.resume));
+  }
+  TrainConfig cfg = resume ? resume->config : load_train_config(a.config_file, a.values);
+  if (!resume) validate_run(cfg);
 
   RunOptions opt;
-  opt.dir = a.out.empty() ? default_run_dir(cfg) : a.out;
-  if (a.out.empty()) {
+  opt.dir = resume ? resume->dir : a.out.empty() ? default_run_dir(cfg) : a.out;
+  opt.resume = resume.get();
+  if (a.out.empty() && !resume) {
     std::error_code ec;
     std::filesystem::create_directories("runs", ec);  // after the config is known to be good
   }
   opt.force = a.force;
-  opt.save_every = a.save_every;
+  opt.save_every = resume && !a.save_every_given ? resume->save_every : a.save_every;
   opt.versions = provenance();
   const bool table = !g.json;
   const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
   opt.on_start = [table, &cfg, &opt] {
+    if (opt.resume)
+      spdlog::info("resuming {} at step {} of {}", opt.resume->partial, opt.resume->point.state.step, cfg.steps);
     spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
                  to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
     if (table) print_loss_table_header();
@@ -112,9 +127,18 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
       },
       "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
   sub->add_flag("--force", args->force, "Replace an existing run directory");
-  sub->add_option("--save_every,--save-every", args->save_every,
-                  "Also write checkpoints/step-N.safetensors every N steps (the final model.safetensors always)")
+  sub->add_option_function<int64_t>(
+         "--save_every,--save-every",
+         [args](int64_t n) {
+           args->save_every = n;
+           args->save_every_given = true;
+         },
+         "Also write checkpoints/step-N.safetensors (+ the optimizer state, step-N.state.safetensors) every N "
+         "steps; a run stopped after one can be resumed (the final model.safetensors always)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--resume", args->resume,
+                  "Continue a stopped run from its latest checkpoint, bit for bit: its DIR.partial.<pid> directory, "
+                  "or DIR");
   for (const ConfigKey& k : config_keys()) {
     std::string name = k.name;
     sub->add_option_function<std::string>(
@@ -127,6 +151,8 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   normlab train --model gpt --qk_norm true --norm layernorm --placement post --lr 3e-3 --warmup_steps 200
   normlab train --config experiments/toy-pre-rms.json --lr 1e-2 --out runs/lr1e-2
   normlab train --data text:data/tiny.txt --model gpt --steps 500 --json
+  normlab train --layers 20 --steps 3000 --save_every 500 --out runs/long   (Ctrl-C, then:)
+  normlab train --resume runs/long
 
 A run directory holds config.json (resolved, defaults included), metrics.jsonl (one line per eval:
 losses, lr, residual-stream norm after each block, gradient norm of each block), timing.jsonl and

@@ -79,6 +79,46 @@ std::vector<std::pair<std::string, long>> partials_of(const std::string& dir) {
   return found;
 }
 
+// "<dir>.partial.<pid>" -> (dir, pid); nothing for any other name.
+bool split_partial(const std::string& path, std::string* dir, long* pid) {
+  const std::string tag = ".partial.";
+  const size_t at = path.rfind(tag);
+  if (at == std::string::npos || at == 0) return false;
+  const std::string digits = path.substr(at + tag.size());
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  if (path.find('/', at) != std::string::npos) return false;
+  *dir = path.substr(0, at);
+  *pid = std::stol(digits);
+  return true;
+}
+
+// The latest step N in <run>/checkpoints with both step-N.safetensors and step-N.state.safetensors
+// (written in that order, each atomically: the state file's presence means the pair is whole);
+// 0 when there is none.
+int64_t latest_checkpoint(const std::string& run) {
+  int64_t best = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(run + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string head = "step-", tail = ".state.safetensors";
+    if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
+        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+    if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t step = std::stoll(digits);
+    if (step > best && is_regular(run + "/checkpoints/" + fmt::format("step-{}.safetensors", step))) best = step;
+  }
+  return best;
+}
+
+std::string checkpoint_file(const std::string& run, int64_t step) {
+  return fmt::format("{}/checkpoints/step-{}.safetensors", run, step);
+}
+std::string state_file(const std::string& run, int64_t step) {
+  return fmt::format("{}/checkpoints/step-{}.state.safetensors", run, step);
+}
+
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT";
@@ -261,36 +301,129 @@ void check_run_destination(const RunOptions& opt) {
   }
 }
 
+ResumableRun find_resumable(const std::string& path_in) {
+  const std::string path = without_trailing_slashes(path_in);
+  NL_USAGE(!path.empty(), "--resume needs a run directory");
+  ResumableRun r;
+  long pid = 0;
+  if (split_partial(path, &r.dir, &pid)) {
+    r.partial = path;
+  } else {
+    r.dir = path;
+    NL_USAGE(!is_regular(path + "/result.json"), "run '{}' is finished (it has its result.json); nothing to resume",
+             shown(path_in, 200));
+    std::vector<std::string> found;
+    for (const auto& [p, owner] : partials_of(path))
+      if (latest_checkpoint(p) > 0) found.push_back(p);
+    NL_USAGE(!found.empty(),
+             "no stopped run of '{}' to resume: no {}.partial.<pid> directory with a checkpoint (a run keeps its "
+             "partial directory when stopped only if it saved checkpoints: train --save_every N)",
+             shown(path_in, 200), shown(path, 200));
+    if (found.size() > 1) {
+      std::string list;
+      for (const std::string& p : found) list += (list.empty() ? "" : ", ") + shown(p, 200);
+      throw UsageError(fmt::format("several stopped runs of '{}' can be resumed ({}): name one", shown(path_in, 200), list));
+    }
+    r.partial = found[0];
+    split_partial(r.partial, &r.dir, &pid);
+  }
+  struct stat st {};
+  NL_USAGE(::lstat(r.partial.c_str(), &st) == 0, "'{}' does not exist", shown(r.partial, 200));
+  NL_USAGE(S_ISDIR(st.st_mode) && is_run_directory(r.partial), "'{}' is not a normlab run directory",
+           shown(r.partial, 200));
+  NL_USAGE(pid == getpid() || !process_alive(pid), "'{}' is still being written by process {}; wait for it or stop it",
+           shown(r.partial, 200), pid);
+  const int64_t step = latest_checkpoint(r.partial);
+  NL_USAGE(step > 0,
+           "'{}' has no checkpoint to continue from (checkpoints/step-N.safetensors with its step-N.state.safetensors; "
+           "train --save_every N writes them)",
+           shown(r.partial, 200));
+  r.config = load_train_config(r.partial + "/config.json", {});
+  std::map<std::string, std::string> meta;
+  r.point.weights = checkpoint_file(r.partial, step);
+  r.point.state = load_train_state(state_file(r.partial, step), &meta);
+  NL_USAGE(r.point.state.step == step, "'{}' says it is the state at step {}, not {}", shown(state_file(r.partial, step), 200),
+           r.point.state.step, step);
+  NL_USAGE(step < r.config.steps, "'{}' reached its last step ({}); nothing to resume", shown(r.partial, 200), step);
+  Model model(r.config.model, r.config.seed);  // the weights must be this config's model
+  load_model_state(model, load_safetensors(r.point.weights), r.point.weights);
+  NL_USAGE(r.point.state.adam_m.numel() == model.params().count(),
+           "'{}' holds optimizer moments for {} parameters; the model has {}", shown(state_file(r.partial, step), 200),
+           r.point.state.adam_m.numel(), model.params().count());
+  if (auto it = meta.find("save_every"); it != meta.end()) {
+    char* end = nullptr;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (end && *end == '\0' && v > 0) r.save_every = v;
+  }
+  return r;
+}
+
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
-  validate_run(cfg);
+  {
+    TrainConfig checked = cfg;
+    if (opt.resume) checked.init_from.clear();  // the weights come from the checkpoint, not from init_from
+    validate_run(checked);
+  }
   check_run_destination(opt);
   const std::string dir = without_trailing_slashes(opt.dir);
+  NL_CHECK(!opt.resume || opt.resume->dir == dir, "resuming {} into {}", opt.resume ? opt.resume->dir : "", dir);
   if (opt.on_notice) {
-    for (const std::string& p : stale_partials(dir))
+    for (const std::string& p : stale_partials(dir)) {
+      if (opt.resume && p == opt.resume->partial) continue;
       opt.on_notice(fmt::format("{} is left from an interrupted run (its process is gone); it is not a finished run: "
                                 "look at it or remove it (rm -r '{}')",
                                 p, p));
+    }
   }
   // The run directory that --force may replace: the one there now, by identity.
   struct stat old {};
   const bool replace = ::lstat(dir.c_str(), &old) == 0;
 
   const std::string tmp = dir + ".partial." + std::to_string(getpid());
-  if (is_run_directory(tmp)) {  // a partial of a dead process that had this pid
+  if (opt.resume && opt.resume->partial == tmp) {
+    // A stopped run of a process that had this pid: it is ours to continue in place.
+  } else if (is_run_directory(tmp)) {  // a partial of a dead process that had this pid
     std::error_code ec;
     fs::remove_all(tmp, ec);
   }
-  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
+  if (opt.resume) {
+    // Taken over by a rename: of two resumes of one stopped run, one gets it.
+    NL_USAGE(opt.resume->partial == tmp || rename_noreplace(opt.resume->partial, tmp), "cannot take over '{}': {}",
+             shown(opt.resume->partial, 200), std::strerror(errno));
+  } else {
+    NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
+  }
   bool keep_tmp = false;
+  int64_t saved_step = opt.resume ? opt.resume->point.state.step : 0;  // the latest resumable checkpoint
+  const std::string resume_hint = "`normlab train --resume " + shown(tmp, 200) + "` continues it";
   try {
-    write_file_atomic(tmp + "/" + kRunMarker, "a normlab run directory (normlab train)\n");
-    write_file_atomic(tmp + "/config.json", config_to_json(cfg) + "\n");
+    if (!opt.resume) {
+      write_file_atomic(tmp + "/" + kRunMarker, "a normlab run directory (normlab train)\n");
+      write_file_atomic(tmp + "/config.json", config_to_json(cfg) + "\n");
+    } else {
+      // Checkpoints past the one resumed from are of a stopped process: the run writes them again.
+      std::error_code ec;
+      for (const fs::directory_entry& e : fs::directory_iterator(tmp + "/checkpoints", ec)) {
+        const std::string name = e.path().filename().string();
+        long long step = 0;
+        if (std::sscanf(name.c_str(), "step-%lld.", &step) == 1 && step > saved_step) fs::remove(e.path(), ec);
+      }
+    }
     CheckedFile metrics(tmp + "/metrics.jsonl"), timing(tmp + "/timing.jsonl");
-    if (opt.on_start) opt.on_start();
-    auto on_eval = [&](const EvalRecord& r) {
+    auto record = [&](const EvalRecord& r) {
       metrics.write(eval_to_json_line(r) + "\n");
       timing.write(json{{"step", r.step}, {"seconds_per_step", r.seconds_per_step},
                         {"tokens_per_second", r.tokens_per_second}}.dump() + "\n");
+    };
+    if (opt.on_start) opt.on_start();
+    if (opt.resume) {
+      for (const EvalRecord& r : opt.resume->point.state.evals) {
+        record(r);
+        if (opt.on_eval) opt.on_eval(r);
+      }
+    }
+    auto on_eval = [&](const EvalRecord& r) {
+      record(r);
       if (opt.on_eval) opt.on_eval(r);
     };
     TrainHooks hooks;
@@ -301,17 +434,24 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
     };
     hooks.checkpoint_every = opt.save_every;
     const std::map<std::string, std::string> meta{{"format", "pt"}, {"normlab_config", config_to_json(cfg)}};
-    hooks.on_checkpoint = [&](int64_t step, Model& model) {
-      std::string file = tmp + "/model.safetensors";
+    hooks.on_checkpoint = [&](int64_t step, Model& model, const TrainState& state) {
       if (opt.save_every > 0 && step % opt.save_every == 0 && step < cfg.steps) {
         std::error_code mkdir_ec;
         fs::create_directories(tmp + "/checkpoints", mkdir_ec);
         NL_USAGE(!mkdir_ec, "cannot create '{}/checkpoints': {}", shown(tmp, 200), mkdir_ec.message());
-        file = tmp + "/checkpoints/" + fmt::format("step-{}.safetensors", step);
+        save_safetensors(checkpoint_file(tmp, step), model_state(model), meta);
+        save_train_state(state_file(tmp, step), state, {{"save_every", std::to_string(opt.save_every)}});
+        saved_step = step;
+        return;
       }
-      save_safetensors(file, model_state(model), meta);
+      save_safetensors(tmp + "/model.safetensors", model_state(model), meta);
     };
-    TrainResult r = train(cfg, hooks);
+    ResumePoint point;
+    if (opt.resume) {
+      point = opt.resume->point;
+      point.weights = checkpoint_file(tmp, point.state.step);  // the directory has been taken over
+    }
+    TrainResult r = train(cfg, hooks, opt.resume ? &point : nullptr);
     if (opt.interrupt && *opt.interrupt) throw Interrupted("", static_cast<int>(*opt.interrupt));
     metrics.close();
     timing.close();
@@ -322,11 +462,23 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
     if (out) *out = r;
     return result;
   } catch (const Interrupted& e) {
+    if (saved_step > 0)
+      throw Interrupted(fmt::format("interrupted by {}; the run so far is kept in {} (checkpoint at step {}): {}",
+                                    signal_name(e.signal), shown(tmp, 200), saved_step, resume_hint),
+                        e.signal);
     std::error_code ec;
     fs::remove_all(tmp, ec);
     throw Interrupted(fmt::format("interrupted by {}; the unfinished run {} was removed", signal_name(e.signal),
                                   shown(tmp, 200)),
                       e.signal);
+  } catch (const UsageError& e) {
+    if (keep_tmp) throw;
+    if (saved_step > 0)  // a run that can be continued is not thrown away
+      throw UsageError(fmt::format("{}; the run so far is kept in {} (checkpoint at step {}): {}", e.what(),
+                                   shown(tmp, 200), saved_step, resume_hint));
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
   } catch (...) {
     if (!keep_tmp) {
       std::error_code ec;

@@ -1,5 +1,7 @@
 #include "normlab/checkpoint.h"
 
+#include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -227,6 +229,130 @@ void load_model_state(Model& model, const SafetensorsFile& file, const std::stri
     Tensor dst = p;
     dst.copy_(*by_name[torch_parameter_name(p.name())]);
   }
+}
+
+namespace {
+
+// Exact text for a double, NaN and infinities included ("%a" reads back with strtod).
+std::string exact(double v) { return fmt::format("{:a}", v); }
+
+double parse_exact(const std::string& path, const std::string& field, const json& j) {
+  if (!j.is_string()) bad(path, fmt::format("state field '{}' is not an exact number", field));
+  const std::string text = j.get<std::string>();
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size())
+    bad(path, fmt::format("state field '{}' ('{}') is not a number", field, clip(text)));
+  return v;
+}
+
+json exact_array(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(exact(x));
+  return a;
+}
+
+std::vector<double> parse_exact_array(const std::string& path, const std::string& field, const json& j) {
+  if (!j.is_array()) bad(path, fmt::format("state field '{}' is not an array", field));
+  std::vector<double> out;
+  for (const json& x : j) out.push_back(parse_exact(path, field, x));
+  return out;
+}
+
+int64_t parse_count(const std::string& path, const std::string& field, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || v < 0)
+    bad(path, fmt::format("state field '{}' ('{}') is not a count", field, clip(text)));
+  return v;
+}
+
+}  // namespace
+
+void save_train_state(const std::string& path, const TrainState& st, const std::map<std::string, std::string>& extra) {
+  json evals = json::array();
+  for (const EvalRecord& r : st.evals)
+    evals.push_back({{"step", r.step},
+                     {"lr", exact(r.lr)},
+                     {"train_loss", exact(r.train_loss)},
+                     {"val_loss", exact(r.val_loss)},
+                     {"grad_norm", exact(r.grad_norm)},
+                     {"stream_norm", exact_array(r.stream_norm)},
+                     {"final_norm_out", exact(r.final_norm_out)},
+                     {"block_grad_norm", exact_array(r.block_grad_norm)},
+                     {"seconds_per_step", exact(r.seconds_per_step)},
+                     {"tokens_per_second", exact(r.tokens_per_second)}});
+  std::map<std::string, std::string> meta = extra;
+  meta["normlab_train_state"] = "1";
+  meta["step"] = std::to_string(st.step);
+  meta["rng"] = json{std::to_string(st.data_rng.state), std::to_string(st.data_rng.inc), st.data_rng.has_spare,
+                     exact(st.data_rng.spare)}.dump();
+  meta["train_loss_sum"] = exact(st.train_loss_sum);
+  meta["train_loss_count"] = std::to_string(st.train_loss_count);
+  meta["evals"] = evals.dump();
+  save_safetensors(path, {{"adam.m", st.adam_m}, {"adam.v", st.adam_v}}, meta);
+}
+
+TrainState load_train_state(const std::string& path, std::map<std::string, std::string>* extra) {
+  SafetensorsFile file = load_safetensors(path);
+  auto field = [&](const char* key) -> const std::string& {
+    auto it = file.metadata.find(key);
+    if (it == file.metadata.end()) bad(path, fmt::format("not a training state: no '{}' in its metadata", key));
+    return it->second;
+  };
+  if (field("normlab_train_state") != "1")
+    bad(path, fmt::format("training state version '{}' is not 1", clip(field("normlab_train_state"))));
+  TrainState st;
+  st.step = parse_count(path, "step", field("step"));
+  st.train_loss_count = parse_count(path, "train_loss_count", field("train_loss_count"));
+  st.train_loss_sum = parse_exact(path, "train_loss_sum", json(field("train_loss_sum")));
+  for (auto& [name, t] : file.tensors) {
+    if (name == "adam.m") st.adam_m = t;
+    else if (name == "adam.v") st.adam_v = t;
+    else bad(path, fmt::format("'{}' is not part of a training state", clip(name)));
+  }
+  if (!st.adam_m.defined() || !st.adam_v.defined()) bad(path, "the optimizer moments adam.m and adam.v are not both there");
+  if (st.adam_m.dtype() == DType::i32 || st.adam_v.dtype() != st.adam_m.dtype() || st.adam_m.dim() != 1 ||
+      st.adam_v.shape() != st.adam_m.shape())
+    bad(path, fmt::format("the optimizer moments are {} {} and {} {}, not two equal flat float tensors",
+                          dtype_name(st.adam_m.dtype()), shape_str(st.adam_m.shape()), dtype_name(st.adam_v.dtype()),
+                          shape_str(st.adam_v.shape())));
+  try {
+    const json rng = json::parse(field("rng"));
+    if (!rng.is_array() || rng.size() != 4 || !rng[0].is_string() || !rng[1].is_string() || !rng[2].is_boolean())
+      bad(path, "state field 'rng' is not [state, inc, has_spare, spare]");
+    st.data_rng.state = std::strtoull(rng[0].get<std::string>().c_str(), nullptr, 10);
+    st.data_rng.inc = std::strtoull(rng[1].get<std::string>().c_str(), nullptr, 10);
+    st.data_rng.has_spare = rng[2].get<bool>();
+    st.data_rng.spare = parse_exact(path, "rng", rng[3]);
+    const json evals = json::parse(field("evals"));
+    if (!evals.is_array()) bad(path, "state field 'evals' is not an array");
+    for (const json& e : evals) {
+      if (!e.is_object() || !e.contains("step") || !e["step"].is_number_integer())
+        bad(path, "an entry of 'evals' has no integer step");
+      EvalRecord r;
+      r.step = e["step"].get<int64_t>();
+      auto num = [&](const char* k) { return parse_exact(path, std::string("evals.") + k, e.value(k, json())); };
+      auto arr = [&](const char* k) { return parse_exact_array(path, std::string("evals.") + k, e.value(k, json())); };
+      r.lr = num("lr");
+      r.train_loss = num("train_loss");
+      r.val_loss = num("val_loss");
+      r.grad_norm = num("grad_norm");
+      r.stream_norm = arr("stream_norm");
+      r.final_norm_out = num("final_norm_out");
+      r.block_grad_norm = arr("block_grad_norm");
+      r.seconds_per_step = num("seconds_per_step");
+      r.tokens_per_second = num("tokens_per_second");
+      if (!st.evals.empty() && r.step <= st.evals.back().step) bad(path, "the evals' steps do not increase");
+      if (r.step > st.step) bad(path, fmt::format("an eval at step {} lies after the state's step {}", r.step, st.step));
+      st.evals.push_back(std::move(r));
+    }
+  } catch (const json::exception& e) {
+    bad(path, fmt::format("state metadata is not valid JSON: {}", clip(e.what())));
+  }
+  if (extra) *extra = file.metadata;
+  return st;
 }
 
 }  // namespace normlab

@@ -93,20 +93,34 @@ TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const Pro
   return train(cfg, hooks);
 }
 
-TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumePoint* resume) {
   const EvalCallback& on_eval = hooks.on_eval;
   const ProgressCallback& on_step = hooks.on_step;
   cfg.validate();
   set_num_threads(cfg.threads);
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
-  if (!cfg.init_from.empty()) load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
+  if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);
+  else if (!cfg.init_from.empty()) load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
   ParamList& params = model.params();
   params.flatten();
   Tensor flat = params.flat(), flat_grad = params.flat_grad();
   Backend& kb = backend_for(flat.device(), flat.dtype());
   Tensor m = Tensor::zeros(flat.shape(), flat.dtype()), v = Tensor::zeros(flat.shape(), flat.dtype());
   Rng data_rng(cfg.seed, stream::data);
+  if (resume) {
+    const TrainState& st = resume->state;
+    NL_USAGE(st.adam_m.defined() && st.adam_v.defined() && st.adam_m.numel() == flat.numel() &&
+                 st.adam_v.numel() == flat.numel() && st.adam_m.dtype() == flat.dtype() &&
+                 st.adam_v.dtype() == flat.dtype(),
+             "the optimizer state to resume from has {} / {} values; the model has {} {} parameters",
+             st.adam_m.defined() ? st.adam_m.numel() : 0, st.adam_v.defined() ? st.adam_v.numel() : 0, flat.numel(),
+             dtype_name(flat.dtype()));
+    NL_USAGE(st.step >= 1 && st.step < cfg.steps, "cannot resume at step {} of a {}-step run", st.step, cfg.steps);
+    m.copy_(st.adam_m);
+    v.copy_(st.adam_v);
+    data_rng.set_state(st.data_rng);
+  }
 
   TrainResult res;
   res.parameters = params.count();
@@ -120,6 +134,32 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
   int64_t window_steps = 0;
   double train_loss_sum = 0;
   int64_t train_loss_count = 0;
+  int64_t first_step = 1;
+  if (resume) {
+    const TrainState& st = resume->state;
+    train_loss_sum = st.train_loss_sum;
+    train_loss_count = st.train_loss_count;
+    first_step = st.step + 1;
+    res.steps_done = st.step;
+    for (const EvalRecord& r : st.evals) {
+      res.evals.push_back(r);
+      if (std::isfinite(r.val_loss) && r.val_loss < res.best_val_loss) {
+        res.best_val_loss = r.val_loss;
+        res.best_val_step = r.step;
+      }
+    }
+  }
+  auto snapshot = [&](int64_t step) {
+    TrainState st;
+    st.step = step;
+    st.adam_m = m.clone();
+    st.adam_v = v.clone();
+    st.data_rng = data_rng.state();
+    st.train_loss_sum = train_loss_sum;
+    st.train_loss_count = train_loss_count;
+    st.evals = res.evals;
+    return st;
+  };
 
   auto evaluate = [&](int64_t step, double grad_norm) {
     auto now = std::chrono::steady_clock::now();
@@ -165,7 +205,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
   hp.decoupled = cfg.optimizer == OptimizerKind::adamw;
 
   double last_grad_norm = 0;
-  for (int64_t step = 1; step <= cfg.steps; ++step) {
+  for (int64_t step = first_step; step <= cfg.steps; ++step) {
     params.zero_grad();
     Batch b = data->train_batch(data_rng, cfg.batch_size, cfg.model.seq_len);
     Tensor loss = model.loss(b.inputs, b.targets);
@@ -196,8 +236,6 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
     res.steps_done = step;
     res.final_train_loss = loss_value;
     if (on_step) on_step(step, loss_value);
-    if (hooks.on_checkpoint && hooks.checkpoint_every > 0 && step % hooks.checkpoint_every == 0 && step < cfg.steps)
-      hooks.on_checkpoint(step, model);
     if (step % cfg.eval_every == 0 || step == cfg.steps) {
       evaluate(step, grad_norm);
       if (!std::isfinite(res.evals.back().val_loss)) {
@@ -207,6 +245,9 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
         break;
       }
     }
+    // After the eval, so that a run resumed from here does not repeat it.
+    if (hooks.on_checkpoint && hooks.checkpoint_every > 0 && step % hooks.checkpoint_every == 0 && step < cfg.steps)
+      hooks.on_checkpoint(step, model, snapshot(step));
   }
   (void)last_grad_norm;
   if (res.status == "diverged" && (res.evals.empty() || res.evals.back().step != res.diverged_step)) {
@@ -231,7 +272,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
     res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
     if (res.collapsed_step >= 0) res.status = "collapsed";
   }
-  if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model);
+  if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model, snapshot(res.steps_done));
   return res;
 }
 

@@ -125,6 +125,25 @@ std::vector<Case> catalogue() {
   add("train_out_missing_parent", tiny({"--out", "no/such/dir"}));
   add("train_out_parent_is_file", tiny({"--out", "f.txt/run"}), [](const fs::path& w) { write(w / "f.txt", "mine"); });
   add("train_out_empty", tiny({"--out", ""}));
+  add("train_resume_nothing_there", {"train", "--resume", "nowhere"});
+  add("train_resume_finished_run", {"train", "--resume", "r"}, [](const fs::path& w) { make_run_dir(w / "r"); });
+  add("train_resume_with_a_config_key", {"train", "--resume", "r", "--lr", "1"});
+  add("train_resume_with_out", {"train", "--resume", "r", "--out", "s"});
+  add("train_resume_user_dir", {"train", "--resume", "e.partial.1"}, user_dir("e.partial.1"));
+  add("train_resume_partial_without_checkpoint", {"train", "--resume", "r.partial.999999999"},
+      [](const fs::path& w) {
+        fs::create_directories(w / "r.partial.999999999");
+        write(w / "r.partial.999999999" / ".normlab-run", "a normlab run directory (normlab train)\n");
+        write(w / "r.partial.999999999" / "config.json", "{}\n");
+      });
+  add("train_resume_damaged_state", {"train", "--resume", "r"}, [](const fs::path& w) {
+    const fs::path p = w / "r.partial.999999999";
+    fs::create_directories(p / "checkpoints");
+    write(p / ".normlab-run", "a normlab run directory (normlab train)\n");
+    write(p / "config.json", "{}\n");
+    write(p / "checkpoints" / "step-4.safetensors", "not a checkpoint");
+    write(p / "checkpoints" / "step-4.state.safetensors", std::string("\x10\0\0\0\0\0\0\0{}", 10));
+  });
   add("train_out_cwd_absolute_force", {}, {});  // filled below (needs the scratch path)
 
   // ---- train: numbers

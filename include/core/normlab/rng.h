@@ -7,6 +7,14 @@ namespace normlab {
 
 // PCG32 (O'Neill 2014, XSH-RR output on a 64-bit LCG), with a stream id so that
 // Rng(seed, stream::init) and Rng(seed, stream::data) never overlap.
+// Everything an Rng is: saved with a training checkpoint so that a resumed run draws the same
+// batches as one that never stopped.
+struct RngState {
+  uint64_t state = 0, inc = 0;
+  bool has_spare = false;
+  double spare = 0;
+};
+
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0, uint64_t stream = 0);
@@ -17,6 +25,13 @@ class Rng {
   uint32_t below(uint32_t n);                // [0, n), unbiased
   double normal();                           // N(0, 1), Box-Muller, portable
   double normal(double mean, double stddev);
+  RngState state() const { return {state_, inc_, has_spare_, spare_}; }
+  void set_state(const RngState& s) {
+    state_ = s.state;
+    inc_ = s.inc;
+    has_spare_ = s.has_spare;
+    spare_ = s.spare;
+  }
 
  private:
   uint64_t state_ = 0;

@@ -15,9 +15,16 @@
 // - if the rename fails, the finished run is kept under <dir>.partial.<pid> and the error says so;
 // - every write is checked: a full disk or a file-size limit fails the run (UsageError), the
 //   partial directory removed;
-// - an interrupt (RunOptions::interrupt) removes the partial directory and throws Interrupted;
-//   partial directories of processes that are gone (SIGKILL, a crash) are reported by the next
-//   run into the same <dir> (RunOptions::on_notice), never removed silently.
+// - an interrupt (RunOptions::interrupt) removes the partial directory and throws Interrupted,
+//   unless the run has saved a checkpoint (save_every): then the partial directory is kept, and
+//   `train --resume` continues it from its latest checkpoint; partial directories of processes
+//   that are gone (SIGKILL, a crash) are reported by the next run into the same <dir>
+//   (RunOptions::on_notice), never removed silently.
+//
+// With save_every, each checkpoints/step-<N>.safetensors has a checkpoints/step-<N>.state.safetensors
+// beside it (the optimizer's moments, the data stream's position, the evals so far): a run
+// resumed from it ends with the same metrics.jsonl and model.safetensors, byte for byte, as one
+// that never stopped.
 #pragma once
 #include <csignal>
 #include <map>
@@ -27,6 +34,21 @@
 #include "normlab/train.h"
 
 namespace normlab {
+
+// A stopped run that can be continued: its partial directory, the config it ran with (its
+// config.json) and its latest complete checkpoint.
+struct ResumableRun {
+  std::string partial;  // <dir>.partial.<pid>
+  std::string dir;      // where it lands when finished
+  TrainConfig config;
+  ResumePoint point;
+  int64_t save_every = 0;  // the stopped run's
+};
+// `path` is the partial directory itself, or the run directory it would become (then exactly one
+// partial directory of it must hold a checkpoint). A UsageError names what is wrong: nothing
+// there, a finished run, a run whose process is still going, no checkpoint to continue from,
+// a checkpoint that does not match its config.
+ResumableRun find_resumable(const std::string& path);
 
 struct RunOptions {
   std::string dir;     // where the run lands
@@ -45,6 +67,9 @@ struct RunOptions {
   // Set (to the signal's number) by the caller's signal handler: the run stops after the current
   // step, removes its partial directory and throws Interrupted.
   const volatile std::sig_atomic_t* interrupt = nullptr;
+  // Continue this stopped run (its partial directory is taken over) instead of starting one;
+  // dir must be resume->dir.
+  const ResumableRun* resume = nullptr;
 };
 
 // The marker file in every run directory normlab writes.

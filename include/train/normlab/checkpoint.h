@@ -11,6 +11,7 @@
 
 #include "normlab/nn.h"
 #include "normlab/tensor.h"
+#include "normlab/train.h"
 
 namespace normlab {
 
@@ -36,5 +37,15 @@ std::vector<std::pair<std::string, Tensor>> model_state(Model& model);
 // Copies a checkpoint's tensors into the model's parameters: every parameter must be present with
 // its shape, and the checkpoint may hold nothing else; every mismatch is named (UsageError).
 void load_model_state(Model& model, const SafetensorsFile& file, const std::string& source);
+
+// The loop's state beside a checkpoint (checkpoints/step-N.state.safetensors): the Adam moments
+// as two flat F32 tensors "adam.m" and "adam.v", the rest in __metadata__ with every double
+// written exactly (hexadecimal floating point), so that a resumed run is bit-for-bit the one that
+// never stopped. `extra` adds metadata entries (the run's save_every).
+void save_train_state(const std::string& path, const TrainState& state,
+                      const std::map<std::string, std::string>& extra = {});
+// Reads and validates one (every field present and parseable, the moments of equal length);
+// a UsageError naming the file and the problem otherwise. `extra` receives the metadata entries.
+TrainState load_train_state(const std::string& path, std::map<std::string, std::string>* extra = nullptr);
 
 }  // namespace normlab

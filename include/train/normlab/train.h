@@ -128,16 +128,38 @@ int64_t collapse_step(const std::vector<EvalRecord>& evals, double unigram_loss)
 using EvalCallback = std::function<void(const EvalRecord&)>;
 using ProgressCallback = std::function<void(int64_t step, double loss)>;
 
-// What a caller is told as a run goes. on_checkpoint(step, model) is called every
-// checkpoint_every steps (0: never) and once after the last step of a finished run.
+// Everything besides the weights that the loop needs to continue a run exactly where it stopped:
+// a run resumed from (weights, TrainState) at step N computes the same numbers, bit for bit, as
+// one that never stopped.
+struct TrainState {
+  int64_t step = 0;       // steps done
+  Tensor adam_m, adam_v;  // the optimizer's moments, flat in the order of the parameter buffer
+  RngState data_rng;      // where the training batches' stream is
+  double train_loss_sum = 0;  // the training losses since the last eval (its train_loss is their mean)
+  int64_t train_loss_count = 0;
+  std::vector<EvalRecord> evals;  // every eval so far (metrics.jsonl, the best loss, collapse)
+};
+
+// What a caller is told as a run goes. on_checkpoint(step, model, state) is called every
+// checkpoint_every steps (0: never), after that step's eval, and once after the last step of a
+// finished run.
 struct TrainHooks {
   EvalCallback on_eval;
   ProgressCallback on_step;
-  std::function<void(int64_t step, Model& model)> on_checkpoint;
+  std::function<void(int64_t step, Model& model, const TrainState& state)> on_checkpoint;
   int64_t checkpoint_every = 0;
 };
 
-TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks);
+// Where a resumed run starts: the weights (a safetensors checkpoint) and the loop's state at
+// that step.
+struct ResumePoint {
+  std::string weights;
+  TrainState state;
+};
+
+// With `resume`, the run continues from it (steps state.step + 1 ..); on_eval is not called again
+// for the evals it already holds.
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumePoint* resume = nullptr);
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval = {}, const ProgressCallback& on_step = {});
 
 }  // namespace normlab
