@@ -37,7 +37,9 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 std::filesystem::path fresh_dir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(testing::TempDir()) / ("normlab_" + name);
+  // The pid keeps tests that run at once (ctest -j, another checkout's tests) out of each other's way.
+  std::filesystem::path p =
+      std::filesystem::path(testing::TempDir()) / ("normlab_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   return p;
 }

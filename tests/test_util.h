@@ -23,7 +23,7 @@ namespace normlab::test {
 
 // ---- files ---------------------------------------------------------------------------------
 std::string slurp(const std::filesystem::path& p);  // the whole file; empty when unreadable
-// <gtest temp dir>/normlab_<name>, removed if it exists (not created).
+// <gtest temp dir>/normlab_<name>_<pid>: unique to this process (ctest -j), removed if it exists, not created.
 std::filesystem::path fresh_dir(const std::string& name);
 
 // ---- closeness -----------------------------------------------------------------------------

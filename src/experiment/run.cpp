@@ -191,6 +191,12 @@ std::string eval_to_json_line(const EvalRecord& r) {
   for (double v : r.stream_norm) j["stream_norm"].push_back(num(v));
   j["block_grad_norm"] = json::array();
   for (double v : r.block_grad_norm) j["block_grad_norm"].push_back(num(v));
+  if (!r.attn_entropy.empty()) {  // gpt: per attention layer
+    j["attn_entropy"] = json::array();
+    for (double v : r.attn_entropy) j["attn_entropy"].push_back(num(v));
+    j["attn_max_logit"] = json::array();
+    for (double v : r.attn_max_logit) j["attn_max_logit"].push_back(num(v));
+  }
   return j.dump();
 }
 

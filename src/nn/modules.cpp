@@ -199,7 +199,7 @@ Tensor PrefixMixer::operator()(const Tensor& x, const Tensor& residual) const {
   return proj(prefix_mean(x), residual);
 }
 
-Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual) const {
+Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual, AttentionTap* tap) const {
   Tensor qx = q(x), kx = k(x), vx = v(x);
   if (qk_norm) {
     // QK-Norm: RMSNorm over each head's Dh channels; (B, T, H*Dh) viewed as rows of Dh.
@@ -208,11 +208,12 @@ Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual) const 
     qx = reshape(rmsnorm(reshape(qx, {-1, dh}), q_gamma, qk_eps), s);
     kx = reshape(rmsnorm(reshape(kx, {-1, dh}), k_gamma, qk_eps), s);
   }
+  if (tap) *tap = {qx, kx, heads};
   return o(causal_attention(qx, kx, vx, heads), residual);
 }
 
-Tensor Block::mix(const Tensor& x, const Tensor& residual) const {
-  return attention ? attn(x, residual) : mixer(x, residual);
+Tensor Block::mix(const Tensor& x, const Tensor& residual, AttentionTap* tap) const {
+  return attention ? attn(x, residual, tap) : mixer(x, residual);
 }
 
 Tensor Block::operator()(const Tensor& x) const { return block_forward(*this, x, Sublayers::live); }
@@ -241,40 +242,40 @@ Tensor sublayer(Sublayers mode, F&& f) {
 
 }  // namespace
 
-Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode) {
+Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode, AttentionTap* tap) {
   if (!b.skip_connection) {  // the contrast for the identity-path probe: the same block without "x +"
     switch (b.placement) {
       case Placement::pre: {
-        Tensor h = sublayer(mode, [&] { return b.mix(b.norm1(x)); });
+        Tensor h = sublayer(mode, [&] { return b.mix(b.norm1(x), Tensor(), tap); });
         return sublayer(mode, [&] { return b.mlp(b.norm2(h)); });
       }
       case Placement::sandwich: {
-        Tensor h = sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x))); });
+        Tensor h = sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x), Tensor(), tap)); });
         return sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
       }
       case Placement::post:
       case Placement::deepnorm: {
-        Tensor h = b.norm1(sublayer(mode, [&] { return b.mix(x); }));
+        Tensor h = b.norm1(sublayer(mode, [&] { return b.mix(x, Tensor(), tap); }));
         return b.norm2(sublayer(mode, [&] { return b.mlp(h); }));
       }
     }
   }
   if (b.norm_kind == NormKind::none) {
-    Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(x, r); });
+    Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(x, r, tap); });
     return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(h, r); });
   }
   switch (b.placement) {
     case Placement::pre: {
-      Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(b.norm1(x), r); });
+      Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(b.norm1(x), r, tap); });
       return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(b.norm2(h), r); });
     }
     case Placement::post:
     case Placement::deepnorm: {
-      Tensor h = b.norm1.add_norm(x, b.alpha, sublayer(mode, [&] { return b.mix(x); })).second;
+      Tensor h = b.norm1.add_norm(x, b.alpha, sublayer(mode, [&] { return b.mix(x, Tensor(), tap); })).second;
       return b.norm2.add_norm(h, b.alpha, sublayer(mode, [&] { return b.mlp(h); })).second;
     }
     case Placement::sandwich: {
-      Tensor h = x + sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x))); });
+      Tensor h = x + sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x), Tensor(), tap)); });
       return h + sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
     }
   }
@@ -321,11 +322,17 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
   Tensor x = tokens + embedding(Tensor::from_ids(pos, {b, t}), pos_emb);
   if (trace) {
     trace->block_out.clear();
+    trace->attention.clear();
     if (trace->retain_grads && x.requires_grad()) x.retain_grad();
     trace->embed = x;
   }
   for (const Block& block : blocks_) {
-    x = block(x);
+    if (trace && block.attention) {
+      trace->attention.emplace_back();
+      x = block_forward(block, x, Sublayers::live, &trace->attention.back());
+    } else {
+      x = block(x);
+    }
     if (trace) {
       if (trace->retain_grads && x.requires_grad()) x.retain_grad();
       trace->block_out.push_back(x);

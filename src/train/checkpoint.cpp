@@ -281,6 +281,8 @@ void save_train_state(const std::string& path, const TrainState& st, const std::
                      {"stream_norm", exact_array(r.stream_norm)},
                      {"final_norm_out", exact(r.final_norm_out)},
                      {"block_grad_norm", exact_array(r.block_grad_norm)},
+                     {"attn_entropy", exact_array(r.attn_entropy)},
+                     {"attn_max_logit", exact_array(r.attn_max_logit)},
                      {"seconds_per_step", exact(r.seconds_per_step)},
                      {"tokens_per_second", exact(r.tokens_per_second)}});
   std::map<std::string, std::string> meta = extra;
@@ -342,6 +344,9 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
       r.stream_norm = arr("stream_norm");
       r.final_norm_out = num("final_norm_out");
       r.block_grad_norm = arr("block_grad_norm");
+      r.attn_entropy = arr("attn_entropy");
+      r.attn_max_logit = arr("attn_max_logit");
+      if (r.attn_entropy.size() != r.attn_max_logit.size()) bad(path, "an eval's attention statistics differ in length");
       r.seconds_per_step = num("seconds_per_step");
       r.tokens_per_second = num("tokens_per_second");
       if (!st.evals.empty() && r.step <= st.evals.back().step) bad(path, "the evals' steps do not increase");

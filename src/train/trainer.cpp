@@ -86,6 +86,40 @@ double params_grad_norm(const std::vector<Tensor>& params) {
   return std::sqrt(s);
 }
 
+AttentionStats attention_statistics(const AttentionTap& tap) {
+  const int64_t b = tap.q.size(0), t = tap.q.size(1), c = tap.q.size(2), h = tap.heads, dh = c / h;
+  const std::vector<double> q = tap.q.to_vector(), k = tap.k.to_vector();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  AttentionStats st;
+  st.max_logit = -INFINITY;
+  double entropy_sum = 0;
+  std::vector<double> logits(static_cast<size_t>(t));
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t hi = 0; hi < h; ++hi)
+      for (int64_t ti = 0; ti < t; ++ti) {
+        const double* qt = &q[static_cast<size_t>((bi * t + ti) * c + hi * dh)];
+        double top = -INFINITY;
+        for (int64_t si = 0; si <= ti; ++si) {
+          const double* ks = &k[static_cast<size_t>((bi * t + si) * c + hi * dh)];
+          double dot = 0;
+          for (int64_t j = 0; j < dh; ++j) dot += qt[j] * ks[j];
+          logits[static_cast<size_t>(si)] = scale * dot;
+          top = std::max(top, scale * dot);
+        }
+        // H = log Z - sum_s p_s (l_s - top), Z = sum_s exp(l_s - top)
+        double z = 0, weighted = 0;
+        for (int64_t si = 0; si <= ti; ++si) {
+          const double e = std::exp(logits[static_cast<size_t>(si)] - top);
+          z += e;
+          weighted += e * (logits[static_cast<size_t>(si)] - top);
+        }
+        entropy_sum += std::log(z) - weighted / z;
+        st.max_logit = std::max(st.max_logit, top);
+      }
+  st.mean_entropy = entropy_sum / static_cast<double>(b * h * t);
+  return st;
+}
+
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const ProgressCallback& on_step) {
   TrainHooks hooks;
   hooks.on_eval = on_eval;
@@ -182,6 +216,11 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
       if (i == 0) {
         for (const Tensor& x : trace.block_out) r.stream_norm.push_back(mean_token_norm(x));
         r.final_norm_out = mean_token_norm(trace.final_out);
+        for (const AttentionTap& tap : trace.attention) {
+          const AttentionStats a = attention_statistics(tap);
+          r.attn_entropy.push_back(a.mean_entropy);
+          r.attn_max_logit.push_back(a.max_logit);
+        }
       }
     }
     r.val_loss = val / static_cast<double>(cfg.eval_batches);

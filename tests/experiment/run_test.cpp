@@ -103,6 +103,17 @@ TEST(TrainRun, EveryNormPlacementModelAndDataTrains) {
           EXPECT_TRUE(std::isfinite(r.evals[0].val_loss));
           EXPECT_EQ(r.evals[0].stream_norm.size(), 2u);
           EXPECT_EQ(r.evals[0].block_grad_norm.size(), 2u);
+          // Attention statistics per attention layer (gpt), none for the toy model's mixer.
+          const size_t attn_layers = model == ModelKind::gpt ? 2u : 0u;
+          ASSERT_EQ(r.evals[0].attn_entropy.size(), attn_layers);
+          ASSERT_EQ(r.evals[0].attn_max_logit.size(), attn_layers);
+          for (size_t l = 0; l < attn_layers; ++l) {
+            EXPECT_GE(r.evals[0].attn_entropy[l], 0.0);
+            EXPECT_LE(r.evals[0].attn_entropy[l], std::log(static_cast<double>(c.model.seq_len)));
+            EXPECT_TRUE(std::isfinite(r.evals[0].attn_max_logit[l]));
+          }
+          const std::string line = eval_to_json_line(r.evals[0]);
+          EXPECT_EQ(line.find("attn_entropy") != std::string::npos, model == ModelKind::gpt) << line;
         }
 }
 

@@ -108,3 +108,27 @@ TEST(TrainStatus, PostLnAtHighLrUnderTorchInitCollapses) {
   EXPECT_EQ(r.status, "ok");
   EXPECT_LT(r.final_val_loss, r.unigram_loss - 1.0);
 }
+
+// The attention statistics behind the QK-Norm table: uniform attention has entropy log(t+1) at
+// position t, a key that dominates gives entropy near 0 and its logit is the largest.
+TEST(TrainAttentionStats, UniformAndPeakedRowsByHand) {
+  const int64_t b = 2, t = 5, h = 2, dh = 3, c = h * dh;
+  AttentionTap tap{Tensor::zeros({b, t, c}), Tensor::zeros({b, t, c}), h};
+  AttentionStats u = attention_statistics(tap);
+  double expect = 0;
+  for (int64_t i = 0; i < t; ++i) expect += std::log(static_cast<double>(i + 1));
+  EXPECT_NEAR(u.mean_entropy, expect / static_cast<double>(t), 1e-12);
+  EXPECT_EQ(u.max_logit, 0.0);
+
+  // Every query (1, 0, 0) in head 0; key 0 of batch row 0 is (L, 0, 0), the others 0: in head 0 of
+  // row 0 every position attends almost only to key 0 (logit L/sqrt(3)).
+  std::vector<double> q(static_cast<size_t>(b * t * c), 0.0), k(q.size(), 0.0);
+  for (int64_t i = 0; i < b * t; ++i) q[static_cast<size_t>(i * c)] = 1.0;
+  const double big = 60.0;
+  k[0] = big;
+  AttentionTap peaked{Tensor::from(q, {b, t, c}, DType::f64), Tensor::from(k, {b, t, c}, DType::f64), h};
+  AttentionStats p = attention_statistics(peaked);
+  EXPECT_NEAR(p.max_logit, big / std::sqrt(3.0), 1e-12);
+  // Row 0 head 0: entropy ~0 at every t; every other (row, head) stays uniform.
+  EXPECT_NEAR(p.mean_entropy, (3.0 / 4.0) * expect / static_cast<double>(t), 1e-6);
+}

@@ -85,13 +85,20 @@ struct PrefixMixer {
   Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
 };
 
+// The queries and keys an attention layer used (after QK-Norm), kept for statistics of its
+// logits (train's per-layer attention entropy and largest logit).
+struct AttentionTap {
+  Tensor q, k;  // (B, T, H*Dh)
+  int64_t heads = 0;
+};
+
 struct SelfAttention {
   Linear q, k, v, o;
   int64_t heads = 1;
   bool qk_norm = false;
   Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only
   double qk_eps = 1e-6;
-  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;  // x (B, T, C)
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor(), AttentionTap* tap = nullptr) const;  // x (B, T, C)
 };
 
 struct Block {
@@ -105,7 +112,8 @@ struct Block {
   NormKind norm_kind = NormKind::layernorm;
   bool skip_connection = true;  // false: no "x +" (probe's contrast; config key `residual`)
   double alpha = 1.0;           // DeepNorm's residual scale
-  Tensor mix(const Tensor& x, const Tensor& residual = Tensor()) const;  // the first sublayer
+  // The first sublayer; `tap` (attention only) receives its queries and keys.
+  Tensor mix(const Tensor& x, const Tensor& residual = Tensor(), AttentionTap* tap = nullptr) const;
   Tensor operator()(const Tensor& x) const;  // block_forward(*this, x, Sublayers::live)
 };
 
@@ -119,7 +127,7 @@ enum class Sublayers { live, held };
 // The one definition of every placement: none `x + F(x)` (norm none), pre `x + F(N(x))`, post
 // `N(x + F(x))`, sandwich `x + N2(F(N1(x)))`, deepnorm `N(alpha x + F(x))`, and each without its
 // skip connection. The values do not depend on the mode.
-Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode);
+Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode, AttentionTap* tap = nullptr);
 
 // What a forward pass can leave behind for probes and per-layer statistics.
 struct ForwardTrace {
@@ -127,6 +135,7 @@ struct ForwardTrace {
   Tensor embed;               // the residual stream entering block 0
   std::vector<Tensor> block_out;  // the residual stream after each block
   Tensor final_out;           // after the final norm (== last block output when off)
+  std::vector<AttentionTap> attention;  // each attention block's queries and keys (gpt only)
 };
 
 class Model {

@@ -89,6 +89,14 @@ double mean_token_norm(const Tensor& x);
 // gradient reached count 0). train's grad norms per block and probe's.
 double params_grad_norm(const std::vector<Tensor>& params);
 
+// The logits l_ts = q_t . k_s / sqrt(Dh) (s <= t) of one attention layer, over every batch row,
+// head and query position: the mean entropy of softmax(l_t.) in nats (log(t+1) for uniform
+// attention, 0 for one-hot) and the largest logit. QK-Norm's claim is about these two.
+struct AttentionStats {
+  double mean_entropy = 0, max_logit = 0;
+};
+AttentionStats attention_statistics(const AttentionTap& tap);
+
 // ---- the loop ----------------------------------------------------------------------
 struct EvalRecord {
   int64_t step = 0;
@@ -96,6 +104,8 @@ struct EvalRecord {
   std::vector<double> stream_norm;      // mean over tokens of ||x|| after each block (validation batch 0)
   double final_norm_out = 0;            // ||x|| after the final norm
   std::vector<double> block_grad_norm;  // ||dL/dtheta|| of each block's parameters
+  // gpt only (validation batch 0), per attention layer: attention_statistics().
+  std::vector<double> attn_entropy, attn_max_logit;
   // timing (not deterministic: kept apart from the other fields)
   double seconds_per_step = 0, tokens_per_second = 0;
 };
