@@ -1,6 +1,8 @@
 #include "normlab/convert.h"
 
+#include <cmath>
 #include <map>
+#include <optional>
 
 #include "normlab/autograd.h"
 #include "normlab/checkpoint.h"
@@ -40,6 +42,52 @@ void centre_rows(std::vector<double>& t, size_t d) {
     m /= double(d);
     for (size_t j = 0; j < d; ++j) t[r * d + j] -= m;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The source's values under a new config, by normlab parameter name (parameters the target has and
+// the source lacks, such as a LayerNorm's beta, are filled with `missing`; without it, each must exist).
+Conversion rebuild(const ModelConfig& config, const Values& v, std::optional<double> missing) {
+  Conversion out;
+  out.config = config;
+  Model converted(out.config, 0);
+  for (const Tensor& p : converted.params().all()) {
+    auto it = v.find(p.name());
+    Tensor dst = p;
+    if (it == v.end()) {
+      NL_CHECK(missing.has_value(), "convert: no source value for {}", p.name());
+      dst.copy_(Tensor::full(p.shape(), *missing, p.dtype()));
+      continue;
+    }
+    dst.copy_(Tensor::from(it->second, p.shape(), p.dtype()));
+  }
+  out.state = model_state(converted);
+  for (auto& [name, t] : out.state) t = t.clone();  // the converted model goes away
+  return out;
+}
+
+// Largest |mean over the d outputs| of a writer, relative to its largest |value|.
+double off_centre(const std::vector<double>& w, size_t d, bool rows) {
+  double worst = 0, scale = 0;
+  for (double x : w) scale = std::max(scale, std::abs(x));
+  if (rows) {
+    for (size_t r = 0; r < w.size() / d; ++r) {
+      double m = 0;
+      for (size_t j = 0; j < d; ++j) m += w[r * d + j];
+      worst = std::max(worst, std::abs(m / double(d)));
+    }
+  } else {
+    const size_t in = w.size() / d;
+    for (size_t j = 0; j < in; ++j) {
+      double m = 0;
+      for (size_t i = 0; i < d; ++i) m += w[i * in + j];
+      worst = std::max(worst, std::abs(m / double(d)));
+    }
+  }
+  return scale > 0 ? worst / scale : 0;
 }
 
 }  // namespace
@@ -93,17 +141,37 @@ Conversion convert_layernorm_to_rmsnorm(Model& source, ConvertMethod method) {
     centre_rows(v.at("pos_emb"), d);
   }
   // The converted model's parameters, by name; every LayerNorm beta is dropped.
-  Model converted(out.config, 0);
-  for (const Tensor& p : converted.params().all()) {
-    auto it = v.find(p.name());
-    NL_CHECK(it != v.end(), "convert: no source value for {}", p.name());
-    Tensor t = Tensor::from(it->second, p.shape(), p.dtype());
-    Tensor dst = p;
-    dst.copy_(t);
+  return rebuild(out.config, v, std::nullopt);
+}
+
+Conversion convert_rmsnorm_to_layernorm(Model& source) {
+  const ModelConfig& src = source.config();
+  NL_USAGE(src.norm == NormKind::rmsnorm, "cannot convert to layernorm: the model's norm is {}, not rmsnorm",
+           to_string(src.norm));
+  Values v;
+  for (const Tensor& p : source.params().all()) v[p.name()] = p.to_vector();
+  ModelConfig config = src;
+  config.norm = NormKind::layernorm;
+  config.norm_eps = src.eps();
+  return rebuild(config, v, 0.0);  // every beta 0
+}
+
+bool stream_centred(Model& model, double tolerance) {
+  const ModelConfig& c = model.config();
+  const size_t d = size_t(c.d_model);
+  std::map<std::string, Tensor> by_name;
+  for (const Tensor& p : model.params().all()) by_name[p.name()] = p;
+  auto centred = [&](const std::string& name, bool rows) {
+    auto it = by_name.find(name);
+    return it == by_name.end() || off_centre(it->second.to_vector(), d, rows) <= tolerance;
+  };
+  if (!centred("tok_emb", true) || !centred("pos_emb", true)) return false;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string b = fmt::format("blocks.{}.", l);
+    for (const char* writer : {c.model == ModelKind::gpt ? "attn.o" : "mix", "mlp.fc2"})
+      if (!centred(b + writer + ".w", false) || !centred(b + writer + ".b", true)) return false;
   }
-  out.state = model_state(converted);
-  for (auto& [name, t] : out.state) t = t.clone();  // the converted model goes away
-  return out;
+  return true;
 }
 
 double validation_loss(const TrainConfig& cfg, Model& model) {

@@ -99,3 +99,46 @@ TEST(ConvertLnToRms, RefusalsNameTheReason) {
   rms.norm = NormKind::rmsnorm;
   EXPECT_NE(conversion_refusal(rms, ConvertMethod::naive).find("not layernorm"), std::string::npos);
 }
+
+namespace {
+
+Model from_conversion(const Conversion& conv) {
+  Model m(conv.config, 0);
+  load_model_state(m, SafetensorsFile{{}, conv.state}, "converted");
+  return m;
+}
+
+}  // namespace
+
+// RMSNorm -> LayerNorm with beta = 0 is exact when every norm sees zero-mean input: the round trip
+// LN -> RMS (exact) -> LN (beta 0) gives the original logits, and then the naive LN -> RMS of that
+// model is exact too (beta 0, centred stream). A generic RMSNorm model's stream is not centred,
+// and there the mapping is not exact.
+TEST(ConvertRmsToLn, ExactOnACentredStreamAndOnlyThere) {
+  for (ModelKind kind : {ModelKind::toy, ModelKind::gpt}) {
+    SCOPED_TRACE(to_string(kind));
+    Model src(ln_config(kind, DType::f64), 3);
+    perturb(src);
+    EXPECT_FALSE(stream_centred(src));
+    Model rms = from_conversion(convert_layernorm_to_rmsnorm(src, ConvertMethod::exact));
+    EXPECT_TRUE(stream_centred(rms));
+    Model back = from_conversion(convert_rmsnorm_to_layernorm(rms));
+    EXPECT_EQ(back.config().norm, NormKind::layernorm);
+    Model again = from_conversion(convert_layernorm_to_rmsnorm(back, ConvertMethod::naive));
+    NoGradGuard no_grad;
+    const Tensor ids = random_ids(7);
+    const Tensor want = src.forward(ids);
+    EXPECT_LT(max_rel_diff(back.forward(ids), want), 1e-12);
+    EXPECT_LT(max_rel_diff(again.forward(ids), want), 1e-12);
+
+    ModelConfig rc = ln_config(kind, DType::f64);
+    rc.norm = NormKind::rmsnorm;
+    Model generic(rc, 4);
+    perturb(generic);
+    EXPECT_FALSE(stream_centred(generic));
+    Model as_ln = from_conversion(convert_rmsnorm_to_layernorm(generic));
+    EXPECT_GT(max_rel_diff(as_ln.forward(ids), generic.forward(ids)), 1e-2);
+  }
+  Model ln(ln_config(ModelKind::toy, DType::f32), 1);
+  EXPECT_THROW(convert_rmsnorm_to_layernorm(ln), UsageError);
+}

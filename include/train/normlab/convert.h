@@ -1,4 +1,4 @@
-// LayerNorm -> RMSNorm conversion of a trained model.
+// LayerNorm <-> RMSNorm conversion of a trained model.
 //   naive  what community scripts do: keep each gamma as the RMSNorm gain, drop beta;
 //   exact  function-preserving for models whose residual stream is written only by linear maps and
 //          read only through norms (Pre-LN with the final norm): fold each norm's beta into the
@@ -27,6 +27,15 @@ struct Conversion {
 std::string conversion_refusal(const ModelConfig& cfg, ConvertMethod method);
 // Throws UsageError with conversion_refusal's reason.
 Conversion convert_layernorm_to_rmsnorm(Model& source, ConvertMethod method);
+
+// RMSNorm -> LayerNorm: each gain kept, beta = 0, the same eps. A LayerNorm with beta = 0 equals the
+// RMSNorm on zero-mean input, so this is exact exactly when every norm's input is zero-mean: when
+// every writer of the residual stream is centred (stream_centred), as in a model that `exact`
+// produced from a LayerNorm one (the round trip LN -> RMS -> LN preserves the logits).
+Conversion convert_rmsnorm_to_layernorm(Model& source);
+// Whether every writer of the residual stream (embedding rows, output projections and fc2, their
+// biases) is zero-mean over the model dimension, to `tolerance` relative to its scale.
+bool stream_centred(Model& model, double tolerance = 1e-6);
 
 // Mean cross-entropy over the config's validation batches (eval_batches of batch_size).
 double validation_loss(const TrainConfig& cfg, Model& model);
