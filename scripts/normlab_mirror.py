@@ -1,0 +1,440 @@
+"""Python side of normlab, shared by scripts/torch_checkpoint_check.py and scripts/torch_init_parity.py.
+
+  Rng              normlab's PCG32 + Box-Muller generator (src/core/rng.cpp), bit for bit.
+  ModelConfig      the model keys of a resolved config.json, with normlab's derived values
+                   (eps, final_norm on/off, DeepNet's alpha and beta).
+  validation_batch normlab's validation batch i (src/train/data.cpp: synthetic task and text:PATH).
+  build_model      the PyTorch mirror of normlab's toy / gpt model (src/nn/modules.cpp), its
+                   parameter names those of normlab's checkpoints (blocks.3.norm1.weight, ...).
+  normlab_init     normlab's initial weights as numpy arrays, drawn with the ported Rng in
+                   normlab's draw order (docs/init.md), under the checkpoints' names.
+
+Needs numpy; build_model needs PyTorch. Nothing here is used by normlab's tests.
+"""
+import json
+import math
+import os
+
+M32 = (1 << 32) - 1
+M64 = (1 << 64) - 1
+
+# Stream ids (include/core/normlab/rng.h).
+STREAM_INIT, STREAM_DATA, STREAM_TASK = 1, 2, 5
+
+
+class Rng:
+    """PCG32 (XSH-RR on a 64-bit LCG) with a stream id; normal() is Box-Muller with a spare."""
+
+    def __init__(self, seed, stream=0):
+        self.inc = ((stream << 1) | 1) & M64
+        self.state = 0
+        self.next_u32()
+        self.state = (self.state + seed) & M64
+        self.next_u32()
+        self.has_spare = False
+        self.spare = 0.0
+
+    def next_u32(self):
+        old = self.state
+        self.state = (old * 6364136223846793005 + self.inc) & M64
+        xorshifted = (((old >> 18) ^ old) >> 27) & M32
+        rot = old >> 59
+        return ((xorshifted >> rot) | (xorshifted << ((-rot) & 31))) & M32
+
+    def next_u64(self):
+        high = self.next_u32()
+        low = self.next_u32()
+        return (high << 32) | low
+
+    def uniform(self, lo=None, hi=None):
+        u = (self.next_u64() >> 11) * (2.0 ** -53)
+        if lo is None:
+            return u
+        return lo + (hi - lo) * u
+
+    def below(self, n):
+        threshold = ((-n) & M32) % n
+        while True:
+            r = self.next_u32()
+            if r >= threshold:
+                return r % n
+
+    def normal(self, mean=0.0, stddev=1.0):
+        if self.has_spare:
+            self.has_spare = False
+            return mean + stddev * self.spare
+        u1 = 0.0
+        while u1 <= 0:
+            u1 = self.uniform()
+        u2 = self.uniform()
+        radius = math.sqrt(-2.0 * math.log(u1))
+        angle = 6.283185307179586476925286766559 * u2
+        self.spare = radius * math.sin(angle)
+        self.has_spare = True
+        return mean + stddev * (radius * math.cos(angle))
+
+
+# ---- config ------------------------------------------------------------------------------
+
+class ModelConfig:
+    """The keys of a resolved config.json (as `normlab train` writes it) that the model and data need."""
+
+    def __init__(self, cfg):
+        self.raw = dict(cfg)
+        self.model = cfg["model"]
+        self.norm = cfg["norm"]
+        self.placement = cfg["placement"]
+        self.final_norm = cfg["final_norm"]
+        self.qk_norm = bool(cfg["qk_norm"])
+        self.head_bias = bool(cfg["head_bias"])
+        self.residual = bool(cfg["residual"])
+        self.layers = int(cfg["layers"])
+        self.d_model = int(cfg["d_model"])
+        self.d_hidden = int(cfg["d_hidden"])
+        self.heads = int(cfg["heads"])
+        self.vocab = int(cfg["vocab"])
+        self.seq_len = int(cfg["seq_len"])
+        self.init = cfg["init"]
+        self.norm_eps = float(cfg["norm_eps"])
+        self.data = cfg["data"]
+        self.topics = int(cfg["topics"])
+        self.noise = float(cfg["noise"])
+        self.batch_size = int(cfg["batch_size"])
+        self.eval_batches = int(cfg["eval_batches"])
+        self.seed = int(cfg["seed"])
+        for k, allowed in (("model", ("toy", "gpt")), ("norm", ("none", "layernorm", "rmsnorm")),
+                           ("placement", ("pre", "post", "sandwich", "deepnorm")),
+                           ("final_norm", ("auto", "on", "off")), ("init", ("gpt2", "xavier", "torch", "fairseq"))):
+            if getattr(self, k) not in allowed:
+                raise ValueError(f"config {k} = {getattr(self, k)!r} is not one of {allowed}")
+
+    @classmethod
+    def from_file(cls, path):
+        with open(path) as f:
+            return cls(json.load(f))
+
+    def eps(self):  # ModelConfig::eps
+        if self.norm_eps > 0:
+            return self.norm_eps
+        return 1e-6 if self.norm == "rmsnorm" else 1e-5
+
+    def final_norm_on(self):  # ModelConfig::final_norm_on
+        if self.norm == "none":
+            return False
+        if self.final_norm == "on":
+            return True
+        if self.final_norm == "off":
+            return False
+        return self.placement in ("pre", "sandwich")
+
+    def deepnet(self):  # DeepNet's alpha and init apply (make_block)
+        return self.placement == "deepnorm" and self.norm != "none"
+
+    def deepnorm_alpha(self):
+        return (2.0 * self.layers) ** 0.25
+
+    def deepnorm_beta(self):
+        return (8.0 * self.layers) ** -0.25
+
+
+# ---- data (src/train/data.cpp) -------------------------------------------------------------
+
+class Synthetic:
+    def __init__(self, vocab, topics, noise, seed):
+        self.vocab, self.topics, self.noise, self.seed = vocab, topics, noise, seed
+        self.ordinary = vocab - topics
+        if topics < 1 or self.ordinary < 2:
+            raise ValueError(f"vocab {vocab} must exceed topics {topics} by at least 2")
+        rng = Rng(seed, STREAM_TASK)
+        self.perms = []
+        for _ in range(topics):
+            p = list(range(self.ordinary))
+            for i in range(self.ordinary - 1, 0, -1):  # Fisher-Yates
+                j = rng.below(i + 1)
+                p[i], p[j] = p[j], p[i]
+            self.perms.append(p)
+
+    def make(self, rng, batch, seq_len):
+        inputs, targets = [], []
+        r = self.ordinary
+        for _ in range(batch):
+            z = rng.below(self.topics)
+            seq = [0] * (seq_len + 1)
+            seq[0] = r + z
+            seq[1] = rng.below(r)
+            for t in range(2, seq_len + 1):
+                noisy = rng.uniform() < self.noise
+                uniform_tok = rng.below(r)  # drawn always
+                seq[t] = uniform_tok if noisy else self.perms[z][seq[t - 1]]
+            inputs.append(seq[:seq_len])
+            targets.append(seq[1:seq_len + 1])
+        return inputs, targets
+
+    def val_batch(self, i, batch, seq_len):
+        return self.make(Rng(self.seed ^ 0x5BD1E995, 1000 + i), batch, seq_len)
+
+
+class Text:
+    def __init__(self, path, seq_len, seed):
+        with open(path, "rb") as f:
+            text = f.read()
+        split = len(text) * 9 // 10
+        self.val = text[split:]
+        self.seed = seed
+        if len(self.val) < seq_len + 1:
+            raise ValueError(f"text file {path}: validation split of {len(self.val)} bytes is too short")
+
+    def val_batch(self, i, batch, seq_len):
+        rng = Rng(self.seed ^ 0x5BD1E995, 1000 + i)
+        starts = len(self.val) - seq_len
+        inputs, targets = [], []
+        for _ in range(batch):
+            s = rng.below(starts)
+            inputs.append(list(self.val[s:s + seq_len]))
+            targets.append(list(self.val[s + 1:s + seq_len + 1]))
+        return inputs, targets
+
+
+def data_source(cfg, data_root="."):
+    """normlab's data source for a config (make_data_source); text paths are relative to data_root."""
+    if cfg.data == "synthetic":
+        return Synthetic(cfg.vocab, cfg.topics, cfg.noise, cfg.seed)
+    if cfg.data.startswith("text:"):
+        path = cfg.data[5:]
+        if not os.path.isabs(path):
+            path = os.path.join(data_root, path)
+        return Text(path, cfg.seq_len, cfg.seed)
+    raise ValueError(f"data {cfg.data!r} is not synthetic or text:PATH")
+
+
+# ---- the PyTorch mirror (src/nn/modules.cpp) -------------------------------------------------
+
+def build_model(cfg, torch, dtype=None):
+    """An nn.Module computing normlab's forward for cfg; model(ids, targets) -> mean cross-entropy.
+
+    Parameters are created empty (torch.empty); load a checkpoint into them, or initialize them
+    (torch_init_parity.py). Names: tok_emb.weight, pos_emb.weight, blocks.{l}.norm1.weight/.bias,
+    blocks.{l}.attn.{q,k,v,o}.weight/.bias, blocks.{l}.attn.{q,k}_norm.weight, blocks.{l}.mix.*,
+    blocks.{l}.norm1b.*, blocks.{l}.norm2.*, blocks.{l}.mlp.fc{1,2}.*, blocks.{l}.norm2b.*,
+    final_norm.*, head.weight (+ head.bias).
+    """
+    nn = torch.nn
+    F = torch.nn.functional
+    dtype = dtype or torch.float32
+    d, hdim, V, L = cfg.d_model, cfg.d_hidden, cfg.vocab, cfg.layers
+    kw = dict(dtype=dtype)
+
+    def rms(x, gamma, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma
+
+    class Norm(nn.Module):
+        def __init__(self, kind, n, eps):
+            super().__init__()
+            self.kind, self.eps, self.n = kind, eps, n
+            if kind != "none":
+                self.weight = nn.Parameter(torch.ones(n, **kw))
+            if kind == "layernorm":
+                self.bias = nn.Parameter(torch.zeros(n, **kw))
+
+        def forward(self, x):
+            if self.kind == "layernorm":
+                return F.layer_norm(x, (self.n,), self.weight, self.bias, self.eps)
+            if self.kind == "rmsnorm":
+                return rms(x, self.weight, self.eps)
+            return x
+
+    class Gain(nn.Module):  # QK-Norm's RMSNorm gain over a head's Dh channels (eps 1e-6)
+        def __init__(self, n):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(n, **kw))
+
+    def linear(n_in, n_out, bias=True):
+        return nn.Linear(n_in, n_out, bias=bias, **kw)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = linear(d, d), linear(d, d), linear(d, d), linear(d, d)
+            self.heads = cfg.heads
+            self.dh = d // cfg.heads
+            if cfg.qk_norm:
+                self.q_norm, self.k_norm = Gain(self.dh), Gain(self.dh)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.q(x), self.k(x), self.v(x)
+            if cfg.qk_norm:
+                q = rms(q.view(B, T, self.heads, self.dh), self.q_norm.weight, 1e-6).reshape(B, T, C)
+                k = rms(k.view(B, T, self.heads, self.dh), self.k_norm.weight, 1e-6).reshape(B, T, C)
+            split = lambda t: t.view(B, T, self.heads, self.dh).transpose(1, 2)  # (B, H, T, Dh)
+            q, k, v = split(q), split(k), split(v)
+            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.dh))
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            p = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            return self.o(y)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = linear(d, hdim), linear(hdim, d)
+
+        def forward(self, x):
+            return self.fc2(F.gelu(self.fc1(x)))  # exact (erf) GELU
+
+    def prefix_mean(x):  # y_t = mean_{s<=t} x_s
+        T = x.shape[1]
+        return x.cumsum(1) / torch.arange(1, T + 1, dtype=x.dtype, device=x.device).view(1, T, 1)
+
+    eps = cfg.eps()
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            nk = cfg.norm
+            self.norm1 = Norm(nk, d, eps)
+            if cfg.model == "gpt":
+                self.attn = Attention()
+            else:
+                self.mix = linear(d, d)
+            if cfg.placement == "sandwich":
+                self.norm1b = Norm(nk, d, eps)
+            self.norm2 = Norm(nk, d, eps)
+            self.mlp = MLP()
+            if cfg.placement == "sandwich":
+                self.norm2b = Norm(nk, d, eps)
+            self.alpha = cfg.deepnorm_alpha() if cfg.deepnet() else 1.0
+
+        def f1(self, x):
+            return self.attn(x) if cfg.model == "gpt" else self.mix(prefix_mean(x))
+
+        def forward(self, x):  # block_forward, Sublayers::live
+            p = cfg.placement
+            if not cfg.residual:
+                if p == "pre":
+                    h = self.f1(self.norm1(x))
+                    return self.mlp(self.norm2(h))
+                if p == "sandwich":
+                    h = self.norm1b(self.f1(self.norm1(x)))
+                    return self.norm2b(self.mlp(self.norm2(h)))
+                h = self.norm1(self.f1(x))  # post, deepnorm
+                return self.norm2(self.mlp(h))
+            if cfg.norm == "none":
+                h = x + self.f1(x)
+                return h + self.mlp(h)
+            if p == "pre":
+                h = x + self.f1(self.norm1(x))
+                return h + self.mlp(self.norm2(h))
+            if p in ("post", "deepnorm"):
+                h = self.norm1(self.alpha * x + self.f1(x))
+                return self.norm2(self.alpha * h + self.mlp(h))
+            h = x + self.norm1b(self.f1(self.norm1(x)))  # sandwich
+            return h + self.norm2b(self.mlp(self.norm2(h)))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_emb = nn.Embedding(V, d, **kw)
+            self.pos_emb = nn.Embedding(cfg.seq_len, d, **kw)
+            self.blocks = nn.ModuleList([Block() for _ in range(L)])
+            self.final_norm = Norm(cfg.norm if cfg.final_norm_on() else "none", d, eps)
+            self.head = linear(d, V, bias=cfg.head_bias)
+
+        def logits(self, ids):
+            B, T = ids.shape
+            tokens = self.tok_emb(ids)
+            if cfg.init == "fairseq":  # fairseq's sqrt(d) embedding scale (Model::forward)
+                tokens = tokens * math.sqrt(d)
+            x = tokens + self.pos_emb(torch.arange(T, device=ids.device)).unsqueeze(0)
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.final_norm(x))
+
+        def forward(self, ids, targets):
+            logits = self.logits(ids)
+            return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))  # mean over B*T tokens
+
+    return Model()
+
+
+# ---- normlab's init, drawn with the ported Rng (Model::Model, make_block) ----------------------
+
+def normlab_init(cfg, seed=None):
+    """normlab's initial parameters for cfg (float32 numpy arrays keyed by checkpoint name), in
+    normlab's draw order: bit-identical to Model(cfg, seed) when libm's log/sin/cos agree."""
+    import numpy as np
+
+    seed = cfg.seed if seed is None else seed
+    rng = Rng(seed, STREAM_INIT)
+    out = {}
+    d, h, L = cfg.d_model, cfg.d_hidden, cfg.layers
+
+    def normal(shape, std):
+        n = int(np.prod(shape))
+        return np.array([rng.normal(0.0, std) for _ in range(n)], dtype=np.float64).reshape(shape)
+
+    def uniform(shape, bound):
+        n = int(np.prod(shape))
+        return np.array([rng.uniform(-bound, bound) for _ in range(n)], dtype=np.float64).reshape(shape)
+
+    def put(name, arr):
+        out[name] = np.asarray(arr, dtype=np.float64).astype(np.float32)
+
+    emb_std = 1.0 if cfg.init == "torch" else (1.0 / math.sqrt(d) if cfg.init == "fairseq" else 0.02)
+    put("tok_emb.weight", normal((cfg.vocab, d), emb_std))
+    put("pos_emb.weight", normal((cfg.seq_len, d), emb_std))
+    deepnet = cfg.deepnet()
+    scheme = "xavier" if deepnet else cfg.init
+    resid_std = 0.02 / math.sqrt(2.0 * L)
+    gain = cfg.deepnorm_beta() if deepnet else 1.0
+
+    def norm(name):
+        if cfg.norm == "none":
+            return
+        put(name + ".weight", np.ones(d))
+        if cfg.norm == "layernorm":
+            put(name + ".bias", np.zeros(d))
+
+    def lin(name, n_out, n_in, residual_proj, xavier_gain):
+        if scheme == "xavier":
+            w = normal((n_out, n_in), xavier_gain * math.sqrt(2.0 / (n_in + n_out)))
+        elif scheme == "torch":
+            w = uniform((n_out, n_in), 1.0 / math.sqrt(n_in))
+        elif scheme == "fairseq":
+            w = uniform((n_out, n_in), math.sqrt(6.0 / (n_in + n_out)))
+        else:
+            w = normal((n_out, n_in), resid_std if residual_proj else 0.02)
+        put(name + ".weight", w)
+        put(name + ".bias", uniform((n_out,), 1.0 / math.sqrt(n_in)) if scheme == "torch" else np.zeros(n_out))
+
+    for l in range(L):
+        p = f"blocks.{l}"
+        norm(p + ".norm1")
+        if cfg.model == "gpt":
+            lin(p + ".attn.q", d, d, False, 1.0)
+            lin(p + ".attn.k", d, d, False, 1.0)
+            lin(p + ".attn.v", d, d, False, gain)
+            lin(p + ".attn.o", d, d, True, gain)
+            if cfg.qk_norm:
+                put(p + ".attn.q_norm.weight", np.ones(d // cfg.heads))
+                put(p + ".attn.k_norm.weight", np.ones(d // cfg.heads))
+        else:
+            lin(p + ".mix", d, d, True, gain)
+        if cfg.placement == "sandwich":
+            norm(p + ".norm1b")
+        norm(p + ".norm2")
+        lin(p + ".mlp.fc1", h, d, False, gain)
+        lin(p + ".mlp.fc2", d, h, True, gain)
+        if cfg.placement == "sandwich":
+            norm(p + ".norm2b")
+    if cfg.final_norm_on():
+        norm("final_norm")
+    if cfg.init == "torch":
+        put("head.weight", uniform((cfg.vocab, d), 1.0 / math.sqrt(d)))
+    elif cfg.init == "fairseq":
+        put("head.weight", normal((cfg.vocab, d), 1.0 / math.sqrt(d)))
+    else:
+        put("head.weight", normal((cfg.vocab, d), 0.02))
+    if cfg.head_bias:
+        put("head.bias", np.zeros(cfg.vocab))
+    return out
