@@ -255,7 +255,7 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
 Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   auto a = std::make_shared<SweepArgs>();
   CLI::App* sub = app.add_subcommand("sweep", "Run a grid of train configurations in parallel: resumable, shardable over Slurm, with tables and plots");
-  sub->add_option("spec_and_axes", a->positional, "SPEC.json and/or axes key=v1,v2,... (Hydra-style; key=v alone sets the base)");
+  sub->add_option("spec_and_axes", a->positional, "SPEC.json and/or axes key=v1,v2,... (Hydra-style: they override the spec's axes and seeds; key=v of an unvaried key sets the base)");
   sub->add_option("--out", a->out, "The sweep directory (runs, manifest, summaries, plots)");
   sub->add_option("--set", a->sets, "key=value: a base config value (repeatable; config=FILE starts from a config file)")
       ->allow_extra_args(false);

@@ -347,18 +347,25 @@ SweepPlan plan_sweep(const SweepRequest& req) {
       for (const ojson& prev : values) NL_USAGE(prev != c, "axis '{}' lists '{}' twice", s, texts[i]);
       values.push_back(c);
     }
-    if (values.size() == 1) {
-      base_obj[key] = values[0];
-      continue;
-    }
-    if (key == "seed") {
+    // The command line wins over the spec (Hydra's overrides): an axis the spec varies (or its
+    // seeds) takes the values given, even one; a single value of any other key sets the base.
+    if (key == "seed" && (values.size() > 1 || !seeds.empty())) {
       seeds = values;
       continue;
     }
     bool replaced = false;
     for (Axis& a : grid)
       if (a.key == key) a.values = values, replaced = true;
-    if (!replaced) grid.push_back({key, values, {}});
+    if (replaced) continue;
+    for (const auto& group : zips)
+      for (const Axis& a : group)
+        NL_USAGE(a.key != key, "axis '{}': {} varies together with other keys in {}'s zip; change it there",
+                 shown(s, 80), key, spec_name);
+    if (values.size() == 1) {
+      base_obj[key] = values[0];
+      continue;
+    }
+    grid.push_back({key, values, {}});
   }
 
   // seed in the grid is the seeds list; no key is varied twice

@@ -160,6 +160,30 @@ TEST(SweepPlan, ResolvedSpecPlansTheSamePoints) {
   EXPECT_EQ(c.spec_json, d.spec_json);
 }
 
+// The command line overrides the spec: an axis the spec varies, or its seeds, take the values
+// given, even a single one (the run paths keep the spec's layout); a key in the spec's zip is refused.
+TEST(SweepPlan, CommandLineAxesOverrideTheSpecsAxesAndSeeds) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"base": {"steps": 30, "layers": 2, "init": "torch"},
+    "grid": {"placement": ["pre", "post"], "norm": ["layernorm", "rmsnorm"]}, "seeds": [0, 1, 2]})";
+  SweepPlan one = plan_sweep({tmp / "spec.json", {"seed=0", "init=gpt2"}, {}});
+  ASSERT_EQ(one.points.size(), 4u);
+  EXPECT_EQ(one.points[0].name, "placement=pre/norm=layernorm/seed=0");
+  EXPECT_EQ(one.points[0].config.model.init, InitScheme::gpt2);
+  SweepPlan narrowed = plan_sweep({tmp / "spec.json", {"placement=post", "seed=1,2"}, {}});
+  ASSERT_EQ(narrowed.points.size(), 4u);
+  EXPECT_EQ(narrowed.points[0].name, "placement=post/norm=layernorm/seed=1");
+  EXPECT_EQ(narrowed.points[3].name, "placement=post/norm=rmsnorm/seed=2");
+
+  std::ofstream(tmp / "zipped.json") << R"({"base": {"steps": 30}, "zip": {"lr": [1e-3, 3e-3], "warmup_steps": [5, 10]}})";
+  try {
+    plan_sweep({tmp / "zipped.json", {"lr=1e-3"}, {}});
+    ADD_FAILURE() << "an axis of the spec's zip was overridden silently";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("zip"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SweepPlan, NumbersAndShards) {
   EXPECT_EQ(short_number(1e-3), "1e-3");
   EXPECT_EQ(short_number(3e-4), "3e-4");
