@@ -1,5 +1,6 @@
-// libFuzzer target: the safetensors checkpoint reader. Any input file is either read (then its
-// tensors match their header) or refused with one clean error; never a crash or a read outside it.
+// libFuzzer target: the safetensors checkpoint reader and the training-state reader on top of it
+// (train --resume). Any input file is either read (then its tensors match their header) or
+// refused with one clean error; never a crash or a read outside it.
 //   scripts/fuzz.sh 60 checkpoint
 #include <unistd.h>
 
@@ -21,5 +22,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     normlab::SafetensorsFile f = normlab::load_safetensors(path);
     for (const auto& [name, t] : f.tensors) (void)t.nbytes();
   });
+  normlab::fuzz::only_usage_errors([&] { (void)normlab::load_train_state(path); });
   return 0;
 }
