@@ -13,7 +13,7 @@ non-finite value (null in metrics.jsonl) shows as "nan".
 Examples:
   python3 scripts/sweep_curves.py results/sweeps/warmup-torch --steps 200,500,1000,2000,3000
   python3 scripts/sweep_curves.py results/sweeps/gpt-lr-qknorm-torch --field attn_max_logit --layers max \\
-      --steps 500,1000,2000,3000 --where lr=3e-3,1e-2
+      --steps 500,1000,2000,3000 --where lr=3e-3,1e-2 --transpose
 """
 import argparse
 import json
@@ -33,6 +33,7 @@ def parse_args(argv=None):
     p.add_argument("--where", action="append", default=[],
                    help="key=v1,v2: keep only points whose axis key has one of these values (repeatable)")
     p.add_argument("--digits", type=int, default=4, help="decimals in the table (default 4)")
+    p.add_argument("--transpose", action="store_true", help="one row per point, one column per step")
     return p.parse_args(argv)
 
 
@@ -80,6 +81,50 @@ def matches(axes, where):
     return True
 
 
+_SPEC = {}
+
+
+def spec_axes(sweep):
+    """The spec's varied axes in its order, each with its values in the spec's order."""
+    if sweep not in _SPEC:
+        axes = []
+        try:
+            with open(os.path.join(sweep, "spec.json")) as f:
+                spec = json.load(f)
+            for k, vs in spec.get("grid", {}).items():
+                axes.append((k, vs))
+            zips = spec.get("zip", [])
+            for group in (zips if isinstance(zips, list) else [zips]):
+                axes.extend(group.items())
+        except (OSError, ValueError):
+            pass
+        _SPEC[sweep] = axes
+    return _SPEC[sweep]
+
+
+def axis_rank(sweep, key):
+    names = [k for k, _ in spec_axes(sweep)]
+    return (names.index(key), key) if key in names else (len(names), key)
+
+
+def value_rank(values, v):
+    for i, x in enumerate(values):
+        try:
+            if math.isclose(float(x), float(v), rel_tol=1e-9):
+                return i
+        except (TypeError, ValueError):
+            if str(x).lower() == str(v).lower():
+                return i
+    return len(values)
+
+
+def spec_order(sweep, axes):
+    """Sort key of a point: the spec's axes in order, each by the spec's order of its values."""
+    order = [value_rank(vs, axes[k]) for k, vs in spec_axes(sweep) if k in axes]
+    rest = [f"{k}={v}" for k, v in sorted(axes.items()) if k not in dict(spec_axes(sweep))]
+    return order, rest
+
+
 def main(argv=None):
     args = parse_args(argv)
     steps = [int(s) for s in args.steps.split(",")]
@@ -105,33 +150,36 @@ def main(argv=None):
                     cells[rec["step"]].append(math.nan if v is None else float(v))
     if not points:
         sys.exit(f"error: no finished runs with metrics.jsonl under {runs_dir} match")
-    keys = sorted(points)
-    names = [" ".join(f"{k}={v}" for k, v in key) or "all" for key in keys]
+    keys = sorted(points, key=lambda k: spec_order(args.sweep, dict(k)))
+    names = [" ".join(f"{k}={v}" for k, v in sorted(key, key=lambda kv: axis_rank(args.sweep, kv[0]))) or "all"
+             for key in keys]
     field = args.field + (f" ({args.layers} over layers)" if args.field in
                           ("stream_norm", "block_grad_norm", "attn_entropy", "attn_max_logit") else "")
     print(f"{field}: mean ± std over seeds ({args.sweep})\n")
+    def cell(key, s):
+        vals = points[key][s]
+        if not vals:
+            return "—"
+        finite = [v for v in vals if not math.isnan(v)]
+        if len(finite) < len(vals):
+            return "nan"
+        text = f"{statistics.fmean(finite):.{args.digits}f}"
+        if len(finite) > 1:
+            text += f" ± {statistics.stdev(finite):.{args.digits}f}"
+        if len(vals) < len(seeds[key]):
+            text += f" (n={len(vals)}/{len(seeds[key])})"
+        return text
+
+    if args.transpose:
+        print("| point | " + " | ".join(f"step {s}" for s in steps) + " |")
+        print("|---|" + "---:|" * len(steps))
+        for key, name in zip(keys, names):
+            print(f"| {name} | " + " | ".join(cell(key, s) for s in steps) + " |")
+        return 0
     print("| step | " + " | ".join(names) + " |")
     print("|---:|" + "---|" * len(names))
     for s in steps:
-        row = []
-        for key in keys:
-            vals = points[key][s]
-            n_all = len(seeds[key])
-            if not vals:
-                row.append("—")
-                continue
-            finite = [v for v in vals if not math.isnan(v)]
-            if len(finite) < len(vals):
-                row.append("nan")
-                continue
-            m = statistics.fmean(finite)
-            cell = f"{m:.{args.digits}f}"
-            if len(finite) > 1:
-                cell += f" ± {statistics.stdev(finite):.{args.digits}f}"
-            if len(vals) < n_all:
-                cell += f" (n={len(vals)}/{n_all})"
-            row.append(cell)
-        print(f"| {s} | " + " | ".join(row) + " |")
+        print(f"| {s} | " + " | ".join(cell(key, s) for key in keys) + " |")
     return 0
 
 
