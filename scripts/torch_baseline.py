@@ -743,9 +743,11 @@ def check_init(args):
     model.safetensors into the model this script times (toy: build(), prefix mean in the --mix form;
     gpt: SDPA + F.rms_norm) and into the explicit mirror (normlab_mirror.build_model), and
     recomputes the mean loss over the same validation batches (normlab_mirror's port of the data).
+    Needs safetensors (pip install safetensors). The run directory is removed afterwards.
     Exit 1 when a count differs or a relative loss difference exceeds 1e-6 (at init the loss is close
     to ln(vocab) whatever the weights, so the test has to be tight: a non-causal mask, scale 1 or an
     RMSNorm eps of 1e-5 move it by 1.6e-5 to 4.4e-5 relative in the default gpt config)."""
+    import shutil
     import subprocess
     import tempfile
     import torch
@@ -799,6 +801,7 @@ def check_init(args):
         print(f"validation loss at init over {len(batches)} batches: normlab {ref:.8f}, {name} {loss:.8f}, "
               f"relative difference {rel:.2e}")
     print("MISMATCH" if bad else "agree (parameter counts equal, losses within 1e-6 relative)")
+    shutil.rmtree(os.path.dirname(out), ignore_errors=True)
     return 1 if bad else 0
 
 
