@@ -1,11 +1,14 @@
-"""Python side of normlab, shared by scripts/torch_checkpoint_check.py and scripts/torch_init_parity.py.
+"""Python side of normlab, shared by scripts/torch_checkpoint_check.py, scripts/torch_init_parity.py
+and scripts/torch_baseline.py (--model gpt).
 
   Rng              normlab's PCG32 + Box-Muller generator (src/core/rng.cpp), bit for bit.
   ModelConfig      the model keys of a resolved config.json, with normlab's derived values
                    (eps, final_norm on/off, DeepNet's alpha and beta).
   validation_batch normlab's validation batch i (src/train/data.cpp: synthetic task and text:PATH).
   build_model      the PyTorch mirror of normlab's toy / gpt model (src/nn/modules.cpp), its
-                   parameter names those of normlab's checkpoints (blocks.3.norm1.weight, ...).
+                   parameter names those of normlab's checkpoints (blocks.3.norm1.weight, ...);
+                   sdpa / fused_rms swap in PyTorch's own attention and RMSNorm kernels (timing).
+  init_with_torch  normlab's init scheme for a mirror model, drawn with torch's RNG.
   normlab_init     normlab's initial weights as numpy arrays, drawn with the ported Rng in
                    normlab's draw order (docs/init.md), under the checkpoints' names.
 
@@ -209,8 +212,14 @@ def data_source(cfg, data_root="."):
 
 # ---- the PyTorch mirror (src/nn/modules.cpp) -------------------------------------------------
 
-def build_model(cfg, torch, dtype=None):
+def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False):
     """An nn.Module computing normlab's forward for cfg; model(ids, targets) -> mean cross-entropy.
+
+    By default every op is spelt out (explicit masked softmax attention, RMSNorm as x * rsqrt(...)),
+    for the checkpoint and init checks. For timing (scripts/torch_baseline.py --model gpt) the same
+    forward can use PyTorch's own fast kernels: sdpa=True computes attention with
+    F.scaled_dot_product_attention(q, k, v, is_causal=True) (default scale 1/sqrt(Dh), as normlab),
+    fused_rms=True every RMSNorm (QK-Norm's too) with F.rms_norm.
 
     Parameters are created empty (torch.empty); load a checkpoint into them, or initialize them
     (torch_init_parity.py). Names: tok_emb.weight, pos_emb.weight, blocks.{l}.norm1.weight/.bias,
@@ -225,6 +234,8 @@ def build_model(cfg, torch, dtype=None):
     kw = dict(dtype=dtype)
 
     def rms(x, gamma, eps):
+        if fused_rms:
+            return F.rms_norm(x, (x.shape[-1],), gamma, eps)
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma
 
     class Norm(nn.Module):
@@ -268,6 +279,9 @@ def build_model(cfg, torch, dtype=None):
                 k = rms(k.view(B, T, self.heads, self.dh), self.k_norm.weight, 1e-6).reshape(B, T, C)
             split = lambda t: t.view(B, T, self.heads, self.dh).transpose(1, 2)  # (B, H, T, Dh)
             q, k, v = split(q), split(k), split(v)
+            if sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.o(y.transpose(1, 2).reshape(B, T, C))
             s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.dh))
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             p = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
@@ -355,6 +369,54 @@ def build_model(cfg, torch, dtype=None):
             return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))  # mean over B*T tokens
 
     return Model()
+
+
+# ---- normlab's init schemes drawn with torch's RNG -------------------------------------------------
+
+def init_with_torch(torch, model, cfg, fairseq_as_code=False):
+    """Initializes a build_model(cfg) model in place with cfg's scheme, drawn with torch's own RNG
+    (torch.nn.init): the same distributions as normlab's Model(cfg, seed) (docs/init.md), not the same
+    numbers. Under init torch, nn.Linear / nn.Embedding keep the defaults they were constructed with.
+    fairseq_as_code: fairseq's code (q/k/v xavier_uniform with gain 1/sqrt(2), fc1/fc2 PyTorch
+    defaults) instead of the scheme normlab implements (torch_init_parity.py compares both)."""
+    init = torch.nn.init
+    s, d, L = cfg.init, cfg.d_model, cfg.layers
+    with torch.no_grad():
+        emb_std = {"torch": None, "fairseq": 1.0 / math.sqrt(d)}.get(s, 0.02)
+        if emb_std is not None:
+            init.normal_(model.tok_emb.weight, 0.0, emb_std)
+            init.normal_(model.pos_emb.weight, 0.0, emb_std)
+        for blk in model.blocks:
+            linears = ([("attn.q", blk.attn.q), ("attn.k", blk.attn.k), ("attn.v", blk.attn.v), ("attn.o", blk.attn.o)]
+                       if cfg.model == "gpt" else [("mix", blk.mix)])
+            linears += [("mlp.fc1", blk.mlp.fc1), ("mlp.fc2", blk.mlp.fc2)]
+            for name, lin in linears:
+                if cfg.deepnet():
+                    init.xavier_normal_(lin.weight, gain=1.0 if name in ("attn.q", "attn.k") else cfg.deepnorm_beta())
+                elif s == "torch":
+                    continue  # PyTorch's defaults, as constructed
+                elif s == "fairseq" and fairseq_as_code:
+                    if name in ("attn.q", "attn.k", "attn.v"):
+                        init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2))  # bias: nn.Linear's default
+                    elif name in ("attn.o", "mix"):
+                        init.xavier_uniform_(lin.weight)
+                        init.zeros_(lin.bias)
+                    continue  # fc1, fc2: nn.Linear's defaults
+                elif s == "fairseq":
+                    init.xavier_uniform_(lin.weight)
+                elif s == "xavier":
+                    init.xavier_normal_(lin.weight)
+                else:
+                    std = 0.02 / math.sqrt(2.0 * L) if name in ("attn.o", "mix", "mlp.fc2") else 0.02
+                    init.normal_(lin.weight, 0.0, std)
+                init.zeros_(lin.bias)
+        if s == "fairseq":
+            init.normal_(model.head.weight, 0.0, 1.0 / math.sqrt(d))
+        elif s != "torch":
+            init.normal_(model.head.weight, 0.0, 0.02)
+        if model.head.bias is not None:
+            init.zeros_(model.head.bias)
+    return model
 
 
 # ---- normlab's init, drawn with the ported Rng (Model::Model, make_block) ----------------------

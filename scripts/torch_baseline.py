@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch baseline of normlab's toy model, for timing one training step against `normlab train`.
+"""PyTorch baseline of normlab's toy and gpt models, for timing one training step against `normlab train`.
 
 The model, task shape and optimizer mirror normlab (include/nn/normlab/nn.h, src/nn/modules.cpp,
-src/train/trainer.cpp):
+src/train/trainer.cpp). --model toy (the default):
 
   x = tok_emb[ids] + pos_emb[0..T-1]
   per block (placement pre):  h = x + proj(prefix_mean(norm1(x)))          proj: Linear d->d (bias)
@@ -12,7 +12,22 @@ src/train/trainer.cpp):
   Norms: rmsnorm (gamma, eps 1e-6), layernorm (gamma, beta, eps 1e-5) or none.
   Init (gpt2): weights N(0, 0.02), the residual projections (proj, fc2) N(0, 0.02/sqrt(2L)),
   biases 0, gamma 1, beta 0; embeddings N(0, 0.02).
-  AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0), constant schedule.
+
+--model gpt (--heads, --qk_norm): scripts/normlab_mirror.py's build_model, the mirror the checkpoint
+check verifies, with PyTorch's own kernels swapped in (sdpa=True, fused_rms=True):
+
+  x = tok_emb[ids] + pos_emb[0..T-1]
+  per block (pre):  h = x + o(attn(norm1(x)))      q, k, v, o: Linear d->d (bias), heads of Dh = d/heads
+                    x = h + fc2(gelu(fc1(norm2(h))))
+                    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True) (scale 1/sqrt(Dh));
+                    --qk_norm: RMSNorm (F.rms_norm, eps 1e-6, gain per Dh) on each head's q and k
+  final norm, head without bias, cross-entropy; RMSNorm is F.rms_norm, LayerNorm F.layer_norm.
+  Init: normlab's default gpt2 (normlab_mirror.init_with_torch): N(0, 0.02), o and fc2
+  N(0, 0.02/sqrt(2L)), biases 0, gains 1, embeddings N(0, 0.02), drawn with torch's RNG.
+  --check_init runs `normlab train` for one step at lr 1e-30 with the same config, loads its weights
+  into this model and compares the parameter count and the validation loss (both models).
+
+Both: AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0), constant schedule.
 
 One step = zero_grad, draw a batch (random ids: timing does not need normlab's numbers), forward,
 loss.item() (normlab reads the loss every step to detect divergence), backward, optimizer step.
@@ -24,9 +39,12 @@ per-step time is the figure (mean, p10, p90 are printed too). Modes: eager, comp
 of the model's forward+loss; backward through AOTAutograd), or both.
 
 --compare (what scripts/compare_speed.sh runs) times normlab's own step next to both, interleaved:
-per repeat, norm and thread count it runs `normlab train ... --steps 300 --eval_every 300 --threads t
---json` (timing.seconds_per_step: the mean over the 300 steps, evaluation excluded), a DNNL_VERBOSE=1
-run of normlab for the matmul time of each step, then this script in eager and compile mode in
+per repeat, norm and thread count it runs `normlab train --model M ... --steps 300 --eval_every 300
+--threads t --json` with this script's model config (--model, --heads, --qk_norm, --layers,
+--d_model, --d_hidden, --vocab, --seq_len, --batch_size; timing.seconds_per_step: the mean over
+the 300 steps, evaluation excluded), a DNNL_VERBOSE=1 run of normlab (--gemm_steps steps) for the
+matmul time of each step (gpt: attention's batched products are oneDNN matmuls too, so they count
+as matmul; the causal softmax is normlab's own kernel), then this script in eager and compile mode in
 fresh processes; it records the load (other processes' CPU time and the hypervisor's steal during
 each run) and prints medians over the repeats. Method and figures: results/train-speed.md.
 
@@ -36,6 +54,11 @@ Needs PyTorch (pip install torch); never needed by normlab's tests. Examples:
   NORMLAB_BIN=build/normlab python3 scripts/torch_baseline.py --compare --repeats 4 --norms rmsnorm,layernorm \\
       --normlab_policies default,active --perf --out_json /tmp/speed.json
   python3 scripts/torch_baseline.py --summarize /tmp/speed.json
+  python3 scripts/torch_baseline.py --model gpt --threads 1 --mode both           # default gpt config
+  python3 scripts/torch_baseline.py --model gpt --check_init                       # against normlab's init
+  # the gpt config where products dominate (about 70 GFLOP per step, 50x the toy's: fewer steps)
+  python3 scripts/torch_baseline.py --compare --model gpt --layers 6 --d_model 256 --d_hidden 1024 \\
+      --heads 4 --seq_len 256 --batch_size 8 --steps 30 --warmup 5 --normlab_steps 40 --gemm_steps 30
 """
 import argparse
 import json
@@ -46,10 +69,28 @@ import sys
 import time
 import warnings
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import normlab_mirror as nm  # noqa: E402  (the gpt model; needs nothing beyond the standard library)
+
+
+def parse_bool(v):
+    if v.lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--model", choices=["toy", "gpt"], default="toy",
+                   help="toy: prefix-mean mixer (default); gpt: causal attention with F.scaled_dot_product_attention")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (gpt; default 4)")
+    p.add_argument("--qk_norm", type=parse_bool, nargs="?", const=True, default=False,
+                   help="gpt: RMSNorm on each head's q and k (--qk_norm or --qk_norm true)")
     p.add_argument("--layers", type=int, default=20)
     p.add_argument("--d_model", type=int, default=64)
     p.add_argument("--d_hidden", type=int, default=128)
@@ -77,6 +118,9 @@ def parse_args(argv=None):
                    help="after timing, run torch.profiler over 20 steps and print the op table "
                         "(matmul ops vs the rest)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--check_init", action="store_true",
+                   help="instead of timing: run normlab train for one step at lr 1e-30 with this config, load "
+                        "its weights into the timed model and compare parameter count and validation loss")
     c = p.add_argument_group("side-by-side comparison (--compare; scripts/compare_speed.sh runs this)")
     c.add_argument("--compare", action="store_true",
                    help="time normlab, eager and compiled PyTorch interleaved, per thread count, several repeats")
@@ -93,6 +137,8 @@ def parse_args(argv=None):
     c.add_argument("--skip_compile", action="store_true", help="compare against eager only")
     c.add_argument("--no_gemm_share", dest="gemm_share", action="store_false",
                    help="skip the DNNL_VERBOSE matmul-time split of normlab's step")
+    c.add_argument("--gemm_steps", type=int, default=120,
+                   help="steps of the DNNL_VERBOSE run; the first min(20, steps/6) are skipped (default 120)")
     c.add_argument("--perf", action="store_true", help="also profile normlab with perf (cpu-clock) per thread count")
     c.add_argument("--torch_profile", action="store_true", help="also run torch.profiler on eager PyTorch")
     c.add_argument("--out_json", default="", help="write every measurement to this JSON file")
@@ -105,7 +151,12 @@ def parse_args(argv=None):
     c.add_argument("--quiet_max", type=float, default=0.2,
                    help="summary: a repeat counts as quiet when other processes used less than this many "
                         "cores during each of its runs (default 0.2)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.model == "gpt" and (args.heads < 1 or args.d_model % args.heads):
+        p.error(f"--heads {args.heads} does not divide --d_model {args.d_model}")
+    if args.qk_norm and args.model != "gpt":
+        p.error("--qk_norm needs --model gpt (the toy model has no queries or keys)")
+    return args
 
 
 def build(args, torch):
@@ -191,6 +242,25 @@ def build(args, torch):
     return Toy
 
 
+def gpt_config(args, seed=None):
+    """normlab_mirror.ModelConfig of the gpt model for these arguments (normlab's defaults elsewhere)."""
+    return nm.ModelConfig({
+        "model": "gpt", "norm": args.norm, "placement": args.placement, "final_norm": "auto",
+        "qk_norm": bool(args.qk_norm), "head_bias": False, "residual": True, "layers": args.layers,
+        "d_model": args.d_model, "d_hidden": args.d_hidden, "heads": args.heads, "vocab": args.vocab,
+        "seq_len": args.seq_len, "init": "gpt2", "norm_eps": 0, "data": "synthetic", "topics": 4,
+        "noise": 0.1, "batch_size": args.batch_size, "eval_batches": 8, "seed": args.seed if seed is None else seed})
+
+
+def build_gpt(args, torch, cfg=None, init=True):
+    """normlab's gpt model as timed: the checked mirror with SDPA attention and F.rms_norm, gpt2 init."""
+    cfg = cfg or gpt_config(args)
+    model = nm.build_model(cfg, torch, sdpa=True, fused_rms=True)
+    if init:
+        nm.init_with_torch(torch, model, cfg)
+    return model
+
+
 def make_optimizer(args, torch, params):
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     choice = args.adam
@@ -210,8 +280,11 @@ def make_optimizer(args, torch, params):
 
 def run_mode(args, torch, mode, form):
     torch.manual_seed(args.seed)
-    Toy = build(args, torch)
-    model = Toy(form)
+    if args.model == "gpt":
+        model = build_gpt(args, torch)
+    else:
+        Toy = build(args, torch)
+        model = Toy(form)
     params = [p for p in model.parameters()]
     n_params = sum(p.numel() for p in params)
     opt, adam_impl = make_optimizer(args, torch, params)
@@ -252,6 +325,7 @@ def run_mode(args, torch, mode, form):
     q = lambda f: times[min(len(times) - 1, int(f * len(times)))]
     res = {
         "mode": mode,
+        "model": args.model,
         "mix": form,
         "adam": adam_impl,
         "compile_mode": args.compile_mode if mode == "compile" else None,
@@ -298,7 +372,9 @@ def profile(torch, step):
 
 
 def choose_form(args, torch):
-    """Times both prefix-mean forms in eager and keeps the faster one."""
+    """Times both prefix-mean forms in eager and keeps the faster one (toy; gpt: attention is SDPA)."""
+    if args.model == "gpt":
+        return "sdpa", {}
     if args.mix != "auto":
         return args.mix, {}
     sub = argparse.Namespace(**vars(args))
@@ -321,6 +397,8 @@ def main(argv=None):
         return 0
     if args.compare:
         return compare(args)
+    if args.check_init:
+        return check_init(args)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -333,8 +411,9 @@ def main(argv=None):
     modes = ["eager", "compile"] if args.mode == "both" else [args.mode]
     out = {
         "torch": torch.__version__,
-        "config": {k: getattr(args, k) for k in ("layers", "d_model", "d_hidden", "vocab", "seq_len",
-                                                  "batch_size", "norm", "placement", "threads")},
+        "config": {k: getattr(args, k) for k in ("model", "layers", "d_model", "d_hidden", "heads", "qk_norm",
+                                                  "vocab", "seq_len", "batch_size", "norm", "placement",
+                                                  "threads")},
         "mix_choice_median_s": form_times,
         "loadavg": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None,
         "results": [],
@@ -347,8 +426,14 @@ def main(argv=None):
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"torch {out['torch']}, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
-              f"batch {args.batch_size}; prefix mean: {form} {form_times or ''}")
+        if args.model == "toy":
+            print(f"torch {out['torch']}, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
+                  f"batch {args.batch_size}; prefix mean: {form} {form_times or ''}")
+        else:
+            print(f"torch {out['torch']}, model gpt, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
+                  f"d_model {args.d_model}, d_hidden {args.d_hidden}, heads {args.heads}, qk_norm {args.qk_norm}, "
+                  f"seq_len {args.seq_len}, batch {args.batch_size}; attention: "
+                  f"F.scaled_dot_product_attention(is_causal=True); {out['results'][0].get('parameters')} parameters")
         for r in out["results"]:
             if "error" in r:
                 print(f"  {r['mode']:8s} FAILED: {r['error']}")
@@ -426,8 +511,16 @@ def find_normlab(args):
     sys.exit("no normlab binary: build it with ./scripts/build.sh or set NORMLAB_BIN")
 
 
+def model_flags(args):
+    """normlab train's model flags for this config (toy: as before, only --model added)."""
+    flags = ["--model", args.model]
+    if args.model == "gpt":
+        flags += ["--heads", str(args.heads), "--qk_norm", "true" if args.qk_norm else "false"]
+    return flags
+
+
 def normlab_cmd(args, binary, norm, threads, steps, out, eval_batches=None):
-    cmd = [binary, "train", "--layers", str(args.layers), "--d_model", str(args.d_model), "--d_hidden",
+    cmd = [binary, "train", *model_flags(args), "--layers", str(args.layers), "--d_model", str(args.d_model), "--d_hidden",
            str(args.d_hidden), "--vocab", str(args.vocab), "--seq_len", str(args.seq_len), "--norm", norm,
            "--placement", args.placement, "--batch_size", str(args.batch_size), "--steps", str(steps),
            "--eval_every", str(steps), "--threads", str(threads), "--json", "--out", out, "--force", "-q"]
@@ -455,7 +548,7 @@ def run_normlab(args, binary, norm, threads, tmp, policy="default"):
         return {"error": (p.stderr or p.stdout)[-2000:], **load}
     j = json.loads(p.stdout)
     return {"seconds_per_step": j["timing"]["seconds_per_step"], "threads": j["timing"].get("threads"),
-            "policy": policy, "versions": j.get("versions"),
+            "policy": policy, "versions": j.get("versions"), "parameters": j.get("parameters"),
             # whole process (start-up, model creation, the final evaluation included): an upper bound
             "cpu_s_per_step": load["own_cpu_s"] / args.normlab_steps, **load}
 
@@ -600,7 +693,8 @@ def parse_perf(data):
 
 def run_torch(args, mode, norm, threads, mix):
     cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode, "--threads", str(threads), "--norm", norm,
-           "--mix", mix, "--json", "--steps", str(args.steps), "--warmup", str(args.warmup), "--layers",
+           "--model", args.model, "--heads", str(args.heads), "--qk_norm", "true" if args.qk_norm else "false",
+           "--mix", mix if args.model == "toy" else "auto", "--json", "--steps", str(args.steps), "--warmup", str(args.warmup), "--layers",
            str(args.layers), "--d_model", str(args.d_model), "--d_hidden", str(args.d_hidden), "--vocab",
            str(args.vocab), "--seq_len", str(args.seq_len), "--batch_size", str(args.batch_size),
            "--adam", args.adam, "--compile_mode", args.compile_mode]
@@ -619,6 +713,96 @@ def run_torch(args, mode, norm, threads, mix):
     r["torch"] = j["torch"]
     r["mix_choice_median_s"] = j.get("mix_choice_median_s")
     return {**r, **load}
+
+
+NORM_FN = {"rmsnorm": "F.rms_norm", "layernorm": "F.layer_norm", "none": "no norm"}
+TOY_NAMES = {".norm1.weight": ".norm1.gamma", ".norm1.bias": ".norm1.beta", ".norm2.weight": ".norm2.gamma",
+             ".norm2.bias": ".norm2.beta", ".mix.": ".proj.", ".mlp.fc1.": ".fc1.", ".mlp.fc2.": ".fc2."}
+
+
+def toy_state(state):
+    """A normlab checkpoint's tensors under the names of build()'s toy model."""
+    out = {}
+    for k, v in state.items():
+        if k in ("tok_emb.weight", "pos_emb.weight"):
+            k = k.split(".")[0]
+        elif k.startswith("final_norm."):
+            k = k.replace(".weight", ".gamma").replace(".bias", ".beta")
+        else:
+            for a, b in TOY_NAMES.items():
+                k = k.replace(a, b)
+        out[k] = v
+    return out
+
+
+def check_init(args):
+    """normlab's initial weights in the timed PyTorch model: parameter counts and validation loss.
+
+    Runs `normlab train` with this config for 1 step at lr 1e-30 (so its final weights are the
+    initial ones to float32 rounding, and result.json's final_val_loss is the loss at init), loads
+    model.safetensors into the model this script times (toy: build(), prefix mean in the --mix form;
+    gpt: SDPA + F.rms_norm) and into the explicit mirror (normlab_mirror.build_model), and
+    recomputes the mean loss over the same validation batches (normlab_mirror's port of the data).
+    Needs safetensors (pip install safetensors). The run directory is removed afterwards.
+    Exit 1 when a count differs or a relative loss difference exceeds 1e-6 (at init the loss is close
+    to ln(vocab) whatever the weights, so the test has to be tight: a non-causal mask, scale 1 or an
+    RMSNorm eps of 1e-5 move it by 1.6e-5 to 4.4e-5 relative in the default gpt config)."""
+    import shutil
+    import subprocess
+    import tempfile
+    import torch
+    from safetensors.torch import load_file
+    torch.set_num_threads(args.threads)
+    binary = find_normlab(args)
+    out = os.path.join(tempfile.mkdtemp(prefix="normlab-check-init-"), "run")  # normlab creates it
+    cmd = [binary, "train", *model_flags(args), "--layers", str(args.layers), "--d_model", str(args.d_model),
+           "--d_hidden", str(args.d_hidden), "--vocab", str(args.vocab), "--seq_len", str(args.seq_len), "--norm",
+           args.norm, "--placement", args.placement, "--batch_size", str(args.batch_size), "--seed", str(args.seed),
+           "--steps", "1", "--lr", "1e-30", "--eval_every", "1", "--eval_batches", "2", "--threads",
+           str(args.threads), "--out", out, "--force", "--quiet"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-1000:]}")
+    with open(os.path.join(out, "result.json")) as fh:
+        result = json.load(fh)
+    cfg = nm.ModelConfig.from_file(os.path.join(out, "config.json"))
+    state = load_file(os.path.join(out, "model.safetensors"))
+    data = nm.data_source(cfg)
+    batches = [data.val_batch(i, cfg.batch_size, cfg.seq_len) for i in range(cfg.eval_batches)]
+    ref = result["final_val_loss"]
+    if args.model == "gpt":
+        timed = build_gpt(args, torch, cfg=cfg, init=False)
+        timed.load_state_dict(state, strict=True)
+        timed_name = f"timed (SDPA, {NORM_FN[args.norm]})"
+    else:
+        form = args.mix if args.mix != "auto" else "matmul"
+        timed = build(args, torch)(form)
+        timed.load_state_dict(toy_state(state), strict=True)
+        timed_name = f"timed (prefix mean {form}, {NORM_FN[args.norm]})"
+    mirror = nm.build_model(cfg, torch)
+    mirror.load_state_dict(state, strict=True)
+    # the timed model initialized the way it is when timed (torch's RNG): only its size is compared
+    torch.manual_seed(args.seed)
+    fresh = build_gpt(args, torch) if args.model == "gpt" else build(args, torch)("matmul")
+    counts = {"normlab": result.get("parameters"), "timed": sum(t.numel() for t in timed.parameters()),
+              "timed, as initialized for timing": sum(t.numel() for t in fresh.parameters()),
+              "checkpoint": sum(t.numel() for t in state.values())}
+    print(f"normlab: {' '.join(cmd)}")
+    print("parameters: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    bad = len(set(counts.values())) != 1
+    for name, model in ((timed_name, timed), ("explicit mirror (normlab_mirror)", mirror)):
+        total = 0.0
+        with torch.no_grad():
+            for inputs, targets in batches:
+                total += float(model(torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)))
+        loss = total / len(batches)
+        rel = abs(loss - ref) / abs(ref)
+        bad = bad or rel > 1e-6
+        print(f"validation loss at init over {len(batches)} batches: normlab {ref:.8f}, {name} {loss:.8f}, "
+              f"relative difference {rel:.2e}")
+    print("MISMATCH" if bad else "agree (parameter counts equal, losses within 1e-6 relative)")
+    shutil.rmtree(os.path.dirname(out), ignore_errors=True)
+    return 1 if bad else 0
 
 
 def med(xs):
@@ -648,15 +832,19 @@ def compare(args):
             "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
             "nproc": os.cpu_count(), "normlab_policies": policies,
             "normlab_bin_mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(binary)))}
+    config = {k: getattr(args, k) for k in ("model", "layers", "d_model", "d_hidden", "heads", "qk_norm", "vocab",
+                                             "seq_len", "batch_size", "placement", "normlab_steps", "steps",
+                                             "warmup", "gemm_steps")}
     log(f"normlab: {binary}; cpu: {info['cpu']} x{info['nproc']}; scratch {tmp}")
-    # The prefix-mean form for PyTorch: the faster of the two in eager, 1 thread.
-    mix = args.mix
+    log("config: " + ", ".join(f"{k} {v}" for k, v in config.items()))
+    # The prefix-mean form for PyTorch (toy): the faster of the two in eager, 1 thread.
+    mix = args.mix if args.model == "toy" else "sdpa"
     if mix == "auto":
         r = run_torch(argparse.Namespace(**{**vars(args), "steps": 60, "warmup": 10, "mix": "auto",
                                             "torch_profile": False}), "eager", norms[0], 1, "auto")
         mix = r.get("mix", "matmul")
         log(f"prefix mean form for PyTorch: {mix} (eager medians {r.get('mix_choice_median_s')})")
-    data = {"info": info, "mix": mix, "runs": [], "perf": {}}
+    data = {"info": info, "config": config, "mix": mix, "runs": [], "perf": {}}
     modes = ["eager"] + ([] if args.skip_compile else ["compile"])
     counts = {}
     if args.gemm_share:
@@ -673,7 +861,9 @@ def compare(args):
                     sfx = "" if i == 0 else "@" + pol
                     row["normlab" + sfx] = run_normlab(args, binary, norm, t, tmp, pol)
                     if args.gemm_share:
-                        row["gemm" + sfx] = gemm_share(args, binary, norm, t, tmp, counts[(norm, t)], policy=pol)
+                        row["gemm" + sfx] = gemm_share(args, binary, norm, t, tmp, counts[(norm, t)],
+                                                       steps=args.gemm_steps, skip=min(20, args.gemm_steps // 6),
+                                                       policy=pol)
                 for m in modes:
                     row[m] = run_torch(args, m, norm, t, mix)
                 data["runs"].append(row)
@@ -694,6 +884,10 @@ def compare(args):
                     msg += f"; normlab OMP_WAIT_POLICY={pol} " + (
                         f"{1e3 * r['seconds_per_step']:.2f} ms" if "seconds_per_step" in r else "FAILED")
                 msg += f"  [others used {row['normlab']['others_cores']:.2f} cores during normlab]"
+                pn = row["normlab"].get("parameters")
+                pt = {row[m].get("parameters") for m in modes} - {None}
+                if pn is not None and pt and pt != {pn}:
+                    msg += f"  PARAMETER COUNTS DIFFER: normlab {pn}, PyTorch {sorted(pt)}"
                 log(msg)
                 if args.out_json:
                     with open(args.out_json, "w") as fh:
@@ -781,8 +975,15 @@ def print_summary(data, norms, threads, modes, quiet_max=0.2):
 
 
 def print_summary_runs(data, runs, norms, threads, modes, quiet_max):
+    cfg = data.get("config") or {"model": "toy"}
+    if cfg.get("model") == "gpt":
+        print("\nmodel gpt: " + ", ".join(f"{k} {cfg[k]}" for k in ("layers", "d_model", "d_hidden", "heads", "qk_norm",
+                                                                 "vocab", "seq_len", "batch_size") if k in cfg))
+        what = "PyTorch attention: F.scaled_dot_product_attention(is_causal=True)"
+    else:
+        what = f"PyTorch prefix mean: {data['mix']}"
     print(f"\nper-step ms, median over repeats [min-max of the repeats (± half-range / median)]; ratios: "
-          f"median of the per-repeat ratios [min-max]; PyTorch prefix mean: {data['mix']}")
+          f"median of the per-repeat ratios [min-max]; {what}")
     print("\nAll repeats:")
     print_table(data, norms, threads, modes,
                 lambda n, t: [r for r in runs if r["norm"] == n and r["threads"] == t])

@@ -156,43 +156,7 @@ def torch_init(torch, cfg, seed, fairseq_as_code=False):
     """The mirror model initialized the PyTorch way for cfg's scheme; {name: float64 numpy}."""
     torch.manual_seed(seed)
     model = nm.build_model(cfg, torch)  # nn.Linear / nn.Embedding run their default reset_parameters here
-    init = torch.nn.init
-    s, d, L = cfg.init, cfg.d_model, cfg.layers
-    with torch.no_grad():
-        emb_std = {"torch": None, "fairseq": 1.0 / math.sqrt(d)}.get(s, 0.02)
-        if emb_std is not None:
-            init.normal_(model.tok_emb.weight, 0.0, emb_std)
-            init.normal_(model.pos_emb.weight, 0.0, emb_std)
-        for blk in model.blocks:
-            linears = ([("attn.q", blk.attn.q), ("attn.k", blk.attn.k), ("attn.v", blk.attn.v), ("attn.o", blk.attn.o)]
-                       if cfg.model == "gpt" else [("mix", blk.mix)])
-            linears += [("mlp.fc1", blk.mlp.fc1), ("mlp.fc2", blk.mlp.fc2)]
-            for name, lin in linears:
-                if cfg.deepnet():
-                    init.xavier_normal_(lin.weight, gain=1.0 if name in ("attn.q", "attn.k") else cfg.deepnorm_beta())
-                elif s == "torch":
-                    continue  # PyTorch's defaults, as constructed
-                elif s == "fairseq" and fairseq_as_code:
-                    if name in ("attn.q", "attn.k", "attn.v"):
-                        init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2))  # bias: nn.Linear's default
-                    elif name in ("attn.o", "mix"):
-                        init.xavier_uniform_(lin.weight)
-                        init.zeros_(lin.bias)
-                    continue  # fc1, fc2: nn.Linear's defaults
-                elif s == "fairseq":
-                    init.xavier_uniform_(lin.weight)
-                elif s == "xavier":
-                    init.xavier_normal_(lin.weight)
-                else:
-                    std = 0.02 / math.sqrt(2.0 * L) if name in ("attn.o", "mix", "mlp.fc2") else 0.02
-                    init.normal_(lin.weight, 0.0, std)
-                init.zeros_(lin.bias)
-        if s == "fairseq":
-            init.normal_(model.head.weight, 0.0, 1.0 / math.sqrt(d))
-        elif s != "torch":
-            init.normal_(model.head.weight, 0.0, 0.02)
-        if model.head.bias is not None:
-            init.zeros_(model.head.bias)
+    nm.init_with_torch(torch, model, cfg, fairseq_as_code=fairseq_as_code)
     return {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
 
 
