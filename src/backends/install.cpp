@@ -3,6 +3,8 @@
 
 #include "normlab/backend.h"
 #include "normlab/cpu_backend.h"
+#include "normlab/cuda.h"
+#include "normlab/cuda_backend.h"
 #include "normlab/ops.h"
 #include "normlab/reference_backend.h"
 
@@ -12,6 +14,9 @@ void install_backends() {
   static const bool installed = [] {
     register_backend("reference", make_reference_backend());
     register_backend("cpu", make_cpu_backend());
+    // "cuda" only where a device is usable: the tests and --device cuda ask for it by name and
+    // report "no CUDA device found" otherwise.
+    if (cuda_device_count() > 0) register_backend("cuda", make_cuda_backend());
     install_gradient_math();
     return true;
   }();
