@@ -120,8 +120,7 @@ int run_norms_cuda(const NormsArgs& a, const GlobalOptions& g) {
   const int repeats = static_cast<int>(std::max<int64_t>(a.repeats, 20));
   nlohmann::json rows = nlohmann::json::array();
   if (!g.json) {
-    std::printf("device: %s
-copy bandwidth (read + write): cudaMemcpy %.1f GB/s, copy kernel %.1f GB/s; %% below is of %.1f\n\n",
+    std::printf("device: %s\ncopy bandwidth (read + write): cudaMemcpy %.1f GB/s, copy kernel %.1f GB/s; %% below is of %.1f\n\n",
                 cuda_summary().c_str(), bw.memcpy_gbs, bw.kernel_gbs, limit);
     std::printf("%-10s %-5s %-16s %10s %9s %6s %10s %9s %6s %9s %9s\n", "norm", "dtype", "shape", "fwd_us", "fwd_GB/s",
                 "fwd_%", "bwd_us", "bwd_GB/s", "bwd_%", "fwd_err", "bwd_err");
