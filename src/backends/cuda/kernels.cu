@@ -464,6 +464,100 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
   }
 }
 
+// The backward with one read of x and dy from memory: a block takes rows blockIdx.x,
+// blockIdx.x + gridDim.x, ...; thread t always owns the same units of a row (t, t + blockDim.x,
+// ...), so it alone accumulates its columns' dgamma/dbeta sums over the block's rows, in shared
+// memory, without atomics. Per row: pass 1 reads x and dy (the sums for the two block
+// reductions, and the column sums), pass 2 reads the row again for dx (from L1/L2: the block just
+// read it). At the end each block writes its column sums to part_g/part_b[blockIdx.x, :], which
+// column_final_kernel adds in block order: deterministic, no float atomics.
+template <class T, int P, bool kRms>
+__global__ void norm_backward_fused_kernel(NormBwd<T> p, int64_t n, float* part_g, float* part_b) {
+  extern __shared__ float sums[];  // [0, d): dgamma; [d, 2d): dbeta (LayerNorm)
+  __shared__ float scratch[32];
+  const int64_t d = p.d, units = d / P;
+  float* sg_col = sums;
+  float* sb_col = sums + d;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      sg_col[u * P + e] = 0.0f;
+      if (!kRms) sb_col[u * P + e] = 0.0f;
+    }
+  }
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const T* xr = p.x + row * d;
+    const T* dyr = p.dy + row * d;
+    const float mu = kRms ? 0.0f : p.mean[row];
+    const float rs = p.rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      float xv[P], dv[P], gv[P];
+      load_unit<T, P>(xr, u, xv);
+      load_unit<T, P>(dyr, u, dv);
+      load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const float xhat = (xv[e] - mu) * rs;
+        const float g = dv[e] * gv[e];
+        sg += g;
+        sgx += g * xhat;
+        sg_col[u * P + e] += dv[e] * xhat;
+        if (!kRms) sb_col[u * P + e] += dv[e];
+      }
+    }
+    const float mean_g = kRms ? 0.0f : block_sum(sg, scratch) / static_cast<float>(d);
+    const float mean_gx = block_sum(sgx, scratch) / static_cast<float>(d);
+    if (p.dx) {
+      T* dxr = p.dx + row * d;
+      for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+        float xv[P], dv[P], gv[P], o[P];
+        load_unit<T, P>(xr, u, xv);
+        load_unit<T, P>(dyr, u, dv);
+        load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          const float xhat = (xv[e] - mu) * rs;
+          o[e] = rs * (dv[e] * gv[e] - mean_g - xhat * mean_gx);
+        }
+        store_unit<T, P>(dxr, u, o);
+      }
+    }
+  }
+  if (part_g) {
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        part_g[static_cast<int64_t>(blockIdx.x) * d + u * P + e] = sg_col[u * P + e];
+        if (part_b) part_b[static_cast<int64_t>(blockIdx.x) * d + u * P + e] = sb_col[u * P + e];
+      }
+    }
+  }
+}
+
+// The device's multiprocessor count, asked once (132 if the query fails: only block counts
+// depend on it).
+int device_sms() {
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || count <= 0) {
+      (void)cudaGetLastError();
+      count = 132;
+    }
+    return count;
+  }();
+  return sms;
+}
+
+// At most this many blocks for the fused backward (the partial sums are sized by it): 4 per
+// multiprocessor, at most one per row.
+int64_t fused_blocks(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(rows, 4LL * device_sms()));
+}
+
+constexpr size_t kFusedMaxSmem = 192 * 1024;  // column sums per block (sm_90 allows 227 KiB)
+
 constexpr size_t kMaxCacheBytes = 96 * 1024;  // opt-in shared memory per block (sm_90: 227 KiB)
 
 bool aligned16(const void* ptr) { return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -510,17 +604,51 @@ void launch_norm_backward_dx(const NormBwd<T>& p, int64_t n) {
   check_launch(name);
 }
 
+// The one-read backward when a block's column sums fit in shared memory (d <= 24576 for
+// LayerNorm, 49152 for RMSNorm); true when it ran.
+template <class T, int P, bool kRms>
+bool try_norm_backward_fused(const NormBwd<T>& p, int64_t n, float* dgamma, float* dbeta,
+                             float* work, const char* name) {
+  const size_t bytes = (kRms ? 1 : 2) * static_cast<size_t>(p.d) * sizeof(float);
+  if (bytes > kFusedMaxSmem) return false;
+  const int threads = row_threads(p.d / P);
+  auto kernel = norm_backward_fused_kernel<T, P, kRms>;
+  allow_smem(kernel, bytes, name);
+  // One wave: as many blocks as are resident at once (rows are shared out evenly among them).
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor", name);
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min<int64_t>(fused_blocks(n), static_cast<int64_t>(std::max(per_sm, 1)) * device_sms()));
+  float* part_g = (dgamma || dbeta) ? work : nullptr;
+  float* part_b = (!kRms && (dgamma || dbeta)) ? work + blocks * p.d : nullptr;
+  kernel<<<static_cast<unsigned>(blocks), threads, bytes>>>(p, n, part_g, part_b);
+  check_launch(name);
+  if (part_g) {
+    column_final_kernel<<<grid_for(p.d), kThreads>>>(dgamma, dbeta, part_g, part_b, blocks, p.d);
+    check_launch(name);
+  }
+  return true;
+}
+
 template <class T, bool kRms>
 void norm_backward_t(const NormBwd<T>& p, float* dgamma, float* dbeta, int64_t n, float* work) {
   const char* name = kRms ? "rmsnorm_backward" : "layernorm_backward";
-  if (p.dx && n > 0 && p.d > 0) {
+  if (!p.dx && !dgamma && !dbeta) return;
+  if (n > 0 && p.d > 0) {
     constexpr int kVec = 16 / sizeof(T);
     const bool vec = p.d % kVec == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) &&
                      aligned16(p.gamma);
-    if (vec)
-      launch_norm_backward_dx<T, kVec, kRms>(p, n);
-    else
-      launch_norm_backward_dx<T, 1, kRms>(p, n);
+    const bool fused = vec ? try_norm_backward_fused<T, kVec, kRms>(p, n, dgamma, dbeta, work, name)
+                           : try_norm_backward_fused<T, 1, kRms>(p, n, dgamma, dbeta, work, name);
+    if (fused) return;
+    // Rows too long for registers: dx one block per row, then the column reductions.
+    if (p.dx) {
+      if (vec)
+        launch_norm_backward_dx<T, kVec, kRms>(p, n);
+      else
+        launch_norm_backward_dx<T, 1, kRms>(p, n);
+    }
   }
   if (dgamma || dbeta) {
     if (kRms)
@@ -881,7 +1009,7 @@ void bias_residual_init(float* out, const float* bias, const float* residual, in
 
 int64_t column_work(int64_t rows, int64_t cols) {
   int64_t rpc = 0;
-  return 2 * column_chunks(rows, rpc) * cols;
+  return 2 * std::max(column_chunks(rows, rpc), fused_blocks(rows)) * cols;
 }
 
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work) {
