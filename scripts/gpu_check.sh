@@ -34,6 +34,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 command -v nvcc >/dev/null && nvcc --version | tail -2
 
 step "1. build (sm_90 + PTX) in $BUILD"
+./scripts/setup.sh || echo "gpu_check: setup.sh could not install what is missing; building with what is there" >&2
 jobs=$(nproc 2>/dev/null || echo 8)
 mkdir -p "$BUILD"
 if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CUDA=ON -DNORMLAB_TESTS=ON \
