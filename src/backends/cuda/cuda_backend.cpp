@@ -125,11 +125,10 @@ class CudaBackend final : public Backend {
     require_device();
     install_memory_hooks();
   }
-  ~CudaBackend() override {
-    if (blas_) (void)cublasDestroy(blas_);
-    if (work_) (void)cudaFree(work_);
-    if (scalars_) (void)cudaFree(scalars_);
-  }
+  // The backend lives in the registry, a static destroyed at exit after the CUDA runtime has
+  // torn itself down (its atexit handler is registered later): calling cublasDestroy or cudaFree
+  // then is undefined. The handle and buffers are left to the process's end.
+  ~CudaBackend() override = default;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
