@@ -47,7 +47,14 @@ Backend& backend(const std::string& name) {
 }
 
 Backend& backend_for(Device device, DType dtype) {
-  NL_CHECK(device == Device::cpu, "no CUDA backend is available in this build");
+  if (device == Device::cuda) {
+    auto& m = registry().backends;
+    auto it = m.find("cuda");
+    if (it == m.end()) throw UsageError("no CUDA device found (no \"cuda\" backend is registered)");
+    NL_CHECK(it->second->supports(dtype), "the cuda backend does not support {} (float32 only)",
+             dtype_name(dtype));
+    return *it->second;
+  }
   Backend& b = backend(registry().default_cpu);
   if (b.supports(dtype)) return b;
   // float64 exists for checking: the plain-loop backend is the one that has it.

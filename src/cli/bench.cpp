@@ -6,11 +6,16 @@
 //   normlab bench --compare BASE.json NEW.json             two saved runs, row by row
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include "cli_common.h"
 #include "normlab/bench.h"
+#include "normlab/cuda.h"
+#include "normlab/cuda_backend.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 
@@ -36,6 +41,8 @@ struct NormsArgs {
   uint64_t seed = 0;
   bool list = false, with_torch = false;
   std::string python = "python3", torch_script;
+  DeviceOptions dev;
+  std::string dtypes = "f32";  // --device cuda: f32, bf16 or both
 };
 
 struct StepArgs {
@@ -91,7 +98,78 @@ void print_compare(const std::string& base_file, const std::vector<NamedStats>& 
   }
 }
 
+// bench norms --device cuda: normlab's CUDA norm kernels, timed on the device with CUDA events
+// (src/backends/cuda), next to the device's copy bandwidth measured in the same run.
+int run_norms_cuda(const NormsArgs& a, const GlobalOptions& g) {
+  check_device(a.dev);
+  NL_USAGE(a.impls.empty(), "--impl selects cpu implementations; --device cuda times normlab's CUDA kernels");
+  NL_USAGE(!a.with_torch, "--with-torch with --device cuda: scripts/gpu_check.sh times PyTorch's GPU kernels");
+  NL_USAGE(a.repeats >= 1 && a.repeats <= 1000000, "--repeats must be 1..1000000, got {}", a.repeats);
+  NL_USAGE(a.warmup >= 0 && a.warmup <= 1000000, "--warmup must be 0..1000000, got {}", a.warmup);
+  const std::vector<NormShape> shapes = a.shapes.empty() ? default_shapes() : parse_shapes(a.shapes, "--shapes");
+  std::vector<bool> bf16s;
+  for (const std::string& t : {std::string("f32"), std::string("bf16")})
+    if (a.dtypes == t || a.dtypes == "f32,bf16" || a.dtypes == "bf16,f32" || a.dtypes == "all") bf16s.push_back(t == "bf16");
+  NL_USAGE(!bf16s.empty(), "--dtypes must be f32, bf16 or f32,bf16, got '{}'", shown(a.dtypes));
+  int64_t largest = 0;
+  for (const NormShape& s : shapes) largest = std::max(largest, s.numel());
+  const size_t copy_bytes = std::max<size_t>(size_t(256) << 20, static_cast<size_t>(largest) * 4);
+  spdlog::info("bench norms --device cuda: copy bandwidth on {} MiB ...", copy_bytes >> 20);
+  const CudaCopyBandwidth bw = cuda_copy_bandwidth(copy_bytes, 20);
+  const double limit = std::max(bw.memcpy_gbs, bw.kernel_gbs);
+  const int repeats = static_cast<int>(std::max<int64_t>(a.repeats, 20));
+  nlohmann::json rows = nlohmann::json::array();
+  if (!g.json) {
+    std::printf("device: %s\ncopy bandwidth (read + write): cudaMemcpy %.1f GB/s, copy kernel %.1f GB/s; %% below is of %.1f\n\n",
+                cuda_summary().c_str(), bw.memcpy_gbs, bw.kernel_gbs, limit);
+    std::printf("%-10s %-5s %-16s %10s %9s %6s %10s %9s %6s %9s %9s\n", "norm", "dtype", "shape", "fwd_us", "fwd_GB/s",
+                "fwd_%", "bwd_us", "bwd_GB/s", "bwd_%", "fwd_err", "bwd_err");
+  }
+  bool ok = true;
+  for (const NormShape& s : shapes)
+    for (bool bf16 : bf16s)
+      for (bool rms : {false, true}) {
+        CudaNormCase c;
+        c.rms = rms;
+        c.bf16 = bf16;
+        c.rows = s.rows();
+        c.d = s.d;
+        c.repeats = repeats;
+        c.warmup = static_cast<int>(std::max<int64_t>(a.warmup, 3));
+        const CudaNormTiming t = cuda_time_norm(c);
+        const double fwd_gbs = t.fwd_bytes / (t.fwd_ms * 1e-3) / 1e9, bwd_gbs = t.bwd_bytes / (t.bwd_ms * 1e-3) / 1e9;
+        const double tol = bf16 ? 1e-2 : 1e-4;  // bf16 outputs keep 8 bits of mantissa
+        const bool pass = t.fwd_max_err <= tol && t.bwd_max_err <= tol;
+        ok = ok && pass;
+        const char* norm = rms ? "rmsnorm" : "layernorm";
+        const char* dtype = bf16 ? "bf16" : "f32";
+        rows.push_back({{"norm", norm}, {"dtype", dtype}, {"shape", s.str()}, {"rows", s.rows()}, {"d", s.d},
+                        {"fwd_ms", t.fwd_ms}, {"fwd_min_ms", t.fwd_min_ms}, {"fwd_gbs", fwd_gbs},
+                        {"fwd_pct_copy", 100 * fwd_gbs / limit}, {"bwd_ms", t.bwd_ms}, {"bwd_min_ms", t.bwd_min_ms},
+                        {"bwd_gbs", bwd_gbs}, {"bwd_pct_copy", 100 * bwd_gbs / limit},
+                        {"fwd_max_err", t.fwd_max_err}, {"bwd_max_err", t.bwd_max_err}, {"pass", pass}});
+        if (!g.json)
+          std::printf("%-10s %-5s %-16s %10.1f %9.1f %6.1f %10.1f %9.1f %6.1f %9.1e %9.1e%s\n", norm, dtype,
+                      s.str().c_str(), 1e3 * t.fwd_ms, fwd_gbs, 100 * fwd_gbs / limit, 1e3 * t.bwd_ms, bwd_gbs,
+                      100 * bwd_gbs / limit, t.fwd_max_err, t.bwd_max_err, pass ? "" : "  WRONG");
+      }
+  nlohmann::json doc = {{"kind", "norms-cuda"},
+                        {"device", cuda_summary()},
+                        {"copy_memcpy_gbs", bw.memcpy_gbs},
+                        {"copy_kernel_gbs", bw.kernel_gbs},
+                        {"copy_bytes", copy_bytes},
+                        {"rows", rows}};
+  if (!a.o.out.empty()) write_file_atomic(a.o.out, doc.dump(2) + "\n");
+  if (g.json) std::cout << doc.dump(2) << "\n";
+  else
+    std::printf("\nbytes per call: forward reads x and writes y, backward reads x and dy and writes dx; "
+                "errors: max |gpu - float64| / (1 + |ref|) over the first 4 rows (bf16: of bf16 inputs)\n");
+  return ok ? 0 : 1;
+}
+
 int run_norms(const NormsArgs& a, const GlobalOptions& g) {
+  if (a.dev.device != "cpu") return run_norms_cuda(a, g);
+  NL_USAGE(a.dtypes == "f32", "--dtypes {} needs --device cuda (the cpu kernels are float32)", shown(a.dtypes));
   if (a.list) {
     std::printf("%-22s %-14s %s\n", "implementation", "provider", "what");
     const NormRegistry registry = builtin_norm_impls();
@@ -262,6 +340,8 @@ docs/bench.md explains every column and the JSON schema.)");
               "Add PyTorch's rows (scripts/torch_bench.py; skipped with a warning when python3 cannot import torch)");
   n->add_option("--python", norms->python, "Python interpreter for --with-torch (default python3)");
   n->add_option("--torch-script", norms->torch_script, "Path of torch_bench.py (default: found next to the build)");
+  add_device_flags(*n, norms->dev);
+  n->add_option("--dtypes", norms->dtypes, "With --device cuda: f32, bf16 or f32,bf16 (bf16 storage, float32 statistics; default f32)");
   add_output_flags(*n, norms->o, g, true);
   n->footer(R"(Each implementation is checked against the float64 reference kernels on the first buffer set
 before it is timed; one that fails is reported (exit 1) and never timed. Each case then runs

@@ -20,6 +20,21 @@ using Runner = std::function<int()>;
 // Adds the options every subcommand shares (--json, -v, -q) to `sub`.
 void add_global_flags(CLI::App& sub, GlobalOptions& g);
 
+// --device cpu|cuda and --tf32, for the commands that run kernels (train, sweep, gradcheck,
+// bench). Not config keys: the device changes where a run computes, not what it computes (a
+// config's hash, and so a sweep's resume, does not depend on it).
+struct DeviceOptions {
+  std::string device = "cpu";
+  bool tf32 = false;  // cuBLAS may use TF32 tensor cores for float32 products (cuda only)
+};
+void add_device_flags(CLI::App& sub, DeviceOptions& d);
+// Checks the choice: for cuda, a usable device (UsageError "no CUDA device found (...)": exit 2),
+// and sets TF32. Does not change any backend.
+void check_device(const DeviceOptions& d);
+// check_device, then, for cuda, runs every kernel of this process on the GPU: "cuda-host"
+// becomes the backend of host tensors (each call moves its tensors to the device and back).
+void use_device(const DeviceOptions& d);
+
 // The flag names of a config key: "--eval_every,--eval-every" (config files use the underscore,
 // most command lines the hyphen; both are accepted).
 std::string config_flag_names(const std::string& key);

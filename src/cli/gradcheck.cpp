@@ -25,6 +25,7 @@ struct GradcheckArgs {
   std::string dump;
   std::string backend = "cpu";
   int threads = 1;  // the cases are tiny: a second thread only adds fork/join (and spinning under load)
+  DeviceOptions dev;
 };
 
 void print_list() {
@@ -80,6 +81,17 @@ int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
   }
   opt.seed = a.seed;
   opt.f32_backend = a.backend == "none" ? "" : a.backend;
+  // --device cuda: the float32 check runs on the GPU's kernels (its gradients against the float64
+  // reference's), unless --backend names another.
+  check_device(a.dev);
+  if (a.dev.device == "cuda") {
+    NL_USAGE(a.backend == "cpu" || a.backend == "cuda" || a.backend == "cuda-host",
+             "--device cuda checks the cuda backend; drop --backend {}", shown(a.backend));
+    opt.f32_backend = "cuda-host";
+  } else if (opt.f32_backend == "cuda") {
+    check_device(DeviceOptions{"cuda", false});
+    opt.f32_backend = "cuda-host";  // the cases' tensors are on the host
+  }
   if (!opt.f32_backend.empty()) backend(opt.f32_backend);  // an unknown name is a usage error
   set_num_threads(a.threads);
 
@@ -131,6 +143,7 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--backend", args->backend,
                   "Backend whose float32 gradients are compared with the float64 reference (default cpu; none to skip)");
   sub->add_option("--threads", args->threads, "Threads for the cpu backend (default 1: the cases are tiny; 0 = all cores)");
+  add_device_flags(*sub, args->dev);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
   normlab gradcheck                          every op and composite, float64 finite differences + cpu float32

@@ -37,6 +37,7 @@ struct SweepArgs {
   int slurm_cpus = 1, slurm_array_max = 0, slurm_shards = 0;
   // summarize
   std::string dir, rows, cols, metric, format = "md";
+  DeviceOptions dev;
 };
 
 int default_jobs() {
@@ -91,7 +92,8 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
-  // Everything is checked before anything is created.
+  // Everything is checked before anything is created (a --device cuda without a GPU first).
+  check_device(a.dev);
   SweepRequest req;
   for (const std::string& p : a.positional) {
     if (p.find('=') != std::string::npos) {
@@ -198,6 +200,8 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   ro.jobs = jobs;
   ro.threads = a.threads;
   ro.shard = shard;
+  ro.device = a.dev.device;
+  ro.tf32 = a.dev.tf32;
   SweepRunReport rep = run_sweep(plan, todo, ro, cb);
   if (tty) std::fprintf(stderr, "\r\033[K");
 
@@ -272,6 +276,7 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--slurm-time", a->slurm_time, "#SBATCH --time (e.g. 01:00:00)");
   sub->add_option("--slurm-cpus", a->slurm_cpus, "#SBATCH --cpus-per-task, and --jobs of each task (default 1)");
   sub->add_option("--slurm-array-max", a->slurm_array_max, "At most this many array tasks at once (%M; 0 = no limit)");
+  add_device_flags(*sub, a->dev);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
   normlab sweep --out sweeps/lr lr=1e-4,3e-4,1e-3,3e-3,1e-2 layers=12,30 placement=pre,post seed=0,1,2 --set steps=3000

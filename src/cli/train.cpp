@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli_common.h"
+#include "normlab/cuda.h"
 #include "output.h"
 #include "normlab/about.h"
 #include "normlab/config.h"
@@ -28,6 +29,7 @@ struct TrainArgs {
   bool save_every_given = false;
   std::string resume;  // a stopped run to continue
   std::map<std::string, std::string> values;  // --key value, applied over the file
+  DeviceOptions dev;
 };
 
 std::string default_run_dir(const TrainConfig& c) {
@@ -63,6 +65,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     NL_USAGE(!a.out_given, "--resume finishes the run where it was going (the directory it was started with); drop --out");
     resume = std::make_unique<ResumableRun>(find_resumable(a.resume));
   }
+  use_device(a.dev);  // before anything else: "no CUDA device found" is the first word
   TrainConfig cfg = resume ? resume->config : load_train_config(a.config_file, a.values);
   if (!resume) validate_run(cfg);
 
@@ -76,6 +79,8 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   opt.force = a.force;
   opt.save_every = resume && !a.save_every_given ? resume->save_every : a.save_every;
   opt.versions = provenance();
+  opt.versions["device"] = a.dev.device == "cuda" ? fmt::format("cuda ({}{})", cuda_summary(), a.dev.tf32 ? ", tf32" : "")
+                                                   : "cpu";
   const bool table = !g.json;
   const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
   opt.on_start = [table, &cfg, &opt] {
@@ -145,12 +150,14 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
         config_flag_names(name), [args, name](const std::string& v) { args->values[name] = v; },
         fmt::format("{} ({})", k.help, k.type));
   }
+  add_device_flags(*sub, args->dev);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
   normlab train --norm rmsnorm --placement pre --layers 20 --steps 3000
   normlab train --model gpt --qk_norm true --norm layernorm --placement post --lr 3e-3 --warmup_steps 200
   normlab train --config experiments/toy-pre-rms.json --lr 1e-2 --out runs/lr1e-2
   normlab train --data text:data/tiny.txt --model gpt --steps 500 --json
+  normlab train --device cuda --steps 200   (every kernel on GPU 0; the tensors stay on the host)
   normlab train --layers 20 --steps 3000 --save_every 500 --out runs/long   (Ctrl-C, then:)
   normlab train --resume runs/long
 

@@ -276,6 +276,28 @@ Tensor Tensor::to(DType target) const {
   return from(to_vector(), shape(), target);
 }
 
+Tensor Tensor::to_device(Device target) const {
+  Tensor out = empty(shape(), dtype(), target);
+  const size_t bytes = nbytes();
+  if (bytes == 0) return out;
+  if (device() == Device::cpu && target == Device::cpu) {
+    std::memcpy(out.raw(), raw(), bytes);
+  } else if (device() == target) {
+    out.copy_(*this);
+  } else if (device() == Device::cpu) {
+    const DeviceMemory& m = arena(target).alloc;
+    NL_CHECK(m.upload != nullptr, "no memory hooks registered for device {}", device_name(target));
+    m.upload(out.raw(), raw(), bytes);
+  } else {
+    NL_CHECK(target == Device::cpu, "to_device: {} to {} is not supported", device_name(device()),
+             device_name(target));
+    const DeviceMemory& m = arena(device()).alloc;
+    NL_CHECK(m.download != nullptr, "no memory hooks registered for device {}", device_name(device()));
+    m.download(out.raw(), raw(), bytes);
+  }
+  return out;
+}
+
 Tensor Tensor::detach() const {
   Tensor v = view(shape());
   return v;

@@ -178,6 +178,11 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 
     std::vector<std::string> args = {exe, "train", "--config", cfg_path, "--out", rd.string(), "--force", "-q"};
+    if (opt.device != "cpu") {
+      args.push_back("--device");
+      args.push_back(opt.device);
+    }
+    if (opt.tf32) args.push_back("--tf32");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -1,9 +1,12 @@
-// Tests of the "cpu" backend: every kernel against the reference backend on the same random
-// inputs (the cpu result in float32, the reference computed in float64 on the inputs converted
+// Tests of the "cpu" backend, and of every backend this build has ("cpu", and "cuda" when built:
+// the Kernel* suites run once per backend, the cuda run through a host adapter, which poisons
+// every output on the device before the kernel runs, and skip with a message when no GPU is
+// present): every kernel against the reference backend on the same random
+// inputs (the result in float32, the reference computed in float64 on the inputs converted
 // with to(f64)), on odd shapes; each implementation of the norm kernels (multipass, fused,
 // oneDNN) on raw arrays; the oneDNN primitive cache (a steady state creates nothing); NaN/Inf
 // propagation; and results that do not depend on the thread count.
-// Run: ctest -R Cpu   (or: normlab_tests --gtest_filter='Cpu*')
+// Run: ctest -R 'Cpu|Kernel'   (or: test_backends --gtest_filter='*Kernel*:Cpu*')
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +20,9 @@
 #include "normlab/cpu_kernel_lab.h"
 #include "simd.h"
 #include "normlab/backend.h"
+#include "normlab/cuda.h"
+#include "normlab/cuda_backend.h"
+#include "normlab/host_adapter.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 
@@ -25,6 +31,44 @@ namespace {
 
 Backend& cpu_backend() { return backend("cpu"); }
 Backend& ref() { return backend("reference"); }
+
+// ---- the backend under test of the Kernel* suites ------------------------------------------
+// Parameter "cpu" or "cuda" (the backends this build has); a device backend runs behind a host
+// adapter (host_adapter.h) that poisons every output with NaN on the device before each kernel,
+// so that the same host-tensor test bodies check it.
+Backend* g_under_test = nullptr;
+Backend& under_test() { return g_under_test ? *g_under_test : cpu_backend(); }
+
+std::vector<std::string> built_backends() {
+  std::vector<std::string> names = {"cpu"};
+  if (cuda_built()) names.push_back("cuda");
+  return names;
+}
+
+class KernelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "cpu") {
+      g_under_test = &cpu_backend();
+      return;
+    }
+    const std::vector<std::string> names = backend_names();
+    if (std::find(names.begin(), names.end(), GetParam()) == names.end())
+      GTEST_SKIP() << "no CUDA device found (" << cuda_summary() << "): the " << GetParam()
+                   << " kernels are not tested on this machine";
+    adapter_ = make_host_adapter(backend(GetParam()), /*poison_outputs=*/true);
+    g_under_test = adapter_.get();
+  }
+  void TearDown() override { g_under_test = nullptr; }
+  std::unique_ptr<Backend> adapter_;
+};
+using KernelMatmul = KernelTest;
+using KernelElementwise = KernelTest;
+using KernelNorm = KernelTest;
+using KernelSoftmax = KernelTest;
+using KernelLoss = KernelTest;
+using KernelAttention = KernelTest;
+using KernelLayout = KernelTest;
 
 // A float32 tensor of N(mean, scale^2) values from the check stream.
 Tensor randn(Rng& rng, const Shape& shape, double scale = 1.0, double mean = 0.0) {
@@ -69,7 +113,7 @@ void expect_close(const Tensor& got32, const Tensor& want64, Tol tol, const std:
     if (!both_nan && !(diff <= max_diff)) max_diff = diff;
     if (!ok && ++bad <= 5) {
       char line[160];
-      std::snprintf(line, sizeof line, "\n  [%zu] cpu %.9g reference %.9g diff %.3g", i, got[i],
+      std::snprintf(line, sizeof line, "\n  [%zu] got %.9g reference %.9g diff %.3g", i, got[i],
                     want[i], diff);
       report += line;
     }
@@ -110,14 +154,14 @@ void check_matmul(const MatmulCase& c, uint64_t seed) {
   Tensor a = randn(rng, {na * c.m * c.k}), b = randn(rng, {nb * c.k * c.n});
   Tensor c32 = randn(rng, {c.batch * c.m * c.n});  // the initial C, used when accumulating
   Tensor c64 = f64(c32);
-  cpu_backend().matmul(c32, a, b, MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
+  under_test().matmul(c32, a, b, MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
   ref().matmul(c64, f64(a), f64(b), MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
   // Dot products of K float32 terms ~N(0,1): kForward up to K = 65 (see there); the K = 1000
   // cases get the reduction tolerance (measured 2.4e-5).
   expect_close(c32, c64, c.k > 100 ? kReduction : kForward, c.str());
 }
 
-TEST(CpuMatmul, AllTransposeBatchBroadcastAccumulateCombos) {
+TEST_P(KernelMatmul, AllTransposeBatchBroadcastAccumulateCombos) {
   const int64_t shapes[][4] = {{1, 1, 1, 1},  {1, 7, 5, 3},  {3, 7, 5, 3}, {2, 33, 17, 65},
                                {4, 1, 9, 16}, {2, 16, 1, 8}, {5, 8, 8, 1}};
   uint64_t seed = 1;
@@ -131,7 +175,7 @@ TEST(CpuMatmul, AllTransposeBatchBroadcastAccumulateCombos) {
                            seed++);
 }
 
-TEST(CpuMatmul, LargerAndLongContraction) {
+TEST_P(KernelMatmul, LargerAndLongContraction) {
   check_matmul({1, 64, 512, 64, false, true, true, true, false}, 101);
   check_matmul({1, 64, 48, 1000, true, false, true, true, true}, 102);
   check_matmul({8, 31, 29, 37, false, false, true, false, false}, 103);  // folded into one GEMM
@@ -139,15 +183,15 @@ TEST(CpuMatmul, LargerAndLongContraction) {
   check_matmul({6, 31, 29, 37, false, true, false, true, false}, 105);   // broadcast A
 }
 
-TEST(CpuMatmul, EmptyContractionWritesZeroOrKeeps) {
+TEST_P(KernelMatmul, EmptyContractionWritesZeroOrKeeps) {
   Tensor c = Tensor::full({6}, 3.0), a = e32({0}), b = e32({0});
-  cpu_backend().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, true});
+  under_test().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, true});
   for (double v : c.to_vector()) EXPECT_EQ(v, 3.0);
-  cpu_backend().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, false});
+  under_test().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, false});
   for (double v : c.to_vector()) EXPECT_EQ(v, 0.0);
 }
 
-TEST(CpuMatmul, LinearForwardWithAndWithoutBias) {
+TEST_P(KernelMatmul, LinearForwardWithAndWithoutBias) {
   const int64_t shapes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 65, 1}, {33, 64, 128}, {512, 64, 64}};
   uint64_t seed = 200;
   for (const auto& s : shapes) {
@@ -157,7 +201,7 @@ TEST(CpuMatmul, LinearForwardWithAndWithoutBias) {
       Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n});
       Tensor y = e32({m, n}), y64 = e64({m, n});
       Tensor no_bias;
-      cpu_backend().linear_forward(y, x, w, with_bias ? bias : no_bias, m, k, n);
+      under_test().linear_forward(y, x, w, with_bias ? bias : no_bias, m, k, n);
       ref().linear_forward(y64, f64(x), f64(w), with_bias ? f64(bias) : no_bias, m, k, n);
       expect_close(y, y64, kForward,
                    fmt_case("linear m=%lld k=%lld n=%lld bias=%lld", m, k, n, with_bias));
@@ -166,7 +210,7 @@ TEST(CpuMatmul, LinearForwardWithAndWithoutBias) {
 }
 
 // The epilogues: a residual added to the product, a gate multiplying the input gradient.
-TEST(CpuMatmul, LinearEpiloguesMatchTheReference) {
+TEST_P(KernelMatmul, LinearEpiloguesMatchTheReference) {
   const int64_t shapes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 65, 1}, {33, 64, 128}, {512, 128, 64}};
   uint64_t seed = 250;
   for (const auto& s : shapes) {
@@ -175,12 +219,12 @@ TEST(CpuMatmul, LinearEpiloguesMatchTheReference) {
     Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n}), r = randn(rng, {m, n});
     Tensor dy = randn(rng, {m, n}), gate = randn(rng, {m, k});
     Tensor y = e32({m, n}), y64 = e64({m, n});
-    cpu_backend().linear_forward(y, x, w, bias, r, m, k, n);
+    under_test().linear_forward(y, x, w, bias, r, m, k, n);
     ref().linear_forward(y64, f64(x), f64(w), f64(bias), f64(r), m, k, n);
     expect_close(y, y64, kForward, fmt_case("linear + residual m=%lld k=%lld n=%lld", m, k, n));
     for (int gated = 0; gated < 2; ++gated) {
       Tensor dx = e32({m, k}), dx64 = e64({m, k});
-      cpu_backend().linear_backward_input(dx, dy, w, gated ? gate : Tensor(), m, k, n);
+      under_test().linear_backward_input(dx, dy, w, gated ? gate : Tensor(), m, k, n);
       ref().linear_backward_input(dx64, f64(dy), f64(w), gated ? f64(gate) : Tensor(), m, k, n);
       expect_close(dx, dx64, kForward,
                    fmt_case("linear dx m=%lld k=%lld n=%lld gated=%lld", m, k, n, gated));
@@ -188,14 +232,14 @@ TEST(CpuMatmul, LinearEpiloguesMatchTheReference) {
   }
 }
 
-TEST(CpuMatmul, SumRows) {
+TEST_P(KernelMatmul, SumRows) {
   const int64_t shapes[][2] = {{1, 1}, {7, 3}, {7, 65}, {1, 1000}, {512, 64}, {64, 513}};
   uint64_t seed = 300;
   for (const auto& s : shapes) {
     Rng rng(seed++, stream::check);
     Tensor x = randn(rng, {s[0], s[1]});
     Tensor out = e32({s[1]}), out64 = e64({s[1]});
-    cpu_backend().sum_rows(out, x, s[0], s[1]);
+    under_test().sum_rows(out, x, s[0], s[1]);
     ref().sum_rows(out64, f64(x), s[0], s[1]);
     // Up to 512 rows summed in float32 per column: the reduction tolerance.
     expect_close(out, out64, kReduction, fmt_case("sum_rows %lldx%lld", s[0], s[1]));
@@ -208,7 +252,7 @@ TEST(CpuMatmul, SumRows) {
 
 const int64_t kElementCounts[] = {1, 3, 17, 65, 1000, 100003};  // the last one is threaded
 
-TEST(CpuElementwise, FillCopyAddAccumulateScaleMul) {
+TEST_P(KernelElementwise, FillCopyAddAccumulateScaleMul) {
   uint64_t seed = 400;
   for (int64_t n : kElementCounts) {
     Rng rng(seed++, stream::check);
@@ -217,44 +261,44 @@ TEST(CpuElementwise, FillCopyAddAccumulateScaleMul) {
     const std::string sz = " n=" + std::to_string(n);
 
     Tensor out = e32({n}), out64 = e64({n});
-    cpu_backend().fill(out, 0.3);
+    under_test().fill(out, 0.3);
     ref().fill(out64, 0.3);
     expect_close(out, out64, {0, 1e-7}, "fill" + sz);  // one rounding of 0.3 to float
 
-    cpu_backend().copy(out, a);
+    under_test().copy(out, a);
     expect_close(out, a64, {0, 0}, "copy" + sz);  // exact
 
-    cpu_backend().add(out, a, b, 0.7, -1.3);
+    under_test().add(out, a, b, 0.7, -1.3);
     ref().add(out64, a64, b64, 0.7, -1.3);
     expect_close(out, out64, kForward, "add" + sz);
 
     Tensor alias = a.clone();  // out aliasing an input: each element is read before written
-    cpu_backend().add(alias, alias, b, 2.0, 1.0);
+    under_test().add(alias, alias, b, 2.0, 1.0);
     ref().add(out64, a64, b64, 2.0, 1.0);
     expect_close(alias, out64, kForward, "add in place" + sz);
 
     Tensor dst = a.clone(), dst64 = f64(a);
-    cpu_backend().accumulate(dst, b);
+    under_test().accumulate(dst, b);
     ref().accumulate(dst64, b64);
     expect_close(dst, dst64, kForward, "accumulate" + sz);
 
-    cpu_backend().scale(out, a, -0.37);
+    under_test().scale(out, a, -0.37);
     ref().scale(out64, a64, -0.37);
     expect_close(out, out64, kForward, "scale" + sz);
 
-    cpu_backend().mul(out, a, b);
+    under_test().mul(out, a, b);
     ref().mul(out64, a64, b64);
     expect_close(out, out64, kForward, "mul" + sz);
   }
 }
 
-TEST(CpuElementwise, GeluForwardBackward) {
+TEST_P(KernelElementwise, GeluForwardBackward) {
   uint64_t seed = 500;
   for (int64_t n : kElementCounts) {
     Rng rng(seed++, stream::check);
     Tensor x = randn(rng, {n}, 2.0);
     Tensor y = e32({n}), y64 = e64({n}), dydx = e32({n}), dydx64 = e64({n}), y_only = e32({n});
-    cpu_backend().gelu_forward(y, &dydx, x);
+    under_test().gelu_forward(y, &dydx, x);
     ref().gelu_forward(y64, &dydx64, f64(x));
     // Phi comes from A&S 7.1.26 (|error in erf| <= 1.5e-7, so <= 7.5e-8 in Phi) plus float
     // rounding, times |x| up to ~8 here: ~1e-6 at worst; 3e-6 leaves a margin.
@@ -262,27 +306,27 @@ TEST(CpuElementwise, GeluForwardBackward) {
     // The same error in Phi plus exp's 2 ulp in the density term.
     expect_close(dydx, dydx64, {3e-6, 1e-5}, "gelu derivative n=" + std::to_string(n));
     // Without the derivative: the same values, bit for bit (inference and training agree).
-    cpu_backend().gelu_forward(y_only, nullptr, x);
+    under_test().gelu_forward(y_only, nullptr, x);
     EXPECT_EQ(y_only.to_vector(), y.to_vector()) << "gelu forward with and without dydx, n=" << n;
   }
 }
 
-TEST(CpuElementwise, SumSquaresInDouble) {
+TEST_P(KernelElementwise, SumSquaresInDouble) {
   uint64_t seed = 600;
   for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{65}, int64_t{1000}, int64_t{300007}}) {
     Rng rng(seed++, stream::check);
     Tensor x = randn(rng, {n});
     // Both sum exactly the same float values in double: only the order of the additions
     // differs, ~1e-16 relative per addition.
-    EXPECT_NEAR(cpu_backend().sum_squares(x), ref().sum_squares(f64(x)), 1e-12 * double(n) + 1e-12)
+    EXPECT_NEAR(under_test().sum_squares(x), ref().sum_squares(f64(x)), 1e-12 * double(n) + 1e-12)
         << "sum_squares n=" << n;
   }
   // 1e8 would be lost in float: (1e4)^2 + 1 + ... must keep the small terms.
   Tensor big = Tensor::from({1e4, 1, 1, 1}, {4}, DType::f32);
-  EXPECT_EQ(cpu_backend().sum_squares(big), 1e8 + 3);
+  EXPECT_EQ(under_test().sum_squares(big), 1e8 + 3);
 }
 
-TEST(CpuElementwise, AdamStepBothDecays) {
+TEST_P(KernelElementwise, AdamStepBothDecays) {
   uint64_t seed = 700;
   for (int64_t n : {int64_t{1}, int64_t{65}, int64_t{100003}}) {
     for (int decoupled = 0; decoupled < 2; ++decoupled) {
@@ -299,7 +343,7 @@ TEST(CpuElementwise, AdamStepBothDecays) {
         hp.weight_decay = 0.1;
         hp.decoupled = decoupled != 0;
         hp.step = step;
-        cpu_backend().adam_step(p, g, m, v, hp);
+        under_test().adam_step(p, g, m, v, hp);
         ref().adam_step(p64, f64(g), m64, v64, hp);
         const std::string what =
             fmt_case("adam n=%lld decoupled=%lld step=%lld", n, decoupled, step);
@@ -336,14 +380,14 @@ std::string norm_case(const char* what, int64_t n, int64_t d) {
   return std::string(what) + " " + std::to_string(n) + "x" + std::to_string(d);
 }
 
-TEST(CpuNorm, LayerNormForwardBackwardAgainstReference) {
+TEST_P(KernelNorm, LayerNormForwardBackwardAgainstReference) {
   uint64_t seed = 800;
   for (const auto& s : kNormShapes) {
     const int64_t n = s[0], d = s[1];
     NormInputs in(n, d, seed++);
     Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
     Tensor y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
-    cpu_backend().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
+    under_test().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
     ref().layernorm_forward(y64, mean64, rstd64, f64(in.x), f64(in.gamma), f64(in.beta), n, d,
                             1e-5);
     expect_close(y, y64, kForward, norm_case("layernorm y", n, d));
@@ -355,7 +399,7 @@ TEST(CpuNorm, LayerNormForwardBackwardAgainstReference) {
     // the backward is compared.
     Tensor dx = e32({n, d}), dg = e32({d}), db = e32({d});
     Tensor dx64 = e64({n, d}), dg64 = e64({d}), db64 = e64({d});
-    cpu_backend().layernorm_backward(&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d);
+    under_test().layernorm_backward(&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d);
     ref().layernorm_backward(&dx64, &dg64, &db64, f64(in.dy), f64(in.x), f64(in.gamma), f64(mean),
                              f64(rstd), n, d);
     expect_close(dx, dx64, kGradient, norm_case("layernorm dx", n, d));
@@ -364,11 +408,11 @@ TEST(CpuNorm, LayerNormForwardBackwardAgainstReference) {
 
     // Gradient masks: each output alone gives the same values.
     Tensor dx_only = e32({n, d}), dg_only = e32({d}), db_only = e32({d});
-    cpu_backend().layernorm_backward(&dx_only, nullptr, nullptr, in.dy, in.x, in.gamma, mean, rstd,
+    under_test().layernorm_backward(&dx_only, nullptr, nullptr, in.dy, in.x, in.gamma, mean, rstd,
                                      n, d);
-    cpu_backend().layernorm_backward(nullptr, &dg_only, nullptr, in.dy, in.x, in.gamma, mean, rstd,
+    under_test().layernorm_backward(nullptr, &dg_only, nullptr, in.dy, in.x, in.gamma, mean, rstd,
                                      n, d);
-    cpu_backend().layernorm_backward(nullptr, nullptr, &db_only, in.dy, in.x, in.gamma, mean, rstd,
+    under_test().layernorm_backward(nullptr, nullptr, &db_only, in.dy, in.x, in.gamma, mean, rstd,
                                      n, d);
     expect_close(dx_only, f64(dx), {0, 0}, norm_case("layernorm dx alone", n, d));
     expect_close(dg_only, f64(dg), {0, 0}, norm_case("layernorm dgamma alone", n, d));
@@ -376,32 +420,32 @@ TEST(CpuNorm, LayerNormForwardBackwardAgainstReference) {
   }
 }
 
-TEST(CpuNorm, RMSNormForwardBackwardAgainstReference) {
+TEST_P(KernelNorm, RMSNormForwardBackwardAgainstReference) {
   uint64_t seed = 900;
   for (const auto& s : kNormShapes) {
     const int64_t n = s[0], d = s[1];
     NormInputs in(n, d, seed++);
     Tensor y = e32({n, d}), rstd = e32({n}), y64 = e64({n, d}), rstd64 = e64({n});
-    cpu_backend().rmsnorm_forward(y, rstd, in.x, in.gamma, n, d, 1e-6);
+    under_test().rmsnorm_forward(y, rstd, in.x, in.gamma, n, d, 1e-6);
     ref().rmsnorm_forward(y64, rstd64, f64(in.x), f64(in.gamma), n, d, 1e-6);
     expect_close(y, y64, kForward, norm_case("rmsnorm y", n, d));
     expect_close(rstd, rstd64, kForward, norm_case("rmsnorm rstd", n, d));
 
     Tensor dx = e32({n, d}), dg = e32({d}), dx64 = e64({n, d}), dg64 = e64({d});
-    cpu_backend().rmsnorm_backward(&dx, &dg, in.dy, in.x, in.gamma, rstd, n, d);
+    under_test().rmsnorm_backward(&dx, &dg, in.dy, in.x, in.gamma, rstd, n, d);
     ref().rmsnorm_backward(&dx64, &dg64, f64(in.dy), f64(in.x), f64(in.gamma), f64(rstd), n, d);
     expect_close(dx, dx64, kGradient, norm_case("rmsnorm dx", n, d));
     expect_close(dg, dg64, kReduction, norm_case("rmsnorm dgamma", n, d));
 
     Tensor dx_only = e32({n, d}), dg_only = e32({d});
-    cpu_backend().rmsnorm_backward(&dx_only, nullptr, in.dy, in.x, in.gamma, rstd, n, d);
-    cpu_backend().rmsnorm_backward(nullptr, &dg_only, in.dy, in.x, in.gamma, rstd, n, d);
+    under_test().rmsnorm_backward(&dx_only, nullptr, in.dy, in.x, in.gamma, rstd, n, d);
+    under_test().rmsnorm_backward(nullptr, &dg_only, in.dy, in.x, in.gamma, rstd, n, d);
     expect_close(dx_only, f64(dx), {0, 0}, norm_case("rmsnorm dx alone", n, d));
     expect_close(dg_only, f64(dg), {0, 0}, norm_case("rmsnorm dgamma alone", n, d));
   }
 }
 
-TEST(CpuNorm, FusedAddNormAgainstReference) {
+TEST_P(KernelNorm, FusedAddNormAgainstReference) {
   uint64_t seed = 1000;
   for (const auto& s : kNormShapes) {
     const int64_t n = s[0], d = s[1];
@@ -411,7 +455,7 @@ TEST(CpuNorm, FusedAddNormAgainstReference) {
     const double alpha = 1.681792830507429;  // DeepNorm's (2L)^(1/4) at L = 4: not exact in float
     Tensor sum = e32({n, d}), y = e32({n, d}), mean = e32({n}), rstd = e32({n});
     Tensor sum64 = e64({n, d}), y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
-    cpu_backend().add_layernorm_forward(sum, y, mean, rstd, a, in.x, alpha, in.gamma, in.beta, n, d,
+    under_test().add_layernorm_forward(sum, y, mean, rstd, a, in.x, alpha, in.gamma, in.beta, n, d,
                                         1e-5);
     ref().add_layernorm_forward(sum64, y64, mean64, rstd64, f64(a), f64(in.x), alpha, f64(in.gamma),
                                 f64(in.beta), n, d, 1e-5);
@@ -422,7 +466,7 @@ TEST(CpuNorm, FusedAddNormAgainstReference) {
 
     Tensor rsum = e32({n, d}), ry = e32({n, d}), rrstd = e32({n});
     Tensor rsum64 = e64({n, d}), ry64 = e64({n, d}), rrstd64 = e64({n});
-    cpu_backend().add_rmsnorm_forward(rsum, ry, rrstd, a, in.x, alpha, in.gamma, n, d, 1e-6);
+    under_test().add_rmsnorm_forward(rsum, ry, rrstd, a, in.x, alpha, in.gamma, n, d, 1e-6);
     ref().add_rmsnorm_forward(rsum64, ry64, rrstd64, f64(a), f64(in.x), alpha, f64(in.gamma), n, d,
                               1e-6);
     expect_close(rsum, rsum64, kForward, norm_case("add_rmsnorm s", n, d));
@@ -580,7 +624,7 @@ TEST(CpuNormKernels, ConstantRowsAndLargeMean) {
 // softmax, loss
 // ============================================================================
 
-TEST(CpuSoftmax, ForwardBackwardAgainstReference) {
+TEST_P(KernelSoftmax, ForwardBackwardAgainstReference) {
   const int64_t shapes[][2] = {{1, 1}, {1, 3}, {7, 1}, {7, 3}, {7, 65}, {7, 1000}, {64, 512}};
   uint64_t seed = 1400;
   for (const auto& s : shapes) {
@@ -588,18 +632,18 @@ TEST(CpuSoftmax, ForwardBackwardAgainstReference) {
     Rng rng(seed++, stream::check);
     Tensor x = randn(rng, {n, d}, 3.0, 50.0), dy = randn(rng, {n, d});  // large logits: stability
     Tensor y = e32({n, d}), y64 = e64({n, d});
-    cpu_backend().softmax_forward(y, x, n, d);
+    under_test().softmax_forward(y, x, n, d);
     ref().softmax_forward(y64, f64(x), n, d);
     // exp to 2 ulp of arguments up to |x - max| ~ 20: relative 1e-6 of each probability.
     expect_close(y, y64, kForward, norm_case("softmax y", n, d));
     Tensor dx = e32({n, d}), dx64 = e64({n, d});
-    cpu_backend().softmax_backward(dx, dy, y, n, d);
+    under_test().softmax_backward(dx, dy, y, n, d);
     ref().softmax_backward(dx64, f64(dy), f64(y), n, d);
     expect_close(dx, dx64, kGradient, norm_case("softmax dx", n, d));
   }
 }
 
-TEST(CpuLoss, CrossEntropyForwardBackward) {
+TEST_P(KernelLoss, CrossEntropyForwardBackward) {
   const int64_t shapes[][2] = {{1, 1}, {1, 3}, {7, 65}, {64, 512}, {512, 64}};
   uint64_t seed = 1500;
   for (const auto& s : shapes) {
@@ -610,30 +654,30 @@ TEST(CpuLoss, CrossEntropyForwardBackward) {
     for (auto& t : tg) t = static_cast<int32_t>(rng.below(static_cast<uint32_t>(v)));
     Tensor targets = Tensor::from_ids(tg, {n});
     Tensor loss = e32({1}), probs = e32({n, v}), loss64 = e64({1}), probs64 = e64({n, v});
-    cpu_backend().cross_entropy_forward(loss, probs, logits, targets, n, v);
+    under_test().cross_entropy_forward(loss, probs, logits, targets, n, v);
     ref().cross_entropy_forward(loss64, probs64, f64(logits), targets, n, v);
     // loss ~ log(V) + spread: float rounding of the logits' max (30 * 6e-8) dominates.
     expect_close(loss, loss64, {1e-5, 1e-5}, norm_case("cross_entropy loss", n, v));
     expect_close(probs, probs64, kForward, norm_case("cross_entropy probs", n, v));
     Tensor dloss = Tensor::from({0.75}, {1}, DType::f32);
     Tensor dl = e32({n, v}), dl64 = e64({n, v});
-    cpu_backend().cross_entropy_backward(dl, dloss, probs, targets, n, v);
+    under_test().cross_entropy_backward(dl, dloss, probs, targets, n, v);
     ref().cross_entropy_backward(dl64, f64(dloss), f64(probs), targets, n, v);
     expect_close(dl, dl64, kForward, norm_case("cross_entropy dlogits", n, v));
   }
 }
 
-TEST(CpuLoss, RejectsTargetsOutsideTheVocabulary) {
+TEST_P(KernelLoss, RejectsTargetsOutsideTheVocabulary) {
   Tensor logits = e32({2, 3}), probs = e32({2, 3}), loss = e32({1});
   Tensor targets = Tensor::from_ids({0, 3}, {2});
-  EXPECT_THROW(cpu_backend().cross_entropy_forward(loss, probs, logits, targets, 2, 3), Error);
+  EXPECT_THROW(under_test().cross_entropy_forward(loss, probs, logits, targets, 2, 3), Error);
 }
 
 // ============================================================================
 // attention, prefix mean
 // ============================================================================
 
-TEST(CpuAttention, ForwardBackwardAgainstReference) {
+TEST_P(KernelAttention, ForwardBackwardAgainstReference) {
   const int64_t cases[][4] = {{1, 1, 1, 1},  {1, 5, 3, 8},  {2, 16, 4, 16}, {2, 5, 1, 3},
                               {3, 1, 4, 16}, {1, 16, 2, 1}, {2, 64, 4, 16}};
   uint64_t seed = 1600;
@@ -646,7 +690,7 @@ TEST(CpuAttention, ForwardBackwardAgainstReference) {
     const std::string what = fmt_case("attention B=%lld T=%lld H=%lld Dh=%lld", b, t, h, dh);
     Tensor out = e32({b, t, ch}), probs = e32({b, h, t, t});
     Tensor out64 = e64({b, t, ch}), probs64 = e64({b, h, t, t});
-    cpu_backend().attention_forward(out, probs, q, k, v, b, t, h, dh, scale);
+    under_test().attention_forward(out, probs, q, k, v, b, t, h, dh, scale);
     ref().attention_forward(out64, probs64, f64(q), f64(k), f64(v), b, t, h, dh, scale);
     expect_close(out, out64, kForward, what + " out");
     expect_close(probs, probs64, kForward, what + " probs");
@@ -654,7 +698,7 @@ TEST(CpuAttention, ForwardBackwardAgainstReference) {
     Tensor p_ref = probs64.to(DType::f32);
     Tensor dq = e32({b, t, ch}), dk = e32({b, t, ch}), dv = e32({b, t, ch});
     Tensor dq64 = e64({b, t, ch}), dk64 = e64({b, t, ch}), dv64 = e64({b, t, ch});
-    cpu_backend().attention_backward(&dq, &dk, &dv, dout, q, k, v, p_ref, b, t, h, dh, scale);
+    under_test().attention_backward(&dq, &dk, &dv, dout, q, k, v, p_ref, b, t, h, dh, scale);
     ref().attention_backward(&dq64, &dk64, &dv64, f64(dout), f64(q), f64(k), f64(v), probs64, b, t,
                              h, dh, scale);
     expect_close(dq, dq64, kGradient, what + " dq");
@@ -662,11 +706,11 @@ TEST(CpuAttention, ForwardBackwardAgainstReference) {
     expect_close(dv, dv64, kGradient, what + " dv");
     // Gradient masks.
     Tensor dq_only = e32({b, t, ch}), dv_only = e32({b, t, ch}), dk_only = e32({b, t, ch});
-    cpu_backend().attention_backward(&dq_only, nullptr, nullptr, dout, q, k, v, p_ref, b, t, h, dh,
+    under_test().attention_backward(&dq_only, nullptr, nullptr, dout, q, k, v, p_ref, b, t, h, dh,
                                      scale);
-    cpu_backend().attention_backward(nullptr, &dk_only, nullptr, dout, q, k, v, p_ref, b, t, h, dh,
+    under_test().attention_backward(nullptr, &dk_only, nullptr, dout, q, k, v, p_ref, b, t, h, dh,
                                      scale);
-    cpu_backend().attention_backward(nullptr, nullptr, &dv_only, dout, q, k, v, p_ref, b, t, h, dh,
+    under_test().attention_backward(nullptr, nullptr, &dv_only, dout, q, k, v, p_ref, b, t, h, dh,
                                      scale);
     expect_close(dq_only, f64(dq), {0, 0}, what + " dq alone");
     expect_close(dk_only, f64(dk), {0, 0}, what + " dk alone");
@@ -674,7 +718,7 @@ TEST(CpuAttention, ForwardBackwardAgainstReference) {
   }
 }
 
-TEST(CpuAttention, PrefixMeanForwardBackward) {
+TEST_P(KernelAttention, PrefixMeanForwardBackward) {
   const int64_t cases[][3] = {{1, 1, 1}, {1, 5, 3}, {2, 7, 65}, {3, 512, 64}, {2, 16, 200}};
   uint64_t seed = 1700;
   for (const auto& c : cases) {
@@ -683,12 +727,12 @@ TEST(CpuAttention, PrefixMeanForwardBackward) {
     Tensor x = randn(rng, {b, t, ch}), dy = randn(rng, {b, t, ch});
     const std::string what = fmt_case("prefix_mean B=%lld T=%lld C=%lld", b, t, ch);
     Tensor y = e32({b, t, ch}), y64 = e64({b, t, ch});
-    cpu_backend().prefix_mean_forward(y, x, b, t, ch);
+    under_test().prefix_mean_forward(y, x, b, t, ch);
     ref().prefix_mean_forward(y64, f64(x), b, t, ch);
     // Sums in double, one rounding to float at the end.
     expect_close(y, y64, {1e-6, 1e-6}, what + " y");
     Tensor dx = e32({b, t, ch}), dx64 = e64({b, t, ch});
-    cpu_backend().prefix_mean_backward(dx, dy, b, t, ch);
+    under_test().prefix_mean_backward(dx, dy, b, t, ch);
     ref().prefix_mean_backward(dx64, f64(dy), b, t, ch);
     expect_close(dx, dx64, {1e-6, 1e-6}, what + " dx");
   }
@@ -698,7 +742,7 @@ TEST(CpuAttention, PrefixMeanForwardBackward) {
 // embedding, transpose
 // ============================================================================
 
-TEST(CpuLayout, EmbeddingForwardBackwardWithRepeatedIds) {
+TEST_P(KernelLayout, EmbeddingForwardBackwardWithRepeatedIds) {
   const int64_t cases[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 10, 65}, {512, 64, 64}};
   uint64_t seed = 1800;
   for (const auto& c : cases) {
@@ -710,23 +754,23 @@ TEST(CpuLayout, EmbeddingForwardBackwardWithRepeatedIds) {
     Tensor table = randn(rng, {v, d}), dy = randn(rng, {n, d});
     const std::string what = fmt_case("embedding N=%lld V=%lld D=%lld", n, v, d);
     Tensor y = e32({n, d}), y64 = e64({n, d});
-    cpu_backend().embedding_forward(y, table, ids, n, v, d);
+    under_test().embedding_forward(y, table, ids, n, v, d);
     ref().embedding_forward(y64, f64(table), ids, n, v, d);
     expect_close(y, y64, {0, 0}, what + " y");                  // a copy: exact
     Tensor dt = Tensor::full({v, d}, 7.0), dt64 = e64({v, d});  // 7: must be overwritten
-    cpu_backend().embedding_backward(dt, dy, ids, n, v, d);
+    under_test().embedding_backward(dt, dy, ids, n, v, d);
     ref().embedding_backward(dt64, f64(dy), ids, n, v, d);
     // Up to n/v ~ 8 rows summed per table row in float.
     expect_close(dt, dt64, kForward, what + " dtable");
   }
   Tensor y = e32({1, 2}), table = e32({3, 2});
-  EXPECT_THROW(cpu_backend().embedding_forward(y, table, Tensor::from_ids({3}, {1}), 1, 3, 2),
+  EXPECT_THROW(under_test().embedding_forward(y, table, Tensor::from_ids({3}, {1}), 1, 3, 2),
                Error);
-  EXPECT_THROW(cpu_backend().embedding_forward(y, table, Tensor::from_ids({-1}, {1}), 1, 3, 2),
+  EXPECT_THROW(under_test().embedding_forward(y, table, Tensor::from_ids({-1}, {1}), 1, 3, 2),
                Error);
 }
 
-TEST(CpuLayout, TransposeAgainstReference) {
+TEST_P(KernelLayout, TransposeAgainstReference) {
   // (outer, A, mid, Bdim, inner): heads split/merge (B, T, H, Dh) <-> (B, H, T, Dh), a plain
   // matrix transpose, and odd sizes around the 32-wide tiles.
   const int64_t cases[][5] = {{1, 1, 1, 1, 1},   {2, 5, 1, 3, 8}, {1, 33, 1, 65, 1},
@@ -737,7 +781,7 @@ TEST(CpuLayout, TransposeAgainstReference) {
     Rng rng(seed++, stream::check);
     Tensor x = randn(rng, {total});
     Tensor out = e32({total}), out64 = e64({total});
-    cpu_backend().transpose(out, x, c[0], c[1], c[2], c[3], c[4]);
+    under_test().transpose(out, x, c[0], c[1], c[2], c[3], c[4]);
     ref().transpose(out64, f64(x), c[0], c[1], c[2], c[3], c[4]);
     expect_close(out, out64, {0, 0}, "transpose " + shape_str({c[0], c[1], c[2], c[3], c[4]}));
   }
@@ -961,6 +1005,15 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
   for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
   EXPECT_EQ(differ, 0u) << "values that changed with the thread count";
 }
+
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+INSTANTIATE_TEST_SUITE_P(Backends, KernelMatmul, ::testing::ValuesIn(built_backends()), param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelElementwise, ::testing::ValuesIn(built_backends()), param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelNorm, ::testing::ValuesIn(built_backends()), param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelSoftmax, ::testing::ValuesIn(built_backends()), param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelLoss, ::testing::ValuesIn(built_backends()), param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelAttention, ::testing::ValuesIn(built_backends()), param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelLayout, ::testing::ValuesIn(built_backends()), param_name);
 
 }  // namespace
 }  // namespace normlab

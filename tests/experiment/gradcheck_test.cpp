@@ -1,6 +1,8 @@
 // gradcheck itself: every case passes, and a wrong backward makes it fail (the check can fail).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "normlab/autograd.h"
@@ -19,6 +21,21 @@ TEST(Gradcheck, EveryCasePassesFiniteDifferencesAndFloat32) {
     for (const InputCheck& ic : fd.inputs) EXPECT_TRUE(ic.pass) << c.name << " " << ic.input << " " << ic.max_abs_err;
     CaseResult f32 = check_float32_backend(c, opt);
     for (const InputCheck& ic : f32.inputs) EXPECT_TRUE(ic.pass) << c.name << " f32 " << ic.input << " " << ic.max_abs_err;
+  }
+}
+
+// The same float32 check with every kernel on the GPU ("cuda-host": the cuda backend's kernels for
+// the cases' host tensors); skipped, saying so, where no CUDA device exists.
+TEST(Gradcheck, Float32OnTheCudaBackend) {
+  const std::vector<std::string> names = backend_names();
+  if (std::find(names.begin(), names.end(), "cuda-host") == names.end())
+    GTEST_SKIP() << "no CUDA device found: the cuda backend's gradcheck is not run on this machine";
+  GradcheckOptions opt;
+  opt.f32_backend = "cuda-host";
+  for (const GradCase& c : gradcheck_cases()) {
+    CaseResult f32 = check_float32_backend(c, opt);
+    EXPECT_TRUE(f32.pass) << c.name;
+    for (const InputCheck& ic : f32.inputs) EXPECT_TRUE(ic.pass) << c.name << " cuda f32 " << ic.input << " " << ic.max_abs_err;
   }
 }
 

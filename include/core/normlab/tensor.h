@@ -95,6 +95,9 @@ class Tensor {
   // A deep copy (not recorded on the tape), optionally converted to another dtype.
   Tensor clone() const;
   Tensor to(DType dtype) const;
+  // A copy on `device` (same dtype and shape; not recorded): cpu <-> cuda through the device's
+  // memory hooks (register_device_memory). A tensor already there is copied too.
+  Tensor to_device(Device device) const;
   // Memory operations of the storage layer (not recorded, no backend): every element set to
   // `value`; src's bytes copied in (same dtype, device and element count).
   Tensor& fill_(double value);
@@ -164,6 +167,9 @@ struct DeviceMemory {
   void (*deallocate)(void* ptr) = nullptr;
   void (*fill)(void* dst, DType dtype, int64_t count, double value) = nullptr;
   void (*copy)(void* dst, const void* src, size_t bytes) = nullptr;
+  // Host <-> device transfers (synchronous): dst on the device from host memory, and back.
+  void (*upload)(void* dst_device, const void* src_host, size_t bytes) = nullptr;
+  void (*download)(void* dst_host, const void* src_device, size_t bytes) = nullptr;
 };
 void register_device_memory(Device device, DeviceMemory memory);
 

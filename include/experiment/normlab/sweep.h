@@ -105,6 +105,8 @@ struct SweepRunOptions {
   int jobs = 1;      // points at once
   int threads = 1;   // threads per point
   Shard shard;       // recorded in the manifest
+  std::string device = "cpu";  // passed to each point's `train --device` (not part of the hash)
+  bool tf32 = false;           // and --tf32
 };
 
 struct PointOutcome {

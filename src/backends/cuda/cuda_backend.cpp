@@ -1,0 +1,779 @@
+// The "cuda" backend: checks each call's tensors as the reference backend does (defined, on
+// the device, float32, the element counts the sizes imply, ids in range), then calls the
+// kernels of kernels.cu or cuBLAS. float32 only; the CUDA calls' statuses are all checked and
+// a failure names the call and the kernel.
+#include "normlab/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "kernels.h"
+#include "normlab/error.h"
+
+namespace normlab {
+
+namespace cuda {
+
+void cuda_fail(const char* call, const char* kernel, cudaError_t status) {
+  throw Error(fmt::format("cuda {}: {} failed: {}: {}", kernel, call, cudaGetErrorName(status),
+                          cudaGetErrorString(status)));
+}
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::check;
+
+void check_blas(cublasStatus_t status, const char* call, const char* kernel) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(fmt::format("cuda {}: {} failed: {} ({})", kernel, call,
+                            cublasGetStatusName(status), cublasGetStatusString(status)));
+}
+
+std::atomic<bool> g_tf32{false};
+
+// ---- device memory hooks (core's arena calls these for Device::cuda storage) -----------------
+void* device_allocate(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc", "arena");
+  return p;
+}
+void device_deallocate(void* p) {
+  // Called from destructors: report nothing, never throw (the process may be shutting down).
+  (void)cudaFree(p);
+}
+void device_fill(void* dst, DType dtype, int64_t count, double value) {
+  switch (dtype) {
+    case DType::f32: cuda::fill_f32(static_cast<float*>(dst), count, static_cast<float>(value)); return;
+    case DType::f64: cuda::fill_f64(static_cast<double*>(dst), count, value); return;
+    case DType::i32: cuda::fill_i32(static_cast<int32_t*>(dst), count, static_cast<int32_t>(value)); return;
+  }
+}
+void device_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy(DeviceToDevice)", "copy");
+}
+void device_upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", "upload");
+}
+void device_download(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", "download");
+}
+
+void install_memory_hooks() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DeviceMemory m;
+    m.allocate = device_allocate;
+    m.deallocate = device_deallocate;
+    m.fill = device_fill;
+    m.copy = device_copy;
+    m.upload = device_upload;
+    m.download = device_download;
+    register_device_memory(Device::cuda, m);
+  });
+}
+
+// Device 0 usable, or a UsageError naming why not.
+void require_device() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess)
+    throw UsageError(fmt::format("no CUDA device found ({}: {})", cudaGetErrorName(status),
+                                 cudaGetErrorString(status)));
+  if (count <= 0) throw UsageError("no CUDA device found");
+  // Device 0 is the runtime's default; nothing here creates a context (CUDA 12+ creates one
+  // in cudaSetDevice), so that registering the backend costs a CPU-only command nothing.
+}
+
+// ---- argument checks ----------------------------------------------------------------------------
+void expect(const char* kernel, const char* arg, const Tensor& t, int64_t numel) {
+  NL_CHECK(t.defined(), "cuda {}: {} is an undefined tensor", kernel, arg);
+  NL_CHECK(t.device() == Device::cuda, "cuda {}: {} is on {}, the cuda backend takes cuda tensors",
+           kernel, arg, device_name(t.device()));
+  NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; the cuda backend is float32 only", kernel,
+           arg, dtype_name(t.dtype()));
+  NL_CHECK(t.numel() == numel, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,
+           arg, shape_str(t.shape()), t.numel(), numel);
+}
+void expect(const char* kernel, const char* arg, const Tensor* t, int64_t numel) {
+  if (t) expect(kernel, arg, *t, numel);
+}
+float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
+float* fp(Tensor* t) { return t ? static_cast<float*>(t->raw()) : nullptr; }
+const float* fp_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
+
+int to_int(int64_t v, const char* what, const char* kernel) {
+  NL_CHECK(v >= 0 && v <= INT_MAX, "cuda {}: {} = {} does not fit cuBLAS's int", kernel, what, v);
+  return static_cast<int>(v);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    require_device();
+    install_memory_hooks();
+  }
+  // The backend lives in the registry, a static destroyed at exit after the CUDA runtime has
+  // torn itself down (its atexit handler is registered later): calling cublasDestroy or cudaFree
+  // then is undefined. The handle and buffers are left to the process's end.
+  ~CudaBackend() override = default;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
+  bool supports(DType dtype) const override { return dtype == DType::f32; }
+
+  // ---- matrix products -----------------------------------------------------------------------
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
+    const char* kn = "matmul";
+    expect(kn, "c", c, s.batch * s.m * s.n);
+    expect(kn, "a", a, (s.a_batched ? s.batch : 1) * s.m * s.k);
+    expect(kn, "b", b, (s.b_batched ? s.batch : 1) * s.k * s.n);
+    gemm(fp(c), fp(a), fp(b), s, s.accumulate, kn);
+  }
+
+  using Backend::linear_forward;
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
+    const char* kn = "linear_forward";
+    expect(kn, "y", y, m * n);
+    expect(kn, "x", x, m * k);
+    expect(kn, "w", w, n * k);
+    if (bias.defined()) expect(kn, "bias", bias, n);
+    if (residual.defined()) expect(kn, "residual", residual, m * n);
+    const bool epilogue = bias.defined() || residual.defined();
+    // y = bias + residual first, then y += x @ w^T (cuBLAS beta = 1): the residual may be y.
+    if (epilogue) cuda::bias_residual_init(fp(y), fp_or_null(bias), fp_or_null(residual), m, n);
+    MatmulSpec s = MatmulSpec::of(m, n, k).transposed_b();
+    gemm(fp(y), fp(x), fp(w), s, epilogue, kn);
+  }
+
+  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                             int64_t m, int64_t k, int64_t n) override {
+    const char* kn = "linear_backward_input";
+    expect(kn, "dx", dx, m * k);
+    expect(kn, "dy", dy, m * n);
+    expect(kn, "w", w, n * k);
+    if (gate.defined()) expect(kn, "gate", gate, m * k);
+    gemm(fp(dx), fp(dy), fp(w), MatmulSpec::of(m, k, n), false, kn);
+    if (gate.defined()) cuda::mul(fp(dx), fp(dx), fp(gate), m * k);
+  }
+
+  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
+    const char* kn = "sum_rows";
+    expect(kn, "out", out, cols);
+    expect(kn, "x", x, rows * cols);
+    cuda::sum_rows(fp(out), fp(x), rows, cols, work_floats(cuda::column_work(rows, cols), kn));
+  }
+
+  // ---- elementwise -------------------------------------------------------------------------------
+  void fill(Tensor& out, double value) override {
+    expect("fill", "out", out, out.numel());
+    cuda::fill_f32(fp(out), out.numel(), static_cast<float>(value));
+  }
+  void copy(Tensor& out, const Tensor& x) override {
+    expect("copy", "out", out, out.numel());
+    expect("copy", "x", x, out.numel());
+    device_copy(out.raw(), x.raw(), out.nbytes());
+  }
+  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+    const int64_t n = out.numel();
+    expect("add", "out", out, n);
+    expect("add", "a", a, n);
+    expect("add", "b", b, n);
+    cuda::add(fp(out), fp(a), fp(b), static_cast<float>(alpha), static_cast<float>(beta), n);
+  }
+  void accumulate(Tensor& dst, const Tensor& src) override {
+    const int64_t n = dst.numel();
+    expect("accumulate", "dst", dst, n);
+    expect("accumulate", "src", src, n);
+    cuda::accumulate(fp(dst), fp(src), n);
+  }
+  void scale(Tensor& out, const Tensor& x, double alpha) override {
+    const int64_t n = out.numel();
+    expect("scale", "out", out, n);
+    expect("scale", "x", x, n);
+    cuda::scale(fp(out), fp(x), static_cast<float>(alpha), n);
+  }
+  void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
+    const int64_t n = out.numel();
+    expect("mul", "out", out, n);
+    expect("mul", "a", a, n);
+    expect("mul", "b", b, n);
+    cuda::mul(fp(out), fp(a), fp(b), n);
+  }
+  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
+    const int64_t n = y.numel();
+    expect("gelu_forward", "y", y, n);
+    expect("gelu_forward", "x", x, n);
+    expect("gelu_forward", "dydx", dydx, n);
+    cuda::gelu_forward(fp(y), fp(dydx), fp(x), n);
+  }
+  double sum_squares(const Tensor& x) override {
+    const char* kn = "sum_squares";
+    expect(kn, "x", x, x.numel());
+    double* work = work_doubles(cuda::sum_squares_work(x.numel()), kn);
+    cuda::sum_squares(static_cast<double*>(scalars(kn)), work, fp(x), x.numel());
+    double result = 0.0;
+    check(cudaMemcpy(&result, scalars_, sizeof result, cudaMemcpyDeviceToHost),
+          "cudaMemcpy(DeviceToHost)", kn);
+    return result;
+  }
+
+  // ---- normalization -------------------------------------------------------------------------------
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                         double eps) override {
+    const char* kn = "layernorm_forward";
+    expect(kn, "y", y, n * d);
+    expect(kn, "mean", mean, n);
+    expect(kn, "rstd", rstd, n);
+    expect(kn, "x", x, n * d);
+    expect(kn, "gamma", gamma, d);
+    expect(kn, "beta", beta, d);
+    cuda::norm_forward(cuda::Storage::f32, y.raw(), fp(mean), fp(rstd), nullptr, x.raw(), nullptr,
+                       1.0f, gamma.raw(), beta.raw(), n, d, static_cast<float>(eps), false);
+  }
+
+  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, int64_t n, int64_t d) override {
+    const char* kn = "layernorm_backward";
+    expect(kn, "dx", dx, n * d);
+    expect(kn, "dgamma", dgamma, d);
+    expect(kn, "dbeta", dbeta, d);
+    expect(kn, "dy", dy, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "gamma", gamma, d);
+    expect(kn, "mean", mean, n);
+    expect(kn, "rstd", rstd, n);
+    float* work = (dgamma || dbeta) ? work_floats(cuda::column_work(n, d), kn) : nullptr;
+    cuda::norm_backward(cuda::Storage::f32, fp(dx), fp(dgamma), fp(dbeta), dy.raw(), x.raw(),
+                        gamma.raw(), fp(mean), fp(rstd), n, d, false, work);
+  }
+
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+                       int64_t d, double eps) override {
+    const char* kn = "rmsnorm_forward";
+    expect(kn, "y", y, n * d);
+    expect(kn, "rstd", rstd, n);
+    expect(kn, "x", x, n * d);
+    expect(kn, "gamma", gamma, d);
+    cuda::norm_forward(cuda::Storage::f32, y.raw(), nullptr, fp(rstd), nullptr, x.raw(), nullptr,
+                       1.0f, gamma.raw(), nullptr, n, d, static_cast<float>(eps), true);
+  }
+
+  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
+    const char* kn = "rmsnorm_backward";
+    expect(kn, "dx", dx, n * d);
+    expect(kn, "dgamma", dgamma, d);
+    expect(kn, "dy", dy, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "gamma", gamma, d);
+    expect(kn, "rstd", rstd, n);
+    float* work = dgamma ? work_floats(cuda::column_work(n, d), kn) : nullptr;
+    cuda::norm_backward(cuda::Storage::f32, fp(dx), fp(dgamma), nullptr, dy.raw(), x.raw(),
+                        gamma.raw(), nullptr, fp(rstd), n, d, true, work);
+  }
+
+  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                             const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
+                             int64_t n, int64_t d, double eps) override {
+    const char* kn = "add_layernorm_forward";
+    expect(kn, "s", s, n * d);
+    expect(kn, "y", y, n * d);
+    expect(kn, "mean", mean, n);
+    expect(kn, "rstd", rstd, n);
+    expect(kn, "a", a, n * d);
+    expect(kn, "b", b, n * d);
+    expect(kn, "gamma", gamma, d);
+    expect(kn, "beta", beta, d);
+    cuda::norm_forward(cuda::Storage::f32, y.raw(), fp(mean), fp(rstd), s.raw(), a.raw(), b.raw(),
+                       static_cast<float>(alpha), gamma.raw(), beta.raw(), n, d,
+                       static_cast<float>(eps), false);
+  }
+
+  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           double alpha, const Tensor& gamma, int64_t n, int64_t d,
+                           double eps) override {
+    const char* kn = "add_rmsnorm_forward";
+    expect(kn, "s", s, n * d);
+    expect(kn, "y", y, n * d);
+    expect(kn, "rstd", rstd, n);
+    expect(kn, "a", a, n * d);
+    expect(kn, "b", b, n * d);
+    expect(kn, "gamma", gamma, d);
+    cuda::norm_forward(cuda::Storage::f32, y.raw(), nullptr, fp(rstd), s.raw(), a.raw(), b.raw(),
+                       static_cast<float>(alpha), gamma.raw(), nullptr, n, d,
+                       static_cast<float>(eps), true);
+  }
+
+  // ---- softmax -----------------------------------------------------------------------------------
+  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
+    expect("softmax_forward", "y", y, n * d);
+    expect("softmax_forward", "x", x, n * d);
+    cuda::softmax_forward(fp(y), fp(x), n, d);
+  }
+  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                        int64_t d) override {
+    expect("softmax_backward", "dx", dx, n * d);
+    expect("softmax_backward", "dy", dy, n * d);
+    expect("softmax_backward", "y", y, n * d);
+    cuda::softmax_backward(fp(dx), fp(dy), fp(y), n, d);
+  }
+
+  // ---- attention ---------------------------------------------------------------------------------
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                         double scale) override {
+    const char* kn = "attention_forward";
+    const int64_t btc = b * t * h * dh;
+    expect(kn, "out", out, btc);
+    expect(kn, "probs", probs, b * h * t * t);
+    expect(kn, "q", q, btc);
+    expect(kn, "k", k, btc);
+    expect(kn, "v", v, btc);
+    NL_CHECK(t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes",
+             kn, t, cuda::attention_max_t());
+    cuda::attention_forward(fp(out), fp(probs), fp(q), fp(k), fp(v), b, t, h, dh,
+                            static_cast<float>(scale));
+  }
+
+  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
+                          int64_t t, int64_t h, int64_t dh, double scale) override {
+    const char* kn = "attention_backward";
+    const int64_t btc = b * t * h * dh;
+    expect(kn, "dq", dq, btc);
+    expect(kn, "dk", dk, btc);
+    expect(kn, "dv", dv, btc);
+    expect(kn, "dout", dout, btc);
+    expect(kn, "q", q, btc);
+    expect(kn, "k", k, btc);
+    expect(kn, "v", v, btc);
+    expect(kn, "probs", probs, b * h * t * t);
+    NL_CHECK(t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes",
+             kn, t, cuda::attention_max_t());
+    float* work = (dq || dk) ? work_floats(b * h * t * t, kn) : nullptr;
+    cuda::attention_backward(fp(dq), fp(dk), fp(dv), fp(dout), fp(q), fp(k), fp(v), fp(probs), b,
+                             t, h, dh, static_cast<float>(scale), work);
+  }
+
+  // ---- prefix mean -------------------------------------------------------------------------------
+  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
+    expect("prefix_mean_forward", "y", y, b * t * c);
+    expect("prefix_mean_forward", "x", x, b * t * c);
+    cuda::prefix_mean_forward(fp(y), fp(x), b, t, c);
+  }
+  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                            int64_t c) override {
+    expect("prefix_mean_backward", "dx", dx, b * t * c);
+    expect("prefix_mean_backward", "dy", dy, b * t * c);
+    cuda::prefix_mean_backward(fp(dx), fp(dy), b, t, c);
+  }
+
+  // ---- embedding -----------------------------------------------------------------------------------
+  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+                         int64_t d) override {
+    const char* kn = "embedding_forward";
+    expect(kn, "y", y, n * d);
+    expect(kn, "table", table, v * d);
+    expect_ids(kn, "ids", ids, n, v);
+    cuda::embedding_forward(fp(y), fp(table), ids_ptr(ids), n, v, d);
+  }
+  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+                          int64_t d) override {
+    const char* kn = "embedding_backward";
+    expect(kn, "dtable", dtable, v * d);
+    expect(kn, "dy", dy, n * d);
+    expect_ids(kn, "ids", ids, n, v);
+    cuda::embedding_backward(fp(dtable), fp(dy), ids_ptr(ids), n, v, d);
+  }
+
+  // ---- cross-entropy -------------------------------------------------------------------------------
+  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int64_t n, int64_t v) override {
+    const char* kn = "cross_entropy_forward";
+    NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
+    expect(kn, "loss", loss, 1);
+    expect(kn, "probs", probs, n * v);
+    expect(kn, "logits", logits, n * v);
+    expect_ids(kn, "targets", targets, n, v);
+    cuda::cross_entropy_forward(fp(loss), fp(probs), fp(logits), ids_ptr(targets), n, v,
+                                work_doubles(n, kn));
+  }
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                              const Tensor& targets, int64_t n, int64_t v) override {
+    const char* kn = "cross_entropy_backward";
+    NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
+    expect(kn, "dlogits", dlogits, n * v);
+    expect(kn, "dloss", dloss, 1);
+    expect(kn, "probs", probs, n * v);
+    expect_ids(kn, "targets", targets, n, v);
+    cuda::cross_entropy_backward(fp(dlogits), fp(dloss), fp(probs), ids_ptr(targets), n, v);
+  }
+
+  // ---- layout -------------------------------------------------------------------------------------
+  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+                 int64_t inner) override {
+    const int64_t n = outer * a * mid * bdim * inner;
+    expect("transpose", "out", out, n);
+    expect("transpose", "x", x, n);
+    cuda::transpose(fp(out), fp(x), outer, a, mid, bdim, inner);
+  }
+
+  // ---- optimizer ----------------------------------------------------------------------------------
+  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                 const AdamParams& hp) override {
+    const char* kn = "adam_step";
+    const int64_t n = param.numel();
+    NL_CHECK(hp.step >= 1, "cuda {}: step is 1-based for the bias correction (got {})", kn, hp.step);
+    expect(kn, "param", param, n);
+    expect(kn, "grad", grad, n);
+    expect(kn, "m", m, n);
+    expect(kn, "v", v, n);
+    // The cpu backend's arithmetic (float32, corrections as reciprocals computed in double).
+    const double step = static_cast<double>(hp.step);
+    const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(hp.beta1, step)));
+    const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(hp.beta2, step)));
+    cuda::adam_step(fp(param), fp(m), fp(v), fp(grad), n, static_cast<float>(hp.lr),
+                    static_cast<float>(hp.beta1), static_cast<float>(hp.beta2),
+                    static_cast<float>(hp.eps), inv_bc1, inv_bc2,
+                    hp.decoupled ? 0.0f : static_cast<float>(hp.weight_decay),
+                    hp.decoupled ? static_cast<float>(hp.weight_decay) : 0.0f);
+  }
+
+ private:
+  // C = op(A) op(B) (+ C when accumulate), row-major, through cuBLAS's column-major GEMM as
+  // C^T = op(B)^T op(A)^T.
+  void gemm(float* c, const float* a, const float* b, const MatmulSpec& s, bool accumulate,
+            const char* kn) {
+    if (s.batch <= 0 || s.m <= 0 || s.n <= 0) return;
+    if (s.k <= 0) {  // an empty sum: C = 0, or C unchanged
+      if (!accumulate) cuda::fill_f32(c, s.batch * s.m * s.n, 0.0f);
+      return;
+    }
+    const int m = to_int(s.m, "m", kn), n = to_int(s.n, "n", kn), k = to_int(s.k, "k", kn);
+    const int batch = to_int(s.batch, "batch", kn);
+    const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ldb = s.trans_b ? k : n;
+    const int lda = s.trans_a ? m : k;
+    const long long stride_a = s.a_batched ? static_cast<long long>(s.m) * s.k : 0;
+    const long long stride_b = s.b_batched ? static_cast<long long>(s.k) * s.n : 0;
+    const long long stride_c = static_cast<long long>(s.m) * s.n;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublasHandle_t h = blas(kn);
+    if (batch == 1)
+      check_blas(cublasSgemm(h, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, n),
+                 "cublasSgemm", kn);
+    else
+      check_blas(cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a,
+                                           lda, stride_a, &beta, c, n, stride_c, batch),
+                 "cublasSgemmStridedBatched", kn);
+    cuda::check_launch(kn);
+  }
+
+  cublasHandle_t blas(const char* kn) {
+    if (!blas_) {
+      check_blas(cublasCreate(&blas_), "cublasCreate", kn);
+      check_blas(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode", kn);
+    }
+    const bool tf32 = g_tf32.load();
+    if (!blas_mode_set_ || tf32 != blas_tf32_) {
+      check_blas(cublasSetMathMode(blas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+                 "cublasSetMathMode", kn);
+      blas_tf32_ = tf32;
+      blas_mode_set_ = true;
+    }
+    return blas_;
+  }
+
+  // Workspace: grown, never shrunk; kernels on the one stream use it one call at a time.
+  void* work(size_t bytes, const char* kn) {
+    if (bytes > work_bytes_) {
+      if (work_) check(cudaFree(work_), "cudaFree", kn);
+      work_ = nullptr;
+      work_bytes_ = 0;
+      const size_t want = std::max<size_t>(bytes, 1 << 20);
+      check(cudaMalloc(&work_, want), "cudaMalloc(workspace)", kn);
+      work_bytes_ = want;
+    }
+    return work_;
+  }
+  float* work_floats(int64_t count, const char* kn) {
+    return static_cast<float*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float), kn));
+  }
+  double* work_doubles(int64_t count, const char* kn) {
+    return static_cast<double*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(double), kn));
+  }
+
+  // Token ids or targets: int32 on the device, n of them, each in [0, v) (one synchronizing
+  // check kernel, as the reference backend checks every id).
+  void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t n, int64_t v) {
+    NL_CHECK(ids.defined(), "cuda {}: {} is an undefined tensor", kernel, arg);
+    NL_CHECK(ids.device() == Device::cuda, "cuda {}: {} is on {}, the cuda backend takes cuda tensors",
+             kernel, arg, device_name(ids.device()));
+    NL_CHECK(ids.dtype() == DType::i32, "cuda {}: {} is {} but ids are int32", kernel, arg,
+             dtype_name(ids.dtype()));
+    NL_CHECK(ids.numel() == n, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,
+             arg, shape_str(ids.shape()), ids.numel(), n);
+    int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(scalars(kernel)) + 16);
+    const int64_t bad = cuda::first_bad_id(ids_ptr(ids), n, v, flag, kernel);
+    if (bad >= 0) {
+      int32_t value = 0;
+      check(cudaMemcpy(&value, ids_ptr(ids) + bad, sizeof value, cudaMemcpyDeviceToHost),
+            "cudaMemcpy(DeviceToHost)", kernel);
+      NL_CHECK(false, "cuda {}: {}[{}] = {} is outside [0, {})", kernel, arg, bad, value, v);
+    }
+  }
+  void* scalars(const char* kn) {
+    if (!scalars_) check(cudaMalloc(&scalars_, 64), "cudaMalloc", kn);
+    return scalars_;
+  }
+  static const int32_t* ids_ptr(const Tensor& ids) { return static_cast<const int32_t*>(ids.raw()); }
+
+  cublasHandle_t blas_ = nullptr;
+  bool blas_mode_set_ = false, blas_tf32_ = false;
+  void* work_ = nullptr;
+  size_t work_bytes_ = 0;
+  void* scalars_ = nullptr;  // [0, 8): a double result; [16, 20): the ids flag
+};
+
+}  // namespace
+
+bool cuda_built() { return true; }
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+void cuda_set_tf32(bool on) { g_tf32.store(on); }
+bool cuda_tf32() { return g_tf32.load(); }
+
+// ============================================================================================
+// bench
+// ============================================================================================
+
+namespace {
+
+// Device buffers freed on scope exit.
+struct DeviceBuffer {
+  void* p = nullptr;
+  DeviceBuffer(size_t bytes, const char* kn) {
+    check(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc", kn);
+  }
+  ~DeviceBuffer() { (void)cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+};
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  explicit Events(const char* kn) {
+    check(cudaEventCreate(&start), "cudaEventCreate", kn);
+    check(cudaEventCreate(&stop), "cudaEventCreate", kn);
+  }
+  ~Events() {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+template <class F>
+std::vector<double> time_calls(int warmup, int repeats, const char* kn, F&& call) {
+  Events ev(kn);
+  for (int i = 0; i < warmup; ++i) call(i);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", kn);
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    check(cudaEventRecord(ev.start), "cudaEventRecord", kn);
+    call(warmup + i);
+    check(cudaEventRecord(ev.stop), "cudaEventRecord", kn);
+    check(cudaEventSynchronize(ev.stop), "cudaEventSynchronize", kn);
+    float t = 0;
+    check(cudaEventElapsedTime(&t, ev.start, ev.stop), "cudaEventElapsedTime", kn);
+    ms.push_back(t);
+  }
+  return ms;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+double minimum(const std::vector<double>& v) {
+  return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
+}
+
+// Deterministic pseudo-random inputs (no dependence on the RNG layers above).
+std::vector<float> inputs(int64_t count, uint64_t seed, double mean, double spread) {
+  std::vector<float> v(static_cast<size_t>(count));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& x : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const double u = static_cast<double>(s >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+    x = static_cast<float>(mean + spread * (2.0 * u - 1.0));
+  }
+  return v;
+}
+
+}  // namespace
+
+CudaNormTiming cuda_time_norm(const CudaNormCase& c) {
+  const char* kn = c.rms ? "bench rmsnorm" : "bench layernorm";
+  require_device();
+  NL_CHECK(c.rows > 0 && c.d > 0, "cuda {}: empty shape {}x{}", kn, c.rows, c.d);
+  const int64_t n = c.rows, d = c.d, numel = n * d;
+  const size_t es = c.bf16 ? 2 : 4;
+  const size_t bytes = static_cast<size_t>(numel) * es;
+  // Rotate through enough buffer sets that a case touches >= 1 GiB before it sees one again
+  // (the L2 is 50-60 MiB on an H100/H200): timings of memory, not of cache.
+  const size_t target = size_t(1) << 30;
+  const int sets = static_cast<int>(std::max<size_t>(1, std::min<size_t>(1024, target / std::max<size_t>(bytes * 2, 1))));
+  std::vector<std::unique_ptr<DeviceBuffer>> xs, ys, dys, dxs, means, rstds;
+  DeviceBuffer gamma(static_cast<size_t>(d) * es, kn), beta(static_cast<size_t>(d) * es, kn);
+  DeviceBuffer dgamma(static_cast<size_t>(d) * 4, kn), dbeta(static_cast<size_t>(d) * 4, kn);
+  DeviceBuffer work(static_cast<size_t>(cuda::column_work(n, d)) * 4, kn);
+  DeviceBuffer staging(static_cast<size_t>(numel) * 4, kn);
+
+  const std::vector<float> hx = inputs(numel, 1, 0.5, 2.0), hdy = inputs(numel, 2, 0.0, 1.0);
+  const std::vector<float> hg = inputs(d, 3, 1.0, 0.5), hb = inputs(d, 4, 0.0, 0.5);
+  auto upload = [&](void* dst, const std::vector<float>& src) {
+    if (!c.bf16) {
+      check(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", kn);
+      return;
+    }
+    check(cudaMemcpy(staging.p, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", kn);
+    cuda::f32_to_bf16(dst, staging.f(), static_cast<int64_t>(src.size()));
+  };
+  upload(gamma.p, hg);
+  upload(beta.p, hb);
+  for (int i = 0; i < sets; ++i) {
+    xs.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
+    ys.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
+    dys.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
+    dxs.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
+    means.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 4, kn));
+    rstds.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 4, kn));
+    upload(xs.back()->p, hx);
+    upload(dys.back()->p, hdy);
+  }
+  const cuda::Storage st = c.bf16 ? cuda::Storage::bf16 : cuda::Storage::f32;
+  const float eps = 1e-5f;
+  auto fwd = [&](int i) {
+    const int k = i % sets;
+    cuda::norm_forward(st, ys[k]->p, c.rms ? nullptr : means[k]->f(), rstds[k]->f(), nullptr, xs[k]->p,
+                       nullptr, 1.0f, gamma.p, c.rms ? nullptr : beta.p, n, d, eps, c.rms);
+  };
+  auto bwd = [&](int i) {
+    const int k = i % sets;
+    cuda::norm_backward(st, dxs[k]->p, dgamma.f(), c.rms ? nullptr : dbeta.f(), dys[k]->p,
+                        xs[k]->p, gamma.p, c.rms ? nullptr : means[k]->f(), rstds[k]->f(), n, d, c.rms,
+                        work.f());
+  };
+  CudaNormTiming out;
+  std::vector<double> f = time_calls(c.warmup, c.repeats, kn, fwd);
+  for (int k = 0; k < sets; ++k) fwd(k);  // every set's statistics (and y) for what follows
+  std::vector<double> b = time_calls(c.warmup, c.repeats, kn, bwd);
+  for (int k = 0; k < sets; ++k) bwd(k);
+  out.fwd_ms = median(f);
+  out.fwd_min_ms = minimum(f);
+  out.bwd_ms = median(b);
+  out.bwd_min_ms = minimum(b);
+  // Bytes a call must move: forward reads x, writes y; backward reads x and dy, writes dx (the
+  // parameters and per-row statistics are ignored: < 1% at these shapes).
+  out.fwd_bytes = 2.0 * static_cast<double>(bytes);
+  out.bwd_bytes = 3.0 * static_cast<double>(bytes);
+
+  // Check the first rows against a double-precision computation on the host, from the values
+  // the device actually holds (bf16-rounded inputs for bf16).
+  const int64_t rows = std::min<int64_t>(n, 4);
+  auto fetch = [&](const void* src, int64_t count) {
+    std::vector<float> h(static_cast<size_t>(count));
+    if (!c.bf16) {
+      check(cudaMemcpy(h.data(), src, h.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
+    } else {
+      std::vector<uint16_t> raw(static_cast<size_t>(count));
+      check(cudaMemcpy(raw.data(), src, raw.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
+      for (size_t i = 0; i < raw.size(); ++i) {
+        const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
+        float v;
+        std::memcpy(&v, &bits, 4);
+        h[i] = v;
+      }
+    }
+    return h;
+  };
+  const std::vector<float> x0 = fetch(xs[0]->p, rows * d), dy0 = fetch(dys[0]->p, rows * d);
+  const std::vector<float> g0 = fetch(gamma.p, d), b0 = fetch(beta.p, d);
+  const std::vector<float> y0 = fetch(ys[0]->p, rows * d), dx0 = fetch(dxs[0]->p, rows * d);
+  double ef = 0, eb = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x0.data() + i * d;
+    const float* dyr = dy0.data() + i * d;
+    double mu = 0, var = 0;
+    if (!c.rms) {
+      for (int64_t j = 0; j < d; ++j) mu += xr[j];
+      mu /= static_cast<double>(d);
+    }
+    for (int64_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    var /= static_cast<double>(d);
+    const double rs = 1.0 / std::sqrt(var + eps);
+    double mg = 0, mgx = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double xhat = (xr[j] - mu) * rs;
+      const double want = g0[j] * xhat + (c.rms ? 0.0 : b0[j]);
+      ef = std::max(ef, std::fabs(y0[i * d + j] - want) / (1.0 + std::fabs(want)));
+      const double g = double(dyr[j]) * g0[j];
+      mg += g;
+      mgx += g * xhat;
+    }
+    mg = c.rms ? 0.0 : mg / static_cast<double>(d);
+    mgx /= static_cast<double>(d);
+    for (int64_t j = 0; j < d; ++j) {
+      const double xhat = (xr[j] - mu) * rs;
+      const double want = rs * (double(dyr[j]) * g0[j] - mg - xhat * mgx);
+      eb = std::max(eb, std::fabs(dx0[i * d + j] - want) / (1.0 + std::fabs(want)));
+    }
+  }
+  out.fwd_max_err = ef;
+  out.bwd_max_err = eb;
+  return out;
+}
+
+CudaCopyBandwidth cuda_copy_bandwidth(size_t bytes, int repeats) {
+  const char* kn = "bench copy";
+  require_device();
+  DeviceBuffer a(bytes, kn), b(bytes, kn);
+  check(cudaMemset(a.p, 1, bytes), "cudaMemset", kn);
+  CudaCopyBandwidth out;
+  const std::vector<double> m = time_calls(3, repeats, kn, [&](int) {
+    check(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync", kn);
+  });
+  const std::vector<double> k = time_calls(3, repeats, kn, [&](int) { cuda::copy_kernel(b.p, a.p, bytes); });
+  out.memcpy_gbs = 2.0 * static_cast<double>(bytes) / (median(m) * 1e-3) / 1e9;
+  out.kernel_gbs = 2.0 * static_cast<double>(bytes) / (median(k) * 1e-3) / 1e9;
+  return out;
+}
+
+}  // namespace normlab

@@ -1,0 +1,109 @@
+// The CUDA backend's kernels behind plain C++ launchers on raw device pointers (private to
+// src/backends/cuda). kernels.cu defines them and is the only file nvcc compiles; the backend
+// class (cuda_backend.cpp, g++) checks tensors and calls these. Every launcher runs on the
+// default stream, checks the launch (and, with NORMLAB_CUDA_SYNC=1 in the environment, waits
+// for the kernel and checks its completion), and reports a failure through cuda_fail, which
+// throws normlab::Error naming the CUDA call and the kernel.
+//
+// Semantics are the reference backend's (include/backend_reference/normlab/reference_kernels.h):
+// outputs are WRITTEN unless stated, nullptr gradient outputs are skipped. Nothing uses float
+// atomics: every reduction has a fixed order, so results are bit-reproducible run to run.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace normlab::cuda {
+
+// Throws normlab::Error("cuda <kernel>: <call> failed: <error name>: <error string>").
+[[noreturn]] void cuda_fail(const char* call, const char* kernel, cudaError_t status);
+// Checks `status` of `call` made for `kernel`.
+inline void check(cudaError_t status, const char* call, const char* kernel) {
+  if (status != cudaSuccess) cuda_fail(call, kernel, status);
+}
+// After a launch: cudaGetLastError, and with NORMLAB_CUDA_SYNC=1 cudaDeviceSynchronize too.
+void check_launch(const char* kernel);
+
+// Storage type of the norm kernels' inputs and outputs (statistics are always float32).
+enum class Storage : int { f32 = 0, bf16 = 1 };
+
+// ---- elementwise (n values, grid-stride) ---------------------------------------------------
+void fill_f32(float* out, int64_t n, float value);
+void fill_f64(double* out, int64_t n, double value);
+void fill_i32(int32_t* out, int64_t n, int32_t value);
+void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n);
+void accumulate(float* dst, const float* src, int64_t n);
+void scale(float* out, const float* x, float alpha, int64_t n);
+void mul(float* out, const float* a, const float* b, int64_t n);
+void gelu_forward(float* y, float* dydx, const float* x, int64_t n);
+// sum of x^2 in double; `work` holds >= sum_squares_work(n) doubles.
+int64_t sum_squares_work(int64_t n);
+void sum_squares(double* result_dev, double* work, const float* x, int64_t n);
+// out (M x N) = bias (broadcast over rows, nullable) + residual (nullable); zeros when both null.
+void bias_residual_init(float* out, const float* bias, const float* residual, int64_t m, int64_t n);
+
+// ---- column sums over rows: deterministic two-stage reductions ------------------------------
+// Floats of workspace the column reductions need for (rows, cols) (two partial arrays).
+int64_t column_work(int64_t rows, int64_t cols);
+// out[j] = sum_i x[i, j]
+void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work);
+
+// ---- norms over the last dimension (N rows of D) ----------------------------------------------
+// LayerNorm (beta non-null, mean non-null) or RMSNorm (beta and mean null). With a/b (add):
+// s = alpha*a + b is written to `s` and normalized; otherwise x = a is normalized and s, b null.
+void norm_forward(Storage st, void* y, float* mean, float* rstd, void* s, const void* a,
+                  const void* b, float alpha, const void* gamma, const void* beta, int64_t n,
+                  int64_t d, float eps, bool rms);
+// dx (nullable), dgamma (nullable), dbeta (nullable, LayerNorm only). `work` holds
+// column_work(n, d) floats. mean is null for RMSNorm.
+void norm_backward(Storage st, void* dx, float* dgamma, float* dbeta, const void* dy,
+                   const void* x, const void* gamma, const float* mean, const float* rstd,
+                   int64_t n, int64_t d, bool rms, float* work);
+
+// ---- softmax (N rows of D) ------------------------------------------------------------------
+void softmax_forward(float* y, const float* x, int64_t n, int64_t d);
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d);
+
+// ---- ids: the first index i with ids[i] outside [0, v), or -1. Synchronizes. ----------------
+int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev,
+                     const char* kernel);
+
+// ---- embedding, cross-entropy ---------------------------------------------------------------
+void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t v,
+                       int64_t d);
+void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
+                        int64_t d);
+// `work` holds n doubles (per-row losses).
+void cross_entropy_forward(float* loss, float* probs, const float* logits,
+                           const int32_t* targets, int64_t n, int64_t v, double* work);
+void cross_entropy_backward(float* dlogits, const float* dloss, const float* probs,
+                            const int32_t* targets, int64_t n, int64_t v);
+
+// ---- attention, prefix mean, layout -------------------------------------------------------------
+// Largest T the attention kernels take (one row of scores in shared memory).
+int64_t attention_max_t();
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                       int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
+// `work` holds b*h*t*t floats (scale * dS) when dq or dk is wanted.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* probs, int64_t b, int64_t t,
+                        int64_t h, int64_t dh, float scale, float* work);
+void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
+void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c);
+void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+               int64_t inner);
+
+// ---- optimizer ----------------------------------------------------------------------------------
+// The cpu backend's float32 arithmetic: inv_bc1 = 1/(1-b1^step), inv_bc2 = 1/(1-b2^step).
+void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+               float beta1, float beta2, float eps, float inv_bc1, float inv_bc2, float wd_l2,
+               float wd_decoupled);
+
+// ---- conversions for the bf16 bench -----------------------------------------------------------
+void f32_to_bf16(void* out, const float* x, int64_t n);
+// A device-to-device copy kernel (16-byte loads and stores) that bench times as the bandwidth
+// limit next to cudaMemcpy.
+void copy_kernel(void* out, const void* x, size_t bytes);
+
+}  // namespace normlab::cuda

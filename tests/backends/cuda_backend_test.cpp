@@ -1,0 +1,190 @@
+// Tests of the "cuda" backend beyond the cross-backend Kernel* suites (cpu_backend_test.cpp):
+// what a machine without a GPU must say, and, with a GPU, transfers, the poison, bit-for-bit
+// repeatability (no float atomics), the long-row paths of the norm kernels, and tensors on the
+// device going through the ops' backend choice. GPU tests skip with a message when no device
+// is present.
+// Run: ctest -R Cuda
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "normlab/backend.h"
+#include "normlab/cuda.h"
+#include "normlab/cuda_backend.h"
+#include "normlab/host_adapter.h"
+#include "normlab/rng.h"
+#include "normlab/tensor.h"
+
+namespace normlab {
+namespace {
+
+bool have_cuda() {
+  const std::vector<std::string> names = backend_names();
+  return std::find(names.begin(), names.end(), "cuda") != names.end();
+}
+
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    if (!have_cuda())                                                                        \
+      GTEST_SKIP() << "no CUDA device found (" << cuda_summary() << "): GPU test skipped"; \
+  } while (0)
+
+Tensor randn(Rng& rng, const Shape& shape, double scale = 1.0, double mean = 0.0) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (double& x : v) x = mean + scale * rng.normal();
+  return Tensor::from(v, shape, DType::f32);
+}
+
+double max_rel_diff(const Tensor& got, const Tensor& want) {
+  std::vector<double> g = got.to_vector(), w = want.to_vector();
+  double m = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double d = std::fabs(g[i] - w[i]) / (1.0 + std::fabs(w[i]));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+TEST(CudaBackend, WithoutADeviceSaysSo) {
+  if (have_cuda()) GTEST_SKIP() << "a CUDA device is present: " << cuda_summary();
+  try {
+    backend_for(Device::cuda, DType::f32);
+    FAIL() << "backend_for(cuda) succeeded without a device";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device found"), std::string::npos) << e.what();
+  }
+  try {
+    make_cuda_backend();
+    FAIL() << "make_cuda_backend succeeded without a device";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device found"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, TransfersRoundTripEveryDtype) {
+  SKIP_WITHOUT_GPU();
+  Tensor f = Tensor::from({1.5, -2.25, 3.0}, {3}, DType::f32);
+  Tensor d = Tensor::from({1e300, -0.1}, {2}, DType::f64);
+  Tensor i = Tensor::from_ids({7, -3, 2147483647}, {3});
+  for (const Tensor* t : {&f, &d, &i}) {
+    Tensor back = t->to_device(Device::cuda).to_device(Device::cpu);
+    EXPECT_EQ(back.to_vector(), t->to_vector());
+  }
+  Tensor z = Tensor::zeros({5}, DType::f32, Device::cuda);
+  EXPECT_EQ(z.to_device(Device::cpu).to_vector(), std::vector<double>(5, 0.0));
+  Tensor c = Tensor::empty({5}, DType::f32, Device::cuda);
+  c.copy_(Tensor::full_on({5}, 2.5, DType::f32, Device::cuda));
+  EXPECT_EQ(c.to_device(Device::cpu).to_vector(), std::vector<double>(5, 2.5));
+}
+
+TEST(CudaBackend, HostAdapterRunsKernelsForHostTensors) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<Backend> a = make_host_adapter(backend("cuda"), true);
+  Tensor y = Tensor::full({4}, 1.0), x = Tensor::full({4}, 2.0);
+  a->scale(y, x, 3.0);
+  EXPECT_EQ(y.to_vector(), std::vector<double>(4, 6.0));
+  a->add(x, x, y, 1.0, 1.0);  // out aliasing an input: one device buffer
+  EXPECT_EQ(x.to_vector(), std::vector<double>(4, 8.0));
+  EXPECT_EQ(backend("cuda-host").name(), "cuda");
+}
+
+TEST(CudaBackend, NormsAreBitReproducibleAndLongRowsWork) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<Backend> adapter = make_host_adapter(backend("cuda"), true);
+  Backend& gpu = *adapter;
+  Backend& ref = backend("reference");
+  // d = 30000 exceeds the shared-memory row cache of both the forward and the backward; 4096
+  // rows of 768 exercise the column reduction's many chunks.
+  const int64_t shapes[][2] = {{3, 30000}, {4096, 768}, {5, 12289}};
+  uint64_t seed = 9000;
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], d = s[1];
+    Rng rng(seed++, stream::check);
+    Tensor x = randn(rng, {n, d}, 2.0, 3.0), g = randn(rng, {d}, 0.2, 1.0), b = randn(rng, {d}, 0.2);
+    Tensor dy = randn(rng, {n, d});
+    auto run = [&]() {
+      Tensor y = Tensor::empty({n, d}), mean = Tensor::empty({n}), rstd = Tensor::empty({n});
+      Tensor dx = Tensor::empty({n, d}), dg = Tensor::empty({d}), db = Tensor::empty({d});
+      gpu.layernorm_forward(y, mean, rstd, x, g, b, n, d, 1e-5);
+      gpu.layernorm_backward(&dx, &dg, &db, dy, x, g, mean, rstd, n, d);
+      return std::vector<Tensor>{y, mean, rstd, dx, dg, db};
+    };
+    std::vector<Tensor> one = run(), two = run();
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(one[i].to_vector(), two[i].to_vector()) << "output " << i << " changed between runs";
+    Tensor y64 = Tensor::empty({n, d}, DType::f64), m64 = Tensor::empty({n}, DType::f64);
+    Tensor r64 = Tensor::empty({n}, DType::f64), dx64 = Tensor::empty({n, d}, DType::f64);
+    Tensor dg64 = Tensor::empty({d}, DType::f64), db64 = Tensor::empty({d}, DType::f64);
+    ref.layernorm_forward(y64, m64, r64, x.to(DType::f64), g.to(DType::f64), b.to(DType::f64), n, d, 1e-5);
+    ref.layernorm_backward(&dx64, &dg64, &db64, dy.to(DType::f64), x.to(DType::f64),
+                           g.to(DType::f64), one[1].to(DType::f64), one[2].to(DType::f64), n, d);
+    const std::string what = std::to_string(n) + "x" + std::to_string(d);
+    EXPECT_LT(max_rel_diff(one[0], y64), 1e-4) << "y " << what;
+    EXPECT_LT(max_rel_diff(one[3], dx64), 1e-4) << "dx " << what;
+    EXPECT_LT(max_rel_diff(one[4], dg64), 1e-3) << "dgamma " << what;
+    EXPECT_LT(max_rel_diff(one[5], db64), 1e-3) << "dbeta " << what;
+
+    Tensor ry = Tensor::empty({n, d}), rr = Tensor::empty({n}), rdx = Tensor::empty({n, d});
+    Tensor rdg = Tensor::empty({d});
+    gpu.rmsnorm_forward(ry, rr, x, g, n, d, 1e-6);
+    gpu.rmsnorm_backward(&rdx, &rdg, dy, x, g, rr, n, d);
+    Tensor ry64 = Tensor::empty({n, d}, DType::f64), rr64 = Tensor::empty({n}, DType::f64);
+    Tensor rdx64 = Tensor::empty({n, d}, DType::f64), rdg64 = Tensor::empty({d}, DType::f64);
+    ref.rmsnorm_forward(ry64, rr64, x.to(DType::f64), g.to(DType::f64), n, d, 1e-6);
+    ref.rmsnorm_backward(&rdx64, &rdg64, dy.to(DType::f64), x.to(DType::f64), g.to(DType::f64),
+                         rr.to(DType::f64), n, d);
+    EXPECT_LT(max_rel_diff(ry, ry64), 1e-4) << "rms y " << what;
+    EXPECT_LT(max_rel_diff(rdx, rdx64), 1e-4) << "rms dx " << what;
+    EXPECT_LT(max_rel_diff(rdg, rdg64), 1e-3) << "rms dgamma " << what;
+  }
+}
+
+TEST(CudaBackend, DeviceTensorsGoToTheCudaBackend) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_EQ(backend_for(Device::cuda, DType::f32).name(), "cuda");
+  EXPECT_THROW(backend_for(Device::cuda, DType::f64), Error);
+  Backend& b = backend("cuda");
+  Tensor x = Tensor::full({3}, 1.0).to_device(Device::cuda);
+  Tensor y = Tensor::empty({3}, DType::f32, Device::cuda);
+  b.scale(y, x, -2.0);
+  EXPECT_EQ(y.to_device(Device::cpu).to_vector(), std::vector<double>(3, -2.0));
+  EXPECT_DOUBLE_EQ(b.sum_squares(y), 12.0);
+  // A cpu tensor given to the cuda backend is an error naming the kernel, not a crash.
+  Tensor host = Tensor::full({3}, 1.0);
+  try {
+    b.scale(y, host, 1.0);
+    FAIL() << "a cpu tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda scale"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, BenchNormTimingChecksItsResults) {
+  SKIP_WITHOUT_GPU();
+  for (bool rms : {false, true})
+    for (bool bf16 : {false, true}) {
+      CudaNormCase c;
+      c.rms = rms;
+      c.bf16 = bf16;
+      c.rows = 64;
+      c.d = 1024;
+      c.repeats = 2;
+      c.warmup = 1;
+      CudaNormTiming t = cuda_time_norm(c);
+      EXPECT_GT(t.fwd_ms, 0);
+      EXPECT_GT(t.bwd_ms, 0);
+      // bf16 outputs carry 8 bits of mantissa: 2^-8 relative.
+      const double tol = bf16 ? 1e-2 : 1e-4;
+      EXPECT_LT(t.fwd_max_err, tol) << (rms ? "rmsnorm" : "layernorm") << (bf16 ? " bf16" : " f32");
+      EXPECT_LT(t.bwd_max_err, tol) << (rms ? "rmsnorm" : "layernorm") << (bf16 ? " bf16" : " f32");
+    }
+  CudaCopyBandwidth bw = cuda_copy_bandwidth(64 << 20, 3);
+  EXPECT_GT(bw.memcpy_gbs, 0);
+  EXPECT_GT(bw.kernel_gbs, 0);
+}
+
+}  // namespace
+}  // namespace normlab
