@@ -592,11 +592,11 @@ TEST(CpuNormKernels, ConstantRowsAndLargeMean) {
       LnFwd fwd;
       Tol y;
     };
-    // fused: the float mean is within a rounding of the true one (3e-5 at 1000), and
-    // xhat = (x - mu)*rstd inherits that absolute error (rstd ~ 1): measured 4e-5, 1e-4
-    // leaves a 2.5x margin. oneDNN sums the raw values: its mean is off by ~1e-4 and y by up
-    // to 1.5e-4 (measured at d = 37): 5e-4.
-    const Impl impls[] = {{"fused", cpu::layernorm_forward_fused, {1e-4, 1e-5}},
+    // fused: y from x - c (c the row's shift, x - c exact near the mean), so no rounding of
+    // the mean at 1000 reaches it: float rounding of O(1) values, as in MeanFarAboveStd.
+    // oneDNN sums the raw values: its mean is off by ~1e-4 and y by up to 1.5e-4 (measured at
+    // d = 37): 5e-4.
+    const Impl impls[] = {{"fused", cpu::layernorm_forward_fused, {4e-6, 4e-6}},
                           {"onednn", cpu::layernorm_forward_onednn, {5e-4, 1e-5}}};
     for (const Impl& impl : impls) {
       Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
@@ -618,6 +618,120 @@ TEST(CpuNormKernels, ConstantRowsAndLargeMean) {
       expect_close(db, db64, kReduction, "layernorm dbeta" + what);
     }
   }
+}
+
+// Rows whose mean is 1e4 times their standard deviation, the case that breaks E[x^2] - E[x]^2
+// in float32 (it would cancel all 24 bits), and rows built to defeat the fused kernels' shift
+// (an outlier among the first values, a first vector 5 standard deviations off), where they fall
+// back to the centred sum. The fused forwards (plain and add + norm) must stay at float32
+// rounding of the float64 reference on the float32 input: no error proportional to the mean.
+TEST(CpuNormKernels, MeanFarAboveStd) {
+  const double eps = 1e-5;
+  for (int64_t d : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{65}, int64_t{1000}, int64_t{4097}}) {
+    const int64_t n = 6;
+    Rng rng(1350 + static_cast<uint64_t>(d), stream::check);
+    std::vector<double> xv(static_cast<size_t>(n * d));
+    for (int64_t j = 0; j < d; ++j) {
+      const double z = rng.normal();
+      auto at = [&](int64_t r) -> double& { return xv[static_cast<size_t>(r * d + j)]; };
+      at(0) = 1e4 + z;                                  // mean / std = 1e4
+      at(1) = -2.5e5 + 25.0 * rng.normal();             // mean / std = -1e4
+      at(2) = j == 0 ? 1e4 : rng.normal();              // an outlier first: the shift is far off
+      at(3) = 1e4 + (j < 16 ? 5.0 : 0.0) + rng.normal();  // the first vector 5 std above the rest
+      at(4) = rng.normal();
+      at(5) = 3e4;                                      // constant: variance 0
+    }
+    Tensor x = Tensor::from(xv, {n, d}, DType::f32);
+    Tensor gamma = randn(rng, {d}, 0.2, 1.0), beta = randn(rng, {d}, 0.2);
+    const std::string what = " rows with mean 1e4 x std, d=" + std::to_string(d);
+    auto check = [&](const Tensor& in, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                     const std::string& name) {
+      Tensor y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
+      ref().layernorm_forward(y64, mean64, rstd64, f64(in), f64(gamma), f64(beta), n, d, eps);
+      // y = ((x - c) - m)*rstd*gamma + beta: x - c exact near the mean, so only roundings at
+      // the scale of y: measured <= 2.4e-6 absolute on |y| <= 5, 1.6e-5 on the outlier row's
+      // |y| ~ 64 (2.5e-7 relative).
+      expect_close(y, y64, {4e-6, 4e-6}, name + " y" + what);
+      // The mean as a float: half a float step at its own scale (6e-8 relative) and roundings
+      // of the shifted sum at the row's spread (1/rstd): measured <= 5e-8 of |mean| + 1/rstd,
+      // 1.9e-7 on the outlier row (its mean corrected at the scale of its shift, 4 std away).
+      const std::vector<double> mu = mean.to_vector(), mu64 = mean64.to_vector(), rs64 = rstd64.to_vector();
+      for (int64_t r = 0; r < n; ++r) {
+        const double scale = std::fabs(mu64[r]) + 1.0 / rs64[r];
+        EXPECT_LE(std::fabs(mu[r] - mu64[r]), 4e-7 * scale) << name << " mean of row " << r << what;
+      }
+      // rstd from the one-sweep variance within ~1.6 bits of cancellation, or from the centred
+      // sum: measured <= 2.3e-7 relative.
+      expect_close(rstd, rstd64, {0, 1e-6}, name + " rstd" + what);
+    };
+    Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
+    cpu::layernorm_forward_fused(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
+    check(x, y, mean, rstd, "fused layernorm");
+    // add + norm: s = 0.5*a + x, normalized as stored.
+    Tensor a = randn(rng, {n, d}, 0.01), s = e32({n, d});
+    cpu::add_layernorm_forward_fused(fp(s), fp(y), fp(mean), fp(rstd), fp(a), fp(x), 0.5f, fp(gamma), fp(beta), n,
+                                     d, 1e-5f);
+    check(s, y, mean, rstd, "fused add_layernorm");
+  }
+}
+
+// Streaming stores (forced on for every shape the alignment rule allows) write the same bits
+// as ordinary stores, in every fused kernel, on both the tiled (d < 256) and pipelined paths.
+TEST(CpuNormKernels, StreamingStoresWriteTheSameBits) {
+  struct Restore {
+    ~Restore() { cpu::set_stream_choice(cpu::StreamChoice::automatic); }
+  } restore;
+  const int64_t w = 16;  // whole vectors for AVX-512 and AVX2 alike (the library's width, not this file's)
+  for (int64_t d : {w, 4 * w, 16 * w, 64 * w, 256 * w + w}) {
+    const int64_t n = 37;
+    Rng rng(1360 + static_cast<uint64_t>(d), stream::check);
+    Tensor x = randn(rng, {n, d}, 2.0, 0.5), a = randn(rng, {n, d}), dy = randn(rng, {n, d});
+    Tensor gamma = randn(rng, {d}, 0.2, 1.0), beta = randn(rng, {d}, 0.2);
+    // Every output of every fused kernel, written under `choice`.
+    auto run = [&](cpu::StreamChoice choice) {
+      cpu::set_stream_choice(choice);
+      std::vector<Tensor> out;
+      auto t = [&](const Shape& sh) { return out.emplace_back(e32(sh)); };
+      Tensor y = t({n, d}), mean = t({n}), rstd = t({n});
+      EXPECT_EQ(cpu::streams_output(fp(y), n, d, 2), choice == cpu::StreamChoice::always) << "d=" << d;
+      cpu::layernorm_forward_fused(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
+      Tensor dx = t({n, d}), dg = t({d}), db = t({d});
+      cpu::layernorm_backward_fused(fp(dx), fp(dg), fp(db), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d);
+      Tensor ry = t({n, d}), rr = t({n}), rdx = t({n, d}), rdg = t({d});
+      cpu::rmsnorm_forward_fused(fp(ry), fp(rr), fp(x), fp(gamma), n, d, 1e-5f);
+      cpu::rmsnorm_backward_fused(fp(rdx), fp(rdg), fp(dy), fp(x), fp(gamma), fp(rr), n, d);
+      Tensor s = t({n, d}), ay = t({n, d}), am = t({n}), ar = t({n});
+      cpu::add_layernorm_forward_fused(fp(s), fp(ay), fp(am), fp(ar), fp(a), fp(x), 0.7f, fp(gamma), fp(beta), n, d,
+                                       1e-5f);
+      Tensor s2 = t({n, d}), ry2 = t({n, d}), rr2 = t({n});
+      cpu::add_rmsnorm_forward_fused(fp(s2), fp(ry2), fp(rr2), fp(a), fp(x), 0.7f, fp(gamma), n, d, 1e-5f);
+      return out;
+    };
+    const std::vector<Tensor> ordinary = run(cpu::StreamChoice::never), streamed = run(cpu::StreamChoice::always);
+    ASSERT_EQ(ordinary.size(), streamed.size());
+    for (size_t k = 0; k < ordinary.size(); ++k)
+      EXPECT_TRUE(ordinary[k].to_vector() == streamed[k].to_vector()) << "output " << k << ", d=" << d;
+  }
+}
+
+// The one-time measurement behind the automatic choice ran and saw both copies.
+TEST(CpuNormKernels, StreamingStoreChoiceIsMeasuredOrSet) {
+  const cpu::StreamingStores& s = cpu::streaming_stores();
+  EXPECT_GT(s.llc_bytes, 0);
+  EXPECT_FALSE(s.why.empty());
+  if (s.measured) {
+    EXPECT_GT(s.ordinary_gbs, 0.0);
+    EXPECT_GT(s.streaming_gbs, 0.0);
+    EXPECT_EQ(s.enabled, s.streaming_gbs > 1.1 * s.ordinary_gbs);
+  }
+  // Never for an output the alignment rule excludes, whatever the size.
+  cpu::set_stream_choice(cpu::StreamChoice::always);
+  Tensor out = e32({1024 * 64 + 1});
+  EXPECT_TRUE(cpu::streams_output(fp(out), 1024, 64, 2));
+  EXPECT_FALSE(cpu::streams_output(fp(out) + 1, 1024, 64, 2));  // misaligned
+  EXPECT_FALSE(cpu::streams_output(fp(out), 1024, 65, 2));      // rows not whole vectors
+  cpu::set_stream_choice(cpu::StreamChoice::automatic);
+  EXPECT_FALSE(cpu::streams_output(nullptr, 1 << 20, 1024, 3));
 }
 
 // ============================================================================

@@ -19,6 +19,7 @@
 // the result does not depend on the number of threads.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace normlab::cpu {
 
@@ -73,5 +74,27 @@ void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, c
                                  int64_t n, int64_t d, float eps);
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps);
+
+// ---- streaming stores (streaming.cpp) ------------------------------------------------------------
+// The fused kernels (norms forward and backward, add + norm) write their N x D output with
+// streaming stores when the call's arrays do not fit in the last-level cache, the output is
+// aligned to the vector width (and D a multiple of it), and this CPU copies faster that way:
+// measured once per process by the first call that asks (a copy of 2 x LLC both ways), or set
+// with NORMLAB_STREAMING_STORES=0|1. The stored values are the same either way.
+struct StreamingStores {
+  bool enabled = false;
+  bool measured = false;  // false: set by the environment, or not available
+  double ordinary_gbs = 0, streaming_gbs = 0;
+  int64_t llc_bytes = 0;
+  std::string why;  // "measured", "NORMLAB_STREAMING_STORES=1", ...
+};
+const StreamingStores& streaming_stores();
+int64_t last_level_cache_size();
+// Whether a kernel that touches `arrays` N x D float arrays streams its output `out`.
+bool streams_output(const float* out, int64_t n, int64_t d, int64_t arrays);
+// Tests and measurements override the choice: always (every output the alignment rule allows,
+// whatever its size), never, or automatic (the default, as above). Process-wide.
+enum class StreamChoice { automatic, always, never };
+void set_stream_choice(StreamChoice choice);
 
 }  // namespace normlab::cpu

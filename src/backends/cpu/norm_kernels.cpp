@@ -107,77 +107,127 @@ inline const float* ahead(const float* base, int64_t i, int64_t n, int64_t d) {
   return k < n ? base + k * d : nullptr;
 }
 
-// Rows [lo, hi) in tiles: stats(i, u, v) for every row of a tile, which leaves two numbers
-// per row (u, v: mean and rstd, or the backward's two means), then apply(i, u, v).
-template <class Stats, class Apply>
+// Rows [lo, hi) in tiles: st = stats(i) for every row of a tile (a row's few statistics: mean,
+// shift and rstd, or the backward's two means), then apply(i, st).
+template <class S, class Stats, class Apply>
 void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply) {
   const int64_t rows = tile_rows(d);
-  float u[kTileMaxRows] = {}, v[kTileMaxRows] = {};  // a kernel may leave v (or both) unused
+  S st[kTileMaxRows] = {};
   for (int64_t t0 = lo; t0 < hi; t0 += rows) {
     const int64_t t1 = std::min(hi, t0 + rows);
-    for (int64_t i = t0; i < t1; ++i) stats(i, u[i - t0], v[i - t0]);
-    for (int64_t i = t0; i < t1; ++i) apply(i, u[i - t0], v[i - t0]);
+    for (int64_t i = t0; i < t1; ++i) st[i - t0] = stats(i);
+    for (int64_t i = t0; i < t1; ++i) apply(i, st[i - t0]);
   }
 }
 
 // Forward kernels: rows split over threads, each thread's range in tiles.
-template <class Stats, class Apply>
+template <bool kStream, class S, class Stats, class Apply>
 void for_rows_tiled(int64_t n, int64_t d, Stats&& stats, Apply&& apply) {
-  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) { for_tiles(lo, hi, d, stats, apply); });
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+    for_tiles<S>(lo, hi, d, stats, apply);
+    if (kStream) stream_fence();
+  });
 }
+
+// The backward's two row statistics (LayerNorm: mean(g), mean(g*xhat); RMSNorm: the second).
+struct GradStats {
+  float mg = 0, mgx = 0;
+};
 
 // Backward kernels: rows in the fixed reduction blocks (RowBlocks), each block in tiles;
 // apply gets the block, so that it can add to that block's parameter-gradient partials.
-template <class Stats, class Apply>
-void for_row_blocks_tiled(int64_t n, int64_t d, const RowBlocks& blocks, Stats&& stats,
-                          Apply&& apply) {
+template <bool kStream, class Stats, class Apply>
+void for_row_blocks_tiled(int64_t n, int64_t d, const RowBlocks& blocks, Stats&& stats, Apply&& apply) {
   parallel_for(blocks.count, n * d, [&](int64_t b) {
     const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
-    for_tiles(lo, hi, d, stats, [&](int64_t i, float u, float v) { apply(b, i, u, v, i == lo); });
+    for_tiles<GradStats>(lo, hi, d, stats, [&](int64_t i, const GradStats& st) { apply(b, i, st, i == lo); });
+    if (kStream) stream_fence();
   });
 }
 
 // Backward kernels for rows of d >= kPipelineMinD: rows in the same fixed blocks, and within a
-// block row i's sweep runs alongside row i+1's statistics. stats_alone(i, u, v) computes row
-// i's two statistics; stats_alongside(i, u, v, sweep) computes them while calling sweep(j, n)
-// on every vector position (the same bits as stats_alone); sweep_of(b, i, u, v, first) makes
-// row i's per-vector sweep.
-template <class StatsAlone, class StatsAlongside, class SweepOf>
+// block row i's sweep runs alongside row i+1's statistics. stats_alone(i) computes row i's
+// statistics; stats_alongside(i, sweep) computes them while calling sweep(j, n) on every vector
+// position (the same bits as stats_alone); sweep_of(b, i, st, first) makes row i's sweep.
+template <bool kStream, class StatsAlone, class StatsAlongside, class SweepOf>
 void for_row_blocks_pipelined(int64_t n, int64_t d, const RowBlocks& blocks, StatsAlone&& stats_alone,
                               StatsAlongside&& stats_alongside, SweepOf&& sweep_of) {
   parallel_for(blocks.count, n * d, [&](int64_t b) {
     const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
-    float u = 0.0f, v = 0.0f;
-    stats_alone(lo, u, v);
+    GradStats st = stats_alone(lo);
     for (int64_t i = lo; i < hi; ++i) {
-      auto sweep = sweep_of(b, i, u, v, i == lo);
+      auto sweep = sweep_of(b, i, st, i == lo);
       if (i + 1 < hi)
-        stats_alongside(i + 1, u, v, sweep);
+        st = stats_alongside(i + 1, sweep);
       else
         row_for(d, sweep);
     }
+    if (kStream) stream_fence();
   });
 }
 
 // ---- the row math: one definition of each statistic's terms and of each sweep -----------------
 // Each factory returns the function of a vector position (j, lanes) that row_reduce,
 // row_reduce2, their *_alongside forms or row_for apply to a row; the tiled and the pipelined
-// kernels call the same ones, and every final statistic goes through mean_from / rstd_from
-// (norm_stats.h), so both paths give the same bits whatever the compiler contracts into FMAs.
+// kernels call the same ones, and every final statistic goes through norm_stats.h, so both
+// paths give the same bits whatever the compiler contracts into FMAs. Output sweeps take
+// kStream: streaming stores for the N x D output (see streams_output).
 
-// for j: s += x[j] - x0
-inline auto shifted_terms(const float* x) {
-  const VF v0 = set1(x[0]);
-  return [x, v0](int64_t j, int64_t n) { return load_n(x + j, n) - v0; };
+// A LayerNorm row's statistics: its shift c, m = mean(x - c) and rstd; mean(x) = c + m.
+struct LnStats {
+  float c = 0, m = 0, rs = 0;
+};
+
+// The value a row is summed shifted by: the mean of its first vector (all of it when d <=
+// kWidth). It is within a fraction of a standard deviation of the row's mean for most rows
+// (1/4 of one on average for 16 Gaussian values), which keeps the one-sweep variance exact to a
+// few roundings (shift_close_enough); the row's first element alone would be further away.
+inline float vector_mean(VF v, int64_t n) { return reduce_add(keep_first(v, n)) / float(n); }
+inline float row_shift(const float* x, int64_t d) {
+  const int64_t n = std::min(d, kWidth);
+  return vector_mean(load_n(x, n), n);
 }
 
-// for j: ss += (x[j]-mu)^2   (centred: E[x^2]-mu^2 cancels when |mu| >> std)
-inline auto centred_sq_terms(const float* x, float mu) {
-  const VF vmu = set1(mu);
-  return [x, vmu](int64_t j, int64_t n) {
-    VF c = load_n(x + j, n) - vmu;
-    return c * c;
+// for j: s = x[j]-c; su += s; ss += s*s
+inline auto shifted_moment_terms(const float* x, float c) {
+  const VF vc = set1(c);
+  return [x, vc](int64_t j, int64_t n, VF& u, VF& v) {
+    VF s = load_n(x + j, n) - vc;
+    u = u + s;
+    v = fmadd(s, s, v);
   };
+}
+
+// for j: e = (x[j]-c)-m; se += e; ss += e*e   (centred: the fallback where the shift was too far)
+inline auto centred_moment_terms(const float* x, float c, float m) {
+  const VF vc = set1(c), vm = set1(m);
+  return [x, vc, vm](int64_t j, int64_t n, VF& u, VF& v) {
+    VF e = (load_n(x + j, n) - vc) - vm;
+    u = u + e;
+    v = fmadd(e, e, v);
+  };
+}
+
+// The statistics of row x from its shifted sums (written to mean_out, rstd_out as well). Where
+// the one-sweep variance would cancel (the shift far from the mean: an outlier among the first
+// values, say), the row is summed again centred, from L1/L2 where the sweep left it, and the
+// mean corrected by the centred sum (the corrected two-pass algorithm of Chan, Golub and
+// LeVeque): the shifted sum of large terms is where the first mean lost its digits.
+inline LnStats layernorm_finish(const float* x, int64_t d, float c, float su, float ss, float inv_d, float eps,
+                                float& mean_out, float& rstd_out) {
+  float m = su * inv_d;
+  float var = shifted_variance(m, ss, inv_d);
+  if (!shift_close_enough(m, var)) {
+    float se = 0, see = 0;
+    row_reduce2(d, se, see, centred_moment_terms(x, c, m));
+    const float dm = se * inv_d;
+    m += dm;
+    var = shifted_variance(dm, see, inv_d);
+  }
+  const LnStats st{c, m, rstd_of_variance(var, eps)};
+  mean_out = c + m;
+  rstd_out = st.rs;
+  return st;
 }
 
 // for j: ss += x[j]^2
@@ -188,19 +238,22 @@ inline auto sq_terms(const float* x) {
   };
 }
 
-// for j: y[j] = (x[j]-mu)*rs*gamma[j] + beta[j]
-inline auto layernorm_out(float* y, const float* x, const float* gamma, const float* beta, float mu, float rs) {
-  const VF vmu = set1(mu), vrs = set1(rs);
+// for j: y[j] = ((x[j]-c)-m)*rs*gamma[j] + beta[j]   (x - c exact near the mean: no rounding of
+// the mean at the row's scale reaches y)
+template <bool kStream>
+inline auto layernorm_out(float* y, const float* x, const float* gamma, const float* beta, const LnStats& st) {
+  const VF vc = set1(st.c), vm = set1(st.m), vrs = set1(st.rs);
   return [=](int64_t j, int64_t n) {
-    VF xhat = (load_n(x + j, n) - vmu) * vrs;
-    store_n(y + j, fmadd(xhat, load_n(gamma + j, n), load_n(beta + j, n)), n);
+    VF xhat = ((load_n(x + j, n) - vc) - vm) * vrs;
+    put<kStream>(y + j, fmadd(xhat, load_n(gamma + j, n), load_n(beta + j, n)), n);
   };
 }
 
 // for j: y[j] = x[j]*rs*gamma[j]
+template <bool kStream>
 inline auto rmsnorm_out(float* y, const float* x, const float* gamma, float rs) {
   const VF vrs = set1(rs);
-  return [=](int64_t j, int64_t n) { store_n(y + j, load_n(x + j, n) * vrs * load_n(gamma + j, n), n); };
+  return [=](int64_t j, int64_t n) { put<kStream>(y + j, load_n(x + j, n) * vrs * load_n(gamma + j, n), n); };
 }
 
 // LayerNorm backward statistics: with xhat = (x-mu)*rs and g = dy*gamma, mg = sum(g)/d and
@@ -219,13 +272,14 @@ inline auto layernorm_grad_terms(const float* dy, const float* x, const float* g
 // dx (nullable) and the block partials dgp, dbp (nullable).
 // for j: xhat = (x[j]-mu)*rs; dx[j] = rs*(dy[j]*gamma[j] - mg - xhat*mgx);
 //        dgp[j] += dy[j]*xhat; dbp[j] += dy[j]
+template <bool kStream>
 inline auto layernorm_grad_out(float* dx, float* dgp, float* dbp, const float* dy, const float* x,
-                               const float* gamma, float mu, float rs, float mg, float mgx) {
-  const VF vmu = set1(mu), vrs = set1(rs), vmg = set1(mg), vmgx = set1(mgx);
+                               const float* gamma, float mu, float rs, const GradStats& st) {
+  const VF vmu = set1(mu), vrs = set1(rs), vmg = set1(st.mg), vmgx = set1(st.mgx);
   return [=](int64_t j, int64_t n) {
     VF dyv = load_n(dy + j, n);
     VF xhat = (load_n(x + j, n) - vmu) * vrs;
-    if (dx) store_n(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n) - vmg), n);
+    if (dx) put<kStream>(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n) - vmg), n);
     if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, n)), n);
     if (dbp) store_n(dbp + j, load_n(dbp + j, n) + dyv, n);
   };
@@ -239,13 +293,14 @@ inline auto rmsnorm_grad_terms(const float* dy, const float* x, const float* gam
 }
 
 // for j: xhat = x[j]*rs; dx[j] = rs*(dy[j]*gamma[j] - xhat*mgx); dgp[j] += dy[j]*xhat
+template <bool kStream>
 inline auto rmsnorm_grad_out(float* dx, float* dgp, const float* dy, const float* x, const float* gamma, float rs,
                              float mgx) {
   const VF vrs = set1(rs), vmgx = set1(mgx);
   return [=](int64_t j, int64_t n) {
     VF dyv = load_n(dy + j, n);
     VF xhat = load_n(x + j, n) * vrs;
-    if (dx) store_n(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n)), n);
+    if (dx) put<kStream>(dx + j, vrs * fnmadd(xhat, vmgx, dyv * load_n(gamma + j, n)), n);
     if (dgp) store_n(dgp + j, fmadd(dyv, xhat, load_n(dgp + j, n)), n);
   };
 }
@@ -260,23 +315,22 @@ inline void sweep_prefetching(int64_t d, const F& f, const float* next1, const f
   });
 }
 
-inline float centred_rstd(const float* x, float mu, int64_t d, float inv_d, float eps) {
-  return rstd_from(row_reduce(d, centred_sq_terms(x, mu)), inv_d, eps);
+// s = alpha*a + b, stored, and its shifted sums on the way (as shifted_moment_terms on s).
+// for j: s[j] = alpha*a[j] + b[j]; su += s[j]-c; ss += (s[j]-c)^2
+inline float add_row_shift(const float* a, const float* b, float alpha, int64_t d) {
+  const int64_t n = std::min(d, kWidth);
+  return vector_mean(fmadd(set1(alpha), load_n(a, n), load_n(b, n)), n);
 }
-
-// s = alpha*a + b, stored, and its mean on the way, shifted by s[0] as shifted_terms() is.
-// s0 = alpha*a[0] + b[0]; for j: s[j] = alpha*a[j] + b[j]; sum += s[j] - s0
-inline float add_row_mean(float* s, const float* a, const float* b, float alpha, int64_t d,
-                          float inv_d) {
-  const VF valpha = set1(alpha);
-  const float s0 = std::fma(alpha, a[0], b[0]);  // as fmadd rounds it, so s[0] - s0 = 0
-  const VF v0 = set1(s0);
-  return mean_from(s0, row_reduce(d, [&](int64_t j, int64_t n) {
-                     VF v = fmadd(valpha, load_n(a + j, n), load_n(b + j, n));
-                     store_n(s + j, v, n);
-                     return v - v0;
-                   }),
-                   inv_d);
+inline void add_row_moments(float* s, const float* a, const float* b, float alpha, float c, int64_t d, float& su,
+                            float& ss) {
+  const VF valpha = set1(alpha), vc = set1(c);
+  row_reduce2(d, su, ss, [&](int64_t j, int64_t n, VF& u, VF& v) {
+    VF sv = fmadd(valpha, load_n(a + j, n), load_n(b + j, n));
+    store_n(s + j, sv, n);
+    VF e = sv - vc;
+    u = u + e;
+    v = fmadd(e, e, v);
+  });
 }
 
 // s = alpha*a + b, stored; returns sum(s^2).
@@ -297,45 +351,192 @@ void zero_params(float* a, float* b, int64_t d) {
   }
 }
 
-}  // namespace
+// ==== the kernels, for ordinary or streaming stores of the N x D output =========================
 
-// ==== LayerNorm ================================================================================
-
-void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                             const float* beta, int64_t n, int64_t d, float eps) {
-  if (d <= 0) return;
+template <bool kStream>
+void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                            const float* beta, int64_t n, int64_t d, float eps) {
   const float inv_d = 1.0f / float(d);
-  auto finish_mean = [&](int64_t r, float sum) { return mean[r] = mean_from(x[r * d], sum, inv_d); };
-  auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = rstd_from(ss, inv_d, eps); };
+  auto stats = [&](int64_t i) {
+    const float* xr = x + i * d;
+    const float c = row_shift(xr, d);
+    float su = 0, ss = 0;
+    row_reduce2(d, su, ss, shifted_moment_terms(xr, c));
+    return layernorm_finish(xr, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
+  };
   if (d >= kPipelineMinD) {
-    // Row i's output sweep runs in the loop that sums row i+1's mean (reading it from memory);
-    // row i+1's centred variance is then a second sweep over it, from L1/L2. (A three-row version,
-    // row i+2's mean and row i+1's variance both alongside row i's sweep, measured the same.)
+    // Row i's output sweep runs in the loop that sums row i+1's moments (reading it from memory).
     parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
-      float mu = finish_mean(lo, row_reduce(d, shifted_terms(x + lo * d)));
-      float rs = finish_rstd(lo, row_reduce(d, centred_sq_terms(x + lo * d, mu)));
+      LnStats st = stats(lo);
       for (int64_t i = lo; i < hi; ++i) {
-        auto apply = layernorm_out(y + i * d, x + i * d, gamma, beta, mu, rs);
+        auto apply = layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st);
         if (i + 1 < hi) {
           const float* next = x + (i + 1) * d;
-          mu = finish_mean(i + 1, row_reduce_alongside(d, shifted_terms(next), apply));
-          rs = finish_rstd(i + 1, row_reduce(d, centred_sq_terms(next, mu)));
+          const float c = row_shift(next, d);
+          float su = 0, ss = 0;
+          row_reduce2_alongside(d, su, ss, shifted_moment_terms(next, c), apply);
+          st = layernorm_finish(next, d, c, su, ss, inv_d, eps, mean[i + 1], rstd[i + 1]);
         } else {
           row_for(d, apply);
         }
       }
+      if (kStream) stream_fence();
     });
     return;
   }
-  for_rows_tiled(
-      n, d,
-      [&](int64_t i, float& mu, float& rs) {
-        mu = finish_mean(i, row_reduce(d, shifted_terms(x + i * d)));
-        rs = finish_rstd(i, row_reduce(d, centred_sq_terms(x + i * d, mu)));
-      },
-      [&](int64_t i, float mu, float rs) {
-        sweep_prefetching(d, layernorm_out(y + i * d, x + i * d, gamma, beta, mu, rs), ahead(x, i, n, d), nullptr);
+  for_rows_tiled<kStream, LnStats>(n, d, stats, [&](int64_t i, const LnStats& st) {
+    sweep_prefetching(d, layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st), ahead(x, i, n, d), nullptr);
+  });
+}
+
+template <bool kStream>
+void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                             const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d) {
+  const RowBlocks blocks(n);
+  Partials pg(blocks.count, d, dgamma != nullptr), pb(blocks.count, d, dbeta != nullptr);
+  const float inv_d = 1.0f / float(d);
+  auto terms = [&](int64_t i) { return layernorm_grad_terms(dy + i * d, x + i * d, gamma, mean[i], rstd[i]); };
+  auto means = [&](float sg, float sgx) { return GradStats{sg * inv_d, sgx * inv_d}; };
+  auto sweep_of = [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
+    float* dgp = pg.block(b, d);
+    float* dbp = pb.block(b, d);
+    if (first_in_block) zero_params(dgp, dbp, d);
+    return layernorm_grad_out<kStream>(dx ? dx + i * d : nullptr, dgp, dbp, dy + i * d, x + i * d, gamma, mean[i],
+                                       rstd[i], st);
+  };
+  auto stats_alone = [&](int64_t i) {
+    float sg = 0, sgx = 0;
+    row_reduce2(d, sg, sgx, terms(i));
+    return means(sg, sgx);
+  };
+  if (d >= kPipelineMinD && dx) {
+    for_row_blocks_pipelined<kStream>(
+        n, d, blocks, stats_alone,
+        [&](int64_t i, auto& sweep) {
+          float sg = 0, sgx = 0;
+          row_reduce2_alongside(d, sg, sgx, terms(i), sweep);
+          return means(sg, sgx);
+        },
+        sweep_of);
+  } else {
+    for_row_blocks_tiled<kStream>(
+        n, d, blocks,
+        // The parameter gradients alone need no row statistics.
+        [&](int64_t i) { return dx ? stats_alone(i) : GradStats{}; },
+        [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
+          sweep_prefetching(d, sweep_of(b, i, st, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
+        });
+  }
+  sum_partials(dgamma, pg.p, blocks.count, d);
+  sum_partials(dbeta, pb.p, blocks.count, d);
+}
+
+template <bool kStream>
+void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
+                          float eps) {
+  const float inv_d = 1.0f / float(d);
+  auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = rstd_from(ss, inv_d, eps); };
+  if (d >= kPipelineMinD) {
+    // Row i's output sweep runs inside row i+1's sum of squares (see row_reduce_alongside).
+    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+      float ss = row_reduce(d, sq_terms(x + lo * d));
+      for (int64_t i = lo; i < hi; ++i) {
+        auto apply = rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, finish_rstd(i, ss));
+        if (i + 1 < hi)
+          ss = row_reduce_alongside(d, sq_terms(x + (i + 1) * d), apply);
+        else
+          row_for(d, apply);
+      }
+      if (kStream) stream_fence();
+    });
+    return;
+  }
+  for_rows_tiled<kStream, float>(
+      n, d, [&](int64_t i) { return finish_rstd(i, row_reduce(d, sq_terms(x + i * d))); },
+      [&](int64_t i, float rs) {
+        sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, rs), ahead(x, i, n, d), nullptr);
       });
+}
+
+template <bool kStream>
+void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
+                           const float* rstd, int64_t n, int64_t d) {
+  const RowBlocks blocks(n);
+  Partials pg(blocks.count, d, dgamma != nullptr);
+  const float inv_d = 1.0f / float(d);
+  auto terms = [&](int64_t i) { return rmsnorm_grad_terms(dy + i * d, x + i * d, gamma, rstd[i]); };
+  auto sweep_of = [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
+    float* dgp = pg.block(b, d);
+    if (first_in_block) zero_params(dgp, nullptr, d);
+    return rmsnorm_grad_out<kStream>(dx ? dx + i * d : nullptr, dgp, dy + i * d, x + i * d, gamma, rstd[i], st.mgx);
+  };
+  auto stats_alone = [&](int64_t i) { return GradStats{0, row_reduce(d, terms(i)) * inv_d}; };
+  if (d >= kPipelineMinD && dx) {
+    for_row_blocks_pipelined<kStream>(
+        n, d, blocks, stats_alone,
+        [&](int64_t i, auto& sweep) { return GradStats{0, row_reduce_alongside(d, terms(i), sweep) * inv_d}; },
+        sweep_of);
+  } else {
+    for_row_blocks_tiled<kStream>(
+        n, d, blocks, [&](int64_t i) { return dx ? stats_alone(i) : GradStats{}; },
+        [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
+          sweep_prefetching(d, sweep_of(b, i, st, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
+        });
+  }
+  sum_partials(dgamma, pg.p, blocks.count, d);
+}
+
+// The statistics phase computes and stores s (a and b from memory, s into L1) with its shifted
+// sums; the apply phase normalizes s from L1.
+template <bool kStream>
+void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
+                                float alpha, const float* gamma, const float* beta, int64_t n, int64_t d,
+                                float eps) {
+  const float inv_d = 1.0f / float(d);
+  for_rows_tiled<kStream, LnStats>(
+      n, d,
+      [&](int64_t i) {
+        float* sr = s + i * d;
+        const float c = add_row_shift(a + i * d, b + i * d, alpha, d);
+        float su = 0, ss = 0;
+        add_row_moments(sr, a + i * d, b + i * d, alpha, c, d, su, ss);
+        return layernorm_finish(sr, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
+      },
+      [&](int64_t i, const LnStats& st) {
+        sweep_prefetching(d, layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st), ahead(a, i, n, d),
+                          ahead(b, i, n, d));
+      });
+}
+
+template <bool kStream>
+void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
+                              const float* gamma, int64_t n, int64_t d, float eps) {
+  const float inv_d = 1.0f / float(d);
+  for_rows_tiled<kStream, float>(
+      n, d,
+      [&](int64_t i) {
+        return rstd[i] = rstd_from(add_row_sumsq(s + i * d, a + i * d, b + i * d, alpha, d), inv_d, eps);
+      },
+      [&](int64_t i, float rs) {
+        sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs), ahead(a, i, n, d),
+                          ahead(b, i, n, d));
+      });
+}
+
+}  // namespace
+
+// ==== LayerNorm ================================================================================
+// Each public kernel picks ordinary or streaming stores for its N x D output (streams_output:
+// arrays larger than the last-level cache, on a CPU where streaming measured faster); the
+// values written are the same.
+
+void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                             const float* beta, int64_t n, int64_t d, float eps) {
+  if (d <= 0) return;
+  if (streams_output(y, n, d, 2))
+    layernorm_forward_rows<true>(y, mean, rstd, x, gamma, beta, n, d, eps);
+  else
+    layernorm_forward_rows<false>(y, mean, rstd, x, gamma, beta, n, d, eps);
 }
 
 void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const float* dy,
@@ -343,49 +544,10 @@ void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const floa
                               const float* rstd, int64_t n, int64_t d) {
   if (d <= 0) return;
   if (n <= 0) return zero_params(dgamma, dbeta, d);
-  const RowBlocks blocks(n);
-  Partials pg(blocks.count, d, dgamma != nullptr), pb(blocks.count, d, dbeta != nullptr);
-  const float inv_d = 1.0f / float(d);
-  auto terms = [&](int64_t i) { return layernorm_grad_terms(dy + i * d, x + i * d, gamma, mean[i], rstd[i]); };
-  auto sweep_of = [&](int64_t b, int64_t i, float mg, float mgx, bool first_in_block) {
-    float* dgp = pg.block(b, d);
-    float* dbp = pb.block(b, d);
-    if (first_in_block) zero_params(dgp, dbp, d);
-    return layernorm_grad_out(dx ? dx + i * d : nullptr, dgp, dbp, dy + i * d, x + i * d, gamma, mean[i], rstd[i],
-                              mg, mgx);
-  };
-  if (d >= kPipelineMinD && dx) {
-    for_row_blocks_pipelined(
-        n, d, blocks,
-        [&](int64_t i, float& mg, float& mgx) {
-          float sg = 0, sgx = 0;
-          row_reduce2(d, sg, sgx, terms(i));
-          mg = sg * inv_d;
-          mgx = sgx * inv_d;
-        },
-        [&](int64_t i, float& mg, float& mgx, auto& sweep) {
-          float sg = 0, sgx = 0;
-          row_reduce2_alongside(d, sg, sgx, terms(i), sweep);
-          mg = sg * inv_d;
-          mgx = sgx * inv_d;
-        },
-        sweep_of);
-  } else {
-    for_row_blocks_tiled(
-        n, d, blocks,
-        [&](int64_t i, float& mg, float& mgx) {
-          if (!dx) return;  // the parameter gradients need no row statistics
-          float sg = 0, sgx = 0;
-          row_reduce2(d, sg, sgx, terms(i));
-          mg = sg * inv_d;
-          mgx = sgx * inv_d;
-        },
-        [&](int64_t b, int64_t i, float mg, float mgx, bool first_in_block) {
-          sweep_prefetching(d, sweep_of(b, i, mg, mgx, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
-        });
-  }
-  sum_partials(dgamma, pg.p, blocks.count, d);
-  sum_partials(dbeta, pb.p, blocks.count, d);
+  if (streams_output(dx, n, d, 3))
+    layernorm_backward_rows<true>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+  else
+    layernorm_backward_rows<false>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
 }
 
 // The backend's LayerNorm: the fused kernel, forward and backward. Measured side by side
@@ -393,9 +555,9 @@ void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const floa
 // share of memcpy's in the same run, three runs): at 8x256 rows of d 1024 the forward reached
 // 95-103% against oneDNN 2.6's 78-84%, the backward 86-94% against 59-65%; at 512 rows of
 // d 64 (the toy model) the forward is even (68% vs 71%) and the backward ahead (81% vs 74%).
-// The fused forward is also the more accurate on rows far from zero (shifted mean; the test
-// CpuNormKernels.ConstantRowsAndLargeMean). layernorm_*_onednn and *_multipass (norm_baselines.cpp)
-// stay for the benchmark and as cross-checks in the tests.
+// The fused forward is also the more accurate on rows far from zero (shifted sums; the tests
+// CpuNormKernels.ConstantRowsAndLargeMean and .MeanFarAboveStd). layernorm_*_onednn and
+// *_multipass (norm_baselines.cpp) stay for the benchmark and as cross-checks in the tests.
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, int64_t n, int64_t d, float eps) {
   layernorm_forward_fused(y, mean, rstd, x, gamma, beta, n, d, eps);
@@ -412,58 +574,20 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
                            int64_t d, float eps) {
   if (d <= 0) return;
-  const float inv_d = 1.0f / float(d);
-  auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = rstd_from(ss, inv_d, eps); };
-  if (d >= kPipelineMinD) {
-    // Row i's output sweep runs inside row i+1's sum of squares (see row_reduce_alongside).
-    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
-      float ss = row_reduce(d, sq_terms(x + lo * d));
-      for (int64_t i = lo; i < hi; ++i) {
-        auto apply = rmsnorm_out(y + i * d, x + i * d, gamma, finish_rstd(i, ss));
-        if (i + 1 < hi)
-          ss = row_reduce_alongside(d, sq_terms(x + (i + 1) * d), apply);
-        else
-          row_for(d, apply);
-      }
-    });
-    return;
-  }
-  for_rows_tiled(
-      n, d, [&](int64_t i, float& rs, float&) { rs = finish_rstd(i, row_reduce(d, sq_terms(x + i * d))); },
-      [&](int64_t i, float rs, float) {
-        sweep_prefetching(d, rmsnorm_out(y + i * d, x + i * d, gamma, rs), ahead(x, i, n, d), nullptr);
-      });
+  if (streams_output(y, n, d, 2))
+    rmsnorm_forward_rows<true>(y, rstd, x, gamma, n, d, eps);
+  else
+    rmsnorm_forward_rows<false>(y, rstd, x, gamma, n, d, eps);
 }
 
 void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x,
                             const float* gamma, const float* rstd, int64_t n, int64_t d) {
   if (d <= 0) return;
   if (n <= 0) return zero_params(dgamma, nullptr, d);
-  const RowBlocks blocks(n);
-  Partials pg(blocks.count, d, dgamma != nullptr);
-  const float inv_d = 1.0f / float(d);
-  auto terms = [&](int64_t i) { return rmsnorm_grad_terms(dy + i * d, x + i * d, gamma, rstd[i]); };
-  auto sweep_of = [&](int64_t b, int64_t i, float mgx, float, bool first_in_block) {
-    float* dgp = pg.block(b, d);
-    if (first_in_block) zero_params(dgp, nullptr, d);
-    return rmsnorm_grad_out(dx ? dx + i * d : nullptr, dgp, dy + i * d, x + i * d, gamma, rstd[i], mgx);
-  };
-  if (d >= kPipelineMinD && dx) {
-    for_row_blocks_pipelined(
-        n, d, blocks, [&](int64_t i, float& mgx, float&) { mgx = row_reduce(d, terms(i)) * inv_d; },
-        [&](int64_t i, float& mgx, float&, auto& sweep) { mgx = row_reduce_alongside(d, terms(i), sweep) * inv_d; },
-        sweep_of);
-  } else {
-    for_row_blocks_tiled(
-        n, d, blocks,
-        [&](int64_t i, float& mgx, float&) {
-          if (dx) mgx = row_reduce(d, terms(i)) * inv_d;
-        },
-        [&](int64_t b, int64_t i, float mgx, float u, bool first_in_block) {
-          sweep_prefetching(d, sweep_of(b, i, mgx, u, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
-        });
-  }
-  sum_partials(dgamma, pg.p, blocks.count, d);
+  if (streams_output(dx, n, d, 3))
+    rmsnorm_backward_rows<true>(dx, dgamma, dy, x, gamma, rstd, n, d);
+  else
+    rmsnorm_backward_rows<false>(dx, dgamma, dy, x, gamma, rstd, n, d);
 }
 
 // The backend's RMSNorm: the fused kernel (oneDNN 2.6 has none), forward and backward; measured
@@ -480,39 +604,25 @@ void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x,
 }
 
 // ==== fused residual add + norm ================================================================
+// Only y may stream: the apply phase re-reads s from L1, where a streamed s would not be.
 
-// The statistics phase computes and stores s (a and b from memory, s into L1) with its mean,
-// then the centred variance from s in L1; the apply phase normalizes s from L1.
 void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a,
                                  const float* b, float alpha, const float* gamma, const float* beta,
                                  int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  const float inv_d = 1.0f / float(d);
-  for_rows_tiled(
-      n, d,
-      [&](int64_t i, float& mu, float& rs) {
-        float* sr = s + i * d;
-        mu = mean[i] = add_row_mean(sr, a + i * d, b + i * d, alpha, d, inv_d);
-        rs = rstd[i] = centred_rstd(sr, mu, d, inv_d, eps);
-      },
-      [&](int64_t i, float mu, float rs) {
-        sweep_prefetching(d, layernorm_out(y + i * d, s + i * d, gamma, beta, mu, rs), ahead(a, i, n, d),
-                          ahead(b, i, n, d));
-      });
+  if (streams_output(y, n, d, 4))
+    add_layernorm_forward_rows<true>(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+  else
+    add_layernorm_forward_rows<false>(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
 }
 
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  const float inv_d = 1.0f / float(d);
-  for_rows_tiled(
-      n, d,
-      [&](int64_t i, float& rs, float&) {
-        rs = rstd[i] = rstd_from(add_row_sumsq(s + i * d, a + i * d, b + i * d, alpha, d), inv_d, eps);
-      },
-      [&](int64_t i, float rs, float) {
-        sweep_prefetching(d, rmsnorm_out(y + i * d, s + i * d, gamma, rs), ahead(a, i, n, d), ahead(b, i, n, d));
-      });
+  if (streams_output(y, n, d, 4))
+    add_rmsnorm_forward_rows<true>(s, y, rstd, a, b, alpha, gamma, n, d, eps);
+  else
+    add_rmsnorm_forward_rows<false>(s, y, rstd, a, b, alpha, gamma, n, d, eps);
 }
 
 }  // namespace normlab::cpu

@@ -58,6 +58,8 @@ inline VF load(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline VF load_tail(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(tail_mask(n), p)}; }
 inline void store(float* p, VF a) { _mm512_storeu_ps(p, a.v); }
 inline void store_tail(float* p, VF a, int64_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), a.v); }
+// A non-temporal (streaming) store: past the caches to memory; p aligned to 64 bytes.
+inline void stream(float* p, VF a) { _mm512_stream_ps(p, a.v); }
 // Lanes [n, kWidth) set to 0 (a tail's contribution to a reduction).
 inline VF keep_first(VF a, int64_t n) { return {_mm512_maskz_mov_ps(tail_mask(n), a.v)}; }
 inline VF operator+(VF a, VF b) { return {_mm512_add_ps(a.v, b.v)}; }
@@ -103,6 +105,7 @@ inline VF load(const float* p) { return {_mm256_loadu_ps(p)}; }
 inline VF load_tail(const float* p, int64_t n) { return {_mm256_maskload_ps(p, tail_mask(n))}; }
 inline void store(float* p, VF a) { _mm256_storeu_ps(p, a.v); }
 inline void store_tail(float* p, VF a, int64_t n) { _mm256_maskstore_ps(p, tail_mask(n), a.v); }
+inline void stream(float* p, VF a) { _mm256_stream_ps(p, a.v); }  // p aligned to 32 bytes
 inline VF keep_first(VF a, int64_t n) {
   return {_mm256_and_ps(a.v, _mm256_castsi256_ps(tail_mask(n)))};
 }
@@ -161,6 +164,7 @@ inline void store(float* p, VF a) {
 inline void store_tail(float* p, VF a, int64_t n) {
   for (int i = 0; i < n; ++i) p[i] = a.v[i];
 }
+inline void stream(float* p, VF a) { store(p, a); }  // no portable non-temporal store
 inline VF keep_first(VF a, int64_t n) { NORMLAB_SIMD_MAP(i < n ? a.v[i] : 0.0f); }
 inline VF operator+(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] + b.v[i]); }
 inline VF operator-(VF a, VF b) { NORMLAB_SIMD_MAP(a.v[i] - b.v[i]); }
@@ -208,6 +212,22 @@ inline void store_n(float* p, VF a, int64_t n) {
     store(p, a);
   else
     store_tail(p, a, n);
+}
+
+// store_n, or for kStream a streaming store of whole vectors (p aligned to kWidth floats).
+// Streamed lines bypass the caches, so a kernel that streams calls stream_fence() before its
+// output is read by another thread.
+template <bool kStream>
+inline void put(float* p, VF a, int64_t n) {
+  if (kStream && n == kWidth)
+    stream(p, a);
+  else
+    store_n(p, a, n);
+}
+inline void stream_fence() {
+#if defined(__AVX2__) || defined(__AVX512F__)
+  _mm_sfence();
+#endif
 }
 
 // exp(x), Cephes' expf scheme: x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6
