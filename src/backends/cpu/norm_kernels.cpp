@@ -107,17 +107,42 @@ inline const float* ahead(const float* base, int64_t i, int64_t n, int64_t d) {
   return k < n ? base + k * d : nullptr;
 }
 
-// Rows [lo, hi) in tiles: st = stats(i) for every row of a tile (a row's few statistics: mean,
-// shift and rstd, or the backward's two means), then apply(i, st).
+// Rows [lo, hi) in tiles: stats(g0, g1, st) leaves the statistics of rows [g0, g1) (at most
+// kWidth rows: a row's mean, shift and rstd, or the backward's two means) in st[0, g1 - g0),
+// for every group of the tile, then apply(i, st) runs on each row.
 template <class S, class Stats, class Apply>
 void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply) {
   const int64_t rows = tile_rows(d);
   S st[kTileMaxRows] = {};
   for (int64_t t0 = lo; t0 < hi; t0 += rows) {
     const int64_t t1 = std::min(hi, t0 + rows);
-    for (int64_t i = t0; i < t1; ++i) st[i - t0] = stats(i);
+    for (int64_t g0 = t0; g0 < t1; g0 += kWidth) stats(g0, std::min(t1, g0 + kWidth), st + (g0 - t0));
     for (int64_t i = t0; i < t1; ++i) apply(i, st[i - t0]);
   }
+}
+
+// The sums of rows [g0, g1) (at most kWidth), lane r for row g0 + r (other lanes 0): each row
+// summed lane-wise (row_accumulate), then all of them across lanes at once (reduce_add_rows).
+// terms_of(i) is row i's function of a vector position, as row_reduce takes. The order of the
+// additions within a row does not depend on the other rows of the group, so a row's sum does
+// not depend on how rows were grouped (or on the thread count).
+template <class TermsOf>
+inline void group_sums(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of, float* sums) {
+  VF a[kWidth];
+  for (int64_t r = 0; r < kWidth; ++r) a[r] = g0 + r < g1 ? row_accumulate(d, terms_of(g0 + r)) : zero();
+  store(sums, reduce_add_rows(a));
+}
+
+// Two sums per row (row_accumulate2's f), as group_sums.
+template <class TermsOf>
+inline void group_sums2(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of, float* su, float* sv) {
+  VF u[kWidth], v[kWidth];
+  for (int64_t r = 0; r < kWidth; ++r) {
+    u[r] = v[r] = zero();
+    if (g0 + r < g1) row_accumulate2(d, u[r], v[r], terms_of(g0 + r));
+  }
+  store(su, reduce_add_rows(u));
+  store(sv, reduce_add_rows(v));
 }
 
 // Forward kernels: rows split over threads, each thread's range in tiles.
@@ -182,10 +207,18 @@ struct LnStats {
 // kWidth). It is within a fraction of a standard deviation of the row's mean for most rows
 // (1/4 of one on average for 16 Gaussian values), which keeps the one-sweep variance exact to a
 // few roundings (shift_close_enough); the row's first element alone would be further away.
-inline float vector_mean(VF v, int64_t n) { return reduce_add(keep_first(v, n)) / float(n); }
+// row_shift for one row (the pipelined kernels), group_shifts for the rows [g0, g1) of a tile
+// at once, first_of(i) giving row i's first vector.
 inline float row_shift(const float* x, int64_t d) {
   const int64_t n = std::min(d, kWidth);
-  return vector_mean(load_n(x, n), n);
+  return reduce_add(load_n(x, n)) / float(n);
+}
+template <class FirstOf>
+inline void group_shifts(int64_t g0, int64_t g1, int64_t d, FirstOf&& first_of, float* c) {
+  const int64_t n = std::min(d, kWidth);
+  VF f[kWidth];
+  for (int64_t r = 0; r < kWidth; ++r) f[r] = g0 + r < g1 ? first_of(g0 + r, n) : zero();
+  store(c, reduce_add_rows(f) / set1(float(n)));
 }
 
 // for j: s = x[j]-c; su += s; ss += s*s
@@ -315,33 +348,28 @@ inline void sweep_prefetching(int64_t d, const F& f, const float* next1, const f
   });
 }
 
-// s = alpha*a + b, stored, and its shifted sums on the way (as shifted_moment_terms on s).
+// s = alpha*a + b stored, and its shifted moments summed on the way (shifted_moment_terms on s).
 // for j: s[j] = alpha*a[j] + b[j]; su += s[j]-c; ss += (s[j]-c)^2
-inline float add_row_shift(const float* a, const float* b, float alpha, int64_t d) {
-  const int64_t n = std::min(d, kWidth);
-  return vector_mean(fmadd(set1(alpha), load_n(a, n), load_n(b, n)), n);
-}
-inline void add_row_moments(float* s, const float* a, const float* b, float alpha, float c, int64_t d, float& su,
-                            float& ss) {
+inline auto add_moment_terms(float* s, const float* a, const float* b, float alpha, float c) {
   const VF valpha = set1(alpha), vc = set1(c);
-  row_reduce2(d, su, ss, [&](int64_t j, int64_t n, VF& u, VF& v) {
+  return [=](int64_t j, int64_t n, VF& u, VF& v) {
     VF sv = fmadd(valpha, load_n(a + j, n), load_n(b + j, n));
     store_n(s + j, sv, n);
     VF e = sv - vc;
     u = u + e;
     v = fmadd(e, e, v);
-  });
+  };
 }
 
-// s = alpha*a + b, stored; returns sum(s^2).
+// s = alpha*a + b stored, and its squares summed on the way.
 // for j: s[j] = alpha*a[j] + b[j]; ss += s[j]^2
-inline float add_row_sumsq(float* s, const float* a, const float* b, float alpha, int64_t d) {
+inline auto add_sq_terms(float* s, const float* a, const float* b, float alpha) {
   const VF valpha = set1(alpha);
-  return row_reduce(d, [&](int64_t j, int64_t n) {
+  return [=](int64_t j, int64_t n) {
     VF v = fmadd(valpha, load_n(a + j, n), load_n(b + j, n));
     store_n(s + j, v, n);
     return v * v;
-  });
+  };
 }
 
 void zero_params(float* a, float* b, int64_t d) {
@@ -384,9 +412,19 @@ void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, 
     });
     return;
   }
-  for_rows_tiled<kStream, LnStats>(n, d, stats, [&](int64_t i, const LnStats& st) {
-    sweep_prefetching(d, layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st), ahead(x, i, n, d), nullptr);
-  });
+  for_rows_tiled<kStream, LnStats>(
+      n, d,
+      [&](int64_t g0, int64_t g1, LnStats* st) {
+        float c[kWidth], su[kWidth], ss[kWidth];
+        group_shifts(g0, g1, d, [&](int64_t i, int64_t k) { return load_n(x + i * d, k); }, c);
+        group_sums2(g0, g1, d, [&](int64_t i) { return shifted_moment_terms(x + i * d, c[i - g0]); }, su, ss);
+        for (int64_t i = g0; i < g1; ++i)
+          st[i - g0] = layernorm_finish(x + i * d, d, c[i - g0], su[i - g0], ss[i - g0], inv_d, eps, mean[i], rstd[i]);
+      },
+      [&](int64_t i, const LnStats& st) {
+        sweep_prefetching(d, layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st), ahead(x, i, n, d),
+                          nullptr);
+      });
 }
 
 template <bool kStream>
@@ -421,8 +459,12 @@ void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float
   } else {
     for_row_blocks_tiled<kStream>(
         n, d, blocks,
-        // The parameter gradients alone need no row statistics.
-        [&](int64_t i) { return dx ? stats_alone(i) : GradStats{}; },
+        [&](int64_t g0, int64_t g1, GradStats* st) {
+          if (!dx) return;  // the parameter gradients need no row statistics
+          float sg[kWidth], sgx[kWidth];
+          group_sums2(g0, g1, d, terms, sg, sgx);
+          for (int64_t i = g0; i < g1; ++i) st[i - g0] = means(sg[i - g0], sgx[i - g0]);
+        },
         [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
           sweep_prefetching(d, sweep_of(b, i, st, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
         });
@@ -452,7 +494,12 @@ void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* ga
     return;
   }
   for_rows_tiled<kStream, float>(
-      n, d, [&](int64_t i) { return finish_rstd(i, row_reduce(d, sq_terms(x + i * d))); },
+      n, d,
+      [&](int64_t g0, int64_t g1, float* rs) {
+        float ss[kWidth];
+        group_sums(g0, g1, d, [&](int64_t i) { return sq_terms(x + i * d); }, ss);
+        for (int64_t i = g0; i < g1; ++i) rs[i - g0] = finish_rstd(i, ss[i - g0]);
+      },
       [&](int64_t i, float rs) {
         sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, rs), ahead(x, i, n, d), nullptr);
       });
@@ -478,7 +525,13 @@ void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const floa
         sweep_of);
   } else {
     for_row_blocks_tiled<kStream>(
-        n, d, blocks, [&](int64_t i) { return dx ? stats_alone(i) : GradStats{}; },
+        n, d, blocks,
+        [&](int64_t g0, int64_t g1, GradStats* st) {
+          if (!dx) return;
+          float sgx[kWidth];
+          group_sums(g0, g1, d, terms, sgx);
+          for (int64_t i = g0; i < g1; ++i) st[i - g0] = GradStats{0, sgx[i - g0] * inv_d};
+        },
         [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
           sweep_prefetching(d, sweep_of(b, i, st, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
         });
@@ -495,12 +548,15 @@ void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, co
   const float inv_d = 1.0f / float(d);
   for_rows_tiled<kStream, LnStats>(
       n, d,
-      [&](int64_t i) {
-        float* sr = s + i * d;
-        const float c = add_row_shift(a + i * d, b + i * d, alpha, d);
-        float su = 0, ss = 0;
-        add_row_moments(sr, a + i * d, b + i * d, alpha, c, d, su, ss);
-        return layernorm_finish(sr, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
+      [&](int64_t g0, int64_t g1, LnStats* st) {
+        const VF valpha = set1(alpha);
+        float c[kWidth], su[kWidth], ss[kWidth];
+        group_shifts(g0, g1, d, [&](int64_t i, int64_t k) { return fmadd(valpha, load_n(a + i * d, k), load_n(b + i * d, k)); },
+                     c);
+        group_sums2(g0, g1, d, [&](int64_t i) { return add_moment_terms(s + i * d, a + i * d, b + i * d, alpha, c[i - g0]); },
+                    su, ss);
+        for (int64_t i = g0; i < g1; ++i)
+          st[i - g0] = layernorm_finish(s + i * d, d, c[i - g0], su[i - g0], ss[i - g0], inv_d, eps, mean[i], rstd[i]);
       },
       [&](int64_t i, const LnStats& st) {
         sweep_prefetching(d, layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st), ahead(a, i, n, d),
@@ -514,8 +570,10 @@ void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, c
   const float inv_d = 1.0f / float(d);
   for_rows_tiled<kStream, float>(
       n, d,
-      [&](int64_t i) {
-        return rstd[i] = rstd_from(add_row_sumsq(s + i * d, a + i * d, b + i * d, alpha, d), inv_d, eps);
+      [&](int64_t g0, int64_t g1, float* rs) {
+        float ss[kWidth];
+        group_sums(g0, g1, d, [&](int64_t i) { return add_sq_terms(s + i * d, a + i * d, b + i * d, alpha); }, ss);
+        for (int64_t i = g0; i < g1; ++i) rs[i - g0] = rstd[i] = rstd_from(ss[i - g0], inv_d, eps);
       },
       [&](int64_t i, float rs) {
         sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs), ahead(a, i, n, d),

@@ -282,12 +282,13 @@ inline void row_for(int64_t d, F&& f) {
   if (j < d) f(j, d - j);
 }
 
-// sum over the row of the lanes f(j, n) returns. Four independent accumulators: a float add
-// has 3-4 cycles of latency, and one accumulator would make the loop wait on each (a plain
-// scalar reduction loop runs at a quarter of copy speed, docs/cpu-costs.md). The lanes a tail does not
-// cover are discarded, whatever f computed there.
+// sum over the row of the lanes f(j, n) returns, lane by lane (row_reduce sums the lanes too).
+// Four independent accumulators: a float add has 3-4 cycles of latency, and one accumulator
+// would make the loop wait on each (a plain scalar reduction loop runs at a quarter of copy
+// speed, docs/cpu-costs.md). The lanes a tail does not cover are discarded, whatever f
+// computed there.
 template <class F>
-inline float row_reduce(int64_t d, F&& f) {
+inline VF row_accumulate(int64_t d, F&& f) {
   VF a0 = zero(), a1 = zero(), a2 = zero(), a3 = zero();
   int64_t j = 0;
   for (; j + 4 * kWidth <= d; j += 4 * kWidth) {
@@ -298,8 +299,48 @@ inline float row_reduce(int64_t d, F&& f) {
   }
   for (; j + kWidth <= d; j += kWidth) a0 = a0 + f(j, kWidth);
   if (j < d) a1 = a1 + keep_first(f(j, d - j), d - j);
-  return reduce_add((a0 + a1) + (a2 + a3));
+  return (a0 + a1) + (a2 + a3);
 }
+
+template <class F>
+inline float row_reduce(int64_t d, F&& f) {
+  return reduce_add(row_accumulate(d, f));
+}
+
+// Lane r of the result: the sum of the lanes of rows[r], for kWidth vectors at once (a
+// transposing tree of adds: 15 adds for 16 rows where 16 reduce_add calls take 64 and chain
+// their latencies). For the statistics of many short rows, whose horizontal sums would
+// otherwise cost as much as the rows.
+#if defined(__AVX512F__)
+inline VF reduce_add_rows(const VF* rows) {
+  // Within each 128-bit lane: pairs of elements (16 -> 8 vectors), then pairs of pairs (-> 4),
+  // leaving lane L of vector i with the lane-L partial sums of rows 4i..4i+3; then the four
+  // 128-bit lanes (-> 2 -> 1).
+  __m512 w[8], x[4], y[2];
+  for (int i = 0; i < 8; ++i)
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(rows[2 * i].v, rows[2 * i + 1].v, 0x88),
+                         _mm512_shuffle_ps(rows[2 * i].v, rows[2 * i + 1].v, 0xDD));
+  for (int i = 0; i < 4; ++i)
+    x[i] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0x88), _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xDD));
+  return {_mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xDD))};
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+inline VF reduce_add_rows(const VF* rows) {
+  // hadd twice leaves each 128-bit half of x[i] with that half's sums of rows 4i..4i+3.
+  __m256 x0 = _mm256_hadd_ps(_mm256_hadd_ps(rows[0].v, rows[1].v), _mm256_hadd_ps(rows[2].v, rows[3].v));
+  __m256 x1 = _mm256_hadd_ps(_mm256_hadd_ps(rows[4].v, rows[5].v), _mm256_hadd_ps(rows[6].v, rows[7].v));
+  return {_mm256_add_ps(_mm256_permute2f128_ps(x0, x1, 0x20), _mm256_permute2f128_ps(x0, x1, 0x31))};
+}
+#else
+inline VF reduce_add_rows(const VF* rows) {
+  VF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = reduce_add(rows[i]);
+  return r;
+}
+#endif
 
 // row_reduce(d, f), while g(j, n) runs on every vector position of the row as well: g is other
 // work over a row of the same length (the output sweep of the previous row, from L1), so that
@@ -330,43 +371,10 @@ inline float row_reduce_alongside(int64_t d, F&& f, G&& g) {
   return reduce_add((a0 + a1) + (a2 + a3));
 }
 
-// row_reduce(d, f1) and row_reduce(d, f2) (bit for bit), with g alongside as above.
-template <class F1, class F2, class G>
-inline void row_reduce2_alongside(int64_t d, F1&& f1, F2&& f2, G&& g, float& s1, float& s2) {
-  VF a0 = zero(), a1 = zero(), a2 = zero(), a3 = zero();
-  VF b0 = zero(), b1 = zero(), b2 = zero(), b3 = zero();
-  int64_t j = 0;
-  for (; j + 4 * kWidth <= d; j += 4 * kWidth) {
-    a0 = a0 + f1(j, kWidth);
-    b0 = b0 + f2(j, kWidth);
-    g(j, kWidth);
-    a1 = a1 + f1(j + kWidth, kWidth);
-    b1 = b1 + f2(j + kWidth, kWidth);
-    g(j + kWidth, kWidth);
-    a2 = a2 + f1(j + 2 * kWidth, kWidth);
-    b2 = b2 + f2(j + 2 * kWidth, kWidth);
-    g(j + 2 * kWidth, kWidth);
-    a3 = a3 + f1(j + 3 * kWidth, kWidth);
-    b3 = b3 + f2(j + 3 * kWidth, kWidth);
-    g(j + 3 * kWidth, kWidth);
-  }
-  for (; j + kWidth <= d; j += kWidth) {
-    a0 = a0 + f1(j, kWidth);
-    b0 = b0 + f2(j, kWidth);
-    g(j, kWidth);
-  }
-  if (j < d) {
-    a1 = a1 + keep_first(f1(j, d - j), d - j);
-    b1 = b1 + keep_first(f2(j, d - j), d - j);
-    g(j, d - j);
-  }
-  s1 = reduce_add((a0 + a1) + (a2 + a3));
-  s2 = reduce_add((b0 + b1) + (b2 + b3));
-}
-
-// Two sums in one sweep: f(j, n, u, v) adds its lanes to u and v (tails masked as above).
+// Two sums in one sweep, lane by lane: f(j, n, u, v) adds its lanes to u and v (tails masked
+// as above); row_reduce2 sums the lanes too.
 template <class F>
-inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
+inline void row_accumulate2(int64_t d, VF& u, VF& v, F&& f) {
   VF u0 = zero(), u1 = zero(), v0 = zero(), v1 = zero();
   int64_t j = 0;
   for (; j + 2 * kWidth <= d; j += 2 * kWidth) {
@@ -380,8 +388,16 @@ inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
     u1 = u1 + keep_first(ut, d - j);
     v1 = v1 + keep_first(vt, d - j);
   }
-  sum_u = reduce_add(u0 + u1);
-  sum_v = reduce_add(v0 + v1);
+  u = u0 + u1;
+  v = v0 + v1;
+}
+
+template <class F>
+inline void row_reduce2(int64_t d, float& sum_u, float& sum_v, F&& f) {
+  VF u, v;
+  row_accumulate2(d, u, v, f);
+  sum_u = reduce_add(u);
+  sum_v = reduce_add(v);
 }
 
 // row_reduce2(d, sum_u, sum_v, f) with g(j, n) alongside (see row_reduce_alongside); the same
