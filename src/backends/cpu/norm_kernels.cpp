@@ -553,13 +553,37 @@ void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const floa
   sum_partials(dgamma, pg.p, blocks.count, d);
 }
 
-// The statistics phase computes and stores s (a and b from memory, s into L1) with its shifted
-// sums; the apply phase normalizes s from L1.
+// Short rows in tiles: the statistics phase computes and stores s (a and b from memory, s into
+// L1) with its shifted sums; the apply phase normalizes s from L1.
 template <bool kStream>
 void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
                                 float alpha, const float* gamma, const float* beta, int64_t n, int64_t d,
                                 float eps) {
   const float inv_d = 1.0f / float(d);
+  if (d >= kPipelineMinD) {
+    // As layernorm_forward_rows: row i's output sweep (s from L1/L2) runs in the loop that adds
+    // row i+1 (a and b from memory) and sums its moments.
+    const VF valpha = set1(alpha);
+    auto stats = [&](int64_t i, auto&& alongside) {
+      const int64_t k = std::min(d, kWidth);
+      const float c = reduce_add(fmadd(valpha, load_n(a + i * d, k), load_n(b + i * d, k))) / float(k);
+      float su = 0, ss = 0;
+      row_reduce2_alongside(d, su, ss, add_moment_terms(s + i * d, a + i * d, b + i * d, alpha, c), alongside);
+      return layernorm_finish(s + i * d, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
+    };
+    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+      LnStats st = stats(lo, [](int64_t, int64_t) {});
+      for (int64_t i = lo; i < hi; ++i) {
+        auto apply = layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st);
+        if (i + 1 < hi)
+          st = stats(i + 1, prefetching(apply, two_ahead(a, i, hi, d), two_ahead(b, i, hi, d)));
+        else
+          row_for(d, apply);
+      }
+      if (kStream) stream_fence();
+    });
+    return;
+  }
   for_rows_tiled<kStream, LnStats>(
       n, d,
       [&](int64_t g0, int64_t g1, LnStats* st) {
@@ -582,6 +606,24 @@ template <bool kStream>
 void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
                               const float* gamma, int64_t n, int64_t d, float eps) {
   const float inv_d = 1.0f / float(d);
+  if (d >= kPipelineMinD) {
+    auto sumsq = [&](int64_t i, auto&& alongside) {
+      return rstd[i] = rstd_from(row_reduce_alongside(d, add_sq_terms(s + i * d, a + i * d, b + i * d, alpha), alongside),
+                                 inv_d, eps);
+    };
+    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+      float rs = sumsq(lo, [](int64_t, int64_t) {});
+      for (int64_t i = lo; i < hi; ++i) {
+        auto apply = rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs);
+        if (i + 1 < hi)
+          rs = sumsq(i + 1, prefetching(apply, two_ahead(a, i, hi, d), two_ahead(b, i, hi, d)));
+        else
+          row_for(d, apply);
+      }
+      if (kStream) stream_fence();
+    });
+    return;
+  }
   for_rows_tiled<kStream, float>(
       n, d,
       [&](int64_t g0, int64_t g1, float* rs) {
