@@ -197,7 +197,7 @@ ordered_json norm_row_json(const NormRow& r) {
   j["repetitions"] = 1;
   j["repetition_index"] = 0;
   j["threads"] = r.threads;
-  j["iterations"] = r.time.samples;
+  j["iterations"] = r.time.samples * r.calls_per_sample;
   j["real_time"] = num(r.time.median / kUnit);
   j["cpu_time"] = num(r.time.median / kUnit);
   j["time_unit"] = "us";
@@ -208,6 +208,8 @@ ordered_json norm_row_json(const NormRow& r) {
   j["provider"] = r.provider;
   j["pass"] = r.pass;
   j["shape"] = {r.shape.batch, r.shape.seq, r.shape.d};
+  j["resident"] = r.resident;
+  j["calls_per_sample"] = r.calls_per_sample;
   j["status"] = r.status;
   j["streaming_stores"] = r.streaming_stores;
   j["verify"] = {{"pass", r.verify.pass},
@@ -229,6 +231,7 @@ ordered_json norm_row_json(const NormRow& r) {
   c["rms_over_ln"] = num(r.rms_over_ln);
   c["vs_onednn"] = num(r.vs_onednn);
   c["vs_torch"] = num(r.vs_torch);
+  c["vs_unfused"] = num(r.vs_unfused);
   j["counters"] = c;
   j["pct_against"] = r.pct_against;
   j["runs"] = r.runs;
@@ -255,6 +258,8 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   }
   r.shape = {dims[0], dims[1], dims[2]};
   r.threads = static_cast<int>(get_int(j, "threads", 1));
+  r.resident = j.contains("resident") && j["resident"].is_boolean() && j["resident"].get<bool>();
+  r.calls_per_sample = std::max<int64_t>(1, get_int(j, "calls_per_sample", 1));
   r.status = get_str(j, "status", "ok");
   r.streaming_stores = j.value("streaming_stores", false);
   if (j.contains("verify") && j["verify"].is_object()) {
@@ -280,6 +285,7 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.rms_over_ln = get_num(c, "rms_over_ln");
   r.vs_onednn = get_num(c, "vs_onednn");
   r.vs_torch = get_num(c, "vs_torch");
+  r.vs_unfused = get_num(c, "vs_unfused");
   r.pct_against = get_str(j, "pct_against", r.streaming_stores ? "memcpy" : "copy-loop");
   r.cache_resident = get_str(j, "label") == "cache-resident";
   r.runs = static_cast<int>(get_int(j, "runs", 1));
@@ -513,6 +519,7 @@ NormReport merge_runs(const std::vector<NormReport>& runs_in) {
       figures["rms_over_ln"].push_back(r->rms_over_ln);
       figures["vs_onednn"].push_back(r->vs_onednn);
       figures["vs_torch"].push_back(r->vs_torch);
+      figures["vs_unfused"].push_back(r->vs_unfused);
     }
     m.status = all_ok ? "ok" : "rejected";
     m.runs = static_cast<int>(g.size());
