@@ -173,8 +173,18 @@ def norms_report(runs):
 
 def step_report(runs):
     by = [rows_by_name(r) for r in runs]
-    out = ["| model | norm | threads | step ms | norm kernels' share | step speed-up RMS/LN | operator speed-up RMS/LN | "
-           "predicted step speed-up |", "|---|---|---|---|---|---|---|---|"]
+    out = []
+    peaks = {}  # threads -> GFLOP/s of each run's FMA loop
+    for r in runs:
+        for p in r["context"].get("fma_peak", []):
+            peaks.setdefault(p["threads"], []).append(p.get("gflop_per_s"))
+    if peaks:
+        isa = runs[0]["context"]["fma_peak"][0].get("isa")
+        out.append(f"FMA peak (float32, {isa}, measured by `bench step` in each run): " + ", ".join(
+            f"{t} thread{'s' if t > 1 else ''} {fmt_range(*fig(v), ' GFLOP/s', 1)}" for t, v in sorted(peaks.items())))
+        out.append("")
+    out += ["| model | norm | threads | step ms | GFLOP/s | % of FMA peak | norm kernels' share | step speed-up RMS/LN | "
+            "operator speed-up RMS/LN | predicted step speed-up |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in by[0]:
         def get(key):
             return [key(b[name]) if name in b else None for b in by]
@@ -184,8 +194,10 @@ def step_report(runs):
         sp = fig(get(lambda r: r["counters"].get("step_speedup")))
         op = fig(get(lambda r: r["counters"].get("op_speedup")))
         pr = fig(get(lambda r: r["counters"].get("predicted_step_speedup")))
+        gf = fig(get(lambda r: r["counters"].get("gflop_per_s")))
+        pk = fig(get(lambda r: r["counters"].get("pct_of_fma_peak")))
         out.append(f"| {r0['model']} | {r0['norm']} | {r0['threads']} | {fmt_range(*step, digits=2)} | "
-                   f"{fmt_range(*share, '%', 1)} | {fmt_range(*sp, 'x', 3)} | {fmt_range(*op, 'x', 2)} | "
+                   f"{fmt_range(*gf, digits=1)} | {fmt_range(*pk, '%', 1)} | {fmt_range(*share, '%', 1)} | {fmt_range(*sp, 'x', 3)} | {fmt_range(*op, 'x', 2)} | "
                    f"{fmt_range(*pr, 'x', 3)} |")
     return "\n".join(out)
 

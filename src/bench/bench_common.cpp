@@ -155,6 +155,12 @@ std::string StepRow::name() const { return fmt::format("step/{}/{}/threads:{}", 
 
 // ---- context -------------------------------------------------------------------------------
 
+const FmaPeak* Context::fma_peak(int threads) const {
+  for (const FmaPeak& p : fma_peaks)
+    if (p.threads == threads) return &p;
+  return nullptr;
+}
+
 namespace {
 
 std::string read_first_line(const std::string& path) {

@@ -106,6 +106,10 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   j["footprint_target_bytes"] = c.footprint_target;
   j["others_cpu"] = num(c.others_cpu);
   j["steal"] = num(c.steal);
+  ordered_json peaks = ordered_json::array();
+  for (const FmaPeak& p : c.fma_peaks)
+    peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
+  j["fma_peak"] = peaks;
   j["normlab_bench"] = kind;
   j["schema"] = kSchema;
   j["warnings"] = warnings;
@@ -142,6 +146,15 @@ Context context_from(const json& j) {
   c.footprint_target = get_int(j, "footprint_target_bytes");
   c.others_cpu = get_num(j, "others_cpu");
   c.steal = get_num(j, "steal");
+  if (j.contains("fma_peak") && j["fma_peak"].is_array())
+    for (const json& p : j["fma_peak"]) {
+      FmaPeak f;
+      f.threads = static_cast<int>(get_int(p, "threads", 1));
+      f.gflop_per_s = get_num(p, "gflop_per_s");
+      f.isa = get_str(p, "isa");
+      f.lanes = static_cast<int>(get_int(p, "lanes", 1));
+      c.fma_peaks.push_back(f);
+    }
   return c;
 }
 
@@ -369,6 +382,10 @@ ordered_json step_row_json(const StepRow& r) {
   c["step_speedup"] = num(r.step_speedup);
   c["op_speedup"] = num(r.op_speedup);
   c["predicted_step_speedup"] = num(r.predicted_step_speedup);
+  c["matmul_flops"] = r.matmul_flops;
+  c["gflop_per_s"] = num(r.gflop_per_s);
+  c["fma_peak_gflop_per_s"] = num(r.fma_peak_gflop_per_s);
+  c["pct_of_fma_peak"] = num(r.pct_of_fma_peak);
   j["counters"] = c;
   j["runs"] = r.runs;
   if (!r.run_range.empty()) j["run_range"] = range_json(r.run_range);
@@ -407,6 +424,10 @@ StepRow step_row_from(const json& j, const std::string& what) {
   r.step_speedup = get_num(c, "step_speedup");
   r.op_speedup = get_num(c, "op_speedup");
   r.predicted_step_speedup = get_num(c, "predicted_step_speedup");
+  r.matmul_flops = std::isfinite(get_num(c, "matmul_flops")) ? get_num(c, "matmul_flops") : 0;
+  r.gflop_per_s = get_num(c, "gflop_per_s");
+  r.fma_peak_gflop_per_s = get_num(c, "fma_peak_gflop_per_s");
+  r.pct_of_fma_peak = get_num(c, "pct_of_fma_peak");
   r.runs = static_cast<int>(get_int(j, "runs", 1));
   r.run_range = range_from(j, "run_range");
   return r;
@@ -477,6 +498,13 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
     for (const auto& [k, v] : runs[i].context.libraries) out.context.libraries.emplace(k, v);
     for (const std::string& w : runs[i].warnings)
       if (seen.insert(w).second) out.warnings.push_back(w);
+  }
+  // The FMA peak at each thread count: the median over the runs, as every merged figure.
+  for (FmaPeak& p : out.context.fma_peaks) {
+    std::vector<double> v;
+    for (const Report& r : runs)
+      if (const FmaPeak* q = r.context.fma_peak(p.threads)) v.push_back(q->gflop_per_s);
+    p.gflop_per_s = median_of(v);
   }
   std::string dates;
   for (const Report& r : runs) dates += (dates.empty() ? "" : ", ") + r.context.date;
@@ -563,6 +591,8 @@ StepReport merge_runs(const std::vector<StepReport>& runs_in) {
       figures["step_speedup"].push_back(r->step_speedup);
       figures["op_speedup"].push_back(r->op_speedup);
       figures["predicted_step_speedup"].push_back(r->predicted_step_speedup);
+      figures["gflop_per_s"].push_back(r->gflop_per_s);
+      figures["pct_of_fma_peak"].push_back(r->pct_of_fma_peak);
     }
     m.runs = static_cast<int>(g.size());
     m.step = merge_stats(steps);

@@ -291,8 +291,10 @@ Table step_table(const StepReport& r) {
   for (const StepRow& row : r.rows) merged = merged || row.runs > 1;
   Table t;
   t.header = {"model", "norm", "thr", "params", "norm params", "norm calls", "step median", "min", "max", "cv",
-              "tokens/s", "norm kernels", "norm share", "RMS/LN step", "RMS/LN norms", "predicted"};
-  t.right = {false, false, true, true, true, true, true, true, true, true, true, true, true, true, true, true};
+              "tokens/s", "GFLOP/s", "%FMA peak", "norm kernels", "norm share", "RMS/LN step", "RMS/LN norms",
+              "predicted"};
+  t.right = {false, false, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true,
+             true};
   if (merged) {
     t.header.insert(t.header.begin() + 7, "runs");
     t.right.insert(t.right.begin() + 7, true);
@@ -315,6 +317,9 @@ Table step_table(const StepReport& r) {
         fmt_time(x.step.max),
         finite(x.step.cv()) ? fmt::format("{:.1f}%", 100 * x.step.cv()) : "-",
         finite(x.tokens_per_s) ? fmt::format("{:.0f}", x.tokens_per_s) : "-",
+        with_range(finite(x.gflop_per_s) ? fmt::format("{:.1f}", x.gflop_per_s) : "-", rr, "gflop_per_s", "{:.1f}"),
+        with_range(finite(x.pct_of_fma_peak) ? fmt::format("{:.1f}%", x.pct_of_fma_peak) : "-", rr, "pct_of_fma_peak",
+                   "{:.1f}"),
         fmt_time(x.norm_kernels.median),
         with_range(finite(x.norm_share) ? fmt::format("{:.1f}%", 100 * x.norm_share) : "-", {}, "", ""),
         with_range(fmt_ratio(x.step_speedup), rr, "step_speedup", "{:.3f}"),
@@ -328,25 +333,43 @@ Table step_table(const StepReport& r) {
 
 std::string step_legend() {
   return "step: one training step (forward + backward + gradient norm + AdamW), the two norms' models stepping in "
-         "turn. norm calls: norm forwards per step (each with its backward) x their rows x d. norm kernels: those "
-         "calls' kernels, forward and backward, timed apart at the step's shapes (cache-resident, as in the step). "
-         "norm share: norm kernels / step. RMS/LN step: LayerNorm's step / RMSNorm's (model level); RMS/LN norms: "
-         "the same for the norm kernels (operator level); predicted: the step speed-up if only the norm time "
-         "changed.";
+         "turn. GFLOP/s: the step's matrix-product flops (forward and the two backward products of each, 2*M*N*K "
+         "apiece; see docs/bench.md) / step median; %FMA peak: of the FMA loop's GFLOP/s at the same thread count "
+         "(above the table). norm calls: norm forwards per step (each with its backward) x their rows x d. norm "
+         "kernels: those calls' kernels, forward and backward, timed apart at the step's shapes (cache-resident, as "
+         "in the step). norm share: norm kernels / step. RMS/LN step: LayerNorm's step / RMSNorm's (model level); "
+         "RMS/LN norms: the same for the norm kernels (operator level); predicted: the step speed-up if only the "
+         "norm time changed.";
+}
+
+// "FMA peak (float32, avx512f, 16 floats per vector, 2 flops per lane per FMA): 1 thread 190.3 GFLOP/s, ..."
+std::string fma_peak_line(const Context& c) {
+  if (c.fma_peaks.empty()) return "";
+  std::string s = fmt::format("FMA peak (float32, {}, {} floats per vector, 2 flops per lane per FMA, measured in this "
+                              "run):",
+                              c.fma_peaks.front().isa, c.fma_peaks.front().lanes);
+  for (size_t i = 0; i < c.fma_peaks.size(); ++i)
+    s += fmt::format("{} {} thread{} {:.1f} GFLOP/s", i ? "," : "", c.fma_peaks[i].threads,
+                     c.fma_peaks[i].threads == 1 ? "" : "s", c.fma_peaks[i].gflop_per_s);
+  return s + "\n";
 }
 
 std::string step_csv(const StepReport& r) {
   std::string s =
       "name,model,norm,threads,layers,d_model,d_hidden,heads,vocab,batch,seq,parameters,norm_parameters,norm_calls,"
       "norm_rows,samples,step_median_s,step_min_s,step_max_s,step_cv,norm_kernels_median_s,norm_share,tokens_per_s,"
-      "step_speedup,op_speedup,predicted_step_speedup,runs\n";
+      "step_speedup,op_speedup,predicted_step_speedup,runs,matmul_flops,gflop_per_s,fma_peak_gflop_per_s,"
+      "pct_of_fma_peak\n";
   for (const StepRow& x : r.rows)
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", x.name(),
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{},{}\n",
+                     x.name(),
                      x.model, x.norm, x.threads, x.layers, x.d_model, x.d_hidden, x.heads, x.vocab, x.batch, x.seq,
                      x.parameters, x.norm_parameters, x.norm_calls, x.norm_rows, x.step.samples,
                      csv_num(x.step.median), csv_num(x.step.min), csv_num(x.step.max), csv_num(x.step.cv()),
                      csv_num(x.norm_kernels.median), csv_num(x.norm_share), csv_num(x.tokens_per_s),
-                     csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs);
+                     csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs,
+                     x.matmul_flops, csv_num(x.gflop_per_s), csv_num(x.fma_peak_gflop_per_s),
+                     csv_num(x.pct_of_fma_peak));
   return s;
 }
 
@@ -415,14 +438,15 @@ std::string render(const StepReport& r, Format f) {
     case Format::json: return step_report_json(r) + "\n";
     case Format::csv: return step_csv(r);
     case Format::markdown: {
-      std::string s = "Measured " + context_line(r.context) + ".\n\n" + step_table(r).markdown() + "\n" +
-                      step_legend() + "\n";
+      std::string s = "Measured " + context_line(r.context) + ".\n\n" + fma_peak_line(r.context) +
+                      (r.context.fma_peaks.empty() ? "" : "\n") + step_table(r).markdown() + "\n" + step_legend() +
+                      "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
     case Format::table: break;
   }
-  return step_table(r).text() + "\n" + step_legend() + "\n";
+  return fma_peak_line(r.context) + step_table(r).text() + "\n" + step_legend() + "\n";
 }
 
 std::string render(const std::vector<CompareRow>& rows, Format f) {

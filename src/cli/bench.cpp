@@ -352,7 +352,7 @@ Runner add_bench(CLI::App& app, GlobalOptions& g) {
   normlab bench norms                                   every implementation, default shapes, 1 and all threads
   normlab bench norms --shapes 8x256x1024 --impl fused,onednn --pass fwd --threads 1
   normlab bench norms --with-torch --out run1.json      PyTorch's rows too (needs python3 with torch)
-  normlab bench step                                    toy and gpt training steps, LayerNorm vs RMSNorm
+  normlab bench step                                    toy and gpt steps, LayerNorm vs RMSNorm, GFLOP/s vs FMA peak
   normlab bench merge run1.json run2.json run3.json     three runs as one: medians and their spread
   normlab bench norms --compare run1.json               this run against an earlier one
   normlab bench --compare run1.json run2.json           two saved runs
@@ -408,7 +408,8 @@ Examples:
 Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
 
   // ---- step
-  CLI::App* s = sub->add_subcommand("step", "Whole training steps, LayerNorm vs RMSNorm, and the norms' share");
+  CLI::App* s = sub->add_subcommand(
+      "step", "Whole training steps, LayerNorm vs RMSNorm, the norms' share, GFLOP/s against the FMA peak");
   s->add_option("--model", step->models, "toy, gpt or both (comma-separated; default toy,gpt)")->delimiter(',');
   s->add_option("--threads", step->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
   s->add_option("--layers", step->opt.layers, "Blocks (default 20)");
@@ -423,6 +424,14 @@ Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
   s->add_option("--warmup", step->opt.warmup, "Untimed steps first (default 3)");
   s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)")->check(whole_u64);
   add_output_flags(*s, step->o, g, true);
+  s->footer(R"(Before the steps, an FMA loop (independent float32 FMAs on registers, the compiled ISA's vector
+width) measures this machine's peak at each thread count: printed above the table and kept in the
+JSON context (fma_peak). GFLOP/s: the step's matrix-product flops (2*M*N*K per product; each
+forward product and its two backward ones) / the step's median; %FMA peak: that GFLOP/s as a
+share of the peak at the same thread count, the distance to the physical limit.
+Examples:
+  normlab bench step --model toy --threads 1             the toy step at 1 thread
+  normlab bench step --model gpt --d-model 256 --layers 6 --seq 256 --batch 8)");
 
   // ---- merge
   CLI::App* m = sub->add_subcommand("merge", "Several runs' JSON as one table: medians over the runs and their range");

@@ -1,7 +1,8 @@
 // `bench`: the arithmetic of the derived figures, the check that runs before any timing (a wrong
 // implementation is rejected and never timed), the resident rows and the add+norm rows, the JSON
-// round trip, merging and comparing runs, the step benchmark's bookkeeping, and the CLI's
-// bad-input handling. Tiny shapes, tiny min-times; no test depends on how fast anything runs.
+// round trip, merging and comparing runs, the step benchmark's bookkeeping (its flop count and
+// the FMA peak), and the CLI's bad-input handling. Tiny shapes, tiny min-times; no test depends
+// on how fast anything runs.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "test_util.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/nn.h"
 
 using namespace normlab;
 using namespace normlab::bench;
@@ -648,6 +650,98 @@ TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
 
 // ---- whole steps ---------------------------------------------------------------------------------
 
+TEST(BenchStep, MatmulFlopsByHand) {
+  // toy, L 2, d 16, h 32, vocab 16, batch 2 x seq 4: M = 8 tokens. Each product 2*M*in*out, times
+  // 3 (forward, dX, dW). Per block: mix 16x16, fc1 16x32, fc2 32x16 -> 3*2*8*(256 + 512 + 512)
+  // = 61440; two blocks 122880; head 16x16 -> 3*2*8*256 = 12288. Total 135168.
+  EXPECT_EQ(step_matmul_flops("toy", 2, 16, 32, 16, 2, 4), 135168.0);
+  // gpt adds q, k, v (the mixer's d x d is o): 3*2*8*(4*256 + 1024) = 98304 per block, and
+  // attention's Q K^T and P V, each 2 * (batch*heads) * T * T * Dh = 2*2*4*4*16 = 1024 forward,
+  // times 3: 6144 per block. 2 * (98304 + 6144) + 12288 = 221184.
+  EXPECT_EQ(step_matmul_flops("gpt", 2, 16, 32, 16, 2, 4), 221184.0);
+  // The default toy step: 1.27 GFLOP (results/train-speed.md: 183 products of 61 linears).
+  EXPECT_NEAR(step_matmul_flops("toy", 20, 64, 128, 64, 32, 16), 1.2708e9, 1e5);
+  EXPECT_THROW(step_matmul_flops("bert", 2, 16, 32, 16, 2, 4), UsageError);
+
+  // The count matches the models as built: every linear weight (w, out x in) is three products
+  // of 2*M*in*out; the gpt model adds only attention's products.
+  for (const char* kind : {"toy", "gpt"}) {
+    ModelConfig cfg;
+    cfg.model = parse_kind<ModelKind>(kind);
+    cfg.layers = 3;
+    cfg.d_model = 24;
+    cfg.d_hidden = 40;
+    cfg.heads = 2;
+    cfg.vocab = 12;
+    cfg.seq_len = 5;
+    Model model(cfg, 0);
+    double weights = 0;
+    for (const Tensor& p : model.params().all()) {
+      const std::string& n = p.name();
+      if (n.size() > 2 && n.compare(n.size() - 2, 2, ".w") == 0) weights += static_cast<double>(p.numel());
+    }
+    const int64_t batch = 3, m = batch * cfg.seq_len;
+    const double attention = cfg.model == ModelKind::gpt ? 3.0 * cfg.layers * 2 * 2 * batch * 5 * 5 * 24 : 0.0;
+    EXPECT_EQ(step_matmul_flops(kind, 3, 24, 40, 12, batch, 5), 6.0 * m * weights + attention) << kind;
+  }
+}
+
+TEST(BenchStep, FmaPeakAndTheStepsShareOfIt) {
+  const FmaPeak p = measure_fma_peak(1, 0.005);
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_GT(p.gflop_per_s, 0);
+  EXPECT_TRUE(std::isfinite(p.gflop_per_s));
+  EXPECT_TRUE(p.isa == "avx512f" || p.isa == "avx2+fma" || p.isa == "scalar") << p.isa;
+  EXPECT_EQ(p.lanes, p.isa == "avx512f" ? 16 : p.isa == "avx2+fma" ? 8 : 1);
+
+  // GFLOP/s and the share of the peak at the row's own thread count.
+  StepReport r;
+  r.context.fma_peaks = {{1, 100.0, "avx2+fma", 8}, {2, 160.0, "avx2+fma", 8}};
+  StepRow one, two, unmeasured;
+  one.model = two.model = unmeasured.model = "toy";
+  one.norm = two.norm = unmeasured.norm = "layernorm";
+  one.batch = two.batch = unmeasured.batch = 1;
+  one.seq = two.seq = unmeasured.seq = 1;
+  one.threads = 1;
+  two.threads = 2;
+  unmeasured.threads = 4;
+  one.matmul_flops = two.matmul_flops = unmeasured.matmul_flops = 2e9;
+  one.step = summarize({40e-3});  // 50 GFLOP/s
+  two.step = summarize({20e-3});  // 100 GFLOP/s
+  unmeasured.step = summarize({10e-3});
+  r.rows = {one, two, unmeasured};
+  derive(r);
+  EXPECT_NEAR(r.rows[0].gflop_per_s, 50.0, 1e-9);
+  EXPECT_NEAR(r.rows[0].pct_of_fma_peak, 50.0, 1e-9);
+  EXPECT_NEAR(r.rows[1].fma_peak_gflop_per_s, 160.0, 1e-12);
+  EXPECT_NEAR(r.rows[1].pct_of_fma_peak, 62.5, 1e-9);
+  EXPECT_NEAR(r.rows[2].gflop_per_s, 200.0, 1e-9);
+  EXPECT_TRUE(std::isnan(r.rows[2].pct_of_fma_peak));  // no peak at 4 threads: no share
+
+  // The peak travels in the JSON context, and a merge takes its median over the runs.
+  const std::string text = render(r, Format::json);
+  const auto j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["context"]["fma_peak"].size(), 2u);
+  EXPECT_EQ(j["context"]["fma_peak"][1]["threads"], 2);
+  EXPECT_EQ(j["benchmarks"][0]["counters"]["matmul_flops"], 2e9);
+  StepReport back = step_report_from_json(text, "t");
+  ASSERT_EQ(back.context.fma_peaks.size(), 2u);
+  EXPECT_EQ(back.context.fma_peaks[1].isa, "avx2+fma");
+  EXPECT_NEAR(back.rows[1].pct_of_fma_peak, 62.5, 1e-9);
+  StepReport faster = back;
+  for (FmaPeak& q : faster.context.fma_peaks) q.gflop_per_s *= 2;
+  StepReport third = faster;
+  StepReport m = merge_runs({back, faster, third});
+  EXPECT_NEAR(m.context.fma_peak(1)->gflop_per_s, 200.0, 1e-9);
+  EXPECT_NEAR(m.rows[0].pct_of_fma_peak, 25.0, 1e-9);
+  const std::string table = render(m, Format::table);
+  EXPECT_NE(table.find("FMA peak (float32, avx2+fma, 8 floats per vector"), std::string::npos) << table;
+  EXPECT_NE(table.find("1 thread 200.0 GFLOP/s, 2 threads 320.0 GFLOP/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("%FMA peak"), std::string::npos);
+  EXPECT_NE(render(m, Format::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak\n"),
+            std::string::npos);
+}
+
 TEST(BenchStep, TinyModelsBothNorms) {
   StepOptions o;
   o.threads = {1};
@@ -661,7 +755,10 @@ TEST(BenchStep, TinyModelsBothNorms) {
   o.warmup = 1;
   o.repeats = 2;
   o.min_time = 0;
+  o.peak_time = 0.005;
   StepReport r = run_step_bench(o);
+  ASSERT_EQ(r.context.fma_peaks.size(), 1u);
+  EXPECT_GT(r.context.fma_peak(1)->gflop_per_s, 0);
   ASSERT_EQ(r.rows.size(), 4u);  // toy and gpt, layernorm and rmsnorm
   for (const StepRow& x : r.rows) {
     EXPECT_EQ(x.norm_calls, 2 * 2 + 1) << x.name();  // pre-LN: two per block, and the final norm
@@ -671,6 +768,8 @@ TEST(BenchStep, TinyModelsBothNorms) {
     EXPECT_GE(x.norm_kernels.samples, 2);
     EXPECT_TRUE(x.norm_verify.pass);
     EXPECT_NEAR(x.norm_share, x.norm_kernels.median / x.step.median, 1e-12);
+    EXPECT_EQ(x.matmul_flops, step_matmul_flops(x.model, 2, 16, 32, 16, 2, 4)) << x.name();
+    EXPECT_GT(x.pct_of_fma_peak, 0) << x.name();
     if (x.norm == "rmsnorm") {
       EXPECT_GT(x.step_speedup, 0);
       EXPECT_GT(x.op_speedup, 0);

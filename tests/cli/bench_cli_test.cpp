@@ -1,5 +1,5 @@
 // `normlab bench` as a user runs it: norms with --json and --compare, the resident and add+norm
-// rows, and its errors.
+// rows, step's FMA peak and GFLOP/s, and its errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,6 +60,28 @@ TEST(BenchCli, ResidentAndAddNormRows) {
   for (const char* want : {"memory-bound shapes", "cache-resident, the training step's shapes", "1x512x64",
                            "1x512x256", "of the copy loop on the same reused buffers"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+}
+
+TEST(BenchCli, StepPrintsTheFmaPeakAndGflops) {
+  const std::vector<std::string> args = {"bench",  "step", "--model", "toy", "--layers", "2",   "--d-model",
+                                         "16",     "--d-hidden", "32", "--vocab", "16",  "--batch",  "2",
+                                         "--seq",  "4",    "--threads", "1", "--min-time", "0", "--repeats",
+                                         "1",      "--warmup", "0"};
+  auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("FMA peak (float32, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("%FMA peak"), std::string::npos) << r.out;
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  r = run_cli(json_args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["context"]["fma_peak"].size(), 1u);
+  EXPECT_GT(j["context"]["fma_peak"][0]["gflop_per_s"].get<double>(), 0);
+  for (const auto& b : j["benchmarks"]) {
+    EXPECT_EQ(b["counters"]["matmul_flops"].get<double>(), 135168.0);  // by hand: bench_test.cpp MatmulFlopsByHand
+    EXPECT_GT(b["counters"]["pct_of_fma_peak"].get<double>(), 0);
+  }
 }
 
 TEST(BenchCli, BadInputIsOneLineAndExitTwo) {

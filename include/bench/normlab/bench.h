@@ -15,8 +15,9 @@
 //          A copy loop and memcpy are timed in the same run on the same buffers, interleaved with
 //          the kernels, as the bandwidth limit (of memory, or of the cache for resident shapes).
 //   step   whole training steps (forward + backward + AdamW) of the toy and GPT models with
-//          LayerNorm vs RMSNorm, interleaved step by step, and the time the norm kernels take at
-//          the step's shapes, timed separately.
+//          LayerNorm vs RMSNorm, interleaved step by step, the time the norm kernels take at the
+//          step's shapes, timed separately, and the step's matrix-product GFLOP/s against the
+//          machine's float32 FMA peak, measured by an FMA loop in the same run.
 //
 // Results are plain structs (NormReport, StepReport), documented field by field; the
 // exporters (table, markdown, csv, json) only serialize them. docs/bench.md has the JSON schema.
@@ -84,6 +85,20 @@ struct CacheInfo {
   int num_sharing = 0;  // CPUs sharing one instance
 };
 
+// The machine's float32 FMA throughput (src/bench/fma_peak.cpp): every thread runs a loop of
+// independent FMAs on registers, enough accumulators to hide the FMA latency, at the vector width
+// the build compiled for. It is to a matrix product what the copy loop is to a norm: the
+// physical limit, measured on this machine in the same run.
+struct FmaPeak {
+  int threads = 1;
+  double gflop_per_s = NAN;  // all threads together; 2 flops per lane per FMA; best of the repeats
+  std::string isa;           // "avx512f", "avx2+fma" or "scalar": the vector width compiled in
+  int lanes = 1;             // floats per vector
+};
+// Runs the loop on `threads` threads for about `seconds` (in repeats of a few milliseconds) and
+// returns the best repeat: slower ones were interrupted, not a lower limit.
+FmaPeak measure_fma_peak(int threads, double seconds);
+
 struct Context {
   std::string date;          // ISO 8601, local time with offset
   std::string host_name, executable, cpu_model;
@@ -104,6 +119,10 @@ struct Context {
   // Measured over the run (CpuUsage): the share of all CPUs' time other processes used, and
   // the share the hypervisor stole. NaN when not measured.
   double others_cpu = NAN, steal = NAN;
+  // `bench step`: the float32 FMA peak at each thread count it ran (measure_fma_peak); empty
+  // for `bench norms`.
+  std::vector<FmaPeak> fma_peaks;
+  const FmaPeak* fma_peak(int threads) const;  // nullptr when not measured at that count
 };
 Context collect_context();
 // Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
@@ -340,6 +359,7 @@ struct StepOptions {
   int64_t warmup = 3;
   int64_t repeats = 10;
   double min_time = 1.0;  // seconds of timed steps per (model, norm, threads)
+  double peak_time = 0.2; // seconds of the FMA loop per thread count (measure_fma_peak)
   uint64_t seed = 0;
   std::function<void(const std::string&)> log;
 };
@@ -357,9 +377,13 @@ struct StepRow {
   Stats step;                   // seconds per training step (forward + backward + AdamW)
   Stats norm_kernels;           // seconds per step in the norm kernels (fwd + bwd of every call)
   VerifyResult norm_verify;     // the norm kernels checked against the reference first
+  double matmul_flops = 0;      // of the step's matrix products (step_matmul_flops)
   // derived (derive_step)
   double norm_share = NAN;      // norm_kernels.median / step.median
   double tokens_per_s = NAN;    // batch*seq / step.median
+  double gflop_per_s = NAN;     // matmul_flops / step.median / 1e9: the products' flops over the whole step
+  double fma_peak_gflop_per_s = NAN;  // the context's FMA peak at this row's thread count
+  double pct_of_fma_peak = NAN;       // 100 * gflop_per_s / fma_peak_gflop_per_s
   // rmsnorm rows: LayerNorm / RMSNorm of the same model and threads
   double step_speedup = NAN;    // step.median(LN) / step.median(RMS): model level
   double op_speedup = NAN;      // norm_kernels.median(LN) / norm_kernels.median(RMS): operator level
@@ -377,7 +401,22 @@ struct StepReport {
   std::vector<std::string> warnings;
 };
 void derive(StepReport& report);
+// Measures the FMA peak at each thread count (into the context), then times the steps.
 StepReport run_step_bench(const StepOptions& opt);
+
+// Floating-point operations of the matrix products of one training step of `model` ("toy" or
+// "gpt"), forward and backward, counted from the sizes as the cpu backend computes them: a
+// product of (M x K) by (K x N) is 2*M*N*K, and each forward product has two backward products
+// of the same count (dX and dW of a linear; dQ and dK of Q K^T, dP and dV of P V). With
+// M = batch*seq tokens, d = d_model, h = d_hidden, T = seq:
+//   toy block  mix d x d, fc1 d x h, fc2 h x d:          3 * 2M(d^2 + 2dh)
+//   gpt block  q, k, v, o d x d, fc1, fc2:               3 * 2M(4d^2 + 2dh)
+//              + Q K^T and P V over the full T x T (the masked half is computed too):
+//                                                        3 * 2 * 2 batch T^2 d
+//   head       d x vocab:                                3 * 2M d vocab
+// The prefix mean, norms, softmax, GELU, the loss and AdamW are not products: not counted.
+double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_model, int64_t d_hidden, int64_t vocab,
+                         int64_t batch, int64_t seq);
 
 // ============================================================================
 // exporters, reading results back, several runs, comparisons
