@@ -14,6 +14,7 @@ import statistics
 import sys
 
 FWD_TARGET, BWD_TARGET = 90.0, 80.0
+RESIDENT_TARGET = 80.0  # the training step's shapes, against the copy loop on the same cache-resident buffers
 
 
 def load(paths):
@@ -64,10 +65,11 @@ def verdict(vals, ok):
 def norms_report(runs):
     by = [rows_by_name(r) for r in runs]
     names = list(by[0].keys())
+    # (shape, resident): a resident row's name has "/resident" after its shape
     shapes, threads = [], []
     for n in names:
         b = by[0][n]
-        s = "x".join(str(x) for x in b["shape"])
+        s = ("x".join(str(x) for x in b["shape"]), bool(b.get("resident")))
         if s not in shapes:
             shapes.append(s)
         if b["threads"] not in threads:
@@ -98,13 +100,17 @@ def norms_report(runs):
         out.append("")
         out.append("| shape | pass | copy loop GB/s | memcpy GB/s | LN fused % copy | RMS fused % copy | LN oneDNN % copy | "
                    "LN torch % copy | RMS torch % copy | LN fused vs oneDNN | LN fused vs torch | RMS fused vs torch | "
-                   "RMS/LN (fused) |")
-        out.append("|" + "---|" * 13)
-        for s in shapes:
-            for ps in ("fwd", "bwd"):
-                key = lambda impl: f"{impl}/{ps}/{s}/threads:{t}"
-                copy = f"copy.loop/copy/{s}/threads:{t}"
-                memc = f"copy.memcpy/copy/{s}/threads:{t}"
+                   "RMS/LN (fused) | LN fused vs unfused | RMS fused vs unfused |")
+        out.append("|" + "---|" * 15)
+        for s, resident in shapes:
+            sn = s + ("/resident" if resident else "")
+            label = s + (" (resident)" if resident else "")
+            for ps in ("fwd", "bwd", "addfwd"):
+                key = lambda impl: f"{impl}/{ps}/{sn}/threads:{t}"
+                if all(v is None for v in get(key("layernorm.fused"), lambda r: 1) + get(key("rmsnorm.fused"), lambda r: 1)):
+                    continue  # a pass this run did not time
+                copy = f"copy.loop/copy/{sn}/threads:{t}"
+                memc = f"copy.memcpy/copy/{sn}/threads:{t}"
                 gbs = lambda r: r["counters"]["gb_per_s"]
                 cl = fig(get(copy, gbs))
                 mc = fig(get(memc, gbs))
@@ -117,18 +123,26 @@ def norms_report(runs):
                 vs_t = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_torch"))
                 rvs_t = get(key("rmsnorm.fused"), lambda r: r["counters"].get("vs_torch"))
                 rl = get(key("rmsnorm.fused"), lambda r: r["counters"].get("rms_over_ln"))
-                out.append(f"| {s} | {ps} | {fmt_range(*cl, digits=1)} | {fmt_range(*mc, digits=1)} | "
+                lu = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_unfused"))
+                ru = get(key("rmsnorm.fused"), lambda r: r["counters"].get("vs_unfused"))
+                out.append(f"| {label} | {ps} | {fmt_range(*cl, digits=1)} | {fmt_range(*mc, digits=1)} | "
                            f"{fmt_range(*fig(ln), '%')} | {fmt_range(*fig(rms), '%')} | {fmt_range(*fig(lno), '%')} | "
                            f"{fmt_range(*fig(lnt), '%')} | {fmt_range(*fig(rmst), '%')} | "
                            f"{fmt_range(*fig(vs_o), 'x', 2)} | {fmt_range(*fig(vs_t), 'x', 2)} | "
-                           f"{fmt_range(*fig(rvs_t), 'x', 2)} | {fmt_range(*fig(rl), 'x', 2)} |")
-                limit = FWD_TARGET if ps == "fwd" else BWD_TARGET
-                verdicts.append((f"LayerNorm fused {ps} >= {limit:.0f}% of copy", s, t, ln, lambda v, l=limit: v >= l, "%"))
-                verdicts.append((f"RMSNorm fused {ps} >= {limit:.0f}% of copy", s, t, rms, lambda v, l=limit: v >= l, "%"))
-                verdicts.append((f"LayerNorm fused {ps} faster than oneDNN", s, t, vs_o, lambda v: v > 1.0, "x"))
-                verdicts.append((f"LayerNorm fused {ps} faster than PyTorch", s, t, vs_t, lambda v: v > 1.0, "x"))
-                verdicts.append((f"RMSNorm fused {ps} faster than PyTorch", s, t, rvs_t, lambda v: v > 1.0, "x"))
-                verdicts.append((f"RMSNorm faster than LayerNorm ({ps}, fused)", s, t, rl, lambda v: v > 1.0, "x"))
+                           f"{fmt_range(*fig(rvs_t), 'x', 2)} | {fmt_range(*fig(rl), 'x', 2)} | "
+                           f"{fmt_range(*fig(lu), 'x', 2)} | {fmt_range(*fig(ru), 'x', 2)} |")
+                if ps == "addfwd":
+                    verdicts.append(("LayerNorm fused add+norm faster than unfused", label, t, lu, lambda v: v > 1.0, "x"))
+                    verdicts.append(("RMSNorm fused add+norm faster than unfused", label, t, ru, lambda v: v > 1.0, "x"))
+                    continue
+                limit = RESIDENT_TARGET if resident else FWD_TARGET if ps == "fwd" else BWD_TARGET
+                of = "of the resident copy" if resident else "of copy"
+                verdicts.append((f"LayerNorm fused {ps} >= {limit:.0f}% {of}", label, t, ln, lambda v, l=limit: v >= l, "%"))
+                verdicts.append((f"RMSNorm fused {ps} >= {limit:.0f}% {of}", label, t, rms, lambda v, l=limit: v >= l, "%"))
+                verdicts.append((f"LayerNorm fused {ps} faster than oneDNN", label, t, vs_o, lambda v: v > 1.0, "x"))
+                verdicts.append((f"LayerNorm fused {ps} faster than PyTorch", label, t, vs_t, lambda v: v > 1.0, "x"))
+                verdicts.append((f"RMSNorm fused {ps} faster than PyTorch", label, t, rvs_t, lambda v: v > 1.0, "x"))
+                verdicts.append((f"RMSNorm faster than LayerNorm ({ps}, fused)", label, t, rl, lambda v: v > 1.0, "x"))
         out.append("")
 
     out.append("### Verdict per target")
@@ -159,8 +173,18 @@ def norms_report(runs):
 
 def step_report(runs):
     by = [rows_by_name(r) for r in runs]
-    out = ["| model | norm | threads | step ms | norm kernels' share | step speed-up RMS/LN | operator speed-up RMS/LN | "
-           "predicted step speed-up |", "|---|---|---|---|---|---|---|---|"]
+    out = []
+    peaks = {}  # threads -> GFLOP/s of each run's FMA loop
+    for r in runs:
+        for p in r["context"].get("fma_peak", []):
+            peaks.setdefault(p["threads"], []).append(p.get("gflop_per_s"))
+    if peaks:
+        isa = runs[0]["context"]["fma_peak"][0].get("isa")
+        out.append(f"FMA peak (float32, {isa}, measured by `bench step` in each run): " + ", ".join(
+            f"{t} thread{'s' if t > 1 else ''} {fmt_range(*fig(v), ' GFLOP/s', 1)}" for t, v in sorted(peaks.items())))
+        out.append("")
+    out += ["| model | norm | threads | step ms | GFLOP/s | % of FMA peak | norm kernels' share | step speed-up RMS/LN | "
+            "operator speed-up RMS/LN | predicted step speed-up |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in by[0]:
         def get(key):
             return [key(b[name]) if name in b else None for b in by]
@@ -170,8 +194,10 @@ def step_report(runs):
         sp = fig(get(lambda r: r["counters"].get("step_speedup")))
         op = fig(get(lambda r: r["counters"].get("op_speedup")))
         pr = fig(get(lambda r: r["counters"].get("predicted_step_speedup")))
+        gf = fig(get(lambda r: r["counters"].get("gflop_per_s")))
+        pk = fig(get(lambda r: r["counters"].get("pct_of_fma_peak")))
         out.append(f"| {r0['model']} | {r0['norm']} | {r0['threads']} | {fmt_range(*step, digits=2)} | "
-                   f"{fmt_range(*share, '%', 1)} | {fmt_range(*sp, 'x', 3)} | {fmt_range(*op, 'x', 2)} | "
+                   f"{fmt_range(*gf, digits=1)} | {fmt_range(*pk, '%', 1)} | {fmt_range(*share, '%', 1)} | {fmt_range(*sp, 'x', 3)} | {fmt_range(*op, 'x', 2)} | "
                    f"{fmt_range(*pr, 'x', 3)} |")
     return "\n".join(out)
 

@@ -5,9 +5,12 @@ same JSON schema (docs/bench.md), so that `normlab bench norms --with-torch` put
 the same table.
 
     python3 scripts/torch_bench.py --shapes 8x256x1024 --threads 1,2 --out torch.json
-    normlab bench norms --with-torch          (runs this script itself)
+    python3 scripts/torch_bench.py --shapes 1x512x64 --resident --out torch-resident.json
+    normlab bench norms --with-torch          (runs this script itself, once per kind of shape)
 
-What is timed, per call (one call = one sample, each on the next buffer set):
+What is timed, per call (one call = one sample, each on the next buffer set; with --resident, one
+buffer set reused by every call and a sample is a batch of calls, as normlab times its resident
+shapes):
   fwd  y = module(x), in training mode (x and the parameters require grad), as a training step
        runs it: LayerNorm is aten::native_layer_norm; RMSNorm is what torch.nn.RMSNorm does on
        CPU (a composite of elementwise ops when gradients are needed).
@@ -44,6 +47,8 @@ def parse_args():
     p.add_argument("--min-time", type=float, default=0.2)
     p.add_argument("--footprint-bytes", type=int, default=1 << 30)
     p.add_argument("--cache-resident-below", type=int, default=1 << 30)
+    p.add_argument("--resident", action="store_true",
+                   help="time cache-resident: one buffer set reused, calls in batches (rows named .../resident/...)")
     p.add_argument("--ln-eps", type=float, default=1e-5)
     p.add_argument("--rms-eps", type=float, default=1e-6)
     p.add_argument("--seed", type=int, default=0)
@@ -156,6 +161,20 @@ class Check:
             self.report += " (%d of %d bad, max |diff| %.3g)" % (self.bad, self.total, self.max_err)
 
 
+# As norm_bench.cpp's kResidentSample: a resident sample is a batch of calls lasting about this long.
+RESIDENT_SAMPLE = 200e-6
+
+
+def resident_batch(call):
+    """Calls per sample for a resident case, from the fastest of three single calls."""
+    fastest = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        call(0)
+        fastest = min(fastest, time.perf_counter() - t0)
+    return max(1, min(100000, math.ceil(RESIDENT_SAMPLE / fastest))) if fastest > 0 else 100000
+
+
 ROWS_PER_CHUNK = 256  # float64 temporaries of 256 rows, not of the whole tensor
 
 
@@ -237,7 +256,7 @@ def main():
     for (b, t, d) in shapes:
         n = b * t
         per_set = 2 * n * d * 4
-        sets = max(1, -(-args.footprint_bytes // per_set))
+        sets = 1 if args.resident else max(1, -(-args.footprint_bytes // per_set))
         # x: rows with offsets and scales that vary, as normlab's inputs; dy uniform in [-1, 1).
         xs, dys = [], []
         for _ in range(sets):
@@ -268,11 +287,13 @@ def main():
                 eps = args.ln_eps if norm == "layernorm" else args.rms_eps
                 for pas in passes:
                     data, pbytes, sbytes = byte_counts(norm, pas, b, t, d)
-                    name = "%s.torch/%s/%dx%dx%d/threads:%d" % (norm, pas, b, t, d, nthreads)
+                    name = "%s.torch/%s/%dx%dx%d%s/threads:%d" % (norm, pas, b, t, d,
+                                                                   "/resident" if args.resident else "", nthreads)
                     case = {"norm": norm, "pass": pas, "name": name, "samples": [], "timed": 0.0,
                             "status": "ok", "verify": {"pass": True, "max_abs_err": 0.0, "worst_output": "",
                                                         "report": ""},
-                            "bytes": (data, pbytes, sbytes), "params": params, "module": m, "eps": eps}
+                            "bytes": (data, pbytes, sbytes), "params": params, "module": m, "eps": eps,
+                            "batch": 1}
                     if pas == "fwd":
                         case["call"] = (lambda m=m: (lambda k: m(xs[k])))()
                     else:
@@ -307,7 +328,10 @@ def main():
                 for c in live:
                     c["call"](nxt % sets)
                     nxt += 1
-            # The cases in turn, one call each, as normlab times its own.
+            if args.resident:
+                for c in live:
+                    c["batch"] = resident_batch(c["call"])
+            # The cases in turn, one sample each, as normlab times its own.
             running = True
             while running:
                 running = False
@@ -317,9 +341,10 @@ def main():
                     k = nxt % sets
                     nxt += 1
                     t0 = time.perf_counter()
-                    c["call"](k)
+                    for _ in range(c["batch"]):
+                        c["call"](k)
                     s = time.perf_counter() - t0
-                    c["samples"].append(s)
+                    c["samples"].append(s / c["batch"])
                     c["timed"] += s
                     c["done"] = len(c["samples"]) >= args.repeats and c["timed"] >= args.min_time
                     running = running or not c["done"]
@@ -331,11 +356,12 @@ def main():
                 ws = (data + sbytes) * sets
                 rows.append({
                     "name": c["name"], "run_name": c["name"], "run_type": "iteration", "repetitions": 1,
-                    "repetition_index": 0, "threads": nthreads, "iterations": st["samples"],
+                    "repetition_index": 0, "threads": nthreads, "iterations": st["samples"] * c["batch"],
                     "real_time": us["median"], "cpu_time": us["median"], "time_unit": "us",
                     "bytes_per_second": data / st["median"] if st["median"] else None,
                     "label": "cache-resident" if ws < args.cache_resident_below else "memory",
                     "norm": c["norm"], "impl": "torch", "provider": provider, "pass": c["pass"], "shape": [b, t, d],
+                    "resident": args.resident, "calls_per_sample": c["batch"],
                     "status": c["status"], "streaming_stores": False, "verify": c["verify"], "aggregates": us,
                     "counters": {"data_bytes": data, "param_bytes": pbytes, "stat_bytes": sbytes,
                                  "working_set_bytes": ws, "parameters": (2 if c["norm"] == "layernorm" else 1) * d},

@@ -74,6 +74,8 @@ std::vector<NormShape> default_shapes() {
   return {{4, 128, 512}, {8, 256, 1024}, {16, 512, 2048}, {32, 1024, 4096}};
 }
 
+std::vector<NormShape> default_resident_shapes() { return {{1, 512, 64}, {1, 512, 128}, {1, 512, 256}}; }
+
 std::vector<int> parse_threads(const std::string& list, const std::string& flag) {
   std::vector<int> out;
   for (const std::string& item : split(list, ',')) {
@@ -89,7 +91,14 @@ std::vector<int> parse_threads(const std::string& list, const std::string& flag)
   return out;
 }
 
-const char* to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
+const char* to_string(Pass p) {
+  switch (p) {
+    case Pass::fwd: return "fwd";
+    case Pass::bwd: return "bwd";
+    case Pass::addfwd: return "addfwd";
+  }
+  return "?";
+}
 
 // ---- statistics -----------------------------------------------------------------------------
 
@@ -126,8 +135,8 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
   ByteCount b;
   if (pass == "copy" || norm == "copy") {
     b.data = 2 * nd * f;  // src read, dst written
-  } else if (pass == "fwd") {
-    b.data = 2 * nd * f;                // x read, y written
+  } else if (pass == "fwd" || pass == "addfwd") {
+    b.data = (pass == "fwd" ? 2 : 4) * nd * f;  // x read, y written; addfwd: a, b read, s, y written
     b.params = (ln ? 2 : 1) * d * f;    // gamma (+ beta) read
     b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd written
   } else {
@@ -139,12 +148,18 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
 }
 
 std::string NormRow::name() const {
-  return fmt::format("{}.{}/{}/{}/threads:{}", norm, impl, pass, shape.str(), threads);
+  return fmt::format("{}.{}/{}/{}{}/threads:{}", norm, impl, pass, shape.str(), resident ? "/resident" : "", threads);
 }
 
 std::string StepRow::name() const { return fmt::format("step/{}/{}/threads:{}", model, norm, threads); }
 
 // ---- context -------------------------------------------------------------------------------
+
+const FmaPeak* Context::fma_peak(int threads) const {
+  for (const FmaPeak& p : fma_peaks)
+    if (p.threads == threads) return &p;
+  return nullptr;
+}
 
 namespace {
 

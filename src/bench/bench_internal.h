@@ -20,6 +20,8 @@ namespace normlab::bench::detail {
 // copy_kernels.cpp: the bandwidth baselines; n floats, split over the OpenMP threads.
 void copy_loop(float* dst, const float* src, int64_t n);
 void copy_memcpy(float* dst, const float* src, int64_t n);
+// s = alpha*a + b: the add of the unfused add+norm baseline.
+void add_scaled(float* s, const float* a, const float* b, float alpha, int64_t n);
 
 // Runs argv[0] (searched in PATH) with argv, no shell; stdout and stderr go to the files named
 // (empty: /dev/null). Returns the exit status, 127 when it cannot be started, 128+N on signal N.

@@ -106,6 +106,10 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   j["footprint_target_bytes"] = c.footprint_target;
   j["others_cpu"] = num(c.others_cpu);
   j["steal"] = num(c.steal);
+  ordered_json peaks = ordered_json::array();
+  for (const FmaPeak& p : c.fma_peaks)
+    peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
+  j["fma_peak"] = peaks;
   j["normlab_bench"] = kind;
   j["schema"] = kSchema;
   j["warnings"] = warnings;
@@ -142,6 +146,15 @@ Context context_from(const json& j) {
   c.footprint_target = get_int(j, "footprint_target_bytes");
   c.others_cpu = get_num(j, "others_cpu");
   c.steal = get_num(j, "steal");
+  if (j.contains("fma_peak") && j["fma_peak"].is_array())
+    for (const json& p : j["fma_peak"]) {
+      FmaPeak f;
+      f.threads = static_cast<int>(get_int(p, "threads", 1));
+      f.gflop_per_s = get_num(p, "gflop_per_s");
+      f.isa = get_str(p, "isa");
+      f.lanes = static_cast<int>(get_int(p, "lanes", 1));
+      c.fma_peaks.push_back(f);
+    }
   return c;
 }
 
@@ -197,7 +210,7 @@ ordered_json norm_row_json(const NormRow& r) {
   j["repetitions"] = 1;
   j["repetition_index"] = 0;
   j["threads"] = r.threads;
-  j["iterations"] = r.time.samples;
+  j["iterations"] = r.time.samples * r.calls_per_sample;
   j["real_time"] = num(r.time.median / kUnit);
   j["cpu_time"] = num(r.time.median / kUnit);
   j["time_unit"] = "us";
@@ -208,6 +221,8 @@ ordered_json norm_row_json(const NormRow& r) {
   j["provider"] = r.provider;
   j["pass"] = r.pass;
   j["shape"] = {r.shape.batch, r.shape.seq, r.shape.d};
+  j["resident"] = r.resident;
+  j["calls_per_sample"] = r.calls_per_sample;
   j["status"] = r.status;
   j["streaming_stores"] = r.streaming_stores;
   j["verify"] = {{"pass", r.verify.pass},
@@ -229,6 +244,7 @@ ordered_json norm_row_json(const NormRow& r) {
   c["rms_over_ln"] = num(r.rms_over_ln);
   c["vs_onednn"] = num(r.vs_onednn);
   c["vs_torch"] = num(r.vs_torch);
+  c["vs_unfused"] = num(r.vs_unfused);
   j["counters"] = c;
   j["pct_against"] = r.pct_against;
   j["runs"] = r.runs;
@@ -255,6 +271,8 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   }
   r.shape = {dims[0], dims[1], dims[2]};
   r.threads = static_cast<int>(get_int(j, "threads", 1));
+  r.resident = j.contains("resident") && j["resident"].is_boolean() && j["resident"].get<bool>();
+  r.calls_per_sample = std::max<int64_t>(1, get_int(j, "calls_per_sample", 1));
   r.status = get_str(j, "status", "ok");
   r.streaming_stores = j.value("streaming_stores", false);
   if (j.contains("verify") && j["verify"].is_object()) {
@@ -280,6 +298,7 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.rms_over_ln = get_num(c, "rms_over_ln");
   r.vs_onednn = get_num(c, "vs_onednn");
   r.vs_torch = get_num(c, "vs_torch");
+  r.vs_unfused = get_num(c, "vs_unfused");
   r.pct_against = get_str(j, "pct_against", r.streaming_stores ? "memcpy" : "copy-loop");
   r.cache_resident = get_str(j, "label") == "cache-resident";
   r.runs = static_cast<int>(get_int(j, "runs", 1));
@@ -363,6 +382,10 @@ ordered_json step_row_json(const StepRow& r) {
   c["step_speedup"] = num(r.step_speedup);
   c["op_speedup"] = num(r.op_speedup);
   c["predicted_step_speedup"] = num(r.predicted_step_speedup);
+  c["matmul_flops"] = r.matmul_flops;
+  c["gflop_per_s"] = num(r.gflop_per_s);
+  c["fma_peak_gflop_per_s"] = num(r.fma_peak_gflop_per_s);
+  c["pct_of_fma_peak"] = num(r.pct_of_fma_peak);
   j["counters"] = c;
   j["runs"] = r.runs;
   if (!r.run_range.empty()) j["run_range"] = range_json(r.run_range);
@@ -401,6 +424,10 @@ StepRow step_row_from(const json& j, const std::string& what) {
   r.step_speedup = get_num(c, "step_speedup");
   r.op_speedup = get_num(c, "op_speedup");
   r.predicted_step_speedup = get_num(c, "predicted_step_speedup");
+  r.matmul_flops = std::isfinite(get_num(c, "matmul_flops")) ? get_num(c, "matmul_flops") : 0;
+  r.gflop_per_s = get_num(c, "gflop_per_s");
+  r.fma_peak_gflop_per_s = get_num(c, "fma_peak_gflop_per_s");
+  r.pct_of_fma_peak = get_num(c, "pct_of_fma_peak");
   r.runs = static_cast<int>(get_int(j, "runs", 1));
   r.run_range = range_from(j, "run_range");
   return r;
@@ -472,6 +499,13 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
     for (const std::string& w : runs[i].warnings)
       if (seen.insert(w).second) out.warnings.push_back(w);
   }
+  // The FMA peak at each thread count: the median over the runs, as every merged figure.
+  for (FmaPeak& p : out.context.fma_peaks) {
+    std::vector<double> v;
+    for (const Report& r : runs)
+      if (const FmaPeak* q = r.context.fma_peak(p.threads)) v.push_back(q->gflop_per_s);
+    p.gflop_per_s = median_of(v);
+  }
   std::string dates;
   for (const Report& r : runs) dates += (dates.empty() ? "" : ", ") + r.context.date;
   out.warnings.push_back(fmt::format("{} runs merged (dates {}): each figure is the median over the runs, its range "
@@ -513,6 +547,7 @@ NormReport merge_runs(const std::vector<NormReport>& runs_in) {
       figures["rms_over_ln"].push_back(r->rms_over_ln);
       figures["vs_onednn"].push_back(r->vs_onednn);
       figures["vs_torch"].push_back(r->vs_torch);
+      figures["vs_unfused"].push_back(r->vs_unfused);
     }
     m.status = all_ok ? "ok" : "rejected";
     m.runs = static_cast<int>(g.size());
@@ -556,6 +591,8 @@ StepReport merge_runs(const std::vector<StepReport>& runs_in) {
       figures["step_speedup"].push_back(r->step_speedup);
       figures["op_speedup"].push_back(r->op_speedup);
       figures["predicted_step_speedup"].push_back(r->predicted_step_speedup);
+      figures["gflop_per_s"].push_back(r->gflop_per_s);
+      figures["pct_of_fma_peak"].push_back(r->pct_of_fma_peak);
     }
     m.runs = static_cast<int>(g.size());
     m.step = merge_stats(steps);

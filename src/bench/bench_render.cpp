@@ -68,7 +68,10 @@ std::string fmt_time(double s) {
 std::string fmt_pct(double p) { return finite(p) ? fmt::format("{:.0f}%", p) : "-"; }
 std::string fmt_ratio(double x) { return finite(x) ? fmt::format("{:.2f}x", x) : "-"; }
 std::string fmt_gbps(double x) { return finite(x) ? fmt::format("{:.1f}", x) : "-"; }
-std::string fmt_mib(int64_t b) { return fmt::format("{:.0f}", static_cast<double>(b) / (1 << 20)); }
+std::string fmt_mib(int64_t b) {
+  const double m = static_cast<double>(b) / (1 << 20);
+  return m < 10 ? fmt::format("{:.2f}", m) : fmt::format("{:.0f}", m);  // a resident set is a fraction of 1 MiB
+}
 
 // "1.32x [1.29-1.35]" when several runs were merged, else "1.32x".
 std::string with_range(const std::string& value, const std::map<std::string, std::pair<double, double>>& rr,
@@ -110,22 +113,24 @@ std::string context_line(const Context& c) {
 
 // ---- bench norms -------------------------------------------------------------------------
 
-int pass_rank(const std::string& p) { return p == "copy" ? 0 : p == "fwd" ? 1 : 2; }
+int pass_rank(const std::string& p) { return p == "copy" ? 0 : p == "fwd" ? 1 : p == "bwd" ? 2 : 3; }
 int norm_rank(const std::string& n) { return n == "copy" ? 0 : n == "layernorm" ? 1 : 2; }
 
-// Display order: shapes and thread counts as first met, then copy, forward, backward; in each,
-// copy rows, LayerNorm rows, RMSNorm rows, implementations as first met (torch after the rest).
+// Display order: shapes (memory-bound and resident apart) and thread counts as first met, then
+// copy, forward, backward, add+norm forward; in each, copy rows, LayerNorm rows, RMSNorm rows,
+// implementations as first met (torch after the rest).
 std::vector<const NormRow*> display_order(const NormReport& r) {
   std::map<std::string, size_t> shape_at, impl_at;
+  auto shape_key = [](const NormRow& x) { return x.shape.str() + (x.resident ? "/resident" : ""); };
   for (const NormRow& row : r.rows) {
-    shape_at.emplace(row.shape.str(), shape_at.size());
+    shape_at.emplace(shape_key(row), shape_at.size());
     impl_at.emplace(row.impl, row.impl == "torch" ? 1000 : impl_at.size());
   }
   std::vector<const NormRow*> v;
   for (const NormRow& row : r.rows) v.push_back(&row);
   std::stable_sort(v.begin(), v.end(), [&](const NormRow* a, const NormRow* b) {
     auto key = [&](const NormRow* x) {
-      return std::make_tuple(shape_at[x->shape.str()], x->threads, pass_rank(x->pass), norm_rank(x->norm),
+      return std::make_tuple(shape_at[shape_key(*x)], x->threads, pass_rank(x->pass), norm_rank(x->norm),
                              impl_at[x->impl]);
     };
     return key(a) < key(b);
@@ -133,13 +138,23 @@ std::vector<const NormRow*> display_order(const NormReport& r) {
   return v;
 }
 
+bool any_merged(const NormReport& r) {
+  for (const NormRow& row : r.rows)
+    if (row.runs > 1) return true;
+  return false;
+}
+bool any_resident(const NormReport& r) {
+  for (const NormRow& row : r.rows)
+    if (row.resident) return true;
+  return false;
+}
+
 Table norm_table(const NormReport& r) {
-  bool merged = false;
-  for (const NormRow& row : r.rows) merged = merged || row.runs > 1;
+  const bool merged = any_merged(r);
   Table t;
   t.header = {"implementation", "pass", "shape", "thr", "params", "median", "min", "max", "cv", "GB/s", "%copy",
-              "RMS/LN", "vs oneDNN", "vs torch", "ws MiB"};
-  t.right = {false, false, false, true, true, true, true, true, true, true, true, true, true, true, true};
+              "RMS/LN", "vs oneDNN", "vs unfused", "vs torch", "ws MiB"};
+  t.right = {false, false, false, true, true, true, true, true, true, true, true, true, true, true, true, true};
   if (merged) {
     t.header.insert(t.header.begin() + 6, "runs");
     t.right.insert(t.right.begin() + 6, true);
@@ -167,24 +182,33 @@ Table norm_table(const NormReport& r) {
         x.norm == "copy" ? pct : with_range(pct, rr, "pct_of_copy", "{:.0f}"),
         with_range(fmt_ratio(x.rms_over_ln), rr, "rms_over_ln", "{:.2f}"),
         with_range(fmt_ratio(x.vs_onednn), rr, "vs_onednn", "{:.2f}"),
+        with_range(fmt_ratio(x.vs_unfused), rr, "vs_unfused", "{:.2f}"),
         with_range(fmt_ratio(x.vs_torch), rr, "vs_torch", "{:.2f}"),
-        fmt_mib(x.working_set_bytes) + (x.cache_resident ? "*" : "")};
+        // A resident row is in the caches by design: the '*' warns of memory-bound rows that may be.
+        fmt_mib(x.working_set_bytes) + (x.cache_resident && !x.resident ? "*" : "")};
     if (merged) row.insert(row.begin() + 6, fmt::format("{} {}", x.runs, run_spread(rr, "median", x.time.median)));
     t.rows.push_back(row);
   }
   return t;
 }
 
-std::string norm_legend(bool merged) {
+std::string norm_legend(bool merged, bool resident) {
   std::string s =
-      "median/min/max: seconds per call over the timed calls (one call = one sample, each on the next buffer set); "
-      "cv: stddev/mean. GB/s: the N x D arrays moved per call (forward: x read + y written; backward: x, dy read + "
-      "dx written; parameters and statistics not counted) / median. %copy: of the copy loop's GB/s (ordinary "
-      "stores) measured in the same run, same shape and threads; a kernel with streaming stores is held to memcpy "
-      "instead (marked 'of memcpy'); the memcpy row shows memcpy as % of the copy loop. RMS/LN: LayerNorm's median "
-      "/ RMSNorm's, same implementation (>1: RMSNorm faster). vs oneDNN, vs torch: the other's median / this "
-      "median (>1: this faster). ws: MiB the case rotates through; * = below max(1 GiB, 4 x LLC): may be cache "
-      "speed.";
+      "median/min/max: seconds per call over the timed samples (memory-bound: one call = one sample, each on the "
+      "next buffer set; resident: one sample = a batch of calls on the same buffers, divided by their number); "
+      "cv: stddev/mean. GB/s: the N x D arrays moved per call (fwd: x read + y written; bwd: x, dy read + dx "
+      "written; addfwd, the fused residual add + norm forward of Post-LN/DeepNorm: a, b read + s = alpha*a + b and "
+      "y = norm(s) written; parameters and statistics not counted) / median. %copy: of the copy loop's GB/s "
+      "(ordinary stores) measured in the same run, same shape, threads and buffers; a kernel with streaming stores "
+      "is held to memcpy instead (marked 'of memcpy'); the memcpy row shows memcpy as % of the copy loop. RMS/LN: "
+      "LayerNorm's median / RMSNorm's, same implementation (>1: RMSNorm faster). vs oneDNN, vs torch: the other's "
+      "median / this median (>1: this faster). vs unfused (addfwd): the add+norm as two kernels (an add, then the "
+      "fused norm) / this median. ws: MiB the case cycles through; * = below max(1 GiB, 4 x LLC) on a memory-bound "
+      "row: may be cache speed.";
+  if (resident)
+    s += " Resident rows (the training step's shapes): one buffer set reused by every call, so x and y stay in "
+         "L1/L2 as inside the step; their %copy is of the copy loop on the same reused buffers, i.e. of the cache's "
+         "copy speed, not of memory's.";
   if (merged)
     s += " runs: runs merged and the spread of their medians ((max-min)/median); [a-b]: the figure's range over the "
          "runs.";
@@ -202,8 +226,8 @@ Table summary_table(const NormReport& r) {
   Table t;
   t.header = {"shape", "thr", "pass", "copy GB/s", "memcpy GB/s", "LN fused GB/s", "LN %copy", "RMS fused GB/s",
               "RMS %copy", "RMS/LN fused", "RMS/LN torch", "LN fused vs oneDNN", "LN fused vs torch",
-              "RMS fused vs torch"};
-  t.right = {false, true, false, true, true, true, true, true, true, true, true, true, true, true};
+              "RMS fused vs torch", "LN vs unfused", "RMS vs unfused"};
+  t.right = {false, true, false, true, true, true, true, true, true, true, true, true, true, true, true, true};
   std::set<std::string> done;
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
@@ -230,7 +254,9 @@ Table summary_table(const NormReport& r) {
                       fig(rt, rt ? rt->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
                       fig(lf, lf ? lf->vs_onednn : NAN, "vs_onednn", "{:.2f}", fmt_ratio),
                       fig(lf, lf ? lf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
-                      fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio)});
+                      fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
+                      fig(lf, lf ? lf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio),
+                      fig(rf, rf ? rf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio)});
   }
   return t;
 }
@@ -240,10 +266,11 @@ std::string norm_csv(const NormReport& r) {
       "name,norm,impl,provider,pass,batch,seq,d,threads,status,samples,median_s,min_s,max_s,mean_s,stddev_s,cv,"
       "spread,data_bytes,param_bytes,stat_bytes,working_set_bytes,cache_resident,parameters,gb_per_s,"
       "copy_loop_gb_per_s,memcpy_gb_per_s,pct_of_copy_loop,pct_of_memcpy,pct_against,rms_over_ln,vs_onednn,"
-      "vs_torch,verify_max_abs_err,runs\n";
+      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused\n";
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
+                     "{},{}\n",
                      csv_field(x.name()), x.norm, x.impl, csv_field(x.provider), x.pass, x.shape.batch, x.shape.seq,
                      x.shape.d, x.threads, x.status, x.time.samples, csv_num(x.time.median), csv_num(x.time.min),
                      csv_num(x.time.max), csv_num(x.time.mean), csv_num(x.time.stddev), csv_num(x.time.cv()),
@@ -251,7 +278,8 @@ std::string norm_csv(const NormReport& r) {
                      x.cache_resident ? 1 : 0, x.parameters, csv_num(x.gb_per_s), csv_num(x.copy_loop_gb_per_s),
                      csv_num(x.memcpy_gb_per_s), csv_num(x.pct_of_copy_loop), csv_num(x.pct_of_memcpy),
                      x.pct_against, csv_num(x.rms_over_ln), csv_num(x.vs_onednn), csv_num(x.vs_torch),
-                     csv_num(x.verify.max_abs_err), x.runs);
+                     csv_num(x.verify.max_abs_err), x.runs, x.resident ? 1 : 0, x.calls_per_sample,
+                     csv_num(x.vs_unfused));
   }
   return s;
 }
@@ -263,8 +291,10 @@ Table step_table(const StepReport& r) {
   for (const StepRow& row : r.rows) merged = merged || row.runs > 1;
   Table t;
   t.header = {"model", "norm", "thr", "params", "norm params", "norm calls", "step median", "min", "max", "cv",
-              "tokens/s", "norm kernels", "norm share", "RMS/LN step", "RMS/LN norms", "predicted"};
-  t.right = {false, false, true, true, true, true, true, true, true, true, true, true, true, true, true, true};
+              "tokens/s", "GFLOP/s", "%FMA peak", "norm kernels", "norm share", "RMS/LN step", "RMS/LN norms",
+              "predicted"};
+  t.right = {false, false, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true,
+             true};
   if (merged) {
     t.header.insert(t.header.begin() + 7, "runs");
     t.right.insert(t.right.begin() + 7, true);
@@ -287,6 +317,9 @@ Table step_table(const StepReport& r) {
         fmt_time(x.step.max),
         finite(x.step.cv()) ? fmt::format("{:.1f}%", 100 * x.step.cv()) : "-",
         finite(x.tokens_per_s) ? fmt::format("{:.0f}", x.tokens_per_s) : "-",
+        with_range(finite(x.gflop_per_s) ? fmt::format("{:.1f}", x.gflop_per_s) : "-", rr, "gflop_per_s", "{:.1f}"),
+        with_range(finite(x.pct_of_fma_peak) ? fmt::format("{:.1f}%", x.pct_of_fma_peak) : "-", rr, "pct_of_fma_peak",
+                   "{:.1f}"),
         fmt_time(x.norm_kernels.median),
         with_range(finite(x.norm_share) ? fmt::format("{:.1f}%", 100 * x.norm_share) : "-", {}, "", ""),
         with_range(fmt_ratio(x.step_speedup), rr, "step_speedup", "{:.3f}"),
@@ -300,25 +333,43 @@ Table step_table(const StepReport& r) {
 
 std::string step_legend() {
   return "step: one training step (forward + backward + gradient norm + AdamW), the two norms' models stepping in "
-         "turn. norm calls: norm forwards per step (each with its backward) x their rows x d. norm kernels: those "
-         "calls' kernels, forward and backward, timed apart at the step's shapes (cache-resident, as in the step). "
-         "norm share: norm kernels / step. RMS/LN step: LayerNorm's step / RMSNorm's (model level); RMS/LN norms: "
-         "the same for the norm kernels (operator level); predicted: the step speed-up if only the norm time "
-         "changed.";
+         "turn. GFLOP/s: the step's matrix-product flops (forward and the two backward products of each, 2*M*N*K "
+         "apiece; see docs/bench.md) / step median; %FMA peak: of the FMA loop's GFLOP/s at the same thread count "
+         "(above the table). norm calls: norm forwards per step (each with its backward) x their rows x d. norm "
+         "kernels: those calls' kernels, forward and backward, timed apart at the step's shapes (cache-resident, as "
+         "in the step). norm share: norm kernels / step. RMS/LN step: LayerNorm's step / RMSNorm's (model level); "
+         "RMS/LN norms: the same for the norm kernels (operator level); predicted: the step speed-up if only the "
+         "norm time changed.";
+}
+
+// "FMA peak (float32, avx512f, 16 floats per vector, 2 flops per lane per FMA): 1 thread 190.3 GFLOP/s, ..."
+std::string fma_peak_line(const Context& c) {
+  if (c.fma_peaks.empty()) return "";
+  std::string s = fmt::format("FMA peak (float32, {}, {} floats per vector, 2 flops per lane per FMA, measured in this "
+                              "run):",
+                              c.fma_peaks.front().isa, c.fma_peaks.front().lanes);
+  for (size_t i = 0; i < c.fma_peaks.size(); ++i)
+    s += fmt::format("{} {} thread{} {:.1f} GFLOP/s", i ? "," : "", c.fma_peaks[i].threads,
+                     c.fma_peaks[i].threads == 1 ? "" : "s", c.fma_peaks[i].gflop_per_s);
+  return s + "\n";
 }
 
 std::string step_csv(const StepReport& r) {
   std::string s =
       "name,model,norm,threads,layers,d_model,d_hidden,heads,vocab,batch,seq,parameters,norm_parameters,norm_calls,"
       "norm_rows,samples,step_median_s,step_min_s,step_max_s,step_cv,norm_kernels_median_s,norm_share,tokens_per_s,"
-      "step_speedup,op_speedup,predicted_step_speedup,runs\n";
+      "step_speedup,op_speedup,predicted_step_speedup,runs,matmul_flops,gflop_per_s,fma_peak_gflop_per_s,"
+      "pct_of_fma_peak\n";
   for (const StepRow& x : r.rows)
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", x.name(),
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{},{}\n",
+                     x.name(),
                      x.model, x.norm, x.threads, x.layers, x.d_model, x.d_hidden, x.heads, x.vocab, x.batch, x.seq,
                      x.parameters, x.norm_parameters, x.norm_calls, x.norm_rows, x.step.samples,
                      csv_num(x.step.median), csv_num(x.step.min), csv_num(x.step.max), csv_num(x.step.cv()),
                      csv_num(x.norm_kernels.median), csv_num(x.norm_share), csv_num(x.tokens_per_s),
-                     csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs);
+                     csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs,
+                     x.matmul_flops, csv_num(x.gflop_per_s), csv_num(x.fma_peak_gflop_per_s),
+                     csv_num(x.pct_of_fma_peak));
   return s;
 }
 
@@ -328,6 +379,41 @@ std::string notes_markdown(const std::vector<std::string>& warnings) {
   return s;
 }
 
+// ---- the two sections of bench norms: memory-bound and resident shapes -------------------------
+
+// Renders `table_of` each section's rows, under its heading when the report has resident rows
+// (a report of memory-bound rows alone reads as it always did).
+template <class TableOf>
+std::string sections(const NormReport& r, Format f, bool long_headings, TableOf&& table_of) {
+  const bool split = any_resident(r);
+  std::string out;
+  for (const bool resident : {false, true}) {
+    NormReport part;
+    part.context = r.context;
+    for (const NormRow& row : r.rows)
+      if (row.resident == resident) part.rows.push_back(row);
+    if (part.rows.empty()) continue;
+    if (split) {
+      std::string heading;
+      if (!resident) {
+        heading = long_headings && r.context.footprint_target > 0
+                      ? fmt::format("memory-bound shapes: each case cycles through >= {} MiB of buffers, so every "
+                                    "call reads its inputs from memory",
+                                    r.context.footprint_target >> 20)
+                      : "memory-bound shapes";
+      } else {
+        heading = long_headings ? "cache-resident, the training step's shapes: one buffer set reused by every call "
+                                  "(L1/L2), calls timed in batches; %copy is of the copy loop on the same buffers"
+                                : "cache-resident, the training step's shapes";
+      }
+      out += (out.empty() ? "" : "\n") + heading + ":\n";
+    }
+    const Table t = table_of(part);
+    out += f == Format::markdown ? (split ? "\n" : "") + t.markdown() : t.text();
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render(const NormReport& r, Format f) {
@@ -335,38 +421,32 @@ std::string render(const NormReport& r, Format f) {
     case Format::json: return norm_report_json(r) + "\n";
     case Format::csv: return norm_csv(r);
     case Format::markdown: {
-      bool merged = false;
-      for (const NormRow& row : r.rows) merged = merged || row.runs > 1;
-      std::string s = "Measured " + context_line(r.context) + ".\n\n" + norm_table(r).markdown() + "\n" +
-                      norm_legend(merged) + "\n";
+      std::string s = "Measured " + context_line(r.context) + ".\n\n" + sections(r, f, true, norm_table) + "\n" +
+                      norm_legend(any_merged(r), any_resident(r)) + "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
     case Format::table: break;
   }
-  bool merged = false;
-  for (const NormRow& row : r.rows) merged = merged || row.runs > 1;
-  return norm_table(r).text() + "\n" + norm_legend(merged) + "\n";
+  return sections(r, f, true, norm_table) + "\n" + norm_legend(any_merged(r), any_resident(r)) + "\n";
 }
 
-std::string render_norm_summary(const NormReport& r, Format f) {
-  Table t = summary_table(r);
-  return f == Format::markdown ? t.markdown() : t.text();
-}
+std::string render_norm_summary(const NormReport& r, Format f) { return sections(r, f, false, summary_table); }
 
 std::string render(const StepReport& r, Format f) {
   switch (f) {
     case Format::json: return step_report_json(r) + "\n";
     case Format::csv: return step_csv(r);
     case Format::markdown: {
-      std::string s = "Measured " + context_line(r.context) + ".\n\n" + step_table(r).markdown() + "\n" +
-                      step_legend() + "\n";
+      std::string s = "Measured " + context_line(r.context) + ".\n\n" + fma_peak_line(r.context) +
+                      (r.context.fma_peaks.empty() ? "" : "\n") + step_table(r).markdown() + "\n" + step_legend() +
+                      "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
     case Format::table: break;
   }
-  return step_table(r).text() + "\n" + step_legend() + "\n";
+  return fma_peak_line(r.context) + step_table(r).text() + "\n" + step_legend() + "\n";
 }
 
 std::string render(const std::vector<CompareRow>& rows, Format f) {

@@ -5,6 +5,9 @@
 //   copy_memcpy  memcpy, one call per thread on its chunk; glibc switches to non-temporal
 //                (streaming) stores above a size threshold, which is faster on large buffers:
 //                the limit for a kernel that streams its stores.
+// And the first half of the unfused add+norm baseline (an add, then the fused norm):
+//   add_scaled   s = alpha*a + b with the same loads, FMAs and stores as the fused add+norm
+//                kernels' first sweep, so the two differ only in the passes over memory.
 // Chunks follow the cpu backend's parallel_chunks: one contiguous range per thread.
 //
 // GCC turns a recognisable copy loop into a memcpy call (-ftree-loop-distribute-patterns):
@@ -13,6 +16,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -49,6 +53,25 @@ void copy_loop_range(float* dst, const float* src, int64_t n) {
   for (; i < n; ++i) dst[i] = src[i];
 }
 
+// s[i] = alpha*a[i] + b[i] for i in [0, n), FMA-rounded as the fused kernels round it.
+void add_scaled_range(float* s, const float* a, const float* b, float alpha, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (; i + 32 <= n; i += 32) {
+    _mm512_storeu_ps(s + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    _mm512_storeu_ps(s + i + 16, _mm512_fmadd_ps(va, _mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16)));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 va = _mm256_set1_ps(alpha);
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_ps(s + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    _mm256_storeu_ps(s + i + 8, _mm256_fmadd_ps(va, _mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
+  }
+#endif
+  for (; i < n; ++i) s[i] = std::fma(alpha, a[i], b[i]);
+}
+
 template <class F>
 void per_thread_chunk(int64_t n, F&& f) {
   if (omp_get_max_threads() <= 1 || n < 1024) {
@@ -75,6 +98,10 @@ void copy_memcpy(float* dst, const float* src, int64_t n) {
   per_thread_chunk(n, [&](int64_t lo, int64_t hi) {
     std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
   });
+}
+
+void add_scaled(float* s, const float* a, const float* b, float alpha, int64_t n) {
+  per_thread_chunk(n, [&](int64_t lo, int64_t hi) { add_scaled_range(s + lo, a + lo, b + lo, alpha, hi - lo); });
 }
 
 }  // namespace normlab::bench::detail

@@ -1,9 +1,11 @@
-// `bench norms`: buffer sets that rotate through more memory than the caches hold, the check of
-// each implementation against the float64 reference kernels, the interleaved timing loop, and
-// the derived figures (GB/s, % of the measured copy bandwidth, speed-ups).
+// `bench norms`: buffer sets that rotate through more memory than the caches hold (or, for the
+// resident shapes, one set that stays in them), the check of each implementation against the
+// float64 reference kernels, the interleaved timing loop, and the derived figures (GB/s, % of the
+// measured copy bandwidth, speed-ups).
 //
 //   normlab bench norms                               the default shapes, 1 and all threads
 //   normlab bench norms --shapes 8x256x1024 --impl fused --pass fwd --threads 1
+//   normlab bench norms --resident-shapes 1x512x64 --pass addfwd
 #include <fcntl.h>
 #include <omp.h>
 #include <spawn.h>
@@ -116,12 +118,14 @@ void parallel_all(int64_t n, F&& f) {
 // ============================================================================
 
 // One set: everything a call reads or writes that has N rows. Inputs: x, dy and the saved
-// statistics of the backward; outputs: out (y or dx) and the forward's statistics. Parameters
-// (gamma, beta, dgamma, dbeta: d floats) are shared by all sets, as a model's are.
+// statistics of the backward; outputs: out (y or dx), sum (s of the add+norm forward, which
+// reads x and dy as its a and b) and the forward's statistics. Parameters (gamma, beta, dgamma,
+// dbeta: d floats) are shared by all sets, as a model's are.
 struct BufferSet {
   float* x = nullptr;
   float* dy = nullptr;
   float* out = nullptr;
+  float* sum = nullptr;  // only in a pool made with_sum
   float* out_mean = nullptr;
   float* out_rstd = nullptr;
   float* ln_mean = nullptr;   // saved by the LayerNorm reference forward of x
@@ -134,15 +138,16 @@ class Pool {
   // `sets` sets of N x D arrays; values from seed (row offsets and scales vary so that the
   // mean matters to LayerNorm; see fill()).
   // Floats a pool of `sets` sets of shape s needs.
-  static int64_t floats_needed(const NormShape& s, int64_t sets) {
-    return 4 * padded(s.d) + sets * (3 * padded(s.numel()) + 5 * padded(s.rows()));
+  static int64_t floats_needed(const NormShape& s, int64_t sets, bool with_sum) {
+    return 4 * padded(s.d) + sets * ((with_sum ? 4 : 3) * padded(s.numel()) + 5 * padded(s.rows()));
   }
 
   // The arrays are carved out of `memory` (floats_needed(s, sets) floats, reused from shape to
   // shape: the first touch of fresh memory costs more than the benchmark under a hypervisor),
   // packed one after the other at 64-byte boundaries plus one cache line, so that x, dy and out
   // do not sit at the same offset modulo 4 KiB (loads and stores that alias there stall).
-  Pool(float* memory, const NormShape& s, int64_t sets, uint64_t seed, float ln_eps, float rms_eps) : shape_(s) {
+  Pool(float* memory, const NormShape& s, int64_t sets, bool with_sum, uint64_t seed, float ln_eps, float rms_eps)
+      : shape_(s) {
     const int64_t nd = s.numel(), n = s.rows(), d = s.d;
     float* p = memory;
     auto take = [&](int64_t floats) {
@@ -164,6 +169,7 @@ class Pool {
       b.x = take(nd);
       b.dy = take(nd);
       b.out = take(nd);
+      if (with_sum) b.sum = take(nd);
       b.out_mean = take(n);
       b.out_rstd = take(n);
       b.ln_mean = take(n);
@@ -204,6 +210,7 @@ class Pool {
         const uint64_t e = r * static_cast<uint64_t>(d) + static_cast<uint64_t>(j);
         xr[j] = off + scale * 1.7320508f * (2.0f * uniform01(seed, 5, e) - 1.0f);
         dyr[j] = 2.0f * uniform01(seed, 6, e) - 1.0f;
+        if (b.sum) b.sum[i * d + j] = 0.0f;
       }
       // The reference forwards write their y into `out` (overwritten by every call later).
       layernorm_forward_ref<float>(outr, b.ln_mean + i, b.ln_rstd + i, xr, gamma, beta, 1, d, ln_eps);
@@ -221,7 +228,7 @@ class Pool {
 };
 
 // The arguments of one call of `norm`'s `pass` on set k of the pool.
-NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps) {
+NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps, float alpha) {
   const BufferSet& b = pool.set(k);
   const bool ln = norm == "layernorm";
   NormArgs a;
@@ -231,10 +238,15 @@ NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pas
   a.x = b.x;
   a.gamma = pool.gamma();
   a.beta = ln ? pool.beta() : nullptr;
-  if (pass == Pass::fwd) {
+  if (pass == Pass::fwd || pass == Pass::addfwd) {
     a.y = b.out;
     a.mean = ln ? b.out_mean : nullptr;
     a.rstd = b.out_rstd;
+    if (pass == Pass::addfwd) {
+      a.branch = b.dy;
+      a.alpha = alpha;
+      a.s = b.sum;
+    }
   } else {
     a.dy = b.dy;
     a.saved_mean = ln ? b.ln_mean : nullptr;
@@ -304,6 +316,9 @@ struct OutputCheck {
 //   of a float sum scales with the magnitude it passes through, sum_rows |term|, not with the
 //   (much smaller, cancelling) result: atol 1e-5 relative to sum_rows |term| (a sequential
 //   sum's typical error is ~sqrt(N) ulp of that), rtol 1e-4.
+// - s = alpha*a + b (the add+norm forward): one FMA (or a product and a sum) per element,
+//   <= 1 ulp each of the magnitude it passed through, |alpha*a| + |b| (not of |s|, which
+//   cancels): atol 1e-6 relative to that (16 ulp), rtol 0.
 // A wrong kernel (a missing term, a wrong row, an output not written) is off by O(1) relative.
 struct Tolerance {
   double atol, rtol;
@@ -311,6 +326,7 @@ struct Tolerance {
 constexpr Tolerance kTolRow{1e-4, 1e-4};
 constexpr Tolerance kTolStat{1e-5, 1e-4};
 constexpr Tolerance kTolParam{1e-5, 1e-4};
+constexpr Tolerance kTolSum{1e-6, 0};
 
 OutputCheck make_check(const std::string& name, Tolerance t) {
   OutputCheck c;
@@ -323,7 +339,10 @@ OutputCheck make_check(const std::string& name, Tolerance t) {
 std::string describe_failure(const OutputCheck& c, const std::string& what) {
   std::string s = fmt::format("{}: {} of {} {} values outside atol {:g}{} + rtol {:g}*|ref| (max |diff| {:.3g} at [{}]);",
                               what, c.bad, c.checked, c.name, c.atol,
-                              c.name == "dgamma" || c.name == "dbeta" ? "*sum_rows|term|" : "", c.rtol, c.max_err,
+                              c.name == "dgamma" || c.name == "dbeta" ? "*sum_rows|term|"
+                              : c.name == "s"                         ? "*(|alpha*a|+|b|)"
+                                                                      : "",
+                              c.rtol, c.max_err,
                               c.max_at);
   for (const auto& m : c.first)
     s += fmt::format(" [{}] got {:.7g} want {:.7g} (tol {:.2g});", m.index, m.got, m.want, m.tol);
@@ -331,8 +350,9 @@ std::string describe_failure(const OutputCheck& c, const std::string& what) {
   return s;
 }
 
-// Forward: every row recomputed by the reference in float64 and compared.
-std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& a) {
+// Forward: every row recomputed by the reference in float64 and compared. The add+norm forward
+// (add): the row is alpha*a + b in float64, compared with s, and normalized as a forward's x.
+std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& a, bool add) {
   const bool ln = norm == "layernorm";
   const int64_t d = a.d;
   std::vector<double> gamma(a.gamma, a.gamma + d), beta;
@@ -342,11 +362,23 @@ std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& 
 #pragma omp parallel num_threads(nt)
   {
     std::vector<OutputCheck> c = {make_check("y", kTolRow), make_check("rstd", kTolStat)};
+    const size_t at_mean = c.size();
     if (ln) c.push_back(make_check("mean", kTolStat));
+    const size_t at_s = c.size();
+    if (add) c.push_back(make_check("s", kTolSum));
     std::vector<double> x(static_cast<size_t>(d)), y(static_cast<size_t>(d));
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < a.n; ++i) {
-      for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(j)] = a.x[i * d + j];
+      for (int64_t j = 0; j < d; ++j) {
+        const int64_t e = i * d + j;
+        if (!add) {
+          x[static_cast<size_t>(j)] = a.x[e];
+          continue;
+        }
+        const double scaled = static_cast<double>(a.alpha) * a.x[e];
+        x[static_cast<size_t>(j)] = scaled + a.branch[e];
+        c[at_s].add(e, a.s[e], x[static_cast<size_t>(j)], std::fabs(scaled) + std::fabs(a.branch[e]));
+      }
       double mean = 0, rstd = 0;
       if (ln) {
         layernorm_forward_ref<double>(y.data(), &mean, &rstd, x.data(), gamma.data(), beta.data(), 1, d, a.eps);
@@ -355,7 +387,7 @@ std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& 
       }
       for (int64_t j = 0; j < d; ++j) c[0].add(i * d + j, a.y[i * d + j], y[static_cast<size_t>(j)], 1.0);
       c[1].add(i, a.rstd[i], rstd, 1.0);
-      if (ln) c[2].add(i, a.mean[i], mean, 1.0);
+      if (ln) c[at_mean].add(i, a.mean[i], mean, 1.0);
     }
     per[static_cast<size_t>(omp_get_thread_num())] = std::move(c);
   }
@@ -458,19 +490,21 @@ void fill_nan(float* p, int64_t n) {
 }  // namespace
 
 VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
-  const NormFn& fn = pass == Pass::fwd ? impl.forward : impl.backward;
+  const NormFn& fn = impl.fn(pass);
   NL_CHECK(static_cast<bool>(fn), "{} has no {} pass", impl.name(), to_string(pass));
-  if (pass == Pass::fwd) {
+  if (pass != Pass::bwd) {
     fill_nan(a.y, a.n * a.d);
     fill_nan(a.mean, a.n);
     fill_nan(a.rstd, a.n);
+    if (pass == Pass::addfwd) fill_nan(a.s, a.n * a.d);
   } else {
     fill_nan(a.dx, a.n * a.d);
     fill_nan(a.dgamma, a.d);
     fill_nan(a.dbeta, a.d);
   }
   fn(a);
-  const std::vector<OutputCheck> checks = pass == Pass::fwd ? check_forward(to_string(impl.norm), a) : check_backward(to_string(impl.norm), a);
+  const std::vector<OutputCheck> checks = pass == Pass::bwd ? check_backward(to_string(impl.norm), a)
+                                                            : check_forward(to_string(impl.norm), a, pass == Pass::addfwd);
   VerifyResult r;
   r.pass = true;
   const std::string what = fmt::format("{} {} {}x{}", impl.name(), to_string(pass), a.n, a.d);
@@ -493,10 +527,12 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
 
 namespace {
 
-// One timed case: a row of the report and the call it times on buffer set k.
+// One timed case: a row of the report and the call it times on buffer set k. A sample is
+// `batch` calls in a row (1 for memory-bound cases).
 struct Case {
   NormRow row;
   std::function<void(int64_t k)> call;
+  int64_t batch = 1;
   std::vector<double> samples;
   double timed = 0;
   bool done = false;
@@ -514,32 +550,63 @@ int64_t sets_for(const NormShape& s, int64_t footprint) {
   return std::max<int64_t>(1, (footprint + per_set - 1) / per_set);
 }
 
-int64_t pool_bytes(const NormShape& s, int64_t sets) { return Pool::floats_needed(s, sets) * 4; }
+int64_t pool_bytes(const NormShape& s, int64_t sets, bool with_sum) {
+  return Pool::floats_needed(s, sets, with_sum) * 4;
+}
 
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc) {
   return opt.footprint > 0 ? opt.footprint : detail::cache_resident_below(llc);
 }
 
+// A resident call takes a few microseconds: one sample is a batch of calls lasting about this
+// long, so that the clock's resolution and cost (tens of nanoseconds) stay far below 1% of it,
+// while a sample remains short enough that few are hit by an interrupt (the median drops those).
+constexpr double kResidentSample = 200e-6;
+constexpr int64_t kMaxBatch = 100000;
+
+// Calls per sample for a resident case: from the fastest of three single calls (after warm-up).
+int64_t batch_for(const Case& c) {
+  double fastest = INFINITY;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    c.call(0);
+    fastest = std::min(fastest, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (!(fastest > 0)) return kMaxBatch;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kResidentSample / fastest)), 1, kMaxBatch);
+}
+
+// One (shape, kind) of the run: memory-bound shapes rotate through `sets` buffer sets, resident
+// ones reuse one.
+struct ShapeGroup {
+  NormShape shape;
+  bool resident = false;
+  int64_t sets = 1;
+};
 
 }  // namespace
 
 void validate(const NormBenchOptions& opt) {
-  NL_USAGE(!opt.shapes.empty(), "--shapes: no shape given");
-  NL_USAGE(opt.fwd || opt.bwd, "--pass: nothing to run (fwd, bwd or both)");
+  NL_USAGE(!opt.shapes.empty() || !opt.resident_shapes.empty(), "--shapes: no shape given");
+  NL_USAGE(opt.fwd || opt.bwd || opt.addfwd, "--pass: nothing to run (fwd, bwd, addfwd or all)");
   NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
   NL_USAGE(opt.repeats >= 1, "--repeats must be >= 1, got {}", opt.repeats);
   NL_USAGE(opt.min_time >= 0 && std::isfinite(opt.min_time), "--min-time must be >= 0 seconds, got {}", opt.min_time);
   NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: automatic), got {}", opt.footprint >> 20);
+  NL_USAGE(std::isfinite(opt.add_alpha), "the add+norm alpha must be finite, got {}", opt.add_alpha);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
   const int64_t avail = available_memory_bytes();
-  for (const NormShape& s : opt.shapes) {
-    // One set is the least a shape needs; the rotation adds sets up to the footprint, and
-    // shrinks to fewer sets when memory is short (then the rows say cache-resident if it is).
-    const int64_t one = pool_bytes(s, 1);
-    NL_USAGE(avail <= 0 || one <= avail * 8 / 10,
-             "--shapes: {} needs {} for one set of buffers (x, dy, out), more than 80% of the {} of memory "
-             "available: too large for memory",
-             s.str(), mib(one), mib(avail));
+  for (const auto* list : {&opt.shapes, &opt.resident_shapes}) {
+    for (const NormShape& s : *list) {
+      // One set is the least a shape needs; the rotation adds sets up to the footprint, and
+      // shrinks to fewer sets when memory is short (then the rows say cache-resident if it is).
+      const int64_t one = pool_bytes(s, 1, opt.addfwd);
+      NL_USAGE(avail <= 0 || one <= avail * 8 / 10,
+               "{}: {} needs {} for one set of buffers (x, dy, out{}), more than 80% of the {} of memory "
+               "available: too large for memory",
+               list == &opt.shapes ? "--shapes" : "--resident-shapes", s.str(), mib(one), opt.addfwd ? ", s" : "",
+               mib(avail));
+    }
   }
 }
 
@@ -558,6 +625,11 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   std::vector<Pass> passes;
   if (opt.fwd) passes.push_back(Pass::fwd);
   if (opt.bwd) passes.push_back(Pass::bwd);
+  bool with_sum = false;  // the pools need s only when an add+norm forward runs
+  if (opt.addfwd) {
+    passes.push_back(Pass::addfwd);
+    for (const NormImpl* m : impls) with_sum = with_sum || static_cast<bool>(m->add_forward);
+  }
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
@@ -565,22 +637,24 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   const int64_t avail = available_memory_bytes();
 
   // Buffer sets per shape, and one block of memory for the largest pool, reused by all shapes.
-  std::vector<int64_t> set_counts;
+  std::vector<ShapeGroup> groups;
   int64_t most = 0;
   for (const NormShape& shape : opt.shapes) {
     int64_t sets = sets_for(shape, footprint);
     // Less rotation rather than swapping: keep the pool under 60% of the available memory.
-    while (sets > 1 && avail > 0 && pool_bytes(shape, sets) > avail * 6 / 10) --sets;
-    set_counts.push_back(sets);
-    most = std::max(most, pool_bytes(shape, sets));
+    while (sets > 1 && avail > 0 && pool_bytes(shape, sets, with_sum) > avail * 6 / 10) --sets;
+    groups.push_back({shape, false, sets});
   }
+  for (const NormShape& shape : opt.resident_shapes) groups.push_back({shape, true, 1});
+  for (const ShapeGroup& g : groups) most = std::max(most, pool_bytes(g.shape, g.sets, with_sum));
   Block memory(static_cast<size_t>(most / 4));
 
-  for (size_t si = 0; si < opt.shapes.size(); ++si) {
-    const NormShape& shape = opt.shapes[si];
-    const int64_t sets = set_counts[si];
-    log(fmt::format("{}: {} buffer set(s), {} in all", shape.str(), sets, mib(pool_bytes(shape, sets))));
-    Pool pool(memory.get(), shape, sets, opt.seed, opt.ln_eps, opt.rms_eps);
+  for (const ShapeGroup& group : groups) {
+    const NormShape& shape = group.shape;
+    const int64_t sets = group.sets;
+    log(fmt::format("{}{}: {} buffer set(s), {} in all", shape.str(), group.resident ? " (resident)" : "", sets,
+                    mib(pool_bytes(shape, sets, with_sum))));
+    Pool pool(memory.get(), shape, sets, with_sum, opt.seed, opt.ln_eps, opt.rms_eps);
     const int64_t nd = shape.numel();
 
     for (int t : threads) {
@@ -595,6 +669,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         r.pass = pass;
         r.shape = shape;
         r.threads = t;
+        r.resident = group.resident;
         r.bytes = norm_bytes(norm, pass, shape);
         r.parameters = norm_parameters(norm, shape.d);
         r.working_set_bytes = working_set(r, sets);
@@ -623,19 +698,22 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       }
       for (const NormImpl* m : impls) {
         for (Pass p : passes) {
-          if (!(p == Pass::fwd ? m->forward : m->backward)) continue;
+          const NormFn& fn = m->fn(p);
+          if (!fn) continue;
           const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
+          const std::string norm = to_string(m->norm);
           Case c;
-          c.row = base_row(to_string(m->norm), m->impl, m->provider, to_string(p));
+          c.row = base_row(norm, m->impl, m->provider, to_string(p));
           c.row.streaming_stores = m->streaming_stores;
-          const NormFn& fn = p == Pass::fwd ? m->forward : m->backward;
-          c.call = [&pool, fn, norm = std::string(to_string(m->norm)), p, eps](int64_t k) { fn(args_for(pool, k, norm, p, eps)); };
+          c.call = [&pool, fn, norm, p, eps, alpha = opt.add_alpha](int64_t k) {
+            fn(args_for(pool, k, norm, p, eps, alpha));
+          };
           // Correctness first: a wrong kernel is reported and never timed.
-          c.row.verify = verify_norm(*m, p, args_for(pool, 0, to_string(m->norm), p, eps));
+          c.row.verify = verify_norm(*m, p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
           if (!c.row.verify.pass) {
             c.row.status = "rejected";
-            c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --pass {} --shapes {} --threads {})",
-                                               m->name(), to_string(p), shape.str(), t);
+            c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --pass {} --{}shapes {} --threads {})",
+                                               m->name(), to_string(p), group.resident ? "resident-" : "", shape.str(), t);
             log(fmt::format("REJECTED {}: {}", c.row.name(), c.row.verify.report));
           } else {
             log(fmt::format("verified {} (max |diff| {:.2g} in {})", c.row.name(), c.row.verify.max_abs_err,
@@ -645,7 +723,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         }
       }
 
-      // Warm-up, then the cases in turn, one call each, each call on the next buffer set, until
+      // Warm-up, then the cases in turn, one sample each, each call on the next buffer set, until
       // every case has its repeats and its min-time: drift (other tenants, clocks) then hits all
       // cases alike, and their ratios are measured side by side.
       int64_t next = 0;
@@ -653,6 +731,9 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       for (int64_t w = 0; w < opt.warmup; ++w)
         for (Case& c : cases)
           if (c.row.status == "ok") c.call(next_set());
+      if (group.resident)
+        for (Case& c : cases)
+          if (c.row.status == "ok") c.batch = batch_for(c);
       constexpr int64_t kMaxSamples = 1000000;
       bool running = true;
       while (running) {
@@ -661,9 +742,9 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
           if (c.row.status != "ok" || c.done) continue;
           const int64_t k = next_set();
           const auto t0 = Clock::now();
-          c.call(k);
+          for (int64_t b = 0; b < c.batch; ++b) c.call(k);
           const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-          c.samples.push_back(s);
+          c.samples.push_back(s / static_cast<double>(c.batch));
           c.timed += s;
           const int64_t n = static_cast<int64_t>(c.samples.size());
           c.done = (n >= opt.repeats && c.timed >= opt.min_time) || n >= kMaxSamples;
@@ -672,8 +753,9 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       }
       for (Case& c : cases) {
         c.row.time = summarize(c.samples);
-        log(fmt::format("{}: median {:.1f} us over {} calls", c.row.name(), c.row.time.median * 1e6,
-                        c.row.time.samples));
+        c.row.calls_per_sample = c.batch;
+        log(fmt::format("{}: median {:.2f} us over {} samples of {} call(s)", c.row.name(), c.row.time.median * 1e6,
+                        c.row.time.samples, c.batch));
         report.rows.push_back(std::move(c.row));
       }
     }
@@ -685,13 +767,14 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   // ---- warnings that say what to do
   const Context& ctx = report.context;
   report.warnings = context_warnings(ctx);
-  int resident = 0;
-  for (const NormRow& r : report.rows) resident += r.cache_resident ? 1 : 0;
-  if (resident > 0)
+  // Resident rows are in the caches on purpose; a memory-bound row there by accident is not.
+  int short_rotation = 0;
+  for (const NormRow& r : report.rows) short_rotation += r.cache_resident && !r.resident ? 1 : 0;
+  if (short_rotation > 0)
     report.warnings.push_back(fmt::format(
         "{} row(s) rotate through less than {} (working set in the ws column, marked *): they may run at cache "
         "speed, not memory speed; use --footprint-mib 0 (automatic) for memory-bound figures",
-        resident, mib(resident_below)));
+        short_rotation, mib(resident_below)));
   std::vector<std::string> noisy;
   for (const NormRow& r : report.rows)
     if (r.status == "ok" && r.time.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.time.cv()));
@@ -717,20 +800,23 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
 // ============================================================================
 
 void derive(NormReport& report) {
-  auto key = [](const std::string& norm, const std::string& impl, const std::string& pass, const NormShape& s,
-                int threads) { return fmt::format("{}.{}/{}/{}/{}", norm, impl, pass, s.str(), threads); };
+  // Rows are compared within one (shape, threads) and one kind: a resident row with the copy of
+  // the same reused buffers, a memory-bound one with the rotated copy.
+  auto key = [](const std::string& norm, const std::string& impl, const std::string& pass, const NormRow& like) {
+    return fmt::format("{}.{}/{}/{}/{}/{}", norm, impl, pass, like.shape.str(), like.threads, like.resident);
+  };
   std::map<std::string, const NormRow*> index;
   for (const NormRow& r : report.rows)
-    if (r.status == "ok" && r.time.median > 0) index[key(r.norm, r.impl, r.pass, r.shape, r.threads)] = &r;
+    if (r.status == "ok" && r.time.median > 0) index[key(r.norm, r.impl, r.pass, r)] = &r;
   auto find = [&](const std::string& norm, const std::string& impl, const std::string& pass, const NormRow& like) {
-    auto it = index.find(key(norm, impl, pass, like.shape, like.threads));
+    auto it = index.find(key(norm, impl, pass, like));
     return it == index.end() ? nullptr : it->second;
   };
   auto gbps = [](const NormRow& r) { return static_cast<double>(r.bytes.data) / r.time.median / 1e9; };
   std::vector<NormRow> rows = report.rows;  // derived from the measured fields of the originals
   for (NormRow& r : rows) {
     r.gb_per_s = r.copy_loop_gb_per_s = r.memcpy_gb_per_s = NAN;
-    r.pct_of_copy_loop = r.pct_of_memcpy = r.rms_over_ln = r.vs_onednn = r.vs_torch = NAN;
+    r.pct_of_copy_loop = r.pct_of_memcpy = r.rms_over_ln = r.vs_onednn = r.vs_torch = r.vs_unfused = NAN;
     r.pct_against = r.streaming_stores ? "memcpy" : "copy-loop";
     if (r.status != "ok" || !(r.time.median > 0)) continue;
     r.gb_per_s = gbps(r);
@@ -745,6 +831,8 @@ void derive(NormReport& report) {
       if (const NormRow* o = find("layernorm", "onednn", r.pass, r)) r.vs_onednn = o->time.median / r.time.median;
     if (r.impl != "torch")
       if (const NormRow* o = find(r.norm, "torch", r.pass, r)) r.vs_torch = o->time.median / r.time.median;
+    if (r.pass == "addfwd" && r.impl != "unfused")
+      if (const NormRow* o = find(r.norm, "unfused", r.pass, r)) r.vs_unfused = o->time.median / r.time.median;
   }
   report.rows = std::move(rows);
 }
@@ -778,72 +866,91 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
     why = fmt::format("{} cannot import torch (pip install torch, or --python PATH)", torch.python);
     return false;
   }
-  std::string shapes, threads, impls;
-  for (const NormShape& s : opt.shapes) shapes += (shapes.empty() ? "" : ",") + s.str();
+  // The script has LayerNorm and RMSNorm forward and backward; no add+norm.
+  if (!opt.fwd && !opt.bwd) {
+    why = "PyTorch has no fused add+norm rows (--pass addfwd): run with fwd or bwd for its rows";
+    return false;
+  }
+  std::string threads;
   std::vector<int> ts = opt.threads.empty() ? parse_threads("1,all") : opt.threads;
   for (int t : ts) threads += (threads.empty() ? "" : ",") + std::to_string(t);
   const std::string tmp = fmt::format("/tmp/normlab_torch_bench.{}.json", getpid());
   const std::string err = tmp + ".stderr";
   const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
-  std::vector<std::string> argv = {torch.python,
-                                   script,
-                                   "--shapes",
-                                   shapes,
-                                   "--threads",
-                                   threads,
-                                   "--pass",
-                                   opt.fwd && opt.bwd ? "both" : (opt.fwd ? "fwd" : "bwd"),
-                                   "--warmup",
-                                   std::to_string(opt.warmup),
-                                   "--repeats",
-                                   std::to_string(opt.repeats),
-                                   "--min-time",
-                                   fmt::format("{}", opt.min_time),
-                                   "--footprint-bytes",
-                                   std::to_string(footprint),
-                                   "--cache-resident-below",
-                                   std::to_string(detail::cache_resident_below(report.context.llc_bytes)),
-                                   "--ln-eps",
-                                   fmt::format("{}", opt.ln_eps),
-                                   "--rms-eps",
-                                   fmt::format("{}", opt.rms_eps),
-                                   "--seed",
-                                   std::to_string(opt.seed),
-                                   "--out",
-                                   tmp};
-  CpuUsage usage;  // whether other processes ran during PyTorch's rows too
-  usage.start();
-  const int rc = detail::run_process(argv, "", err);
-  Context during;
-  usage.stop(during);
-  if (during.others_cpu > report.context.others_cpu || std::isnan(report.context.others_cpu))
-    report.context.others_cpu = during.others_cpu;
-  if (during.others_cpu > 0.05)
-    report.warnings.push_back(fmt::format("other processes used {:.0f}% of the CPUs' time while PyTorch's rows ran: "
-                                          "rerun them on an idle machine",
-                                          100 * during.others_cpu));
-  std::string err_text;
-  try {
-    err_text = read_file(err);
-  } catch (const std::exception&) {
-  }
-  std::remove(err.c_str());
-  if (rc != 0) {
+
+  // Each run of the script repeats its context's warnings: said once.
+  auto warn = [&](const std::string& w) {
+    if (std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
+      report.warnings.push_back(w);
+  };
+  // One run of the script per kind of shape: memory-bound (rotated) and resident.
+  auto run_script = [&](const std::vector<NormShape>& list, bool resident) {
+    std::string shapes;
+    for (const NormShape& s : list) shapes += (shapes.empty() ? "" : ",") + s.str();
+    std::vector<std::string> argv = {torch.python,
+                                     script,
+                                     "--shapes",
+                                     shapes,
+                                     "--threads",
+                                     threads,
+                                     "--pass",
+                                     opt.fwd && opt.bwd ? "both" : (opt.fwd ? "fwd" : "bwd"),
+                                     "--warmup",
+                                     std::to_string(opt.warmup),
+                                     "--repeats",
+                                     std::to_string(opt.repeats),
+                                     "--min-time",
+                                     fmt::format("{}", opt.min_time),
+                                     "--footprint-bytes",
+                                     std::to_string(footprint),
+                                     "--cache-resident-below",
+                                     std::to_string(detail::cache_resident_below(report.context.llc_bytes)),
+                                     "--ln-eps",
+                                     fmt::format("{}", opt.ln_eps),
+                                     "--rms-eps",
+                                     fmt::format("{}", opt.rms_eps),
+                                     "--seed",
+                                     std::to_string(opt.seed),
+                                     "--out",
+                                     tmp};
+    if (resident) argv.push_back("--resident");
+    CpuUsage usage;  // whether other processes ran during PyTorch's rows too
+    usage.start();
+    const int rc = detail::run_process(argv, "", err);
+    Context during;
+    usage.stop(during);
+    if (during.others_cpu > report.context.others_cpu || std::isnan(report.context.others_cpu))
+      report.context.others_cpu = during.others_cpu;
+    if (during.others_cpu > 0.05)
+      warn(fmt::format("other processes used {:.0f}% of the CPUs' time while PyTorch's {}rows ran: rerun them on an "
+                       "idle machine",
+                       100 * during.others_cpu, resident ? "resident " : ""));
+    std::string err_text;
+    try {
+      err_text = read_file(err);
+    } catch (const std::exception&) {
+    }
+    std::remove(err.c_str());
+    if (rc != 0) {
+      std::remove(tmp.c_str());
+      while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+      const auto last = err_text.find_last_of('\n');
+      why = fmt::format("{} exited with status {}: {}", script, rc,
+                        last == std::string::npos ? err_text : err_text.substr(last + 1));
+      return false;
+    }
+    NormReport t = norm_report_from_json(read_file(tmp), tmp);
     std::remove(tmp.c_str());
-    while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
-    const auto last = err_text.find_last_of('\n');
-    why = fmt::format("{} exited with status {}: {}", script, rc,
-                      last == std::string::npos ? err_text : err_text.substr(last + 1));
-    return false;
-  }
-  NormReport t = norm_report_from_json(read_file(tmp), tmp);
-  std::remove(tmp.c_str());
-  for (auto& [lib, version] : t.context.libraries)
-    if (lib != "oneDNN") report.context.libraries[lib] = version;
-  for (NormRow& r : t.rows) report.rows.push_back(std::move(r));
-  for (const std::string& w : t.warnings) report.warnings.push_back("torch_bench.py: " + w);
+    for (auto& [lib, version] : t.context.libraries)
+      if (lib != "oneDNN") report.context.libraries[lib] = version;
+    for (NormRow& r : t.rows) report.rows.push_back(std::move(r));
+    for (const std::string& w : t.warnings) warn("torch_bench.py: " + w);
+    return true;
+  };
+  const bool ok = (opt.shapes.empty() || run_script(opt.shapes, false)) &&
+                  (opt.resident_shapes.empty() || run_script(opt.resident_shapes, true));
   derive(report);
-  return true;
+  return ok;
 }
 
 }  // namespace normlab::bench

@@ -1,9 +1,10 @@
 // `bench norms`: the registry of norm implementations, and the cpu backend's five kernels
-// (include/backend_cpu/normlab/cpu_kernel_lab.h) registered in it. A test registers more (a deliberately
-// wrong one, to see it rejected before timing); scripts/torch_bench.py adds PyTorch's rows
-// from its own process.
+// (include/backend_cpu/normlab/cpu_kernel_lab.h) registered in it, with the unfused add+norm
+// baseline. A test registers more (a deliberately wrong one, to see it rejected before timing);
+// scripts/torch_bench.py adds PyTorch's rows from its own process.
 #include <algorithm>
 
+#include "bench_internal.h"
 #include "normlab/cpu_kernel_lab.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
@@ -60,7 +61,8 @@ NormRegistry builtin_norm_impls() {
          [](const NormArgs& a) {
            cpu::layernorm_backward_onednn(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                           a.saved_rstd, a.n, a.d);
-         }});
+         },
+         nullptr});
   r.add({NormKind::layernorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) {
            cpu::layernorm_forward_multipass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
@@ -68,7 +70,8 @@ NormRegistry builtin_norm_impls() {
          [](const NormArgs& a) {
            cpu::layernorm_backward_multipass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                              a.saved_rstd, a.n, a.d);
-         }});
+         },
+         nullptr});
   r.add({NormKind::layernorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) {
            cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
@@ -76,16 +79,36 @@ NormRegistry builtin_norm_impls() {
          [](const NormArgs& a) {
            cpu::layernorm_backward_fused(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                          a.saved_rstd, a.n, a.d);
+         },
+         [](const NormArgs& a) {
+           cpu::add_layernorm_forward_fused(a.s, a.y, a.mean, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.beta, a.n,
+                                            a.d, a.eps);
          }});
   r.add({NormKind::rmsnorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_multipass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
            cpu::rmsnorm_backward_multipass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
-         }});
+         },
+         nullptr});
   r.add({NormKind::rmsnorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
            cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+         },
+         [](const NormArgs& a) {
+           cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
+         }});
+  // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
+  // moved against 4ND).
+  r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",
+         false, nullptr, nullptr, [](const NormArgs& a) {
+           detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
+           cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.s, a.gamma, a.beta, a.n, a.d, a.eps);
+         }});
+  r.add({NormKind::rmsnorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then rmsnorm.fused of s",
+         false, nullptr, nullptr, [](const NormArgs& a) {
+           detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
+           cpu::rmsnorm_forward_fused(a.y, a.rstd, a.s, a.gamma, a.n, a.d, a.eps);
          }});
   return r;
 }

@@ -12,6 +12,10 @@
 // the step's shapes, as many calls as a step makes (forward of every norm in order, then every
 // backward in reverse), on as many distinct buffers as the step's norms use, so that they meet
 // the caches about as they do inside the step. The share is that time over the step's time.
+//
+// The distance to the physical limit: the step's matrix products count step_matmul_flops()
+// floating-point operations; over the step's time that is its GFLOP/s, set against the FMA
+// peak measured at the same thread count before the steps (fma_peak.cpp).
 #include <array>
 #include <chrono>
 #include <memory>
@@ -219,6 +223,18 @@ int64_t norm_parameters_of(Model& model) {
 
 }  // namespace
 
+double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_model, int64_t d_hidden, int64_t vocab,
+                         int64_t batch, int64_t seq) {
+  const bool gpt = parse_kind<ModelKind>(model) == ModelKind::gpt;
+  const double m = static_cast<double>(batch) * static_cast<double>(seq), d = static_cast<double>(d_model),
+               h = static_cast<double>(d_hidden), t = static_cast<double>(seq);
+  // A forward product and its two backward ones: 3 x 2MNK.
+  auto products = [](double mnk) { return 3 * 2 * mnk; };
+  const double linears = products(m * ((gpt ? 4 : 1) * d * d + 2 * d * h));
+  const double attention = gpt ? 2 * products(static_cast<double>(batch) * t * t * d) : 0.0;
+  return static_cast<double>(layers) * (linears + attention) + products(m * d * static_cast<double>(vocab));
+}
+
 void validate(const StepOptions& opt) {
   NL_USAGE(!opt.models.empty(), "--model: no model given");
   for (const std::string& m : opt.models) parse_kind<ModelKind>(m);
@@ -233,6 +249,8 @@ void validate(const StepOptions& opt) {
   NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
   NL_USAGE(opt.repeats >= 1, "--repeats must be >= 1, got {}", opt.repeats);
   NL_USAGE(opt.min_time >= 0 && std::isfinite(opt.min_time), "--min-time must be >= 0 seconds, got {}", opt.min_time);
+  NL_USAGE(opt.peak_time >= 0 && std::isfinite(opt.peak_time), "the FMA peak's time must be >= 0 seconds, got {}",
+           opt.peak_time);
   for (const std::string& m : opt.models)
     NL_USAGE(m != "gpt" || opt.d_model % opt.heads == 0, "--d-model {} is not a multiple of --heads {}", opt.d_model,
              opt.heads);
@@ -262,6 +280,12 @@ StepReport run_step_bench(const StepOptions& opt) {
   };
   const int saved_threads = num_threads();
   const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
+  for (int t : threads) {
+    report.context.fma_peaks.push_back(measure_fma_peak(t, opt.peak_time));
+    const FmaPeak& p = report.context.fma_peaks.back();
+    log(fmt::format("FMA peak, {} thread(s): {:.1f} GFLOP/s ({}, {} floats per vector)", t, p.gflop_per_s, p.isa,
+                    p.lanes));
+  }
 
   for (const std::string& model_name : opt.models) {
     for (int t : threads) {
@@ -296,6 +320,8 @@ StepReport run_step_bench(const StepOptions& opt) {
         r.norm_parameters = norm_parameters_of(*trainee[k]->model);
         r.norm_calls = norm_calls_of(*trainee[k]->model);
         r.norm_rows = opt.batch * opt.seq;
+        r.matmul_flops =
+            step_matmul_flops(model_name, opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq);
         sweep[k] = std::make_unique<NormSweep>(impls[k], r.norm_calls, r.norm_rows, opt.d_model,
                                                static_cast<float>(cfg.eps()), opt.seed);
         r.norm_verify = sweep[k]->verify();
@@ -348,6 +374,10 @@ void derive(StepReport& report) {
     r.norm_share = r.norm_kernels.median / r.step.median;
     r.tokens_per_s = static_cast<double>(r.batch * r.seq) / r.step.median;
     r.step_speedup = r.op_speedup = r.predicted_step_speedup = NAN;
+    r.gflop_per_s = r.matmul_flops > 0 ? r.matmul_flops / r.step.median / 1e9 : NAN;
+    const FmaPeak* peak = report.context.fma_peak(r.threads);
+    r.fma_peak_gflop_per_s = peak ? peak->gflop_per_s : NAN;
+    r.pct_of_fma_peak = 100.0 * r.gflop_per_s / r.fma_peak_gflop_per_s;
   }
   for (StepRow& r : report.rows) {
     if (r.norm != "rmsnorm") continue;

@@ -1,6 +1,7 @@
 // `normlab bench`: times norm kernels and whole training steps (the library is src/bench/;
 // this file parses flags into its option structs and prints what its exporters return).
-//   normlab bench norms [--shapes 8x256x1024,...] [--impl fused,onednn] [--pass fwd|bwd|both]
+//   normlab bench norms [--shapes 8x256x1024,...] [--resident-shapes 1x512x64,...] [--impl fused,onednn]
+//                       [--pass fwd,bwd,addfwd|both|all]
 //   normlab bench step  [--model toy,gpt] [--threads 1,all]
 //   normlab bench merge RUN1.json RUN2.json RUN3.json      several runs as one (median, spread)
 //   normlab bench --compare BASE.json NEW.json             two saved runs, row by row
@@ -34,8 +35,8 @@ struct OutputArgs {
 struct NormsArgs {
   OutputArgs o;
   std::vector<std::string> impls;
-  std::string pass = "both";
-  std::string shapes, threads = "1,all";
+  std::string pass = "all";
+  std::string shapes, resident_shapes, threads = "1,all";
   int64_t repeats = 5, warmup = 2, footprint_mib = 0;
   double min_time = 0.2;
   uint64_t seed = 0;
@@ -167,8 +168,42 @@ int run_norms_cuda(const NormsArgs& a, const GlobalOptions& g) {
   return ok ? 0 : 1;
 }
 
+// The two shape lists: without --shapes and --resident-shapes both default lists run; with
+// either, only the lists given ("default" names a list's defaults).
+void set_shapes(NormBenchOptions& opt, const NormsArgs& a) {
+  auto list = [](const std::string& text, std::vector<NormShape> (*defaults)(), const char* flag) {
+    return text == "default" ? defaults() : parse_shapes(text, flag);
+  };
+  if (a.shapes.empty() && a.resident_shapes.empty()) return;  // the options' defaults: both lists
+  opt.shapes = a.shapes.empty() ? std::vector<NormShape>{} : list(a.shapes, default_shapes, "--shapes");
+  opt.resident_shapes = a.resident_shapes.empty() ? std::vector<NormShape>{}
+                                                  : list(a.resident_shapes, default_resident_shapes, "--resident-shapes");
+}
+
+// --pass: fwd, bwd, addfwd, both (fwd,bwd), all, or a comma-separated list of the first three.
+void set_passes(NormBenchOptions& opt, const std::string& pass) {
+  opt.fwd = opt.bwd = opt.addfwd = false;
+  std::string item;
+  for (size_t i = 0; i <= pass.size(); ++i) {
+    if (i < pass.size() && pass[i] != ',') {
+      item += pass[i];
+      continue;
+    }
+    const bool all = item == "all", both = item == "both";
+    NL_USAGE(all || both || item == "fwd" || item == "bwd" || item == "addfwd",
+             "--pass: '{}' is not one of fwd, bwd, addfwd, both (fwd,bwd), all", shown(item));
+    opt.fwd = opt.fwd || all || both || item == "fwd";
+    opt.bwd = opt.bwd || all || both || item == "bwd";
+    opt.addfwd = opt.addfwd || all || item == "addfwd";
+    item.clear();
+  }
+}
+
 int run_norms(const NormsArgs& a, const GlobalOptions& g) {
-  if (a.dev.device != "cpu") return run_norms_cuda(a, g);
+  if (a.dev.device != "cpu") {
+    NL_USAGE(a.resident_shapes.empty(), "--resident-shapes: the cpu's caches only; --device cuda takes --shapes");
+    return run_norms_cuda(a, g);
+  }
   NL_USAGE(a.dtypes == "f32", "--dtypes {} needs --device cuda (the cpu kernels are float32)", shown(a.dtypes));
   if (a.list) {
     std::printf("%-22s %-14s %s\n", "implementation", "provider", "what");
@@ -182,13 +217,10 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
   NormBenchOptions opt;
-  if (!a.shapes.empty()) opt.shapes = parse_shapes(a.shapes, "--shapes");
+  set_shapes(opt, a);
   opt.threads = parse_threads(a.threads, "--threads");
   if (!a.impls.empty()) opt.impls = a.impls;
-  NL_USAGE(a.pass == "fwd" || a.pass == "bwd" || a.pass == "both", "--pass: '{}' is not one of fwd, bwd, both",
-           a.pass);
-  opt.fwd = a.pass != "bwd";
-  opt.bwd = a.pass != "fwd";
+  set_passes(opt, a.pass);
   opt.repeats = a.repeats;
   opt.warmup = a.warmup;
   opt.min_time = a.min_time;
@@ -203,12 +235,19 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   opt.seed = a.seed;
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
   const NormRegistry registry = builtin_norm_impls();
-  registry.select(opt.impls);  // unknown names are usage errors before anything runs
+  // Unknown names, and implementations none of which has a selected pass, are usage errors
+  // before anything runs.
+  bool runs_something = false;
+  for (const NormImpl* m : registry.select(opt.impls))
+    for (const auto& [on, pass] : {std::pair{opt.fwd, Pass::fwd}, {opt.bwd, Pass::bwd}, {opt.addfwd, Pass::addfwd}})
+      runs_something = runs_something || (on && m->fn(pass));
+  NL_USAGE(runs_something, "--pass {}: none of the implementations selected by --impl has that pass (see --list)",
+           shown(a.pass));
   validate(opt);
   if (!a.o.compare.empty()) check_base(a.o.compare, "norms");
 
-  spdlog::info("bench norms: {} shape(s), threads {}, {} ...", opt.shapes.size(), a.threads,
-               a.pass == "both" ? "fwd and bwd" : a.pass);
+  spdlog::info("bench norms: {} memory-bound and {} resident shape(s), threads {}, pass {} ...", opt.shapes.size(),
+               opt.resident_shapes.size(), a.threads, a.pass);
   NormReport report = run_norm_bench(opt, registry);
   if (a.with_torch) {
     std::string why;
@@ -216,7 +255,8 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     t.python = a.python;
     t.script = a.torch_script;
     spdlog::info("bench norms: PyTorch's rows (scripts/torch_bench.py) ...");
-    if (!add_torch_rows(report, opt, t, why)) report.warnings.push_back("--with-torch: " + why + "; no PyTorch rows");
+    if (!add_torch_rows(report, opt, t, why))
+      report.warnings.push_back("--with-torch: " + why + "; PyTorch's rows are missing or incomplete");
   }
   if (!a.o.out.empty()) write_file_atomic(a.o.out, render(report, Format::json));
   std::cout << render(report, f);
@@ -312,7 +352,7 @@ Runner add_bench(CLI::App& app, GlobalOptions& g) {
   normlab bench norms                                   every implementation, default shapes, 1 and all threads
   normlab bench norms --shapes 8x256x1024 --impl fused,onednn --pass fwd --threads 1
   normlab bench norms --with-torch --out run1.json      PyTorch's rows too (needs python3 with torch)
-  normlab bench step                                    toy and gpt training steps, LayerNorm vs RMSNorm
+  normlab bench step                                    toy and gpt steps, LayerNorm vs RMSNorm, GFLOP/s vs FMA peak
   normlab bench merge run1.json run2.json run3.json     three runs as one: medians and their spread
   normlab bench norms --compare run1.json               this run against an earlier one
   normlab bench --compare run1.json run2.json           two saved runs
@@ -325,15 +365,22 @@ docs/bench.md explains every column and the JSON schema.)");
                 "Implementations (comma-separated): all, layernorm, rmsnorm, fused, multipass, onednn, or full names "
                 "such as layernorm.fused (see --list); default all")
       ->delimiter(',');
-  n->add_option("--pass", norms->pass, "fwd, bwd or both (default both)");
+  n->add_option("--pass", norms->pass,
+                "fwd, bwd, addfwd (the fused residual add + norm forward), both (fwd,bwd) or all; comma-separated "
+                "(default all)");
   n->add_option("--shapes", norms->shapes,
-                "BATCHxSEQxD list (default 4x128x512,8x256x1024,16x512x2048,32x1024x4096)");
+                "Memory-bound shapes, BATCHxSEQxD list: buffers rotate through --footprint-mib (default "
+                "4x128x512,8x256x1024,16x512x2048,32x1024x4096)");
+  n->add_option("--resident-shapes", norms->resident_shapes,
+                "Cache-resident shapes, BATCHxSEQxD list: one buffer set reused by every call, timed in batches, "
+                "against the copy loop on the same buffers (default 1x512x64,1x512x128,1x512x256: the training "
+                "step's norms)");
   n->add_option("--threads", norms->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
   n->add_option("--repeats", norms->repeats, "At least this many timed calls per case (default 5)");
   n->add_option("--min-time", norms->min_time, "And at least this many seconds of timed calls per case (default 0.2)");
   n->add_option("--warmup", norms->warmup, "Untimed calls per case first (default 2)");
   n->add_option("--footprint-mib", norms->footprint_mib,
-                "MiB of buffers each case rotates through (default 0: max(1 GiB, 4 x last-level cache))");
+                "MiB of buffers each memory-bound case rotates through (default 0: max(1 GiB, 4 x last-level cache))");
   n->add_option("--seed", norms->seed, "Seed of the input values (default 0)")->check(whole_u64);
   n->add_flag("--list", norms->list, "List the implementations and exit");
   n->add_flag("--with-torch", norms->with_torch,
@@ -345,12 +392,24 @@ docs/bench.md explains every column and the JSON schema.)");
   add_output_flags(*n, norms->o, g, true);
   n->footer(R"(Each implementation is checked against the float64 reference kernels on the first buffer set
 before it is timed; one that fails is reported (exit 1) and never timed. Each case then runs
---warmup untimed calls and is timed call by call, the cases in turn, each call on the next of
-enough buffer sets that a case touches >= max(1 GiB, 4 x LLC) before it sees one again.
+--warmup untimed calls and is timed, the cases in turn:
+  memory-bound (--shapes): call by call, each call on the next of enough buffer sets that a
+    case touches >= max(1 GiB, 4 x LLC) before it sees one again;
+  cache-resident (--resident-shapes): every call on the same buffer set, which stays in L1/L2 as
+    the step's norms do; a sample is a batch of calls (~200 us), reported per call; %copy is of
+    the copy loop on the same buffers: the cache's copy speed, not memory's.
+Without --shapes and --resident-shapes both default lists run, each in its own table section;
+with either, only the lists given ("default": that list's defaults).
+addfwd rows: s = alpha*a + b written, then y = norm(s) (Post-LN, DeepNorm); GB/s counts 4ND floats;
+"vs unfused" is the two-kernel sequence (an add, then the fused norm) against the fused kernel.
+Examples:
+  normlab bench norms --resident-shapes default --threads 1      the training step's shapes only
+  normlab bench norms --impl fused,unfused --pass addfwd         the fused residual add + norm
 Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
 
   // ---- step
-  CLI::App* s = sub->add_subcommand("step", "Whole training steps, LayerNorm vs RMSNorm, and the norms' share");
+  CLI::App* s = sub->add_subcommand(
+      "step", "Whole training steps, LayerNorm vs RMSNorm, the norms' share, GFLOP/s against the FMA peak");
   s->add_option("--model", step->models, "toy, gpt or both (comma-separated; default toy,gpt)")->delimiter(',');
   s->add_option("--threads", step->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
   s->add_option("--layers", step->opt.layers, "Blocks (default 20)");
@@ -365,6 +424,14 @@ Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
   s->add_option("--warmup", step->opt.warmup, "Untimed steps first (default 3)");
   s->add_option("--seed", step->opt.seed, "Seed of the models and data (default 0)")->check(whole_u64);
   add_output_flags(*s, step->o, g, true);
+  s->footer(R"(Before the steps, an FMA loop (independent float32 FMAs on registers, the compiled ISA's vector
+width) measures this machine's peak at each thread count: printed above the table and kept in the
+JSON context (fma_peak). GFLOP/s: the step's matrix-product flops (2*M*N*K per product; each
+forward product and its two backward ones) / the step's median; %FMA peak: that GFLOP/s as a
+share of the peak at the same thread count, the distance to the physical limit.
+Examples:
+  normlab bench step --model toy --threads 1             the toy step at 1 thread
+  normlab bench step --model gpt --d-model 256 --layers 6 --seq 256 --batch 8)");
 
   // ---- merge
   CLI::App* m = sub->add_subcommand("merge", "Several runs' JSON as one table: medians over the runs and their range");

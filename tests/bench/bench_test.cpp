@@ -1,7 +1,8 @@
 // `bench`: the arithmetic of the derived figures, the check that runs before any timing (a wrong
-// implementation is rejected and never timed), the JSON round trip, merging and comparing runs,
-// the step benchmark's bookkeeping, and the CLI's bad-input handling. Tiny shapes, tiny
-// min-times; no test depends on how fast anything runs.
+// implementation is rejected and never timed), the resident rows and the add+norm rows, the JSON
+// round trip, merging and comparing runs, the step benchmark's bookkeeping (its flop count and
+// the FMA peak), and the CLI's bad-input handling. Tiny shapes, tiny min-times; no test depends
+// on how fast anything runs.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "test_util.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/nn.h"
 
 using namespace normlab;
 using namespace normlab::bench;
@@ -21,10 +23,12 @@ using normlab::test::run_cli;
 
 namespace {
 
-// A quick run: tiny shapes, a 1 MiB rotation (cache-resident: fine for tests), no min-time.
+// A quick run: tiny shapes, a 1 MiB rotation (cache-resident: fine for tests), no min-time, no
+// resident shapes (their own tests add them).
 NormBenchOptions quick_options() {
   NormBenchOptions o;
   o.shapes = {{2, 8, 64}, {1, 3, 67}};
+  o.resident_shapes = {};
   o.threads = {1};
   o.warmup = 1;
   o.repeats = 3;
@@ -66,6 +70,14 @@ TEST(BenchParse, ShapesAndThreads) {
   EXPECT_EQ(parse_shapes("1x2x3,4x5x6").size(), 2u);
   EXPECT_EQ(default_shapes().size(), 4u);
   EXPECT_EQ(default_shapes().back().str(), "32x1024x4096");
+  // The training step's norms (batch 32 x seq 16 = 512 rows) at d 64, 128, 256, run by default.
+  ASSERT_EQ(default_resident_shapes().size(), 3u);
+  for (const NormShape& r : default_resident_shapes()) EXPECT_EQ(r.rows(), 512);
+  EXPECT_EQ(default_resident_shapes().front().str(), "1x512x64");
+  EXPECT_EQ(default_resident_shapes().back().d, 256);
+  const NormBenchOptions defaults;
+  EXPECT_EQ(defaults.resident_shapes, default_resident_shapes());
+  EXPECT_TRUE(defaults.addfwd);
   for (const char* bad : {"0x4x8", "-1x4x8", "4x-1x8", "axbxc", "4x8", "4x8x16x2", "", "4x8x", "4.5x8x8", "4x8x1e3",
                           "2000000x2000000x2000000"})
     EXPECT_THROW(parse_shape(bad), UsageError) << bad;
@@ -79,10 +91,19 @@ TEST(BenchParse, ShapesAndThreads) {
 
 TEST(BenchParse, RegistrySelection) {
   NormRegistry r = builtin_norm_impls();
-  EXPECT_EQ(r.all().size(), 5u);
-  EXPECT_EQ(r.select({"all"}).size(), 5u);
+  EXPECT_EQ(r.all().size(), 7u);
+  EXPECT_EQ(r.select({"all"}).size(), 7u);
   EXPECT_EQ(r.select({"fused"}).size(), 2u);
-  EXPECT_EQ(r.select({"layernorm"}).size(), 3u);
+  EXPECT_EQ(r.select({"layernorm"}).size(), 4u);
+  // The add+norm forward: the fused kernels have it, the unfused baseline has nothing else.
+  ASSERT_EQ(r.select({"unfused"}).size(), 2u);
+  for (const NormImpl* m : r.select({"unfused"})) {
+    EXPECT_TRUE(m->add_forward) << m->name();
+    EXPECT_FALSE(m->forward) << m->name();
+    EXPECT_FALSE(m->backward) << m->name();
+  }
+  for (const NormImpl* m : r.select({"fused"})) EXPECT_TRUE(m->fn(Pass::addfwd)) << m->name();
+  EXPECT_FALSE(r.select({"onednn"})[0]->fn(Pass::addfwd));
   EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 2u);
   ASSERT_EQ(r.select({"onednn"}).size(), 1u);
   EXPECT_EQ(r.select({"onednn"})[0]->name(), "layernorm.onednn");
@@ -123,6 +144,12 @@ TEST(BenchArithmetic, BytesFromTheFormula) {
   EXPECT_EQ(norm_bytes("rmsnorm", "bwd", s).params, 2 * 16);
   EXPECT_EQ(norm_bytes("rmsnorm", "bwd", s).data, 3 * 96);
   EXPECT_EQ(norm_bytes("copy", "copy", s).data, 2 * 96);
+  ByteCount a = norm_bytes("layernorm", "addfwd", s);
+  EXPECT_EQ(a.data, 4 * 96);    // a, b read, s, y written
+  EXPECT_EQ(a.params, 2 * 16);  // gamma, beta read
+  EXPECT_EQ(a.stats, 2 * 24);   // mean, rstd written
+  EXPECT_EQ(norm_bytes("rmsnorm", "addfwd", s).data, 4 * 96);
+  EXPECT_EQ(norm_bytes("rmsnorm", "addfwd", s).stats, 24);
   EXPECT_EQ(norm_parameters("layernorm", 1024), 2048);
   EXPECT_EQ(norm_parameters("rmsnorm", 1024), 1024);
 }
@@ -184,6 +211,38 @@ TEST(BenchArithmetic, DerivedFigures) {
   EXPECT_TRUE(std::isnan(find(r, "layernorm.fused/fwd/4x8x16/threads:2")->pct_of_copy_loop));
   EXPECT_NEAR(find(r, "layernorm.fused/fwd/4x8x16/threads:2")->gb_per_s, 2.048, 1e-9);
 
+  // The add+norm rows: 4ND floats per call, held to the same copy loop, against the unfused pair.
+  NormReport a;
+  a.rows.push_back(row("copy", "loop", "copy", 1e-6, s));           // 4.096 GB/s
+  a.rows.push_back(row("rmsnorm", "fused", "addfwd", 4e-6, s));     // 8192 B / 4 us = 2.048 GB/s
+  a.rows.push_back(row("rmsnorm", "unfused", "addfwd", 6e-6, s));
+  a.rows.push_back(row("layernorm", "fused", "addfwd", 5e-6, s));
+  derive(a);
+  const NormRow* af = find(a, "rmsnorm.fused/addfwd/4x8x16/threads:1");
+  EXPECT_NEAR(af->gb_per_s, 2.048, 1e-9);
+  EXPECT_NEAR(af->pct_of_copy_loop, 50.0, 1e-9);
+  EXPECT_NEAR(af->vs_unfused, 1.5, 1e-12);  // unfused 6 us / fused 4 us
+  EXPECT_NEAR(af->rms_over_ln, 1.25, 1e-12);
+  EXPECT_TRUE(std::isnan(find(a, "rmsnorm.unfused/addfwd/4x8x16/threads:1")->vs_unfused));
+  EXPECT_TRUE(std::isnan(find(a, "layernorm.fused/addfwd/4x8x16/threads:1")->vs_unfused));  // no unfused LN row
+
+  // A resident row is held to the resident copy of its shape, never to the rotated one.
+  NormReport c;
+  c.rows.push_back(row("copy", "loop", "copy", 1e-6, s));
+  NormRow rcopy = row("copy", "loop", "copy", 0.25e-6, s);  // 16.384 GB/s from the cache
+  rcopy.resident = true;
+  c.rows.push_back(rcopy);
+  NormRow rf = row("rmsnorm", "fused", "fwd", 0.5e-6, s);  // 8.192 GB/s
+  rf.resident = true;
+  c.rows.push_back(rf);
+  c.rows.push_back(row("rmsnorm", "fused", "fwd", 2e-6, s));  // 2.048 GB/s
+  derive(c);
+  const NormRow* res = find(c, "rmsnorm.fused/fwd/4x8x16/resident/threads:1");
+  ASSERT_NE(res, nullptr);
+  EXPECT_NEAR(res->copy_loop_gb_per_s, 16.384, 1e-9);
+  EXPECT_NEAR(res->pct_of_copy_loop, 50.0, 1e-9);
+  EXPECT_NEAR(find(c, "rmsnorm.fused/fwd/4x8x16/threads:1")->pct_of_copy_loop, 50.0, 1e-9);  // 2.048 of 4.096
+
   // derive() is idempotent.
   NormReport again = r;
   derive(again);
@@ -219,7 +278,8 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
   // 67 is not a multiple of any vector width; 15 rows are not a multiple of the row blocks.
   const NormRegistry reg = builtin_norm_impls();
   const int64_t n = 15, d = 67;
-  std::vector<float> x(n * d), dy(n * d), y(n * d), dx(n * d), gamma(d), beta(d), dg(d), db(d), mean(n), rstd(n);
+  std::vector<float> x(n * d), dy(n * d), y(n * d), dx(n * d), sum(n * d), gamma(d), beta(d), dg(d), db(d), mean(n),
+      rstd(n);
   for (int64_t i = 0; i < n * d; ++i) {
     x[i] = 0.5f + std::sin(0.37f * i) * (1 + i % 7);
     dy[i] = std::cos(0.11f * i);
@@ -239,6 +299,15 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
     a.y = y.data();
     a.mean = m.norm == NormKind::layernorm ? mean.data() : nullptr;
     a.rstd = rstd.data();
+    if (m.add_forward) {
+      NormArgs add = a;
+      add.branch = dy.data();
+      add.alpha = 2.5f;
+      add.s = sum.data();
+      VerifyResult v = verify_norm(m, Pass::addfwd, add);
+      EXPECT_TRUE(v.pass) << m.name() << ": " << v.report;
+    }
+    if (!m.forward) continue;  // the unfused add+norm baseline has nothing else
     VerifyResult f = verify_norm(m, Pass::fwd, a);
     EXPECT_TRUE(f.pass) << m.name() << ": " << f.report;
     NormArgs b;
@@ -327,13 +396,133 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
   EXPECT_NE(find(r, "layernorm.wrong/bwd/2x8x64/threads:1")->verify.report.find("dgamma"), std::string::npos);
 }
 
+TEST(BenchVerify, WrongAddNormIsRejectedAndNeverTimed) {
+  NormRegistry reg = builtin_norm_impls();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  // Three ways to get s = alpha*a + b, y = norm(s) wrong, each caught by a different output.
+  NormImpl no_alpha;  // s = a + b: Post-LN's add where DeepNorm's was asked
+  no_alpha.norm = NormKind::rmsnorm;
+  no_alpha.impl = "noalpha";
+  no_alpha.provider = "test";
+  no_alpha.add_forward = [calls](const NormArgs& a) {
+    ++*calls;
+    cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, 1.0f, a.gamma, a.n, a.d, a.eps);
+  };
+  reg.add(no_alpha);
+  NormImpl norm_of_a;  // s right, but y the norm of a instead of s
+  norm_of_a.norm = NormKind::layernorm;
+  norm_of_a.impl = "normofa";
+  norm_of_a.provider = "test";
+  norm_of_a.add_forward = [calls](const NormArgs& a) {
+    ++*calls;
+    for (int64_t i = 0; i < a.n * a.d; ++i) a.s[i] = a.alpha * a.x[i] + a.branch[i];
+    cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+  };
+  reg.add(norm_of_a);
+  NormImpl no_sum;  // y right, s never written (the residual stream lost)
+  no_sum.norm = NormKind::rmsnorm;
+  no_sum.impl = "nosum";
+  no_sum.provider = "test";
+  no_sum.add_forward = [calls](const NormArgs& a) {
+    ++*calls;
+    std::vector<float> s(static_cast<size_t>(a.n * a.d));
+    cpu::add_rmsnorm_forward_fused(s.data(), a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
+  };
+  reg.add(no_sum);
+
+  NormBenchOptions o = quick_options();
+  o.resident_shapes = {{1, 16, 24}};
+  o.impls = {"fused", "unfused", "noalpha", "normofa", "nosum"};
+  o.fwd = o.bwd = false;
+  NormReport r = run_norm_bench(o, reg);
+  // Per shape: copy.loop, copy.memcpy and seven add+norm rows (fused, unfused, three wrong ones).
+  EXPECT_EQ(r.rows.size(), 3u * 9u);
+  int rejected = 0;
+  for (const NormRow& x : r.rows) {
+    if (x.impl == "noalpha" || x.impl == "normofa" || x.impl == "nosum") {
+      ++rejected;
+      EXPECT_EQ(x.status, "rejected") << x.name();
+      EXPECT_EQ(x.time.samples, 0) << x.name() << " was timed";
+      EXPECT_NE(x.verify.report.find(x.impl == "normofa" ? " y values outside" : " s values outside"),
+                std::string::npos)
+          << x.verify.report;
+      if (x.impl == "nosum") {
+        EXPECT_EQ(x.verify.worst_output, "s");
+      }
+    } else {
+      EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
+      EXPECT_GE(x.time.samples, 3) << x.name();
+    }
+    if (x.impl == "fused") {
+      EXPECT_GT(x.vs_unfused, 0) << x.name();
+    }
+  }
+  EXPECT_EQ(rejected, 3 * 3);
+  EXPECT_EQ(calls->load(), 3 * 3);  // each wrong kernel ran once per shape: its check
+  const NormRow* bad = find(r, "rmsnorm.noalpha/addfwd/1x16x24/resident/threads:1");
+  ASSERT_NE(bad, nullptr);
+  EXPECT_NE(bad->verify.report.find("--resident-shapes 1x16x24"), std::string::npos) << bad->verify.report;
+}
+
+TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {
+  NormBenchOptions o = quick_options();
+  o.shapes = {{1, 16, 32}};
+  o.resident_shapes = {{1, 16, 32}, {1, 32, 40}};  // a shape in both lists: two rows, never mixed
+  o.impls = {"fused"};
+  NormReport r = run_norm_bench(o);
+  // copy.loop, copy.memcpy, 2 norms x (fwd, bwd, addfwd), per group.
+  ASSERT_EQ(r.rows.size(), 3u * 8u);
+  int resident = 0;
+  for (const NormRow& x : r.rows) {
+    EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
+    EXPECT_TRUE(x.verify.pass) << x.name();
+    if (!x.resident) {
+      EXPECT_EQ(x.calls_per_sample, 1) << x.name();
+      EXPECT_EQ(x.name().find("resident"), std::string::npos);
+      continue;
+    }
+    ++resident;
+    EXPECT_NE(x.name().find("/resident/threads:1"), std::string::npos) << x.name();
+    EXPECT_GE(x.calls_per_sample, 1) << x.name();
+    EXPECT_GE(x.time.samples, 3) << x.name();
+    EXPECT_EQ(x.working_set_bytes, x.bytes.data + x.bytes.stats) << x.name();  // one set, reused
+    EXPECT_TRUE(x.cache_resident);
+    // Held to the resident copy of its own shape.
+    const NormRow* copy = find(r, fmt::format("copy.loop/copy/{}/resident/threads:1", x.shape.str()));
+    ASSERT_NE(copy, nullptr);
+    EXPECT_NEAR(x.copy_loop_gb_per_s, copy->gb_per_s, 1e-9 * copy->gb_per_s) << x.name();
+  }
+  EXPECT_EQ(resident, 2 * 8);
+  // The resident rows are cache-resident by design: the warning counts only the 8 memory-bound
+  // rows whose 1 MiB rotation fits in the caches.
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned = warned || w.rfind("8 row(s) rotate through less than", 0) == 0;
+  EXPECT_TRUE(warned);
+  // The text shows the resident rows in their own section, its %copy explained.
+  const std::string text = render(r, Format::table);
+  const size_t memory_at = text.find("memory-bound shapes"), resident_at = text.find("cache-resident, the training");
+  ASSERT_NE(memory_at, std::string::npos) << text;
+  ASSERT_NE(resident_at, std::string::npos) << text;
+  EXPECT_LT(memory_at, resident_at);
+  EXPECT_LT(text.find("1x32x40"), text.find("median/min/max"));
+  EXPECT_GT(text.find("1x32x40"), resident_at);
+  EXPECT_NE(text.find("same reused buffers"), std::string::npos);
+  EXPECT_NE(render_norm_summary(r, Format::markdown).find("cache-resident"), std::string::npos);
+  // A report without resident rows reads as before: no section headings.
+  NormReport memory_only = r;
+  memory_only.rows.erase(std::remove_if(memory_only.rows.begin(), memory_only.rows.end(),
+                                        [](const NormRow& x) { return x.resident; }),
+                         memory_only.rows.end());
+  EXPECT_EQ(render(memory_only, Format::table).find("memory-bound shapes"), std::string::npos);
+}
+
 TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
   NormBenchOptions o = quick_options();
   o.shapes = {{2, 4, 48}};
   o.threads = parse_threads("1,all");
   NormReport r = run_norm_bench(o);
-  // copy.loop, copy.memcpy, 5 implementations x 2 passes, per thread count.
-  EXPECT_EQ(r.rows.size(), o.threads.size() * 12);
+  // copy.loop, copy.memcpy, 5 implementations x 2 passes, 4 add+norm rows, per thread count.
+  EXPECT_EQ(r.rows.size(), o.threads.size() * 16);
   for (const NormRow& x : r.rows) {
     EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
     EXPECT_TRUE(x.verify.pass) << x.name();
@@ -407,7 +596,151 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   EXPECT_NE(render(r, Format::table).find("layernorm.fused"), std::string::npos);
 }
 
+TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
+  const NormShape s{1, 8, 16};
+  NormReport r;
+  for (const bool resident : {false, true}) {
+    NormRow copy = row("copy", "loop", "copy", 1e-6, s), fused = row("rmsnorm", "fused", "addfwd", 4e-6, s),
+            unfused = row("rmsnorm", "unfused", "addfwd", 5e-6, s);
+    for (NormRow* x : {&copy, &fused, &unfused}) {
+      x->resident = resident;
+      x->calls_per_sample = resident ? 37 : 1;
+      x->time = summarize({x->time.median, x->time.median});  // two samples
+    }
+    r.rows.insert(r.rows.end(), {copy, fused, unfused});
+  }
+  derive(r);
+  const std::string text = render(r, Format::json);
+  const auto j = nlohmann::json::parse(text);
+  const auto& b = j["benchmarks"][4];  // the resident fused row
+  EXPECT_EQ(b["name"], "rmsnorm.fused/addfwd/1x8x16/resident/threads:1");
+  EXPECT_EQ(b["resident"], true);
+  EXPECT_EQ(b["calls_per_sample"], 37);
+  EXPECT_EQ(b["iterations"], 2 * 37);  // Google Benchmark's iterations: every call timed
+  EXPECT_NEAR(b["counters"]["vs_unfused"].get<double>(), 1.25, 1e-12);
+  NormReport back = norm_report_from_json(text, "t");
+  ASSERT_EQ(back.rows.size(), r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(back.rows[i].name(), r.rows[i].name());
+    EXPECT_EQ(back.rows[i].resident, r.rows[i].resident);
+    EXPECT_EQ(back.rows[i].calls_per_sample, r.rows[i].calls_per_sample);
+  }
+  EXPECT_NEAR(find(back, "rmsnorm.fused/addfwd/1x8x16/threads:1")->vs_unfused, 1.25, 1e-12);
+
+  const std::string csv = render(r, Format::csv);
+  EXPECT_NE(csv.find(",resident,calls_per_sample,vs_unfused\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",1,37,1.25\n"), std::string::npos) << csv;  // the resident fused row
+  const std::string md = render(r, Format::markdown);
+  EXPECT_NE(md.find("| vs unfused |"), std::string::npos) << md;
+  EXPECT_NE(md.find("cache-resident, the training step's shapes"), std::string::npos) << md;
+
+  // Merged and compared by name: the two kinds of the same shape stay apart.
+  NormReport slow = back;
+  for (NormRow& x : slow.rows)
+    if (x.impl == "fused") x.time = summarize({x.time.median * 1.1});
+  NormReport m = merge_runs({back, slow});
+  ASSERT_EQ(m.rows.size(), r.rows.size());
+  const NormRow* mf = find(m, "rmsnorm.fused/addfwd/1x8x16/resident/threads:1");
+  ASSERT_TRUE(mf->run_range.count("vs_unfused"));
+  EXPECT_NEAR(mf->run_range.at("vs_unfused").first, 5.0 / 4.4, 1e-9);
+  const std::vector<CompareRow> c = compare(timed_entries(back), timed_entries(slow));
+  ASSERT_EQ(c.size(), r.rows.size());
+  for (const CompareRow& x : c) EXPECT_NEAR(x.ratio, x.name.find(".fused/") != std::string::npos ? 1.1 : 1.0, 1e-9) << x.name;
+}
+
 // ---- whole steps ---------------------------------------------------------------------------------
+
+TEST(BenchStep, MatmulFlopsByHand) {
+  // toy, L 2, d 16, h 32, vocab 16, batch 2 x seq 4: M = 8 tokens. Each product 2*M*in*out, times
+  // 3 (forward, dX, dW). Per block: mix 16x16, fc1 16x32, fc2 32x16 -> 3*2*8*(256 + 512 + 512)
+  // = 61440; two blocks 122880; head 16x16 -> 3*2*8*256 = 12288. Total 135168.
+  EXPECT_EQ(step_matmul_flops("toy", 2, 16, 32, 16, 2, 4), 135168.0);
+  // gpt adds q, k, v (the mixer's d x d is o): 3*2*8*(4*256 + 1024) = 98304 per block, and
+  // attention's Q K^T and P V, each 2 * (batch*heads) * T * T * Dh = 2*2*4*4*16 = 1024 forward,
+  // times 3: 6144 per block. 2 * (98304 + 6144) + 12288 = 221184.
+  EXPECT_EQ(step_matmul_flops("gpt", 2, 16, 32, 16, 2, 4), 221184.0);
+  // The default toy step: 1.27 GFLOP (results/train-speed.md: 183 products of 61 linears).
+  EXPECT_NEAR(step_matmul_flops("toy", 20, 64, 128, 64, 32, 16), 1.2708e9, 1e5);
+  EXPECT_THROW(step_matmul_flops("bert", 2, 16, 32, 16, 2, 4), UsageError);
+
+  // The count matches the models as built: every linear weight (w, out x in) is three products
+  // of 2*M*in*out; the gpt model adds only attention's products.
+  for (const char* kind : {"toy", "gpt"}) {
+    ModelConfig cfg;
+    cfg.model = parse_kind<ModelKind>(kind);
+    cfg.layers = 3;
+    cfg.d_model = 24;
+    cfg.d_hidden = 40;
+    cfg.heads = 2;
+    cfg.vocab = 12;
+    cfg.seq_len = 5;
+    Model model(cfg, 0);
+    double weights = 0;
+    for (const Tensor& p : model.params().all()) {
+      const std::string& n = p.name();
+      if (n.size() > 2 && n.compare(n.size() - 2, 2, ".w") == 0) weights += static_cast<double>(p.numel());
+    }
+    const int64_t batch = 3, m = batch * cfg.seq_len;
+    const double attention = cfg.model == ModelKind::gpt ? 3.0 * cfg.layers * 2 * 2 * batch * 5 * 5 * 24 : 0.0;
+    EXPECT_EQ(step_matmul_flops(kind, 3, 24, 40, 12, batch, 5), 6.0 * m * weights + attention) << kind;
+  }
+}
+
+TEST(BenchStep, FmaPeakAndTheStepsShareOfIt) {
+  const FmaPeak p = measure_fma_peak(1, 0.005);
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_GT(p.gflop_per_s, 0);
+  EXPECT_TRUE(std::isfinite(p.gflop_per_s));
+  EXPECT_TRUE(p.isa == "avx512f" || p.isa == "avx2+fma" || p.isa == "scalar") << p.isa;
+  EXPECT_EQ(p.lanes, p.isa == "avx512f" ? 16 : p.isa == "avx2+fma" ? 8 : 1);
+
+  // GFLOP/s and the share of the peak at the row's own thread count.
+  StepReport r;
+  r.context.fma_peaks = {{1, 100.0, "avx2+fma", 8}, {2, 160.0, "avx2+fma", 8}};
+  StepRow one, two, unmeasured;
+  one.model = two.model = unmeasured.model = "toy";
+  one.norm = two.norm = unmeasured.norm = "layernorm";
+  one.batch = two.batch = unmeasured.batch = 1;
+  one.seq = two.seq = unmeasured.seq = 1;
+  one.threads = 1;
+  two.threads = 2;
+  unmeasured.threads = 4;
+  one.matmul_flops = two.matmul_flops = unmeasured.matmul_flops = 2e9;
+  one.step = summarize({40e-3});  // 50 GFLOP/s
+  two.step = summarize({20e-3});  // 100 GFLOP/s
+  unmeasured.step = summarize({10e-3});
+  r.rows = {one, two, unmeasured};
+  derive(r);
+  EXPECT_NEAR(r.rows[0].gflop_per_s, 50.0, 1e-9);
+  EXPECT_NEAR(r.rows[0].pct_of_fma_peak, 50.0, 1e-9);
+  EXPECT_NEAR(r.rows[1].fma_peak_gflop_per_s, 160.0, 1e-12);
+  EXPECT_NEAR(r.rows[1].pct_of_fma_peak, 62.5, 1e-9);
+  EXPECT_NEAR(r.rows[2].gflop_per_s, 200.0, 1e-9);
+  EXPECT_TRUE(std::isnan(r.rows[2].pct_of_fma_peak));  // no peak at 4 threads: no share
+
+  // The peak travels in the JSON context, and a merge takes its median over the runs.
+  const std::string text = render(r, Format::json);
+  const auto j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["context"]["fma_peak"].size(), 2u);
+  EXPECT_EQ(j["context"]["fma_peak"][1]["threads"], 2);
+  EXPECT_EQ(j["benchmarks"][0]["counters"]["matmul_flops"], 2e9);
+  StepReport back = step_report_from_json(text, "t");
+  ASSERT_EQ(back.context.fma_peaks.size(), 2u);
+  EXPECT_EQ(back.context.fma_peaks[1].isa, "avx2+fma");
+  EXPECT_NEAR(back.rows[1].pct_of_fma_peak, 62.5, 1e-9);
+  StepReport faster = back;
+  for (FmaPeak& q : faster.context.fma_peaks) q.gflop_per_s *= 2;
+  StepReport third = faster;
+  StepReport m = merge_runs({back, faster, third});
+  EXPECT_NEAR(m.context.fma_peak(1)->gflop_per_s, 200.0, 1e-9);
+  EXPECT_NEAR(m.rows[0].pct_of_fma_peak, 25.0, 1e-9);
+  const std::string table = render(m, Format::table);
+  EXPECT_NE(table.find("FMA peak (float32, avx2+fma, 8 floats per vector"), std::string::npos) << table;
+  EXPECT_NE(table.find("1 thread 200.0 GFLOP/s, 2 threads 320.0 GFLOP/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("%FMA peak"), std::string::npos);
+  EXPECT_NE(render(m, Format::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak\n"),
+            std::string::npos);
+}
 
 TEST(BenchStep, TinyModelsBothNorms) {
   StepOptions o;
@@ -422,7 +755,10 @@ TEST(BenchStep, TinyModelsBothNorms) {
   o.warmup = 1;
   o.repeats = 2;
   o.min_time = 0;
+  o.peak_time = 0.005;
   StepReport r = run_step_bench(o);
+  ASSERT_EQ(r.context.fma_peaks.size(), 1u);
+  EXPECT_GT(r.context.fma_peak(1)->gflop_per_s, 0);
   ASSERT_EQ(r.rows.size(), 4u);  // toy and gpt, layernorm and rmsnorm
   for (const StepRow& x : r.rows) {
     EXPECT_EQ(x.norm_calls, 2 * 2 + 1) << x.name();  // pre-LN: two per block, and the final norm
@@ -432,6 +768,8 @@ TEST(BenchStep, TinyModelsBothNorms) {
     EXPECT_GE(x.norm_kernels.samples, 2);
     EXPECT_TRUE(x.norm_verify.pass);
     EXPECT_NEAR(x.norm_share, x.norm_kernels.median / x.step.median, 1e-12);
+    EXPECT_EQ(x.matmul_flops, step_matmul_flops(x.model, 2, 16, 32, 16, 2, 4)) << x.name();
+    EXPECT_GT(x.pct_of_fma_peak, 0) << x.name();
     if (x.norm == "rmsnorm") {
       EXPECT_GT(x.step_speedup, 0);
       EXPECT_GT(x.op_speedup, 0);

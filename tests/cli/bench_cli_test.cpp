@@ -1,4 +1,5 @@
-// `normlab bench` as a user runs it: norms with --json and --compare, and its errors.
+// `normlab bench` as a user runs it: norms with --json and --compare, the resident and add+norm
+// rows, step's FMA peak and GFLOP/s, and its errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,7 +17,10 @@ TEST(BenchCli, NormsJsonAndCompare) {
                     "0", "--repeats", "2", "--warmup", "1", "--impl", "fused,onednn", "--json", "--out", base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["benchmarks"].size(), 2u + 3u * 2u);
+  // Copy rows, three implementations x fwd, bwd, the fused ones' add+norm rows; --shapes alone:
+  // no resident rows.
+  EXPECT_EQ(j["benchmarks"].size(), 2u + 3u * 2u + 2u);
+  for (const auto& b : j["benchmarks"]) EXPECT_FALSE(b["resident"].get<bool>()) << b["name"];
   r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time", "0",
                "--repeats", "2", "--impl", "rmsnorm.fused", "--compare", base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -36,6 +40,50 @@ TEST(BenchCli, NormsJsonAndCompare) {
   std::remove(base.c_str());
 }
 
+TEST(BenchCli, ResidentAndAddNormRows) {
+  auto r = run_cli({"bench", "norms", "--resident-shapes", "1x64x32", "--threads", "1", "--min-time", "0",
+                    "--repeats", "2", "--warmup", "1", "--impl", "fused,unfused", "--pass", "addfwd", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["benchmarks"].size(), 2u + 4u);  // --resident-shapes alone: no memory-bound rows
+  for (const auto& b : j["benchmarks"]) {
+    EXPECT_TRUE(b["resident"].get<bool>()) << b["name"];
+    EXPECT_NE(b["name"].get<std::string>().find("/1x64x32/resident/"), std::string::npos) << b["name"];
+    EXPECT_EQ(b["status"], "ok") << b["name"];
+    if (b["impl"] == "fused") {
+      EXPECT_TRUE(b["counters"]["vs_unfused"].is_number()) << b["name"];
+    }
+  }
+  r = run_cli({"bench", "norms", "--resident-shapes", "default", "--shapes", "1x4x32", "--footprint-mib", "1",
+               "--threads", "1", "--min-time", "0", "--repeats", "2", "--impl", "rmsnorm.fused", "--pass", "fwd"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* want : {"memory-bound shapes", "cache-resident, the training step's shapes", "1x512x64",
+                           "1x512x256", "of the copy loop on the same reused buffers"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+}
+
+TEST(BenchCli, StepPrintsTheFmaPeakAndGflops) {
+  const std::vector<std::string> args = {"bench",  "step", "--model", "toy", "--layers", "2",   "--d-model",
+                                         "16",     "--d-hidden", "32", "--vocab", "16",  "--batch",  "2",
+                                         "--seq",  "4",    "--threads", "1", "--min-time", "0", "--repeats",
+                                         "1",      "--warmup", "0"};
+  auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("FMA peak (float32, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("%FMA peak"), std::string::npos) << r.out;
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  r = run_cli(json_args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["context"]["fma_peak"].size(), 1u);
+  EXPECT_GT(j["context"]["fma_peak"][0]["gflop_per_s"].get<double>(), 0);
+  for (const auto& b : j["benchmarks"]) {
+    EXPECT_EQ(b["counters"]["matmul_flops"].get<double>(), 135168.0);  // by hand: bench_test.cpp MatmulFlopsByHand
+    EXPECT_GT(b["counters"]["pct_of_fma_peak"].get<double>(), 0);
+  }
+}
+
 TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
   for (std::vector<std::string> args : {std::vector<std::string>{"bench", "norms", "--shapes", "0x4x8"},
                                         {"bench", "norms", "--shapes", "4x-2x8"},
@@ -44,6 +92,11 @@ TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
                                         {"bench", "norms", "--shapes", "4x8x8,"},
                                         {"bench", "norms", "--impl", "cudnn"},
                                         {"bench", "norms", "--pass", "sideways"},
+                                        {"bench", "norms", "--pass", "fwd,,bwd"},
+                                        {"bench", "norms", "--impl", "onednn", "--pass", "addfwd"},
+                                        {"bench", "norms", "--impl", "unfused", "--pass", "fwd,bwd"},
+                                        {"bench", "norms", "--resident-shapes", "1x0x64"},
+                                        {"bench", "norms", "--resident-shapes", "1x512x64,"},
                                         {"bench", "norms", "--threads", "0"},
                                         {"bench", "norms", "--repeats", "0"},
                                         {"bench", "norms", "--json", "--csv"},

@@ -3,15 +3,21 @@
 // into the option structs below and prints what the exporters return.
 //
 //   norms  every registered implementation of LayerNorm / RMSNorm (oneDNN's primitive, normlab's
-//          multi-pass and fused kernels, PyTorch via scripts/torch_bench.py), forward and
-//          backward, per shape and thread count. Each implementation is checked against the
-//          float64 reference kernels before it is timed; one that fails is reported and never
-//          timed. Buffers rotate through >= max(1 GiB, 4 x LLC) so that timings are of memory,
-//          not cache; a copy loop and memcpy are timed in the same run, interleaved with the
-//          kernels, as the bandwidth limit.
+//          multi-pass and fused kernels, PyTorch via scripts/torch_bench.py), forward, backward
+//          and the fused residual add + norm forward, per shape and thread count. Each
+//          implementation is checked against the float64 reference kernels before it is timed;
+//          one that fails is reported and never timed. Two kinds of shapes:
+//            memory-bound   buffers rotate through >= max(1 GiB, 4 x LLC), so that timings are
+//                           of memory, not cache;
+//            resident       the training step's shapes (512 rows of d = 64..256): one buffer
+//                           set reused by every call, so that they run from L1/L2 as inside
+//                           the step, timed in batches of calls.
+//          A copy loop and memcpy are timed in the same run on the same buffers, interleaved with
+//          the kernels, as the bandwidth limit (of memory, or of the cache for resident shapes).
 //   step   whole training steps (forward + backward + AdamW) of the toy and GPT models with
-//          LayerNorm vs RMSNorm, interleaved step by step, and the time the norm kernels take at
-//          the step's shapes, timed separately.
+//          LayerNorm vs RMSNorm, interleaved step by step, the time the norm kernels take at the
+//          step's shapes, timed separately, and the step's matrix-product GFLOP/s against the
+//          machine's float32 FMA peak, measured by an FMA loop in the same run.
 //
 // Results are plain structs (NormReport, StepReport), documented field by field; the
 // exporters (table, markdown, csv, json) only serialize them. docs/bench.md has the JSON schema.
@@ -46,8 +52,11 @@ struct NormShape {
 NormShape parse_shape(const std::string& text, const std::string& flag = "--shapes");
 // Comma-separated shapes; empty entries are errors.
 std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag = "--shapes");
-// 4x128x512, 8x256x1024, 16x512x2048, 32x1024x4096.
+// 4x128x512, 8x256x1024, 16x512x2048, 32x1024x4096: memory-bound, their buffers rotated.
 std::vector<NormShape> default_shapes();
+// 1x512x64, 1x512x128, 1x512x256: the norms of the training step (batch 32 x seq 16 tokens at
+// d_model 64, and the larger configs' 128 and 256), timed cache-resident.
+std::vector<NormShape> default_resident_shapes();
 // "1,all" -> {1, cores}; "all" is the number of CPUs OpenMP sees. Duplicates removed, order kept.
 // UsageError for 0, negatives, non-numbers.
 std::vector<int> parse_threads(const std::string& list, const std::string& flag = "--threads");
@@ -76,6 +85,20 @@ struct CacheInfo {
   int num_sharing = 0;  // CPUs sharing one instance
 };
 
+// The machine's float32 FMA throughput (src/bench/fma_peak.cpp): every thread runs a loop of
+// independent FMAs on registers, enough accumulators to hide the FMA latency, at the vector width
+// the build compiled for. It is to a matrix product what the copy loop is to a norm: the
+// physical limit, measured on this machine in the same run.
+struct FmaPeak {
+  int threads = 1;
+  double gflop_per_s = NAN;  // all threads together; 2 flops per lane per FMA; best of the repeats
+  std::string isa;           // "avx512f", "avx2+fma" or "scalar": the vector width compiled in
+  int lanes = 1;             // floats per vector
+};
+// Runs the loop on `threads` threads for about `seconds` (in repeats of a few milliseconds) and
+// returns the best repeat: slower ones were interrupted, not a lower limit.
+FmaPeak measure_fma_peak(int threads, double seconds);
+
 struct Context {
   std::string date;          // ISO 8601, local time with offset
   std::string host_name, executable, cpu_model;
@@ -96,6 +119,10 @@ struct Context {
   // Measured over the run (CpuUsage): the share of all CPUs' time other processes used, and
   // the share the hypervisor stole. NaN when not measured.
   double others_cpu = NAN, steal = NAN;
+  // `bench step`: the float32 FMA peak at each thread count it ran (measure_fma_peak); empty
+  // for `bench norms`.
+  std::vector<FmaPeak> fma_peaks;
+  const FmaPeak* fma_peak(int threads) const;  // nullptr when not measured at that count
 };
 Context collect_context();
 // Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
@@ -119,13 +146,17 @@ int64_t available_memory_bytes();
 // norm implementations: a registry of free functions on raw float arrays
 // ============================================================================
 
-enum class Pass { fwd, bwd };
+// addfwd: the fused residual add + norm forward of Post-LN and DeepNorm, s = alpha*a + b
+// (written: the residual stream), then y = norm(s).
+enum class Pass { fwd, bwd, addfwd };
 const char* to_string(Pass p);
 
 // One norm call on raw arrays; N rows, D normalized size, row-major, contiguous.
 //   forward  reads x, gamma, beta (LayerNorm only); writes y, mean (LayerNorm only), rstd
 //   backward reads dy, x, gamma, saved_mean (LayerNorm only), saved_rstd;
 //            writes dx, dgamma, dbeta (LayerNorm only)
+//   addfwd   reads x (a), branch (b), gamma, beta (LayerNorm only); writes s = alpha*a + b, and
+//            y, mean (LayerNorm only), rstd of s as the forward
 struct NormArgs {
   int64_t n = 0, d = 0;
   float eps = 1e-5f;
@@ -141,6 +172,9 @@ struct NormArgs {
   float* dx = nullptr;
   float* dgamma = nullptr;
   float* dbeta = nullptr;
+  const float* branch = nullptr;
+  float alpha = 1.0f;
+  float* s = nullptr;
 };
 using NormFn = std::function<void(const NormArgs&)>;
 
@@ -151,7 +185,9 @@ struct NormImpl {
   std::string description;  // one line for --list
   bool streaming_stores = false;  // writes with non-temporal stores: held to memcpy's bandwidth
   NormFn forward, backward;       // an empty function: that pass is not implemented
+  NormFn add_forward;             // Pass::addfwd
   std::string name() const { return std::string(to_string(norm)) + "." + impl; }
+  const NormFn& fn(Pass p) const { return p == Pass::fwd ? forward : p == Pass::bwd ? backward : add_forward; }
 };
 
 class NormRegistry {
@@ -171,20 +207,23 @@ class NormRegistry {
 };
 
 // The cpu backend's kernels (include/backend_cpu/normlab/cpu_kernel_lab.h): layernorm.onednn,
-// layernorm.multipass, layernorm.fused, rmsnorm.multipass, rmsnorm.fused.
+// layernorm.multipass, layernorm.fused, rmsnorm.multipass, rmsnorm.fused (the fused ones with
+// their add+norm forward); and layernorm.unfused, rmsnorm.unfused: the add+norm forward as two
+// kernels, an add then the fused norm (the baseline the fused add+norm is held to).
 NormRegistry builtin_norm_impls();
 
 // Parameters of one norm over d: LayerNorm 2d (gamma, beta), RMSNorm d (gamma).
 int64_t norm_parameters(const std::string& norm, int64_t d);
 
 // Bytes one call moves, counted from the formula (4-byte floats). `data`: the N x D arrays
-// (forward x read + y written = 2ND; backward x, dy read + dx written = 3ND; copy 2ND);
+// (forward x read + y written = 2ND; backward x, dy read + dx written = 3ND; add+norm forward
+// a, b read + s, y written = 4ND; copy 2ND);
 // `params`: gamma (+ beta) read, and in the backward dgamma (+ dbeta) written; `stats`: the
 // per-row mean (LayerNorm) and rstd, written by the forward, read by the backward.
 struct ByteCount {
   int64_t data = 0, params = 0, stats = 0;
 };
-// norm: "layernorm" | "rmsnorm" | "copy"; pass: "fwd" | "bwd" | "copy".
+// norm: "layernorm" | "rmsnorm" | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
 ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s);
 
 // ============================================================================
@@ -197,7 +236,7 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
 struct VerifyResult {
   bool pass = false;
   double max_abs_err = 0;   // over every output
-  std::string worst_output; // "y", "mean", "rstd", "dx", "dgamma", "dbeta"
+  std::string worst_output; // "y", "mean", "rstd", "s", "dx", "dgamma", "dbeta"
   std::string report;       // mismatch report (first values side by side) when it fails
 };
 
@@ -205,17 +244,22 @@ struct VerifyResult {
 struct NormRow {
   // ---- what was run
   std::string norm;      // "layernorm" | "rmsnorm" | "copy"
-  std::string impl;      // "fused" | "multipass" | "onednn" | "torch" | copy: "loop" | "memcpy"
+  std::string impl;      // "fused" | "multipass" | "onednn" | "unfused" | "torch" | copy: "loop" | "memcpy"
   std::string provider;  // "normlab", "oneDNN 2.6.3", "PyTorch 2.5.1", "libc"
-  std::string pass;      // "fwd" | "bwd" | "copy"
+  std::string pass;      // "fwd" | "bwd" | "addfwd" | "copy"
   NormShape shape;
   int threads = 1;
+  // A resident case: one buffer set reused by every call (its data stays in L1/L2), compared
+  // with the copy loop on the same reused buffers. Otherwise the buffers rotate (memory-bound).
+  bool resident = false;
   bool streaming_stores = false;  // held to memcpy rather than the copy loop
   // ---- correctness: checked on the first buffer set before any timing
   std::string status = "ok";  // "ok" | "rejected" (wrong output: never timed)
   VerifyResult verify;
-  // ---- timing: seconds per call, one sample per call, each call on the next buffer set
+  // ---- timing: seconds per call. A sample is one call on the next buffer set, or for a
+  // resident case the mean of a batch of calls (a call is a few microseconds)
   Stats time;
+  int64_t calls_per_sample = 1;
   // ---- sizes
   ByteCount bytes;                // per call, from the formula
   int64_t working_set_bytes = 0;  // bytes all the buffer sets this case touches add up to
@@ -231,13 +275,15 @@ struct NormRow {
   double rms_over_ln = NAN;  // rmsnorm rows: median(layernorm, same impl) / median(this)
   double vs_onednn = NAN;    // median(layernorm.onednn, same pass) / median(this)
   double vs_torch = NAN;     // median(<same norm>.torch, same pass) / median(this)
+  double vs_unfused = NAN;   // addfwd rows: median(<same norm>.unfused) / median(this)
   // ---- several runs merged (merge_runs): the range of each figure over the runs
   int runs = 1;
   std::map<std::string, std::pair<double, double>> run_range;  // figure -> (min, max) over runs
 
   // The headline percentage: of memcpy for streaming-store kernels, else of the copy loop.
   double pct_of_copy() const { return pct_against == "memcpy" ? pct_of_memcpy : pct_of_copy_loop; }
-  // "layernorm.fused/fwd/8x256x1024/threads:1", "copy.loop/copy/8x256x1024/threads:1"
+  // "layernorm.fused/fwd/8x256x1024/threads:1", "copy.loop/copy/8x256x1024/threads:1",
+  // resident: "rmsnorm.fused/fwd/1x512x64/resident/threads:1"
   std::string name() const;
 };
 
@@ -255,15 +301,19 @@ void derive(NormReport& report);
 // ============================================================================
 
 struct NormBenchOptions {
-  std::vector<NormShape> shapes = default_shapes();
+  std::vector<NormShape> shapes = default_shapes();                    // memory-bound: rotated
+  std::vector<NormShape> resident_shapes = default_resident_shapes();  // one buffer set reused
   std::vector<int> threads;                  // empty: {1, all}
   std::vector<std::string> impls = {"all"};  // patterns for NormRegistry::select
-  bool fwd = true, bwd = true;
+  bool fwd = true, bwd = true, addfwd = true;
+  // s = alpha*a + b of the add+norm forward: DeepNorm's (2L)^(1/4) at 20 layers rather than
+  // Post-LN's 1, so that the check sees a kernel that drops alpha (the time does not depend on it).
+  float add_alpha = 2.5148669f;
   bool copy_baselines = true;  // time the copy loop and memcpy (the % columns need them)
   int64_t warmup = 2;          // untimed calls per case (creates oneDNN primitives, faults pages)
   int64_t repeats = 5;         // at least this many timed calls per case
   double min_time = 0.2;       // and at least this many seconds of timed calls per case
-  int64_t footprint = 0;       // bytes to rotate through per case; 0: max(1 GiB, 4 x LLC)
+  int64_t footprint = 0;       // bytes to rotate through per memory-bound case; 0: max(1 GiB, 4 x LLC)
   uint64_t seed = 0;
   float ln_eps = 1e-5f, rms_eps = 1e-6f;
   std::function<void(const std::string&)> log;  // progress lines (optional)
@@ -271,9 +321,10 @@ struct NormBenchOptions {
 
 // Checks options (UsageError: shapes too large for memory, bad counts) before running anything.
 void validate(const NormBenchOptions& opt);
-// Runs every (shape, threads) group: allocates and fills the buffer sets, verifies each case
-// against the reference, warms up, then times the verified cases round-robin (one call each in
-// turn) so that the ratios between them are measured side by side. Calls derive().
+// Runs every (shape, threads) group, memory-bound shapes first, then the resident ones:
+// allocates and fills the buffer sets, verifies each case against the reference, warms up, then
+// times the verified cases round-robin (one sample each in turn) so that the ratios between them
+// are measured side by side. Calls derive().
 NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry = builtin_norm_impls());
 
 // Checks one implementation on the given arrays against the reference kernels (float64); the
@@ -282,9 +333,10 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
 VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a);
 
 // PyTorch's rows from scripts/torch_bench.py, run as `python3 SCRIPT ...` with the same shapes,
-// threads, passes and rotation as `opt`. Returns false (and says why in `why`) when python3
-// cannot import torch or the script fails; the rows are appended to `report` and derive() is
-// called again on success.
+// threads, passes (fwd, bwd: it has no add+norm) and rotation as `opt`, once for the memory-bound
+// shapes and once (--resident) for the resident ones. Returns false (and says why in `why`) when
+// python3 cannot import torch, only addfwd is asked for, or a run of the script fails; the rows
+// of the runs that succeeded are appended to `report` and derive() is called again.
 struct TorchOptions {
   std::string python = "python3";
   std::string script;  // empty: scripts/torch_bench.py next to the source tree (see find_torch_script)
@@ -307,6 +359,7 @@ struct StepOptions {
   int64_t warmup = 3;
   int64_t repeats = 10;
   double min_time = 1.0;  // seconds of timed steps per (model, norm, threads)
+  double peak_time = 0.2; // seconds of the FMA loop per thread count (measure_fma_peak)
   uint64_t seed = 0;
   std::function<void(const std::string&)> log;
 };
@@ -324,9 +377,13 @@ struct StepRow {
   Stats step;                   // seconds per training step (forward + backward + AdamW)
   Stats norm_kernels;           // seconds per step in the norm kernels (fwd + bwd of every call)
   VerifyResult norm_verify;     // the norm kernels checked against the reference first
+  double matmul_flops = 0;      // of the step's matrix products (step_matmul_flops)
   // derived (derive_step)
   double norm_share = NAN;      // norm_kernels.median / step.median
   double tokens_per_s = NAN;    // batch*seq / step.median
+  double gflop_per_s = NAN;     // matmul_flops / step.median / 1e9: the products' flops over the whole step
+  double fma_peak_gflop_per_s = NAN;  // the context's FMA peak at this row's thread count
+  double pct_of_fma_peak = NAN;       // 100 * gflop_per_s / fma_peak_gflop_per_s
   // rmsnorm rows: LayerNorm / RMSNorm of the same model and threads
   double step_speedup = NAN;    // step.median(LN) / step.median(RMS): model level
   double op_speedup = NAN;      // norm_kernels.median(LN) / norm_kernels.median(RMS): operator level
@@ -344,7 +401,22 @@ struct StepReport {
   std::vector<std::string> warnings;
 };
 void derive(StepReport& report);
+// Measures the FMA peak at each thread count (into the context), then times the steps.
 StepReport run_step_bench(const StepOptions& opt);
+
+// Floating-point operations of the matrix products of one training step of `model` ("toy" or
+// "gpt"), forward and backward, counted from the sizes as the cpu backend computes them: a
+// product of (M x K) by (K x N) is 2*M*N*K, and each forward product has two backward products
+// of the same count (dX and dW of a linear; dQ and dK of Q K^T, dP and dV of P V). With
+// M = batch*seq tokens, d = d_model, h = d_hidden, T = seq:
+//   toy block  mix d x d, fc1 d x h, fc2 h x d:          3 * 2M(d^2 + 2dh)
+//   gpt block  q, k, v, o d x d, fc1, fc2:               3 * 2M(4d^2 + 2dh)
+//              + Q K^T and P V over the full T x T (the masked half is computed too):
+//                                                        3 * 2 * 2 batch T^2 d
+//   head       d x vocab:                                3 * 2M d vocab
+// The prefix mean, norms, softmax, GELU, the loss and AdamW are not products: not counted.
+double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_model, int64_t d_hidden, int64_t vocab,
+                         int64_t batch, int64_t seq);
 
 // ============================================================================
 // exporters, reading results back, several runs, comparisons
