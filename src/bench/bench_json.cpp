@@ -110,6 +110,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   for (const FmaPeak& p : c.fma_peaks)
     peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
   j["fma_peak"] = peaks;
+  if (!c.streaming_stores.empty()) j["streaming_stores"] = c.streaming_stores;
   j["normlab_bench"] = kind;
   j["schema"] = kSchema;
   j["warnings"] = warnings;
@@ -155,6 +156,7 @@ Context context_from(const json& j) {
       f.lanes = static_cast<int>(get_int(p, "lanes", 1));
       c.fma_peaks.push_back(f);
     }
+  c.streaming_stores = j.value("streaming_stores", std::string());
   return c;
 }
 

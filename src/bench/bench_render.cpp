@@ -105,10 +105,11 @@ std::string context_line(const Context& c) {
   std::string load = c.load_avg.empty() ? "" : fmt::format(", load average {:.2f} at the start", c.load_avg[0]);
   if (finite(c.others_cpu))
     load += fmt::format(", other processes {:.0f}% of the CPU time during the run", 100 * c.others_cpu);
-  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}",
+  const std::string streaming = c.streaming_stores.empty() ? "" : "; streaming stores " + c.streaming_stores;
+  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}",
                      c.date, c.cpu_model, c.num_cpus, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type,
                      libs, c.threads_pinned ? "yes" : "no", c.omp_wait_policy.empty() ? "?" : c.omp_wait_policy,
-                     load);
+                     load, streaming);
 }
 
 // ---- bench norms -------------------------------------------------------------------------

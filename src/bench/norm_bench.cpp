@@ -27,6 +27,7 @@
 #include "bench_internal.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 
@@ -614,6 +615,13 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   validate(opt);
   NormReport report;
   report.context = collect_context();
+  {
+    const cpu::StreamingStores& ss = cpu::streaming_stores();
+    report.context.streaming_stores =
+        ss.measured ? fmt::format("{}: a copy of twice the LLC at {:.1f} GB/s with streaming stores, {:.1f} GB/s without",
+                                  ss.enabled ? "on" : "off", ss.streaming_gbs, ss.ordinary_gbs)
+                    : fmt::format("{} ({})", ss.enabled ? "on" : "off", ss.why);
+  }
   CpuUsage usage;
   usage.start();
   const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
@@ -704,7 +712,8 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
           const std::string norm = to_string(m->norm);
           Case c;
           c.row = base_row(norm, m->impl, m->provider, to_string(p));
-          c.row.streaming_stores = m->streaming_stores;
+          c.row.streaming_stores =
+              m->streams ? m->streams(p, args_for(pool, 0, norm, p, eps, opt.add_alpha)) : m->streaming_stores;
           c.call = [&pool, fn, norm, p, eps, alpha = opt.add_alpha](int64_t k) {
             fn(args_for(pool, k, norm, p, eps, alpha));
           };

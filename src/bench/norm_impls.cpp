@@ -50,6 +50,19 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
   return out;
 }
 
+namespace {
+
+// The fused kernels stream their output on shapes beyond the last-level cache where this CPU
+// copies faster that way (cpu::fused_streams): those rows are held to memcpy.
+bool fused_kernel_streams(Pass p, const NormArgs& a) {
+  using cpu::FusedPass;
+  if (p == Pass::fwd) return cpu::fused_streams(FusedPass::forward, a.y, a.n, a.d);
+  if (p == Pass::bwd) return cpu::fused_streams(FusedPass::backward, a.dx, a.n, a.d);
+  return cpu::fused_streams(FusedPass::add_forward, a.y, a.n, a.d);
+}
+
+}  // namespace
+
 NormRegistry builtin_norm_impls() {
   NormRegistry r;
   const std::string onednn = "oneDNN " + onednn_version();
@@ -62,6 +75,7 @@ NormRegistry builtin_norm_impls() {
            cpu::layernorm_backward_onednn(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                           a.saved_rstd, a.n, a.d);
          },
+         nullptr,
          nullptr});
   r.add({NormKind::layernorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) {
@@ -71,6 +85,7 @@ NormRegistry builtin_norm_impls() {
            cpu::layernorm_backward_multipass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                              a.saved_rstd, a.n, a.d);
          },
+         nullptr,
          nullptr});
   r.add({NormKind::layernorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) {
@@ -83,12 +98,14 @@ NormRegistry builtin_norm_impls() {
          [](const NormArgs& a) {
            cpu::add_layernorm_forward_fused(a.s, a.y, a.mean, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.beta, a.n,
                                             a.d, a.eps);
-         }});
+         },
+         fused_kernel_streams});
   r.add({NormKind::rmsnorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_multipass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
            cpu::rmsnorm_backward_multipass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
          },
+         nullptr,
          nullptr});
   r.add({NormKind::rmsnorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
@@ -97,19 +114,22 @@ NormRegistry builtin_norm_impls() {
          },
          [](const NormArgs& a) {
            cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
-         }});
+         },
+         fused_kernel_streams});
   // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
   // moved against 4ND).
   r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",
          false, nullptr, nullptr, [](const NormArgs& a) {
            detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
            cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.s, a.gamma, a.beta, a.n, a.d, a.eps);
-         }});
+         },
+         nullptr});
   r.add({NormKind::rmsnorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then rmsnorm.fused of s",
          false, nullptr, nullptr, [](const NormArgs& a) {
            detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
            cpu::rmsnorm_forward_fused(a.y, a.rstd, a.s, a.gamma, a.n, a.d, a.eps);
-         }});
+         },
+         nullptr});
   return r;
 }
 

@@ -464,6 +464,34 @@ TEST(BenchVerify, WrongAddNormIsRejectedAndNeverTimed) {
   EXPECT_NE(bad->verify.report.find("--resident-shapes 1x16x24"), std::string::npos) << bad->verify.report;
 }
 
+// The fused rows say whether the kernel streamed its output at that shape (and are then held to
+// memcpy), as the kernel decides it: forced on, every fused row of whole-vector rows streams;
+// forced off, none does. The multipass rows never stream.
+TEST(BenchVerify, FusedRowsFollowTheKernelsStreamingChoice) {
+  struct Restore {
+    ~Restore() { cpu::set_stream_choice(cpu::StreamChoice::automatic); }
+  } restore;
+  for (cpu::StreamChoice choice : {cpu::StreamChoice::always, cpu::StreamChoice::never}) {
+    cpu::set_stream_choice(choice);
+    NormBenchOptions o = quick_options();
+    o.shapes = {{1, 16, 64}};
+    o.resident_shapes = {};
+    o.impls = {"fused", "multipass"};
+    NormReport r = run_norm_bench(o);
+    int fused = 0;
+    for (const NormRow& x : r.rows) {
+      if (x.norm == "copy") continue;
+      EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
+      const bool expect = x.impl == "fused" && choice == cpu::StreamChoice::always;
+      fused += x.impl == "fused";
+      EXPECT_EQ(x.streaming_stores, expect) << x.name();
+      EXPECT_EQ(x.pct_against, expect ? "memcpy" : "copy-loop") << x.name();
+    }
+    EXPECT_EQ(fused, 6);  // 2 norms x (fwd, bwd, addfwd)
+    EXPECT_FALSE(r.context.streaming_stores.empty());
+  }
+}
+
 TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {
   NormBenchOptions o = quick_options();
   o.shapes = {{1, 16, 32}};

@@ -92,6 +92,9 @@ const StreamingStores& streaming_stores();
 int64_t last_level_cache_size();
 // Whether a kernel that touches `arrays` N x D float arrays streams its output `out`.
 bool streams_output(const float* out, int64_t n, int64_t d, int64_t arrays);
+// Whether the fused kernel of `pass` streams its N x D output `out` (y, dx, or the add + norm's y).
+enum class FusedPass { forward, backward, add_forward };
+bool fused_streams(FusedPass pass, const float* out, int64_t n, int64_t d);
 // Tests and measurements override the choice: always (every output the alignment rule allows,
 // whatever its size), never, or automatic (the default, as above). Process-wide.
 enum class StreamChoice { automatic, always, never };

@@ -123,6 +123,9 @@ struct Context {
   // for `bench norms`.
   std::vector<FmaPeak> fma_peaks;
   const FmaPeak* fma_peak(int threads) const;  // nullptr when not measured at that count
+  // `bench norms`: the fused kernels' choice of streaming stores on this machine and why
+  // (cpu::streaming_stores), e.g. "on: a copy of 64 MiB at 31.2 GB/s streaming, 18.0 ordinary".
+  std::string streaming_stores;
 };
 Context collect_context();
 // Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
@@ -186,6 +189,9 @@ struct NormImpl {
   bool streaming_stores = false;  // writes with non-temporal stores: held to memcpy's bandwidth
   NormFn forward, backward;       // an empty function: that pass is not implemented
   NormFn add_forward;             // Pass::addfwd
+  // Per call, where the kernel decides by size (the fused kernels: cpu::fused_streams); empty:
+  // streaming_stores above.
+  std::function<bool(Pass, const NormArgs&)> streams;
   std::string name() const { return std::string(to_string(norm)) + "." + impl; }
   const NormFn& fn(Pass p) const { return p == Pass::fwd ? forward : p == Pass::bwd ? backward : add_forward; }
 };

@@ -647,7 +647,7 @@ void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, c
 void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                              const float* beta, int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  if (streams_output(y, n, d, 2))
+  if (fused_streams(FusedPass::forward, y, n, d))
     layernorm_forward_rows<true>(y, mean, rstd, x, gamma, beta, n, d, eps);
   else
     layernorm_forward_rows<false>(y, mean, rstd, x, gamma, beta, n, d, eps);
@@ -658,7 +658,7 @@ void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const floa
                               const float* rstd, int64_t n, int64_t d) {
   if (d <= 0) return;
   if (n <= 0) return zero_params(dgamma, dbeta, d);
-  if (streams_output(dx, n, d, 3))
+  if (fused_streams(FusedPass::backward, dx, n, d))
     layernorm_backward_rows<true>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
   else
     layernorm_backward_rows<false>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
@@ -688,7 +688,7 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
                            int64_t d, float eps) {
   if (d <= 0) return;
-  if (streams_output(y, n, d, 2))
+  if (fused_streams(FusedPass::forward, y, n, d))
     rmsnorm_forward_rows<true>(y, rstd, x, gamma, n, d, eps);
   else
     rmsnorm_forward_rows<false>(y, rstd, x, gamma, n, d, eps);
@@ -698,7 +698,7 @@ void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const flo
                             const float* gamma, const float* rstd, int64_t n, int64_t d) {
   if (d <= 0) return;
   if (n <= 0) return zero_params(dgamma, nullptr, d);
-  if (streams_output(dx, n, d, 3))
+  if (fused_streams(FusedPass::backward, dx, n, d))
     rmsnorm_backward_rows<true>(dx, dgamma, dy, x, gamma, rstd, n, d);
   else
     rmsnorm_backward_rows<false>(dx, dgamma, dy, x, gamma, rstd, n, d);
@@ -724,7 +724,7 @@ void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, c
                                  const float* b, float alpha, const float* gamma, const float* beta,
                                  int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  if (streams_output(y, n, d, 4))
+  if (fused_streams(FusedPass::add_forward, y, n, d))
     add_layernorm_forward_rows<true>(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
   else
     add_layernorm_forward_rows<false>(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
@@ -733,7 +733,7 @@ void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, c
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps) {
   if (d <= 0) return;
-  if (streams_output(y, n, d, 4))
+  if (fused_streams(FusedPass::add_forward, y, n, d))
     add_rmsnorm_forward_rows<true>(s, y, rstd, a, b, alpha, gamma, n, d, eps);
   else
     add_rmsnorm_forward_rows<false>(s, y, rstd, a, b, alpha, gamma, n, d, eps);

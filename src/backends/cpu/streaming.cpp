@@ -130,6 +130,12 @@ bool streams_output(const float* out, int64_t n, int64_t d, int64_t arrays) {
   return streaming_stores().enabled;
 }
 
+bool fused_streams(FusedPass pass, const float* out, int64_t n, int64_t d) {
+  // The N x D arrays each kernel touches: x, y; x, dy, dx; a, b, s, y.
+  const int64_t arrays = pass == FusedPass::forward ? 2 : pass == FusedPass::backward ? 3 : 4;
+  return streams_output(out, n, d, arrays);
+}
+
 int64_t last_level_cache_size() {
   static const int64_t llc = last_level_cache_bytes();
   return llc;
