@@ -399,6 +399,11 @@ def main(argv=None):
         return compare(args)
     if args.check_init:
         return check_init(args)
+    # PyTorch at its best: with jemalloc preloaded when it is installed (Debian: libjemalloc2), as
+    # torch_bench.py runs it; the choice is recorded in the output.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_bench import reexec_with_allocator
+    allocator = reexec_with_allocator("auto")
     import torch
 
     torch.set_num_threads(args.threads)
@@ -411,6 +416,7 @@ def main(argv=None):
     modes = ["eager", "compile"] if args.mode == "both" else [args.mode]
     out = {
         "torch": torch.__version__,
+        "allocator": allocator,
         "config": {k: getattr(args, k) for k in ("model", "layers", "d_model", "d_hidden", "heads", "qk_norm",
                                                   "vocab", "seq_len", "batch_size", "norm", "placement",
                                                   "threads")},
@@ -711,6 +717,7 @@ def run_torch(args, mode, norm, threads, mix):
     except (ValueError, KeyError, IndexError):
         return {"error": (p.stderr or p.stdout)[-2000:], **load}
     r["torch"] = j["torch"]
+    r["allocator"] = j.get("allocator")
     r["mix_choice_median_s"] = j.get("mix_choice_median_s")
     return {**r, **load}
 
