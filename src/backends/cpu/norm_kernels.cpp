@@ -128,6 +128,27 @@ inline const float* two_ahead(const float* base, int64_t i, int64_t hi, int64_t 
   return i + 2 < hi ? base + (i + 2) * d : nullptr;
 }
 
+// Forward kernels for rows of d >= kPipelineMinD, split over threads: row i's output sweep runs
+// in the loop that computes row i+1's statistics (reading that row from memory), so that loads
+// from memory, loads from L1/L2 and stores interleave as in a copy loop, and it prefetches row i+2
+// of in1 and in2 (nullable). stats(i, alongside) computes row i's statistics while calling
+// alongside(j, n) on every vector position (the same bits whatever alongside does); out_of(i, st)
+// makes row i's output sweep.
+template <bool kStream, class Stats, class OutOf>
+void for_rows_pipelined(int64_t n, int64_t d, const float* in1, const float* in2, Stats&& stats, OutOf&& out_of) {
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+    auto st = stats(lo, [](int64_t, int64_t) {});
+    for (int64_t i = lo; i < hi; ++i) {
+      auto out = out_of(i, st);
+      if (i + 1 < hi)
+        st = stats(i + 1, prefetching(out, two_ahead(in1, i, hi, d), two_ahead(in2, i, hi, d)));
+      else
+        row_for(d, out);
+    }
+    if (kStream) stream_fence();
+  });
+}
+
 // Rows [lo, hi) in tiles: stats(g0, g1, st) leaves the statistics of rows [g0, g1) (at most
 // kWidth rows: a row's mean, shift and rstd, or the backward's two means) in st[0, g1 - g0),
 // for every group of the tile, then apply(i, st) runs on each row.
@@ -398,32 +419,17 @@ template <bool kStream>
 void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                             const float* beta, int64_t n, int64_t d, float eps) {
   const float inv_d = 1.0f / float(d);
-  auto stats = [&](int64_t i) {
-    const float* xr = x + i * d;
-    const float c = row_shift(xr, d);
-    float su = 0, ss = 0;
-    row_reduce2(d, su, ss, shifted_moment_terms(xr, c));
-    return layernorm_finish(xr, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
-  };
   if (d >= kPipelineMinD) {
-    // Row i's output sweep runs in the loop that sums row i+1's moments (reading it from memory).
-    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
-      LnStats st = stats(lo);
-      for (int64_t i = lo; i < hi; ++i) {
-        auto apply = layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st);
-        if (i + 1 < hi) {
-          const float* next = x + (i + 1) * d;
-          const float c = row_shift(next, d);
+    for_rows_pipelined<kStream>(
+        n, d, x, nullptr,
+        [&](int64_t i, auto&& alongside) {
+          const float* xr = x + i * d;
+          const float c = row_shift(xr, d);
           float su = 0, ss = 0;
-          row_reduce2_alongside(d, su, ss, shifted_moment_terms(next, c),
-                                prefetching(apply, two_ahead(x, i, hi, d), nullptr));
-          st = layernorm_finish(next, d, c, su, ss, inv_d, eps, mean[i + 1], rstd[i + 1]);
-        } else {
-          row_for(d, apply);
-        }
-      }
-      if (kStream) stream_fence();
-    });
+          row_reduce2_alongside(d, su, ss, shifted_moment_terms(xr, c), alongside);
+          return layernorm_finish(xr, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
+        },
+        [&](int64_t i, const LnStats& st) { return layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st); });
     return;
   }
   for_rows_tiled<kStream, LnStats>(
@@ -493,18 +499,12 @@ void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* ga
   const float inv_d = 1.0f / float(d);
   auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = rstd_from(ss, inv_d, eps); };
   if (d >= kPipelineMinD) {
-    // Row i's output sweep runs inside row i+1's sum of squares (see row_reduce_alongside).
-    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
-      float ss = row_reduce(d, sq_terms(x + lo * d));
-      for (int64_t i = lo; i < hi; ++i) {
-        auto apply = rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, finish_rstd(i, ss));
-        if (i + 1 < hi)
-          ss = row_reduce_alongside(d, sq_terms(x + (i + 1) * d), prefetching(apply, two_ahead(x, i, hi, d), nullptr));
-        else
-          row_for(d, apply);
-      }
-      if (kStream) stream_fence();
-    });
+    for_rows_pipelined<kStream>(
+        n, d, x, nullptr,
+        [&](int64_t i, auto&& alongside) {
+          return finish_rstd(i, row_reduce_alongside(d, sq_terms(x + i * d), alongside));
+        },
+        [&](int64_t i, float rs) { return rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, rs); });
     return;
   }
   for_rows_tiled<kStream, float>(
@@ -571,16 +571,8 @@ void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, co
       row_reduce2_alongside(d, su, ss, add_moment_terms(s + i * d, a + i * d, b + i * d, alpha, c), alongside);
       return layernorm_finish(s + i * d, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
     };
-    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
-      LnStats st = stats(lo, [](int64_t, int64_t) {});
-      for (int64_t i = lo; i < hi; ++i) {
-        auto apply = layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st);
-        if (i + 1 < hi)
-          st = stats(i + 1, prefetching(apply, two_ahead(a, i, hi, d), two_ahead(b, i, hi, d)));
-        else
-          row_for(d, apply);
-      }
-      if (kStream) stream_fence();
+    for_rows_pipelined<kStream>(n, d, a, b, stats, [&](int64_t i, const LnStats& st) {
+      return layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st);
     });
     return;
   }
@@ -611,16 +603,8 @@ void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, c
       return rstd[i] = rstd_from(row_reduce_alongside(d, add_sq_terms(s + i * d, a + i * d, b + i * d, alpha), alongside),
                                  inv_d, eps);
     };
-    parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
-      float rs = sumsq(lo, [](int64_t, int64_t) {});
-      for (int64_t i = lo; i < hi; ++i) {
-        auto apply = rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs);
-        if (i + 1 < hi)
-          rs = sumsq(i + 1, prefetching(apply, two_ahead(a, i, hi, d), two_ahead(b, i, hi, d)));
-        else
-          row_for(d, apply);
-      }
-      if (kStream) stream_fence();
+    for_rows_pipelined<kStream>(n, d, a, b, sumsq, [&](int64_t i, float rs) {
+      return rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs);
     });
     return;
   }
