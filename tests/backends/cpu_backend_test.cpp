@@ -8,6 +8,7 @@
 // propagation; and results that do not depend on the thread count.
 // Run: ctest -R 'Cpu|Kernel'   (or: test_backends --gtest_filter='*Kernel*:Cpu*')
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -952,6 +953,28 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
   // accumulate (a sum post-op) is part of the key too.
   be.matmul(c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, true});
   EXPECT_EQ(be.primitives_created(), after_first + 2);
+}
+
+// A primitive is made for the thread count it runs at: oneDNN fixes a primitive's parallel
+// decomposition when it is created, so one made at 1 thread must not be reused at 2.
+TEST(CpuPrimitiveCache, ThreadCountIsPartOfTheKey) {
+  Backend& be = cpu_backend();
+  Rng rng(2001, stream::check);
+  const int64_t m = 43, k = 31, n = 23;  // shapes used nowhere else
+  Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n}), y = e32({m, n});
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const uint64_t before = be.primitives_created();
+  be.linear_forward(y, x, w, bias, m, k, n);
+  EXPECT_EQ(be.primitives_created(), before + 1);
+  omp_set_num_threads(2);
+  be.linear_forward(y, x, w, bias, m, k, n);
+  EXPECT_EQ(be.primitives_created(), before + 2) << "the 1-thread primitive was reused at 2 threads";
+  be.linear_forward(y, x, w, bias, m, k, n);
+  omp_set_num_threads(1);
+  be.linear_forward(y, x, w, bias, m, k, n);
+  EXPECT_EQ(be.primitives_created(), before + 2) << "each thread count's primitive is cached";
+  omp_set_num_threads(saved);
 }
 
 // ============================================================================

@@ -9,6 +9,7 @@
 // that order) and describe() names it for messages. oneDNN errors become normlab::Error with the
 // primitive and its shapes in the message.
 #pragma once
+#include <omp.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -24,11 +25,18 @@
 namespace normlab::cpu {
 
 // Everything that defines a primitive, as integers (floats by their bits). Built on every
-// call, so it lives on the stack: no allocation on a cache hit.
+// call, so it lives on the stack: no allocation on a cache hit. The OpenMP thread count is part
+// of it: oneDNN fixes a primitive's parallel decomposition when it is created (its own cache keys
+// on the thread count for that reason), so a primitive made at 1 thread and reused at 2 ran its
+// products on one thread: `bench step`'s 2-thread toy step, run after its 1-thread pass, took
+// 21.1-21.5 ms without the thread count in this key and 9.8-10.0 ms with it (Zen 4 guest).
 class PrimitiveKey {
  public:
-  static constexpr int kCapacity = 48;  // a 4-D matmul needs 1 + 3*(1+4+4) + 3 = 31
-  explicit PrimitiveKey(int64_t kind) { add(kind); }
+  static constexpr int kCapacity = 48;  // a 4-D matmul needs 2 + 3*(1+4+4) + 3 = 32
+  explicit PrimitiveKey(int64_t kind) {
+    add(kind);
+    add(omp_get_max_threads());
+  }
   PrimitiveKey& add(int64_t x) {
     if (size_ == kCapacity) overflow();
     v_[size_++] = x;
