@@ -71,7 +71,8 @@ struct Partials {
 // Each fused kernel has a statistics phase per row (one or two reductions over the row, whose
 // latency - the adds of a reduction, a horizontal sum, a divide, a square root - is what a
 // short row costs) and an apply phase (a sweep that writes the output). Rows are taken in tiles
-// of ~8 KiB: first the statistics of every row of the tile, then the sweeps. The statistics of
+// of ~8 KiB: first the statistics of every row of the tile, kWidth rows at a time with one
+// transposing sum across their lanes (group_sums), then the sweeps. The statistics of
 // neighbouring rows do not depend on each other, so the out-of-order core overlaps their
 // latencies (in L1, 512 rows of d 64 took 26 us one row at a time, 13-22 us in tiles); the tile is
 // still in L1 when the apply phase re-reads it, so x comes from memory once. While it works
