@@ -407,6 +407,26 @@ struct NormBwd {
   int64_t d;
 };
 
+// One element of a norm backward, for both backward kernels: g = dy*gamma and xhat =
+// (x-mu)*rstd (mu = 0 for RMSNorm); with the row's means of g and g*xhat,
+// dx = rstd*(g - mean(g) - xhat*mean(g*xhat)).
+struct GradElem {
+  float g, xhat;
+};
+__device__ __forceinline__ GradElem grad_elem(float x, float dy, float gamma, float mu, float rs) {
+  return {dy * gamma, (x - mu) * rs};
+}
+__device__ __forceinline__ float grad_dx(GradElem e, float rs, float mean_g, float mean_gx) {
+  return rs * (e.g - mean_g - e.xhat * mean_gx);
+}
+// The row's two means from each thread's partial sums (RMSNorm has no mean(g) term).
+template <bool kRms>
+__device__ __forceinline__ void grad_means(float sg, float sgx, float* scratch, int64_t d, float& mean_g,
+                                           float& mean_gx) {
+  mean_g = kRms ? 0.0f : block_sum(sg, scratch) / static_cast<float>(d);
+  mean_gx = block_sum(sgx, scratch) / static_cast<float>(d);
+}
+
 // dx, one block per row: g = dy*gamma, xhat = (x-mu)*rstd;
 // dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (RMSNorm: without mean(g)). kCache keeps x and
 // dy of the row in shared memory between the two passes.
@@ -432,14 +452,13 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
         cache[u * P + k] = xv[k];
         cache[d + u * P + k] = dv[k];
       }
-      const float g = dv[k] * gv[k];
-      const float xhat = (xv[k] - mu) * rs;
-      sg += g;
-      sgx += g * xhat;
+      const GradElem e = grad_elem(xv[k], dv[k], gv[k], mu, rs);
+      sg += e.g;
+      sgx += e.g * e.xhat;
     }
   }
-  const float mean_g = kRms ? 0.0f : block_sum(sg, scratch) / static_cast<float>(d);
-  const float mean_gx = block_sum(sgx, scratch) / static_cast<float>(d);
+  float mean_g, mean_gx;
+  grad_means<kRms>(sg, sgx, scratch, d, mean_g, mean_gx);
   T* dxr = p.dx + row * d;
   for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
     float xv[P], dv[P], gv[P], o[P];
@@ -455,11 +474,7 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
     }
     load_unit<T, P>(p.gamma, u, gv);
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const float g = dv[k] * gv[k];
-      const float xhat = (xv[k] - mu) * rs;
-      o[k] = rs * (g - mean_g - xhat * mean_gx);
-    }
+    for (int k = 0; k < P; ++k) o[k] = grad_dx(grad_elem(xv[k], dv[k], gv[k], mu, rs), rs, mean_g, mean_gx);
     store_unit<T, P>(dxr, u, o);
   }
 }
@@ -498,16 +513,15 @@ __global__ void norm_backward_fused_kernel(NormBwd<T> p, int64_t n, float* part_
       load_unit<T, P>(p.gamma, u, gv);
 #pragma unroll
       for (int e = 0; e < P; ++e) {
-        const float xhat = (xv[e] - mu) * rs;
-        const float g = dv[e] * gv[e];
-        sg += g;
-        sgx += g * xhat;
-        sg_col[u * P + e] += dv[e] * xhat;
+        const GradElem t = grad_elem(xv[e], dv[e], gv[e], mu, rs);
+        sg += t.g;
+        sgx += t.g * t.xhat;
+        sg_col[u * P + e] += dv[e] * t.xhat;
         if (!kRms) sb_col[u * P + e] += dv[e];
       }
     }
-    const float mean_g = kRms ? 0.0f : block_sum(sg, scratch) / static_cast<float>(d);
-    const float mean_gx = block_sum(sgx, scratch) / static_cast<float>(d);
+    float mean_g, mean_gx;
+    grad_means<kRms>(sg, sgx, scratch, d, mean_g, mean_gx);
     if (p.dx) {
       T* dxr = p.dx + row * d;
       for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
@@ -516,10 +530,7 @@ __global__ void norm_backward_fused_kernel(NormBwd<T> p, int64_t n, float* part_
         load_unit<T, P>(dyr, u, dv);
         load_unit<T, P>(p.gamma, u, gv);
 #pragma unroll
-        for (int e = 0; e < P; ++e) {
-          const float xhat = (xv[e] - mu) * rs;
-          o[e] = rs * (dv[e] * gv[e] - mean_g - xhat * mean_gx);
-        }
+        for (int e = 0; e < P; ++e) o[e] = grad_dx(grad_elem(xv[e], dv[e], gv[e], mu, rs), rs, mean_g, mean_gx);
         store_unit<T, P>(dxr, u, o);
       }
     }
