@@ -143,15 +143,18 @@ bool rename_noreplace(const std::string& from, const std::string& to) {
 }
 
 // The finished run `tmp` becomes `dir`. When `old` is given, the run directory that was at dir
-// when the run started is replaced, and only that one (same device and inode); anything else
-// found at dir, or a failure, keeps the finished run at tmp and says so.
+// when the run started is replaced, and only that one: same device and inode, and still a run
+// directory (an inode number freed by removing the old run is often handed to the next directory
+// made, so a person's directory put in its place can carry the same one); anything else found at
+// dir, or a failure, keeps the finished run at tmp and says so.
 void claim(const std::string& tmp, const std::string& dir, const struct stat* old, const std::string& shown_dir) {
   const std::string kept = fmt::format("the finished run is kept at {}", shown(tmp, 200));
   std::string aside;
   if (old) {
     aside = dir + ".replaced." + std::to_string(getpid());
     struct stat now {};
-    const bool same = ::lstat(dir.c_str(), &now) == 0 && now.st_dev == old->st_dev && now.st_ino == old->st_ino;
+    const bool same = ::lstat(dir.c_str(), &now) == 0 && now.st_dev == old->st_dev && now.st_ino == old->st_ino &&
+                      is_run_directory(dir);
     if (!same) {
       // Gone (someone removed it: nothing to replace) or another directory took its place.
       if (::lstat(dir.c_str(), &now) == 0)
@@ -161,7 +164,8 @@ void claim(const std::string& tmp, const std::string& dir, const struct stat* ol
     } else if (!rename_noreplace(dir, aside)) {
       throw UsageError(fmt::format("cannot move the old run '{}' aside: {}; {}", shown(shown_dir, 200),
                                    std::strerror(errno), kept));
-    } else if (::lstat(aside.c_str(), &now) != 0 || now.st_ino != old->st_ino || now.st_dev != old->st_dev) {
+    } else if (::lstat(aside.c_str(), &now) != 0 || now.st_ino != old->st_ino || now.st_dev != old->st_dev ||
+               !is_run_directory(aside)) {
       ::renameat2(AT_FDCWD, aside.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE);  // put it back
       throw UsageError(fmt::format("'{}' changed while this run was going; {}", shown(shown_dir, 200), kept));
     }
