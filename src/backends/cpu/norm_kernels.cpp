@@ -66,6 +66,16 @@ struct Partials {
   float* block(int64_t b, int64_t d) const { return p ? p + b * d : nullptr; }
 };
 
+// Each thread's share of a kernel is one function with everything it calls inlined into it: the
+// row math is lambdas passed through several layers, and where GCC's inliner stopped short of
+// that on its own, the per-vector loops reloaded their pointers from the stack (one kernel
+// changed by 20-37% with unrelated edits elsewhere in this file).
+#if defined(__GNUC__)
+#define NORMLAB_FLATTEN __attribute__((flatten))
+#else
+#define NORMLAB_FLATTEN
+#endif
+
 // ---- rows in L1 tiles, two phases ------------------------------------------------------------
 //
 // Each fused kernel has a statistics phase per row (one or two reductions over the row, whose
@@ -104,6 +114,7 @@ inline void prefetch_line(const float* p, int64_t j) {
 
 // Row i of the next tile (rows ahead = the tile's height), or nullptr when that is past n.
 inline const float* ahead(const float* base, int64_t i, int64_t n, int64_t d) {
+  if (base) return nullptr;
   const int64_t k = i + tile_rows(d);
   return k < n ? base + k * d : nullptr;
 }
@@ -137,7 +148,7 @@ inline const float* two_ahead(const float* base, int64_t i, int64_t hi, int64_t 
 // makes row i's output sweep.
 template <bool kStream, class Stats, class OutOf>
 void for_rows_pipelined(int64_t n, int64_t d, const float* in1, const float* in2, Stats&& stats, OutOf&& out_of) {
-  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) NORMLAB_FLATTEN {
     auto st = stats(lo, [](int64_t, int64_t) {});
     for (int64_t i = lo; i < hi; ++i) {
       auto out = out_of(i, st);
@@ -166,32 +177,33 @@ void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply) 
 
 // The sums of rows [g0, g1) (at most kWidth), lane r for row g0 + r (other lanes 0): each row
 // summed lane-wise (row_accumulate), then all of them across lanes at once (reduce_add_rows).
+// The statistics computed from them stay in lanes too (layernorm_finish_group, rstd_from on VF).
 // terms_of(i) is row i's function of a vector position, as row_reduce takes. The order of the
 // additions within a row does not depend on the other rows of the group, so a row's sum does
 // not depend on how rows were grouped (or on the thread count).
 template <class TermsOf>
-inline void group_sums(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of, float* sums) {
+inline VF group_sums(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of) {
   VF a[kWidth];
   for (int64_t r = 0; r < kWidth; ++r) a[r] = g0 + r < g1 ? row_accumulate(d, terms_of(g0 + r)) : zero();
-  store(sums, reduce_add_rows(a));
+  return reduce_add_rows(a);
 }
 
 // Two sums per row (row_accumulate2's f), as group_sums.
 template <class TermsOf>
-inline void group_sums2(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of, float* su, float* sv) {
+inline void group_sums2(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of, VF& su, VF& sv) {
   VF u[kWidth], v[kWidth];
   for (int64_t r = 0; r < kWidth; ++r) {
     u[r] = v[r] = zero();
     if (g0 + r < g1) row_accumulate2(d, u[r], v[r], terms_of(g0 + r));
   }
-  store(su, reduce_add_rows(u));
-  store(sv, reduce_add_rows(v));
+  su = reduce_add_rows(u);
+  sv = reduce_add_rows(v);
 }
 
 // Forward kernels: rows split over threads, each thread's range in tiles.
 template <bool kStream, class S, class Stats, class Apply>
 void for_rows_tiled(int64_t n, int64_t d, Stats&& stats, Apply&& apply) {
-  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) NORMLAB_FLATTEN {
     for_tiles<S>(lo, hi, d, stats, apply);
     if (kStream) stream_fence();
   });
@@ -251,7 +263,7 @@ struct LnStats {
 // The value a row is summed shifted by: the mean of its first vector (all of it when d <=
 // kWidth). It is within a fraction of a standard deviation of the row's mean for most rows
 // (1/4 of one on average for 16 Gaussian values), which keeps the one-sweep variance exact to a
-// few roundings (shift_close_enough); the row's first element alone would be further away.
+// few roundings (shift_too_far); the row's first element alone would be further away.
 // row_shift for one row (the pipelined kernels), group_shifts for the rows [g0, g1) of a tile
 // at once, first_of(i) giving row i's first vector.
 inline float row_shift(const float* x, int64_t d) {
@@ -291,21 +303,51 @@ inline auto centred_moment_terms(const float* x, float c, float m) {
 // values, say), the row is summed again centred, from L1/L2 where the sweep left it, and the
 // mean corrected by the centred sum (the corrected two-pass algorithm of Chan, Golub and
 // LeVeque): the shifted sum of large terms is where the first mean lost its digits.
+inline void centred_correction(const float* x, int64_t d, float c, float inv_d, float& m, float& var) {
+  float se = 0, see = 0;
+  row_reduce2(d, se, see, centred_moment_terms(x, c, m));
+  const float dm = se * inv_d;
+  m += dm;
+  var = shifted_variance(dm, see, inv_d);
+}
+
 inline LnStats layernorm_finish(const float* x, int64_t d, float c, float su, float ss, float inv_d, float eps,
                                 float& mean_out, float& rstd_out) {
   float m = su * inv_d;
   float var = shifted_variance(m, ss, inv_d);
-  if (!shift_close_enough(m, var)) {
-    float se = 0, see = 0;
-    row_reduce2(d, se, see, centred_moment_terms(x, c, m));
-    const float dm = se * inv_d;
-    m += dm;
-    var = shifted_variance(dm, see, inv_d);
-  }
+  if (shift_too_far(m, var)) centred_correction(x, d, c, inv_d, m, var);
   const LnStats st{c, m, rstd_of_variance(var, eps)};
   mean_out = c + m;
   rstd_out = st.rs;
   return st;
+}
+
+// layernorm_finish for the rows [g0, g1) of a group at once, lane r for row g0 + r (c: the
+// shifts, kWidth of them; su, ss: the shifted sums), row_of(i) the row summed; the statistics go
+// to mean, rstd (the kernel's outputs, indexed by row) and st (the tile's, from row g0). The same
+// operations in lanes, so the same bits; the rare row whose shift was too far is corrected alone.
+template <class RowOf>
+inline void layernorm_finish_group(int64_t g0, int64_t g1, int64_t d, RowOf&& row_of, const float* c, VF su, VF ss,
+                                   float inv_d, float eps, float* mean, float* rstd, LnStats* st) {
+  const int64_t k = g1 - g0;
+  const VF vinv = set1(inv_d);
+  VF m = su * vinv;
+  VF var = shifted_variance(m, ss, vinv);
+  alignas(64) float mf[kWidth], vf[kWidth];
+  if (shift_too_far(m, var) & ((uint32_t(1) << k) - 1)) {
+    store(mf, m);
+    store(vf, var);
+    for (int64_t r = 0; r < k; ++r)
+      if (shift_too_far(mf[r], vf[r])) centred_correction(row_of(g0 + r), d, c[r], inv_d, mf[r], vf[r]);
+    m = load(mf);
+    var = load(vf);
+  }
+  const VF rs = rstd_of_variance(var, set1(eps));
+  store_n(mean + g0, load(c) + m, k);
+  store_n(rstd + g0, rs, k);
+  store(mf, m);
+  store(vf, rs);
+  for (int64_t r = 0; r < k; ++r) st[r] = LnStats{c[r], mf[r], vf[r]};
 }
 
 // for j: ss += x[j]^2
@@ -436,11 +478,11 @@ void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, 
   for_rows_tiled<kStream, LnStats>(
       n, d,
       [&](int64_t g0, int64_t g1, LnStats* st) {
-        float c[kWidth], su[kWidth], ss[kWidth];
+        alignas(64) float c[kWidth];
+        VF su, ss;
         group_shifts(g0, g1, d, [&](int64_t i, int64_t k) { return load_n(x + i * d, k); }, c);
         group_sums2(g0, g1, d, [&](int64_t i) { return shifted_moment_terms(x + i * d, c[i - g0]); }, su, ss);
-        for (int64_t i = g0; i < g1; ++i)
-          st[i - g0] = layernorm_finish(x + i * d, d, c[i - g0], su[i - g0], ss[i - g0], inv_d, eps, mean[i], rstd[i]);
+        layernorm_finish_group(g0, g1, d, [&](int64_t i) { return x + i * d; }, c, su, ss, inv_d, eps, mean, rstd, st);
       },
       [&](int64_t i, const LnStats& st) {
         sweep_prefetching(d, layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st), ahead(x, i, n, d),
@@ -482,9 +524,12 @@ void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float
         n, d, blocks,
         [&](int64_t g0, int64_t g1, GradStats* st) {
           if (!dx) return;  // the parameter gradients need no row statistics
-          float sg[kWidth], sgx[kWidth];
+          VF sg, sgx;
           group_sums2(g0, g1, d, terms, sg, sgx);
-          for (int64_t i = g0; i < g1; ++i) st[i - g0] = means(sg[i - g0], sgx[i - g0]);
+          alignas(64) float mg[kWidth], mgx[kWidth];
+          store(mg, sg * set1(inv_d));
+          store(mgx, sgx * set1(inv_d));
+          for (int64_t i = g0; i < g1; ++i) st[i - g0] = GradStats{mg[i - g0], mgx[i - g0]};
         },
         [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
           sweep_prefetching(d, sweep_of(b, i, st, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
@@ -511,9 +556,10 @@ void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* ga
   for_rows_tiled<kStream, float>(
       n, d,
       [&](int64_t g0, int64_t g1, float* rs) {
-        float ss[kWidth];
-        group_sums(g0, g1, d, [&](int64_t i) { return sq_terms(x + i * d); }, ss);
-        for (int64_t i = g0; i < g1; ++i) rs[i - g0] = finish_rstd(i, ss[i - g0]);
+        const VF r = rstd_from(group_sums(g0, g1, d, [&](int64_t i) { return sq_terms(x + i * d); }), set1(inv_d),
+                               set1(eps));
+        store_n(rs, r, g1 - g0);
+        store_n(rstd + g0, r, g1 - g0);
       },
       [&](int64_t i, float rs) {
         sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, rs), ahead(x, i, n, d), nullptr);
@@ -543,9 +589,9 @@ void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const floa
         n, d, blocks,
         [&](int64_t g0, int64_t g1, GradStats* st) {
           if (!dx) return;
-          float sgx[kWidth];
-          group_sums(g0, g1, d, terms, sgx);
-          for (int64_t i = g0; i < g1; ++i) st[i - g0] = GradStats{0, sgx[i - g0] * inv_d};
+          alignas(64) float mgx[kWidth];
+          store(mgx, group_sums(g0, g1, d, terms) * set1(inv_d));
+          for (int64_t i = g0; i < g1; ++i) st[i - g0] = GradStats{0, mgx[i - g0]};
         },
         [&](int64_t b, int64_t i, const GradStats& st, bool first_in_block) {
           sweep_prefetching(d, sweep_of(b, i, st, first_in_block), ahead(dy, i, n, d), ahead(x, i, n, d));
@@ -581,13 +627,13 @@ void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, co
       n, d,
       [&](int64_t g0, int64_t g1, LnStats* st) {
         const VF valpha = set1(alpha);
-        float c[kWidth], su[kWidth], ss[kWidth];
+        alignas(64) float c[kWidth];
+        VF su, ss;
         group_shifts(g0, g1, d, [&](int64_t i, int64_t k) { return fmadd(valpha, load_n(a + i * d, k), load_n(b + i * d, k)); },
                      c);
         group_sums2(g0, g1, d, [&](int64_t i) { return add_moment_terms(s + i * d, a + i * d, b + i * d, alpha, c[i - g0]); },
                     su, ss);
-        for (int64_t i = g0; i < g1; ++i)
-          st[i - g0] = layernorm_finish(s + i * d, d, c[i - g0], su[i - g0], ss[i - g0], inv_d, eps, mean[i], rstd[i]);
+        layernorm_finish_group(g0, g1, d, [&](int64_t i) { return s + i * d; }, c, su, ss, inv_d, eps, mean, rstd, st);
       },
       [&](int64_t i, const LnStats& st) {
         sweep_prefetching(d, layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st), ahead(a, i, n, d),
@@ -612,9 +658,10 @@ void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, c
   for_rows_tiled<kStream, float>(
       n, d,
       [&](int64_t g0, int64_t g1, float* rs) {
-        float ss[kWidth];
-        group_sums(g0, g1, d, [&](int64_t i) { return add_sq_terms(s + i * d, a + i * d, b + i * d, alpha); }, ss);
-        for (int64_t i = g0; i < g1; ++i) rs[i - g0] = rstd[i] = rstd_from(ss[i - g0], inv_d, eps);
+        const VF r = rstd_from(group_sums(g0, g1, d, [&](int64_t i) { return add_sq_terms(s + i * d, a + i * d, b + i * d, alpha); }),
+                               set1(inv_d), set1(eps));
+        store_n(rs, r, g1 - g0);
+        store_n(rstd + g0, r, g1 - g0);
       },
       [&](int64_t i, float rs) {
         sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs), ahead(a, i, n, d),

@@ -83,6 +83,8 @@ inline VF pow2_int(VF n) {
 inline VF select_lt(VF a, VF b, VF t, VF f) {
   return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ), f.v, t.v)};
 }
+// Bit r set where lane r of a > b (false when either is NaN).
+inline uint32_t greater(VF a, VF b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ); }
 inline float reduce_add(VF a) { return _mm512_reduce_add_ps(a.v); }
 inline float reduce_max(VF a) { return _mm512_reduce_max_ps(a.v); }
 
@@ -127,6 +129,9 @@ inline VF pow2_int(VF n) {
 }
 inline VF select_lt(VF a, VF b, VF t, VF f) {
   return {_mm256_blendv_ps(f.v, t.v, _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ))};
+}
+inline uint32_t greater(VF a, VF b) {
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)));
 }
 inline float reduce_add(VF a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
@@ -188,6 +193,11 @@ inline VF pow2_int(VF n) {
   return r;
 }
 inline VF select_lt(VF a, VF b, VF t, VF f) { NORMLAB_SIMD_MAP(a.v[i] < b.v[i] ? t.v[i] : f.v[i]); }
+inline uint32_t greater(VF a, VF b) {
+  uint32_t m = 0;
+  for (int i = 0; i < 8; ++i) m |= uint32_t(a.v[i] > b.v[i]) << i;
+  return m;
+}
 inline float reduce_add(VF a) {
   // Pairwise, as the vector versions do.
   float s4[4];
@@ -204,6 +214,8 @@ inline float reduce_max(VF a) {
 #endif
 
 // ---- derived operations, written once for every instruction set ----------------------------
+// 1/sqrt(v), correctly rounded twice as the scalar 1.0f / std::sqrt(v) is (not an rsqrt estimate).
+inline VF reciprocal_sqrt(VF v) { return set1(1.0f) / sqrt(v); }
 
 // n lanes from p (n <= kWidth): a whole vector, or a tail whose other lanes are 0.
 inline VF load_n(const float* p, int64_t n) { return n == kWidth ? load(p) : load_tail(p, n); }
