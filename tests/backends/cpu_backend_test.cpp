@@ -1115,32 +1115,43 @@ TEST(CpuBackend, NonFiniteValuesPropagate) {
 }
 
 // The same inputs give the same bits with 1 and with 2 threads: per-row kernels give each row
-// to one thread, and parameter gradients / sums are reduced in fixed blocks.
+// to one thread, and parameter gradients / sums are reduced in fixed blocks. Rows of d < 256
+// take the tiled kernels, whose groups of rows (statistics finished kWidth rows at once) start
+// where each thread's range does; 250 rows split 125/125 so that the groups shift by a row
+// count that is not a multiple of the vector width.
 TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
-  const int64_t n = 512, d = 256;  // above the threading threshold
-  NormInputs in(n, d, 2100);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
-    Tensor dx = e32({n, d}), dg = e32({d}), db = e32({d}), rdg = e32({d});
-    cpu_backend().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
-    cpu_backend().layernorm_backward(&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d);
-    cpu_backend().rmsnorm_backward(nullptr, &rdg, in.dy, in.x, in.gamma, rstd, n, d);
-    std::vector<double> all;
-    for (const Tensor* t : {&y, &dx, &dg, &db, &rdg}) {
-      auto v = t->to_vector();
-      all.insert(all.end(), v.begin(), v.end());
-    }
-    all.push_back(cpu_backend().sum_squares(in.x));
-    return all;
-  };
-  const int before = num_threads();
-  auto one = run(1), two = run(2);
-  set_num_threads(before);
-  ASSERT_EQ(one.size(), two.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
-  EXPECT_EQ(differ, 0u) << "values that changed with the thread count";
+  for (const auto& shape : {std::pair<int64_t, int64_t>{512, 256}, {250, 65}, {512, 64}}) {
+    const int64_t n = shape.first, d = shape.second;  // above the threading threshold
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(d));
+    NormInputs in(n, d, 2100);
+    auto run = [&](int threads) {
+      set_num_threads(threads);
+      Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
+      Tensor dx = e32({n, d}), dg = e32({d}), db = e32({d}), rdg = e32({d});
+      Tensor ry = e32({n, d}), rrstd = e32({n}), rdx = e32({n, d}), s = e32({n, d}), sy = e32({n, d}),
+             smean = e32({n}), srstd = e32({n}), rs = e32({n, d}), rsy = e32({n, d}), rsrstd = e32({n});
+      cpu_backend().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
+      cpu_backend().layernorm_backward(&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d);
+      cpu_backend().rmsnorm_forward(ry, rrstd, in.x, in.gamma, n, d, 1e-5);
+      cpu_backend().rmsnorm_backward(&rdx, &rdg, in.dy, in.x, in.gamma, rrstd, n, d);
+      cpu_backend().add_layernorm_forward(s, sy, smean, srstd, in.x, in.dy, 0.5, in.gamma, in.beta, n, d, 1e-5);
+      cpu_backend().add_rmsnorm_forward(rs, rsy, rsrstd, in.x, in.dy, 0.5, in.gamma, n, d, 1e-5);
+      std::vector<double> all;
+      for (const Tensor* t : {&y, &mean, &rstd, &dx, &dg, &db, &ry, &rrstd, &rdx, &rdg, &s, &sy, &smean, &srstd, &rs, &rsy, &rsrstd}) {
+        auto v = t->to_vector();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      all.push_back(cpu_backend().sum_squares(in.x));
+      return all;
+    };
+    const int before = num_threads();
+    auto one = run(1), two = run(2);
+    set_num_threads(before);
+    ASSERT_EQ(one.size(), two.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
+    EXPECT_EQ(differ, 0u) << "values that changed with the thread count";
+  }
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
