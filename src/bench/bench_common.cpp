@@ -284,6 +284,15 @@ std::vector<std::string> context_warnings(const Context& c) {
         "this process may run on only {} of the {} online CPUs (its affinity mask, e.g. inherited from a pinned "
         "parent process): 'all' threads means {}; run it from an unpinned shell (taskset -p $$)",
         c.num_cpus, c.cpus_online, c.num_cpus));
+  double far = 0;
+  for (double ns : c.thread_round_trip_ns)
+    if (ns > kFarThreadsNs) far = std::max(far, ns);
+  if (far > 0)
+    w.push_back(fmt::format(
+        "threads 0 and 1 exchanged a cache line in {:.0f} ns (round trip) at some point of the run, above {:.0f}: their "
+        "cores were far apart (under a hypervisor, the host moves vCPUs), and multi-threaded figures of that stretch are "
+        "slower than usual; rerun, or compare with a run whose round trip is short",
+        far, kFarThreadsNs));
   if (c.others_cpu > 0.05 || c.steal > 0.05)
     w.push_back(fmt::format(
         "other processes used {:.0f}% of the CPUs' time during the run (the hypervisor stole {:.0f}%): these are not "

@@ -110,6 +110,9 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   for (const FmaPeak& p : c.fma_peaks)
     peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
   j["fma_peak"] = peaks;
+  ordered_json trips = ordered_json::array();
+  for (double ns : c.thread_round_trip_ns) trips.emplace_back(std::isfinite(ns) ? ordered_json(ns) : ordered_json(nullptr));
+  j["thread_round_trip_ns"] = trips;
   if (!c.streaming_stores.empty()) j["streaming_stores"] = c.streaming_stores;
   j["normlab_bench"] = kind;
   j["schema"] = kSchema;
@@ -156,6 +159,8 @@ Context context_from(const json& j) {
       f.lanes = static_cast<int>(get_int(p, "lanes", 1));
       c.fma_peaks.push_back(f);
     }
+  if (j.contains("thread_round_trip_ns") && j["thread_round_trip_ns"].is_array())
+    for (const json& ns : j["thread_round_trip_ns"]) c.thread_round_trip_ns.push_back(ns.is_number() ? ns.get<double>() : NAN);
   c.streaming_stores = j.value("streaming_stores", std::string());
   return c;
 }
@@ -501,6 +506,9 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
     for (const std::string& w : runs[i].warnings)
       if (seen.insert(w).second) out.warnings.push_back(w);
   }
+  out.context.thread_round_trip_ns.clear();
+  for (const Report& r : runs)
+    for (double ns : r.context.thread_round_trip_ns) out.context.thread_round_trip_ns.push_back(ns);
   // The FMA peak at each thread count: the median over the runs, as every merged figure.
   for (FmaPeak& p : out.context.fma_peaks) {
     std::vector<double> v;

@@ -106,10 +106,13 @@ std::string context_line(const Context& c) {
   if (finite(c.others_cpu))
     load += fmt::format(", other processes {:.0f}% of the CPU time during the run", 100 * c.others_cpu);
   const std::string streaming = c.streaming_stores.empty() ? "" : "; streaming stores " + c.streaming_stores;
-  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}",
+  std::string trips;
+  for (double ns : c.thread_round_trip_ns) trips += fmt::format("{}{:.0f}", trips.empty() ? "" : "/", ns);
+  if (!trips.empty()) trips = "; threads 0-1 cache-line round trip " + trips + " ns (start/end)";
+  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}{}",
                      c.date, c.cpu_model, c.num_cpus, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type,
                      libs, c.threads_pinned ? "yes" : "no", c.omp_wait_policy.empty() ? "?" : c.omp_wait_policy,
-                     load, streaming);
+                     load, streaming, trips);
 }
 
 // ---- bench norms -------------------------------------------------------------------------
@@ -355,6 +358,16 @@ std::string fma_peak_line(const Context& c) {
   return s + "\n";
 }
 
+// "Threads 0 and 1 exchange a cache line in 62 / 64 ns (round trip, at the start / end of the run)..."
+std::string thread_round_trip_line(const Context& c) {
+  if (c.thread_round_trip_ns.empty()) return "";
+  std::string v;
+  for (double ns : c.thread_round_trip_ns) v += fmt::format("{}{:.0f}", v.empty() ? "" : " / ", ns);
+  return fmt::format("Threads 0 and 1 exchange a cache line in {} ns (round trip, at the start / end of {}); above {:.0f} "
+                     "ns their cores are far apart and multi-threaded timings are slower than usual\n",
+                     v, c.thread_round_trip_ns.size() > 2 ? "each run" : "the run", kFarThreadsNs);
+}
+
 std::string step_csv(const StepReport& r) {
   std::string s =
       "name,model,norm,threads,layers,d_model,d_hidden,heads,vocab,batch,seq,parameters,norm_parameters,norm_calls,"
@@ -429,7 +442,8 @@ std::string render(const NormReport& r, Format f) {
     }
     case Format::table: break;
   }
-  return sections(r, f, true, norm_table) + "\n" + norm_legend(any_merged(r), any_resident(r)) + "\n";
+  return thread_round_trip_line(r.context) + sections(r, f, true, norm_table) + "\n" +
+         norm_legend(any_merged(r), any_resident(r)) + "\n";
 }
 
 std::string render_norm_summary(const NormReport& r, Format f) { return sections(r, f, false, summary_table); }
@@ -447,7 +461,8 @@ std::string render(const StepReport& r, Format f) {
     }
     case Format::table: break;
   }
-  return fma_peak_line(r.context) + step_table(r).text() + "\n" + step_legend() + "\n";
+  return fma_peak_line(r.context) + thread_round_trip_line(r.context) + step_table(r).text() + "\n" + step_legend() +
+         "\n";
 }
 
 std::string render(const std::vector<CompareRow>& rows, Format f) {

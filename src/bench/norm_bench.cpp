@@ -642,6 +642,8 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     if (opt.log) opt.log(s);
   };
   const int saved_threads = num_threads();
+  const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
+  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   const int64_t avail = available_memory_bytes();
 
   // Buffer sets per shape, and one block of memory for the largest pool, reused by all shapes.
@@ -770,6 +772,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     }
   }
   set_num_threads(saved_threads);
+  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
   derive(report);
 

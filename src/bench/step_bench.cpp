@@ -16,6 +16,7 @@
 // The distance to the physical limit: the step's matrix products count step_matmul_flops()
 // floating-point operations; over the step's time that is its GFLOP/s, set against the FMA
 // peak measured at the same thread count before the steps (fma_peak.cpp).
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <memory>
@@ -279,6 +280,8 @@ StepReport run_step_bench(const StepOptions& opt) {
     if (opt.log) opt.log(s);
   };
   const int saved_threads = num_threads();
+  const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
+  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
   for (int t : threads) {
     report.context.fma_peaks.push_back(measure_fma_peak(t, opt.peak_time));
@@ -349,6 +352,7 @@ StepReport run_step_bench(const StepOptions& opt) {
     }
   }
   set_num_threads(saved_threads);
+  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
   derive(report);
   const Context& ctx = report.context;

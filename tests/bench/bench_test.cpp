@@ -5,6 +5,9 @@
 // on how fast anything runs.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -768,6 +771,37 @@ TEST(BenchStep, FmaPeakAndTheStepsShareOfIt) {
   EXPECT_NE(table.find("%FMA peak"), std::string::npos);
   EXPECT_NE(render(m, Format::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak\n"),
             std::string::npos);
+}
+
+// The two threads' cache-line round trip: measured (finite, positive) where two threads run, NaN
+// where one does; it travels in the JSON context, merges as every run's values in order, is
+// printed, and a far one (cores on different complexes) is warned about.
+TEST(BenchContext, ThreadRoundTrip) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  EXPECT_TRUE(std::isnan(measure_thread_round_trip_ns()));
+  omp_set_num_threads(2);
+  if (omp_get_num_procs() >= 2) {
+    const double ns = measure_thread_round_trip_ns();
+    EXPECT_TRUE(std::isfinite(ns)) << ns;
+    EXPECT_GT(ns, 0);
+  }
+  omp_set_num_threads(saved);
+
+  StepReport r;
+  r.context.thread_round_trip_ns = {61, 63};
+  StepReport back = step_report_from_json(render(r, Format::json), "t");
+  EXPECT_EQ(back.context.thread_round_trip_ns, (std::vector<double>{61, 63}));
+  EXPECT_NE(render(r, Format::table).find("cache line in 61 / 63 ns"), std::string::npos) << render(r, Format::table);
+  auto far_warning = [](const std::vector<std::string>& w) {
+    return std::any_of(w.begin(), w.end(), [](const std::string& s) { return s.find("far apart") != std::string::npos; });
+  };
+  EXPECT_FALSE(far_warning(context_warnings(back.context)));
+  StepReport far = back;
+  far.context.thread_round_trip_ns = {350, 64};
+  EXPECT_TRUE(far_warning(context_warnings(far.context)));
+  StepReport m = merge_runs({back, far});
+  EXPECT_EQ(m.context.thread_round_trip_ns, (std::vector<double>{61, 63, 350, 64}));
 }
 
 TEST(BenchStep, TinyModelsBothNorms) {

@@ -99,6 +99,15 @@ struct FmaPeak {
 // returns the best repeat: slower ones were interrupted, not a lower limit.
 FmaPeak measure_fma_peak(int threads, double seconds);
 
+// The round trip of a cache line between the cores of OpenMP threads 0 and 1, in ns (best of a
+// few repeats; src/bench/thread_latency.cpp); NaN with fewer than 2 threads. What every fork,
+// join and hand-over of data between the two threads pays; under a hypervisor it can change
+// several-fold from minute to minute as the host moves the vCPUs.
+double measure_thread_round_trip_ns();
+// Above this round trip the two threads' cores are far apart (different core complexes or
+// sockets): multi-threaded timings are slower than the same machine's usual ones.
+constexpr double kFarThreadsNs = 200;
+
 struct Context {
   std::string date;          // ISO 8601, local time with offset
   std::string host_name, executable, cpu_model;
@@ -123,6 +132,9 @@ struct Context {
   // for `bench norms`.
   std::vector<FmaPeak> fma_peaks;
   const FmaPeak* fma_peak(int threads) const;  // nullptr when not measured at that count
+  // measure_thread_round_trip_ns at the run's start and at its end (merged runs: every run's,
+  // in order); empty where fewer than 2 threads ran.
+  std::vector<double> thread_round_trip_ns;
   // `bench norms`: the fused kernels' choice of streaming stores on this machine and why
   // (cpu::streaming_stores), e.g. "on: a copy of 64 MiB at 31.2 GB/s streaming, 18.0 ordinary".
   std::string streaming_stores;
