@@ -29,6 +29,19 @@ def rows_by_name(run):
     return {b["name"]: b for b in run["benchmarks"]}
 
 
+def round_trips(runs):
+    """The cache-line round trip between threads 0 and 1 at each run's start / end (ns), or ''."""
+    per_run = []
+    for i, r in enumerate(runs):
+        v = [x for x in r["context"].get("thread_round_trip_ns", []) if x is not None]
+        if v:
+            per_run.append(f"run {i + 1} " + " / ".join(f"{x:.0f}" for x in v))
+    if not per_run:
+        return ""
+    return ("Threads 0 and 1 cache-line round trip, ns at the start / end (above 200: the vCPUs far apart, "
+            "multi-threaded figures slower): " + "; ".join(per_run))
+
+
 def fig(vals):
     vals = [v for v in vals if v is not None]
     if not vals:
@@ -82,6 +95,9 @@ def norms_report(runs):
         for i, r in enumerate(runs)))
     out.append(f"CPU: {ctx.get('cpu_model')} x{ctx.get('num_cpus')}, LLC {ctx.get('llc_bytes', 0) // 2**20} MiB; "
                f"libraries: {ctx.get('library_versions')}; threads pinned: {ctx.get('threads_pinned')}")
+    trips = round_trips(runs)
+    if trips:
+        out.append(trips)
     out.append("")
 
     def get(name, key):
@@ -182,6 +198,10 @@ def step_report(runs):
         isa = runs[0]["context"]["fma_peak"][0].get("isa")
         out.append(f"FMA peak (float32, {isa}, measured by `bench step` in each run): " + ", ".join(
             f"{t} thread{'s' if t > 1 else ''} {fmt_range(*fig(v), ' GFLOP/s', 1)}" for t, v in sorted(peaks.items())))
+        out.append("")
+    trips = round_trips(runs)
+    if trips:
+        out.append(trips)
         out.append("")
     out += ["| model | norm | threads | step ms | GFLOP/s | % of FMA peak | norm kernels' share | step speed-up RMS/LN | "
             "operator speed-up RMS/LN | predicted step speed-up |", "|---|---|---|---|---|---|---|---|---|---|"]
