@@ -98,6 +98,13 @@ std::string csv_field(const std::string& s) {
 }
 std::string csv_num(double x) { return finite(x) ? fmt::format("{:.6g}", x) : ""; }
 
+// The context's thread round trips, "62 / 64 ..." (ns), or "" when none was measured.
+std::string round_trips_ns(const Context& c) {
+  std::string v;
+  for (double ns : c.thread_round_trip_ns) v += fmt::format("{}{:.0f}", v.empty() ? "" : " / ", ns);
+  return v;
+}
+
 std::string context_line(const Context& c) {
   std::string llc = c.llc_bytes ? fmt::format(", last-level cache {} MiB", c.llc_bytes >> 20) : "";
   std::string libs;
@@ -106,9 +113,8 @@ std::string context_line(const Context& c) {
   if (finite(c.others_cpu))
     load += fmt::format(", other processes {:.0f}% of the CPU time during the run", 100 * c.others_cpu);
   const std::string streaming = c.streaming_stores.empty() ? "" : "; streaming stores " + c.streaming_stores;
-  std::string trips;
-  for (double ns : c.thread_round_trip_ns) trips += fmt::format("{}{:.0f}", trips.empty() ? "" : "/", ns);
-  if (!trips.empty()) trips = "; threads 0-1 cache-line round trip " + trips + " ns (start/end)";
+  std::string trips = round_trips_ns(c);
+  if (!trips.empty()) trips = "; threads 0-1 cache-line round trip " + trips + " ns (start / end)";
   return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}{}",
                      c.date, c.cpu_model, c.num_cpus, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type,
                      libs, c.threads_pinned ? "yes" : "no", c.omp_wait_policy.empty() ? "?" : c.omp_wait_policy,
@@ -360,9 +366,8 @@ std::string fma_peak_line(const Context& c) {
 
 // "Threads 0 and 1 exchange a cache line in 62 / 64 ns (round trip, at the start / end of the run)..."
 std::string thread_round_trip_line(const Context& c) {
-  if (c.thread_round_trip_ns.empty()) return "";
-  std::string v;
-  for (double ns : c.thread_round_trip_ns) v += fmt::format("{}{:.0f}", v.empty() ? "" : " / ", ns);
+  const std::string v = round_trips_ns(c);
+  if (v.empty()) return "";
   return fmt::format("Threads 0 and 1 exchange a cache line in {} ns (round trip, at the start / end of {}); above {:.0f} "
                      "ns their cores are far apart and multi-threaded timings are slower than usual\n",
                      v, c.thread_round_trip_ns.size() > 2 ? "each run" : "the run", kFarThreadsNs);

@@ -85,10 +85,12 @@ struct Partials {
 // transposing sum across their lanes (group_sums), then the sweeps. The statistics of
 // neighbouring rows do not depend on each other, so the out-of-order core overlaps their
 // latencies (in L1, 512 rows of d 64 took 26 us one row at a time, 13-22 us in tiles); the tile is
-// still in L1 when the apply phase re-reads it, so x comes from memory once. While it works
-// out of L1, the apply phase prefetches the matching row of the next tile, so that the next
-// statistics phase finds its rows on the way (the forward at 2048x1024 on one thread went from
-// ~70% to ~85% of memcpy's bandwidth with it).
+// still in L1 when the apply phase re-reads it, so x comes from memory once. The tiles leave
+// memory to the hardware prefetcher: asking for the next tile's rows during the apply phase
+// (which had paid off when rows of 1024 were tiled) measured mixed on Zen 4 for the short rows
+// tiled now (64x512x64 and 32x512x128 memory-bound, one thread: the LayerNorm forward 57-58% of
+// the copy loop with it against 47-52% without, the RMSNorm add + norm forward 77-80% against
+// 91-102%, the backwards even; resident rows within the noise).
 
 // From this row length on, the kernels pipeline rows instead of tiling them (the backward ones when
 // dx is wanted): row i's sweep runs in the same loop as row i+1's statistics. Shorter rows keep the tiles, whose
@@ -102,7 +104,7 @@ inline int64_t tile_rows(int64_t d) {
   return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(d, 1), 1, kTileMaxRows);
 }
 
-// Asks for the cache line of p + j (p: a row of the next tile, or nullptr past the end).
+// Asks for the cache line of p + j (p: a row ahead, or nullptr past the end).
 inline void prefetch_line(const float* p, int64_t j) {
 #if defined(__GNUC__)
   if (p != nullptr && (j & 15) == 0) __builtin_prefetch(p + j);  // one request per 64-byte line
@@ -112,12 +114,6 @@ inline void prefetch_line(const float* p, int64_t j) {
 #endif
 }
 
-// Row i of the next tile (rows ahead = the tile's height), or nullptr when that is past n.
-inline const float* ahead(const float* base, int64_t i, int64_t n, int64_t d) {
-  if (base) return nullptr;
-  const int64_t k = i + tile_rows(d);
-  return k < n ? base + k * d : nullptr;
-}
 
 // f, which also asks for the cache lines of rows next1 and next2 (nullable) on the way.
 template <class F>
@@ -127,10 +123,6 @@ inline auto prefetching(const F& f, const float* next1, const float* next2) {
     prefetch_line(next2, j);
     f(j, n);
   };
-}
-template <class F>
-inline void sweep_prefetching(int64_t d, const F& f, const float* next1, const float* next2) {
-  row_for(d, prefetching(f, next1, next2));
 }
 
 // Row i + 2 of [., hi), or nullptr: what the pipelined kernels prefetch while they sweep row i and
@@ -538,8 +530,7 @@ void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, 
         layernorm_finish_group(g0, g1, d, [&](int64_t i) { return x + i * d; }, c, su, ss, inv_d, eps, mean, rstd, st);
       },
       [&](int64_t i, const LnStats& st) {
-        sweep_prefetching(d, layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st), ahead(x, i, n, d),
-                          nullptr);
+        row_for(d, layernorm_out<kStream>(y + i * d, x + i * d, gamma, beta, st));
       });
 }
 
@@ -586,10 +577,8 @@ void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float
         },
         [&](int64_t i, const GradStats& st) {
           if (!dx) return;
-          sweep_prefetching(d,
-                            layernorm_grad_out<kStream>(dx + i * d, nullptr, nullptr, dy + i * d, x + i * d, gamma,
-                                                        mean[i], rstd[i], st),
-                            ahead(dy, i, n, d), ahead(x, i, n, d));
+          row_for(d, layernorm_grad_out<kStream>(dx + i * d, nullptr, nullptr, dy + i * d, x + i * d, gamma,
+                                                 mean[i], rstd[i], st));
         },
         [&](int64_t b, int64_t t0, int64_t t1, bool fresh) {
           add_param_grads(pg.block(b, d), pb.block(b, d), fresh, t0, t1, d, dy, [&](int64_t i, int64_t j, int64_t k) {
@@ -624,7 +613,7 @@ void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* ga
         store_n(rstd + g0, r, g1 - g0);
       },
       [&](int64_t i, float rs) {
-        sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, rs), ahead(x, i, n, d), nullptr);
+        row_for(d, rmsnorm_out<kStream>(y + i * d, x + i * d, gamma, rs));
       });
 }
 
@@ -657,8 +646,7 @@ void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const floa
         },
         [&](int64_t i, const GradStats& st) {
           if (!dx) return;
-          sweep_prefetching(d, rmsnorm_grad_out<kStream>(dx + i * d, nullptr, dy + i * d, x + i * d, gamma, rstd[i], st.mgx),
-                            ahead(dy, i, n, d), ahead(x, i, n, d));
+          row_for(d, rmsnorm_grad_out<kStream>(dx + i * d, nullptr, dy + i * d, x + i * d, gamma, rstd[i], st.mgx));
         },
         [&](int64_t b, int64_t t0, int64_t t1, bool fresh) {
           add_param_grads(pg.block(b, d), nullptr, fresh, t0, t1, d, dy,
@@ -704,8 +692,7 @@ void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, co
         layernorm_finish_group(g0, g1, d, [&](int64_t i) { return s + i * d; }, c, su, ss, inv_d, eps, mean, rstd, st);
       },
       [&](int64_t i, const LnStats& st) {
-        sweep_prefetching(d, layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st), ahead(a, i, n, d),
-                          ahead(b, i, n, d));
+        row_for(d, layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st));
       });
 }
 
@@ -732,8 +719,7 @@ void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, c
         store_n(rstd + g0, r, g1 - g0);
       },
       [&](int64_t i, float rs) {
-        sweep_prefetching(d, rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs), ahead(a, i, n, d),
-                          ahead(b, i, n, d));
+        row_for(d, rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs));
       });
 }
 
