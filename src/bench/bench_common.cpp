@@ -39,21 +39,6 @@ bool parse_positive(const std::string& s, int64_t& out) {
   return out > 0;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : s) {
-    if (c == sep) {
-      parts.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  parts.push_back(cur);
-  return parts;
-}
-
 }  // namespace
 
 NormShape parse_shape(const std::string& text, const std::string& flag) {
@@ -63,10 +48,7 @@ NormShape parse_shape(const std::string& text, const std::string& flag) {
 
 std::vector<NormShape> parse_shapes(const std::string& list, const std::string& flag) {
   std::vector<NormShape> shapes;
-  for (const std::string& item : split(list, ',')) {
-    NL_USAGE(!item.empty(), "{}: '{}' has an empty entry (shapes are separated by single commas)", flag, shown(list));
-    shapes.push_back(parse_shape(item, flag));
-  }
+  for (const std::string& item : split_list(list, flag)) shapes.push_back(parse_shape(item, flag));
   return shapes;
 }
 
@@ -78,7 +60,7 @@ std::vector<NormShape> default_resident_shapes() { return {{1, 512, 64}, {1, 512
 
 std::vector<int> parse_threads(const std::string& list, const std::string& flag) {
   std::vector<int> out;
-  for (const std::string& item : split(list, ',')) {
+  for (const std::string& item : split_list(list, flag)) {
     int64_t n = 0;
     if (item == "all") {
       n = omp_get_num_procs();
@@ -184,7 +166,8 @@ int64_t parse_cache_size(const std::string& s) {
 // "0-1" / "0,2,4" / "0-3,8-11" -> number of CPUs
 int count_cpu_list(const std::string& s) {
   int count = 0;
-  for (const std::string& part : split(s, ',')) {
+  std::istringstream in(s);
+  for (std::string part; std::getline(in, part, ',');) {
     if (part.empty()) continue;
     auto dash = part.find('-');
     if (dash == std::string::npos) {

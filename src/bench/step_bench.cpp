@@ -245,6 +245,8 @@ void validate(const StepOptions& opt) {
   NL_USAGE(opt.d_hidden >= 1, "--d-hidden must be >= 1, got {}", opt.d_hidden);
   NL_USAGE(opt.heads >= 1, "--heads must be >= 1, got {}", opt.heads);
   NL_USAGE(opt.vocab >= 6, "--vocab must be >= 6 (4 topic markers + 2 tokens), got {}", opt.vocab);
+  NL_USAGE(opt.vocab <= (int64_t{1} << 24), "--vocab must be at most {} (as train's vocab), got {}", int64_t{1} << 24,
+           opt.vocab);
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   NL_USAGE(opt.seq >= 2, "--seq must be >= 2, got {}", opt.seq);
   NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
@@ -256,16 +258,20 @@ void validate(const StepOptions& opt) {
     NL_USAGE(m != "gpt" || opt.d_model % opt.heads == 0, "--d-model {} is not a multiple of --heads {}", opt.d_model,
              opt.heads);
   // The sizes must fit in memory: parameters (and Adam's two moments) and the activations the
-  // tape keeps, roughly layers x tokens x (a dozen d-sized tensors + the hidden ones).
+  // tape keeps, roughly layers x tokens x (a dozen d-sized tensors + the hidden ones), plus the
+  // embedding and head (vocab x d) and the logits with their softmax and gradient (tokens x vocab).
+  const double tokens = static_cast<double>(opt.batch) * static_cast<double>(opt.seq);
   const double params = static_cast<double>(opt.layers) *
-                        (4.0 * opt.d_model * opt.d_model + 2.0 * opt.d_model * opt.d_hidden);
-  const double acts = static_cast<double>(opt.layers) * opt.batch * opt.seq * (12.0 * opt.d_model + 3.0 * opt.d_hidden);
+                            (4.0 * opt.d_model * opt.d_model + 2.0 * opt.d_model * opt.d_hidden) +
+                        2.0 * static_cast<double>(opt.vocab) * opt.d_model;
+  const double acts = static_cast<double>(opt.layers) * tokens * (12.0 * opt.d_model + 3.0 * opt.d_hidden) +
+                      3.0 * tokens * static_cast<double>(opt.vocab);
   const double bytes = 4.0 * (4 * params + 2 * acts);
   const int64_t avail = available_memory_bytes();
   NL_USAGE(avail <= 0 || bytes < 0.6 * static_cast<double>(avail),
-           "the model ({} layers, d {}, hidden {}, {} x {} tokens) needs about {:.1f} GiB, more than 60% of the "
-           "{:.1f} GiB available: too large for memory",
-           opt.layers, opt.d_model, opt.d_hidden, opt.batch, opt.seq, bytes / (1 << 30),
+           "the model ({} layers, d {}, hidden {}, vocab {}, {} x {} tokens) needs about {:.1f} GiB, more than 60% of "
+           "the {:.1f} GiB available: too large for memory",
+           opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq, bytes / (1 << 30),
            static_cast<double>(avail) / (1 << 30));
 }
 

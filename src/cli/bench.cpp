@@ -19,6 +19,7 @@
 #include "normlab/cuda_backend.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 
 namespace normlab::cli {
 
@@ -28,9 +29,33 @@ using namespace normlab::bench;
 
 struct OutputArgs {
   bool markdown = false, csv = false;
-  std::string out;      // the JSON document, written to this file as well
-  std::string compare;  // BASE.json
+  std::string out;         // the JSON document, written to this file as well
+  bool out_given = false;  // --out '' is an error, not "no file"
+  bool force = false;      // --out may replace a bench document (never another file)
+  std::string compare;     // BASE.json
 };
+
+// --force replaces only what a bench run or merge wrote: a document bench itself can read.
+bool is_bench_document(const std::string& text) {
+  try {
+    bench_kind_of_json(text, "--out");
+    return true;
+  } catch (const std::exception&) {
+  }
+  // bench norms --device cuda's own document
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_object() && j.value("kind", nlohmann::json()).is_string() && j["kind"] == "norms-cuda";
+}
+
+// Before any work: the --out file can be written (see io.h: never a person's file).
+void check_out(const OutputArgs& o) {
+  NL_USAGE(!o.out_given || !o.out.empty(), "--out: no file name given");
+  if (o.out_given) check_output_file(o.out, "--out", o.force, is_bench_document);
+}
+
+void write_out(const OutputArgs& o, const std::string& doc) {
+  if (o.out_given) write_output_file(o.out, doc, "--out", o.force, is_bench_document);
+}
 
 struct NormsArgs {
   OutputArgs o;
@@ -71,7 +96,14 @@ Format format_of(const OutputArgs& o, const GlobalOptions& g) {
 void add_output_flags(CLI::App& sub, OutputArgs& o, GlobalOptions& g, bool compare) {
   sub.add_flag("--markdown", o.markdown, "Print markdown tables instead of text");
   sub.add_flag("--csv", o.csv, "Print CSV instead of text");
-  sub.add_option("--out", o.out, "Also write the JSON document to FILE");
+  sub.add_option_function<std::string>(
+      "--out",
+      [&o](const std::string& v) {
+        o.out = v;
+        o.out_given = true;
+      },
+      "Also write the JSON document to FILE (a new file; see --force)");
+  sub.add_flag("--force", o.force, "Let --out replace an existing file that bench wrote (never any other file)");
   if (compare) sub.add_option("--compare", o.compare, "Show each row's ratio to an earlier run's JSON (BASE.json)");
   add_global_flags(sub, g);
 }
@@ -102,6 +134,7 @@ void print_compare(const std::string& base_file, const std::vector<NamedStats>& 
 // bench norms --device cuda: normlab's CUDA norm kernels, timed on the device with CUDA events
 // (src/backends/cuda), next to the device's copy bandwidth measured in the same run.
 int run_norms_cuda(const NormsArgs& a, const GlobalOptions& g) {
+  check_out(a.o);
   check_device(a.dev);
   NL_USAGE(a.impls.empty(), "--impl selects cpu implementations; --device cuda times normlab's CUDA kernels");
   NL_USAGE(!a.with_torch, "--with-torch with --device cuda: scripts/gpu_check.sh times PyTorch's GPU kernels");
@@ -160,7 +193,7 @@ int run_norms_cuda(const NormsArgs& a, const GlobalOptions& g) {
                         {"copy_kernel_gbs", bw.kernel_gbs},
                         {"copy_bytes", copy_bytes},
                         {"rows", rows}};
-  if (!a.o.out.empty()) write_file_atomic(a.o.out, doc.dump(2) + "\n");
+  write_out(a.o, doc.dump(2) + "\n");
   if (g.json) std::cout << doc.dump(2) << "\n";
   else
     std::printf("\nbytes per call: forward reads x and writes y, backward reads x and dy and writes dx; "
@@ -215,7 +248,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     return 0;
   }
   const Format f = format_of(a.o, g);
-  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
+  check_out(a.o);
   NormBenchOptions opt;
   set_shapes(opt, a);
   opt.threads = parse_threads(a.threads, "--threads");
@@ -258,7 +291,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     if (!add_torch_rows(report, opt, t, why))
       report.warnings.push_back("--with-torch: " + why + "; PyTorch's rows are missing or incomplete");
   }
-  if (!a.o.out.empty()) write_file_atomic(a.o.out, render(report, Format::json));
+  write_out(a.o, render(report, Format::json));
   std::cout << render(report, f);
   if (f == Format::table || f == Format::markdown)
     std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
@@ -275,7 +308,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
 
 int run_step(const StepArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
-  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
+  check_out(a.o);
   StepOptions opt = a.opt;
   NL_USAGE(opt.repeats >= 1 && opt.repeats <= 1000000, "--repeats must be 1..1000000, got {}", opt.repeats);
   NL_USAGE(opt.warmup >= 0 && opt.warmup <= 1000000, "--warmup must be 0..1000000, got {}", opt.warmup);
@@ -288,7 +321,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   for (const std::string& m : opt.models) models += (models.empty() ? "" : ",") + m;
   spdlog::info("bench step: models {}, threads {} ...", models, a.threads);
   StepReport report = run_step_bench(opt);
-  if (!a.o.out.empty()) write_file_atomic(a.o.out, render(report, Format::json));
+  write_out(a.o, render(report, Format::json));
   std::cout << render(report, f);
   if (!a.o.compare.empty()) print_compare(a.o.compare, timed_entries(report), f);
   print_warnings(report.warnings);
@@ -298,7 +331,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
 int run_merge(const MergeArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   NL_USAGE(!a.files.empty(), "merge: give the JSON files of the runs to merge");
-  if (!a.o.out.empty()) check_output_file(a.o.out, "--out");
+  check_out(a.o);
   std::vector<std::string> texts;
   for (const std::string& file : a.files) texts.push_back(read_file(file));
   const std::string kind = bench_kind_of_json(texts[0], a.files[0]);
@@ -309,7 +342,7 @@ int run_merge(const MergeArgs& a, const GlobalOptions& g) {
     std::vector<NormReport> runs;
     for (size_t i = 0; i < texts.size(); ++i) runs.push_back(norm_report_from_json(texts[i], a.files[i]));
     NormReport m = merge_runs(runs);
-    if (!a.o.out.empty()) write_file_atomic(a.o.out, render(m, Format::json));
+    write_out(a.o, render(m, Format::json));
     std::cout << render(m, f);
     if (f == Format::table || f == Format::markdown)
       std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(m, f);
@@ -317,7 +350,7 @@ int run_merge(const MergeArgs& a, const GlobalOptions& g) {
     std::vector<StepReport> runs;
     for (size_t i = 0; i < texts.size(); ++i) runs.push_back(step_report_from_json(texts[i], a.files[i]));
     StepReport m = merge_runs(runs);
-    if (!a.o.out.empty()) write_file_atomic(a.o.out, render(m, Format::json));
+    write_out(a.o, render(m, Format::json));
     std::cout << render(m, f);
   }
   return 0;
@@ -361,10 +394,10 @@ docs/bench.md explains every column and the JSON schema.)");
 
   // ---- norms
   CLI::App* n = sub->add_subcommand("norms", "LayerNorm/RMSNorm kernels: every implementation, shape and thread count");
-  n->add_option("--impl", norms->impls,
-                "Implementations (comma-separated): all, layernorm, rmsnorm, fused, multipass, onednn, or full names "
-                "such as layernorm.fused (see --list); default all")
-      ->delimiter(',');
+  n->add_option_function<std::string>(
+      "--impl", [norms](const std::string& v) { norms->impls = split_list(v, "--impl"); },
+      "Implementations (comma-separated): all, layernorm, rmsnorm, fused, multipass, onednn, or full names "
+      "such as layernorm.fused (see --list); default all");
   n->add_option("--pass", norms->pass,
                 "fwd, bwd, addfwd (the fused residual add + norm forward), both (fwd,bwd) or all; comma-separated "
                 "(default all)");
@@ -410,7 +443,9 @@ Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
   // ---- step
   CLI::App* s = sub->add_subcommand(
       "step", "Whole training steps, LayerNorm vs RMSNorm, the norms' share, GFLOP/s against the FMA peak");
-  s->add_option("--model", step->models, "toy, gpt or both (comma-separated; default toy,gpt)")->delimiter(',');
+  s->add_option_function<std::string>(
+      "--model", [step](const std::string& v) { step->models = split_list(v, "--model"); },
+      "toy, gpt or both (comma-separated; default toy,gpt)");
   s->add_option("--threads", step->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
   s->add_option("--layers", step->opt.layers, "Blocks (default 20)");
   s->add_option("--d-model", step->opt.d_model, "Width d (default 64)");

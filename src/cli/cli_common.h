@@ -3,6 +3,7 @@
 // config struct, calls the library and prints. No arithmetic lives in src/cli.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <functional>
 #include <string>
 
@@ -35,6 +36,11 @@ void check_device(const DeviceOptions& d);
 // becomes the backend of host tensors (each call moves its tensors to the device and back).
 void use_device(const DeviceOptions& d);
 
+// SIGINT, SIGTERM and SIGHUP from now on only set the flag returned (to the signal's number): the
+// work stops at its next check and cleans up after itself (the caller passes the flag to the
+// library as RunOptions::interrupt and the like). SA_RESETHAND: a second Ctrl-C kills.
+const volatile std::sig_atomic_t* catch_interrupts();
+
 // The flag names of a config key: "--eval_every,--eval-every" (config files use the underscore,
 // most command lines the hyphen; both are accepted).
 std::string config_flag_names(const std::string& key);
@@ -47,6 +53,15 @@ inline std::string whole_u64(const std::string& text) {
   if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos) return bad;
   if (text.size() == 20 && text > "18446744073709551615") return bad;
   return "";
+}
+
+// A CLI11 check for a count of steps (--save_every, --calibrate): digits only, at most 2^40 (train's
+// bound on steps); CLI::NonNegativeNumber would quote its whole double range in the error.
+inline std::string whole_count(const std::string& text) {
+  const std::string bad = "must be a non-negative integer of at most 1099511627776 (2^40), got '" +
+                          (text.size() > 40 ? text.substr(0, 40) + "..." : text) + "'";
+  if (text.empty() || text.size() > 13 || text.find_first_not_of("0123456789") != std::string::npos) return bad;
+  return std::stoll(text) <= (int64_t{1} << 40) ? "" : bad;
 }
 
 // Subcommand registration: each returns the runner invoked when the subcommand is chosen.

@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
     std::string msg = e.what();
     std::fprintf(stderr, "error: %s (see `normlab --help`)\n", msg.c_str());
     return 2;
+  } catch (const normlab::UsageError& e) {  // a flag's own parser (a list, a count) refused its value
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
 
   if (show_version) {

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "cli_common.h"
+#include "normlab/parse.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/probe.h"
@@ -371,13 +372,19 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--batch", args->batch, "Sequences per probe batch (default 16)");
   sub->add_option("--threads", args->threads, "Threads for the kernels (default 1: probe tensors are small; 0 = all cores)");
   sub->add_option("--config", args->config_file, "config: JSON file of config keys (flags override it)");
-  sub->add_option("--depths", args->depths, "xiong2020: depths to compare (default 6,12,24)")->delimiter(',');
-  sub->add_option("--inits", args->inits,
-                  "xiong2020: also a factor table under these init schemes (gpt2, xavier, torch, fairseq)")
-      ->delimiter(',');
-  sub->add_option("--widths", args->widths, "xiong2020: ... and these widths d_model (default 64)")->delimiter(',');
-  sub->add_option("--gains", args->gains, "plain-stack: weight gains, W ~ N(0, (gain/sqrt(d))^2) (default 0.5,1,2)")
-      ->delimiter(',');
+  // Lists through the one list parser (an empty entry such as 6,,12 is an error, not a default).
+  sub->add_option_function<std::string>(
+      "--depths", [args](const std::string& v) { args->depths = parse_integer_list(v, "--depths", 1, 256); },
+      "xiong2020: depths to compare (default 6,12,24)");
+  sub->add_option_function<std::string>(
+      "--inits", [args](const std::string& v) { args->inits = split_list(v, "--inits"); },
+      "xiong2020: also a factor table under these init schemes (gpt2, xavier, torch, fairseq)");
+  sub->add_option_function<std::string>(
+      "--widths", [args](const std::string& v) { args->widths = parse_integer_list(v, "--widths", 1, 65536); },
+      "xiong2020: ... and these widths d_model (default 64)");
+  sub->add_option_function<std::string>(
+      "--gains", [args](const std::string& v) { args->gains = parse_number_list(v, "--gains"); },
+      "plain-stack: weight gains, W ~ N(0, (gain/sqrt(d))^2) (default 0.5,1,2)");
   sub->add_option("--activation", args->activation, "plain-stack: linear (default) or gelu between the layers");
   for (const ConfigKey& k : config_keys()) {
     if (training_only_keys().count(k.name)) continue;

@@ -28,6 +28,7 @@ struct TrainArgs {
   int64_t save_every = 0;
   bool save_every_given = false;
   std::string resume;  // a stopped run to continue
+  bool resume_given = false;  // --resume '' is an error, not a new run
   std::map<std::string, std::string> values;  // --key value, applied over the file
   DeviceOptions dev;
 };
@@ -40,24 +41,11 @@ std::string default_run_dir(const TrainConfig& c) {
                      to_string(c.model.placement), c.model.layers, c.seed);
 }
 
-// The signal that asked the run to stop (0: none). The handler only records it: the run stops
-// after the current step and removes its partial directory. SA_RESETHAND: a second Ctrl-C kills.
-volatile std::sig_atomic_t g_interrupt = 0;
-
-extern "C" void on_interrupt(int sig) { g_interrupt = sig; }
-
-void catch_interrupts() {
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
-}
-
 int run_train(const TrainArgs& a, const GlobalOptions& g) {
   NL_USAGE(!a.out_given || !a.out.empty(), "--out needs a directory name (leave --out out for runs/<time>-...)");
   std::unique_ptr<ResumableRun> resume;
-  if (!a.resume.empty()) {
+  NL_USAGE(!a.resume_given || !a.resume.empty(), "--resume needs a run directory (a DIR.partial.<pid> or DIR)");
+  if (a.resume_given) {
     // A resumed run is the stopped run: the same config, the same destination.
     NL_USAGE(a.config_file.empty() && a.values.empty(),
              "--resume continues a run with the config it started with (its config.json); drop {}",
@@ -91,8 +79,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     if (table) print_loss_table_header();
   };
   opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
-  opt.interrupt = &g_interrupt;
-  catch_interrupts();
+  opt.interrupt = catch_interrupts();
   opt.on_eval = [table, progress](const EvalRecord& r) {
     if (progress) clear_progress_line();
     if (table) print_loss_table_row(r);
@@ -140,10 +127,14 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
          },
          "Also write checkpoints/step-N.safetensors (+ the optimizer state, step-N.state.safetensors) every N "
          "steps; a run stopped after one can be resumed (the final model.safetensors always)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--resume", args->resume,
-                  "Continue a stopped run from its latest checkpoint, bit for bit: its DIR.partial.<pid> directory, "
-                  "or DIR");
+      ->check(whole_count);
+  sub->add_option_function<std::string>(
+      "--resume",
+      [args](const std::string& v) {
+        args->resume = v;
+        args->resume_given = true;
+      },
+      "Continue a stopped run from its latest checkpoint, bit for bit: its DIR.partial.<pid> directory, or DIR");
   for (const ConfigKey& k : config_keys()) {
     std::string name = k.name;
     sub->add_option_function<std::string>(

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "normlab/error.h"
@@ -62,42 +63,62 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
-std::string read_file(const std::string& path, int64_t max_bytes) {
+ReadableFile::ReadableFile(const std::string& path) : path_(path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below, as not regular).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  NL_USAGE(fd >= 0, "cannot read '{}': {}", shown(path, 200), reason());
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  NL_USAGE(fd_ >= 0, "cannot read '{}': {}", shown(path, 200), reason());
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     const bool dir = S_ISDIR(st.st_mode);
-    ::close(fd);
+    ::close(fd_);
+    fd_ = -1;
     throw UsageError(fmt::format("cannot read '{}': {}", shown(path, 200),
                                  dir ? "it is a directory" : "not a regular file (a device, FIFO or socket)"));
   }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    throw UsageError(fmt::format("cannot read '{}': {} bytes, more than the {} bytes allowed here", shown(path, 200),
-                                 static_cast<long long>(st.st_size), static_cast<long long>(max_bytes)));
-  }
-  std::string text;
-  text.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
+  size_ = static_cast<int64_t>(st.st_size);
+}
+
+ReadableFile::~ReadableFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int64_t ReadableFile::read_some(int64_t offset, void* buf, int64_t n) const {
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n < 0) {
-      const std::string why = reason();
-      ::close(fd);
-      throw UsageError(fmt::format("reading '{}' failed: {}", shown(path, 200), why));
-    }
+    const ssize_t got = ::pread(fd_, buf, static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 30)), offset);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    NL_USAGE(got >= 0, "reading '{}' failed: {}", shown(path_, 200), reason());
+    return got;
+  }
+}
+
+bool ReadableFile::read_at(int64_t offset, void* buf, int64_t n) const {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const int64_t got = read_some(offset, p, n);
+    if (got == 0) return false;
+    p += got;
+    offset += got;
+    n -= got;
+  }
+  return true;
+}
+
+std::string read_file(const std::string& path, int64_t max_bytes) {
+  const ReadableFile file(path);
+  NL_USAGE(file.size() <= max_bytes, "cannot read '{}': {} bytes, more than the {} bytes allowed here",
+           shown(path, 200), static_cast<long long>(file.size()), static_cast<long long>(max_bytes));
+  std::string text;
+  text.reserve(static_cast<size_t>(file.size()));
+  char buf[1 << 16];
+  for (int64_t at = 0;;) {
+    // Read to the end, not to the size fstat gave: a file that grows while being read is caught.
+    const int64_t n = file.read_some(at, buf, sizeof(buf));
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
-    if (static_cast<int64_t>(text.size()) > max_bytes) {  // the file grew while being read
-      ::close(fd);
-      throw UsageError(fmt::format("cannot read '{}': more than the {} bytes allowed here", shown(path, 200),
-                                   static_cast<long long>(max_bytes)));
-    }
+    at += n;
+    NL_USAGE(static_cast<int64_t>(text.size()) <= max_bytes, "cannot read '{}': more than the {} bytes allowed here",
+             shown(path, 200), static_cast<long long>(max_bytes));
   }
-  ::close(fd);
   return text;
 }
 
@@ -115,6 +136,88 @@ void check_output_file(const std::string& path, const std::string& flag) {
            shown(path, 200), shown(dir, 200));
   NL_USAGE(::access(dir.c_str(), W_OK) == 0, "{} '{}': the directory '{}' is not writable", flag, shown(path, 200),
            shown(dir, 200));
+}
+
+namespace {
+
+// What is at an output path now: nothing (ENOENT), or a file normlab may or may not replace.
+// Empty: the path may be written; otherwise the refusal.
+std::string output_refusal(const std::string& path, const std::string& flag, bool force, const WrittenByNormlab& ours) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  const std::string p = shown(path, 200);
+  if (S_ISLNK(st.st_mode)) return fmt::format("{} '{}' is a symbolic link; normlab neither follows nor replaces it", flag, p);
+  if (S_ISDIR(st.st_mode)) return fmt::format("{} '{}' is a directory; give a file name", flag, p);
+  if (!S_ISREG(st.st_mode)) return fmt::format("{} '{}' is not a regular file", flag, p);
+  if (!force) return fmt::format("{} '{}' exists (use --force to replace it)", flag, p);
+  bool recognized = false;
+  try {
+    recognized = ours && ours(read_file(path, kMaxReadBytes));
+  } catch (const std::exception&) {
+    recognized = false;  // unreadable, too large: not something normlab can tell is its own
+  }
+  if (!recognized)
+    return fmt::format("{} '{}' exists and is not a file normlab wrote; normlab never replaces it, even with --force: "
+                       "choose another name",
+                       flag, p);
+  return "";
+}
+
+}  // namespace
+
+void check_output_file(const std::string& path, const std::string& flag, bool force, const WrittenByNormlab& ours) {
+  check_output_file(path, flag);
+  const std::string refusal = output_refusal(path, flag, force, ours);
+  NL_USAGE(refusal.empty(), "{}", refusal);
+}
+
+void write_output_file(const std::string& path, const std::string& text, const std::string& flag, bool force,
+                       const WrittenByNormlab& ours) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  NL_USAGE(fd >= 0, "cannot write '{}': {}", shown(path, 200), reason());
+  const bool ok = write_all(fd, text);
+  const int write_errno = errno;
+  const bool closed = ::close(fd) == 0;
+  auto fail = [&](const std::string& why) {
+    ::unlink(tmp.c_str());
+    throw UsageError(why);
+  };
+  if (!ok || !closed) fail(fmt::format("writing '{}' failed: {}", shown(path, 200), std::strerror(ok ? errno : write_errno)));
+  // Checked again now: the file may have appeared, or been replaced, while the command worked.
+  const std::string refusal = output_refusal(path, flag, force, ours);
+  if (!refusal.empty()) fail(refusal + " (it changed while this command was running)");
+  struct stat st {};
+  const bool replacing = ::lstat(path.c_str(), &st) == 0;
+  int rc = 0;
+  if (replacing) {
+    rc = std::rename(tmp.c_str(), path.c_str());
+  } else {
+    rc = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // no RENAME_NOREPLACE here: link() never replaces
+      rc = ::link(tmp.c_str(), path.c_str());
+      if (rc == 0) ::unlink(tmp.c_str());
+    }
+  }
+  if (rc != 0) {
+    const int e = errno;
+    fail(e == EEXIST ? fmt::format("{} '{}' appeared while this command was running; it was left as it is", flag,
+                                   shown(path, 200))
+                     : fmt::format("cannot write '{}': {}", shown(path, 200), std::strerror(e)));
+  }
+}
+
+bool rename_noreplace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno != EINVAL && errno != ENOSYS) return false;
+  // A file system without RENAME_NOREPLACE: claim the name with mkdir (atomic), then replace
+  // the empty directory we own.
+  if (::mkdir(to.c_str(), 0755) != 0) return false;
+  if (::rename(from.c_str(), to.c_str()) == 0) return true;
+  const int e = errno;
+  ::rmdir(to.c_str());
+  errno = e;
+  return false;
 }
 
 CheckedFile::CheckedFile(const std::string& path) : path_(path) {

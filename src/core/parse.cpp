@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "normlab/error.h"
@@ -31,6 +35,48 @@ std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& 
   NL_USAGE(v[0] <= max_product / v[1] && v[0] * v[1] <= max_product / v[2],
            "{}: shape '{}' has more than {} elements: too large", flag, shown(text), max_product);
   return v;
+}
+
+std::vector<std::string> split_list(const std::string& text, const std::string& flag) {
+  NL_USAGE(!text.empty(), "{}: no value given (expected a comma-separated list)", flag);
+  std::vector<std::string> items(1);
+  for (char c : text) {
+    if (c == ',')
+      items.emplace_back();
+    else
+      items.back() += c;
+  }
+  for (size_t i = 0; i < items.size(); ++i)
+    NL_USAGE(!items[i].empty(), "{} '{}': entry {} is empty (expected values separated by single commas)", flag,
+             shown(text), i + 1);
+  return items;
+}
+
+std::vector<double> parse_number_list(const std::string& text, const std::string& flag) {
+  std::vector<double> out;
+  for (const std::string& item : split_list(text, flag)) {
+    // strtod: a whole token or nothing; "inf", "nan" and out-of-range values (1e400) refused.
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(item.c_str(), &end);
+    NL_USAGE(end == item.c_str() + item.size() && !std::isspace(static_cast<unsigned char>(item[0])) && errno == 0 &&
+                 std::isfinite(v),
+             "{}: '{}' is not a finite number", flag, shown(item));
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_integer_list(const std::string& text, const std::string& flag, int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(text, flag)) {
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    NL_USAGE(ec == std::errc() && ptr == item.data() + item.size() && v >= lo && v <= hi,
+             "{}: '{}' is not a whole number from {} to {}", flag, shown(item), lo, hi);
+    out.push_back(v);
+  }
+  return out;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {

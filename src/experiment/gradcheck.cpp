@@ -8,6 +8,7 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/config.h"
 #include "normlab/parse.h"
 #include "normlab/rng.h"
 
@@ -140,6 +141,48 @@ CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& o
   return res;
 }
 
+GradcheckCost estimate_gradcheck_cost(const GradCase& c, const GradcheckOptions& opt) {
+  BackendScope scope("reference");
+  NoGradGuard no_grad;
+  GradcheckCost cost;
+  CaseInstance inst = c.make(opt.shape, DType::f64, opt.seed);
+  for (const auto& [name, t] : inst.inputs) cost.forwards += 2 * t.numel();
+  // Timed on this machine: a few forwards, or one if a single one is already slow.
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t n = 0;
+  do {
+    (void)inst.forward();
+    ++n;
+  } while (n < 3 && seconds_since(t0) < 0.05);
+  cost.forward_seconds = seconds_since(t0) / static_cast<double>(n);
+  cost.seconds = static_cast<double>(cost.forwards) * cost.forward_seconds;
+  return cost;
+}
+
+void check_gradcheck_budget(const std::vector<const GradCase*>& cases, const GradcheckOptions& opt,
+                            const std::string& shape_text, double max_seconds) {
+  // The largest case (the gpt model: activations of a dozen (B, T, C) tensors and (B, T, T)
+  // attention per head, plus (C, 4C) weights), in float64, with gradients: it must fit in memory.
+  const double B = double(opt.shape.batch), T = double(opt.shape.time), C = double(opt.shape.channels);
+  const double bytes = 8.0 * 2 * (64 * B * T * C + 16 * C * C + 8 * B * T * T);
+  const double avail = double(available_memory_bytes());
+  NL_USAGE(avail <= 0 || bytes < 0.6 * avail,
+           "--shape {}: the cases need about {:.3g} GiB, more than 60% of the {:.1f} GiB of memory available: too "
+           "large for memory",
+           shown(shape_text), bytes / double(1 << 30), avail / double(1 << 30));
+  double total = 0;
+  for (const GradCase* c : cases) {
+    const GradcheckCost cost = estimate_gradcheck_cost(*c, opt);
+    total += cost.seconds;
+    NL_USAGE(total <= max_seconds,
+             "--shape {}: the finite differences of {} alone take {} forward passes of about {:.3g} ms each here, "
+             "about {:.0f} s{}, more than the --max-seconds budget of {:.0f} s: use a smaller --shape or raise "
+             "--max-seconds",
+             shown(shape_text), c->name, cost.forwards, 1e3 * cost.forward_seconds, cost.seconds,
+             cases.size() > 1 ? fmt::format(" ({:.0f} s with the cases before it)", total) : std::string(), max_seconds);
+  }
+}
+
 CaseResult check_float32_backend(const GradCase& c, const GradcheckOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
   CaseResult res{c.name, c.kind, opt.f32_backend + "-f32", {}, true, 0};
@@ -203,6 +246,12 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     j["inputs"].push_back(in);
   }
   return j.dump(1);
+}
+
+bool is_gradcheck_dump(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_object() && j.contains("case") && j["case"].is_string() && j.contains("inputs") &&
+         j["inputs"].is_array() && j.value("checked_scalar", nlohmann::json()) == "f = sum(output * upstream)";
 }
 
 std::string gradcheck_results_json(const std::vector<CaseResult>& results, const GradcheckOptions& opt) {

@@ -128,20 +128,6 @@ const char* signal_name(int sig) {
   }
 }
 
-// rename(from, to) that fails when `to` exists (EEXIST) instead of replacing it.
-bool rename_noreplace(const std::string& from, const std::string& to) {
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
-  if (errno != EINVAL && errno != ENOSYS) return false;
-  // A file system without RENAME_NOREPLACE: claim the name with mkdir (atomic), then replace
-  // the empty directory we own.
-  if (::mkdir(to.c_str(), 0755) != 0) return false;
-  if (::rename(from.c_str(), to.c_str()) == 0) return true;
-  const int e = errno;
-  ::rmdir(to.c_str());
-  errno = e;
-  return false;
-}
-
 // The finished run `tmp` becomes `dir`. When `old` is given, the run directory that was at dir
 // when the run started is replaced, and only that one: same device and inode, and still a run
 // directory (an inode number freed by removing the old run is often handed to the next directory

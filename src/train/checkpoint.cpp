@@ -70,21 +70,17 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw UsageError(fmt::format("checkpoint '{}': cannot be opened", path));
-  const std::streamoff size_signed = in.tellg();
-  if (size_signed < 0) bad(path, "cannot be read (not a regular file?)");
-  const uint64_t size = static_cast<uint64_t>(size_signed);
+  const ReadableFile in(path);  // a FIFO, a device or a directory is refused here, never waited on
+  const uint64_t size = static_cast<uint64_t>(in.size());
   if (size < 8) bad(path, fmt::format("{} bytes: too short for the 8-byte header length", size));
-  in.seekg(0);
   unsigned char len_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) bad(path, "cannot read the header length");
+  if (!in.read_at(0, len_bytes, 8)) bad(path, "cannot read the header length (the file shrank)");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeaderBytes) bad(path, fmt::format("header length {} is not plausible (more than 100 MiB)", header_len));
   if (header_len > size - 8) bad(path, fmt::format("header length {} runs past the end of the file ({} bytes)", header_len, size));
   std::string header_text(header_len, '\0');
-  if (!in.read(header_text.data(), static_cast<std::streamsize>(header_len))) bad(path, "cannot read the header");
+  if (!in.read_at(8, header_text.data(), static_cast<int64_t>(header_len))) bad(path, "cannot read the header (the file shrank)");
   const uint64_t data_size = size - 8 - header_len;
 
   json header;
@@ -169,9 +165,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (at != data_size) bad(path, fmt::format("{} data bytes, but the tensors cover {} (truncated or trailing bytes)", data_size, at));
   for (size_t i = 0; i < spans.size(); ++i) {
     Tensor& t = file.tensors[i].second;
-    in.seekg(static_cast<std::streamoff>(8 + header_len + spans[i].begin));
-    if (t.nbytes() > 0 && !in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.nbytes())))
-      bad(path, fmt::format("cannot read the data of tensor '{}'", spans[i].name));
+    if (t.nbytes() > 0 && !in.read_at(static_cast<int64_t>(8 + header_len + spans[i].begin), t.raw(),
+                                      static_cast<int64_t>(t.nbytes())))
+      bad(path, fmt::format("cannot read the data of tensor '{}' (the file shrank)", spans[i].name));
   }
   return file;
 }

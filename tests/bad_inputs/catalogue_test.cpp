@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,41 @@ Setup config(const std::string& text) {
 // A config file's case: the file decides (no flag overrides a key it sets).
 std::vector<std::string> cfg() {
   return {"train", "--config", "c.json", "--steps", "2", "--eval_every", "1", "--batch_size", "2"};
+}
+
+// A finished LayerNorm run (config.json + model.safetensors), trained once per process and
+// copied into each case that needs one: convert's source.
+Setup ln_run(const std::string& name) {
+  return [name](const fs::path& w) {
+    static const fs::path cached = [] {
+      const fs::path d = normlab::test::fresh_dir("catalogue_ln_run");
+      fs::create_directories(d);
+      const auto r = run_cli({"train", "--steps", "2", "--eval_every", "1", "--layers", "1", "--d_model", "8",
+                              "--d_hidden", "8", "--batch_size", "2", "--threads", "1", "--norm", "layernorm",
+                              "--placement", "pre", "--out", (d / "ln").string(), "-q", "--json"});
+      if (r.exit_code != 0) throw std::runtime_error("the LayerNorm fixture run failed: " + describe(r));
+      return d / "ln";
+    }();
+    fs::copy(cached, w / name, fs::copy_options::recursive);
+  };
+}
+
+// A document `bench norms --out` wrote (the committed reference run).
+Setup bench_doc(const std::string& name) {
+  return [name](const fs::path& w) {
+    fs::copy_file(fs::path(NORMLAB_SOURCE_DIR) / "results" / "bench-runs" / "norms-1.json", w / name);
+  };
+}
+
+// A gradcheck dump: what `gradcheck --op add --dump` writes.
+Setup gradcheck_dump(const std::string& name) {
+  return [name](const fs::path& w) {
+    write(w / name, "{\"case\": \"add\", \"checked_scalar\": \"f = sum(output * upstream)\", \"inputs\": []}\n");
+  };
+}
+
+Setup mine(const std::string& name) {
+  return [name](const fs::path& w) { write(w / name, "a user's file, not normlab's\n"); };
 }
 
 std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
@@ -212,6 +248,14 @@ std::vector<Case> catalogue() {
   add("train_data_missing", tiny({"--data", "text:nope.txt"}));
   add("train_data_too_short", tiny({"--data", "text:short.txt"}), [](const fs::path& w) { write(w / "short.txt", "abc"); });
   add("train_data_vocab_wrong", tiny({"--data", "text:" + tiny_txt, "--vocab", "64"}));
+  // issue 21: every checkpoint read refuses what is not a regular file (a FIFO used to block forever)
+  add("train_init_from_fifo", tiny({"--init_from", "fifo"}), [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
+  add("train_init_from_dev_zero", tiny({"--init_from", "/dev/zero"}));
+  add("train_init_from_directory", tiny({"--init_from", "."}));
+  add("train_init_from_missing", tiny({"--init_from", "nope.safetensors"}));
+  add("train_resume_empty", {"train", "--resume", ""});
+  add("train_save_every_text", tiny({"--save_every", "x"}));
+  add("train_save_every_negative", tiny({"--save_every", "-1"}));
 
   // ---- train: config files
   add("config_not_json", cfg(), config("lr = 0.1"));
@@ -272,6 +316,9 @@ std::vector<Case> catalogue() {
   add("probe_seed_negative", {"probe", "--seed", "-1"});
   add("probe_gains_inf_text", {"probe", "plain-stack", "--gains", "1,inf"});
   add("probe_depths_zero", {"probe", "xiong2020", "--depths", "0"});
+  add("probe_gains_empty_entry", {"probe", "plain-stack", "--gains", "1,,2"});
+  add("probe_depths_empty_entry", {"probe", "xiong2020", "--depths", "6,,12"});
+  add("probe_widths_trailing_comma", {"probe", "xiong2020", "--depths", "6", "--widths", "64,"});
   add("probe_config_threads_wrap", {"probe", "--config", "c.json"}, config("{\"threads\": 99999999999}"));
   add("handcalc_eps_underflow", {"handcalc", "--eps", "1e-400"});
   add("train_warmup_huge", tiny({"--warmup_steps", "99999999999999"}));
@@ -300,6 +347,14 @@ std::vector<Case> catalogue() {
   add("gradcheck_dump_directory", {"gradcheck", "--op", "add", "--dump", "."});
   add("gradcheck_dump_missing_dir", {"gradcheck", "--op", "add", "--dump", "no/such/d.json"});
   add("gradcheck_dump_trailing_slash", {"gradcheck", "--op", "add", "--dump", "d/"});
+  // issue 21: --dump never replaces a file that is not a gradcheck dump; --force only one that is
+  add("gradcheck_dump_existing_user_file", {"gradcheck", "--op", "add", "--dump", "d.json"}, mine("d.json"));
+  add("gradcheck_dump_existing_user_file_force", {"gradcheck", "--op", "add", "--dump", "d.json", "--force"},
+      mine("d.json"));
+  add("gradcheck_dump_existing_dump_no_force", {"gradcheck", "--op", "add", "--dump", "d.json"}, gradcheck_dump("d.json"));
+  add("gradcheck_dump_empty_name", {"gradcheck", "--op", "add", "--dump", ""});
+  add("gradcheck_shape_over_time_budget", {"gradcheck", "--op", "layernorm", "--shape", "64x64x64"});
+  add("gradcheck_max_seconds_zero", {"gradcheck", "--op", "add", "--shape", "2x3x4", "--max-seconds", "0"});
 
   // ---- handcalc
   add("handcalc_x_text", {"handcalc", "--x", "a,b"});
@@ -368,6 +423,69 @@ std::vector<Case> catalogue() {
   add("bench_compare_one_file", {"bench", "--compare", "c.json"}, config("{}"));
   add("bench_compare_not_json", {"bench", "--compare", "c.json", "c.json"}, config("[1,"));
   add("bench_merge_out_missing_dir", {"bench", "merge", "c.json", "--out", "no/such/x.json"}, config("{}"));
+  // issue 21: --out never replaces a person's file; --force only a bench document
+  const std::vector<std::string> one = {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--impl",
+                                        "layernorm.fused", "--pass", "fwd", "--repeats", "1", "--min-time", "0"};
+  auto bench_one = [&one](std::vector<std::string> more) {
+    std::vector<std::string> a = one;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  add("bench_norms_out_existing_user_file", bench_one({"--out", "f.json"}), mine("f.json"));
+  add("bench_norms_out_existing_user_file_force", bench_one({"--out", "f.json", "--force"}), mine("f.json"));
+  add("bench_norms_out_existing_bench_doc_no_force", bench_one({"--out", "b.json"}), bench_doc("b.json"));
+  add("bench_norms_out_symlink_force", bench_one({"--out", "link.json", "--force"}), [](const fs::path& w) {
+    bench_doc("b.json")(w);
+    fs::create_symlink("b.json", w / "link.json");
+  });
+  add("bench_norms_out_empty_name", bench_one({"--out", ""}));
+  add("bench_norms_impl_empty_entry", {"bench", "norms", "--impl", "fused,,", "--shapes", "1x1x8"});
+  add("bench_norms_impl_leading_comma", {"bench", "norms", "--impl", ",fused", "--shapes", "1x1x8"});
+  add("bench_step_out_existing_user_file_force", {"bench", "step", "--threads", "1", "--out", "f.json", "--force"},
+      mine("f.json"));
+  add("bench_step_model_empty_entry", {"bench", "step", "--model", "toy,"});
+  add("bench_step_vocab_2_31", {"bench", "step", "--vocab", "2147483648"});
+  add("bench_step_vocab_2e7", {"bench", "step", "--vocab", "20000000"});
+  add("bench_step_vocab_2_64", {"bench", "step", "--vocab", "18446744073709551615"});
+  add("bench_merge_out_existing_user_file_force", {"bench", "merge", "b.json", "--out", "f.json", "--force"},
+      [](const fs::path& w) {
+        bench_doc("b.json")(w);
+        mine("f.json")(w);
+      });
+  add("bench_merge_out_own_input_no_force", {"bench", "merge", "b.json", "--out", "b.json"}, bench_doc("b.json"));
+
+  // ---- convert (issue 21)
+  add("convert_no_to", {"convert", "ln", "--out", "c"}, ln_run("ln"));
+  add("convert_to_unknown", {"convert", "ln", "--to", "batchnorm", "--out", "c"}, ln_run("ln"));
+  add("convert_method_unknown", {"convert", "ln", "--to", "rmsnorm", "--method", "magic", "--out", "c"}, ln_run("ln"));
+  add("convert_out_missing_parents", {"convert", "ln", "--to", "rmsnorm", "--out", "a/b/c"}, ln_run("ln"));
+  add("convert_out_exists", {"convert", "ln", "--to", "rmsnorm", "--out", "e"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    user_dir("e")(w);
+  });
+  add("convert_out_empty", {"convert", "ln", "--to", "rmsnorm", "--out", ""}, ln_run("ln"));
+  add("convert_out_dot", {"convert", "ln", "--to", "rmsnorm", "--out", "."}, ln_run("ln"));
+  add("convert_calibrate_huge", {"convert", "ln", "--to", "rmsnorm", "--calibrate", "1000000000000000", "--out", "c"},
+      ln_run("ln"));
+  add("convert_calibrate_negative", {"convert", "ln", "--to", "rmsnorm", "--calibrate", "-1", "--out", "c"},
+      ln_run("ln"));
+  add("convert_calibrate_text", {"convert", "ln", "--to", "rmsnorm", "--calibrate", "x", "--out", "c"}, ln_run("ln"));
+  add("convert_source_missing", {"convert", "nope", "--to", "rmsnorm", "--out", "c"});
+  add("convert_checkpoint_fifo", {"convert", "ln", "--to", "rmsnorm", "--out", "c"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    fs::remove(w / "ln" / "model.safetensors");
+    ::mkfifo((w / "ln" / "model.safetensors").c_str(), 0600);
+  });
+  add("convert_checkpoint_directory", {"convert", "ln", "--to", "rmsnorm", "--out", "c"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    fs::remove(w / "ln" / "model.safetensors");
+    fs::create_directory(w / "ln" / "model.safetensors");
+  });
+  add("convert_checkpoint_missing", {"convert", "ln", "--to", "rmsnorm", "--out", "c"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    fs::remove(w / "ln" / "model.safetensors");
+  });
+  add("convert_ln_to_layernorm", {"convert", "ln", "--to", "layernorm", "--out", "c"}, ln_run("ln"));
   return c;
 }
 
@@ -433,7 +551,8 @@ TEST(CatalogueSize, AtLeastAHundredCasesOverEveryCommand) {
   std::map<std::string, int> per_command;
   for (const Case& c : catalogue()) ++per_command[c.args.empty() ? "train" : c.args[0]];
   EXPECT_GE(catalogue().size(), 100u);
-  for (const char* cmd : {"train", "probe", "gradcheck", "handcalc", "bench"}) EXPECT_GE(per_command[cmd], 5) << cmd;
+  for (const char* cmd : {"train", "probe", "gradcheck", "handcalc", "bench", "convert"})
+    EXPECT_GE(per_command[cmd], 5) << cmd;
 }
 
 }  // namespace

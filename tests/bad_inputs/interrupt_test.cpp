@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -213,7 +215,74 @@ TEST(Interrupt, AFileSizeLimitFailsTheRunInsteadOfTruncatingIt) {
   EXPECT_EQ(split_lines(r.err).size(), 1u) << describe(r);
   EXPECT_FALSE(fs::exists(work / "run"));
   EXPECT_TRUE(partials(work, "run").empty());
+  // What the README promises for a failure during a run: stdout holds the loss table's rows
+  // printed so far and nothing after them (no summary: the run did not finish).
+  EXPECT_EQ(r.out.find("final val loss"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out.find("status"), std::string::npos) << describe(r);
   fs::remove_all(work);
 }
 
 }  // namespace
+
+namespace {
+
+// Waits until `ready` holds; a wait that runs out fails the test loudly (it never just goes on).
+void wait_until(const std::function<bool()>& ready, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!ready()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "gave up after 120 s waiting for " << what;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+// issue 21: convert writes its --out as a run directory is written. Interrupted during
+// --calibrate, SIGINT and SIGTERM exit 130/143 with the partial directory removed; SIGKILL leaves
+// OUT.partial.<pid> (never OUT), which the next convert into OUT names and does not mistake for a
+// finished conversion; a file-size limit is exit 2 with nothing left.
+TEST(Interrupt, ConvertIsWholeOrAbsent) {
+  const fs::path work = normlab::test::fresh_dir("convert_interrupt");
+  fs::create_directories(work);
+  normlab::test::RunOptions in_work;
+  in_work.cwd = work.string();
+  auto r = run_cli({"train", "--steps", "4", "--eval_every", "2", "--layers", "1", "--batch_size", "2", "--threads",
+                    "1", "--norm", "layernorm", "--placement", "pre", "--out", "ln", "-q", "--json"},
+                   in_work);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::vector<std::string> convert = {"convert", "ln", "--to", "rmsnorm", "--calibrate", "100000000",
+                                            "--out", "c", "-q"};
+  for (int sig : {SIGINT, SIGTERM, SIGKILL}) {
+    SCOPED_TRACE(strsignal(sig));
+    const pid_t pid = spawn(convert, work, work / "out.txt", work / "err.txt");
+    const fs::path partial = work / ("c.partial." + std::to_string(pid));
+    // config.json is written just before the calibration steps start.
+    wait_until([&] { return fs::exists(partial / "config.json"); }, "the conversion to reach --calibrate");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(pid, sig);
+    const int code = wait_for(pid);
+    EXPECT_EQ(code, 128 + sig) << slurp(work / "err.txt");
+    EXPECT_FALSE(fs::exists(work / "c")) << "an interrupted conversion took its final name";
+    if (sig != SIGKILL) {
+      const auto err = split_lines(slurp(work / "err.txt"));
+      ASSERT_EQ(err.size(), 1u) << slurp(work / "err.txt");
+      EXPECT_NE(err[0].find("was removed"), std::string::npos) << err[0];
+      EXPECT_TRUE(partials(work, "c").empty());
+    } else {
+      EXPECT_TRUE(fs::exists(partial));
+      r = run_cli({"convert", "ln", "--to", "rmsnorm", "--calibrate", "2", "--out", "c"}, in_work);
+      EXPECT_EQ(r.exit_code, 0) << describe(r);
+      EXPECT_NE(r.err.find(partial.filename().string() + " is left from an interrupted convert"), std::string::npos)
+          << describe(r);
+      EXPECT_TRUE(fs::is_regular_file(work / "c" / "convert.json"));
+      EXPECT_TRUE(fs::exists(partial)) << "the stale partial directory is named, never removed";
+    }
+  }
+  std::string cmd = "ulimit -f 8; exec '" + std::string(NORMLAB_BINARY) + "' convert ln --to rmsnorm --out d";
+  r = normlab::test::run_program("/bin/sh", {"-c", cmd}, in_work);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << describe(r);
+  EXPECT_FALSE(fs::exists(work / "d"));
+  EXPECT_TRUE(partials(work, "d").empty());
+  fs::remove_all(work);
+}

@@ -32,6 +32,17 @@ TEST(BenchCli, NormsJsonAndCompare) {
   r = run_cli({"bench", "merge", base, base, "--markdown"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("| layernorm.fused |"), std::string::npos) << r.out;
+  // issue 21: --out refuses an existing file unless --force, and --force replaces a bench
+  // document, even the merge's own input (a person's file never: the catalogue).
+  const std::string before = normlab::test::slurp(base);
+  r = run_cli({"bench", "merge", base, base, "--out", base});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+  EXPECT_EQ(normlab::test::slurp(base), before);
+  r = run_cli({"bench", "merge", base, base, "--out", base, "--force", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(normlab::test::slurp(base), before);
+  EXPECT_EQ(nlohmann::json::parse(normlab::test::slurp(base)), nlohmann::json::parse(r.out));
   // A norms base against a step run matches no row: an error before anything is timed.
   r = run_cli({"bench", "step", "--model", "toy", "--layers", "1", "--compare", base});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

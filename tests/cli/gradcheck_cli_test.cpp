@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -36,9 +37,23 @@ TEST(CliGradcheck, ListAndDump) {
   std::remove(path.c_str());
   r = run_cli({"gradcheck", "--op", "gelu", "--dump", path, "-q"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
+  {
+    std::ifstream in(path);
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["case"], "gelu");
+  }
+  // issue 21: an existing file is refused without --force; --force replaces a dump (a person's
+  // file never: the catalogue), through a temporary name.
+  r = run_cli({"gradcheck", "--op", "add", "--dump", path, "-q"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("exists (use --force"), std::string::npos) << describe(r);
+  r = run_cli({"gradcheck", "--op", "add", "--dump", path, "--force", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
   std::ifstream in(path);
-  auto j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["case"], "gelu");
+  EXPECT_EQ(nlohmann::json::parse(in)["case"], "add");
+  for (const auto& e : std::filesystem::directory_iterator(testing::TempDir()))
+    EXPECT_EQ(e.path().filename().string().find("normlab_dump_test.json.tmp"), std::string::npos) << e.path();
+  std::remove(path.c_str());
 }
 
 TEST(CliGradcheck, BadInputIsOneLineAndExitTwo) {

@@ -2,6 +2,7 @@
 // restored from its checkpoint computes the same loss, and a catalogue of corrupted files is
 // rejected with one clear error (never a crash or a read outside the file).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -133,7 +134,17 @@ TEST(Checkpoint, CorruptedFilesAreRejectedCleanly) {
       {"trailing bytes", write_raw("ck_trail", "{" + ok_entry + "}", data8 + "xx"), "trailing"},
       {"gap", write_raw("ck_gap", R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data8), "gap or overlap"},
       {"metadata not strings", write_raw("ck_meta", R"({"__metadata__":{"a":1}})", ""), "not a string"},
-      {"missing file", fs::path(testing::TempDir()) / "ck_nothing_here", "cannot be opened"},
+      // issue 21: the system's reason, and what is not a regular file refused at once (a FIFO
+      // used to block this call forever: the test would time out)
+      {"missing file", fs::path(testing::TempDir()) / "ck_nothing_here", "No such file or directory"},
+      {"a directory", fs::path(testing::TempDir()), "it is a directory"},
+      {"/dev/zero", fs::path("/dev/zero"), "not a regular file"},
+      {"a FIFO", [] {
+         fs::path p = fs::path(testing::TempDir()) / "ck_fifo";
+         fs::remove(p);
+         ::mkfifo(p.c_str(), 0600);
+         return p;
+       }(), "not a regular file"},
   };
   for (const Case& c : cases) {
     try {

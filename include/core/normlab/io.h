@@ -3,6 +3,7 @@
 // naming the file, never a silently truncated file. Reads take regular files only, up to a size.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace normlab {
@@ -17,9 +18,50 @@ constexpr int64_t kMaxReadBytes = int64_t{1} << 30;
 // (a directory, a FIFO, /dev/zero) or is larger than max_bytes.
 std::string read_file(const std::string& path, int64_t max_bytes = kMaxReadBytes);
 
+// A regular file opened for reading, without ever blocking: a FIFO, a device (/dev/zero), a socket
+// or a directory is refused at open (O_NONBLOCK, then fstat), so no reader of normlab waits on a
+// writer that never comes. Errors are UsageErrors "cannot read '<path>': <reason>", the reason
+// the system's ("No such file or directory", "Permission denied") or "it is a directory" /
+// "not a regular file (a device, FIFO or socket)".
+class ReadableFile {
+ public:
+  explicit ReadableFile(const std::string& path);
+  ~ReadableFile();
+  ReadableFile(const ReadableFile&) = delete;
+  ReadableFile& operator=(const ReadableFile&) = delete;
+  int64_t size() const { return size_; }
+  // Exactly n bytes at offset; false when the file ends first (it shrank); UsageError on an error.
+  bool read_at(int64_t offset, void* buf, int64_t n) const;
+  // Up to n bytes at offset: how many were read, 0 at the end; UsageError on an error.
+  int64_t read_some(int64_t offset, void* buf, int64_t n) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;
+};
+
 // Checked before any work is done: `path` can be created or replaced as a file (its directory
 // exists and is writable; it is not a directory). `flag` names the option in the error.
 void check_output_file(const std::string& path, const std::string& flag);
+
+// Does the text of an existing file say normlab wrote it (a bench document, a gradcheck dump)?
+// Never throws.
+using WrittenByNormlab = std::function<bool(const std::string& text)>;
+// An output file a command writes whole (bench --out, gradcheck --dump), checked before any work
+// (check_output_file's checks, then): an existing file is refused unless `force`, and even with
+// `force` only a regular file that `ours` recognizes may be replaced: a person's file never is.
+void check_output_file(const std::string& path, const std::string& flag, bool force, const WrittenByNormlab& ours);
+// Writes it at the end of the work: a temporary name in the same directory, then a rename that
+// never replaces a file that appeared since the check (without `force`), nor one that is not
+// normlab's (with it). Throws UsageError naming the file; the temporary file is removed.
+void write_output_file(const std::string& path, const std::string& text, const std::string& flag, bool force,
+                       const WrittenByNormlab& ours);
+
+// rename(from, to) of a directory that fails (errno EEXIST or ENOTEMPTY) when `to` exists instead of
+// replacing it: how a directory written under a temporary name takes its name.
+bool rename_noreplace(const std::string& from, const std::string& to);
 
 // A file written line by line (metrics.jsonl): created (truncated) on open; each write is checked
 // and a failed or short write throws UsageError naming the file and the reason.

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace normlab {
 
@@ -12,6 +13,14 @@ namespace normlab {
 // the text, the layout (e.g. "BxTxC") and the first bad part.
 std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& flag, const std::string& layout,
                                      int64_t max_each, int64_t max_product);
+
+// "a,b,c" -> {"a", "b", "c"}: the one parser of comma-separated flag values. An empty text or an
+// empty entry ("1,,2", "fused,", ",x") is a UsageError naming the flag and the entry's position.
+std::vector<std::string> split_list(const std::string& text, const std::string& flag);
+// split_list, then each entry as a finite number / a whole number in [lo, hi]; UsageError naming the
+// flag and the entry otherwise.
+std::vector<double> parse_number_list(const std::string& text, const std::string& flag);
+std::vector<int64_t> parse_integer_list(const std::string& text, const std::string& flag, int64_t lo, int64_t hi);
 
 // Levenshtein distance (insertions, deletions, substitutions), for "did you mean" suggestions;
 // O(|a| |b|): callers bound the lengths they pass.

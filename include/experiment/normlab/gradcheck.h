@@ -98,6 +98,22 @@ CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& o
 // Analytic float32 gradients on opt.f32_backend vs analytic float64 reference gradients.
 CaseResult check_float32_backend(const GradCase& c, const GradcheckOptions& opt);
 
+// What the finite differences of a case at opt.shape cost on this machine: 2 forwards per input
+// element, each timed here (a few forwards of the case, built at that shape).
+struct GradcheckCost {
+  int64_t forwards = 0;
+  double forward_seconds = 0;
+  double seconds = 0;  // forwards x forward_seconds
+};
+GradcheckCost estimate_gradcheck_cost(const GradCase& c, const GradcheckOptions& opt);
+// Before any case runs at a --shape the user chose: the cases fit in memory and their finite
+// differences together take at most max_seconds (estimated as above); a UsageError naming the
+// shape, the case and the estimate otherwise.
+void check_gradcheck_budget(const std::vector<const GradCase*>& cases, const GradcheckOptions& opt,
+                            const std::string& shape_text, double max_seconds);
+// Is this text a gradcheck --dump (for --force: normlab replaces only its own file)? Never throws.
+bool is_gradcheck_dump(const std::string& text);
+
 // Everything about one case as JSON text: inputs (and integer constants, hyperparameters), R, the
 // float64 analytic and numeric gradients and, unless opt.f32_backend is empty, that backend's
 // float32 analytic gradients.

@@ -1,0 +1,154 @@
+// `normlab convert`'s workflow: check, load, convert, evaluate, calibrate, write (convert_run.h).
+#include "normlab/convert_run.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "normlab/checkpoint.h"
+#include "normlab/config.h"
+#include "normlab/io.h"
+#include "normlab/run.h"
+
+namespace normlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string without_trailing_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+// Where the conversion goes: a name that does not exist yet, in a directory that does (as train,
+// convert creates no missing parents: a typo in a parent's name is an error, not a new tree).
+void check_destination(const std::string& out_flag) {
+  NL_USAGE(!out_flag.empty(), "no output directory given (--out DIR)");
+  const std::string out = without_trailing_slashes(out_flag);
+  const std::string name = fs::path(out).filename().string();
+  NL_USAGE(out != "/" && name != "." && name != "..", "--out '{}' must name a directory to create",
+           shown(out_flag, 200));
+  struct stat st {};
+  NL_USAGE(::lstat(out.c_str(), &st) != 0, "'{}' exists: convert writes a new directory", shown(out_flag, 200));
+  const std::string parent = fs::path(out).has_parent_path() ? fs::path(out).parent_path().string() : ".";
+  struct stat pst {};
+  NL_USAGE(::stat(parent.c_str(), &pst) == 0 && S_ISDIR(pst.st_mode),
+           "--out '{}': the parent directory '{}' does not exist (convert does not create it)", shown(out_flag, 200),
+           shown(parent, 200));
+  NL_USAGE(::access(parent.c_str(), W_OK | X_OK) == 0, "--out '{}': the parent directory '{}' is not writable",
+           shown(out_flag, 200), shown(parent, 200));
+}
+
+}  // namespace
+
+ConvertReport convert_run(const ConvertRequest& req) {
+  NL_USAGE(req.to == NormKind::rmsnorm || req.to == NormKind::layernorm, "--to '{}' is not one of rmsnorm, layernorm",
+           to_string(req.to));
+  const bool to_ln = req.to == NormKind::layernorm;
+  NL_USAGE(!to_ln || req.method.empty(), "--to layernorm has one mapping (each gain kept, beta = 0); drop --method");
+  ConvertReport report;
+  report.method = to_ln ? "gain" : req.method.empty() ? "exact" : req.method;
+  NL_USAGE(to_ln || report.method == "naive" || report.method == "exact", "--method '{}' is not one of naive, exact",
+           shown(req.method));
+  NL_USAGE(req.calibrate >= 0 && req.calibrate <= (int64_t{1} << 40),
+           "--calibrate must be a non-negative integer of at most 2^40 (as train's steps), got {}", req.calibrate);
+  check_destination(req.out);
+  const std::string out = without_trailing_slashes(req.out);
+
+  const ConvertMethod method = report.method == "exact" ? ConvertMethod::exact : ConvertMethod::naive;
+  TrainConfig cfg = load_train_config((fs::path(req.source) / "config.json").string(), {});
+  const std::string model_file = (fs::path(req.source) / "model.safetensors").string();
+  Model source(cfg.model, cfg.seed);
+  load_model_state(source, load_safetensors(model_file), model_file);
+  if (to_ln) {
+    NL_USAGE(cfg.model.norm == NormKind::rmsnorm, "cannot convert {} to layernorm: its norm is {}, not rmsnorm",
+             shown(req.source, 200), to_string(cfg.model.norm));
+  } else {
+    const std::string refusal = conversion_refusal(cfg.model, method);
+    NL_USAGE(refusal.empty(), "cannot convert {} {}: {}", shown(req.source, 200), report.method, refusal);
+  }
+  TrainConfig out_cfg = cfg;
+  if (req.calibrate > 0) {  // the calibration run's config is checked now, not after the conversion
+    TrainConfig tune = cfg;
+    tune.steps = req.calibrate;
+    tune.eval_every = req.calibrate;
+    validate_config(tune);
+  }
+  if (req.on_notice)
+    for (const std::string& p : stale_partials(out))
+      req.on_notice(fmt::format("{} is left from an interrupted convert or run (its process is gone); it is not a "
+                                "finished conversion: look at it or remove it (rm -r '{}')",
+                                p, p));
+
+  auto stop_if_interrupted = [&] {
+    if (req.interrupt && *req.interrupt) throw Interrupted("", static_cast<int>(*req.interrupt));
+  };
+  stop_if_interrupted();
+  const std::string tmp = out + ".partial." + std::to_string(getpid());
+  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
+  try {
+    report.val_loss_before = validation_loss(cfg, source);
+    report.stream_centred = stream_centred(source);
+    Conversion conv = to_ln ? convert_rmsnorm_to_layernorm(source) : convert_layernorm_to_rmsnorm(source, method);
+    out_cfg.model = conv.config;
+    out_cfg.init_from.clear();
+    Model converted(out_cfg.model, out_cfg.seed);
+    load_model_state(converted, SafetensorsFile{{}, conv.state}, "the conversion");
+    report.val_loss_converted = validation_loss(out_cfg, converted);
+    stop_if_interrupted();
+
+    const std::string tmp_model = tmp + "/model.safetensors";
+    save_safetensors(tmp_model, conv.state, {{"format", "pt"}, {"normlab_config", config_to_json(out_cfg)}});
+    write_file_atomic(tmp + "/config.json", config_to_json(out_cfg) + "\n");
+    nlohmann::json j{{"source", req.source},
+                     {"to", to_string(req.to)},
+                     {"method", report.method},
+                     {"val_loss_before", report.val_loss_before},
+                     {"val_loss_converted", report.val_loss_converted},
+                     {"out", req.out}};
+    if (to_ln) j["stream_centred"] = report.stream_centred;
+    if (req.calibrate > 0) {
+      TrainConfig tune = out_cfg;
+      tune.init_from = tmp_model;
+      tune.steps = req.calibrate;
+      tune.eval_every = req.calibrate;
+      TrainHooks hooks;
+      hooks.on_step = [&](int64_t, double) { stop_if_interrupted(); };
+      TrainResult r = train(tune, hooks);
+      stop_if_interrupted();
+      report.val_loss_calibrated = r.final_val_loss;
+      j["calibrate_steps"] = req.calibrate;
+      j["val_loss_calibrated"] = r.final_val_loss;
+    }
+    report.json = j.dump(2);
+    write_file_atomic(tmp + "/convert.json", report.json + "\n");
+    stop_if_interrupted();
+    if (!rename_noreplace(tmp, out)) {
+      const int e = errno;
+      throw UsageError(e == EEXIST || e == ENOTEMPTY
+                           ? fmt::format("'{}' appeared while converting (another convert into the same --out?)",
+                                         shown(req.out, 200))
+                           : fmt::format("cannot rename {} to '{}': {}", shown(tmp, 200), shown(req.out, 200),
+                                         std::strerror(e)));
+    }
+  } catch (const Interrupted& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    const char* abbrev = sigabbrev_np(e.signal);
+    throw Interrupted(fmt::format("interrupted by SIG{}; the unfinished conversion {} was removed",
+                                  abbrev ? abbrev : std::to_string(e.signal).c_str(), shown(tmp, 200)),
+                      e.signal);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // only what this call created: the partial directory it made
+    throw;
+  }
+  return report;
+}
+
+}  // namespace normlab
