@@ -205,7 +205,10 @@ CliResult run_program(const std::string& program, const std::vector<std::string>
 }
 
 CliResult run_cli(const std::vector<std::string>& args, const RunOptions& options) {
-  return run_program(NORMLAB_BINARY, args, options);
+  // NORMLAB_TEST_BINARY replays the CLI tests against another build (e.g. an older commit's, to
+  // see that a new regression case failed there).
+  const char* other = std::getenv("NORMLAB_TEST_BINARY");
+  return run_program(other && *other ? other : NORMLAB_BINARY, args, options);
 }
 
 std::vector<std::string> split_lines(const std::string& text) {

@@ -59,7 +59,7 @@ struct RunOptions {
 CliResult run_program(const std::string& program, const std::vector<std::string>& args,
                       const RunOptions& options = {});
 
-// Runs the normlab binary built with the tests (NORMLAB_BINARY).
+// Runs the normlab binary built with the tests (NORMLAB_BINARY), or $NORMLAB_TEST_BINARY when set.
 CliResult run_cli(const std::vector<std::string>& args, const RunOptions& options = {});
 
 // Splits text into lines; a trailing newline does not make an empty last line.

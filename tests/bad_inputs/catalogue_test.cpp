@@ -547,6 +547,43 @@ TEST_P(Catalogue, OneLineExitTwoNothingWritten) {
 INSTANTIATE_TEST_SUITE_P(Catalogue, Catalogue, testing::ValuesIn(catalogue()),
                          [](const testing::TestParamInfo<Case>& i) { return i.param.name; });
 
+// issue 21: errors that were one line but did not name the problem ("cannot be opened", a range
+// of 394 bytes with DBL_MAX in full, "too short" for /dev/zero).
+TEST(CatalogueMessages, NameTheProblem) {
+  struct Expect {
+    std::vector<std::string> args;
+    std::string says;
+    ::Setup setup;
+  };
+  const std::vector<Expect> cases = {
+      {tiny({"--init_from", "nope.safetensors"}), "No such file or directory", {}},
+      {tiny({"--init_from", "."}), "it is a directory", {}},
+      {tiny({"--init_from", "/dev/zero"}), "not a regular file", {}},
+      {tiny({"--save_every", "x"}), "must be a non-negative integer", {}},
+      {{"convert", "ln", "--to", "rmsnorm", "--calibrate", "-1", "--out", "c"}, "must be a non-negative integer", ln_run("ln")},
+      {{"convert", "ln", "--to", "rmsnorm", "--out", "c"}, "not a regular file", [](const fs::path& w) {
+         ln_run("ln")(w);
+         fs::remove(w / "ln" / "model.safetensors");
+         ::mkfifo((w / "ln" / "model.safetensors").c_str(), 0600);
+       }},
+      {{"bench", "step", "--vocab", "2147483648"}, "--vocab must be at most 16777216", {}},
+      {{"gradcheck", "--op", "layernorm", "--shape", "64x64x64"}, "--max-seconds", {}},
+  };
+  for (const Expect& e : cases) {
+    const fs::path work = normlab::test::fresh_dir("messages");
+    fs::create_directories(work);
+    if (e.setup) e.setup(work);
+    normlab::test::RunOptions opt;
+    opt.cwd = work.string();
+    opt.timeout_s = 60;
+    const auto r = run_cli(e.args, opt);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_NE(r.err.find(e.says), std::string::npos) << "expected the error to say '" << e.says << "': " << describe(r);
+    EXPECT_LT(r.err.size(), 300u) << describe(r);
+    fs::remove_all(work);
+  }
+}
+
 TEST(CatalogueSize, AtLeastAHundredCasesOverEveryCommand) {
   std::map<std::string, int> per_command;
   for (const Case& c : catalogue()) ++per_command[c.args.empty() ? "train" : c.args[0]];

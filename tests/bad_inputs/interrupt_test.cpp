@@ -217,6 +217,7 @@ TEST(Interrupt, AFileSizeLimitFailsTheRunInsteadOfTruncatingIt) {
   EXPECT_TRUE(partials(work, "run").empty());
   // What the README promises for a failure during a run: stdout holds the loss table's rows
   // printed so far and nothing after them (no summary: the run did not finish).
+  EXPECT_NE(r.out.find("step"), std::string::npos) << "the table's head was printed before the failure: " << describe(r);
   EXPECT_EQ(r.out.find("final val loss"), std::string::npos) << describe(r);
   EXPECT_EQ(r.out.find("status"), std::string::npos) << describe(r);
   fs::remove_all(work);
