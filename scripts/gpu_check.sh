@@ -51,7 +51,10 @@ fi
 mkdir -p "$OUT"
 NL="$ROOT/$BUILD/normlab"
 "$NL" --version
-if "$NL" --version | grep -q "device(s)"; then result[device]=ok; else result[device]="no device"; fail "the binary sees no CUDA device"; fi
+# --version does not load the CUDA module (docs/cuda.md); a command that asks for the device does,
+# and names it.
+if dev=$("$NL" bench norms --device cuda --shapes 1x8x64 --repeats 1 2>&1 | grep -m1 -E '^(device:|error:)'); then echo "$dev"; fi
+if [[ ${dev:-} == *"device(s)"* ]]; then result[device]=ok; else result[device]="no device"; fail "the binary sees no CUDA device"; fi
 
 step "2. GPU tests (Kernel*/cuda, Cuda*)"
 if NORMLAB_CUDA_SYNC=1 timeout 240 "$BUILD/test_backends" --gtest_filter='*Kernel*/cuda:Cuda*' \

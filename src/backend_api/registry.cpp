@@ -3,8 +3,11 @@
 #include <omp.h>
 #include <fmt/format.h>
 
+#include <atomic>
+#include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "normlab/backend.h"
 
@@ -12,9 +15,21 @@ namespace normlab {
 
 namespace {
 
+// A backend, or how to make it at its first lookup.
+struct Entry {
+  std::unique_ptr<Backend> owned;
+  // owned.get() once made: every op looks its backend up, and reads this without the lock.
+  std::atomic<Backend*> ready{nullptr};
+  std::function<std::unique_ptr<Backend>()> make;  // until it has run
+  std::exception_ptr failed;                       // what it threw
+};
+
 struct Registry {
-  std::map<std::string, std::unique_ptr<Backend>> backends;
+  std::map<std::string, Entry> backends;
   std::string default_cpu = "cpu";
+  // Held while a factory runs; recursive because a factory may look up another backend
+  // ("cuda-host" wraps "cuda").
+  std::recursive_mutex making;
 };
 
 Registry& registry() {
@@ -22,15 +37,59 @@ Registry& registry() {
   return r;
 }
 
+Backend& made(Entry& e) {
+  if (Backend* b = e.ready.load(std::memory_order_acquire)) return *b;
+  std::lock_guard<std::recursive_mutex> lock(registry().making);
+  if (Backend* b = e.ready.load(std::memory_order_acquire)) return *b;
+  if (!e.failed) {
+    try {
+      std::unique_ptr<Backend> b = e.make();
+      NL_CHECK(b != nullptr, "a backend factory returned no backend");
+      e.owned = std::move(b);
+      e.make = nullptr;
+      e.ready.store(e.owned.get(), std::memory_order_release);
+      return *e.owned;
+    } catch (...) {
+      e.failed = std::current_exception();
+      e.make = nullptr;
+    }
+  }
+  std::rethrow_exception(e.failed);
+}
+
+Entry& fresh_entry(const std::string& name) {
+  Entry& e = registry().backends[name];
+  e.ready.store(nullptr);
+  e.owned.reset();
+  e.make = nullptr;
+  e.failed = nullptr;
+  return e;
+}
+
 }  // namespace
 
 void register_backend(const std::string& name, std::unique_ptr<Backend> b) {
-  registry().backends[name] = std::move(b);
+  NL_CHECK(b != nullptr, "register_backend('{}'): no backend", name);
+  Entry& e = fresh_entry(name);
+  e.owned = std::move(b);
+  e.ready.store(e.owned.get(), std::memory_order_release);
+}
+
+void register_backend_factory(const std::string& name, std::function<std::unique_ptr<Backend>()> make) {
+  NL_CHECK(make != nullptr, "register_backend_factory('{}'): no factory", name);
+  fresh_entry(name).make = std::move(make);
 }
 
 std::vector<std::string> backend_names() {
   std::vector<std::string> names;
-  for (auto& [name, b] : registry().backends) names.push_back(name);
+  for (auto& [name, e] : registry().backends) {
+    try {
+      made(e);
+      names.push_back(name);
+    } catch (...) {
+      // Not usable here (no device, no CUDA libraries): not a name to offer.
+    }
+  }
   return names;
 }
 
@@ -43,7 +102,7 @@ Backend& backend(const std::string& name) {
     for (auto& [n, b] : m) known += (known.empty() ? "" : ", ") + n;
     throw UsageError(fmt::format("unknown backend '{}' (known: {})", name, known));
   }
-  return *it->second;
+  return made(it->second);
 }
 
 Backend& backend_for(Device device, DType dtype) {
@@ -51,9 +110,9 @@ Backend& backend_for(Device device, DType dtype) {
     auto& m = registry().backends;
     auto it = m.find("cuda");
     if (it == m.end()) throw UsageError("no CUDA device found (no \"cuda\" backend is registered)");
-    NL_CHECK(it->second->supports(dtype), "the cuda backend does not support {} (float32 only)",
-             dtype_name(dtype));
-    return *it->second;
+    Backend& b = made(it->second);
+    NL_CHECK(b.supports(dtype), "the cuda backend does not support {} (float32 only)", dtype_name(dtype));
+    return b;
   }
   Backend& b = backend(registry().default_cpu);
   if (b.supports(dtype)) return b;

@@ -3,7 +3,6 @@
 
 #include "normlab/backend.h"
 #include "normlab/cpu_backend.h"
-#include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/host_adapter.h"
 #include "normlab/ops.h"
@@ -15,12 +14,13 @@ void install_backends() {
   static const bool installed = [] {
     register_backend("reference", make_reference_backend());
     register_backend("cpu", make_cpu_backend());
-    // "cuda" only where a device is usable: the tests and --device cuda ask for it by name and
-    // report "no CUDA device found" otherwise.
+    // "cuda" made at its first lookup, which loads the CUDA module: only a command that asks for
+    // a CUDA device maps the CUDA libraries; where none is usable the lookup throws "no CUDA
+    // device found" and backend_names() leaves it out.
     // "cuda-host": the same kernels for host tensors (gradcheck, train --device cuda).
-    if (cuda_device_count() > 0) {
-      register_backend("cuda", make_cuda_backend());
-      register_backend("cuda-host", make_host_adapter(backend("cuda")));
+    if (cuda_built()) {
+      register_backend_factory("cuda", make_cuda_backend);
+      register_backend_factory("cuda-host", [] { return make_host_adapter(backend("cuda")); });
     }
     install_gradient_math();
     return true;

@@ -64,6 +64,16 @@ TEST(CudaBackend, WithoutADeviceSaysSo) {
   }
 }
 
+// The module is opened by this test program as by the binary (both export normlab's symbols
+// to it): a symbol it needs that the program lacks would skip every GPU test below as "no
+// device". Its own summary names the runtime; the loader's names the toolkit.
+TEST(CudaBackend, TheModuleLoadsIntoThisProgram) {
+  if (!cuda_built()) GTEST_SKIP() << "this normlab is built without CUDA";
+  cuda_device_count();
+  const std::string summary = cuda_summary();
+  EXPECT_EQ(summary.rfind("built (runtime ", 0), 0u) << summary;
+}
+
 TEST(CudaBackend, TransfersRoundTripEveryDtype) {
   SKIP_WITHOUT_GPU();
   Tensor f = Tensor::from({1.5, -2.25, 3.0}, {3}, DType::f32);

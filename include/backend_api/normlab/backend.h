@@ -13,6 +13,7 @@
 //   per row, in the input's dtype; backends that use oneDNN convert its variance at the boundary.
 // - `eps`, `alpha`, `scale`, `lr`... are passed as double and used in the tensor's dtype.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,6 +182,12 @@ class Backend {
 // kernels, f32), "cuda" (when built and a GPU is present).
 // Adds (or replaces) a backend under `name`; install_backends() does it for the built-in ones.
 void register_backend(const std::string& name, std::unique_ptr<Backend> b);
+// Adds (or replaces) a backend made on first use: `make` runs once, at the first lookup of
+// `name`, and what it throws is thrown again by every lookup. The CUDA backends are registered
+// so: a command that never asks for them never loads the CUDA libraries.
+void register_backend_factory(const std::string& name, std::function<std::unique_ptr<Backend>()> make);
+// The backends that are usable: a backend made on first use is made here (a name whose
+// factory throws is left out).
 std::vector<std::string> backend_names();
 Backend& backend(const std::string& name);  // throws UsageError for an unknown name
 // The backend ops use for CPU tensors (default "cpu"); CUDA tensors always use "cuda".

@@ -11,11 +11,16 @@ struct CudaDeviceInfo {
   int multiprocessors = 0;
 };
 
-// Number of usable CUDA devices: 0 when CUDA is not built in or no driver/GPU is present.
+// Number of usable CUDA devices: 0 when CUDA is not built in, its module cannot be loaded, or
+// no driver/GPU is present. Loads the CUDA module (docs/cuda.md), as does every function of
+// this header and of cuda_backend.h but cuda_summary, cuda_built and cuda_tf32.
 int cuda_device_count();
 // Empty when index is out of range.
 CudaDeviceInfo cuda_device_info(int index);
-// "not built", "built (runtime 13.0), no device: <reason>", or "built, 1 device: NVIDIA H200 (sm_90)".
+// Never loads the module. "not built"; before it is loaded "built (toolkit 13.0), module not
+// loaded (it loads for --device cuda): <path>" or "built (toolkit 13.0), not available: <why>";
+// once loaded "built (runtime 13.0), no device: <reason>" or "built (runtime 13.0), 1 device(s):
+// NVIDIA H200 (sm_90)".
 std::string cuda_summary();
 
 }  // namespace normlab

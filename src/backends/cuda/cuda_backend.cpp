@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "module.h"
 #include "normlab/error.h"
 
 namespace normlab {
@@ -556,12 +557,10 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-bool cuda_built() { return true; }
+std::unique_ptr<Backend> cuda::make_backend() { return std::make_unique<CudaBackend>(); }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
-
-void cuda_set_tf32(bool on) { g_tf32.store(on); }
-bool cuda_tf32() { return g_tf32.load(); }
+void cuda::set_tf32(bool on) { g_tf32.store(on); }
+bool cuda::tf32() { return g_tf32.load(); }
 
 // ============================================================================================
 // bench
@@ -639,7 +638,7 @@ std::vector<float> inputs(int64_t count, uint64_t seed, double mean, double spre
 
 }  // namespace
 
-CudaNormTiming cuda_time_norm(const CudaNormCase& c) {
+CudaNormTiming cuda::time_norm(const CudaNormCase& c) {
   const char* kn = c.rms ? "bench rmsnorm" : "bench layernorm";
   require_device();
   NL_CHECK(c.rows > 0 && c.d > 0, "cuda {}: empty shape {}x{}", kn, c.rows, c.d);
@@ -761,7 +760,7 @@ CudaNormTiming cuda_time_norm(const CudaNormCase& c) {
   return out;
 }
 
-CudaCopyBandwidth cuda_copy_bandwidth(size_t bytes, int repeats) {
+CudaCopyBandwidth cuda::copy_bandwidth(size_t bytes, int repeats) {
   const char* kn = "bench copy";
   require_device();
   DeviceBuffer a(bytes, kn), b(bytes, kn);

@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "normlab/cuda.h"
+#include "module.h"
 
-namespace normlab {
+namespace normlab::cuda {
 
 namespace {
 // With no driver cudaGetDeviceCount returns an error and leaves the count untouched.
@@ -16,14 +16,14 @@ int query_count(cudaError_t* status) {
 }
 }  // namespace
 
-int cuda_device_count() {
+int device_count() {
   cudaError_t status;
   return query_count(&status);
 }
 
-CudaDeviceInfo cuda_device_info(int index) {
+CudaDeviceInfo device_info(int index) {
   CudaDeviceInfo info;
-  if (index < 0 || index >= cuda_device_count()) return info;
+  if (index < 0 || index >= device_count()) return info;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return info;
   info.name = prop.name;
@@ -34,7 +34,7 @@ CudaDeviceInfo cuda_device_info(int index) {
   return info;
 }
 
-std::string cuda_summary() {
+std::string summary() {
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
   std::string rt = std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
@@ -42,9 +42,9 @@ std::string cuda_summary() {
   int n = query_count(&status);
   if (status != cudaSuccess) return "built (runtime " + rt + "), no device: " + cudaGetErrorString(status);
   if (n == 0) return "built (runtime " + rt + "), no device";
-  CudaDeviceInfo d = cuda_device_info(0);
+  CudaDeviceInfo d = device_info(0);
   return "built (runtime " + rt + "), " + std::to_string(n) + " device(s): " + d.name + " (sm_" +
          std::to_string(d.major) + std::to_string(d.minor) + ")";
 }
 
-}  // namespace normlab
+}  // namespace normlab::cuda

@@ -1,0 +1,24 @@
+// The module's one exported symbol (the rest of it is compiled with hidden visibility): the
+// table the loader reads (module_abi.h).
+#include "module.h"
+#include "module_abi.h"
+
+namespace {
+
+const normlab::cuda::ModuleTable kTable = {
+    NORMLAB_CUDA_BUILD_ID,
+    normlab::cuda::device_count,
+    normlab::cuda::device_info,
+    normlab::cuda::summary,
+    normlab::cuda::make_backend,
+    normlab::cuda::set_tf32,
+    normlab::cuda::tf32,
+    normlab::cuda::time_norm,
+    normlab::cuda::copy_bandwidth,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const normlab::cuda::ModuleTable* normlab_cuda_module() {
+  return &kTable;
+}
