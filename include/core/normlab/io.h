@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace normlab {
 
@@ -36,5 +38,10 @@ class CheckedFile {
   std::string path_;
   int fd_ = -1;
 };
+
+// Several files, all or none: each written whole under a temporary name, then all renamed. A
+// failed write (the disk, a file-size limit, a read-only directory) leaves every path as it was and
+// throws UsageError naming the file.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace normlab
