@@ -325,6 +325,32 @@ std::vector<Case> catalogue() {
   add("handcalc_placement_norm_both", {"handcalc", "placement", "--norm", "both"});
   add("handcalc_x_twice", {"handcalc", "--x", "1,2", "residual", "--x", "1,2"});
 
+  // ---- sweep (issue 21)
+  // Each of these was found only after points had trained, or after DIR had been created (or not
+  // at all); a sweep's points are tiny, so a case that slipped through would still end quickly.
+  const auto sweep_spec = [](std::vector<std::string> more) {
+    std::vector<std::string> a = {"sweep", "c.json", "--out", "sw", "--jobs", "1"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const std::string tiny_base = R"("base": {"steps": 2, "eval_every": 1, "layers": 1, "d_model": 8, "d_hidden": 8, "batch_size": 2})";
+  add("sweep_summary_metric_unknown", sweep_spec({}),
+      config("{" + tiny_base + R"(, "grid": {"lr": [0.001, 0.01]}, "summary": {"metric": "foo"}})"));
+  add("sweep_summary_metric_not_a_number", sweep_spec({}),
+      config("{" + tiny_base + R"(, "grid": {"lr": [0.001, 0.01]}, "summary": {"metric": "status"}})"));
+  add("sweep_grid_lr_1e400", sweep_spec({}), config("{" + tiny_base + R"(, "grid": {"lr": [1e400]}})"));
+  add("sweep_base_lr_1e400", sweep_spec({}), config(R"({"base": {"lr": 1e400}, "grid": {"layers": [1, 2]}})"));
+  add("sweep_grid_key_twice", sweep_spec({}), config("{" + tiny_base + R"(, "grid": {"lr": [0.001], "lr": [0.01]}})"));
+  add("sweep_spec_key_twice", sweep_spec({}),
+      config("{" + tiny_base + R"(, "grid": {"lr": [0.001]}, "grid": {"lr": [0.01]}})"));
+  add("sweep_base_key_twice", sweep_spec({}), config(R"({"base": {"steps": 2, "steps": 3}, "grid": {"lr": [0.001]}})"));
+  add("sweep_spec_deep", sweep_spec({}), config("{\"grid\": {\"lr\": " + nested(100000) + "}}"));
+  add("sweep_spec_key_newline", sweep_spec({}), config(R"({"gr\nid": {"lr": [0.001]}})"));
+  add("sweep_summarize_metric_unknown", {"sweep", "summarize", "sw", "--metric", "foo"}, [](const fs::path& w) {
+    fs::create_directories(w / "sw");
+    write(w / "sw" / "spec.json", R"({"grid": {"lr": [0.001, 0.01]}})");
+  });
+
   // ---- bench
   add("bench_norms_shape_text", {"bench", "norms", "--shapes", "big"});
   add("bench_norms_shape_zero", {"bench", "norms", "--shapes", "0x1x8"});

@@ -538,5 +538,29 @@ TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
   EXPECT_EQ(s.row_values[static_cast<size_t>(s.best[0])], "pre");
 }
 
+// ---- issue 21: the spec is read as strictly as a config file --------------------------------------
+
+void expect_one_error_line(const CliResult& r, const std::string& expect) {
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(r.out, "") << describe(r);
+  EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
+  EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in: " << describe(r);
+}
+
+TEST(SweepErrors, AnAxisValueOfTheWrongTypeIsOneClearLine) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"grid": {"layers": ["two"]}})";
+  CliResult r = run_cli({"sweep", tmp / "spec.json", "--out", tmp / "out"});
+  expect_one_error_line(r, "grid.layers[0]");
+  // where (once), which key, what was expected, what was given; no int64 range for a string
+  EXPECT_EQ(r.err.find("grid.layers[0]"), r.err.rfind("grid.layers[0]")) << r.err;
+  EXPECT_NE(r.err.find("'layers'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("must be a whole number"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\"two\""), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("9223372036854775807"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+}
+
 }  // namespace
 }  // namespace normlab

@@ -32,6 +32,8 @@ struct SweepRequest {
   std::string spec_file;           // JSON spec; empty: axes and sets only
   std::vector<std::string> axes;   // "key=v1,v2,..." (a single value is a base override, as in Hydra)
   std::vector<std::string> sets;   // "key=value" base overrides (--set)
+  // Larger grids are refused before they are expanded (the fuzz target plans small ones only).
+  size_t max_points = 100000;
 };
 
 struct SweepPoint {
