@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzing: builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan, build-fuzz/) and runs
 # each for SECONDS (default 30).
-#   ./scripts/fuzz.sh                    every target, 30 s each: config, shapes, bench_json
+#   ./scripts/fuzz.sh                    every target, 30 s each: config, shapes, bench_json, checkpoint,
+#                                        sweep_spec, sbatch
 #   ./scripts/fuzz.sh 300 config         one target, 5 minutes
 # Seeds: the repository's own configs and bench documents (experiments/*.json,
 # results/bench-runs/*.json) plus fuzz/regressions/<target>/ (every past finding, replayed first).
@@ -13,9 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-# sweep_spec is built and run on request (scripts/fuzz.sh 60 sweep_spec): a spec of 100000 points
-# takes seconds to plan, past libFuzzer's per-input timeout, so it is not yet in the CI list.
-[ ${#targets[@]} -gt 0 ] || targets=(config shapes bench_json checkpoint)
+[ ${#targets[@]} -gt 0 ] || targets=(config shapes bench_json checkpoint sweep_spec sbatch)
 ./scripts/setup.sh
 if ! command -v clang++ >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   echo "fuzz.sh: installing clang, libclang-rt-dev, libomp-dev" >&2
@@ -41,6 +40,7 @@ for t in "${targets[@]}"; do
   case $t in
     config) cp -n experiments/*.json "$corpus"/ 2>/dev/null || true ;;
     bench_json) cp -n results/bench-runs/*.json "$corpus"/ 2>/dev/null || true ;;
+    sweep_spec) cp -n experiments/sweep-*.json "$corpus"/ 2>/dev/null || true ;;
   esac
   max_len=4096
   [ "$t" = bench_json ] && max_len=65536

@@ -35,8 +35,12 @@ struct SweepArgs {
   bool slurm = false, submit = false;
   std::string slurm_partition, slurm_time;
   int slurm_cpus = 1, slurm_array_max = 0, slurm_shards = 0;
+  // Given on the command line (a given 0 is refused, not read as "the default")
+  const CLI::Option* jobs_opt = nullptr;
+  const CLI::Option* slurm_shards_opt = nullptr;
   // summarize
   std::string dir, rows, cols, metric, format = "md";
+  bool no_write = false;
   DeviceOptions dev;
 };
 
@@ -91,6 +95,13 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// One warning per damaged run: it is not a result, and says what is wrong with it.
+void warn_damaged(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& damaged,
+                  const char* then) {
+  for (const auto& [point, problem] : damaged)
+    spdlog::warn("{}/runs/{} {}; {}", dir, point, problem, then);
+}
+
 int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   // Everything is checked before anything is created (a --device cuda without a GPU first).
   check_device(a.dev);
@@ -99,19 +110,38 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
     if (p.find('=') != std::string::npos) {
       req.axes.push_back(p);
     } else {
-      NL_USAGE(req.spec_file.empty(), "two spec files given ('{}' and '{}'); axes are written key=v1,v2", req.spec_file, p);
+      NL_USAGE(req.spec_file.empty(), "two spec files given ('{}' and '{}'); axes are written key=v1,v2", shown(req.spec_file, 200),
+               shown(p, 200));
       req.spec_file = p;
     }
   }
   req.sets = a.sets;
   NL_USAGE(!a.out.empty(), "--out DIR is required (the sweep directory)");
-  NL_USAGE(a.jobs >= 0, "--jobs must be >= 1, got {}", a.jobs);
-  NL_USAGE(a.threads >= 1, "--threads must be >= 1, got {}", a.threads);
   NL_USAGE(!a.submit || a.slurm, "--submit needs --slurm");
   const Shard shard = a.shard.empty() ? shard_from_env() : parse_shard(a.shard);
   const std::vector<std::string> rerun = parse_rerun(a.rerun);
-  const int jobs = a.jobs > 0 ? a.jobs : default_jobs();
+  SweepRunOptions ro;
+  ro.dir = a.out;
+  ro.jobs = a.jobs_opt->count() > 0 ? a.jobs : default_jobs();
+  ro.threads = a.threads;
+  ro.shard = shard;
+  ro.device = a.dev.device;
+  ro.tf32 = a.dev.tf32;
+  check_run_options(ro);
   SweepPlan plan = plan_sweep(req);
+  SlurmOptions so;
+  if (a.slurm) {
+    so.exe = self_exe();
+    so.partition = a.slurm_partition;
+    so.time = a.slurm_time;
+    so.cpus = a.slurm_cpus;
+    so.threads = a.threads;
+    so.array_max = a.slurm_array_max;
+    so.shards = a.slurm_shards_opt->count() > 0 ? a.slurm_shards : static_cast<int>(plan.points.size());
+    so.rerun = rerun;
+    check_slurm_options(a.out, so, plan.points.size());
+    if (a.submit) check_sbatch_available();
+  }
 
   if (a.dry_run) {
     std::string changed = check_sweep_dir(a.out, plan);
@@ -135,30 +165,20 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
     return 0;
   }
 
-  prepare_sweep_dir(a.out, plan, a.force);
+  // Shards of one array share DIR (each point locked while it runs); anything else has it alone.
+  SweepDir dir(a.out, plan, a.force, shard.count > 1 ? SweepDir::Lock::shared : SweepDir::Lock::exclusive);
 
   if (a.slurm) {
-    SlurmOptions so;
-    so.exe = self_exe();
-    so.partition = a.slurm_partition;
-    so.time = a.slurm_time;
-    so.cpus = a.slurm_cpus;
-    so.threads = a.threads;
-    so.array_max = a.slurm_array_max;
-    so.shards = a.slurm_shards > 0 ? a.slurm_shards : static_cast<int>(plan.points.size());
-    so.rerun = rerun;
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(a.out) / "slurm", ec);
-    NL_USAGE(!ec, "cannot create {}/slurm: {}", a.out, ec.message());
-    const std::string script = (std::filesystem::path(a.out) / "sweep.sbatch").string();
-    write_file_atomic(script, sbatch_script(a.out, so));
-    std::printf("wrote %s: %d array tasks over %zu points, %d cpus each\n", script.c_str(), so.shards, plan.points.size(), so.cpus);
-    if (!a.submit) {
-      std::printf("sbatch %s\n", script.c_str());
-      return 0;
+    const std::string script = write_sbatch_script(dir, so);
+    std::string id;
+    if (a.submit) {
+      dir.unlock();  // the array's tasks lock DIR themselves, and may start before this process ends
+      id = submit_sbatch(script);
     }
-    std::string id = submit_sbatch(script);
-    std::printf("submitted job %s\n", id.c_str());
+    dir.keep();
+    std::printf("wrote %s: %d array tasks over %zu points, %d cpus each\n", script.c_str(), so.shards, plan.points.size(), so.cpus);
+    if (a.submit) std::printf("submitted job %s\n", id.c_str());
+    else std::printf("sbatch %s\n", script.c_str());
     return 0;
   }
 
@@ -166,16 +186,20 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   std::vector<size_t> todo = select_points(plan, states, shard, rerun);
   size_t in_shard_count = 0, done = 0, diverged = 0;
   std::vector<bool> runs(plan.points.size(), false);
+  std::vector<std::pair<std::string, std::string>> damaged;
   for (size_t i : todo) runs[i] = true;
   for (size_t i = 0; i < plan.points.size(); ++i) {
     if (!in_shard(i, shard)) continue;
     ++in_shard_count;
     if (states[i].done && !runs[i]) ++done, diverged += states[i].status == "diverged";
+    if (states[i].status == "damaged") damaged.emplace_back(plan.points[i].name, states[i].problem);
   }
-  std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", a.out.c_str(),
-               in_shard_count, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
-               todo.size(), done, diverged ? fmt::format(" ({} diverged)", diverged).c_str() : "", jobs, jobs == 1 ? "" : "s", a.threads,
-               a.threads == 1 ? "" : "s");
+  warn_damaged(a.out, damaged, "the point runs again");
+  if (!g.quiet)
+    std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", a.out.c_str(),
+                 in_shard_count, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
+                 todo.size(), done, diverged ? fmt::format(" ({} diverged)", diverged).c_str() : "", ro.jobs,
+                 ro.jobs == 1 ? "" : "s", a.threads, a.threads == 1 ? "" : "s");
 
   const bool tty = isatty(STDERR_FILENO) && !g.quiet;
   SweepCallbacks cb;
@@ -195,13 +219,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
     }
   };
   if (tty) cb.on_tick = draw_bar;
-  SweepRunOptions ro;
-  ro.dir = a.out;
-  ro.jobs = jobs;
-  ro.threads = a.threads;
-  ro.shard = shard;
-  ro.device = a.dev.device;
-  ro.tf32 = a.dev.tf32;
+  dir.keep();  // from the first point on, what is in DIR is the sweep's
   SweepRunReport rep = run_sweep(plan, todo, ro, cb);
   if (tty) std::fprintf(stderr, "\r\033[K");
 
@@ -219,14 +237,18 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   } else {
     std::cout << summary_markdown(s);
   }
-  // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
-  rusage self{};
-  getrusage(RUSAGE_SELF, &self);
-  const double own_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
-                         1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
-  std::fprintf(stderr, "ran %zu point%s in %s: %zu completed, %zu diverged, %zu failed; summaries and plots in %s "
-               "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
-               clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed, a.out.c_str(), own_cpu);
+  if (!g.quiet) {
+    // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
+    rusage self{};
+    getrusage(RUSAGE_SELF, &self);
+    const double own_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+                           1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
+    std::fprintf(stderr, "ran %zu point%s in %s: %zu completed, %zu diverged, %zu failed%s; summaries and plots in %s "
+                 "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
+                 clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed,
+                 p.skipped ? fmt::format("; {} skipped (started by another process of this shard)", p.skipped).c_str() : "",
+                 a.out.c_str(), own_cpu);
+  }
   if (p.failed > 0) {
     std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
                  p.failed, p.failed == 1 ? "" : "s", a.out.c_str(), a.out.c_str());
@@ -236,17 +258,16 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
 }
 
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
-  NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", a.format);
+  NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", shown(a.format));
   SummaryOptions o;
   o.rows = a.rows;
   o.cols = split_commas(a.cols);
   o.metric = a.metric;
   SweepSummary s = summarize_sweep(a.dir, o);
-  try {
-    write_summaries(a.dir, s);
-  } catch (const Error& e) {
-    spdlog::warn("summaries not written into {}: {}", a.dir, e.what());
-  }
+  // Written before anything is printed: a summary that cannot be written is an error (exit 2, one
+  // line); --no-write is for reading a directory one cannot write.
+  if (!a.no_write) write_summaries(a.dir, s);
+  warn_damaged(a.dir, s.damaged_runs, "not counted as a result (`normlab sweep` runs the point again)");
   const std::string format = g.json ? "json" : a.format;
   if (format == "md") std::cout << summary_markdown(s);
   else if (format == "csv") std::cout << summary_csv(s);
@@ -264,17 +285,17 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--set", a->sets, "key=value: a base config value (repeatable; config=FILE starts from a config file)")
       ->allow_extra_args(false);
   sub->add_flag("--dry-run", a->dry_run, "List the points with their run names and whether they would run; create nothing");
-  sub->add_option("-j,--jobs", a->jobs, "Points at once (default: the number of cores, or SLURM_CPUS_PER_TASK)");
-  sub->add_option("--threads", a->threads, "Threads per point (default 1)");
+  a->jobs_opt = sub->add_option("-j,--jobs", a->jobs, "Points at once, at least 1 (default: the number of cores, or SLURM_CPUS_PER_TASK)");
+  sub->add_option("--threads", a->threads, "Threads per point, 1 to 1024 (default 1)");
   sub->add_option("--rerun", a->rerun, "Also re-run finished points with these statuses (comma list): diverged, completed, all; failed and interrupted points always run again");
   sub->add_flag("--force", a->force, "Run a changed spec over an existing sweep directory");
   sub->add_option("--shard", a->shard, "K/N: run only the K-th of N slices (0-based; default SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT)");
   sub->add_flag("--slurm", a->slurm, "Write DIR/sweep.sbatch (a job array, one task per shard) and print the sbatch line");
   sub->add_flag("--submit", a->submit, "With --slurm: submit it and print the job id");
-  sub->add_option("--slurm-shards", a->slurm_shards, "Array tasks (default: one per point)");
-  sub->add_option("--slurm-partition", a->slurm_partition, "#SBATCH --partition");
-  sub->add_option("--slurm-time", a->slurm_time, "#SBATCH --time (e.g. 01:00:00)");
-  sub->add_option("--slurm-cpus", a->slurm_cpus, "#SBATCH --cpus-per-task, and --jobs of each task (default 1)");
+  a->slurm_shards_opt = sub->add_option("--slurm-shards", a->slurm_shards, "Array tasks, 1 to the number of points (default: one per point)");
+  sub->add_option("--slurm-partition", a->slurm_partition, "#SBATCH --partition: a partition name, or a comma list of them");
+  sub->add_option("--slurm-time", a->slurm_time, "#SBATCH --time: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED (e.g. 01:00:00)");
+  sub->add_option("--slurm-cpus", a->slurm_cpus, "#SBATCH --cpus-per-task, and --jobs of each task, 1 to 1024 (default 1)");
   sub->add_option("--slurm-array-max", a->slurm_array_max, "At most this many array tasks at once (%M; 0 = no limit)");
   add_device_flags(*sub, a->dev);
   add_global_flags(*sub, g);
@@ -296,6 +317,7 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
   summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
   summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
   summ->add_option("--format", a->format, "md, csv or json (stdout)");
+  summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
   add_global_flags(*summ, g);
   return [a, summ, &g] { return summ->parsed() ? run_summarize_command(*a, g) : run_sweep_command(*a, g); };
 }

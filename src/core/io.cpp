@@ -241,4 +241,35 @@ void CheckedFile::close() {
   NL_USAGE(::close(fd) == 0, "writing '{}' failed: {}", shown(path_, 200), reason());
 }
 
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
+  // Every file whole under a staging name first; only then the renames, which do not fail for want
+  // of space or a file-size limit.
+  std::vector<std::string> staged;
+  auto unstage = [&] {
+    for (const std::string& p : staged) ::unlink(p.c_str());
+  };
+  try {
+    for (const auto& [path, text] : files) {
+      const std::string tmp = path + ".tmp-set." + std::to_string(getpid());
+      write_file_atomic(tmp, text);
+      staged.push_back(tmp);
+    }
+  } catch (const UsageError& e) {
+    unstage();
+    // name the file, not its staging name
+    std::string what = e.what();
+    const std::string tag = ".tmp-set." + std::to_string(getpid());
+    for (size_t at; (at = what.find(tag)) != std::string::npos;) what.erase(at, tag.size());
+    throw UsageError(what);
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (std::rename(staged[i].c_str(), files[i].first.c_str()) != 0) {
+      const std::string why = reason();
+      staged.erase(staged.begin(), staged.begin() + static_cast<long>(i));
+      unstage();
+      throw UsageError(fmt::format("cannot write '{}': {}", shown(files[i].first, 200), why));
+    }
+  }
+}
+
 }  // namespace normlab

@@ -51,7 +51,8 @@ T whole_number(const json& v, const std::string& label) {
     NL_USAGE(ok, "{} must be {}, got {}", label, range, i);
     return static_cast<T>(i);
   }
-  NL_USAGE(v.is_number_float(), "{} must be {}, got {}", label, range, shown_json(v));
+  // The range is worth quoting only to a number outside it; "two" is simply not a number.
+  NL_USAGE(v.is_number_float(), "{} must be a whole number, got {}", label, shown_json(v));
   const double d = v.get<double>();
   // [min, max] of T as doubles: -2^digits .. 2^digits (exclusive), exact powers of two.
   const double hi = std::ldexp(1.0, L::digits), lo = L::is_signed ? -hi : 0.0;
@@ -166,9 +167,9 @@ const Field* find_field(const std::string& name) {
 constexpr int kMaxDepth = 16;
 constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
 
-// The JSON object of a config file; UsageError on invalid JSON, nesting deeper than kMaxDepth
-// and a key given twice in one object (JSON allows it; which one would win is a guess).
-json parse_config_object(const std::string& text, const std::string& source) {
+// A config file's JSON; UsageError on invalid JSON, nesting deeper than kMaxDepth and a key
+// given twice in one object (JSON allows it; which one would win is a guess).
+json parse_checked_json(const std::string& text, const std::string& source) {
   std::vector<std::set<std::string>> keys;  // the keys seen in each open object
   json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
@@ -199,6 +200,11 @@ json parse_config_object(const std::string& text, const std::string& source) {
     throw UsageError(fmt::format("{} is not valid JSON: {}", source,
                                  shown(at == std::string::npos ? what : what.substr(at + 2), 200)));
   }
+  return j;
+}
+
+json parse_config_object(const std::string& text, const std::string& source) {
+  json j = parse_checked_json(text, source);
   NL_USAGE(j.is_object(), "{} must hold a JSON object of config keys", source);
   return j;
 }
@@ -279,6 +285,8 @@ std::string closest_config_key(const std::string& name) {
   for (const auto& [alias, key] : aliases) consider(alias, key);
   return best_d <= std::max<size_t>(2, name.size() / 3) ? best : "";
 }
+
+void check_json_text(const std::string& text, const std::string& source) { (void)parse_checked_json(text, source); }
 
 void apply_config_json(TrainConfig& cfg, const std::string& json_text, const std::string& source) {
   apply_object(cfg, parse_config_object(json_text, source), source);

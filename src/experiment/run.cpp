@@ -212,6 +212,13 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
   return j.dump(2);
 }
 
+const std::vector<std::string>& result_number_fields() {
+  static const std::vector<std::string> fields = {
+      "final_val_loss", "best_val_loss", "final_train_loss", "gap_to_floor", "loss_floor", "unigram_loss",
+      "best_val_step",  "steps_done",    "diverged_step",    "collapsed_step", "parameters"};
+  return fields;
+}
+
 void validate_run(const TrainConfig& cfg) {
   validate_config(cfg);
   double data_bytes = 0;

@@ -26,6 +26,7 @@ struct RunRecord {
   bool collapsed = false;  // train's status "collapsed": finished, but learned nothing (train.h)
   int64_t collapsed_step = -1;
   std::string result_json;  // the text of result.json
+  std::string problem;      // status "": what is wrong with what is there ("" when nothing is: pending)
 };
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);
 std::string now_iso8601();

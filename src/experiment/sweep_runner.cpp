@@ -1,15 +1,17 @@
 // The sweep runner: each point is a child process (`normlab train --config points/<hash>.json --out
 // runs/<name> --force -q`), `jobs` at once. A crash or kill of one child is recorded (exit code or
-// signal, the tail of its output) and the sweep goes on. SIGINT/SIGTERM are forwarded to the children;
-// their points end as interrupted and the sweep returns promptly.
+// signal, the tail of its output) and the sweep goes on. SIGINT/SIGTERM/SIGHUP are forwarded to the
+// children; their points end as interrupted and the sweep returns promptly.
 //
-// The loop: start children up to `jobs`; wait on a self-pipe that the SIGCHLD/SIGINT/SIGTERM handlers
-// write to (or 250 ms, for the progress tick); reap with waitpid(WNOHANG).
+// The loop: start children up to `jobs`; wait on a self-pipe that the SIGCHLD/SIGINT/SIGTERM/SIGHUP
+// handlers write to (or 250 ms, for the progress tick); reap with waitpid(WNOHANG).
 #include <fmt/ranges.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,9 +21,12 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "normlab/config.h"
@@ -43,14 +48,21 @@ std::string self_exe() {
   return p.string();
 }
 
+void check_run_options(const SweepRunOptions& opt) {
+  NL_USAGE(opt.jobs >= 1, "--jobs must be >= 1 (points at once), got {}", opt.jobs);
+  // Checked here, not by each child: a value every child refuses would fail every point.
+  NL_USAGE(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be from 1 to {} (threads per point), got {}",
+           kMaxThreads, opt.threads);
+}
+
 namespace {
 
-volatile sig_atomic_t g_signal = 0;  // SIGINT or SIGTERM received
+volatile sig_atomic_t g_signal = 0;  // SIGINT, SIGTERM or SIGHUP received
 int g_wake_fd = -1;                  // write end of the self-pipe
 
 extern "C" void on_signal(int sig) {
   int saved = errno;
-  if (sig == SIGINT || sig == SIGTERM) g_signal = sig;
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) g_signal = sig;
   if (g_wake_fd >= 0) {
     char c = 0;
     ssize_t ignored = ::write(g_wake_fd, &c, 1);
@@ -70,10 +82,10 @@ class SignalScope {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+    for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
   }
   ~SignalScope() {
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
     g_wake_fd = -1;
     ::close(pipe_[0]);
     ::close(pipe_[1]);
@@ -88,14 +100,47 @@ class SignalScope {
   }
 
  private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGCHLD};
+  // SIGHUP (the terminal or an ssh session going away) stops a sweep as SIGTERM does, as it stops train.
+  static constexpr int kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
   int pipe_[2] = {-1, -1};
-  struct sigaction old_[3];
+  struct sigaction old_[kCount];
 };
 
 struct Running {
   size_t point;
   clock_type::time_point start;
+  int lock_fd;  // the point's lock, held until it is recorded as ended
+};
+
+// The points that other sweeps (another process of the same shard) have started since this one chose
+// its points: the start records appended to the manifest since then, read on as it grows (each line once).
+class StartedElsewhere {
+ public:
+  StartedElsewhere(std::string path, std::string me) : path_(std::move(path)), me_(std::move(me)) {
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) == 0) read_to_ = st.st_size;
+  }
+  bool contains(const std::string& hash) {
+    std::ifstream in(path_, std::ios::binary);
+    in.seekg(read_to_);
+    std::string line;
+    while (in && std::getline(in, line) && !in.eof()) {  // a line without its newline is still being written
+      read_to_ += static_cast<std::streamoff>(line.size() + 1);
+      try {
+        json j = json::parse(line);
+        if (j.value("event", "") == "start" && j.value("sweep", "") != me_) hashes_.insert(j.value("hash", ""));
+      } catch (const std::exception&) {
+        // a torn line (a killed writer) is not a record
+      }
+    }
+    return hashes_.count(hash) > 0;
+  }
+
+ private:
+  std::string path_, me_;
+  std::streamoff read_to_ = 0;
+  std::set<std::string> hashes_;
 };
 
 // The last `max_lines` lines of a log file (at most 4 KiB).
@@ -135,9 +180,13 @@ json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
                          const SweepCallbacks& cb) {
-  NL_CHECK(opt.jobs >= 1, "jobs must be >= 1");
+  check_run_options(opt);
   const std::string exe = opt.exe.empty() ? self_exe() : opt.exe;
   const std::string shard_text = fmt::format("{}/{}", opt.shard.index, opt.shard.count);
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("{}:{}", host, ::getpid());  // who wrote a manifest line
+  StartedElsewhere started_elsewhere((fs::path(opt.dir) / "manifest.jsonl").string(), me);
   SignalScope signals;
 
   SweepRunReport report;
@@ -161,12 +210,26 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     }
   };
 
-  auto launch = [&](size_t i) {
+  // Returns false (and starts nothing) when another process holds the point or has started it.
+  auto launch = [&](size_t i) -> bool {
     const SweepPoint& p = plan.points[i];
+    const std::string lock_path = (fs::path(opt.dir) / "points" / (p.hash + ".lock")).string();
+    const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    NL_USAGE(lock_fd >= 0, "cannot open '{}': {}", shown(lock_path, 200), std::strerror(errno));
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || started_elsewhere.contains(p.hash)) {
+      ::close(lock_fd);
+      return false;
+    }
+    struct LockGuard {  // until the child runs, then Running owns the lock
+      int fd;
+      ~LockGuard() {
+        if (fd >= 0) ::close(fd);
+      }
+    } guard{lock_fd};
     const fs::path rd = run_dir(opt.dir, p);
     std::error_code ec;
     fs::create_directories(rd.parent_path(), ec);
-    NL_CHECK(!ec, "cannot create {}: {}", rd.parent_path().string(), ec.message());
+    NL_USAGE(!ec, "cannot create '{}': {}", shown(rd.parent_path().string(), 200), ec.message());
     remove_partials(rd);
     TrainConfig cfg = p.config;
     cfg.threads = opt.threads;
@@ -174,7 +237,7 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     write_file_atomic(cfg_path, config_to_json(cfg) + "\n");
     const std::string log_path = point_log_path(opt.dir, p);
     int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    NL_CHECK(log_fd >= 0, "cannot open {}: {}", log_path, std::strerror(errno));
+    NL_USAGE(log_fd >= 0, "cannot open '{}': {}", shown(log_path, 200), std::strerror(errno));
     int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 
     std::vector<std::string> args = {exe, "train", "--config", cfg_path, "--out", rd.string(), "--force", "-q"};
@@ -188,8 +251,17 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     argv.push_back(nullptr);
     const pid_t parent = ::getpid();
 
+    // Blocked across fork: a signal forwarded to the child before it has dropped the sweep's handlers
+    // would run them in the child and be lost, leaving the point training on; unblocked in the child
+    // after the reset, it is delivered with its default action instead.
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
+    ::pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     pid_t pid = ::fork();
-    NL_CHECK(pid >= 0, "fork: {}", std::strerror(errno));
+    const int fork_errno = errno;
+    if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    NL_CHECK(pid >= 0, "fork: {}", std::strerror(fork_errno));
     if (pid == 0) {
       // Only async-signal-safe calls here. Own process group: a terminal's Ctrl-C reaches the sweep,
       // which forwards it. PDEATHSIG: a sweep killed outright (SIGKILL) takes its children with it.
@@ -200,6 +272,8 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
       dfl.sa_handler = SIG_DFL;
       ::sigaction(SIGINT, &dfl, nullptr);
       ::sigaction(SIGTERM, &dfl, nullptr);
+      ::sigaction(SIGHUP, &dfl, nullptr);
+      ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
       ::dup2(null_fd, STDIN_FILENO);
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
@@ -211,12 +285,12 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     }
     ::close(log_fd);
     ::close(null_fd);
-    running[pid] = {i, clock_type::now()};
-    json start{{"event", "start"}, {"point", p.name},  {"hash", p.hash},        {"shard", shard_text},
-               {"pid", pid},        {"time", now_iso8601()}, {"host", ""}, {"command", args}};
-    char host[256] = {0};
-    if (::gethostname(host, sizeof host - 1) == 0) start["host"] = host;
+    running[pid] = {i, clock_type::now(), lock_fd};
+    guard.fd = -1;
+    json start{{"event", "start"}, {"point", p.name},       {"hash", p.hash}, {"shard", shard_text}, {"pid", pid},
+               {"time", now_iso8601()}, {"host", host}, {"sweep", me},    {"command", args}};
     manifest_append(opt.dir, start.dump());
+    return true;
   };
 
   auto finish = [&](pid_t pid, int status) {
@@ -224,6 +298,12 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     if (it == running.end()) return;
     const Running r = it->second;
     running.erase(it);
+    // Released after the end record is written (or failed to be): a process waiting for the point
+    // then finds it started here.
+    struct Unlock {
+      int fd;
+      ~Unlock() { ::close(fd); }
+    } unlock{r.lock_fd};
     const SweepPoint& p = plan.points[r.point];
     PointOutcome o;
     o.point = r.point;
@@ -281,27 +361,44 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) finish(pid, status);
   };
 
+  // A failure of the sweep's own (the manifest, a point's config: a full disk, a file-size limit)
+  // stops it as a signal would, and is thrown once every child is reaped: none is left running.
+  std::exception_ptr error;
+  auto stop = [&](int sig) {
+    stopping = true;
+    for (const auto& [pid, run] : running) ::kill(pid, sig);
+    kill_deadline = clock_type::now() + std::chrono::seconds(5);
+  };
+  auto guarded = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      if (!stopping) stop(SIGTERM);
+    }
+  };
   auto last_tick = clock_type::now();
   while (true) {
     if (g_signal != 0 && !stopping) {
-      stopping = true;
       report.signal = g_signal;
-      for (const auto& [pid, run] : running) ::kill(pid, g_signal);
-      kill_deadline = clock_type::now() + std::chrono::seconds(5);
+      stop(g_signal);
     }
-    if (!stopping) {
+    if (!stopping) guarded([&] {
       while (running.size() < static_cast<size_t>(opt.jobs) && !queue.empty()) {
         size_t i = queue.front();
         queue.pop_front();
-        launch(i);
+        if (!launch(i)) {
+          --pr.total;
+          ++pr.skipped;
+        }
       }
-    }
-    reap();
+    });
+    guarded(reap);
     if (running.empty() && (queue.empty() || stopping)) break;
     if (stopping && clock_type::now() > kill_deadline)
       for (const auto& [pid, run] : running) ::kill(pid, SIGKILL);
     signals.wait(250);
-    reap();
+    guarded(reap);
     if (cb.on_tick && clock_type::now() - last_tick > std::chrono::milliseconds(200)) {
       update_progress();
       cb.on_tick(pr);
@@ -309,6 +406,7 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     }
   }
   update_progress();
+  if (error) std::rethrow_exception(error);
   return report;
 }
 

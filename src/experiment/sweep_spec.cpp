@@ -45,7 +45,7 @@ const ConfigKey* find_key(const std::string& name) {
 
 [[noreturn]] void unknown_key(const std::string& key, const std::string& where) {
   std::string hint = closest_config_key(key);
-  throw UsageError(fmt::format("unknown config key '{}' in {}{}", key, where,
+  throw UsageError(fmt::format("unknown config key '{}' in {}{}", shown(key), where,
                                hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
 }
 
@@ -54,17 +54,13 @@ void check_key(const std::string& key, const std::string& where) {
   NL_USAGE(key != "threads", "{}: 'threads' cannot be swept or set in a sweep; use --threads (threads per point)", where);
 }
 
-// The canonical JSON of one value of `key`: applied to a default config (which type-checks it, naming
-// the key) and read back.
+// The canonical JSON of one value of `key`: applied to a default config (which type-checks it; its
+// error names the key and `where`, once) and read back.
 ojson canonical(const std::string& key, const ojson& v, const std::string& where) {
   TrainConfig scratch;
-  try {
-    ojson one = ojson::object();
-    one[key] = v;
-    apply_config_json(scratch, one.dump(), where);
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("{}: {}", where, e.what()));
-  }
+  ojson one = ojson::object();
+  one[key] = v;
+  apply_config_json(scratch, one.dump(), where);
   return ojson::parse(config_to_json(scratch))[key];
 }
 
@@ -175,7 +171,7 @@ std::string closest_of(const std::string& name, const std::vector<std::string>& 
 [[noreturn]] void unknown_spec_key(const std::string& key, const std::string& where, const std::vector<std::string>& known) {
   std::string hint = closest_of(key, known);
   if (hint.empty() && find_key(key)) hint = "base";  // a config key at the top level belongs in base
-  throw UsageError(fmt::format("unknown key '{}' in {}{}", key, where,
+  throw UsageError(fmt::format("unknown key '{}' in {}{}", shown(key), where,
                                hint.empty() ? fmt::format(" (known: {})", fmt::join(known, ", "))
                                             : fmt::format(" (did you mean '{}'?)", hint)));
 }
@@ -232,28 +228,31 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   std::vector<ojson> seeds;
   SummaryLayout layout;
   bool layout_rows_given = false, layout_cols_given = false;
-  std::string spec_name = req.spec_file.empty() ? "the command line" : req.spec_file;
+  const std::string file = shown(req.spec_file, 200);  // as messages name it
+  std::string spec_name = req.spec_file.empty() ? "the command line" : file;
 
   // ---- the spec file
   if (!req.spec_file.empty()) {
     const std::string text = read_file(req.spec_file);
+    // As strict as a config file: 1e400, a key given twice (which would win?), deep nesting.
+    check_json_text(text, file);
     ojson spec;
     try {
       spec = ojson::parse(text);
     } catch (const ojson::parse_error& e) {
       std::string what = e.what();
-      throw UsageError(fmt::format("{} is not valid JSON: {}", req.spec_file, what.substr(what.find(']') + 2)));
+      throw UsageError(fmt::format("{} is not valid JSON: {}", file, what.substr(what.find(']') + 2)));
     }
-    NL_USAGE(spec.is_object(), "{} must hold a JSON object (keys: {})", req.spec_file, fmt::join(sweep_spec_keys(), ", "));
+    NL_USAGE(spec.is_object(), "{} must hold a JSON object (keys: {})", file, fmt::join(sweep_spec_keys(), ", "));
     for (auto& [key, value] : spec.items()) {
       const auto& known = sweep_spec_keys();
-      if (std::find(known.begin(), known.end(), key) == known.end()) unknown_spec_key(key, req.spec_file, known);
+      if (std::find(known.begin(), known.end(), key) == known.end()) unknown_spec_key(key, file, known);
     }
     if (spec.contains("base")) {
       const ojson& b = spec["base"];
-      NL_USAGE(b.is_object(), "{}: base must be an object of config keys, got {}", req.spec_file, b.dump());
+      NL_USAGE(b.is_object(), "{}: base must be an object of config keys, got {}", file, b.dump());
       for (auto& [key, value] : b.items()) {
-        std::string where = fmt::format("{} base.{}", req.spec_file, key);
+        std::string where = fmt::format("{} base.{}", file, key);
         if (key == "config") {
           NL_USAGE(value.is_string(), "{} must be a file name, got {}", where, value.dump());
           fs::path p = value.get<std::string>();
@@ -262,16 +261,16 @@ SweepPlan plan_sweep(const SweepRequest& req) {
           base_file = (p.is_relative() && fs::exists(beside, ec)) ? beside.string() : p.string();
           continue;
         }
-        check_key(key, fmt::format("{} base", req.spec_file));
+        check_key(key, fmt::format("{} base", file));
         base_obj[key] = canonical(key, value, where);
       }
     }
     if (spec.contains("grid")) {
       const ojson& g = spec["grid"];
-      NL_USAGE(g.is_object(), "{}: grid must be an object of key -> list of values, got {}", req.spec_file, g.dump());
+      NL_USAGE(g.is_object(), "{}: grid must be an object of key -> list of values, got {}", file, g.dump());
       for (auto& [key, value] : g.items()) {
-        check_key(key, fmt::format("{} grid", req.spec_file));
-        grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", req.spec_file, key)), {}});
+        check_key(key, fmt::format("{} grid", file));
+        grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", file, key)), {}});
       }
     }
     if (spec.contains("zip")) {
@@ -280,22 +279,22 @@ SweepPlan plan_sweep(const SweepRequest& req) {
         const ojson& z = groups[gi];
         std::string zname = spec["zip"].is_array() ? fmt::format("zip[{}]", gi) : "zip";
         NL_USAGE(z.is_object() && !z.empty(), "{}: {} must be an object of key -> list of values (all the same length), got {}",
-                 req.spec_file, zname, z.dump());
+                 file, zname, z.dump());
         std::vector<Axis> group;
         for (auto& [key, value] : z.items()) {
-          check_key(key, fmt::format("{} {}", req.spec_file, zname));
-          group.push_back({key, axis_values(key, value, fmt::format("{} {}.{}", req.spec_file, zname, key)), {}});
+          check_key(key, fmt::format("{} {}", file, zname));
+          group.push_back({key, axis_values(key, value, fmt::format("{} {}.{}", file, zname, key)), {}});
           NL_USAGE(group.back().values.size() == group.front().values.size(),
                    "{}: {}.{} has {} values but {}.{} has {}: zipped axes vary together and need equal lengths",
-                   req.spec_file, zname, key, group.back().values.size(), zname, group.front().key, group.front().values.size());
+                   file, zname, key, group.back().values.size(), zname, group.front().key, group.front().values.size());
         }
         zips.push_back(group);
       }
     }
-    if (spec.contains("seeds")) seeds = axis_values("seed", spec["seeds"], fmt::format("{} seeds", req.spec_file));
+    if (spec.contains("seeds")) seeds = axis_values("seed", spec["seeds"], fmt::format("{} seeds", file));
     if (spec.contains("summary")) {
       const ojson& s = spec["summary"];
-      std::string where = req.spec_file + " summary";
+      std::string where = file + " summary";
       NL_USAGE(s.is_object(), "{} must be an object (keys: rows, cols, metric), got {}", where, s.dump());
       for (auto& [key, value] : s.items()) {
         if (std::find(summary_keys().begin(), summary_keys().end(), key) == summary_keys().end())
@@ -324,7 +323,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   // ---- the command line: --set key=value, then axes key=v1,v2 (one value: a base override)
   auto split_kv = [](const std::string& s, const std::string& what) {
     size_t eq = s.find('=');
-    NL_USAGE(eq != std::string::npos && eq > 0, "{} '{}' is not key=value", what, s);
+    NL_USAGE(eq != std::string::npos && eq > 0, "{} '{}' is not key=value", what, shown(s));
     return std::make_pair(s.substr(0, eq), s.substr(eq + 1));
   };
   for (const std::string& s : req.sets) {
@@ -338,13 +337,13 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   }
   for (const std::string& s : req.axes) {
     auto [key, value] = split_kv(s, "axis");
-    check_key(key, fmt::format("axis '{}'", s));
+    check_key(key, fmt::format("axis '{}'", shown(s)));
     std::vector<std::string> texts = split(value, ',');
     std::vector<ojson> values;
     for (size_t i = 0; i < texts.size(); ++i) {
-      NL_USAGE(!texts[i].empty(), "axis '{}': value {} is empty", s, i + 1);
+      NL_USAGE(!texts[i].empty(), "axis '{}': value {} is empty", shown(s), i + 1);
       ojson c = canonical_text(key, texts[i], fmt::format("axis {}", key));
-      for (const ojson& prev : values) NL_USAGE(prev != c, "axis '{}' lists '{}' twice", s, texts[i]);
+      for (const ojson& prev : values) NL_USAGE(prev != c, "axis '{}' lists '{}' twice", shown(s), shown(texts[i]));
       values.push_back(c);
     }
     // The command line wins over the spec (Hydra's overrides): an axis the spec varies (or its
@@ -381,7 +380,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   {
     std::set<std::string> seen;
     auto note = [&](const std::string& key) {
-      NL_USAGE(seen.insert(key).second, "{}: '{}' is varied twice (grid, zip, seeds or a command-line axis)", spec_name, key);
+      NL_USAGE(seen.insert(key).second, "{}: '{}' is varied twice (grid, zip, seeds or a command-line axis)", spec_name, shown(key));
     };
     for (const Axis& a : grid) note(a.key);
     for (const auto& g : zips)
@@ -414,7 +413,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   if (!seeds.empty()) dims.push_back(seeds.size());
   size_t total = 1;
   for (size_t d : dims) {
-    NL_USAGE(total * d <= 100000, "{}: the grid has more than 100000 points", spec_name);
+    NL_USAGE(total * d <= req.max_points, "{}: the grid has more than {} points", spec_name, req.max_points);
     total *= d;
   }
 
@@ -508,32 +507,35 @@ void check_layout(const SummaryLayout& layout, const std::vector<std::string>& a
   for (const std::string& a : axes)
     if (a != "seed") names.push_back(a);
   if (names.empty()) return;  // nothing varies but the seed: one cell
-  NL_USAGE(varied(layout.rows), "{}: rows '{}' is not a varied axis (varied: {})", where, layout.rows, fmt::join(names, ", "));
+  NL_USAGE(varied(layout.rows), "{}: rows '{}' is not a varied axis (varied: {})", where, shown(layout.rows), fmt::join(names, ", "));
   for (const std::string& c : layout.cols) {
-    NL_USAGE(varied(c), "{}: column '{}' is not a varied axis (varied: {})", where, c, fmt::join(names, ", "));
-    NL_USAGE(c != layout.rows, "{}: '{}' is both the rows and a column", where, c);
+    NL_USAGE(varied(c), "{}: column '{}' is not a varied axis (varied: {})", where, shown(c), fmt::join(names, ", "));
+    NL_USAGE(c != layout.rows, "{}: '{}' is both the rows and a column", where, shown(c));
   }
   for (const std::string& k : names)
     NL_USAGE(k == layout.rows || std::find(layout.cols.begin(), layout.cols.end(), k) != layout.cols.end(),
              "{}: axis '{}' is neither the rows nor a column (each varied axis but seed must be one of them)", where, k);
-  NL_USAGE(!layout.metric.empty(), "{}: metric is empty", where);
+  const auto& numbers = result_number_fields();
+  NL_USAGE(std::find(numbers.begin(), numbers.end(), layout.metric) != numbers.end(),
+           "{}: metric '{}' is not a number that result.json holds (one of: {})", where, shown(layout.metric),
+           fmt::join(numbers, ", "));
 }
 
 Shard parse_shard(const std::string& text) {
   size_t slash = text.find('/');
   Shard s;
   try {
-    NL_USAGE(slash != std::string::npos, "--shard '{}' is not K/N", text);
+    NL_USAGE(slash != std::string::npos, "--shard '{}' is not K/N", shown(text));
     size_t a = 0, b = 0;
     long k = std::stol(text.substr(0, slash), &a);
     long n = std::stol(text.substr(slash + 1), &b);
-    NL_USAGE(a == slash && b == text.size() - slash - 1, "--shard '{}' is not K/N (two whole numbers)", text);
+    NL_USAGE(a == slash && b == text.size() - slash - 1, "--shard '{}' is not K/N (two whole numbers)", shown(text));
     NL_USAGE(n >= 1, "--shard {}: N must be at least 1", text);
     NL_USAGE(k >= 0 && k < n, "--shard {}: K must be in 0..{} (shards count from 0, as SLURM_ARRAY_TASK_ID does)", text, n - 1);
     s.index = static_cast<int>(k);
     s.count = static_cast<int>(n);
   } catch (const std::logic_error&) {
-    throw UsageError(fmt::format("--shard '{}' is not K/N (two whole numbers)", text));
+    throw UsageError(fmt::format("--shard '{}' is not K/N (two whole numbers)", shown(text)));
   }
   return s;
 }

@@ -1,6 +1,8 @@
 // The sweep directory: checking it before anything is created, spec changes, the manifest, point states.
 #include <fmt/ranges.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,41 +53,80 @@ std::string now_iso8601() {
 void manifest_append(const std::string& dir, const std::string& json_line) {
   const std::string path = (fs::path(dir) / "manifest.jsonl").string();
   const std::string line = json_line + "\n";
+  // A full disk or a file-size limit is the environment, not a bug: UsageError (exit 2).
   int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  NL_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
+  NL_USAGE(fd >= 0, "cannot open '{}': {}", shown(path, 200), std::strerror(errno));
   ssize_t n = ::write(fd, line.data(), line.size());
   int err = errno;
   ::close(fd);
-  NL_CHECK(n == static_cast<ssize_t>(line.size()), "cannot append to {}: {}", path, n < 0 ? std::strerror(err) : "short write");
+  NL_USAGE(n == static_cast<ssize_t>(line.size()), "cannot append to '{}': {}", shown(path, 200),
+           n < 0 ? std::strerror(err) : "short write");
 }
 
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric) {
   RunRecord r;
   const fs::path rd = run_dir(dir, p);
+  // train renames a run directory into place only when it is whole: nothing there is a point that
+  // has not finished; anything there that is not a whole run was damaged afterwards.
+  struct stat st {};
+  if (::lstat(rd.c_str(), &st) != 0) return r;
+  if (!S_ISDIR(st.st_mode)) {
+    r.problem = S_ISLNK(st.st_mode) ? "is a symbolic link, not a run directory" : "is not a directory";
+    return r;
+  }
   std::error_code ec;
-  if (!fs::is_regular_file(rd / "result.json", ec) || !fs::is_regular_file(rd / "config.json", ec)) return r;
+  for (const char* f : {"config.json", "result.json"})
+    if (!fs::is_regular_file(rd / f, ec)) {
+      r.problem = fmt::format("has no {}", f);
+      return r;
+    }
   try {
     // The run is of this point only when its resolved config hashes the same.
     if (config_hash(load_train_config((rd / "config.json").string(), {})) != p.hash) return r;
+  } catch (const std::exception& e) {
+    r.problem = fmt::format("config.json does not read back: {}", e.what());
+    return r;
+  }
+  try {
     r.result_json = read_file((rd / "result.json").string());
     json j = json::parse(r.result_json);
-    const std::string status = j.value("status", "");
+    const std::string status = j.is_object() && j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
     // A collapsed run finished: it counts as completed, with its loss, and is marked.
     if (status == "ok" || status == "collapsed") r.status = "completed";
     else if (status == "diverged") r.status = "diverged";
-    else return r;
+    else {
+      r = RunRecord{};
+      r.problem = "result.json has no final status";
+      return r;
+    }
     if (j.contains("diverged_step") && j["diverged_step"].is_number()) r.diverged_step = j["diverged_step"].get<int64_t>();
     r.metric = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
     r.collapsed = status == "collapsed";
     if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())
       r.collapsed_step = j["collapsed_step"].get<int64_t>();
   } catch (const std::exception&) {
-    r = RunRecord{};  // unreadable: not a finished run of this point
+    r = RunRecord{};
+    r.problem = "result.json is not valid JSON (truncated, or overwritten)";
   }
   return r;
 }
 
 namespace {
+
+constexpr const char* kLockFile = "sweep.lock";
+
+// What a sweep stopped (SIGKILL) after locking DIR but before writing spec.json leaves there.
+bool only_sweep_leftovers(const fs::path& d) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(d, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_symlink(ec)) return false;
+    if (name == kLockFile && e.is_regular_file(ec)) continue;
+    const bool ours = name == "runs" || name == "points" || name == "logs" || name == "slurm";
+    if (!ours || !e.is_directory(ec) || !fs::is_empty(e.path(), ec)) return false;
+  }
+  return !ec;
+}
 
 // Nearest existing ancestor of a path that does not exist.
 fs::path existing_ancestor(fs::path p) {
@@ -142,19 +183,20 @@ std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan) {
   std::error_code ec;
   const fs::path d(dir);
   if (fs::exists(d, ec)) {
-    NL_USAGE(fs::is_directory(d, ec), "--out '{}' exists and is not a directory", dir);
-    NL_USAGE(::access(dir.c_str(), W_OK | X_OK) == 0, "--out '{}' is not writable: {}", dir, std::strerror(errno));
+    NL_USAGE(fs::is_directory(d, ec), "--out '{}' exists and is not a directory", shown(dir, 200));
+    NL_USAGE(::access(dir.c_str(), W_OK | X_OK) == 0, "--out '{}' is not writable: {}", shown(dir, 200), std::strerror(errno));
   } else {
     fs::path a = existing_ancestor(d);
-    NL_USAGE(fs::is_directory(a, ec), "--out '{}' cannot be created: '{}' is not a directory", dir, a.string());
-    NL_USAGE(::access(a.c_str(), W_OK | X_OK) == 0, "--out '{}' cannot be created: '{}' is not writable: {}", dir,
-             a.string(), std::strerror(errno));
+    NL_USAGE(fs::is_directory(a, ec), "--out '{}' cannot be created: '{}' is not a directory", shown(dir, 200),
+             shown(a.string(), 200));
+    NL_USAGE(::access(a.c_str(), W_OK | X_OK) == 0, "--out '{}' cannot be created: '{}' is not writable: {}",
+             shown(dir, 200), shown(a.string(), 200), std::strerror(errno));
     return "";
   }
   const fs::path spec_path = d / "spec.json";
   if (!fs::exists(spec_path, ec)) {
-    bool empty = fs::is_empty(d, ec);
-    NL_USAGE(empty, "--out '{}' is not empty and holds no sweep (no spec.json): choose a new directory", dir);
+    bool empty = fs::is_empty(d, ec) || only_sweep_leftovers(d);
+    NL_USAGE(empty, "--out '{}' is not empty and holds no sweep (no spec.json): choose a new directory", shown(dir, 200));
     return "";
   }
   SweepPlan old_plan;
@@ -175,22 +217,135 @@ std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan) {
   return fmt::format("{}", fmt::join(diffs, "; "));
 }
 
-void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force) {
-  std::string changed = check_sweep_dir(dir, plan);
-  NL_USAGE(changed.empty() || force,
-           "the spec differs from the sweep already in '{}': {}. Use a new --out, or --force to run the new spec "
-           "there (runs of changed points are replaced; points no longer in the spec are left out of the summaries)",
-           dir, changed);
-  std::error_code ec;
-  for (const char* sub : {"runs", "points", "logs"}) {
-    fs::create_directories(fs::path(dir) / sub, ec);
-    NL_USAGE(!ec, "cannot create '{}': {}", (fs::path(dir) / sub).string(), ec.message());
+namespace {
+
+std::string changed_spec_message(const std::string& dir, const std::string& changed) {
+  return fmt::format("the spec differs from the sweep already in '{}': {}. Use a new --out, or --force to run the new "
+                     "spec there (runs of changed points are replaced; points no longer in the spec are left out of "
+                     "the summaries)", shown(dir, 200), changed);
+}
+
+// Who holds a sweep's lock, as its holder wrote it ("process 12 on host h, since ...").
+std::string holder_of(int fd) {
+  char buf[512];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string text = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "a process that did not say who it is" : shown(text, 200);
+}
+
+}  // namespace
+
+SweepDir::SweepDir(const std::string& dir, const SweepPlan& plan, bool force, Lock lock) : dir_(dir), mode_(lock) {
+  {
+    const std::string changed = check_sweep_dir(dir, plan);
+    if (!changed.empty() && !force) throw UsageError(changed_spec_message(dir, changed));
   }
-  const std::string spec_path = (fs::path(dir) / "spec.json").string();
-  // Shards of one array start together: rewrite only when the text differs.
-  std::string old_text;
-  if (fs::exists(spec_path, ec)) old_text = read_file(spec_path);
-  if (old_text != plan.spec_json) write_file_atomic(spec_path, plan.spec_json);
+  try {
+    // DIR and every ancestor it lacks, each remembered as ours
+    std::vector<fs::path> missing;
+    struct stat st {};
+    for (fs::path p = dir; !p.empty() && ::lstat(p.c_str(), &st) != 0; p = p.parent_path()) {
+      missing.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (::mkdir(it->c_str(), 0755) == 0) add_created(it->string(), true);
+      else NL_USAGE(errno == EEXIST, "cannot create '{}': {}", shown(it->string(), 200), std::strerror(errno));
+    }
+    lock_or_refuse();
+    // Another sweep may have written DIR between the first check and the lock.
+    const std::string changed = check_sweep_dir(dir, plan);
+    if (!changed.empty() && !force) throw UsageError(changed_spec_message(dir, changed));
+    const std::string spec_path = (fs::path(dir) / "spec.json").string();
+    // Shards of one array start together: rewrite only when the text differs.
+    const bool had_spec = ::lstat(spec_path.c_str(), &st) == 0;
+    const std::string old_text = had_spec ? read_file(spec_path) : "";
+    if (old_text != plan.spec_json) {
+      write_file_atomic(spec_path, plan.spec_json);
+      if (!had_spec) add_created(spec_path, false);
+    }
+    for (const char* sub : {"runs", "points", "logs"}) {
+      const std::string p = (fs::path(dir) / sub).string();
+      if (::mkdir(p.c_str(), 0755) == 0) add_created(p, true);
+      else NL_USAGE(errno == EEXIST && ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create '{}': {}",
+                    shown(p, 200), errno == EEXIST ? "it is not a directory" : std::strerror(errno));
+    }
+  } catch (...) {
+    rollback();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+void SweepDir::lock_or_refuse() {
+  const std::string path = (fs::path(dir_) / kLockFile).string();
+  bool made = false;
+  for (int attempt = 0;; ++attempt) {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0 && !made) {
+      made = true;
+      add_created(path, false);
+    }
+    if (fd < 0 && errno == EEXIST) fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    NL_USAGE(fd >= 0, "cannot open '{}': {}", shown(path, 200), std::strerror(errno));
+    if (::flock(fd, (mode_ == Lock::exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+      const int e = errno;
+      std::string who;
+      if (mode_ == Lock::exclusive && ::flock(fd, LOCK_SH | LOCK_NB) == 0)
+        who = "shards of a sweep (--shard K/N)";  // only shared holders: they do not say who they are
+      else
+        who = "another normlab sweep (" + holder_of(fd) + ")";
+      ::close(fd);
+      NL_USAGE(e == EWOULDBLOCK, "cannot lock '{}': {}", shown(path, 200), std::strerror(e));
+      throw UsageError(fmt::format("{} {} running in '{}'; wait for it to end or stop it (the lock: {})", who,
+                                   who.rfind("shards", 0) == 0 ? "are" : "is", shown(dir_, 200), shown(path, 200)));
+    }
+    // A sweep that stopped before its first point removes the lock file it made: lock the one there now.
+    struct stat mine {}, there {};
+    if (::fstat(fd, &mine) == 0 && ::stat(path.c_str(), &there) == 0 && mine.st_ino == there.st_ino &&
+        mine.st_dev == there.st_dev) {
+      fd_ = fd;
+      break;
+    }
+    ::close(fd);
+    NL_USAGE(attempt < 100, "cannot lock '{}': it keeps being replaced", shown(path, 200));
+  }
+  if (mode_ == Lock::shared) return;  // several holders: none writes who it is
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const std::string who = fmt::format("process {} on host {}, since {}\n", ::getpid(), host, now_iso8601());
+  NL_USAGE(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, who.data(), who.size(), 0) == static_cast<ssize_t>(who.size()),
+           "cannot write '{}': {}", shown(path, 200), std::strerror(errno));
+}
+
+void SweepDir::add_created(const std::string& path, bool is_dir) { created_.emplace_back(path, is_dir); }
+
+void SweepDir::keep() { kept_ = true; }
+
+void SweepDir::unlock() {
+  if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+}
+
+void SweepDir::rollback() {
+  // Only while no other process holds DIR: a shard beside this one may be using what was made.
+  if (kept_ || created_.empty() || fd_ < 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) return;
+  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
+    if (it->second) ::rmdir(it->first.c_str());  // only if still empty: nothing of anyone else's goes
+    else ::unlink(it->first.c_str());
+  }
+  created_.clear();
+}
+
+SweepDir::~SweepDir() {
+  rollback();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force) {
+  SweepDir d(dir, plan, force, SweepDir::Lock::exclusive);
+  d.keep();
 }
 
 std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan) {
@@ -216,6 +371,11 @@ std::vector<PointState> point_states(const std::string& dir, const SweepPlan& pl
       states[i].done = true;
       continue;
     }
+    if (!r.problem.empty()) {
+      states[i].status = "damaged";
+      states[i].problem = r.problem;
+      continue;
+    }
     auto it = last.find(p.name + "#" + p.hash);
     if (it == last.end()) continue;
     // An end record of completed/diverged without a matching whole run directory means the directory
@@ -233,7 +393,7 @@ std::vector<std::string> parse_rerun(const std::string& text) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     NL_USAGE(std::find(known.begin(), known.end(), item) != known.end(),
-             "--rerun '{}' is not one of failed, interrupted, diverged, completed, all", item);
+             "--rerun '{}' is not one of failed, interrupted, diverged, completed, all", shown(item));
     out.push_back(item);
   }
   return out;

@@ -64,7 +64,7 @@ std::string cell_text(const SummaryCell& c) {
                                             : fmt::format("diverged@{}–{}", c.diverged_first, c.diverged_last);
   }
   std::vector<std::string> notes;
-  const int total = c.n + c.diverged + c.failed + c.pending;
+  const int total = c.n + c.diverged + c.failed + c.pending + c.damaged;
   if (c.n > 0 && c.diverged > 0) notes.push_back(fmt::format("{}/{} diverged", c.diverged, total));
   if (c.collapsed > 0) {
     const std::string at = c.collapsed_first < 0 ? ""
@@ -76,6 +76,7 @@ std::string cell_text(const SummaryCell& c) {
   }
   if (c.failed > 0) notes.push_back(fmt::format("{} failed", c.failed));
   if (c.pending > 0) notes.push_back(fmt::format("{} pending", c.pending));
+  if (c.damaged > 0) notes.push_back(fmt::format("{} damaged", c.damaged));
   if (s.empty()) return notes.empty() ? "" : fmt::format("{}", fmt::join(notes, ", "));
   return notes.empty() ? s : fmt::format("{} ({})", s, fmt::join(notes, ", "));
 }
@@ -113,7 +114,7 @@ ojson num(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
 SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) {
   const std::string spec_path = (fs::path(dir) / "spec.json").string();
   std::error_code ec;
-  NL_USAGE(fs::is_regular_file(spec_path, ec), "'{}' is not a sweep directory (no spec.json)", dir);
+  NL_USAGE(fs::is_regular_file(spec_path, ec), "'{}' is not a sweep directory (no spec.json)", shown(dir, 200));
   SweepPlan plan = plan_sweep({spec_path, {}, {}});
   SummaryLayout layout = plan.layout;
   if (!opt.rows.empty()) {
@@ -178,7 +179,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   std::vector<std::vector<std::vector<double>>> values(s.row_values.size(), std::vector<std::vector<double>>(s.col_labels.size()));
   std::vector<std::vector<std::vector<std::string>>> runs(s.row_values.size(), std::vector<std::vector<std::string>>(s.col_labels.size()));
   std::vector<PointState> states = point_states(dir, plan);
-  bool metric_checked = false;
+  bool unigram_read = false;
   s.points = plan.points.size();
   for (size_t i = 0; i < plan.points.size(); ++i) {
     const SweepPoint& p = plan.points[i];
@@ -186,12 +187,10 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     c.present = true;
     c.points.push_back(p.name);
     RunRecord rec = states[i].done ? read_run(dir, p, s.metric) : RunRecord{};
-    if (!metric_checked && !rec.status.empty()) {
+    if (!unigram_read && !rec.status.empty()) {
+      // (the metric itself was checked against result.json's numbers by check_layout)
       json j = json::parse(rec.result_json);
-      NL_USAGE(j.contains(s.metric) && (j[s.metric].is_number() || j[s.metric].is_null()),
-               "metric '{}' is not a number in result.json (try final_val_loss, best_val_loss, final_train_loss, "
-               "gap_to_floor)", s.metric);
-      metric_checked = true;
+      unigram_read = true;
       if (s.metric.find("loss") != std::string::npos && j["unigram_loss"].is_number()) s.unigram_loss = j["unigram_loss"].get<double>();
     }
     if (rec.status == "completed" && std::isfinite(rec.metric)) {
@@ -218,6 +217,10 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     } else if (states[i].status == "failed") {
       ++s.failed;
       ++c.failed;
+    } else if (states[i].status == "damaged") {
+      ++s.damaged;
+      ++c.damaged;
+      s.damaged_runs.emplace_back(p.name, states[i].problem);
     } else {
       ++s.pending;
       ++c.pending;
@@ -244,7 +247,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   for (size_t col = 0; col < s.col_labels.size(); ++col)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
       const SummaryCell& c = s.cells[r][col];
-      if (!c.present || c.n == 0 || c.diverged || c.failed || c.pending || c.collapsed) continue;
+      if (!c.present || c.n == 0 || c.diverged || c.failed || c.pending || c.damaged || c.collapsed) continue;
       s.stable[col].push_back(r);
       if (s.best[col] < 0 || c.mean < s.cells[static_cast<size_t>(s.best[col])][col].mean) s.best[col] = static_cast<int>(r);
     }
@@ -276,9 +279,12 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
 
 std::string summary_markdown(const SweepSummary& s) {
   std::string out = fmt::format("# Sweep summary: {}\n\n", s.metric);
-  out += fmt::format("{} points: {} completed{}, {} diverged, {} failed, {} pending (not run yet, or running elsewhere).\n",
+  out += fmt::format("{} points: {} completed{}, {} diverged, {} failed, {} pending (not run yet, or running elsewhere){}.\n",
                      s.points, s.completed, s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "", s.diverged,
-                     s.failed, s.pending);
+                     s.failed, s.pending,
+                     s.damaged ? fmt::format("; {} damaged (something that is not a whole run is at its run directory: "
+                                             "see summary.json)", s.damaged)
+                               : "");
   out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± std over seeds of {} (converged seeds only), "
                      "with how many diverged, or diverged@STEP when every seed diverged.\n\n",
                      s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
@@ -337,7 +343,7 @@ std::string summary_csv(const SweepSummary& s) {
   // Long format: one line per cell, which spreadsheets and pandas pivot as they like.
   std::string out = csv_field(s.rows.empty() ? "row" : s.rows);
   for (const std::string& c : s.cols) out += "," + csv_field(c);
-  out += ",metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best\n";
+  out += ",metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged\n";
   for (size_t c = 0; c < s.col_labels.size(); ++c)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
       const SummaryCell& cell = s.cells[r][c];
@@ -345,10 +351,10 @@ std::string summary_csv(const SweepSummary& s) {
       out += csv_field(s.row_values[r]);
       for (const std::string& v : s.col_values[c]) out += "," + csv_field(v);
       bool stable = std::find(s.stable[c].begin(), s.stable[c].end(), r) != s.stable[c].end();
-      out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{}\n", s.metric, cell.n, cell.n ? fmt::format("{:.6g}", cell.mean) : "",
+      out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n", s.metric, cell.n, cell.n ? fmt::format("{:.6g}", cell.mean) : "",
                          cell.n > 1 ? fmt::format("{:.6g}", cell.std) : "", cell.diverged,
                          cell.diverged_first >= 0 ? std::to_string(cell.diverged_first) : "", cell.collapsed, cell.failed, cell.pending,
-                         stable ? "true" : "false", s.best[c] == static_cast<int>(r) ? "true" : "false");
+                         stable ? "true" : "false", s.best[c] == static_cast<int>(r) ? "true" : "false", cell.damaged);
     }
   return out;
 }
@@ -359,7 +365,9 @@ std::string summary_json(const SweepSummary& s) {
   j["rows"] = s.rows;
   j["cols"] = s.cols;
   j["counts"] = {{"points", s.points}, {"completed", s.completed}, {"diverged", s.diverged}, {"failed", s.failed},
-                 {"pending", s.pending}, {"collapsed", s.collapsed}};
+                 {"pending", s.pending}, {"collapsed", s.collapsed}, {"damaged", s.damaged}};
+  j["damaged_runs"] = ojson::array();
+  for (const auto& [point, problem] : s.damaged_runs) j["damaged_runs"].push_back({{"point", point}, {"problem", problem}});
   j["row_values"] = s.row_values;
   j["columns"] = ojson::array();
   for (size_t c = 0; c < s.col_labels.size(); ++c) {
@@ -378,6 +386,7 @@ std::string summary_json(const SweepSummary& s) {
                               {"diverged_steps", cell.diverged_first >= 0 ? ojson::array({cell.diverged_first, cell.diverged_last}) : ojson(nullptr)},
                               {"failed", cell.failed},
                               {"pending", cell.pending},
+                              {"damaged", cell.damaged},
                               {"text", cell_text(cell)},
                               {"points", cell.points}});
     }
@@ -402,11 +411,12 @@ std::string summary_json(const SweepSummary& s) {
 
 void write_summaries(const std::string& dir, const SweepSummary& s) {
   const fs::path d(dir);
-  write_file_atomic((d / "summary.md").string(), summary_markdown(s));
-  write_file_atomic((d / "summary.csv").string(), summary_csv(s));
-  write_file_atomic((d / "summary.json").string(), summary_json(s));
-  write_file_atomic((d / "loss_curves.svg").string(), plot_loss_curves_svg(s));
-  write_file_atomic((d / "final_loss_vs_lr.svg").string(), plot_final_vs_rows_svg(s));
+  // All or none: a table beside plots of another state of the sweep would be a half-written summary.
+  write_files_atomic({{(d / "summary.md").string(), summary_markdown(s)},
+                      {(d / "summary.csv").string(), summary_csv(s)},
+                      {(d / "summary.json").string(), summary_json(s)},
+                      {(d / "loss_curves.svg").string(), plot_loss_curves_svg(s)},
+                      {(d / "final_loss_vs_lr.svg").string(), plot_final_vs_rows_svg(s)}});
 }
 
 }  // namespace normlab

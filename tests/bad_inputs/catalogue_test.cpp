@@ -380,6 +380,58 @@ std::vector<Case> catalogue() {
   add("handcalc_placement_norm_both", {"handcalc", "placement", "--norm", "both"});
   add("handcalc_x_twice", {"handcalc", "--x", "1,2", "residual", "--x", "1,2"});
 
+  // ---- sweep (issue 21)
+  // Each of these was found only after points had trained, or after DIR had been created (or not
+  // at all); a sweep's points are tiny, so a case that slipped through would still end quickly.
+  const auto sweep = [](std::vector<std::string> more) {
+    std::vector<std::string> a = {"sweep", "--out", "sw", "--set", "steps=2", "--set", "eval_every=1",
+                                  "--set", "layers=1", "--set", "d_model=8", "--set", "d_hidden=8", "--set",
+                                  "batch_size=2", "lr=1e-3,1e-2"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const auto sweep_spec = [](std::vector<std::string> more) {
+    std::vector<std::string> a = {"sweep", "c.json", "--out", "sw", "--jobs", "1"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const std::string tiny_base = R"("base": {"steps": 2, "eval_every": 1, "layers": 1, "d_model": 8, "d_hidden": 8, "batch_size": 2})";
+  add("sweep_summary_metric_unknown", sweep_spec({}),
+      config("{" + tiny_base + R"(, "grid": {"lr": [0.001, 0.01]}, "summary": {"metric": "foo"}})"));
+  add("sweep_summary_metric_not_a_number", sweep_spec({}),
+      config("{" + tiny_base + R"(, "grid": {"lr": [0.001, 0.01]}, "summary": {"metric": "status"}})"));
+  add("sweep_threads_huge", sweep({"--threads", "100000"}));
+  add("sweep_jobs_zero", sweep({"--jobs", "0"}));
+  add("sweep_slurm_cpus_zero", sweep({"--slurm", "--slurm-cpus", "0"}));
+  add("sweep_slurm_cpus_huge", sweep({"--slurm", "--slurm-cpus", "100000"}));
+  add("sweep_slurm_shards_zero", sweep({"--slurm", "--slurm-shards", "0"}));
+  add("sweep_slurm_shards_negative", sweep({"--slurm", "--slurm-shards", "-2"}));
+  add("sweep_slurm_shards_more_than_points", sweep({"--slurm", "--slurm-shards", "3"}));
+  add("sweep_slurm_array_max_negative", sweep({"--slurm", "--slurm-array-max", "-1"}));
+  add("sweep_slurm_time_newline_injects_directive", sweep({"--slurm", "--slurm-time", "01:00:00\n#SBATCH --x"}));
+  add("sweep_slurm_time_text", sweep({"--slurm", "--slurm-time", "one hour"}));
+  add("sweep_slurm_time_trailing_space", sweep({"--slurm", "--slurm-time", "01:00:00 --mem=1T"}));
+  add("sweep_slurm_partition_newline", sweep({"--slurm", "--slurm-partition", "cpu\n#SBATCH --x"}));
+  add("sweep_slurm_partition_hash", sweep({"--slurm", "--slurm-partition", "cpu#x"}));
+  add("sweep_slurm_partition_space", sweep({"--slurm", "--slurm-partition", "cpu --mem=1T"}));
+  add("sweep_slurm_out_newline", {"sweep", "--out", "sw\n#SBATCH --x", "lr=1e-3,1e-2", "--slurm"});
+  add("sweep_slurm_out_backslash", {"sweep", "--out", "s\\w", "lr=1e-3,1e-2", "--slurm"});
+  add("sweep_grid_lr_1e400", sweep_spec({}), config("{" + tiny_base + R"(, "grid": {"lr": [1e400]}})"));
+  add("sweep_base_lr_1e400", sweep_spec({}), config(R"({"base": {"lr": 1e400}, "grid": {"layers": [1, 2]}})"));
+  add("sweep_grid_key_twice", sweep_spec({}), config("{" + tiny_base + R"(, "grid": {"lr": [0.001], "lr": [0.01]}})"));
+  add("sweep_spec_key_twice", sweep_spec({}),
+      config("{" + tiny_base + R"(, "grid": {"lr": [0.001]}, "grid": {"lr": [0.01]}})"));
+  add("sweep_base_key_twice", sweep_spec({}), config(R"({"base": {"steps": 2, "steps": 3}, "grid": {"lr": [0.001]}})"));
+  add("sweep_spec_deep", sweep_spec({}), config("{\"grid\": {\"lr\": " + nested(100000) + "}}"));
+  add("sweep_rerun_newline", sweep({"--rerun", "diverged,x\ny"}));  // fuzz finding (sbatch, crash-cce65492)
+  add("sweep_shard_newline", sweep({"--shard", "0\n/2"}));
+  add("sweep_spec_key_newline", sweep_spec({}), config(R"({"gr\nid": {"lr": [0.001]}})"));
+  add("sweep_summarize_format_newline", {"sweep", "summarize", "sw", "--format", "md\ncsv"});
+  add("sweep_summarize_metric_unknown", {"sweep", "summarize", "sw", "--metric", "foo"}, [](const fs::path& w) {
+    fs::create_directories(w / "sw");
+    write(w / "sw" / "spec.json", R"({"grid": {"lr": [0.001, 0.01]}})");
+  });
+
   // ---- bench
   add("bench_norms_shape_text", {"bench", "norms", "--shapes", "big"});
   add("bench_norms_shape_zero", {"bench", "norms", "--shapes", "0x1x8"});

@@ -115,6 +115,17 @@ void wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
   }
 }
 
+// Options that run the points of DIR tmp/s with a shell script (`body`) in place of normlab.
+SweepRunOptions with_fake_normlab(const TempDir& tmp, const std::string& body, int jobs) {
+  std::ofstream(tmp / "fake-normlab.sh") << "#!/bin/sh\n" << body << "\n";
+  ::chmod((tmp / "fake-normlab.sh").c_str(), 0755);
+  SweepRunOptions opt;
+  opt.dir = tmp / "s";
+  opt.exe = tmp / "fake-normlab.sh";
+  opt.jobs = jobs;
+  return opt;
+}
+
 // ---- planning ---------------------------------------------------------------------------------
 
 TEST(SweepPlan, AxesMakeTheProductWithNamesFromTheValues) {
@@ -423,7 +434,7 @@ TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   const std::string dir = *ref_ / "ref";
   CliResult r = run_cli({"sweep", "summarize", dir, "--rows", "placement", "--cols", "lr", "--format", "csv"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(r.out.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best\n", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged\n", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("pre,1e30,final_val_loss,0,,,2,2,0,0,0,false,false"), std::string::npos) << r.out;
   r = run_cli({"sweep", "summarize", dir, "--cols", "nope"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
@@ -496,12 +507,7 @@ TEST(SweepFailures, ACrashingPointIsRecordedAndTheSweepGoesOn) {
   SweepPlan plan = plan_sweep({"", {"lr=1e-3,1e-2"}, {"steps=5"}});
   prepare_sweep_dir(tmp / "s", plan, false);
   // a "normlab" that fails the way a crashing one would
-  std::ofstream(tmp / "crash.sh") << "#!/bin/sh\necho 'boom: something broke' >&2\nexit 3\n";
-  ::chmod((tmp / "crash.sh").c_str(), 0755);
-  SweepRunOptions opt;
-  opt.dir = tmp / "s";
-  opt.exe = tmp / "crash.sh";
-  opt.jobs = 2;
+  SweepRunOptions opt = with_fake_normlab(tmp, "echo 'boom: something broke' >&2\nexit 3", 2);
   std::vector<PointOutcome> outcomes;
   SweepCallbacks cb;
   cb.on_end = [&](const SweepPoint&, const PointOutcome& o, const SweepProgress&) { outcomes.push_back(o); };
@@ -536,6 +542,315 @@ TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
   EXPECT_NE(md.find("collapsed@50 ("), std::string::npos) << md;
   ASSERT_EQ(s.best.size(), 1u);
   EXPECT_EQ(s.row_values[static_cast<size_t>(s.best[0])], "pre");
+}
+
+// ---- issue 21: sweep checks everything first and writes only what it was asked to ------------------
+
+// Waits until DIR's manifest holds `starts` start records. Fails the test (and returns false) if
+// the sweep exits first or nothing happens for a very long time: never gives up silently.
+bool wait_for_starts(pid_t pid, const std::string& dir, size_t starts) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);  // a hang guard only
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      ADD_FAILURE() << "the sweep exited (status " << status << ") before " << starts << " points started";
+      return false;
+    }
+    std::error_code ec;
+    if (fs::exists(dir + "/manifest.jsonl", ec)) {
+      const std::string m = slurp(dir + "/manifest.jsonl");
+      size_t n = 0;
+      for (size_t p = m.find("\"event\":\"start\""); p != std::string::npos; p = m.find("\"event\":\"start\"", p + 1)) ++n;
+      if (n >= starts) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ADD_FAILURE() << "no " << starts << " start records in " << dir << " after 10 minutes";
+  ::kill(pid, SIGKILL);
+  return false;
+}
+
+int exit_code_of(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Points that never end by themselves (a million steps): the test decides when they stop.
+std::vector<std::string> endless_args(const std::string& out) {
+  return {"sweep", "--out", out, "--jobs", "2", "--set", "layers=1", "--set", "d_model=8", "--set", "d_hidden=8",
+          "--set", "steps=1000000", "--set", "eval_every=500000", "--set", "batch_size=2", "lr=1e-3,1e-2"};
+}
+
+void expect_one_error_line(const CliResult& r, const std::string& expect) {
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(r.out, "") << describe(r);
+  EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
+  EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in: " << describe(r);
+}
+
+TEST(SweepErrors, AnAxisValueOfTheWrongTypeIsOneClearLine) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"grid": {"layers": ["two"]}})";
+  CliResult r = run_cli({"sweep", tmp / "spec.json", "--out", tmp / "out"});
+  expect_one_error_line(r, "grid.layers[0]");
+  // where (once), which key, what was expected, what was given; no int64 range for a string
+  EXPECT_EQ(r.err.find("grid.layers[0]"), r.err.rfind("grid.layers[0]")) << r.err;
+  EXPECT_NE(r.err.find("'layers'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("must be a whole number"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\"two\""), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("9223372036854775807"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+}
+
+TEST(SweepErrors, SubmitWithoutSbatchOnThePathCreatesNothing) {
+  TempDir tmp;
+  fs::create_directories(tmp / "empty-bin");
+  test::RunOptions env;
+  env.env = {{"PATH", tmp / "empty-bin"}};
+  CliResult r = run_cli({"sweep", "--out", tmp / "sw", "lr=1e-3,1e-2", "--set", "steps=5", "--slurm", "--submit"}, env);
+  expect_one_error_line(r, "sbatch");
+  EXPECT_FALSE(fs::exists(tmp / "sw"));
+}
+
+TEST(SweepErrors, AFileSizeLimitOnTheFirstWriteLeavesNothing) {
+  TempDir tmp;
+  // 512 bytes: less than spec.json, the first file a sweep writes
+  const std::string cmd = "ulimit -f 1; exec '" + std::string(NORMLAB_BINARY) +
+                          "' sweep --out sw --jobs 1 --set steps=2 --set layers=1 lr=1e-3,1e-2";
+  test::RunOptions opt;
+  opt.cwd = tmp.path();
+  CliResult r = test::run_program("/bin/sh", {"-c", cmd}, opt);
+  expect_one_error_line(r, "File too large");
+  EXPECT_FALSE(fs::exists(tmp / "sw")) << "left: " << (fs::exists(tmp / "sw") ? fs::directory_iterator(tmp / "sw")->path().string() : "");
+  // and into an existing (empty) directory: it is left as it was, empty
+  fs::create_directories(tmp / "sw");
+  r = test::run_program("/bin/sh", {"-c", cmd}, opt);
+  expect_one_error_line(r, "File too large");
+  EXPECT_TRUE(fs::is_directory(tmp / "sw"));
+  EXPECT_TRUE(fs::is_empty(tmp / "sw"));
+}
+
+// What sbatch reads from a #SBATCH line: its arguments, split and unquoted as Slurm's
+// _get_argument does (whitespace separates, '...' and "..." quote, backslash escapes, an unquoted
+// # ends the line).
+std::vector<std::string> sbatch_arguments(const std::string& line) {
+  std::vector<std::string> args;
+  size_t i = std::string("#SBATCH").size();
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i >= line.size()) break;
+    std::string arg;
+    char quote = 0;
+    bool escape = false;
+    for (; i < line.size() && (quote || line[i] != ' '); ++i) {
+      const char c = line[i];
+      if (escape) escape = false;
+      else if (c == '\\') { escape = true; continue; }
+      else if (quote) { if (c == quote) { quote = 0; continue; } }
+      else if (c == '"' || c == '\'') { quote = c; continue; }
+      else if (c == '#') { i = line.size(); break; }
+      arg += c;
+    }
+    EXPECT_EQ(quote, 0) << "unmatched quote in " << line;
+    if (!arg.empty()) args.push_back(arg);
+  }
+  return args;
+}
+
+TEST(SweepSlurm, NoValueCanStartALineOrADirective) {
+  TempDir tmp;
+  const std::vector<std::string> base = {"lr=1e-3,1e-2", "--set", "steps=5", "--slurm"};
+  auto sweep_into = [&](const std::string& out, std::vector<std::string> more) {
+    std::vector<std::string> a = {"sweep", "--out", out};
+    a.insert(a.end(), base.begin(), base.end());
+    a.insert(a.end(), more.begin(), more.end());
+    return run_cli(a);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--slurm-time", "01:00:00\n#SBATCH --x"}, "--slurm-time"},
+      {{"--slurm-time", "01:00:00 --mem=1T"}, "--slurm-time"},
+      {{"--slurm-time", "1:2:3:4"}, "--slurm-time"},
+      {{"--slurm-partition", "cpu\n#SBATCH --x"}, "--slurm-partition"},
+      {{"--slurm-partition", "cpu --mem=1T"}, "--slurm-partition"},
+      {{"--slurm-partition", "a,,b"}, "--slurm-partition"},
+  };
+  for (const auto& [flags, expect] : refused) {
+    SCOPED_TRACE(flags[1]);
+    expect_one_error_line(sweep_into(tmp / "sw", flags), expect);
+    EXPECT_FALSE(fs::exists(tmp / "sw"));
+  }
+  expect_one_error_line(sweep_into(tmp / "s\nw", {}), "--out");
+  EXPECT_FALSE(fs::exists(tmp / "s\nw"));
+
+  // Accepted: Slurm's time forms and partition lists; a directory with a space, quotes, '#' and '%'
+  // stays one argument of its directives and one word of the command.
+  for (const char* t : {"30", "30:00", "01:00:00", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"}) {
+    SCOPED_TRACE(t);
+    CliResult r = sweep_into(tmp / "t", {"--slurm-time", t, "--slurm-partition", "cpu,gpu-a100.x_1"});
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_NE(slurp(tmp / "t/sweep.sbatch").find(std::string("#SBATCH --time=") + t + "\n"), std::string::npos);
+  }
+  const std::string odd = tmp / "my runs #1 'x' \"y\" 100%";
+  CliResult r = sweep_into(odd, {"--slurm-time", "10"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string script = slurp(odd + "/sweep.sbatch");
+  size_t directives = 0;
+  bool output_seen = false;
+  for (const std::string& line : test::split_lines(script)) {
+    if (line.rfind("#SBATCH", 0) != 0) continue;
+    ++directives;
+    std::vector<std::string> args = sbatch_arguments(line);
+    ASSERT_EQ(args.size(), 1u) << line;
+    if (args[0].rfind("--output=", 0) == 0) {
+      output_seen = true;
+      // Slurm's file name patterns: %% is a literal %, %A and %a the job and task
+      EXPECT_EQ(args[0], "--output=" + odd.substr(0, odd.size() - 1) + "%%/slurm/%A_%a.out") << line;
+    }
+  }
+  EXPECT_TRUE(output_seen) << script;
+  EXPECT_EQ(directives, 6u) << script;  // job-name, array, ntasks, cpus-per-task, time, output
+  // the command line: run by bash, the directory one word
+  test::RunOptions env;
+  env.env = {{"SLURM_ARRAY_TASK_ID", "0"}};
+  CliResult echo = test::run_program("/bin/bash", {"-c", "exec() { printf '%s\\n' \"$@\"; }; " +
+                                                         test::split_lines(script).back()}, env);
+  ASSERT_EQ(echo.exit_code, 0) << describe(echo);
+  EXPECT_NE(("\n" + echo.out).find("\n" + odd + "\n"), std::string::npos) << echo.out;
+  EXPECT_NE(("\n" + echo.out).find("\n" + odd + "/spec.json\n"), std::string::npos) << echo.out;
+}
+
+TEST(SweepLock, ASecondSweepIntoTheSameDirectoryExits2NamingTheFirst) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  const pid_t first = spawn(endless_args(dir));
+  ASSERT_TRUE(wait_for_starts(first, dir, 2));
+  CliResult second = run_cli(endless_args(dir));
+  expect_one_error_line(second, "process " + std::to_string(first));
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(exit_code_of(first), 128 + SIGTERM);
+  std::map<std::string, int> starts;
+  for (const json& j : manifest(dir))
+    if (j["event"] == "start") ++starts[j["point"].get<std::string>()];
+  EXPECT_EQ(starts.size(), 2u);
+  for (const auto& [point, n] : starts) EXPECT_EQ(n, 1) << point << " was started twice";
+}
+
+// Shards share DIR (a job array on a shared file system): each point is locked while it runs, so
+// two processes given the same shard never train a point twice.
+TEST(SweepLock, TwoProcessesOfOneShardRunEachPointOnce) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  std::vector<std::string> args = grid_args(dir);
+  args.insert(args.end(), {"--shard", "0/2"});
+  const pid_t a = spawn(args), b = spawn(args);
+  EXPECT_EQ(exit_code_of(a), 0);
+  EXPECT_EQ(exit_code_of(b), 0);
+  std::map<std::string, int> starts;
+  for (const json& j : manifest(dir))
+    if (j["event"] == "start") ++starts[j["point"].get<std::string>()];
+  EXPECT_EQ(starts.size(), 6u);
+  for (const auto& [point, n] : starts) EXPECT_EQ(n, 1) << point << " was started " << n << " times";
+  json s = json::parse(slurp(dir + "/summary.json"));
+  EXPECT_EQ(s["counts"]["completed"].get<int>() + s["counts"]["diverged"].get<int>(), 6) << s["counts"].dump();
+}
+
+TEST(SweepSignals, SighupIsHandledAsSigterm) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  const pid_t pid = spawn(endless_args(dir));
+  ASSERT_TRUE(wait_for_starts(pid, dir, 2));
+  ::kill(pid, SIGHUP);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << " instead of handling it";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGHUP);
+  std::vector<json> m = manifest(dir);
+  EXPECT_EQ(count_events(m, "start"), 2u);
+  EXPECT_EQ(count_events(m, "end", "interrupted"), 2u);
+  EXPECT_TRUE(fs::exists(dir + "/summary.md"));
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/runs"))
+    EXPECT_EQ(e.path().string().find(".partial."), std::string::npos) << e.path();
+}
+
+// A failed write while points run (the manifest, a point's config) stops the sweep: its running
+// children are stopped and reaped before the error is reported, none is left behind.
+TEST(SweepFailures, AWriteErrorWhilePointsRunStopsTheChildren) {
+  TempDir tmp;
+  SweepPlan plan = plan_sweep({"", {"lr=1e-3,1e-2"}, {"steps=5"}});
+  prepare_sweep_dir(tmp / "s", plan, false);
+  fs::create_directories(tmp / "s/manifest.jsonl");  // cannot be appended to
+  SweepRunOptions opt = with_fake_normlab(tmp, "exec sleep 1000", 1);
+  EXPECT_THROW(run_sweep(plan, {0, 1}, opt, {}), UsageError);
+  // the child was reaped: waitpid has nothing left to wait for
+  int status = 0;
+  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(SweepQuiet, PrintsNothingButErrors) {
+  TempDir tmp;
+  CliResult r = run_cli({"sweep", "-q", "--out", tmp / "s", "--jobs", "2", "--set", "steps=2", "--set", "layers=1",
+                         "--set", "eval_every=1", "lr=1e-3,1e-2"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.err, "") << describe(r);
+  EXPECT_NE(r.out.find("# Sweep summary"), std::string::npos) << describe(r);
+}
+
+TEST_F(SweepRun, SummarizeThatCannotWriteExits2) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  fs::remove(dir + "/summary.md");  // so that a write would show
+  const std::string cmd = "ulimit -f 1; exec '" + std::string(NORMLAB_BINARY) + "' sweep summarize '" + dir + "'";
+  CliResult r = test::run_program("/bin/sh", {"-c", cmd});
+  expect_one_error_line(r, "File too large");
+  EXPECT_FALSE(fs::exists(dir + "/summary.md"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  // --no-write prints the table and touches nothing
+  r = test::run_program("/bin/sh", {"-c", cmd + " --no-write"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("# Sweep summary"), std::string::npos) << describe(r);
+  EXPECT_FALSE(fs::exists(dir + "/summary.md"));
+
+  // A read-only directory (as a user who cannot write there: root can write anywhere).
+  ::chmod(dir.c_str(), 0555);
+  std::vector<std::string> as_nobody = {"--reuid=65534", "--regid=65534", "--clear-groups", NORMLAB_BINARY, "sweep",
+                                        "summarize", dir};
+  if (::geteuid() == 0) {
+    ::chmod(tmp.path().c_str(), 0755);
+    r = test::run_program("/usr/bin/setpriv", as_nobody);
+  } else {
+    r = run_cli({"sweep", "summarize", dir});
+  }
+  ::chmod(dir.c_str(), 0755);
+  expect_one_error_line(r, "summary");
+  EXPECT_FALSE(fs::exists(dir + "/summary.md"));
+}
+
+TEST_F(SweepRun, DamagedRunsAreReportedNotCountedAsPending) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  const std::string a = dir + "/runs/lr=1e-3/placement=pre/seed=0";
+  const std::string b = dir + "/runs/lr=1e-3/placement=pre/seed=1";
+  const std::string c = dir + "/runs/lr=1e-2/placement=post/seed=0";
+  const std::string text = slurp(a + "/result.json");
+  std::ofstream(a + "/result.json", std::ios::trunc) << text.substr(0, text.size() / 2);  // truncated
+  std::ofstream(b + "/result.json", std::ios::trunc) << "\x01garbage";
+  fs::remove_all(c);
+  std::ofstream(c) << "a file where a run directory was\n";
+  CliResult r = run_cli({"sweep", "summarize", dir, "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* point : {"lr=1e-3/placement=pre/seed=0", "lr=1e-3/placement=pre/seed=1", "lr=1e-2/placement=post/seed=0"})
+    EXPECT_NE(r.err.find(point), std::string::npos) << point << " not reported: " << r.err;
+  EXPECT_EQ(test::split_lines(r.err).size(), 3u) << r.err;
+  json s = json::parse(r.out);
+  EXPECT_EQ(s["counts"]["damaged"], 3) << s["counts"].dump();
+  EXPECT_EQ(s["counts"]["pending"], 0) << s["counts"].dump();
+  EXPECT_NE(slurp(dir + "/summary.md").find("3 damaged"), std::string::npos);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace normlab {
 
@@ -78,5 +80,10 @@ class CheckedFile {
   std::string path_;
   int fd_ = -1;
 };
+
+// Several files, all or none: each written whole under a temporary name, then all renamed. A
+// failed write (the disk, a file-size limit, a read-only directory) leaves every path as it was and
+// throws UsageError naming the file.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace normlab

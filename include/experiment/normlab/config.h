@@ -14,6 +14,10 @@ struct ConfigKey {
 };
 const std::vector<ConfigKey>& config_keys();
 
+// Checks JSON text as a config file is checked: valid JSON (no NUL byte, numbers within a double's
+// range: 1e400 is refused), nested at most 16 deep, no key twice in one object. Throws UsageError
+// naming `source`.
+void check_json_text(const std::string& text, const std::string& source);
 // Applies a JSON object's keys (unknown key: UsageError naming it and the closest known key).
 void apply_config_json(TrainConfig& cfg, const std::string& json_text, const std::string& source);
 // Applies one key given as text (a flag): numbers and booleans are parsed by the key's type.

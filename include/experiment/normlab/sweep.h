@@ -11,9 +11,11 @@
 //                        runs/layers=2/placement=post/lr=1e-3/seed=0 (written atomically by train)
 //   summary.md/.csv/.json, loss_curves.svg, final_loss_vs_lr.svg
 //   sweep.sbatch         with --slurm
+//   sweep.lock           flock'ed by the sweep that writes DIR (points/<hash>.lock: by the one running the point)
 //
-// The flow: plan_sweep (parse and validate everything; nothing touched) -> prepare_sweep_dir (refuses a
-// changed spec, creates DIR) -> select_points -> run_sweep -> summarize_sweep + write_summaries.
+// The flow: plan_sweep (parse and validate everything; nothing touched), check_run_options and
+// check_slurm_options -> SweepDir (refuses a changed spec, creates and locks DIR) -> select_points ->
+// run_sweep -> summarize_sweep + write_summaries.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -32,6 +34,8 @@ struct SweepRequest {
   std::string spec_file;           // JSON spec; empty: axes and sets only
   std::vector<std::string> axes;   // "key=v1,v2,..." (a single value is a base override, as in Hydra)
   std::vector<std::string> sets;   // "key=value" base overrides (--set)
+  // Larger grids are refused before they are expanded (the fuzz target plans small ones only).
+  size_t max_points = 100000;
 };
 
 struct SweepPoint {
@@ -76,18 +80,53 @@ bool in_shard(size_t point_index, const Shard& shard);
 
 // ---- the directory -----------------------------------------------------------------------------
 // Checks, without creating anything, that DIR can hold this sweep: DIR (or its nearest existing
-// ancestor) is a writable directory, and an existing DIR/spec.json plans the same points; otherwise
-// UsageError saying what changed (unless force). Then creates DIR and writes spec.json.
-void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force);
-// The checks of prepare_sweep_dir only (for --dry-run). Returns what changed (empty: nothing).
+// ancestor) is a writable directory, and an existing DIR/spec.json plans the same points. Returns
+// what changed (empty: nothing); UsageError when DIR cannot be a sweep directory at all.
 std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan);
+
+// DIR opened for writing by this process: checked (a changed spec is refused unless force), created
+// if absent, locked, spec.json written, runs/ points/ logs/ made. The lock is an flock on
+// DIR/sweep.lock, which the kernel releases however the process ends:
+//   exclusive  one sweep at a time: a second one gets a UsageError naming the process that holds it;
+//   shared     shards (--shard K/N, a Slurm array on a shared file system) run side by side, each
+//              point locked while it runs (run_sweep), and exclude an unsharded sweep.
+// Until keep(), the destructor removes what the constructor (and add_created) made, so that a sweep
+// stopped by an error before its first point leaves the file system as it was.
+class SweepDir {
+ public:
+  enum class Lock { exclusive, shared };
+  SweepDir(const std::string& dir, const SweepPlan& plan, bool force, Lock lock);
+  ~SweepDir();
+  SweepDir(const SweepDir&) = delete;
+  SweepDir& operator=(const SweepDir&) = delete;
+  const std::string& path() const { return dir_; }
+  // A file or directory the caller made inside DIR: removed with the rest unless kept.
+  void add_created(const std::string& path, bool is_dir);
+  void keep();
+  // Lets others take the lock (the array tasks submitted from here lock DIR themselves); what was
+  // created is still removed unless kept, if no one else holds DIR by then.
+  void unlock();
+
+ private:
+  void lock_or_refuse();
+  void rollback();
+  std::string dir_;
+  Lock mode_;
+  int fd_ = -1;
+  bool kept_ = false;
+  std::vector<std::pair<std::string, bool>> created_;  // path, is a directory; in creation order
+};
+// SweepDir's work for a caller that does not need the lock or the rollback (tests).
+void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force);
 
 // A point's state on disk: pending (never finished), completed, diverged (both final: the run
 // directory is whole and its config hash matches), failed or interrupted (the manifest's last end
-// record for the point's hash), running (a start without an end: another shard, or a killed sweep).
+// record for the point's hash), running (a start without an end: another shard, or a killed sweep),
+// damaged (something is at its run directory that is not a whole run: `problem` says what).
 struct PointState {
   std::string status = "pending";
   bool done = false;  // completed or diverged with a matching hash
+  std::string problem;  // damaged: "result.json is not valid JSON", "is not a directory", ...
 };
 std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan);
 
@@ -108,6 +147,9 @@ struct SweepRunOptions {
   std::string device = "cpu";  // passed to each point's `train --device` (not part of the hash)
   bool tf32 = false;           // and --tf32
 };
+// --jobs and --threads, before anything is created: jobs >= 1, 1 <= threads <= kMaxThreads.
+// UsageError naming the flag.
+void check_run_options(const SweepRunOptions& opt);
 
 struct PointOutcome {
   size_t point = 0;
@@ -124,6 +166,7 @@ struct SweepProgress {
   size_t total = 0;     // points this invocation runs
   size_t finished = 0;  // of those
   size_t running = 0, completed = 0, diverged = 0, failed = 0, interrupted = 0;
+  size_t skipped = 0;   // of total: started by another process of the same shard since this one began
   double elapsed_s = 0, eta_s = -1;  // -1: no estimate yet
 };
 
@@ -134,11 +177,14 @@ struct SweepCallbacks {
 
 struct SweepRunReport {
   SweepProgress progress;
-  int signal = 0;  // SIGINT / SIGTERM that stopped the sweep, 0 if it ran to the end
+  int signal = 0;  // SIGINT / SIGTERM / SIGHUP that stopped the sweep, 0 if it ran to the end
 };
 
-// Runs the chosen points as child processes, `jobs` at once. SIGINT and SIGTERM are forwarded to the
-// children, which end as interrupted; the call then returns promptly with report.signal set.
+// Runs the chosen points as child processes, `jobs` at once. SIGINT, SIGTERM and SIGHUP are forwarded
+// to the children, which end as interrupted; the call then returns promptly with report.signal set.
+// Each point is locked (DIR/points/<hash>.lock) while it runs; a point that another process has
+// started since this call began is skipped. An error of the sweep's own (a manifest or a point's
+// config that cannot be written) stops and reaps the children, then is thrown.
 SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
                          const SweepCallbacks& cb);
 
@@ -152,6 +198,7 @@ struct SummaryOptions {
 struct SummaryCell {
   int n = 0;                // seeds that converged (have a finite metric)
   int diverged = 0, failed = 0, pending = 0;
+  int damaged = 0;          // something that is not a whole run is at the point's run directory
   int collapsed = 0;        // of the n: finished but learned nothing (train's status "collapsed")
   double mean = 0, std = 0; // over the converged seeds (std: sample, n-1; 0 when n = 1)
   int64_t diverged_first = -1, diverged_last = -1;    // range of divergence steps
@@ -180,7 +227,8 @@ struct SweepSummary {
   std::vector<std::vector<size_t>> stable;      // per column: rows where every seed converged (none collapsed)
   std::vector<int> best;                        // per column: best stable row, -1 if none
   std::vector<SummaryCurve> curves;             // every (row, col) with a point that ran
-  size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0, collapsed = 0;
+  size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0, collapsed = 0, damaged = 0;
+  std::vector<std::pair<std::string, std::string>> damaged_runs;  // point name, what is wrong
   double unigram_loss = NAN;  // the task's unigram baseline (from the runs), drawn in the plots of a loss
 };
 
@@ -193,7 +241,8 @@ std::string summary_json(const SweepSummary& s);
 // value) and the final metric against the row axis (log x when numeric) with diverged points marked.
 std::string plot_loss_curves_svg(const SweepSummary& s);
 std::string plot_final_vs_rows_svg(const SweepSummary& s);
-// Writes summary.md/.csv/.json, loss_curves.svg and final_loss_vs_lr.svg into DIR atomically.
+// Writes summary.md/.csv/.json, loss_curves.svg and final_loss_vs_lr.svg into DIR, all or none
+// (UsageError naming the file that could not be written: a read-only DIR, a file-size limit).
 void write_summaries(const std::string& dir, const SweepSummary& s);
 
 // ---- Slurm -------------------------------------------------------------------------------------
@@ -207,9 +256,21 @@ struct SlurmOptions {
   int shards = 1;         // array tasks
   std::vector<std::string> rerun;
 };
+// Everything that goes into the script, against Slurm's own syntax, before anything is created:
+// --slurm-time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, UNLIMITED), --slurm-partition (a comma list of
+// names), the numbers (1 <= shards <= points), and paths without control characters (a newline would
+// start a line of the script, a directive among them) or backslashes (Slurm's --output reads one as
+// "no %A/%a patterns"). points 0: not known (no upper bound on shards). UsageError naming the flag.
+void check_slurm_options(const std::string& dir, const SlurmOptions& opt, size_t points);
 // The sbatch script: one array task per shard, each running `normlab sweep DIR/spec.json --out DIR
-// --shard $SLURM_ARRAY_TASK_ID/N`.
+// --shard $SLURM_ARRAY_TASK_ID/N`. Directive values are quoted for sbatch's parser, the command for
+// the shell. Calls check_slurm_options.
 std::string sbatch_script(const std::string& dir, const SlurmOptions& opt);
+// Writes DIR/sweep.sbatch (and makes DIR/slurm for the tasks' output), both removed with the rest of
+// what `d` created unless kept. Returns the script's path.
+std::string write_sbatch_script(SweepDir& d, const SlurmOptions& opt);
+// UsageError unless an executable sbatch is on PATH (checked before --submit creates anything).
+void check_sbatch_available();
 // Runs `sbatch --parsable SCRIPT` and returns the job id. Throws Error with sbatch's message.
 std::string submit_sbatch(const std::string& script_path);
 
