@@ -42,9 +42,9 @@ std::string parent_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-}  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& text) {
+// text written whole to <path>.tmp.<pid>, which is returned; on a failed write it is removed and
+// the UsageError names path and the system's reason.
+std::string write_temporary(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   NL_USAGE(fd >= 0, "cannot write '{}': {}", shown(path, 200), reason());
@@ -56,6 +56,13 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     ::unlink(tmp.c_str());
     throw UsageError(fmt::format("writing '{}' failed: {}", shown(path, 200), why));
   }
+  return tmp;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = write_temporary(path, text);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = reason();
     ::unlink(tmp.c_str());
@@ -173,17 +180,11 @@ void check_output_file(const std::string& path, const std::string& flag, bool fo
 
 void write_output_file(const std::string& path, const std::string& text, const std::string& flag, bool force,
                        const WrittenByNormlab& ours) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  NL_USAGE(fd >= 0, "cannot write '{}': {}", shown(path, 200), reason());
-  const bool ok = write_all(fd, text);
-  const int write_errno = errno;
-  const bool closed = ::close(fd) == 0;
+  const std::string tmp = write_temporary(path, text);
   auto fail = [&](const std::string& why) {
     ::unlink(tmp.c_str());
     throw UsageError(why);
   };
-  if (!ok || !closed) fail(fmt::format("writing '{}' failed: {}", shown(path, 200), std::strerror(ok ? errno : write_errno)));
   // Checked again now: the file may have appeared, or been replaced, while the command worked.
   const std::string refusal = output_refusal(path, flag, force, ours);
   if (!refusal.empty()) fail(refusal + " (it changed while this command was running)");

@@ -12,15 +12,23 @@
 
 namespace normlab {
 
-std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& flag, const std::string& layout,
-                                     int64_t max_each, int64_t max_product) {
+namespace {
+// text cut at every sep: n separators give n + 1 parts, empty ones included.
+std::vector<std::string> split_at(const std::string& text, char sep) {
   std::vector<std::string> parts(1);
   for (char c : text) {
-    if (c == 'x')
+    if (c == sep)
       parts.emplace_back();
     else
       parts.back() += c;
   }
+  return parts;
+}
+}  // namespace
+
+std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& flag, const std::string& layout,
+                                     int64_t max_each, int64_t max_product) {
+  const std::vector<std::string> parts = split_at(text, 'x');
   NL_USAGE(parts.size() == 3, "{}: shape '{}' is not {} (three positive integers, e.g. 2x5x8)", flag, shown(text), layout);
   std::array<int64_t, 3> v{};
   for (size_t i = 0; i < 3; ++i) {
@@ -39,13 +47,7 @@ std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& 
 
 std::vector<std::string> split_list(const std::string& text, const std::string& flag) {
   NL_USAGE(!text.empty(), "{}: no value given (expected a comma-separated list)", flag);
-  std::vector<std::string> items(1);
-  for (char c : text) {
-    if (c == ',')
-      items.emplace_back();
-    else
-      items.back() += c;
-  }
+  const std::vector<std::string> items = split_at(text, ',');
   for (size_t i = 0; i < items.size(); ++i)
     NL_USAGE(!items[i].empty(), "{} '{}': entry {} is empty (expected values separated by single commas)", flag,
              shown(text), i + 1);
