@@ -122,6 +122,9 @@ bool only_sweep_leftovers(const fs::path& d) {
     const std::string name = e.path().filename().string();
     if (e.is_symlink(ec)) return false;
     if (name == kLockFile && e.is_regular_file(ec)) continue;
+    // spec.json being written by a shard that started a moment earlier (under write_file_atomic's
+    // name, or renamed since the caller looked): the check after the lock compares it
+    if ((name == "spec.json" || name.rfind("spec.json.tmp.", 0) == 0) && e.is_regular_file(ec)) continue;
     const bool ours = name == "runs" || name == "points" || name == "logs" || name == "slurm";
     if (!ours || !e.is_directory(ec) || !fs::is_empty(e.path(), ec)) return false;
   }
@@ -196,8 +199,13 @@ std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan) {
   const fs::path spec_path = d / "spec.json";
   if (!fs::exists(spec_path, ec)) {
     bool empty = fs::is_empty(d, ec) || only_sweep_leftovers(d);
-    NL_USAGE(empty, "--out '{}' is not empty and holds no sweep (no spec.json): choose a new directory", shown(dir, 200));
-    return "";
+    // A shard that started a moment earlier may have written spec.json, and its points, while
+    // this one looked: then DIR holds that sweep, compared below.
+    if (!fs::exists(spec_path, ec)) {
+      NL_USAGE(empty, "--out '{}' is not empty and holds no sweep (no spec.json): choose a new directory",
+               shown(dir, 200));
+      return "";
+    }
   }
   SweepPlan old_plan;
   try {

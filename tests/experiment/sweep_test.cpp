@@ -752,6 +752,11 @@ TEST(SweepLock, TwoProcessesOfOneShardRunEachPointOnce) {
     if (j["event"] == "start") ++starts[j["point"].get<std::string>()];
   EXPECT_EQ(starts.size(), 6u);
   for (const auto& [point, n] : starts) EXPECT_EQ(n, 1) << point << " was started " << n << " times";
+  // Each process writes the summary of what it sees when it ends, and the two end in either order
+  // (the later writer may have read the runs before the other's last point landed): the sweep's
+  // summary is the one summarize rebuilds once both are done.
+  CliResult summ = run_cli({"sweep", "summarize", dir, "-q"});
+  ASSERT_EQ(summ.exit_code, 0) << describe(summ);
   json s = json::parse(slurp(dir + "/summary.json"));
   EXPECT_EQ(s["counts"]["completed"].get<int>() + s["counts"]["diverged"].get<int>(), 6) << s["counts"].dump();
 }
