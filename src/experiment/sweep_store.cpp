@@ -359,7 +359,10 @@ void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force
 std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan) {
   // The manifest's last record per point (name + hash): start -> running, end -> its status.
   std::map<std::string, std::string> last;
-  std::ifstream in(fs::path(dir) / "manifest.jsonl");
+  const std::string manifest = (fs::path(dir) / "manifest.jsonl").string();
+  struct stat mst {};
+  // Read only when it is there (a new sweep has none), and never waited on (a FIFO is refused).
+  std::istringstream in(::lstat(manifest.c_str(), &mst) == 0 ? read_file(manifest) : std::string());
   std::string line;
   while (std::getline(in, line)) {
     try {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -40,7 +41,13 @@ bool numeric(const std::string& s, double* out) {
 // Validation loss by step of one run (NaN where the loss was not finite).
 std::map<int64_t, double> val_curve(const std::string& run) {
   std::map<int64_t, double> c;
-  std::ifstream in(fs::path(run) / "metrics.jsonl");
+  std::string text;
+  try {
+    text = read_file((fs::path(run) / "metrics.jsonl").string());  // a FIFO planted here is refused, not waited on
+  } catch (const UsageError&) {
+    return c;  // no curve: the run's result.json decides whether it counts
+  }
+  std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     try {

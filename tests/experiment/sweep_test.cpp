@@ -858,5 +858,33 @@ TEST_F(SweepRun, DamagedRunsAreReportedNotCountedAsPending) {
   EXPECT_NE(slurp(dir + "/summary.md").find("3 damaged"), std::string::npos);
 }
 
+
+// issue 21: what a sweep reads back from its directory is never waited on: a FIFO in place of a
+// run's metrics.jsonl, or of the manifest, is refused (summarize used to block forever on it).
+TEST(SweepFiles, AFifoInTheSweepIsNeverWaitedOn) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  CliResult r = run_cli({"sweep", "--out", dir, "--set", "layers=1", "--set", "d_model=8", "--set", "d_hidden=8",
+                         "--set", "steps=4", "--set", "eval_every=2", "--set", "batch_size=2", "--set",
+                         "eval_batches=1", "lr=1e-3", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string metrics = dir + "/runs/base/metrics.jsonl";
+  ASSERT_TRUE(fs::exists(metrics));
+  fs::remove(metrics);
+  ASSERT_EQ(::mkfifo(metrics.c_str(), 0600), 0);
+  test::RunOptions opt;
+  opt.timeout_s = 60;
+  r = run_cli({"sweep", "summarize", dir, "--no-write"}, opt);
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  const std::string manifest = dir + "/manifest.jsonl";
+  fs::remove(manifest);
+  ASSERT_EQ(::mkfifo(manifest.c_str(), 0600), 0);
+  r = run_cli({"sweep", "summarize", dir, "--no-write"}, opt);
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << describe(r);
+}
+
 }  // namespace
 }  // namespace normlab
