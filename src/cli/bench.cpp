@@ -96,13 +96,7 @@ Format format_of(const OutputArgs& o, const GlobalOptions& g) {
 void add_output_flags(CLI::App& sub, OutputArgs& o, GlobalOptions& g, bool compare) {
   sub.add_flag("--markdown", o.markdown, "Print markdown tables instead of text");
   sub.add_flag("--csv", o.csv, "Print CSV instead of text");
-  sub.add_option_function<std::string>(
-      "--out",
-      [&o](const std::string& v) {
-        o.out = v;
-        o.out_given = true;
-      },
-      "Also write the JSON document to FILE (a new file; see --force)");
+  add_given_option(sub, "--out", o.out, o.out_given, "Also write the JSON document to FILE (a new file; see --force)");
   sub.add_flag("--force", o.force, "Let --out replace an existing file that bench wrote (never any other file)");
   if (compare) sub.add_option("--compare", o.compare, "Show each row's ratio to an earlier run's JSON (BASE.json)");
   add_global_flags(sub, g);

@@ -64,6 +64,19 @@ inline std::string whole_count(const std::string& text) {
   return std::stoll(text) <= (int64_t{1} << 40) ? "" : bad;
 }
 
+// An option whose empty value is an error rather than "not given" (--out '', --resume ''):
+// `given` records that it was on the command line at all.
+inline CLI::Option* add_given_option(CLI::App& sub, const std::string& name, std::string& value, bool& given,
+                                     const std::string& help) {
+  return sub.add_option_function<std::string>(
+      name,
+      [&value, &given](const std::string& v) {
+        value = v;
+        given = true;
+      },
+      help);
+}
+
 // Subcommand registration: each returns the runner invoked when the subcommand is chosen.
 Runner add_handcalc(CLI::App& app, GlobalOptions& g);
 Runner add_gradcheck(CLI::App& app, GlobalOptions& g);

@@ -136,13 +136,8 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   sub->add_flag("--list", args->list, "List the cases and exit");
   sub->add_option("--shape", args->shape, "Sizes BxTxC the cases are built with (default 2x5x8)");
   sub->add_option("--seed", args->seed, "Seed of the random inputs (default 0)")->check(whole_u64);
-  sub->add_option_function<std::string>(
-      "--dump",
-      [args](const std::string& v) {
-        args->dump = v;
-        args->dump_given = true;
-      },
-      "Write inputs, analytic and numeric gradients of one --op as JSON to FILE (a new file; see --force)");
+  add_given_option(*sub, "--dump", args->dump, args->dump_given,
+                   "Write inputs, analytic and numeric gradients of one --op as JSON to FILE (a new file; see --force)");
   sub->add_flag("--force", args->force, "Let --dump replace an existing gradcheck dump (never any other file)");
   sub->add_option("--max-seconds", args->max_seconds,
                   "With --shape: refuse when the finite differences are estimated (timed here) to take longer "

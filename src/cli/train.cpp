@@ -111,13 +111,8 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* sub = app.add_subcommand("train", "Train one small Transformer configuration and record its run");
   sub->add_option("--config", args->config_file, "JSON file of config keys (flags override it)");
-  sub->add_option_function<std::string>(
-      "--out",
-      [args](const std::string& v) {
-        args->out = v;
-        args->out_given = true;
-      },
-      "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
+  add_given_option(*sub, "--out", args->out, args->out_given,
+                   "Run directory (default runs/<time>-<model>-<norm>-<placement>-L<layers>-s<seed>)");
   sub->add_flag("--force", args->force, "Replace an existing run directory");
   sub->add_option_function<int64_t>(
          "--save_every,--save-every",
@@ -128,13 +123,8 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
          "Also write checkpoints/step-N.safetensors (+ the optimizer state, step-N.state.safetensors) every N "
          "steps; a run stopped after one can be resumed (the final model.safetensors always)")
       ->check(whole_count);
-  sub->add_option_function<std::string>(
-      "--resume",
-      [args](const std::string& v) {
-        args->resume = v;
-        args->resume_given = true;
-      },
-      "Continue a stopped run from its latest checkpoint, bit for bit: its DIR.partial.<pid> directory, or DIR");
+  add_given_option(*sub, "--resume", args->resume, args->resume_given,
+                   "Continue a stopped run from its latest checkpoint, bit for bit: its DIR.partial.<pid> directory, or DIR");
   for (const ConfigKey& k : config_keys()) {
     std::string name = k.name;
     sub->add_option_function<std::string>(
