@@ -106,12 +106,13 @@ Backend& backend(const std::string& name) {
 }
 
 Backend& backend_for(Device device, DType dtype) {
-  if (device == Device::cuda) {
+  if (is_cuda_device(device)) {
+    const char* name = device == Device::cuda ? "cuda" : "cuda-sim";
     auto& m = registry().backends;
-    auto it = m.find("cuda");
-    if (it == m.end()) throw UsageError("no CUDA device found (no \"cuda\" backend is registered)");
+    auto it = m.find(name);
+    if (it == m.end()) throw UsageError(fmt::format("no CUDA device found (no \"{}\" backend is registered)", name));
     Backend& b = made(it->second);
-    NL_CHECK(b.supports(dtype), "the cuda backend does not support {} (float32 only)", dtype_name(dtype));
+    NL_CHECK(b.supports(dtype), "the {} backend does not support {} (float32 only)", name, dtype_name(dtype));
     return b;
   }
   Backend& b = backend(registry().default_cpu);

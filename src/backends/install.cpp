@@ -22,6 +22,11 @@ void install_backends() {
       register_backend_factory("cuda", make_cuda_backend);
       register_backend_factory("cuda-host", [] { return make_host_adapter(backend("cuda")); });
     }
+    // "cuda-sim": the CUDA kernels on the host (docs/cuda.md), made at its first lookup, which
+    // loads the cuda-sim module; "cuda-sim-host": them for host tensors (the cross-backend
+    // kernel tests, gradcheck).
+    register_backend_factory("cuda-sim", make_cuda_sim_backend);
+    register_backend_factory("cuda-sim-host", [] { return make_host_adapter(backend("cuda-sim"), true); });
     install_gradient_math();
     return true;
   }();

@@ -27,7 +27,14 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::cpu: return "cpu";
+    case Device::cuda: return "cuda";
+    case Device::cuda_sim: return "cuda-sim";
+  }
+  return "?";
+}
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -53,8 +60,11 @@ namespace {
 
 constexpr size_t kAlignment = 64;  // a cache line; also what AVX-512 loads like
 
-size_t round_size(size_t bytes) {
+// cuda-sim's memory is asked for exactly what a tensor needs: its guard bytes then start at the
+// tensor's last byte, so that a kernel writing one element too far is caught.
+size_t round_size(size_t bytes, Device device) {
   if (bytes == 0) bytes = 1;
+  if (device == Device::cuda_sim) return bytes;
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
@@ -101,7 +111,7 @@ struct Arena {
 
 // Leaked on purpose: Storage may be destroyed by static destructors after the arena would be.
 Arena& arena(Device d) {
-  static Arena* arenas[2] = {new Arena(), new Arena()};
+  static Arena* arenas[kDeviceCount] = {new Arena(), new Arena(), new Arena()};
   return *arenas[static_cast<int>(d)];
 }
 
@@ -157,7 +167,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-Storage::Storage(size_t bytes, Device device) : bytes_(round_size(bytes)), device_(device) {
+Storage::Storage(size_t bytes, Device device) : bytes_(round_size(bytes, device)), device_(device) {
   data_ = arena(device).allocate(bytes_);
 }
 

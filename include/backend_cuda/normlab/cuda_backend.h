@@ -19,6 +19,14 @@ bool cuda_built();
 // fills, device copies, host <-> device transfers) first. Throws UsageError("no CUDA device
 // found: <reason>") when no device is usable.
 std::unique_ptr<Backend> make_cuda_backend();
+// cuda-sim (docs/cuda.md): the same kernel sources compiled for the host and run with real
+// block, barrier, warp and device-memory semantics, as the backend "cuda-sim" on
+// Device::cuda_sim tensors. Slow; for correctness only. Its module (libnormlab_cuda_sim.so, or
+// NORMLAB_CUDA_SIM_MODULE) is loaded on first use; UsageError when it cannot be.
+std::unique_ptr<Backend> make_cuda_sim_backend();
+// Never loads the module: "built, module not loaded ...", or once loaded what it reports.
+std::string cuda_sim_summary();
+
 // Let cuBLAS use TF32 tensor cores for float32 products (off by default, so that results
 // compare with the CPU at float32 precision).
 void cuda_set_tf32(bool on);

@@ -11,7 +11,11 @@
 namespace normlab {
 
 enum class DType : uint8_t { f32, f64, i32 };
-enum class Device : uint8_t { cpu, cuda };
+// cuda_sim: the CUDA backend's kernels run on the host by cuda-sim (docs/cuda.md), in device
+// memory of its own: a device like cuda, never mixed with it.
+enum class Device : uint8_t { cpu, cuda, cuda_sim };
+constexpr int kDeviceCount = 3;
+inline bool is_cuda_device(Device d) { return d == Device::cuda || d == Device::cuda_sim; }
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "flavor.h"
 #include "kernels.h"
 #include "module.h"
 #include "normlab/error.h"
@@ -24,8 +25,9 @@ namespace normlab {
 namespace cuda {
 
 void cuda_fail(const char* call, const char* kernel, cudaError_t status) {
-  throw Error(fmt::format("cuda {}: {} failed: {}: {}", kernel, call, cudaGetErrorName(status),
-                          cudaGetErrorString(status)));
+  const std::string detail = error_detail();
+  throw Error(fmt::format("{} {}: {} failed: {}: {}{}", kBackendName, kernel, call, cudaGetErrorName(status),
+                          cudaGetErrorString(status), detail.empty() ? "" : " (" + detail + ")"));
 }
 
 }  // namespace cuda
@@ -42,7 +44,7 @@ void check_blas(cublasStatus_t status, const char* call, const char* kernel) {
 
 std::atomic<bool> g_tf32{false};
 
-// ---- device memory hooks (core's arena calls these for Device::cuda storage) -----------------
+// ---- device memory hooks (core's arena calls these for cuda::kDevice storage) -----------------
 void* device_allocate(size_t bytes) {
   void* p = nullptr;
   check(cudaMalloc(&p, bytes), "cudaMalloc", "arena");
@@ -82,7 +84,7 @@ void install_memory_hooks() {
     m.copy = device_copy;
     m.upload = device_upload;
     m.download = device_download;
-    register_device_memory(Device::cuda, m);
+    register_device_memory(cuda::kDevice, m);
   });
 }
 
@@ -101,8 +103,8 @@ void require_device() {
 // ---- argument checks ----------------------------------------------------------------------------
 void expect(const char* kernel, const char* arg, const Tensor& t, int64_t numel) {
   NL_CHECK(t.defined(), "cuda {}: {} is an undefined tensor", kernel, arg);
-  NL_CHECK(t.device() == Device::cuda, "cuda {}: {} is on {}, the cuda backend takes cuda tensors",
-           kernel, arg, device_name(t.device()));
+  NL_CHECK(t.device() == cuda::kDevice, "{} {}: {} is on {}, the {} backend takes {} tensors", cuda::kBackendName,
+           kernel, arg, device_name(t.device()), cuda::kBackendName, cuda::kBackendName);
   NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; the cuda backend is float32 only", kernel,
            arg, dtype_name(t.dtype()));
   NL_CHECK(t.numel() == numel, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,
@@ -133,8 +135,8 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  std::string name() const override { return "cuda"; }
-  Device device() const override { return Device::cuda; }
+  std::string name() const override { return cuda::kBackendName; }
+  Device device() const override { return cuda::kDevice; }
   bool supports(DType dtype) const override { return dtype == DType::f32; }
 
   // ---- matrix products -----------------------------------------------------------------------
@@ -527,8 +529,8 @@ class CudaBackend final : public Backend {
   // check kernel, as the reference backend checks every id).
   void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t n, int64_t v) {
     NL_CHECK(ids.defined(), "cuda {}: {} is an undefined tensor", kernel, arg);
-    NL_CHECK(ids.device() == Device::cuda, "cuda {}: {} is on {}, the cuda backend takes cuda tensors",
-             kernel, arg, device_name(ids.device()));
+    NL_CHECK(ids.device() == cuda::kDevice, "{} {}: {} is on {}, the {} backend takes {} tensors", cuda::kBackendName,
+             kernel, arg, device_name(ids.device()), cuda::kBackendName, cuda::kBackendName);
     NL_CHECK(ids.dtype() == DType::i32, "cuda {}: {} is {} but ids are int32", kernel, arg,
              dtype_name(ids.dtype()));
     NL_CHECK(ids.numel() == n, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,

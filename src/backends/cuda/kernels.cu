@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "launch.h"
 
 namespace normlab::cuda {
 
@@ -127,7 +128,7 @@ __global__ void gelu_kernel(float* y, float* dydx, const float* x, int64_t n) {
 constexpr int kSumSquaresBlocks = 1024;
 
 __global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
-  __shared__ double scratch[32];
+  NL_SHARED_ARRAY(double, scratch, 32);
   double acc = 0.0;
   NL_GRID_STRIDE(i, n) {
     const double v = x[i];
@@ -138,7 +139,7 @@ __global__ void sum_squares_partial_kernel(double* partial, const float* x, int6
 }
 
 __global__ void sum_partials_kernel(double* result, const double* partial, int64_t count) {
-  __shared__ double scratch[32];
+  NL_SHARED_ARRAY(double, scratch, 32);
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
   acc = block_sum_d(acc, scratch);
@@ -173,8 +174,8 @@ template <class T, int kMode>
 __global__ void column_partial_kernel(float* part_g, float* part_b, const T* dy, const T* x,
                                       const float* mean, const float* rstd, int64_t rows,
                                       int64_t cols, int64_t rows_per_chunk) {
-  __shared__ float sg[kColY][kColX + 1];
-  __shared__ float sb[kColY][kColX + 1];
+  NL_SHARED_ARRAY2(float, sg, kColY, kColX + 1);
+  NL_SHARED_ARRAY2(float, sb, kColY, kColX + 1);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kColX + tx;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
@@ -243,10 +244,8 @@ void column_reduce(float* out_g, float* out_b, const T* dy, const T* x, const fl
   float* part_b = kMode == 1 ? work + chunks * cols : nullptr;
   dim3 block(kColX, kColY);
   dim3 grid(static_cast<unsigned>((cols + kColX - 1) / kColX), static_cast<unsigned>(chunks));
-  column_partial_kernel<T, kMode><<<grid, block>>>(part_g, part_b, dy, x, mean, rstd, rows, cols, rpc);
-  check_launch(name);
-  column_final_kernel<<<grid_for(cols), kThreads>>>(out_g, out_b, part_g, part_b, chunks, cols);
-  check_launch(name);
+  launch(name, column_partial_kernel<T, kMode>, grid, block, 0, part_g, part_b, dy, x, mean, rstd, rows, cols, rpc);
+  launch(name, column_final_kernel, grid_for(cols), kThreads, 0, out_g, out_b, part_g, part_b, chunks, cols);
 }
 
 // ---- norms ----------------------------------------------------------------------------------------
@@ -325,8 +324,8 @@ struct NormFwd {
 // read it again (from L2). Statistics in float32: the mean, then the centred variance.
 template <class T, int P, bool kAdd, bool kRms, bool kCache>
 __global__ void norm_forward_kernel(NormFwd<T> p) {
-  extern __shared__ float cache[];
-  __shared__ float scratch[32];
+  NL_DYNAMIC_SHARED(float, cache);
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t d = p.d, units = d / P;
   const T* xr = p.a + row * d;
@@ -432,8 +431,8 @@ __device__ __forceinline__ void grad_means(float sg, float sgx, float* scratch, 
 // dy of the row in shared memory between the two passes.
 template <class T, int P, bool kRms, bool kCache>
 __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
-  extern __shared__ float cache[];  // [0, d): x, [d, 2d): dy
-  __shared__ float scratch[32];
+  NL_DYNAMIC_SHARED(float, cache);  // [0, d): x, [d, 2d): dy
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t d = p.d, units = d / P;
   const T* xr = p.x + row * d;
@@ -488,8 +487,8 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
 // column_final_kernel adds in block order: deterministic, no float atomics.
 template <class T, int P, bool kRms>
 __global__ void norm_backward_fused_kernel(NormBwd<T> p, int64_t n, float* part_g, float* part_b) {
-  extern __shared__ float sums[];  // [0, d): dgamma; [d, 2d): dbeta (LayerNorm)
-  __shared__ float scratch[32];
+  NL_DYNAMIC_SHARED(float, sums);  // [0, d): dgamma; [d, 2d): dbeta (LayerNorm)
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t d = p.d, units = d / P;
   float* sg_col = sums;
   float* sb_col = sums + d;
@@ -582,11 +581,10 @@ void launch_norm_forward(const NormFwd<T>& p, int64_t n) {
   if (bytes <= kMaxCacheBytes) {
     auto kernel = norm_forward_kernel<T, P, kAdd, kRms, true>;
     allow_smem(kernel, bytes, name);
-    kernel<<<static_cast<unsigned>(n), threads, bytes>>>(p);
+    launch(name, kernel, static_cast<unsigned>(n), threads, bytes, p);
   } else {
-    norm_forward_kernel<T, P, kAdd, kRms, false><<<static_cast<unsigned>(n), threads>>>(p);
+    launch(name, norm_forward_kernel<T, P, kAdd, kRms, false>, static_cast<unsigned>(n), threads, 0, p);
   }
-  check_launch(name);
 }
 
 template <class T, bool kAdd, bool kRms>
@@ -608,11 +606,10 @@ void launch_norm_backward_dx(const NormBwd<T>& p, int64_t n) {
   if (bytes <= kMaxCacheBytes) {
     auto kernel = norm_backward_dx_kernel<T, P, kRms, true>;
     allow_smem(kernel, bytes, name);
-    kernel<<<static_cast<unsigned>(n), threads, bytes>>>(p);
+    launch(name, kernel, static_cast<unsigned>(n), threads, bytes, p);
   } else {
-    norm_backward_dx_kernel<T, P, kRms, false><<<static_cast<unsigned>(n), threads>>>(p);
+    launch(name, norm_backward_dx_kernel<T, P, kRms, false>, static_cast<unsigned>(n), threads, 0, p);
   }
-  check_launch(name);
 }
 
 // The one-read backward when a block's column sums fit in shared memory (d <= 24576 for
@@ -633,11 +630,9 @@ bool try_norm_backward_fused(const NormBwd<T>& p, int64_t n, float* dgamma, floa
       1, std::min<int64_t>(fused_blocks(n), static_cast<int64_t>(std::max(per_sm, 1)) * device_sms()));
   float* part_g = (dgamma || dbeta) ? work : nullptr;
   float* part_b = (!kRms && (dgamma || dbeta)) ? work + blocks * p.d : nullptr;
-  kernel<<<static_cast<unsigned>(blocks), threads, bytes>>>(p, n, part_g, part_b);
-  check_launch(name);
+  launch(name, kernel, static_cast<unsigned>(blocks), threads, bytes, p, n, part_g, part_b);
   if (part_g) {
-    column_final_kernel<<<grid_for(p.d), kThreads>>>(dgamma, dbeta, part_g, part_b, blocks, p.d);
-    check_launch(name);
+    launch(name, column_final_kernel, grid_for(p.d), kThreads, 0, dgamma, dbeta, part_g, part_b, blocks, p.d);
   }
   return true;
 }
@@ -671,7 +666,7 @@ void norm_backward_t(const NormBwd<T>& p, float* dgamma, float* dbeta, int64_t n
 
 // ---- softmax, cross-entropy --------------------------------------------------------------------
 __global__ void softmax_forward_kernel(float* y, const float* x, int64_t d) {
-  __shared__ float scratch[32];
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const float* xr = x + row * d;
   float mx = -INFINITY;
@@ -685,7 +680,7 @@ __global__ void softmax_forward_kernel(float* y, const float* x, int64_t d) {
 }
 
 __global__ void softmax_backward_kernel(float* dx, const float* dy, const float* y, int64_t d) {
-  __shared__ float scratch[32];
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const float* dyr = dy + row * d;
   const float* yr = y + row * d;
@@ -708,7 +703,7 @@ __global__ void check_ids_kernel(int32_t* flag, const int32_t* ids, int64_t n, i
 
 __global__ void cross_entropy_rows_kernel(float* probs, double* row_loss, const float* logits,
                                           const int32_t* targets, int64_t v) {
-  __shared__ float scratch[32];
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const float* lr = logits + row * v;
   float mx = -INFINITY;
@@ -728,7 +723,7 @@ __global__ void cross_entropy_rows_kernel(float* probs, double* row_loss, const 
 }
 
 __global__ void mean_rows_kernel(float* loss, const double* row_loss, int64_t n) {
-  __shared__ double scratch[32];
+  NL_SHARED_ARRAY(double, scratch, 32);
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += row_loss[i];
   acc = block_sum_d(acc, scratch);
@@ -762,7 +757,7 @@ __global__ void embedding_forward_kernel(float* y, const float* table, const int
 constexpr int kEmbCols = 128, kEmbTile = 1024;
 __global__ void embedding_backward_kernel(float* dtable, const float* dy, const int32_t* ids,
                                           int64_t n, int64_t v, int64_t d) {
-  __shared__ int32_t tile[kEmbTile];
+  NL_SHARED_ARRAY(int32_t, tile, kEmbTile);
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kEmbCols + threadIdx.x;
   for (int64_t r = blockIdx.y; r < v; r += gridDim.y) {
     float acc = 0.0f;
@@ -789,8 +784,8 @@ constexpr int64_t kAttnMaxT = 12000;
 __global__ void attention_forward_kernel(float* out, float* probs, const float* q, const float* k,
                                          const float* v, int64_t t, int64_t h, int64_t dh,
                                          float scale) {
-  extern __shared__ float p[];
-  __shared__ float scratch[32];
+  NL_DYNAMIC_SHARED(float, p);
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
   const int64_t c = h * dh;
@@ -832,8 +827,8 @@ __global__ void attention_forward_kernel(float* out, float* probs, const float* 
 __global__ void attention_ds_kernel(float* ds, const float* dout, const float* v,
                                     const float* probs, int64_t t, int64_t h, int64_t dh,
                                     float scale) {
-  extern __shared__ float dp[];
-  __shared__ float scratch[32];
+  NL_DYNAMIC_SHARED(float, dp);
+  NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
   const int64_t c = h * dh;
@@ -962,60 +957,49 @@ void check_launch(const char* kernel) {
 
 void fill_f32(float* out, int64_t n, float value) {
   if (n <= 0) return;
-  fill_kernel<float><<<grid_for(n), kThreads>>>(out, n, value);
-  check_launch("fill");
+  launch("fill", fill_kernel<float>, grid_for(n), kThreads, 0, out, n, value);
 }
 void fill_f64(double* out, int64_t n, double value) {
   if (n <= 0) return;
-  fill_kernel<double><<<grid_for(n), kThreads>>>(out, n, value);
-  check_launch("fill");
+  launch("fill", fill_kernel<double>, grid_for(n), kThreads, 0, out, n, value);
 }
 void fill_i32(int32_t* out, int64_t n, int32_t value) {
   if (n <= 0) return;
-  fill_kernel<int32_t><<<grid_for(n), kThreads>>>(out, n, value);
-  check_launch("fill");
+  launch("fill", fill_kernel<int32_t>, grid_for(n), kThreads, 0, out, n, value);
 }
 
 void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n) {
   if (n <= 0) return;
-  add_kernel<<<grid_for(n), kThreads>>>(out, a, b, alpha, beta, n);
-  check_launch("add");
+  launch("add", add_kernel, grid_for(n), kThreads, 0, out, a, b, alpha, beta, n);
 }
 void accumulate(float* dst, const float* src, int64_t n) {
   if (n <= 0) return;
-  accumulate_kernel<<<grid_for(n), kThreads>>>(dst, src, n);
-  check_launch("accumulate");
+  launch("accumulate", accumulate_kernel, grid_for(n), kThreads, 0, dst, src, n);
 }
 void scale(float* out, const float* x, float alpha, int64_t n) {
   if (n <= 0) return;
-  scale_kernel<<<grid_for(n), kThreads>>>(out, x, alpha, n);
-  check_launch("scale");
+  launch("scale", scale_kernel, grid_for(n), kThreads, 0, out, x, alpha, n);
 }
 void mul(float* out, const float* a, const float* b, int64_t n) {
   if (n <= 0) return;
-  mul_kernel<<<grid_for(n), kThreads>>>(out, a, b, n);
-  check_launch("mul");
+  launch("mul", mul_kernel, grid_for(n), kThreads, 0, out, a, b, n);
 }
 void gelu_forward(float* y, float* dydx, const float* x, int64_t n) {
   if (n <= 0) return;
-  gelu_kernel<<<grid_for(n), kThreads>>>(y, dydx, x, n);
-  check_launch("gelu_forward");
+  launch("gelu_forward", gelu_kernel, grid_for(n), kThreads, 0, y, dydx, x, n);
 }
 
 int64_t sum_squares_work(int64_t) { return kSumSquaresBlocks; }
 
 void sum_squares(double* result_dev, double* work, const float* x, int64_t n) {
   const int blocks = n <= 0 ? 1 : std::min(kSumSquaresBlocks, grid_for(n));
-  sum_squares_partial_kernel<<<blocks, kThreads>>>(work, x, n < 0 ? 0 : n);
-  check_launch("sum_squares");
-  sum_partials_kernel<<<1, kThreads>>>(result_dev, work, blocks);
-  check_launch("sum_squares");
+  launch("sum_squares", sum_squares_partial_kernel, blocks, kThreads, 0, work, x, n < 0 ? 0 : n);
+  launch("sum_squares", sum_partials_kernel, 1, kThreads, 0, result_dev, work, blocks);
 }
 
 void bias_residual_init(float* out, const float* bias, const float* residual, int64_t m, int64_t n) {
   if (m * n <= 0) return;
-  bias_residual_kernel<<<grid_for(m * n), kThreads>>>(out, bias, residual, m, n);
-  check_launch("linear_forward");
+  launch("linear_forward", bias_residual_kernel, grid_for(m * n), kThreads, 0, out, bias, residual, m, n);
 }
 
 int64_t column_work(int64_t rows, int64_t cols) {
@@ -1070,15 +1054,13 @@ void norm_backward(Storage st, void* dx, float* dgamma, float* dbeta, const void
 void softmax_forward(float* y, const float* x, int64_t n, int64_t d) {
   if (n <= 0 || d <= 0) return;
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "softmax_forward");
-  softmax_forward_kernel<<<static_cast<unsigned>(n), row_threads(d, 256)>>>(y, x, d);
-  check_launch("softmax_forward");
+  launch("softmax_forward", softmax_forward_kernel, static_cast<unsigned>(n), row_threads(d, 256), 0, y, x, d);
 }
 
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d) {
   if (n <= 0 || d <= 0) return;
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "softmax_backward");
-  softmax_backward_kernel<<<static_cast<unsigned>(n), row_threads(d, 256)>>>(dx, dy, y, d);
-  check_launch("softmax_backward");
+  launch("softmax_backward", softmax_backward_kernel, static_cast<unsigned>(n), row_threads(d, 256), 0, dx, dy, y, d);
 }
 
 int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev,
@@ -1086,8 +1068,7 @@ int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev
   if (n <= 0) return -1;
   const int32_t none = 2147483647;
   check(cudaMemcpy(flag_dev, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy", kernel);
-  check_ids_kernel<<<grid_for(n), kThreads>>>(flag_dev, ids, n, v);
-  check_launch(kernel);
+  launch(kernel, check_ids_kernel, grid_for(n), kThreads, 0, flag_dev, ids, n, v);
   int32_t found = none;
   check(cudaMemcpy(&found, flag_dev, sizeof found, cudaMemcpyDeviceToHost), "cudaMemcpy", kernel);
   return found == none ? -1 : found;
@@ -1096,8 +1077,7 @@ int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev
 void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t v,
                        int64_t d) {
   if (n * d <= 0) return;
-  embedding_forward_kernel<<<grid_for(n * d), kThreads>>>(y, table, ids, n, v, d);
-  check_launch("embedding_forward");
+  launch("embedding_forward", embedding_forward_kernel, grid_for(n * d), kThreads, 0, y, table, ids, n, v, d);
 }
 
 void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
@@ -1105,25 +1085,21 @@ void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int6
   if (v * d <= 0) return;
   dim3 grid(static_cast<unsigned>((d + kEmbCols - 1) / kEmbCols),
             static_cast<unsigned>(std::min<int64_t>(v, 65535)));
-  embedding_backward_kernel<<<grid, kEmbCols>>>(dtable, dy, ids, n, v, d);
-  check_launch("embedding_backward");
+  launch("embedding_backward", embedding_backward_kernel, grid, kEmbCols, 0, dtable, dy, ids, n, v, d);
 }
 
 void cross_entropy_forward(float* loss, float* probs, const float* logits,
                            const int32_t* targets, int64_t n, int64_t v, double* work) {
   if (n <= 0) return;
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "cross_entropy_forward");
-  cross_entropy_rows_kernel<<<static_cast<unsigned>(n), row_threads(v, 256)>>>(probs, work, logits, targets, v);
-  check_launch("cross_entropy_forward");
-  mean_rows_kernel<<<1, kThreads>>>(loss, work, n);
-  check_launch("cross_entropy_forward");
+  launch("cross_entropy_forward", cross_entropy_rows_kernel, static_cast<unsigned>(n), row_threads(v, 256), 0, probs, work, logits, targets, v);
+  launch("cross_entropy_forward", mean_rows_kernel, 1, kThreads, 0, loss, work, n);
 }
 
 void cross_entropy_backward(float* dlogits, const float* dloss, const float* probs,
                             const int32_t* targets, int64_t n, int64_t v) {
   if (n * v <= 0) return;
-  cross_entropy_backward_kernel<<<grid_for(n * v), kThreads>>>(dlogits, dloss, probs, targets, n, v);
-  check_launch("cross_entropy_backward");
+  launch("cross_entropy_backward", cross_entropy_backward_kernel, grid_for(n * v), kThreads, 0, dlogits, dloss, probs, targets, n, v);
 }
 
 int64_t attention_max_t() { return kAttnMaxT; }
@@ -1135,8 +1111,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
   if (!rows_fit(rows) || t > kAttnMaxT)
     check(cudaErrorInvalidConfiguration, "grid of one block per query row", "attention_forward");
   const size_t bytes = static_cast<size_t>(t) * sizeof(float);
-  attention_forward_kernel<<<static_cast<unsigned>(rows), kAttnThreads, bytes>>>(out, probs, q, k, v, t, h, dh, scale);
-  check_launch("attention_forward");
+  launch("attention_forward", attention_forward_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, out, probs, q, k, v, t, h, dh, scale);
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
@@ -1147,70 +1122,61 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   if (!rows_fit(rows) || t > kAttnMaxT)
     check(cudaErrorInvalidConfiguration, "grid of one block per query row", "attention_backward");
   if (dv && total > 0) {
-    attention_dkv_kernel<<<grid_for(total), kThreads>>>(dv, probs, dout, b, t, h, dh);
-    check_launch("attention_backward");
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, probs, dout, b, t, h, dh);
   }
   if (!dq && !dk) return;
   const size_t bytes = static_cast<size_t>(t) * sizeof(float);
-  attention_ds_kernel<<<static_cast<unsigned>(rows), kAttnThreads, bytes>>>(work, dout, v, probs, t, h, dh, scale);
-  check_launch("attention_backward");
+  launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, work, dout, v, probs, t, h, dh, scale);
   if (total <= 0) return;
   if (dq) {
-    attention_dq_kernel<<<grid_for(total), kThreads>>>(dq, work, k, b, t, h, dh);
-    check_launch("attention_backward");
+    launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, work, k, b, t, h, dh);
   }
   if (dk) {
-    attention_dkv_kernel<<<grid_for(total), kThreads>>>(dk, work, q, b, t, h, dh);
-    check_launch("attention_backward");
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, work, q, b, t, h, dh);
   }
 }
 
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c) {
   if (b * c <= 0 || t <= 0) return;
-  prefix_mean_forward_kernel<<<grid_for(b * c), kThreads>>>(y, x, b, t, c);
-  check_launch("prefix_mean_forward");
+  launch("prefix_mean_forward", prefix_mean_forward_kernel, grid_for(b * c), kThreads, 0, y, x, b, t, c);
 }
 
 void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c) {
   if (b * c <= 0 || t <= 0) return;
-  prefix_mean_backward_kernel<<<grid_for(b * c), kThreads>>>(dx, dy, b, t, c);
-  check_launch("prefix_mean_backward");
+  launch("prefix_mean_backward", prefix_mean_backward_kernel, grid_for(b * c), kThreads, 0, dx, dy, b, t, c);
 }
 
 void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
                int64_t inner) {
   const int64_t n = outer * a * mid * bdim * inner;
   if (n <= 0) return;
-  transpose_kernel<<<grid_for(n), kThreads>>>(out, x, outer, a, mid, bdim, inner);
-  check_launch("transpose");
+  launch("transpose", transpose_kernel, grid_for(n), kThreads, 0, out, x, outer, a, mid, bdim, inner);
 }
 
 void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
                float beta1, float beta2, float eps, float inv_bc1, float inv_bc2, float wd_l2,
                float wd_decoupled) {
   if (n <= 0) return;
-  adam_kernel<<<grid_for(n), kThreads>>>(param, m, v, grad, n, lr, beta1, 1.0f - beta1, beta2,
+  launch("adam_step", adam_kernel, grid_for(n), kThreads, 0, param, m, v, grad, n, lr, beta1, 1.0f - beta1, beta2,
                                          1.0f - beta2, eps, inv_bc1, inv_bc2, wd_l2, wd_decoupled);
-  check_launch("adam_step");
 }
 
 void f32_to_bf16(void* out, const float* x, int64_t n) {
   if (n <= 0) return;
-  f32_to_bf16_kernel<<<grid_for(n), kThreads>>>(static_cast<__nv_bfloat16*>(out), x, n);
-  check_launch("f32_to_bf16");
+  launch("f32_to_bf16", f32_to_bf16_kernel, grid_for(n), kThreads, 0, static_cast<__nv_bfloat16*>(out), x, n);
 }
 
 void copy_kernel(void* out, const void* x, size_t bytes) {
   if (bytes == 0) return;
   if (bytes % 16 == 0 && aligned16(out) && aligned16(x)) {
     const int64_t n16 = static_cast<int64_t>(bytes / 16);
-    copy16_kernel<<<grid_for(n16), kThreads>>>(static_cast<uint4*>(out), static_cast<const uint4*>(x), n16);
+    launch("copy_kernel", copy16_kernel, grid_for(n16), kThreads, 0, static_cast<uint4*>(out),
+           static_cast<const uint4*>(x), n16);
   } else {
     const int64_t n = static_cast<int64_t>(bytes);
-    copy1_kernel<<<grid_for(n), kThreads>>>(static_cast<unsigned char*>(out),
-                                            static_cast<const unsigned char*>(x), n);
+    launch("copy_kernel", copy1_kernel, grid_for(n), kThreads, 0, static_cast<unsigned char*>(out),
+           static_cast<const unsigned char*>(x), n);
   }
-  check_launch("copy_kernel");
 }
 
 }  // namespace normlab::cuda

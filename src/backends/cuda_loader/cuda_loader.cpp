@@ -1,6 +1,8 @@
-// include/backend_cuda/normlab/{cuda,cuda_backend}.h when CUDA is built: the kernels, cuBLAS and
-// the CUDA runtime are in a module, libnormlab_cuda.so (src/backends/cuda), that these functions
-// dlopen the first time one of them needs the GPU. libcudart, libcublas and libcublasLt map
+// include/backend_cuda/normlab/{cuda,cuda_backend}.h: the kernels, cuBLAS and the CUDA runtime
+// are in a module, libnormlab_cuda.so (src/backends/cuda, when the toolkit is found), that these
+// functions dlopen the first time one of them needs the GPU; cuda-sim's module,
+// libnormlab_cuda_sim.so (the same sources on the host, always built), is loaded the same way
+// for --device cuda-sim. libcudart, libcublas and libcublasLt map
 // about 590 MB of address space at start-up; linked into the executable they were mapped by
 // every command, --version and CPU training included. Loaded only here, a command that never
 // asks for a CUDA device never maps them, and a machine without them runs every CPU command.
@@ -25,31 +27,42 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Loader {
+  Loader(const char* f, const char* e, const char* w) : file(f), env(e), what(w) {}
+  const char* file;     // the module's file name, next to the executable
+  const char* env;      // the variable that names another file
+  const char* what;     // "the CUDA backend module"
   std::mutex mu;
   bool tried = false;
   const cuda::ModuleTable* table = nullptr;
   std::string error;  // why the module cannot be used, once tried and failed
 };
 
+#if defined(NORMLAB_CUDA_MODULE_FILE)
 Loader& loader() {
-  static Loader l;
+  static Loader l{NORMLAB_CUDA_MODULE_FILE, "NORMLAB_CUDA_MODULE", "the CUDA backend module"};
+  return l;
+}
+#endif
+
+Loader& sim_loader() {
+  static Loader l{NORMLAB_CUDA_SIM_MODULE_FILE, "NORMLAB_CUDA_SIM_MODULE", "the cuda-sim module"};
   return l;
 }
 
-// NORMLAB_CUDA_MODULE (tests; an install that keeps the module elsewhere), else the module's
-// file next to the executable, where the build puts it.
-std::string module_path() {
-  if (const char* env = std::getenv("NORMLAB_CUDA_MODULE"); env != nullptr && *env != '\0') {
+// $env (tests; an install that keeps the module elsewhere), else the module's file next to the
+// executable, where the build puts it.
+std::string module_path(const Loader& l) {
+  if (const char* env = std::getenv(l.env); env != nullptr && *env != '\0') {
     const std::string p = env;
     // dlopen would search the library path for a bare name: the variable names a file.
     return p.find('/') == std::string::npos ? "./" + p : p;
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ((ec ? fs::path(".") : exe.parent_path()) / NORMLAB_CUDA_MODULE_FILE).string();
+  return ((ec ? fs::path(".") : exe.parent_path()) / l.file).string();
 }
 
-std::string module_name(const std::string& path) { return "the CUDA backend module " + shown(path, 512); }
+std::string module_name(const Loader& l, const std::string& path) { return std::string(l.what) + " " + shown(path, 512); }
 
 // dlerror() starts with the path when the module itself is the problem; the message names it
 // once already.
@@ -66,69 +79,50 @@ std::string load_error(const std::string& path) {
 const cuda::ModuleTable* load_locked(Loader& l) {
   if (l.tried) return l.table;
   l.tried = true;
-  const std::string path = module_path();
+  const std::string path = module_path(l);
   // RTLD_NOW: a missing library or symbol is this one error, not a crash at some later call.
   // RTLD_LOCAL: CUDA's symbols stay out of the way of anything loaded afterwards.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    l.error = module_name(path) + " cannot be loaded: " + load_error(path);
+    l.error = module_name(l, path) + " cannot be loaded: " + load_error(path);
     return nullptr;
   }
   void* entry = dlsym(handle, cuda::kModuleEntry);
   if (entry == nullptr) {
-    l.error = fmt::format("{} is not a normlab CUDA module (it has no {})", module_name(path), cuda::kModuleEntry);
+    l.error = fmt::format("{} is not a normlab CUDA module (it has no {})", module_name(l, path), cuda::kModuleEntry);
     return nullptr;
   }
   const cuda::ModuleTable* t = reinterpret_cast<cuda::ModuleEntry>(entry)();
   const char* id = t != nullptr && t->build_id != nullptr ? t->build_id : "no build id";
   if (std::strcmp(id, NORMLAB_CUDA_BUILD_ID) != 0) {
     l.error = fmt::format("{} is from another normlab build ({}; this normlab is {}): use the module built with it",
-                          module_name(path), shown(id, 128), NORMLAB_CUDA_BUILD_ID);
+                          module_name(l, path), shown(id, 128), NORMLAB_CUDA_BUILD_ID);
     return nullptr;
   }
   l.table = t;
   return t;
 }
 
-const cuda::ModuleTable* load() {
-  Loader& l = loader();
+const cuda::ModuleTable* load(Loader& l) {
   std::lock_guard<std::mutex> lock(l.mu);
   return load_locked(l);
 }
 
 // The table when the module is already loaded; never loads it.
-const cuda::ModuleTable* loaded() {
-  Loader& l = loader();
+const cuda::ModuleTable* loaded(Loader& l) {
   std::lock_guard<std::mutex> lock(l.mu);
   return l.table;
 }
 
 // The module, or UsageError("no CUDA device found: <why the module cannot be used>").
-const cuda::ModuleTable& require() {
-  if (const cuda::ModuleTable* t = load()) return *t;
-  std::lock_guard<std::mutex> lock(loader().mu);
-  throw UsageError("no CUDA device found: " + loader().error);
+const cuda::ModuleTable& require(Loader& l, const char* none) {
+  if (const cuda::ModuleTable* t = load(l)) return *t;
+  std::lock_guard<std::mutex> lock(l.mu);
+  throw UsageError(std::string(none) + ": " + l.error);
 }
 
-}  // namespace
-
-bool cuda_built() { return true; }
-
-int cuda_device_count() {
-  const cuda::ModuleTable* t = load();
-  return t ? t->device_count() : 0;
-}
-
-CudaDeviceInfo cuda_device_info(int index) {
-  const cuda::ModuleTable* t = load();
-  return t ? t->device_info(index) : CudaDeviceInfo{};
-}
-
-// Never loads the module: --version and every summary of a command that did not ask for a CUDA
-// device say what could be loaded; once it is loaded (or failed), what it found.
-std::string cuda_summary() {
-  const std::string built = "built (toolkit " NORMLAB_CUDA_TOOLKIT ")";
-  Loader& l = loader();
+// Never loads the module: what could be loaded, or what it found.
+std::string summary_of(Loader& l, const std::string& built) {
   const cuda::ModuleTable* t = nullptr;
   {
     std::lock_guard<std::mutex> lock(l.mu);
@@ -136,25 +130,76 @@ std::string cuda_summary() {
     t = l.table;
   }
   if (t != nullptr) return t->summary();
-  const std::string path = module_path();
+  const std::string path = module_path(l);
   std::error_code ec;
-  if (!fs::exists(path, ec)) return built + ", not available: " + module_name(path) + " is missing";
-  return built + ", module not loaded (it loads for --device cuda): " + shown(path, 512);
+  if (!fs::exists(path, ec)) return built + ", not available: " + module_name(l, path) + " is missing";
+  return built + ", module not loaded (it loads for --device " + (&l == &sim_loader() ? "cuda-sim" : "cuda") +
+         "): " + shown(path, 512);
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return require().make_backend(); }
+}  // namespace
+
+// ---- cuda-sim ---------------------------------------------------------------------------------
+std::unique_ptr<Backend> make_cuda_sim_backend() {
+  return require(sim_loader(), "cuda-sim is not available").make_backend();
+}
+
+std::string cuda_sim_summary() { return summary_of(sim_loader(), "built"); }
+
+#if defined(NORMLAB_CUDA_MODULE_FILE)
+Loader& gpu() { return loader(); }
+
+bool cuda_built() { return true; }
+
+int cuda_device_count() {
+  const cuda::ModuleTable* t = load(gpu());
+  return t ? t->device_count() : 0;
+}
+
+CudaDeviceInfo cuda_device_info(int index) {
+  const cuda::ModuleTable* t = load(gpu());
+  return t ? t->device_info(index) : CudaDeviceInfo{};
+}
+
+// Never loads the module: --version and every summary of a command that did not ask for a CUDA
+// device say what could be loaded; once it is loaded (or failed), what it found.
+std::string cuda_summary() { return summary_of(gpu(), "built (toolkit " NORMLAB_CUDA_TOOLKIT ")"); }
+
+std::unique_ptr<Backend> make_cuda_backend() { return require(gpu(), "no CUDA device found").make_backend(); }
 
 void cuda_set_tf32(bool on) {
-  if (const cuda::ModuleTable* t = load()) t->set_tf32(on);
+  if (const cuda::ModuleTable* t = load(gpu())) t->set_tf32(on);
 }
 
 bool cuda_tf32() {
-  const cuda::ModuleTable* t = loaded();
+  const cuda::ModuleTable* t = loaded(gpu());
   return t != nullptr && t->tf32();
 }
 
-CudaNormTiming cuda_time_norm(const CudaNormCase& c) { return require().time_norm(c); }
+CudaNormTiming cuda_time_norm(const CudaNormCase& c) { return require(gpu(), "no CUDA device found").time_norm(c); }
 
-CudaCopyBandwidth cuda_copy_bandwidth(size_t bytes, int repeats) { return require().copy_bandwidth(bytes, repeats); }
+CudaCopyBandwidth cuda_copy_bandwidth(size_t bytes, int repeats) {
+  return require(gpu(), "no CUDA device found").copy_bandwidth(bytes, repeats);
+}
+
+#else  // built without the toolkit: the GPU functions exist and say so
+
+bool cuda_built() { return false; }
+int cuda_device_count() { return 0; }
+CudaDeviceInfo cuda_device_info(int) { return {}; }
+std::string cuda_summary() { return "not built"; }
+std::unique_ptr<Backend> make_cuda_backend() {
+  throw UsageError("no CUDA device found: this normlab was built without CUDA (NORMLAB_CUDA=OFF or no toolkit)");
+}
+void cuda_set_tf32(bool) {}
+bool cuda_tf32() { return false; }
+CudaNormTiming cuda_time_norm(const CudaNormCase&) {
+  throw UsageError("no CUDA device found: this normlab was built without CUDA");
+}
+CudaCopyBandwidth cuda_copy_bandwidth(size_t, int) {
+  throw UsageError("no CUDA device found: this normlab was built without CUDA");
+}
+
+#endif
 
 }  // namespace normlab

@@ -1,0 +1,41 @@
+// cuda-sim's stand-in for cuBLAS: the calls normlab's CUDA backend makes, served by a plain
+// reference GEMM over device memory (src/backends/cuda_sim/cublas.cpp) with cuBLAS's
+// column-major conventions, argument checks and pointer modes, so that the backend's
+// row-major-as-transposed trick is tested too.
+#pragma once
+#include "cuda_runtime.h"
+
+enum cublasStatus_t : int {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_NOT_INITIALIZED = 1,
+  CUBLAS_STATUS_ALLOC_FAILED = 3,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_EXECUTION_FAILED = 13,
+};
+enum cublasOperation_t : int { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
+enum cublasPointerMode_t : int { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 };
+enum cublasMath_t : int {
+  CUBLAS_DEFAULT_MATH = 0,
+  CUBLAS_PEDANTIC_MATH = 2,
+  CUBLAS_TF32_TENSOR_OP_MATH = 3,
+};
+
+struct cublasContext;
+using cublasHandle_t = cublasContext*;
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle);
+cublasStatus_t cublasDestroy(cublasHandle_t handle);
+cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+const char* cublasGetStatusName(cublasStatus_t status);
+const char* cublasGetStatusString(cublasStatus_t status);
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                           int n, int k, const float* alpha, const float* a, int lda, const float* b, int ldb,
+                           const float* beta, float* c, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                                         const float* a, int lda, long long stride_a, const float* b, int ldb,
+                                         long long stride_b, const float* beta, float* c, int ldc,
+                                         long long stride_c, int batch);
