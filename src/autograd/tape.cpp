@@ -42,23 +42,28 @@ const GradientMath& gradient_math() {
 void set_gradient_math(GradientMath math) { g_gradient_math = math; }
 
 FlatLeaves flatten_leaves(const std::vector<Tensor>& leaves) {
+  return leaves.empty() ? FlatLeaves{} : flatten_leaves(leaves, leaves[0].device());
+}
+
+FlatLeaves flatten_leaves(const std::vector<Tensor>& leaves, Device device) {
   FlatLeaves flat;
   if (leaves.empty()) return flat;
   const DType dtype = leaves[0].dtype();
-  const Device device = leaves[0].device();
+  const Device from = leaves[0].device();
   int64_t count = 0;
   for (const Tensor& p : leaves) count += p.numel();
   flat.values = Tensor::empty({count}, dtype, device);
   flat.grads = Tensor::zeros({count}, dtype, device);
   int64_t offset = 0;
   for (const Tensor& p : leaves) {
-    NL_CHECK(p.dtype() == dtype && p.device() == device, "flatten: parameter {} has another dtype or device",
+    NL_CHECK(p.dtype() == dtype && p.device() == from, "flatten: parameter {} has another dtype or device",
              p.name());
     Tensor dst = flat.values.view_at(offset, p.shape());
-    dst.copy_(p);
+    dst.copy_(p.device() == device ? p : p.to_device(device));
     TensorImpl& impl = p.impl();
     impl.storage = dst.impl().storage;
     impl.offset = dst.impl().offset;
+    impl.device = device;
     impl.grad = flat.grads.view_at(offset, p.shape()).impl_ptr();
     impl.grad_valid = false;
     offset += p.numel();

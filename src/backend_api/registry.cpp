@@ -128,6 +128,12 @@ void set_default_cpu_backend(const std::string& name) {
 
 const std::string& default_cpu_backend() { return registry().default_cpu; }
 
+namespace {
+Device g_compute_device = Device::cpu;
+}
+void set_compute_device(Device device) { g_compute_device = device; }
+Device compute_device() { return g_compute_device; }
+
 BackendScope::BackendScope(const std::string& name) : previous_(default_cpu_backend()) {
   set_default_cpu_backend(name);
 }

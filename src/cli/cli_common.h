@@ -32,8 +32,8 @@ void add_device_flags(CLI::App& sub, DeviceOptions& d);
 // Checks the choice: for cuda, a usable device (UsageError "no CUDA device found (...)": exit 2),
 // and sets TF32. Does not change any backend.
 void check_device(const DeviceOptions& d);
-// check_device, then, for cuda, runs every kernel of this process on the GPU: "cuda-host"
-// becomes the backend of host tensors (each call moves its tensors to the device and back).
+// check_device, then, for cuda and cuda-sim, makes that device the compute device: train keeps
+// its model, optimizer state and activations there (set_compute_device).
 void use_device(const DeviceOptions& d);
 
 // SIGINT, SIGTERM and SIGHUP from now on only set the flag returned (to the signal's number): the

@@ -87,6 +87,15 @@ int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
     check_device(DeviceOptions{"cuda", false});
     opt.f32_backend = "cuda-host";  // the cases' tensors are on the host
   }
+  // --device cuda-sim: the same with the kernels run by cuda-sim.
+  if (a.dev.device == "cuda-sim") {
+    NL_USAGE(a.backend == "cpu" || a.backend == "cuda-sim" || a.backend == "cuda-sim-host",
+             "--device cuda-sim checks the cuda-sim backend; drop --backend {}", shown(a.backend));
+    opt.f32_backend = "cuda-sim-host";
+  } else if (opt.f32_backend == "cuda-sim") {
+    check_device(DeviceOptions{"cuda-sim", false});
+    opt.f32_backend = "cuda-sim-host";
+  }
   if (!opt.f32_backend.empty()) backend(opt.f32_backend);  // an unknown name is a usage error
   set_num_threads(a.threads);
 

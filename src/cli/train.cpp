@@ -67,8 +67,9 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   opt.force = a.force;
   opt.save_every = resume && !a.save_every_given ? resume->save_every : a.save_every;
   opt.versions = provenance();
-  opt.versions["device"] = a.dev.device == "cuda" ? fmt::format("cuda ({}{})", cuda_summary(), a.dev.tf32 ? ", tf32" : "")
-                                                   : "cpu";
+  opt.versions["device"] = a.dev.device == "cuda"       ? fmt::format("cuda ({}{})", cuda_summary(), a.dev.tf32 ? ", tf32" : "")
+                           : a.dev.device == "cuda-sim" ? fmt::format("cuda-sim ({})", cuda_sim_summary())
+                                                        : "cpu";
   const bool table = !g.json;
   const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
   opt.on_start = [table, &cfg, &opt] {

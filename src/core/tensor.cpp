@@ -249,6 +249,8 @@ std::vector<double> Tensor::to_vector() const {
 
 double Tensor::item() const {
   NL_CHECK(numel() == 1, "item() of a tensor of shape {} (needs exactly one element)", shape_str(shape()));
+  // A device scalar comes back as its few bytes: the one download a training step makes.
+  if (device() != Device::cpu) return to_device(Device::cpu).to_vector()[0];
   return to_vector()[0];
 }
 
@@ -274,7 +276,12 @@ Tensor Tensor::view_at(int64_t element_offset, const Shape& shape) const {
   return v;
 }
 
-Tensor Tensor::clone() const { return to(dtype()); }
+Tensor Tensor::clone() const {
+  if (device() == Device::cpu) return to(dtype());
+  Tensor out = empty(shape(), dtype(), device());  // a copy on the device, never through the host
+  out.copy_(*this);
+  return out;
+}
 
 Tensor Tensor::to(DType target) const {
   NL_CHECK(device() == Device::cpu, "to() is implemented for cpu tensors only");

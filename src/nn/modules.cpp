@@ -62,6 +62,12 @@ void ParamList::flatten() {
   flat_grad_ = flat.grads;
 }
 
+void ParamList::flatten(Device device) {
+  FlatLeaves flat = flatten_leaves(params_, device);
+  flat_ = flat.values;
+  flat_grad_ = flat.grads;
+}
+
 void ParamList::fill_missing_grads() { zero_unreached_grads(params_); }
 
 // ---- init -----------------------------------------------------------------------
@@ -315,11 +321,15 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
            dtype_name(ids.dtype()), shape_str(ids.shape()));
   const int64_t b = ids.size(0), t = ids.size(1);
   NL_CHECK(t <= cfg_.seq_len, "sequence of length {} exceeds seq_len = {}", t, cfg_.seq_len);
-  std::vector<int32_t> pos(static_cast<size_t>(b * t));
-  for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
+  // Made (and uploaded) once per (B, T) and device, not every step.
+  if (!positions_.defined() || positions_.shape() != ids.shape() || positions_.device() != pos_emb.device()) {
+    std::vector<int32_t> pos(static_cast<size_t>(b * t));
+    for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
+    positions_ = Tensor::from_ids(pos, {b, t}).to_device(pos_emb.device());
+  }
   Tensor tokens = embedding(ids, tok_emb);
   if (cfg_.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.d_model)));
-  Tensor x = tokens + embedding(Tensor::from_ids(pos, {b, t}), pos_emb);
+  Tensor x = tokens + embedding(positions_, pos_emb);
   if (trace) {
     trace->block_out.clear();
     trace->attention.clear();

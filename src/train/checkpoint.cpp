@@ -187,7 +187,9 @@ std::string torch_parameter_name(const std::string& name) {
 
 std::vector<std::pair<std::string, Tensor>> model_state(Model& model) {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const Tensor& p : model.params().all()) out.push_back({torch_parameter_name(p.name()), p});
+  // Parameters in device memory are downloaded here, at save, and nowhere else.
+  for (const Tensor& p : model.params().all())
+    out.push_back({torch_parameter_name(p.name()), p.device() == Device::cpu ? p : p.to_device(Device::cpu)});
   return out;
 }
 

@@ -67,7 +67,8 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
 
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
-  std::vector<double> v = x.to_vector();
+  // On a device: downloaded at log steps only (a device-side reduction is a later step).
+  std::vector<double> v = x.device() == Device::cpu ? x.to_vector() : x.to_device(Device::cpu).to_vector();
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     double s = 0;
@@ -88,7 +89,9 @@ double params_grad_norm(const std::vector<Tensor>& params) {
 
 AttentionStats attention_statistics(const AttentionTap& tap) {
   const int64_t b = tap.q.size(0), t = tap.q.size(1), c = tap.q.size(2), h = tap.heads, dh = c / h;
-  const std::vector<double> q = tap.q.to_vector(), k = tap.k.to_vector();
+  const Tensor hq = tap.q.device() == Device::cpu ? tap.q : tap.q.to_device(Device::cpu);
+  const Tensor hk = tap.k.device() == Device::cpu ? tap.k : tap.k.to_device(Device::cpu);
+  const std::vector<double> q = hq.to_vector(), k = hk.to_vector();
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   AttentionStats st;
   st.max_logit = -INFINITY;
@@ -137,10 +140,14 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);
   else if (!cfg.init_from.empty()) load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
   ParamList& params = model.params();
-  params.flatten();
+  // Parameters, gradients and Adam's moments live on the compute device from here on; a step
+  // uploads its batch and downloads the loss and the gradient norm.
+  const Device device = compute_device();
+  params.flatten(device);
   Tensor flat = params.flat(), flat_grad = params.flat_grad();
   Backend& kb = backend_for(flat.device(), flat.dtype());
-  Tensor m = Tensor::zeros(flat.shape(), flat.dtype()), v = Tensor::zeros(flat.shape(), flat.dtype());
+  Tensor m = Tensor::zeros(flat.shape(), flat.dtype(), device), v = Tensor::zeros(flat.shape(), flat.dtype(), device);
+  auto on_device = [device](const Tensor& t) { return t.device() == device ? t : t.to_device(device); };
   Rng data_rng(cfg.seed, stream::data);
   if (resume) {
     const TrainState& st = resume->state;
@@ -151,8 +158,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
              st.adam_m.defined() ? st.adam_m.numel() : 0, st.adam_v.defined() ? st.adam_v.numel() : 0, flat.numel(),
              dtype_name(flat.dtype()));
     NL_USAGE(st.step >= 1 && st.step < cfg.steps, "cannot resume at step {} of a {}-step run", st.step, cfg.steps);
-    m.copy_(st.adam_m);
-    v.copy_(st.adam_v);
+    m.copy_(on_device(st.adam_m));
+    v.copy_(on_device(st.adam_v));
     data_rng.set_state(st.data_rng);
   }
 
@@ -186,8 +193,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   auto snapshot = [&](int64_t step) {
     TrainState st;
     st.step = step;
-    st.adam_m = m.clone();
-    st.adam_v = v.clone();
+    st.adam_m = m.to_device(Device::cpu);  // a copy, on the host, also from the cpu
+    st.adam_v = v.to_device(Device::cpu);
     st.data_rng = data_rng.state();
     st.train_loss_sum = train_loss_sum;
     st.train_loss_count = train_loss_count;
@@ -211,7 +218,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     for (int64_t i = 0; i < cfg.eval_batches; ++i) {
       Batch b = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
       ForwardTrace trace;
-      double loss = model.loss(b.inputs, b.targets, i == 0 ? &trace : nullptr).item();
+      double loss = model.loss(on_device(b.inputs), on_device(b.targets), i == 0 ? &trace : nullptr).item();
       val += loss;
       if (i == 0) {
         for (const Tensor& x : trace.block_out) r.stream_norm.push_back(mean_token_norm(x));
@@ -247,7 +254,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   for (int64_t step = first_step; step <= cfg.steps; ++step) {
     params.zero_grad();
     Batch b = data->train_batch(data_rng, cfg.batch_size, cfg.model.seq_len);
-    Tensor loss = model.loss(b.inputs, b.targets);
+    Tensor loss = model.loss(on_device(b.inputs), on_device(b.targets));
     const double loss_value = loss.item();
     if (!std::isfinite(loss_value)) {
       res.status = "diverged";

@@ -55,7 +55,9 @@ class KernelTest : public ::testing::TestWithParam<std::string> {
       return;
     }
     // cuda-sim runs everywhere: a lookup that fails is a failure, never a skip.
-    if (GetParam() == "cuda" && !test::gpu_available()) GPU_SKIP() << "the cuda kernels are not tested on this machine";
+    if (GetParam() == "cuda" && !test::gpu_available()) {
+      GPU_SKIP() << "the cuda kernels are not tested on this machine";
+    }
     adapter_ = make_host_adapter(backend(GetParam()), /*poison_outputs=*/true);
     g_under_test = adapter_.get();
   }

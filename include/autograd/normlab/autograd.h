@@ -73,6 +73,9 @@ struct FlatLeaves {
   Tensor values, grads;
 };
 FlatLeaves flatten_leaves(const std::vector<Tensor>& leaves);
+// The same, with the buffers on `device` (leaves elsewhere are copied there): a model built on
+// the host trains with its parameters, gradients and optimizer state in device memory.
+FlatLeaves flatten_leaves(const std::vector<Tensor>& leaves, Device device);
 // After backward: zero the gradient buffer of every leaf that no path reached (its buffer
 // holds a stale value), so that a pass over the flat gradient reads zeros there.
 void zero_unreached_grads(const std::vector<Tensor>& leaves);

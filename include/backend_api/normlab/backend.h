@@ -194,6 +194,11 @@ Backend& backend(const std::string& name);  // throws UsageError for an unknown 
 Backend& backend_for(Device device, DType dtype);
 void set_default_cpu_backend(const std::string& name);
 const std::string& default_cpu_backend();
+// Where train, sweep and probe put a model's parameters, optimizer state and batches: the cpu
+// (default) or a CUDA device (--device cuda / cuda-sim), whose backend then runs every op on
+// tensors that stay there (docs/cuda.md, device residency).
+void set_compute_device(Device device);
+Device compute_device();
 
 // RAII: use another CPU backend inside a scope (gradcheck runs on "reference").
 class BackendScope {

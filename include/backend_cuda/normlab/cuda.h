@@ -22,5 +22,8 @@ CudaDeviceInfo cuda_device_info(int index);
 // once loaded "built (runtime 13.0), no device: <reason>" or "built (runtime 13.0), 1 device(s):
 // NVIDIA H200 (sm_90)".
 std::string cuda_summary();
+// The same for cuda-sim (docs/cuda.md): "built, module not loaded (it loads for --device
+// cuda-sim): <path>", or once loaded "built (runtime 13.0), 1 device(s): cuda-sim (...)".
+std::string cuda_sim_summary();
 
 }  // namespace normlab

@@ -24,8 +24,6 @@ std::unique_ptr<Backend> make_cuda_backend();
 // Device::cuda_sim tensors. Slow; for correctness only. Its module (libnormlab_cuda_sim.so, or
 // NORMLAB_CUDA_SIM_MODULE) is loaded on first use; UsageError when it cannot be.
 std::unique_ptr<Backend> make_cuda_sim_backend();
-// Never loads the module: "built, module not loaded ...", or once loaded what it reports.
-std::string cuda_sim_summary();
 
 // Let cuBLAS use TF32 tensor cores for float32 products (off by default, so that results
 // compare with the CPU at float32 precision).

@@ -45,8 +45,10 @@ class ParamList {
   int64_t count() const;  // number of scalars
   void zero_grad();
   // Moves every parameter into one contiguous buffer (and their gradients into another), so
-  // the optimizer makes one pass over all of them. Tensors handed out stay valid.
+  // the optimizer makes one pass over all of them. Tensors handed out stay valid. With a
+  // device, the buffers live there (the parameters are uploaded once).
   void flatten();
+  void flatten(Device device);
   // After backward: zero the (flattened) gradient of each parameter no path reached, so the
   // one-pass optimizer does not read a stale buffer.
   void fill_missing_grads();
@@ -160,7 +162,7 @@ class Model {
   std::vector<std::vector<Tensor>> block_params_;
   Norm final_norm_;
   Linear head_;
-  Tensor positions_;  // cached position ids for (B, T)
+  mutable Tensor positions_;  // position ids for the last (B, T), on the parameters' device
 };
 
 // Builders shared by the model and by gradcheck's composites.
