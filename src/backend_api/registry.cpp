@@ -131,7 +131,11 @@ const std::string& default_cpu_backend() { return registry().default_cpu; }
 namespace {
 Device g_compute_device = Device::cpu;
 }
-void set_compute_device(Device device) { g_compute_device = device; }
+void set_compute_device(Device device) {
+  // The device's backend installs its memory hooks when it is made: before any tensor goes there.
+  if (is_cuda_device(device)) (void)backend_for(device, DType::f32);
+  g_compute_device = device;
+}
 Device compute_device() { return g_compute_device; }
 
 BackendScope::BackendScope(const std::string& name) : previous_(default_cpu_backend()) {

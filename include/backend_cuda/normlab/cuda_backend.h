@@ -24,6 +24,12 @@ std::unique_ptr<Backend> make_cuda_backend();
 // Device::cuda_sim tensors. Slow; for correctness only. Its module (libnormlab_cuda_sim.so, or
 // NORMLAB_CUDA_SIM_MODULE) is loaded on first use; UsageError when it cannot be.
 std::unique_ptr<Backend> make_cuda_sim_backend();
+// Every cudaMemcpy between host and device cuda-sim has made in this process (the transfer
+// budget of a device-resident step is tested with it). Loads the module.
+struct CudaTransfers {
+  uint64_t uploads = 0, downloads = 0, upload_bytes = 0, download_bytes = 0;
+};
+CudaTransfers cuda_sim_transfers();
 
 // Let cuBLAS use TF32 tensor cores for float32 products (off by default, so that results
 // compare with the CPU at float32 precision).

@@ -2,6 +2,9 @@
 // table the loader reads (module_abi.h).
 #include "module.h"
 #include "module_abi.h"
+#if defined(NORMLAB_CUDA_SIM)
+#include "cuda_sim_control.h"
+#endif
 
 namespace {
 
@@ -15,6 +18,14 @@ const normlab::cuda::ModuleTable kTable = {
     normlab::cuda::tf32,
     normlab::cuda::time_norm,
     normlab::cuda::copy_bandwidth,
+#if defined(NORMLAB_CUDA_SIM)
+    [] {
+      const cudasim::TransferStats& t = cudasim::transfer_counter();
+      return normlab::CudaTransfers{t.uploads, t.downloads, t.upload_bytes, t.download_bytes};
+    },
+#else
+    nullptr,
+#endif
 };
 
 }  // namespace

@@ -33,6 +33,8 @@ struct ModuleTable {
   bool (*tf32)();
   CudaNormTiming (*time_norm)(const CudaNormCase& c);
   CudaCopyBandwidth (*copy_bandwidth)(size_t bytes, int repeats);
+  // cuda-sim's count of host <-> device copies so far (null in the GPU module).
+  CudaTransfers (*transfers)();
 };
 
 using ModuleEntry = const ModuleTable* (*)();

@@ -146,6 +146,8 @@ std::unique_ptr<Backend> make_cuda_sim_backend() {
 
 std::string cuda_sim_summary() { return summary_of(sim_loader(), "built"); }
 
+CudaTransfers cuda_sim_transfers() { return require(sim_loader(), "cuda-sim is not available").transfers(); }
+
 #if defined(NORMLAB_CUDA_MODULE_FILE)
 Loader& gpu() { return loader(); }
 
