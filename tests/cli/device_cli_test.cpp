@@ -38,6 +38,44 @@ TEST(DeviceCli, NoGpuIsExitTwoWithOneLineEverywhere) {
   fs::remove_all(dir);
 }
 
+// --device cuda-sim: the CUDA kernels under cuda-sim, on every machine. train (device-resident)
+// ends where the cpu ends, to float32 rounding; a sweep point and gradcheck run there too.
+TEST(DeviceCli, CudaSimTrainSweepAndGradcheck) {
+  const fs::path dir = fresh_dir("device_cli_cuda_sim");
+  fs::create_directories(dir);
+  const std::vector<std::string> tiny = {"--model", "gpt", "--layers", "2", "--d_model", "32", "--d_hidden", "64",
+                                         "--heads", "2", "--vocab", "32", "--seq_len", "8", "--batch_size", "4",
+                                         "--steps", "6", "--eval_every", "3", "--eval_batches", "2", "--threads", "1"};
+  auto train_args = [&](const std::string& device, const std::string& out) {
+    std::vector<std::string> a = {"train", "--device", device, "--out", (dir / out).string(), "--json"};
+    a.insert(a.end(), tiny.begin(), tiny.end());
+    return a;
+  };
+  const CliResult cpu = run_cli(train_args("cpu", "cpu"));
+  const CliResult sim = run_cli(train_args("cuda-sim", "sim"));
+  ASSERT_EQ(cpu.exit_code, 0) << describe(cpu);
+  ASSERT_EQ(sim.exit_code, 0) << describe(sim);
+  const std::string cpu_result = slurp(dir / "cpu" / "result.json"), sim_result = slurp(dir / "sim" / "result.json");
+  EXPECT_NE(sim_result.find("\"device\": \"cuda-sim ("), std::string::npos) << sim_result;
+  auto final_val = [](const std::string& json) {
+    const size_t at = json.find("\"final_val_loss\":");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + 17));
+  };
+  const double a = final_val(cpu_result), b = final_val(sim_result);
+  ASSERT_GT(a, 0) << cpu_result;
+  EXPECT_NEAR(b, a, 1e-4 * a);
+  EXPECT_TRUE(fs::exists(dir / "sim" / "model.safetensors"));
+
+  CliResult sweep = run_cli({"sweep", "--device", "cuda-sim", "--out", (dir / "sweep").string(), "lr=1e-3",
+                             "--set", "steps=2", "--set", "layers=1", "--set", "d_model=16", "--set", "d_hidden=32",
+                             "--set", "batch_size=2", "--set", "eval_batches=1", "-q"});
+  EXPECT_EQ(sweep.exit_code, 0) << describe(sweep);
+
+  CliResult gc = run_cli({"gradcheck", "--device", "cuda-sim", "--op", "layernorm", "--op", "rmsnorm"});
+  EXPECT_EQ(gc.exit_code, 0) << describe(gc);
+  fs::remove_all(dir);
+}
+
 TEST(DeviceCli, BadDeviceValuesAreUsageErrors) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"train", "--device", "gpu", "--steps", "2"},

@@ -39,6 +39,18 @@ TEST(Gradcheck, Float32OnTheCudaBackend) {
   }
 }
 
+// Every case's float32 gradients with the CUDA kernels run by cuda-sim ("cuda-sim-host"), on
+// every machine: never skipped.
+TEST(Gradcheck, Float32OnCudaSim) {
+  GradcheckOptions opt;
+  opt.f32_backend = "cuda-sim-host";
+  for (const GradCase& c : gradcheck_cases()) {
+    CaseResult f32 = check_float32_backend(c, opt);
+    EXPECT_TRUE(f32.pass) << c.name;
+    for (const InputCheck& ic : f32.inputs) EXPECT_TRUE(ic.pass) << c.name << " cuda-sim f32 " << ic.input << " " << ic.max_abs_err;
+  }
+}
+
 // An op whose recorded backward is off by 1% in one element's gradient: gradcheck must catch it.
 TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
   GradCase broken;
