@@ -17,6 +17,7 @@
 #include "normlab/host_adapter.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
+#include "gpu_skip.h"
 
 namespace normlab {
 namespace {
@@ -26,10 +27,11 @@ bool have_cuda() {
   return std::find(names.begin(), names.end(), "cuda") != names.end();
 }
 
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    if (!have_cuda())                                                                        \
-      GTEST_SKIP() << "no CUDA device found (" << cuda_summary() << "): GPU test skipped"; \
+#define SKIP_WITHOUT_GPU()                  \
+  do {                                      \
+    if (!have_cuda()) {                     \
+      GPU_SKIP() << "GPU test skipped";     \
+    }                                       \
   } while (0)
 
 Tensor randn(Rng& rng, const Shape& shape, double scale = 1.0, double mean = 0.0) {
@@ -74,36 +76,47 @@ TEST(CudaBackend, TheModuleLoadsIntoThisProgram) {
   EXPECT_EQ(summary.rfind("built (runtime ", 0), 0u) << summary;
 }
 
-TEST(CudaBackend, TransfersRoundTripEveryDtype) {
-  SKIP_WITHOUT_GPU();
+// The tests below run on cuda-sim everywhere and on a real GPU where there is one.
+class CudaDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "cuda" && !have_cuda()) {
+      GPU_SKIP() << "GPU test skipped";
+    }
+    (void)backend(GetParam());  // made here: it installs the device's memory hooks
+  }
+  Device device() const { return GetParam() == "cuda" ? Device::cuda : Device::cuda_sim; }
+  const std::string& name() const { return GetParam(); }
+};
+
+TEST_P(CudaDevice, TransfersRoundTripEveryDtype) {
+  const Device dev = device();
   Tensor f = Tensor::from({1.5, -2.25, 3.0}, {3}, DType::f32);
   Tensor d = Tensor::from({1e300, -0.1}, {2}, DType::f64);
   Tensor i = Tensor::from_ids({7, -3, 2147483647}, {3});
   for (const Tensor* t : {&f, &d, &i}) {
-    Tensor back = t->to_device(Device::cuda).to_device(Device::cpu);
+    Tensor back = t->to_device(dev).to_device(Device::cpu);
     EXPECT_EQ(back.to_vector(), t->to_vector());
   }
-  Tensor z = Tensor::zeros({5}, DType::f32, Device::cuda);
+  Tensor z = Tensor::zeros({5}, DType::f32, dev);
   EXPECT_EQ(z.to_device(Device::cpu).to_vector(), std::vector<double>(5, 0.0));
-  Tensor c = Tensor::empty({5}, DType::f32, Device::cuda);
-  c.copy_(Tensor::full_on({5}, 2.5, DType::f32, Device::cuda));
+  Tensor c = Tensor::empty({5}, DType::f32, dev);
+  c.copy_(Tensor::full_on({5}, 2.5, DType::f32, dev));
   EXPECT_EQ(c.to_device(Device::cpu).to_vector(), std::vector<double>(5, 2.5));
 }
 
-TEST(CudaBackend, HostAdapterRunsKernelsForHostTensors) {
-  SKIP_WITHOUT_GPU();
-  std::unique_ptr<Backend> a = make_host_adapter(backend("cuda"), true);
+TEST_P(CudaDevice, HostAdapterRunsKernelsForHostTensors) {
+  std::unique_ptr<Backend> a = make_host_adapter(backend(name()), true);
   Tensor y = Tensor::full({4}, 1.0), x = Tensor::full({4}, 2.0);
   a->scale(y, x, 3.0);
   EXPECT_EQ(y.to_vector(), std::vector<double>(4, 6.0));
   a->add(x, x, y, 1.0, 1.0);  // out aliasing an input: one device buffer
   EXPECT_EQ(x.to_vector(), std::vector<double>(4, 8.0));
-  EXPECT_EQ(backend("cuda-host").name(), "cuda");
+  EXPECT_EQ(backend(name() + "-host").name(), name());
 }
 
-TEST(CudaBackend, NormsAreBitReproducibleAndLongRowsWork) {
-  SKIP_WITHOUT_GPU();
-  std::unique_ptr<Backend> adapter = make_host_adapter(backend("cuda"), true);
+TEST_P(CudaDevice, NormsAreBitReproducibleAndLongRowsWork) {
+  std::unique_ptr<Backend> adapter = make_host_adapter(backend(name()), true);
   Backend& gpu = *adapter;
   Backend& ref = backend("reference");
   // d = 30000 exceeds the shared-memory row cache of both the forward and the backward; 4096
@@ -152,13 +165,12 @@ TEST(CudaBackend, NormsAreBitReproducibleAndLongRowsWork) {
   }
 }
 
-TEST(CudaBackend, DeviceTensorsGoToTheCudaBackend) {
-  SKIP_WITHOUT_GPU();
-  EXPECT_EQ(backend_for(Device::cuda, DType::f32).name(), "cuda");
-  EXPECT_THROW(backend_for(Device::cuda, DType::f64), Error);
-  Backend& b = backend("cuda");
-  Tensor x = Tensor::full({3}, 1.0).to_device(Device::cuda);
-  Tensor y = Tensor::empty({3}, DType::f32, Device::cuda);
+TEST_P(CudaDevice, DeviceTensorsGoToTheirBackend) {
+  EXPECT_EQ(backend_for(device(), DType::f32).name(), name());
+  EXPECT_THROW(backend_for(device(), DType::f64), Error);
+  Backend& b = backend(name());
+  Tensor x = Tensor::full({3}, 1.0).to_device(device());
+  Tensor y = Tensor::empty({3}, DType::f32, device());
   b.scale(y, x, -2.0);
   EXPECT_EQ(y.to_device(Device::cpu).to_vector(), std::vector<double>(3, -2.0));
   EXPECT_DOUBLE_EQ(b.sum_squares(y), 12.0);
@@ -168,9 +180,26 @@ TEST(CudaBackend, DeviceTensorsGoToTheCudaBackend) {
     b.scale(y, host, 1.0);
     FAIL() << "a cpu tensor was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cuda scale"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(name() + " scale"), std::string::npos) << e.what();
+  }
+  // A cuda-sim tensor is not a cuda tensor, and the reverse.
+  if (name() == "cuda-sim") {
+    try {
+      Tensor other = Tensor::full({3}, 1.0).to_device(Device::cpu);
+      b.scale(y, other, 1.0);
+      FAIL() << "a cpu tensor was accepted";
+    } catch (const Error&) {
+    }
   }
 }
+
+// Test names take letters, digits and underscores: "cuda-sim" is cuda_sim.
+std::string device_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+INSTANTIATE_TEST_SUITE_P(Devices, CudaDevice, ::testing::Values("cuda-sim", "cuda"), device_param_name);
 
 TEST(CudaBackend, BenchNormTimingChecksItsResults) {
   SKIP_WITHOUT_GPU();

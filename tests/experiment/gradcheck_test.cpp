@@ -10,6 +10,7 @@
 #include "normlab/gradcheck.h"
 #include "normlab/ops.h"
 #include "normlab/rng.h"
+#include "gpu_skip.h"
 
 using namespace normlab;
 
@@ -28,8 +29,9 @@ TEST(Gradcheck, EveryCasePassesFiniteDifferencesAndFloat32) {
 // the cases' host tensors); skipped, saying so, where no CUDA device exists.
 TEST(Gradcheck, Float32OnTheCudaBackend) {
   const std::vector<std::string> names = backend_names();
-  if (std::find(names.begin(), names.end(), "cuda-host") == names.end())
-    GTEST_SKIP() << "no CUDA device found: the cuda backend's gradcheck is not run on this machine";
+  if (std::find(names.begin(), names.end(), "cuda-host") == names.end()) {
+    GPU_SKIP() << "the cuda backend's gradcheck is not run on this machine";
+  }
   GradcheckOptions opt;
   opt.f32_backend = "cuda-host";
   for (const GradCase& c : gradcheck_cases()) {
