@@ -151,6 +151,17 @@ class DeviceAdapter final : public Backend {
     b_.attention_backward(k.out(dq), k.out(dk), k.out(dv), ddout, qq, kk, vv, pp, b, t, h, dh,
                           scale);
   }
+  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+    Call k(*this);
+    Tensor dx = k.in(x);
+    b_.row_norms(k.out(norms), dx, n, d);
+  }
+  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k_, int64_t b,
+                             int64_t t, int64_t h, int64_t dh, double scale) override {
+    Call k(*this);
+    Tensor qq = k.in(q), kk = k.in(k_);
+    b_.attention_logit_stats(k.out(max_logit), k.out(entropy), qq, kk, b, t, h, dh, scale);
+  }
   void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     Call k(*this);
     Tensor dx = k.in(x);

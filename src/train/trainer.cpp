@@ -65,16 +65,20 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
   return cfg.lr;
 }
 
+namespace {
+// A tensor's values on the host: the tensor itself on the cpu, else a download.
+std::vector<double> host_values(const Tensor& t) {
+  return t.device() == Device::cpu ? t.to_vector() : t.to_device(Device::cpu).to_vector();
+}
+}  // namespace
+
+// Reduced where x lives (Backend::row_norms): a device-resident run downloads N norms.
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
-  // On a device: downloaded at log steps only (a device-side reduction is a later step).
-  std::vector<double> v = x.device() == Device::cpu ? x.to_vector() : x.to_device(Device::cpu).to_vector();
+  Tensor norms = Tensor::empty({n}, x.dtype(), x.device());
+  backend_for(x.device(), x.dtype()).row_norms(norms, x, n, d);
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (int64_t j = 0; j < d; ++j) s += v[static_cast<size_t>(i * d + j)] * v[static_cast<size_t>(i * d + j)];
-    total += std::sqrt(s);
-  }
+  for (double r : host_values(norms)) total += r;
   return total / static_cast<double>(n);
 }
 
@@ -87,38 +91,18 @@ double params_grad_norm(const std::vector<Tensor>& params) {
   return std::sqrt(s);
 }
 
+// Reduced where q and k live (Backend::attention_logit_stats): B*H*T maxima and entropies come back.
 AttentionStats attention_statistics(const AttentionTap& tap) {
   const int64_t b = tap.q.size(0), t = tap.q.size(1), c = tap.q.size(2), h = tap.heads, dh = c / h;
-  const Tensor hq = tap.q.device() == Device::cpu ? tap.q : tap.q.to_device(Device::cpu);
-  const Tensor hk = tap.k.device() == Device::cpu ? tap.k : tap.k.to_device(Device::cpu);
-  const std::vector<double> q = hq.to_vector(), k = hk.to_vector();
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  Tensor max_logit = Tensor::empty({b, h, t}, tap.q.dtype(), tap.q.device());
+  Tensor entropy = Tensor::empty({b, h, t}, tap.q.dtype(), tap.q.device());
+  backend_for(tap.q.device(), tap.q.dtype()).attention_logit_stats(max_logit, entropy, tap.q, tap.k, b, t, h, dh, scale);
   AttentionStats st;
   st.max_logit = -INFINITY;
+  for (double m : host_values(max_logit)) st.max_logit = std::max(st.max_logit, m);
   double entropy_sum = 0;
-  std::vector<double> logits(static_cast<size_t>(t));
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t hi = 0; hi < h; ++hi)
-      for (int64_t ti = 0; ti < t; ++ti) {
-        const double* qt = &q[static_cast<size_t>((bi * t + ti) * c + hi * dh)];
-        double top = -INFINITY;
-        for (int64_t si = 0; si <= ti; ++si) {
-          const double* ks = &k[static_cast<size_t>((bi * t + si) * c + hi * dh)];
-          double dot = 0;
-          for (int64_t j = 0; j < dh; ++j) dot += qt[j] * ks[j];
-          logits[static_cast<size_t>(si)] = scale * dot;
-          top = std::max(top, scale * dot);
-        }
-        // H = log Z - sum_s p_s (l_s - top), Z = sum_s exp(l_s - top)
-        double z = 0, weighted = 0;
-        for (int64_t si = 0; si <= ti; ++si) {
-          const double e = std::exp(logits[static_cast<size_t>(si)] - top);
-          z += e;
-          weighted += e * (logits[static_cast<size_t>(si)] - top);
-        }
-        entropy_sum += std::log(z) - weighted / z;
-        st.max_logit = std::max(st.max_logit, top);
-      }
+  for (double e : host_values(entropy)) entropy_sum += e;
   st.mean_entropy = entropy_sum / static_cast<double>(b * h * t);
   return st;
 }

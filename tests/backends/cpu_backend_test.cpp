@@ -834,6 +834,40 @@ TEST_P(KernelAttention, ForwardBackwardAgainstReference) {
   }
 }
 
+// The statistics of a log step, against the float64 reference: odd sizes, rows longer than a
+// block, T = 1, large logits (the max must come out exactly, the entropy near 0), zero rows.
+TEST_P(KernelAttention, LogitStatisticsAndRowNorms) {
+  const int64_t cases[][4] = {{1, 1, 1, 1}, {1, 5, 3, 8}, {2, 33, 2, 7}, {1, 300, 1, 4}, {2, 16, 4, 16}};
+  uint64_t seed = 1650;
+  for (const auto& c : cases) {
+    const int64_t b = c[0], t = c[1], h = c[2], dh = c[3], ch = h * dh;
+    const double scale = 1.0 / std::sqrt(double(dh));
+    Rng rng(seed++, stream::check);
+    Tensor q = randn(rng, {b, t, ch}, 3.0), k = randn(rng, {b, t, ch}, 3.0);
+    const std::string what = fmt_case("attention stats B=%lld T=%lld H=%lld Dh=%lld", b, t, h, dh);
+    Tensor mx = e32({b, h, t}), ent = e32({b, h, t}), mx64 = e64({b, h, t}), ent64 = e64({b, h, t});
+    under_test().attention_logit_stats(mx, ent, q, k, b, t, h, dh, scale);
+    ref().attention_logit_stats(mx64, ent64, f64(q), f64(k), b, t, h, dh, scale);
+    expect_close(mx, mx64, {1e-6, 1e-6}, what + " max_logit");
+    expect_close(ent, ent64, {1e-6, 1e-6}, what + " entropy");
+  }
+  const int64_t shapes[][2] = {{1, 1}, {3, 5}, {7, 129}, {64, 1000}, {2, 4097}};
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], d = s[1];
+    Rng rng(seed++, stream::check);
+    Tensor x = randn(rng, {n, d}, 2.0, 1.0);
+    if (n > 2) {  // an all-zero row has norm 0, not NaN
+      std::vector<double> v = x.to_vector();
+      std::fill(v.begin() + d, v.begin() + 2 * d, 0.0);
+      x = Tensor::from(v, {n, d}, DType::f32);
+    }
+    Tensor norms = e32({n}), norms64 = e64({n});
+    under_test().row_norms(norms, x, n, d);
+    ref().row_norms(norms64, f64(x), n, d);
+    expect_close(norms, norms64, {1e-6, 1e-6}, fmt_case("row_norms %lldx%lld", n, d));
+  }
+}
+
 TEST_P(KernelAttention, PrefixMeanForwardBackward) {
   const int64_t cases[][3] = {{1, 1, 1}, {1, 5, 3}, {2, 7, 65}, {3, 512, 64}, {2, 16, 200}};
   uint64_t seed = 1700;

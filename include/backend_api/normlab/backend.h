@@ -171,6 +171,17 @@ class Backend {
   virtual void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid,
                          int64_t bdim, int64_t inner) = 0;
 
+  // ---- statistics of a log step (recorded, never differentiated) --------------
+  // Reduced where the tensors live, so that a device-resident run downloads per-row results
+  // only. Sums and dot products in double.
+  // norms[i] = sqrt(sum_j x[i, j]^2) over N rows of D (the residual stream's token norms).
+  virtual void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) = 0;
+  // Per (b, h, t) row (max_logit and entropy are (B, H, T)) of the causal attention logits
+  // l_s = scale * q_t . k_s, s <= t (q, k: (B, T, H*Dh)): max_logit = max_s l_s; entropy =
+  // -sum_s p_s log p_s of p = softmax(l), as log Z - sum_s e_s (l_s - max) / Z, e_s = exp(l_s - max).
+  virtual void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k,
+                                     int64_t b, int64_t t, int64_t h, int64_t dh, double scale) = 0;
+
   // ---- optimizer: one pass over n parameters (all parameters live in one buffer) ----
   // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr * (mhat/(sqrt(vhat)+eps) [+ wd*p])
   virtual void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,

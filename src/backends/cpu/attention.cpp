@@ -11,6 +11,7 @@
 //   backward: dV = P^T dO;  dP = dO V^T;  dS = scale * P * (dP - rowsum(dP*P));
 //             dQ = dS K;  dK = dS^T Q
 #include <algorithm>
+#include <cmath>
 
 #include "kernels.h"
 #include "parallel.h"
@@ -80,6 +81,40 @@ void attention_backward(float* dq, float* dk, float* dv, float* dp_scratch, cons
 // channel block), so x is read once and y written once.
 namespace {
 constexpr int64_t kChannels = 64;
+}
+
+// One row per task; the dots and sums in double, in the reference's order.
+void row_norms(float* norms, const float* x, int64_t n, int64_t d) {
+  parallel_for(n, n * d, [&](int64_t i) {
+    double s = 0.0;
+    for (int64_t j = 0; j < d; ++j) s += double(x[i * d + j]) * double(x[i * d + j]);
+    norms[i] = static_cast<float>(std::sqrt(s));
+  });
+}
+
+void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
+                           int64_t h, int64_t dh, double scale) {
+  const int64_t c = h * dh;
+  parallel_for(b * h * t, b * h * t * t * dh, [&](int64_t row) {
+    const int64_t ti = row % t, hi = (row / t) % h, bi = row / (t * h);
+    const float* qt = q + (bi * t + ti) * c + hi * dh;
+    auto logit = [&](int64_t si) {
+      const float* ks = k + (bi * t + si) * c + hi * dh;
+      double dot = 0.0;
+      for (int64_t j = 0; j < dh; ++j) dot += double(qt[j]) * double(ks[j]);
+      return scale * dot;
+    };
+    double top = -INFINITY;
+    for (int64_t si = 0; si <= ti; ++si) top = std::max(top, logit(si));
+    double z = 0.0, weighted = 0.0;
+    for (int64_t si = 0; si <= ti; ++si) {
+      const double l = logit(si), e = std::exp(l - top);
+      z += e;
+      weighted += e * (l - top);
+    }
+    max_logit[row] = static_cast<float>(top);
+    entropy[row] = static_cast<float>(std::log(z) - weighted / z);
+  });
 }
 
 // for t: acc += x[b,t,:]; y[b,t,:] = acc / (t+1)

@@ -196,6 +196,17 @@ class CpuBackend final : public Backend {
         static_cast<float>(scale));
   }
 
+  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+    cpu::row_norms(f32(norms, "row_norms norms", n), f32(x, "row_norms x", n * d), n, d);
+  }
+  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
+                             int64_t t, int64_t h, int64_t dh, double scale) override {
+    cpu::attention_logit_stats(f32(max_logit, "attention_logit_stats max_logit", b * h * t),
+                               f32(entropy, "attention_logit_stats entropy", b * h * t),
+                               f32(q, "attention_logit_stats q", b * t * h * dh),
+                               f32(k, "attention_logit_stats k", b * t * h * dh), b, t, h, dh, scale);
+  }
+
   void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     cpu::prefix_mean_forward(f32(y, "prefix_mean y", b * t * c), f32(x, "prefix_mean x", b * t * c),
                              b, t, c);

@@ -75,6 +75,11 @@ void attention_backward(float* dq, float* dk, float* dv, float* dp_scratch, cons
                         const float* q, const float* k, const float* v, const float* probs,
                         int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
+// Backend::row_norms and attention_logit_stats: the reference's double arithmetic, rows in
+// parallel.
+void row_norms(float* norms, const float* x, int64_t n, int64_t d);
+void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
+                           int64_t h, int64_t dh, double scale);
 void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c);
 
 // ---- layout and reductions (layout.cpp) ----------------------------------------------------

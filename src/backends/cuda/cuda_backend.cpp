@@ -376,6 +376,22 @@ class CudaBackend final : public Backend {
                              t, h, dh, static_cast<float>(scale), work);
   }
 
+  // ---- statistics -------------------------------------------------------------------------------
+  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+    expect("row_norms", "norms", norms, n);
+    expect("row_norms", "x", x, n * d);
+    cuda::row_norms(fp(norms), fp(x), n, d);
+  }
+  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
+                             int64_t t, int64_t h, int64_t dh, double scale) override {
+    const char* kn = "attention_logit_stats";
+    expect(kn, "max_logit", max_logit, b * h * t);
+    expect(kn, "entropy", entropy, b * h * t);
+    expect(kn, "q", q, b * t * h * dh);
+    expect(kn, "k", k, b * t * h * dh);
+    cuda::attention_logit_stats(fp(max_logit), fp(entropy), fp(q), fp(k), b, t, h, dh, scale);
+  }
+
   // ---- prefix mean -------------------------------------------------------------------------------
   void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     expect("prefix_mean_forward", "y", y, b * t * c);

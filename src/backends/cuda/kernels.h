@@ -94,6 +94,11 @@ void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int6
 void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
                int64_t inner);
 
+// ---- statistics of a log step (stats.cu): double arithmetic, one block per row ----------------
+void row_norms(float* norms, const float* x, int64_t n, int64_t d);
+void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
+                           int64_t h, int64_t dh, double scale);
+
 // ---- optimizer ----------------------------------------------------------------------------------
 // The cpu backend's float32 arithmetic: inv_bc1 = 1/(1-b1^step), inv_bc2 = 1/(1-b2^step).
 void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,

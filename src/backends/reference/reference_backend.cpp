@@ -393,6 +393,32 @@ class ReferenceBackend final : public Backend {
     });
   }
 
+  // ---- statistics ------------------------------------------------------------------
+  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+    const char* kn = "row_norms";
+    DType dt = x.dtype();
+    expect(kn, "norms", norms, dt, n);
+    expect(kn, "x", x, dt, n * d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      row_norms_ref(norms.data<T>(), x.data<T>(), n, d);
+    });
+  }
+
+  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
+                             int64_t t, int64_t h, int64_t dh, double scale) override {
+    const char* kn = "attention_logit_stats";
+    DType dt = q.dtype();
+    expect(kn, "max_logit", max_logit, dt, b * h * t);
+    expect(kn, "entropy", entropy, dt, b * h * t);
+    expect(kn, "q", q, dt, b * t * h * dh);
+    expect(kn, "k", k, dt, b * t * h * dh);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      attention_logit_stats_ref(max_logit.data<T>(), entropy.data<T>(), q.data<T>(), k.data<T>(), b, t, h, dh, scale);
+    });
+  }
+
   // ---- prefix mean -----------------------------------------------------------------
   void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     const char* kn = "prefix_mean_forward";

@@ -1,0 +1,96 @@
+// Statistics of a log step (Backend::row_norms, attention_logit_stats): reduced on the device so
+// that a device-resident run downloads one value per row. Double arithmetic throughout, one block
+// per row, a shared-memory tree reduction in a fixed order (results repeat bit for bit).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels.h"
+#include "launch.h"
+
+namespace normlab::cuda {
+
+namespace {
+
+constexpr int kStatThreads = 128;  // a power of two: the tree halves it
+
+// Every thread's v, summed (kSum) or maxed; every thread gets the result. `buf` holds
+// blockDim.x doubles.
+template <bool kSum>
+__device__ double block_tree(double v, double* buf) {
+  __syncthreads();  // a previous call may still be reading buf
+  buf[threadIdx.x] = v;
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.x < half) {
+      const double o = buf[threadIdx.x + half];
+      buf[threadIdx.x] = kSum ? buf[threadIdx.x] + o : (o > buf[threadIdx.x] ? o : buf[threadIdx.x]);
+    }
+  }
+  __syncthreads();
+  return buf[0];
+}
+
+__global__ void row_norms_kernel(float* norms, const float* x, int64_t d) {
+  NL_SHARED_ARRAY(double, buf, kStatThreads);
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * d;
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
+  s = block_tree<true>(s, buf);
+  if (threadIdx.x == 0) norms[blockIdx.x] = static_cast<float>(sqrt(s));
+}
+
+// One block per (b, h, t) row; the logits are computed twice (for the max, then for the sums)
+// instead of kept: no shared-memory limit on T.
+__global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, const float* q, const float* k,
+                                             int64_t t, int64_t h, int64_t dh, double scale) {
+  NL_SHARED_ARRAY(double, buf, kStatThreads);
+  const int64_t row = blockIdx.x;
+  const int64_t ti = row % t, hi = (row / t) % h, bi = row / (t * h);
+  const int64_t c = h * dh;
+  const float* qt = q + (bi * t + ti) * c + hi * dh;
+  auto logit = [&](int64_t si) {
+    const float* ks = k + (bi * t + si) * c + hi * dh;
+    double dot = 0.0;
+    for (int64_t j = 0; j < dh; ++j) dot += static_cast<double>(qt[j]) * static_cast<double>(ks[j]);
+    return scale * dot;
+  };
+  double top = -INFINITY;
+  for (int64_t si = threadIdx.x; si <= ti; si += blockDim.x) {
+    const double l = logit(si);
+    top = l > top ? l : top;
+  }
+  top = block_tree<false>(top, buf);
+  double z = 0.0, weighted = 0.0;
+  for (int64_t si = threadIdx.x; si <= ti; si += blockDim.x) {
+    const double l = logit(si), e = exp(l - top);
+    z += e;
+    weighted += e * (l - top);
+  }
+  z = block_tree<true>(z, buf);
+  weighted = block_tree<true>(weighted, buf);
+  if (threadIdx.x == 0) {
+    max_logit[row] = static_cast<float>(top);
+    entropy[row] = static_cast<float>(log(z) - weighted / z);
+  }
+}
+
+}  // namespace
+
+void row_norms(float* norms, const float* x, int64_t n, int64_t d) {
+  if (n <= 0) return;
+  if (n > 2147483647LL) check(cudaErrorInvalidConfiguration, "grid of one block per row", "row_norms");
+  launch("row_norms", row_norms_kernel, static_cast<unsigned>(n), kStatThreads, 0, norms, x, d);
+}
+
+void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
+                           int64_t h, int64_t dh, double scale) {
+  const int64_t rows = b * h * t;
+  if (rows <= 0) return;
+  if (rows > 2147483647LL) check(cudaErrorInvalidConfiguration, "grid of one block per row", "attention_logit_stats");
+  launch("attention_logit_stats", attention_logit_stats_kernel, static_cast<unsigned>(rows), kStatThreads, 0,
+         max_logit, entropy, q, k, t, h, dh, scale);
+}
+
+}  // namespace normlab::cuda
