@@ -35,6 +35,7 @@ struct ProbeArgs {
   std::vector<double> gains = {0.5, 1.0, 2.0};
   std::string activation = "linear";
   std::map<std::string, std::string> values;  // --key value, applied over the file
+  DeviceOptions dev;
 };
 
 // Keys that only matter once training starts: not flags of `probe` (a --config file may still
@@ -270,6 +271,8 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
     NL_USAGE(!any, "config keys and --config apply to `normlab probe config`; preset '{}' fixes its own configs (got {})",
              preset, !a.config_file.empty() ? "--config" : "--" + a.values.begin()->first);
   }
+  NL_USAGE(!a.dev.tf32, "--tf32 does not apply to probe (its products compare with the cpu at float32)");
+  use_device(a.dev);  // the model probes run there; the plain-stack analyses stay on the cpu
   NL_USAGE(a.seeds >= 1 && a.seeds <= 1000, "--seeds must be 1..1000, got {}", a.seeds);
   NL_USAGE(a.batch >= 1 && a.batch <= (int64_t{1} << 20), "--batch must be 1..{}, got {}", int64_t{1} << 20, a.batch);
   NL_USAGE(a.threads >= 0 && a.threads <= kMaxThreads, "--threads must be 0 (all cores) .. {}, got {}", kMaxThreads,
@@ -393,6 +396,7 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
         config_flag_names(name), [args, name](const std::string& v) { args->values[name] = v; },
         fmt::format("config: {} ({})", k.help, k.type));
   }
+  add_device_flags(*sub, args->dev);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
   normlab probe plain-stack                      20 linear layers at gains 0.5/1/2, without and with LayerNorm

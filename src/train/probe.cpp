@@ -58,17 +58,28 @@ struct SeedProbe {
 };
 
 
+// A tensor's values on the host: the tensor itself on the cpu, else a download.
+std::vector<double> host_values(const Tensor& t) {
+  return t.device() == Device::cpu ? t.to_vector() : t.to_device(Device::cpu).to_vector();
+}
+
+// On the compute device (set_compute_device: probe --device): the model's parameters and the
+// batch live there, and every norm below is reduced there.
 SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
   Model model(c.model, c.seed);
+  const Device device = compute_device();
+  if (device != Device::cpu) model.params().flatten(device);
   std::unique_ptr<DataSource> data = make_data_source(c);
   Rng data_rng(c.seed, stream::data);
   Batch b = data->train_batch(data_rng, batch, c.model.seq_len);
+  const Tensor inputs = device == Device::cpu ? b.inputs : b.inputs.to_device(device);
+  const Tensor targets = device == Device::cpu ? b.targets : b.targets.to_device(device);
 
   ForwardTrace trace;
   trace.retain_grads = true;
-  Tensor logits = model.forward(b.inputs, &trace);
+  Tensor logits = model.forward(inputs, &trace);
   trace.final_out.retain_grad();
-  Tensor loss = cross_entropy(logits, b.targets);
+  Tensor loss = cross_entropy(logits, targets);
   loss.backward();
 
   SeedProbe r;
@@ -97,7 +108,7 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
   for (size_t l = 0; l < n_layers; ++l) {
     const Tensor& in = l == 0 ? trace.embed : trace.block_out[l - 1];
     const Tensor g = trace.block_out[l].grad();  // dL/dx_l, upstream of block l
-    const std::vector<double> total = in.grad().to_vector();
+    const std::vector<double> total = host_values(in.grad());
     std::vector<double> identity(total.size(), 0.0);
     Tensor x = in.clone();  // a leaf with the block input's values
     x.requires_grad_(true);
@@ -105,7 +116,7 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
     Tensor y = block_forward(model.blocks()[l], x, Sublayers::held);
     if (y.requires_grad()) {
       y.backward(g);
-      if (x.grad().defined()) identity = x.grad().to_vector();
+      if (x.grad().defined()) identity = host_values(x.grad());
     }
     double ii = 0, ff = 0, fi = 0;
     for (size_t i = 0; i < total.size(); ++i) {

@@ -3,7 +3,9 @@
 // (the CUDA module, the binary's, finds one), the no-device test is skipped.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "normlab/cuda.h"
 #include "test_util.h"
@@ -74,6 +76,36 @@ TEST(DeviceCli, CudaSimTrainSweepAndGradcheck) {
   CliResult gc = run_cli({"gradcheck", "--device", "cuda-sim", "--op", "layernorm", "--op", "rmsnorm"});
   EXPECT_EQ(gc.exit_code, 0) << describe(gc);
   fs::remove_all(dir);
+}
+
+// probe --device cuda-sim: the model probe with its parameters and batch on the device gives
+// the cpu's numbers to float32 rounding (every number of the JSON report).
+void expect_same_numbers(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  ASSERT_EQ(a.type(), b.type()) << path;
+  if (a.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      ASSERT_TRUE(b.contains(it.key())) << path << "." << it.key();
+      expect_same_numbers(it.value(), b[it.key()], path + "." + it.key());
+    }
+  } else if (a.is_array()) {
+    ASSERT_EQ(a.size(), b.size()) << path;
+    for (size_t i = 0; i < a.size(); ++i) expect_same_numbers(a[i], b[i], path + "[" + std::to_string(i) + "]");
+  } else if (a.is_number_float()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    EXPECT_NEAR(y, x, 1e-6 + 1e-5 * std::abs(x)) << path;
+  } else {
+    EXPECT_EQ(a, b) << path;
+  }
+}
+
+TEST(DeviceCli, CudaSimProbeMatchesTheCpu) {
+  const std::vector<std::string> args = {"probe", "--layers", "2", "--d_model", "32", "--seeds", "2", "--batch", "4", "--json"};
+  std::vector<std::string> sim_args = args;
+  sim_args.insert(sim_args.begin() + 1, {"--device", "cuda-sim"});
+  const CliResult cpu = run_cli(args), sim = run_cli(sim_args);
+  ASSERT_EQ(cpu.exit_code, 0) << describe(cpu);
+  ASSERT_EQ(sim.exit_code, 0) << describe(sim);
+  expect_same_numbers(nlohmann::json::parse(cpu.out), nlohmann::json::parse(sim.out), "probe");
 }
 
 TEST(DeviceCli, BadDeviceValuesAreUsageErrors) {
