@@ -28,7 +28,7 @@ struct Registry {
   std::map<std::string, Entry> backends;
   std::string default_cpu = "cpu";
   // Held while a factory runs; recursive because a factory may look up another backend
-  // ("cuda-host" wraps "cuda").
+  // (a backend made on first use may look another up).
   std::recursive_mutex making;
 };
 

@@ -4,7 +4,6 @@
 #include "normlab/backend.h"
 #include "normlab/cpu_backend.h"
 #include "normlab/cuda_backend.h"
-#include "normlab/host_adapter.h"
 #include "normlab/ops.h"
 #include "normlab/reference_backend.h"
 
@@ -17,16 +16,10 @@ void install_backends() {
     // "cuda" made at its first lookup, which loads the CUDA module: only a command that asks for
     // a CUDA device maps the CUDA libraries; where none is usable the lookup throws "no CUDA
     // device found" and backend_names() leaves it out.
-    // "cuda-host": the same kernels for host tensors (gradcheck, train --device cuda).
-    if (cuda_built()) {
-      register_backend_factory("cuda", make_cuda_backend);
-      register_backend_factory("cuda-host", [] { return make_host_adapter(backend("cuda")); });
-    }
+    if (cuda_built()) register_backend_factory("cuda", make_cuda_backend);
     // "cuda-sim": the CUDA kernels on the host (docs/cuda.md), made at its first lookup, which
-    // loads the cuda-sim module; "cuda-sim-host": them for host tensors (the cross-backend
-    // kernel tests, gradcheck).
+    // loads the cuda-sim module.
     register_backend_factory("cuda-sim", make_cuda_sim_backend);
-    register_backend_factory("cuda-sim-host", [] { return make_host_adapter(backend("cuda-sim"), true); });
     install_gradient_math();
     return true;
   }();

@@ -76,25 +76,16 @@ int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
   if (!a.shape.empty()) opt.shape = parse_case_shape(a.shape);
   opt.seed = a.seed;
   opt.f32_backend = a.backend == "none" ? "" : a.backend;
-  // --device cuda: the float32 check runs on the GPU's kernels (its gradients against the float64
-  // reference's), unless --backend names another.
+  // --device cuda / cuda-sim: the float32 check runs on that device's kernels, the cases'
+  // tensors moved there (their gradients against the float64 reference's), unless --backend
+  // names another; --backend cuda / cuda-sim is the same.
   check_device(a.dev);
-  if (a.dev.device == "cuda") {
-    NL_USAGE(a.backend == "cpu" || a.backend == "cuda" || a.backend == "cuda-host",
-             "--device cuda checks the cuda backend; drop --backend {}", shown(a.backend));
-    opt.f32_backend = "cuda-host";
-  } else if (opt.f32_backend == "cuda") {
-    check_device(DeviceOptions{"cuda", false});
-    opt.f32_backend = "cuda-host";  // the cases' tensors are on the host
-  }
-  // --device cuda-sim: the same with the kernels run by cuda-sim.
-  if (a.dev.device == "cuda-sim") {
-    NL_USAGE(a.backend == "cpu" || a.backend == "cuda-sim" || a.backend == "cuda-sim-host",
-             "--device cuda-sim checks the cuda-sim backend; drop --backend {}", shown(a.backend));
-    opt.f32_backend = "cuda-sim-host";
-  } else if (opt.f32_backend == "cuda-sim") {
-    check_device(DeviceOptions{"cuda-sim", false});
-    opt.f32_backend = "cuda-sim-host";
+  if (a.dev.device != "cpu") {
+    NL_USAGE(a.backend == "cpu" || a.backend == a.dev.device, "--device {} checks the {} backend; drop --backend {}",
+             a.dev.device, a.dev.device, shown(a.backend));
+    opt.f32_backend = a.dev.device;
+  } else if (opt.f32_backend == "cuda" || opt.f32_backend == "cuda-sim") {
+    check_device(DeviceOptions{opt.f32_backend, false});
   }
   if (!opt.f32_backend.empty()) backend(opt.f32_backend);  // an unknown name is a usage error
   set_num_threads(a.threads);

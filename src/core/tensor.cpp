@@ -293,6 +293,16 @@ Tensor Tensor::to(DType target) const {
   return from(to_vector(), shape(), target);
 }
 
+Tensor& Tensor::move_to_device_(Device target) {
+  if (device() == target) return *this;
+  Tensor moved = to_device(target);
+  TensorImpl& me = impl();
+  me.storage = moved.impl().storage;
+  me.offset = moved.impl().offset;
+  me.device = target;
+  return *this;
+}
+
 Tensor Tensor::to_device(Device target) const {
   Tensor out = empty(shape(), dtype(), target);
   const size_t bytes = nbytes();

@@ -3,6 +3,7 @@
 #include "normlab/gradcheck.h"
 
 #include <chrono>
+#include <memory>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -53,9 +54,13 @@ struct Analytic {
   std::vector<std::vector<double>> grads;  // per input; zeros where no gradient reached
 };
 
-Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DType dtype) {
+// On `device` the case's inputs and constants are moved there first, so that every op runs on
+// that device's backend; the gradients are downloaded.
+Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DType dtype, Device device = Device::cpu) {
   Analytic a;
   a.inst = c.make(opt.shape, dtype, opt.seed);
+  for (auto& [name, t] : a.inst.inputs) t.move_to_device_(device);
+  for (auto& [name, t] : a.inst.constants) t.move_to_device_(device);
   for (auto& [name, t] : a.inst.inputs) {
     NL_CHECK(t.is_leaf() && t.requires_grad(), "gradcheck case {}: input {} must be a leaf requiring grad", c.name,
              name);
@@ -63,9 +68,10 @@ Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DTyp
   }
   Tensor y = a.inst.forward();
   a.seed = make_seed(y, opt.seed, dtype);
-  y.backward(a.seed);
+  y.backward(device == Device::cpu ? a.seed : a.seed.to_device(device));
   for (auto& [name, t] : a.inst.inputs) {
     Tensor g = t.grad();
+    if (g.defined() && g.device() != Device::cpu) g = g.to_device(Device::cpu);
     a.grads.push_back(g.defined() ? g.to_vector() : std::vector<double>(static_cast<size_t>(t.numel()), 0.0));
   }
   return a;
@@ -191,8 +197,12 @@ CaseResult check_float32_backend(const GradCase& c, const GradcheckOptions& opt)
     BackendScope scope("reference");
     ref = analytic_gradients(c, opt, DType::f64);
   }
-  BackendScope scope(opt.f32_backend);
-  Analytic f32 = analytic_gradients(c, opt, DType::f32);
+  // A device backend (cuda, cuda-sim) gets the case's tensors on its device; a host backend is
+  // made the backend of host tensors.
+  const Device device = backend(opt.f32_backend).device();
+  std::unique_ptr<BackendScope> scope;
+  if (device == Device::cpu) scope = std::make_unique<BackendScope>(opt.f32_backend);
+  Analytic f32 = analytic_gradients(c, opt, DType::f32, device);
   for (size_t i = 0; i < f32.inst.inputs.size(); ++i) {
     res.inputs.push_back(compare(f32.inst.inputs[i].first, f32.inst.inputs[i].second, f32.grads[i], ref.grads[i],
                                  opt.f32_tol));
@@ -213,8 +223,10 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
   auto numeric = numeric_gradients(a.inst, a.seed, opt.h);
   Analytic f32;
   if (!opt.f32_backend.empty()) {
-    BackendScope f32_scope(opt.f32_backend);
-    f32 = analytic_gradients(c, opt, DType::f32);
+    const Device device = backend(opt.f32_backend).device();
+    std::unique_ptr<BackendScope> f32_scope;
+    if (device == Device::cpu) f32_scope = std::make_unique<BackendScope>(opt.f32_backend);
+    f32 = analytic_gradients(c, opt, DType::f32, device);
   }
   nlohmann::json j;
   j["case"] = c.name;

@@ -24,7 +24,7 @@
 #include "normlab/cuda.h"
 #include "gpu_skip.h"
 #include "normlab/cuda_backend.h"
-#include "normlab/host_adapter.h"
+#include "host_adapter.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 

@@ -51,7 +51,7 @@ TEST(Registry, WhatAFactoryThrowsEveryLookupThrowsAndTheNameIsNotListed) {
   EXPECT_TRUE(listed("test-lazy-fails"));
 }
 
-// A factory may look up another backend (cuda-host wraps cuda).
+// A factory may look up another backend.
 TEST(Registry, AFactoryMayLookUpAnotherBackend) {
   register_backend_factory("test-lazy-inner", [] { return make_reference_backend(); });
   static Backend* inner = nullptr;

@@ -25,15 +25,15 @@ TEST(Gradcheck, EveryCasePassesFiniteDifferencesAndFloat32) {
   }
 }
 
-// The same float32 check with every kernel on the GPU ("cuda-host": the cuda backend's kernels for
+// The same float32 check with every kernel on the GPU (the cases' tensors moved to the device; the cuda backend's kernels for
 // the cases' host tensors); skipped, saying so, where no CUDA device exists.
 TEST(Gradcheck, Float32OnTheCudaBackend) {
   const std::vector<std::string> names = backend_names();
-  if (std::find(names.begin(), names.end(), "cuda-host") == names.end()) {
+  if (std::find(names.begin(), names.end(), "cuda") == names.end()) {
     GPU_SKIP() << "the cuda backend's gradcheck is not run on this machine";
   }
   GradcheckOptions opt;
-  opt.f32_backend = "cuda-host";
+  opt.f32_backend = "cuda";
   for (const GradCase& c : gradcheck_cases()) {
     CaseResult f32 = check_float32_backend(c, opt);
     EXPECT_TRUE(f32.pass) << c.name;
@@ -41,11 +41,12 @@ TEST(Gradcheck, Float32OnTheCudaBackend) {
   }
 }
 
-// Every case's float32 gradients with the CUDA kernels run by cuda-sim ("cuda-sim-host"), on
+// Every case's float32 gradients with the CUDA kernels run by cuda-sim, the cases' tensors in its
+// device memory, on
 // every machine: never skipped.
 TEST(Gradcheck, Float32OnCudaSim) {
   GradcheckOptions opt;
-  opt.f32_backend = "cuda-sim-host";
+  opt.f32_backend = "cuda-sim";
   for (const GradCase& c : gradcheck_cases()) {
     CaseResult f32 = check_float32_backend(c, opt);
     EXPECT_TRUE(f32.pass) << c.name;

@@ -103,6 +103,10 @@ class Tensor {
   // A copy on `device` (same dtype and shape; not recorded): cpu <-> cuda through the device's
   // memory hooks (register_device_memory). A tensor already there is copied too.
   Tensor to_device(Device device) const;
+  // Moves this tensor's values to `device` in place (not recorded): its storage is replaced by a
+  // copy there, so every holder of this tensor (a closure, a parameter list) sees the device
+  // copy. For leaves and constants, before any graph is built on them.
+  Tensor& move_to_device_(Device device);
   // Memory operations of the storage layer (not recorded, no backend): every element set to
   // `value`; src's bytes copied in (same dtype, device and element count).
   Tensor& fill_(double value);

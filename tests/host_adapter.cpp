@@ -1,5 +1,5 @@
 // make_host_adapter (host_adapter.h): a device backend's kernels for host tensors.
-#include "normlab/host_adapter.h"
+#include "host_adapter.h"
 
 #include <cmath>
 #include <cstring>

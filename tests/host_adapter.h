@@ -6,10 +6,10 @@
 // With `poison_outputs`, every output's device buffer is filled with NaN before the kernel runs,
 // so that an element a kernel forgets to write is caught rather than read as a stale value.
 //
-// Uses: the cross-backend tests run their cpu-tensor bodies unchanged against "cuda"; gradcheck
-// and `train --device cuda` run every kernel on the GPU with the model's tensors on the host
-// (registered as "cuda-host"). Each call moves its tensors over PCIe: correct, not fast.
-// It names no concrete backend.
+// A test helper: the cross-backend Kernel* suites run their cpu-tensor bodies unchanged against
+// "cuda" and "cuda-sim" through it. normlab itself never moves a kernel call's tensors like
+// this: train, probe and gradcheck keep their tensors on the device. It names no concrete
+// backend.
 #pragma once
 #include <memory>
 
