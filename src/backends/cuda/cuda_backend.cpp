@@ -1,10 +1,11 @@
 // The "cuda" backend: checks each call's tensors as the reference backend does (defined, on
 // the device, float32, the element counts the sizes imply, ids in range), then calls the
-// kernels of kernels.cu or cuBLAS. float32 only; the CUDA calls' statuses are all checked and
+// kernels (kernels.h) or cuBLAS. float32 only; the CUDA calls' statuses are all checked and
 // a failure names the call and the kernel.
 #include "normlab/cuda_backend.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <climits>
 #include <cstring>
 #include <cmath>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -247,8 +249,7 @@ class CudaBackend final : public Backend {
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
     expect(kn, "beta", beta, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), fp(mean), fp(rstd), nullptr, x.raw(), nullptr,
-                       1.0f, gamma.raw(), beta.raw(), n, d, static_cast<float>(eps), false);
+    cuda::layernorm_forward(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, static_cast<float>(eps));
   }
 
   void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
@@ -264,8 +265,8 @@ class CudaBackend final : public Backend {
     expect(kn, "mean", mean, n);
     expect(kn, "rstd", rstd, n);
     float* work = (dgamma || dbeta) ? work_floats(cuda::column_work(n, d), kn) : nullptr;
-    cuda::norm_backward(cuda::Storage::f32, fp(dx), fp(dgamma), fp(dbeta), dy.raw(), x.raw(),
-                        gamma.raw(), fp(mean), fp(rstd), n, d, false, work);
+    cuda::layernorm_backward(fp(dx), fp(dgamma), fp(dbeta), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d,
+                             work);
   }
 
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
@@ -275,8 +276,7 @@ class CudaBackend final : public Backend {
     expect(kn, "rstd", rstd, n);
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), nullptr, fp(rstd), nullptr, x.raw(), nullptr,
-                       1.0f, gamma.raw(), nullptr, n, d, static_cast<float>(eps), true);
+    cuda::rmsnorm_forward(fp(y), fp(rstd), fp(x), fp(gamma), n, d, static_cast<float>(eps));
   }
 
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
@@ -289,8 +289,7 @@ class CudaBackend final : public Backend {
     expect(kn, "gamma", gamma, d);
     expect(kn, "rstd", rstd, n);
     float* work = dgamma ? work_floats(cuda::column_work(n, d), kn) : nullptr;
-    cuda::norm_backward(cuda::Storage::f32, fp(dx), fp(dgamma), nullptr, dy.raw(), x.raw(),
-                        gamma.raw(), nullptr, fp(rstd), n, d, true, work);
+    cuda::rmsnorm_backward(fp(dx), fp(dgamma), fp(dy), fp(x), fp(gamma), fp(rstd), n, d, work);
   }
 
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
@@ -305,9 +304,8 @@ class CudaBackend final : public Backend {
     expect(kn, "b", b, n * d);
     expect(kn, "gamma", gamma, d);
     expect(kn, "beta", beta, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), fp(mean), fp(rstd), s.raw(), a.raw(), b.raw(),
-                       static_cast<float>(alpha), gamma.raw(), beta.raw(), n, d,
-                       static_cast<float>(eps), false);
+    cuda::add_layernorm_forward(fp(s), fp(y), fp(mean), fp(rstd), fp(a), fp(b), static_cast<float>(alpha),
+                                fp(gamma), fp(beta), n, d, static_cast<float>(eps));
   }
 
   void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
@@ -320,9 +318,8 @@ class CudaBackend final : public Backend {
     expect(kn, "a", a, n * d);
     expect(kn, "b", b, n * d);
     expect(kn, "gamma", gamma, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), nullptr, fp(rstd), s.raw(), a.raw(), b.raw(),
-                       static_cast<float>(alpha), gamma.raw(), nullptr, n, d,
-                       static_cast<float>(eps), true);
+    cuda::add_rmsnorm_forward(fp(s), fp(y), fp(rstd), fp(a), fp(b), static_cast<float>(alpha), fp(gamma), n, d,
+                              static_cast<float>(eps));
   }
 
   // ---- softmax -----------------------------------------------------------------------------------
@@ -695,19 +692,34 @@ CudaNormTiming cuda::time_norm(const CudaNormCase& c) {
     upload(xs.back()->p, hx);
     upload(dys.back()->p, hdy);
   }
-  const cuda::Storage st = c.bf16 ? cuda::Storage::bf16 : cuda::Storage::f32;
   const float eps = 1e-5f;
-  auto fwd = [&](int i) {
-    const int k = i % sets;
-    cuda::norm_forward(st, ys[k]->p, c.rms ? nullptr : means[k]->f(), rstds[k]->f(), nullptr, xs[k]->p,
-                       nullptr, 1.0f, gamma.p, c.rms ? nullptr : beta.p, n, d, eps, c.rms);
+  auto norm_calls = [&](auto tag) {
+    using T = decltype(tag);
+    auto fwd = [&](int i) {
+      const int k = i % sets;
+      T* y = static_cast<T*>(ys[k]->p);
+      const T* x = static_cast<const T*>(xs[k]->p);
+      if (c.rms)
+        cuda::rmsnorm_forward<T>(y, rstds[k]->f(), x, static_cast<const T*>(gamma.p), n, d, eps);
+      else
+        cuda::layernorm_forward<T>(y, means[k]->f(), rstds[k]->f(), x, static_cast<const T*>(gamma.p),
+                                   static_cast<const T*>(beta.p), n, d, eps);
+    };
+    auto bwd = [&](int i) {
+      const int k = i % sets;
+      T* dx = static_cast<T*>(dxs[k]->p);
+      const T* dy = static_cast<const T*>(dys[k]->p);
+      const T* x = static_cast<const T*>(xs[k]->p);
+      if (c.rms)
+        cuda::rmsnorm_backward<T>(dx, dgamma.f(), dy, x, static_cast<const T*>(gamma.p), rstds[k]->f(), n, d,
+                                  work.f());
+      else
+        cuda::layernorm_backward<T>(dx, dgamma.f(), dbeta.f(), dy, x, static_cast<const T*>(gamma.p),
+                                    means[k]->f(), rstds[k]->f(), n, d, work.f());
+    };
+    return std::make_pair(std::function<void(int)>(fwd), std::function<void(int)>(bwd));
   };
-  auto bwd = [&](int i) {
-    const int k = i % sets;
-    cuda::norm_backward(st, dxs[k]->p, dgamma.f(), c.rms ? nullptr : dbeta.f(), dys[k]->p,
-                        xs[k]->p, gamma.p, c.rms ? nullptr : means[k]->f(), rstds[k]->f(), n, d, c.rms,
-                        work.f());
-  };
+  const auto [fwd, bwd] = c.bf16 ? norm_calls(__nv_bfloat16{}) : norm_calls(float{});
   CudaNormTiming out;
   std::vector<double> f = time_calls(c.warmup, c.repeats, kn, fwd);
   for (int k = 0; k < sets; ++k) fwd(k);  // every set's statistics (and y) for what follows
