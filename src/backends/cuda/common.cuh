@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels.h"
 #include "launch.h"
@@ -135,7 +136,8 @@ __device__ inline void load_unit<float, 4>(const float* row, int64_t u, float (&
 template <>
 __device__ inline void load_unit<__nv_bfloat16, 8>(const __nv_bfloat16* row, int64_t u, float (&v)[8]) {
   const uint4 q = reinterpret_cast<const uint4*>(row)[u];
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&q);
+  __nv_bfloat162 h[4];
+  memcpy(h, &q, sizeof q);  // not a pointer cast: the host compiler (cuda-sim) assumes no such aliasing
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float2 f = __bfloat1622float2(h[k]);
@@ -160,10 +162,11 @@ __device__ inline void store_unit<float, 4>(float* row, int64_t u, const float (
 }
 template <>
 __device__ inline void store_unit<__nv_bfloat16, 8>(__nv_bfloat16* row, int64_t u, const float (&v)[8]) {
-  uint4 q;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&q);
+  __nv_bfloat162 h[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  uint4 q;
+  memcpy(&q, h, sizeof q);
   reinterpret_cast<uint4*>(row)[u] = q;
 }
 
