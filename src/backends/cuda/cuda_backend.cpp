@@ -5,17 +5,13 @@
 #include "normlab/cuda_backend.h"
 
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstring>
 #include <cmath>
-#include <functional>
 #include <mutex>
-#include <vector>
 
 #include "flavor.h"
 #include "kernels.h"
@@ -90,8 +86,10 @@ void install_memory_hooks() {
   });
 }
 
+}  // namespace
+
 // Device 0 usable, or a UsageError naming why not.
-void require_device() {
+void cuda::require_device() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess)
@@ -101,6 +99,8 @@ void require_device() {
   // Device 0 is the runtime's default; nothing here creates a context (CUDA 12+ creates one
   // in cudaSetDevice), so that registering the backend costs a CPU-only command nothing.
 }
+
+namespace {
 
 // ---- argument checks ----------------------------------------------------------------------------
 void expect(const char* kernel, const char* arg, const Tensor& t, int64_t numel) {
@@ -127,7 +127,7 @@ int to_int(int64_t v, const char* what, const char* kernel) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    require_device();
+    cuda::require_device();
     install_memory_hooks();
   }
   // The backend lives in the registry, a static destroyed at exit after the CUDA runtime has
@@ -576,233 +576,5 @@ std::unique_ptr<Backend> cuda::make_backend() { return std::make_unique<CudaBack
 
 void cuda::set_tf32(bool on) { g_tf32.store(on); }
 bool cuda::tf32() { return g_tf32.load(); }
-
-// ============================================================================================
-// bench
-// ============================================================================================
-
-namespace {
-
-// Device buffers freed on scope exit.
-struct DeviceBuffer {
-  void* p = nullptr;
-  DeviceBuffer(size_t bytes, const char* kn) {
-    check(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc", kn);
-  }
-  ~DeviceBuffer() { (void)cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* f() const { return static_cast<float*>(p); }
-};
-
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  explicit Events(const char* kn) {
-    check(cudaEventCreate(&start), "cudaEventCreate", kn);
-    check(cudaEventCreate(&stop), "cudaEventCreate", kn);
-  }
-  ~Events() {
-    (void)cudaEventDestroy(start);
-    (void)cudaEventDestroy(stop);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-};
-
-template <class F>
-std::vector<double> time_calls(int warmup, int repeats, const char* kn, F&& call) {
-  Events ev(kn);
-  for (int i = 0; i < warmup; ++i) call(i);
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", kn);
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    check(cudaEventRecord(ev.start), "cudaEventRecord", kn);
-    call(warmup + i);
-    check(cudaEventRecord(ev.stop), "cudaEventRecord", kn);
-    check(cudaEventSynchronize(ev.stop), "cudaEventSynchronize", kn);
-    float t = 0;
-    check(cudaEventElapsedTime(&t, ev.start, ev.stop), "cudaEventElapsedTime", kn);
-    ms.push_back(t);
-  }
-  return ms;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-double minimum(const std::vector<double>& v) {
-  return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
-}
-
-// Deterministic pseudo-random inputs (no dependence on the RNG layers above).
-std::vector<float> inputs(int64_t count, uint64_t seed, double mean, double spread) {
-  std::vector<float> v(static_cast<size_t>(count));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    const double u = static_cast<double>(s >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
-    x = static_cast<float>(mean + spread * (2.0 * u - 1.0));
-  }
-  return v;
-}
-
-}  // namespace
-
-CudaNormTiming cuda::time_norm(const CudaNormCase& c) {
-  const char* kn = c.rms ? "bench rmsnorm" : "bench layernorm";
-  require_device();
-  NL_CHECK(c.rows > 0 && c.d > 0, "cuda {}: empty shape {}x{}", kn, c.rows, c.d);
-  const int64_t n = c.rows, d = c.d, numel = n * d;
-  const size_t es = c.bf16 ? 2 : 4;
-  const size_t bytes = static_cast<size_t>(numel) * es;
-  // Rotate through enough buffer sets that a case touches >= 1 GiB before it sees one again
-  // (the L2 is 50-60 MiB on an H100/H200): timings of memory, not of cache.
-  const size_t target = size_t(1) << 30;
-  const int sets = static_cast<int>(std::max<size_t>(1, std::min<size_t>(1024, target / std::max<size_t>(bytes * 2, 1))));
-  std::vector<std::unique_ptr<DeviceBuffer>> xs, ys, dys, dxs, means, rstds;
-  DeviceBuffer gamma(static_cast<size_t>(d) * es, kn), beta(static_cast<size_t>(d) * es, kn);
-  DeviceBuffer dgamma(static_cast<size_t>(d) * 4, kn), dbeta(static_cast<size_t>(d) * 4, kn);
-  DeviceBuffer work(static_cast<size_t>(cuda::column_work(n, d)) * 4, kn);
-  DeviceBuffer staging(static_cast<size_t>(numel) * 4, kn);
-
-  const std::vector<float> hx = inputs(numel, 1, 0.5, 2.0), hdy = inputs(numel, 2, 0.0, 1.0);
-  const std::vector<float> hg = inputs(d, 3, 1.0, 0.5), hb = inputs(d, 4, 0.0, 0.5);
-  auto upload = [&](void* dst, const std::vector<float>& src) {
-    if (!c.bf16) {
-      check(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", kn);
-      return;
-    }
-    check(cudaMemcpy(staging.p, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", kn);
-    cuda::f32_to_bf16(dst, staging.f(), static_cast<int64_t>(src.size()));
-  };
-  upload(gamma.p, hg);
-  upload(beta.p, hb);
-  for (int i = 0; i < sets; ++i) {
-    xs.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    ys.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    dys.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    dxs.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    means.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 4, kn));
-    rstds.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 4, kn));
-    upload(xs.back()->p, hx);
-    upload(dys.back()->p, hdy);
-  }
-  const float eps = 1e-5f;
-  auto norm_calls = [&](auto tag) {
-    using T = decltype(tag);
-    auto fwd = [&](int i) {
-      const int k = i % sets;
-      T* y = static_cast<T*>(ys[k]->p);
-      const T* x = static_cast<const T*>(xs[k]->p);
-      if (c.rms)
-        cuda::rmsnorm_forward<T>(y, rstds[k]->f(), x, static_cast<const T*>(gamma.p), n, d, eps);
-      else
-        cuda::layernorm_forward<T>(y, means[k]->f(), rstds[k]->f(), x, static_cast<const T*>(gamma.p),
-                                   static_cast<const T*>(beta.p), n, d, eps);
-    };
-    auto bwd = [&](int i) {
-      const int k = i % sets;
-      T* dx = static_cast<T*>(dxs[k]->p);
-      const T* dy = static_cast<const T*>(dys[k]->p);
-      const T* x = static_cast<const T*>(xs[k]->p);
-      if (c.rms)
-        cuda::rmsnorm_backward<T>(dx, dgamma.f(), dy, x, static_cast<const T*>(gamma.p), rstds[k]->f(), n, d,
-                                  work.f());
-      else
-        cuda::layernorm_backward<T>(dx, dgamma.f(), dbeta.f(), dy, x, static_cast<const T*>(gamma.p),
-                                    means[k]->f(), rstds[k]->f(), n, d, work.f());
-    };
-    return std::make_pair(std::function<void(int)>(fwd), std::function<void(int)>(bwd));
-  };
-  const auto [fwd, bwd] = c.bf16 ? norm_calls(__nv_bfloat16{}) : norm_calls(float{});
-  CudaNormTiming out;
-  std::vector<double> f = time_calls(c.warmup, c.repeats, kn, fwd);
-  for (int k = 0; k < sets; ++k) fwd(k);  // every set's statistics (and y) for what follows
-  std::vector<double> b = time_calls(c.warmup, c.repeats, kn, bwd);
-  for (int k = 0; k < sets; ++k) bwd(k);
-  out.fwd_ms = median(f);
-  out.fwd_min_ms = minimum(f);
-  out.bwd_ms = median(b);
-  out.bwd_min_ms = minimum(b);
-  // Bytes a call must move: forward reads x, writes y; backward reads x and dy, writes dx (the
-  // parameters and per-row statistics are ignored: < 1% at these shapes).
-  out.fwd_bytes = 2.0 * static_cast<double>(bytes);
-  out.bwd_bytes = 3.0 * static_cast<double>(bytes);
-
-  // Check the first rows against a double-precision computation on the host, from the values
-  // the device actually holds (bf16-rounded inputs for bf16).
-  const int64_t rows = std::min<int64_t>(n, 4);
-  auto fetch = [&](const void* src, int64_t count) {
-    std::vector<float> h(static_cast<size_t>(count));
-    if (!c.bf16) {
-      check(cudaMemcpy(h.data(), src, h.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
-    } else {
-      std::vector<uint16_t> raw(static_cast<size_t>(count));
-      check(cudaMemcpy(raw.data(), src, raw.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
-      for (size_t i = 0; i < raw.size(); ++i) {
-        const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
-        float v;
-        std::memcpy(&v, &bits, 4);
-        h[i] = v;
-      }
-    }
-    return h;
-  };
-  const std::vector<float> x0 = fetch(xs[0]->p, rows * d), dy0 = fetch(dys[0]->p, rows * d);
-  const std::vector<float> g0 = fetch(gamma.p, d), b0 = fetch(beta.p, d);
-  const std::vector<float> y0 = fetch(ys[0]->p, rows * d), dx0 = fetch(dxs[0]->p, rows * d);
-  double ef = 0, eb = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* xr = x0.data() + i * d;
-    const float* dyr = dy0.data() + i * d;
-    double mu = 0, var = 0;
-    if (!c.rms) {
-      for (int64_t j = 0; j < d; ++j) mu += xr[j];
-      mu /= static_cast<double>(d);
-    }
-    for (int64_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-    var /= static_cast<double>(d);
-    const double rs = 1.0 / std::sqrt(var + eps);
-    double mg = 0, mgx = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double xhat = (xr[j] - mu) * rs;
-      const double want = g0[j] * xhat + (c.rms ? 0.0 : b0[j]);
-      ef = std::max(ef, std::fabs(y0[i * d + j] - want) / (1.0 + std::fabs(want)));
-      const double g = double(dyr[j]) * g0[j];
-      mg += g;
-      mgx += g * xhat;
-    }
-    mg = c.rms ? 0.0 : mg / static_cast<double>(d);
-    mgx /= static_cast<double>(d);
-    for (int64_t j = 0; j < d; ++j) {
-      const double xhat = (xr[j] - mu) * rs;
-      const double want = rs * (double(dyr[j]) * g0[j] - mg - xhat * mgx);
-      eb = std::max(eb, std::fabs(dx0[i * d + j] - want) / (1.0 + std::fabs(want)));
-    }
-  }
-  out.fwd_max_err = ef;
-  out.bwd_max_err = eb;
-  return out;
-}
-
-CudaCopyBandwidth cuda::copy_bandwidth(size_t bytes, int repeats) {
-  const char* kn = "bench copy";
-  require_device();
-  DeviceBuffer a(bytes, kn), b(bytes, kn);
-  check(cudaMemset(a.p, 1, bytes), "cudaMemset", kn);
-  CudaCopyBandwidth out;
-  const std::vector<double> m = time_calls(3, repeats, kn, [&](int) {
-    check(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync", kn);
-  });
-  const std::vector<double> k = time_calls(3, repeats, kn, [&](int) { cuda::copy_kernel(b.p, a.p, bytes); });
-  out.memcpy_gbs = 2.0 * static_cast<double>(bytes) / (median(m) * 1e-3) / 1e9;
-  out.kernel_gbs = 2.0 * static_cast<double>(bytes) / (median(k) * 1e-3) / 1e9;
-  return out;
-}
 
 }  // namespace normlab

@@ -114,10 +114,4 @@ void row_norms(float* norms, const float* x, int64_t n, int64_t d);
 void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
                            int64_t h, int64_t dh, double scale);
 
-// ---- norm_bench.cu: the bench's own kernels ------------------------------------------------------
-void f32_to_bf16(void* out, const float* x, int64_t n);
-// A device-to-device copy kernel (16-byte loads and stores) that bench times as the bandwidth
-// limit next to cudaMemcpy.
-void copy_kernel(void* out, const void* x, size_t bytes);
-
 }  // namespace normlab::cuda
