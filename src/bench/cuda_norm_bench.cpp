@@ -172,7 +172,8 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
       ds.bf16 = bf16;
       log(fmt::format("{} {} on {}: {} buffer set(s)", shape.str(), dtype, opt.device, ds.sets));
       DeviceSets dev(opt.device, ds);
-      if (report.context.device.empty()) report.context.device = opt.device + ": " + (sim ? cuda_sim_summary() : cuda_summary());
+      if (report.context.device.empty())
+        report.context.device = opt.device + ": " + (sim ? cuda_sim_summary() : cuda_summary());
 
       RowPlace place;
       place.device = opt.device;
@@ -195,8 +196,9 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
       const BufferSet& set0 = pool.set(0);
       if (copies) {
         dev.put(A::x, set0.x);
-        for (const auto& [impl, prov, op] : {std::tuple{"loop", "normlab (16-byte copy kernel)", CudaBenchOp::copy_kernel},
-                                            std::tuple{"memcpy", "CUDA (cudaMemcpy)", CudaBenchOp::copy_memcpy}}) {
+        for (const auto& [impl, prov, op] :
+             {std::tuple{"loop", "normlab (16-byte copy kernel)", CudaBenchOp::copy_kernel},
+              std::tuple{"memcpy", "CUDA (cudaMemcpy)", CudaBenchOp::copy_memcpy}}) {
           NormRow row = base_row("copy", impl, prov, "copy");
           row.verify = verify_copy(dev, op, ds, row.name());
           if (!row.verify.pass) row.status = "rejected";
@@ -212,8 +214,9 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
           row.verify = verify_norm(m, p, args_for(pool, 0, to_string(norm), p, eps, opt.add_alpha));
           if (!row.verify.pass) {
             row.status = "rejected";
-            row.verify.report += fmt::format(" (rerun: normlab bench norms --device {} --dtypes {} --pass {} --shapes {})",
-                                             opt.device, dtype, to_string(p), shape.str());
+            row.verify.report +=
+                fmt::format(" (rerun: normlab bench norms --device {} --dtypes {} --pass {} --shapes {})", opt.device,
+                            dtype, to_string(p), shape.str());
             log(fmt::format("REJECTED {}: {}", row.name(), row.verify.report));
           } else {
             log(fmt::format("verified {} (max |diff| {:.2g} in {})", row.name(), row.verify.max_abs_err,

@@ -117,8 +117,8 @@ std::vector<NamedStats> base_entries(const std::string& base_file) {
   return base_file.empty() ? std::vector<NamedStats>{} : timed_entries_from_json(read_file(base_file), base_file);
 }
 
-void print_compare(const std::string& base_file, const std::vector<NamedStats>& base, const std::vector<NamedStats>& now,
-                   Format f) {
+void print_compare(const std::string& base_file, const std::vector<NamedStats>& base,
+                   const std::vector<NamedStats>& now, Format f) {
   const std::vector<CompareRow> rows = compare(base, now);
   if (f == Format::json) {
     std::fprintf(stderr, "comparison with %s:\n%s", base_file.c_str(), render(rows, Format::table).c_str());

@@ -374,7 +374,8 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a);
 // PyTorch's rows from scripts/torch_bench.py, run as `python3 SCRIPT ...` with the same shapes,
 // threads, passes (fwd, bwd: it has no add+norm) and rotation as `opt`, once for the memory-bound
 // shapes and once (--resident) for the resident ones; for opt.device "cuda", once with
-// --device cuda and opt.dtypes (PyTorch's CUDA kernels, timed with CUDA events). Returns false (and says why in `why`) when
+// --device cuda and opt.dtypes (PyTorch's CUDA kernels, timed with CUDA events).
+// Returns false (and says why in `why`) when
 // python3 cannot import torch, only addfwd is asked for, or a run of the script fails; the rows
 // of the runs that succeeded are appended to `report` and derive() is called again.
 struct TorchOptions {
