@@ -4,12 +4,16 @@
 #   1. builds normlab with the CUDA backend required (NORMLAB_CUDA=ON) for sm_90 + PTX, in build-gpu/
 #   2. runs the GPU tests: every Kernel* cross-backend test against the reference for "cuda"
 #      (outputs poisoned with NaN before each kernel) and the Cuda* tests, with
-#      NORMLAB_CUDA_SYNC=1 so that a faulting kernel is named
+#      NORMLAB_CUDA_SYNC=1 so that a faulting kernel is named and NORMLAB_REQUIRE_CUDA=1 so that
+#      a test that would skip for want of a GPU fails instead
 #   3. gradcheck --device cuda: float32 GPU gradients against the float64 reference
-#   4. bench norms --device cuda, f32 and bf16, default shapes + 16384x8192, with the device copy
-#      bandwidth measured in the same run
-#   5. torch.nn.functional.layer_norm / rms_norm on the same shapes (skipped when torch is not
-#      importable or has no CUDA)
+#   4. bench norms --device cuda, f32 and bf16, default shapes + 16384x8192: every case checked
+#      against the reference kernels, then timed with CUDA events against the device's copy
+#      kernel and cudaMemcpy on the same rotated buffers
+#   5. PyTorch's LayerNorm / RMSNorm on the same shapes, dtypes and rotation, in the same
+#      document: scripts/torch_bench.py --device cuda, run by step 4's --with-torch (its rows
+#      checked against float64 and timed with CUDA events; missing when torch is not importable
+#      or has no CUDA)
 #   6. 200 steps of the toy model on cpu and on cuda, same seed: loss curves compared (1e-3 relative)
 #   7. a summary table, last; also written to results/bench-gpu.md
 # Exit status: 0 when every check passed, 1 otherwise (the summary says which).
@@ -53,11 +57,12 @@ NL="$ROOT/$BUILD/normlab"
 "$NL" --version
 # --version does not load the CUDA module (docs/cuda.md); a command that asks for the device does,
 # and names it.
-if dev=$("$NL" bench norms --device cuda --shapes 1x8x64 --repeats 1 2>&1 | grep -m1 -E '^(device:|error:)'); then echo "$dev"; fi
+if dev=$("$NL" bench norms --device cuda --shapes 1x8x64 --pass fwd --repeats 1 --min-time 0 --footprint-mib 1 2>&1 |
+         grep -m1 -E '^(device:|error:)'); then echo "$dev"; fi
 if [[ ${dev:-} == *"device(s)"* ]]; then result[device]=ok; else result[device]="no device"; fail "the binary sees no CUDA device"; fi
 
 step "2. GPU tests (Kernel*/cuda, Cuda*)"
-if NORMLAB_CUDA_SYNC=1 timeout 240 "$BUILD/test_backends" --gtest_filter='*Kernel*/cuda:Cuda*' \
+if NORMLAB_CUDA_SYNC=1 NORMLAB_REQUIRE_CUDA=1 timeout 240 "$BUILD/test_backends" --gtest_filter='*Kernel*/cuda:Cuda*' \
      --gtest_brief=1 >"$OUT/gpu-tests.txt" 2>&1; then
   result[tests]="ok ($(grep -c '^\[       OK \]' "$OUT/gpu-tests.txt" || true) passed)"
 else
@@ -76,66 +81,16 @@ else
 fi
 tail -3 "$OUT/gradcheck.txt"
 
-step "4. bench norms --device cuda ($SHAPES; f32, bf16)"
-if timeout 240 "$NL" bench norms --device cuda --dtypes f32,bf16 --shapes "$SHAPES" --repeats 20 \
-     --out "$OUT/bench-cuda.json" >"$OUT/bench-cuda.txt" 2>&1; then
+step "4-5. bench norms --device cuda ($SHAPES; f32, bf16), PyTorch's rows beside them"
+PY=${PYTHON:-python3}
+if timeout 900 "$NL" bench norms --device cuda --dtypes f32,bf16 --shapes "$SHAPES" --repeats 20 \
+     --with-torch --python "$PY" --out "$OUT/bench-cuda.json" >"$OUT/bench-cuda.txt" 2>&1; then
   result[bench]=ok
 else
   result[bench]=FAILED
   fail "bench norms --device cuda failed (see $OUT/bench-cuda.txt)"
 fi
 cat "$OUT/bench-cuda.txt"
-
-step "5. PyTorch's layer_norm / rms_norm on the same shapes"
-PY=${PYTHON:-python3}
-timeout 180 "$PY" - "$SHAPES" "$OUT/torch-cuda.json" <<'EOF' 2>&1 | tee "$OUT/torch-cuda.txt"
-import json, sys
-shapes, out = sys.argv[1].split(","), sys.argv[2]
-try:
-    import torch
-    import torch.nn.functional as F
-    assert torch.cuda.is_available(), "torch sees no CUDA device"
-except Exception as e:  # no torch, or no CUDA build of it
-    print(f"torch: skipped ({e})")
-    json.dump({"skipped": str(e)}, open(out, "w"))
-    sys.exit(0)
-rows = []
-def timed(fn, reps=20, warm=3):
-    for _ in range(warm): fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
-for s in shapes:
-    B, T, D = (int(v) for v in s.split("x"))
-    for dt in (torch.float32, torch.bfloat16):
-        for norm in ("layernorm", "rmsnorm"):
-            if norm == "rmsnorm" and not hasattr(F, "rms_norm"):
-                continue
-            x = torch.randn(B * T, D, device="cuda", dtype=dt).mul_(2).add_(0.5).requires_grad_(True)
-            w = torch.randn(D, device="cuda", dtype=dt).mul_(0.5).add_(1).requires_grad_(True)
-            bias = torch.randn(D, device="cuda", dtype=dt).mul_(0.5).requires_grad_(True)
-            dy = torch.randn_like(x)
-            f = (lambda: F.layer_norm(x, (D,), w, bias, 1e-5)) if norm == "layernorm" else (lambda: F.rms_norm(x, (D,), w, 1e-5))
-            with torch.no_grad():
-                fwd = timed(f)
-            y = f()
-            params = (x, w, bias) if norm == "layernorm" else (x, w)
-            bwd = timed(lambda: torch.autograd.grad(y, params, dy, retain_graph=True))
-            es = x.element_size()
-            n = B * T * D
-            rows.append({"norm": norm, "dtype": "bf16" if dt == torch.bfloat16 else "f32", "shape": s,
-                         "fwd_ms": fwd, "bwd_ms": bwd, "fwd_gbs": 2 * n * es / fwd / 1e6, "bwd_gbs": 3 * n * es / bwd / 1e6})
-            r = rows[-1]
-            print(f"torch {norm:9s} {r['dtype']:4s} {s:14s} fwd {1e3*fwd:9.1f} us {r['fwd_gbs']:7.1f} GB/s   bwd {1e3*bwd:9.1f} us {r['bwd_gbs']:7.1f} GB/s")
-            del x, w, bias, dy, y
-            torch.cuda.empty_cache()
-json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "rows": rows}, open(out, "w"), indent=1)
-EOF
 
 step "6. $STEPS toy steps, cpu vs cuda, same seed"
 train_ok=1
@@ -159,8 +114,9 @@ build, device, tests, gradcheck, bench, seconds = sys.argv[4:10]
 def load(p):
     try: return json.load(open(p))
     except Exception: return None
-cuda = load(os.path.join(out, "bench-cuda.json")) or {}
-torch = load(os.path.join(out, "torch-cuda.json")) or {}
+doc = load(os.path.join(out, "bench-cuda.json")) or {}
+ctx = doc.get("context", {})
+rows = [r for r in doc.get("benchmarks", []) if r.get("device") == "cuda"]
 lines, ok = [], True
 # loss curves
 curve_line = "not run"
@@ -184,23 +140,45 @@ if train_ok:
 else:
     ok = False
 ok = ok and build == "ok" and device == "ok" and tests.startswith("ok") and gradcheck == "ok" and bench == "ok"
-tmap = {(r["norm"], r["dtype"], r["shape"]): r for r in torch.get("rows", [])}
+# bench norms' document (docs/bench.md): one row per (norm, impl, pass, shape, dtype).
+def key(r):
+    return (r["norm"], r["impl"], r["pass"], "x".join(str(v) for v in r["shape"]), r.get("dtype", "f32"))
+at = {key(r): r for r in rows}
+def us(r):
+    m = (r or {}).get("aggregates", {}).get("median")
+    return f"{m:.1f}" if r and r.get("status") == "ok" and m is not None else "-"
+def counter(r, name, spec, unit=""):
+    v = (r or {}).get("counters", {}).get(name)
+    return format(v, spec) + unit if r and r.get("status") == "ok" and v is not None else "-"
+torch_ver = ctx.get("library_versions", {}).get("PyTorch")
+torch_note = f"PyTorch {torch_ver} (scripts/torch_bench.py --device cuda)" if torch_ver else "PyTorch: not run (see bench-cuda.txt)"
+rejected = [r["name"] for r in doc.get("benchmarks", []) if r.get("status") != "ok"]
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 md = ["# GPU check (scripts/gpu_check.sh)", "",
       f"Run {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}, commit {commit}, {seconds} s.",
-      f"Device: {cuda.get('device', '?')}; PyTorch: {torch.get('torch', torch.get('skipped', 'not run'))}.", "",
-      f"Copy bandwidth (device to device, read + write): cudaMemcpy {cuda.get('copy_memcpy_gbs', float('nan')):.1f} GB/s, "
-      f"copy kernel {cuda.get('copy_kernel_gbs', float('nan')):.1f} GB/s; % columns are of the larger.", "",
-      "| norm | dtype | shape | fwd us | fwd GB/s | fwd % copy | bwd us | bwd GB/s | bwd % copy | torch fwd us | torch bwd us | vs torch fwd | vs torch bwd |",
-      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-for r in cuda.get("rows", []):
-    t = tmap.get((r["norm"], r["dtype"], r["shape"]))
-    tf = f"{1e3*t['fwd_ms']:.1f}" if t else "-"
-    tb = f"{1e3*t['bwd_ms']:.1f}" if t else "-"
-    sf = f"{t['fwd_ms']/r['fwd_ms']:.2f}x" if t else "-"
-    sb = f"{t['bwd_ms']/r['bwd_ms']:.2f}x" if t else "-"
-    md.append(f"| {r['norm']} | {r['dtype']} | {r['shape']} | {1e3*r['fwd_ms']:.1f} | {r['fwd_gbs']:.0f} | {r['fwd_pct_copy']:.0f} | "
-              f"{1e3*r['bwd_ms']:.1f} | {r['bwd_gbs']:.0f} | {r['bwd_pct_copy']:.0f} | {tf} | {tb} | {sf} | {sb} |")
+      f"Device: {ctx.get('device', '?')}; {torch_note}.", "",
+      "Times are medians per call (us), each call on the next of the rotated device buffer sets, timed with CUDA "
+      "events; % copy is of normlab's copy kernel on the same buffers (copy GB/s; cudaMemcpy beside it); every row "
+      "was checked against the float64 reference first (bf16: with bf16's rounding).", "",
+      "| norm | dtype | shape | copy GB/s | cudaMemcpy GB/s | fwd us | fwd GB/s | fwd % copy | bwd us | bwd GB/s | bwd % copy | addfwd us | torch fwd us | torch bwd us | vs torch fwd | vs torch bwd |",
+      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+seen = []
+for r in rows:
+    k = (r["norm"], "x".join(str(v) for v in r["shape"]), r.get("dtype", "f32"))
+    if r["norm"] == "copy" or k in seen:
+        continue
+    seen.append(k)
+    norm, shape, dt = k
+    f, b, a = at.get((norm, "fused", "fwd", shape, dt)), at.get((norm, "fused", "bwd", shape, dt)), at.get((norm, "fused", "addfwd", shape, dt))
+    tf, tb = at.get((norm, "torch", "fwd", shape, dt)), at.get((norm, "torch", "bwd", shape, dt))
+    cl = next((x for x in rows if x["norm"] == "copy" and x["impl"] == "loop" and key(x)[3] == shape), None)
+    cm = next((x for x in rows if x["norm"] == "copy" and x["impl"] == "memcpy" and key(x)[3] == shape), None)
+    md.append(f"| {norm} | {dt} | {shape} | {counter(cl, 'gb_per_s', '.0f')} | {counter(cm, 'gb_per_s', '.0f')} | "
+              f"{us(f)} | {counter(f, 'gb_per_s', '.0f')} | {counter(f, 'pct_of_copy_loop', '.0f')} | "
+              f"{us(b)} | {counter(b, 'gb_per_s', '.0f')} | {counter(b, 'pct_of_copy_loop', '.0f')} | {us(a)} | "
+              f"{us(tf)} | {us(tb)} | {counter(f, 'vs_torch', '.2f', 'x')} | {counter(b, 'vs_torch', '.2f', 'x')} |")
+if rejected:
+    md += ["", "Rejected (failed the check, not timed): " + ", ".join(rejected)]
 md += ["", "Targets (issue 15): forward >= 90% of copy at the large shapes, backward >= 75%; at least as fast as "
        "PyTorch (the 'vs torch' columns are torch time / normlab time: > 1 is faster than torch).", "",
        "| check | result |", "|---|---|",

@@ -6,7 +6,9 @@ the same table.
 
     python3 scripts/torch_bench.py --shapes 8x256x1024 --threads 1,2 --out torch.json
     python3 scripts/torch_bench.py --shapes 1x512x64 --resident --out torch-resident.json
+    python3 scripts/torch_bench.py --device cuda --dtypes f32,bf16 --out torch-cuda.json
     normlab bench norms --with-torch          (runs this script itself, once per kind of shape)
+    normlab bench norms --device cuda --with-torch     (this script with --device cuda)
 
 What is timed, per call (one call = one sample, each on the next buffer set; with --resident, one
 buffer set reused by every call and a sample is a batch of calls, as normlab times its resident
@@ -17,6 +19,14 @@ shapes):
   bwd  torch.autograd.grad(y, (x, weight[, bias]), dy, retain_graph=True): dx, dgamma, dbeta.
 Each is checked against a float64 computation of the formula before it is timed (the same
 tolerances as normlab's check); a wrong result is reported as "rejected" and not timed.
+
+--device cuda: the same on GPU 0, as `normlab bench norms --device cuda` times normlab's
+kernels: the buffers (x, dy, and the retained graphs of the backward) rotated through
+--footprint-bytes on the device, each call timed with CUDA events (one call per sample), the
+check run in float64 on the device. --dtypes bf16 makes x, dy and the parameters bf16 (PyTorch
+then computes in float32 inside its kernels and stores y, dx and the parameter gradients as
+bf16): those outputs get bf16's rounding, 2^-8 relative, on top of the tolerances. Rows are
+named <norm>.torch/<pass>/<shape>[/bf16]/cuda and carry "device" and "dtype".
 
 PyTorch allocates every output. glibc serves blocks over 32 MiB with mmap and returns them at
 free, so each call would pay page faults for its output (very slow under a hypervisor: 5x on
@@ -52,6 +62,9 @@ def parse_args():
     p.add_argument("--ln-eps", type=float, default=1e-5)
     p.add_argument("--rms-eps", type=float, default=1e-6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cpu (threads, default) or cuda: GPU 0, CUDA events, buffers on the device")
+    p.add_argument("--dtypes", default="f32", help="with --device cuda: f32, bf16 or f32,bf16 (storage)")
     p.add_argument("--allocator", default="auto", choices=["auto", "jemalloc", "glibc"],
                    help="auto: jemalloc when installed, else glibc (see above)")
     p.add_argument("--out", default="-", help="JSON file (default stdout)")
@@ -104,12 +117,13 @@ def stats(samples):
             "cv": sd / mean if mean > 0 else None, "spread": (v[-1] - v[0]) / med if med > 0 else None}
 
 
-def byte_counts(norm, pas, b, t, d):
-    """As normlab's norm_bytes(): data = the N x D arrays, params, stats (4-byte floats)."""
+def byte_counts(norm, pas, b, t, d, stored=4):
+    """As normlab's norm_bytes(): data = the N x D arrays, params, stats; the arrays and gamma/beta
+    `stored` bytes each (4, or 2 for bf16), statistics and dgamma/dbeta 4."""
     n, nd, ln = b * t, b * t * d, norm == "layernorm"
     if pas == "fwd":
-        return 2 * nd * 4, (2 if ln else 1) * d * 4, (2 if ln else 1) * n * 4
-    return 3 * nd * 4, (3 if ln else 2) * d * 4, (2 if ln else 1) * n * 4
+        return 2 * nd * stored, (2 if ln else 1) * d * stored, (2 if ln else 1) * n * 4
+    return 3 * nd * stored, d * stored + (2 if ln else 1) * d * 4, (2 if ln else 1) * n * 4
 
 
 def caches():
@@ -178,9 +192,13 @@ def resident_batch(call):
 ROWS_PER_CHUNK = 256  # float64 temporaries of 256 rows, not of the whole tensor
 
 
-def check_forward(norm, y, x, w, b, eps):
+# An output stored as bf16 is rounded once more, to 8 significant bits (norm_bench.cpp's rule).
+BF16_RTOL = 2.0 ** -8
+
+
+def check_forward(norm, y, x, w, b, eps, stored_rtol=0.0):
     """y against the float64 formula, chunk by chunk."""
-    ch = Check("y", 1e-4, 1e-4)  # tolerances as norm_bench.cpp's kTolRow
+    ch = Check("y", 1e-4, 1e-4 + stored_rtol)  # tolerances as norm_bench.cpp's kTolRow
     wd = w.double()
     for lo in range(0, x.shape[0], ROWS_PER_CHUNK):
         xd = x[lo:lo + ROWS_PER_CHUNK].double()
@@ -195,14 +213,15 @@ def check_forward(norm, y, x, w, b, eps):
     return [ch]
 
 
-def check_backward(norm, grads, x, dy, w, b, eps):
+def check_backward(norm, grads, x, dy, w, b, eps, stored_rtol=0.0):
     """dx, dgamma, dbeta against the float64 formulas; parameter gradients summed over chunks, their
-    tolerance scaled by sum_rows |term| (as norm_bench.cpp's kTolParam)."""
+    tolerance scaled by sum_rows |term| (as norm_bench.cpp's kTolParam). stored_rtol: PyTorch stores
+    all three in the parameters' dtype."""
     import torch
     d = x.shape[1]
-    cdx = Check("dx", 1e-4, 1e-4)
+    cdx = Check("dx", 1e-4, 1e-4 + stored_rtol)
     wd = w.double()
-    dg = torch.zeros(d, dtype=torch.float64)
+    dg = torch.zeros(d, dtype=torch.float64, device=x.device)
     db, adg, adb = torch.zeros_like(dg), torch.zeros_like(dg), torch.zeros_like(dg)
     for lo in range(0, x.shape[0], ROWS_PER_CHUNK):
         xd, dyd = x[lo:lo + ROWS_PER_CHUNK].double(), dy[lo:lo + ROWS_PER_CHUNK].double()
@@ -223,12 +242,12 @@ def check_backward(norm, grads, x, dy, w, b, eps):
         adb += dyd.abs().sum(0)
     cdx.finish()
     checks = [cdx]
-    cdg = Check("dgamma", 1e-5, 1e-4)
+    cdg = Check("dgamma", 1e-5, 1e-4 + stored_rtol)
     cdg.add(grads[1], dg, adg)
     cdg.finish()
     checks.append(cdg)
     if norm == "layernorm":
-        cdb = Check("dbeta", 1e-5, 1e-4)
+        cdb = Check("dbeta", 1e-5, 1e-4 + stored_rtol)
         cdb.add(grads[2], db, adb)
         cdb.finish()
         checks.append(cdb)
@@ -241,41 +260,75 @@ def main():
     import torch
 
     shapes = [parse_shape(s) for s in args.shapes.split(",")]
-    threads = [int(t) for t in args.threads.split(",")]
+    cuda = args.device == "cuda"
+    dtypes = []
+    for name in args.dtypes.split(","):
+        if name not in ("f32", "bf16") or (name == "bf16" and not cuda):
+            sys.exit("torch_bench.py: --dtypes takes f32%s, not '%s'" % (" and bf16" if cuda else " (bf16 needs --device cuda)", name))
+        if name not in dtypes:
+            dtypes.append(name)
+    if cuda and args.resident:
+        sys.exit("torch_bench.py: --resident is the cpu's caches; --device cuda rotates its buffers")
+    if cuda and not torch.cuda.is_available():
+        sys.exit("torch_bench.py: --device cuda: this PyTorch %s sees no CUDA device" % torch.__version__)
+    # On the device one call is one sample, timed with CUDA events; the thread count is the cpu's.
+    threads = [1] if cuda else [int(t) for t in args.threads.split(",")]
+    dev = torch.device("cuda" if cuda else "cpu")
     passes = ["fwd", "bwd"] if args.passes == "both" else [args.passes]
     norms = [n for n in ("layernorm", "rmsnorm") if n in args.impl.split(",")]
     if not hasattr(torch.nn, "RMSNorm"):
         norms = [n for n in norms if n != "rmsnorm"]
     provider = "PyTorch " + torch.__version__
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
     rows, warnings = [], []
     if allocator == "glibc":
         warnings.append("PyTorch ran on glibc malloc: outputs over 32 MiB are mmap'd and page-faulted on every call, "
                         "which can dominate its times; install libjemalloc2 (the script then preloads it)")
 
-    for (b, t, d) in shapes:
+    def rand(*size):
+        return torch.rand(*size, generator=gen, device=dev)
+
+    def timed(call, k, batch):
+        """Seconds of `batch` calls on set k: the device's clock (CUDA events), or the host's."""
+        if not cuda:
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                call(k)
+            return time.perf_counter() - t0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batch):
+            call(k)
+        end.record()
+        end.synchronize()
+        return 1e-3 * start.elapsed_time(end)
+
+    for (b, t, d), dtype in ((shape, dt) for shape in shapes for dt in dtypes):
         n = b * t
-        per_set = 2 * n * d * 4
+        tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+        stored = 2 if dtype == "bf16" else 4
+        stored_rtol = BF16_RTOL if dtype == "bf16" else 0.0
+        per_set = 2 * n * d * stored
         sets = 1 if args.resident else max(1, -(-args.footprint_bytes // per_set))
         # x: rows with offsets and scales that vary, as normlab's inputs; dy uniform in [-1, 1).
         xs, dys = [], []
         for _ in range(sets):
-            off = torch.rand(n, 1, generator=gen) * 2 - 1
-            scale = (0.5 + 1.5 * torch.rand(n, 1, generator=gen)) * 1.7320508
-            x = torch.rand(n, d, generator=gen)  # in place from here: no N x D temporaries
-            xs.append(x.mul_(2).sub_(1).mul_(scale).add_(off).requires_grad_(True))
-            dys.append(torch.rand(n, d, generator=gen).mul_(2).sub_(1))
+            off = rand(n, 1) * 2 - 1
+            scale = (0.5 + 1.5 * rand(n, 1)) * 1.7320508
+            x = rand(n, d)  # in place from here: no N x D temporaries
+            xs.append(x.mul_(2).sub_(1).mul_(scale).add_(off).to(tdt).requires_grad_(True))
+            dys.append(rand(n, d).mul_(2).sub_(1).to(tdt))
         mods = {}
         for norm in norms:
             if norm == "layernorm":
-                m = torch.nn.LayerNorm(d, eps=args.ln_eps)
+                m = torch.nn.LayerNorm(d, eps=args.ln_eps, device=dev, dtype=tdt)
                 with torch.no_grad():
-                    m.weight.copy_(0.5 + torch.rand(d, generator=gen))
-                    m.bias.copy_(torch.rand(d, generator=gen) - 0.5)
+                    m.weight.copy_(0.5 + rand(d))
+                    m.bias.copy_(rand(d) - 0.5)
             else:
-                m = torch.nn.RMSNorm(d, eps=args.rms_eps)
+                m = torch.nn.RMSNorm(d, eps=args.rms_eps, device=dev, dtype=tdt)
                 with torch.no_grad():
-                    m.weight.copy_(0.5 + torch.rand(d, generator=gen))
+                    m.weight.copy_(0.5 + rand(d))
             mods[norm] = m
 
         for nthreads in threads:
@@ -286,9 +339,10 @@ def main():
                 params = [m.weight] + ([m.bias] if norm == "layernorm" else [])
                 eps = args.ln_eps if norm == "layernorm" else args.rms_eps
                 for pas in passes:
-                    data, pbytes, sbytes = byte_counts(norm, pas, b, t, d)
-                    name = "%s.torch/%s/%dx%dx%d%s/threads:%d" % (norm, pas, b, t, d,
-                                                                   "/resident" if args.resident else "", nthreads)
+                    data, pbytes, sbytes = byte_counts(norm, pas, b, t, d, stored)
+                    name = "%s.torch/%s/%dx%dx%d%s%s/%s" % (norm, pas, b, t, d, "/resident" if args.resident else "",
+                                                           "/bf16" if dtype == "bf16" else "",
+                                                           "cuda" if cuda else "threads:%d" % nthreads)
                     case = {"norm": norm, "pass": pas, "name": name, "samples": [], "timed": 0.0,
                             "status": "ok", "verify": {"pass": True, "max_abs_err": 0.0, "worst_output": "",
                                                         "report": ""},
@@ -310,9 +364,11 @@ def main():
                 out = c["call"](0)  # as timed: y, or the gradients
                 with torch.no_grad():
                     if c["pass"] == "fwd":
-                        checks = check_forward(norm, out.detach(), xs[0].detach(), m.weight.detach(), bias, c["eps"])
+                        checks = check_forward(norm, out.detach(), xs[0].detach(), m.weight.detach(), bias, c["eps"],
+                                               stored_rtol)
                     else:
-                        checks = check_backward(norm, out, xs[0].detach(), dys[0], m.weight.detach(), bias, c["eps"])
+                        checks = check_backward(norm, out, xs[0].detach(), dys[0], m.weight.detach(), bias, c["eps"],
+                                                stored_rtol)
                 del out
                 worst = max(checks, key=lambda ch: ch.max_err)
                 c["verify"] = {"pass": all(ch.bad == 0 for ch in checks), "max_abs_err": worst.max_err,
@@ -340,10 +396,7 @@ def main():
                         continue
                     k = nxt % sets
                     nxt += 1
-                    t0 = time.perf_counter()
-                    for _ in range(c["batch"]):
-                        c["call"](k)
-                    s = time.perf_counter() - t0
+                    s = timed(c["call"], k, c["batch"])
                     c["samples"].append(s / c["batch"])
                     c["timed"] += s
                     c["done"] = len(c["samples"]) >= args.repeats and c["timed"] >= args.min_time
@@ -361,6 +414,7 @@ def main():
                     "bytes_per_second": data / st["median"] if st["median"] else None,
                     "label": "cache-resident" if ws < args.cache_resident_below else "memory",
                     "norm": c["norm"], "impl": "torch", "provider": provider, "pass": c["pass"], "shape": [b, t, d],
+                    "device": args.device, "dtype": dtype,
                     "resident": args.resident, "calls_per_sample": c["batch"],
                     "status": c["status"], "streaming_stores": False, "verify": c["verify"], "aggregates": us,
                     "counters": {"data_bytes": data, "param_bytes": pbytes, "stat_bytes": sbytes,
@@ -371,6 +425,8 @@ def main():
             cases.clear()  # the closures hold the retained graphs
         del xs, dys, mods
         gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
 
     doc = {
         "context": {
@@ -382,6 +438,7 @@ def main():
             "omp_proc_bind": os.environ.get("OMP_PROC_BIND", "false"),
             "threads_pinned": os.environ.get("OMP_PROC_BIND", "false").lower() not in ("", "false"),
             "footprint_target_bytes": args.footprint_bytes, "normlab_bench": "norms", "schema": "normlab-bench/1",
+            **({"device": "cuda: PyTorch %s, %s" % (torch.version.cuda, torch.cuda.get_device_name(0))} if cuda else {}),
             "warnings": warnings,
         },
         "benchmarks": rows,

@@ -110,27 +110,30 @@ int64_t norm_parameters(const std::string& norm, int64_t d) {
   return 0;
 }
 
-ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s) {
-  constexpr int64_t f = 4;  // sizeof(float)
+ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes) {
+  constexpr int64_t f = 4;  // sizeof(float): statistics, dgamma, dbeta
+  const int64_t e = stored_bytes;
   const int64_t nd = s.numel(), n = s.rows(), d = s.d;
   const bool ln = norm == "layernorm";
   ByteCount b;
   if (pass == "copy" || norm == "copy") {
-    b.data = 2 * nd * f;  // src read, dst written
+    b.data = 2 * nd * e;  // src read, dst written
   } else if (pass == "fwd" || pass == "addfwd") {
-    b.data = (pass == "fwd" ? 2 : 4) * nd * f;  // x read, y written; addfwd: a, b read, s, y written
-    b.params = (ln ? 2 : 1) * d * f;    // gamma (+ beta) read
+    b.data = (pass == "fwd" ? 2 : 4) * nd * e;  // x read, y written; addfwd: a, b read, s, y written
+    b.params = (ln ? 2 : 1) * d * e;    // gamma (+ beta) read
     b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd written
   } else {
-    b.data = 3 * nd * f;                // x, dy read, dx written
-    b.params = (ln ? 3 : 2) * d * f;    // gamma read; dgamma (+ dbeta) written
+    b.data = 3 * nd * e;                // x, dy read, dx written
+    b.params = d * e + (ln ? 2 : 1) * d * f;  // gamma read; dgamma (+ dbeta) written
     b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd read
   }
   return b;
 }
 
 std::string NormRow::name() const {
-  return fmt::format("{}.{}/{}/{}{}/threads:{}", norm, impl, pass, shape.str(), resident ? "/resident" : "", threads);
+  std::string s = fmt::format("{}.{}/{}/{}{}", norm, impl, pass, shape.str(), resident ? "/resident" : "");
+  if (dtype != "f32") s += "/" + dtype;
+  return device == "cpu" ? s + fmt::format("/threads:{}", threads) : s + "/" + device;
 }
 
 std::string StepRow::name() const { return fmt::format("step/{}/{}/threads:{}", model, norm, threads); }

@@ -1,13 +1,13 @@
 // `bench`: helpers shared by the files of src/bench (not part of the public header).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "normlab/bench.h"
+
 namespace normlab::bench {
-struct NormReport;
-struct StepReport;
-struct CompareRow;
 
 // bench_json.cpp: the JSON documents (render(..., Format::json) returns these).
 std::string norm_report_json(const NormReport& r);
@@ -30,5 +30,109 @@ int run_process(const std::vector<std::string>& argv, const std::string& stdout_
 
 // Working sets below this are labelled cache-resident: max(1 GiB, 4 x the last-level cache).
 int64_t cache_resident_below(int64_t llc_bytes);
+
+// ---- norm_bench.cpp: what the cpu and the device runs of `bench norms` share ------------------
+
+// One set: everything a call reads or writes that has N rows. Inputs: x, dy and the saved
+// statistics of the backward; outputs: out (y or dx), sum (s of the add+norm forward, which
+// reads x and dy as its a and b) and the forward's statistics. Parameters (gamma, beta, dgamma,
+// dbeta: d floats) are shared by all sets, as a model's are.
+struct BufferSet {
+  float* x = nullptr;
+  float* dy = nullptr;
+  float* out = nullptr;
+  float* sum = nullptr;  // only in a pool made with_sum
+  float* out_mean = nullptr;
+  float* out_rstd = nullptr;
+  float* ln_mean = nullptr;   // saved by the LayerNorm reference forward of x
+  float* ln_rstd = nullptr;
+  float* rms_rstd = nullptr;  // saved by the RMSNorm reference forward of x
+};
+
+// The buffer sets of one shape, in host memory, with their values: x[i,j] = off_i + scale_i * u
+// (row offsets and scales vary, so that the mean matters to LayerNorm), dy uniform in [-1, 1),
+// the saved statistics from the reference forwards of x.
+class Pool {
+ public:
+  // Floats a pool of `sets` sets of shape s needs.
+  static int64_t floats_needed(const NormShape& s, int64_t sets, bool with_sum);
+  // The arrays are carved out of `memory` (floats_needed(s, sets) floats, reused from shape to
+  // shape: the first touch of fresh memory costs more than the benchmark under a hypervisor),
+  // packed one after the other at 64-byte boundaries plus one cache line, so that x, dy and out
+  // do not sit at the same offset modulo 4 KiB (loads and stores that alias there stall).
+  Pool(float* memory, const NormShape& s, int64_t sets, bool with_sum, uint64_t seed, float ln_eps, float rms_eps);
+  // Every input (x, dy, gamma, beta) replaced by round(value), and the saved statistics
+  // computed again from them: the values a narrower storage format holds (bf16 on a device).
+  void round_inputs(float (*round)(float));
+
+  const NormShape& shape() const { return shape_; }
+  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
+  const BufferSet& set(int64_t k) const { return sets_[static_cast<size_t>(k)]; }
+  const float* gamma() const { return gamma_; }
+  const float* beta() const { return beta_; }
+  float* dgamma() const { return dgamma_; }
+  float* dbeta() const { return dbeta_; }
+
+ private:
+  void fill_row(const BufferSet& b, uint64_t seed, int64_t i);
+  void save_stats_row(const BufferSet& b, int64_t i);
+  static int64_t padded(int64_t floats) { return (floats + 15) / 16 * 16 + 16; }
+
+  NormShape shape_;
+  float ln_eps_, rms_eps_;
+  std::vector<BufferSet> sets_;
+  float *gamma_ = nullptr, *beta_ = nullptr, *dgamma_ = nullptr, *dbeta_ = nullptr;
+};
+
+// The arguments of one call of `norm`'s `pass` on set k of the pool.
+NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps, float alpha);
+
+// One timed case: a row of the report and the call it times on buffer set k. A sample is
+// `batch` calls in a row timed by the host's clock (1 for memory-bound cases), or with
+// timed_call one call timed by the device's (CUDA events): it returns the seconds.
+struct Case {
+  NormRow row;
+  std::function<void(int64_t k)> call;
+  std::function<double(int64_t k)> timed_call;
+  int64_t batch = 1;
+  std::vector<double> samples;
+  double timed = 0;
+  bool done = false;
+};
+// Warm-up calls (opt.warmup per case), then the verified cases in turn, one sample each, each
+// call on the next of `sets` buffer sets, until every case has opt.repeats samples and
+// opt.min_time seconds: drift then hits all cases alike. Resident: samples are batches of calls.
+// Each case's row, with its time, is appended to report.rows.
+void time_cases(std::vector<Case>& cases, int64_t sets, bool resident, const NormBenchOptions& opt,
+                NormReport& report);
+// The warnings about the rows of a run (short rotations, noisy rows, rejected implementations).
+void add_row_warnings(NormReport& report, int64_t resident_below);
+
+// Where a case runs: threads and kind on the cpu, or the device and its storage.
+struct RowPlace {
+  int threads = 1;
+  bool resident = false;
+  std::string device = "cpu";
+  std::string dtype = "f32";
+};
+// A case's row before it runs: what, where, the bytes from the formula, the working set of
+// `sets` buffer sets and whether it is below `resident_below` (may be cache speed).
+NormRow case_row(const std::string& norm, const std::string& impl, const std::string& provider, const std::string& pass,
+                 const NormShape& shape, const RowPlace& place, int64_t sets, int64_t resident_below);
+// Bytes all the buffer sets a case cycles through add up to.
+int64_t working_set(const NormRow& r, int64_t sets);
+// "512 MiB"
+std::string mib(int64_t bytes);
+// Buffer sets of shape s that make `footprint` bytes (x + y of a forward per set).
+int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes = 4);
+// Bytes each memory-bound case rotates through: opt.footprint, or max(1 GiB, 4 x LLC).
+int64_t footprint_of(const NormBenchOptions& opt, int64_t llc);
+
+// ---- cuda_norm_bench.cpp -------------------------------------------------------------------
+// run_norm_bench for opt.device "cuda" or "cuda-sim".
+NormReport run_device_norm_bench(const NormBenchOptions& opt);
+// Bytes each case on a device rotates through: opt.footprint, or 1 GiB (> 16 x the L2 of an
+// H100/H200); rows below it are marked as possibly cache-resident.
+int64_t device_footprint(const NormBenchOptions& opt);
 
 }  // namespace normlab::bench::detail

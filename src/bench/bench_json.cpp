@@ -114,6 +114,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   for (double ns : c.thread_round_trip_ns) trips.emplace_back(std::isfinite(ns) ? ordered_json(ns) : ordered_json(nullptr));
   j["thread_round_trip_ns"] = trips;
   if (!c.streaming_stores.empty()) j["streaming_stores"] = c.streaming_stores;
+  if (!c.device.empty()) j["device"] = c.device;
   j["normlab_bench"] = kind;
   j["schema"] = kSchema;
   j["warnings"] = warnings;
@@ -161,7 +162,8 @@ Context context_from(const json& j) {
     }
   if (j.contains("thread_round_trip_ns") && j["thread_round_trip_ns"].is_array())
     for (const json& ns : j["thread_round_trip_ns"]) c.thread_round_trip_ns.push_back(ns.is_number() ? ns.get<double>() : NAN);
-  c.streaming_stores = j.value("streaming_stores", std::string());
+  c.streaming_stores = get_str(j, "streaming_stores");
+  c.device = get_str(j, "device");
   return c;
 }
 
@@ -228,6 +230,8 @@ ordered_json norm_row_json(const NormRow& r) {
   j["provider"] = r.provider;
   j["pass"] = r.pass;
   j["shape"] = {r.shape.batch, r.shape.seq, r.shape.d};
+  j["device"] = r.device;
+  j["dtype"] = r.dtype;
   j["resident"] = r.resident;
   j["calls_per_sample"] = r.calls_per_sample;
   j["status"] = r.status;
@@ -278,6 +282,10 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   }
   r.shape = {dims[0], dims[1], dims[2]};
   r.threads = static_cast<int>(get_int(j, "threads", 1));
+  r.device = get_str(j, "device", "cpu");
+  r.dtype = get_str(j, "dtype", "f32");
+  NL_USAGE(!r.device.empty() && !r.dtype.empty(), "{}: benchmark '{}' has an empty device or dtype", what,
+           shown(get_str(j, "name")));
   r.resident = j.contains("resident") && j["resident"].is_boolean() && j["resident"].get<bool>();
   r.calls_per_sample = std::max<int64_t>(1, get_int(j, "calls_per_sample", 1));
   r.status = get_str(j, "status", "ok");

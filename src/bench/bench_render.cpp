@@ -115,10 +115,11 @@ std::string context_line(const Context& c) {
   const std::string streaming = c.streaming_stores.empty() ? "" : "; streaming stores " + c.streaming_stores;
   std::string trips = round_trips_ns(c);
   if (!trips.empty()) trips = "; threads 0-1 cache-line round trip " + trips + " ns (start / end)";
-  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}{}",
+  const std::string device = c.device.empty() ? "" : "; device " + c.device;
+  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}{}{}",
                      c.date, c.cpu_model, c.num_cpus, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type,
                      libs, c.threads_pinned ? "yes" : "no", c.omp_wait_policy.empty() ? "?" : c.omp_wait_policy,
-                     load, streaming, trips);
+                     load, streaming, trips, device);
 }
 
 // ---- bench norms -------------------------------------------------------------------------
@@ -130,18 +131,20 @@ int norm_rank(const std::string& n) { return n == "copy" ? 0 : n == "layernorm" 
 // copy, forward, backward, add+norm forward; in each, copy rows, LayerNorm rows, RMSNorm rows,
 // implementations as first met (torch after the rest).
 std::vector<const NormRow*> display_order(const NormReport& r) {
-  std::map<std::string, size_t> shape_at, impl_at;
+  std::map<std::string, size_t> shape_at, impl_at, device_at, dtype_at;
   auto shape_key = [](const NormRow& x) { return x.shape.str() + (x.resident ? "/resident" : ""); };
   for (const NormRow& row : r.rows) {
     shape_at.emplace(shape_key(row), shape_at.size());
     impl_at.emplace(row.impl, row.impl == "torch" ? 1000 : impl_at.size());
+    device_at.emplace(row.device, device_at.size());
+    dtype_at.emplace(row.dtype, dtype_at.size());
   }
   std::vector<const NormRow*> v;
   for (const NormRow& row : r.rows) v.push_back(&row);
   std::stable_sort(v.begin(), v.end(), [&](const NormRow* a, const NormRow* b) {
     auto key = [&](const NormRow* x) {
-      return std::make_tuple(shape_at[shape_key(*x)], x->threads, pass_rank(x->pass), norm_rank(x->norm),
-                             impl_at[x->impl]);
+      return std::make_tuple(shape_at[shape_key(*x)], device_at[x->device], x->threads, dtype_at[x->dtype],
+                             pass_rank(x->pass), norm_rank(x->norm), impl_at[x->impl]);
     };
     return key(a) < key(b);
   });
@@ -158,6 +161,24 @@ bool any_resident(const NormReport& r) {
     if (row.resident) return true;
   return false;
 }
+bool any_device(const NormReport& r) {
+  for (const NormRow& row : r.rows)
+    if (row.device != "cpu") return true;
+  return false;
+}
+bool any_cpu(const NormReport& r) {
+  for (const NormRow& row : r.rows)
+    if (row.device == "cpu") return true;
+  return false;
+}
+bool any_narrow(const NormReport& r) {
+  for (const NormRow& row : r.rows)
+    if (row.dtype != "f32") return true;
+  return false;
+}
+
+// Where a row ran: its thread count on the cpu, else the device ("cuda").
+std::string where(const NormRow& x) { return x.device == "cpu" ? std::to_string(x.threads) : x.device; }
 
 Table norm_table(const NormReport& r) {
   const bool merged = any_merged(r);
@@ -165,14 +186,20 @@ Table norm_table(const NormReport& r) {
   t.header = {"implementation", "pass", "shape", "thr", "params", "median", "min", "max", "cv", "GB/s", "%copy",
               "RMS/LN", "vs oneDNN", "vs unfused", "vs torch", "ws MiB"};
   t.right = {false, false, false, true, true, true, true, true, true, true, true, true, true, true, true, true};
+  if (any_device(r)) t.header[3] = any_cpu(r) ? "thr/dev" : "device";
   if (merged) {
     t.header.insert(t.header.begin() + 6, "runs");
     t.right.insert(t.right.begin() + 6, true);
   }
+  const bool narrow = any_narrow(r);
+  if (narrow) {
+    t.header.insert(t.header.begin() + 3, "dtype");
+    t.right.insert(t.right.begin() + 3, false);
+  }
   std::string last_group;
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
-    const std::string group = fmt::format("{}/{}", x.shape.str(), x.threads);
+    const std::string group = fmt::format("{}/{}/{}", x.shape.str(), where(x), x.dtype);
     if (!last_group.empty() && group != last_group) t.gaps.push_back(t.rows.size());
     last_group = group;
     const auto& rr = x.run_range;
@@ -182,7 +209,7 @@ Table norm_table(const NormReport& r) {
         x.norm + "." + x.impl,
         x.pass,
         x.shape.str(),
-        std::to_string(x.threads),
+        where(x),
         x.parameters ? std::to_string(x.parameters) : "-",
         x.status == "ok" ? fmt_time(x.time.median) : "REJECTED",
         x.status == "ok" ? fmt_time(x.time.min) : "",
@@ -197,12 +224,13 @@ Table norm_table(const NormReport& r) {
         // A resident row is in the caches by design: the '*' warns of memory-bound rows that may be.
         fmt_mib(x.working_set_bytes) + (x.cache_resident && !x.resident ? "*" : "")};
     if (merged) row.insert(row.begin() + 6, fmt::format("{} {}", x.runs, run_spread(rr, "median", x.time.median)));
+    if (narrow) row.insert(row.begin() + 3, x.dtype);
     t.rows.push_back(row);
   }
   return t;
 }
 
-std::string norm_legend(bool merged, bool resident) {
+std::string norm_legend(bool merged, bool resident, bool device) {
   std::string s =
       "median/min/max: seconds per call over the timed samples (memory-bound: one call = one sample, each on the "
       "next buffer set; resident: one sample = a batch of calls on the same buffers, divided by their number); "
@@ -219,6 +247,11 @@ std::string norm_legend(bool merged, bool resident) {
     s += " Resident rows (the training step's shapes): one buffer set reused by every call, so x and y stay in "
          "L1/L2 as inside the step; their %copy is of the copy loop on the same reused buffers, i.e. of the cache's "
          "copy speed, not of memory's.";
+  if (device)
+    s += " Device rows (dev cuda, cuda-sim): normlab's CUDA kernels, each call on the next of the device buffer sets "
+         "and timed on the device (CUDA events); copy.loop is normlab's 16-byte copy kernel, copy.memcpy cudaMemcpy, "
+         "device to device; bf16 rows (dtype) store the N x D arrays and gamma/beta as bf16 (2 bytes per element in "
+         "GB/s) with float32 statistics.";
   if (merged)
     s += " runs: runs merged and the spread of their medians ((max-min)/median); [a-b]: the figure's range over the "
          "runs.";
@@ -228,9 +261,14 @@ std::string norm_legend(bool merged, bool resident) {
 Table summary_table(const NormReport& r) {
   // One line per (shape, threads, pass) with the headline figures.
   std::map<std::string, const NormRow*> at;
-  for (const NormRow& x : r.rows) at[fmt::format("{}.{}/{}/{}/{}", x.norm, x.impl, x.pass, x.shape.str(), x.threads)] = &x;
+  auto key = [](const std::string& ni, const std::string& pass, const NormRow& x, const std::string& dtype) {
+    return fmt::format("{}/{}/{}/{}/{}", ni, pass, x.shape.str(), where(x), dtype);
+  };
+  // A copy row serves the norms of every dtype (GB/s either way).
+  for (const NormRow& x : r.rows)
+    at.emplace(key(x.norm + "." + x.impl, x.pass, x, x.norm == "copy" ? "" : x.dtype), &x);
   auto get = [&](const std::string& ni, const std::string& pass, const NormRow& like) -> const NormRow* {
-    auto it = at.find(fmt::format("{}/{}/{}/{}", ni, pass, like.shape.str(), like.threads));
+    auto it = at.find(key(ni, pass, like, pass == "copy" ? "" : like.dtype));
     return it == at.end() || it->second->status != "ok" ? nullptr : it->second;
   };
   Table t;
@@ -238,12 +276,17 @@ Table summary_table(const NormReport& r) {
               "RMS %copy", "RMS/LN fused", "RMS/LN torch", "LN fused vs oneDNN", "LN fused vs torch",
               "RMS fused vs torch", "LN vs unfused", "RMS vs unfused"};
   t.right = {false, true, false, true, true, true, true, true, true, true, true, true, true, true, true, true};
+  if (any_device(r)) t.header[1] = any_cpu(r) ? "thr/dev" : "device";
+  const bool narrow = any_narrow(r);
+  if (narrow) {
+    t.header.insert(t.header.begin() + 2, "dtype");
+    t.right.insert(t.right.begin() + 2, false);
+  }
   std::set<std::string> done;
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
     if (x.pass == "copy") continue;
-    const std::string key = fmt::format("{}/{}/{}", x.shape.str(), x.threads, x.pass);
-    if (!done.insert(key).second) continue;
+    if (!done.insert(fmt::format("{}/{}/{}/{}", x.shape.str(), where(x), x.dtype, x.pass)).second) continue;
     const NormRow* cl = get("copy.loop", "copy", x);
     const NormRow* cm = get("copy.memcpy", "copy", x);
     const NormRow* lf = get("layernorm.fused", x.pass, x);
@@ -253,20 +296,25 @@ Table summary_table(const NormReport& r) {
       if (!row) return std::string("-");
       return with_range(f(v), row->run_range, key2, spec);
     };
-    t.rows.push_back({x.shape.str(), std::to_string(x.threads), x.pass,
-                      fig(cl, cl ? cl->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-                      fig(cm, cm ? cm->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-                      fig(lf, lf ? lf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-                      fig(lf, lf ? lf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
-                      fig(rf, rf ? rf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-                      fig(rf, rf ? rf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
-                      fig(rf, rf ? rf->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
-                      fig(rt, rt ? rt->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
-                      fig(lf, lf ? lf->vs_onednn : NAN, "vs_onednn", "{:.2f}", fmt_ratio),
-                      fig(lf, lf ? lf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
-                      fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
-                      fig(lf, lf ? lf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio),
-                      fig(rf, rf ? rf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio)});
+    std::vector<std::string> row = {
+        x.shape.str(),
+        where(x),
+        x.pass,
+        fig(cl, cl ? cl->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+        fig(cm, cm ? cm->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+        fig(lf, lf ? lf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+        fig(lf, lf ? lf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+        fig(rf, rf ? rf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
+        fig(rf, rf ? rf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+        fig(rf, rf ? rf->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
+        fig(rt, rt ? rt->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
+        fig(lf, lf ? lf->vs_onednn : NAN, "vs_onednn", "{:.2f}", fmt_ratio),
+        fig(lf, lf ? lf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
+        fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
+        fig(lf, lf ? lf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio),
+        fig(rf, rf ? rf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio)};
+    if (narrow) row.insert(row.begin() + 2, x.dtype);
+    t.rows.push_back(row);
   }
   return t;
 }
@@ -276,11 +324,11 @@ std::string norm_csv(const NormReport& r) {
       "name,norm,impl,provider,pass,batch,seq,d,threads,status,samples,median_s,min_s,max_s,mean_s,stddev_s,cv,"
       "spread,data_bytes,param_bytes,stat_bytes,working_set_bytes,cache_resident,parameters,gb_per_s,"
       "copy_loop_gb_per_s,memcpy_gb_per_s,pct_of_copy_loop,pct_of_memcpy,pct_against,rms_over_ln,vs_onednn,"
-      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused\n";
+      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused,device,dtype\n";
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
     s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
-                     "{},{}\n",
+                     "{},{},{},{}\n",
                      csv_field(x.name()), x.norm, x.impl, csv_field(x.provider), x.pass, x.shape.batch, x.shape.seq,
                      x.shape.d, x.threads, x.status, x.time.samples, csv_num(x.time.median), csv_num(x.time.min),
                      csv_num(x.time.max), csv_num(x.time.mean), csv_num(x.time.stddev), csv_num(x.time.cv()),
@@ -289,7 +337,7 @@ std::string norm_csv(const NormReport& r) {
                      csv_num(x.memcpy_gb_per_s), csv_num(x.pct_of_copy_loop), csv_num(x.pct_of_memcpy),
                      x.pct_against, csv_num(x.rms_over_ln), csv_num(x.vs_onednn), csv_num(x.vs_torch),
                      csv_num(x.verify.max_abs_err), x.runs, x.resident ? 1 : 0, x.calls_per_sample,
-                     csv_num(x.vs_unfused));
+                     csv_num(x.vs_unfused), x.device, x.dtype);
   }
   return s;
 }
@@ -441,14 +489,15 @@ std::string render(const NormReport& r, Format f) {
     case Format::csv: return norm_csv(r);
     case Format::markdown: {
       std::string s = "Measured " + context_line(r.context) + ".\n\n" + sections(r, f, true, norm_table) + "\n" +
-                      norm_legend(any_merged(r), any_resident(r)) + "\n";
+                      norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
     case Format::table: break;
   }
-  return thread_round_trip_line(r.context) + sections(r, f, true, norm_table) + "\n" +
-         norm_legend(any_merged(r), any_resident(r)) + "\n";
+  const std::string device = r.context.device.empty() ? "" : "device: " + r.context.device + "\n\n";
+  return device + thread_round_trip_line(r.context) + sections(r, f, true, norm_table) + "\n" +
+         norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n";
 }
 
 std::string render_norm_summary(const NormReport& r, Format f) { return sections(r, f, false, summary_table); }

@@ -118,117 +118,105 @@ void parallel_all(int64_t n, F&& f) {
 // the buffer sets of one shape
 // ============================================================================
 
-// One set: everything a call reads or writes that has N rows. Inputs: x, dy and the saved
-// statistics of the backward; outputs: out (y or dx), sum (s of the add+norm forward, which
-// reads x and dy as its a and b) and the forward's statistics. Parameters (gamma, beta, dgamma,
-// dbeta: d floats) are shared by all sets, as a model's are.
-struct BufferSet {
-  float* x = nullptr;
-  float* dy = nullptr;
-  float* out = nullptr;
-  float* sum = nullptr;  // only in a pool made with_sum
-  float* out_mean = nullptr;
-  float* out_rstd = nullptr;
-  float* ln_mean = nullptr;   // saved by the LayerNorm reference forward of x
-  float* ln_rstd = nullptr;
-  float* rms_rstd = nullptr;  // saved by the RMSNorm reference forward of x
-};
+}  // namespace
 
-class Pool {
- public:
-  // `sets` sets of N x D arrays; values from seed (row offsets and scales vary so that the
-  // mean matters to LayerNorm; see fill()).
-  // Floats a pool of `sets` sets of shape s needs.
-  static int64_t floats_needed(const NormShape& s, int64_t sets, bool with_sum) {
-    return 4 * padded(s.d) + sets * ((with_sum ? 4 : 3) * padded(s.numel()) + 5 * padded(s.rows()));
+// ============================================================================
+// the buffer sets of one shape (bench_internal.h)
+// ============================================================================
+
+namespace detail {
+
+int64_t Pool::floats_needed(const NormShape& s, int64_t sets, bool with_sum) {
+  return 4 * padded(s.d) + sets * ((with_sum ? 4 : 3) * padded(s.numel()) + 5 * padded(s.rows()));
+}
+
+Pool::Pool(float* memory, const NormShape& s, int64_t sets, bool with_sum, uint64_t seed, float ln_eps, float rms_eps)
+    : shape_(s), ln_eps_(ln_eps), rms_eps_(rms_eps) {
+  const int64_t nd = s.numel(), n = s.rows(), d = s.d;
+  float* p = memory;
+  auto take = [&](int64_t floats) {
+    float* q = p;
+    p += padded(floats);
+    return q;
+  };
+  gamma_ = take(d);
+  beta_ = take(d);
+  dgamma_ = take(d);
+  dbeta_ = take(d);
+  for (int64_t j = 0; j < d; ++j) {
+    gamma_[j] = 0.5f + uniform01(seed, 1, static_cast<uint64_t>(j));
+    beta_[j] = uniform01(seed, 2, static_cast<uint64_t>(j)) - 0.5f;
+    dgamma_[j] = dbeta_[j] = 0.0f;
   }
-
-  // The arrays are carved out of `memory` (floats_needed(s, sets) floats, reused from shape to
-  // shape: the first touch of fresh memory costs more than the benchmark under a hypervisor),
-  // packed one after the other at 64-byte boundaries plus one cache line, so that x, dy and out
-  // do not sit at the same offset modulo 4 KiB (loads and stores that alias there stall).
-  Pool(float* memory, const NormShape& s, int64_t sets, bool with_sum, uint64_t seed, float ln_eps, float rms_eps)
-      : shape_(s) {
-    const int64_t nd = s.numel(), n = s.rows(), d = s.d;
-    float* p = memory;
-    auto take = [&](int64_t floats) {
-      float* q = p;
-      p += padded(floats);
-      return q;
-    };
-    gamma_ = take(d);
-    beta_ = take(d);
-    dgamma_ = take(d);
-    dbeta_ = take(d);
-    for (int64_t j = 0; j < d; ++j) {
-      gamma_[j] = 0.5f + uniform01(seed, 1, static_cast<uint64_t>(j));
-      beta_[j] = uniform01(seed, 2, static_cast<uint64_t>(j)) - 0.5f;
-      dgamma_[j] = dbeta_[j] = 0.0f;
-    }
-    for (int64_t k = 0; k < sets; ++k) {
-      BufferSet b;
-      b.x = take(nd);
-      b.dy = take(nd);
-      b.out = take(nd);
-      if (with_sum) b.sum = take(nd);
-      b.out_mean = take(n);
-      b.out_rstd = take(n);
-      b.ln_mean = take(n);
-      b.ln_rstd = take(n);
-      b.rms_rstd = take(n);
-      sets_.push_back(b);
-    }
-    // All rows of all sets in one parallel region (thousands of small sets otherwise pay a
-    // fork/join each, which is slow when other processes hold the cores).
-    parallel_all(sets * n, [&](int64_t r) {
-      fill_row(sets_[static_cast<size_t>(r / n)], seed + static_cast<uint64_t>(r / n) * 7919, r % n, ln_eps, rms_eps);
-    });
+  for (int64_t k = 0; k < sets; ++k) {
+    BufferSet b;
+    b.x = take(nd);
+    b.dy = take(nd);
+    b.out = take(nd);
+    if (with_sum) b.sum = take(nd);
+    b.out_mean = take(n);
+    b.out_rstd = take(n);
+    b.ln_mean = take(n);
+    b.ln_rstd = take(n);
+    b.rms_rstd = take(n);
+    sets_.push_back(b);
   }
-  const NormShape& shape() const { return shape_; }
-  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
-  const BufferSet& set(int64_t k) const { return sets_[static_cast<size_t>(k)]; }
-  const float* gamma() const { return gamma_; }
-  const float* beta() const { return beta_; }
-  float* dgamma() const { return dgamma_; }
-  float* dbeta() const { return dbeta_; }
+  // All rows of all sets in one parallel region (thousands of small sets otherwise pay a
+  // fork/join each, which is slow when other processes hold the cores).
+  parallel_all(sets * n, [&](int64_t r) {
+    const BufferSet& b = sets_[static_cast<size_t>(r / n)];
+    fill_row(b, seed + static_cast<uint64_t>(r / n) * 7919, r % n);
+    save_stats_row(b, r % n);
+  });
+}
 
- private:
-  // x[i,j] = off_i + scale_i * u, u uniform with variance 1, off_i in [-1, 1), scale_i in
-  // [0.5, 2); dy uniform in [-1, 1). Every array is written here (first touch: no page faults
-  // while timing). The saved statistics come from the reference forward of each row.
-  void fill_row(const BufferSet& b, uint64_t seed, int64_t i, float ln_eps, float rms_eps) {
-    const int64_t d = shape_.d;
-    const float* gamma = gamma_;
-    const float* beta = beta_;
-    {
-      const uint64_t r = static_cast<uint64_t>(i);
-      const float off = 2.0f * uniform01(seed, 3, r) - 1.0f;
-      const float scale = 0.5f + 1.5f * uniform01(seed, 4, r);
-      float* xr = b.x + i * d;
-      float* dyr = b.dy + i * d;
-      float* outr = b.out + i * d;
-      for (int64_t j = 0; j < d; ++j) {
-        const uint64_t e = r * static_cast<uint64_t>(d) + static_cast<uint64_t>(j);
-        xr[j] = off + scale * 1.7320508f * (2.0f * uniform01(seed, 5, e) - 1.0f);
-        dyr[j] = 2.0f * uniform01(seed, 6, e) - 1.0f;
-        if (b.sum) b.sum[i * d + j] = 0.0f;
-      }
-      // The reference forwards write their y into `out` (overwritten by every call later).
-      layernorm_forward_ref<float>(outr, b.ln_mean + i, b.ln_rstd + i, xr, gamma, beta, 1, d, ln_eps);
-      rmsnorm_forward_ref<float>(outr, b.rms_rstd + i, xr, gamma, 1, d, rms_eps);
-      b.out_mean[i] = 0.0f;
-      b.out_rstd[i] = 0.0f;
-    }
+void Pool::round_inputs(float (*round)(float)) {
+  const int64_t n = shape_.rows(), d = shape_.d, sets = size();
+  for (int64_t j = 0; j < d; ++j) {
+    gamma_[j] = round(gamma_[j]);
+    beta_[j] = round(beta_[j]);
   }
+  parallel_all(sets * n, [&](int64_t r) {
+    const BufferSet& b = sets_[static_cast<size_t>(r / n)];
+    const int64_t i = r % n;
+    for (int64_t j = i * d; j < (i + 1) * d; ++j) {
+      b.x[j] = round(b.x[j]);
+      b.dy[j] = round(b.dy[j]);
+    }
+    save_stats_row(b, i);
+  });
+}
 
-  NormShape shape_;
-  static int64_t padded(int64_t floats) { return (floats + 15) / 16 * 16 + 16; }
+// x[i,j] = off_i + scale_i * u, u uniform with variance 1, off_i in [-1, 1), scale_i in
+// [0.5, 2); dy uniform in [-1, 1). Every array is written here (first touch: no page faults
+// while timing).
+void Pool::fill_row(const BufferSet& b, uint64_t seed, int64_t i) {
+  const int64_t d = shape_.d;
+  const uint64_t r = static_cast<uint64_t>(i);
+  const float off = 2.0f * uniform01(seed, 3, r) - 1.0f;
+  const float scale = 0.5f + 1.5f * uniform01(seed, 4, r);
+  float* xr = b.x + i * d;
+  float* dyr = b.dy + i * d;
+  for (int64_t j = 0; j < d; ++j) {
+    const uint64_t e = r * static_cast<uint64_t>(d) + static_cast<uint64_t>(j);
+    xr[j] = off + scale * 1.7320508f * (2.0f * uniform01(seed, 5, e) - 1.0f);
+    dyr[j] = 2.0f * uniform01(seed, 6, e) - 1.0f;
+    if (b.sum) b.sum[i * d + j] = 0.0f;
+  }
+  b.out_mean[i] = 0.0f;
+  b.out_rstd[i] = 0.0f;
+}
 
-  std::vector<BufferSet> sets_;
-  float *gamma_ = nullptr, *beta_ = nullptr, *dgamma_ = nullptr, *dbeta_ = nullptr;
-};
+// The saved statistics of row i: the reference forwards of x (they write their y into `out`,
+// overwritten by every call later).
+void Pool::save_stats_row(const BufferSet& b, int64_t i) {
+  const int64_t d = shape_.d;
+  const float* xr = b.x + i * d;
+  float* outr = b.out + i * d;
+  layernorm_forward_ref<float>(outr, b.ln_mean + i, b.ln_rstd + i, xr, gamma_, beta_, 1, d, ln_eps_);
+  rmsnorm_forward_ref<float>(outr, b.rms_rstd + i, xr, gamma_, 1, d, rms_eps_);
+}
 
-// The arguments of one call of `norm`'s `pass` on set k of the pool.
 NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps, float alpha) {
   const BufferSet& b = pool.set(k);
   const bool ln = norm == "layernorm";
@@ -258,6 +246,13 @@ NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pas
   }
   return a;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::BufferSet;
+using detail::Pool;
 
 // ============================================================================
 // the check against the reference
@@ -320,6 +315,10 @@ struct OutputCheck {
 // - s = alpha*a + b (the add+norm forward): one FMA (or a product and a sum) per element,
 //   <= 1 ulp each of the magnitude it passed through, |alpha*a| + |b| (not of |s|, which
 //   cancels): atol 1e-6 relative to that (16 ulp), rtol 0.
+// - an output stored as bf16 (y, dx, s of a device kernel with --dtypes bf16; the reference
+//   then reads the bf16 inputs the device holds) is rounded once more, to 8 significant bits:
+//   half an ulp is at most 2^-8 of the value, added to the rtol above. Statistics and parameter
+//   gradients are float32 there too: their tolerances stay.
 // A wrong kernel (a missing term, a wrong row, an output not written) is off by O(1) relative.
 struct Tolerance {
   double atol, rtol;
@@ -329,11 +328,12 @@ constexpr Tolerance kTolStat{1e-5, 1e-4};
 constexpr Tolerance kTolParam{1e-5, 1e-4};
 constexpr Tolerance kTolSum{1e-6, 0};
 
-OutputCheck make_check(const std::string& name, Tolerance t) {
+// stored_rtol: 2^-8 for an output stored as bf16, else 0.
+OutputCheck make_check(const std::string& name, Tolerance t, double stored_rtol = 0) {
   OutputCheck c;
   c.name = name;
   c.atol = t.atol;
-  c.rtol = t.rtol;
+  c.rtol = t.rtol + stored_rtol;
   return c;
 }
 
@@ -353,7 +353,7 @@ std::string describe_failure(const OutputCheck& c, const std::string& what) {
 
 // Forward: every row recomputed by the reference in float64 and compared. The add+norm forward
 // (add): the row is alpha*a + b in float64, compared with s, and normalized as a forward's x.
-std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& a, bool add) {
+std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& a, bool add, double stored_rtol) {
   const bool ln = norm == "layernorm";
   const int64_t d = a.d;
   std::vector<double> gamma(a.gamma, a.gamma + d), beta;
@@ -362,11 +362,11 @@ std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& 
   std::vector<std::vector<OutputCheck>> per(static_cast<size_t>(nt));
 #pragma omp parallel num_threads(nt)
   {
-    std::vector<OutputCheck> c = {make_check("y", kTolRow), make_check("rstd", kTolStat)};
+    std::vector<OutputCheck> c = {make_check("y", kTolRow, stored_rtol), make_check("rstd", kTolStat)};
     const size_t at_mean = c.size();
     if (ln) c.push_back(make_check("mean", kTolStat));
     const size_t at_s = c.size();
-    if (add) c.push_back(make_check("s", kTolSum));
+    if (add) c.push_back(make_check("s", kTolSum, stored_rtol));
     std::vector<double> x(static_cast<size_t>(d)), y(static_cast<size_t>(d));
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < a.n; ++i) {
@@ -401,7 +401,7 @@ std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& 
 
 // Backward: dx row by row, dgamma/dbeta summed in float64 over blocks of rows, each block by
 // the reference kernel (column by column inside a block that fits in cache).
-std::vector<OutputCheck> check_backward(const std::string& norm, const NormArgs& a) {
+std::vector<OutputCheck> check_backward(const std::string& norm, const NormArgs& a, double stored_rtol) {
   const bool ln = norm == "layernorm";
   const int64_t d = a.d, n = a.n;
   constexpr int64_t kRows = 8;
@@ -414,7 +414,7 @@ std::vector<OutputCheck> check_backward(const std::string& norm, const NormArgs&
 #pragma omp parallel num_threads(nt)
   {
     const size_t t = static_cast<size_t>(omp_get_thread_num());
-    OutputCheck c = make_check("dx", kTolRow);
+    OutputCheck c = make_check("dx", kTolRow, stored_rtol);
     std::vector<double> x(static_cast<size_t>(kRows * d)), dy(x.size()), dx(x.size()), mean(kRows), rstd(kRows),
         pdg(static_cast<size_t>(d)), pdb(static_cast<size_t>(d));
     std::vector<double>& sdg = dg[t];
@@ -493,6 +493,8 @@ void fill_nan(float* p, int64_t n) {
 VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
   const NormFn& fn = impl.fn(pass);
   NL_CHECK(static_cast<bool>(fn), "{} has no {} pass", impl.name(), to_string(pass));
+  NL_CHECK(impl.dtype == "f32" || impl.dtype == "bf16", "{}: dtype '{}' is not f32 or bf16", impl.name(), impl.dtype);
+  const double stored_rtol = impl.dtype == "bf16" ? 0x1p-8 : 0.0;
   if (pass != Pass::bwd) {
     fill_nan(a.y, a.n * a.d);
     fill_nan(a.mean, a.n);
@@ -504,8 +506,9 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
     fill_nan(a.dbeta, a.d);
   }
   fn(a);
-  const std::vector<OutputCheck> checks = pass == Pass::bwd ? check_backward(to_string(impl.norm), a)
-                                                            : check_forward(to_string(impl.norm), a, pass == Pass::addfwd);
+  const std::vector<OutputCheck> checks =
+      pass == Pass::bwd ? check_backward(to_string(impl.norm), a, stored_rtol)
+                        : check_forward(to_string(impl.norm), a, pass == Pass::addfwd, stored_rtol);
   VerifyResult r;
   r.pass = true;
   const std::string what = fmt::format("{} {} {}x{}", impl.name(), to_string(pass), a.n, a.d);
@@ -526,18 +529,7 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
 // the timing loop
 // ============================================================================
 
-namespace {
-
-// One timed case: a row of the report and the call it times on buffer set k. A sample is
-// `batch` calls in a row (1 for memory-bound cases).
-struct Case {
-  NormRow row;
-  std::function<void(int64_t k)> call;
-  int64_t batch = 1;
-  std::vector<double> samples;
-  double timed = 0;
-  bool done = false;
-};
+namespace detail {
 
 int64_t working_set(const NormRow& r, int64_t sets) {
   // Everything with N rows that one call touches, times the sets it rotates over.
@@ -546,17 +538,46 @@ int64_t working_set(const NormRow& r, int64_t sets) {
 
 std::string mib(int64_t bytes) { return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
-int64_t sets_for(const NormShape& s, int64_t footprint) {
-  const int64_t per_set = 2 * s.numel() * 4;  // x + y of a forward: the smallest case footprint
-  return std::max<int64_t>(1, (footprint + per_set - 1) / per_set);
+NormRow case_row(const std::string& norm, const std::string& impl, const std::string& provider, const std::string& pass,
+                 const NormShape& shape, const RowPlace& place, int64_t sets, int64_t resident_below) {
+  NormRow r;
+  r.norm = norm;
+  r.impl = impl;
+  r.provider = provider;
+  r.pass = pass;
+  r.shape = shape;
+  r.threads = place.threads;
+  r.resident = place.resident;
+  r.device = place.device;
+  r.dtype = place.dtype;
+  r.bytes = norm_bytes(norm, pass, shape, place.dtype == "bf16" ? 2 : 4);
+  r.parameters = norm_parameters(norm, shape.d);
+  r.working_set_bytes = working_set(r, sets);
+  r.cache_resident = r.working_set_bytes < resident_below;
+  return r;
 }
 
-int64_t pool_bytes(const NormShape& s, int64_t sets, bool with_sum) {
-  return Pool::floats_needed(s, sets, with_sum) * 4;
+int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes) {
+  const int64_t per_set = 2 * s.numel() * stored_bytes;  // x + y of a forward: the smallest case footprint
+  return std::max<int64_t>(1, (footprint + per_set - 1) / per_set);
 }
 
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc) {
   return opt.footprint > 0 ? opt.footprint : detail::cache_resident_below(llc);
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::Case;
+using detail::mib;
+using detail::sets_for;
+using detail::footprint_of;
+using detail::working_set;
+
+int64_t pool_bytes(const NormShape& s, int64_t sets, bool with_sum) {
+  return Pool::floats_needed(s, sets, with_sum) * 4;
 }
 
 // A resident call takes a few microseconds: one sample is a batch of calls lasting about this
@@ -587,7 +608,97 @@ struct ShapeGroup {
 
 }  // namespace
 
+namespace detail {
+
+void time_cases(std::vector<Case>& cases, int64_t sets, bool resident, const NormBenchOptions& opt,
+                NormReport& report) {
+  // Warm-up, then the cases in turn, one sample each, each call on the next buffer set, until
+  // every case has its repeats and its min-time: drift (other tenants, clocks) then hits all
+  // cases alike, and their ratios are measured side by side.
+  int64_t next = 0;
+  auto next_set = [&] { return next++ % sets; };
+  for (int64_t w = 0; w < opt.warmup; ++w)
+    for (Case& c : cases)
+      if (c.row.status == "ok") c.call(next_set());
+  if (resident)
+    for (Case& c : cases)
+      if (c.row.status == "ok" && !c.timed_call) c.batch = batch_for(c);
+  constexpr int64_t kMaxSamples = 1000000;
+  bool running = true;
+  while (running) {
+    running = false;
+    for (Case& c : cases) {
+      if (c.row.status != "ok" || c.done) continue;
+      const int64_t k = next_set();
+      double s = 0;
+      if (c.timed_call) {
+        s = c.timed_call(k);
+      } else {
+        const auto t0 = Clock::now();
+        for (int64_t b = 0; b < c.batch; ++b) c.call(k);
+        s = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+      c.samples.push_back(s / static_cast<double>(c.batch));
+      c.timed += s;
+      const int64_t n = static_cast<int64_t>(c.samples.size());
+      c.done = (n >= opt.repeats && c.timed >= opt.min_time) || n >= kMaxSamples;
+      running = running || !c.done;
+    }
+  }
+  for (Case& c : cases) {
+    c.row.time = summarize(c.samples);
+    c.row.calls_per_sample = c.batch;
+    if (opt.log)
+      opt.log(fmt::format("{}: median {:.2f} us over {} samples of {} call(s)", c.row.name(),
+                          c.row.time.median * 1e6, c.row.time.samples, c.batch));
+    report.rows.push_back(std::move(c.row));
+  }
+}
+
+void add_row_warnings(NormReport& report, int64_t resident_below) {
+  // Resident rows are in the caches on purpose; a memory-bound row there by accident is not.
+  int short_rotation = 0;
+  for (const NormRow& r : report.rows) short_rotation += r.cache_resident && !r.resident ? 1 : 0;
+  if (short_rotation > 0)
+    report.warnings.push_back(fmt::format(
+        "{} row(s) rotate through less than {} (working set in the ws column, marked *): they may run at cache "
+        "speed, not memory speed; use --footprint-mib 0 (automatic) for memory-bound figures",
+        short_rotation, mib(resident_below)));
+  std::vector<std::string> noisy;
+  for (const NormRow& r : report.rows)
+    if (r.status == "ok" && r.time.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.time.cv()));
+  if (!noisy.empty()) {
+    std::string list;
+    for (size_t i = 0; i < noisy.size() && i < 4; ++i) list += (i ? ", " : "") + noisy[i];
+    if (noisy.size() > 4) list += fmt::format(" and {} more", noisy.size() - 4);
+    report.warnings.push_back(fmt::format(
+        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 1",
+        list));
+  }
+  int rejected = 0;
+  for (const NormRow& r : report.rows) rejected += r.status == "rejected" ? 1 : 0;
+  if (rejected > 0)
+    report.warnings.push_back(fmt::format("{} implementation(s) failed the check against the reference and were "
+                                          "not timed (status 'rejected')",
+                                          rejected));
+}
+
+}  // namespace detail
+
 void validate(const NormBenchOptions& opt) {
+  const bool device = opt.device != "cpu";
+  NL_USAGE(opt.device == "cpu" || opt.device == "cuda" || opt.device == "cuda-sim",
+           "--device must be cpu, cuda or cuda-sim, got '{}'", shown(opt.device));
+  NL_USAGE(!opt.dtypes.empty(), "--dtypes: no dtype given (f32, bf16)");
+  for (const std::string& t : opt.dtypes) {
+    NL_USAGE(t == "f32" || t == "bf16", "--dtypes: '{}' is not f32 or bf16", shown(t));
+    NL_USAGE(device || t == "f32", "--dtypes {} needs --device cuda (the cpu kernels are float32)", t);
+  }
+  NL_USAGE(!device || opt.resident_shapes.empty(),
+           "--resident-shapes: the cpu's caches only; --device {} takes --shapes", opt.device);
+  NL_USAGE(!device || opt.fwd || opt.bwd ||
+               std::find(opt.dtypes.begin(), opt.dtypes.end(), "f32") != opt.dtypes.end(),
+           "--pass addfwd: no bf16 rows (their check would need the sum as the device rounded it); add --dtypes f32");
   NL_USAGE(!opt.shapes.empty() || !opt.resident_shapes.empty(), "--shapes: no shape given");
   NL_USAGE(opt.fwd || opt.bwd || opt.addfwd, "--pass: nothing to run (fwd, bwd, addfwd or all)");
   NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
@@ -612,6 +723,7 @@ void validate(const NormBenchOptions& opt) {
 }
 
 NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry) {
+  if (opt.device != "cpu") return detail::run_device_norm_bench(opt);
   validate(opt);
   NormReport report;
   report.context = collect_context();
@@ -670,21 +782,12 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     for (int t : threads) {
       set_num_threads(t);
       std::vector<Case> cases;
+      detail::RowPlace place;
+      place.threads = t;
+      place.resident = group.resident;
       auto base_row = [&](const std::string& norm, const std::string& impl, const std::string& provider,
                           const std::string& pass) {
-        NormRow r;
-        r.norm = norm;
-        r.impl = impl;
-        r.provider = provider;
-        r.pass = pass;
-        r.shape = shape;
-        r.threads = t;
-        r.resident = group.resident;
-        r.bytes = norm_bytes(norm, pass, shape);
-        r.parameters = norm_parameters(norm, shape.d);
-        r.working_set_bytes = working_set(r, sets);
-        r.cache_resident = r.working_set_bytes < resident_below;
-        return r;
+        return detail::case_row(norm, impl, provider, pass, shape, place, sets, resident_below);
       };
       if (opt.copy_baselines) {
         for (const char* which : {"loop", "memcpy"}) {
@@ -734,41 +837,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         }
       }
 
-      // Warm-up, then the cases in turn, one sample each, each call on the next buffer set, until
-      // every case has its repeats and its min-time: drift (other tenants, clocks) then hits all
-      // cases alike, and their ratios are measured side by side.
-      int64_t next = 0;
-      auto next_set = [&] { return next++ % sets; };
-      for (int64_t w = 0; w < opt.warmup; ++w)
-        for (Case& c : cases)
-          if (c.row.status == "ok") c.call(next_set());
-      if (group.resident)
-        for (Case& c : cases)
-          if (c.row.status == "ok") c.batch = batch_for(c);
-      constexpr int64_t kMaxSamples = 1000000;
-      bool running = true;
-      while (running) {
-        running = false;
-        for (Case& c : cases) {
-          if (c.row.status != "ok" || c.done) continue;
-          const int64_t k = next_set();
-          const auto t0 = Clock::now();
-          for (int64_t b = 0; b < c.batch; ++b) c.call(k);
-          const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-          c.samples.push_back(s / static_cast<double>(c.batch));
-          c.timed += s;
-          const int64_t n = static_cast<int64_t>(c.samples.size());
-          c.done = (n >= opt.repeats && c.timed >= opt.min_time) || n >= kMaxSamples;
-          running = running || !c.done;
-        }
-      }
-      for (Case& c : cases) {
-        c.row.time = summarize(c.samples);
-        c.row.calls_per_sample = c.batch;
-        log(fmt::format("{}: median {:.2f} us over {} samples of {} call(s)", c.row.name(), c.row.time.median * 1e6,
-                        c.row.time.samples, c.batch));
-        report.rows.push_back(std::move(c.row));
-      }
+      detail::time_cases(cases, sets, group.resident, opt, report);
     }
   }
   set_num_threads(saved_threads);
@@ -777,33 +846,8 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   derive(report);
 
   // ---- warnings that say what to do
-  const Context& ctx = report.context;
-  report.warnings = context_warnings(ctx);
-  // Resident rows are in the caches on purpose; a memory-bound row there by accident is not.
-  int short_rotation = 0;
-  for (const NormRow& r : report.rows) short_rotation += r.cache_resident && !r.resident ? 1 : 0;
-  if (short_rotation > 0)
-    report.warnings.push_back(fmt::format(
-        "{} row(s) rotate through less than {} (working set in the ws column, marked *): they may run at cache "
-        "speed, not memory speed; use --footprint-mib 0 (automatic) for memory-bound figures",
-        short_rotation, mib(resident_below)));
-  std::vector<std::string> noisy;
-  for (const NormRow& r : report.rows)
-    if (r.status == "ok" && r.time.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.time.cv()));
-  if (!noisy.empty()) {
-    std::string list;
-    for (size_t i = 0; i < noisy.size() && i < 4; ++i) list += (i ? ", " : "") + noisy[i];
-    if (noisy.size() > 4) list += fmt::format(" and {} more", noisy.size() - 4);
-    report.warnings.push_back(fmt::format(
-        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 1",
-        list));
-  }
-  int rejected = 0;
-  for (const NormRow& r : report.rows) rejected += r.status == "rejected" ? 1 : 0;
-  if (rejected > 0)
-    report.warnings.push_back(fmt::format("{} implementation(s) failed the check against the reference and were "
-                                          "not timed (status 'rejected')",
-                                          rejected));
+  report.warnings = context_warnings(report.context);
+  detail::add_row_warnings(report, resident_below);
   return report;
 }
 
@@ -812,14 +856,16 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
 // ============================================================================
 
 void derive(NormReport& report) {
-  // Rows are compared within one (shape, threads) and one kind: a resident row with the copy of
-  // the same reused buffers, a memory-bound one with the rotated copy.
+  // Rows are compared within one (shape, threads or device) and one kind: a resident row with
+  // the copy of the same reused buffers, a memory-bound one with the rotated copy; a norm row
+  // with the other norms of its dtype, and with the copy of whatever dtype (GB/s either way).
   auto key = [](const std::string& norm, const std::string& impl, const std::string& pass, const NormRow& like) {
-    return fmt::format("{}.{}/{}/{}/{}/{}", norm, impl, pass, like.shape.str(), like.threads, like.resident);
+    return fmt::format("{}.{}/{}/{}/{}/{}/{}/{}", norm, impl, pass, like.shape.str(), like.threads, like.resident,
+                       like.device, norm == "copy" ? "" : like.dtype);
   };
   std::map<std::string, const NormRow*> index;
   for (const NormRow& r : report.rows)
-    if (r.status == "ok" && r.time.median > 0) index[key(r.norm, r.impl, r.pass, r)] = &r;
+    if (r.status == "ok" && r.time.median > 0) index.emplace(key(r.norm, r.impl, r.pass, r), &r);
   auto find = [&](const std::string& norm, const std::string& impl, const std::string& pass, const NormRow& like) {
     auto it = index.find(key(norm, impl, pass, like));
     return it == index.end() ? nullptr : it->second;
@@ -878,6 +924,10 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
     why = fmt::format("{} cannot import torch (pip install torch, or --python PATH)", torch.python);
     return false;
   }
+  if (opt.device == "cuda-sim") {
+    why = "PyTorch has no cuda-sim: its CUDA rows need --device cuda";
+    return false;
+  }
   // The script has LayerNorm and RMSNorm forward and backward; no add+norm.
   if (!opt.fwd && !opt.bwd) {
     why = "PyTorch has no fused add+norm rows (--pass addfwd): run with fwd or bwd for its rows";
@@ -888,7 +938,10 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
   for (int t : ts) threads += (threads.empty() ? "" : ",") + std::to_string(t);
   const std::string tmp = fmt::format("/tmp/normlab_torch_bench.{}.json", getpid());
   const std::string err = tmp + ".stderr";
-  const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
+  const bool device = opt.device != "cpu";
+  const int64_t footprint = device ? detail::device_footprint(opt) : footprint_of(opt, report.context.llc_bytes);
+  const int64_t resident_below = device ? detail::device_footprint(NormBenchOptions{})
+                                        : detail::cache_resident_below(report.context.llc_bytes);
 
   // Each run of the script repeats its context's warnings: said once.
   auto warn = [&](const std::string& w) {
@@ -916,7 +969,7 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
                                      "--footprint-bytes",
                                      std::to_string(footprint),
                                      "--cache-resident-below",
-                                     std::to_string(detail::cache_resident_below(report.context.llc_bytes)),
+                                     std::to_string(resident_below),
                                      "--ln-eps",
                                      fmt::format("{}", opt.ln_eps),
                                      "--rms-eps",
@@ -926,6 +979,11 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
                                      "--out",
                                      tmp};
     if (resident) argv.push_back("--resident");
+    if (device) {
+      std::string dtypes;
+      for (const std::string& t : opt.dtypes) dtypes += (dtypes.empty() ? "" : ",") + t;
+      argv.insert(argv.end(), {"--device", opt.device, "--dtypes", dtypes});
+    }
     CpuUsage usage;  // whether other processes ran during PyTorch's rows too
     usage.start();
     const int rc = detail::run_process(argv, "", err);

@@ -15,8 +15,6 @@
 
 #include "cli_common.h"
 #include "normlab/bench.h"
-#include "normlab/cuda.h"
-#include "normlab/cuda_backend.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/parse.h"
@@ -42,9 +40,7 @@ bool is_bench_document(const std::string& text) {
     return true;
   } catch (const std::exception&) {
   }
-  // bench norms --device cuda's own document
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  return j.is_object() && j.value("kind", nlohmann::json()).is_string() && j["kind"] == "norms-cuda";
+  return false;
 }
 
 // Before any work: the --out file can be written (see io.h: never a person's file).
@@ -68,7 +64,7 @@ struct NormsArgs {
   bool list = false, with_torch = false;
   std::string python = "python3", torch_script;
   DeviceOptions dev;
-  std::string dtypes = "f32";  // --device cuda: f32, bf16 or both
+  std::string dtypes = "f32";  // --device cuda, cuda-sim: f32, bf16 or both
 };
 
 struct StepArgs {
@@ -116,8 +112,14 @@ void check_base(const std::string& file, const std::string& kind) {
            found, kind, kind);
 }
 
-void print_compare(const std::string& base_file, const std::vector<NamedStats>& now, Format f) {
-  const std::vector<CompareRow> rows = compare(timed_entries_from_json(read_file(base_file), base_file), now);
+// The base's entries, read before --out may replace the file (--out BASE --force --compare BASE).
+std::vector<NamedStats> base_entries(const std::string& base_file) {
+  return base_file.empty() ? std::vector<NamedStats>{} : timed_entries_from_json(read_file(base_file), base_file);
+}
+
+void print_compare(const std::string& base_file, const std::vector<NamedStats>& base,
+                   const std::vector<NamedStats>& now, Format f) {
+  const std::vector<CompareRow> rows = compare(base, now);
   if (f == Format::json) {
     std::fprintf(stderr, "comparison with %s:\n%s", base_file.c_str(), render(rows, Format::table).c_str());
   } else {
@@ -125,74 +127,15 @@ void print_compare(const std::string& base_file, const std::vector<NamedStats>& 
   }
 }
 
-// bench norms --device cuda: normlab's CUDA norm kernels, timed on the device with CUDA events
-// (src/backends/cuda), next to the device's copy bandwidth measured in the same run.
-int run_norms_cuda(const NormsArgs& a, const GlobalOptions& g) {
-  check_out(a.o);
-  check_device(a.dev);
-  NL_USAGE(a.impls.empty(), "--impl selects cpu implementations; --device cuda times normlab's CUDA kernels");
-  NL_USAGE(!a.with_torch, "--with-torch with --device cuda: scripts/gpu_check.sh times PyTorch's GPU kernels");
-  NL_USAGE(a.repeats >= 1 && a.repeats <= 1000000, "--repeats must be 1..1000000, got {}", a.repeats);
-  NL_USAGE(a.warmup >= 0 && a.warmup <= 1000000, "--warmup must be 0..1000000, got {}", a.warmup);
-  const std::vector<NormShape> shapes = a.shapes.empty() ? default_shapes() : parse_shapes(a.shapes, "--shapes");
-  std::vector<bool> bf16s;
-  for (const std::string& t : {std::string("f32"), std::string("bf16")})
-    if (a.dtypes == t || a.dtypes == "f32,bf16" || a.dtypes == "bf16,f32" || a.dtypes == "all") bf16s.push_back(t == "bf16");
-  NL_USAGE(!bf16s.empty(), "--dtypes must be f32, bf16 or f32,bf16, got '{}'", shown(a.dtypes));
-  int64_t largest = 0;
-  for (const NormShape& s : shapes) largest = std::max(largest, s.numel());
-  const size_t copy_bytes = std::max<size_t>(size_t(256) << 20, static_cast<size_t>(largest) * 4);
-  spdlog::info("bench norms --device cuda: copy bandwidth on {} MiB ...", copy_bytes >> 20);
-  const CudaCopyBandwidth bw = cuda_copy_bandwidth(copy_bytes, 20);
-  const double limit = std::max(bw.memcpy_gbs, bw.kernel_gbs);
-  const int repeats = static_cast<int>(std::max<int64_t>(a.repeats, 20));
-  nlohmann::json rows = nlohmann::json::array();
-  if (!g.json) {
-    std::printf("device: %s\ncopy bandwidth (read + write): cudaMemcpy %.1f GB/s, copy kernel %.1f GB/s; %% below is of %.1f\n\n",
-                cuda_summary().c_str(), bw.memcpy_gbs, bw.kernel_gbs, limit);
-    std::printf("%-10s %-5s %-16s %10s %9s %6s %10s %9s %6s %9s %9s\n", "norm", "dtype", "shape", "fwd_us", "fwd_GB/s",
-                "fwd_%", "bwd_us", "bwd_GB/s", "bwd_%", "fwd_err", "bwd_err");
+// --dtypes: f32, bf16, f32,bf16 or all; order kept, duplicates dropped.
+std::vector<std::string> parse_dtypes(const std::string& text) {
+  if (text == "all") return {"f32", "bf16"};
+  std::vector<std::string> out;
+  for (const std::string& t : split_list(text, "--dtypes")) {
+    NL_USAGE(t == "f32" || t == "bf16", "--dtypes: '{}' is not f32 or bf16", shown(t));
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   }
-  bool ok = true;
-  for (const NormShape& s : shapes)
-    for (bool bf16 : bf16s)
-      for (bool rms : {false, true}) {
-        CudaNormCase c;
-        c.rms = rms;
-        c.bf16 = bf16;
-        c.rows = s.rows();
-        c.d = s.d;
-        c.repeats = repeats;
-        c.warmup = static_cast<int>(std::max<int64_t>(a.warmup, 3));
-        const CudaNormTiming t = cuda_time_norm(c);
-        const double fwd_gbs = t.fwd_bytes / (t.fwd_ms * 1e-3) / 1e9, bwd_gbs = t.bwd_bytes / (t.bwd_ms * 1e-3) / 1e9;
-        const double tol = bf16 ? 1e-2 : 1e-4;  // bf16 outputs keep 8 bits of mantissa
-        const bool pass = t.fwd_max_err <= tol && t.bwd_max_err <= tol;
-        ok = ok && pass;
-        const char* norm = rms ? "rmsnorm" : "layernorm";
-        const char* dtype = bf16 ? "bf16" : "f32";
-        rows.push_back({{"norm", norm}, {"dtype", dtype}, {"shape", s.str()}, {"rows", s.rows()}, {"d", s.d},
-                        {"fwd_ms", t.fwd_ms}, {"fwd_min_ms", t.fwd_min_ms}, {"fwd_gbs", fwd_gbs},
-                        {"fwd_pct_copy", 100 * fwd_gbs / limit}, {"bwd_ms", t.bwd_ms}, {"bwd_min_ms", t.bwd_min_ms},
-                        {"bwd_gbs", bwd_gbs}, {"bwd_pct_copy", 100 * bwd_gbs / limit},
-                        {"fwd_max_err", t.fwd_max_err}, {"bwd_max_err", t.bwd_max_err}, {"pass", pass}});
-        if (!g.json)
-          std::printf("%-10s %-5s %-16s %10.1f %9.1f %6.1f %10.1f %9.1f %6.1f %9.1e %9.1e%s\n", norm, dtype,
-                      s.str().c_str(), 1e3 * t.fwd_ms, fwd_gbs, 100 * fwd_gbs / limit, 1e3 * t.bwd_ms, bwd_gbs,
-                      100 * bwd_gbs / limit, t.fwd_max_err, t.bwd_max_err, pass ? "" : "  WRONG");
-      }
-  nlohmann::json doc = {{"kind", "norms-cuda"},
-                        {"device", cuda_summary()},
-                        {"copy_memcpy_gbs", bw.memcpy_gbs},
-                        {"copy_kernel_gbs", bw.kernel_gbs},
-                        {"copy_bytes", copy_bytes},
-                        {"rows", rows}};
-  write_out(a.o, doc.dump(2) + "\n");
-  if (g.json) std::cout << doc.dump(2) << "\n";
-  else
-    std::printf("\nbytes per call: forward reads x and writes y, backward reads x and dy and writes dx; "
-                "errors: max |gpu - float64| / (1 + |ref|) over the first 4 rows (bf16: of bf16 inputs)\n");
-  return ok ? 0 : 1;
+  return out;
 }
 
 // The two shape lists: without --shapes and --resident-shapes both default lists run; with
@@ -227,11 +170,7 @@ void set_passes(NormBenchOptions& opt, const std::string& pass) {
 }
 
 int run_norms(const NormsArgs& a, const GlobalOptions& g) {
-  if (a.dev.device != "cpu") {
-    NL_USAGE(a.resident_shapes.empty(), "--resident-shapes: the cpu's caches only; --device cuda takes --shapes");
-    return run_norms_cuda(a, g);
-  }
-  NL_USAGE(a.dtypes == "f32", "--dtypes {} needs --device cuda (the cpu kernels are float32)", shown(a.dtypes));
+  const bool on_device = a.dev.device != "cpu";
   if (a.list) {
     std::printf("%-22s %-14s %s\n", "implementation", "provider", "what");
     const NormRegistry registry = builtin_norm_impls();
@@ -244,7 +183,20 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   const Format f = format_of(a.o, g);
   check_out(a.o);
   NormBenchOptions opt;
+  opt.device = a.dev.device;
+  opt.dtypes = parse_dtypes(a.dtypes);
+  if (on_device) {
+    // cuda-sim is bench's own: the kernels run through the CUDA module's bench interface, not
+    // a backend (its module is checked when the run opens it).
+    if (a.dev.device == "cuda-sim")
+      NL_USAGE(!a.dev.tf32, "--tf32 applies to --device cuda only");
+    else
+      check_device(a.dev);
+    NL_USAGE(a.impls.empty(), "--impl selects cpu implementations; --device {} times normlab's CUDA kernels",
+             shown(a.dev.device));
+  }
   set_shapes(opt, a);
+  if (on_device && a.resident_shapes.empty()) opt.resident_shapes.clear();
   opt.threads = parse_threads(a.threads, "--threads");
   if (!a.impls.empty()) opt.impls = a.impls;
   set_passes(opt, a.pass);
@@ -264,7 +216,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   const NormRegistry registry = builtin_norm_impls();
   // Unknown names, and implementations none of which has a selected pass, are usage errors
   // before anything runs.
-  bool runs_something = false;
+  bool runs_something = on_device;  // the device's kernels have every pass
   for (const NormImpl* m : registry.select(opt.impls))
     for (const auto& [on, pass] : {std::pair{opt.fwd, Pass::fwd}, {opt.bwd, Pass::bwd}, {opt.addfwd, Pass::addfwd}})
       runs_something = runs_something || (on && m->fn(pass));
@@ -273,8 +225,12 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   validate(opt);
   if (!a.o.compare.empty()) check_base(a.o.compare, "norms");
 
-  spdlog::info("bench norms: {} memory-bound and {} resident shape(s), threads {}, pass {} ...", opt.shapes.size(),
-               opt.resident_shapes.size(), a.threads, a.pass);
+  if (on_device)
+    spdlog::info("bench norms --device {}: {} shape(s), dtypes {}, pass {} ...", opt.device, opt.shapes.size(),
+                 a.dtypes, a.pass);
+  else
+    spdlog::info("bench norms: {} memory-bound and {} resident shape(s), threads {}, pass {} ...", opt.shapes.size(),
+                 opt.resident_shapes.size(), a.threads, a.pass);
   NormReport report = run_norm_bench(opt, registry);
   if (a.with_torch) {
     std::string why;
@@ -285,11 +241,12 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     if (!add_torch_rows(report, opt, t, why))
       report.warnings.push_back("--with-torch: " + why + "; PyTorch's rows are missing or incomplete");
   }
+  const std::vector<NamedStats> base = base_entries(a.o.compare);
   write_out(a.o, render(report, Format::json));
   std::cout << render(report, f);
   if (f == Format::table || f == Format::markdown)
     std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
-  if (!a.o.compare.empty()) print_compare(a.o.compare, timed_entries(report), f);
+  if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
   print_warnings(report.warnings);
   int rejected = 0;
   for (const NormRow& r : report.rows)
@@ -315,9 +272,10 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   for (const std::string& m : opt.models) models += (models.empty() ? "" : ",") + m;
   spdlog::info("bench step: models {}, threads {} ...", models, a.threads);
   StepReport report = run_step_bench(opt);
+  const std::vector<NamedStats> base = base_entries(a.o.compare);
   write_out(a.o, render(report, Format::json));
   std::cout << render(report, f);
-  if (!a.o.compare.empty()) print_compare(a.o.compare, timed_entries(report), f);
+  if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
   print_warnings(report.warnings);
   return 0;
 }
@@ -415,7 +373,8 @@ docs/bench.md explains every column and the JSON schema.)");
   n->add_option("--python", norms->python, "Python interpreter for --with-torch (default python3)");
   n->add_option("--torch-script", norms->torch_script, "Path of torch_bench.py (default: found next to the build)");
   add_device_flags(*n, norms->dev);
-  n->add_option("--dtypes", norms->dtypes, "With --device cuda: f32, bf16 or f32,bf16 (bf16 storage, float32 statistics; default f32)");
+  n->add_option("--dtypes", norms->dtypes,
+                "With --device cuda or cuda-sim: f32, bf16 or f32,bf16 (bf16 storage, float32 statistics; default f32)");
   add_output_flags(*n, norms->o, g, true);
   n->footer(R"(Each implementation is checked against the float64 reference kernels on the first buffer set
 before it is timed; one that fails is reported (exit 1) and never timed. Each case then runs
@@ -429,9 +388,14 @@ Without --shapes and --resident-shapes both default lists run, each in its own t
 with either, only the lists given ("default": that list's defaults).
 addfwd rows: s = alpha*a + b written, then y = norm(s) (Post-LN, DeepNorm); GB/s counts 4ND floats;
 "vs unfused" is the two-kernel sequence (an add, then the fused norm) against the fused kernel.
+On a device (--device cuda, or cuda-sim: the same CUDA sources simulated on the host, slow):
+normlab's CUDA kernels on device buffers rotated through --footprint-mib (default 1 GiB), each
+call timed on the device (CUDA events), against the device's copy kernel (copy.loop) and
+cudaMemcpy (copy.memcpy); checked as the cpu rows are, on the outputs downloaded from the device.
 Examples:
   normlab bench norms --resident-shapes default --threads 1      the training step's shapes only
   normlab bench norms --impl fused,unfused --pass addfwd         the fused residual add + norm
+  normlab bench norms --device cuda --dtypes f32,bf16 --with-torch   GPU rows, PyTorch's GPU rows beside them
 Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
 
   // ---- step

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -51,6 +52,23 @@ NormRow row(const std::string& norm, const std::string& impl, const std::string&
   r.bytes = norm_bytes(norm, pass, s);
   r.time = summarize({median_s});
   return r;
+}
+
+// The arguments of a forward of `norm` on these arrays (beta and mean unused by RMSNorm).
+NormArgs forward_args(NormKind norm, int64_t n, int64_t d, const float* x, const float* gamma, const float* beta,
+                      float* y, float* mean, float* rstd) {
+  const bool ln = norm == NormKind::layernorm;
+  NormArgs a;
+  a.n = n;
+  a.d = d;
+  a.eps = ln ? 1e-5f : 1e-6f;
+  a.x = x;
+  a.gamma = gamma;
+  a.beta = ln ? beta : nullptr;
+  a.y = y;
+  a.mean = ln ? mean : nullptr;
+  a.rstd = rstd;
+  return a;
 }
 
 const NormRow* find(const NormReport& r, const std::string& name) {
@@ -292,16 +310,8 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
     beta[j] = 0.1f * std::sin(j);
   }
   for (const NormImpl& m : reg.all()) {
-    NormArgs a;
-    a.n = n;
-    a.d = d;
-    a.eps = m.norm == NormKind::layernorm ? 1e-5f : 1e-6f;
-    a.x = x.data();
-    a.gamma = gamma.data();
-    a.beta = m.norm == NormKind::layernorm ? beta.data() : nullptr;
-    a.y = y.data();
-    a.mean = m.norm == NormKind::layernorm ? mean.data() : nullptr;
-    a.rstd = rstd.data();
+    const NormArgs a =
+        forward_args(m.norm, n, d, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data());
     if (m.add_forward) {
       NormArgs add = a;
       add.branch = dy.data();
@@ -659,8 +669,8 @@ TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
   EXPECT_NEAR(find(back, "rmsnorm.fused/addfwd/1x8x16/threads:1")->vs_unfused, 1.25, 1e-12);
 
   const std::string csv = render(r, Format::csv);
-  EXPECT_NE(csv.find(",resident,calls_per_sample,vs_unfused\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find(",1,37,1.25\n"), std::string::npos) << csv;  // the resident fused row
+  EXPECT_NE(csv.find(",resident,calls_per_sample,vs_unfused,device,dtype\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",1,37,1.25,cpu,f32\n"), std::string::npos) << csv;  // the resident fused row
   const std::string md = render(r, Format::markdown);
   EXPECT_NE(md.find("| vs unfused |"), std::string::npos) << md;
   EXPECT_NE(md.find("cache-resident, the training step's shapes"), std::string::npos) << md;
@@ -677,6 +687,118 @@ TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
   const std::vector<CompareRow> c = compare(timed_entries(back), timed_entries(slow));
   ASSERT_EQ(c.size(), r.rows.size());
   for (const CompareRow& x : c) EXPECT_NEAR(x.ratio, x.name.find(".fused/") != std::string::npos ? 1.1 : 1.0, 1e-9) << x.name;
+}
+
+// ---- rows of a CUDA device (bench norms --device cuda | cuda-sim) ----------------------------------
+
+TEST(BenchDevice, NamesBytesAndDerivedFigures) {
+  const NormShape s{4, 8, 16};  // 512 elements
+  auto on = [&](NormRow r, const std::string& dtype) {
+    r.device = "cuda";
+    r.dtype = dtype;
+    r.bytes = norm_bytes(r.norm, r.pass, s, dtype == "bf16" ? 2 : 4);
+    return r;
+  };
+  EXPECT_EQ(on(row("layernorm", "fused", "fwd", 1e-6, s), "f32").name(), "layernorm.fused/fwd/4x8x16/cuda");
+  EXPECT_EQ(on(row("rmsnorm", "fused", "bwd", 1e-6, s), "bf16").name(), "rmsnorm.fused/bwd/4x8x16/bf16/cuda");
+  // bf16: the N x D arrays and gamma/beta at 2 bytes, dgamma/dbeta and the statistics at 4.
+  const ByteCount b = norm_bytes("layernorm", "bwd", s, 2);
+  EXPECT_EQ(b.data, 3 * 512 * 2);
+  EXPECT_EQ(b.params, 16 * 2 + 2 * 16 * 4);
+  EXPECT_EQ(b.stats, 2 * 32 * 4);
+  EXPECT_EQ(norm_bytes("rmsnorm", "fwd", s, 2).params, 16 * 2);
+
+  NormReport r;
+  r.rows.push_back(on(row("copy", "loop", "copy", 1e-6, s), "f32"));          // 4.096 GB/s on the device
+  r.rows.push_back(row("copy", "loop", "copy", 4e-6, s));                     // the cpu's: 1.024 GB/s
+  r.rows.push_back(on(row("layernorm", "fused", "fwd", 2e-6, s), "f32"));     // 2.048 GB/s
+  r.rows.push_back(on(row("rmsnorm", "fused", "fwd", 1e-6, s), "f32"));
+  r.rows.push_back(on(row("layernorm", "fused", "fwd", 1e-6, s), "bf16"));    // 2048 B / 1 us
+  r.rows.push_back(on(row("rmsnorm", "fused", "fwd", 0.8e-6, s), "bf16"));
+  r.rows.push_back(on(row("rmsnorm", "torch", "fwd", 1.6e-6, s), "bf16"));
+  r.rows.push_back(row("layernorm", "fused", "fwd", 8e-6, s));                // a cpu row: never compared
+  derive(r);
+  const NormRow* ln = find(r, "layernorm.fused/fwd/4x8x16/cuda");
+  ASSERT_NE(ln, nullptr);
+  EXPECT_NEAR(ln->copy_loop_gb_per_s, 4.096, 1e-9);  // the device's copy, not the cpu's
+  EXPECT_NEAR(ln->pct_of_copy_loop, 50.0, 1e-9);
+  EXPECT_NEAR(find(r, "rmsnorm.fused/fwd/4x8x16/cuda")->rms_over_ln, 2.0, 1e-12);
+  const NormRow* lb = find(r, "layernorm.fused/fwd/4x8x16/bf16/cuda");
+  EXPECT_NEAR(lb->gb_per_s, 2.048, 1e-9);
+  EXPECT_NEAR(lb->pct_of_copy_loop, 50.0, 1e-9);  // held to the copy whatever its dtype
+  const NormRow* rb = find(r, "rmsnorm.fused/fwd/4x8x16/bf16/cuda");
+  EXPECT_NEAR(rb->rms_over_ln, 1.25, 1e-12);      // against LayerNorm of the same dtype
+  EXPECT_NEAR(rb->vs_torch, 2.0, 1e-12);
+  // 0.512 GB/s against the cpu's copy (1.024), not the device's (4.096: 12.5%).
+  EXPECT_NEAR(find(r, "layernorm.fused/fwd/4x8x16/threads:1")->pct_of_copy_loop, 50.0, 1e-9);
+
+  // The JSON keeps the device, the dtype and the context's device; a document without them is
+  // the cpu's, float32.
+  r.context.device = "cuda: built (runtime 13.0), 1 device(s): NVIDIA H200 (sm_90)";
+  const std::string text = render(r, Format::json);
+  const NormReport back = norm_report_from_json(text, "t");
+  EXPECT_EQ(back.context.device, r.context.device);
+  ASSERT_EQ(back.rows.size(), r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(back.rows[i].name(), r.rows[i].name());
+    EXPECT_EQ(back.rows[i].device, r.rows[i].device);
+    EXPECT_EQ(back.rows[i].dtype, r.rows[i].dtype);
+  }
+  auto j = nlohmann::json::parse(text);
+  for (auto& b2 : j["benchmarks"]) {
+    b2.erase("device");
+    b2.erase("dtype");
+  }
+  const NormReport old = norm_report_from_json(j.dump(), "old");
+  EXPECT_EQ(old.rows[2].device, "cpu");
+  EXPECT_EQ(old.rows[2].dtype, "f32");
+  const std::string table = render(r, Format::table);
+  EXPECT_EQ(table.rfind("device: cuda: built", 0), 0u) << table;
+  EXPECT_NE(table.find(" bf16 "), std::string::npos) << table;
+}
+
+namespace {
+
+// float32 rounded to bf16 (to nearest even), as a float.
+float bf16(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+TEST(BenchVerify, Bf16OutputsAreHeldToBf16Rounding) {
+  const int64_t n = 6, d = 40;
+  std::vector<float> x(n * d), gamma(d), beta(d), y(n * d), mean(n), rstd(n);
+  for (int64_t i = 0; i < n * d; ++i) x[i] = bf16(0.3f + std::sin(0.37f * i) * (1 + i % 5));
+  for (int64_t j = 0; j < d; ++j) {
+    gamma[j] = bf16(0.75f + 0.01f * j);
+    beta[j] = bf16(0.1f * std::cos(j));
+  }
+  const NormArgs a = forward_args(NormKind::layernorm, n, d, x.data(), gamma.data(), beta.data(), y.data(),
+                                  mean.data(), rstd.data());
+  // A kernel that stores y as bf16 (statistics float32), and one 1% off.
+  auto impl = [](const std::string& dtype, float scale) {
+    NormImpl m;
+    m.norm = NormKind::layernorm;
+    m.impl = "stored";
+    m.dtype = dtype;
+    m.forward = [scale](const NormArgs& c) {
+      cpu::layernorm_forward_multipass(c.y, c.mean, c.rstd, c.x, c.gamma, c.beta, c.n, c.d, c.eps);
+      for (int64_t i = 0; i < c.n * c.d; ++i) c.y[i] = bf16(c.y[i] * scale);
+    };
+    return m;
+  };
+  EXPECT_TRUE(verify_norm(impl("bf16", 1.0f), Pass::fwd, a).pass);
+  const VerifyResult as_f32 = verify_norm(impl("f32", 1.0f), Pass::fwd, a);
+  EXPECT_FALSE(as_f32.pass) << "bf16 rounding passed float32's tolerance";
+  const VerifyResult off = verify_norm(impl("bf16", 1.01f), Pass::fwd, a);
+  EXPECT_FALSE(off.pass);
+  EXPECT_EQ(off.worst_output, "y");
 }
 
 // ---- whole steps ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 // first use (src/backends/cuda_loader); without it, src/backends/cuda_stub provides these
 // functions and make_cuda_backend() throws.
 #pragma once
-#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,25 +36,59 @@ CudaTransfers cuda_sim_transfers();
 void cuda_set_tf32(bool on);
 bool cuda_tf32();
 
-// ---- bench: norm kernels timed on the device with CUDA events ---------------------------------
-struct CudaNormCase {
-  bool rms = false;     // RMSNorm instead of LayerNorm
-  bool bf16 = false;    // bf16 inputs and outputs (statistics in float32)
+// ---- bench: normlab's norm kernels on device buffers, timed with CUDA events -----------------
+// The device half of `bench norms --device cuda | cuda-sim`; src/bench has the rest (the
+// inputs, the check against the reference kernels, the statistics, byte counts and report).
+// One object per shape and storage type: `sets` sets of the per-row arrays in device memory,
+// rotated call by call, and one copy of the parameters, shared by all sets as a model's are.
+struct CudaNormBenchShape {
   int64_t rows = 0, d = 0;
-  int repeats = 20, warmup = 3;
+  int64_t sets = 1;
+  bool bf16 = false;  // the N x D arrays and gamma/beta stored as bf16 (statistics, dgamma, dbeta float32)
 };
-struct CudaNormTiming {
-  double fwd_ms = NAN, bwd_ms = NAN;        // median per call
-  double fwd_min_ms = NAN, bwd_min_ms = NAN;
-  double fwd_bytes = 0, bwd_bytes = 0;      // bytes a call must move (read + write)
-  double fwd_max_err = NAN, bwd_max_err = NAN;  // max |gpu - double reference| / (1 + |ref|), first rows
+// The arrays of a set. N x D, as stored: x, b (dy of a backward, the second addend of an
+// add+norm), out (y or dx), s (the add's sum). N float32: mean, rstd (written by a forward);
+// ln_mean, ln_rstd, rms_rstd (the saved statistics a backward reads). Shared by the sets: gamma,
+// beta (as stored), dgamma, dbeta (float32).
+enum class CudaBenchArray { x, b, out, s, mean, rstd, ln_mean, ln_rstd, rms_rstd, gamma, beta, dgamma, dbeta };
+// Bytes of one set's `a`.
+inline size_t cuda_bench_array_bytes(const CudaNormBenchShape& s, CudaBenchArray a) {
+  const size_t stored = s.bf16 ? 2 : 4, n = static_cast<size_t>(s.rows), d = static_cast<size_t>(s.d);
+  switch (a) {
+    case CudaBenchArray::x: case CudaBenchArray::b: case CudaBenchArray::out: case CudaBenchArray::s:
+      return n * d * stored;
+    case CudaBenchArray::gamma: case CudaBenchArray::beta: return d * stored;
+    case CudaBenchArray::dgamma: case CudaBenchArray::dbeta: return d * 4;
+    case CudaBenchArray::mean: case CudaBenchArray::rstd: case CudaBenchArray::ln_mean:
+    case CudaBenchArray::ln_rstd: case CudaBenchArray::rms_rstd: break;
+  }
+  return n * 4;
+}
+// What a call runs: a norm launcher of the "cuda" backend on a set (forwards x -> out, mean,
+// rstd; add+norm forwards alpha*x + b -> s, out, ...; backwards b (dy), x and the saved
+// statistics -> out (dx), dgamma, dbeta), or a copy of x into out: cudaMemcpyAsync, or normlab's
+// copy kernel (16-byte loads and stores), the bandwidth limits the norms are held to.
+enum class CudaBenchOp {
+  layernorm_forward, rmsnorm_forward, add_layernorm_forward, add_rmsnorm_forward,
+  layernorm_backward, rmsnorm_backward, copy_memcpy, copy_kernel
 };
-CudaNormTiming cuda_time_norm(const CudaNormCase& c);
-// Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second, median):
-// cudaMemcpy and normlab's 16-byte copy kernel, on a buffer of `bytes`.
-struct CudaCopyBandwidth {
-  double memcpy_gbs = NAN, kernel_gbs = NAN;
+class CudaNormBench {
+ public:
+  virtual ~CudaNormBench() = default;
+  // Set 0's `array` from / to host memory, as stored (float32, or bf16 bits): its
+  // cuda_bench_array_bytes. Synchronous.
+  virtual void upload(CudaBenchArray array, const void* host) = 0;
+  virtual void download(CudaBenchArray array, void* host) = 0;
+  // Set 0's inputs (x, b and the saved statistics) copied into every other set.
+  virtual void replicate() = 0;
+  // One call of `op` on set k (eps: the norm's; alpha: the add's), asynchronous.
+  virtual void run(CudaBenchOp op, int64_t set, float eps, float alpha) = 0;
+  // The same call between two CUDA events, waited for: its device time in seconds.
+  virtual double time(CudaBenchOp op, int64_t set, float eps, float alpha) = 0;
 };
-CudaCopyBandwidth cuda_copy_bandwidth(size_t bytes, int repeats = 20);
+// On `device` (Device::cuda: GPU 0, loading the CUDA module; Device::cuda_sim: cuda-sim's
+// module). UsageError "no CUDA device found ..." (or "cuda-sim is not available ...") when it
+// cannot run there.
+std::unique_ptr<CudaNormBench> make_cuda_norm_bench(Device device, const CudaNormBenchShape& shape);
 
 }  // namespace normlab

@@ -138,6 +138,9 @@ struct Context {
   // `bench norms`: the fused kernels' choice of streaming stores on this machine and why
   // (cpu::streaming_stores), e.g. "on: a copy of 64 MiB at 31.2 GB/s streaming, 18.0 ordinary".
   std::string streaming_stores;
+  // `bench norms --device cuda | cuda-sim`: the device the rows ran on, as the CUDA module
+  // reports it ("cuda: built (runtime 13.0), 1 device(s): NVIDIA H200 (sm_90)"); empty on cpu.
+  std::string device;
 };
 Context collect_context();
 // Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
@@ -204,6 +207,9 @@ struct NormImpl {
   // Per call, where the kernel decides by size (the fused kernels: cpu::fused_streams); empty:
   // streaming_stores above.
   std::function<bool(Pass, const NormArgs&)> streams;
+  // Storage of the N x D arrays and the parameters: "f32", or "bf16" (a device's kernels with
+  // --dtypes bf16: the outputs y, dx, s are checked with bf16's rounding added, see verify_norm).
+  std::string dtype = "f32";
   std::string name() const { return std::string(to_string(norm)) + "." + impl; }
   const NormFn& fn(Pass p) const { return p == Pass::fwd ? forward : p == Pass::bwd ? backward : add_forward; }
 };
@@ -233,16 +239,17 @@ NormRegistry builtin_norm_impls();
 // Parameters of one norm over d: LayerNorm 2d (gamma, beta), RMSNorm d (gamma).
 int64_t norm_parameters(const std::string& norm, int64_t d);
 
-// Bytes one call moves, counted from the formula (4-byte floats). `data`: the N x D arrays
-// (forward x read + y written = 2ND; backward x, dy read + dx written = 3ND; add+norm forward
-// a, b read + s, y written = 4ND; copy 2ND);
+// Bytes one call moves, counted from the formula, the N x D arrays and gamma/beta stored in
+// `stored_bytes` (4: float32, 2: bf16), statistics and dgamma/dbeta in float32. `data`: the
+// N x D arrays (forward x read + y written = 2ND; backward x, dy read + dx written = 3ND;
+// add+norm forward a, b read + s, y written = 4ND; copy 2ND);
 // `params`: gamma (+ beta) read, and in the backward dgamma (+ dbeta) written; `stats`: the
 // per-row mean (LayerNorm) and rstd, written by the forward, read by the backward.
 struct ByteCount {
   int64_t data = 0, params = 0, stats = 0;
 };
 // norm: "layernorm" | "rmsnorm" | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
-ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s);
+ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes = 4);
 
 // ============================================================================
 // results of `bench norms`
@@ -266,7 +273,9 @@ struct NormRow {
   std::string provider;  // "normlab", "oneDNN 2.6.3", "PyTorch 2.5.1", "libc"
   std::string pass;      // "fwd" | "bwd" | "addfwd" | "copy"
   NormShape shape;
-  int threads = 1;
+  int threads = 1;         // cpu rows
+  std::string device = "cpu";  // "cpu", or the CUDA device the row ran on: "cuda", "cuda-sim"
+  std::string dtype = "f32";   // storage of the N x D arrays and the parameters: "f32", "bf16"
   // A resident case: one buffer set reused by every call (its data stays in L1/L2), compared
   // with the copy loop on the same reused buffers. Otherwise the buffers rotate (memory-bound).
   bool resident = false;
@@ -301,7 +310,8 @@ struct NormRow {
   // The headline percentage: of memcpy for streaming-store kernels, else of the copy loop.
   double pct_of_copy() const { return pct_against == "memcpy" ? pct_of_memcpy : pct_of_copy_loop; }
   // "layernorm.fused/fwd/8x256x1024/threads:1", "copy.loop/copy/8x256x1024/threads:1",
-  // resident: "rmsnorm.fused/fwd/1x512x64/resident/threads:1"
+  // resident: "rmsnorm.fused/fwd/1x512x64/resident/threads:1"; on a device (no thread count),
+  // "layernorm.fused/fwd/8x256x1024/cuda", "rmsnorm.fused/bwd/8x256x1024/bf16/cuda"
   std::string name() const;
 };
 
@@ -319,6 +329,16 @@ void derive(NormReport& report);
 // ============================================================================
 
 struct NormBenchOptions {
+  // "cpu": the registry's implementations. "cuda" (GPU 0) or "cuda-sim" (the same CUDA sources
+  // simulated on the host: slow, for checking them): normlab's CUDA norm kernels, the launchers
+  // the cuda backend calls, on device buffers rotated through `footprint` (0: 1 GiB), timed call
+  // by call with CUDA events, against the device's copy kernel ("copy.loop") and cudaMemcpy
+  // ("copy.memcpy"); checked as the cpu rows are (verify_norm on the first buffer set, the
+  // device's outputs downloaded). impls, threads and resident_shapes are the cpu's only.
+  std::string device = "cpu";
+  // Device only: the storage of the N x D arrays and parameters, "f32" and/or "bf16" (float32
+  // statistics; bf16 has no addfwd rows: its check would need the sum as the device rounded it).
+  std::vector<std::string> dtypes = {"f32"};
   std::vector<NormShape> shapes = default_shapes();                    // memory-bound: rotated
   std::vector<NormShape> resident_shapes = default_resident_shapes();  // one buffer set reused
   std::vector<int> threads;                  // empty: {1, all}
@@ -342,7 +362,8 @@ void validate(const NormBenchOptions& opt);
 // Runs every (shape, threads) group, memory-bound shapes first, then the resident ones:
 // allocates and fills the buffer sets, verifies each case against the reference, warms up, then
 // times the verified cases round-robin (one sample each in turn) so that the ratios between them
-// are measured side by side. Calls derive().
+// are measured side by side. Calls derive(). On a device (opt.device), every (shape, dtype)
+// group the same way, the registry unused.
 NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry = builtin_norm_impls());
 
 // Checks one implementation on the given arrays against the reference kernels (float64); the
@@ -352,7 +373,9 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a);
 
 // PyTorch's rows from scripts/torch_bench.py, run as `python3 SCRIPT ...` with the same shapes,
 // threads, passes (fwd, bwd: it has no add+norm) and rotation as `opt`, once for the memory-bound
-// shapes and once (--resident) for the resident ones. Returns false (and says why in `why`) when
+// shapes and once (--resident) for the resident ones; for opt.device "cuda", once with
+// --device cuda and opt.dtypes (PyTorch's CUDA kernels, timed with CUDA events).
+// Returns false (and says why in `why`) when
 // python3 cannot import torch, only addfwd is asked for, or a run of the script fails; the rows
 // of the runs that succeeded are appended to `report` and derive() is called again.
 struct TorchOptions {

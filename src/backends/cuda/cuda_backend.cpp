@@ -1,6 +1,6 @@
 // The "cuda" backend: checks each call's tensors as the reference backend does (defined, on
 // the device, float32, the element counts the sizes imply, ids in range), then calls the
-// kernels of kernels.cu or cuBLAS. float32 only; the CUDA calls' statuses are all checked and
+// kernels (kernels.h) or cuBLAS. float32 only; the CUDA calls' statuses are all checked and
 // a failure names the call and the kernel.
 #include "normlab/cuda_backend.h"
 
@@ -10,10 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstring>
 #include <cmath>
 #include <mutex>
-#include <vector>
 
 #include "flavor.h"
 #include "kernels.h"
@@ -88,8 +86,10 @@ void install_memory_hooks() {
   });
 }
 
+}  // namespace
+
 // Device 0 usable, or a UsageError naming why not.
-void require_device() {
+void cuda::require_device() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess)
@@ -99,6 +99,8 @@ void require_device() {
   // Device 0 is the runtime's default; nothing here creates a context (CUDA 12+ creates one
   // in cudaSetDevice), so that registering the backend costs a CPU-only command nothing.
 }
+
+namespace {
 
 // ---- argument checks ----------------------------------------------------------------------------
 void expect(const char* kernel, const char* arg, const Tensor& t, int64_t numel) {
@@ -125,7 +127,7 @@ int to_int(int64_t v, const char* what, const char* kernel) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    require_device();
+    cuda::require_device();
     install_memory_hooks();
   }
   // The backend lives in the registry, a static destroyed at exit after the CUDA runtime has
@@ -247,8 +249,7 @@ class CudaBackend final : public Backend {
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
     expect(kn, "beta", beta, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), fp(mean), fp(rstd), nullptr, x.raw(), nullptr,
-                       1.0f, gamma.raw(), beta.raw(), n, d, static_cast<float>(eps), false);
+    cuda::layernorm_forward(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, static_cast<float>(eps));
   }
 
   void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
@@ -264,8 +265,8 @@ class CudaBackend final : public Backend {
     expect(kn, "mean", mean, n);
     expect(kn, "rstd", rstd, n);
     float* work = (dgamma || dbeta) ? work_floats(cuda::column_work(n, d), kn) : nullptr;
-    cuda::norm_backward(cuda::Storage::f32, fp(dx), fp(dgamma), fp(dbeta), dy.raw(), x.raw(),
-                        gamma.raw(), fp(mean), fp(rstd), n, d, false, work);
+    cuda::layernorm_backward(fp(dx), fp(dgamma), fp(dbeta), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d,
+                             work);
   }
 
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
@@ -275,8 +276,7 @@ class CudaBackend final : public Backend {
     expect(kn, "rstd", rstd, n);
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), nullptr, fp(rstd), nullptr, x.raw(), nullptr,
-                       1.0f, gamma.raw(), nullptr, n, d, static_cast<float>(eps), true);
+    cuda::rmsnorm_forward(fp(y), fp(rstd), fp(x), fp(gamma), n, d, static_cast<float>(eps));
   }
 
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
@@ -289,8 +289,7 @@ class CudaBackend final : public Backend {
     expect(kn, "gamma", gamma, d);
     expect(kn, "rstd", rstd, n);
     float* work = dgamma ? work_floats(cuda::column_work(n, d), kn) : nullptr;
-    cuda::norm_backward(cuda::Storage::f32, fp(dx), fp(dgamma), nullptr, dy.raw(), x.raw(),
-                        gamma.raw(), nullptr, fp(rstd), n, d, true, work);
+    cuda::rmsnorm_backward(fp(dx), fp(dgamma), fp(dy), fp(x), fp(gamma), fp(rstd), n, d, work);
   }
 
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
@@ -305,9 +304,8 @@ class CudaBackend final : public Backend {
     expect(kn, "b", b, n * d);
     expect(kn, "gamma", gamma, d);
     expect(kn, "beta", beta, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), fp(mean), fp(rstd), s.raw(), a.raw(), b.raw(),
-                       static_cast<float>(alpha), gamma.raw(), beta.raw(), n, d,
-                       static_cast<float>(eps), false);
+    cuda::add_layernorm_forward(fp(s), fp(y), fp(mean), fp(rstd), fp(a), fp(b), static_cast<float>(alpha),
+                                fp(gamma), fp(beta), n, d, static_cast<float>(eps));
   }
 
   void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
@@ -320,9 +318,8 @@ class CudaBackend final : public Backend {
     expect(kn, "a", a, n * d);
     expect(kn, "b", b, n * d);
     expect(kn, "gamma", gamma, d);
-    cuda::norm_forward(cuda::Storage::f32, y.raw(), nullptr, fp(rstd), s.raw(), a.raw(), b.raw(),
-                       static_cast<float>(alpha), gamma.raw(), nullptr, n, d,
-                       static_cast<float>(eps), true);
+    cuda::add_rmsnorm_forward(fp(s), fp(y), fp(rstd), fp(a), fp(b), static_cast<float>(alpha), fp(gamma), n, d,
+                              static_cast<float>(eps));
   }
 
   // ---- softmax -----------------------------------------------------------------------------------
@@ -579,218 +576,5 @@ std::unique_ptr<Backend> cuda::make_backend() { return std::make_unique<CudaBack
 
 void cuda::set_tf32(bool on) { g_tf32.store(on); }
 bool cuda::tf32() { return g_tf32.load(); }
-
-// ============================================================================================
-// bench
-// ============================================================================================
-
-namespace {
-
-// Device buffers freed on scope exit.
-struct DeviceBuffer {
-  void* p = nullptr;
-  DeviceBuffer(size_t bytes, const char* kn) {
-    check(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc", kn);
-  }
-  ~DeviceBuffer() { (void)cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* f() const { return static_cast<float*>(p); }
-};
-
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  explicit Events(const char* kn) {
-    check(cudaEventCreate(&start), "cudaEventCreate", kn);
-    check(cudaEventCreate(&stop), "cudaEventCreate", kn);
-  }
-  ~Events() {
-    (void)cudaEventDestroy(start);
-    (void)cudaEventDestroy(stop);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-};
-
-template <class F>
-std::vector<double> time_calls(int warmup, int repeats, const char* kn, F&& call) {
-  Events ev(kn);
-  for (int i = 0; i < warmup; ++i) call(i);
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", kn);
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    check(cudaEventRecord(ev.start), "cudaEventRecord", kn);
-    call(warmup + i);
-    check(cudaEventRecord(ev.stop), "cudaEventRecord", kn);
-    check(cudaEventSynchronize(ev.stop), "cudaEventSynchronize", kn);
-    float t = 0;
-    check(cudaEventElapsedTime(&t, ev.start, ev.stop), "cudaEventElapsedTime", kn);
-    ms.push_back(t);
-  }
-  return ms;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-double minimum(const std::vector<double>& v) {
-  return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
-}
-
-// Deterministic pseudo-random inputs (no dependence on the RNG layers above).
-std::vector<float> inputs(int64_t count, uint64_t seed, double mean, double spread) {
-  std::vector<float> v(static_cast<size_t>(count));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    const double u = static_cast<double>(s >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
-    x = static_cast<float>(mean + spread * (2.0 * u - 1.0));
-  }
-  return v;
-}
-
-}  // namespace
-
-CudaNormTiming cuda::time_norm(const CudaNormCase& c) {
-  const char* kn = c.rms ? "bench rmsnorm" : "bench layernorm";
-  require_device();
-  NL_CHECK(c.rows > 0 && c.d > 0, "cuda {}: empty shape {}x{}", kn, c.rows, c.d);
-  const int64_t n = c.rows, d = c.d, numel = n * d;
-  const size_t es = c.bf16 ? 2 : 4;
-  const size_t bytes = static_cast<size_t>(numel) * es;
-  // Rotate through enough buffer sets that a case touches >= 1 GiB before it sees one again
-  // (the L2 is 50-60 MiB on an H100/H200): timings of memory, not of cache.
-  const size_t target = size_t(1) << 30;
-  const int sets = static_cast<int>(std::max<size_t>(1, std::min<size_t>(1024, target / std::max<size_t>(bytes * 2, 1))));
-  std::vector<std::unique_ptr<DeviceBuffer>> xs, ys, dys, dxs, means, rstds;
-  DeviceBuffer gamma(static_cast<size_t>(d) * es, kn), beta(static_cast<size_t>(d) * es, kn);
-  DeviceBuffer dgamma(static_cast<size_t>(d) * 4, kn), dbeta(static_cast<size_t>(d) * 4, kn);
-  DeviceBuffer work(static_cast<size_t>(cuda::column_work(n, d)) * 4, kn);
-  DeviceBuffer staging(static_cast<size_t>(numel) * 4, kn);
-
-  const std::vector<float> hx = inputs(numel, 1, 0.5, 2.0), hdy = inputs(numel, 2, 0.0, 1.0);
-  const std::vector<float> hg = inputs(d, 3, 1.0, 0.5), hb = inputs(d, 4, 0.0, 0.5);
-  auto upload = [&](void* dst, const std::vector<float>& src) {
-    if (!c.bf16) {
-      check(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", kn);
-      return;
-    }
-    check(cudaMemcpy(staging.p, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(HostToDevice)", kn);
-    cuda::f32_to_bf16(dst, staging.f(), static_cast<int64_t>(src.size()));
-  };
-  upload(gamma.p, hg);
-  upload(beta.p, hb);
-  for (int i = 0; i < sets; ++i) {
-    xs.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    ys.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    dys.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    dxs.push_back(std::make_unique<DeviceBuffer>(bytes, kn));
-    means.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 4, kn));
-    rstds.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 4, kn));
-    upload(xs.back()->p, hx);
-    upload(dys.back()->p, hdy);
-  }
-  const cuda::Storage st = c.bf16 ? cuda::Storage::bf16 : cuda::Storage::f32;
-  const float eps = 1e-5f;
-  auto fwd = [&](int i) {
-    const int k = i % sets;
-    cuda::norm_forward(st, ys[k]->p, c.rms ? nullptr : means[k]->f(), rstds[k]->f(), nullptr, xs[k]->p,
-                       nullptr, 1.0f, gamma.p, c.rms ? nullptr : beta.p, n, d, eps, c.rms);
-  };
-  auto bwd = [&](int i) {
-    const int k = i % sets;
-    cuda::norm_backward(st, dxs[k]->p, dgamma.f(), c.rms ? nullptr : dbeta.f(), dys[k]->p,
-                        xs[k]->p, gamma.p, c.rms ? nullptr : means[k]->f(), rstds[k]->f(), n, d, c.rms,
-                        work.f());
-  };
-  CudaNormTiming out;
-  std::vector<double> f = time_calls(c.warmup, c.repeats, kn, fwd);
-  for (int k = 0; k < sets; ++k) fwd(k);  // every set's statistics (and y) for what follows
-  std::vector<double> b = time_calls(c.warmup, c.repeats, kn, bwd);
-  for (int k = 0; k < sets; ++k) bwd(k);
-  out.fwd_ms = median(f);
-  out.fwd_min_ms = minimum(f);
-  out.bwd_ms = median(b);
-  out.bwd_min_ms = minimum(b);
-  // Bytes a call must move: forward reads x, writes y; backward reads x and dy, writes dx (the
-  // parameters and per-row statistics are ignored: < 1% at these shapes).
-  out.fwd_bytes = 2.0 * static_cast<double>(bytes);
-  out.bwd_bytes = 3.0 * static_cast<double>(bytes);
-
-  // Check the first rows against a double-precision computation on the host, from the values
-  // the device actually holds (bf16-rounded inputs for bf16).
-  const int64_t rows = std::min<int64_t>(n, 4);
-  auto fetch = [&](const void* src, int64_t count) {
-    std::vector<float> h(static_cast<size_t>(count));
-    if (!c.bf16) {
-      check(cudaMemcpy(h.data(), src, h.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
-    } else {
-      std::vector<uint16_t> raw(static_cast<size_t>(count));
-      check(cudaMemcpy(raw.data(), src, raw.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
-      for (size_t i = 0; i < raw.size(); ++i) {
-        const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
-        float v;
-        std::memcpy(&v, &bits, 4);
-        h[i] = v;
-      }
-    }
-    return h;
-  };
-  const std::vector<float> x0 = fetch(xs[0]->p, rows * d), dy0 = fetch(dys[0]->p, rows * d);
-  const std::vector<float> g0 = fetch(gamma.p, d), b0 = fetch(beta.p, d);
-  const std::vector<float> y0 = fetch(ys[0]->p, rows * d), dx0 = fetch(dxs[0]->p, rows * d);
-  double ef = 0, eb = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* xr = x0.data() + i * d;
-    const float* dyr = dy0.data() + i * d;
-    double mu = 0, var = 0;
-    if (!c.rms) {
-      for (int64_t j = 0; j < d; ++j) mu += xr[j];
-      mu /= static_cast<double>(d);
-    }
-    for (int64_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-    var /= static_cast<double>(d);
-    const double rs = 1.0 / std::sqrt(var + eps);
-    double mg = 0, mgx = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double xhat = (xr[j] - mu) * rs;
-      const double want = g0[j] * xhat + (c.rms ? 0.0 : b0[j]);
-      ef = std::max(ef, std::fabs(y0[i * d + j] - want) / (1.0 + std::fabs(want)));
-      const double g = double(dyr[j]) * g0[j];
-      mg += g;
-      mgx += g * xhat;
-    }
-    mg = c.rms ? 0.0 : mg / static_cast<double>(d);
-    mgx /= static_cast<double>(d);
-    for (int64_t j = 0; j < d; ++j) {
-      const double xhat = (xr[j] - mu) * rs;
-      const double want = rs * (double(dyr[j]) * g0[j] - mg - xhat * mgx);
-      eb = std::max(eb, std::fabs(dx0[i * d + j] - want) / (1.0 + std::fabs(want)));
-    }
-  }
-  out.fwd_max_err = ef;
-  out.bwd_max_err = eb;
-  return out;
-}
-
-CudaCopyBandwidth cuda::copy_bandwidth(size_t bytes, int repeats) {
-  const char* kn = "bench copy";
-  require_device();
-  DeviceBuffer a(bytes, kn), b(bytes, kn);
-  check(cudaMemset(a.p, 1, bytes), "cudaMemset", kn);
-  CudaCopyBandwidth out;
-  const std::vector<double> m = time_calls(3, repeats, kn, [&](int) {
-    check(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync", kn);
-  });
-  const std::vector<double> k = time_calls(3, repeats, kn, [&](int) { cuda::copy_kernel(b.p, a.p, bytes); });
-  out.memcpy_gbs = 2.0 * static_cast<double>(bytes) / (median(m) * 1e-3) / 1e9;
-  out.kernel_gbs = 2.0 * static_cast<double>(bytes) / (median(k) * 1e-3) / 1e9;
-  return out;
-}
 
 }  // namespace normlab

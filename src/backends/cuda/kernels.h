@@ -1,9 +1,10 @@
 // The CUDA backend's kernels behind plain C++ launchers on raw device pointers (private to
-// src/backends/cuda). kernels.cu defines them and is the only file nvcc compiles; the backend
-// class (cuda_backend.cpp, g++) checks tensors and calls these. Every launcher runs on the
-// default stream, checks the launch (and, with NORMLAB_CUDA_SYNC=1 in the environment, waits
-// for the kernel and checks its completion), and reports a failure through cuda_fail, which
-// throws normlab::Error naming the CUDA call and the kernel.
+// src/backends/cuda), under the cpu backend's names. One .cu file per op family defines them,
+// each launcher below its kernels (common.cuh has the device code they share); the backend
+// class (cuda_backend.cpp, the host compiler) checks tensors and calls these. Every launcher
+// runs on the default stream, checks the launch (and, with NORMLAB_CUDA_SYNC=1 in the
+// environment, waits for the kernel and checks its completion), and reports a failure through
+// cuda_fail, which throws normlab::Error naming the CUDA call and the kernel.
 //
 // Semantics are the reference backend's (include/backend_reference/normlab/reference_kernels.h):
 // outputs are WRITTEN unless stated, nullptr gradient outputs are skipped. Nothing uses float
@@ -22,13 +23,11 @@ namespace normlab::cuda {
 inline void check(cudaError_t status, const char* call, const char* kernel) {
   if (status != cudaSuccess) cuda_fail(call, kernel, status);
 }
-// After a launch: cudaGetLastError, and with NORMLAB_CUDA_SYNC=1 cudaDeviceSynchronize too.
+// After a launch: cudaGetLastError, and with NORMLAB_CUDA_SYNC=1 cudaDeviceSynchronize too
+// (launch.cu).
 void check_launch(const char* kernel);
 
-// Storage type of the norm kernels' inputs and outputs (statistics are always float32).
-enum class Storage : int { f32 = 0, bf16 = 1 };
-
-// ---- elementwise (n values, grid-stride) ---------------------------------------------------
+// ---- elementwise.cu: n values, grid-stride ----------------------------------------------------
 void fill_f32(float* out, int64_t n, float value);
 void fill_f64(double* out, int64_t n, double value);
 void fill_i32(int32_t* out, int64_t n, int32_t value);
@@ -42,45 +41,52 @@ int64_t sum_squares_work(int64_t n);
 void sum_squares(double* result_dev, double* work, const float* x, int64_t n);
 // out (M x N) = bias (broadcast over rows, nullable) + residual (nullable); zeros when both null.
 void bias_residual_init(float* out, const float* bias, const float* residual, int64_t m, int64_t n);
+// The cpu backend's float32 arithmetic: inv_bc1 = 1/(1-b1^step), inv_bc2 = 1/(1-b2^step).
+void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+               float beta1, float beta2, float eps, float inv_bc1, float inv_bc2, float wd_l2,
+               float wd_decoupled);
 
-// ---- column sums over rows: deterministic two-stage reductions ------------------------------
-// Floats of workspace the column reductions need for (rows, cols) (two partial arrays).
+// ---- columns.cu: column sums over rows, deterministic two-stage reductions --------------------
+// Floats of workspace the column reductions (and the fused norm backward's per-block partial
+// sums) need for (rows, cols): two partial arrays.
 int64_t column_work(int64_t rows, int64_t cols);
 // out[j] = sum_i x[i, j]
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work);
 
-// ---- norms over the last dimension (N rows of D) ----------------------------------------------
-// LayerNorm (beta non-null, mean non-null) or RMSNorm (beta and mean null). With a/b (add):
-// s = alpha*a + b is written to `s` and normalized; otherwise x = a is normalized and s, b null.
-void norm_forward(Storage st, void* y, float* mean, float* rstd, void* s, const void* a,
-                  const void* b, float alpha, const void* gamma, const void* beta, int64_t n,
-                  int64_t d, float eps, bool rms);
-// dx (nullable), dgamma (nullable), dbeta (nullable, LayerNorm only). `work` holds
-// column_work(n, d) floats. mean is null for RMSNorm.
-void norm_backward(Storage st, void* dx, float* dgamma, float* dbeta, const void* dy,
-                   const void* x, const void* gamma, const float* mean, const float* rstd,
-                   int64_t n, int64_t d, bool rms, float* work);
+// ---- norms.cu: LayerNorm / RMSNorm over the last dimension (N rows of D) ----------------------
+// T, the storage of the N x D arrays and of gamma/beta: float, or __nv_bfloat16 (cuda_bf16.h;
+// `bench norms --dtypes bf16`). Statistics (mean, rstd) and dgamma/dbeta are float32 either way,
+// and every kernel computes in float32. The add+norm forwards write s = alpha*a + b (as stored)
+// and normalize it. The backwards write dx, dgamma, dbeta where non-null; `work` holds
+// column_work(n, d) floats.
+template <class T>
+void layernorm_forward(T* y, float* mean, float* rstd, const T* x, const T* gamma, const T* beta,
+                       int64_t n, int64_t d, float eps);
+template <class T>
+void rmsnorm_forward(T* y, float* rstd, const T* x, const T* gamma, int64_t n, int64_t d, float eps);
+template <class T>
+void add_layernorm_forward(T* s, T* y, float* mean, float* rstd, const T* a, const T* b, float alpha,
+                           const T* gamma, const T* beta, int64_t n, int64_t d, float eps);
+template <class T>
+void add_rmsnorm_forward(T* s, T* y, float* rstd, const T* a, const T* b, float alpha, const T* gamma,
+                         int64_t n, int64_t d, float eps);
+template <class T>
+void layernorm_backward(T* dx, float* dgamma, float* dbeta, const T* dy, const T* x, const T* gamma,
+                        const float* mean, const float* rstd, int64_t n, int64_t d, float* work);
+template <class T>
+void rmsnorm_backward(T* dx, float* dgamma, const T* dy, const T* x, const T* gamma, const float* rstd,
+                      int64_t n, int64_t d, float* work);
 
-// ---- softmax (N rows of D) ------------------------------------------------------------------
+// ---- softmax_loss.cu: softmax (N rows of D), cross-entropy ------------------------------------
 void softmax_forward(float* y, const float* x, int64_t n, int64_t d);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d);
-
-// ---- ids: the first index i with ids[i] outside [0, v), or -1. Synchronizes. ----------------
-int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev,
-                     const char* kernel);
-
-// ---- embedding, cross-entropy ---------------------------------------------------------------
-void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t v,
-                       int64_t d);
-void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
-                        int64_t d);
 // `work` holds n doubles (per-row losses).
 void cross_entropy_forward(float* loss, float* probs, const float* logits,
                            const int32_t* targets, int64_t n, int64_t v, double* work);
 void cross_entropy_backward(float* dlogits, const float* dloss, const float* probs,
                             const int32_t* targets, int64_t n, int64_t v);
 
-// ---- attention, prefix mean, layout -------------------------------------------------------------
+// ---- attention.cu: attention, prefix mean ------------------------------------------------------
 // Largest T the attention kernels take (one row of scores in shared memory).
 int64_t attention_max_t();
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
@@ -91,24 +97,21 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         int64_t h, int64_t dh, float scale, float* work);
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
 void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c);
+
+// ---- layout.cu: transpose, ids, embedding ------------------------------------------------------
 void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
                int64_t inner);
+// The first index i with ids[i] outside [0, v), or -1. Synchronizes.
+int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev,
+                     const char* kernel);
+void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t v,
+                       int64_t d);
+void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
+                        int64_t d);
 
-// ---- statistics of a log step (stats.cu): double arithmetic, one block per row ----------------
+// ---- stats.cu: statistics of a log step, double arithmetic, one block per row -------------------
 void row_norms(float* norms, const float* x, int64_t n, int64_t d);
 void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
                            int64_t h, int64_t dh, double scale);
-
-// ---- optimizer ----------------------------------------------------------------------------------
-// The cpu backend's float32 arithmetic: inv_bc1 = 1/(1-b1^step), inv_bc2 = 1/(1-b2^step).
-void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
-               float beta1, float beta2, float eps, float inv_bc1, float inv_bc2, float wd_l2,
-               float wd_decoupled);
-
-// ---- conversions for the bf16 bench -----------------------------------------------------------
-void f32_to_bf16(void* out, const float* x, int64_t n);
-// A device-to-device copy kernel (16-byte loads and stores) that bench times as the bandwidth
-// limit next to cudaMemcpy.
-void copy_kernel(void* out, const void* x, size_t bytes);
 
 }  // namespace normlab::cuda

@@ -16,8 +16,7 @@ const normlab::cuda::ModuleTable kTable = {
     normlab::cuda::make_backend,
     normlab::cuda::set_tf32,
     normlab::cuda::tf32,
-    normlab::cuda::time_norm,
-    normlab::cuda::copy_bandwidth,
+    normlab::cuda::make_norm_bench,
 #if defined(NORMLAB_CUDA_SIM)
     [] {
       const cudasim::TransferStats& t = cudasim::transfer_counter();

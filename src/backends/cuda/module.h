@@ -16,12 +16,14 @@ int device_count();
 CudaDeviceInfo device_info(int index);
 std::string summary();
 
-// cuda_backend.cpp: make_cuda_backend, cuda_set_tf32 / cuda_tf32, cuda_time_norm,
-// cuda_copy_bandwidth.
+// cuda_backend.cpp: make_cuda_backend, cuda_set_tf32 / cuda_tf32; require_device: device 0
+// usable, or UsageError("no CUDA device found (<why>)").
 std::unique_ptr<Backend> make_backend();
 void set_tf32(bool on);
 bool tf32();
-CudaNormTiming time_norm(const CudaNormCase& c);
-CudaCopyBandwidth copy_bandwidth(size_t bytes, int repeats);
+void require_device();
+
+// norm_bench.cu: make_cuda_norm_bench on this module's device.
+std::unique_ptr<CudaNormBench> make_norm_bench(const CudaNormBenchShape& shape);
 
 }  // namespace normlab::cuda

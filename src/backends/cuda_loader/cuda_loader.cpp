@@ -178,12 +178,6 @@ bool cuda_tf32() {
   return t != nullptr && t->tf32();
 }
 
-CudaNormTiming cuda_time_norm(const CudaNormCase& c) { return require(gpu(), "no CUDA device found").time_norm(c); }
-
-CudaCopyBandwidth cuda_copy_bandwidth(size_t bytes, int repeats) {
-  return require(gpu(), "no CUDA device found").copy_bandwidth(bytes, repeats);
-}
-
 #else  // built without the toolkit: the GPU functions exist and say so
 
 bool cuda_built() { return false; }
@@ -195,13 +189,18 @@ std::unique_ptr<Backend> make_cuda_backend() {
 }
 void cuda_set_tf32(bool) {}
 bool cuda_tf32() { return false; }
-CudaNormTiming cuda_time_norm(const CudaNormCase&) {
-  throw UsageError("no CUDA device found: this normlab was built without CUDA");
-}
-CudaCopyBandwidth cuda_copy_bandwidth(size_t, int) {
-  throw UsageError("no CUDA device found: this normlab was built without CUDA");
-}
 
 #endif
+
+// ---- bench ---------------------------------------------------------------------------------------
+std::unique_ptr<CudaNormBench> make_cuda_norm_bench(Device device, const CudaNormBenchShape& shape) {
+  if (device == Device::cuda_sim) return require(sim_loader(), "cuda-sim is not available").make_norm_bench(shape);
+  NL_CHECK(device == Device::cuda, "make_cuda_norm_bench: {} is not a CUDA device", device_name(device));
+#if defined(NORMLAB_CUDA_MODULE_FILE)
+  return require(gpu(), "no CUDA device found").make_norm_bench(shape);
+#else
+  throw UsageError("no CUDA device found: this normlab was built without CUDA");
+#endif
+}
 
 }  // namespace normlab

@@ -1,0 +1,173 @@
+// Device code shared by the CUDA backend's kernel sources (header-only; every .cu file of
+// src/backends/cuda includes it): launch-size helpers, the grid-stride loop, block reductions
+// in a fixed order, float <-> storage conversions and the 16-byte load/store units of the row
+// kernels. Compiled by nvcc for a GPU and by the host compiler for cuda-sim (launch.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels.h"
+#include "launch.h"
+
+namespace normlab::cuda {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGrid = 65535LL * 16;  // grid-stride loops cover the rest
+constexpr int64_t kMaxRowsGrid = 2147483647LL;
+
+inline int grid_for(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<int>(std::max<int64_t>(1, std::min(blocks, kMaxGrid)));
+}
+
+// One block per row: at most this many rows.
+inline bool rows_fit(int64_t n) { return n <= kMaxRowsGrid; }
+
+#define NL_GRID_STRIDE(i, n)                                                         \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+// ---- block reductions -------------------------------------------------------------------------
+// blockDim.x is a multiple of 32 (<= 1024) wherever these are used; every thread of the block
+// must call them; every thread gets the total. `scratch` holds 32 values.
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <class T, class Op>
+__device__ T warp_reduce(T v, Op op) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+template <class T, class Op>
+__device__ T block_reduce(T v, T* scratch, Op op, T identity) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = warp_reduce(v, op);
+  __syncthreads();  // a previous call may still be reading scratch
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T r = lane < nwarps ? scratch[lane] : identity;
+  return warp_reduce(r, op);  // every warp reduces the same partials in the same order
+}
+
+__device__ inline float block_sum(float v, float* scratch) { return block_reduce(v, scratch, SumOp{}, 0.0f); }
+__device__ inline float block_max(float v, float* scratch) {
+  return block_reduce(v, scratch, MaxOp{}, -INFINITY);
+}
+__device__ inline double block_sum_d(double v, double* scratch) {
+  return block_reduce(v, scratch, SumOp{}, 0.0);
+}
+
+// Threads for a block that walks `units` per row: a multiple of 32, 32..max_threads.
+inline int row_threads(int64_t units, int max_threads = 512) {
+  int64_t t = (units + 3) / 4;  // about four units per thread
+  t = (t + 31) / 32 * 32;
+  return static_cast<int>(std::max<int64_t>(32, std::min<int64_t>(t, max_threads)));
+}
+
+// Shared memory above 48 KiB (dynamic + the kernel's static scratch) needs the kernel's opt-in;
+// asked for with a margin for the static part.
+template <class K>
+void allow_smem(K kernel, size_t bytes, const char* name) {
+  if (bytes > 40 * 1024)
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", name);
+}
+
+// The device's multiprocessor count, asked once (132 if the query fails: only block counts
+// depend on it).
+inline int device_sms() {
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || count <= 0) {
+      (void)cudaGetLastError();
+      count = 132;
+    }
+    return count;
+  }();
+  return sms;
+}
+
+// 16-byte aligned (nullptr counts as aligned: an absent array constrains nothing).
+inline bool aligned16(const void* ptr) { return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+// ---- storage types: float32, or bf16 with float32 arithmetic ------------------------------------
+__device__ inline float to_f(float v) { return v; }
+__device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ inline T from_f(float v);
+template <>
+__device__ inline float from_f<float>(float v) { return v; }
+template <>
+__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// A row is walked in units of P elements: P = 1 (scalar), or 16 bytes (float4: 4 floats, 8
+// bf16) when D is a multiple of P and every pointer is 16-byte aligned.
+template <class T, int P>
+__device__ inline void load_unit(const T* row, int64_t u, float (&v)[P]);
+template <>
+__device__ inline void load_unit<float, 1>(const float* row, int64_t u, float (&v)[1]) {
+  v[0] = row[u];
+}
+template <>
+__device__ inline void load_unit<__nv_bfloat16, 1>(const __nv_bfloat16* row, int64_t u, float (&v)[1]) {
+  v[0] = __bfloat162float(row[u]);
+}
+template <>
+__device__ inline void load_unit<float, 4>(const float* row, int64_t u, float (&v)[4]) {
+  const float4 q = reinterpret_cast<const float4*>(row)[u];
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+}
+template <>
+__device__ inline void load_unit<__nv_bfloat16, 8>(const __nv_bfloat16* row, int64_t u, float (&v)[8]) {
+  const uint4 q = reinterpret_cast<const uint4*>(row)[u];
+  __nv_bfloat162 h[4];
+  memcpy(h, &q, sizeof q);  // not a pointer cast: the host compiler (cuda-sim) assumes no such aliasing
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __bfloat1622float2(h[k]);
+    v[2 * k] = f.x;
+    v[2 * k + 1] = f.y;
+  }
+}
+
+template <class T, int P>
+__device__ inline void store_unit(T* row, int64_t u, const float (&v)[P]);
+template <>
+__device__ inline void store_unit<float, 1>(float* row, int64_t u, const float (&v)[1]) {
+  row[u] = v[0];
+}
+template <>
+__device__ inline void store_unit<__nv_bfloat16, 1>(__nv_bfloat16* row, int64_t u, const float (&v)[1]) {
+  row[u] = __float2bfloat16_rn(v[0]);
+}
+template <>
+__device__ inline void store_unit<float, 4>(float* row, int64_t u, const float (&v)[4]) {
+  reinterpret_cast<float4*>(row)[u] = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <>
+__device__ inline void store_unit<__nv_bfloat16, 8>(__nv_bfloat16* row, int64_t u, const float (&v)[8]) {
+  __nv_bfloat162 h[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  uint4 q;
+  memcpy(&q, h, sizeof q);
+  reinterpret_cast<uint4*>(row)[u] = q;
+}
+
+}  // namespace normlab::cuda

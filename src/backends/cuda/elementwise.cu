@@ -1,0 +1,180 @@
+// Elementwise kernels over n values (grid-stride), the sum of squares, the linear layer's
+// bias + residual epilogue and the Adam step: the cpu backend's elementwise.cpp.
+#include "common.cuh"
+
+namespace normlab::cuda {
+
+namespace {
+
+template <class T>
+__global__ void fill_kernel(T* out, int64_t n, T value) {
+  NL_GRID_STRIDE(i, n) out[i] = value;
+}
+
+}  // namespace
+
+void fill_f32(float* out, int64_t n, float value) {
+  if (n <= 0) return;
+  launch("fill", fill_kernel<float>, grid_for(n), kThreads, 0, out, n, value);
+}
+void fill_f64(double* out, int64_t n, double value) {
+  if (n <= 0) return;
+  launch("fill", fill_kernel<double>, grid_for(n), kThreads, 0, out, n, value);
+}
+void fill_i32(int32_t* out, int64_t n, int32_t value) {
+  if (n <= 0) return;
+  launch("fill", fill_kernel<int32_t>, grid_for(n), kThreads, 0, out, n, value);
+}
+
+namespace {
+
+__global__ void add_kernel(float* out, const float* a, const float* b, float alpha, float beta,
+                           int64_t n) {
+  NL_GRID_STRIDE(i, n) out[i] = alpha * a[i] + beta * b[i];
+}
+
+}  // namespace
+
+void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n) {
+  if (n <= 0) return;
+  launch("add", add_kernel, grid_for(n), kThreads, 0, out, a, b, alpha, beta, n);
+}
+
+namespace {
+
+__global__ void accumulate_kernel(float* dst, const float* src, int64_t n) {
+  NL_GRID_STRIDE(i, n) dst[i] = dst[i] + src[i];
+}
+
+}  // namespace
+
+void accumulate(float* dst, const float* src, int64_t n) {
+  if (n <= 0) return;
+  launch("accumulate", accumulate_kernel, grid_for(n), kThreads, 0, dst, src, n);
+}
+
+namespace {
+
+__global__ void scale_kernel(float* out, const float* x, float alpha, int64_t n) {
+  NL_GRID_STRIDE(i, n) out[i] = alpha * x[i];
+}
+
+}  // namespace
+
+void scale(float* out, const float* x, float alpha, int64_t n) {
+  if (n <= 0) return;
+  launch("scale", scale_kernel, grid_for(n), kThreads, 0, out, x, alpha, n);
+}
+
+namespace {
+
+__global__ void mul_kernel(float* out, const float* a, const float* b, int64_t n) {
+  NL_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+}
+
+}  // namespace
+
+void mul(float* out, const float* a, const float* b, int64_t n) {
+  if (n <= 0) return;
+  launch("mul", mul_kernel, grid_for(n), kThreads, 0, out, a, b, n);
+}
+
+namespace {
+
+__global__ void gelu_kernel(float* y, float* dydx, const float* x, int64_t n) {
+  const float inv_sqrt2 = 0.70710678118654752440f;
+  const float inv_sqrt_2pi = 0.39894228040143267794f;
+  NL_GRID_STRIDE(i, n) {
+    const float xi = x[i];
+    const float cdf = 0.5f * (1.0f + erff(xi * inv_sqrt2));
+    y[i] = xi * cdf;
+    if (dydx) dydx[i] = cdf + xi * inv_sqrt_2pi * expf(-0.5f * xi * xi);
+  }
+}
+
+}  // namespace
+
+void gelu_forward(float* y, float* dydx, const float* x, int64_t n) {
+  if (n <= 0) return;
+  launch("gelu_forward", gelu_kernel, grid_for(n), kThreads, 0, y, dydx, x, n);
+}
+
+namespace {
+
+constexpr int kSumSquaresBlocks = 1024;
+
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  double acc = 0.0;
+  NL_GRID_STRIDE(i, n) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  acc = block_sum_d(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_partials_kernel(double* result, const double* partial, int64_t count) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+  acc = block_sum_d(acc, scratch);
+  if (threadIdx.x == 0) result[0] = acc;
+}
+
+}  // namespace
+
+int64_t sum_squares_work(int64_t) { return kSumSquaresBlocks; }
+
+void sum_squares(double* result_dev, double* work, const float* x, int64_t n) {
+  const int blocks = n <= 0 ? 1 : std::min(kSumSquaresBlocks, grid_for(n));
+  launch("sum_squares", sum_squares_partial_kernel, blocks, kThreads, 0, work, x, n < 0 ? 0 : n);
+  launch("sum_squares", sum_partials_kernel, 1, kThreads, 0, result_dev, work, blocks);
+}
+
+namespace {
+
+__global__ void bias_residual_kernel(float* out, const float* bias, const float* residual,
+                                     int64_t m, int64_t n) {
+  NL_GRID_STRIDE(i, m * n) {
+    float v = residual ? residual[i] : 0.0f;
+    if (bias) v += bias[i % n];
+    out[i] = v;
+  }
+}
+
+}  // namespace
+
+void bias_residual_init(float* out, const float* bias, const float* residual, int64_t m, int64_t n) {
+  if (m * n <= 0) return;
+  launch("linear_forward", bias_residual_kernel, grid_for(m * n), kThreads, 0, out, bias, residual, m, n);
+}
+
+namespace {
+
+__global__ void adam_kernel(float* param, float* m, float* v, const float* grad, int64_t n,
+                            float lr, float b1, float omb1, float b2, float omb2, float eps,
+                            float inv_bc1, float inv_bc2, float wd_l2, float wd_decoupled) {
+  NL_GRID_STRIDE(i, n) {
+    const float p = param[i];
+    const float g = fmaf(wd_l2, p, grad[i]);
+    const float mi = fmaf(b1, m[i], omb1 * g);
+    const float vi = fmaf(b2, v[i], omb2 * g * g);
+    const float update = fmaf(wd_decoupled, p, (mi * inv_bc1) / (sqrtf(vi * inv_bc2) + eps));
+    param[i] = fmaf(-lr, update, p);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+}  // namespace
+
+void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+               float beta1, float beta2, float eps, float inv_bc1, float inv_bc2, float wd_l2,
+               float wd_decoupled) {
+  if (n <= 0) return;
+  launch("adam_step", adam_kernel, grid_for(n), kThreads, 0, param, m, v, grad, n, lr, beta1, 1.0f - beta1, beta2,
+         1.0f - beta2, eps, inv_bc1, inv_bc2, wd_l2, wd_decoupled);
+}
+
+}  // namespace normlab::cuda

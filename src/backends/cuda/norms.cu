@@ -1,0 +1,412 @@
+// LayerNorm and RMSNorm over the last dimension (N rows of D), forward (alone or fused with the
+// residual add s = alpha*a + b) and backward, each launcher below its kernels, under the cpu
+// backend's names. Templated on the storage of the N x D arrays and of the parameters: float,
+// or __nv_bfloat16 for `bench norms --dtypes bf16` (statistics and parameter gradients are
+// float32 either way).
+#include "columns.h"
+
+namespace normlab::cuda {
+
+namespace {
+
+constexpr size_t kMaxCacheBytes = 96 * 1024;  // opt-in shared memory per block (sm_90: 227 KiB)
+
+// ---- forward ------------------------------------------------------------------------------------
+template <class T>
+struct NormFwd {
+  T* y;
+  float* mean;  // null for RMSNorm
+  float* rstd;
+  T* s;         // the sum, kAdd only
+  const T* a;   // x, or the first addend
+  const T* b;   // kAdd only
+  float alpha;
+  const T* gamma;
+  const T* beta;  // null for RMSNorm
+  int64_t d;
+  float eps;
+};
+
+// One block per row. The row (or the sum s) is read once from global memory: pass 1 keeps it
+// in shared memory (kCache) as float; without the cache (very long rows) the later passes
+// read it again (from L2). Statistics in float32: the mean, then the centred variance.
+template <class T, int P, bool kAdd, bool kRms, bool kCache>
+__global__ void norm_forward_kernel(NormFwd<T> p) {
+  NL_DYNAMIC_SHARED(float, cache);
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const int64_t d = p.d, units = d / P;
+  const T* xr = p.a + row * d;
+  const T* br = kAdd ? p.b + row * d : nullptr;
+  T* sr = kAdd ? p.s + row * d : nullptr;
+  auto fetch = [&](int64_t u, float (&v)[P]) {
+    if (kCache) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) v[k] = cache[u * P + k];
+    } else if (kAdd) {
+      load_unit<T, P>(sr, u, v);  // written by this thread in pass 1
+    } else {
+      load_unit<T, P>(xr, u, v);
+    }
+  };
+  float acc = 0.0f;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    float v[P];
+    load_unit<T, P>(xr, u, v);
+    if (kAdd) {
+      float w[P];
+      load_unit<T, P>(br, u, w);
+#pragma unroll
+      for (int k = 0; k < P; ++k) v[k] = to_f(from_f<T>(p.alpha * v[k] + w[k]));  // s as stored
+      store_unit<T, P>(sr, u, v);
+    }
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (kCache) cache[u * P + k] = v[k];
+      acc += kRms ? v[k] * v[k] : v[k];
+    }
+  }
+  float mu = 0.0f, var = 0.0f;
+  if (kRms) {
+    var = block_sum(acc, scratch) / static_cast<float>(d);
+  } else {
+    mu = block_sum(acc, scratch) / static_cast<float>(d);
+    float acc2 = 0.0f;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      float v[P];
+      fetch(u, v);
+#pragma unroll
+      for (int k = 0; k < P; ++k) acc2 += (v[k] - mu) * (v[k] - mu);
+    }
+    var = block_sum(acc2, scratch) / static_cast<float>(d);
+  }
+  const float rs = 1.0f / sqrtf(var + p.eps);
+  T* yr = p.y + row * d;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    float v[P], g[P], o[P];
+    fetch(u, v);
+    load_unit<T, P>(p.gamma, u, g);
+    if (kRms) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) o[k] = g[k] * (v[k] * rs);
+    } else {
+      float bt[P];
+      load_unit<T, P>(p.beta, u, bt);
+#pragma unroll
+      for (int k = 0; k < P; ++k) o[k] = g[k] * ((v[k] - mu) * rs) + bt[k];
+    }
+    store_unit<T, P>(yr, u, o);
+  }
+  if (threadIdx.x == 0) {
+    if (!kRms) p.mean[row] = mu;
+    p.rstd[row] = rs;
+  }
+}
+
+template <class T, int P, bool kAdd, bool kRms>
+void launch_norm_forward(const NormFwd<T>& p, int64_t n) {
+  const char* name = kAdd ? (kRms ? "add_rmsnorm_forward" : "add_layernorm_forward")
+                          : (kRms ? "rmsnorm_forward" : "layernorm_forward");
+  const int threads = row_threads(p.d / P);
+  const size_t bytes = static_cast<size_t>(p.d) * sizeof(float);
+  if (bytes <= kMaxCacheBytes) {
+    auto kernel = norm_forward_kernel<T, P, kAdd, kRms, true>;
+    allow_smem(kernel, bytes, name);
+    launch(name, kernel, static_cast<unsigned>(n), threads, bytes, p);
+  } else {
+    launch(name, norm_forward_kernel<T, P, kAdd, kRms, false>, static_cast<unsigned>(n), threads, 0, p);
+  }
+}
+
+// One block per row (n of them), 16-byte units when d and every pointer allow.
+template <class T, bool kAdd, bool kRms>
+void norm_forward_t(const NormFwd<T>& p, int64_t n) {
+  if (n <= 0) return;
+  if (!rows_fit(n))
+    check(cudaErrorInvalidConfiguration, "grid of one block per row",
+          kAdd ? (kRms ? "add_rmsnorm_forward" : "add_layernorm_forward")
+               : (kRms ? "rmsnorm_forward" : "layernorm_forward"));
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vec = p.d % kVec == 0 && aligned16(p.y) && aligned16(p.a) && aligned16(p.b) &&
+                   aligned16(p.s) && aligned16(p.gamma) && aligned16(p.beta);
+  if (vec)
+    launch_norm_forward<T, kVec, kAdd, kRms>(p, n);
+  else
+    launch_norm_forward<T, 1, kAdd, kRms>(p, n);
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_forward(T* y, float* mean, float* rstd, const T* x, const T* gamma, const T* beta, int64_t n,
+                       int64_t d, float eps) {
+  norm_forward_t<T, false, false>({y, mean, rstd, nullptr, x, nullptr, 1.0f, gamma, beta, d, eps}, n);
+}
+
+template <class T>
+void rmsnorm_forward(T* y, float* rstd, const T* x, const T* gamma, int64_t n, int64_t d, float eps) {
+  norm_forward_t<T, false, true>({y, nullptr, rstd, nullptr, x, nullptr, 1.0f, gamma, nullptr, d, eps}, n);
+}
+
+template <class T>
+void add_layernorm_forward(T* s, T* y, float* mean, float* rstd, const T* a, const T* b, float alpha,
+                           const T* gamma, const T* beta, int64_t n, int64_t d, float eps) {
+  norm_forward_t<T, true, false>({y, mean, rstd, s, a, b, alpha, gamma, beta, d, eps}, n);
+}
+
+template <class T>
+void add_rmsnorm_forward(T* s, T* y, float* rstd, const T* a, const T* b, float alpha, const T* gamma,
+                         int64_t n, int64_t d, float eps) {
+  norm_forward_t<T, true, true>({y, nullptr, rstd, s, a, b, alpha, gamma, nullptr, d, eps}, n);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+namespace {
+
+template <class T>
+struct NormBwd {
+  T* dx;
+  const T* dy;
+  const T* x;
+  const T* gamma;
+  const float* mean;  // null for RMSNorm
+  const float* rstd;
+  int64_t d;
+};
+
+// One element of a norm backward, for both backward kernels: g = dy*gamma and xhat =
+// (x-mu)*rstd (mu = 0 for RMSNorm); with the row's means of g and g*xhat,
+// dx = rstd*(g - mean(g) - xhat*mean(g*xhat)).
+struct GradElem {
+  float g, xhat;
+};
+__device__ __forceinline__ GradElem grad_elem(float x, float dy, float gamma, float mu, float rs) {
+  return {dy * gamma, (x - mu) * rs};
+}
+__device__ __forceinline__ float grad_dx(GradElem e, float rs, float mean_g, float mean_gx) {
+  return rs * (e.g - mean_g - e.xhat * mean_gx);
+}
+// The row's two means from each thread's partial sums (RMSNorm has no mean(g) term).
+template <bool kRms>
+__device__ __forceinline__ void grad_means(float sg, float sgx, float* scratch, int64_t d, float& mean_g,
+                                           float& mean_gx) {
+  mean_g = kRms ? 0.0f : block_sum(sg, scratch) / static_cast<float>(d);
+  mean_gx = block_sum(sgx, scratch) / static_cast<float>(d);
+}
+
+// dx, one block per row: g = dy*gamma, xhat = (x-mu)*rstd;
+// dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (RMSNorm: without mean(g)). kCache keeps x and
+// dy of the row in shared memory between the two passes.
+template <class T, int P, bool kRms, bool kCache>
+__global__ void norm_backward_dx_kernel(NormBwd<T> p) {
+  NL_DYNAMIC_SHARED(float, cache);  // [0, d): x, [d, 2d): dy
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const int64_t d = p.d, units = d / P;
+  const T* xr = p.x + row * d;
+  const T* dyr = p.dy + row * d;
+  const float mu = kRms ? 0.0f : p.mean[row];
+  const float rs = p.rstd[row];
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    float xv[P], dv[P], gv[P];
+    load_unit<T, P>(xr, u, xv);
+    load_unit<T, P>(dyr, u, dv);
+    load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (kCache) {
+        cache[u * P + k] = xv[k];
+        cache[d + u * P + k] = dv[k];
+      }
+      const GradElem e = grad_elem(xv[k], dv[k], gv[k], mu, rs);
+      sg += e.g;
+      sgx += e.g * e.xhat;
+    }
+  }
+  float mean_g, mean_gx;
+  grad_means<kRms>(sg, sgx, scratch, d, mean_g, mean_gx);
+  T* dxr = p.dx + row * d;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    float xv[P], dv[P], gv[P], o[P];
+    if (kCache) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        xv[k] = cache[u * P + k];
+        dv[k] = cache[d + u * P + k];
+      }
+    } else {
+      load_unit<T, P>(xr, u, xv);
+      load_unit<T, P>(dyr, u, dv);
+    }
+    load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) o[k] = grad_dx(grad_elem(xv[k], dv[k], gv[k], mu, rs), rs, mean_g, mean_gx);
+    store_unit<T, P>(dxr, u, o);
+  }
+}
+
+template <class T, int P, bool kRms>
+void launch_norm_backward_dx(const NormBwd<T>& p, int64_t n) {
+  const char* name = kRms ? "rmsnorm_backward" : "layernorm_backward";
+  const int threads = row_threads(p.d / P);
+  const size_t bytes = 2 * static_cast<size_t>(p.d) * sizeof(float);
+  if (bytes <= kMaxCacheBytes) {
+    auto kernel = norm_backward_dx_kernel<T, P, kRms, true>;
+    allow_smem(kernel, bytes, name);
+    launch(name, kernel, static_cast<unsigned>(n), threads, bytes, p);
+  } else {
+    launch(name, norm_backward_dx_kernel<T, P, kRms, false>, static_cast<unsigned>(n), threads, 0, p);
+  }
+}
+
+// The backward with one read of x and dy from memory: a block takes rows blockIdx.x,
+// blockIdx.x + gridDim.x, ...; thread t always owns the same units of a row (t, t + blockDim.x,
+// ...), so it alone accumulates its columns' dgamma/dbeta sums over the block's rows, in shared
+// memory, without atomics. Per row: pass 1 reads x and dy (the sums for the two block
+// reductions, and the column sums), pass 2 reads the row again for dx (from L1/L2: the block just
+// read it). At the end each block writes its column sums to part_g/part_b[blockIdx.x, :], which
+// column_final adds in block order: deterministic, no float atomics.
+template <class T, int P, bool kRms>
+__global__ void norm_backward_fused_kernel(NormBwd<T> p, int64_t n, float* part_g, float* part_b) {
+  NL_DYNAMIC_SHARED(float, sums);  // [0, d): dgamma; [d, 2d): dbeta (LayerNorm)
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t d = p.d, units = d / P;
+  float* sg_col = sums;
+  float* sb_col = sums + d;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      sg_col[u * P + e] = 0.0f;
+      if (!kRms) sb_col[u * P + e] = 0.0f;
+    }
+  }
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const T* xr = p.x + row * d;
+    const T* dyr = p.dy + row * d;
+    const float mu = kRms ? 0.0f : p.mean[row];
+    const float rs = p.rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      float xv[P], dv[P], gv[P];
+      load_unit<T, P>(xr, u, xv);
+      load_unit<T, P>(dyr, u, dv);
+      load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const GradElem t = grad_elem(xv[e], dv[e], gv[e], mu, rs);
+        sg += t.g;
+        sgx += t.g * t.xhat;
+        sg_col[u * P + e] += dv[e] * t.xhat;
+        if (!kRms) sb_col[u * P + e] += dv[e];
+      }
+    }
+    float mean_g, mean_gx;
+    grad_means<kRms>(sg, sgx, scratch, d, mean_g, mean_gx);
+    if (p.dx) {
+      T* dxr = p.dx + row * d;
+      for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+        float xv[P], dv[P], gv[P], o[P];
+        load_unit<T, P>(xr, u, xv);
+        load_unit<T, P>(dyr, u, dv);
+        load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+        for (int e = 0; e < P; ++e) o[e] = grad_dx(grad_elem(xv[e], dv[e], gv[e], mu, rs), rs, mean_g, mean_gx);
+        store_unit<T, P>(dxr, u, o);
+      }
+    }
+  }
+  if (part_g) {
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        part_g[static_cast<int64_t>(blockIdx.x) * d + u * P + e] = sg_col[u * P + e];
+        if (part_b) part_b[static_cast<int64_t>(blockIdx.x) * d + u * P + e] = sb_col[u * P + e];
+      }
+    }
+  }
+}
+
+constexpr size_t kFusedMaxSmem = 192 * 1024;  // column sums per block (sm_90 allows 227 KiB)
+
+// The one-read backward when a block's column sums fit in shared memory (d <= 24576 for
+// LayerNorm, 49152 for RMSNorm); true when it ran.
+template <class T, int P, bool kRms>
+bool try_norm_backward_fused(const NormBwd<T>& p, int64_t n, float* dgamma, float* dbeta,
+                             float* work, const char* name) {
+  const size_t bytes = (kRms ? 1 : 2) * static_cast<size_t>(p.d) * sizeof(float);
+  if (bytes > kFusedMaxSmem) return false;
+  const int threads = row_threads(p.d / P);
+  auto kernel = norm_backward_fused_kernel<T, P, kRms>;
+  allow_smem(kernel, bytes, name);
+  // One wave: as many blocks as are resident at once (rows are shared out evenly among them).
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor", name);
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min<int64_t>(fused_blocks(n), static_cast<int64_t>(std::max(per_sm, 1)) * device_sms()));
+  float* part_g = (dgamma || dbeta) ? work : nullptr;
+  float* part_b = (!kRms && (dgamma || dbeta)) ? work + blocks * p.d : nullptr;
+  launch(name, kernel, static_cast<unsigned>(blocks), threads, bytes, p, n, part_g, part_b);
+  if (part_g) {
+    column_final(dgamma, dbeta, part_g, part_b, blocks, p.d, name);
+  }
+  return true;
+}
+
+template <class T, bool kRms>
+void norm_backward_t(const NormBwd<T>& p, float* dgamma, float* dbeta, int64_t n, float* work) {
+  const char* name = kRms ? "rmsnorm_backward" : "layernorm_backward";
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", name);
+  if (!p.dx && !dgamma && !dbeta) return;
+  if (n > 0 && p.d > 0) {
+    constexpr int kVec = 16 / sizeof(T);
+    const bool vec = p.d % kVec == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) &&
+                     aligned16(p.gamma);
+    const bool fused = vec ? try_norm_backward_fused<T, kVec, kRms>(p, n, dgamma, dbeta, work, name)
+                           : try_norm_backward_fused<T, 1, kRms>(p, n, dgamma, dbeta, work, name);
+    if (fused) return;
+    // Rows too long for registers: dx one block per row, then the column reductions.
+    if (p.dx) {
+      if (vec)
+        launch_norm_backward_dx<T, kVec, kRms>(p, n);
+      else
+        launch_norm_backward_dx<T, 1, kRms>(p, n);
+    }
+  }
+  if (dgamma || dbeta) {
+    norm_column_sums<T>(dgamma, dbeta, p.dy, p.x, p.mean, p.rstd, n, p.d, kRms, work, name);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_backward(T* dx, float* dgamma, float* dbeta, const T* dy, const T* x, const T* gamma,
+                        const float* mean, const float* rstd, int64_t n, int64_t d, float* work) {
+  norm_backward_t<T, false>({dx, dy, x, gamma, mean, rstd, d}, dgamma, dbeta, n, work);
+}
+
+template <class T>
+void rmsnorm_backward(T* dx, float* dgamma, const T* dy, const T* x, const T* gamma, const float* rstd,
+                      int64_t n, int64_t d, float* work) {
+  norm_backward_t<T, true>({dx, dy, x, gamma, nullptr, rstd, d}, dgamma, nullptr, n, work);
+}
+
+// The two storage types (kernels.h declares the templates).
+#define NL_NORMS_FOR(T)                                                                                          \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t, float);  \
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float);                     \
+  template void add_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*, float, const T*, const T*,   \
+                                         int64_t, int64_t, float);                                               \
+  template void add_rmsnorm_forward<T>(T*, T*, float*, const T*, const T*, float, const T*, int64_t, int64_t,     \
+                                       float);                                                                   \
+  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*, const float*,            \
+                                      const float*, int64_t, int64_t, float*);                                   \
+  template void rmsnorm_backward<T>(T*, float*, const T*, const T*, const T*, const float*, int64_t, int64_t,    \
+                                    float*);
+NL_NORMS_FOR(float)
+NL_NORMS_FOR(__nv_bfloat16)
+#undef NL_NORMS_FOR
+
+}  // namespace normlab::cuda

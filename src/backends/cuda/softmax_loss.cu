@@ -1,0 +1,115 @@
+// Softmax over the last dimension and the cross-entropy loss, one block per row: the cpu
+// backend's softmax_loss.cpp.
+#include "common.cuh"
+
+namespace normlab::cuda {
+
+namespace {
+
+__global__ void softmax_forward_kernel(float* y, const float* x, int64_t d) {
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * d;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) mx = fmaxf(mx, xr[j]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += expf(xr[j] - mx);
+  sum = block_sum(sum, scratch);
+  float* yr = y + row * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = expf(xr[j] - mx) / sum;
+}
+
+}  // namespace
+
+void softmax_forward(float* y, const float* x, int64_t n, int64_t d) {
+  if (n <= 0 || d <= 0) return;
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "softmax_forward");
+  launch("softmax_forward", softmax_forward_kernel, static_cast<unsigned>(n), row_threads(d, 256), 0, y, x, d);
+}
+
+namespace {
+
+__global__ void softmax_backward_kernel(float* dx, const float* dy, const float* y, int64_t d) {
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const float* dyr = dy + row * d;
+  const float* yr = y + row * d;
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dot += dyr[j] * yr[j];
+  dot = block_sum(dot, scratch);
+  float* dxr = dx + row * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dxr[j] = yr[j] * (dyr[j] - dot);
+}
+
+}  // namespace
+
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d) {
+  if (n <= 0 || d <= 0) return;
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "softmax_backward");
+  launch("softmax_backward", softmax_backward_kernel, static_cast<unsigned>(n), row_threads(d, 256), 0, dx, dy, y, d);
+}
+
+namespace {
+
+__global__ void cross_entropy_rows_kernel(float* probs, double* row_loss, const float* logits,
+                                          const int32_t* targets, int64_t v) {
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const float* lr = logits + row * v;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, lr[j]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += expf(lr[j] - mx);
+  sum = block_sum(sum, scratch);
+  const float lse = mx + logf(sum);
+  float* pr = probs + row * v;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) pr[j] = expf(lr[j] - lse);
+  if (threadIdx.x == 0) {
+    const int32_t t = targets[row];
+    const bool ok = t >= 0 && static_cast<int64_t>(t) < v;
+    row_loss[row] = ok ? static_cast<double>(lse) - static_cast<double>(lr[t]) : NAN;
+  }
+}
+
+__global__ void mean_rows_kernel(float* loss, const double* row_loss, int64_t n) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += row_loss[i];
+  acc = block_sum_d(acc, scratch);
+  if (threadIdx.x == 0) loss[0] = static_cast<float>(acc / static_cast<double>(n));
+}
+
+}  // namespace
+
+void cross_entropy_forward(float* loss, float* probs, const float* logits,
+                           const int32_t* targets, int64_t n, int64_t v, double* work) {
+  if (n <= 0) return;
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "cross_entropy_forward");
+  launch("cross_entropy_forward", cross_entropy_rows_kernel, static_cast<unsigned>(n), row_threads(v, 256), 0, probs, work, logits, targets, v);
+  launch("cross_entropy_forward", mean_rows_kernel, 1, kThreads, 0, loss, work, n);
+}
+
+namespace {
+
+__global__ void cross_entropy_backward_kernel(float* dlogits, const float* dloss,
+                                              const float* probs, const int32_t* targets,
+                                              int64_t n, int64_t v) {
+  const float s = dloss[0] / static_cast<float>(n);
+  NL_GRID_STRIDE(idx, n * v) {
+    const int64_t i = idx / v, j = idx % v;
+    const float onehot = j == static_cast<int64_t>(targets[i]) ? 1.0f : 0.0f;
+    dlogits[idx] = s * (probs[idx] - onehot);
+  }
+}
+
+}  // namespace
+
+void cross_entropy_backward(float* dlogits, const float* dloss, const float* probs,
+                            const int32_t* targets, int64_t n, int64_t v) {
+  if (n * v <= 0) return;
+  launch("cross_entropy_backward", cross_entropy_backward_kernel, grid_for(n * v), kThreads, 0, dlogits, dloss, probs, targets, n, v);
+}
+
+}  // namespace normlab::cuda
