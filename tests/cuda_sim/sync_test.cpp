@@ -3,7 +3,9 @@
 // and a missing barrier shows as a wrong result, because the block's warps run depth first
 // (lowest warp first on even blocks, highest first on odd ones).
 #include <cmath>
+#include <exception>
 #include <numeric>
+#include <stdexcept>
 
 #include "sim_test.h"
 
@@ -123,6 +125,27 @@ TEST(CudaSimSync, ThreadsWaitingAtDifferentBarriersAreAnErrorNamingBoth) {
   EXPECT_NE(detail.find("barrier_mix"), std::string::npos) << detail;
   EXPECT_NE(detail.find("__syncthreads() reached by 48 of 64"), std::string::npos) << detail;
   EXPECT_NE(detail.find("16 wait at __syncwarp"), std::string::npos) << detail;
+}
+
+// A C++ exception escaping a kernel (cuda-sim only: device code has none) is a launch failure
+// with its message; the host thread is left as it was (no exception still "being handled").
+__global__ void throwing_kernel(int* out) {
+  if (threadIdx.x == 40) throw std::runtime_error("thrown by thread 40");
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+TEST(CudaSimSync, AnExceptionInAKernelIsALaunchFailureNamingIt) {
+  DeviceArray<int> out(64);
+  EXPECT_LAUNCH_ERROR(cudasim::launch("throwing_kernel", throwing_kernel, dim3(2), dim3(64), 0, out.p),
+                      cudaErrorLaunchFailure);
+  const std::string detail = cudasim::last_error_detail();
+  EXPECT_NE(detail.find("throwing_kernel"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("a C++ exception in the kernel: thrown by thread 40"), std::string::npos) << detail;
+  EXPECT_FALSE(std::current_exception()) << "the kernel's exception is still current on the host thread";
+  EXPECT_EQ(std::uncaught_exceptions(), 0);
+  DeviceArray<int> ok(64);
+  EXPECT_LAUNCH_OK(cudasim::launch("ok", ok_kernel, dim3(1), dim3(64), 0, ok.p));
 }
 
 // ---- a missing barrier -----------------------------------------------------------------------
