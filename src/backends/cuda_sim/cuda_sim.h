@@ -191,7 +191,7 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   const int lane = cudasim_lane();
   const int base = lane & ~(width - 1);
   int src = lane ^ lane_mask;
-  if (src < base || src >= base + width) src = lane;
+  if (src >= base + width) src = lane;  // as PTX shfl.sync.bfly: a lower segment may be read
   return ::cudasim::detail::from_bits<T>(
       ::cudasim::detail::warp_exchange(mask, ::cudasim::detail::to_bits(v), src, "__shfl_xor_sync"));
 }

@@ -380,13 +380,17 @@ bool run_block(BlockRun& b, LaunchRun& l) {
                                                                 &g_sched_size);
 #endif
                                 new (&tp->sink.f) ctx::fiber(std::move(sink));
+                                std::string error;
                                 try {
                                   g_launch_run->body(g_launch_run->ctx);
                                 } catch (const std::exception& e) {
-                                  fault_here(std::string("a C++ exception in the kernel: ") + e.what());
+                                  error = std::string("a C++ exception in the kernel: ") + e.what();
                                 } catch (...) {
-                                  fault_here("a C++ exception in the kernel");
+                                  error = "a C++ exception in the kernel";
                                 }
+                                // After the handler: a handler never left (the fiber is never
+                                // resumed) would stay the host thread's current exception.
+                                if (!error.empty()) fault_here(std::move(error));
                                 BlockRun& br = *g_run;
                                 tp->state = State::done;
                                 br.warps[tp->linear / 32].ready &= ~(1u << (tp->linear % 32));
@@ -513,7 +517,11 @@ unsigned warp_arrive(unsigned mask, uint64_t value, const char* what) {
   SimThread& t = me();
   const unsigned w = t.linear / 32, lane = t.linear % 32;
   WarpState& ws = b.warps[w];
-  if (!(mask & (1u << lane))) fault_here(std::string(what) + " called by " + thread_name(t) + ", a lane not in its mask");
+  if (!(mask & (1u << lane))) {
+    // Named, so that the temporaries are gone before the fiber stops for good (they would leak).
+    std::string s = std::string(what) + " called by " + thread_name(t) + ", a lane not in its mask";
+    fault_here(std::move(s));
+  }
   if (mask & ~ws.exists) {
     char buf[96];
     std::snprintf(buf, sizeof buf, " with mask 0x%08x in warp %u, whose lanes are 0x%08x", mask, w, ws.exists);
