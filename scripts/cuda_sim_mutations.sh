@@ -2,9 +2,10 @@
 # RUN BY HAND, NOT BY CI: rebuilds the cuda-sim module once per mutation (about a minute each on
 # two cores, some twenty of them).
 #
-# Proves that the cuda-sim run of the kernel suites catches broken kernels. Each mutation of
-# src/backends/cuda/kernels.cu is applied to the file in place (the original is copied aside
-# first and put back after every mutation, and on any exit), the module normlab_cuda_sim and
+# Proves that the cuda-sim run of the kernel suites catches broken kernels. Each mutation of a
+# kernel source in src/backends/cuda (block_reduce in common.cuh, the norm kernels in norms.cu,
+# column_partial_kernel in columns.cu) is applied to its file in place (the sources are copied
+# aside first and put back after every mutation, and on any exit), the module normlab_cuda_sim and
 # test_backends are rebuilt (both: the module and the program that loads it must carry the
 # same build id, whose commit is "-dirty" while a mutation is applied), and
 # `test_backends --gtest_filter='*cuda_sim*'` must FAIL, on a test, with the module loaded:
@@ -29,7 +30,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-2}
 FILTER=${FILTER:-'*cuda_sim*'}
 TEST_TIMEOUT=${TEST_TIMEOUT:-900}
-KERNELS=src/backends/cuda/kernels.cu
+SRC=src/backends/cuda
 LIST=0
 ONLY=""
 while [ $# -gt 0 ]; do
@@ -43,24 +44,28 @@ while [ $# -gt 0 ]; do
 done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cuda_sim_mutations.XXXXXX")
-cp "$KERNELS" "$WORK/kernels.cu.orig"
+mkdir -p "$WORK/orig"
+cp "$SRC"/*.cu "$SRC"/*.cuh "$SRC"/*.h "$WORK/orig/"
 restored=1
+MUTATED=""
 restore() {
   # A plain copy (new mtime): make rebuilds the module from the original.
-  cp "$WORK/kernels.cu.orig" "$KERNELS"
+  [ -n "$MUTATED" ] && cp "$WORK/orig/$(basename "$MUTATED")" "$MUTATED"
   restored=1
 }
 on_exit() {
   local rc=$?
   if [ "$restored" -eq 0 ]; then
     restore
-    echo "interrupted: $KERNELS restored; rebuild before using $BUILD_DIR:" \
+    echo "interrupted: $MUTATED restored; rebuild before using $BUILD_DIR:" \
          "cmake --build $BUILD_DIR --target normlab_cuda_sim test_backends" >&2
   fi
-  if ! cmp -s "$WORK/kernels.cu.orig" "$KERNELS"; then
-    echo "ERROR: $KERNELS differs from its original, kept at $WORK/kernels.cu.orig" >&2
-    exit 3
-  fi
+  for f in "$WORK"/orig/*; do
+    if ! cmp -s "$f" "$SRC/$(basename "$f")"; then
+      echo "ERROR: $SRC/$(basename "$f") differs from its original, kept at $f" >&2
+      exit 3
+    fi
+  done
   if [ "${KEEP_LOGS:-0}" = 1 ]; then
     echo "logs kept in $WORK" >&2
   else
@@ -71,25 +76,27 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 
-# ---- the mutations: one mutated copy of kernels.cu per mutation, and a list
-# (name <TAB> line <TAB> file) ------------------------------------------------------------------
-python3 - "$WORK/kernels.cu.orig" "$WORK" > "$WORK/mutations.tsv" <<'PY'
-import re, sys
+# ---- the mutations: one mutated copy of a source per mutation, and a list
+# (name <TAB> line <TAB> mutant <TAB> the source it replaces) -----------------------------------
+python3 - "$WORK/orig" "$WORK" "$SRC" > "$WORK/mutations.tsv" <<'PY'
+import glob, os, re, sys
 
-src_path, out_dir = sys.argv[1], sys.argv[2]
-lines = open(src_path).read().split("\n")
+orig_dir, out_dir, src_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+files = {os.path.basename(p): open(p).read().split("\n") for p in sorted(glob.glob(orig_dir + "/*"))}
 
 def code(line):
     return line.split("//", 1)[0]
 
 def body(name, kind):
-    """Line indices [first, last] of the definition of function `name` (its braces)."""
+    """The file of function `name` and the line indices [first, last] of its definition."""
     pat = re.compile(r"^\s*" + kind + r"\s[^(]*\b" + name + r"\s*\(")
-    starts = [i for i, l in enumerate(lines) if pat.search(l)]
-    if len(starts) != 1:
-        sys.exit(f"cuda_sim_mutations: {len(starts)} definitions of {name} in kernels.cu")
+    found = [(f, i) for f, ls in files.items() for i, l in enumerate(ls) if pat.search(l)]
+    if len(found) != 1:
+        sys.exit(f"cuda_sim_mutations: {len(found)} definitions of {name} in {src_dir}")
+    f, start = found[0]
+    lines = files[f]
     depth, opened = 0, False
-    for i in range(starts[0], len(lines)):
+    for i in range(start, len(lines)):
         for ch in code(lines[i]):
             if ch == "{":
                 depth += 1
@@ -97,7 +104,7 @@ def body(name, kind):
             elif ch == "}":
                 depth -= 1
         if opened and depth == 0:
-            return starts[0], i
+            return f, start, i
     sys.exit(f"cuda_sim_mutations: unbalanced braces in {name}")
 
 norm_kernels = ["norm_forward_kernel", "norm_backward_dx_kernel", "norm_backward_fused_kernel"]
@@ -106,33 +113,35 @@ barrier_funcs = [("block_reduce", "__device__")] + [(k, "__global__") for k in n
 mutations = []  # (name, line index, new line)
 
 for func, kind in barrier_funcs:
-    first, last = body(func, kind)
+    f, first, last = body(func, kind)
     k = 0
     for i in range(first, last + 1):
-        if code(lines[i]).strip() == "__syncthreads();":
+        if code(files[f][i]).strip() == "__syncthreads();":
             k += 1
-            mutations.append((f"{func}: delete __syncthreads() #{k}", i, ""))
+            mutations.append((f"{func}: delete __syncthreads() #{k}", f, i, ""))
 
 loop = "for (int64_t u = threadIdx.x; u < units; u += blockDim.x)"
 for func in norm_kernels:
-    first, last = body(func, "__global__")
+    f, first, last = body(func, "__global__")
+    lines = files[f]
     k = 0
     for i in range(first, last + 1):
         if loop in lines[i]:
             k += 1
-            mutations.append((f"{func}: u loop #{k}: u < units -> u <= units", i,
+            mutations.append((f"{func}: u loop #{k}: u < units -> u <= units", f, i,
                               lines[i].replace("u < units", "u <= units")))
-            mutations.append((f"{func}: u loop #{k}: u = threadIdx.x -> threadIdx.x + 1", i,
+            mutations.append((f"{func}: u loop #{k}: u = threadIdx.x -> threadIdx.x + 1", f, i,
                               lines[i].replace("u = threadIdx.x;", "u = threadIdx.x + 1;")))
     if k == 0:
         sys.exit(f"cuda_sim_mutations: no u loop found in {func}")
 
-for n, (name, i, new) in enumerate(mutations):
+for n, (name, f, i, new) in enumerate(mutations):
+    lines = files[f]
     assert new != lines[i]
     mutated = lines[:i] + [new] + lines[i + 1:]  # same line count: compiler messages keep their lines
-    path = f"{out_dir}/mutant_{n:02d}.cu"
+    path = f"{out_dir}/mutant_{n:02d}"
     open(path, "w").write("\n".join(mutated))
-    print(f"{name}\t{i + 1}\t{path}")
+    print(f"{name}\t{f}:{i + 1}\t{path}\t{src_dir}/{f}")
 PY
 
 if [ -n "$ONLY" ]; then
@@ -178,11 +187,12 @@ echo "baseline: $baseline_tests tests pass (filter $FILTER)" >&2
 results=()
 missed=0
 n=0
-while IFS=$'\t' read -r name line file; do
+while IFS=$'\t' read -r name line file target; do
   n=$((n + 1))
-  echo "[$n/$count] $name (line $line) ..." >&2
+  echo "[$n/$count] $name ($line) ..." >&2
   restored=0
-  cp "$file" "$KERNELS"
+  MUTATED=$target
+  cp "$file" "$target"
   if ! build_targets "$WORK/build_$n.log"; then
     result="BUILD FAILED"
     evidence=$(grep -m1 -E 'error' "$WORK/build_$n.log" | cut -c1-100 || true)
@@ -222,7 +232,7 @@ while IFS=$'\t' read -r name line file; do
 done < "$WORK/selected.tsv"
 
 # Leave the build tree as the original source: rebuilt from it, and the suite passing again.
-echo "rebuilding from the original $KERNELS ..." >&2
+echo "rebuilding from the original sources ..." >&2
 if ! build_targets "$WORK/final_build.log"; then
   tail -20 "$WORK/final_build.log" >&2
   echo "the final rebuild failed" >&2
@@ -233,11 +243,11 @@ elif ! run_suite "$WORK/final_test.log"; then
   missed=$((missed + 1))
 fi
 
-printf '\n%-70s %5s  %-12s %s\n' "mutation (src/backends/cuda/kernels.cu)" "line" "result" "evidence"
+printf '\n%-62s %-16s  %-12s %s\n' "mutation (src/backends/cuda)" "file:line" "result" "evidence"
 printf '%s\n' "$(printf -- '-%.0s' $(seq 1 140))"
 for r in "${results[@]}"; do
   IFS=$'\t' read -r name line result evidence <<< "$r"
-  printf '%-70s %5s  %-12s %s\n' "$name" "$line" "$result" "$evidence"
+  printf '%-62s %-16s  %-12s %s\n' "$name" "$line" "$result" "$evidence"
 done
 echo
 if [ "$missed" -gt 0 ]; then
