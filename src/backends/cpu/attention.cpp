@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "kernels.h"
+#include "normlab/stats_math.h"
 #include "parallel.h"
 
 namespace normlab::cpu {
@@ -97,23 +98,10 @@ void attention_logit_stats(float* max_logit, float* entropy, const float* q, con
   const int64_t c = h * dh;
   parallel_for(b * h * t, b * h * t * t * dh, [&](int64_t row) {
     const int64_t ti = row % t, hi = (row / t) % h, bi = row / (t * h);
-    const float* qt = q + (bi * t + ti) * c + hi * dh;
-    auto logit = [&](int64_t si) {
-      const float* ks = k + (bi * t + si) * c + hi * dh;
-      double dot = 0.0;
-      for (int64_t j = 0; j < dh; ++j) dot += double(qt[j]) * double(ks[j]);
-      return scale * dot;
-    };
-    double top = -INFINITY;
-    for (int64_t si = 0; si <= ti; ++si) top = std::max(top, logit(si));
-    double z = 0.0, weighted = 0.0;
-    for (int64_t si = 0; si <= ti; ++si) {
-      const double l = logit(si), e = std::exp(l - top);
-      z += e;
-      weighted += e * (l - top);
-    }
+    double top, ent;
+    attention_logit_stats_row(q, k, bi, hi, ti, t, c, dh, scale, top, ent);
     max_logit[row] = static_cast<float>(top);
-    entropy[row] = static_cast<float>(std::log(z) - weighted / z);
+    entropy[row] = static_cast<float>(ent);
   });
 }
 

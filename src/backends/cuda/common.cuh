@@ -53,9 +53,9 @@ __device__ T block_reduce(T v, T* scratch, Op op, T identity) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = (blockDim.x + 31) >> 5;
   v = warp_reduce(v, op);
-
+  __syncthreads();  // a previous call may still be reading scratch
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
+
   T r = lane < nwarps ? scratch[lane] : identity;
   return warp_reduce(r, op);  // every warp reduces the same partials in the same order
 }
