@@ -55,7 +55,7 @@ __device__ T block_reduce(T v, T* scratch, Op op, T identity) {
   v = warp_reduce(v, op);
   __syncthreads();  // a previous call may still be reading scratch
   if (lane == 0) scratch[warp] = v;
-
+  __syncthreads();
   T r = lane < nwarps ? scratch[lane] : identity;
   return warp_reduce(r, op);  // every warp reduces the same partials in the same order
 }
