@@ -101,6 +101,9 @@ TEST_P(CudaDevice, TransfersRoundTripEveryDtype) {
   }
   Tensor z = Tensor::zeros({5}, DType::f32, dev);
   EXPECT_EQ(z.to_device(Device::cpu).to_vector(), std::vector<double>(5, 0.0));
+  // The device's fills of every dtype (fill_f64, fill_i32 kernels).
+  EXPECT_EQ(Tensor::full_on({7}, -0.1, DType::f64, dev).to_device(Device::cpu).to_vector(), std::vector<double>(7, -0.1));
+  EXPECT_EQ(Tensor::full_on({3}, -7, DType::i32, dev).to_device(Device::cpu).to_vector(), std::vector<double>(3, -7.0));
   Tensor c = Tensor::empty({5}, DType::f32, dev);
   c.copy_(Tensor::full_on({5}, 2.5, DType::f32, dev));
   EXPECT_EQ(c.to_device(Device::cpu).to_vector(), std::vector<double>(5, 2.5));
