@@ -40,6 +40,7 @@ struct SumOp {
 };
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
 };
 
 template <class T, class Op>
@@ -66,6 +67,9 @@ __device__ inline float block_max(float v, float* scratch) {
 }
 __device__ inline double block_sum_d(double v, double* scratch) {
   return block_reduce(v, scratch, SumOp{}, 0.0);
+}
+__device__ inline double block_max_d(double v, double* scratch) {
+  return block_reduce(v, scratch, MaxOp{}, -static_cast<double>(INFINITY));
 }
 
 // Threads for a block that walks `units` per row: a multiple of 32, 32..max_threads.

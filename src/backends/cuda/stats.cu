@@ -1,43 +1,25 @@
 // Statistics of a log step (Backend::row_norms, attention_logit_stats): reduced on the device so
 // that a device-resident run downloads one value per row. Double arithmetic throughout, one block
-// per row, a shared-memory tree reduction in a fixed order (results repeat bit for bit).
+// per row, common.cuh's block reductions (a fixed order: results repeat bit for bit).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "kernels.h"
-#include "launch.h"
+#include "common.cuh"
 
 namespace normlab::cuda {
 
 namespace {
 
-constexpr int kStatThreads = 128;  // a power of two: the tree halves it
-
-// Every thread's v, summed (kSum) or maxed; every thread gets the result. `buf` holds
-// blockDim.x doubles.
-template <bool kSum>
-__device__ double block_tree(double v, double* buf) {
-  __syncthreads();  // a previous call may still be reading buf
-  buf[threadIdx.x] = v;
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    __syncthreads();
-    if (threadIdx.x < half) {
-      const double o = buf[threadIdx.x + half];
-      buf[threadIdx.x] = kSum ? buf[threadIdx.x] + o : (o > buf[threadIdx.x] ? o : buf[threadIdx.x]);
-    }
-  }
-  __syncthreads();
-  return buf[0];
-}
+constexpr int kStatThreads = 128;  // a multiple of 32: block_reduce (common.cuh)
 
 __global__ void row_norms_kernel(float* norms, const float* x, int64_t d) {
-  NL_SHARED_ARRAY(double, buf, kStatThreads);
+  NL_SHARED_ARRAY(double, scratch, 32);
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * d;
   double s = 0.0;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
-  s = block_tree<true>(s, buf);
+  s = block_sum_d(s, scratch);
   if (threadIdx.x == 0) norms[blockIdx.x] = static_cast<float>(sqrt(s));
 }
 
@@ -45,7 +27,7 @@ __global__ void row_norms_kernel(float* norms, const float* x, int64_t d) {
 // instead of kept: no shared-memory limit on T.
 __global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, const float* q, const float* k,
                                              int64_t t, int64_t h, int64_t dh, double scale) {
-  NL_SHARED_ARRAY(double, buf, kStatThreads);
+  NL_SHARED_ARRAY(double, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t ti = row % t, hi = (row / t) % h, bi = row / (t * h);
   const int64_t c = h * dh;
@@ -61,15 +43,15 @@ __global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, c
     const double l = logit(si);
     top = l > top ? l : top;
   }
-  top = block_tree<false>(top, buf);
+  top = block_max_d(top, scratch);
   double z = 0.0, weighted = 0.0;
   for (int64_t si = threadIdx.x; si <= ti; si += blockDim.x) {
     const double l = logit(si), e = exp(l - top);
     z += e;
     weighted += e * (l - top);
   }
-  z = block_tree<true>(z, buf);
-  weighted = block_tree<true>(weighted, buf);
+  z = block_sum_d(z, scratch);
+  weighted = block_sum_d(weighted, scratch);
   if (threadIdx.x == 0) {
     max_logit[row] = static_cast<float>(top);
     entropy[row] = static_cast<float>(log(z) - weighted / z);
@@ -80,7 +62,7 @@ __global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, c
 
 void row_norms(float* norms, const float* x, int64_t n, int64_t d) {
   if (n <= 0) return;
-  if (n > 2147483647LL) check(cudaErrorInvalidConfiguration, "grid of one block per row", "row_norms");
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "row_norms");
   launch("row_norms", row_norms_kernel, static_cast<unsigned>(n), kStatThreads, 0, norms, x, d);
 }
 
@@ -88,7 +70,7 @@ void attention_logit_stats(float* max_logit, float* entropy, const float* q, con
                            int64_t h, int64_t dh, double scale) {
   const int64_t rows = b * h * t;
   if (rows <= 0) return;
-  if (rows > 2147483647LL) check(cudaErrorInvalidConfiguration, "grid of one block per row", "attention_logit_stats");
+  if (!rows_fit(rows)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "attention_logit_stats");
   launch("attention_logit_stats", attention_logit_stats_kernel, static_cast<unsigned>(rows), kStatThreads, 0,
          max_logit, entropy, q, k, t, h, dh, scale);
 }
