@@ -235,7 +235,8 @@ void* Tensor::raw() const {
 }
 
 std::vector<double> Tensor::to_vector() const {
-  NL_CHECK(device() == Device::cpu, "to_vector() of a {} tensor: copy it to the cpu first", device_name(device()));
+  // A device tensor's values are downloaded (PyTorch's tolist() does the same).
+  if (device() != Device::cpu) return to_device(Device::cpu).to_vector();
   std::vector<double> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (dtype()) {
@@ -249,9 +250,7 @@ std::vector<double> Tensor::to_vector() const {
 
 double Tensor::item() const {
   NL_CHECK(numel() == 1, "item() of a tensor of shape {} (needs exactly one element)", shape_str(shape()));
-  // A device scalar comes back as its few bytes: the one download a training step makes.
-  if (device() != Device::cpu) return to_device(Device::cpu).to_vector()[0];
-  return to_vector()[0];
+  return to_vector()[0];  // from a device: its few bytes are downloaded
 }
 
 Tensor Tensor::view(const Shape& shape) const {

@@ -58,11 +58,6 @@ struct SeedProbe {
 };
 
 
-// A tensor's values on the host: the tensor itself on the cpu, else a download.
-std::vector<double> host_values(const Tensor& t) {
-  return t.device() == Device::cpu ? t.to_vector() : t.to_device(Device::cpu).to_vector();
-}
-
 // On the compute device (set_compute_device: probe --device): the model's parameters and the
 // batch live there, and every norm below is reduced there.
 SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
@@ -108,7 +103,7 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
   for (size_t l = 0; l < n_layers; ++l) {
     const Tensor& in = l == 0 ? trace.embed : trace.block_out[l - 1];
     const Tensor g = trace.block_out[l].grad();  // dL/dx_l, upstream of block l
-    const std::vector<double> total = host_values(in.grad());
+    const std::vector<double> total = in.grad().to_vector();
     std::vector<double> identity(total.size(), 0.0);
     Tensor x = in.clone();  // a leaf with the block input's values
     x.requires_grad_(true);
@@ -116,7 +111,7 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
     Tensor y = block_forward(model.blocks()[l], x, Sublayers::held);
     if (y.requires_grad()) {
       y.backward(g);
-      if (x.grad().defined()) identity = host_values(x.grad());
+      if (x.grad().defined()) identity = x.grad().to_vector();
     }
     double ii = 0, ff = 0, fi = 0;
     for (size_t i = 0; i < total.size(); ++i) {

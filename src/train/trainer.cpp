@@ -65,20 +65,13 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
   return cfg.lr;
 }
 
-namespace {
-// A tensor's values on the host: the tensor itself on the cpu, else a download.
-std::vector<double> host_values(const Tensor& t) {
-  return t.device() == Device::cpu ? t.to_vector() : t.to_device(Device::cpu).to_vector();
-}
-}  // namespace
-
 // Reduced where x lives (Backend::row_norms): a device-resident run downloads N norms.
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   Tensor norms = Tensor::empty({n}, x.dtype(), x.device());
   backend_for(x.device(), x.dtype()).row_norms(norms, x, n, d);
   double total = 0;
-  for (double r : host_values(norms)) total += r;
+  for (double r : norms.to_vector()) total += r;
   return total / static_cast<double>(n);
 }
 
@@ -100,9 +93,9 @@ AttentionStats attention_statistics(const AttentionTap& tap) {
   backend_for(tap.q.device(), tap.q.dtype()).attention_logit_stats(max_logit, entropy, tap.q, tap.k, b, t, h, dh, scale);
   AttentionStats st;
   st.max_logit = -INFINITY;
-  for (double m : host_values(max_logit)) st.max_logit = std::max(st.max_logit, m);
+  for (double m : max_logit.to_vector()) st.max_logit = std::max(st.max_logit, m);
   double entropy_sum = 0;
-  for (double e : host_values(entropy)) entropy_sum += e;
+  for (double e : entropy.to_vector()) entropy_sum += e;
   st.mean_entropy = entropy_sum / static_cast<double>(b * h * t);
   return st;
 }

@@ -88,8 +88,8 @@ class Tensor {
   template <class T>
   T* data() const;  // checks that T matches dtype
 
-  // CPU values as doubles (a copy), and the single value of a one-element tensor (downloaded
-  // from a device tensor).
+  // The values as doubles (a copy; a device tensor's are downloaded), and the single value of a
+  // one-element tensor.
   std::vector<double> to_vector() const;
   double item() const;
 
