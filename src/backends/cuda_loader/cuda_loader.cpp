@@ -27,10 +27,11 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Loader {
-  Loader(const char* f, const char* e, const char* w) : file(f), env(e), what(w) {}
+  Loader(const char* f, const char* e, const char* w, const char* d) : file(f), env(e), what(w), device(d) {}
   const char* file;     // the module's file name, next to the executable
   const char* env;      // the variable that names another file
   const char* what;     // "the CUDA backend module"
+  const char* device;   // the --device it loads for
   std::mutex mu;
   bool tried = false;
   const cuda::ModuleTable* table = nullptr;
@@ -39,13 +40,13 @@ struct Loader {
 
 #if defined(NORMLAB_CUDA_MODULE_FILE)
 Loader& loader() {
-  static Loader l{NORMLAB_CUDA_MODULE_FILE, "NORMLAB_CUDA_MODULE", "the CUDA backend module"};
+  static Loader l{NORMLAB_CUDA_MODULE_FILE, "NORMLAB_CUDA_MODULE", "the CUDA backend module", "cuda"};
   return l;
 }
 #endif
 
 Loader& sim_loader() {
-  static Loader l{NORMLAB_CUDA_SIM_MODULE_FILE, "NORMLAB_CUDA_SIM_MODULE", "the cuda-sim module"};
+  static Loader l{NORMLAB_CUDA_SIM_MODULE_FILE, "NORMLAB_CUDA_SIM_MODULE", "the cuda-sim module", "cuda-sim"};
   return l;
 }
 
@@ -133,7 +134,7 @@ std::string summary_of(Loader& l, const std::string& built) {
   const std::string path = module_path(l);
   std::error_code ec;
   if (!fs::exists(path, ec)) return built + ", not available: " + module_name(l, path) + " is missing";
-  return built + ", module not loaded (it loads for --device " + (&l == &sim_loader() ? "cuda-sim" : "cuda") +
+  return built + ", module not loaded (it loads for --device " + l.device +
          "): " + shown(path, 512);
 }
 
