@@ -114,6 +114,17 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   for (double ns : c.thread_round_trip_ns) trips.emplace_back(std::isfinite(ns) ? ordered_json(ns) : ordered_json(nullptr));
   j["thread_round_trip_ns"] = trips;
   if (!c.streaming_stores.empty()) j["streaming_stores"] = c.streaming_stores;
+  if (!c.tune_mode.empty()) {
+    j["tune"] = {{"mode", c.tune_mode}, {"cache", c.tune_cache}};
+    ordered_json choices = ordered_json::array();
+    for (const KernelChoiceRecord& k : c.kernel_choices) {
+      ordered_json secs = ordered_json::object();
+      for (const auto& [v, t] : k.seconds) secs[v] = num(t);
+      choices.push_back({{"shape_class", k.shape_class}, {"fused", k.fused}, {"backend", k.backend},
+                         {"source", k.source}, {"timed_rows", k.timed_rows}, {"seconds", secs}});
+    }
+    j["kernel_choices"] = choices;
+  }
   if (!c.device.empty()) j["device"] = c.device;
   j["normlab_bench"] = kind;
   j["schema"] = kSchema;
@@ -163,6 +174,20 @@ Context context_from(const json& j) {
   if (j.contains("thread_round_trip_ns") && j["thread_round_trip_ns"].is_array())
     for (const json& ns : j["thread_round_trip_ns"]) c.thread_round_trip_ns.push_back(ns.is_number() ? ns.get<double>() : NAN);
   c.streaming_stores = get_str(j, "streaming_stores");
+  if (j.contains("tune") && j["tune"].is_object()) {
+    c.tune_mode = get_str(j["tune"], "mode");
+    c.tune_cache = get_str(j["tune"], "cache");
+  }
+  if (j.contains("kernel_choices") && j["kernel_choices"].is_array())
+    for (const json& k : j["kernel_choices"]) {
+      if (!k.is_object()) continue;
+      KernelChoiceRecord r{get_str(k, "shape_class"), get_str(k, "fused"), get_str(k, "backend"),
+                           get_str(k, "source"), get_int(k, "timed_rows"), {}};
+      if (k.contains("seconds") && k["seconds"].is_object())
+        for (auto it = k["seconds"].begin(); it != k["seconds"].end(); ++it)
+          r.seconds.emplace_back(it.key(), it->is_number() ? it->get<double>() : NAN);
+      c.kernel_choices.push_back(std::move(r));
+    }
   c.device = get_str(j, "device");
   return c;
 }
@@ -236,6 +261,11 @@ ordered_json norm_row_json(const NormRow& r) {
   j["calls_per_sample"] = r.calls_per_sample;
   j["status"] = r.status;
   j["streaming_stores"] = r.streaming_stores;
+  if (!r.variant.empty()) {
+    j["variant"] = r.variant;
+    j["variant_source"] = r.variant_source;
+    if (!r.backend_variant.empty()) j["backend_variant"] = r.backend_variant;
+  }
   j["verify"] = {{"pass", r.verify.pass},
                  {"max_abs_err", num(r.verify.max_abs_err)},
                  {"worst_output", r.verify.worst_output},
@@ -290,6 +320,9 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.calls_per_sample = std::max<int64_t>(1, get_int(j, "calls_per_sample", 1));
   r.status = get_str(j, "status", "ok");
   r.streaming_stores = j.value("streaming_stores", false);
+  r.variant = get_str(j, "variant");
+  r.variant_source = get_str(j, "variant_source");
+  r.backend_variant = get_str(j, "backend_variant");
   if (j.contains("verify") && j["verify"].is_object()) {
     const json& v = j["verify"];
     r.verify.pass = v.value("pass", false);
@@ -354,7 +387,12 @@ Report report_from_json(const std::string& text, const std::string& what, const 
 
 }  // namespace
 
-std::string norm_report_json(const NormReport& r) { return report_json(r, "norms", norm_row_json); }
+std::string norm_report_json(const NormReport& r) {
+  ordered_json j = ordered_json::parse(report_json(r, "norms", norm_row_json));
+  const std::vector<std::string> verdicts = norm_verdicts(r);
+  if (!verdicts.empty()) j["context"]["verdicts"] = verdicts;
+  return j.dump(2);
+}
 
 NormReport norm_report_from_json(const std::string& text, const std::string& what) {
   return report_from_json<NormReport>(text, what, "norms", norm_row_from);

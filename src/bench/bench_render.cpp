@@ -178,6 +178,15 @@ bool any_narrow(const NormReport& r) {
 }
 
 // Where a row ran: its thread count on the cpu, else the device ("cuda").
+// "pipelined-pf2 (measured)", "tiled-2048 (cached; backend: onednn)", or "" for rows without one.
+std::string variant_cell(const NormRow& x) {
+  if (x.variant.empty()) return "";
+  std::string why = x.variant_source;
+  const size_t cut = why.find(" (");
+  if (cut != std::string::npos) why = why.substr(0, cut);  // "forced (NORMLAB_...)" -> "forced"
+  return fmt::format("{} ({}{})", x.variant, why, x.backend_variant.empty() ? "" : "; backend: " + x.backend_variant);
+}
+
 std::string where(const NormRow& x) { return x.device == "cpu" ? std::to_string(x.threads) : x.device; }
 
 Table norm_table(const NormReport& r) {
@@ -195,6 +204,11 @@ Table norm_table(const NormReport& r) {
   if (narrow) {
     t.header.insert(t.header.begin() + 3, "dtype");
     t.right.insert(t.right.begin() + 3, false);
+  }
+  const bool variants = std::any_of(r.rows.begin(), r.rows.end(), [](const NormRow& x) { return !x.variant.empty(); });
+  if (variants) {
+    t.header.push_back("variant");
+    t.right.push_back(false);
   }
   std::string last_group;
   for (const NormRow* p : display_order(r)) {
@@ -225,6 +239,7 @@ Table norm_table(const NormReport& r) {
         fmt_mib(x.working_set_bytes) + (x.cache_resident && !x.resident ? "*" : "")};
     if (merged) row.insert(row.begin() + 6, fmt::format("{} {}", x.runs, run_spread(rr, "median", x.time.median)));
     if (narrow) row.insert(row.begin() + 3, x.dtype);
+    if (variants) row.push_back(variant_cell(x));
     t.rows.push_back(row);
   }
   return t;
@@ -255,6 +270,10 @@ std::string norm_legend(bool merged, bool resident, bool device) {
   if (merged)
     s += " runs: runs merged and the spread of their medians ((max-min)/median); [a-b]: the figure's range over the "
          "runs.";
+  s += " variant: the fused kernel's variant for the row's shape class and why (measured now, cached from an "
+       "earlier measurement on this CPU and build, forced by NORMLAB_NORM_VARIANT, or the fixed rule under "
+       "NORMLAB_TUNE=off); backend: what training runs where it differs (oneDNN measured faster). Every candidate's "
+       "time: bench norms -v.";
   return s;
 }
 
@@ -446,6 +465,14 @@ std::string notes_markdown(const std::vector<std::string>& warnings) {
   return s;
 }
 
+std::string verdict_lines(const NormReport& r, bool markdown) {
+  const std::vector<std::string> v = norm_verdicts(r);
+  if (v.empty()) return "";
+  std::string s = markdown ? "\n**Verdict:** " + v[0] + "\n" : "\nverdict: " + v[0] + "\n";
+  for (size_t i = 1; i < v.size(); ++i) s += (markdown ? "- " + v[i].substr(2) : v[i]) + "\n";
+  return s;
+}
+
 // ---- the two sections of bench norms: memory-bound and resident shapes -------------------------
 
 // Renders `table_of` each section's rows, under its heading when the report has resident rows
@@ -489,7 +516,8 @@ std::string render(const NormReport& r, Format f) {
     case Format::csv: return norm_csv(r);
     case Format::markdown: {
       std::string s = "Measured " + context_line(r.context) + ".\n\n" + sections(r, f, true, norm_table) + "\n" +
-                      norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n";
+                      norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n" +
+                      verdict_lines(r, true);
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
@@ -497,10 +525,37 @@ std::string render(const NormReport& r, Format f) {
   }
   const std::string device = r.context.device.empty() ? "" : "device: " + r.context.device + "\n\n";
   return device + thread_round_trip_line(r.context) + sections(r, f, true, norm_table) + "\n" +
-         norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n";
+         norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n" + verdict_lines(r, false);
 }
 
 std::string render_norm_summary(const NormReport& r, Format f) { return sections(r, f, false, summary_table); }
+
+std::string render_kernel_choices(const Context& c, Format f, bool every_candidate) {
+  if (c.kernel_choices.empty()) return "";
+  Table t;
+  t.header = {"shape class", "fused rows ran", "backend runs", "why", "timed rows"};
+  t.right = {false, false, false, false, true};
+  if (every_candidate) {
+    t.header.push_back("candidates: median per call (vs the fastest)");
+    t.right.push_back(false);
+  }
+  for (const KernelChoiceRecord& k : c.kernel_choices) {
+    std::vector<std::string> row = {k.shape_class, k.fused, k.backend, k.source,
+                                    k.timed_rows > 0 ? std::to_string(k.timed_rows) : "-"};
+    if (every_candidate) {
+      std::string all;
+      const double best = k.seconds.empty() ? NAN : k.seconds.front().second;
+      for (const auto& [v, sec] : k.seconds)
+        all += fmt::format("{}{} {} ({:+.0f}%)", all.empty() ? "" : ", ", v, fmt_time(sec), 100 * (sec / best - 1));
+      row.push_back(all.empty() ? "-" : all);
+    }
+    t.rows.push_back(row);
+  }
+  const std::string head = fmt::format("kernel variants (NORMLAB_TUNE={}, cache {}){}:\n", c.tune_mode,
+                                       c.tune_cache.empty() ? "none" : c.tune_cache,
+                                       every_candidate ? "" : "; every candidate's time with -v");
+  return head + (f == Format::markdown ? "\n" + t.markdown() : t.text());
+}
 
 std::string render(const StepReport& r, Format f) {
   switch (f) {

@@ -727,13 +727,8 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   validate(opt);
   NormReport report;
   report.context = collect_context();
-  {
-    const cpu::StreamingStores& ss = cpu::streaming_stores();
-    report.context.streaming_stores =
-        ss.measured ? fmt::format("{}: a copy of twice the LLC at {:.1f} GB/s with streaming stores, {:.1f} GB/s without",
-                                  ss.enabled ? "on" : "off", ss.streaming_gbs, ss.ordinary_gbs)
-                    : fmt::format("{} ({})", ss.enabled ? "on" : "off", ss.why);
-  }
+  report.context.tune_mode = cpu::to_string(cpu::tune_mode());
+  report.context.tune_cache = cpu::tune_cache_path();
   CpuUsage usage;
   usage.start();
   const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
@@ -817,13 +812,22 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
           const std::string norm = to_string(m->norm);
           Case c;
           c.row = base_row(norm, m->impl, m->provider, to_string(p));
-          c.row.streaming_stores =
-              m->streams ? m->streams(p, args_for(pool, 0, norm, p, eps, opt.add_alpha)) : m->streaming_stores;
           c.call = [&pool, fn, norm, p, eps, alpha = opt.add_alpha](int64_t k) {
             fn(args_for(pool, k, norm, p, eps, alpha));
           };
-          // Correctness first: a wrong kernel is reported and never timed.
+          // Correctness first: a wrong kernel is reported and never timed. (Its first call is also
+          // where a fused kernel's shape class chooses its variant, measuring if it must.)
           c.row.verify = verify_norm(*m, p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
+          c.row.streaming_stores = m->streaming_stores;
+          if (m->variant) {
+            const RowVariant v = m->variant(p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
+            c.row.variant = v.name;
+            c.row.variant_source = v.source;
+            c.row.backend_variant = v.backend;
+            c.row.streaming_stores = v.streams;
+            log(fmt::format("{} {} {}: variant {} ({}){}", c.row.name(), to_string(p), shape.str(), v.name, v.source,
+                            v.backend.empty() ? "" : "; the backend runs " + v.backend));
+          }
           if (!c.row.verify.pass) {
             c.row.status = "rejected";
             c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --pass {} --{}shapes {} --threads {})",
@@ -843,6 +847,11 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   set_num_threads(saved_threads);
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
+  for (const cpu::NormChoice& ch : cpu::norm_choices_made()) {
+    KernelChoiceRecord k{ch.shape.key(), ch.fused.name(), ch.best.name(), ch.source, ch.timed_rows, {}};
+    for (const cpu::NormCandidateTime& t : ch.times) k.seconds.emplace_back(t.variant, t.seconds);
+    report.context.kernel_choices.push_back(std::move(k));
+  }
   derive(report);
 
   // ---- warnings that say what to do
@@ -893,6 +902,41 @@ void derive(NormReport& report) {
       if (const NormRow* o = find(r.norm, "unfused", r.pass, r)) r.vs_unfused = o->time.median / r.time.median;
   }
   report.rows = std::move(rows);
+}
+
+std::vector<std::string> norm_verdicts(const NormReport& report) {
+  std::vector<std::string> misses;
+  int held = 0;
+  for (const NormRow& r : report.rows) {
+    if (r.impl != "fused" || r.device != "cpu" || r.status != "ok" || !(r.time.median > 0)) continue;
+    ++held;
+    const std::string where = fmt::format("{}.{} {} {}{} thr {}", r.norm, r.impl, r.pass, r.shape.str(),
+                                          r.resident ? " (resident)" : "", r.threads);
+    const std::string copy = r.pct_against == "memcpy" ? "memcpy" : r.resident ? "the resident copy loop" : "the copy loop";
+    std::vector<std::string> why;
+    if (std::isfinite(r.pct_of_copy()) && r.pct_of_copy() < kCopyTargetPct)
+      why.push_back(fmt::format("{:.0f}% of {} (target >= {:.0f}%)", r.pct_of_copy(), copy, kCopyTargetPct));
+    // Slower than oneDNN beyond the noise of equal kernels, and the backend does not run oneDNN
+    // there instead (when it does, training gets oneDNN's speed).
+    if (std::isfinite(r.vs_onednn) && r.vs_onednn < 0.97) {
+      if (r.backend_variant == "onednn")
+        why.push_back(fmt::format("{:.2f}x oneDNN (the backend runs oneDNN for this shape class)", r.vs_onednn));
+      else
+        why.push_back(fmt::format("{:.2f}x oneDNN (target >= 1)", r.vs_onednn));
+    }
+    if (!why.empty()) {
+      std::string line = where + ": ";
+      for (size_t i = 0; i < why.size(); ++i) line += (i ? "; " : "") + why[i];
+      misses.push_back(line + (r.variant.empty() ? "" : fmt::format(" [variant {}]", r.variant)));
+    }
+  }
+  if (held == 0) return {};
+  std::vector<std::string> out;
+  out.push_back(fmt::format("{} of {} fused rows meet their targets (>= {:.0f}% of the copy they are held to; "
+                            "LayerNorm not slower than oneDNN){}",
+                            held - static_cast<int>(misses.size()), held, kCopyTargetPct, misses.empty() ? "" : ":"));
+  for (std::string& m : misses) out.push_back("  below target: " + m);
+  return out;
 }
 
 // ============================================================================

@@ -52,13 +52,21 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
 
 namespace {
 
-// The fused kernels stream their output on shapes beyond the last-level cache where this CPU
-// copies faster that way (cpu::fused_streams): those rows are held to memcpy.
-bool fused_kernel_streams(Pass p, const NormArgs& a) {
-  using cpu::FusedPass;
-  if (p == Pass::fwd) return cpu::fused_streams(FusedPass::forward, a.y, a.n, a.d);
-  if (p == Pass::bwd) return cpu::fused_streams(FusedPass::backward, a.dx, a.n, a.d);
-  return cpu::fused_streams(FusedPass::add_forward, a.y, a.n, a.d);
+// The fused kernels run the variant measured fastest for the call's shape class on this machine
+// (cpu::norm_choice); a row that streams its output is held to memcpy.
+RowVariant fused_kernel_variant(NormKind norm, Pass p, const NormArgs& a) {
+  using cpu::NormKernel;
+  const bool ln = norm == NormKind::layernorm;
+  const NormKernel k = p == Pass::fwd   ? (ln ? NormKernel::layernorm_forward : NormKernel::rmsnorm_forward)
+                       : p == Pass::bwd ? (ln ? NormKernel::layernorm_backward : NormKernel::rmsnorm_backward)
+                                        : (ln ? NormKernel::add_layernorm_forward : NormKernel::add_rmsnorm_forward);
+  const cpu::NormChoice& c = cpu::norm_choice(k, a.n, a.d, p != Pass::bwd || a.dx != nullptr);
+  RowVariant v;
+  v.name = c.fused.name();
+  v.source = c.source;
+  if (!(c.best == c.fused)) v.backend = c.best.name();
+  v.streams = cpu::variant_streams(c.fused, p == Pass::bwd ? a.dx : a.y, a.d);
+  return v;
 }
 
 }  // namespace
@@ -99,7 +107,7 @@ NormRegistry builtin_norm_impls() {
            cpu::add_layernorm_forward_fused(a.s, a.y, a.mean, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.beta, a.n,
                                             a.d, a.eps);
          },
-         fused_kernel_streams});
+         [](Pass p, const NormArgs& a) { return fused_kernel_variant(NormKind::layernorm, p, a); }});
   r.add({NormKind::rmsnorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
          [](const NormArgs& a) { cpu::rmsnorm_forward_multipass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
@@ -115,7 +123,7 @@ NormRegistry builtin_norm_impls() {
          [](const NormArgs& a) {
            cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
          },
-         fused_kernel_streams});
+         [](Pass p, const NormArgs& a) { return fused_kernel_variant(NormKind::rmsnorm, p, a); }});
   // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
   // moved against 4ND).
   r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",

@@ -246,6 +246,8 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   std::cout << render(report, f);
   if (f == Format::table || f == Format::markdown)
     std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
+  if ((f == Format::table || f == Format::markdown) && !report.context.kernel_choices.empty())
+    std::cout << "\n" << render_kernel_choices(report.context, f, g.verbose > 0);
   if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
   print_warnings(report.warnings);
   int rejected = 0;

@@ -208,6 +208,10 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
          {"timing", {{"seconds", r.seconds}, {"seconds_per_step", r.seconds_per_step},
                      {"tokens_per_second", r.tokens_per_second}, {"threads", num_threads()}}},
          {"versions", versions}};
+  json choices = json::array();
+  for (const KernelChoice& k : r.kernel_choices)
+    choices.push_back({{"kernel", k.kernel}, {"variant", k.variant}, {"source", k.source}});
+  j["kernel_choices"] = choices;
   j["config"] = json::parse(config_to_json(cfg));
   return j.dump(2);
 }

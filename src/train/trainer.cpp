@@ -295,6 +295,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
     if (res.collapsed_step >= 0) res.status = "collapsed";
   }
+  res.kernel_choices = backend_for(device, DType::f32).kernel_choices();
   if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model, snapshot(res.steps_done));
   return res;
 }

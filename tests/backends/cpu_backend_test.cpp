@@ -681,63 +681,81 @@ TEST(CpuNormKernels, MeanFarAboveStd) {
   }
 }
 
-// Streaming stores (forced on for every shape the alignment rule allows) write the same bits
-// as ordinary stores, in every fused kernel, on both the tiled (d < 256) and pipelined paths.
-TEST(CpuNormKernels, StreamingStoresWriteTheSameBits) {
-  struct Restore {
-    ~Restore() { cpu::set_stream_choice(cpu::StreamChoice::automatic); }
-  } restore;
-  const int64_t w = 16;  // whole vectors for AVX-512 and AVX2 alike (the library's width, not this file's)
-  for (int64_t d : {w, 4 * w, 16 * w, 64 * w, 256 * w + w}) {
+// Every variant of the fused kernels (tiles of any size, the pipeline with any prefetch distance,
+// ordinary or streaming stores) writes the same bits: the variant a machine chooses changes the
+// speed, never the numbers. On odd row lengths too (row tails, rows shorter than a vector), with
+// and without dx in the backward.
+TEST(CpuNormVariants, EveryVariantWritesTheSameBits) {
+  using cpu::NormVariant;
+  std::vector<NormVariant> variants;
+  for (bool nt : {false, true}) {
+    for (int t : {16, 1024, 2048, 4096}) {
+      NormVariant v;
+      v.tile_floats = t;
+      v.stream = nt;
+      variants.push_back(v);
+    }
+    for (int pf : {0, 1, 2, 4}) {
+      NormVariant v;
+      v.layout = NormVariant::Layout::pipelined;
+      v.prefetch = pf;
+      v.stream = nt;
+      variants.push_back(v);
+    }
+  }
+  for (int64_t d : {1, 7, 16, 33, 64, 100, 256, 1000, 1040, 4112}) {
     const int64_t n = 37;
     Rng rng(1360 + static_cast<uint64_t>(d), stream::check);
     Tensor x = randn(rng, {n, d}, 2.0, 0.5), a = randn(rng, {n, d}), dy = randn(rng, {n, d});
     Tensor gamma = randn(rng, {d}, 0.2, 1.0), beta = randn(rng, {d}, 0.2);
-    // Every output of every fused kernel, written under `choice`.
-    auto run = [&](cpu::StreamChoice choice) {
-      cpu::set_stream_choice(choice);
+    // Every output of every fused kernel, written by variant v.
+    auto run = [&](const NormVariant& v) {
       std::vector<Tensor> out;
       auto t = [&](const Shape& sh) { return out.emplace_back(e32(sh)); };
       Tensor y = t({n, d}), mean = t({n}), rstd = t({n});
-      EXPECT_EQ(cpu::streams_output(fp(y), n, d, 2), choice == cpu::StreamChoice::always) << "d=" << d;
-      cpu::layernorm_forward_fused(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
-      Tensor dx = t({n, d}), dg = t({d}), db = t({d});
-      cpu::layernorm_backward_fused(fp(dx), fp(dg), fp(db), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d);
-      Tensor ry = t({n, d}), rr = t({n}), rdx = t({n, d}), rdg = t({d});
-      cpu::rmsnorm_forward_fused(fp(ry), fp(rr), fp(x), fp(gamma), n, d, 1e-5f);
-      cpu::rmsnorm_backward_fused(fp(rdx), fp(rdg), fp(dy), fp(x), fp(gamma), fp(rr), n, d);
+      cpu::layernorm_forward_with(v, fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
+      Tensor dx = t({n, d}), dg = t({d}), db = t({d}), pg = t({d}), pb = t({d});
+      cpu::layernorm_backward_with(v, fp(dx), fp(dg), fp(db), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d);
+      cpu::layernorm_backward_with(v, nullptr, fp(pg), fp(pb), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d);
+      Tensor ry = t({n, d}), rr = t({n}), rdx = t({n, d}), rdg = t({d}), rpg = t({d});
+      cpu::rmsnorm_forward_with(v, fp(ry), fp(rr), fp(x), fp(gamma), n, d, 1e-5f);
+      cpu::rmsnorm_backward_with(v, fp(rdx), fp(rdg), fp(dy), fp(x), fp(gamma), fp(rr), n, d);
+      cpu::rmsnorm_backward_with(v, nullptr, fp(rpg), fp(dy), fp(x), fp(gamma), fp(rr), n, d);
       Tensor s = t({n, d}), ay = t({n, d}), am = t({n}), ar = t({n});
-      cpu::add_layernorm_forward_fused(fp(s), fp(ay), fp(am), fp(ar), fp(a), fp(x), 0.7f, fp(gamma), fp(beta), n, d,
-                                       1e-5f);
+      cpu::add_layernorm_forward_with(v, fp(s), fp(ay), fp(am), fp(ar), fp(a), fp(x), 0.7f, fp(gamma), fp(beta), n, d,
+                                      1e-5f);
       Tensor s2 = t({n, d}), ry2 = t({n, d}), rr2 = t({n});
-      cpu::add_rmsnorm_forward_fused(fp(s2), fp(ry2), fp(rr2), fp(a), fp(x), 0.7f, fp(gamma), n, d, 1e-5f);
+      cpu::add_rmsnorm_forward_with(v, fp(s2), fp(ry2), fp(rr2), fp(a), fp(x), 0.7f, fp(gamma), n, d, 1e-5f);
       return out;
     };
-    const std::vector<Tensor> ordinary = run(cpu::StreamChoice::never), streamed = run(cpu::StreamChoice::always);
-    ASSERT_EQ(ordinary.size(), streamed.size());
-    for (size_t k = 0; k < ordinary.size(); ++k)
-      EXPECT_TRUE(ordinary[k].to_vector() == streamed[k].to_vector()) << "output " << k << ", d=" << d;
+    const std::vector<Tensor> first = run(variants[0]);
+    // The variants agree with each other, and with the plain loops to float32's rounding (kForward).
+    Tensor ry = e32({n, d}), rm = e32({n}), rr = e32({n});
+    cpu::layernorm_forward_multipass(fp(ry), fp(rm), fp(rr), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
+    const std::vector<double> got = first[0].to_vector(), want = ry.to_vector();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], kForward.atol + kForward.rtol * std::abs(want[i])) << "d=" << d << " i=" << i;
+    for (size_t k = 1; k < variants.size(); ++k) {
+      const std::vector<Tensor> other = run(variants[k]);
+      ASSERT_EQ(first.size(), other.size());
+      for (size_t o = 0; o < first.size(); ++o)
+        EXPECT_TRUE(first[o].to_vector() == other[o].to_vector())
+            << "output " << o << " of " << variants[k].name() << " differs from " << variants[0].name() << ", d=" << d;
+    }
   }
 }
 
-// The one-time measurement behind the automatic choice ran and saw both copies.
-TEST(CpuNormKernels, StreamingStoreChoiceIsMeasuredOrSet) {
-  const cpu::StreamingStores& s = cpu::streaming_stores();
-  EXPECT_GT(s.llc_bytes, 0);
-  EXPECT_FALSE(s.why.empty());
-  if (s.measured) {
-    EXPECT_GT(s.ordinary_gbs, 0.0);
-    EXPECT_GT(s.streaming_gbs, 0.0);
-    EXPECT_EQ(s.enabled, s.streaming_gbs > 1.1 * s.ordinary_gbs);
-  }
-  // Never for an output the alignment rule excludes, whatever the size.
-  cpu::set_stream_choice(cpu::StreamChoice::always);
+// Streaming stores only where the output is aligned to the vector width and the rows are whole
+// vectors; never for onednn, which stores as it likes.
+TEST(CpuNormVariants, StreamsOnlyWhereAligned) {
+  cpu::NormVariant v = cpu::parse_norm_variant("pipelined-pf2+nt");
   Tensor out = e32({1024 * 64 + 1});
-  EXPECT_TRUE(cpu::streams_output(fp(out), 1024, 64, 2));
-  EXPECT_FALSE(cpu::streams_output(fp(out) + 1, 1024, 64, 2));  // misaligned
-  EXPECT_FALSE(cpu::streams_output(fp(out), 1024, 65, 2));      // rows not whole vectors
-  cpu::set_stream_choice(cpu::StreamChoice::automatic);
-  EXPECT_FALSE(cpu::streams_output(nullptr, 1 << 20, 1024, 3));
+  EXPECT_TRUE(cpu::variant_streams(v, fp(out), 64));
+  EXPECT_FALSE(cpu::variant_streams(v, fp(out) + 1, 64));  // misaligned
+  EXPECT_FALSE(cpu::variant_streams(v, fp(out), 65));      // rows not whole vectors
+  EXPECT_FALSE(cpu::variant_streams(v, nullptr, 64));
+  EXPECT_FALSE(cpu::variant_streams(cpu::parse_norm_variant("pipelined-pf2"), fp(out), 64));
+  EXPECT_FALSE(cpu::variant_streams(cpu::parse_norm_variant("onednn"), fp(out), 64));
 }
 
 // ============================================================================

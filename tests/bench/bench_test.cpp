@@ -477,32 +477,74 @@ TEST(BenchVerify, WrongAddNormIsRejectedAndNeverTimed) {
   EXPECT_NE(bad->verify.report.find("--resident-shapes 1x16x24"), std::string::npos) << bad->verify.report;
 }
 
-// The fused rows say whether the kernel streamed its output at that shape (and are then held to
-// memcpy), as the kernel decides it: forced on, every fused row of whole-vector rows streams;
-// forced off, none does. The multipass rows never stream.
-TEST(BenchVerify, FusedRowsFollowTheKernelsStreamingChoice) {
-  struct Restore {
-    ~Restore() { cpu::set_stream_choice(cpu::StreamChoice::automatic); }
-  } restore;
-  for (cpu::StreamChoice choice : {cpu::StreamChoice::always, cpu::StreamChoice::never}) {
-    cpu::set_stream_choice(choice);
+// The fused rows say which variant ran and why, and whether it streamed its output (then they are
+// held to memcpy): forced to a streaming variant, every fused row of whole-vector rows streams;
+// to an ordinary one, none does. The multipass rows have no variant and never stream. The
+// report's context lists the shape classes' choices.
+TEST(BenchVerify, FusedRowsSayWhichVariantRan) {
+  for (const char* forced : {"tiled-2048+nt", "pipelined-pf2"}) {
+    setenv("NORMLAB_NORM_VARIANT", forced, 1);
+    cpu::reset_norm_choices();
     NormBenchOptions o = quick_options();
     o.shapes = {{1, 16, 64}};
     o.resident_shapes = {};
     o.impls = {"fused", "multipass"};
     NormReport r = run_norm_bench(o);
+    unsetenv("NORMLAB_NORM_VARIANT");
+    cpu::reset_norm_choices();
+    const bool streams = std::string(forced).find("+nt") != std::string::npos;
     int fused = 0;
     for (const NormRow& x : r.rows) {
       if (x.norm == "copy") continue;
       EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
-      const bool expect = x.impl == "fused" && choice == cpu::StreamChoice::always;
+      const bool expect = x.impl == "fused" && streams;
       fused += x.impl == "fused";
       EXPECT_EQ(x.streaming_stores, expect) << x.name();
       EXPECT_EQ(x.pct_against, expect ? "memcpy" : "copy-loop") << x.name();
+      EXPECT_EQ(x.variant, x.impl == "fused" ? forced : "") << x.name();
+      if (x.impl == "fused") {
+        EXPECT_EQ(x.variant_source, fmt::format("forced (NORMLAB_NORM_VARIANT={})", forced));
+      }
     }
     EXPECT_EQ(fused, 6);  // 2 norms x (fwd, bwd, addfwd)
-    EXPECT_FALSE(r.context.streaming_stores.empty());
+    EXPECT_EQ(r.context.kernel_choices.size(), 6u) << forced;
+    for (const KernelChoiceRecord& k : r.context.kernel_choices) EXPECT_EQ(k.fused, forced) << k.shape_class;
+    // The JSON keeps the variants, and the text shows them.
+    const NormReport back = norm_report_from_json(render(r, Format::json), "test");
+    EXPECT_EQ(back.context.kernel_choices.size(), 6u);
+    for (const NormRow& x : back.rows) EXPECT_EQ(x.variant, x.impl == "fused" ? forced : "") << x.name();
+    EXPECT_NE(render(r, Format::table).find(std::string(forced) + " (forced)"), std::string::npos);
+    EXPECT_NE(render_kernel_choices(r.context, Format::table, false).find("layernorm_forward d=64"), std::string::npos);
   }
+}
+
+// The verdict lines hold every fused cpu row to its targets and name the rows that miss them.
+TEST(BenchVerify, VerdictsNameTheRowsBelowTarget) {
+  NormReport r;
+  auto row = [](const std::string& norm, const std::string& impl, double pct, double vs_onednn,
+                const std::string& backend) {
+    NormRow x;
+    x.norm = norm;
+    x.impl = impl;
+    x.pass = "fwd";
+    x.shape = {1, 16, 64};
+    x.time.median = 1e-3;
+    x.pct_against = "copy-loop";
+    x.pct_of_copy_loop = pct;
+    x.vs_onednn = vs_onednn;
+    x.backend_variant = backend;
+    return x;
+  };
+  r.rows = {row("layernorm", "fused", 95, 1.2, ""), row("rmsnorm", "fused", 60, NAN, ""),
+            row("layernorm", "fused", 90, 0.8, "onednn"), row("layernorm", "onednn", 50, NAN, "")};
+  r.rows[2].shape = {2, 16, 64};
+  const std::vector<std::string> v = norm_verdicts(r);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].rfind("1 of 3 fused rows meet their targets", 0), 0u) << v[0];
+  EXPECT_NE(v[1].find("60% of the copy loop (target >= 80%)"), std::string::npos) << v[1];
+  EXPECT_NE(v[2].find("0.80x oneDNN (the backend runs oneDNN for this shape class)"), std::string::npos) << v[2];
+  r.rows = {row("layernorm", "onednn", 50, NAN, "")};
+  EXPECT_TRUE(norm_verdicts(r).empty());
 }
 
 TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {

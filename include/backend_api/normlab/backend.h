@@ -53,6 +53,14 @@ struct AdamParams {
   int64_t step = 1;       // 1-based step for bias correction
 };
 
+// A kernel variant a backend chose on this machine for a shape class (the cpu backend: its norm
+// kernels' measured choices, cpu_kernel_lab.h norm_choice), recorded in every run's result.json.
+struct KernelChoice {
+  std::string kernel;   // the shape class: "layernorm_forward d=64 l2 t=2"
+  std::string variant;  // what ran: "pipelined-pf2", "onednn"
+  std::string source;   // "measured", "cached", "forced (...)", "rule (...)"
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -61,6 +69,8 @@ class Backend {
   virtual bool supports(DType dtype) const = 0;
   // Expensive objects (oneDNN primitives) created so far; a steady-state step adds none.
   virtual uint64_t primitives_created() const { return 0; }
+  // The variants chosen so far in this process, in the order their shape classes were first used.
+  virtual std::vector<KernelChoice> kernel_choices() const { return {}; }
 
   // ---- matrix products ---------------------------------------------------------
   // c = the products `s` describes (MatmulSpec, above).

@@ -5,8 +5,8 @@
 //   *_fused      normlab's vectorized kernels, one read of the inputs and one write of each
 //                output per row (the row stays in L1/L2 between the sweeps over it);
 //   *_onednn     oneDNN 2.6's layer_normalization primitive, its variance converted to rstd.
-// The Backend's layernorm_forward / layernorm_backward use layernorm_forward / _backward below,
-// which pick the fastest of these (measured; see norm_kernels.cpp).
+// The Backend's norms use layernorm_forward / _backward etc. below, which run the variant measured
+// fastest for the call's shape class on this machine (norm_choice, at the end of this header).
 //
 // Sizes: N rows (B*T), D the normalized size (C). Math (backend.h is the contract):
 //   LayerNorm  mu = mean(x); rstd = 1/sqrt(mean((x-mu)^2) + eps); y = gamma*(x-mu)*rstd + beta
@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace normlab::cpu {
 
@@ -75,29 +76,100 @@ void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, c
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps);
 
-// ---- streaming stores (streaming.cpp) ------------------------------------------------------------
-// The fused kernels (norms forward and backward, add + norm) write their N x D output with
-// streaming stores when the call's arrays do not fit in the last-level cache, the output is
-// aligned to the vector width (and D a multiple of it), and this CPU copies faster that way:
-// measured once per process by the first call that asks (a copy of 2 x LLC both ways), or set
-// with NORMLAB_STREAMING_STORES=0|1. The stored values are the same either way.
-struct StreamingStores {
-  bool enabled = false;
-  bool measured = false;  // false: set by the environment, or not available
-  double ordinary_gbs = 0, streaming_gbs = 0;
-  int64_t llc_bytes = 0;
-  std::string why;  // "measured", "NORMLAB_STREAMING_STORES=1", ...
+// ---- variants, and which one runs (norm_tuning.cpp) --------------------------------------------
+// The fused kernels come in variants whose speed depends on the CPU (a variant tuned on a Zen 4
+// ran 3x slower than a copy on a Zen 1): how rows are walked (in tiles of tile_floats, or
+// pipelined, prefetching `prefetch` rows ahead), and ordinary or streaming stores of the N x D
+// output. oneDNN's primitive is a candidate for LayerNorm's forward and backward. Every variant
+// but onednn gives the same bits; onednn rounds differently (its own statistics and parameter
+// gradient reductions).
+enum class NormKernel : uint8_t {
+  layernorm_forward,
+  layernorm_backward,
+  rmsnorm_forward,
+  rmsnorm_backward,
+  add_layernorm_forward,
+  add_rmsnorm_forward,
 };
-const StreamingStores& streaming_stores();
+const char* to_string(NormKernel k);
+
+struct NormVariant {
+  enum class Layout : uint8_t { tiled, pipelined, onednn };
+  Layout layout = Layout::tiled;
+  int tile_floats = 2048;  // tiled: floats per tile (whole rows, 1 to 64 of them)
+  int prefetch = 0;        // pipelined: rows ahead asked for while sweeping (0: none)
+  bool stream = false;     // streaming stores of the output, where it is aligned to the vector width
+  // "tiled-2048", "pipelined-pf2", "pipelined-pf0+nt" (nt: non-temporal stores), "onednn".
+  std::string name() const;
+  bool operator==(const NormVariant& o) const {
+    return layout == o.layout && tile_floats == o.tile_floats && prefetch == o.prefetch && stream == o.stream;
+  }
+};
+// Whether a call of variant v with output `out` (rows of d) writes it with streaming stores.
+bool variant_streams(const NormVariant& v, const float* out, int64_t d);
+// The variant named by `name` (NormVariant::name's syntax); throws UsageError naming the problem.
+NormVariant parse_norm_variant(const std::string& name);
+
+void layernorm_forward_with(const NormVariant& v, float* y, float* mean, float* rstd, const float* x,
+                            const float* gamma, const float* beta, int64_t n, int64_t d, float eps);
+void layernorm_backward_with(const NormVariant& v, float* dx, float* dgamma, float* dbeta, const float* dy,
+                             const float* x, const float* gamma, const float* mean, const float* rstd, int64_t n,
+                             int64_t d);
+void rmsnorm_forward_with(const NormVariant& v, float* y, float* rstd, const float* x, const float* gamma, int64_t n,
+                          int64_t d, float eps);
+void rmsnorm_backward_with(const NormVariant& v, float* dx, float* dgamma, const float* dy, const float* x,
+                           const float* gamma, const float* rstd, int64_t n, int64_t d);
+void add_layernorm_forward_with(const NormVariant& v, float* s, float* y, float* mean, float* rstd, const float* a,
+                                const float* b, float alpha, const float* gamma, const float* beta, int64_t n,
+                                int64_t d, float eps);
+void add_rmsnorm_forward_with(const NormVariant& v, float* s, float* y, float* rstd, const float* a, const float* b,
+                              float alpha, const float* gamma, int64_t n, int64_t d, float eps);
+
+// A shape class: the kernel, the row length, where the call's arrays fit (l2: the per-core L2;
+// llc: the last-level cache; mem: neither) and the threads. Each class is tuned once.
+struct NormShapeClass {
+  NormKernel kernel = NormKernel::layernorm_forward;
+  int64_t d = 0;
+  std::string fits;  // "l2", "llc", "mem"
+  int threads = 1;
+  bool dx = true;    // backward: dx wanted (without it only the parameter gradients run, tiled)
+  std::string key() const;  // "layernorm_forward d=4096 mem t=2"
+};
+NormShapeClass norm_shape_class(NormKernel k, int64_t n, int64_t d, bool dx = true);
+
+struct NormCandidateTime {
+  std::string variant;
+  double seconds = 0;  // median per call on the timed shape
+};
+struct NormChoice {
+  NormShapeClass shape;
+  NormVariant best;    // what the backend runs (LayerNorm: may be onednn)
+  NormVariant fused;   // the fastest of normlab's own variants (*_fused)
+  // "measured" (timed now, in this process), "cached" (from the tuning cache), "forced
+  // (NORMLAB_NORM_VARIANT=...)" or "rule (NORMLAB_TUNE=off)".
+  std::string source;
+  int64_t timed_rows = 0;                  // the rows x d timed for this class (0: not timed)
+  std::vector<NormCandidateTime> times;    // every candidate's median, fastest first
+};
+// The choice for a call's shape class: decided by the first call of the class in the process
+// (NORMLAB_TUNE=off: the fixed rule; cached, the default: the cache entry or a measurement added
+// to the cache; fresh: measured, the cache entry replaced). Thread-safe; the reference stays valid.
+const NormChoice& norm_choice(NormKernel k, int64_t n, int64_t d, bool dx = true);
+// The choices made so far in this process, in the order the classes were first used.
+std::vector<NormChoice> norm_choices_made();
+// What NORMLAB_TUNE asks for, and where the cache lives ("" when no cache directory is known).
+enum class TuneMode : uint8_t { off, cached, fresh };
+TuneMode tune_mode();
+const char* to_string(TuneMode m);
+std::string tune_cache_path();
+// For tests: forget the process's choices, so that the next call of each class decides again
+// (under the environment of that moment).
+void reset_norm_choices();
+
+// The ISA the kernels were compiled for ("avx512", "avx2", "portable") and a stamp of their build.
+const char* norm_kernels_isa();
+const char* norm_kernels_build_stamp();
 int64_t last_level_cache_size();
-// Whether a kernel that touches `arrays` N x D float arrays streams its output `out`.
-bool streams_output(const float* out, int64_t n, int64_t d, int64_t arrays);
-// Whether the fused kernel of `pass` streams its N x D output `out` (y, dx, or the add + norm's y).
-enum class FusedPass { forward, backward, add_forward };
-bool fused_streams(FusedPass pass, const float* out, int64_t n, int64_t d);
-// Tests and measurements override the choice: always (every output the alignment rule allows,
-// whatever its size), never, or automatic (the default, as above). Process-wide.
-enum class StreamChoice { automatic, always, never };
-void set_stream_choice(StreamChoice choice);
+int64_t l2_cache_size();
 
 }  // namespace normlab::cpu

@@ -108,6 +108,16 @@ double measure_thread_round_trip_ns();
 // sockets): multi-threaded timings are slower than the same machine's usual ones.
 constexpr double kFarThreadsNs = 200;
 
+// One shape class's choice of norm kernel variant (cpu::NormChoice, as the bench records it).
+struct KernelChoiceRecord {
+  std::string shape_class;  // "layernorm_forward d=4096 mem t=1"
+  std::string fused;        // the variant the fused rows ran: "pipelined-pf2+nt"
+  std::string backend;      // what the backend runs (LayerNorm: "onednn" where it measured faster)
+  std::string source;       // "measured", "cached", "forced (...)", "rule (...)"
+  int64_t timed_rows = 0;   // rows x d of the timed problem
+  std::vector<std::pair<std::string, double>> seconds;  // every candidate's median, fastest first
+};
+
 struct Context {
   std::string date;          // ISO 8601, local time with offset
   std::string host_name, executable, cpu_model;
@@ -135,9 +145,13 @@ struct Context {
   // measure_thread_round_trip_ns at the run's start and at its end (merged runs: every run's,
   // in order); empty where fewer than 2 threads ran.
   std::vector<double> thread_round_trip_ns;
-  // `bench norms`: the fused kernels' choice of streaming stores on this machine and why
-  // (cpu::streaming_stores), e.g. "on: a copy of 64 MiB at 31.2 GB/s streaming, 18.0 ordinary".
+  // `bench norms` before issue 23: the fused kernels' machine-wide choice of streaming stores (read
+  // from older JSON files; a run now records kernel_choices instead).
   std::string streaming_stores;
+  // `bench norms` on the cpu: NORMLAB_TUNE's mode, the tuning cache, and every shape class's choice
+  // of kernel variant made during the run, with the candidates' times (cpu::norm_choices_made).
+  std::string tune_mode, tune_cache;
+  std::vector<KernelChoiceRecord> kernel_choices;
   // `bench norms --device cuda | cuda-sim`: the device the rows ran on, as the CUDA module
   // reports it ("cuda: built (runtime 13.0), 1 device(s): NVIDIA H200 (sm_90)"); empty on cpu.
   std::string device;
@@ -196,6 +210,14 @@ struct NormArgs {
 };
 using NormFn = std::function<void(const NormArgs&)>;
 
+// The variant a row ran and why (see NormImpl::variant).
+struct RowVariant {
+  std::string name;     // "pipelined-pf2+nt"
+  std::string source;   // "measured", "cached", ...
+  std::string backend;  // the variant the backend runs for the same class, when it differs ("onednn")
+  bool streams = false; // its output was written with streaming stores (held to memcpy)
+};
+
 struct NormImpl {
   NormKind norm = NormKind::layernorm;  // layernorm or rmsnorm
   std::string impl;         // "fused", "multipass", "onednn", ...
@@ -204,9 +226,9 @@ struct NormImpl {
   bool streaming_stores = false;  // writes with non-temporal stores: held to memcpy's bandwidth
   NormFn forward, backward;       // an empty function: that pass is not implemented
   NormFn add_forward;             // Pass::addfwd
-  // Per call, where the kernel decides by size (the fused kernels: cpu::fused_streams); empty:
-  // streaming_stores above.
-  std::function<bool(Pass, const NormArgs&)> streams;
+  // The variant a call of `pass` with these arguments runs, where the kernel chooses one per shape
+  // class (the fused kernels: cpu::norm_choice); empty: the implementation has one form only.
+  std::function<RowVariant(Pass, const NormArgs&)> variant;
   // Storage of the N x D arrays and the parameters: "f32", or "bf16" (a device's kernels with
   // --dtypes bf16: the outputs y, dx, s are checked with bf16's rounding added, see verify_norm).
   std::string dtype = "f32";
@@ -280,6 +302,8 @@ struct NormRow {
   // with the copy loop on the same reused buffers. Otherwise the buffers rotate (memory-bound).
   bool resident = false;
   bool streaming_stores = false;  // held to memcpy rather than the copy loop
+  // The kernel variant that ran (fused rows: cpu::norm_choice) and why; empty for the others.
+  std::string variant, variant_source, backend_variant;
   // ---- correctness: checked on the first buffer set before any timing
   std::string status = "ok";  // "ok" | "rejected" (wrong output: never timed)
   VerifyResult verify;
@@ -320,6 +344,14 @@ struct NormReport {
   std::vector<NormRow> rows;
   std::vector<std::string> warnings;  // say what to do: "... consider --min-time 1"
 };
+
+// The targets each fused cpu row of a (derived) report is held to: >= kCopyTargetPct of the copy
+// it is compared with, and LayerNorm's not slower than oneDNN's unless the backend runs oneDNN for
+// that shape class. One line that sums up, then one per row that misses; empty without such rows.
+// Rendered after the table and written to the JSON as context.verdicts.
+std::vector<std::string> norm_verdicts(const NormReport& report);
+// Memory-bound rows below this share of their copy miss the speed target.
+constexpr double kCopyTargetPct = 80;
 
 // Fills every derived field of every row from the measured ones (idempotent).
 void derive(NormReport& report);
@@ -469,6 +501,9 @@ std::string render(const NormReport& r, Format f);
 std::string render(const StepReport& r, Format f);
 // The RMSNorm / LayerNorm summary (ratios per shape, threads and pass), table or markdown.
 std::string render_norm_summary(const NormReport& r, Format f);
+// The shape classes' choices of kernel variant (Context::kernel_choices) as a table, with every
+// candidate's median when every_candidate; "" when the run made none (a device run, older JSON).
+std::string render_kernel_choices(const Context& c, Format f, bool every_candidate);
 
 // Reading a --json document back (what: the file name, for messages). UsageError when it is
 // not a `bench norms` (resp. `bench step`) document.

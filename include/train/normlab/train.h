@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/backend.h"
 #include "normlab/nn.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
@@ -125,6 +126,9 @@ struct TrainResult {
   int64_t parameters = 0;
   double seconds = 0, seconds_per_step = 0, tokens_per_second = 0;
   std::vector<EvalRecord> evals;
+  // The kernel variants the backend chose for the run's shapes (result.json "kernel_choices"):
+  // where variants round differently (cpu: oneDNN's LayerNorm or normlab's), they say which ran.
+  std::vector<KernelChoice> kernel_choices;
 };
 
 // A finished run whose validation loss ends this close to the unigram baseline (nats), or above

@@ -49,6 +49,11 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::cpu; }
   bool supports(DType dtype) const override { return dtype == DType::f32; }
+  std::vector<KernelChoice> kernel_choices() const override {
+    std::vector<KernelChoice> out;
+    for (const cpu::NormChoice& c : cpu::norm_choices_made()) out.push_back({c.shape.key(), c.best.name(), c.source});
+    return out;
+  }
   uint64_t primitives_created() const override {
     cpu::OneDnn& o = cpu::OneDnn::get();
     std::lock_guard<std::mutex> lock(o.mutex());

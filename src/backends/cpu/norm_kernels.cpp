@@ -16,6 +16,7 @@
 #include "norm_stats.h"
 #include "parallel.h"
 #include "simd.h"
+#include "normlab/error.h"
 #include "normlab/tensor.h"
 
 namespace normlab::cpu {
@@ -92,16 +93,17 @@ struct Partials {
 // the copy loop with it against 47-52% without, the RMSNorm add + norm forward 77-80% against
 // 91-102%, the backwards even; resident rows within the noise).
 
-// From this row length on, the kernels pipeline rows instead of tiling them (the backward ones when
-// dx is wanted): row i's sweep runs in the same loop as row i+1's statistics. Shorter rows keep the tiles, whose
-// strength is overlapping many rows' statistics latencies.
-constexpr int64_t kPipelineMinD = 256;
+// Which of the two ways a kernel walks its rows (tiles, or rows pipelined: row i's sweep in the
+// same loop as row i+1's statistics), the tile's size, how far ahead the pipelined kernels
+// prefetch and whether the output streams is the NormVariant each call runs with, chosen by
+// measuring the candidates on the machine (norm_tuning.cpp). Tiles overlap many short rows'
+// statistics latencies; the pipeline interleaves loads and stores of long rows as a copy loop does.
 
-constexpr int64_t kTileFloats = 2048;  // 8 KiB: a tile of x (and dy) stays in a 32 KiB L1
-constexpr int64_t kTileMaxRows = 64;   // bounds the tile's per-row scratch (on the stack)
+constexpr int64_t kTileMaxRows = 64;  // bounds the tile's per-row scratch (on the stack)
 
-inline int64_t tile_rows(int64_t d) {
-  return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(d, 1), 1, kTileMaxRows);
+// tile_floats (8 KiB by default: a tile of x and dy stays in a 32 KiB L1) as whole rows.
+inline int64_t tile_rows(int64_t d, int64_t tile_floats) {
+  return std::clamp<int64_t>(tile_floats / std::max<int64_t>(d, 1), 1, kTileMaxRows);
 }
 
 // Asks for the cache line of p + j (p: a row ahead, or nullptr past the end).
@@ -125,33 +127,32 @@ inline auto prefetching(const F& f, const float* next1, const float* next2) {
   };
 }
 
-// Row i + 2 of [., hi), or nullptr: what the pipelined kernels prefetch while they sweep row i and
-// sum row i + 1, for rows of kPrefetchMinD floats or more. Measured on Zen 4: at 32x1024x4096 on
-// 2 threads the LayerNorm forward reached 125-150% of the copy loop with it against 95-105%
-// without, the backward 90-117% against 76-79% (at 32768 x 4096 on one thread, the forward went
-// from 70-74% to 78-83% of memcpy); at d 512-1024 on one thread it cost 5-15 points (d 512:
-// forward 80% against 93%, backward 66% against 80%): there the hardware prefetcher keeps up
-// alone, and the extra requests only compete with it.
-constexpr int64_t kPrefetchMinD = 4096;
-inline const float* two_ahead(const float* base, int64_t i, int64_t hi, int64_t d) {
-  if (d < kPrefetchMinD) return nullptr;
-  return i + 2 < hi ? base + (i + 2) * d : nullptr;
+// Row i + ahead of [., hi), or nullptr (ahead 0: no prefetch): what the pipelined kernels
+// prefetch while they sweep row i and sum row i + 1. Whether it pays depends on the CPU and the
+// row length: on Zen 4 at 32x1024x4096, 2 threads, row i+2 took the LayerNorm forward from
+// 95-105% of the copy loop to 125-150%, while at d 512-1024 on one thread it cost 5-15 points
+// (the hardware prefetcher keeps up alone there, and the extra requests compete with it); a
+// Zen 1 guest ran the d 4096 forward 3x slower than a copy. So it is a measured choice.
+inline const float* ahead_row(const float* base, int64_t i, int64_t hi, int64_t d, int64_t ahead) {
+  if (ahead <= 0 || base == nullptr) return nullptr;
+  return i + ahead < hi ? base + (i + ahead) * d : nullptr;
 }
 
-// Forward kernels for rows of d >= kPipelineMinD, split over threads: row i's output sweep runs
+// Pipelined forward kernels, rows split over threads: row i's output sweep runs
 // in the loop that computes row i+1's statistics (reading that row from memory), so that loads
-// from memory, loads from L1/L2 and stores interleave as in a copy loop, and it prefetches row i+2
+// from memory, loads from L1/L2 and stores interleave as in a copy loop, and it prefetches row i+ahead
 // of in1 and in2 (nullable). stats(i, alongside) computes row i's statistics while calling
 // alongside(j, n) on every vector position (the same bits whatever alongside does); out_of(i, st)
 // makes row i's output sweep.
 template <bool kStream, class Stats, class OutOf>
-void for_rows_pipelined(int64_t n, int64_t d, const float* in1, const float* in2, Stats&& stats, OutOf&& out_of) {
+void for_rows_pipelined(int64_t n, int64_t d, int64_t ahead, const float* in1, const float* in2, Stats&& stats,
+                        OutOf&& out_of) {
   parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) NORMLAB_FLATTEN {
     auto st = stats(lo, [](int64_t, int64_t) {});
     for (int64_t i = lo; i < hi; ++i) {
       auto out = out_of(i, st);
       if (i + 1 < hi)
-        st = stats(i + 1, prefetching(out, two_ahead(in1, i, hi, d), two_ahead(in2, i, hi, d)));
+        st = stats(i + 1, prefetching(out, ahead_row(in1, i, hi, d, ahead), ahead_row(in2, i, hi, d, ahead)));
       else
         row_for(d, out);
     }
@@ -164,8 +165,9 @@ void for_rows_pipelined(int64_t n, int64_t d, const float* in1, const float* in2
 // for every group of the tile, then apply(i, st) runs on each row, then tile_done(t0, t1) on
 // the tile's rows [t0, t1) (the backward's parameter gradients).
 template <class S, class Stats, class Apply, class TileDone>
-void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply, TileDone&& tile_done) {
-  const int64_t rows = tile_rows(d);
+void for_tiles(int64_t lo, int64_t hi, int64_t d, int64_t tile_floats, Stats&& stats, Apply&& apply,
+               TileDone&& tile_done) {
+  const int64_t rows = tile_rows(d, tile_floats);
   S st[kTileMaxRows] = {};
   for (int64_t t0 = lo; t0 < hi; t0 += rows) {
     const int64_t t1 = std::min(hi, t0 + rows);
@@ -175,8 +177,8 @@ void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply, 
   }
 }
 template <class S, class Stats, class Apply>
-void for_tiles(int64_t lo, int64_t hi, int64_t d, Stats&& stats, Apply&& apply) {
-  for_tiles<S>(lo, hi, d, stats, apply, [](int64_t, int64_t) {});
+void for_tiles(int64_t lo, int64_t hi, int64_t d, int64_t tile_floats, Stats&& stats, Apply&& apply) {
+  for_tiles<S>(lo, hi, d, tile_floats, stats, apply, [](int64_t, int64_t) {});
 }
 
 // The parameter-gradient partials of a tile's rows [t0, t1), column by column: for j:
@@ -241,9 +243,9 @@ inline void group_sums2(int64_t g0, int64_t g1, int64_t d, TermsOf&& terms_of, V
 
 // Forward kernels: rows split over threads, each thread's range in tiles.
 template <bool kStream, class S, class Stats, class Apply>
-void for_rows_tiled(int64_t n, int64_t d, Stats&& stats, Apply&& apply) {
+void for_rows_tiled(int64_t n, int64_t d, int64_t tile_floats, Stats&& stats, Apply&& apply) {
   parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) NORMLAB_FLATTEN {
-    for_tiles<S>(lo, hi, d, stats, apply);
+    for_tiles<S>(lo, hi, d, tile_floats, stats, apply);
     if (kStream) stream_fence();
   });
 }
@@ -257,28 +259,30 @@ struct GradStats {
 // makes a row's dx, params(b, t0, t1, fresh) adds the tile's rows to block b's parameter-gradient
 // partials (fresh: the block's first tile).
 template <bool kStream, class Stats, class Apply, class Params>
-void for_row_blocks_tiled(int64_t n, int64_t d, const RowBlocks& blocks, Stats&& stats, Apply&& apply, Params&& params) {
+void for_row_blocks_tiled(int64_t n, int64_t d, int64_t tile_floats, const RowBlocks& blocks, Stats&& stats,
+                          Apply&& apply, Params&& params) {
   parallel_for(blocks.count, n * d, [&](int64_t b) {
     const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
-    for_tiles<GradStats>(lo, hi, d, stats, apply, [&](int64_t t0, int64_t t1) { params(b, t0, t1, t0 == lo); });
+    for_tiles<GradStats>(lo, hi, d, tile_floats, stats, apply, [&](int64_t t0, int64_t t1) { params(b, t0, t1, t0 == lo); });
     if (kStream) stream_fence();
   });
 }
 
-// Backward kernels for rows of d >= kPipelineMinD: rows in the same fixed blocks, and within a
-// block row i's sweep runs alongside row i+1's statistics. stats_alone(i) computes row i's
-// statistics; stats_alongside(i, sweep) computes them while calling sweep(j, n) on every vector
-// position (the same bits as stats_alone); sweep_of(b, i, st, first) makes row i's sweep, which
-// also prefetches row i + 2 of the inputs in1 and in2.
+// Pipelined backward kernels: rows in the same fixed blocks, and within a block row i's sweep
+// runs alongside row i+1's statistics. stats_alone(i) computes row i's statistics;
+// stats_alongside(i, sweep) computes them while calling sweep(j, n) on every vector position (the
+// same bits as stats_alone); sweep_of(b, i, st, first) makes row i's sweep, which also
+// prefetches row i + ahead of the inputs in1 and in2.
 template <bool kStream, class StatsAlone, class StatsAlongside, class SweepOf>
-void for_row_blocks_pipelined(int64_t n, int64_t d, const RowBlocks& blocks, const float* in1, const float* in2,
-                              StatsAlone&& stats_alone, StatsAlongside&& stats_alongside, SweepOf&& sweep_of) {
+void for_row_blocks_pipelined(int64_t n, int64_t d, int64_t ahead, const RowBlocks& blocks, const float* in1,
+                              const float* in2, StatsAlone&& stats_alone, StatsAlongside&& stats_alongside,
+                              SweepOf&& sweep_of) {
   parallel_for(blocks.count, n * d, [&](int64_t b) {
     const int64_t lo = b * blocks.rows, hi = std::min(n, lo + blocks.rows);
     GradStats st = stats_alone(lo);
     for (int64_t i = lo; i < hi; ++i) {
       auto sweep_row = sweep_of(b, i, st, i == lo);
-      auto sweep = prefetching(sweep_row, two_ahead(in1, i, hi, d), two_ahead(in2, i, hi, d));
+      auto sweep = prefetching(sweep_row, ahead_row(in1, i, hi, d, ahead), ahead_row(in2, i, hi, d, ahead));
       if (i + 1 < hi)
         st = stats_alongside(i + 1, sweep);
       else
@@ -503,13 +507,21 @@ void zero_params(float* a, float* b, int64_t d) {
 
 // ==== the kernels, for ordinary or streaming stores of the N x D output =========================
 
+// A NormVariant's row walk (its store kind is the kernels' template argument).
+struct Walk {
+  bool pipelined = false;
+  int64_t tile_floats = 2048, ahead = 0;
+  explicit Walk(const NormVariant& v)
+      : pipelined(v.layout == NormVariant::Layout::pipelined), tile_floats(v.tile_floats), ahead(v.prefetch) {}
+};
+
 template <bool kStream>
-void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+void layernorm_forward_rows(const Walk& w, float* y, float* mean, float* rstd, const float* x, const float* gamma,
                             const float* beta, int64_t n, int64_t d, float eps) {
   const float inv_d = 1.0f / float(d);
-  if (d >= kPipelineMinD) {
+  if (w.pipelined) {
     for_rows_pipelined<kStream>(
-        n, d, x, nullptr,
+        n, d, w.ahead, x, nullptr,
         [&](int64_t i, auto&& alongside) {
           const float* xr = x + i * d;
           const float c = row_shift(xr, d);
@@ -521,7 +533,7 @@ void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, 
     return;
   }
   for_rows_tiled<kStream, LnStats>(
-      n, d,
+      n, d, w.tile_floats,
       [&](int64_t g0, int64_t g1, LnStats* st) {
         alignas(64) float c[kWidth];
         VF su, ss;
@@ -535,7 +547,7 @@ void layernorm_forward_rows(float* y, float* mean, float* rstd, const float* x, 
 }
 
 template <bool kStream>
-void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+void layernorm_backward_rows(const Walk& w, float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                              const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d) {
   const RowBlocks blocks(n);
   Partials pg(blocks.count, d, dgamma != nullptr), pb(blocks.count, d, dbeta != nullptr);
@@ -554,9 +566,9 @@ void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float
     row_reduce2(d, sg, sgx, terms(i));
     return means(sg, sgx);
   };
-  if (d >= kPipelineMinD && dx) {
+  if (w.pipelined && dx) {
     for_row_blocks_pipelined<kStream>(
-        n, d, blocks, dy, x, stats_alone,
+        n, d, w.ahead, blocks, dy, x, stats_alone,
         [&](int64_t i, auto& sweep) {
           float sg = 0, sgx = 0;
           row_reduce2_alongside(d, sg, sgx, terms(i), sweep);
@@ -565,7 +577,7 @@ void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float
         sweep_of);
   } else {
     for_row_blocks_tiled<kStream>(
-        n, d, blocks,
+        n, d, w.tile_floats, blocks,
         [&](int64_t g0, int64_t g1, GradStats* st) {
           if (!dx) return;  // the parameter gradients need no row statistics
           VF sg, sgx;
@@ -591,13 +603,13 @@ void layernorm_backward_rows(float* dx, float* dgamma, float* dbeta, const float
 }
 
 template <bool kStream>
-void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
+void rmsnorm_forward_rows(const Walk& w, float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
                           float eps) {
   const float inv_d = 1.0f / float(d);
   auto finish_rstd = [&](int64_t r, float ss) { return rstd[r] = rstd_from(ss, inv_d, eps); };
-  if (d >= kPipelineMinD) {
+  if (w.pipelined) {
     for_rows_pipelined<kStream>(
-        n, d, x, nullptr,
+        n, d, w.ahead, x, nullptr,
         [&](int64_t i, auto&& alongside) {
           return finish_rstd(i, row_reduce_alongside(d, sq_terms(x + i * d), alongside));
         },
@@ -605,7 +617,7 @@ void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* ga
     return;
   }
   for_rows_tiled<kStream, float>(
-      n, d,
+      n, d, w.tile_floats,
       [&](int64_t g0, int64_t g1, float* rs) {
         const VF r = rstd_from(group_sums(g0, g1, d, [&](int64_t i) { return sq_terms(x + i * d); }), set1(inv_d),
                                set1(eps));
@@ -618,7 +630,7 @@ void rmsnorm_forward_rows(float* y, float* rstd, const float* x, const float* ga
 }
 
 template <bool kStream>
-void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
+void rmsnorm_backward_rows(const Walk& w, float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
                            const float* rstd, int64_t n, int64_t d) {
   const RowBlocks blocks(n);
   Partials pg(blocks.count, d, dgamma != nullptr);
@@ -630,14 +642,14 @@ void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const floa
     return rmsnorm_grad_out<kStream>(dx ? dx + i * d : nullptr, dgp, dy + i * d, x + i * d, gamma, rstd[i], st.mgx);
   };
   auto stats_alone = [&](int64_t i) { return GradStats{0, row_reduce(d, terms(i)) * inv_d}; };
-  if (d >= kPipelineMinD && dx) {
+  if (w.pipelined && dx) {
     for_row_blocks_pipelined<kStream>(
-        n, d, blocks, dy, x, stats_alone,
+        n, d, w.ahead, blocks, dy, x, stats_alone,
         [&](int64_t i, auto& sweep) { return GradStats{0, row_reduce_alongside(d, terms(i), sweep) * inv_d}; },
         sweep_of);
   } else {
     for_row_blocks_tiled<kStream>(
-        n, d, blocks,
+        n, d, w.tile_floats, blocks,
         [&](int64_t g0, int64_t g1, GradStats* st) {
           if (!dx) return;
           alignas(64) float mgx[kWidth];
@@ -659,11 +671,11 @@ void rmsnorm_backward_rows(float* dx, float* dgamma, const float* dy, const floa
 // Short rows in tiles: the statistics phase computes and stores s (a and b from memory, s into
 // L1) with its shifted sums; the apply phase normalizes s from L1.
 template <bool kStream>
-void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
+void add_layernorm_forward_rows(const Walk& w, float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
                                 float alpha, const float* gamma, const float* beta, int64_t n, int64_t d,
                                 float eps) {
   const float inv_d = 1.0f / float(d);
-  if (d >= kPipelineMinD) {
+  if (w.pipelined) {
     // As layernorm_forward_rows: row i's output sweep (s from L1/L2) runs in the loop that adds
     // row i+1 (a and b from memory) and sums its moments.
     const VF valpha = set1(alpha);
@@ -674,13 +686,13 @@ void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, co
       row_reduce2_alongside(d, su, ss, add_moment_terms(s + i * d, a + i * d, b + i * d, alpha, c), alongside);
       return layernorm_finish(s + i * d, d, c, su, ss, inv_d, eps, mean[i], rstd[i]);
     };
-    for_rows_pipelined<kStream>(n, d, a, b, stats, [&](int64_t i, const LnStats& st) {
+    for_rows_pipelined<kStream>(n, d, w.ahead, a, b, stats, [&](int64_t i, const LnStats& st) {
       return layernorm_out<kStream>(y + i * d, s + i * d, gamma, beta, st);
     });
     return;
   }
   for_rows_tiled<kStream, LnStats>(
-      n, d,
+      n, d, w.tile_floats,
       [&](int64_t g0, int64_t g1, LnStats* st) {
         const VF valpha = set1(alpha);
         alignas(64) float c[kWidth];
@@ -697,21 +709,21 @@ void add_layernorm_forward_rows(float* s, float* y, float* mean, float* rstd, co
 }
 
 template <bool kStream>
-void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
+void add_rmsnorm_forward_rows(const Walk& w, float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
                               const float* gamma, int64_t n, int64_t d, float eps) {
   const float inv_d = 1.0f / float(d);
-  if (d >= kPipelineMinD) {
+  if (w.pipelined) {
     auto sumsq = [&](int64_t i, auto&& alongside) {
       return rstd[i] = rstd_from(row_reduce_alongside(d, add_sq_terms(s + i * d, a + i * d, b + i * d, alpha), alongside),
                                  inv_d, eps);
     };
-    for_rows_pipelined<kStream>(n, d, a, b, sumsq, [&](int64_t i, float rs) {
+    for_rows_pipelined<kStream>(n, d, w.ahead, a, b, sumsq, [&](int64_t i, float rs) {
       return rmsnorm_out<kStream>(y + i * d, s + i * d, gamma, rs);
     });
     return;
   }
   for_rows_tiled<kStream, float>(
-      n, d,
+      n, d, w.tile_floats,
       [&](int64_t g0, int64_t g1, float* rs) {
         const VF r = rstd_from(group_sums(g0, g1, d, [&](int64_t i) { return add_sq_terms(s + i * d, a + i * d, b + i * d, alpha); }),
                                set1(inv_d), set1(eps));
@@ -725,104 +737,153 @@ void add_rmsnorm_forward_rows(float* s, float* y, float* rstd, const float* a, c
 
 }  // namespace
 
-// ==== LayerNorm ================================================================================
-// Each public kernel picks ordinary or streaming stores for its N x D output (streams_output:
-// arrays larger than the last-level cache, on a CPU where streaming measured faster); the
-// values written are the same.
+// The variant asks for streaming stores, the output is aligned to the vector width and the rows
+// are whole vectors (stores of a row tail cannot stream).
+bool variant_streams(const NormVariant& v, const float* out, int64_t d) {
+  return v.stream && v.layout != NormVariant::Layout::onednn && out != nullptr &&
+         reinterpret_cast<uintptr_t>(out) % (kWidth * sizeof(float)) == 0 && d % kWidth == 0;
+}
+
+// Compiled with the kernels: a new build of them is a new build for the tuning cache.
+const char* norm_kernels_build_stamp() { return __DATE__ " " __TIME__; }
+
+const char* norm_kernels_isa() { return kIsa; }
+
+// ==== one variant, named ======================================================================
+// The variant's name decides nothing about the values: every variant but onednn computes the
+// same operations in the same order (tests: CpuNormVariants.*).
+
+void layernorm_forward_with(const NormVariant& v, float* y, float* mean, float* rstd, const float* x,
+                            const float* gamma, const float* beta, int64_t n, int64_t d, float eps) {
+  if (v.layout == NormVariant::Layout::onednn) return layernorm_forward_onednn(y, mean, rstd, x, gamma, beta, n, d, eps);
+  if (d <= 0) return;
+  const Walk w(v);
+  if (variant_streams(v, y, d))
+    layernorm_forward_rows<true>(w, y, mean, rstd, x, gamma, beta, n, d, eps);
+  else
+    layernorm_forward_rows<false>(w, y, mean, rstd, x, gamma, beta, n, d, eps);
+}
+
+void layernorm_backward_with(const NormVariant& v, float* dx, float* dgamma, float* dbeta, const float* dy,
+                             const float* x, const float* gamma, const float* mean, const float* rstd, int64_t n,
+                             int64_t d) {
+  if (v.layout == NormVariant::Layout::onednn)
+    return layernorm_backward_onednn(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+  if (d <= 0) return;
+  if (n <= 0) return zero_params(dgamma, dbeta, d);
+  const Walk w(v);
+  if (variant_streams(v, dx, d))
+    layernorm_backward_rows<true>(w, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+  else
+    layernorm_backward_rows<false>(w, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+}
+
+void rmsnorm_forward_with(const NormVariant& v, float* y, float* rstd, const float* x, const float* gamma, int64_t n,
+                          int64_t d, float eps) {
+  NL_CHECK(v.layout != NormVariant::Layout::onednn, "rmsnorm has no oneDNN variant (oneDNN 2.6 has no RMS flag)");
+  if (d <= 0) return;
+  const Walk w(v);
+  if (variant_streams(v, y, d))
+    rmsnorm_forward_rows<true>(w, y, rstd, x, gamma, n, d, eps);
+  else
+    rmsnorm_forward_rows<false>(w, y, rstd, x, gamma, n, d, eps);
+}
+
+void rmsnorm_backward_with(const NormVariant& v, float* dx, float* dgamma, const float* dy, const float* x,
+                           const float* gamma, const float* rstd, int64_t n, int64_t d) {
+  NL_CHECK(v.layout != NormVariant::Layout::onednn, "rmsnorm has no oneDNN variant (oneDNN 2.6 has no RMS flag)");
+  if (d <= 0) return;
+  if (n <= 0) return zero_params(dgamma, nullptr, d);
+  const Walk w(v);
+  if (variant_streams(v, dx, d))
+    rmsnorm_backward_rows<true>(w, dx, dgamma, dy, x, gamma, rstd, n, d);
+  else
+    rmsnorm_backward_rows<false>(w, dx, dgamma, dy, x, gamma, rstd, n, d);
+}
+
+// Only y may stream: the apply phase re-reads s from L1, where a streamed s would not be.
+void add_layernorm_forward_with(const NormVariant& v, float* s, float* y, float* mean, float* rstd, const float* a,
+                                const float* b, float alpha, const float* gamma, const float* beta, int64_t n,
+                                int64_t d, float eps) {
+  NL_CHECK(v.layout != NormVariant::Layout::onednn, "the fused add + norm has no oneDNN variant");
+  if (d <= 0) return;
+  const Walk w(v);
+  if (variant_streams(v, y, d))
+    add_layernorm_forward_rows<true>(w, s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+  else
+    add_layernorm_forward_rows<false>(w, s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+}
+
+void add_rmsnorm_forward_with(const NormVariant& v, float* s, float* y, float* rstd, const float* a, const float* b,
+                              float alpha, const float* gamma, int64_t n, int64_t d, float eps) {
+  NL_CHECK(v.layout != NormVariant::Layout::onednn, "the fused add + norm has no oneDNN variant");
+  if (d <= 0) return;
+  const Walk w(v);
+  if (variant_streams(v, y, d))
+    add_rmsnorm_forward_rows<true>(w, s, y, rstd, a, b, alpha, gamma, n, d, eps);
+  else
+    add_rmsnorm_forward_rows<false>(w, s, y, rstd, a, b, alpha, gamma, n, d, eps);
+}
+
+// ==== the chosen variant =======================================================================
+// *_fused: the fastest of normlab's own variants for the call's shape class; the backend's
+// layernorm_* may also choose oneDNN's primitive where it measured faster (norm_choice).
 
 void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                              const float* beta, int64_t n, int64_t d, float eps) {
-  if (d <= 0) return;
-  if (fused_streams(FusedPass::forward, y, n, d))
-    layernorm_forward_rows<true>(y, mean, rstd, x, gamma, beta, n, d, eps);
-  else
-    layernorm_forward_rows<false>(y, mean, rstd, x, gamma, beta, n, d, eps);
+  layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).fused, y, mean, rstd, x, gamma, beta, n, d,
+                         eps);
 }
 
-void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const float* dy,
-                              const float* x, const float* gamma, const float* mean,
-                              const float* rstd, int64_t n, int64_t d) {
-  if (d <= 0) return;
-  if (n <= 0) return zero_params(dgamma, dbeta, d);
-  if (fused_streams(FusedPass::backward, dx, n, d))
-    layernorm_backward_rows<true>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
-  else
-    layernorm_backward_rows<false>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                              const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d) {
+  layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).fused, dx, dgamma, dbeta,
+                          dy, x, gamma, mean, rstd, n, d);
 }
 
-// The backend's LayerNorm: the fused kernel, forward and backward. Measured side by side
-// (one thread, buffers rotated through 1 GiB, a 2-vCPU AMD EPYC guest with AVX2, GB/s as a
-// share of memcpy's in the same run, three runs): at 8x256 rows of d 1024 the forward reached
-// 95-103% against oneDNN 2.6's 78-84%, the backward 86-94% against 59-65%; at 512 rows of
-// d 64 (the toy model) the forward is even (68% vs 71%) and the backward ahead (81% vs 74%).
-// The fused forward is also the more accurate on rows far from zero (shifted sums; the tests
-// CpuNormKernels.ConstantRowsAndLargeMean and .MeanFarAboveStd). layernorm_*_onednn and
-// *_multipass (norm_baselines.cpp) stay for the benchmark and as cross-checks in the tests.
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                       const float* beta, int64_t n, int64_t d, float eps) {
-  layernorm_forward_fused(y, mean, rstd, x, gamma, beta, n, d, eps);
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                       int64_t n, int64_t d, float eps) {
+  layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).best, y, mean, rstd, x, gamma, beta, n, d,
+                         eps);
 }
 
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                        const float* gamma, const float* mean, const float* rstd, int64_t n,
-                        int64_t d) {
-  layernorm_backward_fused(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
+                        const float* mean, const float* rstd, int64_t n, int64_t d) {
+  layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).best, dx, dgamma, dbeta, dy,
+                          x, gamma, mean, rstd, n, d);
 }
 
-// ==== RMSNorm ==================================================================================
-
-void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
-                           int64_t d, float eps) {
-  if (d <= 0) return;
-  if (fused_streams(FusedPass::forward, y, n, d))
-    rmsnorm_forward_rows<true>(y, rstd, x, gamma, n, d, eps);
-  else
-    rmsnorm_forward_rows<false>(y, rstd, x, gamma, n, d, eps);
+void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
+                           float eps) {
+  rmsnorm_forward_with(norm_choice(NormKernel::rmsnorm_forward, n, d).fused, y, rstd, x, gamma, n, d, eps);
 }
 
-void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x,
-                            const float* gamma, const float* rstd, int64_t n, int64_t d) {
-  if (d <= 0) return;
-  if (n <= 0) return zero_params(dgamma, nullptr, d);
-  if (fused_streams(FusedPass::backward, dx, n, d))
-    rmsnorm_backward_rows<true>(dx, dgamma, dy, x, gamma, rstd, n, d);
-  else
-    rmsnorm_backward_rows<false>(dx, dgamma, dy, x, gamma, rstd, n, d);
+void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
+                            const float* rstd, int64_t n, int64_t d) {
+  rmsnorm_backward_with(norm_choice(NormKernel::rmsnorm_backward, n, d, dx != nullptr).fused, dx, dgamma, dy, x, gamma,
+                        rstd, n, d);
 }
 
-// The backend's RMSNorm: the fused kernel (oneDNN 2.6 has none), forward and backward; measured
-// against the multipass baseline and PyTorch in results/bench-cpu.md. rmsnorm_*_multipass
-// (norm_baselines.cpp) stay for the benchmark and as cross-checks in the tests.
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
-                     float eps) {
+// oneDNN 2.6 has no RMSNorm: the backend's is the fused kernel.
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d, float eps) {
   rmsnorm_forward_fused(y, rstd, x, gamma, n, d, eps);
 }
 
-void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
-                      const float* rstd, int64_t n, int64_t d) {
+void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma, const float* rstd,
+                      int64_t n, int64_t d) {
   rmsnorm_backward_fused(dx, dgamma, dy, x, gamma, rstd, n, d);
 }
 
-// ==== fused residual add + norm ================================================================
-// Only y may stream: the apply phase re-reads s from L1, where a streamed s would not be.
-
-void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a,
-                                 const float* b, float alpha, const float* gamma, const float* beta,
-                                 int64_t n, int64_t d, float eps) {
-  if (d <= 0) return;
-  if (fused_streams(FusedPass::add_forward, y, n, d))
-    add_layernorm_forward_rows<true>(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
-  else
-    add_layernorm_forward_rows<false>(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
+                                 float alpha, const float* gamma, const float* beta, int64_t n, int64_t d, float eps) {
+  add_layernorm_forward_with(norm_choice(NormKernel::add_layernorm_forward, n, d).fused, s, y, mean, rstd, a, b, alpha,
+                             gamma, beta, n, d, eps);
 }
 
-void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
-                               float alpha, const float* gamma, int64_t n, int64_t d, float eps) {
-  if (d <= 0) return;
-  if (fused_streams(FusedPass::add_forward, y, n, d))
-    add_rmsnorm_forward_rows<true>(s, y, rstd, a, b, alpha, gamma, n, d, eps);
-  else
-    add_rmsnorm_forward_rows<false>(s, y, rstd, a, b, alpha, gamma, n, d, eps);
+void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
+                               const float* gamma, int64_t n, int64_t d, float eps) {
+  add_rmsnorm_forward_with(norm_choice(NormKernel::add_rmsnorm_forward, n, d).fused, s, y, rstd, a, b, alpha, gamma, n,
+                           d, eps);
 }
 
 }  // namespace normlab::cpu

@@ -85,7 +85,16 @@ inline VF select_lt(VF a, VF b, VF t, VF f) {
 }
 // Bit r set where lane r of a > b (false when either is NaN).
 inline uint32_t greater(VF a, VF b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ); }
-inline float reduce_add(VF a) { return _mm512_reduce_add_ps(a.v); }
+// The lanes summed in adjacent pairs, then pairs of pairs, ...: ((e0+e1)+(e2+e3))+... , the tree
+// reduce_add_rows computes for each of its rows, so that a row summed alone and a row summed
+// in a group of rows give the same bits (the tiled and the pipelined norm kernels agree).
+inline float reduce_add(VF a) {
+  __m512 t = _mm512_add_ps(a.v, _mm512_permute_ps(a.v, 0xB1));         // e0+e1 in lanes 0 and 1, ...
+  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));                      // each 128-bit lane's sum
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0xB1));                // 128-bit lanes 0+1, 2+3
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0x4E));                // (0+1)+(2+3)
+  return _mm512_cvtss_f32(t);
+}
 inline float reduce_max(VF a) { return _mm512_reduce_max_ps(a.v); }
 
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -133,10 +142,11 @@ inline VF select_lt(VF a, VF b, VF t, VF f) {
 inline uint32_t greater(VF a, VF b) {
   return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)));
 }
+// ((e0+e1)+(e2+e3)) + ((e4+e5)+(e6+e7)): reduce_add_rows's tree (see the AVX-512 version).
 inline float reduce_add(VF a) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  __m256 t = _mm256_add_ps(a.v, _mm256_permute_ps(a.v, 0xB1));
+  t = _mm256_add_ps(t, _mm256_permute_ps(t, 0x4E));
+  __m128 s = _mm_add_ss(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
   return _mm_cvtss_f32(s);
 }
 inline float reduce_max(VF a) {
@@ -199,10 +209,8 @@ inline uint32_t greater(VF a, VF b) {
   return m;
 }
 inline float reduce_add(VF a) {
-  // Pairwise, as the vector versions do.
-  float s4[4];
-  for (int i = 0; i < 4; ++i) s4[i] = a.v[i] + a.v[i + 4];
-  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+  // Adjacent pairs, then pairs of pairs: the vector versions' tree.
+  return ((a.v[0] + a.v[1]) + (a.v[2] + a.v[3])) + ((a.v[4] + a.v[5]) + (a.v[6] + a.v[7]));
 }
 inline float reduce_max(VF a) {
   float m = a.v[0];
