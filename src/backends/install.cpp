@@ -3,6 +3,7 @@
 
 #include "normlab/backend.h"
 #include "normlab/cpu_backend.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/ops.h"
 #include "normlab/reference_backend.h"
@@ -25,5 +26,7 @@ void install_backends() {
   }();
   (void)installed;
 }
+
+void check_backend_environment() { cpu::check_tuning_environment(); }
 
 }  // namespace normlab

@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   for (auto& [sub, run] : commands) {
     if (sub == nullptr || !sub->parsed()) continue;
     try {
+      normlab::check_backend_environment();
       return run();
     } catch (const normlab::Interrupted& e) {
       std::fprintf(stderr, "error: %s\n", e.what());

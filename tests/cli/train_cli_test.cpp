@@ -36,6 +36,49 @@ TEST(TrainCli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(resolved["d_model"], 64);  // defaults are filled in
 }
 
+// The norm kernels' variants are measured on the machine the first time a shape class is used and
+// cached: result.json says which variant ran for every class and why, and a second run that takes
+// them from the cache computes the same numbers bit for bit (deterministic for a machine and cache).
+TEST(TrainCli, ResultRecordsTheKernelVariantsAndCachedChoicesReproduce) {
+  const fs::path cache = fresh_dir("cli_tune_cache");
+  normlab::test::RunOptions o;
+  o.env = {{"NORMLAB_TUNE", "cached"}, {"XDG_CACHE_HOME", cache.string()}};
+  std::vector<nlohmann::json> results;
+  for (const char* name : {"cli_tune_a", "cli_tune_b"}) {
+    const fs::path dir = fresh_dir(name);
+    auto r = run_cli({"train", "--steps", "6", "--eval_every", "3", "--layers", "2", "--batch_size", "4", "--norm",
+                      "layernorm", "--out", dir.string(), "-q"},
+                     o);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    results.push_back(nlohmann::json::parse(slurp(dir / "result.json")));
+  }
+  const nlohmann::json& first = results[0]["kernel_choices"];
+  const nlohmann::json& second = results[1]["kernel_choices"];
+  ASSERT_TRUE(first.is_array());
+  ASSERT_FALSE(first.empty());
+  ASSERT_EQ(first.size(), second.size());
+  bool forward = false;
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i]["source"], "measured") << first[i].dump();
+    EXPECT_EQ(second[i]["source"], "cached") << second[i].dump();
+    EXPECT_EQ(first[i]["kernel"], second[i]["kernel"]);
+    EXPECT_EQ(first[i]["variant"], second[i]["variant"]);
+    forward = forward || first[i]["kernel"].get<std::string>().rfind("layernorm_forward d=64", 0) == 0;
+  }
+  EXPECT_TRUE(forward) << first.dump();
+  EXPECT_EQ(results[0]["final_train_loss"], results[1]["final_train_loss"]);
+  EXPECT_EQ(results[0]["final_val_loss"], results[1]["final_val_loss"]);
+  EXPECT_TRUE(fs::exists(cache / "normlab" / "kernel-choices.json"));
+  // A bad NORMLAB_TUNE is a one-line error, exit 2, before anything is written.
+  o.env = {{"NORMLAB_TUNE", "always"}, {"XDG_CACHE_HOME", cache.string()}};
+  const fs::path bad = fresh_dir("cli_tune_bad");
+  fs::remove_all(bad);
+  auto r = run_cli({"train", "--steps", "2", "--layers", "1", "--out", bad.string()}, o);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("NORMLAB_TUNE='always': expected off, cached or fresh"), std::string::npos) << describe(r);
+  EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
+}
+
 TEST(TrainCli, BadInputIsOneLineExitTwoAndNoRunDirectory) {
   fs::path dir = fresh_dir("cli_bad");
   fs::path short_text = fs::path(testing::TempDir()) / "normlab_short.txt";

@@ -160,6 +160,9 @@ std::vector<NormChoice> norm_choices_made();
 // What NORMLAB_TUNE asks for, and where the cache lives ("" when no cache directory is known).
 enum class TuneMode : uint8_t { off, cached, fresh };
 TuneMode tune_mode();
+// Throws UsageError when NORMLAB_TUNE, NORMLAB_NORM_VARIANT or NORMLAB_STREAMING_STORES is set to
+// a value they do not take (what norm_choice would throw at its first call).
+void check_tuning_environment();
 const char* to_string(TuneMode m);
 std::string tune_cache_path();
 // For tests: forget the process's choices, so that the next call of each class decides again

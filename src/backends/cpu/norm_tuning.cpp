@@ -576,6 +576,12 @@ void reset_norm_choices() {
 
 TuneMode tune_mode() { return mode_from_env(); }
 
+void check_tuning_environment() {
+  (void)mode_from_env();
+  (void)forced_variant();
+  (void)forced_stores();
+}
+
 std::string tune_cache_path() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/normlab/kernel-choices.json";
   if (const char* home = std::getenv("HOME"); home && *home == '/') return std::string(home) + "/.cache/normlab/kernel-choices.json";
