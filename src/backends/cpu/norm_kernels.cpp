@@ -19,10 +19,22 @@
 #include "normlab/error.h"
 #include "normlab/tensor.h"
 
-namespace normlab::cpu {
+// The tests compile this file once more for each instruction set (CMakeLists.txt), every
+// definition of it in the namespace normlab::cpu::NORMLAB_KERNEL_ISA_NS, so that those builds and
+// the library's link into one program; calls with a NormVariant argument name their namespace
+// (self::), since argument-dependent lookup would also find cpu_kernel_lab.h's declarations in
+// normlab::cpu and the call would be ambiguous there. The library's own build is normlab::cpu.
+#if defined(NORMLAB_KERNEL_ISA_NS)
+#define NORMLAB_NORM_KERNELS_NS normlab::cpu::NORMLAB_KERNEL_ISA_NS
+#else
+#define NORMLAB_NORM_KERNELS_NS normlab::cpu
+#endif
+
+namespace NORMLAB_NORM_KERNELS_NS {
 
 namespace {
 
+namespace self = ::NORMLAB_NORM_KERNELS_NS;
 using namespace simd;
 
 // ---- parameter-gradient reduction over rows ---------------------------------------------------
@@ -758,7 +770,7 @@ void layernorm_forward_with(const NormVariant& v, float* y, float* mean, float* 
   if (v.layout == NormVariant::Layout::onednn) return layernorm_forward_onednn(y, mean, rstd, x, gamma, beta, n, d, eps);
   if (d <= 0) return;
   const Walk w(v);
-  if (variant_streams(v, y, d))
+  if (self::variant_streams(v, y, d))
     layernorm_forward_rows<true>(w, y, mean, rstd, x, gamma, beta, n, d, eps);
   else
     layernorm_forward_rows<false>(w, y, mean, rstd, x, gamma, beta, n, d, eps);
@@ -772,7 +784,7 @@ void layernorm_backward_with(const NormVariant& v, float* dx, float* dgamma, flo
   if (d <= 0) return;
   if (n <= 0) return zero_params(dgamma, dbeta, d);
   const Walk w(v);
-  if (variant_streams(v, dx, d))
+  if (self::variant_streams(v, dx, d))
     layernorm_backward_rows<true>(w, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
   else
     layernorm_backward_rows<false>(w, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
@@ -783,7 +795,7 @@ void rmsnorm_forward_with(const NormVariant& v, float* y, float* rstd, const flo
   NL_CHECK(v.layout != NormVariant::Layout::onednn, "rmsnorm has no oneDNN variant (oneDNN 2.6 has no RMS flag)");
   if (d <= 0) return;
   const Walk w(v);
-  if (variant_streams(v, y, d))
+  if (self::variant_streams(v, y, d))
     rmsnorm_forward_rows<true>(w, y, rstd, x, gamma, n, d, eps);
   else
     rmsnorm_forward_rows<false>(w, y, rstd, x, gamma, n, d, eps);
@@ -795,7 +807,7 @@ void rmsnorm_backward_with(const NormVariant& v, float* dx, float* dgamma, const
   if (d <= 0) return;
   if (n <= 0) return zero_params(dgamma, nullptr, d);
   const Walk w(v);
-  if (variant_streams(v, dx, d))
+  if (self::variant_streams(v, dx, d))
     rmsnorm_backward_rows<true>(w, dx, dgamma, dy, x, gamma, rstd, n, d);
   else
     rmsnorm_backward_rows<false>(w, dx, dgamma, dy, x, gamma, rstd, n, d);
@@ -808,7 +820,7 @@ void add_layernorm_forward_with(const NormVariant& v, float* s, float* y, float*
   NL_CHECK(v.layout != NormVariant::Layout::onednn, "the fused add + norm has no oneDNN variant");
   if (d <= 0) return;
   const Walk w(v);
-  if (variant_streams(v, y, d))
+  if (self::variant_streams(v, y, d))
     add_layernorm_forward_rows<true>(w, s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
   else
     add_layernorm_forward_rows<false>(w, s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
@@ -819,7 +831,7 @@ void add_rmsnorm_forward_with(const NormVariant& v, float* s, float* y, float* r
   NL_CHECK(v.layout != NormVariant::Layout::onednn, "the fused add + norm has no oneDNN variant");
   if (d <= 0) return;
   const Walk w(v);
-  if (variant_streams(v, y, d))
+  if (self::variant_streams(v, y, d))
     add_rmsnorm_forward_rows<true>(w, s, y, rstd, a, b, alpha, gamma, n, d, eps);
   else
     add_rmsnorm_forward_rows<false>(w, s, y, rstd, a, b, alpha, gamma, n, d, eps);
@@ -831,37 +843,37 @@ void add_rmsnorm_forward_with(const NormVariant& v, float* s, float* y, float* r
 
 void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                              const float* beta, int64_t n, int64_t d, float eps) {
-  layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).fused, y, mean, rstd, x, gamma, beta, n, d,
-                         eps);
+  self::layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).fused, y, mean, rstd, x, gamma, beta, n,
+                               d, eps);
 }
 
 void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                               const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d) {
-  layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).fused, dx, dgamma, dbeta,
-                          dy, x, gamma, mean, rstd, n, d);
+  self::layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).fused, dx, dgamma,
+                                dbeta, dy, x, gamma, mean, rstd, n, d);
 }
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                        int64_t n, int64_t d, float eps) {
-  layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).best, y, mean, rstd, x, gamma, beta, n, d,
-                         eps);
+  self::layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).best, y, mean, rstd, x, gamma, beta, n,
+                               d, eps);
 }
 
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                         const float* mean, const float* rstd, int64_t n, int64_t d) {
-  layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).best, dx, dgamma, dbeta, dy,
-                          x, gamma, mean, rstd, n, d);
+  self::layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).best, dx, dgamma,
+                                dbeta, dy, x, gamma, mean, rstd, n, d);
 }
 
 void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
                            float eps) {
-  rmsnorm_forward_with(norm_choice(NormKernel::rmsnorm_forward, n, d).fused, y, rstd, x, gamma, n, d, eps);
+  self::rmsnorm_forward_with(norm_choice(NormKernel::rmsnorm_forward, n, d).fused, y, rstd, x, gamma, n, d, eps);
 }
 
 void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
                             const float* rstd, int64_t n, int64_t d) {
-  rmsnorm_backward_with(norm_choice(NormKernel::rmsnorm_backward, n, d, dx != nullptr).fused, dx, dgamma, dy, x, gamma,
-                        rstd, n, d);
+  self::rmsnorm_backward_with(norm_choice(NormKernel::rmsnorm_backward, n, d, dx != nullptr).fused, dx, dgamma, dy, x,
+                              gamma, rstd, n, d);
 }
 
 // oneDNN 2.6 has no RMSNorm: the backend's is the fused kernel.
@@ -876,14 +888,14 @@ void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x,
 
 void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
                                  float alpha, const float* gamma, const float* beta, int64_t n, int64_t d, float eps) {
-  add_layernorm_forward_with(norm_choice(NormKernel::add_layernorm_forward, n, d).fused, s, y, mean, rstd, a, b, alpha,
-                             gamma, beta, n, d, eps);
+  self::add_layernorm_forward_with(norm_choice(NormKernel::add_layernorm_forward, n, d).fused, s, y, mean, rstd, a, b,
+                                   alpha, gamma, beta, n, d, eps);
 }
 
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
                                const float* gamma, int64_t n, int64_t d, float eps) {
-  add_rmsnorm_forward_with(norm_choice(NormKernel::add_rmsnorm_forward, n, d).fused, s, y, rstd, a, b, alpha, gamma, n,
-                           d, eps);
+  self::add_rmsnorm_forward_with(norm_choice(NormKernel::add_rmsnorm_forward, n, d).fused, s, y, rstd, a, b, alpha,
+                                 gamma, n, d, eps);
 }
 
-}  // namespace normlab::cpu
+}  // namespace NORMLAB_NORM_KERNELS_NS

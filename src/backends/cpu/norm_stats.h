@@ -6,7 +6,11 @@
 #pragma once
 #include <cmath>
 
+#include "isa.h"
+
 namespace normlab::cpu {
+// Per instruction set, like simd.h (isa.h).
+inline namespace NORMLAB_SIMD_ISA {
 
 inline float reciprocal_sqrt(float v) { return 1.0f / std::sqrt(v); }
 inline bool greater(float a, float b) { return a > b; }
@@ -45,4 +49,5 @@ inline T rstd_from(T sum_sq, T inv_d, T eps) {
   return rstd_of_variance(sum_sq * inv_d, eps);
 }
 
+}  // namespace NORMLAB_SIMD_ISA
 }  // namespace normlab::cpu

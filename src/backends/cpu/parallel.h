@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "isa.h"
+
 namespace normlab::cpu {
+// Per instruction set, like simd.h (isa.h): use_threads is compiled into every ISA's kernels.
+inline namespace NORMLAB_SIMD_ISA {
 
 // Below this many elements touched, the kernels stay on one thread: an OpenMP region costs
 // ~1 us to fork and join at 2 threads (docs/cpu-costs.md), and streaming 16K floats in and out takes
@@ -47,4 +51,5 @@ void parallel_for(int64_t n, int64_t work, F&& f) {
   });
 }
 
+}  // namespace NORMLAB_SIMD_ISA
 }  // namespace normlab::cpu

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <limits>
 
+#include "isa.h"
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 // GCC 12's AVX-512 intrinsics (_mm512_max_ps, _mm512_reduce_add_ps, ...) pass
 // _mm512_undefined_ps() as an ignored operand and then warn about it under -Wall
@@ -29,17 +31,7 @@
 #endif
 #endif
 
-// The definitions differ per instruction set, so they live in an inline namespace named after
-// it: a translation unit built with other -march flags than the library (the tests are) gets
-// functions of other names instead of silently sharing one definition (an ODR violation).
-#if defined(__AVX512F__)
-#define NORMLAB_SIMD_ISA isa_avx512
-#elif defined(__AVX2__) && defined(__FMA__)
-#define NORMLAB_SIMD_ISA isa_avx2
-#else
-#define NORMLAB_SIMD_ISA isa_portable
-#endif
-
+// Per instruction set, in an inline namespace named after it (isa.h).
 namespace normlab::cpu::simd {
 inline namespace NORMLAB_SIMD_ISA {
 
