@@ -13,7 +13,9 @@ import json
 import statistics
 import sys
 
-FWD_TARGET, BWD_TARGET = 90.0, 80.0
+# Issue 23: no fused kernel below 80% of the copy it is held to at memory-bound shapes, forward
+# and backward (the previous round's forward target was 90%).
+FWD_TARGET, BWD_TARGET = 80.0, 80.0
 RESIDENT_TARGET = 80.0  # the training step's shapes, against the copy loop on the same cache-resident buffers
 
 
@@ -136,6 +138,10 @@ def norms_report(runs):
                 lnt = get(key("layernorm.torch"), pct_of_copy)
                 rmst = get(key("rmsnorm.torch"), pct_of_copy)
                 vs_o = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_onednn"))
+                # What training runs: the fused kernel, or oneDNN's primitive where the shape class's
+                # measurement chose it (then it is exactly as fast as oneDNN).
+                vs_ob = get(key("layernorm.fused"), lambda r: 1.0 if r.get("backend_variant") == "onednn"
+                            else r["counters"].get("vs_onednn"))
                 vs_t = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_torch"))
                 rvs_t = get(key("rmsnorm.fused"), lambda r: r["counters"].get("vs_torch"))
                 rl = get(key("rmsnorm.fused"), lambda r: r["counters"].get("rms_over_ln"))
@@ -156,6 +162,8 @@ def norms_report(runs):
                 verdicts.append((f"LayerNorm fused {ps} >= {limit:.0f}% {of}", label, t, ln, lambda v, l=limit: v >= l, "%"))
                 verdicts.append((f"RMSNorm fused {ps} >= {limit:.0f}% {of}", label, t, rms, lambda v, l=limit: v >= l, "%"))
                 verdicts.append((f"LayerNorm fused {ps} faster than oneDNN", label, t, vs_o, lambda v: v > 1.0, "x"))
+                verdicts.append((f"LayerNorm as the backend runs it, {ps}: not slower than oneDNN (>= 0.97x)", label, t,
+                                 vs_ob, lambda v: v >= 0.97, "x"))
                 verdicts.append((f"LayerNorm fused {ps} faster than PyTorch", label, t, vs_t, lambda v: v > 1.0, "x"))
                 verdicts.append((f"RMSNorm fused {ps} faster than PyTorch", label, t, rvs_t, lambda v: v > 1.0, "x"))
                 verdicts.append((f"RMSNorm faster than LayerNorm ({ps}, fused)", label, t, rl, lambda v: v > 1.0, "x"))
@@ -184,6 +192,42 @@ def norms_report(runs):
                 missed.append(label)
         out.append(f"| {name} | {len(met)}/{len(cases)} | {', '.join(spread) or '-'} | {', '.join(missed) or '-'} |")
     out.append("")
+    return "\n".join(out)
+
+
+def variants_report(runs):
+    """Which kernel variant each shape class chose in each run (context.kernel_choices), how, and by how
+    much it beat the next candidate."""
+    classes = []
+    per = {}
+    for i, r in enumerate(runs):
+        for k in r["context"].get("kernel_choices", []):
+            c = k["shape_class"]
+            if c not in per:
+                classes.append(c)
+                per[c] = []
+            per[c].append((i + 1, k))
+    if not classes:
+        return "no kernel_choices in these runs (a run before issue 23, or NORMLAB_TUNE unrecorded)"
+    out = ["| shape class | fused rows ran (runs) | backend ran | how | fastest candidate per call | next candidate | "
+           "slowest candidate |", "|" + "---|" * 7]
+    for c in classes:
+        runs_of = per[c]
+        chosen = {}
+        for i, k in runs_of:
+            chosen.setdefault(k["fused"], []).append(str(i))
+        backend = sorted({k["backend"] for _, k in runs_of})
+        how = sorted({k["source"] for _, k in runs_of})
+        # the timings of the run that measured (the cached runs repeat them)
+        timed = next((k for _, k in runs_of if k["source"] == "measured"), runs_of[0][1])
+        secs = sorted(((t, v) for v, t in timed.get("seconds", {}).items() if t is not None))
+        def us(t):
+            return f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.1f} us"
+        best = f"{secs[0][1]} {us(secs[0][0])}" if secs else "-"
+        nxt = f"{secs[1][1]} +{100 * (secs[1][0] / secs[0][0] - 1):.0f}%" if len(secs) > 1 else "-"
+        worst = f"{secs[-1][1]} +{100 * (secs[-1][0] / secs[0][0] - 1):.0f}%" if len(secs) > 1 else "-"
+        ran = ", ".join(f"{v} ({','.join(r)})" for v, r in chosen.items())
+        out.append(f"| {c} | {ran} | {', '.join(backend)} | {', '.join(how)} | {best} | {nxt} | {worst} |")
     return "\n".join(out)
 
 
@@ -227,7 +271,12 @@ def main(argv=None):
     ap.add_argument("norms", nargs="+", help="bench norms JSON files (one per run)")
     ap.add_argument("--step", nargs="*", default=[], help="bench step JSON files (one per run)")
     a = ap.parse_args(argv)
-    print(norms_report(load(a.norms)))
+    runs = load(a.norms)
+    print(norms_report(runs))
+    print("### Kernel variants chosen")
+    print()
+    print(variants_report(runs))
+    print()
     if a.step:
         print("### bench step")
         print()

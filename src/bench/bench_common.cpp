@@ -15,6 +15,7 @@
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/cpu_backend.h"
+#include "normlab/cpu_kernel_lab.h"
 #include "normlab/parse.h"
 #include "normlab/version.h"
 
@@ -304,6 +305,17 @@ int64_t available_memory_bytes() {
     if (key == "MemAvailable:") return value * 1024;
   }
   return 0;
+}
+
+void record_kernel_choices(Context& c) {
+  c.tune_mode = cpu::to_string(cpu::tune_mode());
+  c.tune_cache = cpu::tune_cache_path();
+  c.kernel_choices.clear();
+  for (const cpu::NormChoice& ch : cpu::norm_choices_made()) {
+    KernelChoiceRecord k{ch.shape.key(), ch.fused.name(), ch.best.name(), ch.source, ch.timed_rows, {}};
+    for (const cpu::NormCandidateTime& t : ch.times) k.seconds.emplace_back(t.variant, t.seconds);
+    c.kernel_choices.push_back(std::move(k));
+  }
 }
 
 Context collect_context() {

@@ -727,8 +727,6 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   validate(opt);
   NormReport report;
   report.context = collect_context();
-  report.context.tune_mode = cpu::to_string(cpu::tune_mode());
-  report.context.tune_cache = cpu::tune_cache_path();
   CpuUsage usage;
   usage.start();
   const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
@@ -847,11 +845,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   set_num_threads(saved_threads);
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
-  for (const cpu::NormChoice& ch : cpu::norm_choices_made()) {
-    KernelChoiceRecord k{ch.shape.key(), ch.fused.name(), ch.best.name(), ch.source, ch.timed_rows, {}};
-    for (const cpu::NormCandidateTime& t : ch.times) k.seconds.emplace_back(t.variant, t.seconds);
-    report.context.kernel_choices.push_back(std::move(k));
-  }
+  record_kernel_choices(report.context);
   derive(report);
 
   // ---- warnings that say what to do

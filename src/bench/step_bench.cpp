@@ -360,6 +360,7 @@ StepReport run_step_bench(const StepOptions& opt) {
   set_num_threads(saved_threads);
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
+  record_kernel_choices(report.context);
   derive(report);
   const Context& ctx = report.context;
   report.warnings = context_warnings(ctx);

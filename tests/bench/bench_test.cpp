@@ -1006,7 +1006,17 @@ TEST(BenchStep, TinyModelsBothNorms) {
     }
   }
   EXPECT_EQ(r.rows[0].parameters - r.rows[1].parameters, 16 * 5);  // the betas
+  // The steps' norm kernels chose their variants (the tests run the rule: NORMLAB_TUNE=off), and
+  // the context says which: at least each norm's forward at d = 16.
+  int forwards = 0;
+  for (const KernelChoiceRecord& k : r.context.kernel_choices) {
+    forwards += k.shape_class.rfind("layernorm_forward d=16 ", 0) == 0 || k.shape_class.rfind("rmsnorm_forward d=16 ", 0) == 0;
+    EXPECT_FALSE(k.source.empty()) << k.shape_class;
+  }
+  EXPECT_GE(forwards, 2);
+  EXPECT_EQ(r.context.tune_mode, "off");
   const std::string text = render(r, Format::json);
+  EXPECT_NE(text.find("\"kernel_choices\""), std::string::npos);
   StepReport back = step_report_from_json(text, "t");
   ASSERT_EQ(back.rows.size(), 4u);
   EXPECT_EQ(back.rows[1].name(), "step/toy/rmsnorm/threads:1");

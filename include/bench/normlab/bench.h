@@ -157,6 +157,10 @@ struct Context {
   std::string device;
 };
 Context collect_context();
+// The cpu norm kernels' tuning mode and cache, and every shape class's choice of variant made so far
+// in this process (cpu::norm_choices_made), into the context: every bench run on the cpu says
+// which variants it ran.
+void record_kernel_choices(Context& c);
 // Warnings every benchmark gives about its context: threads not pinned, fewer CPUs usable than
 // online, other processes busy during the run (from CpuUsage).
 std::vector<std::string> context_warnings(const Context& c);
