@@ -909,7 +909,10 @@ std::vector<std::string> norm_verdicts(const NormReport& report) {
     const std::string copy = r.pct_against == "memcpy" ? "memcpy" : r.resident ? "the resident copy loop" : "the copy loop";
     std::vector<std::string> why;
     if (std::isfinite(r.pct_of_copy()) && r.pct_of_copy() < kCopyTargetPct)
-      why.push_back(fmt::format("{:.0f}% of {} (target >= {:.0f}%)", r.pct_of_copy(), copy, kCopyTargetPct));
+      // One decimal where the rounded figure would read as the target itself (79.6% -> "80%").
+      why.push_back(std::round(r.pct_of_copy()) >= kCopyTargetPct
+                        ? fmt::format("{:.1f}% of {} (target >= {:.0f}%)", r.pct_of_copy(), copy, kCopyTargetPct)
+                        : fmt::format("{:.0f}% of {} (target >= {:.0f}%)", r.pct_of_copy(), copy, kCopyTargetPct));
     // Slower than oneDNN beyond the noise of equal kernels, and the backend does not run oneDNN
     // there instead (when it does, training gets oneDNN's speed: the target holds).
     if (std::isfinite(r.vs_onednn) && r.vs_onednn < 0.97 && r.backend_variant != "onednn")
