@@ -1,9 +1,11 @@
-// The vocabulary of a configuration: every enumeration a user names on a command line or in a
-// config file (model, norm, placement, final norm, init, optimizer, schedule, data source). Each
-// has ONE name table (kinds.cpp) from which its printer, its parser, its error message and its
-// --help text are made, so a new value is added in one place.
+// The vocabulary of a configuration: every enumeration a user names on a
+// command line or in a config file (model, norm, placement, final norm, init,
+// optimizer, schedule, data source). Each has ONE name table (kinds.cpp),
+// spelled through names.h.
 #pragma once
 #include <string>
+
+#include "normlab/names.h"
 
 namespace normlab {
 
@@ -16,24 +18,21 @@ enum class OptimizerKind { adam, adamw };
 enum class Schedule { constant, cosine };
 enum class DataKind { synthetic, text };
 
-const char* to_string(ModelKind v);
-const char* to_string(NormKind v);
-const char* to_string(Placement v);
-const char* to_string(FinalNorm v);
-const char* to_string(InitScheme v);
-const char* to_string(OptimizerKind v);
-const char* to_string(Schedule v);
-const char* to_string(DataKind v);
-
-// The value named `text` (or one of its aliases, such as "ln" for layernorm); otherwise a
-// UsageError: "norm 'x' is not one of none, layernorm, rmsnorm".
-template <class E>
-E parse_kind(const std::string& text);
-// "none, layernorm, rmsnorm"
-template <class E>
-std::string kind_choices();
-// "none | layernorm | rmsnorm: <what each is>", for --help and the config key table.
-template <class E>
-std::string kind_help();
+template <>
+const EnumNames& enum_names<ModelKind>();
+template <>
+const EnumNames& enum_names<NormKind>();
+template <>
+const EnumNames& enum_names<Placement>();
+template <>
+const EnumNames& enum_names<FinalNorm>();
+template <>
+const EnumNames& enum_names<InitScheme>();
+template <>
+const EnumNames& enum_names<OptimizerKind>();
+template <>
+const EnumNames& enum_names<Schedule>();
+template <>
+const EnumNames& enum_names<DataKind>();
 
 }  // namespace normlab

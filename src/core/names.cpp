@@ -1,0 +1,52 @@
+#include "normlab/names.h"
+
+#include <fmt/format.h>
+
+#include "normlab/error.h"
+
+namespace normlab::names_detail {
+
+namespace {
+
+bool same_ignoring_case(const char* a, const std::string& b) {
+  size_t i = 0;
+  for (; a[i] != '\0'; ++i) {
+    if (i >= b.size()) return false;
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return i == b.size();
+}
+
+}  // namespace
+
+const char* name_of(const EnumNames& t, int value) {
+  for (const EnumName& n : t.names)
+    if (n.value == value) return n.name;
+  return "?";
+}
+
+int parse(const EnumNames& t, const std::string& text) {
+  for (const EnumName& n : t.names) {
+    if (same_ignoring_case(n.name, text)) return n.value;
+    for (const char* alias : n.aliases)
+      if (same_ignoring_case(alias, text)) return n.value;
+  }
+  throw UsageError(fmt::format("{} '{}' is not one of {}", t.what, shown(text), choices(t, ", ")));
+}
+
+std::string choices(const EnumNames& t, const char* sep) {
+  std::string s;
+  for (const EnumName& n : t.names) s += (s.empty() ? "" : sep) + std::string(n.name);
+  return s;
+}
+
+std::string help(const EnumNames& t) {
+  std::string helps;
+  for (const EnumName& n : t.names) helps += fmt::format("{}{}: {}", helps.empty() ? "" : "; ", n.name, n.help);
+  return choices(t, " | ") + " (" + helps + ")";
+}
+
+}  // namespace normlab::names_detail
