@@ -12,7 +12,9 @@ and scripts/torch_baseline.py (--model gpt).
   normlab_init     normlab's initial weights as numpy arrays, drawn with the ported Rng in
                    normlab's draw order (docs/init.md), under the checkpoints' names.
 
-Needs numpy; build_model needs PyTorch. Nothing here is used by normlab's tests.
+Needs numpy; build_model needs PyTorch. `python3 scripts/normlab_mirror.py --self-test` (Python
+alone) checks Rng against tests/data/pcg32_kat.json, the known answers normlab's own Rng test reads
+(ctest: Scripts.NormlabMirrorPcg32).
 """
 import json
 import math
@@ -500,3 +502,44 @@ def normlab_init(cfg, seed=None):
     if cfg.head_bias:
         put("head.bias", np.zeros(cfg.vocab))
     return out
+
+
+# ---- self-test ---------------------------------------------------------------------------
+def self_test(kat_path=None):
+    """Checks Rng against the PCG32 known answers; returns the list of mismatches (empty: pass)."""
+    if kat_path is None:
+        kat_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "pcg32_kat.json")
+    with open(kat_path) as f:
+        kat = json.load(f)
+    tol = kat["normal_tolerance"]
+    bad = []
+    for c in kat["cases"]:
+        seed, stream = c["seed"], c["stream"]
+        draws = {
+            "u32": lambda r: r.next_u32(),
+            "uniform": lambda r: r.uniform(),
+            "below_10": lambda r: r.below(10),
+            "normal": lambda r: r.normal(),
+        }
+        for key, draw in draws.items():
+            rng = Rng(seed, stream)
+            for i, want in enumerate(c[key]):
+                got = draw(rng)
+                if (abs(got - want) > tol) if key == "normal" else (got != want):
+                    bad.append(f"Rng({seed}, {stream}) {key}[{i}]: got {got!r}, want {want!r}")
+    if not kat["cases"]:
+        bad.append(f"{kat_path}: no cases")
+    return bad
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) in (2, 3) and sys.argv[1] == "--self-test":
+        problems = self_test(sys.argv[2] if len(sys.argv) == 3 else None)
+        for p in problems:
+            print(p, file=sys.stderr)
+        print(f"normlab_mirror self-test: {'FAIL' if problems else 'ok'} ({len(problems)} mismatches)")
+        sys.exit(1 if problems else 0)
+    print("usage: normlab_mirror.py --self-test [pcg32_kat.json]  (a module otherwise)", file=sys.stderr)
+    sys.exit(2)
