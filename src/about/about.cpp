@@ -11,6 +11,7 @@ namespace normlab {
 std::string version_text() {
   const BuildInfo& b = build_info();
   std::string s = fmt::format("normlab {} (commit {})\n", b.normlab_version, b.git_commit);
+  s += fmt::format("sources sha256 {}\n", b.source_hash);
   s += fmt::format("oneDNN {}\n", onednn_version());
   s += fmt::format("compiler {} ({} build{})\n", b.compiler, b.build_type, b.sanitizers ? ", ASan+UBSan" : "");
   s += fmt::format("CUDA {}\n", cuda_summary());
@@ -19,7 +20,8 @@ std::string version_text() {
 
 std::map<std::string, std::string> provenance() {
   const BuildInfo& b = build_info();
-  return {{"normlab", b.normlab_version}, {"git_commit", b.git_commit}, {"onednn", onednn_version()},
+  return {{"normlab", b.normlab_version}, {"git_commit", b.git_commit}, {"source_hash", b.source_hash},
+          {"onednn", onednn_version()},
           {"compiler", b.compiler},       {"build_type", b.build_type}, {"cpu", cpu_model()},
           {"host", host_name()}};
 }

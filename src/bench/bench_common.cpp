@@ -364,6 +364,7 @@ Context collect_context() {
   c.build_type = bi.build_type;
   c.normlab_version = bi.normlab_version;
   c.git_commit = bi.git_commit;
+  c.source_hash = bi.source_hash;
   c.compiler = bi.compiler;
   c.libraries["oneDNN"] = onednn_version();
   const omp_proc_bind_t bind = omp_get_proc_bind();

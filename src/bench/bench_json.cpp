@@ -95,6 +95,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   j["library_build_type"] = bt;
   j["normlab_version"] = c.normlab_version;
   j["normlab_commit"] = c.git_commit;
+  j["normlab_source_hash"] = c.source_hash;
   j["compiler"] = c.compiler;
   ordered_json libs = ordered_json::object();
   for (const auto& [k, v] : c.libraries) libs[k] = v;
@@ -151,6 +152,7 @@ Context context_from(const json& j) {
   c.build_type = get_str(j, "library_build_type");
   c.normlab_version = get_str(j, "normlab_version");
   c.git_commit = get_str(j, "normlab_commit");
+  c.source_hash = get_str(j, "normlab_source_hash");
   c.compiler = get_str(j, "compiler");
   if (j.contains("library_versions") && j["library_versions"].is_object())
     for (auto it = j["library_versions"].begin(); it != j["library_versions"].end(); ++it)

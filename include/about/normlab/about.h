@@ -8,7 +8,7 @@ namespace normlab {
 
 // One line per fact, for --version.
 std::string version_text();
-// Provenance for results: normlab, git_commit, onednn, compiler, build_type, cpu, host.
+// Provenance for results: normlab, git_commit, source_hash, onednn, compiler, build_type, cpu, host.
 std::map<std::string, std::string> provenance();
 
 }  // namespace normlab

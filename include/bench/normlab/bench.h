@@ -129,6 +129,7 @@ struct Context {
   std::vector<double> load_avg;  // 1, 5, 15 minutes, when the run started
   std::string build_type;        // CMAKE_BUILD_TYPE of normlab
   std::string normlab_version, git_commit, compiler;
+  std::string source_hash;  // BuildInfo::source_hash; empty in JSON written before it existed
   std::map<std::string, std::string> libraries;  // "oneDNN" -> "2.6.3", "PyTorch" -> ...
   std::string omp_proc_bind;   // OMP_PROC_BIND as the OpenMP runtime sees it (false = not pinned)
   std::string omp_wait_policy; // OMP_WAIT_POLICY from the environment, "default" when unset
