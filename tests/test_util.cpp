@@ -20,6 +20,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -231,6 +232,21 @@ std::string describe(const CliResult& r) {
   if (r.timed_out) s += " (timed out, killed)";
   s += "\n--- stdout ---\n" + r.out + "\n--- stderr ---\n" + r.err + "\n";
   return s;
+}
+
+bool wait_until(const std::function<bool()>& ready, const std::string& what, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!ready()) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > timeout_s) {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", timeout_s);
+      ADD_FAILURE() << "gave up after " << limit << " s waiting for " << what;
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 }  // namespace normlab::test

@@ -68,4 +68,9 @@ std::vector<std::string> split_lines(const std::string& text);
 // Command, exit code, stdout and stderr in one string, for EXPECT_... << describe(r).
 std::string describe(const CliResult& r);
 
+// Polls `ready` every few milliseconds until it holds (true) or timeout_s passes: then the test
+// fails, naming `what` it waited for, and the result is false (a wait never just gives up and
+// goes on). `ready` may stop the wait early by throwing; nothing is caught.
+bool wait_until(const std::function<bool()>& ready, const std::string& what, double timeout_s = 120);
+
 }  // namespace normlab::test

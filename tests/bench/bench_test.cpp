@@ -16,9 +16,11 @@
 
 #include "normlab/cpu_kernel_lab.h"
 #include "test_util.h"
+#include "normlab/backend.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/nn.h"
+#include "normlab/version.h"
 
 using namespace normlab;
 using namespace normlab::bench;
@@ -604,18 +606,54 @@ TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {
 }
 
 TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
+  // Every kernel call and every progress line in one sequence: a call is named as its row is
+  // (implementation, pass, shape, thread count), so each row's calls can be placed against the
+  // line that says it was verified.
+  auto events = std::make_shared<std::vector<std::string>>();
+  const NormShape shape{2, 4, 48};
+  const NormRegistry builtin = builtin_norm_impls();
+  NormRegistry reg;
+  for (NormImpl m : builtin.all()) {
+    for (NormFn* fn : {&m.forward, &m.backward, &m.add_forward}) {
+      if (!*fn) continue;
+      const char* pass = fn == &m.forward ? "fwd" : fn == &m.backward ? "bwd" : "addfwd";
+      *fn = [events, inner = *fn, key = fmt::format("{}/{}/{}", m.name(), pass, shape.str())](const NormArgs& a) {
+        events->push_back(fmt::format("call {}/threads:{}", key, num_threads()));
+        inner(a);
+      };
+    }
+    reg.add(m);
+  }
   NormBenchOptions o = quick_options();
-  o.shapes = {{2, 4, 48}};
+  o.shapes = {shape};
   o.threads = parse_threads("1,all");
-  NormReport r = run_norm_bench(o);
+  o.log = [events](const std::string& line) { events->push_back(line); };
+  NormReport r = run_norm_bench(o, reg);
   // copy.loop, copy.memcpy, 5 implementations x 2 passes, 4 add+norm rows, per thread count.
   EXPECT_EQ(r.rows.size(), o.threads.size() * 16);
+  int ordered = 0;
   for (const NormRow& x : r.rows) {
     EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
     EXPECT_TRUE(x.verify.pass) << x.name();
     EXPECT_GE(x.time.samples, 3) << x.name();
     EXPECT_TRUE(x.cache_resident) << x.name();  // a 1 MiB rotation is labelled as such
+    if (x.norm == "copy") continue;  // checked by a memcmp of its one call, no kernel of the registry
+    const auto is = [&](const std::string& e, const std::string& prefix) { return e.rfind(prefix, 0) == 0; };
+    const auto verified = std::find_if(events->begin(), events->end(),
+                                       [&](const std::string& e) { return is(e, "verified " + x.name() + " "); });
+    ASSERT_NE(verified, events->end()) << x.name() << " was never verified";
+    const auto count_calls = [&](auto from, auto to) {
+      return std::count(from, to, "call " + x.name());
+    };
+    // The check's one call before the line that says it passed; the warm-up and every timed call after.
+    EXPECT_EQ(count_calls(events->begin(), verified), 1) << x.name() << ": calls before it was verified";
+    EXPECT_GE(count_calls(verified, events->end()), o.warmup + x.time.samples) << x.name();
+    const auto timed = std::find_if(events->begin(), events->end(),
+                                    [&](const std::string& e) { return is(e, x.name() + ": median "); });
+    EXPECT_LT(verified, timed) << x.name() << ": timed before it was verified";
+    ++ordered;
   }
+  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 14);
   bool warned = false;
   for (const std::string& w : r.warnings) warned = warned || w.find("cache speed") != std::string::npos;
   EXPECT_TRUE(warned);
@@ -634,6 +672,7 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   EXPECT_EQ(j["context"]["normlab_bench"], "norms");
   EXPECT_TRUE(j["context"]["library_versions"].contains("oneDNN"));
   EXPECT_TRUE(j["context"]["caches"].is_array());
+  EXPECT_EQ(j["context"]["normlab_source_hash"], build_info().source_hash);
   ASSERT_EQ(j["benchmarks"].size(), r.rows.size());
   const auto& b0 = j["benchmarks"][0];
   for (const char* key : {"name", "run_name", "run_type", "iterations", "real_time", "cpu_time", "time_unit",
@@ -642,6 +681,7 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   EXPECT_EQ(bench_kind_of_json(text, "t"), "norms");
 
   NormReport back = norm_report_from_json(text, "t");
+  EXPECT_EQ(back.context.source_hash, r.context.source_hash);
   ASSERT_EQ(back.rows.size(), r.rows.size());
   for (size_t i = 0; i < r.rows.size(); ++i) {
     EXPECT_EQ(back.rows[i].name(), r.rows[i].name());

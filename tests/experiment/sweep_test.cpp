@@ -98,21 +98,31 @@ pid_t spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
-// Waits until the manifest holds at least `ends` end records (or the process exits), up to 20 s.
-void wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return;
+// Waits until the manifest holds at least `ends` end records. The sweep exiting first, or no
+// such record within a hang guard's time, fails the test with what was awaited; false then.
+bool wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
+  auto ends_so_far = [&] {
     std::error_code ec;
-    if (fs::exists(dir + "/manifest.jsonl", ec)) {
-      std::string m = slurp(dir + "/manifest.jsonl");
-      size_t n = 0;
-      for (size_t p = m.find("\"event\":\"end\""); p != std::string::npos; p = m.find("\"event\":\"end\"", p + 1)) ++n;
-      if (n >= ends) return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (!fs::exists(dir + "/manifest.jsonl", ec)) return size_t{0};
+    const std::string m = slurp(dir + "/manifest.jsonl");
+    size_t n = 0;
+    for (size_t p = m.find("\"event\":\"end\""); p != std::string::npos; p = m.find("\"event\":\"end\"", p + 1)) ++n;
+    return n;
+  };
+  bool exited = false;
+  const std::string what = std::to_string(ends) + " end records in " + dir + "/manifest.jsonl";
+  const bool ok = normlab::test::wait_until(
+      [&] {
+        int status;
+        exited = ::waitpid(pid, &status, WNOHANG) == pid;
+        return exited || ends_so_far() >= ends;
+      },
+      what);
+  if (ok && exited && ends_so_far() < ends) {
+    ADD_FAILURE() << "the sweep exited with " << ends_so_far() << " of the " << what;
+    return false;
   }
+  return ok;
 }
 
 // Options that run the points of DIR tmp/s with a shell script (`body`) in place of normlab.
@@ -359,7 +369,11 @@ TEST_F(SweepRun, SigkillAtSeveralMomentsThenResumeGivesTheSameSummary) {
     TempDir tmp;
     const std::string dir = tmp / "s";
     pid_t pid = spawn(grid_args(dir));
-    wait_for_ends(pid, dir, ends);
+    if (!wait_for_ends(pid, dir, ends)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return;
+    }
     ::kill(pid, SIGKILL);
     int status;
     ::waitpid(pid, &status, 0);
@@ -480,9 +494,14 @@ TEST(SweepSignals, SigtermInterruptsPromptlyAndResumes) {
                                    "--set", "steps=2000", "--set", "eval_every=1000", "--set", "batch_size=4",
                                    "lr=1e-3,1e-2", "seed=0,1"};
   pid_t pid = spawn(args);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline && count_events(fs::exists(dir + "/manifest.jsonl") ? manifest(dir) : std::vector<json>{}, "start") < 2)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool started = normlab::test::wait_until(
+      [&] { return count_events(fs::exists(dir + "/manifest.jsonl") ? manifest(dir) : std::vector<json>{}, "start") >= 2; },
+      "2 start records in " + dir + "/manifest.jsonl");
+  if (!started) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return;
+  }
   auto t0 = std::chrono::steady_clock::now();
   ::kill(pid, SIGTERM);
   int status = 0;

@@ -88,8 +88,9 @@ TEST(BlockForward, HeldSublayersLeaveOnlyTheIdentityPath) {
     ASSERT_TRUE(y.requires_grad()) << c.name();
     y.backward(seed);
     const std::vector<double> dx = x.grad().to_vector();
-    if (c.placement == Placement::pre || c.norm == NormKind::none) {
-      // x + F(N(x)) with F held: d/dx is the identity, the upstream gradient exactly.
+    if (c.placement == Placement::pre || c.placement == Placement::sandwich || c.norm == NormKind::none) {
+      // x + F(N(x)) (pre) and x + N_b(F(N(x))) (sandwich) with the branch held: d/dx is the
+      // identity, the upstream gradient exactly.
       EXPECT_EQ(dx, seed.to_vector()) << c.name();
     } else if (c.placement == Placement::post || c.placement == Placement::deepnorm) {
       // N(alpha x + F): the identity path runs through the norms' Jacobians.
@@ -97,6 +98,8 @@ TEST(BlockForward, HeldSublayersLeaveOnlyTheIdentityPath) {
       const std::vector<double> s = seed.to_vector();
       for (size_t i = 0; i < s.size(); ++i) diff += std::abs(dx[i] - s[i]);
       EXPECT_GT(diff, 1e-3) << c.name();
+    } else {
+      ADD_FAILURE() << c.name() << ": a placement this test does not know";
     }
   }
 }
