@@ -1,0 +1,801 @@
+// Every kernel of every backend this build has ("cpu", "cuda-sim", and "cuda" when built) against
+// the reference backend on the same random inputs: the result in float32, the reference computed
+// in float64 on the inputs converted with to(f64), on odd shapes. A device backend runs behind a
+// host adapter (host_adapter.h) that poisons every output with NaN on the device before each
+// kernel, so that the same host-tensor test bodies check it; "cuda" skips with a message where no
+// GPU is present, "cuda-sim" runs everywhere.
+//
+// One test per op and backend (KernelOps.<op>/<backend>), one case per shape, each named by a
+// line as ggml's test-backend-ops names its cases:
+//   rmsnorm_fwd rows=7 d=65 eps=1e-06 seed=904 backend=cpu
+// Every failure message starts with that line, and
+//   NORMLAB_KERNEL_CASE='rmsnorm_fwd rows=7 d=65 eps=1e-06 seed=904 backend=cpu' ./build/test_backends
+//     --gtest_filter='*KernelOps.rmsnorm_fwd/cpu'    (one command line)
+// runs that case alone (the inputs come from its seed). Run all: ctest -R KernelOps
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gpu_skip.h"
+#include "host_adapter.h"
+#include "kernel_check.h"
+#include "normlab/backend.h"
+#include "normlab/cuda.h"
+#include "normlab/cuda_backend.h"
+#include "normlab/error.h"
+#include "normlab/rng.h"
+#include "normlab/tensor.h"
+
+namespace normlab {
+namespace {
+
+using namespace kernel_check;
+
+// ---- the backend under test -------------------------------------------------------------------
+
+Backend* g_under_test = nullptr;
+Backend& under_test() { return g_under_test ? *g_under_test : cpu_backend(); }
+
+std::vector<std::string> built_backends() {
+  std::vector<std::string> names = {"cpu", "cuda-sim"};
+  if (cuda_built()) names.push_back("cuda");
+  return names;
+}
+
+class KernelOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "cpu") {
+      g_under_test = &cpu_backend();
+      return;
+    }
+    // cuda-sim runs everywhere: a lookup that fails is a failure, never a skip.
+    if (GetParam() == "cuda" && !test::gpu_available()) {
+      GPU_SKIP() << "the cuda kernels are not tested on this machine";
+    }
+    adapter_ = make_host_adapter(backend(GetParam()), /*poison_outputs=*/true);
+    g_under_test = adapter_.get();
+  }
+  void TearDown() override { g_under_test = nullptr; }
+  std::unique_ptr<Backend> adapter_;
+};
+
+// ---- a case: its line, and whether to run it --------------------------------------------------
+
+// One parameter of a case, printed as key=value (doubles in %g: 1e-05, 1.68179).
+struct Param {
+  Param(const char* k, int64_t v) : key(k), value(std::to_string(v)) {}
+  Param(const char* k, int v) : key(k), value(std::to_string(v)) {}
+  Param(const char* k, uint64_t v) : key(k), value(std::to_string(v)) {}
+  Param(const char* k, bool v) : key(k), value(v ? "1" : "0") {}
+  Param(const char* k, const char* v) : key(k), value(v) {}
+  Param(const char* k, double v) : key(k) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    value = buf;
+  }
+  std::string key, value;
+};
+
+// "op k=v ... backend=B": the case's name, the first words of each of its failure messages.
+std::string kernel_case(const std::string& op, std::initializer_list<Param> params) {
+  std::string s = op;
+  for (const Param& p : params) s += " " + p.key + "=" + p.value;
+  return s + " backend=" + ::testing::TestWithParam<std::string>::GetParam();
+}
+
+// False when NORMLAB_KERNEL_CASE names another case (then only that one runs).
+bool selected(const std::string& c) {
+  const char* only = std::getenv("NORMLAB_KERNEL_CASE");
+  if (!only || !*only) return true;
+  if (c != only) return false;
+  std::printf("[ case     ] %s\n", c.c_str());
+  return true;
+}
+
+// ============================================================================
+// matrix products
+// ============================================================================
+
+struct MatmulCase {
+  int64_t batch, m, n, k;
+  bool ta, tb, ab, bb, acc;
+};
+
+void check_matmul(const MatmulCase& c, uint64_t seed) {
+  const std::string what = kernel_case("matmul", {{"batch", c.batch}, {"m", c.m}, {"n", c.n}, {"k", c.k},
+                                                  {"ta", c.ta}, {"tb", c.tb}, {"ab", c.ab}, {"bb", c.bb},
+                                                  {"acc", c.acc}, {"seed", seed}});
+  if (!selected(what)) return;
+  Rng rng(seed, stream::check);
+  const int64_t na = (c.ab ? c.batch : 1), nb = (c.bb ? c.batch : 1);
+  Tensor a = randn(rng, {na * c.m * c.k}), b = randn(rng, {nb * c.k * c.n});
+  Tensor c32 = randn(rng, {c.batch * c.m * c.n});  // the initial C, used when accumulating
+  Tensor c64 = f64(c32);
+  under_test().matmul(c32, a, b, MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
+  ref().matmul(c64, f64(a), f64(b), MatmulSpec{c.batch, c.m, c.n, c.k, c.ta, c.tb, c.ab, c.bb, c.acc});
+  // Dot products of K float32 terms ~N(0,1): kForward up to K = 65 (see there); the K = 1000
+  // cases get the reduction tolerance (measured 2.4e-5).
+  expect_close(c32, c64, c.k > 100 ? kReduction : kForward, what);
+}
+
+// Every transpose, batch broadcast and accumulate combination on small shapes; then larger ones
+// and a long contraction.
+TEST_P(KernelOps, matmul) {
+  const int64_t shapes[][4] = {{1, 1, 1, 1},  {1, 7, 5, 3},  {3, 7, 5, 3}, {2, 33, 17, 65},
+                               {4, 1, 9, 16}, {2, 16, 1, 8}, {5, 8, 8, 1}};
+  uint64_t seed = 1;
+  for (const auto& s : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (int ab = 0; ab < 2; ++ab)
+          for (int bb = 0; bb < 2; ++bb)
+            for (int acc = 0; acc < 2; ++acc)
+              check_matmul({s[0], s[1], s[2], s[3], ta != 0, tb != 0, ab != 0, bb != 0, acc != 0}, seed++);
+  check_matmul({1, 64, 512, 64, false, true, true, true, false}, 101);
+  check_matmul({1, 64, 48, 1000, true, false, true, true, true}, 102);
+  check_matmul({8, 31, 29, 37, false, false, true, false, false}, 103);  // folded into one GEMM
+  check_matmul({8, 31, 29, 37, true, false, true, false, true}, 104);    // broadcast weights
+  check_matmul({6, 31, 29, 37, false, true, false, true, false}, 105);   // broadcast A
+}
+
+TEST_P(KernelOps, matmul_empty_contraction) {
+  for (int acc = 0; acc < 2; ++acc) {
+    const std::string what = kernel_case("matmul_empty_contraction", {{"m", 2}, {"n", 3}, {"k", 0}, {"acc", acc}});
+    if (!selected(what)) continue;
+    // Accumulating keeps C, otherwise C becomes zero.
+    Tensor c = Tensor::full({6}, 3.0), a = e32({0}), b = e32({0});
+    under_test().matmul(c, a, b, MatmulSpec{1, 2, 3, 0, false, false, true, true, acc != 0});
+    for (double v : c.to_vector()) EXPECT_EQ(v, acc ? 3.0 : 0.0) << what;
+  }
+}
+
+TEST_P(KernelOps, linear_fwd) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 65, 1}, {33, 64, 128}, {512, 64, 64}};
+  uint64_t seed = 200;
+  for (const auto& s : shapes) {
+    for (int with_bias = 0; with_bias < 2; ++with_bias) {
+      const int64_t m = s[0], k = s[1], n = s[2];
+      const uint64_t case_seed = seed++;
+      const std::string what =
+          kernel_case("linear_fwd", {{"m", m}, {"k", k}, {"n", n}, {"bias", with_bias}, {"seed", case_seed}});
+      if (!selected(what)) continue;
+      Rng rng(case_seed, stream::check);
+      Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n});
+      Tensor y = e32({m, n}), y64 = e64({m, n});
+      Tensor no_bias;
+      under_test().linear_forward(y, x, w, with_bias ? bias : no_bias, m, k, n);
+      ref().linear_forward(y64, f64(x), f64(w), with_bias ? f64(bias) : no_bias, m, k, n);
+      expect_close(y, y64, kForward, what);
+    }
+  }
+}
+
+// The epilogues: a residual added to the product, a gate multiplying the input gradient.
+const int64_t kEpilogueShapes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 65, 1}, {33, 64, 128}, {512, 128, 64}};
+
+TEST_P(KernelOps, linear_fwd_residual) {
+  uint64_t seed = 250;
+  for (const auto& s : kEpilogueShapes) {
+    const int64_t m = s[0], k = s[1], n = s[2];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("linear_fwd_residual", {{"m", m}, {"k", k}, {"n", n}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n}), r = randn(rng, {m, n});
+    Tensor y = e32({m, n}), y64 = e64({m, n});
+    under_test().linear_forward(y, x, w, bias, r, m, k, n);
+    ref().linear_forward(y64, f64(x), f64(w), f64(bias), f64(r), m, k, n);
+    expect_close(y, y64, kForward, what);
+  }
+}
+
+TEST_P(KernelOps, linear_bwd_input) {
+  uint64_t seed = 250;
+  for (const auto& s : kEpilogueShapes) {
+    const int64_t m = s[0], k = s[1], n = s[2];
+    const uint64_t case_seed = seed++;
+    for (int gated = 0; gated < 2; ++gated) {
+      const std::string what =
+          kernel_case("linear_bwd_input", {{"m", m}, {"k", k}, {"n", n}, {"gated", gated}, {"seed", case_seed}});
+      if (!selected(what)) continue;
+      Rng rng(case_seed, stream::check);
+      Tensor x = randn(rng, {m, k}), w = randn(rng, {n, k}), bias = randn(rng, {n}), r = randn(rng, {m, n});
+      Tensor dy = randn(rng, {m, n}), gate = randn(rng, {m, k});
+      Tensor dx = e32({m, k}), dx64 = e64({m, k});
+      under_test().linear_backward_input(dx, dy, w, gated ? gate : Tensor(), m, k, n);
+      ref().linear_backward_input(dx64, f64(dy), f64(w), gated ? f64(gate) : Tensor(), m, k, n);
+      expect_close(dx, dx64, kForward, what);
+    }
+  }
+}
+
+TEST_P(KernelOps, sum_rows) {
+  const int64_t shapes[][2] = {{1, 1}, {7, 3}, {7, 65}, {1, 1000}, {512, 64}, {64, 513}};
+  uint64_t seed = 300;
+  for (const auto& s : shapes) {
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("sum_rows", {{"rows", s[0]}, {"d", s[1]}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {s[0], s[1]});
+    Tensor out = e32({s[1]}), out64 = e64({s[1]});
+    under_test().sum_rows(out, x, s[0], s[1]);
+    ref().sum_rows(out64, f64(x), s[0], s[1]);
+    // Up to 512 rows summed in float32 per column: the reduction tolerance.
+    expect_close(out, out64, kReduction, what);
+  }
+}
+
+// ============================================================================
+// elementwise
+// ============================================================================
+
+const int64_t kElementCounts[] = {1, 3, 17, 65, 1000, 100003};  // the last one is threaded
+
+// Two N(0, 1) vectors of each size from seeds 400, 401, ...: the inputs of every op below.
+template <typename Check>
+void for_each_elementwise_case(const char* op, Check check) {
+  uint64_t seed = 400;
+  for (int64_t n : kElementCounts) {
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case(op, {{"n", n}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor a = randn(rng, {n}), b = randn(rng, {n});
+    check(what, n, a, b);
+  }
+}
+
+TEST_P(KernelOps, fill) {
+  for_each_elementwise_case("fill", [](const std::string& what, int64_t n, const Tensor&, const Tensor&) {
+    Tensor out = e32({n}), out64 = e64({n});
+    under_test().fill(out, 0.3);
+    ref().fill(out64, 0.3);
+    expect_close(out, out64, {0, 1e-7}, what);  // one rounding of 0.3 to float
+  });
+}
+
+TEST_P(KernelOps, copy) {
+  for_each_elementwise_case("copy", [](const std::string& what, int64_t n, const Tensor& a, const Tensor&) {
+    Tensor out = e32({n});
+    under_test().copy(out, a);
+    expect_close(out, f64(a), {0, 0}, what);  // exact
+  });
+}
+
+TEST_P(KernelOps, add) {
+  for_each_elementwise_case("add", [](const std::string& what, int64_t n, const Tensor& a, const Tensor& b) {
+    Tensor out = e32({n}), out64 = e64({n});
+    under_test().add(out, a, b, 0.7, -1.3);
+    ref().add(out64, f64(a), f64(b), 0.7, -1.3);
+    expect_close(out, out64, kForward, what);
+    Tensor alias = a.clone();  // out aliasing an input: each element is read before written
+    under_test().add(alias, alias, b, 2.0, 1.0);
+    ref().add(out64, f64(a), f64(b), 2.0, 1.0);
+    expect_close(alias, out64, kForward, what + ": in place");
+  });
+}
+
+TEST_P(KernelOps, accumulate) {
+  for_each_elementwise_case("accumulate", [](const std::string& what, int64_t, const Tensor& a, const Tensor& b) {
+    Tensor dst = a.clone(), dst64 = f64(a);
+    under_test().accumulate(dst, b);
+    ref().accumulate(dst64, f64(b));
+    expect_close(dst, dst64, kForward, what);
+  });
+}
+
+TEST_P(KernelOps, scale) {
+  for_each_elementwise_case("scale", [](const std::string& what, int64_t n, const Tensor& a, const Tensor&) {
+    Tensor out = e32({n}), out64 = e64({n});
+    under_test().scale(out, a, -0.37);
+    ref().scale(out64, f64(a), -0.37);
+    expect_close(out, out64, kForward, what);
+  });
+}
+
+TEST_P(KernelOps, mul) {
+  for_each_elementwise_case("mul", [](const std::string& what, int64_t n, const Tensor& a, const Tensor& b) {
+    Tensor out = e32({n}), out64 = e64({n});
+    under_test().mul(out, a, b);
+    ref().mul(out64, f64(a), f64(b));
+    expect_close(out, out64, kForward, what);
+  });
+}
+
+TEST_P(KernelOps, gelu) {
+  uint64_t seed = 500;
+  for (int64_t n : kElementCounts) {
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("gelu", {{"n", n}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {n}, 2.0);
+    Tensor y = e32({n}), y64 = e64({n}), dydx = e32({n}), dydx64 = e64({n}), y_only = e32({n});
+    under_test().gelu_forward(y, &dydx, x);
+    ref().gelu_forward(y64, &dydx64, f64(x));
+    // Phi comes from A&S 7.1.26 (|error in erf| <= 1.5e-7, so <= 7.5e-8 in Phi) plus float
+    // rounding, times |x| up to ~8 here: ~1e-6 at worst; 3e-6 leaves a margin.
+    expect_close(y, y64, {3e-6, 1e-5}, what + ": y");
+    // The same error in Phi plus exp's 2 ulp in the density term.
+    expect_close(dydx, dydx64, {3e-6, 1e-5}, what + ": dydx");
+    // Without the derivative: the same values, bit for bit (inference and training agree).
+    under_test().gelu_forward(y_only, nullptr, x);
+    EXPECT_EQ(y_only.to_vector(), y.to_vector()) << what << ": y with and without dydx";
+  }
+}
+
+TEST_P(KernelOps, sum_squares) {
+  uint64_t seed = 600;
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{65}, int64_t{1000}, int64_t{300007}}) {
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("sum_squares", {{"n", n}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {n});
+    // Both sum exactly the same float values in double: only the order of the additions
+    // differs, ~1e-16 relative per addition.
+    EXPECT_NEAR(under_test().sum_squares(x), ref().sum_squares(f64(x)), 1e-12 * double(n) + 1e-12) << what;
+  }
+  // 1e8 would be lost in float: (1e4)^2 + 1 + ... must keep the small terms.
+  const std::string what = kernel_case("sum_squares", {{"n", 4}, {"values", "1e4,1,1,1"}});
+  if (selected(what)) {
+    Tensor big = Tensor::from({1e4, 1, 1, 1}, {4}, DType::f32);
+    EXPECT_EQ(under_test().sum_squares(big), 1e8 + 3) << what;
+  }
+}
+
+TEST_P(KernelOps, adam) {
+  uint64_t seed = 700;
+  for (int64_t n : {int64_t{1}, int64_t{65}, int64_t{100003}}) {
+    for (int decoupled = 0; decoupled < 2; ++decoupled) {
+      for (int64_t step : {int64_t{1}, int64_t{10}}) {
+        const uint64_t case_seed = seed++;
+        const std::string what = kernel_case(
+            "adam", {{"n", n}, {"decoupled", decoupled}, {"step", step}, {"lr", 1e-2}, {"wd", 0.1}, {"seed", case_seed}});
+        if (!selected(what)) continue;
+        Rng rng(case_seed, stream::check);
+        Tensor p = randn(rng, {n}), g = randn(rng, {n}), m = randn(rng, {n}, 0.1);
+        Tensor v = randn(rng, {n}, 0.01);
+        // v is a running mean of squares: non-negative.
+        float* vp = v.data<float>();
+        for (int64_t i = 0; i < n; ++i) vp[i] = std::fabs(vp[i]);
+        Tensor p64 = f64(p), m64 = f64(m), v64 = f64(v);
+        AdamParams hp;
+        hp.lr = 1e-2;
+        hp.weight_decay = 0.1;
+        hp.decoupled = decoupled != 0;
+        hp.step = step;
+        under_test().adam_step(p, g, m, v, hp);
+        ref().adam_step(p64, f64(g), m64, v64, hp);
+        // m, v: two float roundings of O(1) values.
+        expect_close(m, m64, kForward, what + ": m");
+        expect_close(v, v64, kForward, what + ": v");
+        // p moves by lr * O(1): float32 rounding of p itself (~6e-8) dominates.
+        expect_close(p, p64, kForward, what + ": param");
+      }
+    }
+  }
+}
+
+// ============================================================================
+// normalization
+// ============================================================================
+
+TEST_P(KernelOps, layernorm_fwd) {
+  uint64_t seed = 800;
+  for (const auto& s : kNormShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("layernorm_fwd", {{"rows", n}, {"d", d}, {"eps", 1e-5}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    NormInputs in(n, d, case_seed);
+    Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
+    Tensor y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
+    under_test().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
+    ref().layernorm_forward(y64, mean64, rstd64, f64(in.x), f64(in.gamma), f64(in.beta), n, d, 1e-5);
+    expect_close(y, y64, kForward, what + ": y");
+    expect_close(mean, mean64, kForward, what + ": mean");
+    // rstd = 1/sqrt(var+eps) of a float32 variance: relative error ~1e-6 at d = 4096.
+    expect_close(rstd, rstd64, kForward, what + ": rstd");
+  }
+}
+
+TEST_P(KernelOps, layernorm_bwd) {
+  uint64_t seed = 800;
+  for (const auto& s : kNormShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("layernorm_bwd", {{"rows", n}, {"d", d}, {"eps", 1e-5}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    NormInputs in(n, d, case_seed);
+    // The statistics saved by this backend's forward, given to both backwards, so that only the
+    // backward is compared.
+    Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
+    under_test().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
+    Tensor dx = e32({n, d}), dg = e32({d}), db = e32({d});
+    Tensor dx64 = e64({n, d}), dg64 = e64({d}), db64 = e64({d});
+    under_test().layernorm_backward(&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d);
+    ref().layernorm_backward(&dx64, &dg64, &db64, f64(in.dy), f64(in.x), f64(in.gamma), f64(mean), f64(rstd), n,
+                             d);
+    expect_close(dx, dx64, kGradient, what + ": dx");
+    expect_close(dg, dg64, kReduction, what + ": dgamma");
+    expect_close(db, db64, kReduction, what + ": dbeta");
+
+    // Gradient masks: each output alone gives the same values.
+    Tensor dx_only = e32({n, d}), dg_only = e32({d}), db_only = e32({d});
+    under_test().layernorm_backward(&dx_only, nullptr, nullptr, in.dy, in.x, in.gamma, mean, rstd, n, d);
+    under_test().layernorm_backward(nullptr, &dg_only, nullptr, in.dy, in.x, in.gamma, mean, rstd, n, d);
+    under_test().layernorm_backward(nullptr, nullptr, &db_only, in.dy, in.x, in.gamma, mean, rstd, n, d);
+    expect_close(dx_only, f64(dx), {0, 0}, what + ": dx alone");
+    expect_close(dg_only, f64(dg), {0, 0}, what + ": dgamma alone");
+    expect_close(db_only, f64(db), {0, 0}, what + ": dbeta alone");
+  }
+}
+
+TEST_P(KernelOps, rmsnorm_fwd) {
+  uint64_t seed = 900;
+  for (const auto& s : kNormShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("rmsnorm_fwd", {{"rows", n}, {"d", d}, {"eps", 1e-6}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    NormInputs in(n, d, case_seed);
+    Tensor y = e32({n, d}), rstd = e32({n}), y64 = e64({n, d}), rstd64 = e64({n});
+    under_test().rmsnorm_forward(y, rstd, in.x, in.gamma, n, d, 1e-6);
+    ref().rmsnorm_forward(y64, rstd64, f64(in.x), f64(in.gamma), n, d, 1e-6);
+    expect_close(y, y64, kForward, what + ": y");
+    expect_close(rstd, rstd64, kForward, what + ": rstd");
+  }
+}
+
+TEST_P(KernelOps, rmsnorm_bwd) {
+  uint64_t seed = 900;
+  for (const auto& s : kNormShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("rmsnorm_bwd", {{"rows", n}, {"d", d}, {"eps", 1e-6}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    NormInputs in(n, d, case_seed);
+    Tensor y = e32({n, d}), rstd = e32({n});
+    under_test().rmsnorm_forward(y, rstd, in.x, in.gamma, n, d, 1e-6);  // the saved statistic
+    Tensor dx = e32({n, d}), dg = e32({d}), dx64 = e64({n, d}), dg64 = e64({d});
+    under_test().rmsnorm_backward(&dx, &dg, in.dy, in.x, in.gamma, rstd, n, d);
+    ref().rmsnorm_backward(&dx64, &dg64, f64(in.dy), f64(in.x), f64(in.gamma), f64(rstd), n, d);
+    expect_close(dx, dx64, kGradient, what + ": dx");
+    expect_close(dg, dg64, kReduction, what + ": dgamma");
+
+    Tensor dx_only = e32({n, d}), dg_only = e32({d});
+    under_test().rmsnorm_backward(&dx_only, nullptr, in.dy, in.x, in.gamma, rstd, n, d);
+    under_test().rmsnorm_backward(nullptr, &dg_only, in.dy, in.x, in.gamma, rstd, n, d);
+    expect_close(dx_only, f64(dx), {0, 0}, what + ": dx alone");
+    expect_close(dg_only, f64(dg), {0, 0}, what + ": dgamma alone");
+  }
+}
+
+// s = alpha*a + x and y = norm(s) in one kernel. alpha is DeepNorm's (2L)^(1/4) at L = 4: not
+// exact in float.
+constexpr double kAddAlpha = 1.681792830507429;
+
+// The inputs of the add+norm cases: NormInputs of the seed, and a from the seed's multiple of 7
+// (seeds 1000, 1001, ... and 7 * (seed + 1)).
+struct AddNormInputs {
+  NormInputs in;
+  Tensor a;
+  AddNormInputs(int64_t n, int64_t d, uint64_t seed) : in(n, d, seed) {
+    Rng rng((seed + 1) * 7, stream::check);
+    a = randn(rng, {n, d});
+  }
+};
+
+TEST_P(KernelOps, add_layernorm_fwd) {
+  uint64_t seed = 1000;
+  for (const auto& s : kNormShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case(
+        "add_layernorm_fwd", {{"rows", n}, {"d", d}, {"alpha", kAddAlpha}, {"eps", 1e-5}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    AddNormInputs c(n, d, case_seed);
+    Tensor sum = e32({n, d}), y = e32({n, d}), mean = e32({n}), rstd = e32({n});
+    Tensor sum64 = e64({n, d}), y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
+    under_test().add_layernorm_forward(sum, y, mean, rstd, c.a, c.in.x, kAddAlpha, c.in.gamma, c.in.beta, n, d,
+                                       1e-5);
+    ref().add_layernorm_forward(sum64, y64, mean64, rstd64, f64(c.a), f64(c.in.x), kAddAlpha, f64(c.in.gamma),
+                                f64(c.in.beta), n, d, 1e-5);
+    expect_close(sum, sum64, kForward, what + ": s");
+    expect_close(y, y64, kForward, what + ": y");
+    expect_close(mean, mean64, kForward, what + ": mean");
+    expect_close(rstd, rstd64, kForward, what + ": rstd");
+  }
+}
+
+TEST_P(KernelOps, add_rmsnorm_fwd) {
+  uint64_t seed = 1000;
+  for (const auto& s : kNormShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case(
+        "add_rmsnorm_fwd", {{"rows", n}, {"d", d}, {"alpha", kAddAlpha}, {"eps", 1e-6}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    AddNormInputs c(n, d, case_seed);
+    Tensor sum = e32({n, d}), y = e32({n, d}), rstd = e32({n});
+    Tensor sum64 = e64({n, d}), y64 = e64({n, d}), rstd64 = e64({n});
+    under_test().add_rmsnorm_forward(sum, y, rstd, c.a, c.in.x, kAddAlpha, c.in.gamma, n, d, 1e-6);
+    ref().add_rmsnorm_forward(sum64, y64, rstd64, f64(c.a), f64(c.in.x), kAddAlpha, f64(c.in.gamma), n, d, 1e-6);
+    expect_close(sum, sum64, kForward, what + ": s");
+    expect_close(y, y64, kForward, what + ": y");
+    expect_close(rstd, rstd64, kForward, what + ": rstd");
+  }
+}
+
+// ============================================================================
+// softmax, loss
+// ============================================================================
+
+const int64_t kSoftmaxShapes[][2] = {{1, 1}, {1, 3}, {7, 1}, {7, 3}, {7, 65}, {7, 1000}, {64, 512}};
+
+struct SoftmaxInputs {
+  Tensor x, dy;
+  SoftmaxInputs(int64_t n, int64_t d, uint64_t seed) {
+    Rng rng(seed, stream::check);
+    x = randn(rng, {n, d}, 3.0, 50.0);  // large logits: stability
+    dy = randn(rng, {n, d});
+  }
+};
+
+TEST_P(KernelOps, softmax_fwd) {
+  uint64_t seed = 1400;
+  for (const auto& s : kSoftmaxShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("softmax_fwd", {{"rows", n}, {"d", d}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    SoftmaxInputs in(n, d, case_seed);
+    Tensor y = e32({n, d}), y64 = e64({n, d});
+    under_test().softmax_forward(y, in.x, n, d);
+    ref().softmax_forward(y64, f64(in.x), n, d);
+    // exp to 2 ulp of arguments up to |x - max| ~ 20: relative 1e-6 of each probability.
+    expect_close(y, y64, kForward, what);
+  }
+}
+
+TEST_P(KernelOps, softmax_bwd) {
+  uint64_t seed = 1400;
+  for (const auto& s : kSoftmaxShapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("softmax_bwd", {{"rows", n}, {"d", d}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    SoftmaxInputs in(n, d, case_seed);
+    Tensor y = e32({n, d});
+    under_test().softmax_forward(y, in.x, n, d);  // the saved output
+    Tensor dx = e32({n, d}), dx64 = e64({n, d});
+    under_test().softmax_backward(dx, in.dy, y, n, d);
+    ref().softmax_backward(dx64, f64(in.dy), f64(y), n, d);
+    expect_close(dx, dx64, kGradient, what);
+  }
+}
+
+TEST_P(KernelOps, cross_entropy) {
+  const int64_t shapes[][2] = {{1, 1}, {1, 3}, {7, 65}, {64, 512}, {512, 64}};
+  uint64_t seed = 1500;
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], v = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("cross_entropy", {{"rows", n}, {"vocab", v}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor logits = randn(rng, {n, v}, 4.0, 30.0);
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (auto& t : tg) t = static_cast<int32_t>(rng.below(static_cast<uint32_t>(v)));
+    Tensor targets = Tensor::from_ids(tg, {n});
+    Tensor loss = e32({1}), probs = e32({n, v}), loss64 = e64({1}), probs64 = e64({n, v});
+    under_test().cross_entropy_forward(loss, probs, logits, targets, n, v);
+    ref().cross_entropy_forward(loss64, probs64, f64(logits), targets, n, v);
+    // loss ~ log(V) + spread: float rounding of the logits' max (30 * 6e-8) dominates.
+    expect_close(loss, loss64, {1e-5, 1e-5}, what + ": loss");
+    expect_close(probs, probs64, kForward, what + ": probs");
+    Tensor dloss = Tensor::from({0.75}, {1}, DType::f32);
+    Tensor dl = e32({n, v}), dl64 = e64({n, v});
+    under_test().cross_entropy_backward(dl, dloss, probs, targets, n, v);
+    ref().cross_entropy_backward(dl64, f64(dloss), f64(probs), targets, n, v);
+    expect_close(dl, dl64, kForward, what + ": dlogits");
+  }
+}
+
+TEST_P(KernelOps, cross_entropy_rejects_targets_outside_the_vocabulary) {
+  const std::string what = kernel_case("cross_entropy", {{"rows", 2}, {"vocab", 3}, {"targets", "0,3"}});
+  if (!selected(what)) return;
+  Tensor logits = e32({2, 3}), probs = e32({2, 3}), loss = e32({1});
+  Tensor targets = Tensor::from_ids({0, 3}, {2});
+  EXPECT_THROW(under_test().cross_entropy_forward(loss, probs, logits, targets, 2, 3), Error) << what;
+}
+
+// ============================================================================
+// attention, prefix mean
+// ============================================================================
+
+TEST_P(KernelOps, attention) {
+  const int64_t cases[][4] = {{1, 1, 1, 1},  {1, 5, 3, 8},  {2, 16, 4, 16}, {2, 5, 1, 3},
+                              {3, 1, 4, 16}, {1, 16, 2, 1}, {2, 64, 4, 16}};
+  uint64_t seed = 1600;
+  for (const auto& c : cases) {
+    const int64_t b = c[0], t = c[1], h = c[2], dh = c[3], ch = h * dh;
+    const uint64_t case_seed = seed++;
+    const std::string what =
+        kernel_case("attention", {{"B", b}, {"T", t}, {"H", h}, {"Dh", dh}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    const double scale = 1.0 / std::sqrt(double(dh));
+    Rng rng(case_seed, stream::check);
+    Tensor q = randn(rng, {b, t, ch}), k = randn(rng, {b, t, ch}), v = randn(rng, {b, t, ch});
+    Tensor dout = randn(rng, {b, t, ch});
+    Tensor out = e32({b, t, ch}), probs = e32({b, h, t, t});
+    Tensor out64 = e64({b, t, ch}), probs64 = e64({b, h, t, t});
+    under_test().attention_forward(out, probs, q, k, v, b, t, h, dh, scale);
+    ref().attention_forward(out64, probs64, f64(q), f64(k), f64(v), b, t, h, dh, scale);
+    expect_close(out, out64, kForward, what + ": out");
+    expect_close(probs, probs64, kForward, what + ": probs");
+    // Backward from the reference's probs, so that only the backward is compared.
+    Tensor p_ref = probs64.to(DType::f32);
+    Tensor dq = e32({b, t, ch}), dk = e32({b, t, ch}), dv = e32({b, t, ch});
+    Tensor dq64 = e64({b, t, ch}), dk64 = e64({b, t, ch}), dv64 = e64({b, t, ch});
+    under_test().attention_backward(&dq, &dk, &dv, dout, q, k, v, p_ref, b, t, h, dh, scale);
+    ref().attention_backward(&dq64, &dk64, &dv64, f64(dout), f64(q), f64(k), f64(v), probs64, b, t, h, dh, scale);
+    expect_close(dq, dq64, kGradient, what + ": dq");
+    expect_close(dk, dk64, kGradient, what + ": dk");
+    expect_close(dv, dv64, kGradient, what + ": dv");
+    // Gradient masks.
+    Tensor dq_only = e32({b, t, ch}), dv_only = e32({b, t, ch}), dk_only = e32({b, t, ch});
+    under_test().attention_backward(&dq_only, nullptr, nullptr, dout, q, k, v, p_ref, b, t, h, dh, scale);
+    under_test().attention_backward(nullptr, &dk_only, nullptr, dout, q, k, v, p_ref, b, t, h, dh, scale);
+    under_test().attention_backward(nullptr, nullptr, &dv_only, dout, q, k, v, p_ref, b, t, h, dh, scale);
+    expect_close(dq_only, f64(dq), {0, 0}, what + ": dq alone");
+    expect_close(dk_only, f64(dk), {0, 0}, what + ": dk alone");
+    expect_close(dv_only, f64(dv), {0, 0}, what + ": dv alone");
+  }
+}
+
+// The statistics of a log step, against the float64 reference: odd sizes, rows longer than a
+// block, T = 1, large logits (the max must come out exactly, the entropy near 0).
+TEST_P(KernelOps, attention_logit_stats) {
+  const int64_t cases[][4] = {{1, 1, 1, 1}, {1, 5, 3, 8}, {2, 33, 2, 7}, {1, 300, 1, 4}, {2, 16, 4, 16}};
+  uint64_t seed = 1650;
+  for (const auto& c : cases) {
+    const int64_t b = c[0], t = c[1], h = c[2], dh = c[3], ch = h * dh;
+    const uint64_t case_seed = seed++;
+    const std::string what =
+        kernel_case("attention_logit_stats", {{"B", b}, {"T", t}, {"H", h}, {"Dh", dh}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    const double scale = 1.0 / std::sqrt(double(dh));
+    Rng rng(case_seed, stream::check);
+    Tensor q = randn(rng, {b, t, ch}, 3.0), k = randn(rng, {b, t, ch}, 3.0);
+    Tensor mx = e32({b, h, t}), ent = e32({b, h, t}), mx64 = e64({b, h, t}), ent64 = e64({b, h, t});
+    under_test().attention_logit_stats(mx, ent, q, k, b, t, h, dh, scale);
+    ref().attention_logit_stats(mx64, ent64, f64(q), f64(k), b, t, h, dh, scale);
+    expect_close(mx, mx64, {1e-6, 1e-6}, what + ": max_logit");
+    expect_close(ent, ent64, {1e-6, 1e-6}, what + ": entropy");
+  }
+}
+
+// Odd sizes, a row longer than a block, and an all-zero row (norm 0, not NaN).
+TEST_P(KernelOps, row_norms) {
+  const int64_t shapes[][2] = {{1, 1}, {3, 5}, {7, 129}, {64, 1000}, {2, 4097}};
+  uint64_t seed = 1655;
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], d = s[1];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("row_norms", {{"rows", n}, {"d", d}, {"zero_row", n > 2}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {n, d}, 2.0, 1.0);
+    if (n > 2) {
+      std::vector<double> v = x.to_vector();
+      std::fill(v.begin() + d, v.begin() + 2 * d, 0.0);
+      x = Tensor::from(v, {n, d}, DType::f32);
+    }
+    Tensor norms = e32({n}), norms64 = e64({n});
+    under_test().row_norms(norms, x, n, d);
+    ref().row_norms(norms64, f64(x), n, d);
+    expect_close(norms, norms64, {1e-6, 1e-6}, what);
+  }
+}
+
+TEST_P(KernelOps, prefix_mean) {
+  const int64_t cases[][3] = {{1, 1, 1}, {1, 5, 3}, {2, 7, 65}, {3, 512, 64}, {2, 16, 200}};
+  uint64_t seed = 1700;
+  for (const auto& c : cases) {
+    const int64_t b = c[0], t = c[1], ch = c[2];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("prefix_mean", {{"B", b}, {"T", t}, {"C", ch}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {b, t, ch}), dy = randn(rng, {b, t, ch});
+    Tensor y = e32({b, t, ch}), y64 = e64({b, t, ch});
+    under_test().prefix_mean_forward(y, x, b, t, ch);
+    ref().prefix_mean_forward(y64, f64(x), b, t, ch);
+    // Sums in double, one rounding to float at the end.
+    expect_close(y, y64, {1e-6, 1e-6}, what + ": y");
+    Tensor dx = e32({b, t, ch}), dx64 = e64({b, t, ch});
+    under_test().prefix_mean_backward(dx, dy, b, t, ch);
+    ref().prefix_mean_backward(dx64, f64(dy), b, t, ch);
+    expect_close(dx, dx64, {1e-6, 1e-6}, what + ": dx");
+  }
+}
+
+// ============================================================================
+// embedding, transpose
+// ============================================================================
+
+// Repeated ids: several rows of dy summed into one row of the table's gradient.
+TEST_P(KernelOps, embedding) {
+  const int64_t cases[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 10, 65}, {512, 64, 64}};
+  uint64_t seed = 1800;
+  for (const auto& c : cases) {
+    const int64_t n = c[0], v = c[1], d = c[2];
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("embedding", {{"N", n}, {"V", v}, {"D", d}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    Rng rng(case_seed, stream::check);
+    std::vector<int32_t> idv(static_cast<size_t>(n));
+    for (auto& id : idv) id = static_cast<int32_t>(rng.below(static_cast<uint32_t>(v)));
+    Tensor ids = Tensor::from_ids(idv, {n});
+    Tensor table = randn(rng, {v, d}), dy = randn(rng, {n, d});
+    Tensor y = e32({n, d}), y64 = e64({n, d});
+    under_test().embedding_forward(y, table, ids, n, v, d);
+    ref().embedding_forward(y64, f64(table), ids, n, v, d);
+    expect_close(y, y64, {0, 0}, what + ": y");                 // a copy: exact
+    Tensor dt = Tensor::full({v, d}, 7.0), dt64 = e64({v, d});  // 7: must be overwritten
+    under_test().embedding_backward(dt, dy, ids, n, v, d);
+    ref().embedding_backward(dt64, f64(dy), ids, n, v, d);
+    // Up to n/v ~ 8 rows summed per table row in float.
+    expect_close(dt, dt64, kForward, what + ": dtable");
+  }
+}
+
+TEST_P(KernelOps, embedding_rejects_ids_outside_the_table) {
+  for (int id : {3, -1}) {
+    const std::string what = kernel_case("embedding", {{"N", 1}, {"V", 3}, {"D", 2}, {"id", id}});
+    if (!selected(what)) continue;
+    Tensor y = e32({1, 2}), table = e32({3, 2});
+    EXPECT_THROW(under_test().embedding_forward(y, table, Tensor::from_ids({id}, {1}), 1, 3, 2), Error) << what;
+  }
+}
+
+// (outer, A, mid, Bdim, inner): heads split/merge (B, T, H, Dh) <-> (B, H, T, Dh), a plain
+// matrix transpose, and odd sizes around the 32-wide tiles.
+TEST_P(KernelOps, transpose) {
+  const int64_t cases[][5] = {{1, 1, 1, 1, 1},   {2, 5, 1, 3, 8}, {1, 33, 1, 65, 1},
+                              {2, 16, 1, 4, 16}, {3, 7, 2, 5, 3}, {1, 100, 3, 70, 1}};
+  uint64_t seed = 1900;
+  for (const auto& c : cases) {
+    const uint64_t case_seed = seed++;
+    const std::string what = kernel_case("transpose", {{"outer", c[0]}, {"A", c[1]}, {"mid", c[2]}, {"B", c[3]},
+                                                       {"inner", c[4]}, {"seed", case_seed}});
+    if (!selected(what)) continue;
+    const int64_t total = c[0] * c[1] * c[2] * c[3] * c[4];
+    Rng rng(case_seed, stream::check);
+    Tensor x = randn(rng, {total});
+    Tensor out = e32({total}), out64 = e64({total});
+    under_test().transpose(out, x, c[0], c[1], c[2], c[3], c[4]);
+    ref().transpose(out64, f64(x), c[0], c[1], c[2], c[3], c[4]);
+    expect_close(out, out64, {0, 0}, what);
+  }
+}
+
+// Test names take letters, digits and underscores: "cuda-sim" is cuda_sim.
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+INSTANTIATE_TEST_SUITE_P(Backends, KernelOps, ::testing::ValuesIn(built_backends()), param_name);
+
+}  // namespace
+}  // namespace normlab
