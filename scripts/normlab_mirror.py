@@ -214,14 +214,16 @@ def data_source(cfg, data_root="."):
 
 # ---- the PyTorch mirror (src/nn/modules.cpp) -------------------------------------------------
 
-def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False):
+def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum"):
     """An nn.Module computing normlab's forward for cfg; model(ids, targets) -> mean cross-entropy.
 
     By default every op is spelt out (explicit masked softmax attention, RMSNorm as x * rsqrt(...)),
     for the checkpoint and init checks. For timing (scripts/torch_baseline.py --model gpt) the same
     forward can use PyTorch's own fast kernels: sdpa=True computes attention with
     F.scaled_dot_product_attention(q, k, v, is_causal=True) (default scale 1/sqrt(Dh), as normlab),
-    fused_rms=True every RMSNorm (QK-Norm's too) with F.rms_norm.
+    fused_rms=True every RMSNorm (QK-Norm's too) with F.rms_norm; mix="matmul" computes the toy's
+    prefix mean as one (T x T) averaging matrix times x instead of a cumulative sum (the faster of
+    the two depends on the machine; the values agree to float rounding).
 
     Parameters are created empty (torch.empty); load a checkpoint into them, or initialize them
     (torch_init_parity.py). Names: tok_emb.weight, pos_emb.weight, blocks.{l}.norm1.weight/.bias,
@@ -298,8 +300,16 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False):
         def forward(self, x):
             return self.fc2(F.gelu(self.fc1(x)))  # exact (erf) GELU
 
+    averaging = {}  # (T, dtype, device) -> the (T x T) matrix, made once (not timed per step)
+
     def prefix_mean(x):  # y_t = mean_{s<=t} x_s
         T = x.shape[1]
+        if mix == "matmul":  # row t of the averaging matrix holds 1/(t+1) in columns 0..t
+            key = (T, x.dtype, x.device)
+            if key not in averaging:
+                count = torch.arange(1, T + 1, dtype=x.dtype, device=x.device).view(T, 1)
+                averaging[key] = torch.ones(T, T, dtype=x.dtype, device=x.device).tril() / count
+            return torch.matmul(averaging[key], x)
         return x.cumsum(1) / torch.arange(1, T + 1, dtype=x.dtype, device=x.device).view(1, T, 1)
 
     eps = cfg.eps()

@@ -7,11 +7,12 @@ The grid is experiments/sweep-lr-depth.json: toy model, LayerNorm, placement pos
 lr 1e-4, 3e-4, 1e-3, 3e-3, 1e-2; 3000 steps of batch 32, evaluation every 250 steps (8 held-out batches).
 
 PyTorch side: one process per point (`--torch_point`), torch.set_num_threads(1), eager mode, the toy model
-of scripts/torch_baseline.py (tok + pos embedding; per block prefix-mean mixing + Linear and an MLP with
-exact GELU; gpt2 init) with placement pre `x + F(N(x))` (final norm on) or post `N(x + F(x))` (final norm
-off), AdamW (fused when available), the synthetic rule task generated with torch ops, loss.item() and the
-global gradient norm every step (normlab computes both to detect divergence), the same evaluations. A pool
-runs the 20 points `--jobs` at a time.
+of scripts/normlab_mirror.py (build_model: tok + pos embedding; per block prefix-mean mixing + Linear and an
+MLP with exact GELU; init_with_torch: gpt2) with placement pre `x + F(N(x))` (final norm on) or post
+`N(x + F(x))` (final norm off), AdamW (fused when available), loss.item() and the global gradient norm every
+step (normlab computes both to detect divergence), the same evaluations. The batches are the mirror's port
+of normlab's synthetic task (training batches from Rng(seed, data), validation batches normlab's), drawn
+before the clock starts (data_seconds, outside process_seconds). A pool runs the 20 points `--jobs` at a time.
 
 normlab side: `normlab sweep experiments/sweep-lr-depth.json --out DIR --jobs 2 --threads 1`, timed from
 outside (wall), plus the sweep's own cost: its process's CPU time (printed at the end), the gap between
@@ -46,72 +47,25 @@ def grid_points():
 def torch_point(a):
     import torch
     torch.set_num_threads(1)
-    nn, F = torch.nn, torch.nn.functional
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import normlab_mirror as nm
+    cfg = nm.ModelConfig({
+        "model": "toy", "norm": "layernorm", "placement": a.placement, "final_norm": "auto", "qk_norm": False,
+        "head_bias": False, "residual": True, "layers": a.layers, "d_model": 64, "d_hidden": 128, "heads": 4,
+        "vocab": 64, "seq_len": 16, "init": "gpt2", "norm_eps": 0, "data": "synthetic", "topics": 4, "noise": 0.1,
+        "batch_size": a.batch_size, "eval_batches": 8, "seed": a.seed})
+    # The task's batches, drawn before the clock starts by the mirror's port of normlab's synthetic task
+    # (pure Python: about 1 ms a batch, which would otherwise be charged to PyTorch's steps).
+    t_data = time.perf_counter()
+    task = nm.data_source(cfg)
+    as_tensors = lambda b: (torch.tensor(b[0], dtype=torch.long), torch.tensor(b[1], dtype=torch.long))
+    val = [as_tensors(task.val_batch(i, cfg.batch_size, cfg.seq_len)) for i in range(cfg.eval_batches)]
+    data_rng = nm.Rng(cfg.seed, nm.STREAM_DATA)
+    train = [as_tensors(task.make(data_rng, cfg.batch_size, cfg.seq_len)) for _ in range(a.steps)]
+    data_seconds = time.perf_counter() - t_data
     t0 = time.perf_counter()
     torch.manual_seed(a.seed)
-    L, d, h, V, T, B, K = a.layers, 64, 128, 64, 16, a.batch_size, 4
-    R = V - K
-    post = a.placement == "post"
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.proj, self.fc1, self.fc2 = nn.Linear(d, d), nn.Linear(d, h), nn.Linear(h, d)
-            self.register_buffer("inv", (1.0 / torch.arange(1, T + 1, dtype=torch.float32)).view(1, T, 1), persistent=False)
-
-        def mix(self, x):
-            return x.cumsum(1) * self.inv
-
-        def forward(self, x):
-            if post:
-                x = self.norm1(x + self.proj(self.mix(x)))
-                return self.norm2(x + self.fc2(F.gelu(self.fc1(x))))
-            x = x + self.proj(self.mix(self.norm1(x)))
-            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
-
-    class Toy(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Parameter(torch.empty(V, d))
-            self.pos = nn.Parameter(torch.empty(T, d))
-            self.blocks = nn.ModuleList([Block() for _ in range(L)])
-            self.final = nn.LayerNorm(d) if not post else nn.Identity()
-            self.head = nn.Linear(d, V, bias=False)
-            std = 0.02 / math.sqrt(2.0 * L)
-            with torch.no_grad():
-                for name, p in self.named_parameters():
-                    if name.endswith(".bias"):
-                        p.zero_()
-                    elif "norm" in name or name.startswith("final"):
-                        p.fill_(1.0 if name.endswith("weight") else 0.0)
-                    elif name.endswith("proj.weight") or name.endswith("fc2.weight"):
-                        p.normal_(0.0, std)
-                    else:
-                        p.normal_(0.0, 0.02)
-
-        def forward(self, ids, tg):
-            x = F.embedding(ids, self.tok) + self.pos
-            for b in self.blocks:
-                x = b(x)
-            return F.cross_entropy(self.head(self.final(x)).reshape(-1, V), tg.reshape(-1))
-
-    gen = torch.Generator().manual_seed(a.seed + 1)
-    perms = torch.stack([torch.randperm(R, generator=gen) for _ in range(K)])
-
-    def batch():
-        # topic marker, a uniform ordinary token, then pi_z(prev) w.p. 0.9 else uniform
-        z = torch.randint(0, K, (B,), generator=gen)
-        seq = [R + z, torch.randint(0, R, (B,), generator=gen)]
-        for _ in range(T - 1):
-            follow = perms[z, seq[-1]]
-            noise = torch.rand(B, generator=gen) < 0.1
-            seq.append(torch.where(noise, torch.randint(0, R, (B,), generator=gen), follow))
-        s = torch.stack(seq, 1)
-        return s[:, :T], s[:, 1:T + 1]
-
-    val = [batch() for _ in range(8)]
-    model = Toy()
+    model = nm.init_with_torch(torch, nm.build_model(cfg, torch, fused_rms=True), cfg)
     params = list(model.parameters())
     try:
         opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=True)
@@ -121,7 +75,7 @@ def torch_point(a):
     t_train = time.perf_counter()
     for step in range(1, a.steps + 1):
         opt.zero_grad(set_to_none=True)
-        ids, tg = batch()
+        ids, tg = train[step - 1]
         loss = model(ids, tg)
         lv = loss.item()
         if not math.isfinite(lv):
@@ -137,8 +91,9 @@ def torch_point(a):
             with torch.no_grad():
                 final_val = sum(model(i, t).item() for i, t in val) / len(val)
             curve.append((step, final_val))
-    out = {"placement": a.placement, "layers": L, "lr": a.lr, "status": status, "final_val_loss": final_val,
-           "train_seconds": time.perf_counter() - t_train, "process_seconds": time.perf_counter() - t0, "curve": curve}
+    out = {"placement": a.placement, "layers": a.layers, "lr": a.lr, "status": status, "final_val_loss": final_val,
+           "train_seconds": time.perf_counter() - t_train, "process_seconds": time.perf_counter() - t0,
+           "data_seconds": data_seconds, "curve": curve}
     print(json.dumps(out))
 
 

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """PyTorch baseline of normlab's toy and gpt models, for timing one training step against `normlab train`.
 
-The model, task shape and optimizer mirror normlab (include/nn/normlab/nn.h, src/nn/modules.cpp,
-src/train/trainer.cpp). --model toy (the default):
+The model is scripts/normlab_mirror.py's build_model (the mirror the checkpoint check verifies, with
+the checkpoint's parameter names), with PyTorch's own kernels swapped in for timing: F.rms_norm,
+F.scaled_dot_product_attention (gpt) and the prefix mean in the --mix form (toy); the task shape and
+optimizer mirror normlab (src/train/trainer.cpp). --model toy (the default):
 
   x = tok_emb[ids] + pos_emb[0..T-1]
   per block (placement pre):  h = x + proj(prefix_mean(norm1(x)))          proj: Linear d->d (bias)
                               x = h + fc2(gelu(fc1(norm2(h))))            fc1 d->hidden, fc2 hidden->d
                               prefix_mean: y_t = mean_{s<=t} x_s, exact GELU (erf)
+  (proj is the checkpoint's blocks.{l}.mix)
   final norm (on for pre), head: Linear d->vocab without bias, cross-entropy (mean over B*T tokens).
-  Norms: rmsnorm (gamma, eps 1e-6), layernorm (gamma, beta, eps 1e-5) or none.
-  Init (gpt2): weights N(0, 0.02), the residual projections (proj, fc2) N(0, 0.02/sqrt(2L)),
-  biases 0, gamma 1, beta 0; embeddings N(0, 0.02).
+  Norms: rmsnorm (weight, eps 1e-6), layernorm (weight, bias, eps 1e-5) or none.
+  Init (gpt2, normlab_mirror.init_with_torch): weights N(0, 0.02), the residual projections (mix,
+  fc2) N(0, 0.02/sqrt(2L)), biases 0, gains 1; embeddings N(0, 0.02).
 
---model gpt (--heads, --qk_norm): scripts/normlab_mirror.py's build_model, the mirror the checkpoint
-check verifies, with PyTorch's own kernels swapped in (sdpa=True, fused_rms=True):
+--model gpt (--heads, --qk_norm):
 
   x = tok_emb[ids] + pos_emb[0..T-1]
   per block (pre):  h = x + o(attn(norm1(x)))      q, k, v, o: Linear d->d (bias), heads of Dh = d/heads
@@ -159,103 +161,22 @@ def parse_args(argv=None):
     return args
 
 
-def build(args, torch):
-    nn = torch.nn
-    F = torch.nn.functional
-
-    L, d, h, V, T = args.layers, args.d_model, args.d_hidden, args.vocab, args.seq_len
-    eps = 1e-6 if args.norm == "rmsnorm" else 1e-5
-
-    class Norm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.kind = args.norm
-            if self.kind != "none":
-                self.gamma = nn.Parameter(torch.ones(d))
-            if self.kind == "layernorm":
-                self.beta = nn.Parameter(torch.zeros(d))
-
-        def forward(self, x):
-            if self.kind == "rmsnorm":
-                return F.rms_norm(x, (d,), self.gamma, eps)
-            if self.kind == "layernorm":
-                return F.layer_norm(x, (d,), self.gamma, self.beta, eps)
-            return x
-
-    class PrefixMean(nn.Module):
-        def __init__(self, form):
-            super().__init__()
-            self.form = form
-            # y_t = mean_{s<=t} x_s: row t of A holds 1/(t+1) in columns 0..t.
-            a = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1, dtype=torch.float32).unsqueeze(1)
-            self.register_buffer("avg", a, persistent=False)
-            self.register_buffer("inv_count", (1.0 / torch.arange(1, T + 1, dtype=torch.float32)).view(1, T, 1),
-                                 persistent=False)
-
-        def forward(self, x):  # (B, T, d)
-            t = x.shape[1]
-            if self.form == "matmul":
-                return torch.matmul(self.avg[:t, :t], x)
-            return x.cumsum(1) * self.inv_count[:, :t]
-
-    class Block(nn.Module):
-        def __init__(self, form):
-            super().__init__()
-            self.norm1, self.norm2 = Norm(), Norm()
-            self.mix = PrefixMean(form)
-            self.proj = nn.Linear(d, d)
-            self.fc1 = nn.Linear(d, h)
-            self.fc2 = nn.Linear(h, d)
-
-        def forward(self, x):
-            x = x + self.proj(self.mix(self.norm1(x)))
-            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))  # exact (erf) GELU
-
-    class Toy(nn.Module):
-        def __init__(self, form):
-            super().__init__()
-            self.tok_emb = nn.Parameter(torch.empty(V, d))
-            self.pos_emb = nn.Parameter(torch.empty(T, d))
-            self.blocks = nn.ModuleList([Block(form) for _ in range(L)])
-            self.final_norm = Norm()  # placement pre: final norm on (none when norm = none)
-            self.head = nn.Linear(d, V, bias=False)
-            resid_std = 0.02 / math.sqrt(2.0 * L)
-            with torch.no_grad():
-                for name, prm in self.named_parameters():
-                    if name.endswith("gamma"):
-                        prm.fill_(1.0)
-                    elif name.endswith("beta") or name.endswith(".bias"):
-                        prm.zero_()
-                    elif name.endswith("proj.weight") or name.endswith("fc2.weight"):
-                        prm.normal_(0.0, resid_std)
-                    else:
-                        prm.normal_(0.0, 0.02)
-
-        def forward(self, ids, targets):
-            t = ids.shape[1]
-            x = F.embedding(ids, self.tok_emb) + self.pos_emb[:t]
-            for blk in self.blocks:
-                x = blk(x)
-            logits = self.head(self.final_norm(x))
-            return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
-
-    return Toy
-
-
-def gpt_config(args, seed=None):
-    """normlab_mirror.ModelConfig of the gpt model for these arguments (normlab's defaults elsewhere)."""
+def model_config(args, seed=None):
+    """normlab_mirror.ModelConfig of the timed model for these arguments (normlab's defaults elsewhere)."""
     return nm.ModelConfig({
-        "model": "gpt", "norm": args.norm, "placement": args.placement, "final_norm": "auto",
+        "model": args.model, "norm": args.norm, "placement": args.placement, "final_norm": "auto",
         "qk_norm": bool(args.qk_norm), "head_bias": False, "residual": True, "layers": args.layers,
         "d_model": args.d_model, "d_hidden": args.d_hidden, "heads": args.heads, "vocab": args.vocab,
         "seq_len": args.seq_len, "init": "gpt2", "norm_eps": 0, "data": "synthetic", "topics": 4,
         "noise": 0.1, "batch_size": args.batch_size, "eval_batches": 8, "seed": args.seed if seed is None else seed})
 
 
-def build_gpt(args, torch, cfg=None, init=True):
-    """normlab's gpt model as timed: the checked mirror with SDPA attention and F.rms_norm, gpt2 init."""
-    cfg = cfg or gpt_config(args)
-    model = nm.build_model(cfg, torch, sdpa=True, fused_rms=True)
+def build_timed(args, torch, form="cumsum", cfg=None, init=True):
+    """normlab's model as timed: the checked mirror (normlab_mirror.build_model) with PyTorch's own
+    kernels swapped in (gpt: SDPA attention; every RMSNorm F.rms_norm; toy: the prefix mean in
+    `form`), gpt2 init drawn with torch's RNG."""
+    cfg = cfg or model_config(args)
+    model = nm.build_model(cfg, torch, sdpa=True, fused_rms=True, mix=form)
     if init:
         nm.init_with_torch(torch, model, cfg)
     return model
@@ -280,11 +201,7 @@ def make_optimizer(args, torch, params):
 
 def run_mode(args, torch, mode, form):
     torch.manual_seed(args.seed)
-    if args.model == "gpt":
-        model = build_gpt(args, torch)
-    else:
-        Toy = build(args, torch)
-        model = Toy(form)
+    model = build_timed(args, torch, form if args.model == "toy" else "cumsum")
     params = [p for p in model.parameters()]
     n_params = sum(p.numel() for p in params)
     opt, adam_impl = make_optimizer(args, torch, params)
@@ -723,31 +640,12 @@ def run_torch(args, mode, norm, threads, mix):
 
 
 NORM_FN = {"rmsnorm": "F.rms_norm", "layernorm": "F.layer_norm", "none": "no norm"}
-TOY_NAMES = {".norm1.weight": ".norm1.gamma", ".norm1.bias": ".norm1.beta", ".norm2.weight": ".norm2.gamma",
-             ".norm2.bias": ".norm2.beta", ".mix.": ".proj.", ".mlp.fc1.": ".fc1.", ".mlp.fc2.": ".fc2."}
-
-
-def toy_state(state):
-    """A normlab checkpoint's tensors under the names of build()'s toy model."""
-    out = {}
-    for k, v in state.items():
-        if k in ("tok_emb.weight", "pos_emb.weight"):
-            k = k.split(".")[0]
-        elif k.startswith("final_norm."):
-            k = k.replace(".weight", ".gamma").replace(".bias", ".beta")
-        else:
-            for a, b in TOY_NAMES.items():
-                k = k.replace(a, b)
-        out[k] = v
-    return out
-
-
 def check_init(args):
     """normlab's initial weights in the timed PyTorch model: parameter counts and validation loss.
 
     Runs `normlab train` with this config for 1 step at lr 1e-30 (so its final weights are the
     initial ones to float32 rounding, and result.json's final_val_loss is the loss at init), loads
-    model.safetensors into the model this script times (toy: build(), prefix mean in the --mix form;
+    model.safetensors into the model this script times (toy: prefix mean in the --mix form;
     gpt: SDPA + F.rms_norm) and into the explicit mirror (normlab_mirror.build_model), and
     recomputes the mean loss over the same validation batches (normlab_mirror's port of the data).
     Needs safetensors (pip install safetensors). The run directory is removed afterwards.
@@ -777,20 +675,16 @@ def check_init(args):
     data = nm.data_source(cfg)
     batches = [data.val_batch(i, cfg.batch_size, cfg.seq_len) for i in range(cfg.eval_batches)]
     ref = result["final_val_loss"]
-    if args.model == "gpt":
-        timed = build_gpt(args, torch, cfg=cfg, init=False)
-        timed.load_state_dict(state, strict=True)
-        timed_name = f"timed (SDPA, {NORM_FN[args.norm]})"
-    else:
-        form = args.mix if args.mix != "auto" else "matmul"
-        timed = build(args, torch)(form)
-        timed.load_state_dict(toy_state(state), strict=True)
-        timed_name = f"timed (prefix mean {form}, {NORM_FN[args.norm]})"
+    form = args.mix if args.mix != "auto" else "matmul"
+    timed = build_timed(args, torch, form, cfg=cfg, init=False)
+    timed.load_state_dict(state, strict=True)
+    timed_name = (f"timed (SDPA, {NORM_FN[args.norm]})" if args.model == "gpt" else
+                  f"timed (prefix mean {form}, {NORM_FN[args.norm]})")
     mirror = nm.build_model(cfg, torch)
     mirror.load_state_dict(state, strict=True)
     # the timed model initialized the way it is when timed (torch's RNG): only its size is compared
     torch.manual_seed(args.seed)
-    fresh = build_gpt(args, torch) if args.model == "gpt" else build(args, torch)("matmul")
+    fresh = build_timed(args, torch, "matmul")
     counts = {"normlab": result.get("parameters"), "timed": sum(t.numel() for t in timed.parameters()),
               "timed, as initialized for timing": sum(t.numel() for t in fresh.parameters()),
               "checkpoint": sum(t.numel() for t in state.values())}
