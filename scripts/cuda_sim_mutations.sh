@@ -10,7 +10,7 @@
 # same build id, whose commit is "-dirty" while a mutation is applied), and
 # `test_backends --gtest_filter='*cuda_sim*'` must FAIL, on a test, with the module loaded:
 #   - every single `__syncthreads();` line of block_reduce, of the norm kernels
-#     (norm_forward_kernel, norm_backward_dx_kernel, norm_backward_fused_kernel) and of
+#     (norm_forward_kernel, norm_backward_dx_kernel, norm_backward_onepass_kernel) and of
 #     column_partial_kernel (the norm backward's dgamma/dbeta reduction), deleted, one at a time;
 #   - every `for (int64_t u = threadIdx.x; u < units; ...)` loop of the norm kernels, one at a
 #     time: the bound shifted (`u <= units`), and the start shifted (`u = threadIdx.x + 1`).
@@ -107,7 +107,7 @@ def body(name, kind):
             return f, start, i
     sys.exit(f"cuda_sim_mutations: unbalanced braces in {name}")
 
-norm_kernels = ["norm_forward_kernel", "norm_backward_dx_kernel", "norm_backward_fused_kernel"]
+norm_kernels = ["norm_forward_kernel", "norm_backward_dx_kernel", "norm_backward_onepass_kernel"]
 barrier_funcs = [("block_reduce", "__device__")] + [(k, "__global__") for k in norm_kernels] + \
                 [("column_partial_kernel", "__global__")]
 mutations = []  # (name, line index, new line)

@@ -3,7 +3,7 @@
 
 #include "normlab/backend.h"
 #include "normlab/cpu_backend.h"
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/ops.h"
 #include "normlab/reference_backend.h"

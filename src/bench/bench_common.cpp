@@ -15,7 +15,7 @@
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/cpu_backend.h"
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/parse.h"
 #include "normlab/version.h"
 
@@ -312,7 +312,7 @@ void record_kernel_choices(Context& c) {
   c.tune_cache = cpu::tune_cache_path();
   c.kernel_choices.clear();
   for (const cpu::NormChoice& ch : cpu::norm_choices_made()) {
-    KernelChoiceRecord k{ch.shape.key(), ch.fused.name(), ch.best.name(), ch.source, ch.timed_rows, {}};
+    KernelChoiceRecord k{ch.shape.key(), ch.own.name(), ch.best.name(), ch.source, ch.timed_rows, {}};
     for (const cpu::NormCandidateTime& t : ch.times) k.seconds.emplace_back(t.variant, t.seconds);
     c.kernel_choices.push_back(std::move(k));
   }

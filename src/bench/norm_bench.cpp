@@ -27,7 +27,7 @@
 #include "bench_internal.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 

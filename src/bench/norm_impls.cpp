@@ -1,11 +1,11 @@
 // `bench norms`: the registry of norm implementations, and the cpu backend's five kernels
-// (include/backend_cpu/normlab/cpu_kernel_lab.h) registered in it, with the unfused add+norm
+// (include/backend_cpu/normlab/cpu_kernels.h) registered in it, with the unfused add+norm
 // baseline. A test registers more (a deliberately wrong one, to see it rejected before timing);
 // scripts/torch_bench.py adds PyTorch's rows from its own process.
 #include <algorithm>
 
 #include "bench_internal.h"
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/cpu_backend.h"
@@ -62,10 +62,10 @@ RowVariant fused_kernel_variant(NormKind norm, Pass p, const NormArgs& a) {
                                         : (ln ? NormKernel::add_layernorm_forward : NormKernel::add_rmsnorm_forward);
   const cpu::NormChoice& c = cpu::norm_choice(k, a.n, a.d, p != Pass::bwd || a.dx != nullptr);
   RowVariant v;
-  v.name = c.fused.name();
+  v.name = c.own.name();
   v.source = c.source;
-  if (!(c.best == c.fused)) v.backend = c.best.name();
-  v.streams = cpu::variant_streams(c.fused, p == Pass::bwd ? a.dx : a.y, a.d);
+  if (!(c.best == c.own)) v.backend = c.best.name();
+  v.streams = cpu::variant_streams(c.own, p == Pass::bwd ? a.dx : a.y, a.d);
   return v;
 }
 
@@ -97,10 +97,10 @@ NormRegistry builtin_norm_impls() {
          nullptr});
   r.add({NormKind::layernorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
          [](const NormArgs& a) {
-           cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+           cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
          },
          [](const NormArgs& a) {
-           cpu::layernorm_backward_fused(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
+           cpu::layernorm_backward_onepass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
                                          a.saved_rstd, a.n, a.d);
          },
          [](const NormArgs& a) {
@@ -116,9 +116,9 @@ NormRegistry builtin_norm_impls() {
          nullptr,
          nullptr});
   r.add({NormKind::rmsnorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
-         [](const NormArgs& a) { cpu::rmsnorm_forward_fused(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
+         [](const NormArgs& a) { cpu::rmsnorm_forward_onepass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
          [](const NormArgs& a) {
-           cpu::rmsnorm_backward_fused(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+           cpu::rmsnorm_backward_onepass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
          },
          [](const NormArgs& a) {
            cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
@@ -129,13 +129,13 @@ NormRegistry builtin_norm_impls() {
   r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",
          false, nullptr, nullptr, [](const NormArgs& a) {
            detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
-           cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.s, a.gamma, a.beta, a.n, a.d, a.eps);
+           cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.s, a.gamma, a.beta, a.n, a.d, a.eps);
          },
          nullptr});
   r.add({NormKind::rmsnorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then rmsnorm.fused of s",
          false, nullptr, nullptr, [](const NormArgs& a) {
            detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
-           cpu::rmsnorm_forward_fused(a.y, a.rstd, a.s, a.gamma, a.n, a.d, a.eps);
+           cpu::rmsnorm_forward_onepass(a.y, a.rstd, a.s, a.gamma, a.n, a.d, a.eps);
          },
          nullptr});
   return r;

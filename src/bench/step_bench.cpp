@@ -21,7 +21,7 @@
 #include <chrono>
 #include <memory>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
@@ -198,9 +198,9 @@ NormImpl backend_norm(NormKind norm) {
       cpu::layernorm_backward(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n, a.d);
     };
   } else {
-    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
+    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward_onepass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
     m.backward = [](const NormArgs& a) {
-      cpu::rmsnorm_backward(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
+      cpu::rmsnorm_backward_onepass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
     };
   }
   return m;

@@ -16,7 +16,7 @@
 
 #include "kernel_check.h"
 #include "normlab/backend.h"
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 #include "simd.h"
@@ -43,7 +43,7 @@ TEST(CpuNormKernels, EveryLayerNormImplementationAgainstReference) {
   };
   const Impl impls[] = {
       {"multipass", cpu::layernorm_forward_multipass, cpu::layernorm_backward_multipass},
-      {"fused", cpu::layernorm_forward_fused, cpu::layernorm_backward_fused},
+      {"fused", cpu::layernorm_forward_onepass, cpu::layernorm_backward_onepass},
       {"onednn", cpu::layernorm_forward_onednn, cpu::layernorm_backward_onednn}};
   uint64_t seed = 1100;
   for (const auto& s : kNormShapes) {
@@ -93,7 +93,7 @@ TEST(CpuNormKernels, EveryRMSNormImplementationAgainstReference) {
   };
   const Impl impls[] = {
       {"multipass", cpu::rmsnorm_forward_multipass, cpu::rmsnorm_backward_multipass},
-      {"fused", cpu::rmsnorm_forward_fused, cpu::rmsnorm_backward_fused}};
+      {"fused", cpu::rmsnorm_forward_onepass, cpu::rmsnorm_backward_onepass}};
   uint64_t seed = 1200;
   for (const auto& s : kNormShapes) {
     const int64_t n = s[0], d = s[1];
@@ -145,7 +145,7 @@ TEST(CpuNormKernels, ConstantRowsAndLargeMean) {
     // the mean at 1000 reaches it: float rounding of O(1) values, as in MeanFarAboveStd.
     // oneDNN sums the raw values: its mean is off by ~1e-4 and y by up to 1.5e-4 (measured at
     // d = 37): 5e-4.
-    const Impl impls[] = {{"fused", cpu::layernorm_forward_fused, {4e-6, 4e-6}},
+    const Impl impls[] = {{"fused", cpu::layernorm_forward_onepass, {4e-6, 4e-6}},
                           {"onednn", cpu::layernorm_forward_onednn, {5e-4, 1e-5}}};
     for (const Impl& impl : impls) {
       Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
@@ -157,7 +157,7 @@ TEST(CpuNormKernels, ConstantRowsAndLargeMean) {
       expect_close(rstd, rstd64, {0, 1e-4}, std::string(impl.name) + " layernorm rstd" + what);
     }
     Tensor mean_ref = mean64.to(DType::f32), rstd_ref = rstd64.to(DType::f32);
-    for (LnBwd bwd : {cpu::layernorm_backward_fused, cpu::layernorm_backward_onednn}) {
+    for (LnBwd bwd : {cpu::layernorm_backward_onepass, cpu::layernorm_backward_onednn}) {
       Tensor dx = e32({n, d}), dg = e32({d}), db = e32({d});
       bwd(fp(dx), fp(dg), fp(db), fp(dy), fp(x), fp(gamma), fp(mean_ref), fp(rstd_ref), n, d);
       // From the reference's statistics: xhat = (x - mu)*rstd with mu rounded to float carries
@@ -214,7 +214,7 @@ TEST(CpuNormKernels, MeanFarAboveStd) {
       expect_close(rstd, rstd64, {0, 1e-6}, name + " rstd" + what);
     };
     Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
-    cpu::layernorm_forward_fused(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
+    cpu::layernorm_forward_onepass(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, 1e-5f);
     check(x, y, mean, rstd, "fused layernorm");
     // add + norm: s = 0.5*a + x, normalized as stored.
     Tensor a = randn(rng, {n, d}, 0.01), s = e32({n, d});

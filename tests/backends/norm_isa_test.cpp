@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 

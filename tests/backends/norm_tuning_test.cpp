@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 #include "test_util.h"
 
@@ -84,7 +84,7 @@ TEST(NormTuning, MeasuresOnceThenUsesTheCache) {
     has_onednn = has_onednn || measured.times[i].variant == "onednn";
   }
   EXPECT_TRUE(has_onednn);
-  EXPECT_NE(measured.fused.layout, NormVariant::Layout::onednn);
+  EXPECT_NE(measured.own.layout, NormVariant::Layout::onednn);
   // The same class again in the process: the same object, nothing timed again.
   EXPECT_EQ(&cpu::norm_choice(NormKernel::layernorm_forward, 100, 64), &cpu::norm_choice(NormKernel::layernorm_forward, 96, 64));
 
@@ -92,13 +92,13 @@ TEST(NormTuning, MeasuresOnceThenUsesTheCache) {
   const nlohmann::json cache = read_json(file);
   const std::string key = measured.shape.key();
   ASSERT_TRUE(cache["choices"].contains(key)) << cache.dump(1);
-  EXPECT_EQ(cache["choices"][key]["fused"], measured.fused.name());
+  EXPECT_EQ(cache["choices"][key]["fused"], measured.own.name());
   EXPECT_EQ(cache["choices"][key]["best"], measured.best.name());
 
   env.set("NORMLAB_TUNE", "cached");
   const cpu::NormChoice& cached = cpu::norm_choice(NormKernel::layernorm_forward, 96, 64);
   EXPECT_EQ(cached.source, "cached");
-  EXPECT_EQ(cached.fused, measured.fused);
+  EXPECT_EQ(cached.own, measured.own);
   EXPECT_EQ(cached.best, measured.best);
   EXPECT_EQ(cached.times.size(), measured.times.size());
   // The process's list of choices says so (what result.json and the bench record).
@@ -159,7 +159,7 @@ TEST(NormTuning, OffRunsTheRuleAndForcedVariantsWin) {
   // onednn only where oneDNN has the kernel; elsewhere the rule, and the choice says why.
   env.set("NORMLAB_NORM_VARIANT", "onednn");
   EXPECT_EQ(cpu::norm_choice(NormKernel::layernorm_backward, 8, 64).best.name(), "onednn");
-  EXPECT_EQ(cpu::norm_choice(NormKernel::layernorm_backward, 8, 64).fused.name(), "tiled-2048");
+  EXPECT_EQ(cpu::norm_choice(NormKernel::layernorm_backward, 8, 64).own.name(), "tiled-2048");
   const cpu::NormChoice& rms = cpu::norm_choice(NormKernel::rmsnorm_forward, 8, 64);
   EXPECT_EQ(rms.best.name(), "tiled-2048");
   EXPECT_NE(rms.source.find("has no rmsnorm_forward variant"), std::string::npos) << rms.source;

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "test_util.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
@@ -353,14 +353,14 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
   // Forward: right except one value of the last row; backward: dgamma misses the last row.
   wrong.forward = [fwd_calls](const NormArgs& a) {
     ++*fwd_calls;
-    cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+    cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
     a.y[a.n * a.d - 1] += 0.01f;
   };
   wrong.backward = [bwd_calls](const NormArgs& a) {
     ++*bwd_calls;
-    cpu::layernorm_backward_fused(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n - 1,
+    cpu::layernorm_backward_onepass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n - 1,
                                   a.d);
-    cpu::layernorm_backward_fused(a.dx ? a.dx + (a.n - 1) * a.d : nullptr, nullptr, nullptr, a.dy + (a.n - 1) * a.d,
+    cpu::layernorm_backward_onepass(a.dx ? a.dx + (a.n - 1) * a.d : nullptr, nullptr, nullptr, a.dy + (a.n - 1) * a.d,
                                   a.x + (a.n - 1) * a.d, a.gamma, a.saved_mean + a.n - 1, a.saved_rstd + a.n - 1, 1,
                                   a.d);
   };
@@ -431,7 +431,7 @@ TEST(BenchVerify, WrongAddNormIsRejectedAndNeverTimed) {
   norm_of_a.add_forward = [calls](const NormArgs& a) {
     ++*calls;
     for (int64_t i = 0; i < a.n * a.d; ++i) a.s[i] = a.alpha * a.x[i] + a.branch[i];
-    cpu::layernorm_forward_fused(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+    cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
   };
   reg.add(norm_of_a);
   NormImpl no_sum;  // y right, s never written (the residual stream lost)

@@ -54,7 +54,7 @@ struct AdamParams {
 };
 
 // A kernel variant a backend chose on this machine for a shape class (the cpu backend: its norm
-// kernels' measured choices, cpu_kernel_lab.h norm_choice), recorded in every run's result.json.
+// kernels' measured choices, cpu_kernels.h norm_choice), recorded in every run's result.json.
 struct KernelChoice {
   std::string kernel;   // the shape class: "layernorm_forward d=64 l2 t=2"
   std::string variant;  // what ran: "pipelined-pf2", "onednn"

@@ -1,6 +1,6 @@
 // The "cpu" backend: oneDNN 2.6 primitives for matrix products and LayerNorm, normlab's own
 // vectorized kernels for everything else; float32 only (float64 goes to "reference").
-// The norm kernels are also callable one by one on raw arrays: see cpu_kernel_lab.h.
+// The norm kernels are also callable one by one on raw arrays: see cpu_kernels.h.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,12 +1,17 @@
-// The cpu backend's normalization kernels as free functions on raw float arrays, so that a
-// benchmark can time each implementation of the same math side by side:
+// The cpu backend's normalization kernels as free functions on raw float arrays: the ones the
+// Backend runs (the production API), and beside them the other implementations of the same math,
+// so that a benchmark can time them side by side:
 //   *_multipass  plain loops, one sweep over the whole tensor per step (mean, variance, output):
 //                the naive baseline, reading x from memory several times;
-//   *_fused      normlab's vectorized kernels, one read of the inputs and one write of each
+//   *_onepass    normlab's vectorized kernels, one read of the inputs and one write of each
 //                output per row (the row stays in L1/L2 between the sweeps over it);
-//   *_onednn     oneDNN 2.6's layer_normalization primitive, its variance converted to rstd.
-// The Backend's norms use layernorm_forward / _backward etc. below, which run the variant measured
-// fastest for the call's shape class on this machine (norm_choice, at the end of this header).
+//   *_onednn     oneDNN 2.6's layer_normalization primitive, its variance converted to rstd;
+//   add_*_fused  "fused" always means this: the residual add and the norm in one kernel.
+// The Backend's LayerNorm runs layernorm_forward / _backward below, the variant measured fastest
+// for the call's shape class on this machine, oneDNN's included (norm_choice, at the end of this
+// header); its RMSNorm runs rmsnorm_*_onepass and its add + norm add_*_fused, which choose among
+// normlab's own variants the same way. (bench names the one-pass rows "fused": its committed
+// results use that name.)
 //
 // Sizes: N rows (B*T), D the normalized size (C). Math (backend.h is the contract):
 //   LayerNorm  mu = mean(x); rstd = 1/sqrt(mean((x-mu)^2) + eps); y = gamma*(x-mu)*rstd + beta
@@ -28,8 +33,8 @@ namespace normlab::cpu {
 void layernorm_forward_multipass(float* y, float* mean, float* rstd, const float* x,
                                  const float* gamma, const float* beta, int64_t n, int64_t d,
                                  float eps);
-void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                             const float* beta, int64_t n, int64_t d, float eps);
+void layernorm_forward_onepass(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                               const float* beta, int64_t n, int64_t d, float eps);
 void layernorm_forward_onednn(float* y, float* mean, float* rstd, const float* x,
                               const float* gamma, const float* beta, int64_t n, int64_t d,
                               float eps);
@@ -37,9 +42,9 @@ void layernorm_forward_onednn(float* y, float* mean, float* rstd, const float* x
 void layernorm_backward_multipass(float* dx, float* dgamma, float* dbeta, const float* dy,
                                   const float* x, const float* gamma, const float* mean,
                                   const float* rstd, int64_t n, int64_t d);
-void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const float* dy,
-                              const float* x, const float* gamma, const float* mean,
-                              const float* rstd, int64_t n, int64_t d);
+void layernorm_backward_onepass(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                const float* x, const float* gamma, const float* mean,
+                                const float* rstd, int64_t n, int64_t d);
 void layernorm_backward_onednn(float* dx, float* dgamma, float* dbeta, const float* dy,
                                const float* x, const float* gamma, const float* mean,
                                const float* rstd, int64_t n, int64_t d);
@@ -54,18 +59,13 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 // ---- RMSNorm (oneDNN 2.6 has none: no RMS flag before v3) ----------------------------------
 void rmsnorm_forward_multipass(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
                                int64_t d, float eps);
-void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
-                           int64_t d, float eps);
+// The cpu Backend's RMSNorm (oneDNN has no candidate to choose instead).
+void rmsnorm_forward_onepass(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
+                             int64_t d, float eps);
 void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const float* x,
                                 const float* gamma, const float* rstd, int64_t n, int64_t d);
-void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x,
-                            const float* gamma, const float* rstd, int64_t n, int64_t d);
-
-// The implementations the cpu Backend uses.
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
-                     float eps);
-void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
-                      const float* rstd, int64_t n, int64_t d);
+void rmsnorm_backward_onepass(float* dx, float* dgamma, const float* dy, const float* x,
+                              const float* gamma, const float* rstd, int64_t n, int64_t d);
 
 // ---- fused residual add + norm ---------------------------------------------------------------
 // s = alpha*a + b (written: the residual stream), then the norm of s as stored. One pass per
@@ -77,7 +77,7 @@ void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, 
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps);
 
 // ---- variants, and which one runs (norm_tuning.cpp) --------------------------------------------
-// The fused kernels come in variants whose speed depends on the CPU (a variant tuned on a Zen 4
+// The one-pass and fused kernels come in variants whose speed depends on the CPU (a variant tuned on a Zen 4
 // ran 3x slower than a copy on a Zen 1): how rows are walked (in tiles of tile_floats, or
 // pipelined, prefetching `prefetch` rows ahead), and ordinary or streaming stores of the N x D
 // output. oneDNN's primitive is a candidate for LayerNorm's forward and backward. Every variant
@@ -144,7 +144,7 @@ struct NormCandidateTime {
 struct NormChoice {
   NormShapeClass shape;
   NormVariant best;    // what the backend runs (LayerNorm: may be onednn)
-  NormVariant fused;   // the fastest of normlab's own variants (*_fused)
+  NormVariant own;     // the fastest of normlab's own variants (*_onepass, add_*_fused)
   // "measured" (timed now, in this process), "cached" (from the tuning cache), "forced
   // (NORMLAB_NORM_VARIANT=...)" or "rule (NORMLAB_TUNE=off)".
   std::string source;

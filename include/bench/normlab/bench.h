@@ -257,7 +257,7 @@ class NormRegistry {
   std::vector<NormImpl> impls_;
 };
 
-// The cpu backend's kernels (include/backend_cpu/normlab/cpu_kernel_lab.h): layernorm.onednn,
+// The cpu backend's kernels (include/backend_cpu/normlab/cpu_kernels.h): layernorm.onednn,
 // layernorm.multipass, layernorm.fused, rmsnorm.multipass, rmsnorm.fused (the fused ones with
 // their add+norm forward); and layernorm.unfused, rmsnorm.unfused: the add+norm forward as two
 // kernels, an add then the fused norm (the baseline the fused add+norm is held to).

@@ -1,11 +1,11 @@
 // The "cpu" Backend: checks each tensor (cpu, float32, the element count the sizes imply) and
-// hands raw pointers to the kernels in kernels.h / normlab/cpu_kernel_lab.h. No math here.
+// hands raw pointers to the kernels in kernels.h / normlab/cpu_kernels.h. No math here.
 #include "normlab/cpu_backend.h"
 
 #include <mutex>
 
 #include "kernels.h"
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "onednn.h"
 
 namespace normlab {
@@ -136,16 +136,15 @@ class CpuBackend final : public Backend {
   }
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
                        int64_t d, double eps) override {
-    cpu::rmsnorm_forward(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
-                               f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d), n, d,
-                               static_cast<float>(eps));
+    cpu::rmsnorm_forward_onepass(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
+                                 f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d), n, d,
+                                 static_cast<float>(eps));
   }
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                         const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::rmsnorm_backward(f32_opt(dx, "rmsnorm dx", n * d),
-                                f32_opt(dgamma, "rmsnorm dgamma", d), f32(dy, "rmsnorm dy", n * d),
-                                f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d),
-                                f32(rstd, "rmsnorm rstd", n), n, d);
+    cpu::rmsnorm_backward_onepass(f32_opt(dx, "rmsnorm dx", n * d), f32_opt(dgamma, "rmsnorm dgamma", d),
+                                  f32(dy, "rmsnorm dy", n * d), f32(x, "rmsnorm x", n * d),
+                                  f32(gamma, "rmsnorm gamma", d), f32(rstd, "rmsnorm rstd", n), n, d);
   }
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                              const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,

@@ -1,4 +1,4 @@
-// The cpu backend's kernels other than the norms (normlab/cpu_kernel_lab.h), as free functions on raw
+// The cpu backend's kernels other than the norms (normlab/cpu_kernels.h), as free functions on raw
 // float32 arrays; cpu_backend.cpp checks the tensors and calls these. Conventions as
 // backend.h: outputs first, then inputs, then sizes; outputs WRITTEN unless a comment says
 // accumulate; a nullptr gradient output is skipped.

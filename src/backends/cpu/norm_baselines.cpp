@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "norm_stats.h"
 #include "parallel.h"
 

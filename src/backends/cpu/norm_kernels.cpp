@@ -1,13 +1,14 @@
 // LayerNorm and RMSNorm kernels of the cpu backend, forward and backward, plus the fused
-// residual-add + norm forwards (the math is in normlab/cpu_kernel_lab.h; the baselines that
+// residual-add + norm forwards (the math is in normlab/cpu_kernels.h; the baselines that
 // exist for comparison are in norm_baselines.cpp and onednn_layernorm.cpp):
-//   *_fused      one pass over memory: x (and dy) read once, y (dx) written once, the rows
+//   *_onepass, add_*_fused (the residual add and the norm in one kernel)
+//                one pass over memory: x (and dy) read once, y (dx) written once, the rows
 //                re-read from L1 by the later sweeps over them (tiles, below), vectorized
 //                (simd.h) with the plain loop each sweep computes in a comment above it.
 // Rows run in parallel (OpenMP) above a size threshold; each row's result does not depend on
 // the thread that computes it. Parameter gradients (dgamma, dbeta) are summed per fixed block
 // of rows, then over the blocks in order: no atomics, and the same bits for any thread count.
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,7 +23,7 @@
 // The tests compile this file once more for each instruction set (CMakeLists.txt), every
 // definition of it in the namespace normlab::cpu::NORMLAB_KERNEL_ISA_NS, so that those builds and
 // the library's link into one program; calls with a NormVariant argument name their namespace
-// (self::), since argument-dependent lookup would also find cpu_kernel_lab.h's declarations in
+// (self::), since argument-dependent lookup would also find cpu_kernels.h's declarations in
 // normlab::cpu and the call would be ambiguous there. The library's own build is normlab::cpu.
 #if defined(NORMLAB_KERNEL_ISA_NS)
 #define NORMLAB_NORM_KERNELS_NS normlab::cpu::NORMLAB_KERNEL_ISA_NS
@@ -91,7 +92,7 @@ struct Partials {
 
 // ---- rows in L1 tiles, two phases ------------------------------------------------------------
 //
-// Each fused kernel has a statistics phase per row (one or two reductions over the row, whose
+// Each one-pass kernel has a statistics phase per row (one or two reductions over the row, whose
 // latency - the adds of a reduction, a horizontal sum, a divide, a square root - is what a
 // short row costs) and an apply phase (a sweep that writes the output). Rows are taken in tiles
 // of ~8 KiB: first the statistics of every row of the tile, kWidth rows at a time with one
@@ -838,18 +839,18 @@ void add_rmsnorm_forward_with(const NormVariant& v, float* s, float* y, float* r
 }
 
 // ==== the chosen variant =======================================================================
-// *_fused: the fastest of normlab's own variants for the call's shape class; the backend's
+// *_onepass, add_*_fused: the fastest of normlab's own variants for the call's shape class; the backend's
 // layernorm_* may also choose oneDNN's primitive where it measured faster (norm_choice).
 
-void layernorm_forward_fused(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                             const float* beta, int64_t n, int64_t d, float eps) {
-  self::layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).fused, y, mean, rstd, x, gamma, beta, n,
+void layernorm_forward_onepass(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                               const float* beta, int64_t n, int64_t d, float eps) {
+  self::layernorm_forward_with(norm_choice(NormKernel::layernorm_forward, n, d).own, y, mean, rstd, x, gamma, beta, n,
                                d, eps);
 }
 
-void layernorm_backward_fused(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                              const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d) {
-  self::layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).fused, dx, dgamma,
+void layernorm_backward_onepass(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d) {
+  self::layernorm_backward_with(norm_choice(NormKernel::layernorm_backward, n, d, dx != nullptr).own, dx, dgamma,
                                 dbeta, dy, x, gamma, mean, rstd, n, d);
 }
 
@@ -865,36 +866,26 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                                 dbeta, dy, x, gamma, mean, rstd, n, d);
 }
 
-void rmsnorm_forward_fused(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
-                           float eps) {
-  self::rmsnorm_forward_with(norm_choice(NormKernel::rmsnorm_forward, n, d).fused, y, rstd, x, gamma, n, d, eps);
+void rmsnorm_forward_onepass(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d,
+                             float eps) {
+  self::rmsnorm_forward_with(norm_choice(NormKernel::rmsnorm_forward, n, d).own, y, rstd, x, gamma, n, d, eps);
 }
 
-void rmsnorm_backward_fused(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
-                            const float* rstd, int64_t n, int64_t d) {
-  self::rmsnorm_backward_with(norm_choice(NormKernel::rmsnorm_backward, n, d, dx != nullptr).fused, dx, dgamma, dy, x,
+void rmsnorm_backward_onepass(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma,
+                              const float* rstd, int64_t n, int64_t d) {
+  self::rmsnorm_backward_with(norm_choice(NormKernel::rmsnorm_backward, n, d, dx != nullptr).own, dx, dgamma, dy, x,
                               gamma, rstd, n, d);
-}
-
-// oneDNN 2.6 has no RMSNorm: the backend's is the fused kernel.
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, int64_t n, int64_t d, float eps) {
-  rmsnorm_forward_fused(y, rstd, x, gamma, n, d, eps);
-}
-
-void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* gamma, const float* rstd,
-                      int64_t n, int64_t d) {
-  rmsnorm_backward_fused(dx, dgamma, dy, x, gamma, rstd, n, d);
 }
 
 void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, const float* a, const float* b,
                                  float alpha, const float* gamma, const float* beta, int64_t n, int64_t d, float eps) {
-  self::add_layernorm_forward_with(norm_choice(NormKernel::add_layernorm_forward, n, d).fused, s, y, mean, rstd, a, b,
+  self::add_layernorm_forward_with(norm_choice(NormKernel::add_layernorm_forward, n, d).own, s, y, mean, rstd, a, b,
                                    alpha, gamma, beta, n, d, eps);
 }
 
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b, float alpha,
                                const float* gamma, int64_t n, int64_t d, float eps) {
-  self::add_rmsnorm_forward_with(norm_choice(NormKernel::add_rmsnorm_forward, n, d).fused, s, y, rstd, a, b, alpha,
+  self::add_rmsnorm_forward_with(norm_choice(NormKernel::add_rmsnorm_forward, n, d).own, s, y, rstd, a, b, alpha,
                                  gamma, n, d, eps);
 }
 

@@ -5,11 +5,11 @@
 // same functions in normlab::cpu. Only the tests link them; each build may run only on a CPU with
 // its instruction set (tests/backends/norm_isa_test.cpp asks the CPU first).
 //
-// The functions the tests call, once: X(return type, name, parameters), as in cpu_kernel_lab.h.
+// The functions the tests call, once: X(return type, name, parameters), as in cpu_kernels.h.
 #pragma once
 #include <cstdint>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 
 #define NORMLAB_NORM_KERNELS_ISA_FUNCTIONS(X)                                                                       \
   X(const char*, norm_kernels_isa, ())                                                                              \

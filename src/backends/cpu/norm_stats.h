@@ -1,4 +1,4 @@
-// The norms' final statistics, one definition for every cpu kernel (fused, pipelined, tiled and
+// The norms' final statistics, one definition for every cpu kernel (one-pass and fused, pipelined, tiled and
 // the baselines), so that they round alike whatever the compiler contracts into FMAs. Each is a
 // template over T: float for one row, or simd::VF for a group of rows, one per lane (the short-row
 // kernels finish kWidth rows at once); the operations are the same IEEE ones either way (a

@@ -1,4 +1,4 @@
-// Which variant of a fused norm kernel runs: measured on this machine, per shape class, the first
+// Which variant of a one-pass or fused (add + norm) kernel runs: measured on this machine, per shape class, the first
 // time the class is used, and kept in a small cache per CPU model and normlab build.
 //
 // Why measure instead of a rule: the best variant moved with the CPU, and a proxy measurement
@@ -26,7 +26,7 @@
 #include <optional>
 #include <tuple>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/version.h"
@@ -255,7 +255,7 @@ int64_t timed_rows(const NormShapeClass& c, int64_t n) {
   return std::clamp<int64_t>(target / bytes_per_row, 1, std::max<int64_t>(n, 1));
 }
 
-// Candidates closer to the rule's (or, for `best`, to the fastest fused variant) than this are
+// Candidates closer to the rule's (or, for `best`, to the fastest of normlab's own variants) than this are
 // not worth a change: the medians of equal kernels differ by about this much run to run.
 constexpr double kMargin = 0.03;
 
@@ -285,7 +285,7 @@ void measure(NormChoice& ch, int64_t n) {
       samples[k].push_back(seconds_of([&] { p.run(cands[k]); }, reps));
     }
   const NormVariant rule = rule_variant(c);
-  double rule_t = 0, best_fused_t = 1e30, best_t = 1e30;
+  double rule_t = 0, best_own_t = 1e30, best_t = 1e30;
   for (size_t i = 0; i < cands.size(); ++i) {
     const double t = median(samples[i]);
     ch.times.push_back({cands[i].name(), t});
@@ -295,17 +295,17 @@ void measure(NormChoice& ch, int64_t n) {
             [](const NormCandidateTime& a, const NormCandidateTime& b) { return a.seconds < b.seconds; });
   for (const NormCandidateTime& t : ch.times) {
     const NormVariant v = parse_norm_variant(t.variant);
-    if (v.layout != Layout::onednn && t.seconds < best_fused_t) {
-      best_fused_t = t.seconds;
-      ch.fused = v;
+    if (v.layout != Layout::onednn && t.seconds < best_own_t) {
+      best_own_t = t.seconds;
+      ch.own = v;
     }
   }
-  if (rule_t > 0 && rule_t <= best_fused_t * (1 + kMargin)) {
-    ch.fused = rule;
-    best_fused_t = rule_t;
+  if (rule_t > 0 && rule_t <= best_own_t * (1 + kMargin)) {
+    ch.own = rule;
+    best_own_t = rule_t;
   }
-  ch.best = ch.fused;
-  best_t = best_fused_t;
+  ch.best = ch.own;
+  best_t = best_own_t;
   for (const NormCandidateTime& t : ch.times)
     if (t.variant == "onednn" && t.seconds * (1 + kMargin) < best_t) ch.best = onednn();
   ch.source = "measured";
@@ -368,19 +368,20 @@ std::string build_identity() {
 json choice_json(const NormChoice& ch) {
   json times = json::object();
   for (const NormCandidateTime& t : ch.times) times[t.variant] = t.seconds;
-  return {{"best", ch.best.name()}, {"fused", ch.fused.name()}, {"timed_rows", ch.timed_rows}, {"seconds", times}};
+  // "fused": the cache's key for `own` (a name from before the kernels were renamed; caches are per build anyway).
+  return {{"best", ch.best.name()}, {"fused", ch.own.name()}, {"timed_rows", ch.timed_rows}, {"seconds", times}};
 }
 
 bool choice_from_json(const json& j, NormChoice& ch) {
   try {
     ch.best = parse_norm_variant(j.at("best").get<std::string>());
-    ch.fused = parse_norm_variant(j.at("fused").get<std::string>());
+    ch.own = parse_norm_variant(j.at("fused").get<std::string>());
     ch.timed_rows = j.value("timed_rows", int64_t{0});
     ch.times.clear();
     for (const auto& [name, t] : j.at("seconds").items()) ch.times.push_back({name, t.get<double>()});
     std::sort(ch.times.begin(), ch.times.end(),
               [](const NormCandidateTime& a, const NormCandidateTime& b) { return a.seconds < b.seconds; });
-    return ch.fused.layout != Layout::onednn;
+    return ch.own.layout != Layout::onednn;
   } catch (const std::exception&) {
     return false;  // an entry of another format: measured again
   }
@@ -443,12 +444,12 @@ NormChoice decide(const NormShapeClass& c, int64_t n, Registry& reg) {
   const TuneMode mode = tune_mode();
   if (const auto forced = forced_variant()) {
     const bool fits = forced->layout != Layout::onednn || has_onednn_variant(c.kernel);
-    ch.best = ch.fused = fits ? *forced : rule;
-    if (forced->layout == Layout::onednn) ch.fused = rule;
+    ch.best = ch.own = fits ? *forced : rule;
+    if (forced->layout == Layout::onednn) ch.own = rule;
     ch.source = fits ? fmt::format("forced (NORMLAB_NORM_VARIANT={})", forced->name())
                      : fmt::format("rule (NORMLAB_NORM_VARIANT={} has no {} variant)", forced->name(), to_string(c.kernel));
   } else if (mode == TuneMode::off) {
-    ch.best = ch.fused = rule;
+    ch.best = ch.own = rule;
     ch.source = "rule (NORMLAB_TUNE=off)";
   } else {
     const std::string path = tune_cache_path();
@@ -470,7 +471,7 @@ NormChoice decide(const NormShapeClass& c, int64_t n, Registry& reg) {
   }
   if (const auto stores = forced_stores()) {
     if (ch.best.layout != Layout::onednn) ch.best.stream = *stores;
-    ch.fused.stream = *stores;
+    ch.own.stream = *stores;
     ch.source += fmt::format(", stores forced (NORMLAB_STREAMING_STORES={})", *stores ? 1 : 0);
   }
   return ch;

@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "normlab/cpu_kernel_lab.h"
+#include "normlab/cpu_kernels.h"
 #include "onednn.h"
 #include "normlab/error.h"
 #include "normlab/tensor.h"

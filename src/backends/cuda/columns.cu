@@ -92,7 +92,7 @@ void column_reduce(float* out_g, float* out_b, const T* dy, const T* x, const fl
 
 int64_t column_work(int64_t rows, int64_t cols) {
   int64_t rpc = 0;
-  return 2 * std::max(column_chunks(rows, rpc), fused_blocks(rows)) * cols;
+  return 2 * std::max(column_chunks(rows, rpc), onepass_blocks(rows)) * cols;
 }
 
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work) {

@@ -21,9 +21,9 @@ void norm_column_sums(float* dgamma, float* dbeta, const T* dy, const T* x, cons
 void column_final(float* out_g, float* out_b, const float* part_g, const float* part_b,
                   int64_t chunks, int64_t cols, const char* name);
 
-// At most this many blocks for the fused norm backward (its partial sums, in the column
+// At most this many blocks for the one-pass norm backward (its partial sums, in the column
 // workspace, are sized by it): 4 per multiprocessor, at most one per row.
-inline int64_t fused_blocks(int64_t rows) {
+inline int64_t onepass_blocks(int64_t rows) {
   return std::max<int64_t>(1, std::min<int64_t>(rows, 4LL * device_sms()));
 }
 

@@ -47,7 +47,7 @@ void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, f
                float wd_decoupled);
 
 // ---- columns.cu: column sums over rows, deterministic two-stage reductions --------------------
-// Floats of workspace the column reductions (and the fused norm backward's per-block partial
+// Floats of workspace the column reductions (and the one-pass norm backward's per-block partial
 // sums) need for (rows, cols): two partial arrays.
 int64_t column_work(int64_t rows, int64_t cols);
 // out[j] = sum_i x[i, j]

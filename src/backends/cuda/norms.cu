@@ -268,7 +268,7 @@ void launch_norm_backward_dx(const NormBwd<T>& p, int64_t n) {
 // read it). At the end each block writes its column sums to part_g/part_b[blockIdx.x, :], which
 // column_final adds in block order: deterministic, no float atomics.
 template <class T, int P, bool kRms>
-__global__ void norm_backward_fused_kernel(NormBwd<T> p, int64_t n, float* part_g, float* part_b) {
+__global__ void norm_backward_onepass_kernel(NormBwd<T> p, int64_t n, float* part_g, float* part_b) {
   NL_DYNAMIC_SHARED(float, sums);  // [0, d): dgamma; [d, 2d): dbeta (LayerNorm)
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t d = p.d, units = d / P;
@@ -332,19 +332,19 @@ constexpr size_t kFusedMaxSmem = 192 * 1024;  // column sums per block (sm_90 al
 // The one-read backward when a block's column sums fit in shared memory (d <= 24576 for
 // LayerNorm, 49152 for RMSNorm); true when it ran.
 template <class T, int P, bool kRms>
-bool try_norm_backward_fused(const NormBwd<T>& p, int64_t n, float* dgamma, float* dbeta,
+bool try_norm_backward_onepass(const NormBwd<T>& p, int64_t n, float* dgamma, float* dbeta,
                              float* work, const char* name) {
   const size_t bytes = (kRms ? 1 : 2) * static_cast<size_t>(p.d) * sizeof(float);
   if (bytes > kFusedMaxSmem) return false;
   const int threads = row_threads(p.d / P);
-  auto kernel = norm_backward_fused_kernel<T, P, kRms>;
+  auto kernel = norm_backward_onepass_kernel<T, P, kRms>;
   allow_smem(kernel, bytes, name);
   // One wave: as many blocks as are resident at once (rows are shared out evenly among them).
   int per_sm = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes),
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor", name);
   const int64_t blocks = std::max<int64_t>(
-      1, std::min<int64_t>(fused_blocks(n), static_cast<int64_t>(std::max(per_sm, 1)) * device_sms()));
+      1, std::min<int64_t>(onepass_blocks(n), static_cast<int64_t>(std::max(per_sm, 1)) * device_sms()));
   float* part_g = (dgamma || dbeta) ? work : nullptr;
   float* part_b = (!kRms && (dgamma || dbeta)) ? work + blocks * p.d : nullptr;
   launch(name, kernel, static_cast<unsigned>(blocks), threads, bytes, p, n, part_g, part_b);
@@ -363,9 +363,9 @@ void norm_backward_t(const NormBwd<T>& p, float* dgamma, float* dbeta, int64_t n
     constexpr int kVec = 16 / sizeof(T);
     const bool vec = p.d % kVec == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) &&
                      aligned16(p.gamma);
-    const bool fused = vec ? try_norm_backward_fused<T, kVec, kRms>(p, n, dgamma, dbeta, work, name)
-                           : try_norm_backward_fused<T, 1, kRms>(p, n, dgamma, dbeta, work, name);
-    if (fused) return;
+    const bool onepass = vec ? try_norm_backward_onepass<T, kVec, kRms>(p, n, dgamma, dbeta, work, name)
+                             : try_norm_backward_onepass<T, 1, kRms>(p, n, dgamma, dbeta, work, name);
+    if (onepass) return;
     // Rows too long for registers: dx one block per row, then the column reductions.
     if (p.dx) {
       if (vec)
