@@ -2,7 +2,7 @@
 # The GPU check (issue 15), one unattended run on a machine with an NVIDIA GPU (written for an
 # H200: sm_90, CUDA 13.0, PyTorch installed); about 3-5 minutes:
 #   1. builds normlab with the CUDA backend required (NORMLAB_CUDA=ON) for sm_90 + PTX, in build-gpu/
-#   2. runs the GPU tests: every Kernel* cross-backend test against the reference for "cuda"
+#   2. runs the GPU tests: every KernelOps cross-backend test against the reference for "cuda"
 #      (outputs poisoned with NaN before each kernel) and the Cuda* tests, with
 #      NORMLAB_CUDA_SYNC=1 so that a faulting kernel is named and NORMLAB_REQUIRE_CUDA=1 so that
 #      a test that would skip for want of a GPU fails instead

@@ -1,4 +1,4 @@
-// Tests of the "cuda" backend beyond the cross-backend Kernel* suites (cpu_backend_test.cpp):
+// Tests of the "cuda" backend beyond the cross-backend KernelOps suite (cross_backend_test.cpp):
 // what a machine without a GPU must say, and, with a GPU, transfers, the poison, bit-for-bit
 // repeatability (no float atomics), the long-row paths of the norm kernels, and tensors on the
 // device going through the ops' backend choice. GPU tests skip with a message when no device

@@ -99,7 +99,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.numel() == b.numel() && std::memcmp(fp(a), fp(b), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
 }
 
-// atol + rtol*|want|, the reasons as in cpu_backend_test.cpp's Tol (which compares with a float64
+// atol + rtol*|want|, the reasons as in kernel_check.h's Tol (which compares with a float64
 // reference; here the reference is float32's multipass loops, whose own rounding is of the same
 // order, so the same bounds hold).
 struct Tol {
