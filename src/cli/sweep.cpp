@@ -5,7 +5,6 @@
 //   normlab sweep summarize DIR --rows lr --cols placement,layers --format csv
 #include <fmt/ranges.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -231,10 +230,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   }
   if (!g.quiet) {
     // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
-    rusage self{};
-    getrusage(RUSAGE_SELF, &self);
-    const double own_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
-                           1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
+    const double own_cpu = process_cpu_seconds();
     std::fprintf(stderr, "ran %zu point%s in %s: %zu completed, %zu diverged, %zu failed%s; summaries and plots in %s "
                  "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
                  clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed,

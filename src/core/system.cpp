@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +46,13 @@ std::string self_exe() {
   char buf[4096];
   const ssize_t len = ::readlink("/proc/self/exe", buf, sizeof(buf));
   return len > 0 && static_cast<size_t>(len) < sizeof(buf) ? std::string(buf, static_cast<size_t>(len)) : "";
+}
+
+double process_cpu_seconds() {
+  rusage self{};
+  ::getrusage(RUSAGE_SELF, &self);
+  return static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
 }
 
 namespace {

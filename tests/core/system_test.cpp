@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -29,6 +30,15 @@ TEST(System, SelfExeIsThisTestProgram) {
   const std::string exe = normlab::self_exe();
   EXPECT_EQ(fs::path(exe).filename(), "test_core") << exe;
   EXPECT_TRUE(fs::path(exe).is_absolute()) << exe;
+}
+
+TEST(System, ProcessCpuSecondsGrowsWithWork) {
+  const double before = normlab::process_cpu_seconds();
+  EXPECT_GE(before, 0);
+  volatile double x = 0;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (normlab::process_cpu_seconds() < before + 0.02 && std::chrono::steady_clock::now() < give_up) x = x + 1;
+  EXPECT_GE(normlab::process_cpu_seconds(), before + 0.02);
 }
 
 TEST(System, ChildOutputGoesToTheFilesAndItsExitCodeComesBack) {

@@ -26,6 +26,9 @@ std::string memory_budget_excess(double bytes);
 // The absolute path of the running executable (/proc/self/exe); "" when it cannot be read.
 std::string self_exe();
 
+// CPU time (user + system) this process has used so far, in seconds.
+double process_cpu_seconds();
+
 // A child process: argv[0] is a path, or a name looked up in PATH (resolved before the fork).
 struct ChildSpec {
   std::vector<std::string> argv;
