@@ -259,6 +259,9 @@ int run_curves_command(const SweepArgs& a) {
 
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   if (!a.curves.empty()) return run_curves_command(a);
+  NL_USAGE(a.curve_field == "val_loss" && a.curve_layers == "max" && a.curve_where.empty() && a.curve_digits == 4 &&
+               !a.curve_transpose,
+           "--field, --layers, --where, --digits and --transpose shape the --curves table: give --curves STEPS");
   NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", shown(a.format));
   SummaryOptions o;
   o.rows = a.rows;

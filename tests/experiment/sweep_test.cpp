@@ -434,6 +434,9 @@ TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--where", "lr=5"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--transpose", "--no-write"});  // a curves flag without --curves
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("give --curves STEPS"), std::string::npos) << describe(r);
 }
 
 TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {
