@@ -5,13 +5,10 @@ its parameter groups' empirical mean / std / kurtosis compared with normlab's in
 For each model (toy, gpt with QK-Norm, gpt with placement deepnorm; LayerNorm, normlab's default
 sizes unless given) and each scheme (gpt2, xavier, torch, fairseq):
 
-  normlab  normlab's initial weights. normlab writes no step-0 checkpoint, so the script runs
-           `normlab train --steps 1 --lr 1e-30 --eval_every 1 --eval_batches 1 --batch_size 1`
-           and reads its model.safetensors. One Adam step moves every weight by lr * m/(sqrt(v)+eps)
-           <= 1e-30: a float32 weight changes only if 1e-30 reaches half its spacing (|w| < ~2e-23), so
-           every nonzero weight of the init keeps its value and a zero bias becomes at most 1e-30. The script measures this: it also draws normlab's init in
-           Python (scripts/normlab_mirror.py: the ported PCG32 Rng in normlab's draw order) and prints
-           the largest |checkpoint - port| (0 or ~1e-30 when the port is bit-exact).
+  normlab  normlab's initial weights: the model.safetensors of `normlab train --steps 0` (the
+           initial model, written as it is). The script also draws normlab's init in Python
+           (scripts/normlab_mirror.py: the ported PCG32 Rng in normlab's draw order) and prints the
+           largest |checkpoint - port| (0 when the port is bit-exact).
   torch    the PyTorch mirror of the model (scripts/normlab_mirror.py) initialized with torch's own
            generator (torch.manual_seed) and torch.nn.init, as docs/init.md says per scheme:
              torch    nothing done: nn.Linear's default reset_parameters (kaiming_uniform_(a=sqrt(5))
@@ -31,7 +28,7 @@ disagrees when its mean, or normlab's or torch's std, or the ratio of the two st
 --sigmas (default 5) standard errors from what is expected (the std's standard error is
 std * sqrt((kurtosis - 1) / (4 n))), when a kurtosis is more than --sigmas * sqrt(24/n) from the
 expected one, when a uniform group has a value outside its bound, or when a constant is not that
-constant (normlab: within 1e-20, the lr-1e-30 step). Exit status 1 if any group disagrees.
+constant (normlab: within 1e-20). Exit status 1 if any group disagrees.
 
 Needs PyTorch, numpy and safetensors, and a built normlab; no network at run time; never needed
 by normlab's tests. Examples:
@@ -44,8 +41,8 @@ Measured (results/torch-init-parity.md has every table; AMD EPYC, PyTorch 2.15.0
   python3 scripts/torch_init_parity.py --markdown results/torch-init-parity.md
   -> 0 of 184 groups disagree (toy, gpt + QK-Norm, gpt deepnorm x gpt2, xavier, torch, fairseq;
      L=6, d=64, hidden 128); the normlab/torch std ratios of the groups with >= 24576 values lie
-     within 1.000 +- 0.011; the checkpoint of `--steps 1 --lr 1e-30` differs from normlab's init
-     (as the Python port draws it) by at most 1e-30 in every configuration.
+     within 1.000 +- 0.011; the checkpoint of `--steps 1 --lr 1e-30` (then normlab's way to its init)
+     differs from normlab's init (as the Python port draws it) by at most 1e-30 in every configuration.
   python3 scripts/torch_init_parity.py --models gpt,toy --schemes fairseq --fairseq_as_code
   -> exit 1, 14 of 29 groups disagree: fairseq's code initializes q, k, v sqrt(2) narrower, fc1 and
      fc2 with nn.Linear's defaults and leaves nonzero biases, unlike docs/init.md's `fairseq`.
@@ -165,7 +162,7 @@ def torch_init(torch, cfg, seed, fairseq_as_code=False):
 def normlab_initial(args, model, scheme, workdir):
     out = os.path.join(workdir, f"{model}-{scheme}")
     cmd = [args.normlab, "train", *MODELS[model], "--init", scheme, "--seed", str(args.seed),
-           "--steps", "1", "--lr", "1e-30", "--eval_every", "1", "--eval_batches", "1", "--batch_size", "1",
+           "--steps", "0", "--eval_batches", "1", "--batch_size", "1",
            "--threads", "1", "--out", out, "--force", "--quiet"]
     for k in ("layers", "d_model", "d_hidden", "heads", "vocab", "seq_len"):
         if getattr(args, k) is not None:
@@ -307,7 +304,7 @@ def render(tables, args, torch):
             title += " (DeepNet's init on the block linears)"
         out.append(title)
         if t["port_max_abs_diff"] is not None:
-            out.append(f"   normlab checkpoint (1 step at lr 1e-30) vs its init drawn by the Python port: "
+            out.append(f"   normlab checkpoint (--steps 0) vs its init drawn by the Python port: "
                        f"max |diff| = {t['port_max_abs_diff']:.3g}")
         out.append(f"   {'group':<16} {'n':>7} {'expected (docs/init.md)':<26} {'normlab std':>11} {'torch std':>11} "
                    f"{'nl/torch':>8} {'nl mean':>9} {'nl kurt':>7} {'t kurt':>6}  ok")
@@ -340,9 +337,9 @@ def markdown(tables, args, torch, bad_groups):
          f"- command: `{cmdline.strip()}`",
          f"- machine: {cpu or platform.processor()} ({platform.system()}), PyTorch {torch.__version__}, "
          f"normlab seed {args.seed}, torch.manual_seed({args.torch_seed})",
-         "- normlab's weights: `normlab train --steps 1 --lr 1e-30 ...` (normlab writes no step-0 checkpoint); "
+         "- normlab's weights: `normlab train --steps 0 ...` (the initial model.safetensors); "
          "\"port diff\" is the largest |checkpoint - init| where the init is drawn by the Python port of normlab's "
-         "Rng in normlab's draw order, i.e. how much that one step moved any weight.",
+         "Rng in normlab's draw order.",
          f"- tolerance: {args.sigmas:g} standard errors (std: std*sqrt((kurtosis-1)/(4n)); mean: std/sqrt(n); "
          "kurtosis: sqrt(24/n)); constants exact (normlab within 1e-20).",
          f"- result: **{bad_groups} of {sum(len(t['rows']) for t in tables)} groups disagree**.", ""]

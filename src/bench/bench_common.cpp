@@ -17,6 +17,7 @@
 #include "normlab/cpu_backend.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/parse.h"
+#include "normlab/system.h"
 #include "normlab/version.h"
 
 namespace normlab::bench {
@@ -295,18 +296,6 @@ std::vector<std::string> context_warnings(const Context& c) {
   return w;
 }
 
-int64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t value = 0;
-  std::string unit;
-  while (in >> key >> value) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return 0;
-}
-
 void record_kernel_choices(Context& c) {
   c.tune_mode = cpu::to_string(cpu::tune_mode());
   c.tune_cache = cpu::tune_cache_path();
@@ -327,11 +316,8 @@ Context collect_context() {
   c.cpus_online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   c.omp_wait_policy = wait ? wait : "default";
-  {
-    char buf[4096] = {0};
-    ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    c.executable = len > 0 ? std::string(buf, static_cast<size_t>(len)) : "normlab";
-  }
+  c.executable = self_exe();
+  if (c.executable.empty()) c.executable = "normlab";
   {
     std::ifstream in("/proc/cpuinfo");
     std::string line;

@@ -8,7 +8,6 @@
 //   normlab bench norms --resident-shapes 1x512x64 --pass addfwd
 #include <fcntl.h>
 #include <omp.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,8 +29,8 @@
 #include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/system.h"
 
-extern char** environ;
 
 namespace normlab::bench {
 
@@ -39,31 +38,6 @@ namespace detail {
 
 int64_t cache_resident_below(int64_t llc_bytes) {
   return std::max<int64_t>(int64_t{1} << 30, 4 * llc_bytes);
-}
-
-int run_process(const std::vector<std::string>& argv, const std::string& stdout_path,
-                const std::string& stderr_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.empty() ? "/dev/null" : stdout_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.empty() ? "/dev/null" : stderr_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return 127;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return 127;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 127;
 }
 
 }  // namespace detail
@@ -746,18 +720,18 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
-  const int saved_threads = num_threads();
+  ThreadCountScope thread_count;
   const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
-  const int64_t avail = available_memory_bytes();
+  const int64_t budget = memory_budget_bytes();
 
   // Buffer sets per shape, and one block of memory for the largest pool, reused by all shapes.
   std::vector<ShapeGroup> groups;
   int64_t most = 0;
   for (const NormShape& shape : opt.shapes) {
     int64_t sets = sets_for(shape, footprint);
-    // Less rotation rather than swapping: keep the pool under 60% of the available memory.
-    while (sets > 1 && avail > 0 && pool_bytes(shape, sets, with_sum) > avail * 6 / 10) --sets;
+    // Less rotation rather than swapping: keep the pool within the memory budget.
+    while (sets > 1 && budget > 0 && pool_bytes(shape, sets, with_sum) > budget) --sets;
     groups.push_back({shape, false, sets});
   }
   for (const NormShape& shape : opt.resident_shapes) groups.push_back({shape, true, 1});
@@ -773,7 +747,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     const int64_t nd = shape.numel();
 
     for (int t : threads) {
-      set_num_threads(t);
+      thread_count.set(t);
       std::vector<Case> cases;
       detail::RowPlace place;
       place.threads = t;
@@ -842,7 +816,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       detail::time_cases(cases, sets, group.resident, opt, report);
     }
   }
-  set_num_threads(saved_threads);
+  thread_count.restore();
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
   record_kernel_choices(report.context);
@@ -938,11 +912,8 @@ std::vector<std::string> norm_verdicts(const NormReport& report) {
 
 std::string find_torch_script() {
   std::vector<std::string> candidates = {"scripts/torch_bench.py"};
-  char buf[4096] = {0};
-  ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (len > 0) {
-    std::string dir(buf, static_cast<size_t>(len));
-    dir = dir.substr(0, dir.find_last_of('/'));
+  if (const std::string exe = self_exe(); !exe.empty()) {
+    const std::string dir = exe.substr(0, exe.find_last_of('/'));
     candidates.push_back(dir + "/../scripts/torch_bench.py");
     candidates.push_back(dir + "/../../scripts/torch_bench.py");
   }
@@ -957,7 +928,7 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
     why = "scripts/torch_bench.py not found (pass --torch-script PATH)";
     return false;
   }
-  if (detail::run_process({torch.python, "-c", "import torch"}, "", "") != 0) {
+  if (run_child({{torch.python, "-c", "import torch"}, "", ""}) != 0) {
     why = fmt::format("{} cannot import torch (pip install torch, or --python PATH)", torch.python);
     return false;
   }
@@ -1023,7 +994,7 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
     }
     CpuUsage usage;  // whether other processes ran during PyTorch's rows too
     usage.start();
-    const int rc = detail::run_process(argv, "", err);
+    const int rc = run_child({argv, "", err});
     Context during;
     usage.stop(during);
     if (during.others_cpu > report.context.others_cpu || std::isnan(report.context.others_cpu))

@@ -27,6 +27,7 @@
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/nn.h"
+#include "normlab/system.h"
 #include "normlab/train.h"
 
 namespace normlab::bench {
@@ -236,6 +237,24 @@ double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_mod
   return static_cast<double>(layers) * (linears + attention) + products(m * d * static_cast<double>(vocab));
 }
 
+
+// Roughly the bytes the largest model holds at its peak: parameters (and Adam's two moments) and the
+// activations the tape keeps, layers x tokens x (a dozen d-sized tensors + the hidden ones), plus the
+// embedding and head (vocab x d) and the logits with their softmax and gradient (tokens x vocab).
+namespace {
+
+double step_bench_memory_bytes(const StepOptions& opt) {
+  const double tokens = static_cast<double>(opt.batch) * static_cast<double>(opt.seq);
+  const double params = static_cast<double>(opt.layers) *
+                            (4.0 * opt.d_model * opt.d_model + 2.0 * opt.d_model * opt.d_hidden) +
+                        2.0 * static_cast<double>(opt.vocab) * opt.d_model;
+  const double acts = static_cast<double>(opt.layers) * tokens * (12.0 * opt.d_model + 3.0 * opt.d_hidden) +
+                      3.0 * tokens * static_cast<double>(opt.vocab);
+  return 4.0 * (4 * params + 2 * acts);
+}
+
+}  // namespace
+
 void validate(const StepOptions& opt) {
   NL_USAGE(!opt.models.empty(), "--model: no model given");
   for (const std::string& m : opt.models) parse_kind<ModelKind>(m);
@@ -257,22 +276,9 @@ void validate(const StepOptions& opt) {
   for (const std::string& m : opt.models)
     NL_USAGE(m != "gpt" || opt.d_model % opt.heads == 0, "--d-model {} is not a multiple of --heads {}", opt.d_model,
              opt.heads);
-  // The sizes must fit in memory: parameters (and Adam's two moments) and the activations the
-  // tape keeps, roughly layers x tokens x (a dozen d-sized tensors + the hidden ones), plus the
-  // embedding and head (vocab x d) and the logits with their softmax and gradient (tokens x vocab).
-  const double tokens = static_cast<double>(opt.batch) * static_cast<double>(opt.seq);
-  const double params = static_cast<double>(opt.layers) *
-                            (4.0 * opt.d_model * opt.d_model + 2.0 * opt.d_model * opt.d_hidden) +
-                        2.0 * static_cast<double>(opt.vocab) * opt.d_model;
-  const double acts = static_cast<double>(opt.layers) * tokens * (12.0 * opt.d_model + 3.0 * opt.d_hidden) +
-                      3.0 * tokens * static_cast<double>(opt.vocab);
-  const double bytes = 4.0 * (4 * params + 2 * acts);
-  const int64_t avail = available_memory_bytes();
-  NL_USAGE(avail <= 0 || bytes < 0.6 * static_cast<double>(avail),
-           "the model ({} layers, d {}, hidden {}, vocab {}, {} x {} tokens) needs about {:.1f} GiB, more than 60% of "
-           "the {:.1f} GiB available: too large for memory",
-           opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq, bytes / (1 << 30),
-           static_cast<double>(avail) / (1 << 30));
+  const std::string excess = memory_budget_excess(step_bench_memory_bytes(opt));
+  NL_USAGE(excess.empty(), "the model ({} layers, d {}, hidden {}, vocab {}, {} x {} tokens) {}", opt.layers,
+           opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq, excess);
 }
 
 StepReport run_step_bench(const StepOptions& opt) {
@@ -285,7 +291,7 @@ StepReport run_step_bench(const StepOptions& opt) {
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
-  const int saved_threads = num_threads();
+  ThreadCountScope thread_count;
   const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
@@ -298,7 +304,7 @@ StepReport run_step_bench(const StepOptions& opt) {
 
   for (const std::string& model_name : opt.models) {
     for (int t : threads) {
-      set_num_threads(t);
+      thread_count.set(t);
       std::unique_ptr<Trainee> trainee[2];
       std::unique_ptr<NormSweep> sweep[2];
       NormImpl impls[2] = {backend_norm(kinds[0]), backend_norm(kinds[1])};
@@ -357,7 +363,7 @@ StepReport run_step_bench(const StepOptions& opt) {
       }
     }
   }
-  set_num_threads(saved_threads);
+  thread_count.restore();
   if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
   usage.stop(report.context);
   record_kernel_choices(report.context);

@@ -18,6 +18,7 @@
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/parse.h"
+#include "normlab/system.h"
 
 namespace normlab::cli {
 
@@ -205,12 +206,11 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   opt.min_time = a.min_time;
   NL_USAGE(a.footprint_mib >= 0 && a.footprint_mib <= (int64_t{1} << 30),
            "--footprint-mib must be >= 0 (0: automatic), got {}", a.footprint_mib);
-  const int64_t avail = available_memory_bytes();
-  NL_USAGE(avail <= 0 || static_cast<double>(a.footprint_mib) * (1 << 20) <= 0.6 * static_cast<double>(avail),
-           "--footprint-mib {} is more than 60% of the {} MiB of memory available", a.footprint_mib, avail >> 20);
+  opt.footprint = a.footprint_mib << 20;
+  const std::string excess = memory_budget_excess(static_cast<double>(opt.footprint));
+  NL_USAGE(excess.empty(), "--footprint-mib {} {}", a.footprint_mib, excess);
   NL_USAGE(a.repeats >= 1 && a.repeats <= 1000000, "--repeats must be 1..1000000, got {}", a.repeats);
   NL_USAGE(a.warmup >= 0 && a.warmup <= 1000000, "--warmup must be 0..1000000, got {}", a.warmup);
-  opt.footprint = a.footprint_mib << 20;
   opt.seed = a.seed;
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
   const NormRegistry registry = builtin_norm_impls();

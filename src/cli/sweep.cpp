@@ -5,7 +5,6 @@
 //   normlab sweep summarize DIR --rows lr --cols placement,layers --format csv
 #include <fmt/ranges.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -20,7 +19,9 @@
 #include "cli_common.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/sweep.h"
+#include "normlab/system.h"
 
 namespace normlab::cli {
 
@@ -41,6 +42,12 @@ struct SweepArgs {
   // summarize
   std::string dir, rows, cols, metric, format = "md";
   bool no_write = false;
+  std::string curves, curve_field = "val_loss", curve_layers = "max";
+  std::vector<std::string> curve_where;
+  int curve_digits = 4;
+  bool curve_transpose = false;
+  // status
+  std::vector<std::string> status_dirs;
   DeviceOptions dev;
 };
 
@@ -149,18 +156,12 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
     std::vector<PointState> states = std::filesystem::exists(a.out + "/spec.json", ec) && changed.empty()
                                          ? point_states(a.out, plan)
                                          : std::vector<PointState>(plan.points.size());
-    std::vector<size_t> todo = select_points(plan, states, shard, rerun);
-    std::vector<bool> runs(plan.points.size(), false);
-    for (size_t i : todo) runs[i] = true;
-    size_t in_shard_count = 0, done = 0;
-    for (size_t i = 0; i < plan.points.size(); ++i) {
-      if (!in_shard(i, shard)) continue;
-      ++in_shard_count;
-      done += states[i].done && !runs[i];
-      std::printf("%-5s %-11s %s\n", runs[i] ? "run" : "skip", states[i].status.c_str(), plan.points[i].name.c_str());
-    }
-    std::printf("%zu points%s: %zu to run, %zu already done (dry run: nothing was started or created)\n", in_shard_count,
-                shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "", todo.size(), done);
+    const ShardWork w = shard_work(plan, states, shard, rerun);
+    for (size_t i = 0; i < plan.points.size(); ++i)
+      if (in_shard(i, shard))
+        std::printf("%-5s %-11s %s\n", w.runs[i] ? "run" : "skip", states[i].status.c_str(), plan.points[i].name.c_str());
+    std::printf("%zu points%s: %zu to run, %zu already done (dry run: nothing was started or created)\n", w.points,
+                shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "", w.todo.size(), w.done);
     if (!changed.empty()) std::printf("note: the spec differs from the sweep in %s: %s (a real run refuses without --force)\n", a.out.c_str(), changed.c_str());
     return 0;
   }
@@ -183,22 +184,12 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   }
 
   std::vector<PointState> states = point_states(a.out, plan);
-  std::vector<size_t> todo = select_points(plan, states, shard, rerun);
-  size_t in_shard_count = 0, done = 0, diverged = 0;
-  std::vector<bool> runs(plan.points.size(), false);
-  std::vector<std::pair<std::string, std::string>> damaged;
-  for (size_t i : todo) runs[i] = true;
-  for (size_t i = 0; i < plan.points.size(); ++i) {
-    if (!in_shard(i, shard)) continue;
-    ++in_shard_count;
-    if (states[i].done && !runs[i]) ++done, diverged += states[i].status == "diverged";
-    if (states[i].status == "damaged") damaged.emplace_back(plan.points[i].name, states[i].problem);
-  }
-  warn_damaged(a.out, damaged, "the point runs again");
+  const ShardWork w = shard_work(plan, states, shard, rerun);
+  warn_damaged(a.out, w.damaged, "the point runs again");
   if (!g.quiet)
     std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", a.out.c_str(),
-                 in_shard_count, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
-                 todo.size(), done, diverged ? fmt::format(" ({} diverged)", diverged).c_str() : "", ro.jobs,
+                 w.points, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
+                 w.todo.size(), w.done, w.diverged ? fmt::format(" ({} diverged)", w.diverged).c_str() : "", ro.jobs,
                  ro.jobs == 1 ? "" : "s", a.threads, a.threads == 1 ? "" : "s");
 
   const bool tty = isatty(STDERR_FILENO) && !g.quiet;
@@ -220,7 +211,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   };
   if (tty) cb.on_tick = draw_bar;
   dir.keep();  // from the first point on, what is in DIR is the sweep's
-  SweepRunReport rep = run_sweep(plan, todo, ro, cb);
+  SweepRunReport rep = run_sweep(plan, w.todo, ro, cb);
   if (tty) std::fprintf(stderr, "\r\033[K");
 
   // The summaries cover every run in DIR (other shards included), whatever this invocation ran.
@@ -239,10 +230,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   }
   if (!g.quiet) {
     // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
-    rusage self{};
-    getrusage(RUSAGE_SELF, &self);
-    const double own_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
-                           1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
+    const double own_cpu = process_cpu_seconds();
     std::fprintf(stderr, "ran %zu point%s in %s: %zu completed, %zu diverged, %zu failed%s; summaries and plots in %s "
                  "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
                  clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed,
@@ -257,7 +245,23 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   return 0;
 }
 
+int run_curves_command(const SweepArgs& a) {
+  CurveOptions o;
+  o.steps = parse_integer_list(a.curves, "--curves", 0, int64_t{1} << 40);
+  o.field = a.curve_field;
+  o.layers = parse_kind<LayerReduce>(a.curve_layers);
+  o.where = a.curve_where;
+  o.digits = a.curve_digits;
+  o.transpose = a.curve_transpose;
+  std::cout << sweep_curves_markdown(a.dir, o);
+  return 0;
+}
+
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
+  if (!a.curves.empty()) return run_curves_command(a);
+  NL_USAGE(a.curve_field == "val_loss" && a.curve_layers == "max" && a.curve_where.empty() && a.curve_digits == 4 &&
+               !a.curve_transpose,
+           "--field, --layers, --where, --digits and --transpose shape the --curves table: give --curves STEPS");
   NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", shown(a.format));
   SummaryOptions o;
   o.rows = a.rows;
@@ -272,6 +276,13 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   if (format == "md") std::cout << summary_markdown(s);
   else if (format == "csv") std::cout << summary_csv(s);
   else std::cout << summary_json(s);
+  return 0;
+}
+
+int run_status_command(const SweepArgs& a, const GlobalOptions& g) {
+  std::vector<SweepStatus> sweeps;
+  for (const std::string& d : a.status_dirs) sweeps.push_back(sweep_status(d));
+  std::cout << (g.json ? sweep_status_json(sweeps) : sweep_status_markdown(sweeps));
   return 0;
 }
 
@@ -305,6 +316,8 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --dry-run
   normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --slurm --slurm-shards 8 --slurm-time 02:00:00 --submit
   normlab sweep summarize sweeps/lr --rows lr --cols placement,layers --format csv
+  normlab sweep summarize sweeps/warmup --curves 200,500,1000 --where placement=post
+  normlab sweep status sweeps/lr
 
 A spec file: {"base": {"config": "FILE", "steps": 3000, ...}, "grid": {"lr": [1e-4, 1e-3], "placement": ["pre", "post"]},
 "zip": {"lr": [...], "warmup_steps": [...]}, "seeds": [0, 1, 2], "summary": {"rows": "lr", "cols": [...], "metric": "final_val_loss"}}.
@@ -318,8 +331,33 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
   summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
   summ->add_option("--format", a->format, "md, csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
+  summ->add_option("--curves", a->curves,
+                   "STEPS (comma list): print a metrics.jsonl field at these steps for every point, mean ± std over "
+                   "the seeds, instead of the summary (writes nothing)");
+  summ->add_option("--field", a->curve_field, "--curves: a field of metrics.jsonl (default val_loss)");
+  summ->add_option("--layers", a->curve_layers, "--curves: a per-layer field's reduction: " + kind_help<LayerReduce>());
+  summ->add_option("--where", a->curve_where, "--curves: key=v1,v2 keeps the points with one of these values (repeatable)")
+      ->allow_extra_args(false);
+  summ->add_option("--digits", a->curve_digits, "--curves: decimals (default 4)");
+  summ->add_flag("--transpose", a->curve_transpose, "--curves: one row per point, one column per step");
   add_global_flags(*summ, g);
-  return [a, summ, &g] { return summ->parsed() ? run_summarize_command(*a, g) : run_sweep_command(*a, g); };
+
+  CLI::App* status = sub->add_subcommand(
+      "status", "Where sweep directories stand: points finished of planned, how they ended, wall clock and run time");
+  status->add_option("dirs", a->status_dirs, "Sweep directories (each holds spec.json and manifest.jsonl)")->required();
+  add_global_flags(*status, g);
+  status->footer(R"(Examples:
+  normlab sweep status results/sweeps/*/
+  normlab sweep status sweeps/lr --json
+
+A point is finished when its run directory is whole and of the spec's config (as `normlab sweep` decides
+what to resume); statuses are its result.json's. Wall clock: the first start to the last end in the
+manifest, across resumes; the sum of run times adds each point's last attempt's seconds.)");
+  return [a, summ, status, &g] {
+    if (summ->parsed()) return run_summarize_command(*a, g);
+    if (status->parsed()) return run_status_command(*a, g);
+    return run_sweep_command(*a, g);
+  };
 }
 
 }  // namespace normlab::cli

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/io.h"
+#include "normlab/system.h"
 #include "normlab/parse.h"
 
 namespace normlab {
@@ -140,7 +141,7 @@ const std::vector<Field>& fields() {
       NL_KIND_FIELD("schedule", Schedule, schedule),
       NL_FIELD("clip", double, clip, "global gradient-norm clip; 0 = off"),
       NL_FIELD("batch_size", int64_t, batch_size, "sequences per step"),
-      NL_FIELD("steps", int64_t, steps, "training steps"),
+      NL_FIELD("steps", int64_t, steps, "training steps (0: the initial model, evaluated and written)"),
       NL_FIELD("eval_every", int64_t, eval_every, "steps between evaluations"),
       NL_FIELD("eval_batches", int64_t, eval_batches, "held-out batches per evaluation"),
       NL_FIELD("seed", uint64_t, seed, "seed of init and data"),
@@ -368,26 +369,10 @@ double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_
   return 4.0 * (4 * params + 2 * acts) + data_bytes;
 }
 
-int64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t value = 0;
-  while (in >> key >> value) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return 0;
-}
-
 void check_fits_in_memory(const TrainConfig& cfg, int64_t batch, const std::string& what, double data_bytes) {
-  const double bytes = estimate_memory_bytes(cfg, batch, data_bytes);
-  const int64_t avail = available_memory_bytes();
-  const double gib = double(int64_t{1} << 30);
-  NL_USAGE(avail <= 0 || bytes < 0.6 * static_cast<double>(avail),
-           "{}: this model ({} layers, d_model {}, d_hidden {}, vocab {}, {} x {} tokens) needs about {:.3g} GiB, "
-           "more than 60% of the {:.1f} GiB of memory available: too large for memory",
-           what, cfg.model.layers, cfg.model.d_model, cfg.model.d_hidden, cfg.model.vocab, batch, cfg.model.seq_len,
-           bytes / gib, static_cast<double>(avail) / gib);
+  const std::string excess = memory_budget_excess(estimate_memory_bytes(cfg, batch, data_bytes));
+  NL_USAGE(excess.empty(), "{}: this model ({} layers, d_model {}, d_hidden {}, vocab {}, {} x {} tokens) {}", what,
+           cfg.model.layers, cfg.model.d_model, cfg.model.d_hidden, cfg.model.vocab, batch, cfg.model.seq_len, excess);
 }
 
 std::string config_to_json(const TrainConfig& cfg) {

@@ -12,6 +12,7 @@
 #include "normlab/config.h"
 #include "normlab/parse.h"
 #include "normlab/rng.h"
+#include "normlab/system.h"
 
 namespace normlab {
 
@@ -146,6 +147,13 @@ CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& o
   return res;
 }
 
+// The gpt model's activations: a dozen (B, T, C) tensors and (B, T, T) attention per head, plus
+// (C, 4C) weights.
+double gradcheck_memory_bytes(const CaseShape& shape) {
+  const double B = double(shape.batch), T = double(shape.time), C = double(shape.channels);
+  return 8.0 * 2 * (64 * B * T * C + 16 * C * C + 8 * B * T * T);
+}
+
 GradcheckCost estimate_gradcheck_cost(const GradCase& c, const GradcheckOptions& opt) {
   BackendScope scope("reference");
   NoGradGuard no_grad;
@@ -166,15 +174,8 @@ GradcheckCost estimate_gradcheck_cost(const GradCase& c, const GradcheckOptions&
 
 void check_gradcheck_budget(const std::vector<const GradCase*>& cases, const GradcheckOptions& opt,
                             const std::string& shape_text, double max_seconds) {
-  // The largest case (the gpt model: activations of a dozen (B, T, C) tensors and (B, T, T)
-  // attention per head, plus (C, 4C) weights), in float64, with gradients: it must fit in memory.
-  const double B = double(opt.shape.batch), T = double(opt.shape.time), C = double(opt.shape.channels);
-  const double bytes = 8.0 * 2 * (64 * B * T * C + 16 * C * C + 8 * B * T * T);
-  const double avail = double(available_memory_bytes());
-  NL_USAGE(avail <= 0 || bytes < 0.6 * avail,
-           "--shape {}: the cases need about {:.3g} GiB, more than 60% of the {:.1f} GiB of memory available: too "
-           "large for memory",
-           shown(shape_text), bytes / double(1 << 30), avail / double(1 << 30));
+  const std::string excess = memory_budget_excess(gradcheck_memory_bytes(opt.shape));
+  NL_USAGE(excess.empty(), "--shape {}: the cases {}", shown(shape_text), excess);
   double total = 0;
   for (const GradCase* c : cases) {
     const GradcheckCost cost = estimate_gradcheck_cost(*c, opt);

@@ -1,5 +1,6 @@
 // Shared by the sweep implementation files (src/experiment/sweep_*.cpp); not a public header.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,22 @@ struct RunRecord {
 };
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);
 std::string now_iso8601();
+
+// DIR/manifest.jsonl as the runner reads it: per point (name and config hash), its last record
+// decides ("last end wins": a rerun's end replaces the earlier one; a start after it means running).
+struct ManifestRecord {
+  std::string event;   // start or end
+  std::string status;  // an end's: completed, diverged, failed, interrupted
+  std::string time;    // ISO 8601, UTC
+  double seconds = 0;  // an end's: the attempt's run time
+};
+struct Manifest {
+  std::map<std::string, ManifestRecord> last;      // by manifest_key: the point's last record
+  std::map<std::string, ManifestRecord> last_end;  // by manifest_key: its last end record
+  std::vector<std::string> start_times;            // every start, in file order
+};
+std::string manifest_key(const SweepPoint& p);
+// An absent manifest is empty; a torn line (a killed writer) is not a record.
+Manifest read_manifest(const std::string& dir);
 
 }  // namespace normlab

@@ -33,6 +33,7 @@
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/sweep.h"
+#include "normlab/system.h"
 #include "sweep_internal.h"
 
 namespace normlab {
@@ -40,13 +41,6 @@ namespace normlab {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
-
-std::string self_exe() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  NL_CHECK(!ec, "cannot read /proc/self/exe: {}", ec.message());
-  return p.string();
-}
 
 void check_run_options(const SweepRunOptions& opt) {
   NL_USAGE(opt.jobs >= 1, "--jobs must be >= 1 (points at once), got {}", opt.jobs);
@@ -182,6 +176,7 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
                          const SweepCallbacks& cb) {
   check_run_options(opt);
   const std::string exe = opt.exe.empty() ? self_exe() : opt.exe;
+  NL_CHECK(!exe.empty(), "cannot read /proc/self/exe: the sweep cannot find normlab to run its points");
   const std::string shard_text = fmt::format("{}/{}", opt.shard.index, opt.shard.count);
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
@@ -235,56 +230,19 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     cfg.threads = opt.threads;
     const std::string cfg_path = point_config_path(opt.dir, p);
     write_file_atomic(cfg_path, config_to_json(cfg) + "\n");
-    const std::string log_path = point_log_path(opt.dir, p);
-    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    NL_USAGE(log_fd >= 0, "cannot open '{}': {}", shown(log_path, 200), std::strerror(errno));
-    int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-
     std::vector<std::string> args = {exe, "train", "--config", cfg_path, "--out", rd.string(), "--force", "-q"};
     if (opt.device != "cpu") {
       args.push_back("--device");
       args.push_back(opt.device);
     }
     if (opt.tf32) args.push_back("--tf32");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = ::getpid();
-
-    // Blocked across fork: a signal forwarded to the child before it has dropped the sweep's handlers
-    // would run them in the child and be lost, leaving the point training on; unblocked in the child
-    // after the reset, it is delivered with its default action instead.
-    sigset_t stop_signals, old_mask;
-    sigemptyset(&stop_signals);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
-    ::pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
-    pid_t pid = ::fork();
-    const int fork_errno = errno;
-    if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    NL_CHECK(pid >= 0, "fork: {}", std::strerror(fork_errno));
-    if (pid == 0) {
-      // Only async-signal-safe calls here. Own process group: a terminal's Ctrl-C reaches the sweep,
-      // which forwards it. PDEATHSIG: a sweep killed outright (SIGKILL) takes its children with it.
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) _exit(127);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      ::sigaction(SIGINT, &dfl, nullptr);
-      ::sigaction(SIGTERM, &dfl, nullptr);
-      ::sigaction(SIGHUP, &dfl, nullptr);
-      ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-      ::dup2(null_fd, STDIN_FILENO);
-      ::dup2(log_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
-      ::execv(argv[0], argv.data());
-      const char msg[] = "sweep: cannot exec normlab\n";
-      ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-      (void)ignored;
-      _exit(127);
-    }
-    ::close(log_fd);
-    ::close(null_fd);
+    ChildSpec child;
+    child.argv = args;
+    child.stdout_path = child.stderr_path = point_log_path(opt.dir, p);
+    // Own process group: a terminal's Ctrl-C reaches the sweep, which forwards it. Dying with the
+    // parent: a sweep killed outright (SIGKILL) takes its children with it.
+    child.own_process_group = child.die_with_parent = true;
+    const pid_t pid = start_child(child);
     running[pid] = {i, clock_type::now(), lock_fd};
     guard.fd = -1;
     json start{{"event", "start"}, {"point", p.name},       {"hash", p.hash}, {"shard", shard_text}, {"pid", pid},

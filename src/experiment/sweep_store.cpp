@@ -356,9 +356,10 @@ void prepare_sweep_dir(const std::string& dir, const SweepPlan& plan, bool force
   d.keep();
 }
 
-std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan) {
-  // The manifest's last record per point (name + hash): start -> running, end -> its status.
-  std::map<std::string, std::string> last;
+std::string manifest_key(const SweepPoint& p) { return p.name + "#" + p.hash; }
+
+Manifest read_manifest(const std::string& dir) {
+  Manifest m;
   const std::string manifest = (fs::path(dir) / "manifest.jsonl").string();
   struct stat mst {};
   // Read only when it is there (a new sweep has none), and never waited on (a FIFO is refused).
@@ -367,12 +368,28 @@ std::vector<PointState> point_states(const std::string& dir, const SweepPlan& pl
   while (std::getline(in, line)) {
     try {
       json j = json::parse(line);
-      std::string key = j.value("point", "") + "#" + j.value("hash", "");
-      last[key] = j.value("event", "") == "start" ? "running" : j.value("status", "failed");
+      const std::string key = j.value("point", "") + "#" + j.value("hash", "");
+      ManifestRecord r;
+      r.event = j.value("event", "");
+      r.time = j.value("time", "");
+      if (r.event == "start") {
+        m.start_times.push_back(r.time);
+      } else {
+        r.status = j.value("status", "failed");
+        const auto s = j.find("seconds");
+        r.seconds = s != j.end() && s->is_number() ? s->get<double>() : 0;
+        m.last_end[key] = r;
+      }
+      m.last[key] = r;
     } catch (const std::exception&) {
       // a torn last line (a killed writer) is not a record
     }
   }
+  return m;
+}
+
+std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan) {
+  const Manifest manifest = read_manifest(dir);
   std::vector<PointState> states(plan.points.size());
   for (size_t i = 0; i < plan.points.size(); ++i) {
     const SweepPoint& p = plan.points[i];
@@ -387,11 +404,16 @@ std::vector<PointState> point_states(const std::string& dir, const SweepPlan& pl
       states[i].problem = r.problem;
       continue;
     }
-    auto it = last.find(p.name + "#" + p.hash);
-    if (it == last.end()) continue;
+    auto it = manifest.last.find(manifest_key(p));
+    if (it == manifest.last.end()) continue;
+    if (it->second.event == "start") {
+      states[i].status = "running";
+      continue;
+    }
     // An end record of completed/diverged without a matching whole run directory means the directory
     // is gone or replaced: the point must run again.
-    states[i].status = (it->second == "completed" || it->second == "diverged") ? "pending" : it->second;
+    const std::string& ended = it->second.status;
+    states[i].status = (ended == "completed" || ended == "diverged") ? "pending" : ended;
   }
   return states;
 }
@@ -422,6 +444,24 @@ std::vector<size_t> select_points(const SweepPlan& plan, const std::vector<Point
     if (!states[i].done || wants(states[i].status)) out.push_back(i);
   }
   return out;
+}
+
+ShardWork shard_work(const SweepPlan& plan, const std::vector<PointState>& states, const Shard& shard,
+                     const std::vector<std::string>& rerun) {
+  ShardWork w;
+  w.todo = select_points(plan, states, shard, rerun);
+  w.runs.assign(plan.points.size(), false);
+  for (size_t i : w.todo) w.runs[i] = true;
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    if (!in_shard(i, shard)) continue;
+    ++w.points;
+    if (states[i].done && !w.runs[i]) {
+      ++w.done;
+      w.diverged += states[i].status == "diverged";
+    }
+    if (states[i].status == "damaged") w.damaged.emplace_back(plan.points[i].name, states[i].problem);
+  }
+  return w;
 }
 
 }  // namespace normlab

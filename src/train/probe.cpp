@@ -30,21 +30,6 @@ double frobenius(const Tensor& t) {
 
 double ratio(double a, double b) { return b != 0 ? a / b : kNaN; }
 
-// The kernels' thread count for one probe, restored afterwards (it is process-wide).
-class ThreadsScope {
- public:
-  explicit ThreadsScope(int n) : previous_(num_threads()) {
-    NL_USAGE(n >= 0, "--threads must be >= 0 (0 = all cores), got {}", n);
-    set_num_threads(n);
-  }
-  ~ThreadsScope() { set_num_threads(previous_); }
-  ThreadsScope(const ThreadsScope&) = delete;
-  ThreadsScope& operator=(const ThreadsScope&) = delete;
-
- private:
-  int previous_;
-};
-
 // Per-layer numbers of one seed, before averaging.
 struct SeedLayer {
   double act = 0, growth = 0, stream_grad = 0, input_grad = 0, block_grad = 0, fc2_grad = 0;
@@ -172,7 +157,8 @@ ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, con
   config.validate();
   NL_USAGE(opt.seeds >= 1, "--seeds must be >= 1, got {}", opt.seeds);
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
-  ThreadsScope threads(opt.threads);
+  NL_USAGE(opt.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", opt.threads);
+  ThreadCountScope threads(opt.threads);
 
   std::vector<SeedProbe> seeds;
   for (int s = 0; s < opt.seeds; ++s) {
@@ -230,7 +216,8 @@ PlainStackResult probe_plain_stack(const PlainStackOptions& so, const ProbeOptio
   NL_USAGE(!so.gains.empty(), "plain stack needs at least one gain");
   for (double g : so.gains) NL_USAGE(g > 0 && std::isfinite(g), "gain must be > 0, got {}", g);
 
-  ThreadsScope threads(opt.threads);
+  NL_USAGE(opt.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", opt.threads);
+  ThreadCountScope threads(opt.threads);
   PlainStackResult res;
   res.options = so;
   res.tokens = opt.batch * so.seq_len;

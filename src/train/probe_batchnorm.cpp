@@ -206,13 +206,13 @@ Stat over(const std::vector<SeedNumbers>& seeds, F get) {
 }  // namespace
 
 BatchNormProbeResult probe_batchnorm(const ProbeOptions& opt) {
-  const int previous = num_threads();
-  set_num_threads(opt.threads);
   const int64_t batch = 32;
   const std::vector<int64_t> sizes = {32, 8}, running = {1, 10, 100};
   std::vector<SeedNumbers> seeds;
-  for (int s = 0; s < opt.seeds; ++s) seeds.push_back(one_seed(uint64_t(s), batch, sizes, running));
-  set_num_threads(previous);
+  {
+    ThreadCountScope threads(opt.threads);
+    for (int s = 0; s < opt.seeds; ++s) seeds.push_back(one_seed(uint64_t(s), batch, sizes, running));
+  }
 
   BatchNormProbeResult res;
   res.d = kD;

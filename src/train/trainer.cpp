@@ -41,7 +41,7 @@ void TrainConfig::validate() const {
   NL_USAGE(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
   NL_USAGE(clip >= 0, "clip must be >= 0 (0 = off), got {}", clip);
   NL_USAGE(batch_size >= 1, "batch_size must be >= 1, got {}", batch_size);
-  NL_USAGE(steps >= 1, "steps must be >= 1, got {}", steps);
+  NL_USAGE(steps >= 0, "steps must be >= 0 (0: the initial model, evaluated), got {}", steps);
   NL_USAGE(eval_every >= 1, "eval_every must be >= 1, got {}", eval_every);
   NL_USAGE(eval_batches >= 1, "eval_batches must be >= 1, got {}", eval_batches);
   NL_USAGE(threads >= 0, "threads must be >= 0 (0 = all cores), got {}", threads);
@@ -273,6 +273,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
       hooks.on_checkpoint(step, model, snapshot(step));
   }
   (void)last_grad_norm;
+  // No steps: the run is the initial model, evaluated once (and written by on_checkpoint below).
+  if (cfg.steps == 0) evaluate(0, 0);
   if (res.status == "diverged" && (res.evals.empty() || res.evals.back().step != res.diverged_step)) {
     // The state at divergence is part of the result: record it (its losses may be NaN/Inf).
     train_loss_sum = NAN;
@@ -291,7 +293,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   res.seconds_per_step = counted ? step_time / static_cast<double>(counted) : 0;
   res.tokens_per_second = res.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / res.seconds_per_step : 0;
   if (!std::isfinite(res.best_val_loss)) res.best_val_loss = NAN;
-  if (res.status == "ok") {
+  if (res.status == "ok" && res.steps_done > 0) {  // an untrained model has not collapsed: it has not begun
     res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
     if (res.collapsed_step >= 0) res.status = "collapsed";
   }

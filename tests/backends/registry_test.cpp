@@ -65,3 +65,25 @@ TEST(Registry, AFactoryMayLookUpAnotherBackend) {
 
 }  // namespace
 }  // namespace normlab
+
+// The thread count is process-wide: a scope restores the count it found, early or at its end, an
+// exception included.
+TEST(Registry, ThreadCountScopeRestoresThePreviousCount) {
+  normlab::set_num_threads(1);
+  {
+    normlab::ThreadCountScope scope(2);
+    EXPECT_EQ(normlab::num_threads(), 2);
+    scope.set(3);
+    EXPECT_EQ(normlab::num_threads(), 3);
+    scope.restore();
+    EXPECT_EQ(normlab::num_threads(), 1);
+    scope.set(2);
+  }
+  EXPECT_EQ(normlab::num_threads(), 1);
+  try {
+    normlab::ThreadCountScope scope(2);
+    throw std::runtime_error("stop");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(normlab::num_threads(), 1);
+}

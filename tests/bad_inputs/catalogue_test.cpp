@@ -213,7 +213,7 @@ std::vector<Case> catalogue() {
   add("train_lr_underflow", tiny({"--lr", "1e-400"}));
   add("train_beta1_one", tiny({"--beta1", "1"}));
   add("train_noise_two", tiny({"--noise", "2"}));
-  add("train_steps_zero", tiny({"--steps", "0"}));
+  add("train_steps_negative", tiny({"--steps", "-1"}));
   add("train_steps_huge", tiny({"--steps", "1e30"}));
   add("train_batch_huge", tiny({"--batch_size", "1e15"}));
   add("train_heads_not_dividing", tiny({"--model", "gpt", "--heads", "3"}));

@@ -146,3 +146,15 @@ TEST(Gradcheck, DumpRecomputesOutsideNormlab) {
   auto att = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("causal_attention"), opt));
   EXPECT_EQ(att["hyperparameters"]["heads"].get<double>(), 2.0);
 }
+
+// The estimate --shape is held to against the memory budget: the gpt case's float64 activations,
+// weights and attention, with their gradients.
+TEST(GradcheckBudget, MemoryEstimateOfAShape) {
+  normlab::CaseShape s;
+  s.batch = 2;
+  s.time = 3;
+  s.channels = 4;
+  EXPECT_DOUBLE_EQ(normlab::gradcheck_memory_bytes(s), 8.0 * 2 * (64 * 24 + 16 * 16 + 8 * 2 * 9));
+  s.time = 4096;  // attention grows with T^2
+  EXPECT_GT(normlab::gradcheck_memory_bytes(s), 8.0 * 2 * 8 * 2 * 4096.0 * 4096.0);
+}

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 
 #include "test_util.h"
 #include "normlab/about.h"
+#include "normlab/checkpoint.h"
 #include "normlab/config.h"
 #include "normlab/run.h"
 #include "normlab/train.h"
@@ -66,6 +68,36 @@ TEST(TrainRun, SameConfigSameMetricsBitForBit) {
   for (const auto& e : fs::directory_iterator(a.parent_path()))
     EXPECT_EQ(e.path().filename().string().rfind(a.filename().string() + ".partial", 0), std::string::npos)
         << e.path();
+}
+
+// issue 24: --steps 0 is the initial model: model.safetensors holds exactly the init the seed draws
+// (scripts/torch_init_parity.py reads it), evaluated once at step 0, status ok (not "collapsed":
+// it has not trained).
+TEST(TrainRun, ZeroStepsWritesTheInitialModel) {
+  TrainConfig c = tiny();
+  c.steps = 0;
+  c.seed = 7;
+  const fs::path dir = fresh_dir("steps0");
+  RunOptions o;
+  o.versions = provenance();
+  o.dir = dir.string();
+  run_and_record(c, o);
+  Model init(c.model, c.seed);
+  const auto expected = model_state(init);
+  const SafetensorsFile file = load_safetensors((dir / "model.safetensors").string());
+  ASSERT_EQ(file.tensors.size(), expected.size());
+  std::map<std::string, std::vector<double>> written;  // the file holds its tensors in name order
+  for (const auto& [name, t] : file.tensors) written[name] = t.to_vector();
+  for (const auto& [name, t] : expected) {
+    ASSERT_TRUE(written.count(name)) << name;
+    EXPECT_EQ(written[name], t.to_vector()) << name;
+  }
+  const auto result = nlohmann::json::parse(slurp(dir / "result.json"));
+  EXPECT_EQ(result["status"], "ok") << result.dump();
+  EXPECT_EQ(result["steps_done"], 0);
+  EXPECT_TRUE(result["final_val_loss"].is_number()) << result.dump();
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "metrics.jsonl"))["step"], 0);
+  fs::remove_all(dir);
 }
 
 TEST(TrainRun, DivergenceIsAResult) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -224,6 +225,34 @@ TEST(SweepPlan, NumbersAndShards) {
   EXPECT_TRUE(in_shard(4, s));
 }
 
+// What `sweep --dry-run` and a real run count, from the points' states: one function for both.
+TEST(SweepPlan, ShardWorkCountsThePointsOfTheShard) {
+  SweepPlan plan = plan_sweep({"", {"lr=1e-3,2e-3,3e-3,4e-3,5e-3"}, {"steps=5"}});
+  std::vector<PointState> st(5);
+  st[0].status = "completed", st[0].done = true;
+  st[1].status = "diverged", st[1].done = true;
+  st[2].status = "damaged", st[2].problem = "result.json is not valid JSON";
+  st[3].status = "diverged", st[3].done = true;
+  ShardWork all = shard_work(plan, st, {}, {});
+  EXPECT_EQ(all.points, 5u);
+  EXPECT_EQ(all.todo, (std::vector<size_t>{2, 4}));
+  EXPECT_EQ(all.runs, (std::vector<bool>{false, false, true, false, true}));
+  EXPECT_EQ(all.done, 3u);
+  EXPECT_EQ(all.diverged, 2u);
+  ASSERT_EQ(all.damaged.size(), 1u);
+  EXPECT_EQ(all.damaged[0].first, plan.points[2].name);
+  ShardWork rerun = shard_work(plan, st, {}, {"diverged"});  // run again: no longer done
+  EXPECT_EQ(rerun.todo, (std::vector<size_t>{1, 2, 3, 4}));
+  EXPECT_EQ(rerun.done, 1u);
+  EXPECT_EQ(rerun.diverged, 0u);
+  ShardWork second = shard_work(plan, st, Shard{1, 2}, {});  // points 1 and 3
+  EXPECT_EQ(second.points, 2u);
+  EXPECT_TRUE(second.todo.empty());
+  EXPECT_EQ(second.done, 2u);
+  EXPECT_EQ(second.diverged, 2u);
+  EXPECT_TRUE(second.damaged.empty());
+}
+
 // ---- bad input: one line, exit 2, nothing created ------------------------------------------------
 
 struct BadCase {
@@ -244,7 +273,7 @@ TEST(SweepErrors, OneLineExit2NothingCreated) {
       {"wrong type", R"({"grid": {"layers": [2, "three"]}})", {}, "grid.layers[1]"},
       {"wrong type in base", R"({"base": {"lr": "fast"}})", {}, "base.lr"},
       {"wrong cli type", "", {"lr=1e-3,fast"}, "lr"},
-      {"invalid base", R"({"base": {"steps": 0}, "grid": {"layers": [2, 3]}})", {}, "steps must be >= 1"},
+      {"invalid base", R"({"base": {"steps": -1}, "grid": {"layers": [2, 3]}})", {}, "steps must be >= 0"},
       {"invalid point", R"({"grid": {"lr": [1e-3, -1]}})", {}, "lr must be > 0"},
       {"zip lengths", R"({"zip": {"lr": [1e-3, 3e-3], "warmup_steps": [10]}})", {}, "equal lengths"},
       {"seed twice", R"({"grid": {"seed": [0, 1]}, "seeds": [2]})", {}, "seed"},
@@ -341,6 +370,83 @@ TEST_F(SweepRun, ReferenceHasEveryPointDivergedNeverBest) {
   }
   EXPECT_NE(slurp(dir + "/summary.md").find("diverged@2"), std::string::npos);
   EXPECT_NE(slurp(dir + "/final_loss_vs_lr.svg").find("diverged"), std::string::npos);
+}
+
+// issue 24: `sweep status` (was scripts/sweep_status.py) counts what the runner counts: every point
+// of spec.json's plan, finished when its run directory is whole; statuses are result.json's.
+TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
+  const std::string dir = *ref_ / "ref";
+  CliResult r = run_cli({"sweep", "status", dir + "/", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["dir"], dir);
+  EXPECT_EQ(j[0]["points"], 12);
+  EXPECT_EQ(j[0]["finished"], 12);
+  EXPECT_EQ(j[0]["init"], json::array({"gpt2"}));
+  EXPECT_EQ(j[0]["statuses"].value("diverged", 0), 4) << j.dump();
+  int n = 0;
+  for (const auto& [status, count] : j[0]["statuses"].items()) n += count.get<int>();
+  EXPECT_EQ(n, 12);
+  double run_seconds = 0;
+  for (const json& e : manifest(dir))
+    if (e["event"] == "end") run_seconds += e["seconds"].get<double>();
+  EXPECT_NEAR(j[0]["run_seconds"].get<double>(), run_seconds, 1e-9);
+  EXPECT_GE(j[0]["wall_seconds"].get<double>(), 0);
+  r = run_cli({"sweep", "status", dir});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out.rfind("| sweep | init | points done | statuses | wall clock | sum of run times |\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("| ref | gpt2 | 12 / 12 | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4 diverged"), std::string::npos) << r.out;
+  // A point whose run directory is gone is not finished, whatever the manifest says.
+  TempDir copy;
+  fs::copy(dir, copy / "ref", fs::copy_options::recursive);
+  fs::create_directories(copy / "runs");
+  fs::remove_all(copy / "ref/runs/lr=1e-3/placement=pre/seed=0");
+  r = run_cli({"sweep", "status", copy / "ref", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(json::parse(r.out)[0]["finished"], 11);
+  r = run_cli({"sweep", "status", copy / "runs"});  // not a sweep directory
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("no spec.json"), std::string::npos) << describe(r);
+}
+
+// issue 24: `sweep summarize --curves` (was scripts/sweep_curves.py): a metrics.jsonl field at the
+// chosen steps, mean ± sample std over the seeds, one column per point.
+TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
+  const std::string dir = *ref_ / "ref";
+  auto val_loss = [&](const std::string& point, int64_t step) {
+    std::ifstream in(dir + "/runs/" + point + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const json rec = json::parse(line);
+      if (rec["step"] == step) return rec["val_loss"].get<double>();
+    }
+    return std::nan("");
+  };
+  const double a = val_loss("lr=1e-3/placement=post/seed=0", 10), b = val_loss("lr=1e-3/placement=post/seed=1", 10);
+  const double mean = (a + b) / 2, sd = std::sqrt(((a - mean) * (a - mean) + (b - mean) * (b - mean)) / 1);
+  CliResult r = run_cli({"sweep", "summarize", dir, "--curves", "10,40", "--where", "lr=0.001,1e30"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto lines = test::split_lines(r.out);
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  EXPECT_EQ(lines[0], "val_loss: mean ± std over seeds (" + dir + ")");
+  EXPECT_EQ(lines[2], "| step | lr=1e-3 placement=pre | lr=1e-3 placement=post | lr=1e30 placement=pre | "
+                      "lr=1e30 placement=post |");
+  EXPECT_NE(lines[4].find(fmt::format("| {:.4f} ± {:.4f} |", mean, sd)), std::string::npos) << lines[4];
+  EXPECT_NE(lines[4].find("| — | — |"), std::string::npos) << lines[4];  // lr 1e30 diverged at step 2
+  r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--transpose", "--digits", "2", "--where", "lr=1e-3",
+               "--field", "stream_norm", "--layers", "first"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("stream_norm (first over layers)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| point | step 10 |"), std::string::npos) << r.out;
+  EXPECT_EQ(test::split_lines(r.out).size(), 6u) << r.out;
+  r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--layers", "median"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--where", "lr=5"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--transpose", "--no-write"});  // a curves flag without --curves
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("give --curves STEPS"), std::string::npos) << describe(r);
 }
 
 TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {

@@ -237,4 +237,21 @@ class BackendScope {
 void set_num_threads(int n);
 int num_threads();
 
+// The thread count is process-wide: a scope that sets it restores the previous count when it
+// ends, by an exception too. set() changes it again within the scope (a bench over 1, 2, all threads),
+// restore() puts the previous count back early.
+class ThreadCountScope {
+ public:
+  ThreadCountScope() : previous_(num_threads()) {}
+  explicit ThreadCountScope(int n) : ThreadCountScope() { set_num_threads(n); }
+  ~ThreadCountScope() { set_num_threads(previous_); }
+  ThreadCountScope(const ThreadCountScope&) = delete;
+  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+  void set(int n) { set_num_threads(n); }
+  void restore() { set_num_threads(previous_); }
+
+ private:
+  int previous_;
+};
+
 }  // namespace normlab

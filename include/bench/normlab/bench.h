@@ -176,8 +176,6 @@ class CpuUsage {
  private:
   double busy_ = 0, total_ = 0, steal_ = 0, self_ = 0;
 };
-// Bytes of memory the system has available (MemAvailable), 0 when unknown.
-int64_t available_memory_bytes();
 
 // ============================================================================
 // norm implementations: a registry of free functions on raw float arrays

@@ -33,10 +33,8 @@ void validate_config(const TrainConfig& cfg);
 // their gradients and Adam's two moments, the activations the tape keeps and their gradients
 // (attention scores included for gpt), the logits; plus `data_bytes` of loaded data.
 double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_bytes = 0);
-// MemAvailable from /proc/meminfo (0 when unknown).
-int64_t available_memory_bytes();
-// UsageError, with the estimate and the machine's memory, when the estimate is more than 60% of
-// the available memory. `what` names the command ("train", "probe").
+// UsageError, with the estimate and the machine's memory, when the estimate is over the memory
+// budget (system.h). `what` names the command ("train", "probe").
 void check_fits_in_memory(const TrainConfig& cfg, int64_t batch, const std::string& what, double data_bytes = 0);
 // Fully resolved config as pretty JSON.
 std::string config_to_json(const TrainConfig& cfg);

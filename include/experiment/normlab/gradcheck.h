@@ -106,6 +106,8 @@ struct GradcheckCost {
   double seconds = 0;  // forwards x forward_seconds
 };
 GradcheckCost estimate_gradcheck_cost(const GradCase& c, const GradcheckOptions& opt);
+// Roughly the bytes the largest case (the gpt model, float64, with gradients) holds at `shape`.
+double gradcheck_memory_bytes(const CaseShape& shape);
 // Before any case runs at a --shape the user chose: the cases fit in memory and their finite
 // differences together take at most max_seconds (estimated as above); a UsageError naming the
 // shape, the case and the estimate otherwise.

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/names.h"
 #include "normlab/train.h"
 
 namespace normlab {
@@ -134,6 +135,17 @@ std::vector<PointState> point_states(const std::string& dir, const SweepPlan& pl
 // (failed, interrupted, diverged, completed or all).
 std::vector<size_t> select_points(const SweepPlan& plan, const std::vector<PointState>& states, const Shard& shard,
                                   const std::vector<std::string>& rerun);
+// What one invocation does with its shard, counted once for `--dry-run` and a real run.
+struct ShardWork {
+  std::vector<size_t> todo;   // select_points
+  std::vector<bool> runs;     // per point of the plan: in todo
+  size_t points = 0;          // of the plan, in this shard
+  size_t done = 0;            // finished and not run again
+  size_t diverged = 0;        // of done
+  std::vector<std::pair<std::string, std::string>> damaged;  // in this shard: point name, problem
+};
+ShardWork shard_work(const SweepPlan& plan, const std::vector<PointState>& states, const Shard& shard,
+                     const std::vector<std::string>& rerun);
 // Splits and checks a --rerun list ("diverged,failed"). Throws UsageError.
 std::vector<std::string> parse_rerun(const std::string& text);
 
@@ -245,6 +257,45 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s);
 // (UsageError naming the file that could not be written: a read-only DIR, a file-size limit).
 void write_summaries(const std::string& dir, const SweepSummary& s);
 
+// ---- curves ------------------------------------------------------------------------------------
+// A field of metrics.jsonl at chosen steps for every point of a sweep, mean ± std over the seeds
+// (`normlab sweep summarize DIR --curves STEPS`): the curves behind summarize's final numbers.
+enum class LayerReduce { max, min, mean, first, last };  // how a per-layer field becomes one number
+template <>
+const EnumNames& enum_names<LayerReduce>();
+
+struct CurveOptions {
+  std::vector<int64_t> steps;           // eval steps of the runs, in the order shown
+  std::string field = "val_loss";       // a field of metrics.jsonl
+  LayerReduce layers = LayerReduce::max;  // for a per-layer (list) field
+  // "key=v1,v2": only the points whose axis key has one of these values (numbers compared as numbers)
+  std::vector<std::string> where;
+  int digits = 4;          // decimals shown
+  bool transpose = false;  // one row per point (default: one row per step)
+};
+// The markdown table, with its title line. A point's cell averages the seeds whose run reached the
+// step ("n=2/3" when some did not), "nan" when a value is not finite, "—" when none has it.
+// UsageError when no run of DIR matches.
+std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& opt);
+
+// ---- status ------------------------------------------------------------------------------------
+// Where a sweep directory stands (`normlab sweep status`): the points finished of those its spec
+// plans (finished as the runner decides: a whole run directory of the point's config), how they
+// ended, and what they cost according to the manifest (read as the runner reads it).
+struct SweepStatus {
+  std::string dir;
+  std::vector<std::string> inits;  // the planned points' init schemes, in plan order, each once
+  size_t points = 0, finished = 0;
+  std::vector<std::pair<std::string, size_t>> statuses;  // of the finished, by result.json's status, sorted
+  double wall_seconds = 0;  // the first start to the last end, across resumes (0: nothing ended)
+  double run_seconds = 0;   // the sum over points of their last attempt's own seconds
+};
+// Reads DIR/spec.json, DIR/manifest.jsonl and the run directories; UsageError naming what is missing.
+SweepStatus sweep_status(const std::string& dir);
+// One row per sweep: | sweep | init | points done | statuses | wall clock | sum of run times |.
+std::string sweep_status_markdown(const std::vector<SweepStatus>& sweeps);
+std::string sweep_status_json(const std::vector<SweepStatus>& sweeps);
+
 // ---- Slurm -------------------------------------------------------------------------------------
 struct SlurmOptions {
   std::string exe;        // absolute path of normlab
@@ -273,8 +324,5 @@ std::string write_sbatch_script(SweepDir& d, const SlurmOptions& opt);
 void check_sbatch_available();
 // Runs `sbatch --parsable SCRIPT` and returns the job id. Throws Error with sbatch's message.
 std::string submit_sbatch(const std::string& script_path);
-
-// The absolute path of the running executable (/proc/self/exe).
-std::string self_exe();
 
 }  // namespace normlab

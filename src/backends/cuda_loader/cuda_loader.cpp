@@ -19,6 +19,7 @@
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/error.h"
+#include "normlab/system.h"
 
 namespace normlab {
 
@@ -58,9 +59,8 @@ std::string module_path(const Loader& l) {
     // dlopen would search the library path for a bare name: the variable names a file.
     return p.find('/') == std::string::npos ? "./" + p : p;
   }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ((ec ? fs::path(".") : exe.parent_path()) / l.file).string();
+  const std::string exe = self_exe();
+  return ((exe.empty() ? fs::path(".") : fs::path(exe).parent_path()) / l.file).string();
 }
 
 std::string module_name(const Loader& l, const std::string& path) { return std::string(l.what) + " " + shown(path, 512); }

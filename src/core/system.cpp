@@ -1,0 +1,156 @@
+// The machine's available memory, the running executable and child processes (system.h).
+#include "normlab/system.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "normlab/error.h"
+
+namespace normlab {
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+int64_t memory_budget_bytes() {
+  return static_cast<int64_t>(kMemoryBudgetShare * static_cast<double>(available_memory_bytes()));
+}
+
+std::string memory_budget_excess(double bytes) {
+  const int64_t avail = available_memory_bytes();
+  if (avail <= 0 || bytes < kMemoryBudgetShare * static_cast<double>(avail)) return "";
+  const double gib = double(int64_t{1} << 30);
+  return fmt::format("needs about {:.3g} GiB, more than {:.0f}% of the {:.1f} GiB of memory available: too large for "
+                     "memory",
+                     bytes / gib, 100 * kMemoryBudgetShare, static_cast<double>(avail) / gib);
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", buf, sizeof(buf));
+  return len > 0 && static_cast<size_t>(len) < sizeof(buf) ? std::string(buf, static_cast<size_t>(len)) : "";
+}
+
+double process_cpu_seconds() {
+  rusage self{};
+  ::getrusage(RUSAGE_SELF, &self);
+  return static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
+}
+
+namespace {
+
+// The program execv will run: argv0 itself when it names a path, else the first executable of
+// that name in PATH (execvp's search, done before the fork: the child may only make
+// async-signal-safe calls). Unchanged when not found: execv then fails in the child, exit 127.
+std::string resolve_program(const std::string& argv0) {
+  if (argv0.find('/') != std::string::npos) return argv0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t colon = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = colon > start ? dirs.substr(start, colon - start) : ".";
+    const std::string candidate = dir + "/" + argv0;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    start = colon + 1;
+  }
+  return argv0;
+}
+
+int open_output(const std::string& path, bool append) {
+  if (path.empty()) return ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  NL_USAGE(fd >= 0, "cannot open '{}': {}", shown(path, 200), std::strerror(errno));
+  return fd;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+pid_t start_child(const ChildSpec& spec) {
+  NL_CHECK(!spec.argv.empty(), "start_child: no program given");
+  const std::string program = resolve_program(spec.argv[0]);
+  const std::string failed = "cannot run " + spec.argv[0] + "\n";
+  Fd in{::open("/dev/null", O_RDONLY | O_CLOEXEC)}, out{open_output(spec.stdout_path, spec.append)}, err;
+  err.fd = spec.stderr_path == spec.stdout_path ? ::dup(out.fd) : open_output(spec.stderr_path, spec.append);
+  std::vector<std::string> args = spec.argv;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+
+  // Blocked across fork: a signal that arrived before the child has dropped the parent's handlers
+  // would run them in the child and be lost; unblocked in the child after the reset, it is
+  // delivered with its default action instead.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+  const pid_t pid = ::fork();
+  const int fork_errno = errno;
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  NL_CHECK(pid >= 0, "fork: {}", std::strerror(fork_errno));
+  if (pid == 0) {
+    // Only async-signal-safe calls from here on.
+    if (spec.own_process_group) ::setpgid(0, 0);
+    if (spec.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(127);  // the parent died before the request took effect
+    }
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    ::dup2(in.fd, STDIN_FILENO);
+    ::dup2(out.fd, STDOUT_FILENO);
+    ::dup2(err.fd, STDERR_FILENO);
+    ::execv(program.c_str(), argv.data());
+    ssize_t ignored = ::write(STDERR_FILENO, failed.data(), failed.size());
+    (void)ignored;
+    _exit(127);
+  }
+  return pid;
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 127;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 127;
+  return exit_code_of(status);
+}
+
+int run_child(const ChildSpec& spec) { return wait_child(start_child(spec)); }
+
+}  // namespace normlab

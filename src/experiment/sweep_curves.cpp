@@ -1,0 +1,168 @@
+// `normlab sweep summarize DIR --curves STEPS`: a metrics.jsonl field at chosen steps, per point,
+// mean ± std over the seeds (sweep.h).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "normlab/error.h"
+#include "normlab/io.h"
+#include "normlab/sweep.h"
+#include "sweep_internal.h"
+
+namespace normlab {
+
+using json = nlohmann::json;
+
+template <>
+const EnumNames& enum_names<LayerReduce>() {
+  static const EnumNames t{"layers",
+                           {{LayerReduce::max, "max", {}, "the largest layer's value"},
+                            {LayerReduce::min, "min", {}, "the smallest layer's value"},
+                            {LayerReduce::mean, "mean", {}, "the mean over the layers"},
+                            {LayerReduce::first, "first", {}, "the first layer's value"},
+                            {LayerReduce::last, "last", {}, "the last layer's value"}}};
+  return t;
+}
+
+namespace {
+
+double number_or_nan(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
+
+// A per-layer field (a list) reduced to one number; a scalar as it is. NaN when not finite.
+double reduce_layers(const json& v, LayerReduce how) {
+  if (!v.is_array()) return number_or_nan(v);
+  if (v.empty()) return NAN;
+  if (how == LayerReduce::first) return number_or_nan(v.front());
+  if (how == LayerReduce::last) return number_or_nan(v.back());
+  double acc = how == LayerReduce::max ? -INFINITY : how == LayerReduce::min ? INFINITY : 0;
+  for (const json& x : v) {
+    const double d = number_or_nan(x);
+    if (std::isnan(d)) return NAN;
+    acc = how == LayerReduce::max ? std::max(acc, d) : how == LayerReduce::min ? std::min(acc, d) : acc + d;
+  }
+  return how == LayerReduce::mean ? acc / static_cast<double>(v.size()) : acc;
+}
+
+bool same_value(const std::string& a, const std::string& b) {
+  char *ea = nullptr, *eb = nullptr;
+  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+  if (!a.empty() && !b.empty() && *ea == '\0' && *eb == '\0')
+    return std::fabs(x - y) <= 1e-9 * std::max(std::fabs(x), std::fabs(y));
+  return a == b;
+}
+
+bool matches(const SweepPoint& p, const std::vector<std::string>& where) {
+  for (const std::string& cond : where) {
+    const size_t eq = cond.find('=');
+    const std::string key = cond.substr(0, eq);
+    const auto it = std::find_if(p.values.begin(), p.values.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it == p.values.end()) return false;
+    bool any = false;
+    std::stringstream allowed(eq == std::string::npos ? "" : cond.substr(eq + 1));
+    for (std::string v; std::getline(allowed, v, ',');) any = any || same_value(it->second, v);
+    if (!any) return false;
+  }
+  return true;
+}
+
+struct Group {
+  std::string name;                            // "placement=post warmup_steps=0" ("all": no axes)
+  int runs = 0;                                // seeds with a metrics.jsonl
+  std::map<int64_t, std::vector<double>> at;   // step -> one value per seed that has it
+};
+
+std::string cell(const Group& g, int64_t step, int digits) {
+  const auto it = g.at.find(step);
+  if (it == g.at.end() || it->second.empty()) return "—";
+  const std::vector<double>& v = it->second;
+  if (std::any_of(v.begin(), v.end(), [](double x) { return !std::isfinite(x); })) return "nan";
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  std::string text = fmt::format("{:.{}f}", mean, digits);
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - mean) * (x - mean);
+    text += fmt::format(" ± {:.{}f}", std::sqrt(ss / static_cast<double>(v.size() - 1)), digits);
+  }
+  if (static_cast<int>(v.size()) < g.runs) text += fmt::format(" (n={}/{})", v.size(), g.runs);
+  return text;
+}
+
+}  // namespace
+
+std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& opt) {
+  NL_USAGE(!opt.steps.empty(), "--curves: no step given");
+  NL_USAGE(opt.digits >= 0 && opt.digits <= 17, "--digits must be 0..17, got {}", opt.digits);
+  for (const std::string& w : opt.where)
+    NL_USAGE(w.find('=') != std::string::npos && w.find('=') > 0, "--where '{}' is not key=v1,v2", shown(w));
+  SweepRequest req;
+  req.spec_file = dir + "/spec.json";  // the resolved spec: its points in the spec's order
+  const SweepPlan plan = plan_sweep(req);
+  std::vector<Group> groups;
+  std::map<std::string, size_t> index;
+  for (const SweepPoint& p : plan.points) {
+    if (!matches(p, opt.where)) continue;
+    const std::string metrics = run_dir(dir, p) + "/metrics.jsonl";
+    struct stat st {};
+    if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // not run (yet)
+    std::string name;
+    for (const auto& [k, v] : p.values)
+      if (k != "seed") name += (name.empty() ? "" : " ") + k + "=" + v;
+    if (name.empty()) name = "all";
+    auto [it, added] = index.emplace(name, groups.size());
+    if (added) groups.push_back({name, 0, {}});
+    Group& g = groups[it->second];
+    ++g.runs;
+    std::istringstream in(read_file(metrics));
+    for (std::string line; std::getline(in, line);) {
+      json rec;
+      try {
+        rec = json::parse(line);
+      } catch (const std::exception&) {
+        continue;  // a torn last line of a killed run
+      }
+      if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer() || !rec.contains(opt.field))
+        continue;
+      const int64_t step = rec["step"].get<int64_t>();
+      if (std::find(opt.steps.begin(), opt.steps.end(), step) != opt.steps.end())
+        g.at[step].push_back(reduce_layers(rec[opt.field], opt.layers));
+    }
+  }
+  NL_USAGE(!groups.empty(), "no run under {}/runs with a metrics.jsonl matches", shown(dir, 200));
+  static const char* per_layer[] = {"stream_norm", "block_grad_norm", "attn_entropy", "attn_max_logit"};
+  const bool layered = std::find(std::begin(per_layer), std::end(per_layer), opt.field) != std::end(per_layer);
+  std::string out = fmt::format("{}{}: mean ± std over seeds ({})\n\n", opt.field,
+                                layered ? fmt::format(" ({} over layers)", to_string(opt.layers)) : "", dir);
+  if (opt.transpose) {
+    out += "| point |";
+    for (int64_t s : opt.steps) out += fmt::format(" step {} |", s);
+    out += "\n|---|";
+    for (size_t i = 0; i < opt.steps.size(); ++i) out += "---:|";
+    out += "\n";
+    for (const Group& g : groups) {
+      out += "| " + g.name + " |";
+      for (int64_t s : opt.steps) out += " " + cell(g, s, opt.digits) + " |";
+      out += "\n";
+    }
+    return out;
+  }
+  out += "| step |";
+  for (const Group& g : groups) out += " " + g.name + " |";
+  out += "\n|---:|";
+  for (size_t i = 0; i < groups.size(); ++i) out += "---|";
+  out += "\n";
+  for (int64_t s : opt.steps) {
+    out += fmt::format("| {} |", s);
+    for (const Group& g : groups) out += " " + cell(g, s, opt.digits) + " |";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace normlab
