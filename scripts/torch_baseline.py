@@ -164,7 +164,7 @@ def build(args, torch):
     F = torch.nn.functional
 
     L, d, h, V, T = args.layers, args.d_model, args.d_hidden, args.vocab, args.seq_len
-    eps = 1e-6 if args.norm == "rmsnorm" else 1e-5
+    eps = nm.DEFAULT_EPS.get(args.norm, 0.0)
 
     class Norm(nn.Module):
         def __init__(self):

@@ -36,6 +36,18 @@ TEST(TrainCli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(resolved["d_model"], 64);  // defaults are filled in
 }
 
+// train names a norm as handcalc does (issue 24: `train --norm LayerNorm` failed), and the
+// resolved config prints the canonical name.
+TEST(TrainCli, NormTakesEverySpelling) {
+  for (const char* spelling : {"LayerNorm", "ln", "RMSNorm"}) {
+    fs::path dir = fresh_dir(std::string("cli_norm_") + spelling);
+    auto r = run_cli({"train", "--steps", "1", "--eval_every", "1", "--layers", "1", "--batch_size", "2", "--norm",
+                      spelling, "--out", dir.string(), "-q"});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_EQ(nlohmann::json::parse(slurp(dir / "config.json"))["norm"], spelling[0] == 'R' ? "rmsnorm" : "layernorm");
+  }
+}
+
 // The norm kernels' variants are measured on the machine the first time a shape class is used and
 // cached: result.json says which variant ran for every class and why, and a second run that takes
 // them from the cache computes the same numbers bit for bit (deterministic for a machine and cache).
