@@ -23,6 +23,10 @@ import os
 M32 = (1 << 32) - 1
 M64 = (1 << 64) - 1
 
+# Each norm's eps when the config's norm_eps is 0: default_eps (src/core/kinds.cpp); tests/core/names_test.cpp
+# checks that this line says the same.
+DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
+
 # Stream ids (include/core/normlab/rng.h).
 STREAM_INIT, STREAM_DATA, STREAM_TASK = 1, 2, 5
 
@@ -121,7 +125,7 @@ class ModelConfig:
     def eps(self):  # ModelConfig::eps
         if self.norm_eps > 0:
             return self.norm_eps
-        return 1e-6 if self.norm == "rmsnorm" else 1e-5
+        return DEFAULT_EPS["rmsnorm" if self.norm == "rmsnorm" else "layernorm"]
 
     def final_norm_on(self):  # ModelConfig::final_norm_on
         if self.norm == "none":
@@ -258,7 +262,7 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
                 return rms(x, self.weight, self.eps)
             return x
 
-    class Gain(nn.Module):  # QK-Norm's RMSNorm gain over a head's Dh channels (eps 1e-6)
+    class Gain(nn.Module):  # QK-Norm's RMSNorm gain over a head's Dh channels (RMSNorm's default eps)
         def __init__(self, n):
             super().__init__()
             self.weight = nn.Parameter(torch.ones(n, **kw))
@@ -279,8 +283,8 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
             B, T, C = x.shape
             q, k, v = self.q(x), self.k(x), self.v(x)
             if cfg.qk_norm:
-                q = rms(q.view(B, T, self.heads, self.dh), self.q_norm.weight, 1e-6).reshape(B, T, C)
-                k = rms(k.view(B, T, self.heads, self.dh), self.k_norm.weight, 1e-6).reshape(B, T, C)
+                q = rms(q.view(B, T, self.heads, self.dh), self.q_norm.weight, DEFAULT_EPS["rmsnorm"]).reshape(B, T, C)
+                k = rms(k.view(B, T, self.heads, self.dh), self.k_norm.weight, DEFAULT_EPS["rmsnorm"]).reshape(B, T, C)
             split = lambda t: t.view(B, T, self.heads, self.dh).transpose(1, 2)  # (B, H, T, Dh)
             q, k, v = split(q), split(k), split(v)
             if sdpa:

@@ -45,6 +45,9 @@ import socket
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from normlab_mirror import DEFAULT_EPS  # noqa: E402  (bench passes its own; these are for a run by hand)
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -59,8 +62,8 @@ def parse_args():
     p.add_argument("--cache-resident-below", type=int, default=1 << 30)
     p.add_argument("--resident", action="store_true",
                    help="time cache-resident: one buffer set reused, calls in batches (rows named .../resident/...)")
-    p.add_argument("--ln-eps", type=float, default=1e-5)
-    p.add_argument("--rms-eps", type=float, default=1e-6)
+    p.add_argument("--ln-eps", type=float, default=DEFAULT_EPS["layernorm"])
+    p.add_argument("--rms-eps", type=float, default=DEFAULT_EPS["rmsnorm"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cpu (threads, default) or cuda: GPU 0, CUDA events, buffers on the device")

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/names.h"
+
 namespace normlab {
 class Tensor;
 }
@@ -72,5 +74,26 @@ std::string describe(const CliResult& r);
 // fails, naming `what` it waited for, and the result is false (a wait never just gives up and
 // goes on). `ready` may stop the wait early by throwing; nothing is caught.
 bool wait_until(const std::function<bool()>& ready, const std::string& what, double timeout_s = 120);
+// ---- enumerations ----------------------------------------------------------------------------
+// What is wrong with E's name table, "" when nothing: every value must parse back from its printed
+// name (and from that name in upper case) and from each alias, and no spelling may name two values.
+template <class E>
+std::string names_round_trip_errors() {
+  std::string errors;
+  const EnumNames& t = enum_names<E>();
+  for (E v : kind_values<E>()) {
+    std::vector<std::string> spellings = {to_string(v)};
+    for (const EnumName& n : t.names)
+      if (n.value == static_cast<int>(v)) spellings.insert(spellings.end(), n.aliases.begin(), n.aliases.end());
+    std::string upper = spellings.front();
+    for (char& c : upper) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+    spellings.push_back(upper);
+    for (const std::string& s : spellings) {
+      const std::optional<E> back = try_parse_kind<E>(s);
+      if (!back || *back != v) errors += std::string(t.what) + " '" + s + "' does not name " + to_string(v) + "; ";
+    }
+  }
+  return errors;
+}
 
 }  // namespace normlab::test

@@ -251,7 +251,7 @@ void Tensor::backward(const Tensor& seed) const {
   NL_CHECK(requires_grad(), "backward() on a tensor that does not require grad (no input had requires_grad_(true), or it was computed under NoGradGuard)");
   NL_CHECK(seed.shape() == shape() && seed.dtype() == dtype() && seed.device() == device(),
            "backward(seed): seed {} {} does not match the tensor {} {}", shape_str(seed.shape()),
-           dtype_name(seed.dtype()), shape_str(shape()), dtype_name(dtype()));
+           to_string(seed.dtype()), shape_str(shape()), to_string(dtype()));
   run_engine(impl_ptr(), seed);
 }
 

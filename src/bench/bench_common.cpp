@@ -20,6 +20,17 @@
 #include "normlab/system.h"
 #include "normlab/version.h"
 
+namespace normlab {
+template <>
+const EnumNames& enum_names<bench::Pass>() {
+  static const EnumNames t{"pass",
+                           {{bench::Pass::fwd, "fwd", {}, "the forward pass"},
+                            {bench::Pass::bwd, "bwd", {}, "the backward pass"},
+                            {bench::Pass::addfwd, "addfwd", {}, "the fused residual add + norm forward"}}};
+  return t;
+}
+}  // namespace normlab
+
 namespace normlab::bench {
 
 // ---- shapes -----------------------------------------------------------------------------
@@ -75,14 +86,6 @@ std::vector<int> parse_threads(const std::string& list, const std::string& flag)
   return out;
 }
 
-const char* to_string(Pass p) {
-  switch (p) {
-    case Pass::fwd: return "fwd";
-    case Pass::bwd: return "bwd";
-    case Pass::addfwd: return "addfwd";
-  }
-  return "?";
-}
 
 // ---- statistics -----------------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ class Pool {
 };
 
 // The arguments of one call of `norm`'s `pass` on set k of the pool.
-NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps, float alpha);
+NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float eps, float alpha);
 
 // One timed case: a row of the report and the call it times on buffer set k. A sample is
 // `batch` calls in a row timed by the host's clock (1 for memory-bound cases), or with

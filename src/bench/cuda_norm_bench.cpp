@@ -211,7 +211,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
         for (const Pass p : passes) {
           if (!m.fn(p)) continue;
           NormRow row = base_row(to_string(norm), m.impl, m.provider, to_string(p));
-          row.verify = verify_norm(m, p, args_for(pool, 0, to_string(norm), p, eps, opt.add_alpha));
+          row.verify = verify_norm(m, p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
           if (!row.verify.pass) {
             row.status = "rejected";
             row.verify.report +=

@@ -191,9 +191,9 @@ void Pool::save_stats_row(const BufferSet& b, int64_t i) {
   rmsnorm_forward_ref<float>(outr, b.rms_rstd + i, xr, gamma_, 1, d, rms_eps_);
 }
 
-NormArgs args_for(const Pool& pool, int64_t k, const std::string& norm, Pass pass, float eps, float alpha) {
+NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float eps, float alpha) {
   const BufferSet& b = pool.set(k);
-  const bool ln = norm == "layernorm";
+  const bool ln = norm == NormKind::layernorm;
   NormArgs a;
   a.n = pool.shape().rows();
   a.d = pool.shape().d;
@@ -327,8 +327,8 @@ std::string describe_failure(const OutputCheck& c, const std::string& what) {
 
 // Forward: every row recomputed by the reference in float64 and compared. The add+norm forward
 // (add): the row is alpha*a + b in float64, compared with s, and normalized as a forward's x.
-std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& a, bool add, double stored_rtol) {
-  const bool ln = norm == "layernorm";
+std::vector<OutputCheck> check_forward(NormKind norm, const NormArgs& a, bool add, double stored_rtol) {
+  const bool ln = norm == NormKind::layernorm;
   const int64_t d = a.d;
   std::vector<double> gamma(a.gamma, a.gamma + d), beta;
   if (ln) beta.assign(a.beta, a.beta + d);
@@ -375,8 +375,8 @@ std::vector<OutputCheck> check_forward(const std::string& norm, const NormArgs& 
 
 // Backward: dx row by row, dgamma/dbeta summed in float64 over blocks of rows, each block by
 // the reference kernel (column by column inside a block that fits in cache).
-std::vector<OutputCheck> check_backward(const std::string& norm, const NormArgs& a, double stored_rtol) {
-  const bool ln = norm == "layernorm";
+std::vector<OutputCheck> check_backward(NormKind norm, const NormArgs& a, double stored_rtol) {
+  const bool ln = norm == NormKind::layernorm;
   const int64_t d = a.d, n = a.n;
   constexpr int64_t kRows = 8;
   const int64_t blocks = (n + kRows - 1) / kRows;
@@ -481,8 +481,8 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
   }
   fn(a);
   const std::vector<OutputCheck> checks =
-      pass == Pass::bwd ? check_backward(to_string(impl.norm), a, stored_rtol)
-                        : check_forward(to_string(impl.norm), a, pass == Pass::addfwd, stored_rtol);
+      pass == Pass::bwd ? check_backward(impl.norm, a, stored_rtol)
+                        : check_forward(impl.norm, a, pass == Pass::addfwd, stored_rtol);
   VerifyResult r;
   r.pass = true;
   const std::string what = fmt::format("{} {} {}x{}", impl.name(), to_string(pass), a.n, a.d);
@@ -781,9 +781,9 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
           const NormFn& fn = m->fn(p);
           if (!fn) continue;
           const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
-          const std::string norm = to_string(m->norm);
+          const NormKind norm = m->norm;
           Case c;
-          c.row = base_row(norm, m->impl, m->provider, to_string(p));
+          c.row = base_row(to_string(norm), m->impl, m->provider, to_string(p));
           c.call = [&pool, fn, norm, p, eps, alpha = opt.add_alpha](int64_t k) {
             fn(args_for(pool, k, norm, p, eps, alpha));
           };

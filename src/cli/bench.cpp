@@ -128,12 +128,11 @@ void print_compare(const std::string& base_file, const std::vector<NamedStats>& 
   }
 }
 
-// --dtypes: f32, bf16, f32,bf16 or all; order kept, duplicates dropped.
+// --dtypes: f32, bf16, f32,bf16 or all; order kept, duplicates dropped (validate() checks the names).
 std::vector<std::string> parse_dtypes(const std::string& text) {
   if (text == "all") return {"f32", "bf16"};
   std::vector<std::string> out;
   for (const std::string& t : split_list(text, "--dtypes")) {
-    NL_USAGE(t == "f32" || t == "bf16", "--dtypes: '{}' is not f32 or bf16", shown(t));
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   }
   return out;
@@ -161,11 +160,12 @@ void set_passes(NormBenchOptions& opt, const std::string& pass) {
       continue;
     }
     const bool all = item == "all", both = item == "both";
-    NL_USAGE(all || both || item == "fwd" || item == "bwd" || item == "addfwd",
-             "--pass: '{}' is not one of fwd, bwd, addfwd, both (fwd,bwd), all", shown(item));
-    opt.fwd = opt.fwd || all || both || item == "fwd";
-    opt.bwd = opt.bwd || all || both || item == "bwd";
-    opt.addfwd = opt.addfwd || all || item == "addfwd";
+    const std::optional<Pass> one = try_parse_kind<Pass>(item);
+    NL_USAGE(all || both || one, "--pass: '{}' is not one of {}, both (fwd,bwd), all", shown(item),
+             kind_choices<Pass>());
+    opt.fwd = opt.fwd || all || both || one == Pass::fwd;
+    opt.bwd = opt.bwd || all || both || one == Pass::bwd;
+    opt.addfwd = opt.addfwd || all || one == Pass::addfwd;
     item.clear();
   }
 }

@@ -19,10 +19,9 @@ struct ConvertArgs {
 };
 
 int run_convert(const ConvertArgs& a, const GlobalOptions& g) {
-  NL_USAGE(a.to == "rmsnorm" || a.to == "layernorm", "--to '{}' is not one of rmsnorm, layernorm", shown(a.to));
   ConvertRequest req;
   req.source = a.run_dir;
-  req.to = a.to == "layernorm" ? NormKind::layernorm : NormKind::rmsnorm;
+  req.to = parse_kind<NormKind>(a.to);  // none: refused by convert_run
   req.method = a.method;
   req.out = a.out;
   req.calibrate = a.calibrate;
@@ -35,7 +34,7 @@ int run_convert(const ConvertArgs& a, const GlobalOptions& g) {
   }
   const bool to_ln = req.to == NormKind::layernorm;
   std::printf("%s -> %s (%s, %s): validation loss %.4f before, %.4f converted", a.run_dir.c_str(), a.out.c_str(),
-              a.to.c_str(), r.method.c_str(), r.val_loss_before, r.val_loss_converted);
+              to_string(req.to), r.method.c_str(), r.val_loss_before, r.val_loss_converted);
   if (to_ln)
     std::printf(" (the stream's writers are %scentred: the mapping is %sexact)", r.stream_centred ? "" : "not ",
                 r.stream_centred ? "" : "not ");

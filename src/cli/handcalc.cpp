@@ -90,7 +90,7 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
   norm_opts->add(*norm_cmd, "--eps", "NUM", "Epsilon inside the square root, > 0 (default 1e-5)");
   norm_opts->add(*norm_cmd, "--gamma", "LIST", "Scale, comma list of length d (default ones)");
   norm_opts->add(*norm_cmd, "--beta", "LIST", "Shift, comma list of length d (default zeros); LayerNorm only");
-  norm_opts->add(*norm_cmd, "--norm", "NAME", "layernorm | rmsnorm | both (default both)");
+  norm_opts->add(*norm_cmd, "--norm", "NAME", "layernorm (ln) | rmsnorm (rms) | both, in any case (default both)");
   norm_opts->add(*norm_cmd, "--decimals", "INT", "Digits after the point in text output, 0..17 (default 4)");
   norm_cmd->footer(std::string(
       "Without a form, prints the LayerNorm and RMSNorm worksheet: mean, variance (biased), std,\n"
@@ -142,7 +142,7 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
   place_opts->add(*place_cmd, "--w", "LIST",
                   "W of F(x) = W x: d*d values, row-major (default 0.05 on the diagonal, -0.02 "
                   "above it)");
-  place_opts->add(*place_cmd, "--norm", "NAME", "N: layernorm | rmsnorm (default layernorm)");
+  place_opts->add(*place_cmd, "--norm", "NAME", "N: layernorm (ln) | rmsnorm (rms), in any case (default layernorm)");
   place_opts->add(*place_cmd, "--eps", "NUM", "Epsilon of N, > 0 (default 1e-5)");
   place_opts->add(*place_cmd, "--gamma", "LIST", "Scale of N, comma list of length d (default ones)");
   place_opts->add(*place_cmd, "--beta", "LIST", "Shift of N, comma list of length d (default zeros); layernorm only");

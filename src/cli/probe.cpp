@@ -85,10 +85,11 @@ void print_final_norm(const ConfigProbe& p) {
 void print_plain_stack(const PlainStackResult& r, const ProbeOptions& opt) {
   const PlainStackOptions& o = r.options;
   std::printf("plain-stack: %lld layers x_l = %sW_l x_{l-1}%s (no bias), W_l ~ N(0, (gain/sqrt(d))^2), d = %lld;\n",
-              static_cast<long long>(o.layers), o.activation == "gelu" ? "gelu(" : "", o.activation == "gelu" ? ")" : "",
+              static_cast<long long>(o.layers), o.activation == Activation::gelu ? "gelu(" : "",
+              o.activation == Activation::gelu ? ")" : "",
               static_cast<long long>(o.d));
   std::printf("activation: %s. The LayerNorm stack is x_l = LayerNorm(...) of the same (gamma 1, beta 0).\n",
-              o.activation == "linear" ? "none (linear)" : o.activation.c_str());
+              o.activation == Activation::linear ? "none (linear)" : to_string(o.activation));
   std::printf("x_0 ~ N(0, 1), %lld tokens; mean over tokens of ||x_l|| (sqrt(d) = %s), mean over %d seed%s\n\n",
               static_cast<long long>(r.tokens), num(r.sqrt_d).c_str(), opt.seeds, opt.seeds == 1 ? "" : "s");
   std::printf("%5s", "layer");
@@ -110,7 +111,7 @@ void print_plain_stack(const PlainStackResult& r, const ProbeOptions& opt) {
   std::printf("\n");
   row("||x_L|| / ||x_0||", [](const StackProbe& s) { return num(s.last_over_input.mean); });
   row("  std over seeds", [](const StackProbe& s) { return num(s.last_over_input.std); });
-  row(o.activation == "linear" ? "  expected (gain^L; 1)" : "  expected (LN: 1)",
+  row(o.activation == Activation::linear ? "  expected (gain^L; 1)" : "  expected (LN: 1)",
       [](const StackProbe& s) { return num(s.expected_last_over_input); });
   row("||dL/dW_1||", [](const StackProbe& s) { return num(s.weight_grad_norm.front().mean); });
   row("||dL/dW_L||", [](const StackProbe& s) { return num(s.weight_grad_norm.back().mean); });
@@ -186,7 +187,7 @@ void print_identity_share(const IdentityShareResult& r, const ProbeOptions& opt)
               static_cast<long long>(first.config.model.d_model), first.layers.size(), static_cast<long long>(opt.batch),
               static_cast<long long>(first.config.model.seq_len), opt.seeds, opt.seeds == 1 ? "" : "s");
   auto name = [](const ConfigProbe& p) {
-    return fmt::format("{}{}", to_string(p.config.model.placement), p.config.model.residual ? "" : " no-res");
+    return fmt::format("{}{}", to_string(p.config.model.placement), p.config.model.residual ? "" : " no-residual");
   };
   std::printf("%5s", "");
   for (const ConfigProbe& p : r.runs) std::printf("   %-27s", name(p).c_str());
@@ -306,7 +307,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   if (all || preset == "plain-stack") {
     PlainStackOptions so;
     so.gains = a.gains;
-    so.activation = a.activation;
+    so.activation = parse_kind<Activation>(a.activation);
     plain = probe_plain_stack(so, opt);
     report.plain_stack = &plain;
   }
@@ -388,7 +389,8 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   sub->add_option_function<std::string>(
       "--gains", [args](const std::string& v) { args->gains = parse_number_list(v, "--gains"); },
       "plain-stack: weight gains, W ~ N(0, (gain/sqrt(d))^2) (default 0.5,1,2)");
-  sub->add_option("--activation", args->activation, "plain-stack: linear (default) or gelu between the layers");
+  sub->add_option("--activation", args->activation,
+                  "plain-stack, between the layers: " + kind_help<Activation>() + "; default linear");
   for (const ConfigKey& k : config_keys()) {
     if (training_only_keys().count(k.name)) continue;
     std::string name = k.name;

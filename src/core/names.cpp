@@ -28,12 +28,17 @@ const char* name_of(const EnumNames& t, int value) {
   return "?";
 }
 
-int parse(const EnumNames& t, const std::string& text) {
+std::optional<int> find(const EnumNames& t, const std::string& text) {
   for (const EnumName& n : t.names) {
     if (same_ignoring_case(n.name, text)) return n.value;
     for (const char* alias : n.aliases)
       if (same_ignoring_case(alias, text)) return n.value;
   }
+  return std::nullopt;
+}
+
+int parse(const EnumNames& t, const std::string& text) {
+  if (std::optional<int> v = find(t, text)) return *v;
   throw UsageError(fmt::format("{} '{}' is not one of {}", t.what, shown(text), choices(t, ", ")));
 }
 

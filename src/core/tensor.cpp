@@ -18,13 +18,13 @@ size_t dtype_size(DType t) {
   return 0;
 }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::i32: return "int32";
-  }
-  return "?";
+template <>
+const EnumNames& enum_names<DType>() {
+  static const EnumNames t{"dtype",
+                           {{DType::f32, "float32", {"f32", "fp32"}, "32-bit IEEE float"},
+                            {DType::f64, "float64", {"f64", "fp64", "double"}, "64-bit IEEE float"},
+                            {DType::i32, "int32", {"i32"}, "32-bit integer (token ids)"}}};
+  return t;
 }
 
 const char* device_name(Device d) {
@@ -155,8 +155,8 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   NL_CHECK(src.dtype() == dtype() && src.device() == device() && src.numel() == numel(),
-           "copy_: {} {} {} into {} {} {}", device_name(src.device()), dtype_name(src.dtype()),
-           shape_str(src.shape()), device_name(device()), dtype_name(dtype()), shape_str(shape()));
+           "copy_: {} {} {} into {} {} {}", device_name(src.device()), to_string(src.dtype()),
+           shape_str(src.shape()), device_name(device()), to_string(dtype()), shape_str(shape()));
   if (device() != Device::cpu) {
     const DeviceMemory& m = arena(device()).alloc;
     NL_CHECK(m.copy != nullptr, "no memory hooks registered for device {}", device_name(device()));

@@ -105,7 +105,7 @@ Field text_field(const char* name, const std::string& help, std::function<void(T
                [get](const TrainConfig& c) { return json(get(c)); }};
 }
 
-// A key whose values are an enumeration's names (kinds.h): help, parser and error come from its table.
+// A key whose values are an enumeration's names (names.h): help, parser and error come from its table.
 #define NL_KIND_FIELD(NAME, TYPE, MEMBER)                                                          \
   text_field(NAME, kind_help<TYPE>(), [](TrainConfig& c, const std::string& s) { c.MEMBER = parse_kind<TYPE>(s); }, \
              [](const TrainConfig& c) { return std::string(to_string(c.MEMBER)); })
@@ -126,7 +126,9 @@ const std::vector<Field>& fields() {
       NL_FIELD("vocab", int64_t, model.vocab, "vocabulary size (256 for text)"),
       NL_FIELD("seq_len", int64_t, model.seq_len, "tokens per sequence"),
       NL_KIND_FIELD("init", InitScheme, model.init),
-      NL_FIELD("norm_eps", double, model.norm_eps, "norm epsilon; 0 = the norm's default (LN 1e-5, RMS 1e-6)"),
+      NL_FIELD("norm_eps", double, model.norm_eps,
+               fmt::format("norm epsilon; 0 = the norm's default (LN {}, RMS {})", default_eps(NormKind::layernorm),
+                           default_eps(NormKind::rmsnorm))),
       text_field("data", kind_help<DataKind>(), [](TrainConfig& c, const std::string& v) { c.data = DataSpec::parse(v); },
                  [](const TrainConfig& c) { return c.data.str(); }),
       NL_FIELD("topics", int64_t, topics, "synthetic: number of topics"),

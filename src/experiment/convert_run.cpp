@@ -52,15 +52,14 @@ ConvertReport convert_run(const ConvertRequest& req) {
   const bool to_ln = req.to == NormKind::layernorm;
   NL_USAGE(!to_ln || req.method.empty(), "--to layernorm has one mapping (each gain kept, beta = 0); drop --method");
   ConvertReport report;
-  report.method = to_ln ? "gain" : req.method.empty() ? "exact" : req.method;
-  NL_USAGE(to_ln || report.method == "naive" || report.method == "exact", "--method '{}' is not one of naive, exact",
-           shown(req.method));
+  const ConvertMethod method =
+      req.method.empty() || to_ln ? ConvertMethod::exact : parse_kind<ConvertMethod>(req.method);
+  report.method = to_ln ? "gain" : to_string(method);
   NL_USAGE(req.calibrate >= 0 && req.calibrate <= (int64_t{1} << 40),
            "--calibrate must be a non-negative integer of at most 2^40 (as train's steps), got {}", req.calibrate);
   check_destination(req.out);
   const std::string out = without_trailing_slashes(req.out);
 
-  const ConvertMethod method = report.method == "exact" ? ConvertMethod::exact : ConvertMethod::naive;
   TrainConfig cfg = load_train_config((fs::path(req.source) / "config.json").string(), {});
   const std::string model_file = (fs::path(req.source) / "model.safetensors").string();
   Model source(cfg.model, cfg.seed);

@@ -231,7 +231,7 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
   nlohmann::json j;
   j["case"] = c.name;
   j["description"] = c.description;
-  j["dtype"] = "float64";
+  j["dtype"] = to_string(DType::f64);
   j["seed"] = opt.seed;
   j["h"] = opt.h;
   j["checked_scalar"] = "f = sum(output * upstream)";
@@ -244,7 +244,7 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
   for (const auto& [name, t] : a.inst.constants) {
     std::vector<int64_t> ids;
     for (double v : t.to_vector()) ids.push_back(static_cast<int64_t>(v));
-    j["constants"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"values", ids}});
+    j["constants"].push_back({{"name", name}, {"dtype", to_string(t.dtype())}, {"shape", t.shape()}, {"values", ids}});
   }
   if (!opt.f32_backend.empty()) j["f32_backend"] = opt.f32_backend;
   for (size_t i = 0; i < a.inst.inputs.size(); ++i) {

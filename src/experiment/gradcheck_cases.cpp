@@ -29,6 +29,8 @@ struct Draw {
 
 using Inputs = std::vector<std::pair<std::string, Tensor>>;
 
+const double kLnEps = default_eps(NormKind::layernorm), kRmsEps = default_eps(NormKind::rmsnorm);
+
 GradCase op(std::string name, std::string description,
             std::function<CaseInstance(const CaseShape&, Draw&)> build) {
   GradCase c;
@@ -70,7 +72,7 @@ void describe_config(CaseInstance& inst, const ModelConfig& cfg) {
                   {"d_hidden", double(cfg.d_hidden)}, {"heads", double(cfg.heads)},
                   {"vocab", double(cfg.vocab)},     {"norm_eps", cfg.eps()},
                   {"qk_norm", cfg.qk_norm ? 1.0 : 0.0}, {"final_norm", cfg.final_norm_on() ? 1.0 : 0.0},
-                  {"deepnorm_alpha", cfg.placement == Placement::deepnorm ? cfg.deepnorm_alpha() : 1.0}};
+                  {"deepnorm_alpha", cfg.residual_alpha()}};
 }
 
 using CompositeBuilder = std::function<CaseInstance(const ModelConfig&, const CaseShape&, DType, uint64_t seed)>;
@@ -177,14 +179,14 @@ std::vector<GradCase> build_cases() {
   cs.push_back(op("layernorm", "gamma * (x - mean) * rstd + beta, eps 1e-5", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3),
            b = d.normal({s.channels}, 0.0, 0.3);
-    CaseInstance inst{{{"x", x}, {"gamma", g}, {"beta", b}}, [=] { return layernorm(x, g, b, 1e-5); }};
-    inst.numbers = {{"eps", 1e-5}};
+    CaseInstance inst{{{"x", x}, {"gamma", g}, {"beta", b}}, [=] { return layernorm(x, g, b, kLnEps); }};
+    inst.numbers = {{"eps", kLnEps}};
     return inst;
   }));
   cs.push_back(op("rmsnorm", "gamma * x / sqrt(mean(x^2) + eps), eps 1e-6", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3);
-    CaseInstance inst{{{"x", x}, {"gamma", g}}, [=] { return rmsnorm(x, g, 1e-6); }};
-    inst.numbers = {{"eps", 1e-6}};
+    CaseInstance inst{{{"x", x}, {"gamma", g}}, [=] { return rmsnorm(x, g, kRmsEps); }};
+    inst.numbers = {{"eps", kRmsEps}};
     return inst;
   }));
   cs.push_back(op("add_layernorm", "fused s = 1.3a + b, y = LayerNorm(s); checks 0.37 s + y",
@@ -192,10 +194,10 @@ std::vector<GradCase> build_cases() {
                     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
                            g = d.normal({s.channels}, 1.0, 0.3), be = d.normal({s.channels}, 0.0, 0.3);
                     CaseInstance inst{{{"a", a}, {"b", b}, {"gamma", g}, {"beta", be}}, [=] {
-                                        auto [sum, y] = add_layernorm(a, 1.3, b, g, be, 1e-5);
+                                        auto [sum, y] = add_layernorm(a, 1.3, b, g, be, kLnEps);
                                         return add_scaled(sum, 0.37, y);
                                       }};
-                    inst.numbers = {{"alpha", 1.3}, {"eps", 1e-5}, {"checked_sum_weight", 0.37}};
+                    inst.numbers = {{"alpha", 1.3}, {"eps", kLnEps}, {"checked_sum_weight", 0.37}};
                     return inst;
                   }));
   cs.push_back(op("add_rmsnorm", "fused s = 1.3a + b, y = RMSNorm(s); checks 0.37 s + y",
@@ -203,10 +205,10 @@ std::vector<GradCase> build_cases() {
                     Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
                            g = d.normal({s.channels}, 1.0, 0.3);
                     CaseInstance inst{{{"a", a}, {"b", b}, {"gamma", g}}, [=] {
-                                        auto [sum, y] = add_rmsnorm(a, 1.3, b, g, 1e-6);
+                                        auto [sum, y] = add_rmsnorm(a, 1.3, b, g, kRmsEps);
                                         return add_scaled(sum, 0.37, y);
                                       }};
-                    inst.numbers = {{"alpha", 1.3}, {"eps", 1e-6}, {"checked_sum_weight", 0.37}};
+                    inst.numbers = {{"alpha", 1.3}, {"eps", kRmsEps}, {"checked_sum_weight", 0.37}};
                     return inst;
                   }));
   cs.push_back(op("softmax", "softmax over the last dimension", [](const CaseShape& s, Draw& d) {

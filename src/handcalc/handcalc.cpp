@@ -354,10 +354,11 @@ int parse_decimals(const std::string& option, const std::string& text) {
 }
 
 std::optional<NormKind> parse_norm(const std::string& option, const std::string& text, bool allow_both) {
-  const std::string t = lower(trim(text));
-  if (t == "both" && allow_both) return std::nullopt;
-  if (t == to_string(NormKind::layernorm)) return NormKind::layernorm;
-  if (t == to_string(NormKind::rmsnorm)) return NormKind::rmsnorm;
+  const std::string t = trim(text);
+  if (allow_both && lower(t) == "both") return std::nullopt;
+  // NormKind's own spellings (ln, LayerNorm, rms, ...), as train accepts them; none has no worksheet.
+  const std::optional<NormKind> kind = try_parse_kind<NormKind>(t);
+  if (kind && *kind != NormKind::none) return kind;
   throw UsageError(fmt::format("{}: \"{}\" is not a norm (expected {})", option, shown(text),
                                allow_both ? "layernorm, rmsnorm or both" : "layernorm or rmsnorm"));
 }

@@ -11,7 +11,7 @@ namespace {
 using nlohmann::json;
 
 json layernorm_json(const LayerNormWorksheet& ws) {
-  return json{{"norm", "layernorm"},   {"mean", ws.mean},         {"xc", ws.xc},
+  return json{{"norm", to_string(NormKind::layernorm)}, {"mean", ws.mean},         {"xc", ws.xc},
               {"xc_sq", ws.xc_sq},     {"var", ws.var},           {"std", ws.std_dev},
               {"std_eps", ws.std_eps}, {"rstd", ws.rstd},         {"xhat", ws.xhat},
               {"y", ws.y},             {"out_mean", ws.out_mean}, {"out_std", ws.out_std},
@@ -19,7 +19,7 @@ json layernorm_json(const LayerNormWorksheet& ws) {
 }
 
 json rmsnorm_json(const RMSNormWorksheet& ws) {
-  return json{{"norm", "rmsnorm"},      {"x_sq", ws.x_sq},         {"mean_sq", ws.mean_sq},
+  return json{{"norm", to_string(NormKind::rmsnorm)}, {"x_sq", ws.x_sq},         {"mean_sq", ws.mean_sq},
               {"rms", ws.rms},          {"r", ws.r},               {"inv_r", ws.inv_r},
               {"xhat", ws.xhat},        {"y", ws.y},               {"out_mean", ws.out_mean},
               {"out_std", ws.out_std},  {"out_rms", ws.out_rms},   {"xhat_norm", ws.xhat_norm},
@@ -50,8 +50,8 @@ std::string render_json(const NormWorksheet& ws, int decimals) {
     input["beta_default"] = ws.beta_default;
   }
   j["input"] = std::move(input);
-  if (ws.layernorm) j["layernorm"] = layernorm_json(*ws.layernorm);
-  if (ws.rmsnorm) j["rmsnorm"] = rmsnorm_json(*ws.rmsnorm);
+  if (ws.layernorm) j[to_string(NormKind::layernorm)] = layernorm_json(*ws.layernorm);
+  if (ws.rmsnorm) j[to_string(NormKind::rmsnorm)] = rmsnorm_json(*ws.rmsnorm);
   return j.dump();
 }
 

@@ -11,7 +11,8 @@ namespace normlab {
 
 double ModelConfig::eps() const {
   if (norm_eps > 0) return norm_eps;
-  return norm == NormKind::rmsnorm ? 1e-6 : 1e-5;
+  // No norm uses no eps; such a model has always reported LayerNorm's (probe's JSON).
+  return default_eps(norm == NormKind::none ? NormKind::layernorm : norm);
 }
 
 bool ModelConfig::final_norm_on() const {
@@ -23,6 +24,8 @@ bool ModelConfig::final_norm_on() const {
 
 double ModelConfig::deepnorm_alpha() const { return std::pow(2.0 * static_cast<double>(layers), 0.25); }
 double ModelConfig::deepnorm_beta() const { return std::pow(8.0 * static_cast<double>(layers), -0.25); }
+bool ModelConfig::deepnet() const { return placement == Placement::deepnorm && norm != NormKind::none; }
+double ModelConfig::residual_alpha() const { return deepnet() ? deepnorm_alpha() : 1.0; }
 
 void ModelConfig::validate() const {
   NL_USAGE(layers >= 1, "layers must be >= 1, got {}", layers);
@@ -121,7 +124,7 @@ Linear make_linear(ParamList& p, const std::string& name, int64_t out, int64_t i
 
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init) {
   const int64_t d = cfg.d_model, h = cfg.d_hidden;
-  const bool deepnet = cfg.placement == Placement::deepnorm && cfg.norm != NormKind::none;
+  const bool deepnet = cfg.deepnet();
   // DeepNet's own init wins under every scheme: Xavier (normal) with gain beta on the MLP and the
   // value/output (mixing) projections, gain 1 on queries and keys.
   const InitScheme scheme = deepnet ? InitScheme::xavier : cfg.init;
@@ -145,8 +148,8 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   Block b;
   b.placement = cfg.placement;
   b.norm_kind = cfg.norm;
-  b.skip_connection = cfg.residual;
-  b.alpha = deepnet ? cfg.deepnorm_alpha() : 1.0;
+  b.residual = cfg.residual;
+  b.alpha = cfg.residual_alpha();
   b.attention = cfg.model == ModelKind::gpt;
   const NormKind nk = cfg.norm;
   b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init);
@@ -218,8 +221,8 @@ Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual, Attent
   return o(causal_attention(qx, kx, vx, heads), residual);
 }
 
-Tensor Block::mix(const Tensor& x, const Tensor& residual, AttentionTap* tap) const {
-  return attention ? attn(x, residual, tap) : mixer(x, residual);
+Tensor Block::mix(const Tensor& x, const Tensor& stream, AttentionTap* tap) const {
+  return attention ? attn(x, stream, tap) : mixer(x, stream);
 }
 
 Tensor Block::operator()(const Tensor& x) const { return block_forward(*this, x, Sublayers::live); }
@@ -249,7 +252,7 @@ Tensor sublayer(Sublayers mode, F&& f) {
 }  // namespace
 
 Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode, AttentionTap* tap) {
-  if (!b.skip_connection) {  // the contrast for the identity-path probe: the same block without "x +"
+  if (!b.residual) {  // the contrast for the identity-path probe: the same block without "x +"
     switch (b.placement) {
       case Placement::pre: {
         Tensor h = sublayer(mode, [&] { return b.mix(b.norm1(x), Tensor(), tap); });
@@ -318,7 +321,7 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
 
 Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
   NL_CHECK(ids.dim() == 2 && ids.dtype() == DType::i32, "model input must be int32 (B, T), got {} {}",
-           dtype_name(ids.dtype()), shape_str(ids.shape()));
+           to_string(ids.dtype()), shape_str(ids.shape()));
   const int64_t b = ids.size(0), t = ids.size(1);
   NL_CHECK(t <= cfg_.seq_len, "sequence of length {} exceeds seq_len = {}", t, cfg_.seq_len);
   // Made (and uploaded) once per (B, T) and device, not every step.

@@ -5,7 +5,7 @@ namespace normlab {
 using namespace ops_detail;
 
 Tensor embedding(const Tensor& ids, const Tensor& table) {
-  NL_CHECK(ids.dtype() == DType::i32, "embedding: ids must be int32, got {}", dtype_name(ids.dtype()));
+  NL_CHECK(ids.dtype() == DType::i32, "embedding: ids must be int32, got {}", to_string(ids.dtype()));
   check_float_same("embedding", {{"table", &table}});
   NL_CHECK(table.dim() == 2, "embedding: table must be (V, D), got {}", shape_str(table.shape()));
   NL_CHECK(ids.device() == table.device(), "embedding: ids on {} but table on {}", device_name(ids.device()),
@@ -25,7 +25,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   check_float_same("cross_entropy", {{"logits", &logits}});
-  NL_CHECK(targets.dtype() == DType::i32, "cross_entropy: targets must be int32, got {}", dtype_name(targets.dtype()));
+  NL_CHECK(targets.dtype() == DType::i32, "cross_entropy: targets must be int32, got {}", to_string(targets.dtype()));
   NL_CHECK(logits.dim() >= 1, "cross_entropy: logits must be (..., V)");
   NL_CHECK(Shape(logits.shape().begin(), logits.shape().end() - 1) == targets.shape(),
            "cross_entropy: logits {} need targets of shape {}, got {}", shape_str(logits.shape()),

@@ -14,7 +14,7 @@ void check_float_same(const char* op, std::initializer_list<std::pair<const char
       continue;
     }
     NL_CHECK(t->dtype() == first->dtype(), "{}: {} is {} but {} is {} (mixing dtypes)", op, name,
-             dtype_name(t->dtype()), first_name, dtype_name(first->dtype()));
+             to_string(t->dtype()), first_name, to_string(first->dtype()));
     NL_CHECK(t->device() == first->device(), "{}: {} is on {} but {} is on {} (mixing devices)", op, name,
              device_name(t->device()), first_name, device_name(first->device()));
   }

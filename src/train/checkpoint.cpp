@@ -149,7 +149,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
       bad(path, fmt::format("tensor '{}' has data_offsets [{}, {}] outside the {} data bytes", n, b, e, data_size));
     if (e - b != numel * dtype_size(dt))
       bad(path, fmt::format("tensor '{}': data_offsets hold {} bytes but shape {} of {} needs {}", n, e - b,
-                            shape_str(shape), dtype_name(dt), numel * dtype_size(dt)));
+                            shape_str(shape), to_string(dt), numel * dtype_size(dt)));
     spans.push_back({b, e, n});
     Tensor t = Tensor::empty(shape, dt);
     file.tensors.push_back({name, t});
@@ -208,8 +208,8 @@ void load_model_state(Model& model, const SafetensorsFile& file, const std::stri
     used.insert(name);
     const Tensor& t = *it->second;
     if (t.shape() != p.shape() || t.dtype() != p.dtype())
-      problems.push_back(fmt::format("{} is {} {} in the checkpoint, {} {} in the model", name, dtype_name(t.dtype()),
-                                     shape_str(t.shape()), dtype_name(p.dtype()), shape_str(p.shape())));
+      problems.push_back(fmt::format("{} is {} {} in the checkpoint, {} {} in the model", name, to_string(t.dtype()),
+                                     shape_str(t.shape()), to_string(p.dtype()), shape_str(p.shape())));
   }
   for (const auto& [name, t] : file.tensors)
     if (!used.count(name) && by_name.count(name)) {
@@ -316,7 +316,7 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
   if (st.adam_m.dtype() == DType::i32 || st.adam_v.dtype() != st.adam_m.dtype() || st.adam_m.dim() != 1 ||
       st.adam_v.shape() != st.adam_m.shape())
     bad(path, fmt::format("the optimizer moments are {} {} and {} {}, not two equal flat float tensors",
-                          dtype_name(st.adam_m.dtype()), shape_str(st.adam_m.shape()), dtype_name(st.adam_v.dtype()),
+                          to_string(st.adam_m.dtype()), shape_str(st.adam_m.shape()), to_string(st.adam_v.dtype()),
                           shape_str(st.adam_v.shape())));
   try {
     const json rng = json::parse(field("rng"));

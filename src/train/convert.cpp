@@ -11,6 +11,14 @@
 
 namespace normlab {
 
+template <>
+const EnumNames& enum_names<ConvertMethod>() {
+  static const EnumNames t{"method",
+                           {{ConvertMethod::naive, "naive", {}, "keep each gain, drop beta"},
+                            {ConvertMethod::exact, "exact", {}, "fold beta into the next linear, centre the stream"}}};
+  return t;
+}
+
 namespace {
 
 using Values = std::map<std::string, std::vector<double>>;  // normlab parameter name -> values

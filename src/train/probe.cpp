@@ -16,6 +16,14 @@
 
 namespace normlab {
 
+template <>
+const EnumNames& enum_names<Activation>() {
+  static const EnumNames t{"activation",
+                           {{Activation::linear, "linear", {}, "the identity: x_l = W_l x_{l-1}"},
+                            {Activation::gelu, "gelu", {}, "x_l = gelu(W_l x_{l-1})"}}};
+  return t;
+}
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -211,8 +219,6 @@ PlainStackResult probe_plain_stack(const PlainStackOptions& so, const ProbeOptio
   NL_USAGE(opt.seeds >= 1, "--seeds must be >= 1, got {}", opt.seeds);
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   NL_USAGE(so.layers >= 1 && so.d >= 2 && so.seq_len >= 1, "plain stack needs layers >= 1, d >= 2, seq_len >= 1");
-  NL_USAGE(so.activation == "linear" || so.activation == "gelu", "--activation '{}' is not one of linear, gelu",
-           so.activation);
   NL_USAGE(!so.gains.empty(), "plain stack needs at least one gain");
   for (double g : so.gains) NL_USAGE(g > 0 && std::isfinite(g), "gain must be > 0, got {}", g);
 
@@ -224,7 +230,7 @@ PlainStackResult probe_plain_stack(const PlainStackOptions& so, const ProbeOptio
   res.sqrt_d = std::sqrt(static_cast<double>(so.d));
   const int64_t n = res.tokens, d = so.d, L = so.layers;
   const Tensor gamma = Tensor::full({d}, 1.0), beta = Tensor::full({d}, 0.0);
-  const bool linear_act = so.activation == "linear";
+  const bool linear_act = so.activation == Activation::linear;
 
   for (int ln = 0; ln < 2; ++ln) {
     for (double gain : so.gains) {
@@ -511,7 +517,7 @@ json plain_stack_json(const PlainStackResult& r) {
   return json{{"layers", r.options.layers},
               {"d", r.options.d},
               {"tokens", r.tokens},
-              {"activation", r.options.activation},
+              {"activation", to_string(r.options.activation)},
               {"weight_std", "gain / sqrt(d)"},
               {"sqrt_d", r.sqrt_d},
               {"layernorm_max_rel_dev", r.layernorm_max_rel_dev},

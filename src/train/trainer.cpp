@@ -133,7 +133,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
                  st.adam_v.dtype() == flat.dtype(),
              "the optimizer state to resume from has {} / {} values; the model has {} {} parameters",
              st.adam_m.defined() ? st.adam_m.numel() : 0, st.adam_v.defined() ? st.adam_v.numel() : 0, flat.numel(),
-             dtype_name(flat.dtype()));
+             to_string(flat.dtype()));
     NL_USAGE(st.step >= 1 && st.step < cfg.steps, "cannot resume at step {} of a {}-step run", st.step, cfg.steps);
     m.copy_(on_device(st.adam_m));
     v.copy_(on_device(st.adam_v));

@@ -740,7 +740,7 @@ TEST(ReferenceAdam, BiasCorrectionByHand) {
       hp.decoupled = c.decoupled;
       hp.step = 3;
       ref().adam_step(p, g, m, v, hp);
-      std::string what = std::string(c.decoupled ? "adamw" : "adam") + " " + dtype_name(dt);
+      std::string what = std::string(c.decoupled ? "adamw" : "adam") + " " + to_string(dt);
       expect_close(p.to_vector(), {c.p}, atol, 0, what + " param");
       expect_close(m.to_vector(), {c.m}, atol, 0, what + " m");
       expect_close(v.to_vector(), {c.v}, atol, 0, what + " v");

@@ -107,6 +107,17 @@ TEST(CliHandcalc, NormOptionAndDecimals) {
   EXPECT_TRUE(contains(ln.out, "[1, -1, -1, 1]")) << ln.out;
 }
 
+// handcalc names a norm as train does (issue 24: `handcalc --norm ln` failed): each spelling gives
+// the same worksheet as the canonical name.
+TEST(CliHandcalc, NormTakesTrainsSpellings) {
+  const std::string ln = ok({"handcalc", "--norm", "layernorm"}).out;
+  EXPECT_EQ(ok({"handcalc", "--norm", "ln"}).out, ln);
+  EXPECT_EQ(ok({"handcalc", "--norm", "LayerNorm"}).out, ln);
+  EXPECT_EQ(ok({"handcalc", "placement", "--norm", "ln"}).out,
+            ok({"handcalc", "placement", "--norm", "layernorm"}).out);
+  EXPECT_EQ(ok({"handcalc", "--norm", "RMS"}).out, ok({"handcalc", "--norm", "rmsnorm"}).out);
+}
+
 TEST(CliHandcalc, JsonWorksheet) {
   json j = ok_json({"handcalc"});
   EXPECT_EQ(j["command"], "handcalc");

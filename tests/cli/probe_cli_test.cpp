@@ -63,6 +63,15 @@ TEST(ProbeCli, ConfigFlagsAndOtherPresets) {
   EXPECT_TRUE(j["identity_share"]["runs"][1]["layers"][0]["cosine"]["mean"].is_null());  // no identity term
 }
 
+// The residual switch has one name, the config key's: the text table labels the runs without it
+// "no-residual", as probe's JSON labels and the config do (it said "no-res").
+TEST(ProbeCli, IdentityShareLabelsRunsWithTheResidualKeysName) {
+  auto r = run_cli({"probe", "identity-share", "--seeds", "1", "--batch", "2"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("pre no-residual"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("post no-residual"), std::string::npos) << r.out;
+}
+
 TEST(ProbeCli, BadInputIsOneLineAndExitTwo) {
   for (std::vector<std::string> args : {std::vector<std::string>{"probe", "nope"},
                                         {"probe", "config", "--layers", "x"},

@@ -36,6 +36,35 @@ TEST(TrainCli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(resolved["d_model"], 64);  // defaults are filled in
 }
 
+// train names a norm as handcalc does (issue 24: `train --norm LayerNorm` failed), and the
+// resolved config prints the canonical name.
+TEST(TrainCli, NormTakesEverySpelling) {
+  for (const char* spelling : {"LayerNorm", "ln", "RMSNorm"}) {
+    fs::path dir = fresh_dir(std::string("cli_norm_") + spelling);
+    auto r = run_cli({"train", "--steps", "1", "--eval_every", "1", "--layers", "1", "--batch_size", "2", "--norm",
+                      spelling, "--out", dir.string(), "-q"});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_EQ(nlohmann::json::parse(slurp(dir / "config.json"))["norm"], spelling[0] == 'R' ? "rmsnorm" : "layernorm");
+  }
+}
+
+// convert names its target norm and method through their tables (any case, the norm's short
+// spellings) and prints the canonical names.
+TEST(TrainCli, ConvertTakesTheTablesSpellings) {
+  fs::path dir = fresh_dir("cli_convert_names");
+  fs::create_directories(dir);
+  auto r = run_cli({"train", "--steps", "2", "--eval_every", "2", "--layers", "1", "--batch_size", "2", "--norm", "ln",
+                    "--out", (dir / "ln").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"convert", (dir / "ln").string(), "--to", "RMS", "--method", "Exact", "--out", (dir / "c").string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("(rmsnorm, exact)"), std::string::npos) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "c" / "convert.json"))["method"], "exact");
+  r = run_cli({"convert", (dir / "ln").string(), "--to", "rms", "--method", "magic", "--out", (dir / "d").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'magic' is not one of naive, exact"), std::string::npos) << describe(r);
+}
+
 // The norm kernels' variants are measured on the machine the first time a shape class is used and
 // cached: result.json says which variant ran for every class and why, and a second run that takes
 // them from the cache computes the same numbers bit for bit (deterministic for a machine and cache).

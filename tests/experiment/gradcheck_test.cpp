@@ -8,6 +8,7 @@
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/gradcheck.h"
+#include "normlab/nn.h"
 #include "normlab/ops.h"
 #include "normlab/rng.h"
 #include "gpu_skip.h"
@@ -157,4 +158,22 @@ TEST(GradcheckBudget, MemoryEstimateOfAShape) {
   EXPECT_DOUBLE_EQ(normlab::gradcheck_memory_bytes(s), 8.0 * 2 * (64 * 24 + 16 * 16 + 8 * 2 * 9));
   s.time = 4096;  // attention grows with T^2
   EXPECT_GT(normlab::gradcheck_memory_bytes(s), 8.0 * 2 * 8 * 2 * 4096.0 * 4096.0);
+}
+
+// A composite case records the alpha its blocks run with (--dump): ModelConfig::residual_alpha of
+// the recorded norm, placement and depth, the answer make_block gives (it used to be the placement
+// alone, so a deepnorm case without a norm would have recorded DeepNet's alpha for blocks run at 1).
+TEST(Gradcheck, CompositeCasesRecordTheAlphaTheirBlocksRun) {
+  int composites = 0;
+  for (const GradCase& c : gradcheck_cases()) {
+    if (c.kind != "composite") continue;
+    ++composites;
+    const CaseInstance inst = c.make(CaseShape{}, DType::f64, 1);
+    ModelConfig cfg;
+    cfg.norm = parse_kind<NormKind>(inst.names.at("norm"));
+    cfg.placement = parse_kind<Placement>(inst.names.at("placement"));
+    cfg.layers = int64_t(inst.numbers.at("layers"));
+    EXPECT_EQ(inst.numbers.at("deepnorm_alpha"), cfg.residual_alpha()) << c.name;
+  }
+  EXPECT_GE(composites, 4);
 }

@@ -147,3 +147,33 @@ TEST(InitSchemes, FairseqScalesTokenEmbeddingsBySqrtD) {
   g.forward(Tensor::from_ids(ids, {4, 16}), &trace);
   EXPECT_LT(mean_row_norm(trace.embed), 0.5);
 }
+
+// Whether DeepNet's alpha and init apply had three answers (make_block, gradcheck's record of a
+// case, the Python mirror): ModelConfig::deepnet() is the one. It holds for placement deepnorm
+// with a norm, and then for alpha and every block Linear's init together; without a norm every
+// placement is x + F(x) with the scheme's own init.
+TEST(InitSchemes, DeepNetAppliesExactlyToDeepnormWithANorm) {
+  auto std_of = [](const Tensor& t) {
+    const std::vector<double> v = t.to_vector();
+    double s = 0;
+    for (double x : v) s += x * x;
+    return std::sqrt(s / double(v.size()));
+  };
+  for (NormKind norm : kind_values<NormKind>()) {
+    for (Placement placement : kind_values<Placement>()) {
+      ModelConfig c;
+      c.norm = norm;
+      c.placement = placement;
+      c.layers = 4;  // alpha = 8^(1/4) = 1.68, beta = 32^(-1/4) = 0.42
+      const std::string what = std::string(to_string(norm)) + "/" + to_string(placement);
+      const bool want = placement == Placement::deepnorm && norm != NormKind::none;
+      EXPECT_EQ(c.deepnet(), want) << what;
+      EXPECT_EQ(c.residual_alpha(), want ? std::pow(8.0, 0.25) : 1.0) << what;
+      const Model m(c, 5);
+      for (const Block& b : m.blocks()) EXPECT_EQ(b.alpha, c.residual_alpha()) << what;
+      // fc1 (128 x 64): DeepNet's Xavier with gain beta, std 0.42 * sqrt(2/192) = 0.044, else gpt2's 0.02.
+      const double want_std = want ? c.deepnorm_beta() * std::sqrt(2.0 / 192.0) : 0.02;
+      EXPECT_NEAR(std_of(m.blocks()[0].mlp.fc1.w), want_std, 0.06 * want_std) << what;
+    }
+  }
+}

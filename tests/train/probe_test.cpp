@@ -64,16 +64,15 @@ TEST(ProbePlainStack, LayerNormStaysAtSqrtDWhilePlainVanishesOrExplodes) {
 
 TEST(ProbePlainStack, GeluAndBadOptions) {
   normlab::PlainStackOptions so;
-  so.activation = "gelu";
+  so.activation = normlab::Activation::gelu;
   so.layers = 5;
   so.gains = {1.0};
   auto r = normlab::probe_plain_stack(so, small());
   ASSERT_EQ(r.stacks.size(), 2u);
   EXPECT_TRUE(std::isnan(r.stacks[0].expected_last_over_input));
   EXPECT_LT(r.stacks[0].last_over_input.mean, 1.0);  // gelu halves the signal's second moment, roughly
-  so.activation = "relu";
-  EXPECT_THROW(normlab::probe_plain_stack(so, small()), normlab::UsageError);
-  so.activation = "linear";
+  EXPECT_THROW(normlab::parse_kind<normlab::Activation>("relu"), normlab::UsageError);
+  so.activation = normlab::Activation::linear;
   so.gains = {-1};
   EXPECT_THROW(normlab::probe_plain_stack(so, small()), normlab::UsageError);
 }

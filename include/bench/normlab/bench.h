@@ -184,7 +184,12 @@ class CpuUsage {
 // addfwd: the fused residual add + norm forward of Post-LN and DeepNorm, s = alpha*a + b
 // (written: the residual stream), then y = norm(s).
 enum class Pass { fwd, bwd, addfwd };
-const char* to_string(Pass p);
+}  // namespace normlab::bench
+namespace normlab {
+template <>
+const EnumNames& enum_names<bench::Pass>();
+}  // namespace normlab
+namespace normlab::bench {
 
 // One norm call on raw arrays; N rows, D normalized size, row-major, contiguous.
 //   forward  reads x, gamma, beta (LayerNorm only); writes y, mean (LayerNorm only), rstd
@@ -194,7 +199,7 @@ const char* to_string(Pass p);
 //            y, mean (LayerNorm only), rstd of s as the forward
 struct NormArgs {
   int64_t n = 0, d = 0;
-  float eps = 1e-5f;
+  float eps = static_cast<float>(default_eps(NormKind::layernorm));
   const float* x = nullptr;
   const float* dy = nullptr;
   const float* gamma = nullptr;
@@ -388,7 +393,8 @@ struct NormBenchOptions {
   double min_time = 0.2;       // and at least this many seconds of timed calls per case
   int64_t footprint = 0;       // bytes to rotate through per memory-bound case; 0: max(1 GiB, 4 x LLC)
   uint64_t seed = 0;
-  float ln_eps = 1e-5f, rms_eps = 1e-6f;
+  float ln_eps = static_cast<float>(default_eps(NormKind::layernorm));
+  float rms_eps = static_cast<float>(default_eps(NormKind::rmsnorm));
   std::function<void(const std::string&)> log;  // progress lines (optional)
 };
 

@@ -18,6 +18,7 @@
 //   }
 #pragma once
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -48,6 +49,7 @@ const EnumNames& enum_names();
 namespace names_detail {
 const char* name_of(const EnumNames& t, int value);
 int parse(const EnumNames& t, const std::string& text);
+std::optional<int> find(const EnumNames& t, const std::string& text);
 std::string choices(const EnumNames& t, const char* sep);
 std::string help(const EnumNames& t);
 }  // namespace names_detail
@@ -63,6 +65,14 @@ const char* to_string(E v) {
 template <class E>
 E parse_kind(const std::string& text) {
   return static_cast<E>(names_detail::parse(enum_names<E>(), text));
+}
+
+// As parse_kind, but empty instead of an error: for a caller that accepts words beyond the table
+// ("both") or only part of it, and says so in its own error.
+template <class E>
+std::optional<E> try_parse_kind(const std::string& text) {
+  if (std::optional<int> v = names_detail::find(enum_names<E>(), text)) return static_cast<E>(*v);
+  return std::nullopt;
 }
 
 // "none, layernorm, rmsnorm"

@@ -7,10 +7,14 @@
 #include <vector>
 
 #include "normlab/error.h"
+#include "normlab/names.h"
 
 namespace normlab {
 
 enum class DType : uint8_t { f32, f64, i32 };
+// "float32" (as PyTorch prints it), "f32" accepted.
+template <>
+const EnumNames& enum_names<DType>();
 // cuda_sim: the CUDA backend's kernels run on the host by cuda-sim (docs/cuda.md), in device
 // memory of its own: a device like cuda, never mixed with it.
 enum class Device : uint8_t { cpu, cuda, cuda_sim };
@@ -18,7 +22,6 @@ constexpr int kDeviceCount = 3;
 inline bool is_cuda_device(Device d) { return d == Device::cuda || d == Device::cuda_sim; }
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);
 const char* device_name(Device d);
 
 using Shape = std::vector<int64_t>;
@@ -152,8 +155,8 @@ struct dtype_of<int32_t> {
 
 template <class T>
 T* Tensor::data() const {
-  NL_CHECK(dtype() == dtype_of<T>::value, "tensor of dtype {} read as {}", dtype_name(dtype()),
-           dtype_name(dtype_of<T>::value));
+  NL_CHECK(dtype() == dtype_of<T>::value, "tensor of dtype {} read as {}", to_string(dtype()),
+           to_string(dtype_of<T>::value));
   return static_cast<T*>(raw());
 }
 

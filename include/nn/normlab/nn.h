@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "normlab/kinds.h"
+#include "normlab/nn_kinds.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 
@@ -26,7 +26,7 @@ struct ModelConfig {
   int64_t vocab = 64;
   int64_t seq_len = 16;
   InitScheme init = InitScheme::gpt2;  // what each parameter gets: docs/init.md
-  double norm_eps = 0;        // 0: the norm's default (LayerNorm 1e-5, RMSNorm 1e-6)
+  double norm_eps = 0;        // 0: the norm's default_eps (kinds.h)
   DType dtype = DType::f32;
 
   double eps() const;
@@ -34,6 +34,10 @@ struct ModelConfig {
   // DeepNet (Wang et al. 2022), decoder-only with L layers: alpha = (2L)^(1/4), beta = (8L)^(-1/4).
   double deepnorm_alpha() const;
   double deepnorm_beta() const;
+  // Whether DeepNet's alpha and init apply: placement deepnorm with a norm. Without a norm every
+  // placement is DESIGN.md's `none`, x + F(x): alpha 1 and the init scheme's own weights.
+  bool deepnet() const;
+  double residual_alpha() const;  // the alpha of alpha*x + F(x): deepnorm_alpha() where deepnet(), else 1
   void validate() const;  // throws UsageError naming the field
 };
 
@@ -70,7 +74,7 @@ struct Linear {
 struct Norm {
   NormKind kind = NormKind::none;
   Tensor gamma, beta;  // beta only for LayerNorm
-  double eps = 1e-5;
+  double eps = default_eps(NormKind::layernorm);
   Tensor operator()(const Tensor& x) const;  // identity for none
   // s = alpha*a + b, y = norm(s), one pass per row; returns {s, y}.
   std::pair<Tensor, Tensor> add_norm(const Tensor& a, double alpha, const Tensor& b) const;
@@ -99,7 +103,7 @@ struct SelfAttention {
   int64_t heads = 1;
   bool qk_norm = false;
   Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only
-  double qk_eps = 1e-6;
+  double qk_eps = default_eps(NormKind::rmsnorm);  // QK-Norm is an RMSNorm
   Tensor operator()(const Tensor& x, const Tensor& residual = Tensor(), AttentionTap* tap = nullptr) const;  // x (B, T, C)
 };
 
@@ -112,10 +116,11 @@ struct Block {
   Norm norm1b, norm2b;  // sandwich: the norms on the sublayer outputs
   Placement placement = Placement::pre;
   NormKind norm_kind = NormKind::layernorm;
-  bool skip_connection = true;  // false: no "x +" (probe's contrast; config key `residual`)
-  double alpha = 1.0;           // DeepNorm's residual scale
-  // The first sublayer; `tap` (attention only) receives its queries and keys.
-  Tensor mix(const Tensor& x, const Tensor& residual = Tensor(), AttentionTap* tap = nullptr) const;
+  bool residual = true;  // false: no "x +" (probe's contrast); the config key of the same name
+  double alpha = 1.0;    // DeepNorm's residual scale
+  // The first sublayer, `stream` added in its last product; `tap` (attention only) receives its
+  // queries and keys.
+  Tensor mix(const Tensor& x, const Tensor& stream = Tensor(), AttentionTap* tap = nullptr) const;
   Tensor operator()(const Tensor& x) const;  // block_forward(*this, x, Sublayers::live)
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <utility>
 
+#include "normlab/kinds.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -33,14 +34,15 @@ inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator*(double alpha, const Tensor& x) { return scale(x, alpha); }
 
 // ---- normalization over the last dimension --------------------------------------------
-Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
-Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps = 1e-6);
+Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                 double eps = default_eps(NormKind::layernorm));
+Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps = default_eps(NormKind::rmsnorm));
 // Fused residual add + norm (one pass per row): s = alpha*a + b, y = norm(s); returns {s, y}.
 // The backward is that of the two separate ops.
-std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Tensor& b,
-                                        const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Tensor& b, const Tensor& gamma,
+                                        const Tensor& beta, double eps = default_eps(NormKind::layernorm));
 std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b,
-                                      const Tensor& gamma, double eps = 1e-6);
+                                      const Tensor& gamma, double eps = default_eps(NormKind::rmsnorm));
 
 // ---- softmax, attention, mixing -------------------------------------------------
 Tensor softmax(const Tensor& x);  // over the last dimension

@@ -17,6 +17,8 @@
 namespace normlab {
 
 enum class ConvertMethod { naive, exact };
+template <>
+const EnumNames& enum_names<ConvertMethod>();
 
 struct Conversion {
   ModelConfig config;  // the converted model's: norm rmsnorm, the source's eps, head_bias for exact

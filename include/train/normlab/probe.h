@@ -87,12 +87,17 @@ ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, con
 // bias. act is the identity ("linear", the default: E||W x||^2 = gain^2 ||x||^2, so the plain
 // stack's norm goes as gain^l) or "gelu". Gradients: dL/dx_L = r / N with r ~ N(0, 1), i.e. the
 // loss is the mean over tokens of a random linear read-out of the last layer.
+// What sits between a plain stack's layers.
+enum class Activation { linear, gelu };
+template <>
+const EnumNames& enum_names<Activation>();
+
 struct PlainStackOptions {
   int64_t layers = 20;
   int64_t d = 64;
   int64_t seq_len = 16;
   std::vector<double> gains = {0.5, 1.0, 2.0};
-  std::string activation = "linear";  // linear | gelu
+  Activation activation = Activation::linear;
 };
 
 struct StackProbe {

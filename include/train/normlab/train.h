@@ -10,6 +10,7 @@
 #include "normlab/nn.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
+#include "normlab/train_kinds.h"
 
 namespace normlab {
 

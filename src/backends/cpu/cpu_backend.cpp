@@ -21,7 +21,7 @@ float* f32(const Tensor& t, const char* what, int64_t numel) {
   NL_CHECK(t.dtype() == DType::f32,
            "cpu backend: {} is {}; the cpu backend is float32 only (float64 runs on the "
            "\"reference\" backend)",
-           what, dtype_name(t.dtype()));
+           what, to_string(t.dtype()));
   NL_CHECK(t.numel() == numel,
            "cpu backend: {} has shape {} ({} elements), the sizes given need {}", what,
            shape_str(t.shape()), t.numel(), numel);

@@ -108,7 +108,7 @@ void expect(const char* kernel, const char* arg, const Tensor& t, int64_t numel)
   NL_CHECK(t.device() == cuda::kDevice, "{} {}: {} is on {}, the {} backend takes {} tensors", cuda::kBackendName,
            kernel, arg, device_name(t.device()), cuda::kBackendName, cuda::kBackendName);
   NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; the cuda backend is float32 only", kernel,
-           arg, dtype_name(t.dtype()));
+           arg, to_string(t.dtype()));
   NL_CHECK(t.numel() == numel, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,
            arg, shape_str(t.shape()), t.numel(), numel);
 }
@@ -545,7 +545,7 @@ class CudaBackend final : public Backend {
     NL_CHECK(ids.device() == cuda::kDevice, "{} {}: {} is on {}, the {} backend takes {} tensors", cuda::kBackendName,
              kernel, arg, device_name(ids.device()), cuda::kBackendName, cuda::kBackendName);
     NL_CHECK(ids.dtype() == DType::i32, "cuda {}: {} is {} but ids are int32", kernel, arg,
-             dtype_name(ids.dtype()));
+             to_string(ids.dtype()));
     NL_CHECK(ids.numel() == n, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,
              arg, shape_str(ids.shape()), ids.numel(), n);
     int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(scalars(kernel)) + 16);

@@ -25,7 +25,7 @@ void dispatch(DType dtype, const char* kernel, F&& f) {
       break;
   }
   NL_CHECK(false, "reference {}: dtype {} is not supported (f32 or f64)", kernel,
-           dtype_name(dtype));
+           to_string(dtype));
 }
 
 // One tensor argument of a call: defined, on the cpu, of the call's dtype, and holding the
@@ -36,7 +36,7 @@ void expect(const char* kernel, const char* arg, const Tensor& t, DType dtype, i
            "reference {}: {} is on {}, the reference backend is cpu only", kernel, arg,
            device_name(t.device()));
   NL_CHECK(t.dtype() == dtype, "reference {}: {} is {} but the call's dtype is {}", kernel, arg,
-           dtype_name(t.dtype()), dtype_name(dtype));
+           to_string(t.dtype()), to_string(dtype));
   NL_CHECK(t.numel() == numel, "reference {}: {} has shape {} ({} elements); the sizes imply {}",
            kernel, arg, shape_str(t.shape()), t.numel(), numel);
 }

@@ -1,0 +1,20 @@
+// train's vocabulary: the optimizer, its learning-rate schedule and the data source, as a user
+// names them in a config or on a command line. One name table each (src/train/train_kinds.cpp),
+// spelled through names.h.
+#pragma once
+#include "normlab/names.h"
+
+namespace normlab {
+
+enum class OptimizerKind { adam, adamw };
+enum class Schedule { constant, cosine };
+enum class DataKind { synthetic, text };
+
+template <>
+const EnumNames& enum_names<OptimizerKind>();
+template <>
+const EnumNames& enum_names<Schedule>();
+template <>
+const EnumNames& enum_names<DataKind>();
+
+}  // namespace normlab

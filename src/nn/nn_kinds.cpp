@@ -1,0 +1,31 @@
+#include "normlab/nn_kinds.h"
+
+namespace normlab {
+
+template <>
+const EnumNames& enum_names<ModelKind>() {
+  static const EnumNames t{"model",
+                           {{ModelKind::toy, "toy", {}, "causal prefix-mean mixing + Linear instead of attention"},
+                            {ModelKind::gpt, "gpt", {}, "causal multi-head self-attention"}}};
+  return t;
+}
+template <>
+const EnumNames& enum_names<FinalNorm>() {
+  static const EnumNames t{"final_norm",
+                           {{FinalNorm::auto_, "auto", {}, "on for pre and sandwich, off for post and deepnorm"},
+                            {FinalNorm::on, "on", {"true"}, "a norm before the head"},
+                            {FinalNorm::off, "off", {"false"}, "no norm before the head"}}};
+  return t;
+}
+template <>
+const EnumNames& enum_names<InitScheme>() {
+  static const EnumNames t{
+      "init",
+      {{InitScheme::gpt2, "gpt2", {}, "N(0, 0.02), residual projections N(0, 0.02/sqrt(2L))"},
+       {InitScheme::xavier, "xavier", {}, "normal Xavier"},
+       {InitScheme::torch, "torch", {}, "PyTorch's defaults: Linear U(+-1/sqrt(fan_in)), Embedding N(0, 1)"},
+       {InitScheme::fairseq, "fairseq", {}, "Xavier-uniform linears, embeddings N(0, 1/d) times sqrt(d)"}}};
+  return t;
+}
+
+}  // namespace normlab

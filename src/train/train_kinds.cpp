@@ -1,0 +1,27 @@
+#include "normlab/train_kinds.h"
+
+namespace normlab {
+
+template <>
+const EnumNames& enum_names<OptimizerKind>() {
+  static const EnumNames t{"optimizer",
+                           {{OptimizerKind::adam, "adam", {}, "Adam, weight decay as L2 on the gradient"},
+                            {OptimizerKind::adamw, "adamw", {}, "AdamW, decoupled weight decay"}}};
+  return t;
+}
+template <>
+const EnumNames& enum_names<Schedule>() {
+  static const EnumNames t{"schedule",
+                           {{Schedule::constant, "constant", {}, "the peak lr after warm-up"},
+                            {Schedule::cosine, "cosine", {}, "cosine from the peak to 0 at the last step"}}};
+  return t;
+}
+template <>
+const EnumNames& enum_names<DataKind>() {
+  static const EnumNames t{"data",
+                           {{DataKind::synthetic, "synthetic", {}, "the synthetic topic/permutation task"},
+                            {DataKind::text, "text", {}, "text:PATH, byte-level language modelling on a file"}}};
+  return t;
+}
+
+}  // namespace normlab
