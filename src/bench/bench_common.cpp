@@ -17,6 +17,7 @@
 #include "normlab/cpu_backend.h"
 #include "normlab/cpu_kernel_lab.h"
 #include "normlab/parse.h"
+#include "normlab/stats.h"
 #include "normlab/version.h"
 
 namespace normlab::bench {
@@ -89,17 +90,12 @@ Stats summarize(std::vector<double> v) {
   Stats s;
   s.samples = static_cast<int64_t>(v.size());
   if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
+  std::sort(v.begin(), v.end());  // the mean summed in this order, as always
   s.min = v.front();
   s.max = v.back();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(n);
-  double ss = 0;
-  for (double x : v) ss += (x - s.mean) * (x - s.mean);
-  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+  s.median = median(v);
+  s.mean = mean(v);
+  s.stddev = sample_std(v);
   return s;
 }
 
@@ -170,8 +166,7 @@ int64_t parse_cache_size(const std::string& s) {
 // "0-1" / "0,2,4" / "0-3,8-11" -> number of CPUs
 int count_cpu_list(const std::string& s) {
   int count = 0;
-  std::istringstream in(s);
-  for (std::string part; std::getline(in, part, ',');) {
+  for (const std::string& part : split_at(s, ',')) {
     if (part.empty()) continue;
     auto dash = part.find('-');
     if (dash == std::string::npos) {

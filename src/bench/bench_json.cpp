@@ -10,6 +10,7 @@
 #include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/stats.h"
 
 namespace normlab::bench {
 
@@ -21,7 +22,7 @@ namespace {
 constexpr const char* kSchema = "normlab-bench/1";
 
 // NaN and infinities are written as null, and null reads back as NaN.
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+constexpr auto num = json_number<json>;
 double get_num(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null() || !it->is_number()) return NAN;
@@ -111,7 +112,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
     peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
   j["fma_peak"] = peaks;
   ordered_json trips = ordered_json::array();
-  for (double ns : c.thread_round_trip_ns) trips.emplace_back(std::isfinite(ns) ? ordered_json(ns) : ordered_json(nullptr));
+  for (double ns : c.thread_round_trip_ns) trips.push_back(json_number<ordered_json>(ns));
   j["thread_round_trip_ns"] = trips;
   if (!c.streaming_stores.empty()) j["streaming_stores"] = c.streaming_stores;
   if (!c.tune_mode.empty()) {
@@ -500,8 +501,7 @@ namespace {
 
 double median_of(std::vector<double> v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
-  if (v.empty()) return NAN;
-  return summarize(std::move(v)).median;
+  return median(std::move(v));
 }
 
 std::pair<double, double> range_of(const std::vector<double>& v) {

@@ -20,7 +20,9 @@
 #include "cli_common.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/sweep.h"
+#include "normlab/table.h"
 
 namespace normlab::cli {
 
@@ -82,16 +84,11 @@ std::string outcome_line(const SweepPoint& pt, const PointOutcome& o, const Swee
   return line;
 }
 
+// --cols: empty entries dropped ("" is the default, every other varied axis).
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t c = s.find(',', start);
-    std::string item = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
-    if (!item.empty()) out.push_back(item);
-    if (c == std::string::npos) break;
-    start = c + 1;
-  }
+  for (std::string& item : split_at(s, ','))
+    if (!item.empty()) out.push_back(std::move(item));
   return out;
 }
 
@@ -258,7 +255,13 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
 }
 
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
-  NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", shown(a.format));
+  // The formats' one name table (md is markdown's alias); a summary has no text form.
+  OutputFormat format = OutputFormat::text;
+  try {
+    format = g.json ? OutputFormat::json : parse_kind<OutputFormat>(a.format);
+  } catch (const UsageError&) {
+  }
+  NL_USAGE(format != OutputFormat::text, "--format '{}' is not one of md, csv, json", shown(a.format));
   SummaryOptions o;
   o.rows = a.rows;
   o.cols = split_commas(a.cols);
@@ -268,9 +271,8 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   // line); --no-write is for reading a directory one cannot write.
   if (!a.no_write) write_summaries(a.dir, s);
   warn_damaged(a.dir, s.damaged_runs, "not counted as a result (`normlab sweep` runs the point again)");
-  const std::string format = g.json ? "json" : a.format;
-  if (format == "md") std::cout << summary_markdown(s);
-  else if (format == "csv") std::cout << summary_csv(s);
+  if (format == OutputFormat::markdown) std::cout << summary_markdown(s);
+  else if (format == OutputFormat::csv) std::cout << summary_csv(s);
   else std::cout << summary_json(s);
   return 0;
 }
@@ -316,7 +318,7 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
   summ->add_option("--rows", a->rows, "The row axis (default: the spec's, lr when it varies)");
   summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
   summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
-  summ->add_option("--format", a->format, "md, csv or json (stdout)");
+  summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
   add_global_flags(*summ, g);
   return [a, summ, &g] { return summ->parsed() ? run_summarize_command(*a, g) : run_sweep_command(*a, g); };
