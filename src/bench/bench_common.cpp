@@ -12,6 +12,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/cpu_backend.h"
@@ -366,5 +367,33 @@ Context collect_context() {
   c.threads_pinned = bind != omp_proc_bind_false;
   return c;
 }
+
+namespace detail {
+
+RunFrame::RunFrame(Context& context, const std::vector<int>& threads)
+    : saved_threads_(num_threads()),
+      multi_(std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; })) {
+  usage_.start();
+  if (multi_) context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+}
+
+void RunFrame::finish_context(Context& context) {
+  set_num_threads(saved_threads_);
+  if (multi_) context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+  usage_.stop(context);
+  record_kernel_choices(context);
+}
+
+std::string noisy_rows_warning(const std::vector<std::string>& noisy, const char* min_time) {
+  if (noisy.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < noisy.size() && i < 4; ++i) list += (i ? ", " : "") + noisy[i];
+  if (noisy.size() > 4) list += fmt::format(" and {} more", noisy.size() - 4);
+  return fmt::format("coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with "
+                     "--min-time {}",
+                     list, min_time);
+}
+
+}  // namespace detail
 
 }  // namespace normlab::bench

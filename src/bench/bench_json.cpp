@@ -569,24 +569,43 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
                                      runs.size(), dates));
 }
 
-}  // namespace
+// Each figure's range over the runs, for the figures some run has a finite value of.
+std::map<std::string, std::pair<double, double>> ranges_of(const std::map<std::string, std::vector<double>>& figures) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const auto& [k, v] : figures) {
+    auto rg = range_of(v);
+    if (std::isfinite(rg.first)) out[k] = rg;
+  }
+  return out;
+}
 
-NormReport merge_runs(const std::vector<NormReport>& runs_in) {
+// Several runs of one kind of bench as one: each run's figures derived, their rows grouped by
+// name (in the order first met), each group merged by merge_row, the whole derived again.
+template <class Report, class MergeRow>
+Report merge_reports(const std::vector<Report>& runs_in, MergeRow merge_row) {
   NL_USAGE(!runs_in.empty(), "merge: no runs given");
-  std::vector<NormReport> runs = runs_in;
-  for (NormReport& r : runs) derive(r);
-  NormReport out;
+  std::vector<Report> runs = runs_in;
+  for (Report& r : runs) derive(r);
+  Report out;
   merge_context(out, runs);
+  using Row = typename decltype(Report::rows)::value_type;
   std::vector<std::string> order;
-  std::map<std::string, std::vector<const NormRow*>> groups;
-  for (const NormReport& r : runs)
-    for (const NormRow& row : r.rows) {
+  std::map<std::string, std::vector<const Row*>> groups;
+  for (const Report& r : runs)
+    for (const Row& row : r.rows) {
       auto& g = groups[row.name()];
       if (g.empty()) order.push_back(row.name());
       g.push_back(&row);
     }
-  for (const std::string& name : order) {
-    const auto& g = groups[name];
+  for (const std::string& name : order) out.rows.push_back(merge_row(groups[name]));
+  derive(out);
+  return out;
+}
+
+}  // namespace
+
+NormReport merge_runs(const std::vector<NormReport>& runs) {
+  return merge_reports(runs, [](const std::vector<const NormRow*>& g) {
     NormRow m = *g.front();
     std::vector<Stats> times;
     std::map<std::string, std::vector<double>> figures;
@@ -608,33 +627,13 @@ NormReport merge_runs(const std::vector<NormReport>& runs_in) {
     m.status = all_ok ? "ok" : "rejected";
     m.runs = static_cast<int>(g.size());
     m.time = times.empty() ? Stats{} : merge_stats(times);
-    m.run_range.clear();
-    for (const auto& [k, v] : figures) {
-      auto rg = range_of(v);
-      if (std::isfinite(rg.first)) m.run_range[k] = rg;
-    }
-    out.rows.push_back(m);
-  }
-  derive(out);
-  return out;
+    m.run_range = ranges_of(figures);
+    return m;
+  });
 }
 
-StepReport merge_runs(const std::vector<StepReport>& runs_in) {
-  NL_USAGE(!runs_in.empty(), "merge: no runs given");
-  std::vector<StepReport> runs = runs_in;
-  for (StepReport& r : runs) derive(r);
-  StepReport out;
-  merge_context(out, runs);
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const StepRow*>> groups;
-  for (const StepReport& r : runs)
-    for (const StepRow& row : r.rows) {
-      auto& g = groups[row.name()];
-      if (g.empty()) order.push_back(row.name());
-      g.push_back(&row);
-    }
-  for (const std::string& name : order) {
-    const auto& g = groups[name];
+StepReport merge_runs(const std::vector<StepReport>& runs) {
+  return merge_reports(runs, [](const std::vector<const StepRow*>& g) {
     StepRow m = *g.front();
     std::vector<Stats> steps, norms;
     std::map<std::string, std::vector<double>> figures;
@@ -653,15 +652,9 @@ StepReport merge_runs(const std::vector<StepReport>& runs_in) {
     m.runs = static_cast<int>(g.size());
     m.step = merge_stats(steps);
     m.norm_kernels = merge_stats(norms);
-    m.run_range.clear();
-    for (const auto& [k, v] : figures) {
-      auto rg = range_of(v);
-      if (std::isfinite(rg.first)) m.run_range[k] = rg;
-    }
-    out.rows.push_back(m);
-  }
-  derive(out);
-  return out;
+    m.run_range = ranges_of(figures);
+    return m;
+  });
 }
 
 // ---- comparisons -----------------------------------------------------------------------------

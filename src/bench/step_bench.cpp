@@ -28,6 +28,7 @@
 #include "normlab/error.h"
 #include "normlab/nn.h"
 #include "normlab/train.h"
+#include "bench_internal.h"
 
 namespace normlab::bench {
 
@@ -279,15 +280,11 @@ StepReport run_step_bench(const StepOptions& opt) {
   validate(opt);
   StepReport report;
   report.context = collect_context();
-  CpuUsage usage;
-  usage.start();
   std::vector<int> threads = opt.threads.empty() ? parse_threads("1,all") : opt.threads;
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
-  const int saved_threads = num_threads();
-  const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
-  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+  bench::detail::RunFrame frame(report.context, threads);
   const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
   for (int t : threads) {
     report.context.fma_peaks.push_back(measure_fma_peak(t, opt.peak_time));
@@ -357,23 +354,11 @@ StepReport run_step_bench(const StepOptions& opt) {
       }
     }
   }
-  set_num_threads(saved_threads);
-  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
-  usage.stop(report.context);
-  record_kernel_choices(report.context);
-  derive(report);
-  const Context& ctx = report.context;
-  report.warnings = context_warnings(ctx);
+  frame.finish(report);
   std::vector<std::string> noisy;
   for (const StepRow& r : report.rows)
     if (r.step.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.step.cv()));
-  if (!noisy.empty()) {
-    std::string list;
-    for (size_t i = 0; i < noisy.size(); ++i) list += (i ? ", " : "") + noisy[i];
-    report.warnings.push_back(fmt::format(
-        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 3",
-        list));
-  }
+  if (!noisy.empty()) report.warnings.push_back(bench::detail::noisy_rows_warning(noisy, "3"));
   report.warnings.push_back(
       "the norm kernels are timed apart from the step, at its shapes, on buffers as many as the step's norms "
       "(they are cache-resident, as inside the step); see docs/bench.md");
