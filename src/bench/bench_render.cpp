@@ -504,6 +504,15 @@ std::string render_kernel_choices(const Context& c, OutputFormat f, bool every_c
   return head + (f == OutputFormat::markdown ? "\n" + t.markdown() : t.text());
 }
 
+std::string render_norm_impls(const NormRegistry& registry) {
+  Table t;
+  t.columns = {{"implementation", Align::left, 22}, {"provider", Align::left, 14, " "}, {"what", Align::left, 0, " "}};
+  for (const NormImpl& m : registry.all()) t.add_row({m.name(), m.provider, m.description});
+  t.add_row({"layernorm.torch", "PyTorch", "torch.nn.LayerNorm, with --with-torch"});
+  t.add_row({"rmsnorm.torch", "PyTorch", "torch.nn.RMSNorm, with --with-torch"});
+  return t.text();
+}
+
 std::string render(const StepReport& r, OutputFormat f) {
   switch (f) {
     case OutputFormat::json: return step_report_json(r) + "\n";

@@ -172,12 +172,7 @@ void set_passes(NormBenchOptions& opt, const std::string& pass) {
 int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   const bool on_device = a.dev.device != "cpu";
   if (a.list) {
-    std::printf("%-22s %-14s %s\n", "implementation", "provider", "what");
-    const NormRegistry registry = builtin_norm_impls();
-    for (const NormImpl& m : registry.all())
-      std::printf("%-22s %-14s %s\n", m.name().c_str(), m.provider.c_str(), m.description.c_str());
-    std::printf("%-22s %-14s %s\n", "layernorm.torch", "PyTorch", "torch.nn.LayerNorm, with --with-torch");
-    std::printf("%-22s %-14s %s\n", "rmsnorm.torch", "PyTorch", "torch.nn.RMSNorm, with --with-torch");
+    std::cout << render_norm_impls(builtin_norm_impls());
     return 0;
   }
   const OutputFormat f = format_of(a.o, g);

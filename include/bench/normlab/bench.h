@@ -507,6 +507,8 @@ std::string render_norm_summary(const NormReport& r, OutputFormat f);
 // The shape classes' choices of kernel variant (Context::kernel_choices) as a table, with every
 // candidate's median when every_candidate; "" when the run made none (a device run, older JSON).
 std::string render_kernel_choices(const Context& c, OutputFormat f, bool every_candidate);
+// `bench norms --list`: every implementation of the registry, then PyTorch's (--with-torch).
+std::string render_norm_impls(const NormRegistry& registry);
 
 // Reading a --json document back (what: the file name, for messages). UsageError when it is
 // not a `bench norms` (resp. `bench step`) document.
