@@ -40,10 +40,6 @@ void Table::add_row(std::vector<std::string> cells) {
 
 void Table::add_line(std::string line) { rows_.push_back({{std::move(line)}, true}); }
 
-size_t Table::rows() const {
-  return static_cast<size_t>(std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return !r.is_line; }));
-}
-
 std::string Table::line_of(const std::vector<std::string>& cells, const std::vector<size_t>& widths) const {
   std::string s;
   for (size_t c = 0; c < cells.size(); ++c) {

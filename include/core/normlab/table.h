@@ -33,7 +33,6 @@ struct Table {
   // Text only: a line of its own at this place between the rows ("" is a blank line), such as
   // a note on the row above or a blank line between groups; markdown and CSV leave it out.
   void add_line(std::string line);
-  size_t rows() const;
 
   // Text: every column as wide as its widest cell (header included) and at least min_width,
   // padded on the side away from its alignment, trailing spaces dropped. Widths count UTF-8
