@@ -258,10 +258,11 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   // The formats' one name table (md is markdown's alias); a summary has no text form.
   OutputFormat format = OutputFormat::text;
   try {
-    format = g.json ? OutputFormat::json : parse_kind<OutputFormat>(a.format);
+    format = parse_kind<OutputFormat>(a.format);
   } catch (const UsageError&) {
   }
   NL_USAGE(format != OutputFormat::text, "--format '{}' is not one of md, csv, json", shown(a.format));
+  if (g.json) format = OutputFormat::json;
   SummaryOptions o;
   o.rows = a.rows;
   o.cols = split_commas(a.cols);
