@@ -12,12 +12,14 @@
 #include <iterator>
 #include <sstream>
 
+#include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/cpu_backend.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/parse.h"
 #include "normlab/system.h"
+#include "normlab/stats.h"
 #include "normlab/version.h"
 
 namespace normlab {
@@ -93,17 +95,12 @@ Stats summarize(std::vector<double> v) {
   Stats s;
   s.samples = static_cast<int64_t>(v.size());
   if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
+  std::sort(v.begin(), v.end());  // the mean summed in this order, as always
   s.min = v.front();
   s.max = v.back();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(n);
-  double ss = 0;
-  for (double x : v) ss += (x - s.mean) * (x - s.mean);
-  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+  s.median = median(v);
+  s.mean = mean(v);
+  s.stddev = sample_std(v);
   return s;
 }
 
@@ -174,8 +171,7 @@ int64_t parse_cache_size(const std::string& s) {
 // "0-1" / "0,2,4" / "0-3,8-11" -> number of CPUs
 int count_cpu_list(const std::string& s) {
   int count = 0;
-  std::istringstream in(s);
-  for (std::string part; std::getline(in, part, ',');) {
+  for (const std::string& part : split_at(s, ',')) {
     if (part.empty()) continue;
     auto dash = part.find('-');
     if (dash == std::string::npos) {
@@ -361,5 +357,32 @@ Context collect_context() {
   c.threads_pinned = bind != omp_proc_bind_false;
   return c;
 }
+
+namespace detail {
+
+RunFrame::RunFrame(Context& context, const std::vector<int>& threads)
+    : multi_(std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; })) {
+  usage_.start();
+  if (multi_) context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+}
+
+void RunFrame::finish_context(Context& context) {
+  thread_count_.restore();
+  if (multi_) context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+  usage_.stop(context);
+  record_kernel_choices(context);
+}
+
+std::string noisy_rows_warning(const std::vector<std::string>& noisy, const char* min_time) {
+  if (noisy.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < noisy.size() && i < 4; ++i) list += (i ? ", " : "") + noisy[i];
+  if (noisy.size() > 4) list += fmt::format(" and {} more", noisy.size() - 4);
+  return fmt::format("coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with "
+                     "--min-time {}",
+                     list, min_time);
+}
+
+}  // namespace detail
 
 }  // namespace normlab::bench

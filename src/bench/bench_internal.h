@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "normlab/backend.h"
 #include "normlab/bench.h"
 
 namespace normlab::bench {
 
-// bench_json.cpp: the JSON documents (render(..., Format::json) returns these).
+// bench_json.cpp: the JSON documents (render(..., OutputFormat::json) returns these).
 std::string norm_report_json(const NormReport& r);
 std::string step_report_json(const StepReport& r);
 std::string compare_json(const std::vector<CompareRow>& rows);
@@ -22,6 +23,34 @@ void copy_loop(float* dst, const float* src, int64_t n);
 void copy_memcpy(float* dst, const float* src, int64_t n);
 // s = alpha*a + b: the add of the unfused add+norm baseline.
 void add_scaled(float* s, const float* a, const float* b, float alpha, int64_t n);
+
+// ---- bench_common.cpp: the start and the end every cpu bench run has -------------------------
+
+// Started before the first row: the thread count to restore, the threads' cache-line round trip
+// when any row runs on several threads, the CPU time of other processes from here on.
+class RunFrame {
+ public:
+  RunFrame(Context& context, const std::vector<int>& threads);
+  // After the last row: the thread count restored, the round trip measured again, the other
+  // processes' share recorded, the kernel choices recorded, the report's figures derived and its
+  // warnings those of the context (each bench adds its own after).
+  template <class Report>
+  void finish(Report& report) {
+    finish_context(report.context);
+    derive(report);
+    report.warnings = context_warnings(report.context);
+  }
+
+ private:
+  void finish_context(Context& context);
+  ThreadCountScope thread_count_;
+  bool multi_;
+  CpuUsage usage_;
+};
+
+// The warning for rows whose timings vary (coefficient of variation above 10%): "" when none do;
+// the first four named, with how many more. min_time: the --min-time that steadies them.
+std::string noisy_rows_warning(const std::vector<std::string>& noisy, const char* min_time);
 
 // Working sets below this are labelled cache-resident: max(1 GiB, 4 x the last-level cache).
 int64_t cache_resident_below(int64_t llc_bytes);

@@ -10,6 +10,7 @@
 #include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/stats.h"
 
 namespace normlab::bench {
 
@@ -21,7 +22,7 @@ namespace {
 constexpr const char* kSchema = "normlab-bench/1";
 
 // NaN and infinities are written as null, and null reads back as NaN.
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+constexpr auto num = json_number<json>;
 double get_num(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null() || !it->is_number()) return NAN;
@@ -112,7 +113,7 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
     peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
   j["fma_peak"] = peaks;
   ordered_json trips = ordered_json::array();
-  for (double ns : c.thread_round_trip_ns) trips.emplace_back(std::isfinite(ns) ? ordered_json(ns) : ordered_json(nullptr));
+  for (double ns : c.thread_round_trip_ns) trips.push_back(json_number<ordered_json>(ns));
   j["thread_round_trip_ns"] = trips;
   if (!c.streaming_stores.empty()) j["streaming_stores"] = c.streaming_stores;
   if (!c.tune_mode.empty()) {
@@ -502,8 +503,7 @@ namespace {
 
 double median_of(std::vector<double> v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
-  if (v.empty()) return NAN;
-  return summarize(std::move(v)).median;
+  return median(std::move(v));
 }
 
 std::pair<double, double> range_of(const std::vector<double>& v) {
@@ -571,24 +571,43 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
                                      runs.size(), dates));
 }
 
-}  // namespace
+// Each figure's range over the runs, for the figures some run has a finite value of.
+std::map<std::string, std::pair<double, double>> ranges_of(const std::map<std::string, std::vector<double>>& figures) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const auto& [k, v] : figures) {
+    auto rg = range_of(v);
+    if (std::isfinite(rg.first)) out[k] = rg;
+  }
+  return out;
+}
 
-NormReport merge_runs(const std::vector<NormReport>& runs_in) {
+// Several runs of one kind of bench as one: each run's figures derived, their rows grouped by
+// name (in the order first met), each group merged by merge_row, the whole derived again.
+template <class Report, class MergeRow>
+Report merge_reports(const std::vector<Report>& runs_in, MergeRow merge_row) {
   NL_USAGE(!runs_in.empty(), "merge: no runs given");
-  std::vector<NormReport> runs = runs_in;
-  for (NormReport& r : runs) derive(r);
-  NormReport out;
+  std::vector<Report> runs = runs_in;
+  for (Report& r : runs) derive(r);
+  Report out;
   merge_context(out, runs);
+  using Row = typename decltype(Report::rows)::value_type;
   std::vector<std::string> order;
-  std::map<std::string, std::vector<const NormRow*>> groups;
-  for (const NormReport& r : runs)
-    for (const NormRow& row : r.rows) {
+  std::map<std::string, std::vector<const Row*>> groups;
+  for (const Report& r : runs)
+    for (const Row& row : r.rows) {
       auto& g = groups[row.name()];
       if (g.empty()) order.push_back(row.name());
       g.push_back(&row);
     }
-  for (const std::string& name : order) {
-    const auto& g = groups[name];
+  for (const std::string& name : order) out.rows.push_back(merge_row(groups[name]));
+  derive(out);
+  return out;
+}
+
+}  // namespace
+
+NormReport merge_runs(const std::vector<NormReport>& runs) {
+  return merge_reports(runs, [](const std::vector<const NormRow*>& g) {
     NormRow m = *g.front();
     std::vector<Stats> times;
     std::map<std::string, std::vector<double>> figures;
@@ -610,33 +629,13 @@ NormReport merge_runs(const std::vector<NormReport>& runs_in) {
     m.status = all_ok ? "ok" : "rejected";
     m.runs = static_cast<int>(g.size());
     m.time = times.empty() ? Stats{} : merge_stats(times);
-    m.run_range.clear();
-    for (const auto& [k, v] : figures) {
-      auto rg = range_of(v);
-      if (std::isfinite(rg.first)) m.run_range[k] = rg;
-    }
-    out.rows.push_back(m);
-  }
-  derive(out);
-  return out;
+    m.run_range = ranges_of(figures);
+    return m;
+  });
 }
 
-StepReport merge_runs(const std::vector<StepReport>& runs_in) {
-  NL_USAGE(!runs_in.empty(), "merge: no runs given");
-  std::vector<StepReport> runs = runs_in;
-  for (StepReport& r : runs) derive(r);
-  StepReport out;
-  merge_context(out, runs);
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const StepRow*>> groups;
-  for (const StepReport& r : runs)
-    for (const StepRow& row : r.rows) {
-      auto& g = groups[row.name()];
-      if (g.empty()) order.push_back(row.name());
-      g.push_back(&row);
-    }
-  for (const std::string& name : order) {
-    const auto& g = groups[name];
+StepReport merge_runs(const std::vector<StepReport>& runs) {
+  return merge_reports(runs, [](const std::vector<const StepRow*>& g) {
     StepRow m = *g.front();
     std::vector<Stats> steps, norms;
     std::map<std::string, std::vector<double>> figures;
@@ -655,15 +654,9 @@ StepReport merge_runs(const std::vector<StepReport>& runs_in) {
     m.runs = static_cast<int>(g.size());
     m.step = merge_stats(steps);
     m.norm_kernels = merge_stats(norms);
-    m.run_range.clear();
-    for (const auto& [k, v] : figures) {
-      auto rg = range_of(v);
-      if (std::isfinite(rg.first)) m.run_range[k] = rg;
-    }
-    out.rows.push_back(m);
-  }
-  derive(out);
-  return out;
+    m.run_range = ranges_of(figures);
+    return m;
+  });
 }
 
 // ---- comparisons -----------------------------------------------------------------------------

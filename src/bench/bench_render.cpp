@@ -8,56 +8,18 @@
 #include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/parse.h"
+#include "normlab/table.h"
 
 namespace normlab::bench {
 
 namespace {
 
-// ---- a table of strings, as text or markdown --------------------------------------------
-
-struct Table {
-  std::vector<std::string> header;
-  std::vector<bool> right;  // right-aligned (numbers)
-  std::vector<std::vector<std::string>> rows;
-  std::vector<size_t> gaps;  // a blank line before these rows (text only)
-
-  std::string text() const {
-    std::vector<size_t> w(header.size(), 0);
-    for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
-    for (const auto& r : rows)
-      for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
-    auto line = [&](const std::vector<std::string>& r) {
-      std::string s;
-      for (size_t c = 0; c < r.size(); ++c) {
-        const std::string pad(w[c] - r[c].size(), ' ');
-        s += (c ? "  " : "") + (right[c] ? pad + r[c] : r[c] + pad);
-      }
-      while (!s.empty() && s.back() == ' ') s.pop_back();
-      return s + "\n";
-    };
-    std::string out = line(header);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (std::find(gaps.begin(), gaps.end(), i) != gaps.end()) out += "\n";
-      out += line(rows[i]);
-    }
-    return out;
-  }
-
-  std::string markdown() const {
-    auto line = [](const std::vector<std::string>& r) {
-      std::string s = "|";
-      for (const std::string& c : r) s += " " + c + " |";
-      return s + "\n";
-    };
-    std::string out = line(header) + "|";
-    for (size_t c = 0; c < header.size(); ++c) out += right[c] ? "---:|" : "---|";
-    out += "\n";
-    for (const auto& r : rows) out += line(r);
-    return out;
-  }
-};
-
 bool finite(double x) { return std::isfinite(x); }
+
+// The bench tables' columns: text on the left, figures on the right.
+TableColumn left(const char* header) { return {header, Align::left}; }
+TableColumn right(const char* header) { return {header, Align::right}; }
 
 std::string fmt_time(double s) {
   if (!finite(s)) return "-";
@@ -90,13 +52,18 @@ std::string run_spread(const std::map<std::string, std::pair<double, double>>& r
   return fmt::format("{:.1f}%", 100 * (it->second.second - it->second.first) / median);
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 std::string csv_num(double x) { return finite(x) ? fmt::format("{:.6g}", x) : ""; }
+
+// A CSV table: its columns named by "a,b,c", the rows' cells written as fmt writes them.
+Table csv_table(const std::string& header) {
+  Table t;
+  for (const std::string& h : split_at(header, ',')) t.columns.push_back({h});
+  return t;
+}
+template <class... T>
+std::vector<std::string> cells(const T&... v) {
+  return {fmt::format("{}", v)...};
+}
 
 // The context's thread round trips, "62 / 64 ..." (ns), or "" when none was measured.
 std::string round_trips_ns(const Context& c) {
@@ -192,29 +159,20 @@ std::string where(const NormRow& x) { return x.device == "cpu" ? std::to_string(
 Table norm_table(const NormReport& r) {
   const bool merged = any_merged(r);
   Table t;
-  t.header = {"implementation", "pass", "shape", "thr", "params", "median", "min", "max", "cv", "GB/s", "%copy",
-              "RMS/LN", "vs oneDNN", "vs unfused", "vs torch", "ws MiB"};
-  t.right = {false, false, false, true, true, true, true, true, true, true, true, true, true, true, true, true};
-  if (any_device(r)) t.header[3] = any_cpu(r) ? "thr/dev" : "device";
-  if (merged) {
-    t.header.insert(t.header.begin() + 6, "runs");
-    t.right.insert(t.right.begin() + 6, true);
-  }
+  t.columns = {left("implementation"), left("pass"), left("shape"), right("thr"), right("params"), right("median"),
+               right("min"), right("max"), right("cv"), right("GB/s"), right("%copy"), right("RMS/LN"),
+               right("vs oneDNN"), right("vs unfused"), right("vs torch"), right("ws MiB")};
+  if (any_device(r)) t.columns[3].header = any_cpu(r) ? "thr/dev" : "device";
+  if (merged) t.columns.insert(t.columns.begin() + 6, right("runs"));
   const bool narrow = any_narrow(r);
-  if (narrow) {
-    t.header.insert(t.header.begin() + 3, "dtype");
-    t.right.insert(t.right.begin() + 3, false);
-  }
+  if (narrow) t.columns.insert(t.columns.begin() + 3, left("dtype"));
   const bool variants = std::any_of(r.rows.begin(), r.rows.end(), [](const NormRow& x) { return !x.variant.empty(); });
-  if (variants) {
-    t.header.push_back("variant");
-    t.right.push_back(false);
-  }
+  if (variants) t.columns.push_back(left("variant"));
   std::string last_group;
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
     const std::string group = fmt::format("{}/{}/{}", x.shape.str(), where(x), x.dtype);
-    if (!last_group.empty() && group != last_group) t.gaps.push_back(t.rows.size());
+    if (!last_group.empty() && group != last_group) t.add_line("");
     last_group = group;
     const auto& rr = x.run_range;
     std::string pct = fmt_pct(x.norm == "copy" ? x.pct_of_copy_loop : x.pct_of_copy());
@@ -240,7 +198,7 @@ Table norm_table(const NormReport& r) {
     if (merged) row.insert(row.begin() + 6, fmt::format("{} {}", x.runs, run_spread(rr, "median", x.time.median)));
     if (narrow) row.insert(row.begin() + 3, x.dtype);
     if (variants) row.push_back(variant_cell(x));
-    t.rows.push_back(row);
+    t.add_row(row);
   }
   return t;
 }
@@ -291,16 +249,15 @@ Table summary_table(const NormReport& r) {
     return it == at.end() || it->second->status != "ok" ? nullptr : it->second;
   };
   Table t;
-  t.header = {"shape", "thr", "pass", "copy GB/s", "memcpy GB/s", "LN fused GB/s", "LN %copy", "RMS fused GB/s",
-              "RMS %copy", "RMS/LN fused", "RMS/LN torch", "LN fused vs oneDNN", "LN fused vs torch",
-              "RMS fused vs torch", "LN vs unfused", "RMS vs unfused"};
-  t.right = {false, true, false, true, true, true, true, true, true, true, true, true, true, true, true, true};
-  if (any_device(r)) t.header[1] = any_cpu(r) ? "thr/dev" : "device";
+  t.columns = {left("shape"),         right("thr"),          left("pass"),
+               right("copy GB/s"),    right("memcpy GB/s"),  right("LN fused GB/s"),
+               right("LN %copy"),     right("RMS fused GB/s"), right("RMS %copy"),
+               right("RMS/LN fused"), right("RMS/LN torch"), right("LN fused vs oneDNN"),
+               right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
+               right("RMS vs unfused")};
+  if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
   const bool narrow = any_narrow(r);
-  if (narrow) {
-    t.header.insert(t.header.begin() + 2, "dtype");
-    t.right.insert(t.right.begin() + 2, false);
-  }
+  if (narrow) t.columns.insert(t.columns.begin() + 2, left("dtype"));
   std::set<std::string> done;
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
@@ -333,22 +290,20 @@ Table summary_table(const NormReport& r) {
         fig(lf, lf ? lf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio),
         fig(rf, rf ? rf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio)};
     if (narrow) row.insert(row.begin() + 2, x.dtype);
-    t.rows.push_back(row);
+    t.add_row(row);
   }
   return t;
 }
 
 std::string norm_csv(const NormReport& r) {
-  std::string s =
+  Table t = csv_table(
       "name,norm,impl,provider,pass,batch,seq,d,threads,status,samples,median_s,min_s,max_s,mean_s,stddev_s,cv,"
       "spread,data_bytes,param_bytes,stat_bytes,working_set_bytes,cache_resident,parameters,gb_per_s,"
       "copy_loop_gb_per_s,memcpy_gb_per_s,pct_of_copy_loop,pct_of_memcpy,pct_against,rms_over_ln,vs_onednn,"
-      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused,device,dtype\n";
+      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused,device,dtype");
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
-                     "{},{},{},{}\n",
-                     csv_field(x.name()), x.norm, x.impl, csv_field(x.provider), x.pass, x.shape.batch, x.shape.seq,
+    t.add_row(cells(x.name(), x.norm, x.impl, x.provider, x.pass, x.shape.batch, x.shape.seq,
                      x.shape.d, x.threads, x.status, x.time.samples, csv_num(x.time.median), csv_num(x.time.min),
                      csv_num(x.time.max), csv_num(x.time.mean), csv_num(x.time.stddev), csv_num(x.time.cv()),
                      csv_num(x.time.spread()), x.bytes.data, x.bytes.params, x.bytes.stats, x.working_set_bytes,
@@ -356,9 +311,9 @@ std::string norm_csv(const NormReport& r) {
                      csv_num(x.memcpy_gb_per_s), csv_num(x.pct_of_copy_loop), csv_num(x.pct_of_memcpy),
                      x.pct_against, csv_num(x.rms_over_ln), csv_num(x.vs_onednn), csv_num(x.vs_torch),
                      csv_num(x.verify.max_abs_err), x.runs, x.resident ? 1 : 0, x.calls_per_sample,
-                     csv_num(x.vs_unfused), x.device, x.dtype);
+                     csv_num(x.vs_unfused), x.device, x.dtype));
   }
-  return s;
+  return t.csv();
 }
 
 // ---- bench step ----------------------------------------------------------------------------
@@ -367,19 +322,16 @@ Table step_table(const StepReport& r) {
   bool merged = false;
   for (const StepRow& row : r.rows) merged = merged || row.runs > 1;
   Table t;
-  t.header = {"model", "norm", "thr", "params", "norm params", "norm calls", "step median", "min", "max", "cv",
-              "tokens/s", "GFLOP/s", "%FMA peak", "norm kernels", "norm share", "RMS/LN step", "RMS/LN norms",
-              "predicted"};
-  t.right = {false, false, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true,
-             true};
-  if (merged) {
-    t.header.insert(t.header.begin() + 7, "runs");
-    t.right.insert(t.right.begin() + 7, true);
-  }
+  t.columns = {left("model"),        left("norm"),         right("thr"),          right("params"),
+               right("norm params"),  right("norm calls"),  right("step median"),  right("min"),
+               right("max"),          right("cv"),          right("tokens/s"),     right("GFLOP/s"),
+               right("%FMA peak"),    right("norm kernels"), right("norm share"),  right("RMS/LN step"),
+               right("RMS/LN norms"), right("predicted")};
+  if (merged) t.columns.insert(t.columns.begin() + 7, right("runs"));
   std::string last;
   for (const StepRow& x : r.rows) {
     const std::string group = fmt::format("{}/{}", x.model, x.threads);
-    if (!last.empty() && group != last) t.gaps.push_back(t.rows.size());
+    if (!last.empty() && group != last) t.add_line("");
     last = group;
     const auto& rr = x.run_range;
     std::vector<std::string> row = {
@@ -403,7 +355,7 @@ Table step_table(const StepReport& r) {
         with_range(fmt_ratio(x.op_speedup), rr, "op_speedup", "{:.2f}"),
         with_range(fmt_ratio(x.predicted_step_speedup), rr, "predicted_step_speedup", "{:.3f}")};
     if (merged) row.insert(row.begin() + 7, fmt::format("{} {}", x.runs, run_spread(rr, "step", x.step.median)));
-    t.rows.push_back(row);
+    t.add_row(row);
   }
   return t;
 }
@@ -441,22 +393,21 @@ std::string thread_round_trip_line(const Context& c) {
 }
 
 std::string step_csv(const StepReport& r) {
-  std::string s =
+  Table t = csv_table(
       "name,model,norm,threads,layers,d_model,d_hidden,heads,vocab,batch,seq,parameters,norm_parameters,norm_calls,"
       "norm_rows,samples,step_median_s,step_min_s,step_max_s,step_cv,norm_kernels_median_s,norm_share,tokens_per_s,"
       "step_speedup,op_speedup,predicted_step_speedup,runs,matmul_flops,gflop_per_s,fma_peak_gflop_per_s,"
-      "pct_of_fma_peak\n";
+      "pct_of_fma_peak");
   for (const StepRow& x : r.rows)
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{},{}\n",
-                     x.name(),
+    t.add_row(cells(x.name(),
                      x.model, x.norm, x.threads, x.layers, x.d_model, x.d_hidden, x.heads, x.vocab, x.batch, x.seq,
                      x.parameters, x.norm_parameters, x.norm_calls, x.norm_rows, x.step.samples,
                      csv_num(x.step.median), csv_num(x.step.min), csv_num(x.step.max), csv_num(x.step.cv()),
                      csv_num(x.norm_kernels.median), csv_num(x.norm_share), csv_num(x.tokens_per_s),
                      csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs,
-                     x.matmul_flops, csv_num(x.gflop_per_s), csv_num(x.fma_peak_gflop_per_s),
-                     csv_num(x.pct_of_fma_peak));
-  return s;
+                     fmt::format("{:.0f}", x.matmul_flops), csv_num(x.gflop_per_s), csv_num(x.fma_peak_gflop_per_s),
+                     csv_num(x.pct_of_fma_peak)));
+  return t.csv();
 }
 
 std::string notes_markdown(const std::vector<std::string>& warnings) {
@@ -478,7 +429,7 @@ std::string verdict_lines(const NormReport& r, bool markdown) {
 // Renders `table_of` each section's rows, under its heading when the report has resident rows
 // (a report of memory-bound rows alone reads as it always did).
 template <class TableOf>
-std::string sections(const NormReport& r, Format f, bool long_headings, TableOf&& table_of) {
+std::string sections(const NormReport& r, OutputFormat f, bool long_headings, TableOf&& table_of) {
   const bool split = any_resident(r);
   std::string out;
   for (const bool resident : {false, true}) {
@@ -503,42 +454,38 @@ std::string sections(const NormReport& r, Format f, bool long_headings, TableOf&
       out += (out.empty() ? "" : "\n") + heading + ":\n";
     }
     const Table t = table_of(part);
-    out += f == Format::markdown ? (split ? "\n" : "") + t.markdown() : t.text();
+    out += f == OutputFormat::markdown ? (split ? "\n" : "") + t.markdown() : t.text();
   }
   return out;
 }
 
 }  // namespace
 
-std::string render(const NormReport& r, Format f) {
+std::string render(const NormReport& r, OutputFormat f) {
   switch (f) {
-    case Format::json: return norm_report_json(r) + "\n";
-    case Format::csv: return norm_csv(r);
-    case Format::markdown: {
+    case OutputFormat::json: return norm_report_json(r) + "\n";
+    case OutputFormat::csv: return norm_csv(r);
+    case OutputFormat::markdown: {
       std::string s = "Measured " + context_line(r.context) + ".\n\n" + sections(r, f, true, norm_table) + "\n" +
                       norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n" +
                       verdict_lines(r, true);
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
-    case Format::table: break;
+    case OutputFormat::text: break;
   }
   const std::string device = r.context.device.empty() ? "" : "device: " + r.context.device + "\n\n";
   return device + thread_round_trip_line(r.context) + sections(r, f, true, norm_table) + "\n" +
          norm_legend(any_merged(r), any_resident(r), any_device(r)) + "\n" + verdict_lines(r, false);
 }
 
-std::string render_norm_summary(const NormReport& r, Format f) { return sections(r, f, false, summary_table); }
+std::string render_norm_summary(const NormReport& r, OutputFormat f) { return sections(r, f, false, summary_table); }
 
-std::string render_kernel_choices(const Context& c, Format f, bool every_candidate) {
+std::string render_kernel_choices(const Context& c, OutputFormat f, bool every_candidate) {
   if (c.kernel_choices.empty()) return "";
   Table t;
-  t.header = {"shape class", "fused rows ran", "backend runs", "why", "timed rows"};
-  t.right = {false, false, false, false, true};
-  if (every_candidate) {
-    t.header.push_back("candidates: median per call (vs the fastest)");
-    t.right.push_back(false);
-  }
+  t.columns = {left("shape class"), left("fused rows ran"), left("backend runs"), left("why"), right("timed rows")};
+  if (every_candidate) t.columns.push_back(left("candidates: median per call (vs the fastest)"));
   for (const KernelChoiceRecord& k : c.kernel_choices) {
     std::vector<std::string> row = {k.shape_class, k.fused, k.backend, k.source,
                                     k.timed_rows > 0 ? std::to_string(k.timed_rows) : "-"};
@@ -549,51 +496,59 @@ std::string render_kernel_choices(const Context& c, Format f, bool every_candida
         all += fmt::format("{}{} {} ({:+.0f}%)", all.empty() ? "" : ", ", v, fmt_time(sec), 100 * (sec / best - 1));
       row.push_back(all.empty() ? "-" : all);
     }
-    t.rows.push_back(row);
+    t.add_row(row);
   }
   const std::string head = fmt::format("kernel variants (NORMLAB_TUNE={}, cache {}){}:\n", c.tune_mode,
                                        c.tune_cache.empty() ? "none" : c.tune_cache,
                                        every_candidate ? "" : "; every candidate's time with -v");
-  return head + (f == Format::markdown ? "\n" + t.markdown() : t.text());
+  return head + (f == OutputFormat::markdown ? "\n" + t.markdown() : t.text());
 }
 
-std::string render(const StepReport& r, Format f) {
+std::string render_norm_impls(const NormRegistry& registry) {
+  Table t;
+  t.columns = {{"implementation", Align::left, 22}, {"provider", Align::left, 14, " "}, {"what", Align::left, 0, " "}};
+  for (const NormImpl& m : registry.all()) t.add_row({m.name(), m.provider, m.description});
+  t.add_row({"layernorm.torch", "PyTorch", "torch.nn.LayerNorm, with --with-torch"});
+  t.add_row({"rmsnorm.torch", "PyTorch", "torch.nn.RMSNorm, with --with-torch"});
+  return t.text();
+}
+
+std::string render(const StepReport& r, OutputFormat f) {
   switch (f) {
-    case Format::json: return step_report_json(r) + "\n";
-    case Format::csv: return step_csv(r);
-    case Format::markdown: {
+    case OutputFormat::json: return step_report_json(r) + "\n";
+    case OutputFormat::csv: return step_csv(r);
+    case OutputFormat::markdown: {
       std::string s = "Measured " + context_line(r.context) + ".\n\n" + fma_peak_line(r.context) +
                       (r.context.fma_peaks.empty() ? "" : "\n") + step_table(r).markdown() + "\n" + step_legend() +
                       "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
-    case Format::table: break;
+    case OutputFormat::text: break;
   }
   return fma_peak_line(r.context) + thread_round_trip_line(r.context) + step_table(r).text() + "\n" + step_legend() +
          "\n";
 }
 
-std::string render(const std::vector<CompareRow>& rows, Format f) {
-  if (f == Format::json) return compare_json(rows) + "\n";
-  if (f == Format::csv) {
-    std::string s = "name,base_median_s,now_median_s,ratio,noise,verdict\n";
+std::string render(const std::vector<CompareRow>& rows, OutputFormat f) {
+  if (f == OutputFormat::json) return compare_json(rows) + "\n";
+  if (f == OutputFormat::csv) {
+    Table t = csv_table("name,base_median_s,now_median_s,ratio,noise,verdict");
     for (const CompareRow& c : rows)
-      s += fmt::format("{},{},{},{},{},{}\n", csv_field(c.name), csv_num(c.base.median), csv_num(c.now.median),
-                       csv_num(c.ratio), csv_num(c.noise), c.verdict);
-    return s;
+      t.add_row(cells(c.name, csv_num(c.base.median), csv_num(c.now.median), csv_num(c.ratio), csv_num(c.noise),
+                      c.verdict));
+    return t.csv();
   }
   Table t;
-  t.header = {"benchmark", "base", "now", "now/base", "noise", "verdict"};
-  t.right = {false, true, true, true, true, false};
+  t.columns = {left("benchmark"), right("base"), right("now"), right("now/base"), right("noise"), left("verdict")};
   for (const CompareRow& c : rows)
-    t.rows.push_back({c.name, fmt_time(c.base.median), fmt_time(c.now.median),
+    t.add_row({c.name, fmt_time(c.base.median), fmt_time(c.now.median),
                       finite(c.ratio) ? fmt::format("{:.3f}", c.ratio) : "-",
                       finite(c.noise) ? fmt::format("{:.0f}%", 100 * c.noise) : "-", c.verdict});
   const std::string legend =
       "now/base: this run's median / the base's (< 1: faster now). noise: the change below which a ratio is not told "
       "apart from 1 (the larger of 5%, the run-to-run spread of medians, and twice the rows' combined cv).\n";
-  return (f == Format::markdown ? t.markdown() : t.text()) + "\n" + legend;
+  return (f == OutputFormat::markdown ? t.markdown() : t.text()) + "\n" + legend;
 }
 
 }  // namespace normlab::bench

@@ -641,14 +641,7 @@ void add_row_warnings(NormReport& report, int64_t resident_below) {
   std::vector<std::string> noisy;
   for (const NormRow& r : report.rows)
     if (r.status == "ok" && r.time.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.time.cv()));
-  if (!noisy.empty()) {
-    std::string list;
-    for (size_t i = 0; i < noisy.size() && i < 4; ++i) list += (i ? ", " : "") + noisy[i];
-    if (noisy.size() > 4) list += fmt::format(" and {} more", noisy.size() - 4);
-    report.warnings.push_back(fmt::format(
-        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 1",
-        list));
-  }
+  if (!noisy.empty()) report.warnings.push_back(noisy_rows_warning(noisy, "1"));
   int rejected = 0;
   for (const NormRow& r : report.rows) rejected += r.status == "rejected" ? 1 : 0;
   if (rejected > 0)
@@ -701,8 +694,6 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   validate(opt);
   NormReport report;
   report.context = collect_context();
-  CpuUsage usage;
-  usage.start();
   const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
   report.context.footprint_target = footprint;
   const int64_t resident_below = detail::cache_resident_below(report.context.llc_bytes);
@@ -720,9 +711,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
-  ThreadCountScope thread_count;
-  const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
-  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+  detail::RunFrame frame(report.context, threads);
   const int64_t budget = memory_budget_bytes();
 
   // Buffer sets per shape, and one block of memory for the largest pool, reused by all shapes.
@@ -747,7 +736,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     const int64_t nd = shape.numel();
 
     for (int t : threads) {
-      thread_count.set(t);
+      set_num_threads(t);
       std::vector<Case> cases;
       detail::RowPlace place;
       place.threads = t;
@@ -816,14 +805,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       detail::time_cases(cases, sets, group.resident, opt, report);
     }
   }
-  thread_count.restore();
-  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
-  usage.stop(report.context);
-  record_kernel_choices(report.context);
-  derive(report);
-
-  // ---- warnings that say what to do
-  report.warnings = context_warnings(report.context);
+  frame.finish(report);
   detail::add_row_warnings(report, resident_below);
   return report;
 }

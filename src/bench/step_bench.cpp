@@ -29,6 +29,7 @@
 #include "normlab/nn.h"
 #include "normlab/system.h"
 #include "normlab/train.h"
+#include "bench_internal.h"
 
 namespace normlab::bench {
 
@@ -285,15 +286,11 @@ StepReport run_step_bench(const StepOptions& opt) {
   validate(opt);
   StepReport report;
   report.context = collect_context();
-  CpuUsage usage;
-  usage.start();
   std::vector<int> threads = opt.threads.empty() ? parse_threads("1,all") : opt.threads;
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
-  ThreadCountScope thread_count;
-  const bool multi = std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; });
-  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
+  bench::detail::RunFrame frame(report.context, threads);
   const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
   for (int t : threads) {
     report.context.fma_peaks.push_back(measure_fma_peak(t, opt.peak_time));
@@ -304,7 +301,7 @@ StepReport run_step_bench(const StepOptions& opt) {
 
   for (const std::string& model_name : opt.models) {
     for (int t : threads) {
-      thread_count.set(t);
+      set_num_threads(t);
       std::unique_ptr<Trainee> trainee[2];
       std::unique_ptr<NormSweep> sweep[2];
       NormImpl impls[2] = {backend_norm(kinds[0]), backend_norm(kinds[1])};
@@ -363,23 +360,11 @@ StepReport run_step_bench(const StepOptions& opt) {
       }
     }
   }
-  thread_count.restore();
-  if (multi) report.context.thread_round_trip_ns.push_back(measure_thread_round_trip_ns());
-  usage.stop(report.context);
-  record_kernel_choices(report.context);
-  derive(report);
-  const Context& ctx = report.context;
-  report.warnings = context_warnings(ctx);
+  frame.finish(report);
   std::vector<std::string> noisy;
   for (const StepRow& r : report.rows)
     if (r.step.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.step.cv()));
-  if (!noisy.empty()) {
-    std::string list;
-    for (size_t i = 0; i < noisy.size(); ++i) list += (i ? ", " : "") + noisy[i];
-    report.warnings.push_back(fmt::format(
-        "coefficient of variation above 10% for {}: the machine is noisy; rerun when idle, or with --min-time 3",
-        list));
-  }
+  if (!noisy.empty()) report.warnings.push_back(bench::detail::noisy_rows_warning(noisy, "3"));
   report.warnings.push_back(
       "the norm kernels are timed apart from the step, at its shapes, on buffers as many as the step's norms "
       "(they are cache-resident, as inside the step); see docs/bench.md");

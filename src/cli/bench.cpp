@@ -85,9 +85,9 @@ struct BenchArgs {
   OutputArgs o;
 };
 
-Format format_of(const OutputArgs& o, const GlobalOptions& g) {
+OutputFormat format_of(const OutputArgs& o, const GlobalOptions& g) {
   NL_USAGE(int(g.json) + int(o.markdown) + int(o.csv) <= 1, "choose one of --json, --markdown, --csv");
-  return g.json ? Format::json : o.markdown ? Format::markdown : o.csv ? Format::csv : Format::table;
+  return g.json ? OutputFormat::json : o.markdown ? OutputFormat::markdown : o.csv ? OutputFormat::csv : OutputFormat::text;
 }
 
 void add_output_flags(CLI::App& sub, OutputArgs& o, GlobalOptions& g, bool compare) {
@@ -119,10 +119,10 @@ std::vector<NamedStats> base_entries(const std::string& base_file) {
 }
 
 void print_compare(const std::string& base_file, const std::vector<NamedStats>& base,
-                   const std::vector<NamedStats>& now, Format f) {
+                   const std::vector<NamedStats>& now, OutputFormat f) {
   const std::vector<CompareRow> rows = compare(base, now);
-  if (f == Format::json) {
-    std::fprintf(stderr, "comparison with %s:\n%s", base_file.c_str(), render(rows, Format::table).c_str());
+  if (f == OutputFormat::json) {
+    std::fprintf(stderr, "comparison with %s:\n%s", base_file.c_str(), render(rows, OutputFormat::text).c_str());
   } else {
     std::printf("\ncomparison with %s:\n%s", base_file.c_str(), render(rows, f).c_str());
   }
@@ -173,15 +173,10 @@ void set_passes(NormBenchOptions& opt, const std::string& pass) {
 int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   const bool on_device = a.dev.device != "cpu";
   if (a.list) {
-    std::printf("%-22s %-14s %s\n", "implementation", "provider", "what");
-    const NormRegistry registry = builtin_norm_impls();
-    for (const NormImpl& m : registry.all())
-      std::printf("%-22s %-14s %s\n", m.name().c_str(), m.provider.c_str(), m.description.c_str());
-    std::printf("%-22s %-14s %s\n", "layernorm.torch", "PyTorch", "torch.nn.LayerNorm, with --with-torch");
-    std::printf("%-22s %-14s %s\n", "rmsnorm.torch", "PyTorch", "torch.nn.RMSNorm, with --with-torch");
+    std::cout << render_norm_impls(builtin_norm_impls());
     return 0;
   }
-  const Format f = format_of(a.o, g);
+  const OutputFormat f = format_of(a.o, g);
   check_out(a.o);
   NormBenchOptions opt;
   opt.device = a.dev.device;
@@ -242,11 +237,11 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
       report.warnings.push_back("--with-torch: " + why + "; PyTorch's rows are missing or incomplete");
   }
   const std::vector<NamedStats> base = base_entries(a.o.compare);
-  write_out(a.o, render(report, Format::json));
+  write_out(a.o, render(report, OutputFormat::json));
   std::cout << render(report, f);
-  if (f == Format::table || f == Format::markdown)
+  if (f == OutputFormat::text || f == OutputFormat::markdown)
     std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
-  if ((f == Format::table || f == Format::markdown) && !report.context.kernel_choices.empty())
+  if ((f == OutputFormat::text || f == OutputFormat::markdown) && !report.context.kernel_choices.empty())
     std::cout << "\n" << render_kernel_choices(report.context, f, g.verbose > 0);
   if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
   print_warnings(report.warnings);
@@ -260,7 +255,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
 }
 
 int run_step(const StepArgs& a, const GlobalOptions& g) {
-  const Format f = format_of(a.o, g);
+  const OutputFormat f = format_of(a.o, g);
   check_out(a.o);
   StepOptions opt = a.opt;
   NL_USAGE(opt.repeats >= 1 && opt.repeats <= 1000000, "--repeats must be 1..1000000, got {}", opt.repeats);
@@ -275,7 +270,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   spdlog::info("bench step: models {}, threads {} ...", models, a.threads);
   StepReport report = run_step_bench(opt);
   const std::vector<NamedStats> base = base_entries(a.o.compare);
-  write_out(a.o, render(report, Format::json));
+  write_out(a.o, render(report, OutputFormat::json));
   std::cout << render(report, f);
   if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
   print_warnings(report.warnings);
@@ -283,7 +278,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
 }
 
 int run_merge(const MergeArgs& a, const GlobalOptions& g) {
-  const Format f = format_of(a.o, g);
+  const OutputFormat f = format_of(a.o, g);
   NL_USAGE(!a.files.empty(), "merge: give the JSON files of the runs to merge");
   check_out(a.o);
   std::vector<std::string> texts;
@@ -296,22 +291,22 @@ int run_merge(const MergeArgs& a, const GlobalOptions& g) {
     std::vector<NormReport> runs;
     for (size_t i = 0; i < texts.size(); ++i) runs.push_back(norm_report_from_json(texts[i], a.files[i]));
     NormReport m = merge_runs(runs);
-    write_out(a.o, render(m, Format::json));
+    write_out(a.o, render(m, OutputFormat::json));
     std::cout << render(m, f);
-    if (f == Format::table || f == Format::markdown)
+    if (f == OutputFormat::text || f == OutputFormat::markdown)
       std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(m, f);
   } else {
     std::vector<StepReport> runs;
     for (size_t i = 0; i < texts.size(); ++i) runs.push_back(step_report_from_json(texts[i], a.files[i]));
     StepReport m = merge_runs(runs);
-    write_out(a.o, render(m, Format::json));
+    write_out(a.o, render(m, OutputFormat::json));
     std::cout << render(m, f);
   }
   return 0;
 }
 
 int run_compare_files(const BenchArgs& a, const GlobalOptions& g) {
-  const Format f = format_of(a.o, g);
+  const OutputFormat f = format_of(a.o, g);
   NL_USAGE(a.compare.size() == 2, "--compare needs BASE.json NEW.json (or run `bench norms --compare BASE.json`)");
   const std::string base_text = read_file(a.compare[0]), now_text = read_file(a.compare[1]);
   check_base(a.compare[0], bench_kind_of_json(now_text, a.compare[1]));

@@ -5,14 +5,12 @@
 namespace normlab::cli {
 
 void print_loss_table_header() {
-  std::printf("%7s %10s %10s %10s %10s %11s %10s\n", "step", "lr", "train", "val", "grad_norm", "ms/step",
-              "tok/s");
+  std::fputs(loss_table_header().c_str(), stdout);
   std::fflush(stdout);
 }
 
 void print_loss_table_row(const EvalRecord& r) {
-  std::printf("%7lld %10.3g %10.4f %10.4f %10.3g %11.3f %10.0f\n", static_cast<long long>(r.step), r.lr,
-              r.train_loss, r.val_loss, r.grad_norm, 1e3 * r.seconds_per_step, r.tokens_per_second);
+  std::fputs(loss_table_row(r).c_str(), stdout);
   std::fflush(stdout);
 }
 

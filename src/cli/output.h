@@ -1,5 +1,5 @@
-// Text output shared by the subcommands: the loss table (train; sweep's children print none) and
-// the progress line on a terminal. Everything normlab prints for a person is in src/cli.
+// Text output shared by the subcommands: the loss table (train; sweep's children print none), its
+// lines as the train library renders them, and the progress line on a terminal.
 #pragma once
 #include <cstdint>
 

@@ -22,6 +22,7 @@
 #include "normlab/parse.h"
 #include "normlab/sweep.h"
 #include "normlab/system.h"
+#include "normlab/table.h"
 
 namespace normlab::cli {
 
@@ -89,16 +90,11 @@ std::string outcome_line(const SweepPoint& pt, const PointOutcome& o, const Swee
   return line;
 }
 
+// --cols: empty entries dropped ("" is the default, every other varied axis).
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t c = s.find(',', start);
-    std::string item = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
-    if (!item.empty()) out.push_back(item);
-    if (c == std::string::npos) break;
-    start = c + 1;
-  }
+  for (std::string& item : split_at(s, ','))
+    if (!item.empty()) out.push_back(std::move(item));
   return out;
 }
 
@@ -262,7 +258,14 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   NL_USAGE(a.curve_field == "val_loss" && a.curve_layers == "max" && a.curve_where.empty() && a.curve_digits == 4 &&
                !a.curve_transpose,
            "--field, --layers, --where, --digits and --transpose shape the --curves table: give --curves STEPS");
-  NL_USAGE(a.format == "md" || a.format == "csv" || a.format == "json", "--format '{}' is not one of md, csv, json", shown(a.format));
+  // The formats' one name table (md is markdown's alias); a summary has no text form.
+  OutputFormat format = OutputFormat::text;
+  try {
+    format = parse_kind<OutputFormat>(a.format);
+  } catch (const UsageError&) {
+  }
+  NL_USAGE(format != OutputFormat::text, "--format '{}' is not one of md, csv, json", shown(a.format));
+  if (g.json) format = OutputFormat::json;
   SummaryOptions o;
   o.rows = a.rows;
   o.cols = split_commas(a.cols);
@@ -272,9 +275,8 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   // line); --no-write is for reading a directory one cannot write.
   if (!a.no_write) write_summaries(a.dir, s);
   warn_damaged(a.dir, s.damaged_runs, "not counted as a result (`normlab sweep` runs the point again)");
-  const std::string format = g.json ? "json" : a.format;
-  if (format == "md") std::cout << summary_markdown(s);
-  else if (format == "csv") std::cout << summary_csv(s);
+  if (format == OutputFormat::markdown) std::cout << summary_markdown(s);
+  else if (format == OutputFormat::csv) std::cout << summary_csv(s);
   else std::cout << summary_json(s);
   return 0;
 }
@@ -329,7 +331,7 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
   summ->add_option("--rows", a->rows, "The row axis (default: the spec's, lr when it varies)");
   summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
   summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
-  summ->add_option("--format", a->format, "md, csv or json (stdout)");
+  summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
   summ->add_option("--curves", a->curves,
                    "STEPS (comma list): print a metrics.jsonl field at these steps for every point, mean ± std over "

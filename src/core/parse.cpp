@@ -12,8 +12,6 @@
 
 namespace normlab {
 
-namespace {
-// text cut at every sep: n separators give n + 1 parts, empty ones included.
 std::vector<std::string> split_at(const std::string& text, char sep) {
   std::vector<std::string> parts(1);
   for (char c : text) {
@@ -24,7 +22,6 @@ std::vector<std::string> split_at(const std::string& text, char sep) {
   }
   return parts;
 }
-}  // namespace
 
 std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& flag, const std::string& layout,
                                      int64_t max_each, int64_t max_product) {

@@ -20,6 +20,7 @@
 #include "normlab/checkpoint.h"
 #include "normlab/config.h"
 #include "normlab/io.h"
+#include "normlab/stats.h"
 
 namespace normlab {
 
@@ -28,7 +29,7 @@ using json = nlohmann::json;
 
 namespace {
 // JSON has no NaN/Inf: a diverged loss is written as null.
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+constexpr auto num = json_number<json>;
 
 bool is_regular(const std::string& path) {
   struct stat st {};

@@ -31,6 +31,7 @@
 
 #include "normlab/config.h"
 #include "normlab/error.h"
+#include "normlab/stats.h"
 #include "normlab/io.h"
 #include "normlab/sweep.h"
 #include "normlab/system.h"
@@ -168,7 +169,7 @@ void remove_partials(const fs::path& run) {
     if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
 }
 
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+constexpr auto num = json_number<json>;
 
 }  // namespace
 

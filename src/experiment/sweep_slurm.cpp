@@ -15,6 +15,7 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/sweep.h"
 
 namespace normlab {
@@ -72,16 +73,11 @@ bool slurm_time(const std::string& t) {
 
 // A comma list of partition names (Slurm's names: letters, digits, '_', '-', '.').
 bool slurm_partitions(const std::string& p) {
-  size_t start = 0;
-  while (true) {
-    const size_t comma = p.find(',', start);
-    const std::string name = p.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& name : split_at(p, ','))
     if (name.empty() || name.size() > 64 ||
         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos)
       return false;
-    if (comma == std::string::npos) return true;
-    start = comma + 1;
-  }
+  return true;
 }
 
 bool has_control(const std::string& s) {

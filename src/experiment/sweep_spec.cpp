@@ -140,18 +140,6 @@ std::vector<ojson> axis_values(const std::string& key, const ojson& list, const 
   return out;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t p = s.find(sep, start);
-    out.push_back(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
-    if (p == std::string::npos) break;
-    start = p + 1;
-  }
-  return out;
-}
-
 const std::vector<std::string>& summary_keys() {
   static const std::vector<std::string> k = {"rows", "cols", "metric"};
   return k;
@@ -338,7 +326,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   for (const std::string& s : req.axes) {
     auto [key, value] = split_kv(s, "axis");
     check_key(key, fmt::format("axis '{}'", shown(s)));
-    std::vector<std::string> texts = split(value, ',');
+    std::vector<std::string> texts = split_at(value, ',');
     std::vector<ojson> values;
     for (size_t i = 0; i < texts.size(); ++i) {
       NL_USAGE(!texts[i].empty(), "axis '{}': value {} is empty", shown(s), i + 1);

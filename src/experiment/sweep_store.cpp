@@ -19,6 +19,7 @@
 #include "normlab/config.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/sweep.h"
 #include "sweep_internal.h"
 
@@ -422,9 +423,7 @@ std::vector<std::string> parse_rerun(const std::string& text) {
   std::vector<std::string> out;
   if (text.empty()) return out;
   static const std::vector<std::string> known = {"failed", "interrupted", "diverged", "completed", "all"};
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_list(text, "--rerun")) {
     NL_USAGE(std::find(known.begin(), known.end(), item) != known.end(),
              "--rerun '{}' is not one of failed, interrupted, diverged, completed, all", shown(item));
     out.push_back(item);

@@ -12,7 +12,9 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/stats.h"
 #include "normlab/sweep.h"
+#include "normlab/table.h"
 #include "sweep_internal.h"
 
 namespace normlab {
@@ -107,14 +109,7 @@ std::string best_text(const SweepSummary& s, size_t col) {
   return fmt::format("{} ({})", s.row_values[static_cast<size_t>(s.best[col])], fixed4(c.mean));
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-ojson num(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
+constexpr auto num = json_number<ojson>;
 
 }  // namespace
 
@@ -239,12 +234,8 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
       const auto& v = values[r][col];
       c.n = static_cast<int>(v.size());
       if (v.empty()) continue;
-      double sum = 0;
-      for (double x : v) sum += x;
-      c.mean = sum / static_cast<double>(v.size());
-      double ss = 0;
-      for (double x : v) ss += (x - c.mean) * (x - c.mean);
-      c.std = v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0;
+      c.mean = mean(v);
+      c.std = sample_std(v);
     }
 
   // Stable window and best row per column: only rows where every seed converged count; a diverged,
@@ -297,25 +288,24 @@ std::string summary_markdown(const SweepSummary& s) {
                      s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
                      s.metric);
   const std::string rows_name = s.rows.empty() ? "" : s.rows;
-  out += "| " + rows_name + " |";
-  for (const std::string& c : s.col_labels) out += " " + c + " |";
-  out += "\n|---:|";
-  for (size_t i = 0; i < s.col_labels.size(); ++i) out += "---|";
-  out += "\n";
+  Table table;
+  table.columns.push_back({rows_name, Align::right});
+  for (const std::string& c : s.col_labels) table.columns.push_back({c});
   for (size_t r = 0; r < s.row_values.size(); ++r) {
-    out += "| " + s.row_values[r] + " |";
+    std::vector<std::string> row = {s.row_values[r]};
     for (size_t c = 0; c < s.col_labels.size(); ++c) {
       std::string t = cell_text(s.cells[r][c]);
       if (s.best[c] == static_cast<int>(r)) t = "**" + t + "**";
-      out += " " + t + " |";
+      row.push_back(t);
     }
-    out += "\n";
+    table.add_row(row);
   }
-  out += "| stable " + rows_name + " |";
-  for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + window_text(s, c) + " |";
-  out += "\n| best " + rows_name + " |";
-  for (size_t c = 0; c < s.col_labels.size(); ++c) out += " " + best_text(s, c) + " |";
-  out += "\n\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
+  std::vector<std::string> stable = {"stable " + rows_name}, best = {"best " + rows_name};
+  for (size_t c = 0; c < s.col_labels.size(); ++c) stable.push_back(window_text(s, c)), best.push_back(best_text(s, c));
+  table.add_row(stable);
+  table.add_row(best);
+  out += table.markdown();
+  out += "\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
          "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
          "diverged or collapsed point is never best.\n";
 
@@ -325,45 +315,53 @@ std::string summary_markdown(const SweepSummary& s) {
     for (const SummaryCurve& cv : s.curves)
       if (cv.col == c && static_cast<int>(cv.row) == s.best[c]) shown.push_back(&cv);
   if (!shown.empty()) {
-    out += fmt::format("\n## Validation loss by step (each column at its best {})\n\n| step |", rows_name);
+    out += fmt::format("\n## Validation loss by step (each column at its best {})\n\n", rows_name);
+    Table curves;
+    curves.columns.push_back({"step", Align::right});
     std::set<int64_t> steps;
     for (const SummaryCurve* cv : shown) {
-      out += " " + cv->label + " |";
+      curves.columns.push_back({cv->label, Align::right});
       steps.insert(cv->steps.begin(), cv->steps.end());
     }
-    out += "\n|---:|";
-    for (size_t i = 0; i < shown.size(); ++i) out += "---:|";
-    out += "\n";
     for (int64_t step : steps) {
-      out += fmt::format("| {} |", step);
+      std::vector<std::string> row = {std::to_string(step)};
       for (const SummaryCurve* cv : shown) {
         auto it = std::find(cv->steps.begin(), cv->steps.end(), step);
-        out += " " + (it == cv->steps.end() ? std::string("") : fixed4(cv->mean[static_cast<size_t>(it - cv->steps.begin())])) + " |";
+        row.push_back(it == cv->steps.end() ? std::string("") : fixed4(cv->mean[static_cast<size_t>(it - cv->steps.begin())]));
       }
-      out += "\n";
+      curves.add_row(row);
     }
+    out += curves.markdown();
   }
   return out;
 }
 
 std::string summary_csv(const SweepSummary& s) {
   // Long format: one line per cell, which spreadsheets and pandas pivot as they like.
-  std::string out = csv_field(s.rows.empty() ? "row" : s.rows);
-  for (const std::string& c : s.cols) out += "," + csv_field(c);
-  out += ",metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged\n";
+  Table t;
+  t.columns.push_back({s.rows.empty() ? "row" : s.rows});
+  for (const std::string& c : s.cols) t.columns.push_back({c});
+  for (const char* h : {"metric", "n", "mean", "std", "diverged", "diverged_step", "collapsed", "failed", "pending",
+                        "stable", "best", "damaged"})
+    t.columns.push_back({h});
   for (size_t c = 0; c < s.col_labels.size(); ++c)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
       const SummaryCell& cell = s.cells[r][c];
       if (!cell.present) continue;
-      out += csv_field(s.row_values[r]);
-      for (const std::string& v : s.col_values[c]) out += "," + csv_field(v);
-      bool stable = std::find(s.stable[c].begin(), s.stable[c].end(), r) != s.stable[c].end();
-      out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n", s.metric, cell.n, cell.n ? fmt::format("{:.6g}", cell.mean) : "",
-                         cell.n > 1 ? fmt::format("{:.6g}", cell.std) : "", cell.diverged,
-                         cell.diverged_first >= 0 ? std::to_string(cell.diverged_first) : "", cell.collapsed, cell.failed, cell.pending,
-                         stable ? "true" : "false", s.best[c] == static_cast<int>(r) ? "true" : "false", cell.damaged);
+      std::vector<std::string> row = {s.row_values[r]};
+      for (const std::string& v : s.col_values[c]) row.push_back(v);
+      const bool stable = std::find(s.stable[c].begin(), s.stable[c].end(), r) != s.stable[c].end();
+      for (std::string v : {s.metric, std::to_string(cell.n), cell.n ? fmt::format("{:.6g}", cell.mean) : "",
+                            cell.n > 1 ? fmt::format("{:.6g}", cell.std) : "", std::to_string(cell.diverged),
+                            cell.diverged_first >= 0 ? std::to_string(cell.diverged_first) : "",
+                            std::to_string(cell.collapsed), std::to_string(cell.failed), std::to_string(cell.pending),
+                            std::string(stable ? "true" : "false"),
+                            std::string(s.best[c] == static_cast<int>(r) ? "true" : "false"),
+                            std::to_string(cell.damaged)})
+        row.push_back(v);
+      t.add_row(row);
     }
-  return out;
+  return t.csv();
 }
 
 std::string summary_json(const SweepSummary& s) {

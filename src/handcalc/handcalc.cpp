@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "normlab/error.h"
+#include "normlab/parse.h"
 
 namespace normlab::handcalc {
 
@@ -322,15 +323,8 @@ std::vector<double> parse_vector(const std::string& option, const std::string& t
   NL_USAGE(!trim(text).empty(), "{} is empty: expected numbers separated by commas, e.g. {} 2,-1,0,3",
            option, option);
   std::vector<double> out;
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t comma = text.find(',', start);
-    std::string token = trim(text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                           : comma - start));
-    out.push_back(parse_token(option, token, text, out.size() + 1));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  for (const std::string& part : split_at(text, ','))
+    out.push_back(parse_token(option, trim(part), text, out.size() + 1));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/ops.h"
+#include "normlab/stats.h"
 
 namespace normlab {
 
@@ -143,12 +144,8 @@ Stat summarize(const std::vector<double>& values) {
   Stat s;
   s.n = static_cast<int64_t>(values.size());
   if (values.empty()) return {kNaN, kNaN, 0};
-  double sum = 0;
-  for (double v : values) sum += v;
-  s.mean = sum / static_cast<double>(s.n);
-  double ss = 0;
-  for (double v : values) ss += (v - s.mean) * (v - s.mean);
-  s.std = s.n > 1 ? std::sqrt(ss / static_cast<double>(s.n - 1)) : 0.0;
+  s.mean = mean(values);
+  s.std = sample_std(values);
   if (std::isnan(s.mean)) s.std = kNaN;
   return s;
 }
@@ -447,7 +444,7 @@ namespace {
 
 using nlohmann::json;
 
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+constexpr auto num = json_number<json>;
 json stat(const Stat& s) { return json{{"mean", num(s.mean)}, {"std", num(s.std)}}; }
 template <class T>
 json stats(const std::vector<T>& v) {

@@ -512,11 +512,11 @@ TEST(BenchVerify, FusedRowsSayWhichVariantRan) {
     EXPECT_EQ(r.context.kernel_choices.size(), 6u) << forced;
     for (const KernelChoiceRecord& k : r.context.kernel_choices) EXPECT_EQ(k.fused, forced) << k.shape_class;
     // The JSON keeps the variants, and the text shows them.
-    const NormReport back = norm_report_from_json(render(r, Format::json), "test");
+    const NormReport back = norm_report_from_json(render(r, OutputFormat::json), "test");
     EXPECT_EQ(back.context.kernel_choices.size(), 6u);
     for (const NormRow& x : back.rows) EXPECT_EQ(x.variant, x.impl == "fused" ? forced : "") << x.name();
-    EXPECT_NE(render(r, Format::table).find(std::string(forced) + " (forced)"), std::string::npos);
-    EXPECT_NE(render_kernel_choices(r.context, Format::table, false).find("layernorm_forward d=64"), std::string::npos);
+    EXPECT_NE(render(r, OutputFormat::text).find(std::string(forced) + " (forced)"), std::string::npos);
+    EXPECT_NE(render_kernel_choices(r.context, OutputFormat::text, false).find("layernorm_forward d=64"), std::string::npos);
   }
 }
 
@@ -588,7 +588,7 @@ TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {
   for (const std::string& w : r.warnings) warned = warned || w.rfind("8 row(s) rotate through less than", 0) == 0;
   EXPECT_TRUE(warned);
   // The text shows the resident rows in their own section, its %copy explained.
-  const std::string text = render(r, Format::table);
+  const std::string text = render(r, OutputFormat::text);
   const size_t memory_at = text.find("memory-bound shapes"), resident_at = text.find("cache-resident, the training");
   ASSERT_NE(memory_at, std::string::npos) << text;
   ASSERT_NE(resident_at, std::string::npos) << text;
@@ -596,13 +596,13 @@ TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {
   EXPECT_LT(text.find("1x32x40"), text.find("median/min/max"));
   EXPECT_GT(text.find("1x32x40"), resident_at);
   EXPECT_NE(text.find("same reused buffers"), std::string::npos);
-  EXPECT_NE(render_norm_summary(r, Format::markdown).find("cache-resident"), std::string::npos);
+  EXPECT_NE(render_norm_summary(r, OutputFormat::markdown).find("cache-resident"), std::string::npos);
   // A report without resident rows reads as before: no section headings.
   NormReport memory_only = r;
   memory_only.rows.erase(std::remove_if(memory_only.rows.begin(), memory_only.rows.end(),
                                         [](const NormRow& x) { return x.resident; }),
                          memory_only.rows.end());
-  EXPECT_EQ(render(memory_only, Format::table).find("memory-bound shapes"), std::string::npos);
+  EXPECT_EQ(render(memory_only, OutputFormat::text).find("memory-bound shapes"), std::string::npos);
 }
 
 TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
@@ -666,7 +666,7 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   o.shapes = {{1, 4, 32}};
   o.impls = {"fused"};
   NormReport r = run_norm_bench(o);
-  const std::string text = render(r, Format::json);
+  const std::string text = render(r, OutputFormat::json);
   auto j = nlohmann::json::parse(text);
   ASSERT_TRUE(j.contains("context"));
   EXPECT_EQ(j["context"]["normlab_bench"], "norms");
@@ -703,7 +703,7 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   ASSERT_TRUE(lf->run_range.count("median"));
   EXPECT_NEAR(lf->run_range.at("median").second, 1.2 * lf->time.median, 1e-12);
   EXPECT_TRUE(lf->run_range.count("gb_per_s"));
-  const std::string merged = render(m, Format::markdown);
+  const std::string merged = render(m, OutputFormat::markdown);
   EXPECT_NE(merged.find("| runs |"), std::string::npos) << merged;
 
   // Compare: the slow run against the base (both without spread): every row 1.2x, "slower".
@@ -719,8 +719,8 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   EXPECT_EQ(compare(timed_entries(exact), timed_entries(fast))[0].verdict, "faster");
   EXPECT_THROW(norm_report_from_json("{}", "x"), UsageError);
   EXPECT_THROW(norm_report_from_json("not json", "x"), UsageError);
-  EXPECT_FALSE(render(r, Format::csv).empty());
-  EXPECT_NE(render(r, Format::table).find("layernorm.fused"), std::string::npos);
+  EXPECT_FALSE(render(r, OutputFormat::csv).empty());
+  EXPECT_NE(render(r, OutputFormat::text).find("layernorm.fused"), std::string::npos);
 }
 
 TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
@@ -737,7 +737,7 @@ TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
     r.rows.insert(r.rows.end(), {copy, fused, unfused});
   }
   derive(r);
-  const std::string text = render(r, Format::json);
+  const std::string text = render(r, OutputFormat::json);
   const auto j = nlohmann::json::parse(text);
   const auto& b = j["benchmarks"][4];  // the resident fused row
   EXPECT_EQ(b["name"], "rmsnorm.fused/addfwd/1x8x16/resident/threads:1");
@@ -754,10 +754,10 @@ TEST(BenchJson, ResidentAndAddNormRowsRoundTrip) {
   }
   EXPECT_NEAR(find(back, "rmsnorm.fused/addfwd/1x8x16/threads:1")->vs_unfused, 1.25, 1e-12);
 
-  const std::string csv = render(r, Format::csv);
+  const std::string csv = render(r, OutputFormat::csv);
   EXPECT_NE(csv.find(",resident,calls_per_sample,vs_unfused,device,dtype\n"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",1,37,1.25,cpu,f32\n"), std::string::npos) << csv;  // the resident fused row
-  const std::string md = render(r, Format::markdown);
+  const std::string md = render(r, OutputFormat::markdown);
   EXPECT_NE(md.find("| vs unfused |"), std::string::npos) << md;
   EXPECT_NE(md.find("cache-resident, the training step's shapes"), std::string::npos) << md;
 
@@ -821,7 +821,7 @@ TEST(BenchDevice, NamesBytesAndDerivedFigures) {
   // The JSON keeps the device, the dtype and the context's device; a document without them is
   // the cpu's, float32.
   r.context.device = "cuda: built (runtime 13.0), 1 device(s): NVIDIA H200 (sm_90)";
-  const std::string text = render(r, Format::json);
+  const std::string text = render(r, OutputFormat::json);
   const NormReport back = norm_report_from_json(text, "t");
   EXPECT_EQ(back.context.device, r.context.device);
   ASSERT_EQ(back.rows.size(), r.rows.size());
@@ -838,7 +838,7 @@ TEST(BenchDevice, NamesBytesAndDerivedFigures) {
   const NormReport old = norm_report_from_json(j.dump(), "old");
   EXPECT_EQ(old.rows[2].device, "cpu");
   EXPECT_EQ(old.rows[2].dtype, "f32");
-  const std::string table = render(r, Format::table);
+  const std::string table = render(r, OutputFormat::text);
   EXPECT_EQ(table.rfind("device: cuda: built", 0), 0u) << table;
   EXPECT_NE(table.find(" bf16 "), std::string::npos) << table;
 }
@@ -958,7 +958,7 @@ TEST(BenchStep, FmaPeakAndTheStepsShareOfIt) {
   EXPECT_TRUE(std::isnan(r.rows[2].pct_of_fma_peak));  // no peak at 4 threads: no share
 
   // The peak travels in the JSON context, and a merge takes its median over the runs.
-  const std::string text = render(r, Format::json);
+  const std::string text = render(r, OutputFormat::json);
   const auto j = nlohmann::json::parse(text);
   ASSERT_EQ(j["context"]["fma_peak"].size(), 2u);
   EXPECT_EQ(j["context"]["fma_peak"][1]["threads"], 2);
@@ -973,11 +973,11 @@ TEST(BenchStep, FmaPeakAndTheStepsShareOfIt) {
   StepReport m = merge_runs({back, faster, third});
   EXPECT_NEAR(m.context.fma_peak(1)->gflop_per_s, 200.0, 1e-9);
   EXPECT_NEAR(m.rows[0].pct_of_fma_peak, 25.0, 1e-9);
-  const std::string table = render(m, Format::table);
+  const std::string table = render(m, OutputFormat::text);
   EXPECT_NE(table.find("FMA peak (float32, avx2+fma, 8 floats per vector"), std::string::npos) << table;
   EXPECT_NE(table.find("1 thread 200.0 GFLOP/s, 2 threads 320.0 GFLOP/s"), std::string::npos) << table;
   EXPECT_NE(table.find("%FMA peak"), std::string::npos);
-  EXPECT_NE(render(m, Format::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak\n"),
+  EXPECT_NE(render(m, OutputFormat::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak\n"),
             std::string::npos);
 }
 
@@ -998,9 +998,9 @@ TEST(BenchContext, ThreadRoundTrip) {
 
   StepReport r;
   r.context.thread_round_trip_ns = {61, 63};
-  StepReport back = step_report_from_json(render(r, Format::json), "t");
+  StepReport back = step_report_from_json(render(r, OutputFormat::json), "t");
   EXPECT_EQ(back.context.thread_round_trip_ns, (std::vector<double>{61, 63}));
-  EXPECT_NE(render(r, Format::table).find("cache line in 61 / 63 ns"), std::string::npos) << render(r, Format::table);
+  EXPECT_NE(render(r, OutputFormat::text).find("cache line in 61 / 63 ns"), std::string::npos) << render(r, OutputFormat::text);
   auto far_warning = [](const std::vector<std::string>& w) {
     return std::any_of(w.begin(), w.end(), [](const std::string& s) { return s.find("far apart") != std::string::npos; });
   };
@@ -1055,7 +1055,7 @@ TEST(BenchStep, TinyModelsBothNorms) {
   }
   EXPECT_GE(forwards, 2);
   EXPECT_EQ(r.context.tune_mode, "off");
-  const std::string text = render(r, Format::json);
+  const std::string text = render(r, OutputFormat::json);
   EXPECT_NE(text.find("\"kernel_choices\""), std::string::npos);
   StepReport back = step_report_from_json(text, "t");
   ASSERT_EQ(back.rows.size(), 4u);

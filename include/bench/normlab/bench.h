@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "normlab/kinds.h"
+#include "normlab/table.h"
 
 namespace normlab::bench {
 
@@ -501,18 +502,18 @@ double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_mod
                          int64_t batch, int64_t seq);
 
 // ============================================================================
-// exporters, reading results back, several runs, comparisons
+// exporters (in any OutputFormat, normlab/table.h), reading results back, several runs, comparisons
 // ============================================================================
 
-enum class Format { table, markdown, csv, json };
-
-std::string render(const NormReport& r, Format f);
-std::string render(const StepReport& r, Format f);
+std::string render(const NormReport& r, OutputFormat f);
+std::string render(const StepReport& r, OutputFormat f);
 // The RMSNorm / LayerNorm summary (ratios per shape, threads and pass), table or markdown.
-std::string render_norm_summary(const NormReport& r, Format f);
+std::string render_norm_summary(const NormReport& r, OutputFormat f);
 // The shape classes' choices of kernel variant (Context::kernel_choices) as a table, with every
 // candidate's median when every_candidate; "" when the run made none (a device run, older JSON).
-std::string render_kernel_choices(const Context& c, Format f, bool every_candidate);
+std::string render_kernel_choices(const Context& c, OutputFormat f, bool every_candidate);
+// `bench norms --list`: every implementation of the registry, then PyTorch's (--with-torch).
+std::string render_norm_impls(const NormRegistry& registry);
 
 // Reading a --json document back (what: the file name, for messages). UsageError when it is
 // not a `bench norms` (resp. `bench step`) document.
@@ -545,6 +546,6 @@ std::vector<NamedStats> timed_entries(const StepReport& r);
 // Entries of any bench JSON document (norms or step).
 std::vector<NamedStats> timed_entries_from_json(const std::string& text, const std::string& what);
 std::vector<CompareRow> compare(const std::vector<NamedStats>& base, const std::vector<NamedStats>& now);
-std::string render(const std::vector<CompareRow>& rows, Format f);
+std::string render(const std::vector<CompareRow>& rows, OutputFormat f);
 
 }  // namespace normlab::bench

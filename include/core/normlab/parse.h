@@ -14,6 +14,10 @@ namespace normlab {
 std::array<int64_t, 3> parse_shape3(const std::string& text, const std::string& flag, const std::string& layout,
                                      int64_t max_each, int64_t max_product);
 
+// text cut at every sep, empty parts kept: "a,,b" -> {"a", "", "b"}, "" -> {""}. The one splitter
+// under every list parser, strict (split_list) or not (each caller says what an empty part means).
+std::vector<std::string> split_at(const std::string& text, char sep);
+
 // "a,b,c" -> {"a", "b", "c"}: the one parser of comma-separated flag values. An empty text or an
 // empty entry ("1,,2", "fused,", ",x") is a UsageError naming the flag and the entry's position.
 std::vector<std::string> split_list(const std::string& text, const std::string& flag);

@@ -121,5 +121,10 @@ bool is_gradcheck_dump(const std::string& text);
 // float32 analytic gradients.
 std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt);
 std::string gradcheck_results_json(const std::vector<CaseResult>& results, const GradcheckOptions& opt);
+// The same as text for a person: one line per checked input (the worst element under a failed
+// one), then the count of failed checks and the tolerances.
+std::string gradcheck_results_text(const std::vector<CaseResult>& results, const GradcheckOptions& opt);
+// `gradcheck --list`: every case, its kind and what it checks.
+std::string gradcheck_cases_text();
 
 }  // namespace normlab

@@ -218,6 +218,8 @@ struct ProbeReport {
   const XiongFactors* xiong_factors = nullptr;
 };
 std::string probe_report_json(const ProbeReport& report);
+// The same report as text for a person: each preset's tables and notes, sections apart.
+std::string probe_report_text(const ProbeReport& report);
 
 // The preset names `probe` accepts, in the order `all` runs them (config excluded).
 const std::vector<std::string>& probe_presets();

@@ -111,6 +111,10 @@ struct EvalRecord {
   // timing (not deterministic: kept apart from the other fields)
   double seconds_per_step = 0, tokens_per_second = 0;
 };
+// The loss table `train` prints as it runs, a line per evaluation (fixed widths: each line is
+// printed when its evaluation ends).
+std::string loss_table_header();
+std::string loss_table_row(const EvalRecord& r);
 
 struct TrainResult {
   // ok; diverged (a non-finite loss or gradient, at diverged_step); collapsed (finished, but its

@@ -29,6 +29,7 @@
 #include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/stats.h"
 #include "normlab/version.h"
 
 namespace normlab::cpu {
@@ -237,12 +238,6 @@ double seconds_of(const std::function<void()>& f, int64_t reps) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t r = 0; r < reps; ++r) f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(reps);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 // Rows of the timed problem: the call's own where its arrays fit in a cache; beyond, enough rows
