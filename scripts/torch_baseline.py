@@ -26,7 +26,7 @@ optimizer mirror normlab (src/train/trainer.cpp). --model toy (the default):
   final norm, head without bias, cross-entropy; RMSNorm is F.rms_norm, LayerNorm F.layer_norm.
   Init: normlab's default gpt2 (normlab_mirror.init_with_torch): N(0, 0.02), o and fc2
   N(0, 0.02/sqrt(2L)), biases 0, gains 1, embeddings N(0, 0.02), drawn with torch's RNG.
-  --check_init runs `normlab train` for one step at lr 1e-30 with the same config, loads its weights
+  --check_init runs `normlab train --steps 0` with the same config (its initial model), loads its weights
   into this model and compares the parameter count and the validation loss (both models).
 
 Both: AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0), constant schedule.
@@ -121,7 +121,7 @@ def parse_args(argv=None):
                         "(matmul ops vs the rest)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--check_init", action="store_true",
-                   help="instead of timing: run normlab train for one step at lr 1e-30 with this config, load "
+                   help="instead of timing: run normlab train --steps 0 with this config, load "
                         "its weights into the timed model and compare parameter count and validation loss")
     c = p.add_argument_group("side-by-side comparison (--compare; scripts/compare_speed.sh runs this)")
     c.add_argument("--compare", action="store_true",
@@ -643,8 +643,8 @@ NORM_FN = {"rmsnorm": "F.rms_norm", "layernorm": "F.layer_norm", "none": "no nor
 def check_init(args):
     """normlab's initial weights in the timed PyTorch model: parameter counts and validation loss.
 
-    Runs `normlab train` with this config for 1 step at lr 1e-30 (so its final weights are the
-    initial ones to float32 rounding, and result.json's final_val_loss is the loss at init), loads
+    Runs `normlab train --steps 0` with this config (model.safetensors is the initial model and
+    result.json's final_val_loss the loss at init), loads
     model.safetensors into the model this script times (toy: prefix mean in the --mix form;
     gpt: SDPA + F.rms_norm) and into the explicit mirror (normlab_mirror.build_model), and
     recomputes the mean loss over the same validation batches (normlab_mirror's port of the data).
@@ -663,7 +663,7 @@ def check_init(args):
     cmd = [binary, "train", *model_flags(args), "--layers", str(args.layers), "--d_model", str(args.d_model),
            "--d_hidden", str(args.d_hidden), "--vocab", str(args.vocab), "--seq_len", str(args.seq_len), "--norm",
            args.norm, "--placement", args.placement, "--batch_size", str(args.batch_size), "--seed", str(args.seed),
-           "--steps", "1", "--lr", "1e-30", "--eval_every", "1", "--eval_batches", "2", "--threads",
+           "--steps", "0", "--eval_batches", "2", "--threads",
            str(args.threads), "--out", out, "--force", "--quiet"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

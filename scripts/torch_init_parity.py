@@ -41,8 +41,8 @@ Measured (results/torch-init-parity.md has every table; AMD EPYC, PyTorch 2.15.0
   python3 scripts/torch_init_parity.py --markdown results/torch-init-parity.md
   -> 0 of 184 groups disagree (toy, gpt + QK-Norm, gpt deepnorm x gpt2, xavier, torch, fairseq;
      L=6, d=64, hidden 128); the normlab/torch std ratios of the groups with >= 24576 values lie
-     within 1.000 +- 0.011; the checkpoint of `--steps 1 --lr 1e-30` (then normlab's way to its init)
-     differs from normlab's init (as the Python port draws it) by at most 1e-30 in every configuration.
+     within 1.000 +- 0.011; the checkpoint of `--steps 0` (normlab's initial model) equals normlab's init
+     as the Python port draws it (difference 0) in every configuration.
   python3 scripts/torch_init_parity.py --models gpt,toy --schemes fairseq --fairseq_as_code
   -> exit 1, 14 of 29 groups disagree: fairseq's code initializes q, k, v sqrt(2) narrower, fc1 and
      fc2 with nn.Linear's defaults and leaves nonzero biases, unlike docs/init.md's `fairseq`.
