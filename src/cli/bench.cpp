@@ -153,12 +153,7 @@ void set_shapes(NormBenchOptions& opt, const NormsArgs& a) {
 // --pass: fwd, bwd, addfwd, both (fwd,bwd), all, or a comma-separated list of the first three.
 void set_passes(NormBenchOptions& opt, const std::string& pass) {
   opt.fwd = opt.bwd = opt.addfwd = false;
-  std::string item;
-  for (size_t i = 0; i <= pass.size(); ++i) {
-    if (i < pass.size() && pass[i] != ',') {
-      item += pass[i];
-      continue;
-    }
+  for (const std::string& item : split_list(pass, "--pass")) {
     const bool all = item == "all", both = item == "both";
     const std::optional<Pass> one = try_parse_kind<Pass>(item);
     NL_USAGE(all || both || one, "--pass: '{}' is not one of {}, both (fwd,bwd), all", shown(item),
@@ -166,7 +161,6 @@ void set_passes(NormBenchOptions& opt, const std::string& pass) {
     opt.fwd = opt.fwd || all || both || one == Pass::fwd;
     opt.bwd = opt.bwd || all || both || one == Pass::bwd;
     opt.addfwd = opt.addfwd || all || one == Pass::addfwd;
-    item.clear();
   }
 }
 
