@@ -443,6 +443,7 @@ std::vector<Case> catalogue() {
   add("bench_norms_shapes_empty_entry", {"bench", "norms", "--shapes", "1x1x8,,1x1x8"});
   add("bench_norms_impl_unknown", {"bench", "norms", "--impl", "magic", "--shapes", "1x1x8"});
   add("bench_norms_pass_unknown", {"bench", "norms", "--pass", "sideways"});
+  add("bench_norms_pass_empty_entry", {"bench", "norms", "--pass", "fwd,"});
   add("bench_norms_pass_nothing_to_run", {"bench", "norms", "--impl", "onednn", "--pass", "addfwd"});
   add("bench_norms_resident_shape_zero", {"bench", "norms", "--resident-shapes", "1x0x64"});
   add("bench_norms_resident_shape_memory", {"bench", "norms", "--resident-shapes", "1024x1024x65536", "--threads", "1"});
