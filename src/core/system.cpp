@@ -98,7 +98,9 @@ pid_t start_child(const ChildSpec& spec) {
   const std::string program = resolve_program(spec.argv[0]);
   const std::string failed = "cannot run " + spec.argv[0] + "\n";
   Fd in{::open("/dev/null", O_RDONLY | O_CLOEXEC)}, out{open_output(spec.stdout_path, spec.append)}, err;
-  err.fd = spec.stderr_path == spec.stdout_path ? ::dup(out.fd) : open_output(spec.stderr_path, spec.append);
+  // Close-on-exec like every descriptor here: the program gets only 0, 1 and 2.
+  err.fd = spec.stderr_path == spec.stdout_path ? ::fcntl(out.fd, F_DUPFD_CLOEXEC, 0)
+                                                : open_output(spec.stderr_path, spec.append);
   std::vector<std::string> args = spec.argv;
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -123,9 +125,12 @@ pid_t start_child(const ChildSpec& spec) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) _exit(127);  // the parent died before the request took effect
     }
-    struct sigaction dfl {};
+    // The parent's handlers go (they belong to its memory); a signal it ignores stays ignored, as
+    // exec would keep it (nohup's SIGHUP reaches no child either).
+    struct sigaction dfl {}, current {};
     dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+      if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) ::sigaction(sig, &dfl, nullptr);
     ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     ::dup2(in.fd, STDIN_FILENO);
     ::dup2(out.fd, STDOUT_FILENO);

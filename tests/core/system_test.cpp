@@ -71,19 +71,39 @@ TEST(System, ChildKilledBySignalOrNotRunnable) {
   EXPECT_NE(normlab::run_child(c), 0);
 }
 
-TEST(System, ChildSignalsHaveTheirDefaultActionAndItsOwnGroupWhenAsked) {
-  // An ignored signal stays ignored across exec: the child resets it, so SIGTERM ends it.
-  struct sigaction ignore {}, old {};
-  ignore.sa_handler = SIG_IGN;
-  ::sigaction(SIGTERM, &ignore, &old);
+extern "C" void system_test_handler(int) {}
+
+TEST(System, ChildSignalsHandledHereHaveTheirDefaultActionIgnoredOnesStayIgnored) {
+  // A signal this process handles: the child has the default action, so SIGTERM ends it.
+  struct sigaction handle {}, ignore {}, old {};
+  handle.sa_handler = system_test_handler;
+  ::sigaction(SIGTERM, &handle, &old);
   ChildSpec c;
   c.argv = {"/bin/sh", "-c", "kill -TERM $$; sleep 5"};
   c.own_process_group = true;
-  const pid_t pid = normlab::start_child(c);
-  EXPECT_EQ(normlab::wait_child(pid), 128 + SIGTERM);
+  EXPECT_EQ(normlab::wait_child(normlab::start_child(c)), 128 + SIGTERM);
+  // A signal this process ignores (nohup's SIGHUP): ignored in the child too, as exec keeps it.
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGTERM, &ignore, nullptr);
+  c.argv = {"/bin/sh", "-c", "kill -TERM $$; exit 7"};
+  EXPECT_EQ(normlab::wait_child(normlab::start_child(c)), 7);
   ::sigaction(SIGTERM, &old, nullptr);
   c.argv = {"/bin/sh", "-c", "set -- $(cat /proc/$$/stat); [ \"$5\" = \"$$\" ]"};  // field 5: the group
   EXPECT_EQ(normlab::run_child(c), 0) << "not the leader of its own process group";
+}
+
+// The output file is open in the program as its stdout and stderr only: the descriptors start_child
+// opens are close-on-exec (a sweep point's train kept a third handle on its log).
+TEST(System, ChildHasTheOutputFileOnlyAsStdoutAndStderr) {
+  const fs::path dir = normlab::test::fresh_dir("system_child_fds");
+  fs::create_directories(dir);
+  ChildSpec c;
+  c.argv = {"/bin/sh", "-c", "for f in /proc/$$/fd/*; do readlink $f; done | grep -c /out$"};
+  c.stdout_path = (dir / "out").string();
+  c.stderr_path = c.stdout_path;
+  EXPECT_EQ(normlab::run_child(c), 0);
+  EXPECT_EQ(normlab::test::slurp(dir / "out"), "2\n");
+  fs::remove_all(dir);
 }
 
 TEST(System, AnOutputFileThatCannotBeOpenedIsAUsageError) {
