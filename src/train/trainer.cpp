@@ -179,14 +179,16 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     return st;
   };
 
-  auto evaluate = [&](int64_t step, double grad_norm) {
+  // grads: whether a backward ran (the initial model of a 0-step run has no gradients to report).
+  auto evaluate = [&](int64_t step, double grad_norm, bool grads = true) {
     auto now = std::chrono::steady_clock::now();
     EvalRecord r;
     r.step = step;
     r.lr = learning_rate(cfg, step);
     r.train_loss = train_loss_count ? train_loss_sum / static_cast<double>(train_loss_count) : NAN;
     r.grad_norm = grad_norm;
-    for (size_t l = 0; l < model.blocks().size(); ++l) r.block_grad_norm.push_back(params_grad_norm(model.block_params(l)));
+    if (grads)
+      for (size_t l = 0; l < model.blocks().size(); ++l) r.block_grad_norm.push_back(params_grad_norm(model.block_params(l)));
     const double window = std::chrono::duration<double>(now - t_window).count();
     r.seconds_per_step = window_steps ? window / static_cast<double>(window_steps) : 0;
     r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / r.seconds_per_step : 0;
@@ -274,7 +276,10 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   }
   (void)last_grad_norm;
   // No steps: the run is the initial model, evaluated once (and written by on_checkpoint below).
-  if (cfg.steps == 0) evaluate(0, 0);
+  if (cfg.steps == 0) {
+    res.final_train_loss = NAN;
+    evaluate(0, NAN, false);
+  }
   if (res.status == "diverged" && (res.evals.empty() || res.evals.back().step != res.diverged_step)) {
     // The state at divergence is part of the result: record it (its losses may be NaN/Inf).
     train_loss_sum = NAN;

@@ -96,7 +96,14 @@ TEST(TrainRun, ZeroStepsWritesTheInitialModel) {
   EXPECT_EQ(result["status"], "ok") << result.dump();
   EXPECT_EQ(result["steps_done"], 0);
   EXPECT_TRUE(result["final_val_loss"].is_number()) << result.dump();
-  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "metrics.jsonl"))["step"], 0);
+  // Nothing was trained: no train loss, no gradient norms (null, not a measured 0).
+  EXPECT_TRUE(result["final_train_loss"].is_null()) << result.dump();
+  const auto metrics = nlohmann::json::parse(slurp(dir / "metrics.jsonl"));
+  EXPECT_EQ(metrics["step"], 0);
+  EXPECT_TRUE(metrics["train_loss"].is_null()) << metrics.dump();
+  EXPECT_TRUE(metrics["grad_norm"].is_null()) << metrics.dump();
+  EXPECT_TRUE(metrics["block_grad_norm"].empty()) << metrics.dump();
+  EXPECT_TRUE(metrics["val_loss"].is_number()) << metrics.dump();
   fs::remove_all(dir);
 }
 
