@@ -154,7 +154,8 @@ void set_shapes(NormBenchOptions& opt, const NormsArgs& a) {
 void set_passes(NormBenchOptions& opt, const std::string& pass) {
   opt.fwd = opt.bwd = opt.addfwd = false;
   for (const std::string& item : split_list(pass, "--pass")) {
-    const bool all = item == "all", both = item == "both";
+    // "all" and "both" are spelled in any case, as the passes' own names are.
+    const bool all = same_ignoring_case(item, "all"), both = same_ignoring_case(item, "both");
     const std::optional<Pass> one = try_parse_kind<Pass>(item);
     NL_USAGE(all || both || one, "--pass: '{}' is not one of {}, both (fwd,bwd), all", shown(item),
              kind_choices<Pass>());

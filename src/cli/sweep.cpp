@@ -254,7 +254,12 @@ int run_curves_command(const SweepArgs& a) {
 }
 
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
-  if (!a.curves.empty()) return run_curves_command(a);
+  if (!a.curves.empty()) {
+    NL_USAGE(a.rows.empty() && a.cols.empty() && a.metric.empty() && a.format == "md" && !a.no_write && !g.json,
+             "--rows, --cols, --metric, --format, --no-write and --json shape the summary; --curves prints its own "
+             "markdown table and writes nothing");
+    return run_curves_command(a);
+  }
   NL_USAGE(a.curve_field == "val_loss" && a.curve_layers == "max" && a.curve_where.empty() && a.curve_digits == 4 &&
                !a.curve_transpose,
            "--field, --layers, --where, --digits and --transpose shape the --curves table: give --curves STEPS");

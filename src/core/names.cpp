@@ -4,23 +4,20 @@
 
 #include "normlab/error.h"
 
-namespace normlab::names_detail {
+namespace normlab {
 
-namespace {
-
-bool same_ignoring_case(const char* a, const std::string& b) {
-  size_t i = 0;
-  for (; a[i] != '\0'; ++i) {
-    if (i >= b.size()) return false;
+bool same_ignoring_case(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
     char x = a[i], y = b[i];
     if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
     if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
     if (x != y) return false;
   }
-  return i == b.size();
+  return true;
 }
 
-}  // namespace
+namespace names_detail {
 
 const char* name_of(const EnumNames& t, int value) {
   for (const EnumName& n : t.names)
@@ -54,4 +51,5 @@ std::string help(const EnumNames& t) {
   return choices(t, " | ") + " (" + helps + ")";
 }
 
-}  // namespace normlab::names_detail
+}  // namespace names_detail
+}  // namespace normlab

@@ -73,6 +73,16 @@ TEST(BenchCli, ResidentAndAddNormRows) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 
+// --pass's words are spelled in any case, like the passes' own names (ALL was refused, FWD taken).
+TEST(BenchCli, PassWordsInAnyCase) {
+  for (const char* pass : {"ALL", "Both", "FWD,bwd"}) {
+    auto r = run_cli({"bench", "norms", "--shapes", "1x4x32", "--resident-shapes", "1x4x32", "--threads", "1",
+                      "--min-time", "0", "--repeats", "1", "--warmup", "0", "--impl", "rmsnorm.fused", "--pass", pass});
+    ASSERT_EQ(r.exit_code, 0) << pass << "\n" << describe(r);
+    EXPECT_NE(r.out.find("bwd"), std::string::npos) << pass << "\n" << r.out;
+  }
+}
+
 TEST(BenchCli, StepPrintsTheFmaPeakAndGflops) {
   const std::vector<std::string> args = {"bench",  "step", "--model", "toy", "--layers", "2",   "--d-model",
                                          "16",     "--d-hidden", "32", "--vocab", "16",  "--batch",  "2",

@@ -447,6 +447,15 @@ TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
   r = run_cli({"sweep", "summarize", dir, "--transpose", "--no-write"});  // a curves flag without --curves
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("give --curves STEPS"), std::string::npos) << describe(r);
+  // ... and a summary flag with --curves: it would have been ignored (--json printed markdown).
+  for (std::vector<std::string> extra : {std::vector<std::string>{"--json"}, {"--format", "csv"}, {"--rows", "lr"},
+                                         {"--cols", "lr"}, {"--metric", "final_val_loss"}, {"--no-write"}}) {
+    std::vector<std::string> args = {"sweep", "summarize", dir, "--curves", "10"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_NE(r.err.find("--curves prints its own markdown table"), std::string::npos) << describe(r);
+  }
 }
 
 TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {

@@ -42,6 +42,10 @@ struct EnumNames {
   std::vector<EnumName> names;
 };
 
+// ASCII letters compared without case: the names tables' rule, for the few words a flag accepts
+// beside a table's names ("all", "both").
+bool same_ignoring_case(const std::string& a, const std::string& b);
+
 // Defined (specialized) once per enumeration, by the layer that owns it.
 template <class E>
 const EnumNames& enum_names();
