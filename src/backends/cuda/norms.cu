@@ -226,6 +226,17 @@ __device__ __forceinline__ BwdRow<T> backward_row(const NormBwd<T>& p, int64_t r
   return r;
 }
 
+// Pass 2 of a row's backward for one unit of P values, x and dy already in registers.
+template <class T, int P>
+__device__ __forceinline__ void store_dx_unit(const NormBwd<T>& p, const BwdRow<T>& r, T* dxr, int64_t u,
+                                              const float* xv, const float* dv) {
+  float gv[P], o[P];
+  load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+  for (int k = 0; k < P; ++k) o[k] = grad_dx(grad_elem(xv[k], dv[k], gv[k], r.mu, r.rs), r.rs, r.mean_g, r.mean_gx);
+  store_unit<T, P>(dxr, u, o);
+}
+
 // dx, one block per row: g = dy*gamma, xhat = (x-mu)*rstd;
 // dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (RMSNorm: without mean(g)). kCache keeps x and
 // dy of the row in shared memory between the two passes.
@@ -241,12 +252,9 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
       cache[d + i] = dyi;
     }
   });
-  const T* xr = r.x;
-  const T* dyr = r.dy;
-  const float mu = r.mu, rs = r.rs, mean_g = r.mean_g, mean_gx = r.mean_gx;
   T* dxr = p.dx + row * d;
   for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-    float xv[P], dv[P], gv[P], o[P];
+    float xv[P], dv[P];
     if (kCache) {
 #pragma unroll
       for (int k = 0; k < P; ++k) {
@@ -254,13 +262,10 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
         dv[k] = cache[d + u * P + k];
       }
     } else {
-      load_unit<T, P>(xr, u, xv);
-      load_unit<T, P>(dyr, u, dv);
+      load_unit<T, P>(r.x, u, xv);
+      load_unit<T, P>(r.dy, u, dv);
     }
-    load_unit<T, P>(p.gamma, u, gv);
-#pragma unroll
-    for (int k = 0; k < P; ++k) o[k] = grad_dx(grad_elem(xv[k], dv[k], gv[k], mu, rs), rs, mean_g, mean_gx);
-    store_unit<T, P>(dxr, u, o);
+    store_dx_unit<T, P>(p, r, dxr, u, xv, dv);
   }
 }
 
@@ -304,19 +309,13 @@ __global__ void norm_backward_onepass_kernel(NormBwd<T> p, int64_t n, float* par
       sg_col[i] += dyi * t.xhat;
       if (!kRms) sb_col[i] += dyi;
     });
-    const T* xr = r.x;
-    const T* dyr = r.dy;
-    const float mu = r.mu, rs = r.rs, mean_g = r.mean_g, mean_gx = r.mean_gx;
     if (p.dx) {
       T* dxr = p.dx + row * d;
       for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        float xv[P], dv[P], gv[P], o[P];
-        load_unit<T, P>(xr, u, xv);
-        load_unit<T, P>(dyr, u, dv);
-        load_unit<T, P>(p.gamma, u, gv);
-#pragma unroll
-        for (int e = 0; e < P; ++e) o[e] = grad_dx(grad_elem(xv[e], dv[e], gv[e], mu, rs), rs, mean_g, mean_gx);
-        store_unit<T, P>(dxr, u, o);
+        float xv[P], dv[P];
+        load_unit<T, P>(r.x, u, xv);
+        load_unit<T, P>(r.dy, u, dv);
+        store_dx_unit<T, P>(p, r, dxr, u, xv, dv);
       }
     }
   }
