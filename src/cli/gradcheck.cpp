@@ -87,14 +87,12 @@ int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
                     results.back().seconds);
     }
   }
-  bool pass = true;
-  for (const CaseResult& r : results) pass = pass && r.pass;
   if (g.json) {
     std::cout << gradcheck_results_json(results, opt) << "\n";
   } else {
     std::cout << gradcheck_results_text(results, opt);
   }
-  return pass ? 0 : 1;
+  return failed_checks(results) == 0 ? 0 : 1;
 }
 
 }  // namespace

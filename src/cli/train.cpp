@@ -99,7 +99,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
                   static_cast<long long>(r.collapsed_step), kCollapseMargin);
     std::printf("\nfinal val loss %.4f, best %.4f at step %lld; unigram %.4f; floor %.4f (gap %.4f)\n",
                 r.final_val_loss, r.best_val_loss, static_cast<long long>(r.best_val_step), r.unigram_loss,
-                r.loss_floor, r.final_val_loss - r.loss_floor);
+                r.loss_floor, r.gap_to_floor());
     std::printf("%lld parameters, %.2f ms/step, %.0f tokens/s; run directory %s\n", static_cast<long long>(r.parameters),
                 1e3 * r.seconds_per_step, r.tokens_per_second, opt.dir.c_str());
   }

@@ -29,11 +29,8 @@ std::string gradcheck_results_text(const std::vector<CaseResult>& results, const
                                 static_cast<long long>(ic.worst_index), ic.worst_analytic, ic.worst_numeric));
     }
   }
-  int failed = 0, checks = 0;
-  for (const CaseResult& r : results) {
-    ++checks;
-    failed += r.pass ? 0 : 1;
-  }
+  const int failed = failed_checks(results);
+  const int checks = static_cast<int>(results.size());
   return t.text() + fmt::sprintf("\n%d checks, %d failed. Pass: max_abs_err <= atol + rtol * max|expected|: "
                                  "fd64 atol %.0e rtol %.0e (h = %.0e); f32 vs f64 atol %.0e rtol %.0e\n",
                                  checks, failed, opt.fd_tol.atol, opt.fd_tol.rtol, opt.h, opt.f32_tol.atol,

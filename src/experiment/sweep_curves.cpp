@@ -11,6 +11,7 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/stats.h"
 #include "normlab/sweep.h"
 #include "sweep_internal.h"
 
@@ -81,15 +82,8 @@ std::string cell(const Group& g, int64_t step, int digits) {
   if (it == g.at.end() || it->second.empty()) return "—";
   const std::vector<double>& v = it->second;
   if (std::any_of(v.begin(), v.end(), [](double x) { return !std::isfinite(x); })) return "nan";
-  double mean = 0;
-  for (double x : v) mean += x;
-  mean /= static_cast<double>(v.size());
-  std::string text = fmt::format("{:.{}f}", mean, digits);
-  if (v.size() > 1) {
-    double ss = 0;
-    for (double x : v) ss += (x - mean) * (x - mean);
-    text += fmt::format(" ± {:.{}f}", std::sqrt(ss / static_cast<double>(v.size() - 1)), digits);
-  }
+  std::string text = fmt::format("{:.{}f}", mean(v), digits);
+  if (v.size() > 1) text += fmt::format(" ± {:.{}f}", sample_std(v), digits);
   if (static_cast<int>(v.size()) < g.runs) text += fmt::format(" (n={}/{})", v.size(), g.runs);
   return text;
 }

@@ -30,3 +30,11 @@ TEST(GradcheckText, ListNamesEveryCase) {
   for (const GradCase& c : gradcheck_cases())
     EXPECT_NE(text.find("\n" + c.name + " "), std::string::npos) << c.name;
 }
+
+TEST(GradcheckText, FailedChecksCountsTheCasesThatDidNotPass) {
+  const CaseResult ok{"layernorm", "op", "fd64", {}, true, 0};
+  const CaseResult bad{"rmsnorm", "op", "cpu-f32", {}, false, 0};
+  EXPECT_EQ(failed_checks({}), 0);
+  EXPECT_EQ(failed_checks({ok, ok}), 0);
+  EXPECT_EQ(failed_checks({bad, ok, bad}), 2);
+}

@@ -86,6 +86,14 @@ TEST(TrainStatus, CollapseStepIsWhereTheLossStayedAtTheBaseline) {
   EXPECT_EQ(collapse_step({}, unigram), -1);
 }
 
+TEST(TrainStatus, GapToFloorIsTheFinalValidationLossAboveTheFloor) {
+  TrainResult r;
+  r.final_val_loss = 3.25;
+  r.best_val_loss = 3.0;
+  r.loss_floor = 2.0;
+  EXPECT_EQ(r.gap_to_floor(), 1.25);
+}
+
 // Post-LN at lr 1e-2 under PyTorch's default init: the 12-layer toy model collapses to the unigram
 // loss within 100 steps; the same model in Pre-LN learns.
 TEST(TrainStatus, PostLnAtHighLrUnderTorchInitCollapses) {

@@ -97,6 +97,9 @@ struct GradcheckOptions {
 CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& opt);
 // Analytic float32 gradients on opt.f32_backend vs analytic float64 reference gradients.
 CaseResult check_float32_backend(const GradCase& c, const GradcheckOptions& opt);
+// How many of the checks failed (0: every gradient agrees): the text's count, the JSON's and the
+// exit status's "pass".
+int failed_checks(const std::vector<CaseResult>& results);
 
 // What the finite differences of a case at opt.shape cost on this machine: 2 forwards per input
 // element, each timed here (a few forwards of the case, built at that shape).

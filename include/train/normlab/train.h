@@ -134,6 +134,9 @@ struct TrainResult {
   // The kernel variants the backend chose for the run's shapes (result.json "kernel_choices"):
   // where variants round differently (cpu: oneDNN's LayerNorm or normlab's), they say which ran.
   std::vector<KernelChoice> kernel_choices;
+
+  // How far the final validation loss is above the data's floor (result.json "gap_to_floor").
+  double gap_to_floor() const { return final_val_loss - loss_floor; }
 };
 
 // A finished run whose validation loss ends this close to the unigram baseline (nats), or above

@@ -194,6 +194,49 @@ __device__ __forceinline__ void grad_means(float sg, float sgx, float* scratch, 
   mean_gx = block_sum(sgx, scratch) / static_cast<float>(d);
 }
 
+// One row of the backward: where its x and dy start, its saved statistics, and its two means
+// (grad_means) from pass 1, one read of x, dy and gamma; `each(i, x, dy, e)` sees element i of the
+// row on the way (the dx kernel keeps the row in shared memory, the one-pass kernel adds its column
+// sums).
+template <class T>
+struct BwdRow {
+  const T* x;
+  const T* dy;
+  float mu, rs, mean_g, mean_gx;
+};
+template <class T, int P, bool kRms, class Each>
+__device__ __forceinline__ BwdRow<T> backward_row(const NormBwd<T>& p, int64_t row, float* scratch, Each each) {
+  const int64_t d = p.d, units = d / P;
+  BwdRow<T> r{p.x + row * d, p.dy + row * d, kRms ? 0.0f : p.mean[row], p.rstd[row], 0.0f, 0.0f};
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    float xv[P], dv[P], gv[P];
+    load_unit<T, P>(r.x, u, xv);
+    load_unit<T, P>(r.dy, u, dv);
+    load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const GradElem e = grad_elem(xv[k], dv[k], gv[k], r.mu, r.rs);
+      sg += e.g;
+      sgx += e.g * e.xhat;
+      each(u * P + k, xv[k], dv[k], e);
+    }
+  }
+  grad_means<kRms>(sg, sgx, scratch, d, r.mean_g, r.mean_gx);
+  return r;
+}
+
+// Pass 2 of a row's backward for one unit of P values, x and dy already in registers.
+template <class T, int P>
+__device__ __forceinline__ void store_dx_unit(const NormBwd<T>& p, const BwdRow<T>& r, T* dxr, int64_t u,
+                                              const float* xv, const float* dv) {
+  float gv[P], o[P];
+  load_unit<T, P>(p.gamma, u, gv);
+#pragma unroll
+  for (int k = 0; k < P; ++k) o[k] = grad_dx(grad_elem(xv[k], dv[k], gv[k], r.mu, r.rs), r.rs, r.mean_g, r.mean_gx);
+  store_unit<T, P>(dxr, u, o);
+}
+
 // dx, one block per row: g = dy*gamma, xhat = (x-mu)*rstd;
 // dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (RMSNorm: without mean(g)). kCache keeps x and
 // dy of the row in shared memory between the two passes.
@@ -203,32 +246,15 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t d = p.d, units = d / P;
-  const T* xr = p.x + row * d;
-  const T* dyr = p.dy + row * d;
-  const float mu = kRms ? 0.0f : p.mean[row];
-  const float rs = p.rstd[row];
-  float sg = 0.0f, sgx = 0.0f;
-  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-    float xv[P], dv[P], gv[P];
-    load_unit<T, P>(xr, u, xv);
-    load_unit<T, P>(dyr, u, dv);
-    load_unit<T, P>(p.gamma, u, gv);
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      if (kCache) {
-        cache[u * P + k] = xv[k];
-        cache[d + u * P + k] = dv[k];
-      }
-      const GradElem e = grad_elem(xv[k], dv[k], gv[k], mu, rs);
-      sg += e.g;
-      sgx += e.g * e.xhat;
+  const BwdRow<T> r = backward_row<T, P, kRms>(p, row, scratch, [&](int64_t i, float xi, float dyi, const GradElem&) {
+    if (kCache) {
+      cache[i] = xi;
+      cache[d + i] = dyi;
     }
-  }
-  float mean_g, mean_gx;
-  grad_means<kRms>(sg, sgx, scratch, d, mean_g, mean_gx);
+  });
   T* dxr = p.dx + row * d;
   for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-    float xv[P], dv[P], gv[P], o[P];
+    float xv[P], dv[P];
     if (kCache) {
 #pragma unroll
       for (int k = 0; k < P; ++k) {
@@ -236,13 +262,10 @@ __global__ void norm_backward_dx_kernel(NormBwd<T> p) {
         dv[k] = cache[d + u * P + k];
       }
     } else {
-      load_unit<T, P>(xr, u, xv);
-      load_unit<T, P>(dyr, u, dv);
+      load_unit<T, P>(r.x, u, xv);
+      load_unit<T, P>(r.dy, u, dv);
     }
-    load_unit<T, P>(p.gamma, u, gv);
-#pragma unroll
-    for (int k = 0; k < P; ++k) o[k] = grad_dx(grad_elem(xv[k], dv[k], gv[k], mu, rs), rs, mean_g, mean_gx);
-    store_unit<T, P>(dxr, u, o);
+    store_dx_unit<T, P>(p, r, dxr, u, xv, dv);
   }
 }
 
@@ -282,37 +305,17 @@ __global__ void norm_backward_onepass_kernel(NormBwd<T> p, int64_t n, float* par
     }
   }
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
-    const T* xr = p.x + row * d;
-    const T* dyr = p.dy + row * d;
-    const float mu = kRms ? 0.0f : p.mean[row];
-    const float rs = p.rstd[row];
-    float sg = 0.0f, sgx = 0.0f;
-    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-      float xv[P], dv[P], gv[P];
-      load_unit<T, P>(xr, u, xv);
-      load_unit<T, P>(dyr, u, dv);
-      load_unit<T, P>(p.gamma, u, gv);
-#pragma unroll
-      for (int e = 0; e < P; ++e) {
-        const GradElem t = grad_elem(xv[e], dv[e], gv[e], mu, rs);
-        sg += t.g;
-        sgx += t.g * t.xhat;
-        sg_col[u * P + e] += dv[e] * t.xhat;
-        if (!kRms) sb_col[u * P + e] += dv[e];
-      }
-    }
-    float mean_g, mean_gx;
-    grad_means<kRms>(sg, sgx, scratch, d, mean_g, mean_gx);
+    const BwdRow<T> r = backward_row<T, P, kRms>(p, row, scratch, [&](int64_t i, float, float dyi, const GradElem& t) {
+      sg_col[i] += dyi * t.xhat;
+      if (!kRms) sb_col[i] += dyi;
+    });
     if (p.dx) {
       T* dxr = p.dx + row * d;
       for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        float xv[P], dv[P], gv[P], o[P];
-        load_unit<T, P>(xr, u, xv);
-        load_unit<T, P>(dyr, u, dv);
-        load_unit<T, P>(p.gamma, u, gv);
-#pragma unroll
-        for (int e = 0; e < P; ++e) o[e] = grad_dx(grad_elem(xv[e], dv[e], gv[e], mu, rs), rs, mean_g, mean_gx);
-        store_unit<T, P>(dxr, u, o);
+        float xv[P], dv[P];
+        load_unit<T, P>(r.x, u, xv);
+        load_unit<T, P>(r.dy, u, dv);
+        store_dx_unit<T, P>(p, r, dxr, u, xv, dv);
       }
     }
   }

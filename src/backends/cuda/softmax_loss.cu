@@ -6,18 +6,27 @@ namespace normlab::cuda {
 
 namespace {
 
+// A row's max and sum of exp(x - max), over the whole block: softmax's and the loss's
+// log-sum-exp, both shifted by the max so that no exp overflows.
+struct RowExp {
+  float max, sum;
+};
+__device__ RowExp row_max_sum_exp(const float* r, int64_t d, float* scratch) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) mx = fmaxf(mx, r[j]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += expf(r[j] - mx);
+  return {mx, block_sum(sum, scratch)};
+}
+
 __global__ void softmax_forward_kernel(float* y, const float* x, int64_t d) {
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const float* xr = x + row * d;
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) mx = fmaxf(mx, xr[j]);
-  mx = block_max(mx, scratch);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += expf(xr[j] - mx);
-  sum = block_sum(sum, scratch);
+  const RowExp e = row_max_sum_exp(xr, d, scratch);
   float* yr = y + row * d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = expf(xr[j] - mx) / sum;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = expf(xr[j] - e.max) / e.sum;
 }
 
 }  // namespace
@@ -57,13 +66,8 @@ __global__ void cross_entropy_rows_kernel(float* probs, double* row_loss, const 
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const float* lr = logits + row * v;
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, lr[j]);
-  mx = block_max(mx, scratch);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += expf(lr[j] - mx);
-  sum = block_sum(sum, scratch);
-  const float lse = mx + logf(sum);
+  const RowExp e = row_max_sum_exp(lr, v, scratch);
+  const float lse = e.max + logf(e.sum);
   float* pr = probs + row * v;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) pr[j] = expf(lr[j] - lse);
   if (threadIdx.x == 0) {
