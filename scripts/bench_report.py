@@ -79,6 +79,25 @@ def verdict(m, lo, hi, ok):
     return "**missed**"
 
 
+# The norms table's figure columns after shape and pass: the row (an implementation at the pass, or
+# a copy), its figure in the merged document, the unit and the decimals shown.
+COLUMNS = {
+    "cl": ("copy.loop", "gb_per_s", "", 1),
+    "mc": ("copy.memcpy", "gb_per_s", "", 1),
+    "ln": ("layernorm.fused", "pct_of_copy", "%", 0),
+    "rms": ("rmsnorm.fused", "pct_of_copy", "%", 0),
+    "lno": ("layernorm.onednn", "pct_of_copy", "%", 0),
+    "lnt": ("layernorm.torch", "pct_of_copy", "%", 0),
+    "rmst": ("rmsnorm.torch", "pct_of_copy", "%", 0),
+    "vs_o": ("layernorm.fused", "vs_onednn", "x", 2),
+    "vs_t": ("layernorm.fused", "vs_torch", "x", 2),
+    "rvs_t": ("rmsnorm.fused", "vs_torch", "x", 2),
+    "rl": ("rmsnorm.fused", "rms_over_ln", "x", 2),
+    "lu": ("layernorm.fused", "vs_unfused", "x", 2),
+    "ru": ("rmsnorm.fused", "vs_unfused", "x", 2),
+}
+
+
 def norms_report(doc):
     by = rows_by_name(doc)
     runs = doc["runs"]
@@ -122,28 +141,14 @@ def norms_report(doc):
                 key = lambda impl: f"{impl}/{ps}/{sn}/threads:{t}"
                 if get(key("layernorm.fused"), "median")[0] is None and get(key("rmsnorm.fused"), "median")[0] is None:
                     continue  # a pass this run did not time
-                cl = get(f"copy.loop/copy/{sn}/threads:{t}", "gb_per_s")
-                mc = get(f"copy.memcpy/copy/{sn}/threads:{t}", "gb_per_s")
-                ln = get(key("layernorm.fused"), "pct_of_copy")
-                rms = get(key("rmsnorm.fused"), "pct_of_copy")
-                lno = get(key("layernorm.onednn"), "pct_of_copy")
-                lnt = get(key("layernorm.torch"), "pct_of_copy")
-                rmst = get(key("rmsnorm.torch"), "pct_of_copy")
-                vs_o = get(key("layernorm.fused"), "vs_onednn")
+                f = {col: get(f"{impl}/copy/{sn}/threads:{t}" if impl.startswith("copy.") else key(impl), figure)
+                     for col, (impl, figure, _, _) in COLUMNS.items()}
+                out.append(f"| {label} | {ps} | " + " | ".join(
+                    fmt_range(*f[col], unit, digits) for col, (_, _, unit, digits) in COLUMNS.items()) + " |")
+                ln, rms, vs_o, vs_t, rvs_t, rl, lu, ru = (f[c] for c in ("ln", "rms", "vs_o", "vs_t", "rvs_t", "rl", "lu", "ru"))
                 # What training runs: the fused kernel, or oneDNN's primitive where the shape class's
                 # measurement chose it (then it is exactly as fast as oneDNN).
                 vs_ob = get(key("layernorm.fused"), "backend_vs_onednn")
-                vs_t = get(key("layernorm.fused"), "vs_torch")
-                rvs_t = get(key("rmsnorm.fused"), "vs_torch")
-                rl = get(key("rmsnorm.fused"), "rms_over_ln")
-                lu = get(key("layernorm.fused"), "vs_unfused")
-                ru = get(key("rmsnorm.fused"), "vs_unfused")
-                out.append(f"| {label} | {ps} | {fmt_range(*cl, digits=1)} | {fmt_range(*mc, digits=1)} | "
-                           f"{fmt_range(*ln, '%')} | {fmt_range(*rms, '%')} | {fmt_range(*lno, '%')} | "
-                           f"{fmt_range(*lnt, '%')} | {fmt_range(*rmst, '%')} | "
-                           f"{fmt_range(*vs_o, 'x', 2)} | {fmt_range(*vs_t, 'x', 2)} | "
-                           f"{fmt_range(*rvs_t, 'x', 2)} | {fmt_range(*rl, 'x', 2)} | "
-                           f"{fmt_range(*lu, 'x', 2)} | {fmt_range(*ru, 'x', 2)} |")
                 if ps == "addfwd":
                     verdicts.append(("LayerNorm fused add+norm faster than unfused", label, t, lu, lambda v: v > 1.0, "x"))
                     verdicts.append(("RMSNorm fused add+norm faster than unfused", label, t, ru, lambda v: v > 1.0, "x"))
