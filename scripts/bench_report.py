@@ -3,14 +3,17 @@
 
     python3 scripts/bench_report.py results/bench-runs/norms-{1,2,3}.json [--step results/bench-runs/step-{1,2,3}.json]
 
-Every figure is the median over the runs of that row's own figure (each run's figure is itself a
-median over its timed calls); [a-b] is the range over the runs. A target counts as met only when
-every run meets it ("met"); when the median meets it but some run does not, the verdict is
-"within the spread" (a claimed win smaller than the run-to-run spread is not a win).
+The figures are `normlab bench merge --json`'s (the binary: --normlab, else $NORMLAB, else
+build/normlab): each is the median over the runs of that row's own figure (each run's figure is
+itself a median over its timed calls, and a ratio is of two rows timed side by side in that run);
+[a-b] is the range over the runs. This script only formats them. A target counts as met only when
+every run meets it ("met"); when the median meets it but some run does not, the verdict is "within
+the spread" (a claimed win smaller than the run-to-run spread is not a win).
 """
 import argparse
 import json
-import statistics
+import os
+import subprocess
 import sys
 
 # Issue 23: no fused kernel below 80% of the copy it is held to at memory-bound shapes, forward
@@ -19,23 +22,21 @@ FWD_TARGET, BWD_TARGET = 80.0, 80.0
 RESIDENT_TARGET = 80.0  # the training step's shapes, against the copy loop on the same cache-resident buffers
 
 
-def load(paths):
-    runs = []
-    for p in paths:
-        with open(p) as fh:
-            runs.append(json.load(fh))
-    return runs
+def merged(normlab, paths):
+    """`normlab bench merge --json PATHS`: the runs as one document (its "runs": each run's context)."""
+    out = subprocess.run([normlab, "bench", "merge", "--json", *paths], check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(out.stdout)
 
 
-def rows_by_name(run):
-    return {b["name"]: b for b in run["benchmarks"]}
+def rows_by_name(doc):
+    return {b["name"]: b for b in doc["benchmarks"]}
 
 
 def round_trips(runs):
     """The cache-line round trip between threads 0 and 1 at each run's start / end (ns), or ''."""
     per_run = []
     for i, r in enumerate(runs):
-        v = [x for x in r["context"].get("thread_round_trip_ns", []) if x is not None]
+        v = [x for x in r.get("thread_round_trip_ns", []) if x is not None]
         if v:
             per_run.append(f"run {i + 1} " + " / ".join(f"{x:.0f}" for x in v))
     if not per_run:
@@ -44,11 +45,21 @@ def round_trips(runs):
             "multi-threaded figures slower): " + "; ".join(per_run))
 
 
-def fig(vals):
-    vals = [v for v in vals if v is not None]
-    if not vals:
+def fig(row, key, scale=1):
+    """(median, min, max) over the runs of a merged row's figure, or Nones."""
+    if row is None:
         return None, None, None
-    return statistics.median(vals), min(vals), max(vals)
+    rr = row.get("run_range", {})
+    # a row's time in seconds: its range's name is "median" (bench norms) or "step" (bench step)
+    if key in ("median", "step"):
+        m = row["aggregates"].get("median")
+        m = None if m is None else m * {"us": 1e-6, "ms": 1e-3, "s": 1}[row["time_unit"]]
+    else:
+        m = row["counters"].get(key)
+    lo, hi = rr.get(key, (m, m))
+    if m is None or lo is None:
+        return None, None, None
+    return m * scale, lo * scale, hi * scale
 
 
 def fmt_range(m, lo, hi, unit="", digits=0):
@@ -58,42 +69,52 @@ def fmt_range(m, lo, hi, unit="", digits=0):
     return f"{f.format(m)}{unit} [{f.format(lo)}-{f.format(hi)}]"
 
 
-def pct_of_copy(b):
-    c = b.get("counters", {})
-    # a kernel that streams its stores is held to the faster of the two copies
-    if b.get("streaming_stores"):
-        return min(c.get("pct_of_copy_loop") or 1e9, c.get("pct_of_memcpy") or 1e9)
-    return c.get("pct_of_copy_loop")
-
-
-def verdict(vals, ok):
-    vals = [v for v in vals if v is not None]
-    if not vals:
+def verdict(m, lo, hi, ok):
+    if m is None:
         return "no data"
-    if all(ok(v) for v in vals):
+    if ok(lo) and ok(hi):  # every run's figure lies in [lo, hi], and each target is a bound
         return "met"
-    if ok(statistics.median(vals)):
+    if ok(m):
         return "within the spread"
     return "**missed**"
 
 
-def norms_report(runs):
-    by = [rows_by_name(r) for r in runs]
-    names = list(by[0].keys())
+# The norms table's figure columns after shape and pass: the row (an implementation at the pass, or
+# a copy), its figure in the merged document, the unit and the decimals shown.
+COLUMNS = {
+    "cl": ("copy.loop", "gb_per_s", "", 1),
+    "mc": ("copy.memcpy", "gb_per_s", "", 1),
+    "ln": ("layernorm.fused", "pct_of_copy", "%", 0),
+    "rms": ("rmsnorm.fused", "pct_of_copy", "%", 0),
+    "lno": ("layernorm.onednn", "pct_of_copy", "%", 0),
+    "lnt": ("layernorm.torch", "pct_of_copy", "%", 0),
+    "rmst": ("rmsnorm.torch", "pct_of_copy", "%", 0),
+    "vs_o": ("layernorm.fused", "vs_onednn", "x", 2),
+    "vs_t": ("layernorm.fused", "vs_torch", "x", 2),
+    "rvs_t": ("rmsnorm.fused", "vs_torch", "x", 2),
+    "rl": ("rmsnorm.fused", "rms_over_ln", "x", 2),
+    "lu": ("layernorm.fused", "vs_unfused", "x", 2),
+    "ru": ("rmsnorm.fused", "vs_unfused", "x", 2),
+}
+
+
+def norms_report(doc):
+    by = rows_by_name(doc)
+    runs = doc["runs"]
     # (shape, resident): a resident row's name has "/resident" after its shape
     shapes, threads = [], []
-    for n in names:
-        b = by[0][n]
+    for b in by.values():
         s = ("x".join(str(x) for x in b["shape"]), bool(b.get("resident")))
         if s not in shapes:
             shapes.append(s)
         if b["threads"] not in threads:
             threads.append(b["threads"])
     out = []
-    ctx = runs[0]["context"]
+    ctx = runs[0]
     out.append(f"Runs: {len(runs)}; " + "; ".join(
-        f"run {i + 1}: {r['context'].get('date')}, commit {r['context'].get('normlab_commit')}, others used "
-        f"{100 * (r['context'].get('others_cpu') or 0):.0f}% of the CPUs, steal {100 * (r['context'].get('steal') or 0):.0f}%"
+        f"run {i + 1}: {r.get('date')}, commit {r.get('normlab_commit')}"
+        + (f" (sources {r['normlab_source_hash'][:12]})" if r.get("normlab_source_hash") else "") + ", others used "
+        f"{100 * (r.get('others_cpu') or 0):.0f}% of the CPUs, steal {100 * (r.get('steal') or 0):.0f}%"
         for i, r in enumerate(runs)))
     out.append(f"CPU: {ctx.get('cpu_model')} x{ctx.get('num_cpus')}, LLC {ctx.get('llc_bytes', 0) // 2**20} MiB; "
                f"libraries: {ctx.get('library_versions')}; threads pinned: {ctx.get('threads_pinned')}")
@@ -103,14 +124,7 @@ def norms_report(runs):
     out.append("")
 
     def get(name, key):
-        vals = []
-        for b in by:
-            r = b.get(name)
-            if r is None or r.get("status") != "ok":
-                vals.append(None)
-                continue
-            vals.append(key(r))
-        return vals
+        return fig(by.get(name), key)
 
     verdicts = []
     for t in threads:
@@ -125,34 +139,16 @@ def norms_report(runs):
             label = s + (" (resident)" if resident else "")
             for ps in ("fwd", "bwd", "addfwd"):
                 key = lambda impl: f"{impl}/{ps}/{sn}/threads:{t}"
-                if all(v is None for v in get(key("layernorm.fused"), lambda r: 1) + get(key("rmsnorm.fused"), lambda r: 1)):
+                if get(key("layernorm.fused"), "median")[0] is None and get(key("rmsnorm.fused"), "median")[0] is None:
                     continue  # a pass this run did not time
-                copy = f"copy.loop/copy/{sn}/threads:{t}"
-                memc = f"copy.memcpy/copy/{sn}/threads:{t}"
-                gbs = lambda r: r["counters"]["gb_per_s"]
-                cl = fig(get(copy, gbs))
-                mc = fig(get(memc, gbs))
-                ln = get(key("layernorm.fused"), pct_of_copy)
-                rms = get(key("rmsnorm.fused"), pct_of_copy)
-                lno = get(key("layernorm.onednn"), pct_of_copy)
-                lnt = get(key("layernorm.torch"), pct_of_copy)
-                rmst = get(key("rmsnorm.torch"), pct_of_copy)
-                vs_o = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_onednn"))
+                f = {col: get(f"{impl}/copy/{sn}/threads:{t}" if impl.startswith("copy.") else key(impl), figure)
+                     for col, (impl, figure, _, _) in COLUMNS.items()}
+                out.append(f"| {label} | {ps} | " + " | ".join(
+                    fmt_range(*f[col], unit, digits) for col, (_, _, unit, digits) in COLUMNS.items()) + " |")
+                ln, rms, vs_o, vs_t, rvs_t, rl, lu, ru = (f[c] for c in ("ln", "rms", "vs_o", "vs_t", "rvs_t", "rl", "lu", "ru"))
                 # What training runs: the fused kernel, or oneDNN's primitive where the shape class's
                 # measurement chose it (then it is exactly as fast as oneDNN).
-                vs_ob = get(key("layernorm.fused"), lambda r: 1.0 if r.get("backend_variant") == "onednn"
-                            else r["counters"].get("vs_onednn"))
-                vs_t = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_torch"))
-                rvs_t = get(key("rmsnorm.fused"), lambda r: r["counters"].get("vs_torch"))
-                rl = get(key("rmsnorm.fused"), lambda r: r["counters"].get("rms_over_ln"))
-                lu = get(key("layernorm.fused"), lambda r: r["counters"].get("vs_unfused"))
-                ru = get(key("rmsnorm.fused"), lambda r: r["counters"].get("vs_unfused"))
-                out.append(f"| {label} | {ps} | {fmt_range(*cl, digits=1)} | {fmt_range(*mc, digits=1)} | "
-                           f"{fmt_range(*fig(ln), '%')} | {fmt_range(*fig(rms), '%')} | {fmt_range(*fig(lno), '%')} | "
-                           f"{fmt_range(*fig(lnt), '%')} | {fmt_range(*fig(rmst), '%')} | "
-                           f"{fmt_range(*fig(vs_o), 'x', 2)} | {fmt_range(*fig(vs_t), 'x', 2)} | "
-                           f"{fmt_range(*fig(rvs_t), 'x', 2)} | {fmt_range(*fig(rl), 'x', 2)} | "
-                           f"{fmt_range(*fig(lu), 'x', 2)} | {fmt_range(*fig(ru), 'x', 2)} |")
+                vs_ob = get(key("layernorm.fused"), "backend_vs_onednn")
                 if ps == "addfwd":
                     verdicts.append(("LayerNorm fused add+norm faster than unfused", label, t, lu, lambda v: v > 1.0, "x"))
                     verdicts.append(("RMSNorm fused add+norm faster than unfused", label, t, ru, lambda v: v > 1.0, "x"))
@@ -179,8 +175,8 @@ def norms_report(runs):
     for name, cases in groups.items():
         met, spread, missed = [], [], []
         for s, t, vals, ok, unit in cases:
-            v = verdict(vals, ok)
-            m = fig(vals)[0]
+            v = verdict(*vals, ok)
+            m = vals[0]
             label = f"{s}/t{t}" + ("" if m is None else f" ({m:.0f}%)" if unit == "%" else f" ({m:.2f}x)")
             if v == "met":
                 met.append(label)
@@ -201,7 +197,7 @@ def variants_report(runs):
     classes = []
     per = {}
     for i, r in enumerate(runs):
-        for k in r["context"].get("kernel_choices", []):
+        for k in r.get("kernel_choices", []):
             c = k["shape_class"]
             if c not in per:
                 classes.append(c)
@@ -231,36 +227,31 @@ def variants_report(runs):
     return "\n".join(out)
 
 
-def step_report(runs):
-    by = [rows_by_name(r) for r in runs]
+def step_report(doc):
     out = []
-    peaks = {}  # threads -> GFLOP/s of each run's FMA loop
-    for r in runs:
-        for p in r["context"].get("fma_peak", []):
-            peaks.setdefault(p["threads"], []).append(p.get("gflop_per_s"))
+    peaks = doc["context"].get("fma_peak", [])
     if peaks:
-        isa = runs[0]["context"]["fma_peak"][0].get("isa")
+        isa = peaks[0].get("isa")
         out.append(f"FMA peak (float32, {isa}, measured by `bench step` in each run): " + ", ".join(
-            f"{t} thread{'s' if t > 1 else ''} {fmt_range(*fig(v), ' GFLOP/s', 1)}" for t, v in sorted(peaks.items())))
+            f"{p['threads']} thread{'s' if p['threads'] > 1 else ''} "
+            f"{fmt_range(p.get('gflop_per_s'), *p.get('run_range', [p.get('gflop_per_s')] * 2), ' GFLOP/s', 1)}"
+            for p in sorted(peaks, key=lambda p: p["threads"])))
         out.append("")
-    trips = round_trips(runs)
+    trips = round_trips(doc["runs"])
     if trips:
         out.append(trips)
         out.append("")
     out += ["| model | norm | threads | step ms | GFLOP/s | % of FMA peak | norm kernels' share | step speed-up RMS/LN | "
             "operator speed-up RMS/LN | predicted step speed-up |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for name in by[0]:
-        def get(key):
-            return [key(b[name]) if name in b else None for b in by]
-        r0 = by[0][name]
-        step = fig(get(lambda r: r["aggregates"]["median"]))
-        share = fig(get(lambda r: 100 * r["counters"]["norm_share"] if r["counters"].get("norm_share") is not None else None))
-        sp = fig(get(lambda r: r["counters"].get("step_speedup")))
-        op = fig(get(lambda r: r["counters"].get("op_speedup")))
-        pr = fig(get(lambda r: r["counters"].get("predicted_step_speedup")))
-        gf = fig(get(lambda r: r["counters"].get("gflop_per_s")))
-        pk = fig(get(lambda r: r["counters"].get("pct_of_fma_peak")))
-        out.append(f"| {r0['model']} | {r0['norm']} | {r0['threads']} | {fmt_range(*step, digits=2)} | "
+    for r in doc["benchmarks"]:
+        step = fig(r, "step", 1e3)  # seconds, as the document's ranges are
+        share = fig(r, "norm_share", 100)
+        sp = fig(r, "step_speedup")
+        op = fig(r, "op_speedup")
+        pr = fig(r, "predicted_step_speedup")
+        gf = fig(r, "gflop_per_s")
+        pk = fig(r, "pct_of_fma_peak")
+        out.append(f"| {r['model']} | {r['norm']} | {r['threads']} | {fmt_range(*step, digits=2)} | "
                    f"{fmt_range(*gf, digits=1)} | {fmt_range(*pk, '%', 1)} | {fmt_range(*share, '%', 1)} | {fmt_range(*sp, 'x', 3)} | {fmt_range(*op, 'x', 2)} | "
                    f"{fmt_range(*pr, 'x', 3)} |")
     return "\n".join(out)
@@ -270,17 +261,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("norms", nargs="+", help="bench norms JSON files (one per run)")
     ap.add_argument("--step", nargs="*", default=[], help="bench step JSON files (one per run)")
+    ap.add_argument("--normlab", default=os.environ.get("NORMLAB", "build/normlab"),
+                    help="the normlab binary (default: $NORMLAB, else build/normlab)")
     a = ap.parse_args(argv)
-    runs = load(a.norms)
-    print(norms_report(runs))
+    doc = merged(a.normlab, a.norms)
+    print(norms_report(doc))
     print("### Kernel variants chosen")
     print()
-    print(variants_report(runs))
+    print(variants_report(doc["runs"]))
     print()
     if a.step:
         print("### bench step")
         print()
-        print(step_report(load(a.step)))
+        print(step_report(merged(a.normlab, a.step)))
 
 
 if __name__ == "__main__":

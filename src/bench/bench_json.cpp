@@ -109,8 +109,11 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   j["others_cpu"] = num(c.others_cpu);
   j["steal"] = num(c.steal);
   ordered_json peaks = ordered_json::array();
-  for (const FmaPeak& p : c.fma_peaks)
-    peaks.push_back({{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}});
+  for (const FmaPeak& p : c.fma_peaks) {
+    ordered_json e = {{"threads", p.threads}, {"gflop_per_s", num(p.gflop_per_s)}, {"isa", p.isa}, {"lanes", p.lanes}};
+    if (std::isfinite(p.run_range.first)) e["run_range"] = {num(p.run_range.first), num(p.run_range.second)};
+    peaks.push_back(e);
+  }
   j["fma_peak"] = peaks;
   ordered_json trips = ordered_json::array();
   for (double ns : c.thread_round_trip_ns) trips.push_back(json_number<ordered_json>(ns));
@@ -172,6 +175,9 @@ Context context_from(const json& j) {
       f.gflop_per_s = get_num(p, "gflop_per_s");
       f.isa = get_str(p, "isa");
       f.lanes = static_cast<int>(get_int(p, "lanes", 1));
+      if (p.contains("run_range") && p["run_range"].is_array() && p["run_range"].size() == 2)
+        for (size_t i = 0; i < 2; ++i)
+          (i ? f.run_range.second : f.run_range.first) = p["run_range"][i].is_number() ? p["run_range"][i].get<double>() : NAN;
       c.fma_peaks.push_back(f);
     }
   if (j.contains("thread_round_trip_ns") && j["thread_round_trip_ns"].is_array())
@@ -213,6 +219,24 @@ std::map<std::string, std::pair<double, double>> range_from(const json& j, const
   return r;
 }
 
+// The fields Google Benchmark's layout gives every entry: one repetition of `iterations`, timed
+// at `median` seconds, written in `unit_name` (unit seconds each).
+ordered_json benchmark_entry(const std::string& name, int threads, int64_t iterations, double median, double unit,
+                             const char* unit_name) {
+  ordered_json j;
+  j["name"] = name;
+  j["run_name"] = name;
+  j["run_type"] = "iteration";
+  j["repetitions"] = 1;
+  j["repetition_index"] = 0;
+  j["threads"] = threads;
+  j["iterations"] = iterations;
+  j["real_time"] = num(median / unit);
+  j["cpu_time"] = num(median / unit);
+  j["time_unit"] = unit_name;
+  return j;
+}
+
 json parse_document(const std::string& text, const std::string& what) {
   json j;
   try {
@@ -240,17 +264,7 @@ namespace {
 
 ordered_json norm_row_json(const NormRow& r) {
   constexpr double kUnit = 1e-6;  // microseconds
-  ordered_json j;
-  j["name"] = r.name();
-  j["run_name"] = r.name();
-  j["run_type"] = "iteration";
-  j["repetitions"] = 1;
-  j["repetition_index"] = 0;
-  j["threads"] = r.threads;
-  j["iterations"] = r.time.samples * r.calls_per_sample;
-  j["real_time"] = num(r.time.median / kUnit);
-  j["cpu_time"] = num(r.time.median / kUnit);
-  j["time_unit"] = "us";
+  ordered_json j = benchmark_entry(r.name(), r.threads, r.time.samples * r.calls_per_sample, r.time.median, kUnit, "us");
   j["bytes_per_second"] = num(static_cast<double>(r.bytes.data) / r.time.median);
   j["label"] = r.cache_resident ? "cache-resident" : "memory";
   j["norm"] = r.norm;
@@ -285,8 +299,10 @@ ordered_json norm_row_json(const NormRow& r) {
   c["memcpy_gb_per_s"] = num(r.memcpy_gb_per_s);
   c["pct_of_copy_loop"] = num(r.pct_of_copy_loop);
   c["pct_of_memcpy"] = num(r.pct_of_memcpy);
+  c["pct_of_copy"] = num(r.pct_of_copy);
   c["rms_over_ln"] = num(r.rms_over_ln);
   c["vs_onednn"] = num(r.vs_onednn);
+  c["backend_vs_onednn"] = num(r.backend_vs_onednn);
   c["vs_torch"] = num(r.vs_torch);
   c["vs_unfused"] = num(r.vs_unfused);
   j["counters"] = c;
@@ -348,9 +364,13 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.pct_of_memcpy = get_num(c, "pct_of_memcpy");
   r.rms_over_ln = get_num(c, "rms_over_ln");
   r.vs_onednn = get_num(c, "vs_onednn");
+  r.backend_vs_onednn = get_num(c, "backend_vs_onednn");
   r.vs_torch = get_num(c, "vs_torch");
   r.vs_unfused = get_num(c, "vs_unfused");
   r.pct_against = get_str(j, "pct_against", r.streaming_stores ? "memcpy" : "copy-loop");
+  // Documents before pct_of_copy was written: the percentage of the copy pct_against names.
+  r.pct_of_copy = c.contains("pct_of_copy") ? get_num(c, "pct_of_copy")
+                  : r.pct_against == "memcpy" ? r.pct_of_memcpy : r.pct_of_copy_loop;
   r.cache_resident = get_str(j, "label") == "cache-resident";
   r.runs = static_cast<int>(get_int(j, "runs", 1));
   r.run_range = range_from(j, "run_range");
@@ -369,6 +389,15 @@ std::string report_json(const Report& r, const char* kind, RowJson&& row_json) {
   ordered_json b = ordered_json::array();
   for (const auto& row : r.rows) b.push_back(row_json(row));
   j["benchmarks"] = b;
+  if (!r.run_contexts.empty()) {
+    ordered_json runs = ordered_json::array();
+    for (const Context& c : r.run_contexts) {
+      ordered_json rc = context_json(c, kind, {});
+      for (const char* k : {"normlab_bench", "schema", "warnings"}) rc.erase(k);
+      runs.push_back(rc);
+    }
+    j["runs"] = runs;
+  }
   return j.dump(2);
 }
 
@@ -385,6 +414,9 @@ Report report_from_json(const std::string& text, const std::string& what, const 
     for (const json& w : j["context"]["warnings"])
       if (w.is_string()) r.warnings.push_back(w.get<std::string>());
   for (const json& b : j["benchmarks"]) r.rows.push_back(row_from(b, what));
+  if (j.contains("runs") && j["runs"].is_array())
+    for (const json& c : j["runs"])
+      if (c.is_object()) r.run_contexts.push_back(context_from(c));
   return r;
 }
 
@@ -407,17 +439,7 @@ namespace {
 
 ordered_json step_row_json(const StepRow& r) {
   constexpr double kUnit = 1e-3;  // milliseconds
-  ordered_json j;
-  j["name"] = r.name();
-  j["run_name"] = r.name();
-  j["run_type"] = "iteration";
-  j["repetitions"] = 1;
-  j["repetition_index"] = 0;
-  j["threads"] = r.threads;
-  j["iterations"] = r.step.samples;
-  j["real_time"] = num(r.step.median / kUnit);
-  j["cpu_time"] = num(r.step.median / kUnit);
-  j["time_unit"] = "ms";
+  ordered_json j = benchmark_entry(r.name(), r.threads, r.step.samples, r.step.median, kUnit, "ms");
   j["items_per_second"] = num(r.tokens_per_s);
   j["model"] = r.model;
   j["norm"] = r.norm;
@@ -563,7 +585,9 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
     for (const Report& r : runs)
       if (const FmaPeak* q = r.context.fma_peak(p.threads)) v.push_back(q->gflop_per_s);
     p.gflop_per_s = median_of(v);
+    p.run_range = range_of(v);
   }
+  for (const Report& r : runs) out.run_contexts.push_back(r.context);
   std::string dates;
   for (const Report& r : runs) dates += (dates.empty() ? "" : ", ") + r.context.date;
   out.warnings.push_back(fmt::format("{} runs merged (dates {}): each figure is the median over the runs, its range "
@@ -571,20 +595,65 @@ void merge_context(Report& out, const std::vector<Report>& runs) {
                                      runs.size(), dates));
 }
 
-// Each figure's range over the runs, for the figures some run has a finite value of.
-std::map<std::string, std::pair<double, double>> ranges_of(const std::map<std::string, std::vector<double>>& figures) {
-  std::map<std::string, std::pair<double, double>> out;
-  for (const auto& [k, v] : figures) {
-    auto rg = range_of(v);
-    if (std::isfinite(rg.first)) out[k] = rg;
+// The figures each run derives from its own rows timed side by side (derive), by name.
+template <class Row>
+using Figures = std::vector<std::pair<const char*, double Row::*>>;
+
+const Figures<NormRow> kNormFigures = {
+    {"gb_per_s", &NormRow::gb_per_s},         {"copy_loop_gb_per_s", &NormRow::copy_loop_gb_per_s},
+    {"memcpy_gb_per_s", &NormRow::memcpy_gb_per_s}, {"pct_of_copy_loop", &NormRow::pct_of_copy_loop},
+    {"pct_of_memcpy", &NormRow::pct_of_memcpy}, {"pct_of_copy", &NormRow::pct_of_copy},
+    {"rms_over_ln", &NormRow::rms_over_ln},   {"vs_onednn", &NormRow::vs_onednn},
+    {"backend_vs_onednn", &NormRow::backend_vs_onednn}, {"vs_torch", &NormRow::vs_torch},
+    {"vs_unfused", &NormRow::vs_unfused}};
+
+const Figures<StepRow> kStepFigures = {
+    {"norm_share", &StepRow::norm_share},     {"tokens_per_s", &StepRow::tokens_per_s},
+    {"gflop_per_s", &StepRow::gflop_per_s},   {"fma_peak_gflop_per_s", &StepRow::fma_peak_gflop_per_s},
+    {"pct_of_fma_peak", &StepRow::pct_of_fma_peak}, {"step_speedup", &StepRow::step_speedup},
+    {"op_speedup", &StepRow::op_speedup},     {"predicted_step_speedup", &StepRow::predicted_step_speedup}};
+
+// One figure over the runs of a row: the median of the runs' values into the merged row, their
+// range into its run_range (where some run has a finite value).
+void merge_figure(const std::vector<double>& v, double& median_out, std::pair<double, double>& range_out,
+                  std::map<std::string, std::pair<double, double>>& run_range, const char* name) {
+  median_out = median_of(v);
+  range_out = range_of(v);
+  if (std::isfinite(range_out.first)) run_range[name] = range_out;
+}
+
+// A row's runs (one group, the same name in each run) as one: each derived figure the median of
+// the runs' own, each of `times` (the row's Stats members) merged by merge_stats over the runs
+// that timed it, with the range of its median under its name.
+template <class Row>
+Row merge_row(const std::vector<const Row*>& g, const Figures<Row>& figures,
+              const std::vector<std::pair<const char*, Stats Row::*>>& times) {
+  Row m = *g.front();
+  m.runs = static_cast<int>(g.size());
+  m.run_range.clear();
+  std::pair<double, double> range;
+  for (const auto& [name, field] : figures) {
+    std::vector<double> v;
+    for (const Row* r : g) v.push_back(r->*field);
+    merge_figure(v, m.*field, range, m.run_range, name);
   }
-  return out;
+  for (const auto& [name, field] : times) {
+    std::vector<Stats> s;
+    std::vector<double> med;
+    for (const Row* r : g)
+      if (std::isfinite((r->*field).median)) s.push_back(r->*field), med.push_back((r->*field).median);
+    m.*field = s.empty() ? Stats{} : merge_stats(s);
+    double unused;
+    merge_figure(med, unused, range, m.run_range, name);
+  }
+  return m;
 }
 
 // Several runs of one kind of bench as one: each run's figures derived, their rows grouped by
-// name (in the order first met), each group merged by merge_row, the whole derived again.
-template <class Report, class MergeRow>
-Report merge_reports(const std::vector<Report>& runs_in, MergeRow merge_row) {
+// name (in the order first met), each group merged by merge_group. Not derived again: a merged
+// figure is the median of the runs' own, never one of the merged times.
+template <class Report, class MergeGroup>
+Report merge_reports(const std::vector<Report>& runs_in, MergeGroup merge_group) {
   NL_USAGE(!runs_in.empty(), "merge: no runs given");
   std::vector<Report> runs = runs_in;
   for (Report& r : runs) derive(r);
@@ -599,8 +668,7 @@ Report merge_reports(const std::vector<Report>& runs_in, MergeRow merge_row) {
       if (g.empty()) order.push_back(row.name());
       g.push_back(&row);
     }
-  for (const std::string& name : order) out.rows.push_back(merge_row(groups[name]));
-  derive(out);
+  for (const std::string& name : order) out.rows.push_back(merge_group(groups[name]));
   return out;
 }
 
@@ -608,54 +676,25 @@ Report merge_reports(const std::vector<Report>& runs_in, MergeRow merge_row) {
 
 NormReport merge_runs(const std::vector<NormReport>& runs) {
   return merge_reports(runs, [](const std::vector<const NormRow*>& g) {
-    NormRow m = *g.front();
-    std::vector<Stats> times;
-    std::map<std::string, std::vector<double>> figures;
-    bool all_ok = true;
+    NormRow m = merge_row(g, kNormFigures, {{"median", &NormRow::time}});
+    int memcpy_runs = 0, ok_runs = 0;
     for (const NormRow* r : g) {
-      all_ok = all_ok && r->status == "ok";
       if (!r->verify.pass && m.verify.pass) m.verify = r->verify;
       m.verify.max_abs_err = std::max(m.verify.max_abs_err, r->verify.max_abs_err);
       if (r->status != "ok") continue;
-      times.push_back(r->time);
-      figures["median"].push_back(r->time.median);
-      figures["gb_per_s"].push_back(r->gb_per_s);
-      figures["pct_of_copy"].push_back(r->pct_of_copy());
-      figures["rms_over_ln"].push_back(r->rms_over_ln);
-      figures["vs_onednn"].push_back(r->vs_onednn);
-      figures["vs_torch"].push_back(r->vs_torch);
-      figures["vs_unfused"].push_back(r->vs_unfused);
+      ++ok_runs;
+      memcpy_runs += r->pct_against == "memcpy";
     }
-    m.status = all_ok ? "ok" : "rejected";
-    m.runs = static_cast<int>(g.size());
-    m.time = times.empty() ? Stats{} : merge_stats(times);
-    m.run_range = ranges_of(figures);
+    m.status = ok_runs == static_cast<int>(g.size()) ? "ok" : "rejected";
+    // The copy most runs held the row to (runs of a streaming kernel can differ: derive).
+    if (ok_runs > 0) m.pct_against = 2 * memcpy_runs >= ok_runs ? "memcpy" : "copy-loop";
     return m;
   });
 }
 
 StepReport merge_runs(const std::vector<StepReport>& runs) {
   return merge_reports(runs, [](const std::vector<const StepRow*>& g) {
-    StepRow m = *g.front();
-    std::vector<Stats> steps, norms;
-    std::map<std::string, std::vector<double>> figures;
-    for (const StepRow* r : g) {
-      steps.push_back(r->step);
-      norms.push_back(r->norm_kernels);
-      figures["step"].push_back(r->step.median);
-      figures["norm_kernels"].push_back(r->norm_kernels.median);
-      figures["norm_share"].push_back(r->norm_share);
-      figures["step_speedup"].push_back(r->step_speedup);
-      figures["op_speedup"].push_back(r->op_speedup);
-      figures["predicted_step_speedup"].push_back(r->predicted_step_speedup);
-      figures["gflop_per_s"].push_back(r->gflop_per_s);
-      figures["pct_of_fma_peak"].push_back(r->pct_of_fma_peak);
-    }
-    m.runs = static_cast<int>(g.size());
-    m.step = merge_stats(steps);
-    m.norm_kernels = merge_stats(norms);
-    m.run_range = ranges_of(figures);
-    return m;
+    return merge_row(g, kStepFigures, {{"step", &StepRow::step}, {"norm_kernels", &StepRow::norm_kernels}});
   });
 }
 

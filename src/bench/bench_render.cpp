@@ -175,7 +175,7 @@ Table norm_table(const NormReport& r) {
     if (!last_group.empty() && group != last_group) t.add_line("");
     last_group = group;
     const auto& rr = x.run_range;
-    std::string pct = fmt_pct(x.norm == "copy" ? x.pct_of_copy_loop : x.pct_of_copy());
+    std::string pct = fmt_pct(x.norm == "copy" ? x.pct_of_copy_loop : x.pct_of_copy);
     if (pct != "-" && x.pct_against == "memcpy" && x.norm != "copy") pct += " of memcpy";
     std::vector<std::string> row = {
         x.norm + "." + x.impl,
@@ -279,9 +279,9 @@ Table summary_table(const NormReport& r) {
         fig(cl, cl ? cl->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
         fig(cm, cm ? cm->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
         fig(lf, lf ? lf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-        fig(lf, lf ? lf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+        fig(lf, lf ? lf->pct_of_copy : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
         fig(rf, rf ? rf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-        fig(rf, rf ? rf->pct_of_copy() : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+        fig(rf, rf ? rf->pct_of_copy : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
         fig(rf, rf ? rf->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
         fig(rt, rt ? rt->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
         fig(lf, lf ? lf->vs_onednn : NAN, "vs_onednn", "{:.2f}", fmt_ratio),

@@ -373,6 +373,7 @@ StepReport run_step_bench(const StepOptions& opt) {
 
 void derive(StepReport& report) {
   for (StepRow& r : report.rows) {
+    if (r.runs > 1) continue;  // medians of its runs' own figures (merge_runs)
     r.norm_share = r.norm_kernels.median / r.step.median;
     r.tokens_per_s = static_cast<double>(r.batch * r.seq) / r.step.median;
     r.step_speedup = r.op_speedup = r.predicted_step_speedup = NAN;
@@ -382,7 +383,7 @@ void derive(StepReport& report) {
     r.pct_of_fma_peak = 100.0 * r.gflop_per_s / r.fma_peak_gflop_per_s;
   }
   for (StepRow& r : report.rows) {
-    if (r.norm != "rmsnorm") continue;
+    if (r.norm != "rmsnorm" || r.runs > 1) continue;
     for (const StepRow& ln : report.rows) {
       if (ln.norm != "layernorm" || ln.model != r.model || ln.threads != r.threads) continue;
       r.step_speedup = ln.step.median / r.step.median;

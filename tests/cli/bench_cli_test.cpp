@@ -43,6 +43,13 @@ TEST(BenchCli, NormsJsonAndCompare) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(normlab::test::slurp(base), before);
   EXPECT_EQ(nlohmann::json::parse(normlab::test::slurp(base)), nlohmann::json::parse(r.out));
+  // The merged document names each run (what scripts/bench_report.py prints per run).
+  j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("runs")) << r.out.substr(0, 300);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"])
+    for (const char* key : {"date", "normlab_commit", "others_cpu", "thread_round_trip_ns", "kernel_choices"})
+      EXPECT_TRUE(run.contains(key)) << key;
   // A norms base against a step run matches no row: an error before anything is timed.
   r = run_cli({"bench", "step", "--model", "toy", "--layers", "1", "--compare", base});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -95,6 +95,7 @@ struct FmaPeak {
   double gflop_per_s = NAN;  // all threads together; 2 flops per lane per FMA; best of the repeats
   std::string isa;           // "avx512f", "avx2+fma" or "scalar": the vector width compiled in
   int lanes = 1;             // floats per vector
+  std::pair<double, double> run_range{NAN, NAN};  // merge_runs: gflop_per_s's (min, max) over the runs
 };
 // Runs the loop on `threads` threads for about `seconds` (in repeats of a few milliseconds) and
 // returns the best repeat: slower ones were interrupted, not a lower limit.
@@ -331,17 +332,22 @@ struct NormRow {
   double memcpy_gb_per_s = NAN;      // memcpy's GB/s, same shape and threads, same run
   double pct_of_copy_loop = NAN;     // 100 * gb_per_s / copy_loop_gb_per_s
   double pct_of_memcpy = NAN;        // 100 * gb_per_s / memcpy_gb_per_s
-  std::string pct_against;           // "copy-loop", or "memcpy" for streaming-store kernels
+  // The copy the row is held to: the copy loop; for a streaming-store kernel the faster of the copy
+  // loop and memcpy (memcpy streams its stores too on large buffers), i.e. the lower percentage.
+  std::string pct_against;           // "copy-loop" | "memcpy"
+  double pct_of_copy = NAN;          // the headline percentage: of the copy in pct_against
   double rms_over_ln = NAN;  // rmsnorm rows: median(layernorm, same impl) / median(this)
   double vs_onednn = NAN;    // median(layernorm.onednn, same pass) / median(this)
+  // layernorm rows but oneDNN's: what training runs against oneDNN, 1 where the backend runs
+  // oneDNN's primitive for the row's shape class (backend_variant), else vs_onednn
+  double backend_vs_onednn = NAN;
   double vs_torch = NAN;     // median(<same norm>.torch, same pass) / median(this)
   double vs_unfused = NAN;   // addfwd rows: median(<same norm>.unfused) / median(this)
-  // ---- several runs merged (merge_runs): the range of each figure over the runs
+  // ---- several runs merged (merge_runs): each derived figure above is then the median over the
+  // runs of the figure each run derived (ratios measured side by side in one run), its range here
   int runs = 1;
   std::map<std::string, std::pair<double, double>> run_range;  // figure -> (min, max) over runs
 
-  // The headline percentage: of memcpy for streaming-store kernels, else of the copy loop.
-  double pct_of_copy() const { return pct_against == "memcpy" ? pct_of_memcpy : pct_of_copy_loop; }
   // "layernorm.fused/fwd/8x256x1024/threads:1", "copy.loop/copy/8x256x1024/threads:1",
   // resident: "rmsnorm.fused/fwd/1x512x64/resident/threads:1"; on a device (no thread count),
   // "layernorm.fused/fwd/8x256x1024/cuda", "rmsnorm.fused/bwd/8x256x1024/bf16/cuda"
@@ -352,6 +358,7 @@ struct NormReport {
   Context context;
   std::vector<NormRow> rows;
   std::vector<std::string> warnings;  // say what to do: "... consider --min-time 1"
+  std::vector<Context> run_contexts;  // merge_runs: each merged run's context, in order; else empty
 };
 
 // The targets each fused cpu row of a (derived) report is held to: >= kCopyTargetPct of the copy
@@ -362,7 +369,8 @@ std::vector<std::string> norm_verdicts(const NormReport& report);
 // Memory-bound rows below this share of their copy miss the speed target.
 constexpr double kCopyTargetPct = 80;
 
-// Fills every derived field of every row from the measured ones (idempotent).
+// Fills every derived field of every row from the measured ones (idempotent). A merged row
+// (runs > 1) keeps its figures: they are medians of per-run figures, not figures of its merged time.
 void derive(NormReport& report);
 
 // ============================================================================
@@ -482,7 +490,9 @@ struct StepReport {
   Context context;
   std::vector<StepRow> rows;
   std::vector<std::string> warnings;
+  std::vector<Context> run_contexts;  // merge_runs: each merged run's context, in order; else empty
 };
+// As derive(NormReport&): merged rows (runs > 1) keep their figures.
 void derive(StepReport& report);
 // Measures the FMA peak at each thread count (into the context), then times the steps.
 StepReport run_step_bench(const StepOptions& opt);
@@ -524,8 +534,10 @@ std::string bench_kind_of_json(const std::string& text, const std::string& what)
 
 // Several runs of the same benchmark as one: per row, the median over the runs of each
 // figure (time median, GB/s, %, ratios), with its range over the runs in run_range; the
-// time's min/max are the extremes over all runs. Rows missing from some runs keep the runs
-// they are in (runs counts them).
+// time's min/max are the extremes over all runs. A ratio is each run's own (its two rows timed
+// side by side in that run), then the median of those: never a ratio of the merged medians.
+// Rows missing from some runs keep the runs they are in (runs counts them). The report's run_contexts
+// hold every run's context; its context's FMA peaks are the medians, with their run_range.
 NormReport merge_runs(const std::vector<NormReport>& runs);
 StepReport merge_runs(const std::vector<StepReport>& runs);
 
