@@ -207,7 +207,7 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
          {"gap_to_floor", num(r.gap_to_floor())},
          {"parameters", r.parameters},
          {"timing", {{"seconds", r.seconds}, {"seconds_per_step", r.seconds_per_step},
-                     {"tokens_per_second", r.tokens_per_second}, {"threads", num_threads()}}},
+                     {"tokens_per_second", r.tokens_per_second}, {"threads", r.threads}}},
          {"versions", versions}};
   json choices = json::array();
   for (const KernelChoice& k : r.kernel_choices)

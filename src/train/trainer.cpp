@@ -111,7 +111,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   const EvalCallback& on_eval = hooks.on_eval;
   const ProgressCallback& on_step = hooks.on_step;
   cfg.validate();
-  set_num_threads(cfg.threads);
+  ThreadCountScope thread_count(cfg.threads);  // the caller's count again when the run ends, or throws
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
   if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);
@@ -302,6 +302,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
     if (res.collapsed_step >= 0) res.status = "collapsed";
   }
+  res.threads = num_threads();
   res.kernel_choices = backend_for(device, DType::f32).kernel_choices();
   if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model, snapshot(res.steps_done));
   return res;

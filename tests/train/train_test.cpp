@@ -117,6 +117,21 @@ TEST(TrainStatus, PostLnAtHighLrUnderTorchInitCollapses) {
   EXPECT_LT(r.final_val_loss, r.unigram_loss - 1.0);
 }
 
+// A run uses its own thread count and gives the caller's back (a fourth setter without the scope
+// left the process at the run's count), and says which count it ran with.
+TEST(TrainThreads, ARunRestoresTheCallersThreadCount) {
+  ThreadCountScope caller(2);
+  TrainConfig c;
+  c.model.layers = 1;
+  c.steps = 2;
+  c.eval_every = 2;
+  c.eval_batches = 1;
+  c.threads = 1;
+  const TrainResult r = train(c);
+  EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(num_threads(), 2);
+}
+
 // The attention statistics behind the QK-Norm table: uniform attention has entropy log(t+1) at
 // position t, a key that dominates gives entropy near 0 and its logit is the largest.
 TEST(TrainAttentionStats, UniformAndPeakedRowsByHand) {

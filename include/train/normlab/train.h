@@ -130,6 +130,7 @@ struct TrainResult {
   double loss_floor = 0, unigram_loss = 0;
   int64_t parameters = 0;
   double seconds = 0, seconds_per_step = 0, tokens_per_second = 0;
+  int threads = 0;  // the thread count the run had (train() restores the caller's afterwards)
   std::vector<EvalRecord> evals;
   // The kernel variants the backend chose for the run's shapes (result.json "kernel_choices"):
   // where variants round differently (cpu: oneDNN's LayerNorm or normlab's), they say which ran.
