@@ -4,7 +4,6 @@
 //   normlab sweep --out DIR lr=1e-4,3e-4,1e-3 layers=2,4 placement=pre,post seed=0,1,2
 //   normlab sweep summarize DIR --rows lr --cols placement,layers --format csv
 #include <fmt/ranges.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -14,7 +13,6 @@
 #include <iostream>
 #include <memory>
 #include <spdlog/spdlog.h>
-#include <thread>
 
 #include "cli_common.h"
 #include "normlab/error.h"
@@ -51,16 +49,6 @@ struct SweepArgs {
   std::vector<std::string> status_dirs;
   DeviceOptions dev;
 };
-
-int default_jobs() {
-  if (const char* c = std::getenv("SLURM_CPUS_PER_TASK")) {
-    int n = std::atoi(c);
-    if (n > 0) return n;
-  }
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 std::string clock_text(double s) {
   if (s < 0) return "?";
@@ -125,7 +113,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   const std::vector<std::string> rerun = parse_rerun(a.rerun);
   SweepRunOptions ro;
   ro.dir = a.out;
-  ro.jobs = a.jobs_opt->count() > 0 ? a.jobs : default_jobs();
+  ro.jobs = a.jobs_opt->count() > 0 ? a.jobs : usable_cpus();
   ro.threads = a.threads;
   ro.shard = shard;
   ro.device = a.dev.device;

@@ -2,6 +2,7 @@
 #include "normlab/system.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -9,10 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "normlab/error.h"
 
@@ -92,6 +95,16 @@ struct Fd {
 };
 
 }  // namespace
+
+int usable_cpus() {
+  if (const char* c = std::getenv("SLURM_CPUS_PER_TASK")) {
+    const int n = std::atoi(c);
+    if (n > 0) return n;
+  }
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 pid_t start_child(const ChildSpec& spec) {
   NL_CHECK(!spec.argv.empty(), "start_child: no program given");

@@ -1,6 +1,7 @@
 // system.h: the memory budget, the running executable and child processes, each defined once for
 // every layer (bench, sweep, train's checks, the CUDA loader).
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <chrono>
@@ -39,6 +40,19 @@ TEST(System, ProcessCpuSecondsGrowsWithWork) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (normlab::process_cpu_seconds() < before + 0.02 && std::chrono::steady_clock::now() < give_up) x = x + 1;
   EXPECT_GE(normlab::process_cpu_seconds(), before + 0.02);
+}
+
+// sweep's default --jobs: a Slurm job's CPUs when it says, else what the affinity mask allows.
+TEST(System, UsableCpusIsSlurmsShareOrTheAffinityMask) {
+  ::unsetenv("SLURM_CPUS_PER_TASK");
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(normlab::usable_cpus(), CPU_COUNT(&set));
+  ::setenv("SLURM_CPUS_PER_TASK", "3", 1);
+  EXPECT_EQ(normlab::usable_cpus(), 3);
+  ::setenv("SLURM_CPUS_PER_TASK", "junk", 1);
+  EXPECT_EQ(normlab::usable_cpus(), CPU_COUNT(&set));
+  ::unsetenv("SLURM_CPUS_PER_TASK");
 }
 
 TEST(System, ChildOutputGoesToTheFilesAndItsExitCodeComesBack) {

@@ -29,6 +29,10 @@ std::string self_exe();
 // CPU time (user + system) this process has used so far, in seconds.
 double process_cpu_seconds();
 
+// The CPUs this process may use: Slurm's SLURM_CPUS_PER_TASK when set (a job's share of a node),
+// else the scheduler affinity mask (taskset, cgroups), else the hardware count; at least 1.
+int usable_cpus();
+
 // A child process: argv[0] is a path, or a name looked up in PATH (resolved before the fork).
 struct ChildSpec {
   std::vector<std::string> argv;
