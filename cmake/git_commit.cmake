@@ -27,6 +27,9 @@ if(HASH_OUT)
   # hash of those lines is the sources' hash (the same on every machine for the same files).
   file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${SRC}" "${SRC}/src/*" "${SRC}/include/*"
        "${SRC}/cmake/*")
+  # An editor's swap and backup files are not sources: hidden files (any component starting with
+  # a dot) and names ending in ~ do not count.
+  list(FILTER files EXCLUDE REGEX "(^|/)\\.|~$")
   list(APPEND files CMakeLists.txt)
   list(SORT files)
   set(manifest "")
