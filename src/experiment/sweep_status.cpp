@@ -72,10 +72,16 @@ SweepStatus sweep_status(const std::string& dir_text) {
   const Manifest m = read_manifest(st.dir);
   double first_start = NAN, last_end = NAN;
   for (const std::string& t : m.start_times) first_start = std::fmin(first_start, epoch_seconds(t));
+  // Run time: each point's last attempt, by the point's name (an attempt under a config that a
+  // --force replaced, or that an older build hashed otherwise, is the same point run again).
+  std::map<std::string, std::pair<double, double>> last_attempt;  // name -> (end time, seconds)
   for (const auto& [key, end] : m.last_end) {
-    last_end = std::fmax(last_end, epoch_seconds(end.time));
-    st.run_seconds += end.seconds;
+    const double t = epoch_seconds(end.time);
+    last_end = std::fmax(last_end, t);
+    auto& a = last_attempt.try_emplace(key.substr(0, key.rfind('#')), -INFINITY, 0.0).first->second;
+    if (!(t < a.first)) a = {t, end.seconds};
   }
+  for (const auto& [name, a] : last_attempt) st.run_seconds += a.second;
   if (std::isfinite(first_start) && std::isfinite(last_end)) st.wall_seconds = last_end - first_start;
   return st;
 }
