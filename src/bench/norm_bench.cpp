@@ -674,17 +674,20 @@ void validate(const NormBenchOptions& opt) {
   NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: automatic), got {}", opt.footprint >> 20);
   NL_USAGE(std::isfinite(opt.add_alpha), "the add+norm alpha must be finite, got {}", opt.add_alpha);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
+  // One buffer set is all a shape cannot do without: it may take more than the planning budget
+  // (system.h's kMemoryBudgetShare, which the rotation's extra sets stay within) but not this.
+  constexpr double kOneSetShare = 0.8;
   const int64_t avail = available_memory_bytes();
   for (const auto* list : {&opt.shapes, &opt.resident_shapes}) {
     for (const NormShape& s : *list) {
       // One set is the least a shape needs; the rotation adds sets up to the footprint, and
       // shrinks to fewer sets when memory is short (then the rows say cache-resident if it is).
       const int64_t one = pool_bytes(s, 1, opt.addfwd);
-      NL_USAGE(avail <= 0 || one <= avail * 8 / 10,
-               "{}: {} needs {} for one set of buffers (x, dy, out{}), more than 80% of the {} of memory "
+      NL_USAGE(avail <= 0 || static_cast<double>(one) <= kOneSetShare * static_cast<double>(avail),
+               "{}: {} needs {} for one set of buffers (x, dy, out{}), more than {:.0f}% of the {} of memory "
                "available: too large for memory",
                list == &opt.shapes ? "--shapes" : "--resident-shapes", s.str(), mib(one), opt.addfwd ? ", s" : "",
-               mib(avail));
+               100 * kOneSetShare, mib(avail));
     }
   }
 }
