@@ -101,6 +101,8 @@ pid_t spawn(const std::vector<std::string>& args) {
 
 // Waits until the manifest holds at least `ends` end records. The sweep exiting first, or no
 // such record within a hang guard's time, fails the test with what was awaited; false then.
+// The sweep is never reaped here, so the caller's kill cannot hit a reused pid and its waitpid
+// sees how the sweep really ended.
 bool wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
   auto ends_so_far = [&] {
     std::error_code ec;
@@ -114,8 +116,8 @@ bool wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
   const std::string what = std::to_string(ends) + " end records in " + dir + "/manifest.jsonl";
   const bool ok = normlab::test::wait_until(
       [&] {
-        int status;
-        exited = ::waitpid(pid, &status, WNOHANG) == pid;
+        siginfo_t info{};
+        exited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
         return exited || ends_so_far() >= ends;
       },
       what);
@@ -490,8 +492,10 @@ TEST_F(SweepRun, SigkillAtSeveralMomentsThenResumeGivesTheSameSummary) {
       return;
     }
     ::kill(pid, SIGKILL);
-    int status;
-    ::waitpid(pid, &status, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    // A sweep that had already finished on its own would test resuming a complete sweep instead.
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the sweep was not killed: wait status " << status;
     // PDEATHSIG: no child outlives the sweep (give the kernel a moment to deliver it)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<json> before = manifest(dir);
