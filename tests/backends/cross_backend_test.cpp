@@ -89,14 +89,27 @@ std::string kernel_case(const std::string& op, std::initializer_list<Param> para
   return s + " backend=" + ::testing::TestWithParam<std::string>::GetParam();
 }
 
+bool kernel_case_matched = false;
+
 // False when NORMLAB_KERNEL_CASE names another case (then only that one runs).
 bool selected(const std::string& c) {
   const char* only = std::getenv("NORMLAB_KERNEL_CASE");
   if (!only || !*only) return true;
   if (c != only) return false;
   std::printf("[ case     ] %s\n", c.c_str());
+  kernel_case_matched = true;
   return true;
 }
+
+// A mistyped NORMLAB_KERNEL_CASE would otherwise run no case at all and pass.
+class KernelCaseFilterMatched : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const char* only = std::getenv("NORMLAB_KERNEL_CASE");
+    if (only && *only && !kernel_case_matched) ADD_FAILURE() << "NORMLAB_KERNEL_CASE='" << only << "' names no case that ran";
+  }
+};
+const auto* const kernel_case_filter = ::testing::AddGlobalTestEnvironment(new KernelCaseFilterMatched);
 
 // ============================================================================
 // matrix products

@@ -674,10 +674,11 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
     };
     // The check's one call before the line that says it passed; the warm-up and every timed call after.
     EXPECT_EQ(count_calls(events->begin(), verified), 1) << x.name() << ": calls before it was verified";
-    EXPECT_GE(count_calls(verified, events->end()), o.warmup + x.time.samples) << x.name();
     const auto timed = std::find_if(events->begin(), events->end(),
                                     [&](const std::string& e) { return is(e, x.name() + ": median "); });
+    ASSERT_NE(timed, events->end()) << x.name() << " has no median line";
     EXPECT_LT(verified, timed) << x.name() << ": timed before it was verified";
+    EXPECT_GE(count_calls(verified, timed), o.warmup + x.time.samples) << x.name() << ": calls between its check and its time";
     ++ordered;
   }
   EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 14);

@@ -7,6 +7,7 @@
 
 #include "normlab/error.h"
 #include "normlab/kinds.h"
+#include "normlab/table.h"
 #include "normlab/tensor.h"
 #include "test_util.h"
 
@@ -16,6 +17,7 @@ TEST(Names, CoreEnumerationsRoundTrip) {
   EXPECT_EQ(test::names_round_trip_errors<NormKind>(), "");
   EXPECT_EQ(test::names_round_trip_errors<Placement>(), "");
   EXPECT_EQ(test::names_round_trip_errors<DType>(), "");
+  EXPECT_EQ(test::names_round_trip_errors<OutputFormat>(), "");
 }
 
 TEST(Names, NormKindSpellings) {

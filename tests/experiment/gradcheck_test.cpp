@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -160,20 +161,37 @@ TEST(GradcheckBudget, MemoryEstimateOfAShape) {
   EXPECT_GT(normlab::gradcheck_memory_bytes(s), 8.0 * 2 * 8 * 2 * 4096.0 * 4096.0);
 }
 
-// A composite case records the alpha its blocks run with (--dump): ModelConfig::residual_alpha of
-// the recorded norm, placement and depth, the answer make_block gives (it used to be the placement
-// alone, so a deepnorm case without a norm would have recorded DeepNet's alpha for blocks run at 1).
+// A composite case records the alpha its blocks run with (--dump): the Block's own alpha, of a model
+// built from the recorded hyperparameters; DeepNet's (2L)^(1/4) for deepnorm with a norm, else 1 (it
+// used to be the placement alone, so a deepnorm case without a norm would have recorded DeepNet's
+// alpha for blocks run at 1).
 TEST(Gradcheck, CompositeCasesRecordTheAlphaTheirBlocksRun) {
-  int composites = 0;
+  int composites = 0, deepnet = 0;
   for (const GradCase& c : gradcheck_cases()) {
     if (c.kind != "composite") continue;
     ++composites;
     const CaseInstance inst = c.make(CaseShape{}, DType::f64, 1);
     ModelConfig cfg;
+    cfg.model = parse_kind<ModelKind>(inst.names.at("model"));
     cfg.norm = parse_kind<NormKind>(inst.names.at("norm"));
     cfg.placement = parse_kind<Placement>(inst.names.at("placement"));
     cfg.layers = int64_t(inst.numbers.at("layers"));
-    EXPECT_EQ(inst.numbers.at("deepnorm_alpha"), cfg.residual_alpha()) << c.name;
+    cfg.d_model = int64_t(inst.numbers.at("d_model"));
+    cfg.d_hidden = int64_t(inst.numbers.at("d_hidden"));
+    cfg.heads = int64_t(inst.numbers.at("heads"));
+    cfg.vocab = int64_t(inst.numbers.at("vocab"));
+    cfg.qk_norm = inst.numbers.at("qk_norm") != 0;
+    const double recorded = inst.numbers.at("deepnorm_alpha");
+    const Model m(cfg, 1);
+    ASSERT_FALSE(m.blocks().empty()) << c.name;
+    for (const Block& b : m.blocks()) EXPECT_EQ(b.alpha, recorded) << c.name;
+    if (cfg.placement == Placement::deepnorm && cfg.norm != NormKind::none) {
+      ++deepnet;
+      EXPECT_DOUBLE_EQ(recorded, std::pow(2.0 * double(cfg.layers), 0.25)) << c.name;
+    } else {
+      EXPECT_EQ(recorded, 1.0) << c.name;
+    }
   }
+  EXPECT_GE(deepnet, 1);
   EXPECT_GE(composites, 4);
 }

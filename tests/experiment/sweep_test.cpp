@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <fmt/format.h>
@@ -80,6 +82,23 @@ std::string summaries(const std::string& dir) {
   return slurp(dir + "/summary.md") + slurp(dir + "/summary.csv") + slurp(dir + "/summary.json");
 }
 
+// Seconds since the epoch of the manifest's "2026-11-30T18:53:25Z", and back.
+double epoch_seconds(const std::string& iso) {
+  std::tm tm{};
+  const char* end = ::strptime(iso.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  EXPECT_TRUE(end != nullptr && *end == '\0') << iso;
+  return static_cast<double>(::timegm(&tm));
+}
+
+std::string iso_time(double seconds) {
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
 // Starts normlab in the background (output discarded); returns its pid.
 pid_t spawn(const std::vector<std::string>& args) {
   std::vector<std::string> full = {NORMLAB_BINARY};
@@ -101,6 +120,8 @@ pid_t spawn(const std::vector<std::string>& args) {
 
 // Waits until the manifest holds at least `ends` end records. The sweep exiting first, or no
 // such record within a hang guard's time, fails the test with what was awaited; false then.
+// The sweep is never reaped here, so the caller's kill cannot hit a reused pid and its waitpid
+// sees how the sweep really ended.
 bool wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
   auto ends_so_far = [&] {
     std::error_code ec;
@@ -114,8 +135,8 @@ bool wait_for_ends(pid_t pid, const std::string& dir, size_t ends) {
   const std::string what = std::to_string(ends) + " end records in " + dir + "/manifest.jsonl";
   const bool ok = normlab::test::wait_until(
       [&] {
-        int status;
-        exited = ::waitpid(pid, &status, WNOHANG) == pid;
+        siginfo_t info{};
+        exited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
         return exited || ends_so_far() >= ends;
       },
       what);
@@ -388,11 +409,16 @@ TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
   int n = 0;
   for (const auto& [status, count] : j[0]["statuses"].items()) n += count.get<int>();
   EXPECT_EQ(n, 12);
-  double run_seconds = 0;
-  for (const json& e : manifest(dir))
-    if (e["event"] == "end") run_seconds += e["seconds"].get<double>();
+  double run_seconds = 0, first_start = 1e300, last_end = -1e300;
+  for (const json& e : manifest(dir)) {
+    const double t = epoch_seconds(e["time"]);
+    if (e["event"] == "start") first_start = std::min(first_start, t);
+    if (e["event"] != "end") continue;
+    run_seconds += e["seconds"].get<double>();
+    last_end = std::max(last_end, t);
+  }
   EXPECT_NEAR(j[0]["run_seconds"].get<double>(), run_seconds, 1e-9);
-  EXPECT_GE(j[0]["wall_seconds"].get<double>(), 0);
+  EXPECT_EQ(j[0]["wall_seconds"].get<double>(), last_end - first_start);
   r = run_cli({"sweep", "status", dir});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_EQ(r.out.rfind("| sweep | init | points done | statuses | wall clock | sum of run times |\n", 0), 0u) << r.out;
@@ -406,6 +432,34 @@ TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
   r = run_cli({"sweep", "status", copy / "ref", "--json"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_EQ(json::parse(r.out)[0]["finished"], 11);
+  // A point tried twice (an interrupted attempt an hour before, then the one that completed) counts
+  // once, with its last attempt's seconds; the wall clock runs from the earlier attempt's start.
+  {
+    TempDir twice;
+    fs::copy(dir, twice / "ref", fs::copy_options::recursive);
+    std::vector<json> m = manifest(twice / "ref");
+    json start = m.front(), end;
+    for (const json& e : m)
+      if (e["event"] == "end" && e["point"] == start["point"]) end = e;
+    ASSERT_EQ(start["event"], "start");
+    ASSERT_FALSE(end.is_null());
+    start["time"] = iso_time(epoch_seconds(start["time"]) - 3600);
+    end["time"] = iso_time(epoch_seconds(start["time"]) + 1);
+    end["status"] = "interrupted";
+    end["seconds"] = 1000.0;
+    {
+      std::ofstream out(twice / "ref/manifest.jsonl");
+      out << start.dump() << "\n" << end.dump() << "\n";
+      for (const json& e : m) out << e.dump() << "\n";
+    }
+    r = run_cli({"sweep", "status", twice / "ref", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const json t = json::parse(r.out)[0];
+    EXPECT_EQ(t["finished"], 12);
+    EXPECT_EQ(t["statuses"], j[0]["statuses"]) << t.dump();
+    EXPECT_NEAR(t["run_seconds"].get<double>(), run_seconds, 1e-9) << "not the last attempt's seconds alone";
+    EXPECT_EQ(t["wall_seconds"].get<double>(), last_end - epoch_seconds(start["time"]));
+  }
   r = run_cli({"sweep", "status", copy / "runs"});  // not a sweep directory
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("no spec.json"), std::string::npos) << describe(r);
@@ -490,8 +544,10 @@ TEST_F(SweepRun, SigkillAtSeveralMomentsThenResumeGivesTheSameSummary) {
       return;
     }
     ::kill(pid, SIGKILL);
-    int status;
-    ::waitpid(pid, &status, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    // A sweep that had already finished on its own would test resuming a complete sweep instead.
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the sweep was not killed: wait status " << status;
     // PDEATHSIG: no child outlives the sweep (give the kernel a moment to deliver it)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<json> before = manifest(dir);
