@@ -258,6 +258,8 @@ std::vector<GradCase> build_cases() {
                           NormKind::rmsnorm, Placement::sandwich, false));
   cs.push_back(block_case("block_deepnorm_ln", "toy block, DeepNorm: LN(alpha x + F(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::deepnorm, false));
+  cs.push_back(block_case("block_deepnorm_none", "toy block, deepnorm without a norm: x + F(x) (alpha 1)", ModelKind::toy,
+                          NormKind::none, Placement::deepnorm, false));
   cs.push_back(block_case("block_post_rms", "toy block, Post-RMSNorm (fused add + RMSNorm)", ModelKind::toy, NormKind::rmsnorm,
                           Placement::post, false));
   cs.push_back(block_case("attn_block_qknorm", "gpt block, Pre-RMSNorm, causal attention with QK-Norm", ModelKind::gpt,
