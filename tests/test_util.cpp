@@ -227,6 +227,13 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
+bool is_sha256_hex(const std::string& text) {
+  if (text.size() != 64) return false;
+  for (char c : text)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 std::string describe(const CliResult& r) {
   std::string s = "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code);
   if (r.timed_out) s += " (timed out, killed)";

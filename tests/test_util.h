@@ -70,6 +70,10 @@ std::vector<std::string> split_lines(const std::string& text);
 // Command, exit code, stdout and stderr in one string, for EXPECT_... << describe(r).
 std::string describe(const CliResult& r);
 
+// Whether text is a SHA-256 in hex: 64 characters 0-9a-f. (No std::regex in the tests: GCC 12's
+// -Wmaybe-uninitialized fires inside <regex> under the sanitizer build's -Werror.)
+bool is_sha256_hex(const std::string& text);
+
 // Polls `ready` every few milliseconds until it holds (true) or timeout_s passes: then the test
 // fails, naming `what` it waited for, and the result is false (a wait never just gives up and
 // goes on). `ready` may stop the wait early by throwing; nothing is caught.

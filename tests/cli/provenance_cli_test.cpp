@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "test_util.h"
 
@@ -17,9 +16,12 @@ using normlab::test::slurp;
 TEST(ProvenanceCli, VersionResultAndBenchJsonNameTheSourcesHash) {
   auto r = run_cli({"--version"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("sources sha256 ([0-9a-f]{64})\n"))) << r.out;
-  const std::string hash = m[1];
+  const std::string label = "sources sha256 ";
+  const size_t at = r.out.find(label);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string hash = r.out.substr(at + label.size(), 64);
+  ASSERT_TRUE(normlab::test::is_sha256_hex(hash)) << r.out;
+  ASSERT_EQ(r.out.substr(at + label.size() + 64, 1), "\n") << r.out;
 
   const fs::path dir = fresh_dir("provenance_run");
   r = run_cli({"train", "--steps", "2", "--eval_every", "2", "--layers", "1", "--batch_size", "2", "--out",

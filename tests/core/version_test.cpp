@@ -2,12 +2,11 @@
 // result from a "-dirty" commit still names its code.
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include "normlab/version.h"
+#include "test_util.h"
 
 TEST(BuildInfo, SourceHashIsASha256) {
   const std::string& h = normlab::build_info().source_hash;
-  EXPECT_TRUE(std::regex_match(h, std::regex("[0-9a-f]{64}"))) << "'" << h << "'";
+  EXPECT_TRUE(normlab::test::is_sha256_hex(h)) << "'" << h << "'";
   EXPECT_FALSE(normlab::build_info().git_commit.empty());
 }
