@@ -12,6 +12,7 @@
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/stats.h"
+#include "normlab/parse.h"
 #include "normlab/sweep.h"
 #include "sweep_internal.h"
 
@@ -63,9 +64,9 @@ bool matches(const SweepPoint& p, const std::vector<std::string>& where) {
     const std::string key = cond.substr(0, eq);
     const auto it = std::find_if(p.values.begin(), p.values.end(), [&](const auto& kv) { return kv.first == key; });
     if (it == p.values.end()) return false;
+    if (eq == std::string::npos) return false;
     bool any = false;
-    std::stringstream allowed(eq == std::string::npos ? "" : cond.substr(eq + 1));
-    for (std::string v; std::getline(allowed, v, ',');) any = any || same_value(it->second, v);
+    for (const std::string& v : split_at(cond.substr(eq + 1), ',')) any = any || same_value(it->second, v);
     if (!any) return false;
   }
   return true;

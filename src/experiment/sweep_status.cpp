@@ -11,6 +11,7 @@
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/sweep.h"
+#include "normlab/table.h"
 #include "sweep_internal.h"
 
 namespace normlab {
@@ -87,18 +88,18 @@ SweepStatus sweep_status(const std::string& dir_text) {
 }
 
 std::string sweep_status_markdown(const std::vector<SweepStatus>& sweeps) {
-  std::string out = "| sweep | init | points done | statuses | wall clock | sum of run times |\n"
-                    "|---|---|---:|---|---:|---:|\n";
+  Table t;
+  t.columns = {{"sweep"}, {"init"}, {"points done", Align::right}, {"statuses"}, {"wall clock", Align::right},
+               {"sum of run times", Align::right}};
   for (const SweepStatus& s : sweeps) {
     std::string statuses;
     for (const auto& [status, n] : s.statuses) statuses += fmt::format("{}{} {}", statuses.empty() ? "" : ", ", n, status);
     std::string inits;
     for (const std::string& i : s.inits) inits += (inits.empty() ? "" : ", ") + i;
-    out += fmt::format("| {} | {} | {} / {} | {} | {} | {} |\n", fs::path(s.dir).filename().string(), inits,
-                       s.finished, s.points, statuses.empty() ? "—" : statuses, hours_minutes(s.wall_seconds),
-                       hours_minutes(s.run_seconds));
+    t.add_row({fs::path(s.dir).filename().string(), inits, fmt::format("{} / {}", s.finished, s.points),
+               statuses.empty() ? "—" : statuses, hours_minutes(s.wall_seconds), hours_minutes(s.run_seconds)});
   }
-  return out;
+  return t.markdown();
 }
 
 std::string sweep_status_json(const std::vector<SweepStatus>& sweeps) {
