@@ -39,7 +39,7 @@ struct SweepArgs {
   const CLI::Option* jobs_opt = nullptr;
   const CLI::Option* slurm_shards_opt = nullptr;
   // summarize
-  std::string dir, rows, cols, metric, format = "md";
+  std::string dir, rows, cols, metric, paired, format = "md";
   bool no_write = false;
   std::string curves, curve_field = "val_loss", curve_layers = "max";
   std::vector<std::string> curve_where;
@@ -243,8 +243,8 @@ int run_curves_command(const SweepArgs& a) {
 
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   if (!a.curves.empty()) {
-    NL_USAGE(a.rows.empty() && a.cols.empty() && a.metric.empty() && a.format == "md" && !a.no_write && !g.json,
-             "--rows, --cols, --metric, --format, --no-write and --json shape the summary; --curves prints its own "
+    NL_USAGE(a.rows.empty() && a.cols.empty() && a.metric.empty() && a.paired.empty() && a.format == "md" && !a.no_write && !g.json,
+             "--rows, --cols, --metric, --paired, --format, --no-write and --json shape the summary; --curves prints its own "
              "markdown table and writes nothing");
     return run_curves_command(a);
   }
@@ -263,6 +263,7 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   o.rows = a.rows;
   o.cols = split_commas(a.cols);
   o.metric = a.metric;
+  o.paired = a.paired;
   SweepSummary s = summarize_sweep(a.dir, o);
   // Written before anything is printed: a summary that cannot be written is an error (exit 2, one
   // line); --no-write is for reading a directory one cannot write.
@@ -323,7 +324,12 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
   summ->add_option("dir", a->dir, "The sweep directory")->required();
   summ->add_option("--rows", a->rows, "The row axis (default: the spec's, lr when it varies)");
   summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
-  summ->add_option("--metric", a->metric, "A numeric field of result.json (default final_val_loss)");
+  summ->add_option("--metric", a->metric,
+                   "A numeric field of result.json (default final_val_loss; final_excess_loss: above the oracle's loss "
+                   "on the same held-out tokens, which cancels the seeds' different validation sets)");
+  summ->add_option("--paired", a->paired,
+                   "COLUMN: also show every other column minus this one, paired by seed, with a 95% t interval "
+                   "(a column label, e.g. norm=layernorm, or its values, layernorm)");
   summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
   summ->add_option("--curves", a->curves,

@@ -146,7 +146,14 @@ const std::vector<Field>& fields() {
       NL_FIELD("steps", int64_t, steps, "training steps (0: the initial model, evaluated and written)"),
       NL_FIELD("eval_every", int64_t, eval_every, "steps between evaluations"),
       NL_FIELD("eval_batches", int64_t, eval_batches, "held-out batches per evaluation"),
-      NL_FIELD("seed", uint64_t, seed, "seed of init and data"),
+      NL_FIELD("seed", uint64_t, seed, "seed of the init and the training batches' order (and of the task, unless data_seed)"),
+      // Written only when set, so that every config from before the key hashes (and reads) as it did.
+      Field{{"data_seed", "int", "seed of the task (synthetic rule, held-out batches, text's validation windows); unset: seed"},
+            [](TrainConfig& c, const json& v, const std::string& label) {
+              if (v.is_null()) c.data_seed.reset();
+              else c.data_seed = typed<uint64_t>(v, label);
+            },
+            [](const TrainConfig& c) { return c.data_seed ? json(*c.data_seed) : json(nullptr); }},
       NL_FIELD("threads", int, threads, "threads (0 = all cores)"),
       NL_FIELD("init_from", std::string, init_from, "a model.safetensors to start from (\"\" = the init scheme)"),
   };
@@ -379,7 +386,10 @@ void check_fits_in_memory(const TrainConfig& cfg, int64_t batch, const std::stri
 
 std::string config_to_json(const TrainConfig& cfg) {
   json j = json::object();
-  for (const Field& f : fields()) j[f.key.name] = f.get(cfg);
+  for (const Field& f : fields()) {
+    json v = f.get(cfg);
+    if (!v.is_null()) j[f.key.name] = std::move(v);  // null: an optional key left unset
+  }
   return j.dump(2);
 }
 

@@ -177,7 +177,9 @@ void claim(const std::string& tmp, const std::string& dir, const struct stat* ol
 std::string eval_to_json_line(const EvalRecord& r) {
   json j{{"step", r.step},           {"lr", r.lr},
          {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},
-         {"grad_norm", num(r.grad_norm)},   {"final_norm_out", num(r.final_norm_out)}};
+         {"grad_norm", num(r.grad_norm)},   {"final_norm_out", num(r.final_norm_out)},
+         {"val_loss_se", num(r.val_loss_se)}, {"val_oracle_loss", num(r.val_oracle_loss)},
+         {"excess_loss", num(r.excess_loss)}, {"excess_loss_se", num(r.excess_loss_se)}};
   j["stream_norm"] = json::array();
   for (double v : r.stream_norm) j["stream_norm"].push_back(num(v));
   j["block_grad_norm"] = json::array();
@@ -193,8 +195,12 @@ std::string eval_to_json_line(const EvalRecord& r) {
 
 std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
                            const std::map<std::string, std::string>& versions) {
+  const EvalRecord last = r.evals.empty() ? EvalRecord{} : r.evals.back();
+  json plateaus = json::array();
+  for (const auto& [from, to] : r.plateaus) plateaus.push_back({from, to});
   json j{{"status", r.status},
          {"steps_done", r.steps_done},
+         {"plateaus", plateaus},
          {"diverged_step", r.diverged_step >= 0 ? json(r.diverged_step) : json(nullptr)},
          {"diverged_reason", r.diverged_reason},
          {"collapsed_step", r.collapsed_step >= 0 ? json(r.collapsed_step) : json(nullptr)},
@@ -205,6 +211,15 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
          {"loss_floor", num(r.loss_floor)},
          {"unigram_loss", num(r.unigram_loss)},
          {"gap_to_floor", num(r.gap_to_floor())},
+         {"final_val_loss_se", num(last.val_loss_se)},
+         {"final_oracle_loss", num(last.val_oracle_loss)},
+         {"final_excess_loss", num(last.excess_loss)},
+         {"final_excess_loss_se", num(last.excess_loss_se)},
+         {"val_tokens", cfg.eval_batches * cfg.batch_size * cfg.model.seq_len},
+         {"spike_count", r.spike_count},
+         {"spike_steps", r.spike_steps},
+         {"spike_rule", fmt::format("a step whose training loss exceeds {} x the median of the {} steps before it",
+                                    kSpikeFactor, kSpikeWindow)},
          {"parameters", r.parameters},
          {"timing", {{"seconds", r.seconds}, {"seconds_per_step", r.seconds_per_step},
                      {"tokens_per_second", r.tokens_per_second}, {"threads", r.threads}}},
@@ -220,7 +235,8 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
 const std::vector<std::string>& result_number_fields() {
   static const std::vector<std::string> fields = {
       "final_val_loss", "best_val_loss", "final_train_loss", "gap_to_floor", "loss_floor", "unigram_loss",
-      "best_val_step",  "steps_done",    "diverged_step",    "collapsed_step", "parameters"};
+      "best_val_step",  "steps_done",    "diverged_step",    "collapsed_step", "parameters",
+      "final_val_loss_se", "final_oracle_loss", "final_excess_loss", "final_excess_loss_se", "val_tokens", "spike_count"};
   return fields;
 }
 

@@ -1,5 +1,6 @@
 // Shared by the sweep implementation files (src/experiment/sweep_*.cpp); not a public header.
 #pragma once
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ std::string point_log_path(const std::string& dir, const SweepPoint& p);
 struct RunRecord {
   std::string status;  // completed, diverged or "" (missing, partial, other config)
   double metric = 0;
+  double metric_se = NAN;  // result.json's "<metric>_se" where the run measured it (its resolution)
+  std::vector<std::pair<int64_t, int64_t>> plateaus;  // result.json "plateaus"
+  int64_t spikes = -1;     // result.json "spikes.count" (-1: not counted)
   int64_t diverged_step = -1;
   bool collapsed = false;  // train's status "collapsed": finished, but learned nothing (train.h)
   int64_t collapsed_step = -1;

@@ -141,7 +141,7 @@ std::vector<ojson> axis_values(const std::string& key, const ojson& list, const 
 }
 
 const std::vector<std::string>& summary_keys() {
-  static const std::vector<std::string> k = {"rows", "cols", "metric"};
+  static const std::vector<std::string> k = {"rows", "cols", "metric", "paired"};
   return k;
 }
 
@@ -283,7 +283,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     if (spec.contains("summary")) {
       const ojson& s = spec["summary"];
       std::string where = file + " summary";
-      NL_USAGE(s.is_object(), "{} must be an object (keys: rows, cols, metric), got {}", where, s.dump());
+      NL_USAGE(s.is_object(), "{} must be an object (keys: rows, cols, metric, paired), got {}", where, s.dump());
       for (auto& [key, value] : s.items()) {
         if (std::find(summary_keys().begin(), summary_keys().end(), key) == summary_keys().end())
           unknown_spec_key(key, where, summary_keys());
@@ -304,6 +304,11 @@ SweepPlan plan_sweep(const SweepRequest& req) {
       if (s.contains("metric")) {
         NL_USAGE(s["metric"].is_string(), "{}.metric must be a result.json field name, got {}", where, s["metric"].dump());
         layout.metric = s["metric"].get<std::string>();
+      }
+      if (s.contains("paired")) {
+        NL_USAGE(s["paired"].is_string(), "{}.paired must be a column's label (\"norm=layernorm\"), got {}", where,
+                 s["paired"].dump());
+        layout.paired = s["paired"].get<std::string>();
       }
     }
   }
@@ -485,6 +490,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   resolved["zip"] = z;
   if (!seeds.empty()) resolved["seeds"] = seeds;
   resolved["summary"] = {{"rows", plan.layout.rows}, {"cols", plan.layout.cols}, {"metric", plan.layout.metric}};
+  if (!plan.layout.paired.empty()) resolved["summary"]["paired"] = plan.layout.paired;
   plan.spec_json = resolved.dump(2) + "\n";
   return plan;
 }

@@ -81,9 +81,11 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
       r.problem = fmt::format("has no {}", f);
       return r;
     }
+  TrainConfig config;
   try {
     // The run is of this point only when its resolved config hashes the same.
     if (config_hash(load_train_config((rd / "config.json").string(), {})) != p.hash) return r;
+    config = p.config;
   } catch (const std::exception& e) {
     r.problem = fmt::format("config.json does not read back: {}", e.what());
     return r;
@@ -102,6 +104,20 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
     }
     if (j.contains("diverged_step") && j["diverged_step"].is_number()) r.diverged_step = j["diverged_step"].get<int64_t>();
     r.metric = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
+    // Runs from before evals measured against the oracle: its loss on their held-out tokens follows
+    // from their config, exactly (the same batches, the same rule).
+    if (!j.contains(metric) && (metric == "final_excess_loss" || metric == "final_oracle_loss") &&
+        j.contains("final_val_loss") && j["final_val_loss"].is_number()) {
+      const double oracle = held_out_oracle_loss(config);
+      r.metric = metric == "final_oracle_loss" ? oracle : j["final_val_loss"].get<double>() - oracle;
+    }
+    const std::string se = metric + "_se";
+    if (j.contains(se) && j[se].is_number()) r.metric_se = j[se].get<double>();
+    if (j.contains("plateaus") && j["plateaus"].is_array())
+      for (const json& p : j["plateaus"])
+        if (p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer())
+          r.plateaus.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
+    if (j.contains("spike_count") && j["spike_count"].is_number_integer()) r.spikes = j["spike_count"].get<int64_t>();
     r.collapsed = status == "collapsed";
     if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())
       r.collapsed_step = j["collapsed_step"].get<int64_t>();

@@ -63,31 +63,53 @@ std::map<int64_t, double> val_curve(const std::string& run) {
 
 std::string fixed4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : "nan"; }
 
+std::string step_range(int64_t first, int64_t last) {
+  if (first < 0) return "";
+  return first == last ? fmt::format("@{}", first) : fmt::format("@{}–{}", first, last);
+}
+
 std::string cell_text(const SummaryCell& c) {
   if (!c.present) return "";
   std::string s;
   if (c.n > 0) {
     s = c.n > 1 ? fmt::format("{} ± {}", fixed4(c.mean), fixed4(c.std)) : fixed4(c.mean);
-  } else if (c.diverged > 0) {
-    s = c.diverged_first == c.diverged_last ? fmt::format("diverged@{}", c.diverged_first)
-                                            : fmt::format("diverged@{}–{}", c.diverged_first, c.diverged_last);
+  } else if (c.diverged > 0 && c.collapsed == 0) {
+    s = fmt::format("diverged{}", step_range(c.diverged_first, c.diverged_last));
   }
   std::vector<std::string> notes;
-  const int total = c.n + c.diverged + c.failed + c.pending + c.damaged;
-  if (c.n > 0 && c.diverged > 0) notes.push_back(fmt::format("{}/{} diverged", c.diverged, total));
+  const int total = c.n + c.diverged + c.failed + c.pending + c.damaged + c.collapsed;
+  if ((c.n > 0 || c.collapsed > 0) && c.diverged > 0)
+    notes.push_back(fmt::format("{}/{} diverged{}", c.diverged, total, step_range(c.diverged_first, c.diverged_last)));
   if (c.collapsed > 0) {
-    const std::string at = c.collapsed_first < 0 ? ""
-                           : c.collapsed_first == c.collapsed_last ? fmt::format("@{}", c.collapsed_first)
-                                                                   : fmt::format("@{}–{}", c.collapsed_first, c.collapsed_last);
-    // Every seed collapsed: the cell says so first, as diverged@STEP does.
-    if (c.collapsed == total) return fmt::format("collapsed{} ({})", at, s);
-    notes.push_back(fmt::format("{}/{} collapsed{}", c.collapsed, total, at));
+    const std::string at = step_range(c.collapsed_first, c.collapsed_last);
+    // Every seed collapsed: the cell says so first, as diverged@STEP does, with their loss apart.
+    if (c.collapsed == total) return fmt::format("collapsed{} ({})", at, fixed4(c.collapsed_mean));
+    notes.push_back(fmt::format("{}/{} collapsed{} at {}", c.collapsed, total, at, fixed4(c.collapsed_mean)));
   }
+  if (c.plateaued > 0)
+    notes.push_back(fmt::format("{}/{} plateau{}", c.plateaued, total, step_range(c.plateau_first, c.plateau_last)));
+  if (c.spikes > 0) notes.push_back(fmt::format("{} spike{}", c.spikes, c.spikes == 1 ? "" : "s"));
   if (c.failed > 0) notes.push_back(fmt::format("{} failed", c.failed));
   if (c.pending > 0) notes.push_back(fmt::format("{} pending", c.pending));
   if (c.damaged > 0) notes.push_back(fmt::format("{} damaged", c.damaged));
   if (s.empty()) return notes.empty() ? "" : fmt::format("{}", fmt::join(notes, ", "));
   return notes.empty() ? s : fmt::format("{} ({})", s, fmt::join(notes, ", "));
+}
+
+// "-0.0012 [-0.0031, +0.0007]": the paired mean difference and its 95% interval ("n=1" when one pair).
+std::string paired_text(const PairedDifference& d) {
+  if (d.n == 0) return "";
+  if (d.n < 2) return fmt::format("{:+.4f} (n=1)", d.mean);
+  return fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", d.mean, d.low, d.high);
+}
+
+// Where the column labelled (or valued) `name` is among the summary's columns; -1 for none.
+int find_column(const SweepSummary& s, const std::string& name) {
+  for (size_t c = 0; c < s.col_labels.size(); ++c) {
+    if (s.col_labels[c] == name) return static_cast<int>(c);
+    if (fmt::format("{}", fmt::join(s.col_values[c], " ")) == name) return static_cast<int>(c);
+  }
+  return -1;
 }
 
 // "1e-4 … 3e-3" when the stable rows are consecutive, else the list; "none".
@@ -113,6 +135,36 @@ constexpr auto num = json_number<ojson>;
 
 }  // namespace
 
+std::string resolution_text(const SweepSummary& s) {
+  if (s.resolution_runs == 0)
+    return fmt::format("Resolution of {}: not measured by these runs (written before runs reported a standard error).", s.metric);
+  return fmt::format("Resolution of {}: {:.4f} (the median over {} runs of its standard error on each run's held-out "
+                     "batches).",
+                     s.metric, s.resolution, s.resolution_runs);
+}
+
+std::string paired_markdown(const SweepSummary& s) {
+  if (s.paired_col < 0) return "";
+  const size_t ref = static_cast<size_t>(s.paired_col);
+  std::string out = fmt::format(
+      "\n## Paired by seed: each column minus {}\n\n"
+      "A cell is the mean over the seeds where both runs converged of ({} of the column) − ({} of {}), with its "
+      "two-sided 95% interval [Student t, n − 1 degrees of freedom]; below 0: the column ends lower. A seed's task, "
+      "held-out tokens, init and data order are shared by the pair, so its offset cancels.\n\n",
+      s.col_labels[ref], s.metric, s.metric, s.col_labels[ref]);
+  Table t;
+  t.columns.push_back({s.rows, Align::right});
+  for (size_t c = 0; c < s.col_labels.size(); ++c)
+    if (c != ref) t.columns.push_back({s.col_labels[c] + " − " + s.col_labels[ref]});
+  for (size_t r = 0; r < s.row_values.size(); ++r) {
+    std::vector<std::string> row = {s.row_values[r]};
+    for (size_t c = 0; c < s.col_labels.size(); ++c)
+      if (c != ref) row.push_back(paired_text(s.paired[r][c]));
+    t.add_row(row);
+  }
+  return out + t.markdown();
+}
+
 SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) {
   const std::string spec_path = (fs::path(dir) / "spec.json").string();
   std::error_code ec;
@@ -129,6 +181,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   }
   if (!opt.cols.empty()) layout.cols = opt.cols;
   if (!opt.metric.empty()) layout.metric = opt.metric;
+  if (!opt.paired.empty()) layout.paired = opt.paired;
   check_layout(layout, plan.axes, "summary");
 
   SweepSummary s;
@@ -180,6 +233,18 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   s.cells.assign(s.row_values.size(), std::vector<SummaryCell>(s.col_labels.size()));
   std::vector<std::vector<std::vector<double>>> values(s.row_values.size(), std::vector<std::vector<double>>(s.col_labels.size()));
   std::vector<std::vector<std::vector<std::string>>> runs(s.row_values.size(), std::vector<std::vector<std::string>>(s.col_labels.size()));
+  auto collapsed_values = values;
+  // Per cell, the metric of each converged run by what pairs it across columns: the values of the
+  // axes that are neither the rows nor a column (the seed).
+  std::vector<std::vector<std::map<std::string, double>>> pair_values(
+      s.row_values.size(), std::vector<std::map<std::string, double>>(s.col_labels.size()));
+  auto pair_key = [&](const SweepPoint& p) {
+    std::string k;
+    for (const auto& [key, v] : p.values)
+      if (key != s.rows && std::find(s.cols.begin(), s.cols.end(), key) == s.cols.end()) k += key + "=" + v + " ";
+    return k;
+  };
+  std::vector<double> se;
   std::vector<PointState> states = point_states(dir, plan);
   bool unigram_read = false;
   s.points = plan.points.size();
@@ -197,15 +262,27 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     }
     if (rec.status == "completed" && std::isfinite(rec.metric)) {
       ++s.completed;
+      if (std::isfinite(rec.metric_se)) se.push_back(rec.metric_se);
+      if (rec.spikes >= 0) c.spikes = std::max<int64_t>(c.spikes, 0) + rec.spikes;
       if (rec.collapsed) {
+        // A run that ended collapsed is counted and shown apart: never averaged with the converged.
         ++s.collapsed;
         ++c.collapsed;
+        collapsed_values[point_row[i]][point_col[i]].push_back(rec.metric);
         if (rec.collapsed_step >= 0) {
           c.collapsed_first = c.collapsed_first < 0 ? rec.collapsed_step : std::min(c.collapsed_first, rec.collapsed_step);
           c.collapsed_last = std::max(c.collapsed_last, rec.collapsed_step);
         }
+      } else {
+        values[point_row[i]][point_col[i]].push_back(rec.metric);
+        pair_values[point_row[i]][point_col[i]][pair_key(p)] = rec.metric;
+        if (!rec.plateaus.empty()) {
+          ++c.plateaued;
+          const int64_t from = rec.plateaus.front().first, to = rec.plateaus.back().second;
+          c.plateau_first = c.plateau_first < 0 ? from : std::min(c.plateau_first, from);
+          c.plateau_last = std::max(c.plateau_last, to);
+        }
       }
-      values[point_row[i]][point_col[i]].push_back(rec.metric);
       runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
     } else if (!rec.status.empty()) {  // diverged (or a completed run whose metric is not finite)
       ++s.diverged;
@@ -233,10 +310,32 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
       SummaryCell& c = s.cells[r][col];
       const auto& v = values[r][col];
       c.n = static_cast<int>(v.size());
+      if (!collapsed_values[r][col].empty()) c.collapsed_mean = mean(collapsed_values[r][col]);
       if (v.empty()) continue;
       c.mean = mean(v);
       c.std = sample_std(v);
     }
+  s.resolution_runs = se.size();
+  s.resolution = median(se);
+  if (!layout.paired.empty()) {
+    s.paired_col = find_column(s, layout.paired);
+    std::vector<std::string> labels;
+    for (const std::string& l : s.col_labels) labels.push_back("'" + l + "'");
+    NL_USAGE(s.paired_col >= 0, "summary: paired column '{}' is not a column of this summary (columns: {})",
+             shown(layout.paired), fmt::join(labels, ", "));
+    const size_t ref = static_cast<size_t>(s.paired_col);
+    s.paired.assign(s.row_values.size(), std::vector<PairedDifference>(s.col_labels.size()));
+    for (size_t r = 0; r < s.row_values.size(); ++r)
+      for (size_t col = 0; col < s.col_labels.size(); ++col) {
+        if (col == ref) continue;
+        std::vector<double> d;
+        for (const auto& [key, v] : pair_values[r][col]) {
+          auto it = pair_values[r][ref].find(key);
+          if (it != pair_values[r][ref].end()) d.push_back(v - it->second);
+        }
+        s.paired[r][col] = paired_difference(d);
+      }
+  }
 
   // Stable window and best row per column: only rows where every seed converged count; a diverged,
   // collapsed, failed or pending seed keeps a row out (so a diverged or collapsed point is never best).
@@ -283,10 +382,14 @@ std::string summary_markdown(const SweepSummary& s) {
                      s.damaged ? fmt::format("; {} damaged (something that is not a whole run is at its run directory: "
                                              "see summary.json)", s.damaged)
                                : "");
-  out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± std over seeds of {} (converged seeds only), "
-                     "with how many diverged, or diverged@STEP when every seed diverged.\n\n",
+  out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± sample standard deviation (n − 1) of {} over the "
+                     "seeds that converged; a seed that diverged or ended collapsed is counted in the notes and never "
+                     "averaged in (collapsed seeds' own mean is shown apart); diverged@STEP when every seed diverged. "
+                     "plateau@A–B: converged seeds that sat at the unigram loss from eval step A to B, then learned. "
+                     "Spikes: training-loss spikes summed over the seeds (a step above {} x the median of the {} before it).\n",
                      s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
-                     s.metric);
+                     s.metric, kSpikeFactor, kSpikeWindow);
+  out += resolution_text(s) + "\n\n";
   const std::string rows_name = s.rows.empty() ? "" : s.rows;
   Table table;
   table.columns.push_back({rows_name, Align::right});
@@ -308,6 +411,8 @@ std::string summary_markdown(const SweepSummary& s) {
   out += "\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
          "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
          "diverged or collapsed point is never best.\n";
+
+  out += paired_markdown(s);
 
   // Validation loss by step, each column at its best row value: the table papers print.
   std::vector<const SummaryCurve*> shown;
@@ -342,7 +447,8 @@ std::string summary_csv(const SweepSummary& s) {
   t.columns.push_back({s.rows.empty() ? "row" : s.rows});
   for (const std::string& c : s.cols) t.columns.push_back({c});
   for (const char* h : {"metric", "n", "mean", "std", "diverged", "diverged_step", "collapsed", "failed", "pending",
-                        "stable", "best", "damaged"})
+                        "stable", "best", "damaged", "collapsed_mean", "plateaued", "spikes", "paired_n", "paired_mean",
+                        "paired_low", "paired_high"})
     t.columns.push_back({h});
   for (size_t c = 0; c < s.col_labels.size(); ++c)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
@@ -359,6 +465,12 @@ std::string summary_csv(const SweepSummary& s) {
                             std::string(s.best[c] == static_cast<int>(r) ? "true" : "false"),
                             std::to_string(cell.damaged)})
         row.push_back(v);
+      const PairedDifference d = s.paired_col >= 0 ? s.paired[r][c] : PairedDifference{};
+      auto g = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
+      for (std::string v : {g(cell.collapsed_mean), std::to_string(cell.plateaued),
+                            cell.spikes >= 0 ? std::to_string(cell.spikes) : std::string(),
+                            d.n ? std::to_string(d.n) : std::string(), g(d.mean), g(d.low), g(d.high)})
+        row.push_back(v);
       t.add_row(row);
     }
   return t.csv();
@@ -373,6 +485,8 @@ std::string summary_json(const SweepSummary& s) {
                  {"pending", s.pending}, {"collapsed", s.collapsed}, {"damaged", s.damaged}};
   j["damaged_runs"] = ojson::array();
   for (const auto& [point, problem] : s.damaged_runs) j["damaged_runs"].push_back({{"point", point}, {"problem", problem}});
+  j["resolution"] = {{"median_se", num(s.resolution)}, {"runs", s.resolution_runs}};
+  j["paired"] = s.paired_col >= 0 ? ojson(s.col_labels[static_cast<size_t>(s.paired_col)]) : ojson(nullptr);
   j["row_values"] = s.row_values;
   j["columns"] = ojson::array();
   for (size_t c = 0; c < s.col_labels.size(); ++c) {
@@ -392,6 +506,14 @@ std::string summary_json(const SweepSummary& s) {
                               {"failed", cell.failed},
                               {"pending", cell.pending},
                               {"damaged", cell.damaged},
+                              {"collapsed_mean", num(cell.collapsed_mean)},
+                              {"plateaued", cell.plateaued},
+                              {"plateau_steps", cell.plateau_first >= 0 ? ojson::array({cell.plateau_first, cell.plateau_last}) : ojson(nullptr)},
+                              {"spikes", cell.spikes >= 0 ? ojson(cell.spikes) : ojson(nullptr)},
+                              {"paired", s.paired_col >= 0 && static_cast<int>(c) != s.paired_col && s.paired[r][c].n > 0
+                                             ? ojson{{"n", s.paired[r][c].n}, {"mean", num(s.paired[r][c].mean)},
+                                                     {"low", num(s.paired[r][c].low)}, {"high", num(s.paired[r][c].high)}}
+                                             : ojson(nullptr)},
                               {"text", cell_text(cell)},
                               {"points", cell.points}});
     }

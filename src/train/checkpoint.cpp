@@ -276,6 +276,10 @@ void save_train_state(const std::string& path, const TrainState& st, const std::
                      {"train_loss", exact(r.train_loss)},
                      {"val_loss", exact(r.val_loss)},
                      {"grad_norm", exact(r.grad_norm)},
+                     {"val_loss_se", exact(r.val_loss_se)},
+                     {"val_oracle_loss", exact(r.val_oracle_loss)},
+                     {"excess_loss", exact(r.excess_loss)},
+                     {"excess_loss_se", exact(r.excess_loss_se)},
                      {"stream_norm", exact_array(r.stream_norm)},
                      {"final_norm_out", exact(r.final_norm_out)},
                      {"block_grad_norm", exact_array(r.block_grad_norm)},
@@ -291,6 +295,9 @@ void save_train_state(const std::string& path, const TrainState& st, const std::
   meta["train_loss_sum"] = exact(st.train_loss_sum);
   meta["train_loss_count"] = std::to_string(st.train_loss_count);
   meta["evals"] = evals.dump();
+  meta["recent_losses"] = exact_array(st.recent_losses).dump();
+  meta["spike_count"] = std::to_string(st.spike_count);
+  meta["spike_steps"] = json(st.spike_steps).dump();
   save_safetensors(path, {{"adam.m", st.adam_m}, {"adam.v", st.adam_v}}, meta);
 }
 
@@ -339,6 +346,12 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
       r.train_loss = num("train_loss");
       r.val_loss = num("val_loss");
       r.grad_norm = num("grad_norm");
+      // States written before these fields existed lack them: unknown, not an error.
+      auto maybe = [&](const char* k) { return e.contains(k) ? num(k) : NAN; };
+      r.val_loss_se = maybe("val_loss_se");
+      r.val_oracle_loss = maybe("val_oracle_loss");
+      r.excess_loss = maybe("excess_loss");
+      r.excess_loss_se = maybe("excess_loss_se");
       r.stream_norm = arr("stream_norm");
       r.final_norm_out = num("final_norm_out");
       r.block_grad_norm = arr("block_grad_norm");
@@ -350,6 +363,17 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
       if (!st.evals.empty() && r.step <= st.evals.back().step) bad(path, "the evals' steps do not increase");
       if (r.step > st.step) bad(path, fmt::format("an eval at step {} lies after the state's step {}", r.step, st.step));
       st.evals.push_back(std::move(r));
+    }
+    // The spike counter's state (absent from states written before it existed: counting restarts).
+    if (file.metadata.count("recent_losses")) {
+      st.recent_losses = parse_exact_array(path, "recent_losses", json::parse(field("recent_losses")));
+      st.spike_count = parse_count(path, "spike_count", field("spike_count"));
+      const json steps = json::parse(field("spike_steps"));
+      if (!steps.is_array()) bad(path, "state field 'spike_steps' is not an array");
+      for (const json& x : steps) {
+        if (!x.is_number_integer()) bad(path, "state field 'spike_steps' holds a value that is not a step");
+        st.spike_steps.push_back(x.get<int64_t>());
+      }
     }
   } catch (const json::exception& e) {
     bad(path, fmt::format("state metadata is not valid JSON: {}", clip(e.what())));

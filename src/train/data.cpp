@@ -52,6 +52,26 @@ class Synthetic final : public DataSource {
   // Targets are uniform over the ordinary tokens (a permutation of a uniform token is uniform).
   double unigram_loss() const override { return std::log(static_cast<double>(ordinary_)); }
 
+  // The rule's prediction per target, as loss_floor averages it: log R for the token after the
+  // marker, then -log q where the target is the rule's token and -log(p / R) where it is not.
+  double oracle_loss(const Batch& b) const override {
+    const int64_t batch = b.inputs.size(0), seq_len = b.inputs.size(1);
+    const int32_t* in = b.inputs.data<int32_t>();
+    const int32_t* tg = b.targets.data<int32_t>();
+    const double r = static_cast<double>(ordinary_), p = spec_.noise;
+    const double q = 1 - p + p / r;
+    const double on_rule = -std::log(q), off_rule = p > 0 ? -std::log(p / r) : INFINITY;
+    double total = 0;
+    for (int64_t row = 0; row < batch; ++row) {
+      const int32_t* x = in + row * seq_len;
+      const int32_t* y = tg + row * seq_len;
+      const auto& perm = perms_[static_cast<size_t>(x[0] - ordinary_)];
+      total += std::log(r);
+      for (int64_t t = 1; t < seq_len; ++t) total += y[t] == perm[static_cast<size_t>(x[t])] ? on_rule : off_rule;
+    }
+    return total / static_cast<double>(batch * seq_len);
+  }
+
  private:
   Batch make(Rng& rng, int64_t batch, int64_t seq_len) {
     std::vector<int32_t> seq(static_cast<size_t>(seq_len + 1));
@@ -105,6 +125,7 @@ class Text final : public DataSource {
   }
   double loss_floor(int64_t) const override { return std::nan(""); }
   double unigram_loss() const override { return unigram_; }
+  double oracle_loss(const Batch&) const override { return std::nan(""); }
 
  private:
   static Batch windows(const std::vector<unsigned char>& src, Rng& rng, int64_t batch, int64_t seq_len) {

@@ -7,6 +7,7 @@
 #include "normlab/checkpoint.h"
 #include "normlab/backend.h"
 #include "normlab/ops.h"
+#include "normlab/stats.h"
 #include "normlab/train.h"
 
 namespace normlab {
@@ -27,8 +28,8 @@ DataSpec DataSpec::parse(const std::string& s) {
 
 std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg) {
   if (cfg.data.kind == DataKind::synthetic)
-    return make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.seed});
-  return make_text(cfg.data.path, cfg.model.seq_len, cfg.seed);
+    return make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.task_seed()});
+  return make_text(cfg.data.path, cfg.model.seq_len, cfg.task_seed());
 }
 
 void TrainConfig::validate() const {
@@ -52,6 +53,13 @@ void TrainConfig::validate() const {
   } else {
     NL_USAGE(model.vocab == 256, "byte-level text needs vocab = 256, got {}", model.vocab);
   }
+}
+
+double held_out_oracle_loss(const TrainConfig& cfg) {
+  std::unique_ptr<DataSource> data = make_data_source(cfg);
+  double oracle = 0;
+  for (int64_t i = 0; i < cfg.eval_batches; ++i) oracle += data->oracle_loss(data->val_batch(i, cfg.batch_size, cfg.model.seq_len));
+  return oracle / static_cast<double>(cfg.eval_batches);
 }
 
 double learning_rate(const TrainConfig& cfg, int64_t step) {
@@ -153,10 +161,14 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   double train_loss_sum = 0;
   int64_t train_loss_count = 0;
   int64_t first_step = 1;
+  SpikeCounter spikes;
   if (resume) {
     const TrainState& st = resume->state;
     train_loss_sum = st.train_loss_sum;
     train_loss_count = st.train_loss_count;
+    spikes.recent = st.recent_losses;
+    spikes.result.count = st.spike_count;
+    spikes.result.steps = st.spike_steps;
     first_step = st.step + 1;
     res.steps_done = st.step;
     for (const EvalRecord& r : st.evals) {
@@ -176,6 +188,9 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     st.train_loss_sum = train_loss_sum;
     st.train_loss_count = train_loss_count;
     st.evals = res.evals;
+    st.recent_losses = spikes.recent;
+    st.spike_count = spikes.result.count;
+    st.spike_steps = spikes.result.steps;
     return st;
   };
 
@@ -193,12 +208,16 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     r.seconds_per_step = window_steps ? window / static_cast<double>(window_steps) : 0;
     r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / r.seconds_per_step : 0;
     NoGradGuard no_grad;
-    double val = 0;
+    std::vector<double> batch_loss, batch_excess;
+    double oracle = 0;
     for (int64_t i = 0; i < cfg.eval_batches; ++i) {
       Batch b = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
       ForwardTrace trace;
       double loss = model.loss(on_device(b.inputs), on_device(b.targets), i == 0 ? &trace : nullptr).item();
-      val += loss;
+      const double oracle_batch = data->oracle_loss(b);
+      batch_loss.push_back(loss);
+      batch_excess.push_back(loss - oracle_batch);
+      oracle += oracle_batch;
       if (i == 0) {
         for (const Tensor& x : trace.block_out) r.stream_norm.push_back(mean_token_norm(x));
         r.final_norm_out = mean_token_norm(trace.final_out);
@@ -209,7 +228,15 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
         }
       }
     }
-    r.val_loss = val / static_cast<double>(cfg.eval_batches);
+    // Every batch has equally many tokens: the mean of the batch means is the mean over tokens.
+    const double batches = static_cast<double>(cfg.eval_batches);
+    r.val_loss = mean(batch_loss);
+    r.val_oracle_loss = oracle / batches;
+    if (std::isfinite(r.val_oracle_loss)) r.excess_loss = mean(batch_excess);
+    if (cfg.eval_batches > 1) {
+      r.val_loss_se = sample_std(batch_loss) / std::sqrt(batches);
+      if (std::isfinite(r.val_oracle_loss)) r.excess_loss_se = sample_std(batch_excess) / std::sqrt(batches);
+    }
     train_loss_sum = 0;
     train_loss_count = 0;
     window_steps = 0;
@@ -255,6 +282,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     hp.lr = learning_rate(cfg, step);
     hp.step = step;
     kb.adam_step(flat, flat_grad, m, v, hp);
+    spikes.add(step, loss_value);
     train_loss_sum += loss_value;
     ++train_loss_count;
     ++window_steps;
@@ -302,10 +330,49 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
     if (res.collapsed_step >= 0) res.status = "collapsed";
   }
+  if (res.steps_done > 0) res.plateaus = plateau_spells(res.evals, res.unigram_loss);
+  res.spike_count = spikes.result.count;
+  res.spike_steps = spikes.result.steps;
   res.threads = num_threads();
   res.kernel_choices = backend_for(device, DType::f32).kernel_choices();
   if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model, snapshot(res.steps_done));
   return res;
+}
+
+std::vector<std::pair<int64_t, int64_t>> plateau_spells(const std::vector<EvalRecord>& evals, double unigram_loss) {
+  std::vector<std::pair<int64_t, int64_t>> spells;
+  if (!std::isfinite(unigram_loss)) return spells;
+  const double threshold = unigram_loss - kCollapseMargin;
+  int64_t first = -1, last = -1;
+  for (const EvalRecord& r : evals) {
+    if (r.step == 0) continue;  // the untrained model sits at the unigram loss by construction
+    if (!(r.val_loss < threshold)) {
+      if (first < 0) first = r.step;
+      last = r.step;
+    } else if (first >= 0) {  // left the unigram loss again: a plateau
+      spells.emplace_back(first, last);
+      first = -1;
+    }
+  }
+  return spells;  // a spell still open at the end is the collapse, not a plateau
+}
+
+void SpikeCounter::add(int64_t step, double loss) {
+  if (!std::isfinite(loss)) return;
+  if (static_cast<int64_t>(recent.size()) == kSpikeWindow) {
+    if (loss > kSpikeFactor * median(recent)) {
+      ++result.count;
+      if (result.steps.size() < kMaxSpikeSteps) result.steps.push_back(step);
+    }
+    recent.erase(recent.begin());
+  }
+  recent.push_back(loss);
+}
+
+SpikeCount count_spikes(const std::vector<double>& losses, int64_t first_step) {
+  SpikeCounter c;
+  for (size_t i = 0; i < losses.size(); ++i) c.add(first_step + static_cast<int64_t>(i), losses[i]);
+  return c.result;
 }
 
 int64_t collapse_step(const std::vector<EvalRecord>& evals, double unigram_loss) {

@@ -619,7 +619,8 @@ TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   const std::string dir = *ref_ / "ref";
   CliResult r = run_cli({"sweep", "summarize", dir, "--rows", "placement", "--cols", "lr", "--format", "csv"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(r.out.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged\n", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged,"
+                          "collapsed_mean,plateaued,spikes,paired_n,paired_mean,paired_low,paired_high\n", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("pre,1e30,final_val_loss,0,,,2,2,0,0,0,false,false"), std::string::npos) << r.out;
   r = run_cli({"sweep", "summarize", dir, "--cols", "nope"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

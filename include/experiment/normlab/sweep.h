@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "normlab/names.h"
+#include "normlab/stats.h"
 #include "normlab/train.h"
 
 namespace normlab {
@@ -50,6 +51,7 @@ struct SummaryLayout {
   std::string rows;               // the row axis (default lr when it varies, else the first varied axis)
   std::vector<std::string> cols;  // column axes (default: every other varied axis but seed)
   std::string metric = "final_val_loss";  // a numeric field of result.json
+  std::string paired;  // a reference column (SummaryOptions::paired); empty: none
 };
 
 struct SweepPlan {
@@ -205,14 +207,21 @@ struct SummaryOptions {
   std::string rows;               // empty: the spec's layout
   std::vector<std::string> cols;  // empty: the spec's layout
   std::string metric;             // empty: the spec's layout
+  // A column every other column is compared with, paired by seed (its label, e.g. "norm=layernorm",
+  // or the values of the column axes in order, "layernorm"); empty: the spec's layout (none).
+  std::string paired;
 };
 
 struct SummaryCell {
-  int n = 0;                // seeds that converged (have a finite metric)
+  int n = 0;                // seeds that converged: finished, not collapsed, with a finite metric
   int diverged = 0, failed = 0, pending = 0;
   int damaged = 0;          // something that is not a whole run is at the point's run directory
-  int collapsed = 0;        // of the n: finished but learned nothing (train's status "collapsed")
-  double mean = 0, std = 0; // over the converged seeds (std: sample, n-1; 0 when n = 1)
+  int collapsed = 0;        // finished but ended having learned nothing (train's status "collapsed"); not in n
+  double collapsed_mean = NAN;  // the metric's mean over the collapsed seeds
+  double mean = 0, std = 0; // over the n converged seeds (std: sample, n-1; 0 when n = 1)
+  int plateaued = 0;        // of the n: sat at the unigram loss for a while, then learned (result.json "plateaus")
+  int64_t plateau_first = -1, plateau_last = -1;  // the earliest start and latest end of those spells
+  int64_t spikes = -1;      // training-loss spikes summed over the seeds that counted them (-1: none did)
   int64_t diverged_first = -1, diverged_last = -1;    // range of divergence steps
   int64_t collapsed_first = -1, collapsed_last = -1;  // range of the steps they collapsed from
   std::vector<std::string> points;  // point names in the cell
@@ -241,12 +250,24 @@ struct SweepSummary {
   std::vector<SummaryCurve> curves;             // every (row, col) with a point that ran
   size_t points = 0, completed = 0, diverged = 0, failed = 0, pending = 0, collapsed = 0, damaged = 0;
   std::vector<std::pair<std::string, std::string>> damaged_runs;  // point name, what is wrong
+  // The metric's resolution: the median over the runs of its standard error on the held-out batches
+  // (result.json "<metric>_se"), and how many runs reported one (0: runs from before it was measured).
+  double resolution = NAN;
+  size_t resolution_runs = 0;
+  // Paired by seed (SummaryOptions::paired): per row and column, the difference column - reference
+  // over the seeds where both converged; paired_col is the reference column (-1: no comparison).
+  int paired_col = -1;
+  std::vector<std::vector<PairedDifference>> paired;  // [row][col]
   double unigram_loss = NAN;  // the task's unigram baseline (from the runs), drawn in the plots of a loss
 };
 
 // Reads DIR/spec.json and whatever runs are there (a run counts only when its config hash matches).
 SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt);
 std::string summary_markdown(const SweepSummary& s);
+// The line every summary states its metric's resolution with, and the paired table (empty without
+// a reference column); parts of summary_markdown.
+std::string resolution_text(const SweepSummary& s);
+std::string paired_markdown(const SweepSummary& s);
 std::string summary_csv(const SweepSummary& s);
 std::string summary_json(const SweepSummary& s);
 // SVG plots: validation loss by step per configuration (log y; one panel per column, one line per row

@@ -1,8 +1,10 @@
 // Training: data sources, the optimizer and its schedule, the trainer loop with divergence
 // detection and per-layer statistics.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,10 @@ class DataSource {
   virtual double loss_floor(int64_t seq_len) const = 0;
   // Cross-entropy of the unigram distribution of the targets (from the training data).
   virtual double unigram_loss() const = 0;
+  // The mean cross-entropy of the Bayes predictor (the one that knows the rule) on this batch's
+  // targets; NaN when the rule is not known. A model's loss minus this, on the same tokens, is its
+  // excess loss: the noise of which held-out tokens were drawn cancels in the difference.
+  virtual double oracle_loss(const Batch& b) const = 0;
 };
 
 // The synthetic rule task. Tokens 0..V-K-1 are ordinary, V-K..V-1 are K topic markers.
@@ -75,11 +81,21 @@ struct TrainConfig {
   int64_t steps = 3000;
   int64_t eval_every = 500;
   int64_t eval_batches = 8;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // the model's init and the training batches' order
+  // The task: the synthetic rule (its permutations) and the held-out batches, or text's validation
+  // windows. Unset: the seed's. Runs that differ only in seed but share data_seed learn the same
+  // task and are evaluated on the same tokens.
+  std::optional<uint64_t> data_seed;
+  uint64_t task_seed() const { return data_seed.value_or(seed); }
   int threads = 0;  // 0 = all cores
   std::string init_from;  // a safetensors checkpoint the model starts from ("" = its init scheme)
   void validate() const;  // UsageError naming the field
 };
+
+// The oracle's mean loss on a config's held-out tokens (what every eval of its runs reports as
+// val_oracle_loss); NaN when the rule is not known. The held-out batches are a function of the
+// config alone, so runs written before evals reported it get it back from their config.json.
+double held_out_oracle_loss(const TrainConfig& cfg);
 
 // lr at a 1-based step: linear warm-up from 0 over warmup_steps, then constant or cosine to 0.
 double learning_rate(const TrainConfig& cfg, int64_t step);
@@ -103,6 +119,12 @@ AttentionStats attention_statistics(const AttentionTap& tap);
 struct EvalRecord {
   int64_t step = 0;
   double lr = 0, train_loss = 0, val_loss = 0, grad_norm = 0;
+  // The resolution of val_loss: its standard error over the eval's batches (sample std of the
+  // per-batch means / sqrt(batches); the batches are independent draws). NaN with one batch.
+  double val_loss_se = NAN;
+  // The oracle's loss on the same held-out tokens (DataSource::oracle_loss), and val_loss minus it
+  // with its standard error (from the per-batch differences); NaN when the rule is not known.
+  double val_oracle_loss = NAN, excess_loss = NAN, excess_loss_se = NAN;
   std::vector<double> stream_norm;      // mean over tokens of ||x|| after each block (validation batch 0)
   double final_norm_out = 0;            // ||x|| after the final norm
   std::vector<double> block_grad_norm;  // ||dL/dtheta|| of each block's parameters
@@ -127,6 +149,13 @@ struct TrainResult {
   int64_t steps_done = 0;
   double final_train_loss = 0, final_val_loss = 0, best_val_loss = 0;
   int64_t best_val_step = 0;
+  // Spells of the run at the unigram loss that it left again (a plateau, not a collapse): the first
+  // and last eval step of each, in order. A run that ends there is collapsed instead.
+  std::vector<std::pair<int64_t, int64_t>> plateaus;
+  // Training-loss spikes, judged on every step's loss: steps whose loss exceeds kSpikeFactor times
+  // the median of the kSpikeWindow steps before it (none is judged before that many steps).
+  int64_t spike_count = 0;
+  std::vector<int64_t> spike_steps;  // the first kMaxSpikeSteps of them
   double loss_floor = 0, unigram_loss = 0;
   int64_t parameters = 0;
   double seconds = 0, seconds_per_step = 0, tokens_per_second = 0;
@@ -140,12 +169,33 @@ struct TrainResult {
   double gap_to_floor() const { return final_val_loss - loss_floor; }
 };
 
+// How train counts loss spikes (TrainResult::spike_count).
+constexpr double kSpikeFactor = 1.5;
+constexpr int64_t kSpikeWindow = 100;
+constexpr size_t kMaxSpikeSteps = 100;
+// The spikes of a loss sequence (losses[i] is step first_step + i), as TrainResult counts them.
+// Non-finite losses are not judged and not counted in later windows.
+struct SpikeCount {
+  int64_t count = 0;
+  std::vector<int64_t> steps;
+};
+SpikeCount count_spikes(const std::vector<double>& losses, int64_t first_step = 1);
+// The counter as the trainer runs it, one step at a time (its state is part of TrainState).
+struct SpikeCounter {
+  std::vector<double> recent;  // the last kSpikeWindow finite losses, oldest first
+  SpikeCount result;
+  void add(int64_t step, double loss);
+};
+
 // A finished run whose validation loss ends this close to the unigram baseline (nats), or above
 // it, has collapsed.
 constexpr double kCollapseMargin = 0.05;
 // The eval step from which every validation loss is at or above unigram - kCollapseMargin (the run
 // ended collapsed), or -1 when the last one is below it.
 int64_t collapse_step(const std::vector<EvalRecord>& evals, double unigram_loss);
+// The spells at or above unigram - kCollapseMargin that a later eval left (first and last step of
+// each): learning that stalled and resumed.
+std::vector<std::pair<int64_t, int64_t>> plateau_spells(const std::vector<EvalRecord>& evals, double unigram_loss);
 
 // Called after each eval; the trainer writes nothing itself.
 using EvalCallback = std::function<void(const EvalRecord&)>;
@@ -161,6 +211,10 @@ struct TrainState {
   double train_loss_sum = 0;  // the training losses since the last eval (its train_loss is their mean)
   int64_t train_loss_count = 0;
   std::vector<EvalRecord> evals;  // every eval so far (metrics.jsonl, the best loss, collapse)
+  // The spike counter's state: the last kSpikeWindow training losses and what it has counted.
+  std::vector<double> recent_losses;
+  int64_t spike_count = 0;
+  std::vector<int64_t> spike_steps;
 };
 
 // What a caller is told as a run goes. on_checkpoint(step, model, state) is called every
