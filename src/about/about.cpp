@@ -1,8 +1,10 @@
 #include "normlab/about.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "normlab/cpu_backend.h"
+#include "normlab/cpu_kernels.h"
 #include "normlab/cuda.h"
 #include "normlab/version.h"
 
@@ -20,9 +22,13 @@ std::string version_text() {
 
 std::map<std::string, std::string> provenance() {
   const BuildInfo& b = build_info();
+  const CpuInfo& c = cpu_info();
   return {{"normlab", b.normlab_version}, {"git_commit", b.git_commit}, {"source_hash", b.source_hash},
           {"onednn", onednn_version()},
           {"compiler", b.compiler},       {"build_type", b.build_type}, {"cpu", cpu_model()},
+          {"cpu_vendor", c.vendor},       {"cpu_family", c.family},     {"cpu_model_number", c.model},
+          {"cpu_stepping", c.stepping},   {"cpu_isa", fmt::format("{}", fmt::join(c.isa, " "))},
+          {"onednn_isa", onednn_isa()},   {"norm_kernels_isa", cpu::norm_kernels_isa()},
           {"host", host_name()}};
 }
 

@@ -18,6 +18,7 @@
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/parse.h"
+#include "normlab/render.h"
 #include "normlab/sweep.h"
 #include "normlab/system.h"
 #include "normlab/table.h"
@@ -40,7 +41,10 @@ struct SweepArgs {
   const CLI::Option* slurm_shards_opt = nullptr;
   // summarize
   std::string dir, rows, cols, metric, paired, format = "md";
-  bool no_write = false;
+  bool no_write = false, brief = false;
+  // render
+  std::string render_doc;
+  bool render_check = false;
   std::string curves, curve_field = "val_loss", curve_layers = "max";
   std::vector<std::string> curve_where;
   int curve_digits = 4;
@@ -269,9 +273,30 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   // line); --no-write is for reading a directory one cannot write.
   if (!a.no_write) write_summaries(a.dir, s);
   warn_damaged(a.dir, s.damaged_runs, "not counted as a result (`normlab sweep` runs the point again)");
-  if (format == OutputFormat::markdown) std::cout << summary_markdown(s);
+  NL_USAGE(!a.brief || format == OutputFormat::markdown, "--brief shapes the markdown table; it has no {} form",
+           to_string(format));
+  if (format == OutputFormat::markdown) std::cout << summary_markdown(s, a.brief);
   else if (format == OutputFormat::csv) std::cout << summary_csv(s);
   else std::cout << summary_json(s);
+  return 0;
+}
+
+int run_render_command(const SweepArgs& a, const GlobalOptions& g) {
+  const RenderResult r = render_document(read_file(a.render_doc), shown(a.render_doc, 200), self_exe());
+  size_t changed = 0;
+  for (const RenderBlock& b : r.blocks) {
+    if (!b.changed) continue;
+    ++changed;
+    if (a.render_check) std::cerr << fmt::format("{}:{}: `normlab {}` gives other output than the document holds\n",
+                                                 a.render_doc, b.line, b.command);
+  }
+  if (a.render_check) {
+    if (!g.quiet)
+      std::cout << fmt::format("{}: {} blocks, {} differ from what the data give\n", a.render_doc, r.blocks.size(), changed);
+    return changed ? 1 : 0;
+  }
+  if (changed) write_file_atomic(a.render_doc, r.text);
+  if (!g.quiet) std::cout << fmt::format("{}: {} blocks, {} rewritten\n", a.render_doc, r.blocks.size(), changed);
   return 0;
 }
 
@@ -332,6 +357,9 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
                    "(a column label, e.g. norm=layernorm, or its values, layernorm)");
   summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
+  summ->add_flag("--brief", a->brief,
+                 "Markdown without the title, the legend and the curves: the table, its resolution and the paired "
+                 "table (what a document cites; see `sweep render`)");
   summ->add_option("--curves", a->curves,
                    "STEPS (comma list): print a metrics.jsonl field at these steps for every point, mean ± std over "
                    "the seeds, instead of the summary (writes nothing)");
@@ -354,7 +382,23 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
 A point is finished when its run directory is whole and of the spec's config (as `normlab sweep` decides
 what to resume); statuses are its result.json's. Wall clock: the first start to the last end in the
 manifest, across resumes; the sum of run times adds each point's last attempt's seconds.)");
-  return [a, summ, status, &g] {
+  CLI::App* render = sub->add_subcommand(
+      "render", "Regenerate the blocks of a markdown document that cite normlab commands (tables from the sweeps)");
+  render->add_option("doc", a->render_doc, "The document (e.g. results/REPRODUCTION.md); rewritten in place")->required();
+  render->add_flag("--check", a->render_check, "Write nothing; exit 1 when a block differs from what its command gives now");
+  add_global_flags(*render, g);
+  render->footer(R"(A block is a directive line, the command's output, and an end marker:
+
+  <!-- normlab: sweep summarize results/sweeps/depth-torch --no-write --brief --paired norm=layernorm -->
+  (the output of `normlab sweep summarize ...`, replaced on every render)
+  <!-- normlab: end -->
+
+Each command runs as this normlab binary in the current directory; words are split at spaces (no quoting).
+Examples:
+  normlab sweep render results/REPRODUCTION.md
+  normlab sweep render results/REPRODUCTION.md --check)");
+  return [a, summ, status, render, &g] {
+    if (render->parsed()) return run_render_command(*a, g);
     if (summ->parsed()) return run_summarize_command(*a, g);
     if (status->parsed()) return run_status_command(*a, g);
     return run_sweep_command(*a, g);

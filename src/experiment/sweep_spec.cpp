@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "normlab/config.h"
 #include "normlab/error.h"
@@ -509,6 +510,16 @@ void check_layout(const SummaryLayout& layout, const std::vector<std::string>& a
   for (const std::string& k : names)
     NL_USAGE(k == layout.rows || std::find(layout.cols.begin(), layout.cols.end(), k) != layout.cols.end(),
              "{}: axis '{}' is neither the rows nor a column (each varied axis but seed must be one of them)", where, k);
+  // paired: key=value words over column axes (the values are checked against the runs' columns when summarized)
+  std::istringstream paired(layout.paired);
+  std::string word;
+  while (paired >> word) {
+    const std::vector<std::string> kv = split_at(word, '=');
+    NL_USAGE(kv.size() == 2 && !kv[0].empty(), "{}: paired '{}' is not key=value", where, shown(word));
+    NL_USAGE(std::find(layout.cols.begin(), layout.cols.end(), kv[0]) != layout.cols.end(),
+             "{}: paired names '{}', which is not a column axis (columns: {})", where, shown(kv[0]),
+             layout.cols.empty() ? std::string("none") : fmt::format("{}", fmt::join(layout.cols, ", ")));
+  }
   const auto& numbers = result_number_fields();
   NL_USAGE(std::find(numbers.begin(), numbers.end(), layout.metric) != numbers.end(),
            "{}: metric '{}' is not a number that result.json holds (one of: {})", where, shown(layout.metric),

@@ -12,6 +12,7 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/stats.h"
 #include "normlab/sweep.h"
 #include "normlab/table.h"
@@ -103,13 +104,40 @@ std::string paired_text(const PairedDifference& d) {
   return fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", d.mean, d.low, d.high);
 }
 
-// Where the column labelled (or valued) `name` is among the summary's columns; -1 for none.
-int find_column(const SweepSummary& s, const std::string& name) {
-  for (size_t c = 0; c < s.col_labels.size(); ++c) {
-    if (s.col_labels[c] == name) return static_cast<int>(c);
-    if (fmt::format("{}", fmt::join(s.col_values[c], " ")) == name) return static_cast<int>(c);
+// Each column's reference column for --paired "key=value ...": the column with the same values on
+// the other column axes and the given ones on the named axes (-1 where that is the column itself).
+// UsageError when a key is not a column axis or no column has a value.
+std::vector<int> paired_references(const SweepSummary& s, const std::string& paired) {
+  std::map<size_t, std::string> want;  // column axis index -> value
+  std::istringstream in(paired);
+  std::string word;
+  while (in >> word) {
+    const std::vector<std::string> kv = split_at(word, '=');
+    NL_USAGE(kv.size() == 2 && !kv[0].empty(), "summary: paired '{}': '{}' is not key=value", shown(paired), shown(word));
+    const std::string& key = kv[0];
+    const std::string& value = kv[1];
+    const auto it = std::find(s.cols.begin(), s.cols.end(), key);
+    NL_USAGE(it != s.cols.end(), "summary: paired '{}' names '{}', which is not a column axis (columns: {})", shown(paired),
+             shown(key), s.cols.empty() ? std::string("none") : fmt::format("{}", fmt::join(s.cols, ", ")));
+    const size_t axis = static_cast<size_t>(it - s.cols.begin());
+    bool seen = false;
+    for (const auto& v : s.col_values) seen = seen || v[axis] == value;
+    std::vector<std::string> values;
+    for (const auto& v : s.col_values)
+      if (std::find(values.begin(), values.end(), v[axis]) == values.end()) values.push_back(v[axis]);
+    NL_USAGE(seen, "summary: paired '{}': {} has no value '{}' (values: {})", shown(paired), key, shown(value),
+             fmt::join(values, ", "));
+    want[axis] = value;
   }
-  return -1;
+  NL_USAGE(!want.empty(), "summary: paired '{}' names no column axis (key=value)", shown(paired));
+  std::vector<int> ref(s.col_labels.size(), -1);
+  for (size_t c = 0; c < s.col_labels.size(); ++c) {
+    std::vector<std::string> target = s.col_values[c];
+    for (const auto& [axis, value] : want) target[axis] = value;
+    for (size_t o = 0; o < s.col_labels.size(); ++o)
+      if (o != c && s.col_values[o] == target) ref[c] = static_cast<int>(o);
+  }
+  return ref;
 }
 
 // "1e-4 … 3e-3" when the stable rows are consecutive, else the list; "none".
@@ -135,6 +163,24 @@ constexpr auto num = json_number<ojson>;
 
 }  // namespace
 
+namespace {
+
+Table paired_table(const SweepSummary& s) {
+  Table t;
+  t.columns.push_back({s.rows, Align::right});
+  for (size_t c = 0; c < s.col_labels.size(); ++c)
+    if (s.paired_ref[c] >= 0) t.columns.push_back({s.col_labels[c] + " − " + s.col_labels[static_cast<size_t>(s.paired_ref[c])]});
+  for (size_t r = 0; r < s.row_values.size(); ++r) {
+    std::vector<std::string> row = {s.row_values[r]};
+    for (size_t c = 0; c < s.col_labels.size(); ++c)
+      if (s.paired_ref[c] >= 0) row.push_back(paired_text(s.paired[r][c]));
+    t.add_row(row);
+  }
+  return t;
+}
+
+}  // namespace
+
 std::string resolution_text(const SweepSummary& s) {
   if (s.resolution_runs == 0)
     return fmt::format("Resolution of {}: not measured by these runs (written before runs reported a standard error).", s.metric);
@@ -143,26 +189,18 @@ std::string resolution_text(const SweepSummary& s) {
                      s.metric, s.resolution, s.resolution_runs);
 }
 
-std::string paired_markdown(const SweepSummary& s) {
-  if (s.paired_col < 0) return "";
-  const size_t ref = static_cast<size_t>(s.paired_col);
+std::string paired_markdown(const SweepSummary& s, bool brief) {
+  if (s.paired_by.empty()) return "";
+  if (brief) return fmt::format("\nPaired by seed against {} (mean difference [95% t interval]):\n\n", s.paired_by) +
+                    paired_table(s).markdown();
   std::string out = fmt::format(
-      "\n## Paired by seed: each column minus {}\n\n"
-      "A cell is the mean over the seeds where both runs converged of ({} of the column) − ({} of {}), with its "
-      "two-sided 95% interval [Student t, n − 1 degrees of freedom]; below 0: the column ends lower. A seed's task, "
-      "held-out tokens, init and data order are shared by the pair, so its offset cancels.\n\n",
-      s.col_labels[ref], s.metric, s.metric, s.col_labels[ref]);
-  Table t;
-  t.columns.push_back({s.rows, Align::right});
-  for (size_t c = 0; c < s.col_labels.size(); ++c)
-    if (c != ref) t.columns.push_back({s.col_labels[c] + " − " + s.col_labels[ref]});
-  for (size_t r = 0; r < s.row_values.size(); ++r) {
-    std::vector<std::string> row = {s.row_values[r]};
-    for (size_t c = 0; c < s.col_labels.size(); ++c)
-      if (c != ref) row.push_back(paired_text(s.paired[r][c]));
-    t.add_row(row);
-  }
-  return out + t.markdown();
+      "\n## Paired by seed against {}\n\n"
+      "A cell is the mean over the seeds where both runs converged of ({} of the column) − ({} of its reference, the "
+      "column with {}), with its two-sided 95% interval [Student t, n − 1 degrees of freedom]; below 0: the column "
+      "ends lower. A seed's task, held-out tokens, init and data order are shared by the pair, so its offset "
+      "cancels.\n\n",
+      s.paired_by, s.metric, s.metric, s.paired_by);
+  return out + paired_table(s).markdown();
 }
 
 SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) {
@@ -318,16 +356,13 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   s.resolution_runs = se.size();
   s.resolution = median(se);
   if (!layout.paired.empty()) {
-    s.paired_col = find_column(s, layout.paired);
-    std::vector<std::string> labels;
-    for (const std::string& l : s.col_labels) labels.push_back("'" + l + "'");
-    NL_USAGE(s.paired_col >= 0, "summary: paired column '{}' is not a column of this summary (columns: {})",
-             shown(layout.paired), fmt::join(labels, ", "));
-    const size_t ref = static_cast<size_t>(s.paired_col);
+    s.paired_by = layout.paired;
+    s.paired_ref = paired_references(s, layout.paired);
     s.paired.assign(s.row_values.size(), std::vector<PairedDifference>(s.col_labels.size()));
     for (size_t r = 0; r < s.row_values.size(); ++r)
       for (size_t col = 0; col < s.col_labels.size(); ++col) {
-        if (col == ref) continue;
+        if (s.paired_ref[col] < 0) continue;
+        const size_t ref = static_cast<size_t>(s.paired_ref[col]);
         std::vector<double> d;
         for (const auto& [key, v] : pair_values[r][col]) {
           auto it = pair_values[r][ref].find(key);
@@ -374,22 +409,26 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   return s;
 }
 
-std::string summary_markdown(const SweepSummary& s) {
-  std::string out = fmt::format("# Sweep summary: {}\n\n", s.metric);
-  out += fmt::format("{} points: {} completed{}, {} diverged, {} failed, {} pending (not run yet, or running elsewhere){}.\n",
-                     s.points, s.completed, s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "", s.diverged,
-                     s.failed, s.pending,
-                     s.damaged ? fmt::format("; {} damaged (something that is not a whole run is at its run directory: "
-                                             "see summary.json)", s.damaged)
-                               : "");
-  out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± sample standard deviation (n − 1) of {} over the "
-                     "seeds that converged; a seed that diverged or ended collapsed is counted in the notes and never "
-                     "averaged in (collapsed seeds' own mean is shown apart); diverged@STEP when every seed diverged. "
-                     "plateau@A–B: converged seeds that sat at the unigram loss from eval step A to B, then learned. "
-                     "Spikes: training-loss spikes summed over the seeds (a step above {} x the median of the {} before it).\n",
-                     s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
-                     s.metric, kSpikeFactor, kSpikeWindow);
+std::string summary_markdown(const SweepSummary& s, bool brief) {
+  std::string out = brief ? "" : fmt::format("# Sweep summary: {}\n\n", s.metric);
+  if (!brief) {
+    out += fmt::format("{} points: {} completed{}, {} diverged, {} failed, {} pending (not run yet, or running elsewhere){}.\n",
+                       s.points, s.completed, s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "", s.diverged,
+                       s.failed, s.pending,
+                       s.damaged ? fmt::format("; {} damaged (something that is not a whole run is at its run directory: "
+                                               "see summary.json)", s.damaged)
+                                 : "");
+    out += fmt::format("Rows: {}; columns: {}. A cell is the mean ± sample standard deviation (n − 1) of {} over the "
+                       "seeds that converged; a seed that diverged or ended collapsed is counted in the notes and never "
+                       "averaged in (collapsed seeds' own mean is shown apart); diverged@STEP when every seed diverged. "
+                       "plateau@A–B: converged seeds that sat at the unigram loss from eval step A to B, then learned. "
+                       "Spikes: training-loss spikes summed over the seeds (a step above {} x the median of the {} before it).\n",
+                       s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
+                       s.metric, kSpikeFactor, kSpikeWindow);
+  }
   out += resolution_text(s) + "\n\n";
+  if (brief) out = fmt::format("{} of {} points completed{}. ", s.completed, s.points,
+                               s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "") + out;
   const std::string rows_name = s.rows.empty() ? "" : s.rows;
   Table table;
   table.columns.push_back({rows_name, Align::right});
@@ -408,11 +447,12 @@ std::string summary_markdown(const SweepSummary& s) {
   table.add_row(stable);
   table.add_row(best);
   out += table.markdown();
+  if (brief) return out + paired_markdown(s, true);
   out += "\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
          "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
          "diverged or collapsed point is never best.\n";
 
-  out += paired_markdown(s);
+  out += paired_markdown(s, false);
 
   // Validation loss by step, each column at its best row value: the table papers print.
   std::vector<const SummaryCurve*> shown;
@@ -465,7 +505,7 @@ std::string summary_csv(const SweepSummary& s) {
                             std::string(s.best[c] == static_cast<int>(r) ? "true" : "false"),
                             std::to_string(cell.damaged)})
         row.push_back(v);
-      const PairedDifference d = s.paired_col >= 0 ? s.paired[r][c] : PairedDifference{};
+      const PairedDifference d = !s.paired_by.empty() && s.paired_ref[c] >= 0 ? s.paired[r][c] : PairedDifference{};
       auto g = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
       for (std::string v : {g(cell.collapsed_mean), std::to_string(cell.plateaued),
                             cell.spikes >= 0 ? std::to_string(cell.spikes) : std::string(),
@@ -486,7 +526,7 @@ std::string summary_json(const SweepSummary& s) {
   j["damaged_runs"] = ojson::array();
   for (const auto& [point, problem] : s.damaged_runs) j["damaged_runs"].push_back({{"point", point}, {"problem", problem}});
   j["resolution"] = {{"median_se", num(s.resolution)}, {"runs", s.resolution_runs}};
-  j["paired"] = s.paired_col >= 0 ? ojson(s.col_labels[static_cast<size_t>(s.paired_col)]) : ojson(nullptr);
+  j["paired"] = s.paired_by.empty() ? ojson(nullptr) : ojson(s.paired_by);
   j["row_values"] = s.row_values;
   j["columns"] = ojson::array();
   for (size_t c = 0; c < s.col_labels.size(); ++c) {
@@ -510,9 +550,10 @@ std::string summary_json(const SweepSummary& s) {
                               {"plateaued", cell.plateaued},
                               {"plateau_steps", cell.plateau_first >= 0 ? ojson::array({cell.plateau_first, cell.plateau_last}) : ojson(nullptr)},
                               {"spikes", cell.spikes >= 0 ? ojson(cell.spikes) : ojson(nullptr)},
-                              {"paired", s.paired_col >= 0 && static_cast<int>(c) != s.paired_col && s.paired[r][c].n > 0
+                              {"paired", !s.paired_by.empty() && s.paired_ref[c] >= 0 && s.paired[r][c].n > 0
                                              ? ojson{{"n", s.paired[r][c].n}, {"mean", num(s.paired[r][c].mean)},
-                                                     {"low", num(s.paired[r][c].low)}, {"high", num(s.paired[r][c].high)}}
+                                                     {"low", num(s.paired[r][c].low)}, {"high", num(s.paired[r][c].high)},
+                                                     {"against", s.col_labels[static_cast<size_t>(s.paired_ref[c])]}}
                                              : ojson(nullptr)},
                               {"text", cell_text(cell)},
                               {"points", cell.points}});

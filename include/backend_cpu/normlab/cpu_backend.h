@@ -12,5 +12,7 @@ namespace normlab {
 std::unique_ptr<Backend> make_cpu_backend();
 // The version of the oneDNN library loaded at run time, "2.6.3".
 std::string onednn_version();
+// The ISA oneDNN's kernels use on this CPU (dnnl::get_effective_cpu_isa: avx2, avx512_core, ...).
+std::string onednn_isa();
 
 }  // namespace normlab

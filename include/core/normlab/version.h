@@ -2,6 +2,7 @@
 // about unit's (include/about/normlab/about.h).
 #pragma once
 #include <string>
+#include <vector>
 
 namespace normlab {
 
@@ -19,7 +20,16 @@ struct BuildInfo {
 };
 
 const BuildInfo& build_info();
-std::string cpu_model();        // from /proc/cpuinfo
+// The CPU as /proc/cpuinfo names it (its first processor): what a result must record for a
+// reader to know which kernels could have run, since rounding differs between ISA paths.
+struct CpuInfo {
+  std::string vendor, family, model, stepping, name;  // vendor_id, cpu family, model, stepping, model name
+  // The flags that decide a kernel path, of those the CPU has: sse4_2 avx avx2 fma avx_vnni avx512f
+  // avx512bw avx512vl avx512_vnni avx512_bf16 amx_tile amx_bf16.
+  std::vector<std::string> isa;
+};
+const CpuInfo& cpu_info();
+std::string cpu_model();        // cpu_info().name, or "unknown"
 std::string host_name();
 
 }  // namespace normlab

@@ -207,8 +207,9 @@ struct SummaryOptions {
   std::string rows;               // empty: the spec's layout
   std::vector<std::string> cols;  // empty: the spec's layout
   std::string metric;             // empty: the spec's layout
-  // A column every other column is compared with, paired by seed (its label, e.g. "norm=layernorm",
-  // or the values of the column axes in order, "layernorm"); empty: the spec's layout (none).
+  // What every column is compared with, paired by seed: "key=value ..." for some of the column axes
+  // (e.g. "norm=layernorm"): each column's reference has its values on the other column axes and
+  // these on the named ones. Empty: the spec's layout (none).
   std::string paired;
 };
 
@@ -254,20 +255,24 @@ struct SweepSummary {
   // (result.json "<metric>_se"), and how many runs reported one (0: runs from before it was measured).
   double resolution = NAN;
   size_t resolution_runs = 0;
-  // Paired by seed (SummaryOptions::paired): per row and column, the difference column - reference
-  // over the seeds where both converged; paired_col is the reference column (-1: no comparison).
-  int paired_col = -1;
+  // Paired by seed (SummaryOptions::paired): per row and column, the difference column - its
+  // reference column over the seeds where both converged. paired_by: the reference values as given
+  // ("" : no comparison); paired_ref[col]: that column's reference (-1: none, or it is one).
+  std::string paired_by;
+  std::vector<int> paired_ref;
   std::vector<std::vector<PairedDifference>> paired;  // [row][col]
   double unigram_loss = NAN;  // the task's unigram baseline (from the runs), drawn in the plots of a loss
 };
 
 // Reads DIR/spec.json and whatever runs are there (a run counts only when its config hash matches).
 SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt);
-std::string summary_markdown(const SweepSummary& s);
+// brief: the table with its stable/best rows, the resolution line and the paired table only (no
+// title, legend or curves): what a document cites.
+std::string summary_markdown(const SweepSummary& s, bool brief = false);
 // The line every summary states its metric's resolution with, and the paired table (empty without
 // a reference column); parts of summary_markdown.
 std::string resolution_text(const SweepSummary& s);
-std::string paired_markdown(const SweepSummary& s);
+std::string paired_markdown(const SweepSummary& s, bool brief);
 std::string summary_csv(const SweepSummary& s);
 std::string summary_json(const SweepSummary& s);
 // SVG plots: validation loss by step per configuration (log y; one panel per column, one line per row

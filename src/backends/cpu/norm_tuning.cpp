@@ -341,18 +341,9 @@ std::optional<bool> forced_stores() {
 // ---- the cache file -------------------------------------------------------------------------
 
 std::string cpu_identity() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, vendor, family, model, stepping, name;
-  auto value = [&](const std::string& l) { return l.substr(l.find(':') == std::string::npos ? l.size() : l.find(':') + 2); };
-  while (std::getline(in, line) && line.find_first_not_of(" \t") != std::string::npos) {
-    if (line.rfind("vendor_id", 0) == 0) vendor = value(line);
-    else if (line.rfind("cpu family", 0) == 0) family = value(line);
-    else if (line.rfind("model name", 0) == 0) name = value(line);
-    else if (line.rfind("model", 0) == 0) model = value(line);
-    else if (line.rfind("stepping", 0) == 0) stepping = value(line);
-  }
-  return fmt::format("{} family {} model {} stepping {} ({}), L2 {} KiB, LLC {} KiB", vendor, family, model, stepping,
-                     name, l2_cache_size() >> 10, last_level_cache_size() >> 10);
+  const CpuInfo& c = cpu_info();
+  return fmt::format("{} family {} model {} stepping {} ({}), L2 {} KiB, LLC {} KiB", c.vendor, c.family, c.model,
+                     c.stepping, c.name, l2_cache_size() >> 10, last_level_cache_size() >> 10);
 }
 
 std::string build_identity() {
