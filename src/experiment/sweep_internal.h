@@ -26,7 +26,7 @@ struct RunRecord {
   double metric = 0;
   double metric_se = NAN;  // result.json's "<metric>_se" where the run measured it (its resolution)
   std::vector<std::pair<int64_t, int64_t>> plateaus;  // result.json "plateaus"
-  int64_t spikes = -1;     // result.json "spikes.count" (-1: not counted)
+  int64_t spikes = -1;     // result.json "spike_count" (-1: not counted)
   int64_t diverged_step = -1;
   bool collapsed = false;  // train's status "collapsed": finished, but learned nothing (train.h)
   int64_t collapsed_step = -1;

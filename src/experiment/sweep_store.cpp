@@ -114,9 +114,9 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
     const std::string se = metric + "_se";
     if (j.contains(se) && j[se].is_number()) r.metric_se = j[se].get<double>();
     if (j.contains("plateaus") && j["plateaus"].is_array())
-      for (const json& p : j["plateaus"])
-        if (p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer())
-          r.plateaus.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
+      for (const json& spell : j["plateaus"])
+        if (spell.is_array() && spell.size() == 2 && spell[0].is_number_integer() && spell[1].is_number_integer())
+          r.plateaus.emplace_back(spell[0].get<int64_t>(), spell[1].get<int64_t>());
     if (j.contains("spike_count") && j["spike_count"].is_number_integer()) r.spikes = j["spike_count"].get<int64_t>();
     r.collapsed = status == "collapsed";
     if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())

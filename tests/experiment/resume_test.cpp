@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -129,6 +130,11 @@ void expect_resume_is_exact(ModelKind model, int64_t save_every, int64_t stop_af
     EXPECT_EQ(a.data_rng.state, b.data_rng.state);
     EXPECT_EQ(a.train_loss_sum, b.train_loss_sum);
     EXPECT_EQ(a.train_loss_count, b.train_loss_count);
+    // The spike counter's window and counts continue where they were (issue 25).
+    EXPECT_EQ(a.recent_losses, b.recent_losses) << name;
+    EXPECT_EQ(a.recent_losses.size(), static_cast<size_t>(std::min<int64_t>(s, kSpikeWindow))) << name;
+    EXPECT_EQ(a.spike_count, b.spike_count) << name;
+    EXPECT_EQ(a.spike_steps, b.spike_steps) << name;
     ASSERT_EQ(a.evals.size(), b.evals.size());
     for (size_t i = 0; i < a.evals.size(); ++i) EXPECT_EQ(eval_to_json_line(a.evals[i]), eval_to_json_line(b.evals[i]));
   }
@@ -251,5 +257,71 @@ TEST(Resume, TrainStateRoundTripsExactly) {
   EXPECT_EQ(back.evals[0].lr, r.lr);
   EXPECT_EQ(back.evals[0].stream_norm, r.stream_norm);
   EXPECT_TRUE(std::signbit(back.evals[0].block_grad_norm[0]));
+  fs::remove_all(dir);
+}
+
+// issue 25: the spike counter's state and the evals' standard errors and excess loss survive a
+// state file; a state written before they existed still loads, with counting restarted.
+TEST(Resume, TrainStateKeepsTheSpikeCounterAndTheExcessLoss) {
+  TrainState st;
+  st.step = 130;
+  st.adam_m = Tensor::from({1.0, 2.0}, {2});
+  st.adam_v = Tensor::from({3.0, 4.0}, {2});
+  st.recent_losses = {1.0 / 3.0, 4.25, 1e-300};
+  st.spike_count = 101;
+  st.spike_steps = {101, 117, 129};
+  EvalRecord r;
+  r.step = 120;
+  r.val_loss = 3.5;
+  r.val_loss_se = 0.1 / 3.0;
+  r.val_oracle_loss = 0.9331121027541021;
+  r.excess_loss = 3.5 - 0.9331121027541021;
+  r.excess_loss_se = std::nan("");
+  st.evals.push_back(r);
+  const fs::path dir = fresh_dir("state_spikes");
+  fs::create_directories(dir);
+  const std::string path = (dir / "s.safetensors").string();
+  save_train_state(path, st, {});
+  TrainState back = load_train_state(path);
+  EXPECT_EQ(back.recent_losses, st.recent_losses);
+  EXPECT_EQ(back.spike_count, 101);
+  EXPECT_EQ(back.spike_steps, st.spike_steps);
+  ASSERT_EQ(back.evals.size(), 1u);
+  EXPECT_EQ(back.evals[0].val_loss_se, r.val_loss_se);
+  EXPECT_EQ(back.evals[0].val_oracle_loss, r.val_oracle_loss);
+  EXPECT_EQ(back.evals[0].excess_loss, r.excess_loss);
+  EXPECT_TRUE(std::isnan(back.evals[0].excess_loss_se));
+
+  // The same file as a state from before: no counter keys, evals without the four fields.
+  SafetensorsFile f = load_safetensors(path);
+  for (const char* k : {"recent_losses", "spike_count", "spike_steps"}) ASSERT_EQ(f.metadata.erase(k), 1u) << k;
+  nlohmann::json evals = nlohmann::json::parse(f.metadata.at("evals"));
+  for (auto& e : evals)
+    for (const char* k : {"val_loss_se", "val_oracle_loss", "excess_loss", "excess_loss_se"}) ASSERT_EQ(e.erase(k), 1u) << k;
+  f.metadata["evals"] = evals.dump();
+  const std::string old_path = (dir / "old.safetensors").string();
+  save_safetensors(old_path, f.tensors, f.metadata);
+  TrainState old = load_train_state(old_path);
+  EXPECT_EQ(old.step, 130);
+  EXPECT_TRUE(old.recent_losses.empty());
+  EXPECT_EQ(old.spike_count, 0);
+  EXPECT_TRUE(old.spike_steps.empty());
+  ASSERT_EQ(old.evals.size(), 1u);
+  EXPECT_EQ(old.evals[0].val_loss, 3.5);
+  EXPECT_TRUE(std::isnan(old.evals[0].val_loss_se));
+  EXPECT_TRUE(std::isnan(old.evals[0].val_oracle_loss));
+  EXPECT_TRUE(std::isnan(old.evals[0].excess_loss));
+
+  // A damaged counter is named, never a crash.
+  f.metadata["recent_losses"] = "[\"0x1p+0\"]";
+  f.metadata["spike_count"] = "2";
+  f.metadata["spike_steps"] = "[101, \"x\"]";
+  save_safetensors(old_path, f.tensors, f.metadata);
+  try {
+    load_train_state(old_path);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("spike_steps"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }

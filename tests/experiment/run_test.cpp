@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -300,4 +301,87 @@ TEST(TrainConfigKeys, EveryResolvedConfigReadsBack) {
   TrainConfig back;
   apply_config_json(back, config_to_json(c), "test");
   EXPECT_EQ(config_to_json(back), config_to_json(c));
+}
+
+// issue 25: data_seed is written only when set, so every config from before it reads and hashes
+// as it did.
+TEST(TrainConfigKeys, DataSeedIsWrittenOnlyWhenSet) {
+  TrainConfig c = tiny();
+  const std::string unset = config_to_json(c);
+  EXPECT_EQ(unset.find("data_seed"), std::string::npos) << unset;
+  c.data_seed = 18446744073709551615ull;
+  const std::string set = config_to_json(c);
+  EXPECT_NE(set.find("\"data_seed\": 18446744073709551615"), std::string::npos) << set;
+  TrainConfig back;
+  apply_config_json(back, set, "test");
+  ASSERT_TRUE(back.data_seed.has_value());
+  EXPECT_EQ(*back.data_seed, 18446744073709551615ull);
+  EXPECT_EQ(config_to_json(back), set);
+  TrainConfig d;
+  apply_config_json(d, R"({"data_seed": 7, "seed": 3})", "x.json");
+  EXPECT_EQ(d.task_seed(), 7u);
+  apply_config_json(d, R"({"data_seed": null})", "x.json");  // null: unset again
+  EXPECT_FALSE(d.data_seed.has_value());
+  EXPECT_EQ(d.task_seed(), 3u);
+  EXPECT_THROW(apply_config_json(d, R"({"data_seed": -1})", "x.json"), UsageError);
+  EXPECT_THROW(apply_config_json(d, R"({"data_seed": "one"})", "x.json"), UsageError);
+  // Unset, the resolved config is the one written before the key existed.
+  TrainConfig old;
+  apply_config_json(old, unset, "resolved");
+  EXPECT_FALSE(old.data_seed.has_value());
+  EXPECT_EQ(config_to_json(old), unset);
+}
+
+// issue 25: result.json and metrics.jsonl carry the resolution, the excess loss and the spikes.
+TEST(TrainRun, ResultHoldsTheExcessLossSpikesAndPlateaus) {
+  TrainConfig c = tiny();
+  c.eval_batches = 4;
+  const fs::path dir = fresh_dir("excess");
+  RunOptions o;
+  o.dir = dir.string();
+  run_and_record(c, o);
+  const auto result = nlohmann::json::parse(slurp(dir / "result.json"));
+  for (const char* k : {"final_val_loss_se", "final_oracle_loss", "final_excess_loss", "final_excess_loss_se"})
+    ASSERT_TRUE(result[k].is_number()) << k << ": " << result.dump();
+  EXPECT_NEAR(result["final_excess_loss"].get<double>(),
+              result["final_val_loss"].get<double>() - result["final_oracle_loss"].get<double>(), 1e-12);
+  EXPECT_EQ(result["final_oracle_loss"].get<double>(), held_out_oracle_loss(c));
+  EXPECT_EQ(result["val_tokens"], c.eval_batches * c.batch_size * c.model.seq_len);
+  EXPECT_EQ(result["spike_count"], 0);  // 6 steps: none is judged
+  EXPECT_TRUE(result["spike_steps"].is_array() && result["spike_steps"].empty()) << result.dump();
+  EXPECT_NE(result["spike_rule"].get<std::string>().find("1.5 x the median of the 100 steps"), std::string::npos);
+  EXPECT_TRUE(result["plateaus"].is_array()) << result.dump();
+  for (const char* k : {"final_excess_loss", "final_excess_loss_se", "spike_count", "val_tokens"})
+    EXPECT_NE(std::find(result_number_fields().begin(), result_number_fields().end(), k), result_number_fields().end()) << k;
+  for (const std::string& line : normlab::test::split_lines(slurp(dir / "metrics.jsonl"))) {
+    const auto m = nlohmann::json::parse(line);
+    for (const char* k : {"val_loss_se", "val_oracle_loss", "excess_loss", "excess_loss_se"})
+      EXPECT_TRUE(m[k].is_number()) << k << ": " << line;
+  }
+  // One held-out batch: no standard error (null, not a measured 0).
+  c.eval_batches = 1;
+  const fs::path one = fresh_dir("excess_one");
+  o.dir = one.string();
+  run_and_record(c, o);
+  const auto r1 = nlohmann::json::parse(slurp(one / "result.json"));
+  EXPECT_TRUE(r1["final_val_loss_se"].is_null()) << r1.dump();
+  EXPECT_TRUE(r1["final_excess_loss_se"].is_null()) << r1.dump();
+  EXPECT_TRUE(r1["final_excess_loss"].is_number()) << r1.dump();
+  fs::remove_all(dir);
+  fs::remove_all(one);
+}
+
+// A plateau that a run left is in result.json as [first, last] eval steps. Post-LN at lr 1e-2
+// under torch init collapses (TrainStatus.PostLnAtHighLrUnderTorchInitCollapses); what matters
+// here is that the writer copies TrainResult::plateaus as pairs.
+TEST(TrainRun, PlateausAreWrittenAsStepPairs) {
+  TrainResult r;
+  r.status = "ok";
+  r.plateaus = {{100, 300}, {500, 500}};
+  r.spike_count = 120;
+  r.spike_steps = {101, 250};
+  const auto j = nlohmann::json::parse(result_to_json(tiny(), r, {}));
+  EXPECT_EQ(j["plateaus"], nlohmann::json::parse("[[100, 300], [500, 500]]")) << j.dump();
+  EXPECT_EQ(j["spike_count"], 120);
+  EXPECT_EQ(j["spike_steps"], nlohmann::json::parse("[101, 250]"));
 }

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "normlab/config.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/sweep.h"
@@ -726,7 +727,7 @@ TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
                          "--set", "init=torch", "--set", "steps=100", "--set", "eval_every=50", "--set",
                          "eval_batches=2", "--jobs", "2", "-q"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss"});
+  SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss", ""});
   ASSERT_EQ(s.points, 2u);
   EXPECT_EQ(s.collapsed, 1u);
   const std::string md = slurp(tmp / "s" + "/summary.md");
@@ -1075,6 +1076,185 @@ TEST(SweepFiles, AFifoInTheSweepIsNeverWaitedOn) {
   EXPECT_FALSE(r.timed_out) << describe(r);
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << describe(r);
+}
+
+
+// ---- issue 25: collapsed seeds apart, plateaus, spikes, the paired table, the backfilled excess loss -----
+
+// Rewrites fields of a run's result.json (as a run with other outcomes would have written it).
+void edit_result(const std::string& run, const json& fields, const std::vector<std::string>& erase = {}) {
+  json j = json::parse(slurp(run + "/result.json"));
+  for (const auto& [k, v] : fields.items()) j[k] = v;
+  for (const std::string& k : erase) j.erase(k);
+  std::ofstream(run + "/result.json", std::ios::trunc) << j.dump(2) << "\n";
+}
+
+json result_of(const std::string& run) { return json::parse(slurp(run + "/result.json")); }
+
+std::string fixed4(double v) { return fmt::format("{:.4f}", v); }
+
+SummaryOptions paired_on(const std::string& column, const std::string& metric = "") {
+  SummaryOptions o;
+  o.metric = metric;
+  o.paired = column;
+  return o;
+}
+
+TEST_F(SweepRun, CollapsedSeedsAreNeverAveragedIn) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  const std::string runs = dir + "/runs/";
+  // lr 1e-2, pre: seed 0 learned; seed 1 ended collapsed at step 30 (its plateau is not counted).
+  edit_result(runs + "lr=1e-2/placement=pre/seed=0",
+              {{"status", "ok"}, {"collapsed_step", nullptr}, {"final_val_loss", 3.25}, {"plateaus", json::array()},
+               {"spike_count", 0}});
+  edit_result(runs + "lr=1e-2/placement=pre/seed=1",
+              {{"status", "collapsed"}, {"collapsed_step", 30}, {"final_val_loss", 4.0625},
+               {"plateaus", json::parse("[[10, 20]]")}, {"spike_count", 0}});
+  // lr 1e-2, post: both learned; seed 0 plateaued twice and spiked twice, seed 1 once.
+  edit_result(runs + "lr=1e-2/placement=post/seed=0",
+              {{"status", "ok"}, {"collapsed_step", nullptr}, {"final_val_loss", 3.0},
+               {"plateaus", json::parse("[[10, 10], [20, 30]]")}, {"spike_count", 2}});
+  edit_result(runs + "lr=1e-2/placement=post/seed=1",
+              {{"status", "ok"}, {"collapsed_step", nullptr}, {"final_val_loss", 3.5}, {"plateaus", json::array()},
+               {"spike_count", 1}});
+  SweepSummary s = summarize_sweep(dir, {});
+  ASSERT_EQ(s.rows, "lr");
+  ASSERT_EQ(s.col_labels, (std::vector<std::string>{"placement=pre", "placement=post"}));
+  ASSERT_EQ(s.row_values[1], "1e-2");
+  const SummaryCell& pre = s.cells[1][0];
+  EXPECT_EQ(pre.n, 1);
+  EXPECT_EQ(pre.mean, 3.25);  // seed 0 alone
+  EXPECT_EQ(pre.collapsed, 1);
+  EXPECT_EQ(pre.collapsed_mean, 4.0625);
+  EXPECT_EQ(pre.plateaued, 0);
+  EXPECT_EQ(pre.spikes, 0);
+  const SummaryCell& post = s.cells[1][1];
+  EXPECT_EQ(post.n, 2);
+  EXPECT_EQ(post.mean, 3.25);
+  EXPECT_EQ(post.collapsed, 0);
+  EXPECT_EQ(post.plateaued, 1);
+  EXPECT_EQ(post.plateau_first, 10);
+  EXPECT_EQ(post.plateau_last, 30);
+  EXPECT_EQ(post.spikes, 3);
+  // Every cell of the sweep: the mean over the seeds that ended "ok", the collapsed counted apart.
+  for (size_t r = 0; r < s.row_values.size(); ++r)
+    for (size_t c = 0; c < s.col_labels.size(); ++c) {
+      SCOPED_TRACE(s.row_values[r] + " " + s.col_labels[c]);
+      std::vector<double> ok;
+      int collapsed = 0;
+      for (const std::string& point : s.cells[r][c].points) {
+        const json j = result_of(runs + point);
+        if (j["status"] == "ok") ok.push_back(j["final_val_loss"].get<double>());
+        collapsed += j["status"] == "collapsed";
+      }
+      EXPECT_EQ(s.cells[r][c].n, static_cast<int>(ok.size()));
+      EXPECT_EQ(s.cells[r][c].collapsed, collapsed);
+      if (!ok.empty()) {
+        EXPECT_NEAR(s.cells[r][c].mean, mean(ok), 1e-12);
+      }
+    }
+  // A row with a collapsed seed is never stable; pre has no other stable row (lr 1e-3 collapses in
+  // 40 steps, lr 1e30 diverges), so no best.
+  for (size_t r : s.stable[0]) EXPECT_NE(s.row_values[r], "1e-2");
+  CliResult cli = run_cli({"sweep", "summarize", dir, "--format", "json", "--no-write"});
+  ASSERT_EQ(cli.exit_code, 0) << describe(cli);
+  json j = json::parse(cli.out);
+  std::map<std::string, std::string> text;
+  for (const json& col : j["columns"])
+    for (const json& cell : col["cells"]) text[col["label"].get<std::string>() + " " + cell["row"].get<std::string>()] = cell["text"];
+  EXPECT_EQ(text["placement=pre 1e-2"], "3.2500 (1/2 collapsed@30 at 4.0625)");
+  EXPECT_EQ(text["placement=post 1e-2"], "3.2500 ± " + fixed4(std::sqrt(0.125)) + " (1/2 plateau@10–30, 3 spikes)");
+}
+
+TEST_F(SweepRun, PairedBySeedWithAStudentTInterval) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  const std::string runs = dir + "/runs/";
+  auto set = [&](const std::string& point, const std::string& status, double loss) {
+    edit_result(runs + point, {{"status", status}, {"collapsed_step", status == "collapsed" ? json(10) : json(nullptr)},
+                               {"final_val_loss", loss}});
+  };
+  // lr 1e-2: post - pre = -0.1 (seed 0), -0.3 (seed 1). lr 1e-3: only seed 0 converged in both.
+  set("lr=1e-2/placement=pre/seed=0", "ok", 3.0);
+  set("lr=1e-2/placement=pre/seed=1", "ok", 3.5);
+  set("lr=1e-2/placement=post/seed=0", "ok", 2.9);
+  set("lr=1e-2/placement=post/seed=1", "ok", 3.2);
+  set("lr=1e-3/placement=pre/seed=0", "ok", 4.0);
+  set("lr=1e-3/placement=pre/seed=1", "collapsed", 4.1);
+  set("lr=1e-3/placement=post/seed=0", "ok", 3.875);
+  set("lr=1e-3/placement=post/seed=1", "ok", 3.0);
+  for (const std::string& column : {std::string("placement=pre"), std::string("pre")}) {
+    SCOPED_TRACE(column);
+    SweepSummary s = summarize_sweep(dir, paired_on(column));
+    ASSERT_EQ(s.paired_col, 0);
+    ASSERT_EQ(s.row_values, (std::vector<std::string>{"1e-3", "1e-2", "1e30"}));
+    const PairedDifference& d = s.paired[1][1];
+    EXPECT_EQ(d.n, 2);
+    EXPECT_NEAR(d.mean, -0.2, 1e-12);
+    const double half = 12.706 * (0.2 / std::sqrt(2.0)) / std::sqrt(2.0);  // t(1) * sd / sqrt(n)
+    EXPECT_NEAR(d.low, -0.2 - half, 1e-12);
+    EXPECT_NEAR(d.high, -0.2 + half, 1e-12);
+    EXPECT_EQ(s.paired[0][1].n, 1);  // the collapsed seed pairs with nothing
+    EXPECT_EQ(s.paired[0][1].mean, -0.125);
+    EXPECT_EQ(s.paired[2][1].n, 0);  // diverged
+  }
+  CliResult r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("## Paired by seed: each column minus placement=pre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-0.2000 [-1.4706, +1.0706]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-0.1250 (n=1)"), std::string::npos) << r.out;
+  r = run_cli({"sweep", "summarize", dir, "--paired", "pre", "--format", "json", "--no-write"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["paired"], "placement=pre");
+  for (const json& cell : j["columns"][1]["cells"])
+    if (cell["row"] == "1e-2") {
+      EXPECT_EQ(cell["paired"]["n"], 2) << cell.dump();
+      EXPECT_NEAR(cell["paired"]["mean"].get<double>(), -0.2, 1e-12) << cell.dump();
+    }
+  // Without --paired: no paired table.
+  r = run_cli({"sweep", "summarize", dir, "--no-write"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out.find("Paired by seed"), std::string::npos) << r.out;
+  // A column that is not one: one line, exit 2, naming the columns.
+  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=sandwich", "--no-write"});
+  expect_one_error_line(r, "paired column 'placement=sandwich' is not a column");
+  EXPECT_NE(r.err.find("'placement=post'"), std::string::npos) << describe(r);
+}
+
+// Runs from before evals measured the oracle: final_excess_loss (and final_oracle_loss) come back
+// from their config, as the run itself would have written them.
+TEST_F(SweepRun, ExcessLossIsBackfilledForRunsThatLackIt) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  const std::string a = dir + "/runs/lr=1e-2/placement=pre/seed=0", b = dir + "/runs/lr=1e-2/placement=pre/seed=1";
+  edit_result(a, {{"status", "ok"}, {"collapsed_step", nullptr}});
+  edit_result(b, {{"status", "ok"}, {"collapsed_step", nullptr}});
+  const json ja = result_of(a), jb = result_of(b);
+  const double oracle = held_out_oracle_loss(load_train_config(a + "/config.json", {}));
+  const double backfilled = ja["final_val_loss"].get<double>() - oracle;
+  EXPECT_NEAR(backfilled, ja["final_excess_loss"].get<double>(), 1e-12);  // what the run wrote
+  EXPECT_EQ(oracle, ja["final_oracle_loss"].get<double>());
+  edit_result(a, json::object(), {"final_excess_loss", "final_excess_loss_se", "final_oracle_loss"});
+  SweepSummary s = summarize_sweep(dir, paired_on("", "final_excess_loss"));
+  ASSERT_EQ(s.row_values[1], "1e-2");
+  EXPECT_EQ(s.cells[1][0].n, 2);
+  EXPECT_NEAR(s.cells[1][0].mean, 0.5 * (backfilled + jb["final_excess_loss"].get<double>()), 1e-12);
+  // Its resolution: the runs that reported a standard error (not the backfilled one).
+  EXPECT_EQ(s.resolution_runs, s.completed - 1);
+  EXPECT_TRUE(std::isfinite(s.resolution));
+  EXPECT_NE(resolution_text(s).find("Resolution of final_excess_loss: "), std::string::npos) << resolution_text(s);
+  s = summarize_sweep(dir, paired_on("", "final_oracle_loss"));
+  EXPECT_NEAR(s.cells[1][0].mean, 0.5 * (oracle + jb["final_oracle_loss"].get<double>()), 1e-12);
+  CliResult r = run_cli({"sweep", "summarize", dir, "--metric", "final_excess_loss", "--no-write"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("# Sweep summary: final_excess_loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Resolution of final_excess_loss: "), std::string::npos) << r.out;
 }
 
 }  // namespace
