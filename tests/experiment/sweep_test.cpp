@@ -1186,10 +1186,10 @@ TEST_F(SweepRun, PairedBySeedWithAStudentTInterval) {
   set("lr=1e-3/placement=pre/seed=1", "collapsed", 4.1);
   set("lr=1e-3/placement=post/seed=0", "ok", 3.875);
   set("lr=1e-3/placement=post/seed=1", "ok", 3.0);
-  for (const std::string& column : {std::string("placement=pre"), std::string("pre")}) {
-    SCOPED_TRACE(column);
-    SweepSummary s = summarize_sweep(dir, paired_on(column));
-    ASSERT_EQ(s.paired_col, 0);
+  {
+    SweepSummary s = summarize_sweep(dir, paired_on("placement=pre"));
+    ASSERT_EQ(s.paired_by, "placement=pre");
+    ASSERT_EQ(s.paired_ref, (std::vector<int>{-1, 0}));  // post against pre; pre is the reference
     ASSERT_EQ(s.row_values, (std::vector<std::string>{"1e-3", "1e-2", "1e30"}));
     const PairedDifference& d = s.paired[1][1];
     EXPECT_EQ(d.n, 2);
@@ -1203,11 +1203,11 @@ TEST_F(SweepRun, PairedBySeedWithAStudentTInterval) {
   }
   CliResult r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find("## Paired by seed: each column minus placement=pre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("## Paired by seed against placement=pre"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("-0.2000 [-1.4706, +1.0706]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("-0.1250 (n=1)"), std::string::npos) << r.out;
-  r = run_cli({"sweep", "summarize", dir, "--paired", "pre", "--format", "json", "--no-write"});
+  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--format", "json", "--no-write"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   json j = json::parse(r.out);
   EXPECT_EQ(j["paired"], "placement=pre");
@@ -1215,15 +1215,20 @@ TEST_F(SweepRun, PairedBySeedWithAStudentTInterval) {
     if (cell["row"] == "1e-2") {
       EXPECT_EQ(cell["paired"]["n"], 2) << cell.dump();
       EXPECT_NEAR(cell["paired"]["mean"].get<double>(), -0.2, 1e-12) << cell.dump();
+      EXPECT_EQ(cell["paired"]["against"], "placement=pre") << cell.dump();
     }
   // Without --paired: no paired table.
   r = run_cli({"sweep", "summarize", dir, "--no-write"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_EQ(r.out.find("Paired by seed"), std::string::npos) << r.out;
-  // A column that is not one: one line, exit 2, naming the columns.
+  // A value no column has, a key that is not a column axis, a word that is not key=value: one
+  // line each, exit 2, naming what is there.
   r = run_cli({"sweep", "summarize", dir, "--paired", "placement=sandwich", "--no-write"});
-  expect_one_error_line(r, "paired column 'placement=sandwich' is not a column");
-  EXPECT_NE(r.err.find("'placement=post'"), std::string::npos) << describe(r);
+  expect_one_error_line(r, "placement has no value 'sandwich' (values: pre, post)");
+  r = run_cli({"sweep", "summarize", dir, "--paired", "lr=1e-2", "--no-write"});
+  expect_one_error_line(r, "names 'lr', which is not a column axis (columns: placement)");
+  r = run_cli({"sweep", "summarize", dir, "--paired", "pre", "--no-write"});
+  expect_one_error_line(r, "'pre' is not key=value");
 }
 
 // Runs from before evals measured the oracle: final_excess_loss (and final_oracle_loss) come back
