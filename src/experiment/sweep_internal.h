@@ -34,6 +34,8 @@ struct RunRecord {
   std::string problem;      // status "": what is wrong with what is there ("" when nothing is: pending)
 };
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);
+// A run directory's metrics.jsonl as eval records holding step and val_loss only (none when absent).
+std::vector<EvalRecord> read_eval_losses(const std::string& run);
 std::string now_iso8601();
 
 // DIR/manifest.jsonl as the runner reads it: per point (name and config hash), its last record

@@ -64,6 +64,29 @@ void manifest_append(const std::string& dir, const std::string& json_line) {
            n < 0 ? std::strerror(err) : "short write");
 }
 
+std::vector<EvalRecord> read_eval_losses(const std::string& run) {
+  std::vector<EvalRecord> evals;
+  std::string text;
+  try {
+    text = read_file((fs::path(run) / "metrics.jsonl").string());
+  } catch (const UsageError&) {
+    return evals;
+  }
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      const json e = json::parse(line);
+      EvalRecord r;
+      r.step = e.at("step").get<int64_t>();
+      r.val_loss = e["val_loss"].is_number() ? e["val_loss"].get<double>() : NAN;
+      evals.push_back(r);
+    } catch (const std::exception&) {
+    }
+  }
+  return evals;
+}
+
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric) {
   RunRecord r;
   const fs::path rd = run_dir(dir, p);
@@ -117,6 +140,9 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
       for (const json& spell : j["plateaus"])
         if (spell.is_array() && spell.size() == 2 && spell[0].is_number_integer() && spell[1].is_number_integer())
           r.plateaus.emplace_back(spell[0].get<int64_t>(), spell[1].get<int64_t>());
+    // Runs from before result.json listed plateaus: the same rule over their metrics.jsonl.
+    if (!j.contains("plateaus") && status != "diverged" && j.contains("unigram_loss") && j["unigram_loss"].is_number())
+      r.plateaus = plateau_spells(read_eval_losses(rd.string()), j["unigram_loss"].get<double>());
     if (j.contains("spike_count") && j["spike_count"].is_number_integer()) r.spikes = j["spike_count"].get<int64_t>();
     r.collapsed = status == "collapsed";
     if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())

@@ -44,22 +44,8 @@ bool numeric(const std::string& s, double* out) {
 // Validation loss by step of one run (NaN where the loss was not finite).
 std::map<int64_t, double> val_curve(const std::string& run) {
   std::map<int64_t, double> c;
-  std::string text;
-  try {
-    text = read_file((fs::path(run) / "metrics.jsonl").string());  // a FIFO planted here is refused, not waited on
-  } catch (const UsageError&) {
-    return c;  // no curve: the run's result.json decides whether it counts
-  }
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    try {
-      json j = json::parse(line);
-      c[j.at("step").get<int64_t>()] = j["val_loss"].is_number() ? j["val_loss"].get<double>() : NAN;
-    } catch (const std::exception&) {
-    }
-  }
-  return c;
+  for (const EvalRecord& r : read_eval_losses(run)) c[r.step] = r.val_loss;
+  return c;  // no curve: the run's result.json decides whether it counts
 }
 
 std::string fixed4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : "nan"; }
