@@ -113,7 +113,7 @@ class ModelConfig:
         self.seed = int(cfg["seed"])
         for k, allowed in (("model", ("toy", "gpt")), ("norm", ("none", "layernorm", "rmsnorm")),
                            ("placement", ("pre", "post", "sandwich", "deepnorm")),
-                           ("final_norm", ("auto", "on", "off")), ("init", ("gpt2", "xavier", "torch", "fairseq"))):
+                           ("final_norm", ("auto", "on", "off", "layernorm", "rmsnorm")), ("init", ("gpt2", "xavier", "torch", "fairseq"))):
             if getattr(self, k) not in allowed:
                 raise ValueError(f"config {k} = {getattr(self, k)!r} is not one of {allowed}")
 
@@ -127,14 +127,22 @@ class ModelConfig:
             return self.norm_eps
         return DEFAULT_EPS["rmsnorm" if self.norm == "rmsnorm" else "layernorm"]
 
-    def final_norm_on(self):  # ModelConfig::final_norm_on
-        if self.norm == "none":
-            return False
-        if self.final_norm == "on":
-            return True
+    def final_norm_kind(self):  # ModelConfig::final_norm_kind
         if self.final_norm == "off":
-            return False
-        return self.placement in ("pre", "sandwich")
+            return "none"
+        if self.final_norm == "on":
+            return self.norm
+        if self.final_norm in ("layernorm", "rmsnorm"):
+            return self.final_norm
+        return self.norm if self.placement in ("pre", "sandwich") else "none"
+
+    def final_norm_on(self):  # ModelConfig::final_norm_on
+        return self.final_norm_kind() != "none"
+
+    def final_eps(self):  # ModelConfig::final_eps
+        if self.norm_eps > 0:
+            return self.norm_eps
+        return DEFAULT_EPS["rmsnorm" if self.final_norm_kind() == "rmsnorm" else "layernorm"]
 
     def deepnet(self):  # DeepNet's alpha and init apply (make_block)
         return self.placement == "deepnorm" and self.norm != "none"
@@ -367,7 +375,7 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
             self.tok_emb = nn.Embedding(V, d, **kw)
             self.pos_emb = nn.Embedding(cfg.seq_len, d, **kw)
             self.blocks = nn.ModuleList([Block() for _ in range(L)])
-            self.final_norm = Norm(cfg.norm if cfg.final_norm_on() else "none", d, eps)
+            self.final_norm = Norm(cfg.final_norm_kind(), d, cfg.final_eps())
             self.head = linear(d, V, bias=cfg.head_bias)
 
         def logits(self, ids):
@@ -466,11 +474,12 @@ def normlab_init(cfg, seed=None):
     resid_std = 0.02 / math.sqrt(2.0 * L)
     gain = cfg.deepnorm_beta() if deepnet else 1.0
 
-    def norm(name):
-        if cfg.norm == "none":
+    def norm(name, kind=None):
+        kind = cfg.norm if kind is None else kind
+        if kind == "none":
             return
         put(name + ".weight", np.ones(d))
-        if cfg.norm == "layernorm":
+        if kind == "layernorm":
             put(name + ".bias", np.zeros(d))
 
     def lin(name, n_out, n_in, residual_proj, xavier_gain):
@@ -506,7 +515,7 @@ def normlab_init(cfg, seed=None):
         if cfg.placement == "sandwich":
             norm(p + ".norm2b")
     if cfg.final_norm_on():
-        norm("final_norm")
+        norm("final_norm", cfg.final_norm_kind())
     if cfg.init == "torch":
         put("head.weight", uniform((cfg.vocab, d), 1.0 / math.sqrt(d)))
     elif cfg.init == "fairseq":

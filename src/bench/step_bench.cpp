@@ -213,7 +213,7 @@ int64_t norm_calls_of(const Model& model) {
   int64_t calls = 0;
   for (const Block& b : model.blocks())
     for (const Norm* n : {&b.norm1, &b.norm2, &b.norm1b, &b.norm2b}) calls += n->kind != NormKind::none ? 1 : 0;
-  if (model.config().final_norm_on() && model.config().norm != NormKind::none) ++calls;
+  if (model.config().final_norm_on()) ++calls;
   return calls;
 }
 

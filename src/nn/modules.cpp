@@ -15,11 +15,21 @@ double ModelConfig::eps() const {
   return default_eps(norm == NormKind::none ? NormKind::layernorm : norm);
 }
 
-bool ModelConfig::final_norm_on() const {
-  if (norm == NormKind::none) return false;
-  if (final_norm == FinalNorm::on) return true;
-  if (final_norm == FinalNorm::off) return false;
-  return placement == Placement::pre || placement == Placement::sandwich;
+NormKind ModelConfig::final_norm_kind() const {
+  switch (final_norm) {
+    case FinalNorm::off: return NormKind::none;
+    case FinalNorm::on: return norm;
+    case FinalNorm::layernorm: return NormKind::layernorm;
+    case FinalNorm::rmsnorm: return NormKind::rmsnorm;
+    case FinalNorm::auto_: break;
+  }
+  return placement == Placement::pre || placement == Placement::sandwich ? norm : NormKind::none;
+}
+
+double ModelConfig::final_eps() const {
+  if (norm_eps > 0) return norm_eps;
+  const NormKind k = final_norm_kind();
+  return default_eps(k == NormKind::none ? NormKind::layernorm : k);
 }
 
 double ModelConfig::deepnorm_alpha() const { return std::pow(2.0 * static_cast<double>(layers), 0.25); }
@@ -38,6 +48,9 @@ void ModelConfig::validate() const {
     NL_USAGE(heads >= 1 && d_model % heads == 0, "heads = {} does not divide d_model = {}", heads, d_model);
   }
   NL_USAGE(!(qk_norm && model != ModelKind::gpt), "qk_norm needs model = gpt (the toy model has no queries or keys)");
+  NL_USAGE(!(final_norm == FinalNorm::on && norm == NormKind::none),
+           "final_norm on is the blocks' norm and norm is none: say final_norm layernorm or rmsnorm for a final norm "
+           "alone");
 }
 
 // ---- parameters -----------------------------------------------------------------
@@ -309,8 +322,7 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
     blocks_.push_back(make_block(params_, fmt::format("blocks.{}", l), cfg_, init));
     block_params_.emplace_back(params_.all().begin() + static_cast<std::ptrdiff_t>(first), params_.all().end());
   }
-  final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_on() ? cfg_.norm : NormKind::none, d, cfg_.eps(),
-                          init);
+  final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_kind(), d, cfg_.final_eps(), init);
   // The head (no bias): nn.Linear(d, vocab)'s U(-1/sqrt(d), 1/sqrt(d)) (torch), N(0, 1/d) (fairseq).
   Tensor head = cfg_.init == InitScheme::torch     ? init.uniform({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
                 : cfg_.init == InitScheme::fairseq ? init.normal({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))

@@ -13,8 +13,10 @@ template <>
 const EnumNames& enum_names<FinalNorm>() {
   static const EnumNames t{"final_norm",
                            {{FinalNorm::auto_, "auto", {}, "on for pre and sandwich, off for post and deepnorm"},
-                            {FinalNorm::on, "on", {"true"}, "a norm before the head"},
-                            {FinalNorm::off, "off", {"false"}, "no norm before the head"}}};
+                            {FinalNorm::on, "on", {"true"}, "the blocks' norm before the head"},
+                            {FinalNorm::off, "off", {"false"}, "no norm before the head"},
+                            {FinalNorm::layernorm, "layernorm", {"ln"}, "a LayerNorm before the head, whatever the blocks use"},
+                            {FinalNorm::rmsnorm, "rmsnorm", {"rms"}, "an RMSNorm before the head, whatever the blocks use"}}};
   return t;
 }
 template <>

@@ -30,7 +30,11 @@ struct ModelConfig {
   DType dtype = DType::f32;
 
   double eps() const;
-  bool final_norm_on() const;  // auto: on for pre and sandwich, off for post and deepnorm
+  // The norm before the head (none: the head reads the stream). auto: the blocks' norm for pre and
+  // sandwich, none for post and deepnorm; on: the blocks' norm; layernorm / rmsnorm: that one.
+  NormKind final_norm_kind() const;
+  bool final_norm_on() const { return final_norm_kind() != NormKind::none; }
+  double final_eps() const;  // norm_eps, or the final norm's default
   // DeepNet (Wang et al. 2022), decoder-only with L layers: alpha = (2L)^(1/4), beta = (8L)^(-1/4).
   double deepnorm_alpha() const;
   double deepnorm_beta() const;

@@ -7,7 +7,9 @@
 namespace normlab {
 
 enum class ModelKind { toy, gpt };
-enum class FinalNorm { auto_, on, off };
+// on: the blocks' norm before the head; layernorm / rmsnorm: that norm whatever the blocks use (the
+// article's no-norm ToyDeepNet keeps a final LayerNorm).
+enum class FinalNorm { auto_, on, off, layernorm, rmsnorm };
 enum class InitScheme { gpt2, xavier, torch, fairseq };
 
 template <>
