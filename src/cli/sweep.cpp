@@ -353,8 +353,8 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
                    "A numeric field of result.json (default final_val_loss; final_excess_loss: above the oracle's loss "
                    "on the same held-out tokens, which cancels the seeds' different validation sets)");
   summ->add_option("--paired", a->paired,
-                   "COLUMN: also show every other column minus this one, paired by seed, with a 95% t interval "
-                   "(a column label, e.g. norm=layernorm, or its values, layernorm)");
+                   "KEY=VALUE[ ...] over column axes (e.g. norm=layernorm): also show each column minus its reference "
+                   "(the column with these values and its own on the other axes), paired by seed, with a 95% t interval");
   summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
   summ->add_flag("--brief", a->brief,
