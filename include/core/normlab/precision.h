@@ -1,0 +1,60 @@
+// The floating-point formats normlab stores values in, and the one definition of how a float32
+// value is rounded into each (docs/precision.md). On the CPU, bfloat16 and binary16 are emulated:
+// values live in float32 storage, and every store rounds them to the format's grid exactly as a
+// conversion to the real 16-bit type would (round to nearest, ties to even; IEEE overflow to
+// infinity; gradual underflow through the subnormals, never flushed to zero). A rounded value is
+// therefore exactly the value the 16-bit encoding holds, and to_bits/from_bits convert losslessly.
+#pragma once
+#include <cstdint>
+
+#include "normlab/names.h"
+
+namespace normlab {
+
+enum class Precision : uint8_t { fp32, bf16, fp16 };
+template <>
+const EnumNames& enum_names<Precision>();
+
+// What a format can hold. Every value is a power of two or a sum of two, exact in a double.
+struct FormatInfo {
+  int exponent_bits = 0;
+  int fraction_bits = 0;     // stored mantissa bits: 23, 7, 10
+  double max = 0;            // largest finite value: FLT_MAX, 3.3895e38, 65504
+  double min_normal = 0;     // 2^-126, 2^-126, 2^-14
+  double min_subnormal = 0;  // 2^-149, 2^-133, 2^-24
+  double epsilon = 0;        // 2^-fraction_bits: the spacing just above 1
+};
+const FormatInfo& format_info(Precision p);
+
+// x rounded to the format and widened back to float (exact). fp32 returns x unchanged. NaN stays
+// NaN (quiet), infinities stay infinite.
+float round_to(Precision p, float x);
+// The same, in place over n values (a kernel's loop; the backends call it on their outputs).
+void round_to(Precision p, float* values, int64_t n);
+
+// The 16-bit encodings of bf16 and fp16 (sign, exponent, fraction): what CUDA and a native bf16
+// CPU kernel store. to_bits rounds as round_to; from_bits is exact.
+uint16_t to_bits(Precision p, float x);
+float from_bits(Precision p, uint16_t bits);
+
+// The spacing of the format's grid at |v| (the ulp of a value of that magnitude): 2^(e - fraction
+// bits) for a normal |v| in [2^e, 2^(e+1)), min_subnormal below min_normal.
+double ulp_at(Precision p, double v);
+// (stored - exact) in units of ulp_at(exact): how far a stored value is from the float64 truth.
+// Infinite when exactly one of them is infinite, NaN when either is NaN.
+double ulp_error(Precision p, double stored, double exact);
+
+// What rounding a finite float64 value into the format did to it. The order is the precedence:
+// a value that overflowed is reported as that even if it was also inexact.
+enum class RoundingEvent : uint8_t {
+  exact,       // representable: stored == value
+  rounded,     // a normal result, rounded to the nearest grid point
+  subnormal,   // below min_normal: stored with fewer significant bits (gradual underflow)
+  underflow,   // nonzero, but rounded to (signed) zero
+  overflow,    // finite, but rounded to infinity
+};
+template <>
+const EnumNames& enum_names<RoundingEvent>();
+RoundingEvent classify_rounding(Precision p, double value, double stored);
+
+}  // namespace normlab

@@ -1,0 +1,176 @@
+// Rounding float32 into bfloat16 and binary16 by integer arithmetic on the bit patterns, so that
+// the result does not depend on the CPU's rounding mode, its FTZ/DAZ flags or on F16C being
+// present. tests/core/test_precision.cpp checks both against an independent float64 reference on
+// every grid point, every midpoint and their neighbours, and fp16 against the compiler's _Float16.
+#include "normlab/precision.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "normlab/error.h"
+
+namespace normlab {
+
+template <>
+const EnumNames& enum_names<Precision>() {
+  static const EnumNames t{
+      "precision",
+      {{Precision::fp32, "fp32", {"float32", "f32"}, "IEEE binary32 (no emulation)"},
+       {Precision::bf16, "bf16", {"bfloat16"}, "bfloat16: 8 exponent bits, 7 fraction bits"},
+       {Precision::fp16, "fp16", {"float16", "half", "f16"}, "IEEE binary16: 5 exponent bits, 10 fraction bits"}}};
+  return t;
+}
+
+template <>
+const EnumNames& enum_names<RoundingEvent>() {
+  static const EnumNames t{"rounding event",
+                           {{RoundingEvent::exact, "exact", {}, "representable"},
+                            {RoundingEvent::rounded, "rounded", {}, "rounded to the nearest value"},
+                            {RoundingEvent::subnormal, "subnormal", {}, "below the smallest normal"},
+                            {RoundingEvent::underflow, "underflow", {}, "nonzero rounded to zero"},
+                            {RoundingEvent::overflow, "overflow", {}, "finite rounded to infinity"}}};
+  return t;
+}
+
+const FormatInfo& format_info(Precision p) {
+  static const FormatInfo fp32{8, 23, static_cast<double>(std::numeric_limits<float>::max()),
+                               std::ldexp(1.0, -126), std::ldexp(1.0, -149), std::ldexp(1.0, -23)};
+  static const FormatInfo bf16{8, 7, std::ldexp(255.0, 120), std::ldexp(1.0, -126),
+                               std::ldexp(1.0, -133), std::ldexp(1.0, -7)};
+  static const FormatInfo fp16{5, 10, 65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24),
+                               std::ldexp(1.0, -10)};
+  switch (p) {
+    case Precision::fp32: return fp32;
+    case Precision::bf16: return bf16;
+    case Precision::fp16: return fp16;
+  }
+  NL_CHECK(false, "precision {} has no format", static_cast<int>(p));
+  return fp32;
+}
+
+namespace {
+
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// q + 1 when the discarded low part `rem` of a value is above half a step, or exactly half and q
+// is odd: round to nearest, ties to even.
+uint32_t round_half_even(uint32_t q, uint32_t rem, uint32_t half) {
+  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+}
+
+uint16_t float_to_bf16_bits(float x) {
+  const uint32_t u = bits_of(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  // bf16 is float32's upper half, so rounding is on the low 16 bits; a carry out of the
+  // fraction moves into the exponent, and one out of the largest exponent gives infinity.
+  return static_cast<uint16_t>(round_half_even(u >> 16, u & 0xffffu, 0x8000u));
+}
+
+uint16_t float_to_fp16_bits(float x) {
+  const uint32_t u = bits_of(x);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  // 65520 = 0x477ff000 lies halfway between 65504 (odd fraction) and 2^16: ties go up, to inf.
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a >= 0x38800000u) {  // a normal fp16: rebias the exponent (127 - 15) and drop 13 bits
+    const uint32_t r = a - 0x38000000u;
+    return static_cast<uint16_t>(sign | round_half_even(r >> 13, r & 0x1fffu, 0x1000u));
+  }
+  // Below 2^-14: a multiple of 2^-24. 2^-25 and less rounds to zero (2^-25 itself is a tie,
+  // and zero is even).
+  if (a <= 0x33000000u) return static_cast<uint16_t>(sign);
+  const uint32_t exponent = a >> 23;  // 102..112: the value is m * 2^(exponent - 150)
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126u - exponent;  // 14..24
+  const uint32_t q = round_half_even(m >> shift, m & ((1u << shift) - 1u), 1u << (shift - 1u));
+  return static_cast<uint16_t>(sign | q);  // q = 0x400 is the smallest normal: still right
+}
+
+float fp16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t fraction = h & 0x3ffu;
+  if (exponent == 0x1fu) return float_of(sign | 0x7f800000u | (fraction << 13));
+  if (exponent != 0) return float_of(sign | ((exponent + 112u) << 23) | (fraction << 13));
+  const float magnitude = std::ldexp(static_cast<float>(fraction), -24);  // exact
+  return sign ? -magnitude : magnitude;
+}
+
+}  // namespace
+
+uint16_t to_bits(Precision p, float x) {
+  switch (p) {
+    case Precision::bf16: return float_to_bf16_bits(x);
+    case Precision::fp16: return float_to_fp16_bits(x);
+    case Precision::fp32: break;
+  }
+  NL_CHECK(false, "fp32 has no 16-bit encoding");
+  return 0;
+}
+
+float from_bits(Precision p, uint16_t bits) {
+  switch (p) {
+    case Precision::bf16: return float_of(static_cast<uint32_t>(bits) << 16);
+    case Precision::fp16: return fp16_bits_to_float(bits);
+    case Precision::fp32: break;
+  }
+  NL_CHECK(false, "fp32 has no 16-bit encoding");
+  return 0;
+}
+
+float round_to(Precision p, float x) {
+  if (p == Precision::fp32) return x;
+  return from_bits(p, to_bits(p, x));
+}
+
+void round_to(Precision p, float* values, int64_t n) {
+  switch (p) {
+    case Precision::fp32: return;
+    case Precision::bf16:
+      for (int64_t i = 0; i < n; ++i) values[i] = from_bits(p, float_to_bf16_bits(values[i]));
+      return;
+    case Precision::fp16:
+      for (int64_t i = 0; i < n; ++i) values[i] = fp16_bits_to_float(float_to_fp16_bits(values[i]));
+      return;
+  }
+}
+
+double ulp_at(Precision p, double v) {
+  const FormatInfo& f = format_info(p);
+  const double a = std::fabs(v);
+  if (!(a >= f.min_normal)) return f.min_subnormal;  // also NaN: any positive spacing will do
+  if (std::isinf(a)) return std::ldexp(1.0, std::ilogb(f.max) - f.fraction_bits);
+  return std::ldexp(1.0, std::ilogb(a) - f.fraction_bits);
+}
+
+double ulp_error(Precision p, double stored, double exact) {
+  if (std::isnan(stored) || std::isnan(exact)) return std::numeric_limits<double>::quiet_NaN();
+  if (std::isinf(stored) || std::isinf(exact)) {
+    if (stored == exact) return 0;
+    return stored > exact ? std::numeric_limits<double>::infinity()
+                          : -std::numeric_limits<double>::infinity();
+  }
+  return (stored - exact) / ulp_at(p, exact);
+}
+
+RoundingEvent classify_rounding(Precision p, double value, double stored) {
+  if (std::isfinite(value) && std::isinf(stored)) return RoundingEvent::overflow;
+  if (value != 0 && stored == 0) return RoundingEvent::underflow;
+  if (stored != 0 && std::fabs(stored) < format_info(p).min_normal) return RoundingEvent::subnormal;
+  return stored == value || (std::isnan(value) && std::isnan(stored)) ? RoundingEvent::exact
+                                                                      : RoundingEvent::rounded;
+}
+
+}  // namespace normlab

@@ -1,0 +1,199 @@
+// The rounding into bf16 and fp16 (precision.h) against an independent reference: float64
+// arithmetic that scales to the format's grid and rounds with nearbyint (ties to even), on every
+// value of both formats, every midpoint between neighbours and the float32 values on either side
+// of each (the only places where a rounding can go wrong), plus random bit patterns. fp16 is also
+// checked against the compiler's _Float16 conversion, a second implementation.
+#include <gtest/gtest.h>
+
+#include <cfenv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "normlab/error.h"
+#include "normlab/precision.h"
+#include "test_util.h"
+
+using namespace normlab;
+
+namespace {
+
+// The format's value nearest to x (ties to even), as IEEE 754 defines it: round as if the
+// exponent range were unbounded below min_normal's spacing and above, then overflow to infinity
+// when the rounded magnitude exceeds max.
+double reference_round(Precision p, double x) {
+  if (std::isnan(x) || std::isinf(x) || x == 0) return x;
+  const FormatInfo& f = format_info(p);
+  const double a = std::fabs(x);
+  const int e = std::max(std::ilogb(a), std::ilogb(f.min_normal));
+  const double step = std::ldexp(1.0, e - f.fraction_bits);
+  const double r = std::nearbyint(a / step) * step;  // a / step is exact: a power-of-two scale
+  return std::copysign(r > f.max ? std::numeric_limits<double>::infinity() : r, x);
+}
+
+bool same_value(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+
+float float_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// Every finite value of the format, its neighbours' midpoints, and the float32 values adjacent
+// to both: the boundary cases of rounding into it.
+std::vector<float> boundary_cases(Precision p) {
+  std::vector<float> out;
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const float v = from_bits(p, static_cast<uint16_t>(b));
+    if (!std::isfinite(v)) continue;
+    const uint16_t next_bits = static_cast<uint16_t>(b + 1);
+    const float next = from_bits(p, next_bits);
+    // Away from zero within the same sign: b + 1 is the next larger magnitude.
+    const bool same_sign = (next_bits & 0x8000u) == (b & 0x8000u);
+    out.push_back(v);
+    out.push_back(std::nextafter(v, std::numeric_limits<float>::infinity()));
+    out.push_back(std::nextafter(v, -std::numeric_limits<float>::infinity()));
+    if (same_sign && std::isfinite(next)) {
+      const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);
+      EXPECT_EQ(static_cast<double>(mid), (static_cast<double>(v) + next) / 2)
+          << "midpoint not exact in float32";
+      out.push_back(mid);
+      out.push_back(std::nextafter(mid, std::numeric_limits<float>::infinity()));
+      out.push_back(std::nextafter(mid, -std::numeric_limits<float>::infinity()));
+    }
+  }
+  // Past the largest finite value: the overflow threshold and beyond.
+  const float max = static_cast<float>(format_info(p).max);
+  const float over = static_cast<float>(format_info(p).max + format_info(p).max *
+                                                                  format_info(p).epsilon / 4);
+  for (float v : {max, over, std::nextafter(over, 0.0f), std::nextafter(over, 1e38f),
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
+    out.push_back(v);
+    out.push_back(-v);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Precision, NamesRoundTrip) {
+  EXPECT_EQ(test::names_round_trip_errors<Precision>(), "");
+  EXPECT_EQ(test::names_round_trip_errors<RoundingEvent>(), "");
+  EXPECT_EQ(parse_kind<Precision>("bfloat16"), Precision::bf16);
+  EXPECT_EQ(parse_kind<Precision>("half"), Precision::fp16);
+  EXPECT_THROW(parse_kind<Precision>("fp8"), UsageError);
+}
+
+TEST(Precision, FormatInfoIsWhatTheEncodingsHold) {
+  EXPECT_EQ(from_bits(Precision::fp16, 0x7bff), 65504.0f);
+  EXPECT_EQ(format_info(Precision::fp16).max, 65504.0);
+  EXPECT_EQ(from_bits(Precision::fp16, 0x0001), format_info(Precision::fp16).min_subnormal);
+  EXPECT_EQ(from_bits(Precision::fp16, 0x0400), format_info(Precision::fp16).min_normal);
+  EXPECT_EQ(from_bits(Precision::fp16, 0x3c01) - 1.0f, format_info(Precision::fp16).epsilon);
+  EXPECT_EQ(from_bits(Precision::bf16, 0x7f7f), format_info(Precision::bf16).max);
+  EXPECT_EQ(from_bits(Precision::bf16, 0x0001), format_info(Precision::bf16).min_subnormal);
+  EXPECT_EQ(from_bits(Precision::bf16, 0x0080), format_info(Precision::bf16).min_normal);
+  EXPECT_EQ(from_bits(Precision::bf16, 0x3f81) - 1.0f, format_info(Precision::bf16).epsilon);
+  EXPECT_EQ(format_info(Precision::fp32).max, static_cast<double>(std::numeric_limits<float>::max()));
+}
+
+TEST(Precision, EveryEncodingRoundTrips) {
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    for (uint32_t b = 0; b < 0x10000u; ++b) {
+      const float v = from_bits(p, static_cast<uint16_t>(b));
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(round_to(p, v)));
+        continue;
+      }
+      ASSERT_EQ(to_bits(p, v), b) << to_string(p) << " bits " << b;
+      ASSERT_TRUE(same_value(round_to(p, v), v));
+    }
+  }
+}
+
+TEST(Precision, RoundingMatchesTheReferenceAtEveryBoundary) {
+  ASSERT_EQ(std::fegetround(), FE_TONEAREST);
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    const std::vector<float> cases = boundary_cases(p);
+    int failures = 0;
+    for (float x : cases) {
+      const double want = reference_round(p, x), got = round_to(p, x);
+      if (!same_value(got, want) && ++failures <= 10)
+        ADD_FAILURE() << to_string(p) << ": round(" << x << ") = " << got << ", want " << want;
+    }
+    EXPECT_EQ(failures, 0) << "of " << cases.size() << " boundary cases";
+  }
+}
+
+TEST(Precision, RoundingMatchesTheReferenceOnRandomBits) {
+  std::mt19937 gen(12345);
+  std::vector<float> xs(200000);
+  for (float& x : xs) x = float_of(static_cast<uint32_t>(gen()));
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    std::vector<float> in_place = xs;
+    round_to(p, in_place.data(), static_cast<int64_t>(in_place.size()));
+    int failures = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double want = reference_round(p, xs[i]);
+      if ((!same_value(round_to(p, xs[i]), want) || !same_value(in_place[i], want)) && ++failures <= 10)
+        ADD_FAILURE() << to_string(p) << ": round(" << xs[i] << ") = " << round_to(p, xs[i]);
+    }
+    EXPECT_EQ(failures, 0);
+  }
+}
+
+TEST(Precision, Fp16MatchesTheCompilersFloat16) {
+  std::vector<float> cases = boundary_cases(Precision::fp16);
+  std::mt19937 gen(7);
+  for (int i = 0; i < 200000; ++i) cases.push_back(float_of(static_cast<uint32_t>(gen())));
+  int failures = 0;
+  for (float x : cases) {
+    volatile float in = x;  // keep the conversion at run time
+    const float want = static_cast<float>(static_cast<_Float16>(in));
+    if (!same_value(round_to(Precision::fp16, x), want) && ++failures <= 10)
+      ADD_FAILURE() << "round(" << x << ") = " << round_to(Precision::fp16, x) << ", _Float16 " << want;
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(Precision, HandPickedCases) {
+  const Precision h = Precision::fp16, b = Precision::bf16;
+  // Overflow: 65519.99 rounds to 65504; 65520 is the tie and goes to infinity.
+  EXPECT_EQ(round_to(h, 65519.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(round_to(h, 65520.0f)));
+  EXPECT_TRUE(std::isinf(round_to(h, 257.0f * 257.0f)));  // a square above 256^2
+  // Gradual underflow: 1e-5 is an fp16 subnormal (168 * 2^-24), 1e-8 and 1e-12 become 0.
+  EXPECT_EQ(round_to(h, 1e-5f), 168.0f * std::ldexp(1.0f, -24));
+  EXPECT_EQ(round_to(h, 1e-8f), 0.0f);
+  EXPECT_EQ(round_to(h, std::ldexp(1.0f, -25)), 0.0f);  // the tie with 2^-24 goes to even (0)
+  EXPECT_EQ(round_to(h, std::nextafter(std::ldexp(1.0f, -25), 1.0f)), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::signbit(round_to(h, -1e-9f)));  // underflow keeps the sign
+  // bf16 keeps float32's range but 8 significant bits: 1 + 2^-8 is a tie (to 1), 1e-12 survives.
+  EXPECT_EQ(round_to(b, 1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(round_to(b, 1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_GT(round_to(b, 1e-12f), 0.0f);
+  EXPECT_TRUE(std::isinf(round_to(b, std::numeric_limits<float>::max())));
+  // fp32 is the identity.
+  EXPECT_EQ(round_to(Precision::fp32, 0.1f), 0.1f);
+}
+
+TEST(Precision, UlpsAndRoundingEvents) {
+  const Precision h = Precision::fp16;
+  EXPECT_EQ(ulp_at(h, 1.0), std::ldexp(1.0, -10));
+  EXPECT_EQ(ulp_at(h, 1000.0), 0.5);
+  EXPECT_EQ(ulp_at(h, 1e-6), std::ldexp(1.0, -24));
+  EXPECT_EQ(ulp_error(h, 1000.5, 1000.25), 0.5);
+  EXPECT_TRUE(std::isinf(ulp_error(h, std::numeric_limits<double>::infinity(), 70000.0)));
+  EXPECT_TRUE(std::isnan(ulp_error(h, std::nan(""), 1.0)));
+  EXPECT_EQ(classify_rounding(h, 1.0, 1.0), RoundingEvent::exact);
+  EXPECT_EQ(classify_rounding(h, 0.1, round_to(h, 0.1f)), RoundingEvent::rounded);
+  EXPECT_EQ(classify_rounding(h, 1e-5, round_to(h, 1e-5f)), RoundingEvent::subnormal);
+  EXPECT_EQ(classify_rounding(h, 1e-12, round_to(h, 1e-12f)), RoundingEvent::underflow);
+  EXPECT_EQ(classify_rounding(h, 66049.0, round_to(h, 66049.0f)), RoundingEvent::overflow);
+}
