@@ -16,6 +16,7 @@
 #include "cli_common.h"
 #include "normlab/error.h"
 #include "normlab/handcalc.h"
+#include "normlab/handcalc_precision.h"
 
 namespace normlab::cli {
 
@@ -92,6 +93,15 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
   norm_opts->add(*norm_cmd, "--beta", "LIST", "Shift, comma list of length d (default zeros); LayerNorm only");
   norm_opts->add(*norm_cmd, "--norm", "NAME", "layernorm (ln) | rmsnorm (rms) | both, in any case (default both)");
   norm_opts->add(*norm_cmd, "--decimals", "INT", "Digits after the point in text output, 0..17 (default 4)");
+  norm_opts->add(*norm_cmd, "--precision", "NAME",
+                 "fp32 | bf16 | fp16: every intermediate as the format stores it, beside float64 "
+                 "(docs/precision.md)");
+  norm_opts->add(*norm_cmd, "--norm-compute", "MODE",
+                 "With --precision bf16|fp16: format (PyTorch's composite ops, each rounded; "
+                 "default) | fp32 (float32 inside, y rounded once)");
+  norm_opts->add(*norm_cmd, "--case", "NAME",
+                 "With --precision, a built-in row instead of --x: worksheet | square-overflow | "
+                 "all-equal | small-4096 | large-mean");
   norm_cmd->footer(std::string(
       "Without a form, prints the LayerNorm and RMSNorm worksheet: mean, variance (biased), std,\n"
       "every xhat and y; the mean of squares, RMS = sqrt(ms) and r = sqrt(ms + eps) (what RMSNorm\n"
@@ -107,6 +117,8 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
       "  normlab handcalc --x 1.5,-2,0.5 --norm rmsnorm --decimals 6\n"
       "  normlab handcalc --x 2,-1,0,3 --gamma 1,2,1,0.5 --beta 0,0,1,0 --norm layernorm\n"
       "  normlab handcalc --json          (every intermediate; keys in docs/handcalc.md)\n"
+      "  normlab handcalc --precision fp16 --case all-equal --norm layernorm\n"
+      "  normlab handcalc --precision bf16 --norm-compute fp32 --x 1000.3,999.4,1000.9,999.4\n"
       "\n") + kVectorHelp);
 
   auto* res_cmd = norm_cmd->add_subcommand(
@@ -178,6 +190,17 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
       const auto ws = hc::placement_worksheet_from_options(o);
       spdlog::debug("handcalc placement: d = {}, norm = {}", ws.d, hc::norm_name(ws.norm));
       out = json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
+    } else if (norm_opts->given("--precision") || norm_opts->given("--norm-compute") ||
+               norm_opts->given("--case")) {
+      const OptionSet& s = *norm_opts;
+      NL_USAGE(!s.given("--decimals"),
+               "--decimals does not apply with --precision: stored values print exactly");
+      hc::PrecisionOptions o{own(s, "--x"),         own(s, "--eps"),          own(s, "--gamma"),
+                             own(s, "--beta"),      own(s, "--norm"),         own(s, "--precision"),
+                             own(s, "--norm-compute"), own(s, "--case")};
+      const auto ws = hc::precision_worksheet_from_options(o);
+      spdlog::debug("handcalc precision: case {}", ws.case_name);
+      out = json ? hc::render_json(ws) : hc::render_text(ws);
     } else {
       const OptionSet& s = *norm_opts;
       hc::NormOptions o{own(s, "--x"), own(s, "--eps"), own(s, "--gamma"), own(s, "--beta"),

@@ -23,6 +23,16 @@ const EnumNames& enum_names<Precision>() {
 }
 
 template <>
+const EnumNames& enum_names<NormCompute>() {
+  static const EnumNames t{
+      "norm_compute",
+      {{NormCompute::format, "format", {}, "composite ops, each result rounded to the format"},
+       {NormCompute::fp32, "fp32", {"float32"}, "whole norm in float32, output rounded once"},
+       {NormCompute::fused, "fused", {}, "normlab's kernels: float32 statistics, format in and out"}}};
+  return t;
+}
+
+template <>
 const EnumNames& enum_names<RoundingEvent>() {
   static const EnumNames t{"rounding event",
                            {{RoundingEvent::exact, "exact", {}, "representable"},

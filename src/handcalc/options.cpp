@@ -5,6 +5,7 @@
 
 #include "normlab/error.h"
 #include "normlab/handcalc.h"
+#include "normlab/handcalc_precision.h"
 
 namespace normlab::handcalc {
 
@@ -92,6 +93,54 @@ PlacementWorksheet placement_worksheet_from_options(const PlacementOptions& o) {
   ws.w_default = !o.w;
   ws.gamma_default = !o.gamma;
   ws.beta_default = !o.beta;
+  return ws;
+}
+
+PrecisionWorksheet precision_worksheet_from_options(const PrecisionOptions& o) {
+  NL_USAGE(o.precision, "handcalc's low-precision worksheet needs --precision");
+  const Precision precision = parse_kind<Precision>(*o.precision);
+  NormCompute compute = NormCompute::format;
+  if (o.norm_compute) {
+    compute = parse_kind<NormCompute>(*o.norm_compute);
+    NL_USAGE(precision != Precision::fp32,
+             "--norm-compute {} needs --precision bf16 or fp16: in fp32 every mode is the same "
+             "float32 arithmetic",
+             *o.norm_compute);
+    NL_USAGE(compute != NormCompute::fused,
+             "--norm-compute fused is a training mode (normlab's kernels); handcalc shows format "
+             "and fp32");
+  }
+  PrecisionWorksheet ws;
+  std::vector<double> x;
+  double eps = kDefaultEps;
+  if (o.case_name) {
+    NL_USAGE(!o.x, "--case {} and --x both give the row; use one", *o.case_name);
+    const PrecisionCase* found = nullptr;
+    std::string names;
+    for (const PrecisionCase& c : precision_cases()) {
+      if (c.name == *o.case_name) found = &c;
+      names += (names.empty() ? "" : ", ") + c.name;
+    }
+    NL_USAGE(found, "--case '{}' is not one of {}", *o.case_name, names);
+    ws.case_name = found->name;
+    x = found->x;
+    eps = found->eps;
+  } else {
+    ws.case_name = o.x ? "custom" : "worksheet";
+    x = x_or_default(o.x);
+  }
+  if (o.eps) eps = eps_or_default(o.eps);
+  const std::size_t d = x.size();
+  std::optional<NormKind> norm;
+  if (o.norm) norm = parse_norm("--norm", *o.norm, /*allow_both=*/true);
+  if (norm == NormKind::rmsnorm) reject_beta_for_rmsnorm(o.beta);
+  const std::vector<double> gamma = per_element("--gamma", o.gamma, d, 1.0);
+  const std::vector<double> beta = per_element("--beta", o.beta, d, 0.0);
+  ws.gamma_default = !o.gamma;
+  ws.beta_default = !o.beta;
+  for (NormKind k : {NormKind::layernorm, NormKind::rmsnorm})
+    if (!norm || *norm == k)
+      ws.norms.push_back(precision_norm_worksheet(k, precision, compute, x, gamma, beta, eps));
   return ws;
 }
 

@@ -360,6 +360,15 @@ std::vector<Case> catalogue() {
 
   // ---- handcalc
   add("handcalc_x_text", {"handcalc", "--x", "a,b"});
+  add("handcalc_precision_unknown", {"handcalc", "--precision", "fp8"});
+  add("handcalc_norm_compute_in_fp32", {"handcalc", "--precision", "fp32", "--norm-compute", "format"});
+  add("handcalc_norm_compute_fused", {"handcalc", "--precision", "fp16", "--norm-compute", "fused"});
+  add("handcalc_norm_compute_unknown", {"handcalc", "--precision", "fp16", "--norm-compute", "fp64"});
+  add("handcalc_norm_compute_alone", {"handcalc", "--norm-compute", "fp32"});
+  add("handcalc_case_unknown", {"handcalc", "--precision", "fp16", "--case", "nosuch"});
+  add("handcalc_case_with_x", {"handcalc", "--precision", "fp16", "--case", "all-equal", "--x", "1,2"});
+  add("handcalc_precision_decimals", {"handcalc", "--precision", "fp16", "--decimals", "3"});
+  add("handcalc_precision_placement", {"handcalc", "placement", "--precision", "bf16"});
   add("handcalc_x_1e400", {"handcalc", "--x", "1e400"});
   add("handcalc_x_empty", {"handcalc", "--x", ""});
   add("handcalc_x_nan", {"handcalc", "--x", "nan,1"});

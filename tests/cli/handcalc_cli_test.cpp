@@ -258,6 +258,25 @@ TEST(CliHandcalc, DimensionOneEverywhere) {
   EXPECT_DOUBLE_EQ(j["layernorm"]["out_std"].get<double>(), 0.0);
 }
 
+TEST(CliHandcalc, PrecisionWorksheetTextAndJson) {
+  // The all-equal case in fp16: LayerNorm's composite breaks (eps 1e-12 rounds to 0), RMSNorm's
+  // does not; the text names the cause and the JSON carries the same verdicts.
+  CliResult r = ok({"handcalc", "--precision", "fp16", "--case", "all-equal"});
+  EXPECT_TRUE(contains(r.out, "BROKEN: var is exactly 0 and eps = 1e-12 rounds to 0")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cause: eps_zero")) << r.out;
+  EXPECT_TRUE(contains(line_starting(r.out, "rstd "), "inf")) << r.out;
+  const json j = ok_json({"handcalc", "--precision", "fp16", "--case", "all-equal"});
+  ASSERT_EQ(j.at("norms").size(), 2u);
+  EXPECT_EQ(j.at("form"), "precision");
+  EXPECT_EQ(j.at("norms").at(0).at("breakdown"), "eps_zero");
+  EXPECT_EQ(j.at("norms").at(1).at("breakdown"), "none");
+  // --norm-compute fp32 keeps eps in float32: no breakdown.
+  const json f = ok_json({"handcalc", "--precision", "fp16", "--norm-compute", "fp32", "--case",
+                          "all-equal", "--norm", "ln"});
+  EXPECT_EQ(f.at("norms").at(0).at("breakdown"), "none");
+  EXPECT_EQ(f.at("norms").at(0).at("steps").back().at("stored").at(0), 0.0);
+}
+
 TEST(CliHandcalc, HelpHasExamples) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"handcalc", "--help"}, {"handcalc", "residual", "--help"}, {"handcalc", "placement", "--help"}}) {

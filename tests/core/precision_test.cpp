@@ -85,6 +85,7 @@ std::vector<float> boundary_cases(Precision p) {
 TEST(Precision, NamesRoundTrip) {
   EXPECT_EQ(test::names_round_trip_errors<Precision>(), "");
   EXPECT_EQ(test::names_round_trip_errors<RoundingEvent>(), "");
+  EXPECT_EQ(test::names_round_trip_errors<NormCompute>(), "");
   EXPECT_EQ(parse_kind<Precision>("bfloat16"), Precision::bf16);
   EXPECT_EQ(parse_kind<Precision>("half"), Precision::fp16);
   EXPECT_THROW(parse_kind<Precision>("fp8"), UsageError);

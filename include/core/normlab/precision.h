@@ -15,6 +15,17 @@ enum class Precision : uint8_t { fp32, bf16, fp16 };
 template <>
 const EnumNames& enum_names<Precision>();
 
+// How a norm runs when its input is stored in a low-precision format (docs/precision.md has each
+// mode's exact sequence of roundings):
+//   format: PyTorch's composite at the tensor's dtype (x.pow(2), .mean(-1), + eps, rsqrt, ...):
+//           each op computes in float32 from stored values and rounds its result to the format;
+//   fp32:   the row upcast, the whole norm in float32, the output rounded once (F.layer_norm and
+//           F.rms_norm on a CPU half tensor; LLaMA's upcast RMSNorm);
+//   fused:  normlab's own kernels: float32 statistics, reading and writing the format.
+enum class NormCompute : uint8_t { format, fp32, fused };
+template <>
+const EnumNames& enum_names<NormCompute>();
+
 // What a format can hold. Every value is a power of two or a sum of two, exact in a double.
 struct FormatInfo {
   int exponent_bits = 0;

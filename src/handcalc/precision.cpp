@@ -1,0 +1,295 @@
+// handcalc in low precision: the norm's chain of ops with each result rounded where the chosen
+// norm_compute mode rounds it (handcalc_precision.h has the sequences), every stored value set
+// beside the float64 worksheet's value of the same intermediate.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "normlab/error.h"
+#include "normlab/handcalc.h"
+#include "normlab/handcalc_precision.h"
+
+namespace normlab {
+
+template <>
+const EnumNames& enum_names<handcalc::Breakdown>() {
+  using handcalc::Breakdown;
+  static const EnumNames t{
+      "breakdown",
+      {{Breakdown::none, "none", {}, "every output finite"},
+       {Breakdown::overflow, "overflow", {}, "a finite result rounded to inf"},
+       {Breakdown::eps_zero, "eps_zero", {}, "var is 0 and eps vanished: rsqrt(0)"},
+       {Breakdown::var_underflow, "var_underflow", {}, "a nonzero variance stored as 0: rsqrt(0)"},
+       {Breakdown::nonfinite_input, "nonfinite_input", {}, "x does not fit the format"},
+       {Breakdown::inaccurate, "inaccurate", {}, "finite, but off by more than the roundings explain"}}};
+  return t;
+}
+
+namespace handcalc {
+
+namespace {
+
+// The steps of one worksheet as they are computed: each takes float32 results, stores them in
+// the step's format and records them beside their float64 values.
+class Chain {
+ public:
+  explicit Chain(std::vector<PrecisionStep>& steps) : steps_(steps) {}
+
+  // `computed` are float32 results (or, for an input, the float64 values as given): the stored
+  // values are their rounding to `in`.
+  std::vector<float> add(const char* name, const char* op, Precision in,
+                         const std::vector<double>& computed, const std::vector<double>& exact,
+                         bool per_element) {
+    PrecisionStep step{name, op, in, per_element, {}};
+    std::vector<float> stored(computed.size());
+    for (std::size_t i = 0; i < computed.size(); ++i) {
+      stored[i] = round_to(in, static_cast<float>(computed[i]));
+      step.values.push_back({stored[i], exact[i], ulp_error(in, stored[i], exact[i]),
+                             classify_rounding(in, computed[i], stored[i])});
+    }
+    steps_.push_back(std::move(step));
+    return stored;
+  }
+  float add_scalar(const char* name, const char* op, Precision in, double computed, double exact) {
+    return add(name, op, in, {computed}, {exact}, false)[0];
+  }
+
+ private:
+  std::vector<PrecisionStep>& steps_;
+};
+
+// A float32 reduction's result: the float32 nearest the float64 sum (see the header).
+float sum32(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += x;
+  return static_cast<float>(s);
+}
+
+// The mean over d of values summed with the running sum stored in the format.
+double mean_with_accumulator(Precision p, const std::vector<float>& v) {
+  float acc = 0;
+  for (float x : v) acc = round_to(p, acc + x);
+  return round_to(p, acc / static_cast<float>(v.size()));
+}
+
+std::vector<double> scaled(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = a[i] * b[i];
+  return out;
+}
+
+bool step_is_bad(const PrecisionStep& s) {
+  for (const StoredValue& v : s.values)
+    if (!std::isfinite(v.stored) || v.event == RoundingEvent::overflow) return true;
+  return false;
+}
+
+const PrecisionStep* find_step(const std::vector<PrecisionStep>& steps, const std::string& name) {
+  for (const PrecisionStep& s : steps)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+// The breakdown and its sentence, from the first step that went bad.
+void diagnose(PrecisionNormWorksheet& ws, const char* var_name, const char* var_eps_name) {
+  const char* fmt_name = to_string(ws.precision);
+  const PrecisionStep& y = ws.steps.back();
+  double worst = 0;
+  bool any_nan = false;
+  for (const StoredValue& v : y.values) {
+    const double e = std::fabs(v.ulps);
+    if (std::isnan(e)) any_nan = true;
+    else worst = std::max(worst, e);
+    if (!std::isfinite(v.stored)) ws.output_finite = false;
+  }
+  ws.max_abs_output_ulps = any_nan ? std::numeric_limits<double>::quiet_NaN() : worst;
+  for (std::size_t s = 0; s < ws.steps.size(); ++s) {
+    if (step_is_bad(ws.steps[s])) {
+      ws.first_bad_step = s;
+      break;
+    }
+  }
+  const double budget = static_cast<double>(ws.steps.size());
+  if (!ws.first_bad_step) {
+    if (ws.max_abs_output_ulps <= budget) {
+      ws.diagnosis = fmt::format("every value finite; the output is within {:.3g} {} ulps of float64",
+                                 ws.max_abs_output_ulps, fmt_name);
+      return;
+    }
+    // Where the error first exceeded the budget: usually a cancellation (x - mean) or an input
+    // that the format cannot hold closely enough.
+    ws.breakdown = Breakdown::inaccurate;
+    for (const PrecisionStep& s : ws.steps) {
+      for (std::size_t i = 0; i < s.values.size(); ++i) {
+        if (!(std::fabs(s.values[i].ulps) > budget)) continue;
+        ws.diagnosis = fmt::format(
+            "every value finite, but the output is off by up to {:.3g} {} ulps, more than its {} "
+            "roundings explain; first off at {} ({}): stored {}, float64 {:.6g}",
+            ws.max_abs_output_ulps, fmt_name, ws.steps.size(),
+            s.per_element ? fmt::format("{}[{}]", s.name, i) : s.name, s.op, s.values[i].stored,
+            s.values[i].exact);
+        return;
+      }
+    }
+    return;
+  }
+  const PrecisionStep& bad = ws.steps[*ws.first_bad_step];
+  std::size_t i = 0;
+  while (i + 1 < bad.values.size() && std::isfinite(bad.values[i].stored) &&
+         bad.values[i].event != RoundingEvent::overflow)
+    ++i;
+  const StoredValue& v = bad.values[i];
+  const std::string where = bad.per_element ? fmt::format("{}[{}]", bad.name, i) : bad.name;
+  const std::string outcome =
+      !ws.output_finite ? "the output is not finite"
+                        : fmt::format("the output stays finite but is off by up to {:.3g} ulps",
+                                      ws.max_abs_output_ulps);
+  if (*ws.first_bad_step == 0) {
+    ws.breakdown = Breakdown::nonfinite_input;
+    ws.diagnosis = fmt::format("{} = {} does not fit {} (max {}); {}", where, v.exact, fmt_name,
+                               format_info(ws.precision).max, outcome);
+  } else if (v.event == RoundingEvent::overflow) {
+    ws.breakdown = Breakdown::overflow;
+    ws.diagnosis = fmt::format("{} ({}) overflowed {}: {:.6g} > max {}; {}", where, bad.op,
+                               to_string(bad.stored_in), v.exact, format_info(bad.stored_in).max,
+                               outcome);
+  } else {
+    const PrecisionStep* var = find_step(ws.steps, var_name);
+    const PrecisionStep* var_eps = find_step(ws.steps, var_eps_name);
+    const bool denominator_zero = var_eps && var_eps->values[0].stored == 0;
+    if (denominator_zero && var->values[0].exact > 0) {
+      ws.breakdown = Breakdown::var_underflow;
+      ws.diagnosis = fmt::format(
+          "{} = {:.6g} underflowed to 0 in {} and eps = {:g} did not lift it: rsqrt(0) = inf, "
+          "then {} ({}) = {}; {}",
+          var_name, var->values[0].exact, to_string(var->stored_in), ws.eps, where, bad.op,
+          v.stored, outcome);
+    } else if (denominator_zero) {
+      ws.breakdown = Breakdown::eps_zero;
+      ws.diagnosis = fmt::format(
+          "{} is exactly 0 and eps = {:g} {} in {} (smallest subnormal {:g}): {} = 0, rsqrt(0) = "
+          "inf, then {} ({}) = {}; {}",
+          var_name, ws.eps, ws.eps_rounds_to_zero ? "rounds to 0" : "is lost",
+          to_string(var_eps->stored_in), format_info(var_eps->stored_in).min_subnormal,
+          var_eps_name, where, bad.op, v.stored, outcome);
+    } else {
+      ws.breakdown = Breakdown::overflow;  // inf operands from an earlier overflow
+      ws.diagnosis = fmt::format("{} ({}) = {}; {}", where, bad.op, v.stored, outcome);
+    }
+  }
+}
+
+}  // namespace
+
+PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precision,
+                                                NormCompute compute, const std::vector<double>& x,
+                                                const std::vector<double>& gamma,
+                                                const std::vector<double>& beta, double eps) {
+  NL_CHECK(norm == NormKind::layernorm || norm == NormKind::rmsnorm,
+           "precision_norm_worksheet: norm must be layernorm or rmsnorm");
+  NL_CHECK(compute != NormCompute::fused, "precision_norm_worksheet: fused is not a handcalc mode");
+  const std::size_t d = x.size();
+  PrecisionNormWorksheet ws;
+  ws.norm = norm;
+  ws.precision = precision;
+  ws.compute = compute;
+  ws.x = x;
+  ws.gamma = gamma;
+  if (norm == NormKind::layernorm) ws.beta = beta;
+  ws.eps = eps;
+  ws.eps_stored = round_to(precision, static_cast<float>(eps));
+  ws.eps_rounds_to_zero = ws.eps_stored == 0;
+
+  // Where the intermediates live: the format itself, or float32 with only y rounded.
+  const Precision p = precision;
+  const Precision mid = compute == NormCompute::format ? p : Precision::fp32;
+  const float eps32 = static_cast<float>(eps);
+  Chain chain(ws.steps);
+  const std::vector<float> xs = chain.add("x", "input", p, x, x, true);
+  // gamma and beta are parameters: stored in the format like every tensor of a low-precision
+  // model (ones and zeros are exact in every format).
+  std::vector<float> g(d), b(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    g[i] = round_to(p, static_cast<float>(gamma[i]));
+    if (norm == NormKind::layernorm) b[i] = round_to(p, static_cast<float>(beta[i]));
+  }
+  std::vector<double> v32(d);
+
+  if (norm == NormKind::rmsnorm) {
+    const RMSNormWorksheet ref = rmsnorm_worksheet(x, gamma, eps);
+    for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * xs[i];
+    const std::vector<float> sq = chain.add("x^2", "x.pow(2)", mid, v32, ref.x_sq, true);
+    const float ms = chain.add_scalar("mean(x^2)", ".mean(-1)", mid,
+                                      sum32(sq) / static_cast<float>(d), ref.mean_sq);
+    const float ve = chain.add_scalar("mean(x^2) + eps", "+ eps", mid, ms + eps32,
+                                      ref.mean_sq + eps);
+    const float r = chain.add_scalar("r", "torch.rsqrt", mid, 1.0f / std::sqrt(ve), ref.inv_r);
+    for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * r;
+    const std::vector<float> xhat = chain.add("xhat", "x * r", mid, v32, ref.xhat, true);
+    for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
+    chain.add("y", "* gamma", p, v32, ref.y, true);
+    std::vector<float> sq_fmt(d);
+    for (std::size_t i = 0; i < d; ++i) sq_fmt[i] = round_to(p, xs[i] * xs[i]);
+    ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
+    diagnose(ws, "mean(x^2)", "mean(x^2) + eps");
+    return ws;
+  }
+
+  const LayerNormWorksheet ref = layernorm_worksheet(x, gamma, beta, eps);
+  const float mu = chain.add_scalar("mean", ".mean(-1)", mid, sum32(xs) / static_cast<float>(d),
+                                    ref.mean);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] - mu;
+  const std::vector<float> xc = chain.add("x - mean", "x - mean", mid, v32, ref.xc, true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * xc[i];
+  const std::vector<float> sq = chain.add("(x - mean)^2", ".pow(2)", mid, v32, ref.xc_sq, true);
+  const float var = chain.add_scalar("var", ".mean(-1)", mid, sum32(sq) / static_cast<float>(d),
+                                     ref.var);
+  const float ve = chain.add_scalar("var + eps", "+ eps", mid, var + eps32, ref.var + eps);
+  const float r = chain.add_scalar("rstd", "torch.rsqrt", mid, 1.0f / std::sqrt(ve), ref.rstd);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * r;
+  const std::vector<float> xhat = chain.add("xhat", "* rstd", mid, v32, ref.xhat, true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
+  const std::vector<float> yg =
+      chain.add("gamma * xhat", "* gamma", mid, v32, scaled(ref.xhat, gamma), true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = yg[i] + b[i];
+  chain.add("y", "+ beta", p, v32, ref.y, true);
+  std::vector<float> sq_fmt(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    const float c = round_to(p, xs[i] - round_to(p, mu));
+    sq_fmt[i] = round_to(p, c * c);
+  }
+  ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
+  diagnose(ws, "var", "var + eps");
+  return ws;
+}
+
+const std::vector<PrecisionCase>& precision_cases() {
+  static const std::vector<PrecisionCase> cases = [] {
+    std::vector<PrecisionCase> c;
+    c.push_back({"worksheet", "the worksheet's row", default_x(), kDefaultEps});
+    c.push_back({"square-overflow",
+                 "an element above 256: its square (and LayerNorm's centred square) exceeds "
+                 "fp16's 65504",
+                 {300, -300, 1, 2}, kDefaultEps});
+    c.push_back({"all-equal", "an all-equal row with eps 1e-12: var = 0 and eps below fp16's "
+                              "smallest subnormal",
+                 {0.5, 0.5, 0.5, 0.5}, 1e-12});
+    // Magnitudes 0.5e-3 .. 1.5e-3, alternating in sign, from a fixed formula (no RNG).
+    std::vector<double> small(4096);
+    for (std::size_t i = 0; i < small.size(); ++i)
+      small[i] = (i % 2 ? -1e-3 : 1e-3) * (0.5 + static_cast<double>((i * 37) % 101) / 100.0);
+    c.push_back({"small-4096", "4096 values of magnitude 1e-3 (for bf16): squares near 1e-6, "
+                               "summed 4096 times",
+                 small, 1e-6});
+    c.push_back({"large-mean", "mean 1000, spread below 1: fp16's spacing at 1000 is 0.5, "
+                               "bf16's is 4; RMSNorm's squares (1e6) overflow fp16",
+                 {1000.3, 999.4, 1000.9, 999.4}, kDefaultEps});
+    return c;
+  }();
+  return cases;
+}
+
+}  // namespace handcalc
+}  // namespace normlab
