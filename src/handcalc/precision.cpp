@@ -80,6 +80,12 @@ std::vector<double> scaled(const std::vector<double>& a, const std::vector<doubl
   return out;
 }
 
+// torch.rsqrt of a one-element bf16/fp16 tensor (a row's statistic) takes PyTorch's scalar path,
+// which rounds twice: sqrt to the format, then its reciprocal (measured on every fp16 and bf16
+// value by scripts/torch_precision_check.py's author; the vector path, on long tensors, rounds
+// 1/sqrt once). The float32 value before the last rounding.
+float rsqrt_before_rounding(Precision in, float v) { return 1.0f / round_to(in, std::sqrt(v)); }
+
 bool step_is_bad(const PrecisionStep& s) {
   for (const StoredValue& v : s.values)
     if (!std::isfinite(v.stored) || v.event == RoundingEvent::overflow) return true;
@@ -225,7 +231,8 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
                                       sum32(sq) / static_cast<float>(d), ref.mean_sq);
     const float ve = chain.add_scalar("mean(x^2) + eps", "+ eps", mid, ms + eps32,
                                       ref.mean_sq + eps);
-    const float r = chain.add_scalar("r", "torch.rsqrt", mid, 1.0f / std::sqrt(ve), ref.inv_r);
+    const float r = chain.add_scalar("r", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve),
+                                    ref.inv_r);
     for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * r;
     const std::vector<float> xhat = chain.add("xhat", "x * r", mid, v32, ref.xhat, true);
     for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
@@ -247,7 +254,8 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
   const float var = chain.add_scalar("var", ".mean(-1)", mid, sum32(sq) / static_cast<float>(d),
                                      ref.var);
   const float ve = chain.add_scalar("var + eps", "+ eps", mid, var + eps32, ref.var + eps);
-  const float r = chain.add_scalar("rstd", "torch.rsqrt", mid, 1.0f / std::sqrt(ve), ref.rstd);
+  const float r = chain.add_scalar("rstd", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve),
+                                     ref.rstd);
   for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * r;
   const std::vector<float> xhat = chain.add("xhat", "* rstd", mid, v32, ref.xhat, true);
   for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];

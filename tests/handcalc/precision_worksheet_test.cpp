@@ -40,8 +40,9 @@ hc::PrecisionNormWorksheet one(const char* norm, const char* precision, const ch
 TEST(HandcalcPrecision, WorksheetRowInFp16ByHand) {
   const hc::PrecisionNormWorksheet ln = one("layernorm", "fp16", nullptr, nullptr);
   // mean 1, var 2.5 exactly; var + eps = 2.50001 lies within half of fp16's spacing at 2.5
-  // (2^-9) of 2.5, so it is stored as 2.5; rsqrt(2.5) = 0.6324555..., spacing 2^-11 in [0.5, 1):
-  // 0.6324555 / 2^-11 = 1295.27 -> 1295 * 2^-11 = 0.63232421875.
+  // (2^-9) of 2.5, so it is stored as 2.5. torch.rsqrt rounds twice: sqrt(2.5) = 1.5811388,
+  // spacing 2^-10 in [1, 2): 1619.09 -> 1619 * 2^-10 = 1.5810546875; 1 / that = 0.6324892,
+  // spacing 2^-11 in [0.5, 1): 1295.34 -> 1295 * 2^-11 = 0.63232421875.
   EXPECT_EQ(step(ln, "var").values[0].stored, 2.5);
   EXPECT_EQ(step(ln, "var + eps").values[0].stored, 2.5);
   EXPECT_EQ(step(ln, "rstd").values[0].stored, 1295.0 / 2048.0);
@@ -58,12 +59,29 @@ TEST(HandcalcPrecision, WorksheetRowInFp16ByHand) {
   EXPECT_TRUE(ln.output_finite);
 
   const hc::PrecisionNormWorksheet rms = one("rmsnorm", "fp16", nullptr, nullptr);
-  // ms = 3.5; rsqrt(3.5) = 0.5345225; spacing 2^-11: 1094.70 -> 1095 * 2^-11 = 0.53466796875.
+  // ms = 3.5; sqrt(3.5) = 1.8708287: 1915.73 -> 1916 * 2^-10 = 1.87109375; 1 / that =
+  // 0.5344468: 1094.55 -> 1095 * 2^-11 = 0.53466796875.
   EXPECT_EQ(step(rms, "r").values[0].stored, 1095.0 / 2048.0);
   // y[3] = 3 * 0.53466796875 = 1.60400390625 in float32; fp16 spacing in [1, 2) is 2^-10:
   // 1642.5 -> a tie, to even: 1642 * 2^-10 = 1.603515625.
   EXPECT_EQ(step(rms, "y").values[3].stored, 1642.0 / 1024.0);
   EXPECT_EQ(step(rms, "xhat").values[3].event, RoundingEvent::rounded);
+}
+
+TEST(HandcalcPrecision, RsqrtRoundsTwiceAsPyTorchsScalarPath) {
+  // x = 0.5078125 four times, eps 1e-12 (too small to move anything): x^2 = 0.25787353515625,
+  // fp16 spacing 2^-12 in [0.25, 0.5): 1056.25 -> ms = 1056 * 2^-12 = 0.2578125.
+  // Twice (PyTorch's scalar path): sqrt = 0.5077524: 1039.88 -> 1040 * 2^-11 = 0.5078125;
+  // 1 / that = 1.9692308: 2016.49 -> 2016 * 2^-10 = 1.96875.
+  // Once would give 1 / sqrt(ms) = 1.9694640: 2016.73 -> 2017 * 2^-10 = 1.9697265625.
+  hc::PrecisionOptions o;
+  o.precision = "fp16";
+  o.norm = "rms";
+  o.x = "0.5078125,0.5078125,0.5078125,0.5078125";
+  o.eps = "1e-12";
+  const hc::PrecisionNormWorksheet ws = sheet(o).norms.at(0);
+  EXPECT_EQ(step(ws, "mean(x^2)").values[0].stored, 0.2578125);
+  EXPECT_EQ(step(ws, "r").values[0].stored, 1.96875);
 }
 
 TEST(HandcalcPrecision, AllEqualRowWithTinyEpsIsNaNInFp16OnlyInTheComposite) {

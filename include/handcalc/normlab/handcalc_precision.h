@@ -10,7 +10,8 @@
 //                -> * gamma -> + beta
 //   each op computes in float32 from the stored operands and rounds its result to the format
 //   once; a mean sums in float32 and divides by d before rounding (PyTorch's CPU mean for half
-//   and bfloat16); eps enters as float32, unrounded (PyTorch's scalar add).
+//   and bfloat16); eps enters as float32, unrounded (PyTorch's scalar add); torch.rsqrt of the
+//   one-element statistic rounds twice, sqrt and then 1/sqrt (PyTorch's scalar path).
 //   norm_compute fp32 (F.layer_norm / F.rms_norm on a CPU half tensor): x as stored, every
 //   statistic in float32, only the output y rounded to the format.
 //
