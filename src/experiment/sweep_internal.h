@@ -11,6 +11,9 @@ namespace normlab {
 
 // 16 hex digits: FNV-1a 64 of config_to_json with threads set to 0.
 std::string config_hash(const TrainConfig& cfg);
+// A sweep with one varied axis has it as its rows and no columns; --paired over that axis means
+// "compare its values": the axis becomes the one column and the rows one row ("all").
+void pair_across_rows_when_alone(SummaryLayout& layout);
 // rows/cols/metric against the varied axes; UsageError naming `where`.
 void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where);
 // Appends one line to DIR/manifest.jsonl with a single write() on an O_APPEND descriptor (so lines from

@@ -473,6 +473,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     for (const std::string& k : varied)
       if (k != plan.layout.rows) plan.layout.cols.push_back(k);
   }
+  pair_across_rows_when_alone(plan.layout);
   check_layout(plan.layout, plan.axes, spec_name + " summary");
 
   // ---- the resolved spec: the base in full, the axes as canonical values
@@ -496,13 +497,25 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   return plan;
 }
 
+void pair_across_rows_when_alone(SummaryLayout& layout) {
+  if (layout.paired.empty() || !layout.cols.empty() || layout.rows.empty()) return;
+  std::istringstream paired(layout.paired);
+  std::string word;
+  while (paired >> word)
+    if (split_at(word, '=')[0] != layout.rows) return;  // check_layout names the stray key
+  layout.cols = {layout.rows};
+  layout.rows.clear();
+}
+
 void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where) {
   auto varied = [&](const std::string& k) { return k != "seed" && std::find(axes.begin(), axes.end(), k) != axes.end(); };
   std::vector<std::string> names;
   for (const std::string& a : axes)
     if (a != "seed") names.push_back(a);
   if (names.empty()) return;  // nothing varies but the seed: one cell
-  NL_USAGE(varied(layout.rows), "{}: rows '{}' is not a varied axis (varied: {})", where, shown(layout.rows), fmt::join(names, ", "));
+  // Empty rows: one row ("all"), every varied axis a column (a one-axis sweep compared by --paired).
+  NL_USAGE(layout.rows.empty() || varied(layout.rows), "{}: rows '{}' is not a varied axis (varied: {})", where,
+           shown(layout.rows), fmt::join(names, ", "));
   for (const std::string& c : layout.cols) {
     NL_USAGE(varied(c), "{}: column '{}' is not a varied axis (varied: {})", where, shown(c), fmt::join(names, ", "));
     NL_USAGE(c != layout.rows, "{}: '{}' is both the rows and a column", where, shown(c));

@@ -206,6 +206,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   if (!opt.cols.empty()) layout.cols = opt.cols;
   if (!opt.metric.empty()) layout.metric = opt.metric;
   if (!opt.paired.empty()) layout.paired = opt.paired;
+  pair_across_rows_when_alone(layout);
   check_layout(layout, plan.axes, "summary");
 
   SweepSummary s;
@@ -423,18 +424,22 @@ std::string summary_markdown(const SweepSummary& s, bool brief) {
     std::vector<std::string> row = {s.row_values[r]};
     for (size_t c = 0; c < s.col_labels.size(); ++c) {
       std::string t = cell_text(s.cells[r][c]);
-      if (s.best[c] == static_cast<int>(r)) t = "**" + t + "**";
+      // With no row axis there is nothing to choose between: no bold, no stable or best row.
+      if (!s.rows.empty() && s.best[c] == static_cast<int>(r)) t = "**" + t + "**";
       row.push_back(t);
     }
     table.add_row(row);
   }
   std::vector<std::string> stable = {"stable " + rows_name}, best = {"best " + rows_name};
   for (size_t c = 0; c < s.col_labels.size(); ++c) stable.push_back(window_text(s, c)), best.push_back(best_text(s, c));
-  table.add_row(stable);
-  table.add_row(best);
+  if (!s.rows.empty()) {
+    table.add_row(stable);
+    table.add_row(best);
+  }
   out += table.markdown();
   if (brief) return out + paired_markdown(s, true);
-  out += "\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
+  if (!s.rows.empty())
+    out += "\nStable: every seed converged (none diverged, collapsed, failed or is missing; collapsed = finished within 0.05 nats of or "
          "above the unigram loss, learned nothing). Best: the lowest mean among the stable values (bold above); a "
          "diverged or collapsed point is never best.\n";
 
@@ -446,7 +451,8 @@ std::string summary_markdown(const SweepSummary& s, bool brief) {
     for (const SummaryCurve& cv : s.curves)
       if (cv.col == c && static_cast<int>(cv.row) == s.best[c]) shown.push_back(&cv);
   if (!shown.empty()) {
-    out += fmt::format("\n## Validation loss by step (each column at its best {})\n\n", rows_name);
+    out += rows_name.empty() ? std::string("\n## Validation loss by step\n\n")
+                             : fmt::format("\n## Validation loss by step (each column at its best {})\n\n", rows_name);
     Table curves;
     curves.columns.push_back({"step", Align::right});
     std::set<int64_t> steps;

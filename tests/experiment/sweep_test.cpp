@@ -204,6 +204,32 @@ TEST(SweepPlan, ResolvedSpecPlansTheSamePoints) {
   EXPECT_EQ(c.spec_json, d.spec_json);
 }
 
+// A one-axis sweep paired over its axis (A vs B, the commonest comparison): the axis becomes the one
+// column and the rows one row, in the plan, in its resolved spec and when planned again from it.
+TEST(SweepPlan, PairedOverTheOnlyAxisMakesItTheColumn) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"base": {"steps": 30, "layers": 2, "model": "gpt"}, "grid": {"qk_norm": [false, true]},
+    "seeds": [0, 1], "summary": {"paired": "qk_norm=false"}})";
+  SweepPlan a = plan_sweep({tmp / "spec.json", {}, {}});
+  EXPECT_EQ(a.layout.rows, "");
+  EXPECT_EQ(a.layout.cols, (std::vector<std::string>{"qk_norm"}));
+  write_file_atomic(tmp / "resolved.json", a.spec_json);
+  SweepPlan b = plan_sweep({tmp / "resolved.json", {}, {}});
+  EXPECT_EQ(b.layout.rows, "");
+  EXPECT_EQ(a.spec_json, b.spec_json);
+  // Without paired, the axis stays the rows; paired over another key is still refused.
+  std::ofstream(tmp / "plain.json") << R"({"base": {"steps": 30, "model": "gpt"}, "grid": {"qk_norm": [false, true]}, "seeds": [0, 1]})";
+  EXPECT_EQ(plan_sweep({tmp / "plain.json", {}, {}}).layout.rows, "qk_norm");
+  std::ofstream(tmp / "other.json") << R"({"base": {"steps": 30, "model": "gpt"}, "grid": {"qk_norm": [false, true]},
+    "summary": {"paired": "norm=rmsnorm"}})";
+  try {
+    plan_sweep({tmp / "other.json", {}, {}});
+    ADD_FAILURE() << "paired over a key that is not an axis was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("names 'norm', which is not a column axis"), std::string::npos) << e.what();
+  }
+}
+
 // The command line overrides the spec: an axis the spec varies, or its seeds, take the values
 // given, even a single one (the run paths keep the spec's layout); a key in the spec's zip is refused.
 TEST(SweepPlan, CommandLineAxesOverrideTheSpecsAxesAndSeeds) {
