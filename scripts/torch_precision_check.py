@@ -168,7 +168,8 @@ def check(torch, F, binary, label, fmt, mode, row_args, x, gamma, beta, eps):
         else:
             fused = F.rms_norm(xs, (len(x),), g, eps)
         rows.append({"row": label, "format": fmt, "norm_compute": mode, "norm": norm,
-                     "breakdown": n["breakdown"], "composite_max_ulps": worst,
+                     "breakdown": n["breakdown"], "max_abs_output_ulps": n["max_abs_output_ulps"],
+                     "composite_max_ulps": worst,
                      "steps_off": where, "functional_y_max_ulps": distance(y_mine, fused, torch)})
     return rows
 
@@ -234,6 +235,19 @@ def main():
                 failed |= within < len(sel)
                 print(f"| {fmt} | {mode} | {norm} | {len(sel)} | {exact} | {within} | {worst} | "
                       f"{', '.join(f'{k} ({v})' for k, v in sorted(off.items())) or '-'} | {fworst} |")
+    print("\nThe built-in cases as normlab diagnoses them (breakdown, largest |error| of y in ulps):\n")
+    print("| case | norm | fp16 format | fp16 fp32 | bf16 format | bf16 fp32 |")
+    print("|---|---|---|---|---|---|")
+    for case in CASES:
+        for norm in ("layernorm", "rmsnorm"):
+            cells = []
+            for fmt in ("fp16", "bf16"):
+                for mode in ("format", "fp32"):
+                    r = next(r for r in rows if r["row"] == f"case {case}" and r["format"] == fmt
+                             and r["norm_compute"] == mode and r["norm"] == norm)
+                    u = r["max_abs_output_ulps"]
+                    cells.append(f"{r['breakdown']}, {u if isinstance(u, str) else f'{u:.3g}'}")
+            print(f"| {case} | {norm} | {' | '.join(cells)} |")
     bad = [r for r in rows if r["composite_max_ulps"] > 1]
     for r in bad[:20]:
         print(f"  over 1 ulp: {r['row']} {r['format']} {r['norm_compute']} {r['norm']}: {r['steps_off']}")

@@ -118,14 +118,18 @@ std::string norm_text(const PrecisionNormWorksheet& ws) {
     add_value_row(rows, s, n - 1);
   }
   out += table(rows) + "\n";
-  out += fmt::format("  {}: {}\n", ws.output_finite ? "result" : "BROKEN", ws.diagnosis);
+  out += fmt::format("  {}: {}\n",
+                     !ws.output_finite                      ? "BROKEN"
+                     : ws.breakdown != Breakdown::none ? "WRONG"
+                                                            : "result",
+                     ws.diagnosis);
   if (ws.breakdown != Breakdown::none) out += fmt::format("  cause: {}\n", to_string(ws.breakdown));
   const PrecisionStep* mean_step = nullptr;
   for (const PrecisionStep& s : ws.steps)
     if (s.name == (ws.norm == NormKind::rmsnorm ? "mean(x^2)" : "var")) mean_step = &s;
   out += fmt::format(
-      "  {} summed with a running sum in {} instead of float32: {} (float32 sum: {}, float64: "
-      "{:.10g})\n",
+      "  {} with the running sum kept in {} instead of float32: {} (summed in float32, then "
+      "stored: {}; float64: {:.10g})\n",
       ws.norm == NormKind::rmsnorm ? "mean(x^2)" : "var", p,
       exact_text(ws.mean_with_format_accumulator), exact_text(mean_step->values[0].stored),
       mean_step->values[0].exact);
