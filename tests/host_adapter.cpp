@@ -70,6 +70,10 @@ class DeviceAdapter final : public Backend {
     Tensor dx = k.in(x);
     b_.scale(k.out(out), dx, alpha);
   }
+  void round_to_format(Tensor& x, Precision format) override {
+    Call k(*this);
+    b_.round_to_format(k.inout(x), format);
+  }
   void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
     Call k(*this);
     Tensor da = k.in(a), db = k.in(b);

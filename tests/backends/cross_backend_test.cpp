@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/error.h"
+#include "normlab/precision.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 
@@ -311,6 +313,44 @@ TEST_P(KernelOps, scale) {
     ref().scale(out64, f64(a), -0.37);
     expect_close(out, out64, kForward, what);
   });
+}
+
+// Rounding to bf16 / fp16 in place: bit for bit what core's round_to gives (the reference
+// backend's loop), on the values where rounding can go wrong (every 3rd value of the format, the
+// midpoints to the next one and the float32 values beside both), the overflow threshold,
+// infinities, NaN and random values of every magnitude.
+TEST_P(KernelOps, round_to_format) {
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    const std::string what = kernel_case("round_to_format", {{"format", to_string(p)}});
+    if (!selected(what)) continue;
+    std::vector<float> v;
+    const float inf = std::numeric_limits<float>::infinity();
+    for (uint32_t b = 0; b < 0x10000u; b += 3) {
+      const float x = from_bits(p, static_cast<uint16_t>(b)), next = from_bits(p, static_cast<uint16_t>(b + 1));
+      if (!std::isfinite(x)) continue;
+      v.insert(v.end(), {x, std::nextafter(x, inf), std::nextafter(x, -inf)});
+      if (std::isfinite(next) && std::signbit(next) == std::signbit(x)) {
+        const float mid = static_cast<float>((double(x) + next) / 2);
+        v.insert(v.end(), {mid, std::nextafter(mid, inf), std::nextafter(mid, -inf)});
+      }
+    }
+    for (float x : {65504.0f, 65520.0f, 1e30f, inf, std::nanf(""), std::numeric_limits<float>::max()})
+      v.insert(v.end(), {x, -x});
+    Rng rng(41, stream::check);
+    for (int i = 0; i < 4099; ++i) v.push_back(static_cast<float>(rng.normal() * std::ldexp(1.0, i % 60 - 30)));
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<float>());
+    Tensor want = t.clone();
+    ref().round_to_format(want, p);
+    under_test().round_to_format(t, p);
+    int64_t differ = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float a = t.data<float>()[i], b = want.data<float>()[i];
+      const bool same = (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+      if (!same && ++differ <= 5) ADD_FAILURE() << what << ": round(" << v[i] << ") = " << a << ", want " << b;
+    }
+    EXPECT_EQ(differ, 0) << what << " (" << v.size() << " values)";
+  }
 }
 
 TEST_P(KernelOps, mul) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/precision.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -107,6 +108,10 @@ class Backend {
   virtual void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) = 0;
   // sum of x^2 over all elements, accumulated in double (for norms of activations/gradients)
   virtual double sum_squares(const Tensor& x) = 0;
+  // Every value of x rounded in place to a format's grid (precision.h: nearest even, overflow to
+  // inf, gradual underflow): how bf16/fp16 storage is emulated in float32. fp32 changes nothing.
+  // A float64 tensor is rounded through float32, as PyTorch converts a double to half.
+  virtual void round_to_format(Tensor& x, Precision format) = 0;
 
   // ---- normalization over the last dimension: x is (N x D) ---------------------
   // mu = mean(x); var = mean((x-mu)^2); rstd = 1/sqrt(var+eps); y = gamma*(x-mu)*rstd + beta

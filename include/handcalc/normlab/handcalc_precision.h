@@ -51,9 +51,9 @@ enum class Breakdown : uint8_t {
   eps_zero,        // var + eps stored as 0 with var exactly 0: eps vanished in the format
   var_underflow,   // var + eps stored as 0 with var > 0 in float64: the variance underflowed
   nonfinite_input, // x itself does not fit the format
-  inaccurate,      // every value finite, but y is off by more ulps than its roundings explain:
-                   // more than one ulp per step of the chain (each rounds by at most half an ulp
-                   // of its own value; the other half allows for a result in a lower binade)
+  inaccurate,      // every value finite, but y is off by more ulps (normwise) than its roundings
+                   // explain: more than one ulp per step of the chain (each rounds by at most half
+                   // an ulp of its own value; the other half allows for a lower binade)
 };
 }  // namespace normlab::handcalc
 namespace normlab {
@@ -76,7 +76,9 @@ struct PrecisionNormWorksheet {
   std::optional<std::size_t> first_bad_step;  // index of the first step with a non-finite value
                                               // or an overflow
   std::string diagnosis;        // one sentence naming the step and the cause
-  double max_abs_output_ulps = 0;  // over y; infinite or NaN when y is not finite
+  // The largest |stored - exact| over y in ulps of the format at the RMS of exact y (normwise: an
+  // output near 0 is not judged by its own tiny ulp); infinite or NaN when y is not finite.
+  double max_abs_output_ulps = 0;
   // The mean of squares (RMSNorm) or of centred squares (LayerNorm) with the running sum kept in
   // the format instead of float32: what a kernel that accumulates in bf16/fp16 would get.
   double mean_with_format_accumulator = 0;

@@ -72,6 +72,11 @@ void scale(float* out, const float* x, float alpha, int64_t n) {
   map_elements(n, 1, [&](int64_t i, int64_t w) { store_n(out + i, va * load_n(x + i, w), w); });
 }
 
+void round_to_format(float* x, int64_t n, Precision format) {
+  if (format == Precision::fp32) return;
+  parallel_chunks(n, n, [&](int64_t lo, int64_t hi) { round_to(format, x + lo, hi - lo); });
+}
+
 // for i: out[i] = a[i]*b[i]
 void mul(float* out, const float* a, const float* b, int64_t n) {
   map_elements(n, 1, [&](int64_t i, int64_t w) {

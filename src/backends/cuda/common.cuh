@@ -4,6 +4,7 @@
 // kernels. Compiled by nvcc for a GPU and by the host compiler for cuda-sim (launch.h).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -213,6 +213,11 @@ class CudaBackend final : public Backend {
     expect("scale", "x", x, n);
     cuda::scale(fp(out), fp(x), static_cast<float>(alpha), n);
   }
+  void round_to_format(Tensor& x, Precision format) override {
+    const int64_t n = x.numel();
+    expect("round_to_format", "x", x, n);
+    if (format != Precision::fp32) cuda::round_to_format(fp(x), n, format == Precision::bf16);
+  }
   void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
     const int64_t n = out.numel();
     expect("mul", "out", out, n);

@@ -68,6 +68,26 @@ void scale(float* out, const float* x, float alpha, int64_t n) {
 
 namespace {
 
+__global__ void round_to_bf16_kernel(float* x, int64_t n) {
+  NL_GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+__global__ void round_to_fp16_kernel(float* x, int64_t n) {
+  NL_GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i]));
+}
+
+}  // namespace
+
+void round_to_format(float* x, int64_t n, bool bf16) {
+  if (n <= 0) return;
+  if (bf16) {
+    launch("round_to_format", round_to_bf16_kernel, grid_for(n), kThreads, 0, x, n);
+  } else {
+    launch("round_to_format", round_to_fp16_kernel, grid_for(n), kThreads, 0, x, n);
+  }
+}
+
+namespace {
+
 __global__ void mul_kernel(float* out, const float* a, const float* b, int64_t n) {
   NL_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
 }

@@ -35,6 +35,9 @@ void add(float* out, const float* a, const float* b, float alpha, float beta, in
 void accumulate(float* dst, const float* src, int64_t n);
 void scale(float* out, const float* x, float alpha, int64_t n);
 void mul(float* out, const float* a, const float* b, int64_t n);
+// x[i] stored as bf16 (bf16 = true) or fp16 and read back: the GPU's own conversions
+// (__float2bfloat16_rn, __float2half_rn: nearest even, overflow to inf, subnormals kept).
+void round_to_format(float* x, int64_t n, bool bf16);
 void gelu_forward(float* y, float* dydx, const float* x, int64_t n);
 // sum of x^2 in double; `work` holds >= sum_squares_work(n) doubles.
 int64_t sum_squares_work(int64_t n);

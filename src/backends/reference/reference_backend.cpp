@@ -182,6 +182,20 @@ class ReferenceBackend final : public Backend {
     });
   }
 
+  void round_to_format(Tensor& x, Precision format) override {
+    const char* kn = "round_to_format";
+    const int64_t n = x.numel();
+    expect(kn, "x", x, x.dtype(), n);
+    if (x.dtype() == DType::f32) {
+      float* v = x.data<float>();
+      for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, v[i]);
+    } else {
+      NL_CHECK(x.dtype() == DType::f64, "round_to_format: x is {}, not a float tensor", to_string(x.dtype()));
+      double* v = x.data<double>();
+      for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, static_cast<float>(v[i]));
+    }
+  }
+
   void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
     const char* kn = "mul";
     DType dt = out.dtype();
