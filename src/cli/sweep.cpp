@@ -141,7 +141,9 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   if (a.dry_run) {
     std::string changed = check_sweep_dir(a.out, plan);
     std::error_code ec;
-    std::vector<PointState> states = std::filesystem::exists(a.out + "/spec.json", ec) && changed.empty()
+    // Read the run directories even when the spec changed: a --force run keeps every point whose
+    // run is whole and of the same config, and the count says how many that is.
+    std::vector<PointState> states = std::filesystem::exists(a.out + "/spec.json", ec)
                                          ? point_states(a.out, plan)
                                          : std::vector<PointState>(plan.points.size());
     const ShardWork w = shard_work(plan, states, shard, rerun);

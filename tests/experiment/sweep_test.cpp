@@ -395,6 +395,26 @@ class SweepRun : public ::testing::Test {
 TempDir* SweepRun::ref_ = nullptr;
 std::string* SweepRun::ref_summary_ = nullptr;
 
+// A changed spec (one more lr): the dry run counts the points a --force run keeps (whole runs of
+// the same config), as the forced run itself then does; it said "0 already done" before.
+TEST_F(SweepRun, DryRunOnAChangedSpecCountsWhatAForcedRunKeeps) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  std::vector<std::string> args = grid_args(dir);
+  std::replace(args.begin(), args.end(), std::string("lr=1e-3,1e-2,1e30"), std::string("lr=1e-3,1e-2,1e30,3e-3"));
+  args.push_back("--dry-run");
+  CliResult r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("16 points: 4 to run, 12 already done"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: the spec differs"), std::string::npos) << r.out;
+  args.pop_back();
+  args.push_back("--force");
+  r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find("4 to run, 12 already done"), std::string::npos) << describe(r);
+}
+
 TEST_F(SweepRun, ReferenceHasEveryPointDivergedNeverBest) {
   const std::string dir = *ref_ / "ref";
   std::vector<json> m = manifest(dir);
