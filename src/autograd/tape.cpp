@@ -141,9 +141,11 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       const GradientMath& math = gradient_math();
       if (t.grad.use_count() == 2 || shared.count(t.grad.get()) == 0) {
         math.accumulate(dst, g);
+        if (math.store) math.store(dst);
       } else {
         Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
         math.add(sum, dst, g);
+        if (math.store) math.store(sum);
         t.grad = sum.impl_ptr();
       }
     } else {
@@ -191,6 +193,10 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       grads.set(i, &dest[i]);
     }
     node.run_backward(Tensor(t->grad), grads);
+    if (const auto store = g_gradient_math.store) {
+      for (size_t i = 0; i < n; ++i)
+        if (grads[i] && !grads.passed_through(i)) store(dest[i]);
+    }
     // dy's buffer becomes the gradient of the inputs it passes through to, uncopied, when only
     // they will hold it: t's own gradient is dropped after this node (not the root's, not a
     // retained one) and no other tensor views the buffer. The first such input takes it; later

@@ -22,10 +22,12 @@ static void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
            shape_str(b.shape()));
 }
 
-Tensor add_scaled(const Tensor& a, double alpha, const Tensor& b) {
-  check_same_shape("add", a, b);
+Tensor add_scaled(const Tensor& a_in, double alpha, const Tensor& b_in) {
+  check_same_shape("add", a_in, b_in);
+  const Tensor a = stored(a_in), b = stored(b_in);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   kernels(a).add(y, a, b, alpha, 1.0);
+  store(y);
   if (needs_grad({&a, &b})) record("add", y, {a, b}, add_scaled_backward(alpha));
   return y;
 }
@@ -41,13 +43,16 @@ void install_gradient_math() {
   GradientMath math;
   math.accumulate = [](Tensor& dst, const Tensor& g) { kernels(dst).accumulate(dst, g); };
   math.add = [](Tensor& out, const Tensor& a, const Tensor& b) { kernels(out).add(out, a, b, 1.0, 1.0); };
+  math.store = [](Tensor& g) { store(g); };
   set_gradient_math(math);
 }
 
-Tensor scale(const Tensor& x, double alpha) {
-  check_float_same("scale", {{"x", &x}});
+Tensor scale(const Tensor& x_in, double alpha) {
+  check_float_same("scale", {{"x", &x_in}});
+  const Tensor x = stored(x_in);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels(x).scale(y, x, alpha);
+  store(y);
   if (needs_grad({&x})) {
     record("scale", y, {x}, [alpha](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).scale(*g[0], dy, alpha);
@@ -56,10 +61,12 @@ Tensor scale(const Tensor& x, double alpha) {
   return y;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
-  check_same_shape("mul", a, b);
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  check_same_shape("mul", a_in, b_in);
+  const Tensor a = stored(a_in), b = stored(b_in);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   kernels(a).mul(y, a, b);
+  store(y);
   if (needs_grad({&a, &b})) {
     record("mul", y, {a, b}, [a, b](const Tensor& dy, GradOutputs& g) {
       Backend& kb = kernels(dy);
@@ -70,15 +77,19 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor gelu(const Tensor& x) {
-  check_float_same("gelu", {{"x", &x}});
+Tensor gelu(const Tensor& x_in) {
+  check_float_same("gelu", {{"x", &x_in}});
+  const Tensor x = stored(x_in);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (!needs_grad({&x})) {
     kernels(x).gelu_forward(y, nullptr, x);
+    store(y);
     return y;
   }
+  // gelu'(x) stays float32: the backward's float32 arithmetic, from the stored x.
   Tensor dydx = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels(x).gelu_forward(y, &dydx, x);
+  store(y);
   record("gelu", y, {x}, [dydx](const Tensor& dy, GradOutputs& g) {
     if (g[0]) kernels(dy).mul(*g[0], dy, dydx);
   });

@@ -43,11 +43,13 @@ void linear_param_grads(const Tensor& dy, GradOutputs& g, const Tensor& x, bool 
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual) {
-  check_linear("linear", x, w, bias, residual);
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Tensor& residual_in) {
+  check_linear("linear", x_in, w_in, bias_in, residual_in);
+  const Tensor x = stored(x_in), w = stored(w_in), bias = stored(bias_in), residual = stored(residual_in);
   const int64_t m = rows_of(x), k = w.size(1), n = w.size(0);
   Tensor y = Tensor::empty(with_last(x.shape(), n), x.dtype(), x.device());
   kernels(x).linear_forward(y, x, w, bias, residual, m, k, n);
+  store(y);
   if (needs_grad({&x, &w, &bias, &residual})) {
     const bool has_bias = bias.defined(), has_residual = residual.defined();
     record("linear", y, linear_inputs(x, w, bias, residual),
@@ -60,19 +62,25 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor
   return y;
 }
 
-Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, const Tensor& residual) {
-  check_linear("gelu_linear", h, w, bias, residual);
+Tensor gelu_linear(const Tensor& h_in, const Tensor& w_in, const Tensor& bias_in, const Tensor& residual_in) {
+  check_linear("gelu_linear", h_in, w_in, bias_in, residual_in);
+  const Tensor h = stored(h_in), w = stored(w_in), bias = stored(bias_in), residual = stored(residual_in);
   const int64_t m = rows_of(h), k = w.size(1), n = w.size(0);
   Tensor a = Tensor::empty(h.shape(), h.dtype(), h.device());
   Tensor y = Tensor::empty(with_last(h.shape(), n), h.dtype(), h.device());
+  // gelu(h) is stored before the product reads it, as the two unfused ops would store it.
   if (!needs_grad({&h, &w, &bias, &residual})) {
     kernels(h).gelu_forward(a, nullptr, h);
+    store(a);
     kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
+    store(y);
     return y;
   }
   Tensor dadh = Tensor::empty(h.shape(), h.dtype(), h.device());
   kernels(h).gelu_forward(a, &dadh, h);
+  store(a);
   kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
+  store(y);
   const bool has_bias = bias.defined(), has_residual = residual.defined();
   record("gelu_linear", y, linear_inputs(h, w, bias, residual),
          [a, dadh, w, m, k, n, has_bias, has_residual](const Tensor& dy, GradOutputs& g) {
@@ -83,8 +91,9 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, const T
   return y;
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_float_same("matmul", {{"a", &a}, {"b", &b}});
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  check_float_same("matmul", {{"a", &a_in}, {"b", &b_in}});
+  const Tensor a = stored(a_in), b = stored(b_in);
   NL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: needs at least 2-D operands, got {} and {}", shape_str(a.shape()),
            shape_str(b.shape()));
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
@@ -100,6 +109,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   out_shape.push_back(n);
   Tensor c = Tensor::empty(out_shape, a.dtype(), a.device());
   kernels(a).matmul(c, a, b, MatmulSpec::of(m, n, k).batched(batch).shared_b(!b_batched));
+  store(c);
   if (needs_grad({&a, &b})) {
     record("matmul", c, {a, b}, [a, b, batch, m, n, k, b_batched](const Tensor& dc, GradOutputs& g) {
       Backend& kb = kernels(dc);

@@ -4,7 +4,8 @@
 namespace normlab {
 using namespace ops_detail;
 
-Tensor embedding(const Tensor& ids, const Tensor& table) {
+Tensor embedding(const Tensor& ids, const Tensor& table_in) {
+  const Tensor table = stored(table_in);
   NL_CHECK(ids.dtype() == DType::i32, "embedding: ids must be int32, got {}", to_string(ids.dtype()));
   check_float_same("embedding", {{"table", &table}});
   NL_CHECK(table.dim() == 2, "embedding: table must be (V, D), got {}", shape_str(table.shape()));
@@ -15,6 +16,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
   out_shape.push_back(d);
   Tensor y = Tensor::empty(out_shape, table.dtype(), table.device());
   kernels(table).embedding_forward(y, table, ids, n, v, d);
+  store(y);
   if (needs_grad({&table})) {
     record("embedding", y, {table}, [ids, n, v, d](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).embedding_backward(*g[0], dy, ids, n, v, d);
@@ -23,8 +25,9 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
   return y;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
-  check_float_same("cross_entropy", {{"logits", &logits}});
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets) {
+  check_float_same("cross_entropy", {{"logits", &logits_in}});
+  const Tensor logits = stored(logits_in);
   NL_CHECK(targets.dtype() == DType::i32, "cross_entropy: targets must be int32, got {}", to_string(targets.dtype()));
   NL_CHECK(logits.dim() >= 1, "cross_entropy: logits must be (..., V)");
   NL_CHECK(Shape(logits.shape().begin(), logits.shape().end() - 1) == targets.shape(),
@@ -43,7 +46,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   return loss;
 }
 
-Tensor reshape(const Tensor& x, const Shape& shape) {
+Tensor reshape(const Tensor& x_in, const Shape& shape) {
+  const Tensor x = stored(x_in);  // a view of a leaf would see its float32 values
   Shape target = shape;
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < target.size(); ++i) {
@@ -71,7 +75,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   return y;
 }
 
-Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+Tensor transpose(const Tensor& x_in, int64_t dim0, int64_t dim1) {
+  const Tensor x = stored(x_in);
   const int64_t nd = x.dim();
   if (dim0 < 0) dim0 += nd;
   if (dim1 < 0) dim1 += nd;

@@ -41,30 +41,40 @@ BackwardFn rmsnorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tenso
 
 }  // namespace ops_detail
 
-Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
-  NL_CHECK(beta.defined(), "layernorm: beta is required (pass zeros for none)");
-  check_norm("layernorm", x, gamma, beta, eps);
+Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_in, double eps) {
+  NL_CHECK(beta_in.defined(), "layernorm: beta is required (pass zeros for none)");
+  check_norm("layernorm", x_in, gamma_in, beta_in, eps);
+  const Tensor x = stored(x_in), gamma = stored(gamma_in), beta = stored(beta_in);
   const int64_t n = rows_of(x), d = x.size(-1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = row_stat(x), rstd = row_stat(x);
   kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
+  store(y);
   if (needs_grad({&x, &gamma, &beta}))
     record("layernorm", y, {x, gamma, beta}, layernorm_backward_fn(x, gamma, mean, rstd, n, d));
   return y;
 }
 
-Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps) {
-  check_norm("rmsnorm", x, gamma, Tensor(), eps);
+Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
+  check_norm("rmsnorm", x_in, gamma_in, Tensor(), eps);
+  const Tensor x = stored(x_in), gamma = stored(gamma_in);
   const int64_t n = rows_of(x), d = x.size(-1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = row_stat(x);
   kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
+  store(y);
   if (needs_grad({&x, &gamma})) record("rmsnorm", y, {x, gamma}, rmsnorm_backward_fn(x, gamma, rstd, n, d));
   return y;
 }
 
 std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Tensor& b, const Tensor& gamma,
                                         const Tensor& beta, double eps) {
+  // In low precision the sum is stored before the norm reads it: the two ops, not the fused
+  // kernel (which normalizes the unrounded sum).
+  if (storage_precision() != Precision::fp32) {
+    Tensor s = add_scaled(a, alpha, b);
+    return {s, layernorm(s, gamma, beta, eps)};
+  }
   NL_CHECK(a.shape() == b.shape(), "add_layernorm: residual {} and branch {} differ in shape", shape_str(a.shape()),
            shape_str(b.shape()));
   check_float_same("add_layernorm", {{"residual", &a}, {"branch", &b}});
@@ -83,6 +93,10 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
 
 std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b, const Tensor& gamma,
                                       double eps) {
+  if (storage_precision() != Precision::fp32) {  // as add_layernorm
+    Tensor s = add_scaled(a, alpha, b);
+    return {s, rmsnorm(s, gamma, eps)};
+  }
   NL_CHECK(a.shape() == b.shape(), "add_rmsnorm: residual {} and branch {} differ in shape", shape_str(a.shape()),
            shape_str(b.shape()));
   check_float_same("add_rmsnorm", {{"residual", &a}, {"branch", &b}});

@@ -20,6 +20,22 @@ void check_float_same(const char* op, std::initializer_list<std::pair<const char
   }
 }
 
+namespace {
+thread_local Precision t_storage = Precision::fp32;
+}  // namespace
+
+void store(Tensor& y) {
+  if (t_storage != Precision::fp32 && y.defined()) kernels(y).round_to_format(y, t_storage);
+}
+
+Tensor stored(const Tensor& t) {
+  if (t_storage == Precision::fp32 || !t.defined() || !t.is_leaf() || t.dtype() == DType::i32) return t;
+  Tensor y = t.clone();
+  store(y);
+  if (needs_grad({&t})) record("cast", y, {t}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
+  return y;
+}
+
 Shape with_last(const Shape& s, int64_t last) {
   Shape out = s;
   out.back() = last;
@@ -27,3 +43,13 @@ Shape with_last(const Shape& s, int64_t last) {
 }
 
 }  // namespace normlab::ops_detail
+
+namespace normlab {
+
+StoragePrecisionScope::StoragePrecisionScope(Precision p) : previous_(ops_detail::t_storage) {
+  ops_detail::t_storage = p;
+}
+StoragePrecisionScope::~StoragePrecisionScope() { ops_detail::t_storage = previous_; }
+Precision storage_precision() { return ops_detail::t_storage; }
+
+}  // namespace normlab

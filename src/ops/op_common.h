@@ -19,6 +19,13 @@ inline int64_t rows_of(const Tensor& x) { return x.dim() == 0 ? 1 : x.numel() / 
 // Output shape of x with its last dimension replaced.
 Shape with_last(const Shape& s, int64_t last);
 
+// Low-precision storage (ops.h): y rounded in place to the thread's storage format (nothing in
+// fp32); and an input as that format holds it: a leaf's rounded copy, recorded as "cast" with
+// the gradient passed through, or the tensor itself (an op's output is stored already, an
+// undefined or integer tensor has nothing to round).
+void store(Tensor& y);
+Tensor stored(const Tensor& t);
+
 }  // namespace normlab::ops_detail
 
 namespace normlab::ops_detail {

@@ -63,6 +63,9 @@ class Node {
 struct GradientMath {
   void (*accumulate)(Tensor& dst, const Tensor& g) = nullptr;             // dst += g
   void (*add)(Tensor& out, const Tensor& a, const Tensor& b) = nullptr;   // out = a + b
+  // Called on every gradient a backward closure wrote and on every sum of two gradients: stores
+  // it in the storage format of the thread (ops.h, StoragePrecisionScope); null: nothing to do.
+  void (*store)(Tensor& g) = nullptr;
 };
 void set_gradient_math(GradientMath math);
 

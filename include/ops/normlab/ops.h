@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "normlab/kinds.h"
+#include "normlab/precision.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -64,6 +65,27 @@ double sum_squares(const Tensor& x);
 // Gives the tape its gradient arithmetic (dst += g, out = a + b) through the backends; done once
 // by install_backends() before any backward.
 void install_gradient_math();
+
+// ---- low-precision storage (docs/precision.md) ----------------------------------
+// Inside a StoragePrecisionScope(bf16 or fp16), on this thread: every op's output, every
+// gradient a backward writes and every sum of two gradients is rounded to the format's grid
+// (each op still computes in float32, from stored operands: one rounding per op, as fused);
+// a leaf input (a parameter, an input batch) is used through a rounded copy whose gradient
+// reaches the float32 leaf as computed. That is mixed precision with float32 master weights,
+// emulated in float32 storage. Exceptions, as PyTorch's autocast has them: cross_entropy's loss
+// stays float32 (its logits' gradient is stored), and a norm's statistics (mean, rstd) are
+// float32. Call backward() inside the same scope. fp32, the default, changes nothing.
+class StoragePrecisionScope {
+ public:
+  explicit StoragePrecisionScope(Precision p);
+  ~StoragePrecisionScope();
+  StoragePrecisionScope(const StoragePrecisionScope&) = delete;
+  StoragePrecisionScope& operator=(const StoragePrecisionScope&) = delete;
+
+ private:
+  Precision previous_;
+};
+Precision storage_precision();
 
 // ---- layout ---------------------------------------------------------------------
 Tensor reshape(const Tensor& x, const Shape& shape);  // a view; -1 infers one dimension

@@ -1,0 +1,169 @@
+// Low-precision storage (ops.h, StoragePrecisionScope): inside the scope every op output and every
+// gradient is on the format's grid, the float32 leaves keep their values and receive gradients
+// computed from stored operands, overflow gives inf as the format would, and fp32 changes nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+#include "normlab/ops.h"
+#include "normlab/precision.h"
+#include "normlab/rng.h"
+
+using namespace normlab;
+
+namespace {
+
+Tensor randn(Rng& rng, const Shape& shape, double scale = 1.0) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (double& x : v) x = scale * rng.normal();
+  return Tensor::from(v, shape);
+}
+
+// How many values of t are not on the format's grid (NaN counts as on it).
+int64_t off_grid(const Tensor& t, Precision p) {
+  int64_t n = 0;
+  for (double v : t.to_vector())
+    if (!std::isnan(v) && round_to(p, static_cast<float>(v)) != static_cast<float>(v)) ++n;
+  return n;
+}
+
+struct Net {
+  Tensor x, w1, gamma, beta, w2;
+  Tensor targets = Tensor::from_ids({1, 0, 3, 2, 2, 1, 0}, {7});
+  explicit Net(uint64_t seed) {
+    Rng rng(seed, stream::check);
+    x = randn(rng, {7, 12}).requires_grad_(true);
+    w1 = randn(rng, {16, 12}, 0.3).requires_grad_(true);
+    gamma = Tensor::from(std::vector<double>(16, 1.0), {16}).requires_grad_(true);
+    beta = randn(rng, {16}, 0.1).requires_grad_(true);
+    w2 = randn(rng, {4, 16}, 0.3).requires_grad_(true);
+  }
+  std::vector<Tensor> leaves() const { return {x, w1, gamma, beta, w2}; }
+  // linear -> layernorm -> gelu -> linear -> cross entropy, every intermediate kept.
+  std::vector<Tensor> forward() const {
+    Tensor h = linear(x, w1);
+    Tensor n = layernorm(h, gamma, beta);
+    Tensor a = gelu(n);
+    Tensor logits = linear(a, w2);
+    Tensor loss = cross_entropy(logits, targets);
+    return {h, n, a, logits, loss};
+  }
+};
+
+}  // namespace
+
+TEST(StoragePrecision, ScopesNestAndRestore) {
+  EXPECT_EQ(storage_precision(), Precision::fp32);
+  {
+    StoragePrecisionScope a(Precision::fp16);
+    EXPECT_EQ(storage_precision(), Precision::fp16);
+    {
+      StoragePrecisionScope b(Precision::bf16);
+      EXPECT_EQ(storage_precision(), Precision::bf16);
+    }
+    EXPECT_EQ(storage_precision(), Precision::fp16);
+  }
+  EXPECT_EQ(storage_precision(), Precision::fp32);
+}
+
+TEST(StoragePrecision, EveryOutputAndGradientIsOnTheGrid) {
+  for (Precision p : {Precision::fp16, Precision::bf16}) {
+    SCOPED_TRACE(to_string(p));
+    Net net(7);
+    const std::vector<double> w1_before = net.w1.to_vector();
+    std::vector<Tensor> out;
+    {
+      StoragePrecisionScope scope(p);
+      out = net.forward();
+      out.back().backward();
+    }
+    // Activations on the grid (the loss is float32, as autocast keeps it).
+    for (size_t i = 0; i + 1 < out.size(); ++i) EXPECT_EQ(off_grid(out[i], p), 0) << "output " << i;
+    // Gradients of the float32 leaves: computed from stored operands and stored.
+    for (const Tensor& leaf : net.leaves()) EXPECT_EQ(off_grid(leaf.grad(), p), 0) << leaf.shape().size();
+    // The master weights themselves are untouched (not rounded in place).
+    EXPECT_EQ(net.w1.to_vector(), w1_before);
+    EXPECT_GT(off_grid(net.w1, p), 0);  // so the check above could fail
+  }
+}
+
+TEST(StoragePrecision, LowPrecisionTracksFloat32WithinTheFormat) {
+  Net ref(11), half(11);
+  std::vector<Tensor> r = ref.forward();
+  r.back().backward();
+  std::vector<Tensor> h;
+  {
+    StoragePrecisionScope scope(Precision::fp16);
+    h = half.forward();
+    h.back().backward();
+  }
+  EXPECT_NEAR(h.back().item(), r.back().item(), 5e-3 * std::fabs(r.back().item()));
+  for (size_t k = 0; k < ref.leaves().size(); ++k) {
+    const std::vector<double> a = ref.leaves()[k].grad().to_vector(), b = half.leaves()[k].grad().to_vector();
+    double dot = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < a.size(); ++i) dot += a[i] * b[i], na += a[i] * a[i], nb += b[i] * b[i];
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.999) << "leaf " << k;  // same direction, fp16-close
+    EXPECT_NE(a, b) << "leaf " << k;                              // but not float32's bits
+  }
+}
+
+TEST(StoragePrecision, Fp32ScopeIsBitIdentical) {
+  Net a(3), b(3);
+  std::vector<Tensor> x = a.forward();
+  x.back().backward();
+  std::vector<Tensor> y;
+  {
+    StoragePrecisionScope scope(Precision::fp32);
+    y = b.forward();
+    y.back().backward();
+  }
+  EXPECT_EQ(x.back().item(), y.back().item());
+  for (size_t k = 0; k < a.leaves().size(); ++k) EXPECT_EQ(a.leaves()[k].grad().to_vector(), b.leaves()[k].grad().to_vector());
+}
+
+TEST(StoragePrecision, OverflowIsInfInFp16AndFiniteInBf16) {
+  Tensor x = Tensor::from({300.0, -2.0, 1.0}, {3});
+  {
+    StoragePrecisionScope scope(Precision::fp16);
+    const std::vector<double> y = mul(x, x).to_vector();  // 90000 > 65504
+    EXPECT_TRUE(std::isinf(y[0]));
+    EXPECT_EQ(y[1], 4.0);
+  }
+  {
+    StoragePrecisionScope scope(Precision::bf16);
+    EXPECT_EQ(mul(x, x).to_vector()[0], 90112.0);  // 90000 on bf16's grid (spacing 512)
+  }
+}
+
+TEST(StoragePrecision, GradientSumsAreStored) {
+  // x reaches y by two paths with gradients 1 + 2^-10 and 2^-12 (both fp16 values); their sum
+  // 1 + 2^-10 + 2^-12 lies a quarter of a spacing above 1 + 2^-10 in fp16, so the stored sum is
+  // 1 + 2^-10, where float32 keeps all of it.
+  Tensor x = Tensor::from({1.0, 2.0}, {2}).requires_grad_(true);
+  const double a = 1.0 + std::ldexp(1.0, -10), b = std::ldexp(1.0, -12);
+  {
+    StoragePrecisionScope scope(Precision::fp16);
+    Tensor y = add(scale(x, a), scale(x, b));
+    y.backward(Tensor::from({1.0, 1.0}, {2}));
+  }
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{a, a}));
+  x.zero_grad();
+  add(scale(x, a), scale(x, b)).backward(Tensor::from({1.0, 1.0}, {2}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{a + b, a + b}));
+}
+
+TEST(StoragePrecision, LeafInputsAreUsedAsStored) {
+  // a = 1 + 2^-11 is a tie in fp16 and is stored as 1: a * 3 is then 3. Computed from the float32
+  // leaf it would be 3.0015, stored as 3 + 2^-9.
+  Tensor a = Tensor::from({1.0 + std::ldexp(1.0, -11)}, {1}).requires_grad_(true);
+  Tensor b = Tensor::from({3.0}, {1});
+  StoragePrecisionScope scope(Precision::fp16);
+  Tensor y = mul(a, b);
+  EXPECT_EQ(y.item(), 3.0);
+  y.backward(Tensor::from({1.0}, {1}));
+  EXPECT_EQ(a.grad().item(), 3.0);                                  // through the cast, unchanged
+  EXPECT_EQ(a.item(), 1.0 + std::ldexp(1.0, -11));                  // the leaf keeps its value
+}
