@@ -140,6 +140,13 @@ float from_bits(Precision p, uint16_t bits) {
   return 0;
 }
 
+float to_float(double v) {
+  // FLT_MAX + half its ulp = 2^128 - 2^103: from there on the nearest float is infinity.
+  const double overflow = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+  if (std::fabs(v) >= overflow) return v > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
+
 float round_to(Precision p, float x) {
   if (p == Precision::fp32) return x;
   return from_bits(p, to_bits(p, x));

@@ -368,6 +368,8 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
       const SummaryCell& c = s.cells[r][col];
       if (!c.present || c.n == 0 || c.diverged || c.failed || c.pending || c.damaged || c.collapsed) continue;
       s.stable[col].push_back(r);
+      // Without a row axis there is nothing to choose between: no best (markdown, CSV and JSON).
+      if (s.rows.empty()) continue;
       if (s.best[col] < 0 || c.mean < s.cells[static_cast<size_t>(s.best[col])][col].mean) s.best[col] = static_cast<int>(r);
     }
 
@@ -424,8 +426,8 @@ std::string summary_markdown(const SweepSummary& s, bool brief) {
     std::vector<std::string> row = {s.row_values[r]};
     for (size_t c = 0; c < s.col_labels.size(); ++c) {
       std::string t = cell_text(s.cells[r][c]);
-      // With no row axis there is nothing to choose between: no bold, no stable or best row.
-      if (!s.rows.empty() && s.best[c] == static_cast<int>(r)) t = "**" + t + "**";
+      // (No best without a row axis: s.best is -1 there.)
+      if (s.best[c] == static_cast<int>(r)) t = "**" + t + "**";
       row.push_back(t);
     }
     table.add_row(row);
@@ -449,7 +451,7 @@ std::string summary_markdown(const SweepSummary& s, bool brief) {
   std::vector<const SummaryCurve*> shown;
   for (size_t c = 0; c < s.col_labels.size(); ++c)
     for (const SummaryCurve& cv : s.curves)
-      if (cv.col == c && static_cast<int>(cv.row) == s.best[c]) shown.push_back(&cv);
+      if (cv.col == c && (s.rows.empty() || static_cast<int>(cv.row) == s.best[c])) shown.push_back(&cv);
   if (!shown.empty()) {
     out += rows_name.empty() ? std::string("\n## Validation loss by step\n\n")
                              : fmt::format("\n## Validation loss by step (each column at its best {})\n\n", rows_name);

@@ -45,7 +45,7 @@ class Chain {
     PrecisionStep step{name, op, in, per_element, {}};
     std::vector<float> stored(computed.size());
     for (std::size_t i = 0; i < computed.size(); ++i) {
-      stored[i] = round_to(in, static_cast<float>(computed[i]));
+      stored[i] = round_to(in, to_float(computed[i]));
       step.values.push_back({stored[i], exact[i], ulp_error(in, stored[i], exact[i]),
                              classify_rounding(in, computed[i], stored[i])});
     }
@@ -64,7 +64,7 @@ class Chain {
 float sum32(const std::vector<float>& v) {
   double s = 0;
   for (float x : v) s += x;
-  return static_cast<float>(s);
+  return to_float(s);
 }
 
 // The mean over d of values summed with the running sum stored in the format.
@@ -121,7 +121,8 @@ double normwise_ulps(const PrecisionStep& s, std::size_t* worst_index = nullptr)
   return worst;
 }
 
-void diagnose(PrecisionNormWorksheet& ws, const char* var_name, const char* var_eps_name) {
+void diagnose(PrecisionNormWorksheet& ws, const char* squares_name, const char* var_name,
+              const char* var_eps_name) {
   const char* fmt_name = to_string(ws.precision);
   for (const StoredValue& v : ws.steps.back().values)
     if (!std::isfinite(v.stored)) ws.output_finite = false;
@@ -180,7 +181,13 @@ void diagnose(PrecisionNormWorksheet& ws, const char* var_name, const char* var_
     const PrecisionStep* var = find_step(ws.steps, var_name);
     const PrecisionStep* var_eps = find_step(ws.steps, var_eps_name);
     const bool denominator_zero = var_eps && var_eps->values[0].stored == 0;
-    if (denominator_zero && var->values[0].exact > 0) {
+    // Underflow: the squares or their mean rounded nonzero values to 0. A variance that is 0
+    // because the stored inputs came out equal was lost to their rounding instead: that is the
+    // zero-variance case, with the cause named in its sentence.
+    bool underflowed = var->values[0].event == RoundingEvent::underflow;
+    if (const PrecisionStep* sq = find_step(ws.steps, squares_name))
+      for (const StoredValue& sv : sq->values) underflowed |= sv.event == RoundingEvent::underflow;
+    if (denominator_zero && underflowed) {
       ws.breakdown = Breakdown::var_underflow;
       ws.diagnosis = fmt::format(
           "{} = {:.6g} underflowed to 0 in {} and eps = {:g} did not lift it: rsqrt(0) = inf, "
@@ -190,9 +197,14 @@ void diagnose(PrecisionNormWorksheet& ws, const char* var_name, const char* var_
     } else if (denominator_zero) {
       ws.breakdown = Breakdown::eps_zero;
       ws.diagnosis = fmt::format(
-          "{} is exactly 0 and eps = {:g} {} in {} (smallest subnormal {:g}): {} = 0, rsqrt(0) = "
+          "{} is {} and eps = {:g} {} in {} (smallest subnormal {:g}): {} = 0, rsqrt(0) = "
           "inf, then {} ({}) = {}; {}",
-          var_name, ws.eps, ws.eps_rounds_to_zero ? "rounds to 0" : "is lost",
+          var_name,
+          var->values[0].exact == 0 ? "exactly 0"
+                                    : fmt::format("0 as stored (float64: {:.6g}; the stored inputs "
+                                                  "are equal)",
+                                                  var->values[0].exact),
+          ws.eps, ws.eps_rounds_to_zero ? "rounds to 0" : "is lost",
           to_string(var_eps->stored_in), format_info(var_eps->stored_in).min_subnormal,
           var_eps_name, where, bad.op, v.stored, outcome);
     } else {
@@ -220,21 +232,21 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
   ws.gamma = gamma;
   if (norm == NormKind::layernorm) ws.beta = beta;
   ws.eps = eps;
-  ws.eps_stored = round_to(precision, static_cast<float>(eps));
+  ws.eps_stored = round_to(precision, to_float(eps));
   ws.eps_rounds_to_zero = ws.eps_stored == 0;
 
   // Where the intermediates live: the format itself, or float32 with only y rounded.
   const Precision p = precision;
   const Precision mid = compute == NormCompute::format ? p : Precision::fp32;
-  const float eps32 = static_cast<float>(eps);
+  const float eps32 = to_float(eps);
   Chain chain(ws.steps);
   const std::vector<float> xs = chain.add("x", "input", p, x, x, true);
   // gamma and beta are parameters: stored in the format like every tensor of a low-precision
   // model (ones and zeros are exact in every format).
   std::vector<float> g(d), b(d);
   for (std::size_t i = 0; i < d; ++i) {
-    g[i] = round_to(p, static_cast<float>(gamma[i]));
-    if (norm == NormKind::layernorm) b[i] = round_to(p, static_cast<float>(beta[i]));
+    g[i] = round_to(p, to_float(gamma[i]));
+    if (norm == NormKind::layernorm) b[i] = round_to(p, to_float(beta[i]));
   }
   std::vector<double> v32(d);
 
@@ -255,7 +267,7 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
     std::vector<float> sq_fmt(d);
     for (std::size_t i = 0; i < d; ++i) sq_fmt[i] = round_to(p, xs[i] * xs[i]);
     ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
-    diagnose(ws, "mean(x^2)", "mean(x^2) + eps");
+    diagnose(ws, "x^2", "mean(x^2)", "mean(x^2) + eps");
     return ws;
   }
 
@@ -284,7 +296,7 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
     sq_fmt[i] = round_to(p, c * c);
   }
   ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
-  diagnose(ws, "var", "var + eps");
+  diagnose(ws, "(x - mean)^2", "var", "var + eps");
   return ws;
 }
 

@@ -334,7 +334,11 @@ TEST_P(KernelOps, round_to_format) {
         v.insert(v.end(), {mid, std::nextafter(mid, inf), std::nextafter(mid, -inf)});
       }
     }
-    for (float x : {65504.0f, 65520.0f, 1e30f, inf, std::nanf(""), std::numeric_limits<float>::max()})
+    // The overflow ties: 65520 (fp16) and max + half an ulp in bf16 (bits 0x7f7f8000), and the
+    // float32 values beside them.
+    const float tie = static_cast<float>(format_info(p).max + ulp_at(p, format_info(p).max) / 2);
+    for (float x : {65504.0f, 65520.0f, tie, std::nextafter(tie, 0.0f), std::nextafter(tie, inf), 1e30f, inf,
+                    std::nanf(""), std::numeric_limits<float>::max()})
       v.insert(v.end(), {x, -x});
     Rng rng(41, stream::check);
     for (int i = 0; i < 4099; ++i) v.push_back(static_cast<float>(rng.normal() * std::ldexp(1.0, i % 60 - 30)));

@@ -67,11 +67,12 @@ std::vector<float> boundary_cases(Precision p) {
       out.push_back(std::nextafter(mid, -std::numeric_limits<float>::infinity()));
     }
   }
-  // Past the largest finite value: the overflow threshold and beyond.
+  // Past the largest finite value: the overflow tie (max + half its ulp: 65520 in fp16, the
+  // pattern 0x7f7f8000 in bf16), its float32 neighbours, and beyond.
   const float max = static_cast<float>(format_info(p).max);
-  const float over = static_cast<float>(format_info(p).max + format_info(p).max *
-                                                                  format_info(p).epsilon / 4);
-  for (float v : {max, over, std::nextafter(over, 0.0f), std::nextafter(over, 1e38f),
+  const float tie = static_cast<float>(format_info(p).max + ulp_at(p, format_info(p).max) / 2);
+  EXPECT_EQ(static_cast<double>(tie), format_info(p).max + ulp_at(p, format_info(p).max) / 2);
+  for (float v : {max, tie, std::nextafter(tie, 0.0f), std::nextafter(tie, std::numeric_limits<float>::infinity()),
                   std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
                   std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
     out.push_back(v);
@@ -165,8 +166,15 @@ TEST(Precision, Fp16MatchesTheCompilersFloat16) {
 
 TEST(Precision, HandPickedCases) {
   const Precision h = Precision::fp16, b = Precision::bf16;
-  // Overflow: 65519.99 rounds to 65504; 65520 is the tie and goes to infinity.
+  // Overflow: 65519 and the float below 65520 round to 65504; 65520 is the tie and goes to inf.
   EXPECT_EQ(round_to(h, 65519.0f), 65504.0f);
+  EXPECT_EQ(round_to(h, std::nextafter(65520.0f, 0.0f)), 65504.0f);
+  // bf16's tie above its max (0x7f7f8000) carries into the exponent: infinity; one below: max.
+  float bf16_tie;
+  const uint32_t tie_bits = 0x7f7f8000u;
+  std::memcpy(&bf16_tie, &tie_bits, sizeof bf16_tie);
+  EXPECT_TRUE(std::isinf(round_to(b, bf16_tie)));
+  EXPECT_EQ(round_to(b, std::nextafter(bf16_tie, 0.0f)), format_info(b).max);
   EXPECT_TRUE(std::isinf(round_to(h, 65520.0f)));
   EXPECT_TRUE(std::isinf(round_to(h, 257.0f * 257.0f)));  // a square above 256^2
   // Gradual underflow: 1e-5 is an fp16 subnormal (168 * 2^-24), 1e-8 and 1e-12 become 0.

@@ -53,8 +53,13 @@ std::vector<float> around_every_value(float (*value)(uint16_t)) {
     const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);
     out.insert(out.end(), {mid, std::nextafter(mid, inf), std::nextafter(mid, -inf)});
   }
-  for (float v : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e30f, inf, std::numeric_limits<float>::max(),
-                  std::numeric_limits<float>::denorm_min(), std::nanf("")}) {
+  // The overflow ties: 65520 for fp16; for bf16 max + half an ulp, 0x7f7f8000 = 3.3961e38.
+  float bf16_tie;
+  const uint32_t tie_bits = 0x7f7f8000u;
+  std::memcpy(&bf16_tie, &tie_bits, sizeof bf16_tie);
+  for (float v : {65504.0f, 65519.0f, 65520.0f, std::nextafter(65520.0f, 0.0f), 65536.0f, bf16_tie,
+                  std::nextafter(bf16_tie, 0.0f), std::nextafter(bf16_tie, inf), 1e30f, inf,
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), std::nanf("")}) {
     out.push_back(v);
     out.push_back(-v);
   }

@@ -25,6 +25,7 @@
 #include "normlab/config.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/parse.h"
 #include "normlab/sweep.h"
 
 namespace normlab {
@@ -413,6 +414,34 @@ TEST_F(SweepRun, DryRunOnAChangedSpecCountsWhatAForcedRunKeeps) {
   r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.err.find("4 to run, 12 already done"), std::string::npos) << describe(r);
+}
+
+// A one-axis sweep compared with --paired has no row axis: no best anywhere (markdown, CSV,
+// JSON), and the curves of every column are shown.
+TEST(SweepSummaryNoRows, PairedOneAxisSweepHasNoBestAndShowsEveryCurve) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  CliResult r = run_cli({"sweep", "--out", dir, "--jobs", "2", "--set", "layers=2", "--set", "d_model=16", "--set",
+                         "d_hidden=32", "--set", "steps=20", "--set", "eval_every=10", "--set", "batch_size=4", "--set",
+                         "eval_batches=2", "placement=pre,post", "seed=0,1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out.find("**"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("| stable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| step | placement=pre | placement=post |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
+  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const json& col : json::parse(r.out)["columns"]) EXPECT_TRUE(col["best"].is_null()) << col.dump();
+  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write", "--format", "csv"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::vector<std::string> lines = test::split_lines(r.out);
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  const std::vector<std::string> header = split_at(lines[0], ',');
+  const size_t best = static_cast<size_t>(std::find(header.begin(), header.end(), "best") - header.begin());
+  ASSERT_LT(best, header.size()) << lines[0];
+  for (size_t i = 1; i < lines.size(); ++i) EXPECT_EQ(split_at(lines[i], ',').at(best), "false") << lines[i];
 }
 
 TEST_F(SweepRun, ReferenceHasEveryPointDivergedNeverBest) {

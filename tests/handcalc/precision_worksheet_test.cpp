@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -198,4 +199,42 @@ TEST(HandcalcPrecision, JsonSpellsNonFiniteValues) {
   EXPECT_EQ(n.at("steps").back().at("stored").at(0), "nan");
   EXPECT_EQ(n.at("max_abs_output_ulps"), "nan");
   EXPECT_EQ(j.at("input").at("case"), "all-equal");
+}
+
+TEST(HandcalcPrecision, UnderflowAndEqualStoredInputsAreToldApart) {
+  hc::PrecisionOptions o;
+  o.precision = "fp16";
+  o.norm = "ln";
+  o.eps = "1e-12";
+  // x = 2^-10 and 2^-10 + 2^-20 (adjacent fp16 values): the mean rounds to 2^-10 (a tie), so
+  // x - mean = 0 and 2^-20, whose square 2^-40 is far below fp16's smallest subnormal 2^-24: it
+  // underflows, and var = 0.
+  o.x = "0.0009765625,0.0009775161743164062";
+  hc::PrecisionNormWorksheet u = sheet(o).norms.at(0);
+  EXPECT_EQ(step(u, "(x - mean)^2").values[1].event, RoundingEvent::underflow);
+  EXPECT_EQ(u.breakdown, hc::Breakdown::var_underflow) << u.diagnosis;
+  EXPECT_FALSE(u.output_finite);
+  // bf16 stores 1000.3 and 999.4 both as 1000: var is 0 from equal stored inputs, not from an
+  // underflow, and eps 1e-45 rounds to 0 in bf16.
+  o.precision = "bf16";
+  o.x = "1000.3,999.4";
+  o.eps = "1e-45";
+  hc::PrecisionNormWorksheet e = sheet(o).norms.at(0);
+  EXPECT_EQ(e.breakdown, hc::Breakdown::eps_zero) << e.diagnosis;
+  EXPECT_NE(e.diagnosis.find("the stored inputs are equal"), std::string::npos) << e.diagnosis;
+}
+
+TEST(HandcalcPrecision, InputsBeyondFloat32AreInfNotUndefined) {
+  // 1e39 > FLT_MAX: stored as inf in every format (an IEEE conversion), named as the input.
+  hc::PrecisionOptions o;
+  o.precision = "bf16";
+  o.norm = "rms";
+  o.x = "1e39,1";
+  hc::PrecisionNormWorksheet ws = sheet(o).norms.at(0);
+  EXPECT_TRUE(std::isinf(step(ws, "x").values[0].stored));
+  EXPECT_EQ(step(ws, "x").values[0].event, RoundingEvent::overflow);
+  EXPECT_EQ(ws.breakdown, hc::Breakdown::nonfinite_input);
+  EXPECT_EQ(to_float(3.5e38), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(to_float(-3.5e38), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(to_float(static_cast<double>(std::numeric_limits<float>::max())), std::numeric_limits<float>::max());
 }

@@ -37,6 +37,10 @@ struct FormatInfo {
 };
 const FormatInfo& format_info(Precision p);
 
+// v rounded to float32 as an IEEE conversion rounds it: to nearest even, and to +-inf from
+// FLT_MAX + half an ulp on, where a plain cast would be undefined behaviour.
+float to_float(double v);
+
 // x rounded to the format and widened back to float (exact). fp32 returns x unchanged. NaN stays
 // NaN (quiet), infinities stay infinite.
 float round_to(Precision p, float x);
@@ -55,8 +59,10 @@ double ulp_at(Precision p, double v);
 // Infinite when exactly one of them is infinite, NaN when either is NaN.
 double ulp_error(Precision p, double stored, double exact);
 
-// What rounding a finite float64 value into the format did to it. The order is the precedence:
-// a value that overflowed is reported as that even if it was also inexact.
+// What rounding a finite float64 value into the format did to it. The order of the checks is
+// overflow, underflow, subnormal, then exact or rounded: a stored subnormal is reported as
+// `subnormal` even when it is exact, and a value below min_normal that rounds up to min_normal
+// as `rounded`.
 enum class RoundingEvent : uint8_t {
   exact,       // representable: stored == value
   rounded,     // a normal result, rounded to the nearest grid point

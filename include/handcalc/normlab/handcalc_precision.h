@@ -48,12 +48,15 @@ struct PrecisionStep {
 enum class Breakdown : uint8_t {
   none,            // every output finite
   overflow,        // a finite float32 result rounded to inf (|v| above the format's max)
-  eps_zero,        // var + eps stored as 0 with var exactly 0: eps vanished in the format
-  var_underflow,   // var + eps stored as 0 with var > 0 in float64: the variance underflowed
+  eps_zero,        // var + eps stored as 0 with var computed as 0 (an all-equal row, or inputs
+                   // that the format stores as equal): eps vanished in the format
+  var_underflow,   // var + eps stored as 0 because the stored variance underflowed to 0
   nonfinite_input, // x itself does not fit the format
-  inaccurate,      // every value finite, but y is off by more ulps (normwise) than its roundings
-                   // explain: more than one ulp per step of the chain (each rounds by at most half
-                   // an ulp of its own value; the other half allows for a lower binade)
+  inaccurate,      // every value finite, but y is off by more ulps (normwise) than the chain has
+                   // steps: a deliberately loose bound (a rounding moves a value by half an ulp;
+                   // the rest tolerates x's rounding amplified by a mean a few standard deviations
+                   // from 0), so that what it flags cannot be held by the format at all (a spread
+                   // below the spacing of the mean, squares in the subnormals)
 };
 }  // namespace normlab::handcalc
 namespace normlab {

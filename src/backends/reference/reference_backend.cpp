@@ -186,13 +186,14 @@ class ReferenceBackend final : public Backend {
     const char* kn = "round_to_format";
     const int64_t n = x.numel();
     expect(kn, "x", x, x.dtype(), n);
+    if (format == Precision::fp32) return;
     if (x.dtype() == DType::f32) {
       float* v = x.data<float>();
       for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, v[i]);
     } else {
       NL_CHECK(x.dtype() == DType::f64, "round_to_format: x is {}, not a float tensor", to_string(x.dtype()));
       double* v = x.data<double>();
-      for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, static_cast<float>(v[i]));
+      for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, to_float(v[i]));
     }
   }
 
