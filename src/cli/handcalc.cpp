@@ -83,7 +83,7 @@ const char* kVectorHelp =
 Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
   auto* norm_cmd = app.add_subcommand(
       "handcalc", "Step-by-step LayerNorm / RMSNorm / residual / Pre-vs-Post-LN arithmetic on a "
-                  "small vector, in float64");
+                  "small vector, in float64 (or as bf16 / fp16 store it: --precision)");
   norm_cmd->require_subcommand(0, 1);
   add_global_flags(*norm_cmd, g);
   auto norm_opts = std::make_shared<OptionSet>();
