@@ -433,7 +433,8 @@ TEST(SweepSummaryNoRows, PairedOneAxisSweepHasNoBestAndShowsEveryCurve) {
   EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
   r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write", "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  for (const json& col : json::parse(r.out)["columns"]) EXPECT_TRUE(col["best"].is_null()) << col.dump();
+  const json doc = json::parse(r.out);  // alive for the loop: a temporary's member would dangle
+  for (const json& col : doc["columns"]) EXPECT_TRUE(col["best"].is_null()) << col.dump();
   r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write", "--format", "csv"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   const std::vector<std::string> lines = test::split_lines(r.out);
