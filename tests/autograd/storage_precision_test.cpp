@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "normlab/autograd.h"
@@ -51,6 +52,14 @@ struct Net {
     Tensor loss = cross_entropy(logits, targets);
     return {h, n, a, logits, loss};
   }
+  // forward() and the loss's backward, inside a scope of `p` when one is given.
+  std::vector<Tensor> step(std::optional<Precision> p = std::nullopt) const {
+    std::optional<StoragePrecisionScope> scope;
+    if (p) scope.emplace(*p);
+    std::vector<Tensor> out = forward();
+    out.back().backward();
+    return out;
+  }
 };
 
 }  // namespace
@@ -74,12 +83,7 @@ TEST(StoragePrecision, EveryOutputAndGradientIsOnTheGrid) {
     SCOPED_TRACE(to_string(p));
     Net net(7);
     const std::vector<double> w1_before = net.w1.to_vector();
-    std::vector<Tensor> out;
-    {
-      StoragePrecisionScope scope(p);
-      out = net.forward();
-      out.back().backward();
-    }
+    const std::vector<Tensor> out = net.step(p);
     // Activations on the grid (the loss is float32, as autocast keeps it).
     for (size_t i = 0; i + 1 < out.size(); ++i) EXPECT_EQ(off_grid(out[i], p), 0) << "output " << i;
     // Gradients of the float32 leaves: computed from stored operands and stored.
@@ -92,14 +96,7 @@ TEST(StoragePrecision, EveryOutputAndGradientIsOnTheGrid) {
 
 TEST(StoragePrecision, LowPrecisionTracksFloat32WithinTheFormat) {
   Net ref(11), half(11);
-  std::vector<Tensor> r = ref.forward();
-  r.back().backward();
-  std::vector<Tensor> h;
-  {
-    StoragePrecisionScope scope(Precision::fp16);
-    h = half.forward();
-    h.back().backward();
-  }
+  const std::vector<Tensor> r = ref.step(), h = half.step(Precision::fp16);
   EXPECT_NEAR(h.back().item(), r.back().item(), 5e-3 * std::fabs(r.back().item()));
   for (size_t k = 0; k < ref.leaves().size(); ++k) {
     const std::vector<double> a = ref.leaves()[k].grad().to_vector(), b = half.leaves()[k].grad().to_vector();
@@ -112,14 +109,7 @@ TEST(StoragePrecision, LowPrecisionTracksFloat32WithinTheFormat) {
 
 TEST(StoragePrecision, Fp32ScopeIsBitIdentical) {
   Net a(3), b(3);
-  std::vector<Tensor> x = a.forward();
-  x.back().backward();
-  std::vector<Tensor> y;
-  {
-    StoragePrecisionScope scope(Precision::fp32);
-    y = b.forward();
-    y.back().backward();
-  }
+  const std::vector<Tensor> x = a.step(), y = b.step(Precision::fp32);
   EXPECT_EQ(x.back().item(), y.back().item());
   for (size_t k = 0; k < a.leaves().size(); ++k) EXPECT_EQ(a.leaves()[k].grad().to_vector(), b.leaves()[k].grad().to_vector());
 }
