@@ -154,6 +154,19 @@ const std::vector<Field>& fields() {
               else c.data_seed = typed<uint64_t>(v, label);
             },
             [](const TrainConfig& c) { return c.data_seed ? json(*c.data_seed) : json(nullptr); }},
+      // Written only when set, as data_seed.
+      Field{{"precision", "string", kind_help<Precision>() + "; unset: fp32"},
+            [](TrainConfig& c, const json& v, const std::string& label) {
+              if (v.is_null()) c.precision.reset();
+              else c.precision = parse_kind<Precision>(typed<std::string>(v, label));
+            },
+            [](const TrainConfig& c) { return c.precision ? json(to_string(*c.precision)) : json(nullptr); }},
+      Field{{"norm_compute", "string", kind_help<NormCompute>() + "; only with precision bf16 or fp16"},
+            [](TrainConfig& c, const json& v, const std::string& label) {
+              if (v.is_null()) c.norm_compute.reset();
+              else c.norm_compute = parse_kind<NormCompute>(typed<std::string>(v, label));
+            },
+            [](const TrainConfig& c) { return c.norm_compute ? json(to_string(*c.norm_compute)) : json(nullptr); }},
       NL_FIELD("threads", int, threads, "threads (0 = all cores)"),
       NL_FIELD("init_from", std::string, init_from, "a model.safetensors to start from (\"\" = the init scheme)"),
   };

@@ -46,6 +46,14 @@ void TrainConfig::validate() const {
   NL_USAGE(eval_every >= 1, "eval_every must be >= 1, got {}", eval_every);
   NL_USAGE(eval_batches >= 1, "eval_batches must be >= 1, got {}", eval_batches);
   NL_USAGE(threads >= 0, "threads must be >= 0 (0 = all cores), got {}", threads);
+  if (norm_compute) {
+    NL_USAGE(storage() != Precision::fp32,
+             "norm_compute {} needs precision bf16 or fp16 (in fp32 every norm is float32 arithmetic)",
+             to_string(*norm_compute));
+    NL_USAGE(*norm_compute != NormCompute::format,
+             "norm_compute format (the norm as PyTorch's composite ops, each rounded) is not built into "
+             "train yet; fused and fp32 are (normlab handcalc --precision shows format row by row)");
+  }
   if (data.kind == DataKind::synthetic) {
     NL_USAGE(topics >= 1, "topics must be >= 1, got {}", topics);
     NL_USAGE(model.vocab - topics >= 2, "vocab ({}) must exceed topics ({}) by at least 2", model.vocab, topics);
@@ -120,6 +128,9 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   const ProgressCallback& on_step = hooks.on_step;
   cfg.validate();
   ThreadCountScope thread_count(cfg.threads);  // the caller's count again when the run ends, or throws
+  // Every op of the run (steps and evals) stores in the run's precision; the optimizer works on
+  // the float32 master weights through the backend, outside the ops.
+  StoragePrecisionScope storage(cfg.storage());
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
   if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);

@@ -385,3 +385,20 @@ TEST(TrainRun, PlateausAreWrittenAsStepPairs) {
   EXPECT_EQ(j["spike_count"], 120);
   EXPECT_EQ(j["spike_steps"], nlohmann::json::parse("[101, 250]"));
 }
+
+// precision and norm_compute are written only when set: an fp32 config reads and hashes as before.
+TEST(ConfigPrecision, KeysAreWrittenOnlyWhenSet) {
+  TrainConfig c;
+  EXPECT_EQ(config_to_json(c).find("precision"), std::string::npos);
+  EXPECT_EQ(config_to_json(c).find("norm_compute"), std::string::npos);
+  c.precision = Precision::bf16;
+  c.norm_compute = NormCompute::fused;
+  const std::string text = config_to_json(c);
+  EXPECT_NE(text.find("\"precision\": \"bf16\""), std::string::npos) << text;
+  TrainConfig back;
+  apply_config_json(back, text, "test");
+  EXPECT_EQ(back.precision, Precision::bf16);
+  EXPECT_EQ(back.norm_compute, NormCompute::fused);
+  TrainConfig bad;
+  EXPECT_THROW(apply_config_json(bad, R"({"precision": "fp8"})", "test"), UsageError);
+}

@@ -11,6 +11,7 @@
 #include "normlab/backend.h"
 #include "normlab/nn.h"
 #include "normlab/rng.h"
+#include "normlab/precision.h"
 #include "normlab/tensor.h"
 #include "normlab/train_kinds.h"
 
@@ -89,6 +90,14 @@ struct TrainConfig {
   std::optional<uint64_t> data_seed;
   uint64_t task_seed() const { return data_seed.value_or(seed); }
   int threads = 0;  // 0 = all cores
+  // Low precision (docs/precision.md): activations and their gradients stored in bf16 or fp16,
+  // float32 master weights and Adam state (ops.h, StoragePrecisionScope). Unset: fp32, and
+  // config.json omits both keys, so every config from before them hashes as it did.
+  std::optional<Precision> precision;
+  // How a norm runs in that precision: fused / fp32 (float32 statistics, the output stored once;
+  // the same arithmetic in this emulation). Only with precision bf16 or fp16.
+  std::optional<NormCompute> norm_compute;
+  Precision storage() const { return precision.value_or(Precision::fp32); }
   std::string init_from;  // a safetensors checkpoint the model starts from ("" = its init scheme)
   void validate() const;  // UsageError naming the field
 };
