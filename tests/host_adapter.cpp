@@ -88,6 +88,10 @@ class DeviceAdapter final : public Backend {
     Call k(*this);
     return b_.sum_squares(k.in(x));
   }
+  FormatCensus format_census(const Tensor& x, Precision format) override {
+    Call k(*this);
+    return b_.format_census(k.in(x), format);
+  }
   void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                          const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
                          double eps) override {

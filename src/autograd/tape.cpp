@@ -1,5 +1,7 @@
 // The tape and the backward engine.
 #include <algorithm>
+#include <mutex>
+#include <string>
 #include <unordered_set>
 
 #include "normlab/autograd.h"
@@ -12,7 +14,7 @@ thread_local uint64_t t_next_sequence = 0;
 }  // namespace
 
 Node::Node(const char* op, std::vector<std::shared_ptr<TensorImpl>> inputs, BackwardFn fn)
-    : op_(op), sequence_(t_next_sequence++), inputs_(std::move(inputs)), fn_(std::move(fn)) {}
+    : op_(op), module_(current_module()), sequence_(t_next_sequence++), inputs_(std::move(inputs)), fn_(std::move(fn)) {}
 
 void Node::run_backward(const Tensor& dy, GradOutputs& grads) {
   NL_CHECK(!released_,
@@ -82,6 +84,22 @@ void zero_unreached_grads(const std::vector<Tensor>& leaves) {
 
 bool grad_enabled() { return t_grad_enabled; }
 
+namespace {
+thread_local const char* t_module = "";
+// Module names live as long as the process: a node may outlive the scope that named it. Few
+// distinct names exist (one per block), so the set stays small.
+const char* intern(const std::string& name) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  return names.insert(name).first->c_str();
+}
+}  // namespace
+
+ModuleScope::ModuleScope(const std::string& name) : previous_(t_module) { t_module = intern(name); }
+ModuleScope::~ModuleScope() { t_module = previous_; }
+const char* current_module() { return t_module; }
+
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 
@@ -104,6 +122,11 @@ namespace {
 
 bool same_layout(const TensorImpl& a, const TensorImpl& b) {
   return a.shape == b.shape && a.dtype == b.dtype && a.device == b.device;
+}
+
+// An input stored in a low-precision format fed an op whose output is in another (wider) one.
+bool narrower(const TensorImpl& in, const TensorImpl& out) {
+  return in.format != Precision::fp32 && in.format != out.format;
 }
 
 void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
@@ -135,17 +158,17 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
   // Addresses of impls freed during the run may be reused by new ones; that can only send a
   // sum out of place needlessly, and never for a parameter (its gradient impl predates the run).
   std::unordered_set<const TensorImpl*> shared;
-  auto accumulate_into = [&shared](TensorImpl& t, const Tensor& g) {
+  auto accumulate_into = [&shared](TensorImpl& t, const Tensor& g, const Node* from) {
     if (t.grad_valid) {
       Tensor dst(t.grad);
       const GradientMath& math = gradient_math();
       if (t.grad.use_count() == 2 || shared.count(t.grad.get()) == 0) {
         math.accumulate(dst, g);
-        if (math.store) math.store(dst);
+        if (math.store && from) math.store(dst, t, *from);
       } else {
         Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
         math.add(sum, dst, g);
-        if (math.store) math.store(sum);
+        if (math.store && from) math.store(sum, t, *from);
         t.grad = sum.impl_ptr();
       }
     } else {
@@ -155,7 +178,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
   };
 
   // The seed becomes the root's gradient (a copy: the caller keeps its tensor).
-  accumulate_into(*root, seed.clone());
+  accumulate_into(*root, seed.clone(), nullptr);  // the seed is as given
 
   std::vector<Tensor> dest;
   std::vector<bool> direct;
@@ -193,9 +216,10 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
       grads.set(i, &dest[i]);
     }
     node.run_backward(Tensor(t->grad), grads);
-    if (const auto store = g_gradient_math.store) {
+    const auto store = g_gradient_math.store;
+    if (store) {
       for (size_t i = 0; i < n; ++i)
-        if (grads[i] && !grads.passed_through(i)) store(dest[i]);
+        if (grads[i] && !grads.passed_through(i)) store(dest[i], *inputs[i], node);
     }
     // dy's buffer becomes the gradient of the inputs it passes through to, uncopied, when only
     // they will hold it: t's own gradient is dropped after this node (not the root's, not a
@@ -210,6 +234,22 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
     for (size_t i = 0; i < n; ++i) {
       if (!grads[i]) continue;
       TensorImpl& in = *inputs[i];
+      if (grads.passed_through(i) && store && narrower(in, *t)) {
+        // dy is in t's wider format (a float32 residual stream): the input's gradient is dy
+        // rounded to the input's format, in a buffer of its own.
+        if (direct[i]) {
+          dest[i].copy_(Tensor(t->grad));
+          store(dest[i], in, node);
+          in.grad = dest[i].impl_ptr();
+          in.grad_valid = true;
+          dest[i] = Tensor();
+        } else {
+          Tensor g = Tensor(t->grad).clone();
+          store(g, in, node);
+          accumulate_into(in, g, &node);
+        }
+        continue;
+      }
       if (grads.passed_through(i)) {
         const bool share_ok = !in.grad && (!donated || (in.grad_fn != nullptr && !in.retain_grad));
         if (direct[i] && donatable && share_ok) {
@@ -223,7 +263,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
           in.grad_valid = true;
           dest[i] = Tensor();  // the input holds it now; a later sum into it may be in place
         } else {
-          accumulate_into(in, Tensor(t->grad));
+          accumulate_into(in, Tensor(t->grad), &node);
         }
         continue;
       }
@@ -232,7 +272,7 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
         in.grad_valid = true;
         dest[i] = Tensor();  // the input holds it now; a later sum into it may be in place
       } else {
-        accumulate_into(in, dest[i]);
+        accumulate_into(in, dest[i], &node);
       }
     }
     node.release();

@@ -2,6 +2,7 @@
 // the result does not depend on the CPU's rounding mode, its FTZ/DAZ flags or on F16C being
 // present. tests/core/test_precision.cpp checks both against an independent float64 reference on
 // every grid point, every midpoint and their neighbours, and fp16 against the compiler's _Float16.
+#include <algorithm>
 #include "normlab/precision.h"
 
 #include <cmath>
@@ -188,6 +189,32 @@ RoundingEvent classify_rounding(Precision p, double value, double stored) {
   if (stored != 0 && std::fabs(stored) < format_info(p).min_normal) return RoundingEvent::subnormal;
   return stored == value || (std::isnan(value) && std::isnan(stored)) ? RoundingEvent::exact
                                                                       : RoundingEvent::rounded;
+}
+
+void FormatCensus::add(const FormatCensus& other) {
+  count += other.count;
+  nonfinite += other.nonfinite;
+  overflow += other.overflow;
+  underflow += other.underflow;
+  max_abs = std::max(max_abs, other.max_abs);
+}
+
+FormatCensus format_census(Precision p, const float* x, int64_t n) {
+  FormatCensus c;
+  c.count = n;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (!std::isfinite(v)) {
+      ++c.nonfinite;
+      continue;
+    }
+    c.max_abs = std::max(c.max_abs, static_cast<double>(std::fabs(v)));
+    if (p == Precision::fp32) continue;
+    const float r = round_to(p, v);
+    if (std::isinf(r)) ++c.overflow;
+    else if (r == 0 && v != 0) ++c.underflow;
+  }
+  return c;
 }
 
 }  // namespace normlab

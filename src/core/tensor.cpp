@@ -262,6 +262,7 @@ Tensor Tensor::view(const Shape& shape) const {
   v->shape = shape;
   v->dtype = dtype();
   v->device = device();
+  v->format = impl().format;
   return Tensor(std::move(v));
 }
 
@@ -276,9 +277,14 @@ Tensor Tensor::view_at(int64_t element_offset, const Shape& shape) const {
 }
 
 Tensor Tensor::clone() const {
-  if (device() == Device::cpu) return to(dtype());
-  Tensor out = empty(shape(), dtype(), device());  // a copy on the device, never through the host
-  out.copy_(*this);
+  Tensor out;
+  if (device() == Device::cpu) {
+    out = to(dtype());
+  } else {
+    out = empty(shape(), dtype(), device());  // a copy on the device, never through the host
+    out.copy_(*this);
+  }
+  out.impl().format = impl().format;  // the same values, on the same grid
   return out;
 }
 

@@ -110,6 +110,25 @@ Field text_field(const char* name, const std::string& help, std::function<void(T
   text_field(NAME, kind_help<TYPE>(), [](TrainConfig& c, const std::string& s) { c.MEMBER = parse_kind<TYPE>(s); }, \
              [](const TrainConfig& c) { return std::string(to_string(c.MEMBER)); })
 
+// A key that config.json holds only when it is set (its member is a std::optional).
+#define NL_OPTIONAL_FIELD(NAME, TYPE, MEMBER, HELP)                                                   \
+  Field {                                                                                            \
+    {NAME, type_name<TYPE>(), HELP}, [](TrainConfig& c, const json& v, const std::string& label) {   \
+      if (v.is_null()) c.MEMBER.reset();                                                             \
+      else c.MEMBER = typed<TYPE>(v, label);                                                         \
+    },                                                                                               \
+        [](const TrainConfig& c) { return c.MEMBER ? json(*c.MEMBER) : json(nullptr); }              \
+  }
+#define NL_OPTIONAL_KIND_FIELD(NAME, TYPE, MEMBER, HELP_TAIL)                                         \
+  Field {                                                                                            \
+    {NAME, "string", kind_help<TYPE>() + HELP_TAIL},                                                 \
+        [](TrainConfig& c, const json& v, const std::string& label) {                                \
+          if (v.is_null()) c.MEMBER.reset();                                                         \
+          else c.MEMBER = parse_kind<TYPE>(typed<std::string>(v, label));                            \
+        },                                                                                           \
+        [](const TrainConfig& c) { return c.MEMBER ? json(to_string(*c.MEMBER)) : json(nullptr); }   \
+  }
+
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
       NL_KIND_FIELD("model", ModelKind, model.model),
@@ -154,19 +173,20 @@ const std::vector<Field>& fields() {
               else c.data_seed = typed<uint64_t>(v, label);
             },
             [](const TrainConfig& c) { return c.data_seed ? json(*c.data_seed) : json(nullptr); }},
-      // Written only when set, as data_seed.
-      Field{{"precision", "string", kind_help<Precision>() + "; unset: fp32"},
-            [](TrainConfig& c, const json& v, const std::string& label) {
-              if (v.is_null()) c.precision.reset();
-              else c.precision = parse_kind<Precision>(typed<std::string>(v, label));
-            },
-            [](const TrainConfig& c) { return c.precision ? json(to_string(*c.precision)) : json(nullptr); }},
-      Field{{"norm_compute", "string", kind_help<NormCompute>() + "; only with precision bf16 or fp16"},
-            [](TrainConfig& c, const json& v, const std::string& label) {
-              if (v.is_null()) c.norm_compute.reset();
-              else c.norm_compute = parse_kind<NormCompute>(typed<std::string>(v, label));
-            },
-            [](const TrainConfig& c) { return c.norm_compute ? json(to_string(*c.norm_compute)) : json(nullptr); }},
+      // Written only when set, as data_seed: configs from before them hash as they did.
+      NL_OPTIONAL_KIND_FIELD("precision", Precision, precision, "; unset: fp32"),
+      NL_OPTIONAL_KIND_FIELD("norm_compute", NormCompute, norm_compute, "; only with precision bf16 or fp16"),
+      NL_OPTIONAL_KIND_FIELD("residual_dtype", ResidualDtype, residual_dtype,
+                             "; only with precision bf16 or fp16; unset: format"),
+      NL_OPTIONAL_KIND_FIELD("loss_scale", LossScaling, loss_scale,
+                             "; only with precision bf16 or fp16; unset: dynamic in fp16, none in bf16"),
+      NL_OPTIONAL_FIELD("loss_scale_init", double, loss_scale_init, "the scaler's initial scale (unset: 65536)"),
+      NL_OPTIONAL_FIELD("loss_scale_growth_factor", double, loss_scale_growth_factor,
+                        "the scale's factor after growth_interval finite steps (unset: 2)"),
+      NL_OPTIONAL_FIELD("loss_scale_backoff_factor", double, loss_scale_backoff_factor,
+                        "the scale's factor after a step with an inf/NaN gradient (unset: 0.5)"),
+      NL_OPTIONAL_FIELD("loss_scale_growth_interval", int64_t, loss_scale_growth_interval,
+                        "finite steps in a row before the scale grows (unset: 2000)"),
       NL_FIELD("threads", int, threads, "threads (0 = all cores)"),
       NL_FIELD("init_from", std::string, init_from, "a model.safetensors to start from (\"\" = the init scheme)"),
   };

@@ -184,6 +184,20 @@ std::string eval_to_json_line(const EvalRecord& r) {
   for (double v : r.stream_norm) j["stream_norm"].push_back(num(v));
   j["block_grad_norm"] = json::array();
   for (double v : r.block_grad_norm) j["block_grad_norm"].push_back(num(v));
+  // Low precision only: fp32 runs' lines are as they were.
+  if (std::isfinite(r.loss_scale)) {
+    j["loss_scale"] = r.loss_scale;
+    j["skipped_steps"] = r.skipped_steps;
+  }
+  auto per_block = [&j](const char* key, const std::vector<double>& values) {
+    if (values.empty()) return;
+    j[key] = json::array();
+    for (double v : values) j[key].push_back(num(v));
+  };
+  per_block("stream_max_abs", r.stream_max_abs);
+  per_block("norm_input_max_abs", r.norm_input_max_abs);
+  per_block("overflow_share", r.overflow_share);
+  per_block("underflow_share", r.underflow_share);
   if (!r.attn_entropy.empty()) {  // gpt: per attention layer
     j["attn_entropy"] = json::array();
     for (double v : r.attn_entropy) j["attn_entropy"].push_back(num(v));
@@ -228,6 +242,20 @@ std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
   for (const KernelChoice& k : r.kernel_choices)
     choices.push_back({{"kernel", k.kernel}, {"variant", k.variant}, {"source", k.source}});
   j["kernel_choices"] = choices;
+  if (std::isfinite(r.final_loss_scale)) {
+    j["skipped_steps"] = r.skipped_steps;
+    j["final_loss_scale"] = r.final_loss_scale;
+  }
+  if (r.nonfinite.step >= 0)
+    j["nonfinite"] = {{"step", r.nonfinite.step},     {"phase", r.nonfinite.phase},   {"op", r.nonfinite.op},
+                      {"module", r.nonfinite.module}, {"format", r.nonfinite.format}, {"cause", r.nonfinite.cause},
+                      {"max_abs", num(r.nonfinite.max_abs)}, {"text", r.nonfinite.str()}};
+  if (!r.eps_rounding.empty()) {
+    json eps = json::array();
+    for (const EpsRounding& e : r.eps_rounding)
+      eps.push_back({{"norm", e.norm}, {"eps", e.eps}, {"stored", e.stored}, {"format", e.format}});
+    j["eps_rounding"] = eps;
+  }
   j["config"] = json::parse(config_to_json(cfg));
   return j.dump(2);
 }
@@ -398,6 +426,7 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
                                 "look at it or remove it (rm -r '{}')",
                                 p, p));
     }
+    for (const EpsRounding& e : eps_rounding(cfg)) opt.on_notice(eps_rounding_warning(e));
   }
   // The run directory that --force may replace: the one there now, by identity.
   struct stat old {};

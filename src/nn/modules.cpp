@@ -319,7 +319,7 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   pos_emb = params_.add("pos_emb", init.normal({cfg_.seq_len, d}, emb_std));
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     size_t first = params_.all().size();
-    blocks_.push_back(make_block(params_, fmt::format("blocks.{}", l), cfg_, init));
+    blocks_.push_back(make_block(params_, block_module_name(static_cast<size_t>(l)), cfg_, init));
     block_params_.emplace_back(params_.all().begin() + static_cast<std::ptrdiff_t>(first), params_.all().end());
   }
   final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_kind(), d, cfg_.final_eps(), init);
@@ -342,16 +342,23 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
     for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
     positions_ = Tensor::from_ids(pos, {b, t}).to_device(pos_emb.device());
   }
-  Tensor tokens = embedding(ids, tok_emb);
-  if (cfg_.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.d_model)));
-  Tensor x = tokens + embedding(positions_, pos_emb);
+  Tensor x;
+  {
+    ModuleScope module("embedding");
+    Tensor tokens = embedding(ids, tok_emb);
+    if (cfg_.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.d_model)));
+    // In low precision with residual_dtype fp32 the stream starts in float32 here (ops.h).
+    x = residual_stream(tokens) + embedding(positions_, pos_emb);
+  }
   if (trace) {
     trace->block_out.clear();
     trace->attention.clear();
     if (trace->retain_grads && x.requires_grad()) x.retain_grad();
     trace->embed = x;
   }
-  for (const Block& block : blocks_) {
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& block = blocks_[l];
+    ModuleScope module(block_module_name(l));
     if (trace && block.attention) {
       trace->attention.emplace_back();
       x = block_forward(block, x, Sublayers::live, &trace->attention.back());
@@ -363,13 +370,32 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
       trace->block_out.push_back(x);
     }
   }
-  x = final_norm_(x);
+  {
+    ModuleScope module("final_norm");
+    x = final_norm_(x);
+  }
   if (trace) trace->final_out = x;
+  ModuleScope module("head");
   return linear(x, head_.w, head_.b);
 }
 
 Tensor Model::loss(const Tensor& ids, const Tensor& targets, ForwardTrace* trace) const {
-  return cross_entropy(forward(ids, trace), targets);
+  Tensor logits = forward(ids, trace);
+  ModuleScope module("loss");
+  return cross_entropy(logits, targets);
+}
+
+std::string block_module_name(size_t block) { return fmt::format("blocks.{}", block); }
+
+int64_t block_of_module(const std::string& module) {
+  static const std::string prefix = "blocks.";
+  if (module.compare(0, prefix.size(), prefix) != 0 || module.size() == prefix.size()) return -1;
+  int64_t l = 0;
+  for (size_t i = prefix.size(); i < module.size(); ++i) {
+    if (module[i] < '0' || module[i] > '9' || l > (int64_t{1} << 40)) return -1;
+    l = l * 10 + (module[i] - '0');
+  }
+  return l;
 }
 
 }  // namespace normlab

@@ -13,7 +13,7 @@ Tensor softmax(const Tensor& x_in) {
   const int64_t n = rows_of(x), d = x.size(-1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels(x).softmax_forward(y, x, n, d);
-  store(y);
+  store(y, widest({&x}), "softmax");
   if (needs_grad({&x})) {
     // The output is saved detached: a node must not own the tensor that owns it.
     record("softmax", y, {x}, [y = y.detach(), n, d](const Tensor& dy, GradOutputs& g) {
@@ -25,7 +25,7 @@ Tensor softmax(const Tensor& x_in) {
 
 Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, int64_t heads) {
   check_float_same("causal_attention", {{"q", &q_in}, {"k", &k_in}, {"v", &v_in}});
-  const Tensor q = stored(q_in), k = stored(k_in), v = stored(v_in);
+  const Tensor q = operand(q_in), k = operand(k_in), v = operand(v_in);
   NL_CHECK(q.dim() == 3, "causal_attention: q must be (B, T, C), got {}", shape_str(q.shape()));
   NL_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), "causal_attention: q {}, k {} and v {} must have one shape",
            shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
@@ -38,8 +38,8 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   kernels(q).attention_forward(out, probs, q, k, v, b, t, heads, dh, scale);
   // The fused kernel weights v by the float32 probabilities; what is stored is its output and,
   // for the backward, the probabilities (an activation of the unfused form).
-  store(out);
-  store(probs);
+  store(out, product_format(), "causal_attention");
+  store(probs, product_format(), "attention_probs");
   if (needs_grad({&q, &k, &v})) {
     record("causal_attention", out, {q, k, v},
            [q, k, v, probs, b, t, heads, dh, scale](const Tensor& dout, GradOutputs& g) {
@@ -56,7 +56,7 @@ Tensor prefix_mean(const Tensor& x_in) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels(x).prefix_mean_forward(y, x, b, t, c);
-  store(y);
+  store(y, widest({&x}), "prefix_mean");
   if (needs_grad({&x})) {
     record("prefix_mean", y, {x}, [b, t, c](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).prefix_mean_backward(*g[0], dy, b, t, c);

@@ -27,7 +27,7 @@ Tensor add_scaled(const Tensor& a_in, double alpha, const Tensor& b_in) {
   const Tensor a = stored(a_in), b = stored(b_in);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   kernels(a).add(y, a, b, alpha, 1.0);
-  store(y);
+  store(y, widest({&a, &b}), "add");
   if (needs_grad({&a, &b})) record("add", y, {a, b}, add_scaled_backward(alpha));
   return y;
 }
@@ -43,7 +43,7 @@ void install_gradient_math() {
   GradientMath math;
   math.accumulate = [](Tensor& dst, const Tensor& g) { kernels(dst).accumulate(dst, g); };
   math.add = [](Tensor& out, const Tensor& a, const Tensor& b) { kernels(out).add(out, a, b, 1.0, 1.0); };
-  math.store = [](Tensor& g) { store(g); };
+  math.store = store_gradient;
   set_gradient_math(math);
 }
 
@@ -52,7 +52,7 @@ Tensor scale(const Tensor& x_in, double alpha) {
   const Tensor x = stored(x_in);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels(x).scale(y, x, alpha);
-  store(y);
+  store(y, widest({&x}), "scale");
   if (needs_grad({&x})) {
     record("scale", y, {x}, [alpha](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).scale(*g[0], dy, alpha);
@@ -66,7 +66,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   const Tensor a = stored(a_in), b = stored(b_in);
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   kernels(a).mul(y, a, b);
-  store(y);
+  store(y, widest({&a, &b}), "mul");
   if (needs_grad({&a, &b})) {
     record("mul", y, {a, b}, [a, b](const Tensor& dy, GradOutputs& g) {
       Backend& kb = kernels(dy);
@@ -83,13 +83,13 @@ Tensor gelu(const Tensor& x_in) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (!needs_grad({&x})) {
     kernels(x).gelu_forward(y, nullptr, x);
-    store(y);
+    store(y, widest({&x}), "gelu");
     return y;
   }
   // gelu'(x) stays float32: the backward's float32 arithmetic, from the stored x.
   Tensor dydx = Tensor::empty(x.shape(), x.dtype(), x.device());
   kernels(x).gelu_forward(y, &dydx, x);
-  store(y);
+  store(y, widest({&x}), "gelu");
   record("gelu", y, {x}, [dydx](const Tensor& dy, GradOutputs& g) {
     if (g[0]) kernels(dy).mul(*g[0], dy, dydx);
   });

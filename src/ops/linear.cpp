@@ -21,6 +21,13 @@ void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor
            shape_str(w.shape()));
 }
 
+// A residual kept wider than the product (a float32 stream): the sum is an op of its own, in
+// the stream's format, after the product's output is stored (autocast's "x + proj(h)").
+bool stream_wider(const Tensor& residual) {
+  return residual.defined() && product_format() != Precision::fp32 && residual.impl().format == Precision::fp32 &&
+         !residual.is_leaf();
+}
+
 // The differentiable inputs of a linear op, in GradOutputs order: input, weight, [bias], [residual].
 std::vector<Tensor> linear_inputs(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual) {
   std::vector<Tensor> inputs{x, w};
@@ -45,11 +52,12 @@ void linear_param_grads(const Tensor& dy, GradOutputs& g, const Tensor& x, bool 
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Tensor& residual_in) {
   check_linear("linear", x_in, w_in, bias_in, residual_in);
-  const Tensor x = stored(x_in), w = stored(w_in), bias = stored(bias_in), residual = stored(residual_in);
+  if (stream_wider(residual_in)) return add(residual_in, linear(x_in, w_in, bias_in));
+  const Tensor x = operand(x_in), w = operand(w_in), bias = operand(bias_in), residual = operand(residual_in);
   const int64_t m = rows_of(x), k = w.size(1), n = w.size(0);
   Tensor y = Tensor::empty(with_last(x.shape(), n), x.dtype(), x.device());
   kernels(x).linear_forward(y, x, w, bias, residual, m, k, n);
-  store(y);
+  store(y, product_format(), "linear");
   if (needs_grad({&x, &w, &bias, &residual})) {
     const bool has_bias = bias.defined(), has_residual = residual.defined();
     record("linear", y, linear_inputs(x, w, bias, residual),
@@ -64,23 +72,24 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
 
 Tensor gelu_linear(const Tensor& h_in, const Tensor& w_in, const Tensor& bias_in, const Tensor& residual_in) {
   check_linear("gelu_linear", h_in, w_in, bias_in, residual_in);
-  const Tensor h = stored(h_in), w = stored(w_in), bias = stored(bias_in), residual = stored(residual_in);
+  if (stream_wider(residual_in)) return add(residual_in, gelu_linear(h_in, w_in, bias_in));
+  const Tensor h = operand(h_in), w = operand(w_in), bias = operand(bias_in), residual = operand(residual_in);
   const int64_t m = rows_of(h), k = w.size(1), n = w.size(0);
   Tensor a = Tensor::empty(h.shape(), h.dtype(), h.device());
   Tensor y = Tensor::empty(with_last(h.shape(), n), h.dtype(), h.device());
   // gelu(h) is stored before the product reads it, as the two unfused ops would store it.
   if (!needs_grad({&h, &w, &bias, &residual})) {
     kernels(h).gelu_forward(a, nullptr, h);
-    store(a);
+    store(a, product_format(), "gelu");
     kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
-    store(y);
+    store(y, product_format(), "gelu_linear");
     return y;
   }
   Tensor dadh = Tensor::empty(h.shape(), h.dtype(), h.device());
   kernels(h).gelu_forward(a, &dadh, h);
-  store(a);
+  store(a, product_format(), "gelu");
   kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
-  store(y);
+  store(y, product_format(), "gelu_linear");
   const bool has_bias = bias.defined(), has_residual = residual.defined();
   record("gelu_linear", y, linear_inputs(h, w, bias, residual),
          [a, dadh, w, m, k, n, has_bias, has_residual](const Tensor& dy, GradOutputs& g) {
@@ -93,7 +102,7 @@ Tensor gelu_linear(const Tensor& h_in, const Tensor& w_in, const Tensor& bias_in
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check_float_same("matmul", {{"a", &a_in}, {"b", &b_in}});
-  const Tensor a = stored(a_in), b = stored(b_in);
+  const Tensor a = operand(a_in), b = operand(b_in);
   NL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: needs at least 2-D operands, got {} and {}", shape_str(a.shape()),
            shape_str(b.shape()));
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
@@ -109,7 +118,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(n);
   Tensor c = Tensor::empty(out_shape, a.dtype(), a.device());
   kernels(a).matmul(c, a, b, MatmulSpec::of(m, n, k).batched(batch).shared_b(!b_batched));
-  store(c);
+  store(c, product_format(), "matmul");
   if (needs_grad({&a, &b})) {
     record("matmul", c, {a, b}, [a, b, batch, m, n, k, b_batched](const Tensor& dc, GradOutputs& g) {
       Backend& kb = kernels(dc);

@@ -16,7 +16,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table_in) {
   out_shape.push_back(d);
   Tensor y = Tensor::empty(out_shape, table.dtype(), table.device());
   kernels(table).embedding_forward(y, table, ids, n, v, d);
-  store(y);
+  store(y, product_format(), "embedding");
   if (needs_grad({&table})) {
     record("embedding", y, {table}, [ids, n, v, d](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).embedding_backward(*g[0], dy, ids, n, v, d);
@@ -38,6 +38,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets) {
   Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
   Tensor probs = Tensor::empty({n, v}, logits.dtype(), logits.device());
   kernels(logits).cross_entropy_forward(loss, probs, logits, targets, n, v);
+  store(loss, Precision::fp32, "cross_entropy");  // float32 in any precision (shown to a watch)
   if (needs_grad({&logits})) {
     record("cross_entropy", loss, {logits}, [probs, targets, n, v](const Tensor& dloss, GradOutputs& g) {
       if (g[0]) kernels(dloss).cross_entropy_backward(*g[0], dloss, probs, targets, n, v);
@@ -97,6 +98,7 @@ Tensor transpose(const Tensor& x_in, int64_t dim0, int64_t dim1) {
   } else {
     kernels(x).transpose(y, x, outer, a, mid, b, inner);
   }
+  y.impl().format = x.impl().format;  // the same values, moved
   if (needs_grad({&x})) {
     record("transpose", y, {x}, [outer, a, mid, b, inner, same = dim0 == dim1](const Tensor& dy, GradOutputs& g) {
       if (!g[0]) return;

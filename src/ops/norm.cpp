@@ -48,8 +48,9 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   const int64_t n = rows_of(x), d = x.size(-1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = row_stat(x), rstd = row_stat(x);
+  watch_norm_input(x, "layernorm");
   kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
-  store(y);
+  store(y, widest({&x, &gamma, &beta}), "layernorm");
   if (needs_grad({&x, &gamma, &beta}))
     record("layernorm", y, {x, gamma, beta}, layernorm_backward_fn(x, gamma, mean, rstd, n, d));
   return y;
@@ -61,8 +62,9 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   const int64_t n = rows_of(x), d = x.size(-1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = row_stat(x);
+  watch_norm_input(x, "rmsnorm");
   kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
-  store(y);
+  store(y, widest({&x, &gamma}), "rmsnorm");
   if (needs_grad({&x, &gamma})) record("rmsnorm", y, {x, gamma}, rmsnorm_backward_fn(x, gamma, rstd, n, d));
   return y;
 }
@@ -84,6 +86,10 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor mean = row_stat(a), rstd = row_stat(a);
   kernels(a).add_layernorm_forward(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+  // float32 here (low precision takes the two ops above): tagged, and shown to a watch.
+  store(s, Precision::fp32, "add");
+  watch_norm_input(s, "layernorm");
+  store(y, Precision::fp32, "layernorm");
   // Recorded as the two ops it fuses, so the backward is theirs.
   if (needs_grad({&a, &b})) record("add", s, {a, b}, add_scaled_backward(alpha));
   if (needs_grad({&s, &gamma, &beta}))
@@ -106,6 +112,9 @@ std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tenso
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor rstd = row_stat(a);
   kernels(a).add_rmsnorm_forward(s, y, rstd, a, b, alpha, gamma, n, d, eps);
+  store(s, Precision::fp32, "add");  // as add_layernorm
+  watch_norm_input(s, "rmsnorm");
+  store(y, Precision::fp32, "rmsnorm");
   if (needs_grad({&a, &b})) record("add", s, {a, b}, add_scaled_backward(alpha));
   if (needs_grad({&s, &gamma})) record("rmsnorm", y, {s, gamma}, rmsnorm_backward_fn(s, gamma, rstd, n, d));
   return {s, y};

@@ -22,18 +22,58 @@ void check_float_same(const char* op, std::initializer_list<std::pair<const char
 
 namespace {
 thread_local Precision t_storage = Precision::fp32;
+thread_local Precision t_residual = Precision::fp32;
+thread_local StoreWatch* t_watch = nullptr;
+
+void watch(const Tensor& v, Precision p, StoredKind kind, const char* op, const char* module) {
+  if (t_watch) (*t_watch)(StoredValue{v, p, kind, op, module});
+}
+
+Tensor cast(const Tensor& t) {
+  Tensor y = t.clone();
+  store(y, t_storage, "cast");
+  if (needs_grad({&t})) record("cast", y, {t}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
+  return y;
+}
 }  // namespace
 
-void store(Tensor& y) {
-  if (t_storage != Precision::fp32 && y.defined()) kernels(y).round_to_format(y, t_storage);
+void store(Tensor& y, Precision p, const char* op) {
+  if (!y.defined()) return;
+  watch(y, p, StoredKind::output, op, current_module());
+  y.impl().format = p;
+  if (p != Precision::fp32) kernels(y).round_to_format(y, p);
+}
+
+void watch_norm_input(const Tensor& x, const char* op) {
+  watch(x, x.impl().format, StoredKind::norm_input, op, current_module());
+}
+
+void store_gradient(Tensor& g, const TensorImpl& of, const Node& from) {
+  watch(g, of.format, StoredKind::gradient, from.op(), from.module());
+  if (of.format != Precision::fp32) kernels(g).round_to_format(g, of.format);
+}
+
+Precision product_format() { return t_storage; }
+
+Precision widest(std::initializer_list<const Tensor*> inputs) {
+  if (t_storage == Precision::fp32) return Precision::fp32;
+  Precision w = t_storage;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->impl().format == Precision::fp32) w = Precision::fp32;
+  return w;
 }
 
 Tensor stored(const Tensor& t) {
-  if (t_storage == Precision::fp32 || !t.defined() || !t.is_leaf() || t.dtype() == DType::i32) return t;
-  Tensor y = t.clone();
-  store(y);
-  if (needs_grad({&t})) record("cast", y, {t}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
-  return y;
+  if (t_storage == Precision::fp32 || !t.defined() || !t.is_leaf() || t.dtype() == DType::i32 ||
+      t.impl().format == t_storage)
+    return t;
+  return cast(t);
+}
+
+Tensor operand(const Tensor& t) {
+  if (t_storage == Precision::fp32 || !t.defined() || t.dtype() == DType::i32 || t.impl().format == t_storage)
+    return t;
+  return cast(t);
 }
 
 Shape with_last(const Shape& s, int64_t last) {
@@ -46,10 +86,32 @@ Shape with_last(const Shape& s, int64_t last) {
 
 namespace normlab {
 
-StoragePrecisionScope::StoragePrecisionScope(Precision p) : previous_(ops_detail::t_storage) {
+StoragePrecisionScope::StoragePrecisionScope(Precision p, std::optional<Precision> residual)
+    : previous_(ops_detail::t_storage), previous_residual_(ops_detail::t_residual) {
+  NL_CHECK(!residual || *residual == p || *residual == Precision::fp32,
+           "a residual stream in {} with activations in {}: the stream is the activations' format or fp32",
+           to_string(*residual), to_string(p));
   ops_detail::t_storage = p;
+  ops_detail::t_residual = residual.value_or(p);
 }
-StoragePrecisionScope::~StoragePrecisionScope() { ops_detail::t_storage = previous_; }
+StoragePrecisionScope::~StoragePrecisionScope() {
+  ops_detail::t_storage = previous_;
+  ops_detail::t_residual = previous_residual_;
+}
 Precision storage_precision() { return ops_detail::t_storage; }
+
+StoreWatchScope::StoreWatchScope(StoreWatch watch) : previous_(ops_detail::t_watch), watch_(std::move(watch)) {
+  ops_detail::t_watch = &watch_;
+}
+StoreWatchScope::~StoreWatchScope() { ops_detail::t_watch = previous_; }
+
+Tensor residual_stream(const Tensor& x) {
+  using namespace ops_detail;
+  if (t_storage == Precision::fp32 || !x.defined() || x.impl().format == t_residual) return x;
+  Tensor y = x.clone();  // fp32 from the format: exact, the tag changes
+  store(y, t_residual, "residual_stream");
+  if (needs_grad({&x})) record("residual_stream", y, {x}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
+  return y;
+}
 
 }  // namespace normlab

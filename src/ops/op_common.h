@@ -19,12 +19,22 @@ inline int64_t rows_of(const Tensor& x) { return x.dim() == 0 ? 1 : x.numel() / 
 // Output shape of x with its last dimension replaced.
 Shape with_last(const Shape& s, int64_t last);
 
-// Low-precision storage (ops.h): y rounded in place to the thread's storage format (nothing in
-// fp32); and an input as that format holds it: a leaf's rounded copy, recorded as "cast" with
-// the gradient passed through, or the tensor itself (an op's output is stored already, an
-// undefined or integer tensor has nothing to round).
-void store(Tensor& y);
+// Low-precision storage (ops.h, StoragePrecisionScope). store(y, p): y rounded in place to p's
+// grid (nothing for fp32) and tagged with it. An op's output format: a product's (linear,
+// matmul, attention, embedding) is the thread's format; any other op's is the widest of its
+// inputs' (a float32 residual stream plus a low-precision branch gives float32, as PyTorch
+// promotes). stored(t): a leaf (a parameter, an input batch) as the thread's format holds it: a
+// rounded copy, recorded as "cast" with the gradient passed through; any other tensor as it is.
+// operand(t): a product's operand: stored(t), and a non-leaf in another format also cast.
+void store(Tensor& y, Precision p, const char* op);
+// Shows a norm's input to the StoreWatch (when one is set).
+void watch_norm_input(const Tensor& x, const char* op);
+Precision product_format();
+Precision widest(std::initializer_list<const Tensor*> inputs);
 Tensor stored(const Tensor& t);
+Tensor operand(const Tensor& t);
+// The tape's GradientMath::store: g shown to the watch, then rounded to the format of `of`.
+void store_gradient(Tensor& g, const TensorImpl& of, const Node& from);
 
 }  // namespace normlab::ops_detail
 

@@ -285,6 +285,12 @@ void save_train_state(const std::string& path, const TrainState& st, const std::
                      {"block_grad_norm", exact_array(r.block_grad_norm)},
                      {"attn_entropy", exact_array(r.attn_entropy)},
                      {"attn_max_logit", exact_array(r.attn_max_logit)},
+                     {"loss_scale", exact(r.loss_scale)},
+                     {"skipped_steps", r.skipped_steps},
+                     {"stream_max_abs", exact_array(r.stream_max_abs)},
+                     {"norm_input_max_abs", exact_array(r.norm_input_max_abs)},
+                     {"overflow_share", exact_array(r.overflow_share)},
+                     {"underflow_share", exact_array(r.underflow_share)},
                      {"seconds_per_step", exact(r.seconds_per_step)},
                      {"tokens_per_second", exact(r.tokens_per_second)}});
   std::map<std::string, std::string> meta = extra;
@@ -298,6 +304,10 @@ void save_train_state(const std::string& path, const TrainState& st, const std::
   meta["recent_losses"] = exact_array(st.recent_losses).dump();
   meta["spike_count"] = std::to_string(st.spike_count);
   meta["spike_steps"] = json(st.spike_steps).dump();
+  if (st.loss_scaler.scale > 0)
+    meta["loss_scaler"] = json{exact(st.loss_scaler.scale), st.loss_scaler.growth_tracker, st.loss_scaler.skipped,
+                               st.loss_scaler.consecutive_skips}
+                              .dump();
   save_safetensors(path, {{"adam.m", st.adam_m}, {"adam.v", st.adam_v}}, meta);
 }
 
@@ -358,6 +368,17 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
       r.attn_entropy = arr("attn_entropy");
       r.attn_max_logit = arr("attn_max_logit");
       if (r.attn_entropy.size() != r.attn_max_logit.size()) bad(path, "an eval's attention statistics differ in length");
+      r.loss_scale = maybe("loss_scale");
+      if (e.contains("skipped_steps")) {
+        if (!e["skipped_steps"].is_number_integer() || e["skipped_steps"].get<int64_t>() < 0)
+          bad(path, "an eval's skipped_steps is not a count");
+        r.skipped_steps = e["skipped_steps"].get<int64_t>();
+      }
+      auto maybe_arr = [&](const char* k) { return e.contains(k) ? arr(k) : std::vector<double>{}; };
+      r.stream_max_abs = maybe_arr("stream_max_abs");
+      r.norm_input_max_abs = maybe_arr("norm_input_max_abs");
+      r.overflow_share = maybe_arr("overflow_share");
+      r.underflow_share = maybe_arr("underflow_share");
       r.seconds_per_step = num("seconds_per_step");
       r.tokens_per_second = num("tokens_per_second");
       if (!st.evals.empty() && r.step <= st.evals.back().step) bad(path, "the evals' steps do not increase");
@@ -374,6 +395,19 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
         if (!x.is_number_integer()) bad(path, "state field 'spike_steps' holds a value that is not a step");
         st.spike_steps.push_back(x.get<int64_t>());
       }
+    }
+    if (file.metadata.count("loss_scaler")) {
+      const json ls = json::parse(field("loss_scaler"));
+      if (!ls.is_array() || ls.size() != 4 || !ls[1].is_number_integer() || !ls[2].is_number_integer() ||
+          !ls[3].is_number_integer())
+        bad(path, "state field 'loss_scaler' is not [scale, growth_tracker, skipped, consecutive_skips]");
+      st.loss_scaler.scale = parse_exact(path, "loss_scaler", ls[0]);
+      st.loss_scaler.growth_tracker = ls[1].get<int64_t>();
+      st.loss_scaler.skipped = ls[2].get<int64_t>();
+      st.loss_scaler.consecutive_skips = ls[3].get<int64_t>();
+      if (!(st.loss_scaler.scale > 0) || !std::isfinite(st.loss_scaler.scale) || st.loss_scaler.growth_tracker < 0 ||
+          st.loss_scaler.skipped < 0 || st.loss_scaler.consecutive_skips < 0)
+        bad(path, "state field 'loss_scaler' holds a scale that is not positive and finite, or a negative count");
     }
   } catch (const json::exception& e) {
     bad(path, fmt::format("state metadata is not valid JSON: {}", clip(e.what())));

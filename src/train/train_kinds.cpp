@@ -23,5 +23,19 @@ const EnumNames& enum_names<DataKind>() {
                             {DataKind::text, "text", {}, "text:PATH, byte-level language modelling on a file"}}};
   return t;
 }
+template <>
+const EnumNames& enum_names<ResidualDtype>() {
+  static const EnumNames t{"residual_dtype",
+                           {{ResidualDtype::format, "format", {}, "the residual stream in the run's precision"},
+                            {ResidualDtype::fp32, "fp32", {}, "the residual stream in float32 (PyTorch autocast's)"}}};
+  return t;
+}
+template <>
+const EnumNames& enum_names<LossScaling>() {
+  static const EnumNames t{"loss_scale",
+                           {{LossScaling::none, "none", {}, "gradients of the unscaled loss"},
+                            {LossScaling::dynamic, "dynamic", {}, "PyTorch GradScaler's dynamic loss scaling"}}};
+  return t;
+}
 
 }  // namespace normlab

@@ -9,6 +9,7 @@
 #include "normlab/ops.h"
 #include "normlab/stats.h"
 #include "normlab/train.h"
+#include "precision_train.h"
 
 namespace normlab {
 
@@ -46,9 +47,33 @@ void TrainConfig::validate() const {
   NL_USAGE(eval_every >= 1, "eval_every must be >= 1, got {}", eval_every);
   NL_USAGE(eval_batches >= 1, "eval_batches must be >= 1, got {}", eval_batches);
   NL_USAGE(threads >= 0, "threads must be >= 0 (0 = all cores), got {}", threads);
+  const bool low = storage() != Precision::fp32;
+  NL_USAGE(low || !residual_dtype, "residual_dtype {} needs precision bf16 or fp16 (in fp32 everything is float32)",
+           residual_dtype ? to_string(*residual_dtype) : "");
+  NL_USAGE(low || !loss_scale, "loss_scale {} needs precision bf16 or fp16 (float32 gradients need no scaling)",
+           loss_scale ? to_string(*loss_scale) : "");
+  const std::pair<const char*, bool> scaler_keys[] = {
+      {"loss_scale_init", loss_scale_init.has_value()},
+      {"loss_scale_growth_factor", loss_scale_growth_factor.has_value()},
+      {"loss_scale_backoff_factor", loss_scale_backoff_factor.has_value()},
+      {"loss_scale_growth_interval", loss_scale_growth_interval.has_value()}};
+  for (const auto& [key, set] : scaler_keys) {
+    if (!set) continue;
+    NL_USAGE(low, "{} needs precision fp16 (or bf16 with loss_scale dynamic): an fp32 run has no loss scaler", key);
+    NL_USAGE(loss_scaling() == LossScaling::dynamic,
+             "{} needs loss_scale dynamic: this {} run has no loss scaler ({})", key, to_string(storage()),
+             loss_scale ? "loss_scale none" : "bf16 runs without one unless asked");
+  }
+  NL_USAGE(!loss_scale_init || (*loss_scale_init > 0 && *loss_scale_init <= 3.4028234663852886e38),
+           "loss_scale_init must be > 0 and a finite float32, got {}", loss_scale_init.value_or(0));
+  NL_USAGE(!loss_scale_growth_factor || *loss_scale_growth_factor > 1,
+           "loss_scale_growth_factor must be > 1, got {}", loss_scale_growth_factor.value_or(0));
+  NL_USAGE(!loss_scale_backoff_factor || (*loss_scale_backoff_factor > 0 && *loss_scale_backoff_factor < 1),
+           "loss_scale_backoff_factor must be in (0, 1), got {}", loss_scale_backoff_factor.value_or(0));
+  NL_USAGE(!loss_scale_growth_interval || *loss_scale_growth_interval >= 1,
+           "loss_scale_growth_interval must be >= 1, got {}", loss_scale_growth_interval.value_or(0));
   if (norm_compute) {
-    NL_USAGE(storage() != Precision::fp32,
-             "norm_compute {} needs precision bf16 or fp16 (in fp32 every norm is float32 arithmetic)",
+    NL_USAGE(low, "norm_compute {} needs precision bf16 or fp16 (in fp32 every norm is float32 arithmetic)",
              to_string(*norm_compute));
     NL_USAGE(*norm_compute != NormCompute::format,
              "norm_compute format (the norm as PyTorch's composite ops, each rounded) is not built into "
@@ -130,7 +155,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   ThreadCountScope thread_count(cfg.threads);  // the caller's count again when the run ends, or throws
   // Every op of the run (steps and evals) stores in the run's precision; the optimizer works on
   // the float32 master weights through the backend, outside the ops.
-  StoragePrecisionScope storage(cfg.storage());
+  StoragePrecisionScope storage(cfg.storage(), cfg.residual_storage());
+  const bool low_precision = cfg.storage() != Precision::fp32;
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
   if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);
@@ -158,12 +184,23 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     v.copy_(on_device(st.adam_v));
     data_rng.set_state(st.data_rng);
   }
+  std::optional<LossScaler> scaler;
+  if (cfg.loss_scaling() == LossScaling::dynamic) {
+    if (resume) {
+      NL_USAGE(resume->state.loss_scaler.scale > 0,
+               "the state to resume from has no loss scaler's state, but this run scales its loss");
+      scaler.emplace(cfg.loss_scaler_settings(), resume->state.loss_scaler);
+    } else {
+      scaler.emplace(cfg.loss_scaler_settings());
+    }
+  }
 
   TrainResult res;
   res.parameters = params.count();
   res.loss_floor = data->loss_floor(cfg.model.seq_len);
   res.unigram_loss = data->unigram_loss();
   res.best_val_loss = INFINITY;
+  res.eps_rounding = eps_rounding(cfg);
   const int64_t tokens_per_step = cfg.batch_size * cfg.model.seq_len;
 
   auto t_start = std::chrono::steady_clock::now();
@@ -202,6 +239,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     st.recent_losses = spikes.recent;
     st.spike_count = spikes.result.count;
     st.spike_steps = spikes.result.steps;
+    if (scaler) st.loss_scaler = scaler->state();
     return st;
   };
 
@@ -218,13 +256,24 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     const double window = std::chrono::duration<double>(now - t_window).count();
     r.seconds_per_step = window_steps ? window / static_cast<double>(window_steps) : 0;
     r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / r.seconds_per_step : 0;
+    if (scaler) {
+      r.loss_scale = scaler->scale();
+      r.skipped_steps = scaler->state().skipped;
+    }
     NoGradGuard no_grad;
     std::vector<double> batch_loss, batch_excess;
     double oracle = 0;
     for (int64_t i = 0; i < cfg.eval_batches; ++i) {
       Batch b = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
       ForwardTrace trace;
-      double loss = model.loss(on_device(b.inputs), on_device(b.targets), i == 0 ? &trace : nullptr).item();
+      double loss = 0;
+      if (i == 0 && low_precision) {  // what the format does to each block's values
+        BlockStorageStats stats(model.blocks().size());
+        loss = model.loss(on_device(b.inputs), on_device(b.targets), &trace).item();
+        stats.fill(r, trace);
+      } else {
+        loss = model.loss(on_device(b.inputs), on_device(b.targets), i == 0 ? &trace : nullptr).item();
+      }
       const double oracle_batch = data->oracle_loss(b);
       batch_loss.push_back(loss);
       batch_excess.push_back(loss - oracle_batch);
@@ -271,28 +320,54 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   for (int64_t step = first_step; step <= cfg.steps; ++step) {
     params.zero_grad();
     Batch b = data->train_batch(data_rng, cfg.batch_size, cfg.model.seq_len);
-    Tensor loss = model.loss(on_device(b.inputs), on_device(b.targets));
+    const Tensor inputs = on_device(b.inputs), targets = on_device(b.targets);
+    Tensor loss = model.loss(inputs, targets);
     const double loss_value = loss.item();
+    const double seed = scaler ? scaler->scale() : 1.0;
+    // A diverged run says where: the step replayed (the model unchanged since it ran) with
+    // every stored value looked at.
+    auto diverge = [&](std::string reason, const Tensor& in, const Tensor& tg, std::optional<double> backward_seed) {
+      res.status = "diverged";
+      res.diverged_step = step;
+      res.diverged_reason = std::move(reason);
+      res.nonfinite = find_nonfinite(model, in, tg, step, backward_seed);
+    };
     if (!std::isfinite(loss_value)) {
-      res.status = "diverged";
-      res.diverged_step = step;
-      res.diverged_reason = "non-finite loss";
+      diverge("non-finite loss", inputs, targets, std::nullopt);
       break;
     }
-    loss.backward();
+    if (scaler) loss.backward(Tensor::full_on(loss.shape(), seed, loss.dtype(), loss.device()));
+    else loss.backward();
     params.fill_missing_grads();
-    const double grad_norm = std::sqrt(kb.sum_squares(flat_grad));
+    double grad_norm = std::sqrt(kb.sum_squares(flat_grad));
+    bool step_taken = true;
+    if (scaler) {
+      // GradScaler: a step whose gradients hold an inf or NaN is skipped and the scale backs off;
+      // otherwise the gradients are unscaled (1/scale, as unscale_ multiplies) before clipping.
+      step_taken = scaler->update(std::isfinite(grad_norm));
+      if (step_taken) {
+        kb.scale(flat_grad, flat_grad, 1.0 / seed);
+        grad_norm /= seed;
+      } else if (scaler->state().consecutive_skips >= kMaxConsecutiveSkips) {
+        diverge(fmt::format("non-finite gradient at {} steps in a row under loss scaling (scale now {:g})",
+                            kMaxConsecutiveSkips, scaler->scale()),
+                inputs, targets, seed);
+        break;
+      }
+    }
     last_grad_norm = grad_norm;
-    if (!std::isfinite(grad_norm)) {
-      res.status = "diverged";
-      res.diverged_step = step;
-      res.diverged_reason = "non-finite gradient";
+    if (!scaler && !std::isfinite(grad_norm)) {
+      diverge("non-finite gradient", inputs, targets, seed);
       break;
     }
-    if (cfg.clip > 0 && grad_norm > cfg.clip) kb.scale(flat_grad, flat_grad, cfg.clip / grad_norm);
-    hp.lr = learning_rate(cfg, step);
-    hp.step = step;
-    kb.adam_step(flat, flat_grad, m, v, hp);
+    if (step_taken) {
+      if (cfg.clip > 0 && grad_norm > cfg.clip) kb.scale(flat_grad, flat_grad, cfg.clip / grad_norm);
+      hp.lr = learning_rate(cfg, step);
+      // Adam's bias correction counts the updates made: a skipped step is not one (as PyTorch,
+      // whose optimizer.step() the scaler does not call).
+      hp.step = step - (scaler ? scaler->state().skipped : 0);
+      kb.adam_step(flat, flat_grad, m, v, hp);
+    }
     spikes.add(step, loss_value);
     train_loss_sum += loss_value;
     ++train_loss_count;
@@ -303,9 +378,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     if (step % cfg.eval_every == 0 || step == cfg.steps) {
       evaluate(step, grad_norm);
       if (!std::isfinite(res.evals.back().val_loss)) {
-        res.status = "diverged";
-        res.diverged_step = step;
-        res.diverged_reason = "non-finite validation loss";
+        Batch vb = data->val_batch(0, cfg.batch_size, cfg.model.seq_len);
+        diverge("non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt);
         break;
       }
     }
@@ -344,6 +418,10 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   if (res.steps_done > 0) res.plateaus = plateau_spells(res.evals, res.unigram_loss);
   res.spike_count = spikes.result.count;
   res.spike_steps = spikes.result.steps;
+  if (scaler) {
+    res.skipped_steps = scaler->state().skipped;
+    res.final_loss_scale = scaler->scale();
+  }
   res.threads = num_threads();
   res.kernel_choices = backend_for(device, DType::f32).kernel_choices();
   if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model, snapshot(res.steps_done));

@@ -128,18 +128,25 @@ TEST(StoragePrecision, OverflowIsInfInFp16AndFiniteInBf16) {
   }
 }
 
-TEST(StoragePrecision, GradientSumsAreStored) {
-  // x reaches y by two paths with gradients 1 + 2^-10 and 2^-12 (both fp16 values); their sum
-  // 1 + 2^-10 + 2^-12 lies a quarter of a spacing above 1 + 2^-10 in fp16, so the stored sum is
-  // 1 + 2^-10, where float32 keeps all of it.
+TEST(StoragePrecision, GradientSumsAreStoredInTheirTensorsFormat) {
+  // h reaches y by two paths with gradients 1 + 2^-10 and 2^-12 (both fp16 values); their sum
+  // 1 + 2^-10 + 2^-12 lies a quarter of a spacing above 1 + 2^-10 in fp16, so h's stored
+  // gradient is 1 + 2^-10, where float32 keeps all of it. A float32 leaf (a master weight)
+  // used twice sums its two gradients in float32, as PyTorch accumulates .grad.
   Tensor x = Tensor::from({1.0, 2.0}, {2}).requires_grad_(true);
   const double a = 1.0 + std::ldexp(1.0, -10), b = std::ldexp(1.0, -12);
   {
     StoragePrecisionScope scope(Precision::fp16);
-    Tensor y = add(scale(x, a), scale(x, b));
+    Tensor h = scale(x, 1.0);
+    h.retain_grad();
+    Tensor y = add(scale(h, a), scale(h, b));
     y.backward(Tensor::from({1.0, 1.0}, {2}));
+    EXPECT_EQ(h.grad().to_vector(), (std::vector<double>{a, a}));
+    EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{a, a}));
+    x.zero_grad();
+    add(scale(x, a), scale(x, b)).backward(Tensor::from({1.0, 1.0}, {2}));
+    EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{a + b, a + b}));
   }
-  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{a, a}));
   x.zero_grad();
   add(scale(x, a), scale(x, b)).backward(Tensor::from({1.0, 1.0}, {2}));
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{a + b, a + b}));
@@ -156,4 +163,47 @@ TEST(StoragePrecision, LeafInputsAreUsedAsStored) {
   y.backward(Tensor::from({1.0}, {1}));
   EXPECT_EQ(a.grad().item(), 3.0);                                  // through the cast, unchanged
   EXPECT_EQ(a.item(), 1.0 + std::ldexp(1.0, -11));                  // the leaf keeps its value
+}
+
+TEST(StoragePrecision, Float32ResidualStreamPromotesAsAutocast) {
+  // fp16 activations, a float32 stream: r = 1 starts the stream; c = 2^-12 is a low-precision
+  // branch. r + c is float32 (1 + 2^-12; fp16 would store 1). The stream's gradient stays
+  // float32; the branch's is rounded to fp16.
+  const double tiny = std::ldexp(1.0, -12);
+  Tensor leaf = Tensor::from({1.0}, {1}).requires_grad_(true);
+  Tensor cl = Tensor::from({tiny}, {1}).requires_grad_(true);
+  StoragePrecisionScope scope(Precision::fp16, Precision::fp32);
+  Tensor h = scale(leaf, 1.0);
+  h.retain_grad();
+  EXPECT_EQ(h.impl().format, Precision::fp16);
+  Tensor r = residual_stream(h);
+  EXPECT_EQ(r.impl().format, Precision::fp32);
+  Tensor c = scale(cl, 1.0);
+  Tensor y = add(r, c);
+  EXPECT_EQ(y.impl().format, Precision::fp32);
+  EXPECT_EQ(y.item(), 1.0 + tiny);
+  r.retain_grad();
+  c.retain_grad();
+  y.backward(Tensor::from({1.0 + tiny}, {1}));
+  EXPECT_EQ(r.grad().item(), 1.0 + tiny);  // float32
+  EXPECT_EQ(c.grad().item(), 1.0);         // fp16: 1 + 2^-12 rounds to 1
+  EXPECT_EQ(h.grad().item(), 1.0);         // the stream's start is fp16 again
+}
+
+TEST(StoragePrecision, ProductsOnAFloat32StreamRoundTheirOutputFirst) {
+  // linear(x, w, residual = stream): the product is stored in fp16, then added to the float32
+  // stream (autocast's x + proj(h)), not rounded once with the residual as one fp16 op.
+  const double tiny = std::ldexp(1.0, -12);
+  Tensor x = Tensor::from({1.0 + std::ldexp(1.0, -11)}, {1, 1});  // fp16 stores 1
+  Tensor w = Tensor::from({1.0}, {1, 1});
+  Tensor s0 = Tensor::from({tiny}, {1, 1}).requires_grad_(true);
+  StoragePrecisionScope scope(Precision::fp16, Precision::fp32);
+  Tensor stream = residual_stream(scale(s0, 1.0));  // 2^-12, exact in both
+  Tensor y = linear(x, w, Tensor(), stream);
+  EXPECT_EQ(y.impl().format, Precision::fp32);
+  EXPECT_EQ(y.item(), 1.0 + tiny);
+  StoragePrecisionScope all_fp16(Precision::fp16);
+  Tensor z = linear(x, w, Tensor(), scale(s0, 1.0));
+  EXPECT_EQ(z.impl().format, Precision::fp16);
+  EXPECT_EQ(z.item(), 1.0);  // 1 + 2^-12 in one fp16 rounding
 }

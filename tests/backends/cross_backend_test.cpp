@@ -357,6 +357,40 @@ TEST_P(KernelOps, round_to_format) {
   }
 }
 
+TEST_P(KernelOps, format_census) {
+  // Sizes around the cpu kernel's 65536-value chunks; values with every kind of event: overflow
+  // (and the ties beside it), underflow, subnormals, zeros of both signs, inf and NaN.
+  const float inf = std::numeric_limits<float>::infinity();
+  // The first ten hold an overflow, an underflow and a non-finite value for both formats.
+  std::vector<float> special{65520.0f, std::numeric_limits<float>::max(), 1e-8f, 1e-42f, inf, std::nanf(""),
+                             0.0f, -0.0f, 65504.0f, -inf, std::nextafter(65520.0f, 0.0f), 1e30f, 3e-8f, 6e-8f, 1e-40f};
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{65537}, int64_t{140001}}) {
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+      const std::string what = kernel_case("format_census", {{"format", to_string(p)}, {"n", n}});
+      if (!selected(what)) continue;
+      Rng rng(43 + static_cast<uint64_t>(n), stream::check);
+      Tensor t = Tensor::empty({n});
+      float* v = t.data<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        v[i] = i % 97 == 5 ? special[static_cast<size_t>(i / 97) % special.size()]
+                           : static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(i % 90) - 45));
+      }
+      const FormatCensus want = format_census(p, v, n);
+      const FormatCensus got = under_test().format_census(t, p);
+      EXPECT_EQ(got.count, want.count) << what;
+      EXPECT_EQ(got.nonfinite, want.nonfinite) << what;
+      EXPECT_EQ(got.overflow, want.overflow) << what;
+      EXPECT_EQ(got.underflow, want.underflow) << what;
+      EXPECT_EQ(got.max_abs, want.max_abs) << what;
+      if (n >= 1000 && p != Precision::fp32) {
+        EXPECT_GT(want.overflow, 0) << what;  // the case exercises what it claims to
+        EXPECT_GT(want.underflow, 0) << what;
+        EXPECT_GT(want.nonfinite, 0) << what;
+      }
+    }
+  }
+}
+
 TEST_P(KernelOps, mul) {
   for_each_elementwise_case("mul", [](const std::string& what, int64_t n, const Tensor& a, const Tensor& b) {
     Tensor out = e32({n}), out64 = e64({n});

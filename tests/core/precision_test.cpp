@@ -206,3 +206,28 @@ TEST(Precision, UlpsAndRoundingEvents) {
   EXPECT_EQ(classify_rounding(h, 1e-12, round_to(h, 1e-12f)), RoundingEvent::underflow);
   EXPECT_EQ(classify_rounding(h, 66049.0, round_to(h, 66049.0f)), RoundingEvent::overflow);
 }
+
+TEST(FormatCensus, CountsWhatStoringDoes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // fp16: 65504 is the largest value, 65520 the tie that rounds to inf; 1e-8 is below half the
+  // smallest subnormal (2^-24 = 5.96e-8) and rounds to zero; 4e-8 rounds up to 2^-24.
+  const std::vector<float> v{65504.0f, 65520.0f, -7e4f, 1e-8f, -1e-8f, 4e-8f, 0.0f, -0.0f, inf, std::nanf(""), 2.0f};
+  const FormatCensus h = format_census(Precision::fp16, v.data(), static_cast<int64_t>(v.size()));
+  EXPECT_EQ(h.count, 11);
+  EXPECT_EQ(h.nonfinite, 2);
+  EXPECT_EQ(h.overflow, 2);
+  EXPECT_EQ(h.underflow, 2);
+  EXPECT_EQ(h.max_abs, 7e4f);
+  // bf16 holds all of them (its range is float32's); fp32 changes nothing.
+  const FormatCensus b = format_census(Precision::bf16, v.data(), static_cast<int64_t>(v.size()));
+  EXPECT_EQ(b.overflow, 0);
+  EXPECT_EQ(b.underflow, 0);
+  const FormatCensus f = format_census(Precision::fp32, v.data(), static_cast<int64_t>(v.size()));
+  EXPECT_EQ(f.overflow + f.underflow, 0);
+  EXPECT_EQ(f.nonfinite, 2);
+  FormatCensus sum = h;
+  sum.add(b);
+  EXPECT_EQ(sum.count, 22);
+  EXPECT_EQ(sum.overflow, 2);
+  EXPECT_EQ(sum.max_abs, 7e4f);
+}

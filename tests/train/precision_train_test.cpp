@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <string>
 
+#include "normlab/checkpoint.h"
 #include "normlab/error.h"
 #include "normlab/ops.h"
 #include "normlab/train.h"
+#include "test_util.h"
 
 using namespace normlab;
 
@@ -25,8 +29,6 @@ TrainConfig small_run() {
   c.threads = 1;
   return c;
 }
-
-}  // namespace
 
 TEST(TrainPrecision, Bf16AndFp16TrainDeterministicallyAndApartFromFp32) {
   TrainConfig f32 = small_run(), bf = small_run(), h = small_run();
@@ -46,6 +48,238 @@ TEST(TrainPrecision, Bf16AndFp16TrainDeterministicallyAndApartFromFp32) {
   // Close to float32 on this small model: within a few hundredths of a nat.
   EXPECT_NEAR(rb.final_val_loss, r32.final_val_loss, 0.05);
   EXPECT_NEAR(rh.final_val_loss, r32.final_val_loss, 0.05);
+}
+
+std::string usage_error(const TrainConfig& c) {
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Tensor param(Model& m, const std::string& name) {
+  for (const Tensor& t : m.params().all())
+    if (t.impl().name == name) return t;
+  ADD_FAILURE() << "no parameter " << name;
+  return Tensor();
+}
+
+}  // namespace
+
+TEST(LossScaler, FollowsGradScalersSchedule) {
+  LossScalerSettings s;
+  s.growth_interval = 3;
+  LossScaler sc(s);
+  EXPECT_EQ(sc.scale(), 65536.0);
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_EQ(sc.scale(), 65536.0);
+  EXPECT_TRUE(sc.update(true));  // the third finite step in a row: x2
+  EXPECT_EQ(sc.scale(), 131072.0);
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_FALSE(sc.update(false));  // skipped: x0.5, and the count of finite steps starts again
+  EXPECT_EQ(sc.scale(), 65536.0);
+  EXPECT_EQ(sc.state().skipped, 1);
+  EXPECT_EQ(sc.state().consecutive_skips, 1);
+  EXPECT_FALSE(sc.update(false));
+  EXPECT_EQ(sc.state().consecutive_skips, 2);
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_EQ(sc.scale(), 32768.0);
+  EXPECT_EQ(sc.state().consecutive_skips, 0);
+  EXPECT_TRUE(sc.update(true));
+  EXPECT_EQ(sc.scale(), 65536.0);
+  EXPECT_EQ(sc.state().skipped, 2);
+  // A growth that would overflow the float32 scale is not made (torch keeps the old scale).
+  LossScalerSettings big;
+  big.init = 3e38;
+  big.growth_interval = 1;
+  LossScaler top(big);
+  const double before = top.scale();
+  EXPECT_TRUE(top.update(true));
+  EXPECT_EQ(top.scale(), before);
+  EXPECT_TRUE(std::isfinite(top.scale()));
+}
+
+TEST(TrainPrecision, Fp16ScalesItsLossAndLogsTheScale) {
+  TrainConfig h = small_run();
+  h.precision = Precision::fp16;
+  const TrainResult r = train(h);
+  ASSERT_EQ(r.status, "ok");
+  EXPECT_EQ(r.final_loss_scale, 65536.0);  // 200 steps: no growth at 2000, no overflow here
+  EXPECT_EQ(r.skipped_steps, 0);
+  for (const EvalRecord& e : r.evals) EXPECT_EQ(e.loss_scale, 65536.0);
+  // bf16 has no scaler unless asked; asked, it has GradScaler's.
+  TrainConfig b = small_run();
+  b.precision = Precision::bf16;
+  EXPECT_TRUE(std::isnan(train(b).final_loss_scale));
+  b.loss_scale = LossScaling::dynamic;
+  b.loss_scale_init = 1024;
+  EXPECT_EQ(train(b).final_loss_scale, 1024.0);
+}
+
+TEST(TrainPrecision, AnOverflowingScaleIsSkippedDownToOneThatFits) {
+  // 2^40 times the logits' gradients (about 1/(16*32) each) overflows fp16's 65504: the scaler
+  // halves the scale and skips steps until it fits, and the run learns from the other steps.
+  TrainConfig h = small_run();
+  h.precision = Precision::fp16;
+  h.loss_scale_init = std::ldexp(1.0, 40);
+  h.loss_scale_growth_interval = 50;
+  const TrainResult r = train(h);
+  ASSERT_EQ(r.status, "ok") << r.diverged_reason;
+  EXPECT_GE(r.skipped_steps, 10);
+  EXPECT_LT(r.final_loss_scale, std::ldexp(1.0, 30));
+  EXPECT_LT(r.final_val_loss, r.unigram_loss - 0.5);
+  EXPECT_EQ(r.evals.back().skipped_steps, r.skipped_steps);
+}
+
+TEST(TrainPrecision, ResumedScaledRunIsTheUninterruptedOne) {
+  TrainConfig h = small_run();
+  h.precision = Precision::fp16;
+  h.loss_scale_init = std::ldexp(1.0, 30);  // skips early, so the state carries counts
+  h.loss_scale_growth_interval = 40;
+  const auto dir = test::fresh_dir("precision_resume");
+  std::filesystem::create_directories(dir);
+  const TrainResult whole = train(h, TrainHooks{});
+  ResumePoint point;
+  TrainHooks hooks;
+  hooks.checkpoint_every = 100;
+  hooks.on_checkpoint = [&](int64_t step, Model& model, const TrainState& st) {
+    if (step != 100) return;
+    point.weights = (dir / "model.safetensors").string();
+    save_safetensors(point.weights, model_state(model), {});
+    const std::string state = (dir / "state.safetensors").string();
+    save_train_state(state, st);
+    point.state = load_train_state(state);  // through the file
+  };
+  (void)train(h, hooks);
+  ASSERT_FALSE(point.weights.empty());
+  EXPECT_GT(point.state.loss_scaler.skipped, 0);
+  const TrainResult resumed = train(h, TrainHooks{}, &point);
+  EXPECT_EQ(resumed.final_val_loss, whole.final_val_loss);
+  EXPECT_EQ(resumed.final_loss_scale, whole.final_loss_scale);
+  EXPECT_EQ(resumed.skipped_steps, whole.skipped_steps);
+  // A scaled run cannot resume from a state without the scaler's.
+  point.state.loss_scaler = LossScalerState{};
+  EXPECT_THROW(train(h, TrainHooks{}, &point), UsageError);
+}
+
+TEST(TrainPrecision, ResidualStreamInFloat32IsAnotherRunAndDeterministic) {
+  TrainConfig a = small_run(), b = small_run();
+  a.precision = b.precision = Precision::fp16;
+  b.residual_dtype = ResidualDtype::fp32;
+  const TrainResult ra = train(a), rb = train(b), rb2 = train(b);
+  ASSERT_EQ(rb.status, "ok");
+  EXPECT_EQ(rb.final_val_loss, rb2.final_val_loss);
+  EXPECT_NE(ra.final_val_loss, rb.final_val_loss);
+  EXPECT_NEAR(ra.final_val_loss, rb.final_val_loss, 0.05);
+}
+
+TEST(TrainPrecision, EvalsRecordPerBlockRangeOnlyInLowPrecision) {
+  TrainConfig h = small_run();
+  h.steps = 100;
+  const TrainResult r32 = train(h);
+  EXPECT_TRUE(r32.evals.back().stream_max_abs.empty());
+  EXPECT_TRUE(std::isnan(r32.evals.back().loss_scale));
+  h.precision = Precision::fp16;
+  const TrainResult r = train(h);
+  const EvalRecord& e = r.evals.back();
+  ASSERT_EQ(e.stream_max_abs.size(), 2u);
+  ASSERT_EQ(e.norm_input_max_abs.size(), 2u);
+  ASSERT_EQ(e.overflow_share.size(), 2u);
+  ASSERT_EQ(e.underflow_share.size(), 2u);
+  for (size_t l = 0; l < 2; ++l) {
+    EXPECT_GT(e.stream_max_abs[l], 0);
+    EXPECT_LT(e.stream_max_abs[l], 65504);
+    EXPECT_GT(e.norm_input_max_abs[l], 0);
+    EXPECT_EQ(e.overflow_share[l], 0);
+    EXPECT_GE(e.underflow_share[l], 0);
+    EXPECT_LT(e.underflow_share[l], 0.01);
+  }
+}
+
+TEST(TrainPrecision, NonFiniteOriginNamesTheFirstOverflow) {
+  TrainConfig c = small_run();
+  Model model(c.model, 3);
+  Rng rng(5, stream::check);
+  Tensor ids = Tensor::from_ids(std::vector<int32_t>(static_cast<size_t>(4 * c.model.seq_len), 3), {4, c.model.seq_len});
+  Tensor targets = ids.clone();
+  {
+    StoragePrecisionScope fp16(Precision::fp16);
+    EXPECT_EQ(find_nonfinite(model, ids, targets, 7, 1.0).step, -1) << "a healthy model: nothing to find";
+    // Block 1's first MLP product: weights of ~1e4 make outputs beyond 65504 (the weights fit).
+    Tensor w = param(model, "blocks.1.mlp.fc1.w");
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>(1e4 * rng.normal());
+    const NonFiniteOrigin o = find_nonfinite(model, ids, targets, 7, 1.0);
+    EXPECT_EQ(o.step, 7);
+    EXPECT_EQ(o.phase, "forward");
+    EXPECT_EQ(o.op, "linear");
+    EXPECT_EQ(o.module, "blocks.1");
+    EXPECT_EQ(o.cause, "overflow");
+    EXPECT_EQ(o.format, "fp16");
+    EXPECT_GT(o.max_abs, 65504);
+    EXPECT_NE(o.str().find("step 7, forward, linear in blocks.1: overflow"), std::string::npos) << o.str();
+  }
+  // In float32 the same model is finite; a seed of 1e38 overflows its loss's gradient there.
+  Model healthy(c.model, 3);
+  EXPECT_EQ(find_nonfinite(healthy, ids, targets, 2, std::nullopt).step, -1);
+  StoragePrecisionScope fp16(Precision::fp16);
+  const NonFiniteOrigin g = find_nonfinite(healthy, ids, targets, 2, 1e30);
+  EXPECT_EQ(g.phase, "backward");
+  EXPECT_EQ(g.op, "cross_entropy");
+  EXPECT_EQ(g.module, "loss");
+  EXPECT_EQ(g.cause, "overflow");
+}
+
+TEST(TrainPrecision, EpsThatRoundsToZeroIsRecorded) {
+  TrainConfig c = small_run();
+  EXPECT_TRUE(eps_rounding(c).empty());
+  c.precision = Precision::fp16;
+  c.model.norm_eps = 1e-12;  // added in float32 (norm_compute fused): exact enough
+  EXPECT_TRUE(eps_rounding(c).empty());
+  c.model.norm_eps = 1e-50;  // below float32's smallest subnormal
+  const std::vector<EpsRounding> e = eps_rounding(c);
+  ASSERT_EQ(e.size(), 2u);  // the blocks' norms and the final norm
+  EXPECT_EQ(e[0].norm, "blocks");
+  EXPECT_EQ(e[0].stored, 0.0);
+  EXPECT_EQ(e[0].format, "fp32");
+  EXPECT_NE(eps_rounding_warning(e[0]).find("rounds to zero in fp32"), std::string::npos);
+  const TrainResult r = train(c);  // allowed: it is the experiment
+  EXPECT_EQ(r.eps_rounding.size(), 2u);
+}
+
+TEST(TrainPrecision, LowPrecisionKeysAreCheckedTogether) {
+  TrainConfig c = small_run();
+  c.residual_dtype = ResidualDtype::fp32;
+  EXPECT_NE(usage_error(c).find("residual_dtype fp32 needs precision bf16 or fp16"), std::string::npos) << usage_error(c);
+  c = small_run();
+  c.loss_scale = LossScaling::dynamic;
+  EXPECT_NE(usage_error(c).find("loss_scale dynamic needs precision bf16 or fp16"), std::string::npos);
+  c = small_run();
+  c.loss_scale_init = 1024;
+  EXPECT_NE(usage_error(c).find("loss_scale_init needs precision fp16"), std::string::npos) << usage_error(c);
+  c.precision = Precision::bf16;
+  EXPECT_NE(usage_error(c).find("loss_scale_init needs loss_scale dynamic"), std::string::npos) << usage_error(c);
+  c.loss_scale = LossScaling::dynamic;
+  EXPECT_EQ(usage_error(c), "");
+  c.precision = Precision::fp16;
+  c.loss_scale = LossScaling::none;
+  EXPECT_NE(usage_error(c).find("loss_scale none"), std::string::npos) << usage_error(c);
+  c.loss_scale.reset();
+  c.loss_scale_growth_factor = 1.0;
+  EXPECT_NE(usage_error(c).find("loss_scale_growth_factor must be > 1"), std::string::npos);
+  c.loss_scale_growth_factor.reset();
+  c.loss_scale_backoff_factor = 1.5;
+  EXPECT_NE(usage_error(c).find("loss_scale_backoff_factor must be in (0, 1)"), std::string::npos);
+  c.loss_scale_backoff_factor.reset();
+  c.loss_scale_growth_interval = 0;
+  EXPECT_NE(usage_error(c).find("loss_scale_growth_interval must be >= 1"), std::string::npos);
+  c.loss_scale_growth_interval.reset();
+  c.loss_scale_init = 1e39;
+  EXPECT_NE(usage_error(c).find("loss_scale_init must be > 0 and a finite float32"), std::string::npos);
 }
 
 TEST(TrainPrecision, NormComputeNeedsALowPrecisionAndFormatIsNotBuiltYet) {

@@ -43,6 +43,7 @@ class Node {
  public:
   Node(const char* op, std::vector<std::shared_ptr<TensorImpl>> inputs, BackwardFn fn);
   const char* op() const { return op_; }
+  const char* module() const { return module_; }  // current_module() when it was recorded
   uint64_t sequence() const { return sequence_; }
   const std::vector<std::shared_ptr<TensorImpl>>& inputs() const { return inputs_; }
   bool released() const { return released_; }
@@ -52,6 +53,7 @@ class Node {
 
  private:
   const char* op_;
+  const char* module_;
   uint64_t sequence_;
   std::vector<std::shared_ptr<TensorImpl>> inputs_;
   BackwardFn fn_;
@@ -63,9 +65,12 @@ class Node {
 struct GradientMath {
   void (*accumulate)(Tensor& dst, const Tensor& g) = nullptr;             // dst += g
   void (*add)(Tensor& out, const Tensor& a, const Tensor& b) = nullptr;   // out = a + b
-  // Called on every gradient a backward closure wrote and on every sum of two gradients: stores
-  // it in the storage format of the thread (ops.h, StoragePrecisionScope); null: nothing to do.
-  void (*store)(Tensor& g) = nullptr;
+  // A gradient has its tensor's format (TensorImpl::format): called on every gradient a backward
+  // closure wrote, every sum of two gradients, and every gradient passed through to an input
+  // stored in a narrower format than the op's output (a copy), to round g to the format of `of`.
+  // Null: nothing is rounded.
+  // `from`: the node whose backward computed g (or whose gradient was added).
+  void (*store)(Tensor& g, const TensorImpl& of, const Node& from) = nullptr;
 };
 void set_gradient_math(GradientMath math);
 
@@ -82,6 +87,20 @@ FlatLeaves flatten_leaves(const std::vector<Tensor>& leaves, Device device);
 // After backward: zero the gradient buffer of every leaf that no path reached (its buffer
 // holds a stale value), so that a pass over the flat gradient reads zeros there.
 void zero_unreached_grads(const std::vector<Tensor>& leaves);
+
+// The part of a model whose ops run on this thread ("blocks.3", "head"; "" outside any scope):
+// each node keeps it, so that a value's origin can be named in the backward too.
+class ModuleScope {
+ public:
+  explicit ModuleScope(const std::string& name);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  const char* previous_;
+};
+const char* current_module();
 
 // True when gradients are being recorded on this thread (the default).
 bool grad_enabled();

@@ -112,6 +112,9 @@ class Backend {
   // inf, gradual underflow): how bf16/fp16 storage is emulated in float32. fp32 changes nothing.
   // A float64 tensor is rounded through float32, as PyTorch converts a double to half.
   virtual void round_to_format(Tensor& x, Precision format) = 0;
+  // x's values as `format` would store them, counted (precision.h, FormatCensus): float32 x.
+  // Not on a step's path: train's per-layer statistics and its non-finite diagnosis.
+  virtual FormatCensus format_census(const Tensor& x, Precision format) = 0;
 
   // ---- normalization over the last dimension: x is (N x D) ---------------------
   // mu = mean(x); var = mean((x-mu)^2); rstd = 1/sqrt(var+eps); y = gamma*(x-mu)*rstd + beta

@@ -74,4 +74,18 @@ template <>
 const EnumNames& enum_names<RoundingEvent>();
 RoundingEvent classify_rounding(Precision p, double value, double stored);
 
+// What storing float32 values in a format does to them, counted (Backend::format_census): the
+// statistic behind train's overflow / underflow shares and its non-finite diagnosis.
+struct FormatCensus {
+  int64_t count = 0;      // values looked at
+  int64_t nonfinite = 0;  // already inf or NaN
+  int64_t overflow = 0;   // finite, stored as +-inf (RoundingEvent::overflow)
+  int64_t underflow = 0;  // nonzero, stored as zero (RoundingEvent::underflow)
+  double max_abs = 0;     // the largest finite |value|, before rounding
+  void add(const FormatCensus& other);
+};
+// The definition the kernels match: each value classified by round_to. fp32: no overflow or
+// underflow (the values are float32 already).
+FormatCensus format_census(Precision p, const float* x, int64_t n);
+
 }  // namespace normlab

@@ -8,6 +8,7 @@
 
 #include "normlab/error.h"
 #include "normlab/names.h"
+#include "normlab/precision.h"
 
 namespace normlab {
 
@@ -55,6 +56,9 @@ struct TensorImpl {
   Shape shape;
   DType dtype = DType::f32;
   Device device = Device::cpu;
+  // The grid the values lie on: fp32, or bf16 / fp16 for a tensor an op stored in a low-precision
+  // scope (ops.h, StoragePrecisionScope); its gradient is stored in the same format.
+  Precision format = Precision::fp32;
   // autograd
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;          // null for leaves

@@ -149,6 +149,11 @@ struct ForwardTrace {
   std::vector<AttentionTap> attention;  // each attention block's queries and keys (gpt only)
 };
 
+// "blocks.3": block 3's parameter prefix and the ModuleScope its ops run in; block_of_module
+// is the inverse (-1 for any other module: embedding, final_norm, head, loss).
+std::string block_module_name(size_t block);
+int64_t block_of_module(const std::string& module);
+
 class Model {
  public:
   Model(const ModelConfig& cfg, uint64_t seed);

@@ -2,6 +2,8 @@
 // allocates its outputs, calls the backend's kernels, and records its backward on the tape.
 // Ops never loop over data.
 #pragma once
+#include <functional>
+#include <optional>
 #include <utility>
 
 #include "normlab/kinds.h"
@@ -67,25 +69,59 @@ double sum_squares(const Tensor& x);
 void install_gradient_math();
 
 // ---- low-precision storage (docs/precision.md) ----------------------------------
-// Inside a StoragePrecisionScope(bf16 or fp16), on this thread: every op's output, every
-// gradient a backward writes and every sum of two gradients is rounded to the format's grid
-// (each op still computes in float32, from stored operands: one rounding per op, as fused);
-// a leaf input (a parameter, an input batch) is used through a rounded copy whose gradient
-// reaches the float32 leaf as computed. That is mixed precision with float32 master weights,
-// emulated in float32 storage. Exceptions, as PyTorch's autocast has them: cross_entropy's loss
-// stays float32 (its logits' gradient is stored), and a norm's statistics (mean, rstd) are
-// float32. Call backward() inside the same scope. fp32, the default, changes nothing.
+// Inside a StoragePrecisionScope(bf16 or fp16), on this thread: mixed precision with float32
+// master weights, emulated in float32 storage. Every op computes in float32 from stored operands
+// and rounds its output once (as fused); every gradient is stored in its tensor's format
+// (TensorImpl::format), and so is every sum of two gradients. A leaf input (a parameter, an
+// input batch) is used through a rounded copy whose gradient reaches the float32 leaf as
+// computed. Products (linear, matmul, attention, embedding) store in the scope's format and cast
+// any operand that is not; every other op stores in the widest format of its inputs, so a
+// float32 residual stream plus a low-precision branch stays float32, as PyTorch's autocast
+// promotes it. Exceptions, as autocast has them: cross_entropy's loss stays float32 (its logits'
+// gradient is stored), and a norm's statistics (mean, rstd) are float32. `residual`: the format
+// residual_stream() gives the stream (the scope's format, or fp32). Call backward() inside the
+// scope. fp32, the default, changes nothing.
 class StoragePrecisionScope {
  public:
-  explicit StoragePrecisionScope(Precision p);
+  explicit StoragePrecisionScope(Precision p, std::optional<Precision> residual = std::nullopt);
   ~StoragePrecisionScope();
   StoragePrecisionScope(const StoragePrecisionScope&) = delete;
   StoragePrecisionScope& operator=(const StoragePrecisionScope&) = delete;
 
  private:
-  Precision previous_;
+  Precision previous_, previous_residual_;
 };
 Precision storage_precision();
+// The residual stream as it starts (the embeddings' sum): x in the scope's residual format (a
+// float32 copy of a low-precision x, exact; its gradient is rounded back to x's format).
+// Everything the stream then passes through keeps that format by the widest-input rule.
+Tensor residual_stream(const Tensor& x);
+
+// ---- looking at what is stored --------------------------------------------------
+// Every value an op is about to store (its output, or a gradient its backward computed) and
+// every norm's input, before it is rounded: what train's per-layer statistics and its
+// non-finite diagnosis look at. Nothing is called unless a StoreWatchScope is alive on the
+// thread (in any precision, fp32 included).
+enum class StoredKind : uint8_t { output, gradient, norm_input };
+struct StoredValue {
+  const Tensor& value;  // float32, not yet rounded
+  Precision format;     // what it is stored in
+  StoredKind kind;
+  const char* op;      // "linear", "layernorm", ...
+  const char* module;  // autograd's current_module() where the op ran ("blocks.3"; "" outside)
+};
+using StoreWatch = std::function<void(const StoredValue&)>;
+class StoreWatchScope {
+ public:
+  explicit StoreWatchScope(StoreWatch watch);
+  ~StoreWatchScope();
+  StoreWatchScope(const StoreWatchScope&) = delete;
+  StoreWatchScope& operator=(const StoreWatchScope&) = delete;
+
+ private:
+  StoreWatch* previous_;
+  StoreWatch watch_;
+};
 
 // ---- layout ---------------------------------------------------------------------
 Tensor reshape(const Tensor& x, const Shape& shape);  // a view; -1 infers one dimension

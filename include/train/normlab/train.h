@@ -67,6 +67,42 @@ struct DataSpec {
   static DataSpec parse(const std::string& s);  // UsageError for anything else
 };
 
+// ---- loss scaling -------------------------------------------------------------------
+// PyTorch's GradScaler (torch.amp.GradScaler, _amp_update_scale_): the loss is multiplied by
+// `scale` before the backward, so that small activation gradients stay above fp16's underflow;
+// the parameters' gradients are divided by it before clipping and the optimizer. A step whose
+// gradients hold an inf or NaN is skipped and the scale multiplied by backoff_factor; after
+// growth_interval finite steps in a row it is multiplied by growth_factor. The scale is a
+// float32, as PyTorch's.
+struct LossScalerSettings {
+  double init = 65536.0;  // 2^16
+  double growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+struct LossScalerState {
+  double scale = 0;
+  int64_t growth_tracker = 0;     // finite steps since the scale last changed
+  int64_t skipped = 0;            // steps skipped so far
+  int64_t consecutive_skips = 0;  // skipped in a row up to now
+};
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerSettings& s);
+  LossScaler(const LossScalerSettings& s, const LossScalerState& resumed);
+  double scale() const { return state_.scale; }
+  // After a backward at scale(): whether the step goes ahead (its gradients are finite), and the
+  // scale updated as GradScaler.update() does.
+  bool update(bool grads_finite);
+  const LossScalerState& state() const { return state_; }
+
+ private:
+  LossScalerSettings settings_;
+  LossScalerState state_;
+};
+// Steps skipped in a row after which a scaled run counts as diverged: the scale has been halved
+// that many times (2^16 to 2^-34), far below any gradient a finite model needs.
+constexpr int64_t kMaxConsecutiveSkips = 50;
+
 // ---- optimizer ----------------------------------------------------------------------
 struct TrainConfig {
   ModelConfig model;
@@ -97,7 +133,21 @@ struct TrainConfig {
   // How a norm runs in that precision: fused / fp32 (float32 statistics, the output stored once;
   // the same arithmetic in this emulation). Only with precision bf16 or fp16.
   std::optional<NormCompute> norm_compute;
+  // The residual stream's format in bf16 / fp16 (unset: the activations' format).
+  std::optional<ResidualDtype> residual_dtype;
+  // Loss scaling (unset: dynamic in fp16, none in bf16 and fp32) and the scaler's settings
+  // (unset: GradScaler's defaults); every loss_scale_* key needs loss_scale dynamic.
+  std::optional<LossScaling> loss_scale;
+  std::optional<double> loss_scale_init, loss_scale_growth_factor, loss_scale_backoff_factor;
+  std::optional<int64_t> loss_scale_growth_interval;
   Precision storage() const { return precision.value_or(Precision::fp32); }
+  Precision residual_storage() const {
+    return residual_dtype == ResidualDtype::fp32 ? Precision::fp32 : storage();
+  }
+  LossScaling loss_scaling() const {
+    return loss_scale.value_or(storage() == Precision::fp16 ? LossScaling::dynamic : LossScaling::none);
+  }
+  LossScalerSettings loss_scaler_settings() const;
   std::string init_from;  // a safetensors checkpoint the model starts from ("" = its init scheme)
   void validate() const;  // UsageError naming the field
 };
@@ -140,6 +190,14 @@ struct EvalRecord {
   std::vector<double> block_grad_norm;  // ||dL/dtheta|| of each block's parameters
   // gpt only (validation batch 0), per attention layer: attention_statistics().
   std::vector<double> attn_entropy, attn_max_logit;
+  // Low precision only (metrics.jsonl omits them in fp32 runs). The loss scaler's scale after
+  // this step (NaN: no scaler) and the steps it has skipped so far.
+  double loss_scale = NAN;
+  int64_t skipped_steps = 0;
+  // Per block, on validation batch 0: max |x| of the residual stream after the block and of the
+  // inputs of its norms, and the share of the elements its ops stored that overflowed to +-inf
+  // or underflowed to zero in the format (values that were finite / nonzero before rounding).
+  std::vector<double> stream_max_abs, norm_input_max_abs, overflow_share, underflow_share;
   // timing (not deterministic: kept apart from the other fields)
   double seconds_per_step = 0, tokens_per_second = 0;
 };
@@ -147,6 +205,37 @@ struct EvalRecord {
 // printed when its evaluation ends).
 std::string loss_table_header();
 std::string loss_table_row(const EvalRecord& r);
+
+struct NonFiniteOrigin {
+  int64_t step = -1;          // -1: the run never went non-finite
+  std::string phase;          // forward | backward
+  std::string op, module;     // "linear", "blocks.3" (the op's ModuleScope)
+  std::string format;         // what the value was stored in
+  // overflow: a finite float32 result beyond the format's largest value, stored as inf;
+  // nonfinite: the float32 arithmetic itself gave an inf or NaN.
+  std::string cause;
+  double max_abs = NAN;       // the largest finite |value| of that output before it was stored
+  std::string str() const;    // one line: "step 312, forward, linear in blocks.3: overflow: ..."
+};
+struct EpsRounding {
+  std::string norm;          // "blocks" (every block norm), "final_norm", "qk_norm"
+  double eps = 0, stored = 0;  // as configured, and as the format holds it
+  std::string format;
+};
+
+// Replays one step (the model as it was when the step diverged, its batch) with every stored
+// value counted (ops.h, StoreWatchScope): the first op output, or in the backward the first
+// gradient, holding an inf or NaN, where and why. Runs in the caller's StoragePrecisionScope.
+// `backward_seed`: the backward's seed (the loss scale; 1 without a scaler), when the backward
+// is to be searched too. An origin with step -1: nothing found.
+NonFiniteOrigin find_nonfinite(Model& model, const Tensor& inputs, const Tensor& targets, int64_t step,
+                               std::optional<double> backward_seed);
+
+// Norms whose eps the arithmetic does not add as configured: rounded to zero, or by more than
+// 1%, in the format it is added in (the run's format with norm_compute format, float32
+// otherwise). The run goes ahead (it is the experiment); train's CLI warns with the text below.
+std::vector<EpsRounding> eps_rounding(const TrainConfig& cfg);
+std::string eps_rounding_warning(const EpsRounding& e);
 
 struct TrainResult {
   // ok; diverged (a non-finite loss or gradient, at diverged_step); collapsed (finished, but its
@@ -174,6 +263,16 @@ struct TrainResult {
   // The kernel variants the backend chose for the run's shapes (result.json "kernel_choices"):
   // where variants round differently (cpu: oneDNN's LayerNorm or normlab's), they say which ran.
   std::vector<KernelChoice> kernel_choices;
+  // Low precision: the steps the loss scaler skipped and its final scale (NaN: no scaler).
+  int64_t skipped_steps = 0;
+  double final_loss_scale = NAN;
+  // Where a diverged run first went non-finite (empty when it did not), found by replaying the
+  // step that diverged with every stored value checked: the op and module whose stored output
+  // (or gradient) was the first to hold an inf or NaN, and why.
+  NonFiniteOrigin nonfinite;
+  // Norms whose eps is not what the arithmetic adds (it rounds to zero, or changes, in the
+  // format the norm adds it in): an allowed experiment, recorded and warned about.
+  std::vector<EpsRounding> eps_rounding;
 
   // How far the final validation loss is above the data's floor (result.json "gap_to_floor").
   double gap_to_floor() const { return final_val_loss - loss_floor; }
@@ -225,6 +324,8 @@ struct TrainState {
   std::vector<double> recent_losses;
   int64_t spike_count = 0;
   std::vector<int64_t> spike_steps;
+  // The loss scaler's state (scale 0: the run has no scaler).
+  LossScalerState loss_scaler;
 };
 
 // What a caller is told as a run goes. on_checkpoint(step, model, state) is called every

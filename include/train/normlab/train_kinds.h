@@ -9,6 +9,9 @@ namespace normlab {
 enum class OptimizerKind { adam, adamw };
 enum class Schedule { constant, cosine };
 enum class DataKind { synthetic, text };
+// Low precision: the residual stream's format, and whether the loss is scaled (docs/precision.md).
+enum class ResidualDtype { format, fp32 };
+enum class LossScaling { none, dynamic };
 
 template <>
 const EnumNames& enum_names<OptimizerKind>();
@@ -16,5 +19,9 @@ template <>
 const EnumNames& enum_names<Schedule>();
 template <>
 const EnumNames& enum_names<DataKind>();
+template <>
+const EnumNames& enum_names<ResidualDtype>();
+template <>
+const EnumNames& enum_names<LossScaling>();
 
 }  // namespace normlab

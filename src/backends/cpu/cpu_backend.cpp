@@ -108,6 +108,10 @@ class CpuBackend final : public Backend {
     const int64_t n = x.numel();
     cpu::round_to_format(f32(x, "round_to_format x", n), n, format);
   }
+  FormatCensus format_census(const Tensor& x, Precision format) override {
+    const int64_t n = x.numel();
+    return cpu::format_census(f32(x, "format_census x", n), n, format);
+  }
   void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
     const int64_t n = out.numel();
     cpu::mul(f32(out, "mul out", n), f32(a, "mul a", n), f32(b, "mul b", n), n);

@@ -77,6 +77,23 @@ void round_to_format(float* x, int64_t n, Precision format) {
   parallel_chunks(n, n, [&](int64_t lo, int64_t hi) { round_to(format, x + lo, hi - lo); });
 }
 
+FormatCensus format_census(const float* x, int64_t n, Precision format) {
+  // Chunks counted apart, then added in chunk order: the same result for any thread count.
+  const int64_t chunk = 1 << 16;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  std::vector<FormatCensus> part(static_cast<size_t>(chunks));
+  parallel_chunks(chunks, n, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      const int64_t begin = c * chunk;
+      part[static_cast<size_t>(c)] = normlab::format_census(format, x + begin, std::min(chunk, n - begin));
+    }
+  });
+  FormatCensus total;
+  for (const FormatCensus& p : part) total.add(p);
+  total.count = n;
+  return total;
+}
+
 // for i: out[i] = a[i]*b[i]
 void mul(float* out, const float* a, const float* b, int64_t n) {
   map_elements(n, 1, [&](int64_t i, int64_t w) {

@@ -49,6 +49,8 @@ void scale(float* out, const float* x, float alpha, int64_t n);
 void mul(float* out, const float* a, const float* b, int64_t n);
 // x[i] rounded in place to the format's grid (core's round_to, split over the threads).
 void round_to_format(float* x, int64_t n, Precision format);
+// core's format_census, counted per chunk over the threads and added in order.
+FormatCensus format_census(const float* x, int64_t n, Precision format);
 // dydx may be nullptr (inference: no derivative wanted).
 void gelu_forward(float* y, float* dydx, const float* x, int64_t n);
 double sum_squares(const float* x, int64_t n);

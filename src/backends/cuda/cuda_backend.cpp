@@ -218,6 +218,22 @@ class CudaBackend final : public Backend {
     expect("round_to_format", "x", x, n);
     if (format != Precision::fp32) cuda::round_to_format(fp(x), n, format == Precision::bf16);
   }
+  FormatCensus format_census(const Tensor& x, Precision format) override {
+    const char* kn = "format_census";
+    const int64_t n = x.numel();
+    expect(kn, "x", x, n);
+    double* work = work_doubles(cuda::format_census_work(n), kn);
+    cuda::format_census(static_cast<double*>(scalars(kn)), work, fp(x), n, static_cast<int>(format));
+    double r[4] = {0, 0, 0, 0};
+    check(cudaMemcpy(r, scalars_, sizeof r, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
+    FormatCensus c;
+    c.count = n;
+    c.nonfinite = static_cast<int64_t>(r[0]);
+    c.overflow = static_cast<int64_t>(r[1]);
+    c.underflow = static_cast<int64_t>(r[2]);
+    c.max_abs = r[3];
+    return c;
+  }
   void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
     const int64_t n = out.numel();
     expect("mul", "out", out, n);

@@ -146,6 +146,70 @@ __global__ void sum_partials_kernel(double* result, const double* partial, int64
 
 int64_t sum_squares_work(int64_t) { return kSumSquaresBlocks; }
 
+namespace {
+
+constexpr int kCensusBlocks = 256;
+
+// format: 0 fp32, 1 bf16, 2 fp16 (Precision's order).
+__device__ inline float stored_as(float v, int format) {
+  if (format == 1) return __bfloat162float(__float2bfloat16_rn(v));
+  if (format == 2) return __half2float(__float2half_rn(v));
+  return v;
+}
+
+// Each block's {nonfinite, overflow, underflow, max |finite|} into partial[4 * block + k].
+__global__ void format_census_partial_kernel(double* partial, const float* x, int64_t n, int format) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  double nonfinite = 0, overflow = 0, underflow = 0, max_abs = 0;
+  NL_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    if (!(fabsf(v) < INFINITY)) {  // inf or NaN
+      nonfinite += 1;
+      continue;
+    }
+    max_abs = fmax(max_abs, static_cast<double>(fabsf(v)));
+    const float r = stored_as(v, format);
+    if (fabsf(r) == INFINITY) overflow += 1;
+    else if (r == 0.0f && v != 0.0f) underflow += 1;
+  }
+  nonfinite = block_sum_d(nonfinite, scratch);
+  overflow = block_sum_d(overflow, scratch);
+  underflow = block_sum_d(underflow, scratch);
+  max_abs = block_max_d(max_abs, scratch);
+  if (threadIdx.x == 0) {
+    double* p = partial + 4 * static_cast<int64_t>(blockIdx.x);
+    p[0] = nonfinite;
+    p[1] = overflow;
+    p[2] = underflow;
+    p[3] = max_abs;
+  }
+}
+
+__global__ void format_census_total_kernel(double* result, const double* partial, int64_t blocks) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  double acc[3] = {0, 0, 0}, max_abs = 0;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    for (int k = 0; k < 3; ++k) acc[k] += partial[4 * b + k];
+    max_abs = fmax(max_abs, partial[4 * b + 3]);
+  }
+  for (int k = 0; k < 3; ++k) {
+    const double total = block_sum_d(acc[k], scratch);
+    if (threadIdx.x == 0) result[k] = total;
+  }
+  max_abs = block_max_d(max_abs, scratch);
+  if (threadIdx.x == 0) result[3] = max_abs;
+}
+
+}  // namespace
+
+int64_t format_census_work(int64_t) { return 4 * kCensusBlocks; }
+
+void format_census(double* result_dev, double* work, const float* x, int64_t n, int format) {
+  const int blocks = n <= 0 ? 1 : std::min(kCensusBlocks, grid_for(n));
+  launch("format_census", format_census_partial_kernel, blocks, kThreads, 0, work, x, n < 0 ? 0 : n, format);
+  launch("format_census", format_census_total_kernel, 1, kThreads, 0, result_dev, work, blocks);
+}
+
 void sum_squares(double* result_dev, double* work, const float* x, int64_t n) {
   const int blocks = n <= 0 ? 1 : std::min(kSumSquaresBlocks, grid_for(n));
   launch("sum_squares", sum_squares_partial_kernel, blocks, kThreads, 0, work, x, n < 0 ? 0 : n);

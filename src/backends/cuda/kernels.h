@@ -38,6 +38,11 @@ void mul(float* out, const float* a, const float* b, int64_t n);
 // x[i] stored as bf16 (bf16 = true) or fp16 and read back: the GPU's own conversions
 // (__float2bfloat16_rn, __float2half_rn: nearest even, overflow to inf, subnormals kept).
 void round_to_format(float* x, int64_t n, bool bf16);
+// precision.h's FormatCensus of x in bf16 / fp16 / fp32 (format 0, 1, 2 as Precision's fp32,
+// bf16, fp16): result_dev receives {count of non-finite, overflow, underflow, max |finite|} as 4
+// doubles; `work` holds >= format_census_work(n) doubles.
+int64_t format_census_work(int64_t n);
+void format_census(double* result_dev, double* work, const float* x, int64_t n, int format);
 void gelu_forward(float* y, float* dydx, const float* x, int64_t n);
 // sum of x^2 in double; `work` holds >= sum_squares_work(n) doubles.
 int64_t sum_squares_work(int64_t n);

@@ -197,6 +197,12 @@ class ReferenceBackend final : public Backend {
     }
   }
 
+  FormatCensus format_census(const Tensor& x, Precision format) override {
+    const char* kn = "format_census";
+    expect(kn, "x", x, DType::f32, x.numel());
+    return normlab::format_census(format, x.data<float>(), x.numel());
+  }
+
   void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
     const char* kn = "mul";
     DType dt = out.dtype();

@@ -1,0 +1,163 @@
+#include "precision_train.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "normlab/autograd.h"
+#include "normlab/backend.h"
+
+namespace normlab {
+
+// ---- loss scaling -----------------------------------------------------------------
+
+LossScaler::LossScaler(const LossScalerSettings& s) : settings_(s) {
+  state_.scale = static_cast<float>(s.init);
+}
+
+LossScaler::LossScaler(const LossScalerSettings& s, const LossScalerState& resumed) : settings_(s), state_(resumed) {}
+
+bool LossScaler::update(bool grads_finite) {
+  // torch's _amp_update_scale_: the scale is a float32; a growth that would overflow it is not made.
+  if (!grads_finite) {
+    state_.scale = static_cast<float>(state_.scale * settings_.backoff_factor);
+    state_.growth_tracker = 0;
+    ++state_.skipped;
+    ++state_.consecutive_skips;
+    return false;
+  }
+  state_.consecutive_skips = 0;
+  if (++state_.growth_tracker == settings_.growth_interval) {
+    const float grown = static_cast<float>(state_.scale * settings_.growth_factor);
+    if (std::isfinite(grown)) state_.scale = grown;
+    state_.growth_tracker = 0;
+  }
+  return true;
+}
+
+LossScalerSettings TrainConfig::loss_scaler_settings() const {
+  LossScalerSettings s;
+  if (loss_scale_init) s.init = *loss_scale_init;
+  if (loss_scale_growth_factor) s.growth_factor = *loss_scale_growth_factor;
+  if (loss_scale_backoff_factor) s.backoff_factor = *loss_scale_backoff_factor;
+  if (loss_scale_growth_interval) s.growth_interval = *loss_scale_growth_interval;
+  return s;
+}
+
+// ---- per-block statistics -----------------------------------------------------------
+
+BlockStorageStats::BlockStorageStats(size_t blocks)
+    : blocks_(blocks), watch_([this](const StoredValue& v) {
+        const int64_t l = block_of_module(v.module);
+        if (l < 0 || l >= static_cast<int64_t>(blocks_.size())) return;
+        PerBlock& b = blocks_[static_cast<size_t>(l)];
+        if (v.kind == StoredKind::norm_input) {
+          const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
+          b.norm_input_max = std::max(b.norm_input_max, c.max_abs);
+        } else if (v.kind == StoredKind::output) {
+          b.stored.add(backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format));
+        }
+      }) {}
+
+void BlockStorageStats::fill(EvalRecord& r, const ForwardTrace& trace) const {
+  r.stream_max_abs.clear();
+  for (const Tensor& x : trace.block_out)
+    r.stream_max_abs.push_back(backend_for(x.device(), x.dtype()).format_census(x, Precision::fp32).max_abs);
+  r.norm_input_max_abs.clear();
+  r.overflow_share.clear();
+  r.underflow_share.clear();
+  for (const PerBlock& b : blocks_) {
+    r.norm_input_max_abs.push_back(b.norm_input_max);
+    const double n = static_cast<double>(std::max<int64_t>(1, b.stored.count));
+    r.overflow_share.push_back(static_cast<double>(b.stored.overflow) / n);
+    r.underflow_share.push_back(static_cast<double>(b.stored.underflow) / n);
+  }
+}
+
+// ---- where a step went non-finite ------------------------------------------------------
+
+namespace {
+
+// The first stored value that is not finite (or becomes inf by the rounding).
+struct FirstNonFinite {
+  NonFiniteOrigin origin;
+  bool found = false;
+  double norm_input_max = NAN;  // the last norm input seen before it (a norm's own input)
+  void look(const StoredValue& v, int64_t step, const char* phase) {
+    if (found) return;
+    const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
+    if (v.kind == StoredKind::norm_input) {
+      norm_input_max = c.nonfinite ? INFINITY : c.max_abs;
+      return;
+    }
+    if (c.nonfinite == 0 && c.overflow == 0) return;
+    found = true;
+    origin.step = step;
+    origin.phase = phase;
+    origin.op = v.op;
+    origin.module = *v.module ? v.module : "model";
+    origin.format = to_string(v.format);
+    origin.max_abs = c.max_abs;
+    origin.cause = c.overflow ? "overflow" : "nonfinite";
+  }
+};
+
+}  // namespace
+
+NonFiniteOrigin find_nonfinite(Model& model, const Tensor& inputs, const Tensor& targets, int64_t step,
+                               std::optional<double> backward_seed) {
+  FirstNonFinite first;
+  Tensor loss;
+  {
+    StoreWatchScope watch([&](const StoredValue& v) { first.look(v, step, "forward"); });
+    loss = model.loss(inputs, targets);
+  }
+  if (first.found || !backward_seed || !loss.requires_grad()) return first.origin;
+  model.params().zero_grad();
+  {
+    StoreWatchScope watch([&](const StoredValue& v) { first.look(v, step, "backward"); });
+    loss.backward(Tensor::full_on(loss.shape(), *backward_seed, loss.dtype(), loss.device()));
+  }
+  return first.origin;
+}
+
+std::string NonFiniteOrigin::str() const {
+  if (step < 0) return "";
+  std::string why;
+  if (cause == "overflow") {
+    why = fmt::format("overflow: a value up to {:.4g} in magnitude, beyond {}'s largest ({:.6g}), stored as inf", max_abs,
+                      format, format_info(parse_kind<Precision>(format)).max);
+  } else {
+    why = fmt::format("the float32 arithmetic gave an inf or NaN (finite values up to {:.4g})", max_abs);
+  }
+  return fmt::format("step {}, {}, {} in {}: {}", step, phase, op, module, why);
+}
+
+// ---- eps as the arithmetic adds it -----------------------------------------------------
+
+std::vector<EpsRounding> eps_rounding(const TrainConfig& cfg) {
+  const Precision adds_in = cfg.norm_compute == NormCompute::format ? cfg.storage() : Precision::fp32;
+  std::vector<EpsRounding> out;
+  auto check = [&](const char* norm, double eps) {
+    const double stored = round_to(adds_in, to_float(eps));
+    if (stored == 0 || std::fabs(stored - eps) > 0.01 * eps) out.push_back({norm, eps, stored, to_string(adds_in)});
+  };
+  const ModelConfig& m = cfg.model;
+  if (m.norm != NormKind::none) check("blocks", m.eps());
+  if (m.final_norm_on()) check("final_norm", m.final_eps());
+  if (m.qk_norm) check("qk_norm", SelfAttention{}.qk_eps);
+  return out;
+}
+
+std::string eps_rounding_warning(const EpsRounding& e) {
+  if (e.stored == 0)
+    return fmt::format("{} eps {:g} rounds to zero in {}: a row of equal values divides by zero (allowed: recorded "
+                       "in result.json as eps_rounding)",
+                       e.norm, e.eps, e.format);
+  return fmt::format("{} eps {:g} is {:g} in {} (allowed: recorded in result.json as eps_rounding)", e.norm, e.eps,
+                     e.stored, e.format);
+}
+
+}  // namespace normlab
