@@ -88,6 +88,14 @@ class DeviceAdapter final : public Backend {
     Call k(*this);
     return b_.sum_squares(k.in(x));
   }
+  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+    Call k(*this);
+    Tensor dx = k.in(x), dg = k.in(gamma), db = k.in(beta);
+    Tensor dm;
+    if (mean.defined()) dm = k.out(mean);
+    b_.composite_norm_forward(k.out(y), dm, k.out(rstd), dx, dg, db, n, d, eps, format);
+  }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     Call k(*this);
     return b_.format_census(k.in(x), format);

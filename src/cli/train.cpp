@@ -1,6 +1,7 @@
 // `normlab train`: one configuration, a loss table on stdout, a run directory on disk.
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <iostream>
@@ -97,6 +98,10 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     if (r.status == "collapsed")
       std::printf(" from step %lld (validation loss at or above the unigram baseline - %.2f)",
                   static_cast<long long>(r.collapsed_step), kCollapseMargin);
+    if (r.nonfinite.step >= 0) std::printf("\nfirst non-finite value: %s", r.nonfinite.str().c_str());
+    if (std::isfinite(r.final_loss_scale))
+      std::printf("\nloss scale %g at the end; %lld steps skipped (an inf or NaN gradient)", r.final_loss_scale,
+                  static_cast<long long>(r.skipped_steps));
     std::printf("\nfinal val loss %.4f, best %.4f at step %lld; unigram %.4f; floor %.4f (gap %.4f)\n",
                 r.final_val_loss, r.best_val_loss, static_cast<long long>(r.best_val_step), r.unigram_loss,
                 r.loss_floor, r.gap_to_floor());

@@ -2,12 +2,13 @@
 // the result does not depend on the CPU's rounding mode, its FTZ/DAZ flags or on F16C being
 // present. tests/core/test_precision.cpp checks both against an independent float64 reference on
 // every grid point, every midpoint and their neighbours, and fp16 against the compiler's _Float16.
-#include <algorithm>
 #include "normlab/precision.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "normlab/error.h"
 
@@ -215,6 +216,34 @@ FormatCensus format_census(Precision p, const float* x, int64_t n) {
     else if (r == 0 && v != 0) ++c.underflow;
   }
   return c;
+}
+
+CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x, const float* gamma,
+                                     const float* beta, float* y, int64_t d, double eps) {
+  // A mean is the float32 nearest the exact sum (PyTorch accumulates a half row in float; its
+  // order rarely matters at these lengths: docs/precision.md), then divided in float32.
+  const float eps32 = to_float(eps), fd = static_cast<float>(d);
+  CompositeRowStats st;
+  if (layernorm) {
+    double sum = 0;
+    for (int64_t j = 0; j < d; ++j) sum += x[j];
+    st.mean = round_to(p, to_float(sum) / fd);
+  }
+  // y holds the centred row (LayerNorm) or x (RMSNorm) until the output overwrites it.
+  double sum_sq = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    y[j] = layernorm ? round_to(p, x[j] - st.mean) : x[j];
+    sum_sq += round_to(p, y[j] * y[j]);
+  }
+  const float var = round_to(p, to_float(sum_sq) / fd);
+  const float v = round_to(p, var + eps32);
+  st.rstd = round_to(p, 1.0f / std::sqrt(v));
+  for (int64_t j = 0; j < d; ++j) {
+    const float xhat = round_to(p, y[j] * st.rstd);
+    const float scaled = round_to(p, xhat * gamma[j]);
+    y[j] = layernorm ? round_to(p, scaled + beta[j]) : scaled;
+  }
+  return st;
 }
 
 }  // namespace normlab

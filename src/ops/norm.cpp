@@ -49,8 +49,12 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = row_stat(x), rstd = row_stat(x);
   watch_norm_input(x, "layernorm");
-  kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
-  store(y, widest({&x, &gamma, &beta}), "layernorm");
+  if (composite_norm(x)) {
+    kernels(x).composite_norm_forward(y, mean, rstd, x, gamma, beta, n, d, eps, x.impl().format);
+  } else {
+    kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
+  }
+  store(y, widest({&x, &gamma, &beta}), "layernorm", &rstd);
   if (needs_grad({&x, &gamma, &beta}))
     record("layernorm", y, {x, gamma, beta}, layernorm_backward_fn(x, gamma, mean, rstd, n, d));
   return y;
@@ -63,8 +67,13 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = row_stat(x);
   watch_norm_input(x, "rmsnorm");
-  kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
-  store(y, widest({&x, &gamma}), "rmsnorm");
+  if (composite_norm(x)) {
+    Tensor no_mean;
+    kernels(x).composite_norm_forward(y, no_mean, rstd, x, gamma, Tensor(), n, d, eps, x.impl().format);
+  } else {
+    kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
+  }
+  store(y, widest({&x, &gamma}), "rmsnorm", &rstd);
   if (needs_grad({&x, &gamma})) record("rmsnorm", y, {x, gamma}, rmsnorm_backward_fn(x, gamma, rstd, n, d));
   return y;
 }

@@ -23,10 +23,12 @@ void check_float_same(const char* op, std::initializer_list<std::pair<const char
 namespace {
 thread_local Precision t_storage = Precision::fp32;
 thread_local Precision t_residual = Precision::fp32;
+thread_local NormCompute t_norm = NormCompute::fused;
 thread_local StoreWatch* t_watch = nullptr;
 
-void watch(const Tensor& v, Precision p, StoredKind kind, const char* op, const char* module) {
-  if (t_watch) (*t_watch)(StoredValue{v, p, kind, op, module});
+void watch(const Tensor& v, Precision p, StoredKind kind, const char* op, const char* module,
+           const Tensor* norm_rstd = nullptr) {
+  if (t_watch) (*t_watch)(StoreEvent{v, p, kind, op, module, norm_rstd});
 }
 
 Tensor cast(const Tensor& t) {
@@ -37,9 +39,9 @@ Tensor cast(const Tensor& t) {
 }
 }  // namespace
 
-void store(Tensor& y, Precision p, const char* op) {
+void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd) {
   if (!y.defined()) return;
-  watch(y, p, StoredKind::output, op, current_module());
+  watch(y, p, StoredKind::output, op, current_module(), norm_rstd);
   y.impl().format = p;
   if (p != Precision::fp32) kernels(y).round_to_format(y, p);
 }
@@ -54,6 +56,8 @@ void store_gradient(Tensor& g, const TensorImpl& of, const Node& from) {
 }
 
 Precision product_format() { return t_storage; }
+
+bool composite_norm(const Tensor& x) { return t_norm == NormCompute::format && x.impl().format != Precision::fp32; }
 
 Precision widest(std::initializer_list<const Tensor*> inputs) {
   if (t_storage == Precision::fp32) return Precision::fp32;
@@ -86,17 +90,19 @@ Shape with_last(const Shape& s, int64_t last) {
 
 namespace normlab {
 
-StoragePrecisionScope::StoragePrecisionScope(Precision p, std::optional<Precision> residual)
-    : previous_(ops_detail::t_storage), previous_residual_(ops_detail::t_residual) {
+StoragePrecisionScope::StoragePrecisionScope(Precision p, std::optional<Precision> residual, NormCompute norm)
+    : previous_(ops_detail::t_storage), previous_residual_(ops_detail::t_residual), previous_norm_(ops_detail::t_norm) {
   NL_CHECK(!residual || *residual == p || *residual == Precision::fp32,
            "a residual stream in {} with activations in {}: the stream is the activations' format or fp32",
            to_string(*residual), to_string(p));
   ops_detail::t_storage = p;
   ops_detail::t_residual = residual.value_or(p);
+  ops_detail::t_norm = norm;
 }
 StoragePrecisionScope::~StoragePrecisionScope() {
   ops_detail::t_storage = previous_;
   ops_detail::t_residual = previous_residual_;
+  ops_detail::t_norm = previous_norm_;
 }
 Precision storage_precision() { return ops_detail::t_storage; }
 

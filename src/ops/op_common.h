@@ -26,7 +26,9 @@ Shape with_last(const Shape& s, int64_t last);
 // promotes). stored(t): a leaf (a parameter, an input batch) as the thread's format holds it: a
 // rounded copy, recorded as "cast" with the gradient passed through; any other tensor as it is.
 // operand(t): a product's operand: stored(t), and a non-leaf in another format also cast.
-void store(Tensor& y, Precision p, const char* op);
+void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd = nullptr);
+// Whether a norm on x runs as the composite (norm_compute format, x stored in a low-precision format).
+bool composite_norm(const Tensor& x);
 // Shows a norm's input to the StoreWatch (when one is set).
 void watch_norm_input(const Tensor& x, const char* op);
 Precision product_format();

@@ -49,13 +49,14 @@ LossScalerSettings TrainConfig::loss_scaler_settings() const {
 // ---- per-block statistics -----------------------------------------------------------
 
 BlockStorageStats::BlockStorageStats(size_t blocks)
-    : blocks_(blocks), watch_([this](const StoredValue& v) {
+    : blocks_(blocks), watch_([this](const StoreEvent& v) {
         const int64_t l = block_of_module(v.module);
         if (l < 0 || l >= static_cast<int64_t>(blocks_.size())) return;
         PerBlock& b = blocks_[static_cast<size_t>(l)];
         if (v.kind == StoredKind::norm_input) {
           const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
-          b.norm_input_max = std::max(b.norm_input_max, c.max_abs);
+          const double m = c.nonfinite ? INFINITY : c.max_abs;
+          b.norm_input_max = std::isnan(b.norm_input_max) ? m : std::max(b.norm_input_max, m);
         } else if (v.kind == StoredKind::output) {
           b.stored.add(backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format));
         }
@@ -63,8 +64,10 @@ BlockStorageStats::BlockStorageStats(size_t blocks)
 
 void BlockStorageStats::fill(EvalRecord& r, const ForwardTrace& trace) const {
   r.stream_max_abs.clear();
-  for (const Tensor& x : trace.block_out)
-    r.stream_max_abs.push_back(backend_for(x.device(), x.dtype()).format_census(x, Precision::fp32).max_abs);
+  for (const Tensor& x : trace.block_out) {
+    const FormatCensus c = backend_for(x.device(), x.dtype()).format_census(x, Precision::fp32);
+    r.stream_max_abs.push_back(c.nonfinite ? INFINITY : c.max_abs);
+  }
   r.norm_input_max_abs.clear();
   r.overflow_share.clear();
   r.underflow_share.clear();
@@ -81,17 +84,33 @@ void BlockStorageStats::fill(EvalRecord& r, const ForwardTrace& trace) const {
 namespace {
 
 // The first stored value that is not finite (or becomes inf by the rounding).
+// A norm whose stored rstd is inf divided by a stored var + eps of 0: eps rounded to zero and
+// the variance was 0 (a row of equal values; RMSNorm: of zeros), or it was not and underflowed.
+std::string norm_cause(const Tensor& x, const Tensor& rstd, bool layernorm) {
+  const std::vector<double> r = rstd.to_vector();
+  const int64_t d = x.size(-1);
+  const std::vector<double> xv = x.to_vector();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (!std::isinf(r[i])) continue;
+    const double* row = xv.data() + static_cast<int64_t>(i) * d;
+    bool flat = true;
+    for (int64_t j = 0; j < d && flat; ++j) flat = layernorm ? row[j] == row[0] : row[j] == 0;
+    return flat ? "eps_zero" : "var_underflow";
+  }
+  return "";
+}
+
 struct FirstNonFinite {
   NonFiniteOrigin origin;
   bool found = false;
-  double norm_input_max = NAN;  // the last norm input seen before it (a norm's own input)
-  void look(const StoredValue& v, int64_t step, const char* phase) {
+  Tensor norm_input;  // the last norm's input (a norm's output is stored right after it)
+  void look(const StoreEvent& v, int64_t step, const char* phase) {
     if (found) return;
-    const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
     if (v.kind == StoredKind::norm_input) {
-      norm_input_max = c.nonfinite ? INFINITY : c.max_abs;
+      norm_input = v.value;
       return;
     }
+    const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
     if (c.nonfinite == 0 && c.overflow == 0) return;
     found = true;
     origin.step = step;
@@ -101,6 +120,10 @@ struct FirstNonFinite {
     origin.format = to_string(v.format);
     origin.max_abs = c.max_abs;
     origin.cause = c.overflow ? "overflow" : "nonfinite";
+    if (!c.overflow && v.norm_rstd && norm_input.defined()) {
+      const std::string why = norm_cause(norm_input, *v.norm_rstd, origin.op == "layernorm");
+      if (!why.empty()) origin.cause = why;
+    }
   }
 };
 
@@ -111,13 +134,13 @@ NonFiniteOrigin find_nonfinite(Model& model, const Tensor& inputs, const Tensor&
   FirstNonFinite first;
   Tensor loss;
   {
-    StoreWatchScope watch([&](const StoredValue& v) { first.look(v, step, "forward"); });
+    StoreWatchScope watch([&](const StoreEvent& v) { first.look(v, step, "forward"); });
     loss = model.loss(inputs, targets);
   }
   if (first.found || !backward_seed || !loss.requires_grad()) return first.origin;
   model.params().zero_grad();
   {
-    StoreWatchScope watch([&](const StoredValue& v) { first.look(v, step, "backward"); });
+    StoreWatchScope watch([&](const StoreEvent& v) { first.look(v, step, "backward"); });
     loss.backward(Tensor::full_on(loss.shape(), *backward_seed, loss.dtype(), loss.device()));
   }
   return first.origin;
@@ -129,6 +152,10 @@ std::string NonFiniteOrigin::str() const {
   if (cause == "overflow") {
     why = fmt::format("overflow: a value up to {:.4g} in magnitude, beyond {}'s largest ({:.6g}), stored as inf", max_abs,
                       format, format_info(parse_kind<Precision>(format)).max);
+  } else if (cause == "eps_zero") {
+    why = fmt::format("a row's variance is 0 and eps rounds to zero in {}: rsqrt(0) = inf", format);
+  } else if (cause == "var_underflow") {
+    why = fmt::format("a row's variance underflowed to 0 in {} and eps rounds to zero there: rsqrt(0) = inf", format);
   } else {
     why = fmt::format("the float32 arithmetic gave an inf or NaN (finite values up to {:.4g})", max_abs);
   }

@@ -3,6 +3,7 @@
 // the ops' stored values through a StoreWatch (ops.h) and count them with the backend's
 // format_census kernel; neither runs on an ordinary training step.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -23,7 +24,7 @@ class BlockStorageStats {
  private:
   struct PerBlock {
     FormatCensus stored;       // every output stored in the block
-    double norm_input_max = 0;  // max |x| over its norms' inputs
+    double norm_input_max = NAN;  // max |x| over its norms' inputs (inf: one held inf or NaN; NaN: no norm)
   };
   std::vector<PerBlock> blocks_;
   StoreWatchScope watch_;

@@ -75,9 +75,6 @@ void TrainConfig::validate() const {
   if (norm_compute) {
     NL_USAGE(low, "norm_compute {} needs precision bf16 or fp16 (in fp32 every norm is float32 arithmetic)",
              to_string(*norm_compute));
-    NL_USAGE(*norm_compute != NormCompute::format,
-             "norm_compute format (the norm as PyTorch's composite ops, each rounded) is not built into "
-             "train yet; fused and fp32 are (normlab handcalc --precision shows format row by row)");
   }
   if (data.kind == DataKind::synthetic) {
     NL_USAGE(topics >= 1, "topics must be >= 1, got {}", topics);
@@ -155,7 +152,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   ThreadCountScope thread_count(cfg.threads);  // the caller's count again when the run ends, or throws
   // Every op of the run (steps and evals) stores in the run's precision; the optimizer works on
   // the float32 master weights through the backend, outside the ops.
-  StoragePrecisionScope storage(cfg.storage(), cfg.residual_storage());
+  StoragePrecisionScope storage(cfg.storage(), cfg.residual_storage(), cfg.norm_compute.value_or(NormCompute::fused));
   const bool low_precision = cfg.storage() != Precision::fp32;
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);

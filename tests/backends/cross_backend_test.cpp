@@ -357,6 +357,60 @@ TEST_P(KernelOps, round_to_format) {
   }
 }
 
+// Equal float32 values, bit for bit (NaN equal to NaN, 0 and -0 apart).
+void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float a = got.data<float>()[i], b = want.data<float>()[i];
+    const bool same = (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+    if (!same && ++differ <= 5) ADD_FAILURE() << what << "[" << i << "] = " << a << ", want " << b;
+  }
+  EXPECT_EQ(differ, 0) << what;
+}
+
+TEST_P(KernelOps, composite_norm_forward) {
+  // Rows of odd and long lengths, in both formats, LayerNorm and RMSNorm; inputs on the format's
+  // grid (as stored activations are), with a large mean, tiny spreads and zero rows among them.
+  for (int64_t d : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}, int64_t{1001}}) {
+    for (Precision p : {Precision::bf16, Precision::fp16}) {
+      for (bool ln : {true, false}) {
+        const std::string what = kernel_case("composite_norm_forward",
+                                             {{"d", d}, {"format", to_string(p)}, {"norm", ln ? "layernorm" : "rmsnorm"}});
+        if (!selected(what)) continue;
+        const int64_t n = 7;
+        Rng rng(47 + static_cast<uint64_t>(d), stream::check);
+        Tensor x = Tensor::empty({n, d}), g = Tensor::empty({d}), b = Tensor::empty({d});
+        for (int64_t i = 0; i < n; ++i) {
+          const double scale = i == 0 ? 0.0 : std::ldexp(1.0, static_cast<int>(3 * i) - 12);
+          const double offset = i == 3 ? 1000.0 : 0.0;
+          for (int64_t j = 0; j < d; ++j)
+            x.data<float>()[i * d + j] = round_to(p, static_cast<float>(offset + scale * rng.normal()));
+        }
+        for (int64_t j = 0; j < d; ++j) {
+          g.data<float>()[j] = round_to(p, static_cast<float>(1.0 + 0.1 * rng.normal()));
+          b.data<float>()[j] = round_to(p, static_cast<float>(0.1 * rng.normal()));
+        }
+        Tensor y = Tensor::empty({n, d}), mean = Tensor::empty({n}), rstd = Tensor::empty({n});
+        Tensor wy = Tensor::empty({n, d}), wmean = Tensor::empty({n}), wrstd = Tensor::empty({n});
+        Tensor no_mean, no_wmean;
+        for (double eps : {1e-5, 1e-12}) {
+          if (ln) {
+            ref().composite_norm_forward(wy, wmean, wrstd, x, g, b, n, d, eps, p);
+            under_test().composite_norm_forward(y, mean, rstd, x, g, b, n, d, eps, p);
+            expect_same_bits(mean, wmean, what + " mean");
+          } else {
+            ref().composite_norm_forward(wy, no_wmean, wrstd, x, g, Tensor(), n, d, eps, p);
+            under_test().composite_norm_forward(y, no_mean, rstd, x, g, Tensor(), n, d, eps, p);
+          }
+          expect_same_bits(rstd, wrstd, what + " rstd");
+          expect_same_bits(y, wy, what + " y");
+        }
+      }
+    }
+  }
+}
+
 TEST_P(KernelOps, format_census) {
   // Sizes around the cpu kernel's 65536-value chunks; values with every kind of event: overflow
   // (and the ties beside it), underflow, subnormals, zeros of both signs, inf and NaN.

@@ -231,3 +231,38 @@ TEST(FormatCensus, CountsWhatStoringDoes) {
   EXPECT_EQ(sum.overflow, 2);
   EXPECT_EQ(sum.max_abs, 7e4f);
 }
+
+TEST(CompositeNormRow, HandDerivedCases) {
+  const float one[4] = {1, 1, 1, 1}, zero[4] = {0, 0, 0, 0};
+  float y[4];
+  // fp16 RMSNorm of [300, -300, 1, 2]: 300^2 = 90000 > 65504 is stored as inf, so mean(x^2) and
+  // var + eps are inf and rsqrt(inf) = 0: the row's output is silently 0, not NaN.
+  const float big[4] = {300, -300, 1, 2};
+  CompositeRowStats st = composite_norm_row(false, Precision::fp16, big, one, nullptr, y, 4, 1e-6);
+  EXPECT_EQ(st.rstd, 0.0f);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+  // bf16 holds 90000 (as 90112): r = rsqrt(45056.5 -> 45056) = 0.004711 -> bf16 0.004700.
+  st = composite_norm_row(false, Precision::bf16, big, one, nullptr, y, 4, 1e-6);
+  EXPECT_EQ(st.rstd, round_to(Precision::bf16, 1.0f / std::sqrt(round_to(Precision::bf16, (90112.0f * 2 + 1 + 4) / 4))));
+  EXPECT_GT(y[0], 1.0f);
+  // fp16 LayerNorm of a row of equal values, eps 1e-12: eps is 0 in fp16 (below half of 2^-24),
+  // var + eps = 0, rsqrt(0) = inf, and (x - mean) * inf = 0 * inf = NaN.
+  const float flat[4] = {5, 5, 5, 5};
+  st = composite_norm_row(true, Precision::fp16, flat, one, zero, y, 4, 1e-12);
+  EXPECT_EQ(st.mean, 5.0f);
+  EXPECT_TRUE(std::isinf(st.rstd));
+  for (float v : y) EXPECT_TRUE(std::isnan(v));
+  // The same row with eps 1e-5: 1e-5 is the fp16 subnormal 168 * 2^-24 = 1.00136e-5; rsqrt of it
+  // is 316.0 (fp16), and y = 0 * 316 * gamma + beta = beta.
+  st = composite_norm_row(true, Precision::fp16, flat, one, zero, y, 4, 1e-5);
+  EXPECT_EQ(st.rstd, round_to(Precision::fp16, 1.0f / std::sqrt(168.0f * std::ldexp(1.0f, -24))));
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+  // The worksheet row x = [2, -1, 0, 3] in fp16, LayerNorm: mean 1, centred [1, -2, -1, 2],
+  // squares [1, 4, 1, 4], var 2.5, + 1e-5 = 2.50001 -> fp16 2.5, rsqrt -> 0.63245 -> fp16 0.63232.
+  const float ws[4] = {2, -1, 0, 3};
+  st = composite_norm_row(true, Precision::fp16, ws, one, zero, y, 4, 1e-5);
+  EXPECT_EQ(st.mean, 1.0f);
+  EXPECT_EQ(st.rstd, round_to(Precision::fp16, 0.6324555f));
+  EXPECT_EQ(y[0], st.rstd);
+  EXPECT_EQ(y[1], round_to(Precision::fp16, -2 * st.rstd));
+}

@@ -282,17 +282,50 @@ TEST(TrainPrecision, LowPrecisionKeysAreCheckedTogether) {
   EXPECT_NE(usage_error(c).find("loss_scale_init must be > 0 and a finite float32"), std::string::npos);
 }
 
-TEST(TrainPrecision, NormComputeNeedsALowPrecisionAndFormatIsNotBuiltYet) {
+TEST(TrainPrecision, NormComputeNeedsALowPrecision) {
   TrainConfig c = small_run();
   c.norm_compute = NormCompute::fp32;
-  try {
-    c.validate();
-    ADD_FAILURE() << "norm_compute in fp32 was accepted";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs precision bf16 or fp16"), std::string::npos) << e.what();
-  }
+  EXPECT_NE(usage_error(c).find("norm_compute fp32 needs precision bf16 or fp16"), std::string::npos) << usage_error(c);
   c.precision = Precision::fp16;
-  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(usage_error(c), "");
   c.norm_compute = NormCompute::format;
-  EXPECT_THROW(c.validate(), UsageError);
+  EXPECT_EQ(usage_error(c), "");
+}
+
+TEST(TrainPrecision, CompositeNormTrainsAndIsAnotherArithmetic) {
+  TrainConfig f = small_run(), c = small_run();
+  f.precision = c.precision = Precision::fp16;
+  c.norm_compute = NormCompute::format;
+  const TrainResult rf = train(f), rc = train(c), rc2 = train(c);
+  ASSERT_EQ(rc.status, "ok");
+  EXPECT_EQ(rc.final_val_loss, rc2.final_val_loss);
+  EXPECT_NE(rc.final_val_loss, rf.final_val_loss);
+  EXPECT_NEAR(rc.final_val_loss, rf.final_val_loss, 0.05);
+}
+
+TEST(TrainPrecision, NonFiniteOriginTellsEpsFromVarianceUnderflow) {
+  // fp16, LayerNorm as the composite, eps 1e-12 (0 in fp16). Embeddings of 0: block 0's first
+  // norm sees rows of equal values, var = 0, var + eps = 0, rsqrt = inf: eps_zero. Embeddings
+  // of ~1e-4 (distinct): the centred squares (~1e-8) underflow, var = 0: var_underflow.
+  TrainConfig c = small_run();
+  c.model.norm_eps = 1e-12;
+  Model model(c.model, 3);
+  Tensor ids = Tensor::from_ids(std::vector<int32_t>(static_cast<size_t>(2 * c.model.seq_len), 3), {2, c.model.seq_len});
+  Tensor tok = param(model, "tok_emb"), pos = param(model, "pos_emb");
+  tok.fill_(0.0);
+  pos.fill_(0.0);
+  StoragePrecisionScope fp16(Precision::fp16, std::nullopt, NormCompute::format);
+  const NonFiniteOrigin zero = find_nonfinite(model, ids, ids, 1, std::nullopt);
+  EXPECT_EQ(zero.op, "layernorm");
+  EXPECT_EQ(zero.module, "blocks.0");
+  EXPECT_EQ(zero.cause, "eps_zero");
+  EXPECT_NE(zero.str().find("eps rounds to zero in fp16"), std::string::npos) << zero.str();
+  Rng rng(9, stream::check);
+  for (int64_t i = 0; i < pos.numel(); ++i) pos.data<float>()[i] = static_cast<float>(1e-4 * (1.0 + rng.uniform()));
+  const NonFiniteOrigin under = find_nonfinite(model, ids, ids, 1, std::nullopt);
+  EXPECT_EQ(under.op, "layernorm");
+  EXPECT_EQ(under.cause, "var_underflow") << under.str();
+  // With fp32 statistics (fused), the same rows are finite.
+  StoragePrecisionScope fused(Precision::fp16, std::nullopt, NormCompute::fused);
+  EXPECT_EQ(find_nonfinite(model, ids, ids, 1, std::nullopt).step, -1);
 }

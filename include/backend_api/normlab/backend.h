@@ -132,6 +132,12 @@ class Backend {
   // g = dy*gamma; dx = rstd*(g - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat)
   virtual void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                                 const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) = 0;
+  // The norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute format;
+  // precision.h, composite_norm_row: the definition), row by row: LayerNorm when beta is defined
+  // (mean written), RMSNorm otherwise (mean undefined). x, gamma, beta hold values of `format`;
+  // mean and rstd receive the stored statistics the norm's backward reads.
+  virtual void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                                      const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) = 0;
   // Fused residual add + norm, one pass per row: s = alpha*a + b; y = LayerNorm(s) (or RMSNorm).
   // Writes s as well: the residual stream is needed by the next block and by the backward.
   virtual void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,

@@ -74,6 +74,22 @@ template <>
 const EnumNames& enum_names<RoundingEvent>();
 RoundingEvent classify_rounding(Precision p, double value, double stored);
 
+// One row of a norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute
+// format), every intermediate rounded to p as the op that makes it stores it:
+//   RMSNorm:   s = x.pow(2); ms = s.mean(-1); v = ms + eps; r = torch.rsqrt(v); y = (x * r) * gamma
+//   LayerNorm: mu = x.mean(-1); c = x - mu; s = c.pow(2); var = s.mean(-1); v = var + eps;
+//              r = torch.rsqrt(v); y = ((c * r) * gamma) + beta
+// Each op computes in float32 from stored operands and rounds once: a mean is the float32
+// nearest the exact sum, divided by d in float32; eps is added in float32 (a Python scalar);
+// rsqrt is 1/sqrt in float32 (PyTorch's vectorized path). x, gamma, beta (LayerNorm only) hold
+// values of p. Writes y; returns the stored mean (LayerNorm; 0 for RMSNorm) and r, which the
+// norm's backward reads. The one definition: the backends' kernels and handcalc match it.
+struct CompositeRowStats {
+  float mean = 0, rstd = 0;
+};
+CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x, const float* gamma,
+                                     const float* beta, float* y, int64_t d, double eps);
+
 // What storing float32 values in a format does to them, counted (Backend::format_census): the
 // statistic behind train's overflow / underflow shares and its non-finite diagnosis.
 struct FormatCensus {

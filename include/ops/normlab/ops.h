@@ -83,13 +83,18 @@ void install_gradient_math();
 // scope. fp32, the default, changes nothing.
 class StoragePrecisionScope {
  public:
-  explicit StoragePrecisionScope(Precision p, std::optional<Precision> residual = std::nullopt);
+  // `norm`: how layernorm and rmsnorm run on an input stored in the format (precision.h):
+  // format, the composite (composite_norm_row, each intermediate rounded); fp32 and fused, float32
+  // statistics with the output rounded once (one arithmetic in this emulation).
+  explicit StoragePrecisionScope(Precision p, std::optional<Precision> residual = std::nullopt,
+                                 NormCompute norm = NormCompute::fused);
   ~StoragePrecisionScope();
   StoragePrecisionScope(const StoragePrecisionScope&) = delete;
   StoragePrecisionScope& operator=(const StoragePrecisionScope&) = delete;
 
  private:
   Precision previous_, previous_residual_;
+  NormCompute previous_norm_;
 };
 Precision storage_precision();
 // The residual stream as it starts (the embeddings' sum): x in the scope's residual format (a
@@ -103,14 +108,15 @@ Tensor residual_stream(const Tensor& x);
 // non-finite diagnosis look at. Nothing is called unless a StoreWatchScope is alive on the
 // thread (in any precision, fp32 included).
 enum class StoredKind : uint8_t { output, gradient, norm_input };
-struct StoredValue {
+struct StoreEvent {
   const Tensor& value;  // float32, not yet rounded
   Precision format;     // what it is stored in
   StoredKind kind;
   const char* op;      // "linear", "layernorm", ...
   const char* module;  // autograd's current_module() where the op ran ("blocks.3"; "" outside)
+  const Tensor* norm_rstd = nullptr;  // a norm's output: its rows' stored rstd
 };
-using StoreWatch = std::function<void(const StoredValue&)>;
+using StoreWatch = std::function<void(const StoreEvent&)>;
 class StoreWatchScope {
  public:
   explicit StoreWatchScope(StoreWatch watch);

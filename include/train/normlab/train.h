@@ -195,7 +195,7 @@ struct EvalRecord {
   double loss_scale = NAN;
   int64_t skipped_steps = 0;
   // Per block, on validation batch 0: max |x| of the residual stream after the block and of the
-  // inputs of its norms, and the share of the elements its ops stored that overflowed to +-inf
+  // inputs of its norms (inf where one held an inf or NaN; NaN for a block without norms), and the share of the elements its ops stored that overflowed to +-inf
   // or underflowed to zero in the format (values that were finite / nonzero before rounding).
   std::vector<double> stream_max_abs, norm_input_max_abs, overflow_share, underflow_share;
   // timing (not deterministic: kept apart from the other fields)
@@ -212,6 +212,8 @@ struct NonFiniteOrigin {
   std::string op, module;     // "linear", "blocks.3" (the op's ModuleScope)
   std::string format;         // what the value was stored in
   // overflow: a finite float32 result beyond the format's largest value, stored as inf;
+  // eps_zero: a norm (norm_compute format) whose row had variance 0 while eps rounds to zero;
+  // var_underflow: the same with a nonzero variance that underflowed to 0;
   // nonfinite: the float32 arithmetic itself gave an inf or NaN.
   std::string cause;
   double max_abs = NAN;       // the largest finite |value| of that output before it was stored

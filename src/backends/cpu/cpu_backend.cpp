@@ -108,6 +108,14 @@ class CpuBackend final : public Backend {
     const int64_t n = x.numel();
     cpu::round_to_format(f32(x, "round_to_format x", n), n, format);
   }
+  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+    const bool ln = beta.defined();
+    cpu::composite_norm_forward(f32(y, "composite_norm y", n * d), ln ? f32(mean, "composite_norm mean", n) : nullptr,
+                                f32(rstd, "composite_norm rstd", n), f32(x, "composite_norm x", n * d),
+                                f32(gamma, "composite_norm gamma", d), ln ? f32(beta, "composite_norm beta", d) : nullptr,
+                                n, d, eps, format);
+  }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const int64_t n = x.numel();
     return cpu::format_census(f32(x, "format_census x", n), n, format);

@@ -77,6 +77,17 @@ void round_to_format(float* x, int64_t n, Precision format) {
   parallel_chunks(n, n, [&](int64_t lo, int64_t hi) { round_to(format, x + lo, hi - lo); });
 }
 
+void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                            int64_t n, int64_t d, double eps, Precision format) {
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const CompositeRowStats st = composite_norm_row(beta != nullptr, format, x + i * d, gamma, beta, y + i * d, d, eps);
+      if (mean) mean[i] = st.mean;
+      rstd[i] = st.rstd;
+    }
+  });
+}
+
 FormatCensus format_census(const float* x, int64_t n, Precision format) {
   // Chunks counted apart, then added in chunk order: the same result for any thread count.
   const int64_t chunk = 1 << 16;

@@ -49,6 +49,9 @@ void scale(float* out, const float* x, float alpha, int64_t n);
 void mul(float* out, const float* a, const float* b, int64_t n);
 // x[i] rounded in place to the format's grid (core's round_to, split over the threads).
 void round_to_format(float* x, int64_t n, Precision format);
+// core's composite_norm_row over n rows, split over the threads (LayerNorm when beta is given).
+void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                            int64_t n, int64_t d, double eps, Precision format);
 // core's format_census, counted per chunk over the threads and added in order.
 FormatCensus format_census(const float* x, int64_t n, Precision format);
 // dydx may be nullptr (inference: no derivative wanted).

@@ -73,6 +73,14 @@ __device__ inline double block_max_d(double v, double* scratch) {
   return block_reduce(v, scratch, MaxOp{}, -static_cast<double>(INFINITY));
 }
 
+// A float32 value as a format stores it (Precision's order: 0 fp32, 1 bf16, 2 fp16), with the
+// hardware's round-to-nearest-even conversions.
+__device__ inline float stored_as(float v, int format) {
+  if (format == 1) return __bfloat162float(__float2bfloat16_rn(v));
+  if (format == 2) return __half2float(__float2half_rn(v));
+  return v;
+}
+
 // Threads for a block that walks `units` per row: a multiple of 32, 32..max_threads.
 inline int row_threads(int64_t units, int max_threads = 512) {
   int64_t t = (units + 3) / 4;  // about four units per thread

@@ -218,6 +218,21 @@ class CudaBackend final : public Backend {
     expect("round_to_format", "x", x, n);
     if (format != Precision::fp32) cuda::round_to_format(fp(x), n, format == Precision::bf16);
   }
+  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+    const char* kn = "composite_norm_forward";
+    const bool ln = beta.defined();
+    expect(kn, "y", y, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "gamma", gamma, d);
+    if (ln) {
+      expect(kn, "beta", beta, d);
+      expect(kn, "mean", mean, n);
+    }
+    expect(kn, "rstd", rstd, n);
+    cuda::composite_norm_forward(fp(y), ln ? fp(mean) : nullptr, fp(rstd), fp(x), fp(gamma), ln ? fp(beta) : nullptr,
+                                 n, d, eps, static_cast<int>(format));
+  }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
     const int64_t n = x.numel();

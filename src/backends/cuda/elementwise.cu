@@ -150,13 +150,6 @@ namespace {
 
 constexpr int kCensusBlocks = 256;
 
-// format: 0 fp32, 1 bf16, 2 fp16 (Precision's order).
-__device__ inline float stored_as(float v, int format) {
-  if (format == 1) return __bfloat162float(__float2bfloat16_rn(v));
-  if (format == 2) return __half2float(__float2half_rn(v));
-  return v;
-}
-
 // Each block's {nonfinite, overflow, underflow, max |finite|} into partial[4 * block + k].
 __global__ void format_census_partial_kernel(double* partial, const float* x, int64_t n, int format) {
   NL_SHARED_ARRAY(double, scratch, 32);

@@ -38,6 +38,11 @@ void mul(float* out, const float* a, const float* b, int64_t n);
 // x[i] stored as bf16 (bf16 = true) or fp16 and read back: the GPU's own conversions
 // (__float2bfloat16_rn, __float2half_rn: nearest even, overflow to inf, subnormals kept).
 void round_to_format(float* x, int64_t n, bool bf16);
+// precision.h's composite_norm_row over n rows (LayerNorm when beta is given; mean then
+// written), format 1 bf16 / 2 fp16. Sums in double, reduced across the block: the float32 they
+// round to is the exact sum's but where the double sum itself rounded (docs/precision.md).
+void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                            const float* beta, int64_t n, int64_t d, double eps, int format);
 // precision.h's FormatCensus of x in bf16 / fp16 / fp32 (format 0, 1, 2 as Precision's fp32,
 // bf16, fp16): result_dev receives {count of non-finite, overflow, underflow, max |finite|} as 4
 // doubles; `work` holds >= format_census_work(n) doubles.

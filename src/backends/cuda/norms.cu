@@ -135,7 +135,51 @@ void norm_forward_t(const NormFwd<T>& p, int64_t n) {
     launch_norm_forward<T, 1, kAdd, kRms>(p, n);
 }
 
+// ---- the composite (norm_compute format) ----------------------------------------------------------
+// One block per row, in the order of precision.h's composite_norm_row: every intermediate as the
+// format stores it, sums in double. Three passes over the row (it is recomputed, not cached:
+// this mode is for finding where a format breaks, not for speed).
+__global__ void composite_norm_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                                      const float* beta, int64_t d, float eps, int format) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * d;
+  float* yr = y + row * d;
+  const float fd = static_cast<float>(d);
+  float mu = 0.0f;
+  if (beta) {
+    double s = 0.0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += xr[j];
+    mu = stored_as(static_cast<float>(block_sum_d(s, scratch)) / fd, format);
+  }
+  double sq = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float c = beta ? stored_as(xr[j] - mu, format) : xr[j];
+    sq += stored_as(c * c, format);
+  }
+  const float var = stored_as(static_cast<float>(block_sum_d(sq, scratch)) / fd, format);
+  const float r = stored_as(1.0f / sqrtf(stored_as(var + eps, format)), format);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float c = beta ? stored_as(xr[j] - mu, format) : xr[j];
+    const float scaled = stored_as(stored_as(c * r, format) * gamma[j], format);
+    yr[j] = beta ? stored_as(scaled + beta[j], format) : scaled;
+  }
+  if (threadIdx.x == 0) {
+    if (beta) mean[row] = mu;
+    rstd[row] = r;
+  }
+}
+
 }  // namespace
+
+void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                            const float* beta, int64_t n, int64_t d, double eps, int format) {
+  if (n <= 0) return;
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "composite_norm_forward");
+  // eps as a Python scalar meets a half tensor in PyTorch: converted to float32 once.
+  launch("composite_norm_forward", composite_norm_kernel, static_cast<unsigned>(n), row_threads(d), 0, y, mean, rstd,
+         x, gamma, beta, d, static_cast<float>(eps), format);
+}
 
 template <class T>
 void layernorm_forward(T* y, float* mean, float* rstd, const T* x, const T* gamma, const T* beta, int64_t n,

@@ -197,6 +197,26 @@ class ReferenceBackend final : public Backend {
     }
   }
 
+  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+    const char* kn = "composite_norm_forward";
+    const bool ln = beta.defined();
+    expect(kn, "y", y, DType::f32, n * d);
+    expect(kn, "x", x, DType::f32, n * d);
+    expect(kn, "gamma", gamma, DType::f32, d);
+    if (ln) {
+      expect(kn, "beta", beta, DType::f32, d);
+      expect(kn, "mean", mean, DType::f32, n);
+    }
+    expect(kn, "rstd", rstd, DType::f32, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const CompositeRowStats st = composite_norm_row(ln, format, x.data<float>() + i * d, gamma.data<float>(),
+                                                      ln ? beta.data<float>() : nullptr, y.data<float>() + i * d, d, eps);
+      if (ln) mean.data<float>()[i] = st.mean;
+      rstd.data<float>()[i] = st.rstd;
+    }
+  }
+
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
     expect(kn, "x", x, DType::f32, x.numel());
