@@ -263,6 +263,7 @@ Tensor Tensor::view(const Shape& shape) const {
   v->dtype = dtype();
   v->device = device();
   v->format = impl().format;
+  v->op_output = impl().op_output;
   return Tensor(std::move(v));
 }
 
@@ -285,6 +286,7 @@ Tensor Tensor::clone() const {
     out.copy_(*this);
   }
   out.impl().format = impl().format;  // the same values, on the same grid
+  out.impl().op_output = impl().op_output;
   return out;
 }
 
@@ -310,6 +312,8 @@ Tensor& Tensor::move_to_device_(Device target) {
 
 Tensor Tensor::to_device(Device target) const {
   Tensor out = empty(shape(), dtype(), target);
+  out.impl().format = impl().format;  // the same values, elsewhere
+  out.impl().op_output = impl().op_output;
   const size_t bytes = nbytes();
   if (bytes == 0) return out;
   if (device() == Device::cpu && target == Device::cpu) {

@@ -25,7 +25,7 @@ void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor
 // the stream's format, after the product's output is stored (autocast's "x + proj(h)").
 bool stream_wider(const Tensor& residual) {
   return residual.defined() && product_format() != Precision::fp32 && residual.impl().format == Precision::fp32 &&
-         !residual.is_leaf();
+         residual.impl().op_output;
 }
 
 // The differentiable inputs of a linear op, in GradOutputs order: input, weight, [bias], [residual].

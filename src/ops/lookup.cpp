@@ -99,6 +99,7 @@ Tensor transpose(const Tensor& x_in, int64_t dim0, int64_t dim1) {
     kernels(x).transpose(y, x, outer, a, mid, b, inner);
   }
   y.impl().format = x.impl().format;  // the same values, moved
+  y.impl().op_output = true;
   if (needs_grad({&x})) {
     record("transpose", y, {x}, [outer, a, mid, b, inner, same = dim0 == dim1](const Tensor& dy, GradOutputs& g) {
       if (!g[0]) return;

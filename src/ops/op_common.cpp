@@ -43,6 +43,7 @@ void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd) {
   if (!y.defined()) return;
   watch(y, p, StoredKind::output, op, current_module(), norm_rstd);
   y.impl().format = p;
+  y.impl().op_output = true;
   if (p != Precision::fp32) kernels(y).round_to_format(y, p);
 }
 
@@ -68,7 +69,8 @@ Precision widest(std::initializer_list<const Tensor*> inputs) {
 }
 
 Tensor stored(const Tensor& t) {
-  if (t_storage == Precision::fp32 || !t.defined() || !t.is_leaf() || t.dtype() == DType::i32 ||
+  // Not is_leaf(): under NoGradGuard every op output is a leaf, and a float32 stream must stay one.
+  if (t_storage == Precision::fp32 || !t.defined() || t.impl().op_output || t.dtype() == DType::i32 ||
       t.impl().format == t_storage)
     return t;
   return cast(t);

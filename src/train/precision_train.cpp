@@ -165,16 +165,23 @@ std::string NonFiniteOrigin::str() const {
 // ---- eps as the arithmetic adds it -----------------------------------------------------
 
 std::vector<EpsRounding> eps_rounding(const TrainConfig& cfg) {
-  const Precision adds_in = cfg.norm_compute == NormCompute::format ? cfg.storage() : Precision::fp32;
+  // The composite runs on inputs stored in the format: every norm's with the stream in it; with
+  // a float32 stream, only those that read a branch (Sandwich's second norms, QK-Norm).
+  const bool composite = cfg.norm_compute == NormCompute::format;
+  const Precision branch = composite ? cfg.storage() : Precision::fp32;
+  const Precision stream = composite ? cfg.residual_storage() : Precision::fp32;
   std::vector<EpsRounding> out;
-  auto check = [&](const char* norm, double eps) {
+  auto check = [&](const char* norm, double eps, Precision adds_in) {
     const double stored = round_to(adds_in, to_float(eps));
     if (stored == 0 || std::fabs(stored - eps) > 0.01 * eps) out.push_back({norm, eps, stored, to_string(adds_in)});
   };
   const ModelConfig& m = cfg.model;
-  if (m.norm != NormKind::none) check("blocks", m.eps());
-  if (m.final_norm_on()) check("final_norm", m.final_eps());
-  if (m.qk_norm) check("qk_norm", SelfAttention{}.qk_eps);
+  if (m.norm != NormKind::none) {
+    check("blocks", m.eps(), stream);
+    if (m.placement == Placement::sandwich && stream != branch) check("blocks.sandwich_out", m.eps(), branch);
+  }
+  if (m.final_norm_on()) check("final_norm", m.final_eps(), stream);
+  if (m.qk_norm) check("qk_norm", SelfAttention{}.qk_eps, branch);
   return out;
 }
 

@@ -64,8 +64,9 @@ void TrainConfig::validate() const {
              "{} needs loss_scale dynamic: this {} run has no loss scaler ({})", key, to_string(storage()),
              loss_scale ? "loss_scale none" : "bf16 runs without one unless asked");
   }
-  NL_USAGE(!loss_scale_init || (*loss_scale_init > 0 && *loss_scale_init <= 3.4028234663852886e38),
-           "loss_scale_init must be > 0 and a finite float32, got {}", loss_scale_init.value_or(0));
+  NL_USAGE(!loss_scale_init || (*loss_scale_init >= kMinLossScale && *loss_scale_init <= 3.4028234663852886e38),
+           "loss_scale_init must be in [2^-16, 3.4e38] (a finite float32 the scaler can back off from), got {}",
+           loss_scale_init.value_or(0));
   NL_USAGE(!loss_scale_growth_factor || *loss_scale_growth_factor > 1,
            "loss_scale_growth_factor must be > 1, got {}", loss_scale_growth_factor.value_or(0));
   NL_USAGE(!loss_scale_backoff_factor || (*loss_scale_backoff_factor > 0 && *loss_scale_backoff_factor < 1),
@@ -329,14 +330,19 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
       res.diverged_reason = std::move(reason);
       res.nonfinite = find_nonfinite(model, in, tg, step, backward_seed);
     };
-    if (!std::isfinite(loss_value)) {
+    if (!std::isfinite(loss_value) && !scaler) {
       diverge("non-finite loss", inputs, targets, std::nullopt);
       break;
     }
-    if (scaler) loss.backward(Tensor::full_on(loss.shape(), seed, loss.dtype(), loss.device()));
-    else loss.backward();
-    params.fill_missing_grads();
-    double grad_norm = std::sqrt(kb.sum_squares(flat_grad));
+    // Under a scaler a non-finite loss is a step like any with an inf or NaN gradient (PyTorch's
+    // backward would give it those): skipped, and the scale backs off.
+    double grad_norm = INFINITY;
+    if (std::isfinite(loss_value)) {
+      if (scaler) loss.backward(Tensor::full_on(loss.shape(), seed, loss.dtype(), loss.device()));
+      else loss.backward();
+      params.fill_missing_grads();
+      grad_norm = std::sqrt(kb.sum_squares(flat_grad));
+    }
     bool step_taken = true;
     if (scaler) {
       // GradScaler: a step whose gradients hold an inf or NaN is skipped and the scale backs off;
@@ -345,10 +351,11 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
       if (step_taken) {
         kb.scale(flat_grad, flat_grad, 1.0 / seed);
         grad_norm /= seed;
-      } else if (scaler->state().consecutive_skips >= kMaxConsecutiveSkips) {
-        diverge(fmt::format("non-finite gradient at {} steps in a row under loss scaling (scale now {:g})",
-                            kMaxConsecutiveSkips, scaler->scale()),
-                inputs, targets, seed);
+      } else if (scaler->scale() < kMinLossScale) {
+        const bool loss_finite = std::isfinite(loss_value);
+        diverge(fmt::format("non-finite {} at {} steps in a row under loss scaling (scale now {:g})",
+                            loss_finite ? "gradient" : "loss", scaler->state().consecutive_skips, scaler->scale()),
+                inputs, targets, loss_finite ? std::optional<double>(seed) : std::nullopt);
         break;
       }
     }
@@ -366,8 +373,10 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
       kb.adam_step(flat, flat_grad, m, v, hp);
     }
     spikes.add(step, loss_value);
-    train_loss_sum += loss_value;
-    ++train_loss_count;
+    if (std::isfinite(loss_value)) {  // a skipped step's may not be
+      train_loss_sum += loss_value;
+      ++train_loss_count;
+    }
     ++window_steps;
     res.steps_done = step;
     res.final_train_loss = loss_value;
@@ -375,8 +384,12 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
     if (step % cfg.eval_every == 0 || step == cfg.steps) {
       evaluate(step, grad_norm);
       if (!std::isfinite(res.evals.back().val_loss)) {
-        Batch vb = data->val_batch(0, cfg.batch_size, cfg.model.seq_len);
-        diverge("non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt);
+        // The first held-out batch whose loss is not finite is the one replayed.
+        for (int64_t i = 0; i < cfg.eval_batches; ++i) {
+          Batch vb = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
+          diverge("non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt);
+          if (res.nonfinite.step >= 0) break;
+        }
         break;
       }
     }

@@ -207,3 +207,19 @@ TEST(StoragePrecision, ProductsOnAFloat32StreamRoundTheirOutputFirst) {
   EXPECT_EQ(z.impl().format, Precision::fp16);
   EXPECT_EQ(z.item(), 1.0);  // 1 + 2^-12 in one fp16 rounding
 }
+
+TEST(StoragePrecision, TheFloat32StreamStaysFloat32WithoutAGraph) {
+  // Evals run under NoGradGuard, where every op output is a leaf: it must still be used as
+  // stored (the float32 stream not cast to fp16), as with a graph.
+  const double tiny = std::ldexp(1.0, -12);
+  Tensor one = Tensor::from({1.0}, {1}), c0 = Tensor::from({tiny}, {1});
+  NoGradGuard no_grad;
+  StoragePrecisionScope scope(Precision::fp16, Precision::fp32);
+  Tensor r = residual_stream(scale(one, 1.0));
+  Tensor y = add(r, scale(c0, 1.0));
+  EXPECT_EQ(y.impl().format, Precision::fp32);
+  EXPECT_EQ(y.item(), 1.0 + tiny);
+  Tensor z = linear(Tensor::from({1.0}, {1, 1}), Tensor::from({tiny}, {1, 1}), Tensor(), reshape(r, {1, 1}));
+  EXPECT_EQ(z.impl().format, Precision::fp32);
+  EXPECT_EQ(z.item(), 1.0 + tiny);
+}

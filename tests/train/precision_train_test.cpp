@@ -234,6 +234,25 @@ TEST(TrainPrecision, NonFiniteOriginNamesTheFirstOverflow) {
   EXPECT_EQ(g.cause, "overflow");
 }
 
+TEST(TrainPrecision, ANonFiniteForwardIsSkippedUntilTheScaleGivesUp) {
+  // No norm, lr 0.3, fp16: the forward overflows within a few dozen steps and stays so. The
+  // scaler skips those steps (as GradScaler would: their gradients are inf) and backs off; below
+  // 2^-16 the run is diverged, and the replay names the overflow.
+  TrainConfig c = small_run();
+  c.model.norm = NormKind::none;
+  c.model.layers = 4;
+  c.lr = 0.3;
+  c.precision = Precision::fp16;
+  const TrainResult r = train(c);
+  ASSERT_EQ(r.status, "diverged");
+  EXPECT_NE(r.diverged_reason.find("non-finite loss at"), std::string::npos) << r.diverged_reason;
+  EXPECT_LT(r.final_loss_scale, kMinLossScale);
+  EXPECT_GE(r.skipped_steps, 32);
+  EXPECT_EQ(r.nonfinite.step, r.diverged_step);
+  EXPECT_EQ(r.nonfinite.phase, "forward");
+  EXPECT_EQ(r.nonfinite.cause, "overflow") << r.nonfinite.str();
+}
+
 TEST(TrainPrecision, EpsThatRoundsToZeroIsRecorded) {
   TrainConfig c = small_run();
   EXPECT_TRUE(eps_rounding(c).empty());
@@ -249,6 +268,19 @@ TEST(TrainPrecision, EpsThatRoundsToZeroIsRecorded) {
   EXPECT_NE(eps_rounding_warning(e[0]).find("rounds to zero in fp32"), std::string::npos);
   const TrainResult r = train(c);  // allowed: it is the experiment
   EXPECT_EQ(r.eps_rounding.size(), 2u);
+  // The composite adds eps in fp16 where it runs: on the stream's norms with the stream in fp16;
+  // with a float32 stream only on the norms that read a branch (Sandwich's second ones).
+  c.model.norm_eps = 1e-12;
+  c.norm_compute = NormCompute::format;
+  std::vector<EpsRounding> f = eps_rounding(c);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].format, "fp16");
+  c.residual_dtype = ResidualDtype::fp32;
+  EXPECT_TRUE(eps_rounding(c).empty());
+  c.model.placement = Placement::sandwich;
+  f = eps_rounding(c);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].norm, "blocks.sandwich_out");
 }
 
 TEST(TrainPrecision, LowPrecisionKeysAreCheckedTogether) {
@@ -279,7 +311,9 @@ TEST(TrainPrecision, LowPrecisionKeysAreCheckedTogether) {
   EXPECT_NE(usage_error(c).find("loss_scale_growth_interval must be >= 1"), std::string::npos);
   c.loss_scale_growth_interval.reset();
   c.loss_scale_init = 1e39;
-  EXPECT_NE(usage_error(c).find("loss_scale_init must be > 0 and a finite float32"), std::string::npos);
+  EXPECT_NE(usage_error(c).find("loss_scale_init must be in [2^-16, 3.4e38]"), std::string::npos) << usage_error(c);
+  c.loss_scale_init = 1e-6;
+  EXPECT_NE(usage_error(c).find("loss_scale_init must be in [2^-16, 3.4e38]"), std::string::npos);
 }
 
 TEST(TrainPrecision, NormComputeNeedsALowPrecision) {

@@ -59,6 +59,9 @@ struct TensorImpl {
   // The grid the values lie on: fp32, or bf16 / fp16 for a tensor an op stored in a low-precision
   // scope (ops.h, StoragePrecisionScope); its gradient is stored in the same format.
   Precision format = Precision::fp32;
+  // Made by an op (which set `format`), with or without a recorded graph: in a low-precision
+  // scope such a tensor is used as stored, where any other (a parameter, an input) is cast.
+  bool op_output = false;
   // autograd
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;          // null for leaves

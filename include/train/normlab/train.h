@@ -99,9 +99,10 @@ class LossScaler {
   LossScalerSettings settings_;
   LossScalerState state_;
 };
-// Steps skipped in a row after which a scaled run counts as diverged: the scale has been halved
-// that many times (2^16 to 2^-34), far below any gradient a finite model needs.
-constexpr int64_t kMaxConsecutiveSkips = 50;
+// A scaled run counts as diverged when a step is skipped with the scale below this (2^-16): from
+// 2^16 it has backed off by 2^32 and steps still hold an inf or NaN, which no scale fixes (a
+// forward that is no longer finite). loss_scale_init may not be below it.
+constexpr double kMinLossScale = 1.0 / 65536;
 
 // ---- optimizer ----------------------------------------------------------------------
 struct TrainConfig {

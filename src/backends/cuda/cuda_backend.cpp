@@ -238,9 +238,10 @@ class CudaBackend final : public Backend {
     const int64_t n = x.numel();
     expect(kn, "x", x, n);
     double* work = work_doubles(cuda::format_census_work(n), kn);
-    cuda::format_census(static_cast<double*>(scalars(kn)), work, fp(x), n, static_cast<int>(format));
+    double* result = reinterpret_cast<double*>(static_cast<char*>(scalars(kn)) + 32);
+    cuda::format_census(result, work, fp(x), n, static_cast<int>(format));
     double r[4] = {0, 0, 0, 0};
-    check(cudaMemcpy(r, scalars_, sizeof r, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
+    check(cudaMemcpy(r, result, sizeof r, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
     FormatCensus c;
     c.count = n;
     c.nonfinite = static_cast<int64_t>(r[0]);
@@ -603,7 +604,7 @@ class CudaBackend final : public Backend {
   bool blas_mode_set_ = false, blas_tf32_ = false;
   void* work_ = nullptr;
   size_t work_bytes_ = 0;
-  void* scalars_ = nullptr;  // [0, 8): a double result; [16, 20): the ids flag
+  void* scalars_ = nullptr;  // [0, 8): a double result; [16, 20): the ids flag; [32, 64): format_census's 4 doubles
 };
 
 }  // namespace
