@@ -120,6 +120,31 @@ float fp16_bits_to_float(uint16_t h) {
   return sign ? -magnitude : magnitude;
 }
 
+// x rounded to fp16's grid and widened back, as float32 bits: the composition of
+// float_to_fp16_bits and fp16_bits_to_float, written without branches (every case computed,
+// one selected) so that a loop over it vectorizes; integer arithmetic only, as above.
+inline uint32_t fp16_rounded_bits(uint32_t u) {
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t a = u & 0x7fffffffu;
+  // A normal fp16: round the 13 low fraction bits away, ties to even; a carry moves into the
+  // exponent (at most to 65504's: the overflow case below takes everything from 65520 on).
+  const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;
+  // A subnormal fp16: q = the value in units of 2^-24, rounded; q * 2^-24 is exact in float32.
+  const uint32_t e = a >> 23;
+  const uint32_t shift = (126u - e) & 31u;  // 14..24 where this case applies
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t q0 = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << ((shift - 1u) & 31u);
+  const uint32_t q = q0 + ((rem > half) | ((rem == half) & q0 & 1u));
+  const float qf = static_cast<float>(static_cast<int32_t>(q)) * 5.9604644775390625e-8f;  // 2^-24
+  uint32_t sub;
+  std::memcpy(&sub, &qf, sizeof sub);
+  const uint32_t nan = (a | 0x400000u) & ~0x1fffu;  // quiet, the fraction cut to fp16's 10 bits
+  uint32_t r = a > 0x7f800000u ? nan : a >= 0x477ff000u ? 0x7f800000u : a >= 0x38800000u ? normal
+             : a > 0x33000000u ? sub : 0u;
+  return sign | r;
+}
+
 }  // namespace
 
 uint16_t to_bits(Precision p, float x) {
@@ -161,7 +186,12 @@ void round_to(Precision p, float* values, int64_t n) {
       for (int64_t i = 0; i < n; ++i) values[i] = from_bits(p, float_to_bf16_bits(values[i]));
       return;
     case Precision::fp16:
-      for (int64_t i = 0; i < n; ++i) values[i] = fp16_bits_to_float(float_to_fp16_bits(values[i]));
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, values + i, sizeof u);
+        u = fp16_rounded_bits(u);
+        std::memcpy(values + i, &u, sizeof u);
+      }
       return;
   }
 }
