@@ -176,7 +176,12 @@ float to_float(double v) {
 
 float round_to(Precision p, float x) {
   if (p == Precision::fp32) return x;
-  return from_bits(p, to_bits(p, x));
+  if (p == Precision::bf16) return from_bits(p, to_bits(p, x));
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u = fp16_rounded_bits(u);  // the encoding's round trip without its branches
+  std::memcpy(&x, &u, sizeof x);
+  return x;
 }
 
 void round_to(Precision p, float* values, int64_t n) {

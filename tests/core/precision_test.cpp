@@ -268,9 +268,9 @@ TEST(CompositeNormRow, HandDerivedCases) {
   EXPECT_EQ(y[1], round_to(Precision::fp16, -2 * st.rstd));
 }
 
-TEST(RoundToArray, Fp16BranchFreeLoopEqualsTheScalarRounding) {
-  // The array form (the backends' kernel loop) is a separate, branch-free formulation: checked
-  // against the scalar one on every upper half-word with the low bits that decide a rounding
+TEST(RoundToArray, Fp16BranchFreeRoundingEqualsTheEncodingsRoundTrip) {
+  // round_to (scalar and the backends' array loop) is a branch-free formulation of fp16's
+  // rounding: checked against to_bits / from_bits (tested above) on every upper half-word with the low bits that decide a rounding
   // (the fp16 tie 0x1000 and its neighbours, 0, all ones) and random ones. (All 2^32 patterns
   // agreed when it was written: 29 s, too long for the suite.)
   Rng rng(53, stream::check);
@@ -288,7 +288,7 @@ TEST(RoundToArray, Fp16BranchFreeLoopEqualsTheScalarRounding) {
   round_to(Precision::fp16, w.data(), static_cast<int64_t>(w.size()));
   int64_t differ = 0;
   for (size_t i = 0; i < v.size(); ++i) {
-    const float s = round_to(Precision::fp16, v[i]);
+    const float s = from_bits(Precision::fp16, to_bits(Precision::fp16, v[i]));  // the encoding's round trip
     uint32_t a, b;
     std::memcpy(&a, &s, sizeof a);
     std::memcpy(&b, &w[i], sizeof b);
