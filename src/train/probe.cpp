@@ -55,6 +55,12 @@ struct SeedProbe {
 // On the compute device (set_compute_device: probe --device): the model's parameters and the
 // batch live there, and every norm below is reduced there.
 SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
+  // In bf16 / fp16 the probe stores as a training step would (train's scope), and its backward
+  // starts from the loss scale a scaled run would start with; every gradient statistic below is
+  // divided by it again (an overflow at that scale shows as inf, as a skipped step would).
+  StoragePrecisionScope storage(c.storage(), c.residual_storage(), c.norm_compute.value_or(NormCompute::fused));
+  const double scale = c.loss_scaling() == LossScaling::dynamic ? c.loss_scaler_settings().init : 1.0;
+  auto grad_norm = [scale](const Tensor& g) { return frobenius(g) / scale; };
   Model model(c.model, c.seed);
   const Device device = compute_device();
   if (device != Device::cpu) model.params().flatten(device);
@@ -69,12 +75,12 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
   Tensor logits = model.forward(inputs, &trace);
   trace.final_out.retain_grad();
   Tensor loss = cross_entropy(logits, targets);
-  loss.backward();
+  loss.backward(Tensor::full_on(loss.shape(), scale, loss.dtype(), loss.device()));
 
   SeedProbe r;
   r.loss = loss.item();
   r.embed = mean_token_norm(trace.embed);
-  r.embed_grad = frobenius(trace.embed.grad());
+  r.embed_grad = grad_norm(trace.embed.grad());
   const size_t n_layers = trace.block_out.size();
   r.layers.resize(n_layers);
   for (size_t l = 0; l < n_layers; ++l) {
@@ -82,15 +88,15 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
     SeedLayer& s = r.layers[l];
     s.act = mean_token_norm(trace.block_out[l]);
     s.growth = ratio(s.act, l == 0 ? r.embed : r.layers[l - 1].act);
-    s.stream_grad = frobenius(trace.block_out[l].grad());
-    s.input_grad = frobenius(in.grad());
-    s.block_grad = params_grad_norm(model.block_params(l));
-    s.fc2_grad = frobenius(model.blocks()[l].mlp.fc2.w.grad());
+    s.stream_grad = grad_norm(trace.block_out[l].grad());
+    s.input_grad = grad_norm(in.grad());
+    s.block_grad = params_grad_norm(model.block_params(l)) / scale;
+    s.fc2_grad = grad_norm(model.blocks()[l].mlp.fc2.w.grad());
   }
   r.final_in = mean_token_norm(trace.block_out.back());
   r.final_out = mean_token_norm(trace.final_out);
-  r.final_in_grad = frobenius(trace.block_out.back().grad());
-  r.final_out_grad = frobenius(trace.final_out.grad());
+  r.final_in_grad = grad_norm(trace.block_out.back().grad());
+  r.final_out_grad = grad_norm(trace.final_out.grad());
 
   // The identity / F split of dL/dx_{l-1}, after every parameter gradient has been read: the
   // identity pass below runs the norms again and would add to their gamma/beta gradients.
@@ -115,10 +121,10 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
       fi += f * identity[i];
     }
     SeedLayer& s = r.layers[l];
-    s.identity = std::sqrt(ii);
-    s.f = std::sqrt(ff);
+    s.identity = std::sqrt(ii) / scale;
+    s.f = std::sqrt(ff) / scale;
     s.share = ratio(s.identity, s.identity + s.f);
-    s.cosine = s.identity > 0 && s.f > 0 ? fi / (s.identity * s.f) : kNaN;
+    s.cosine = ii > 0 && ff > 0 ? fi / std::sqrt(ii * ff) : kNaN;  // the scale cancels
   }
   return r;
 }
@@ -174,6 +180,7 @@ ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, con
 
   ConfigProbe p;
   p.label = label.empty() ? model_label(config.model) : label;
+  if (config.storage() != Precision::fp32) p.label += std::string(" ") + to_string(config.storage());
   p.config = config;
   p.sqrt_d = std::sqrt(static_cast<double>(config.model.d_model));
   p.final_norm_on = config.model.final_norm_on();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "normlab/ops.h"
 #include "normlab/probe.h"
 
 using normlab::ConfigProbe;
@@ -236,4 +237,27 @@ TEST(ProbeXiong, FactorTableOverInitsWidthsAndDepths) {
   EXPECT_EQ(f.rows[3].d_model, 32);
   EXPECT_NE(f.summary.find("model width"), std::string::npos);
   EXPECT_THROW(normlab::probe_xiong_factors(small(1, 2), {normlab::InitScheme::torch}, {20}, {2}), normlab::UsageError);
+}
+
+TEST(ProbeConfig, LowPrecisionProbesAsATrainingStepStores) {
+  // fp16 (with its loss scale, divided out again) and bf16 give the fp32 statistics to within
+  // the formats' precision, and not bit for bit: the probe ran in them.
+  normlab::TrainConfig c;
+  const normlab::ConfigProbe f32 = normlab::probe_config(c, small(2, 2));
+  for (normlab::Precision p : {normlab::Precision::fp16, normlab::Precision::bf16}) {
+    c.precision = p;
+    const normlab::ConfigProbe lp = normlab::probe_config(c, small(2, 2));
+    ASSERT_EQ(lp.layers.size(), f32.layers.size());
+    const double tol = p == normlab::Precision::fp16 ? 0.01 : 0.05;
+    EXPECT_NEAR(lp.loss.mean, f32.loss.mean, tol * f32.loss.mean);
+    EXPECT_NE(lp.loss.mean, f32.loss.mean);
+    for (size_t l = 0; l < lp.layers.size(); ++l) {
+      EXPECT_NEAR(lp.layers[l].act_norm.mean, f32.layers[l].act_norm.mean, tol * f32.layers[l].act_norm.mean);
+      EXPECT_NEAR(lp.layers[l].block_grad_norm.mean, f32.layers[l].block_grad_norm.mean,
+                  2 * tol * f32.layers[l].block_grad_norm.mean);
+      EXPECT_NEAR(lp.layers[l].identity_share.mean, f32.layers[l].identity_share.mean, 2 * tol);
+      EXPECT_NEAR(lp.layers[l].cosine.mean, f32.layers[l].cosine.mean, 0.1);
+    }
+  }
+  EXPECT_EQ(normlab::storage_precision(), normlab::Precision::fp32);
 }
