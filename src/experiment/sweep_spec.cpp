@@ -5,6 +5,9 @@
 //   { "base":    {"config": "file.json", "steps": 200, ...},   // train config keys
 //     "grid":    {"lr": [1e-4, 1e-3], "placement": ["pre", "post"]},   // full product, in this order
 //     "zip":     {"lr": [1e-3, 3e-3], "warmup_steps": [100, 300]},     // varied together (or a list of such)
+//                A zip is a list of points: a key may repeat a value as long as no two points are equal,
+//                and null leaves the key at the base's value for that point (a key that only some
+//                values of another allow, e.g. norm_compute beside precision fp32).
 //     "seeds":   [0, 1, 2],
 //     "summary": {"rows": "lr", "cols": ["placement"], "metric": "final_val_loss"} }
 #include <fmt/ranges.h>
@@ -31,6 +34,9 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace {
+
+// How a zip's null (the key left at the base's value) reads in summaries; left out of run names.
+const std::string kUnsetShown = "-";
 
 struct Axis {
   std::string key;
@@ -91,6 +97,7 @@ void label_axis(Axis& a) {
   a.shown.clear();
   bool floats = true, any_sci = false;
   for (const ojson& v : a.values) {
+    if (v.is_null()) continue;
     floats = floats && v.is_number_float();
     if (!v.is_number_float()) continue;
     std::string plain, sci;
@@ -98,7 +105,9 @@ void label_axis(Axis& a) {
     any_sci = any_sci || (sci.size() < plain.size());
   }
   for (const ojson& v : a.values) {
-    if (floats && v.get<double>() != std::floor(v.get<double>())) {
+    if (v.is_null()) {
+      a.shown.push_back(kUnsetShown);
+    } else if (floats && v.get<double>() != std::floor(v.get<double>())) {
       std::string plain, sci;
       number_forms(v.get<double>(), &plain, &sci);
       a.shown.push_back(any_sci ? sci : plain);
@@ -139,6 +148,42 @@ std::vector<ojson> axis_values(const std::string& key, const ojson& list, const 
     out.push_back(c);
   }
   return out;
+}
+
+// One zip group's values: per key canonical or null (unset at that point); the points (one value of
+// each key) must differ, a single key may repeat.
+std::vector<Axis> zip_group(const ojson& z, const std::string& where) {
+  std::vector<Axis> group;
+  for (auto& [key, list] : z.items()) {
+    check_key(key, where);
+    std::string at = fmt::format("{}.{}", where, key);
+    NL_USAGE(list.is_array(), "{} must be a list of values, got {}", at, list.dump());
+    NL_USAGE(!list.empty(), "{} is empty: an axis needs at least one value", at);
+    Axis a{key, {}, {}};
+    for (size_t i = 0; i < list.size(); ++i)
+      a.values.push_back(list[i].is_null() ? ojson() : canonical(key, list[i], fmt::format("{}[{}]", at, i)));
+    if (!group.empty())
+      NL_USAGE(a.values.size() == group.front().values.size(),
+               "{}.{} has {} values but {}.{} has {}: zipped axes vary together and need equal lengths", where, key,
+               a.values.size(), where, group.front().key, group.front().values.size());
+    group.push_back(std::move(a));
+  }
+  const size_t n = group.front().values.size();
+  for (const Axis& a : group) {
+    bool all_null = true;
+    for (const ojson& v : a.values) all_null = all_null && v.is_null();
+    NL_USAGE(!all_null, "{}.{} is null at every point: set it in base or leave it out", where, a.key);
+  }
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < i; ++j) {
+      bool same = true;
+      for (const Axis& a : group) same = same && a.values[i] == a.values[j];
+      if (!same) continue;
+      std::vector<std::string> kv;
+      for (const Axis& a : group) kv.push_back(fmt::format("{}={}", a.key, a.values[i].dump()));
+      throw UsageError(fmt::format("{} lists the point {} twice (values {} and {})", where, fmt::join(kv, " "), j + 1, i + 1));
+    }
+  return group;
 }
 
 const std::vector<std::string>& summary_keys() {
@@ -269,15 +314,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
         std::string zname = spec["zip"].is_array() ? fmt::format("zip[{}]", gi) : "zip";
         NL_USAGE(z.is_object() && !z.empty(), "{}: {} must be an object of key -> list of values (all the same length), got {}",
                  file, zname, z.dump());
-        std::vector<Axis> group;
-        for (auto& [key, value] : z.items()) {
-          check_key(key, fmt::format("{} {}", file, zname));
-          group.push_back({key, axis_values(key, value, fmt::format("{} {}.{}", file, zname, key)), {}});
-          NL_USAGE(group.back().values.size() == group.front().values.size(),
-                   "{}: {}.{} has {} values but {}.{} has {}: zipped axes vary together and need equal lengths",
-                   file, zname, key, group.back().values.size(), zname, group.front().key, group.front().values.size());
-        }
-        zips.push_back(group);
+        zips.push_back(zip_group(z, fmt::format("{} {}", file, zname)));
       }
     }
     if (spec.contains("seeds")) seeds = axis_values("seed", spec["seeds"], fmt::format("{} seeds", file));
@@ -433,7 +470,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     ojson values = ojson::object();
     size_t d = 0;
     auto add = [&](const Axis& a, size_t k) {
-      values[a.key] = a.values[k];
+      if (!a.values[k].is_null()) values[a.key] = a.values[k];
       p.values.emplace_back(a.key, a.shown[k]);
     };
     for (const Axis& a : grid) add(a, idx[d++]);
@@ -445,7 +482,8 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     p.config = base_cfg;
     apply_config_json(p.config, values.dump(), "the axes");
     std::vector<std::string> parts;
-    for (const auto& [k, v] : p.values) parts.push_back(path_safe(k + "=" + v));
+    for (const auto& [k, v] : p.values)
+      if (v != kUnsetShown) parts.push_back(path_safe(k + "=" + v));
     p.name = parts.empty() ? "base" : fmt::format("{}", fmt::join(parts, "/"));
     NL_USAGE(names.insert(p.name).second, "two points would share the run name '{}' (values that differ only in "
              "characters a directory name cannot hold)", p.name);

@@ -205,6 +205,27 @@ TEST(SweepPlan, ResolvedSpecPlansTheSamePoints) {
   EXPECT_EQ(c.spec_json, d.spec_json);
 }
 
+// A zip is a list of points: precision fp32 has no norm_compute (null: the base's value, left out of
+// the run name, "-" in summaries) while bf16 and fp16 each take two.
+TEST(SweepPlan, ZipRepeatsValuesAndLeavesNullUnset) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"base": {"steps": 30, "layers": 2},
+    "zip": {"precision": ["fp32", "bf16", "bf16", "fp16"], "norm_compute": [null, "format", "fp32", "format"]}})";
+  SweepPlan a = plan_sweep({tmp / "spec.json", {}, {}});
+  ASSERT_EQ(a.points.size(), 4u);
+  EXPECT_EQ(a.points[0].name, "precision=fp32");
+  EXPECT_EQ(a.points[0].values[1], (std::pair<std::string, std::string>{"norm_compute", "-"}));
+  EXPECT_EQ(a.points[2].name, "precision=bf16/norm_compute=fp32");
+  EXPECT_EQ(a.points[2].config.storage(), Precision::bf16);
+  EXPECT_EQ(a.points[2].config.norm_compute, NormCompute::fp32);
+  EXPECT_EQ(a.points[0].config.storage(), Precision::fp32);
+  EXPECT_FALSE(a.points[0].config.norm_compute.has_value());
+  write_file_atomic(tmp / "resolved.json", a.spec_json);
+  SweepPlan b = plan_sweep({tmp / "resolved.json", {}, {}});
+  EXPECT_EQ(a.spec_json, b.spec_json);
+  for (size_t i = 0; i < a.points.size(); ++i) EXPECT_EQ(a.points[i].hash, b.points[i].hash);
+}
+
 // A one-axis sweep paired over its axis (A vs B, the commonest comparison): the axis becomes the one
 // column and the rows one row, in the plan, in its resolved spec and when planned again from it.
 TEST(SweepPlan, PairedOverTheOnlyAxisMakesItTheColumn) {
@@ -325,6 +346,10 @@ TEST(SweepErrors, OneLineExit2NothingCreated) {
       {"invalid base", R"({"base": {"steps": -1}, "grid": {"layers": [2, 3]}})", {}, "steps must be >= 0"},
       {"invalid point", R"({"grid": {"lr": [1e-3, -1]}})", {}, "lr must be > 0"},
       {"zip lengths", R"({"zip": {"lr": [1e-3, 3e-3], "warmup_steps": [10]}})", {}, "equal lengths"},
+      {"zip point twice", R"({"zip": {"lr": [1e-3, 3e-3, 1e-3], "warmup_steps": [10, 10, 10]}})", {},
+       "lists the point lr=0.001 warmup_steps=10 twice (values 1 and 3)"},
+      {"zip all null", R"({"zip": {"lr": [1e-3, 3e-3], "warmup_steps": [null, null]}})", {}, "null at every point"},
+      {"zip null in a grid", R"({"grid": {"layers": [2, null]}})", {}, "grid.layers[1]"},
       {"seed twice", R"({"grid": {"seed": [0, 1]}, "seeds": [2]})", {}, "seed"},
       {"shard 3/2", R"({"grid": {"layers": [2, 3]}})", {"--shard", "3/2"}, "--shard"},
       {"shard 0/0", R"({"grid": {"layers": [2, 3]}})", {"--shard", "0/0"}, "--shard"},
