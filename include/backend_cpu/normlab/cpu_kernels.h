@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "normlab/precision.h"
+
 namespace normlab::cpu {
 
 // ---- LayerNorm ---------------------------------------------------------------------------
@@ -75,6 +77,25 @@ void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, c
                                  int64_t n, int64_t d, float eps);
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps);
+
+// ---- 16-bit storage (norm16_kernels.cpp): norm_compute fused in bf16 / fp16 -----------------
+// x, dy, y, dx, gamma and beta hold the 2-byte encodings of `p` (bf16 or fp16, precision.h's
+// to_bits); mean, rstd and the parameter gradients are float32, and so is all arithmetic: each
+// row decoded exactly, the same math as above in float32, the output rounded once to p (nearest
+// even, overflow to inf, gradual underflow). Half the bytes of the float32 kernels; parameter
+// gradients summed in fixed blocks of rows, independent of the thread count.
+void layernorm_forward_16(Precision p, uint16_t* y, float* mean, float* rstd, const uint16_t* x,
+                          const uint16_t* gamma, const uint16_t* beta, int64_t n, int64_t d, float eps);
+void rmsnorm_forward_16(Precision p, uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* gamma, int64_t n,
+                        int64_t d, float eps);
+void layernorm_backward_16(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* dy,
+                           const uint16_t* x, const uint16_t* gamma, const float* mean, const float* rstd, int64_t n,
+                           int64_t d);
+void rmsnorm_backward_16(Precision p, uint16_t* dx, float* dgamma, const uint16_t* dy, const uint16_t* x,
+                         const uint16_t* gamma, const float* rstd, int64_t n, int64_t d);
+// n values between float32 and the encodings of p: decoding is exact, encoding rounds as above.
+void decode_16(Precision p, float* out, const uint16_t* in, int64_t n);
+void encode_16(Precision p, uint16_t* out, const float* in, int64_t n);
 
 // ---- variants, and which one runs (norm_tuning.cpp) --------------------------------------------
 // The one-pass and fused kernels come in variants whose speed depends on the CPU (a variant tuned on a Zen 4

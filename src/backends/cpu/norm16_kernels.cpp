@@ -1,0 +1,224 @@
+// LayerNorm and RMSNorm over 16-bit storage (bf16 or fp16 encodings, cpu_kernels.h): the
+// norm_compute `fused` kernels as a CPU without native bf16 arithmetic runs them, for `bench norms
+// --precision`. x, dy, y, dx and the parameters are read and written as 2-byte elements (half
+// the bytes of float32); every statistic and all arithmetic are float32.
+//
+// A row is decoded once into a float32 row buffer that stays in L1 (the later sweeps read it
+// there), its result computed there and encoded on the way out: memory sees one read of x (and
+// dy) and one write of y (dx), in the narrow format. Decoding is exact; encoding rounds to
+// nearest even with IEEE overflow and gradual underflow, the one rounding of core's
+// precision.h (round_to, to_bits), with fp16 through the CPU's F16C conversions where it has
+// them (the same rounding: the tests compare the two on boundary cases).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "norm_stats.h"
+#include "parallel.h"
+#include "simd.h"
+#include "normlab/cpu_kernels.h"
+#include "normlab/error.h"
+
+namespace normlab::cpu {
+
+namespace {
+
+using namespace simd;
+
+void decode(Precision p, float* out, const uint16_t* in, int64_t n) {
+  if (p == Precision::bf16) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = static_cast<uint32_t>(in[i]) << 16;
+      std::memcpy(out + i, &u, sizeof u);
+    }
+    return;
+  }
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+#endif
+  for (; i < n; ++i) out[i] = from_bits(Precision::fp16, in[i]);
+}
+
+// `in` is scratch: rounded in place on the way (bf16).
+void encode(Precision p, uint16_t* out, float* in, int64_t n) {
+  if (p == Precision::bf16) {
+    round_to(p, in, n);  // on bf16's grid, the encoding is the upper half of the float's bits
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, in + i, sizeof u);
+      out[i] = static_cast<uint16_t>(u >> 16);
+    }
+    return;
+  }
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) out[i] = to_bits(Precision::fp16, in[i]);
+}
+
+void check_format(Precision p, const char* kernel) {
+  NL_CHECK(p == Precision::bf16 || p == Precision::fp16, "{}: the storage must be bf16 or fp16, got {}", kernel,
+           to_string(p));
+}
+
+// One thread's float32 buffers: rows of d (a row and, in the backward, its dy).
+struct RowBuffers {
+  std::vector<float> a, b;
+  explicit RowBuffers(int64_t d) : a(static_cast<size_t>(d)), b(static_cast<size_t>(d)) {}
+};
+
+// The parameters decoded once per call (d floats each; beta may be absent).
+struct Params {
+  std::vector<float> gamma, beta;
+  Params(Precision p, const uint16_t* g, const uint16_t* bt, int64_t d) : gamma(static_cast<size_t>(d)) {
+    decode(p, gamma.data(), g, d);
+    if (bt) {
+      beta.resize(static_cast<size_t>(d));
+      decode(p, beta.data(), bt, d);
+    }
+  }
+};
+
+// Forward of rows [lo, hi): statistics in float32 over the decoded row (LayerNorm: the mean,
+// then the centred sum of squares; RMSNorm: the sum of squares), y = (x - mean) * rstd * gamma
+// (+ beta) encoded.
+template <bool kRms>
+void forward_rows(Precision p, uint16_t* y, float* mean, float* rstd, const uint16_t* x, const Params& w, int64_t lo,
+                  int64_t hi, int64_t d, float eps) {
+  RowBuffers buf(d);
+  float* r = buf.a.data();
+  const float* g = w.gamma.data();
+  const float* bt = w.beta.empty() ? nullptr : w.beta.data();
+  const float inv_d = 1.0f / static_cast<float>(d);
+  for (int64_t i = lo; i < hi; ++i) {
+    decode(p, r, x + i * d, d);
+    float mu = 0;
+    if (!kRms) mu = row_reduce(d, [&](int64_t j, int64_t n) { return load_n(r + j, n); }) * inv_d;
+    const VF vmu = set1(mu);
+    const float sq = row_reduce(d, [&](int64_t j, int64_t n) {
+      const VF c = load_n(r + j, n) - vmu;
+      return c * c;
+    });
+    const float rs = rstd_from(sq, inv_d, eps);
+    const VF vrs = set1(rs);
+    row_for(d, [&](int64_t j, int64_t n) {
+      VF v = (load_n(r + j, n) - vmu) * vrs * load_n(g + j, n);
+      if (bt) v = v + load_n(bt + j, n);
+      store_n(r + j, v, n);
+    });
+    encode(p, y + i * d, r, d);
+    if (mean) mean[i] = mu;
+    rstd[i] = rs;
+  }
+}
+
+// At most this many blocks of rows for the parameter gradients: each block sums its rows into
+// a partial of its own, then the partials are added in block order, so that the bits do not
+// depend on the thread count.
+constexpr int64_t kGradBlocks = 32;
+
+template <bool kRms>
+void backward(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* dy, const uint16_t* x,
+              const uint16_t* gamma16, const float* mean, const float* rstd, int64_t n, int64_t d) {
+  const Params w(p, gamma16, nullptr, d);
+  const int64_t rows_per = std::max<int64_t>(1, (n + kGradBlocks - 1) / kGradBlocks);
+  const int64_t blocks = n > 0 ? (n + rows_per - 1) / rows_per : 0;
+  std::vector<float> pg(dgamma ? static_cast<size_t>(blocks * d) : 0), pb(dbeta ? static_cast<size_t>(blocks * d) : 0);
+  const float inv_d = 1.0f / static_cast<float>(d);
+  parallel_for(blocks, n * d, [&](int64_t blk) {
+    RowBuffers buf(d);
+    float* xr = buf.a.data();
+    float* gr = buf.b.data();
+    float* bg = dgamma ? pg.data() + blk * d : nullptr;
+    float* bb = dbeta ? pb.data() + blk * d : nullptr;
+    if (bg) std::fill(bg, bg + d, 0.0f);
+    if (bb) std::fill(bb, bb + d, 0.0f);
+    const float* g = w.gamma.data();
+    for (int64_t i = blk * rows_per, end = std::min(n, i + rows_per); i < end; ++i) {
+      decode(p, xr, x + i * d, d);
+      decode(p, gr, dy + i * d, d);
+      const VF vmu = set1(kRms ? 0.0f : mean[i]), vrs = set1(rstd[i]);
+      // xr <- xhat; the block's parameter gradients; then the row sums of g = dy*gamma and g*xhat
+      row_for(d, [&](int64_t j, int64_t m) {
+        const VF xh = (load_n(xr + j, m) - vmu) * vrs, dyv = load_n(gr + j, m);
+        store_n(xr + j, xh, m);
+        if (bg) store_n(bg + j, load_n(bg + j, m) + dyv * xh, m);
+        if (bb) store_n(bb + j, load_n(bb + j, m) + dyv, m);
+      });
+      if (!dx) continue;
+      const float sg = kRms ? 0.0f : row_reduce(d, [&](int64_t j, int64_t m) { return load_n(gr + j, m) * load_n(g + j, m); });
+      const float sgx = row_reduce(d, [&](int64_t j, int64_t m) {
+        return load_n(gr + j, m) * load_n(g + j, m) * load_n(xr + j, m);
+      });
+      const VF vmg = set1(sg * inv_d), vmgx = set1(sgx * inv_d);
+      row_for(d, [&](int64_t j, int64_t m) {
+        const VF gv = load_n(gr + j, m) * load_n(g + j, m);
+        store_n(gr + j, vrs * (gv - vmg - load_n(xr + j, m) * vmgx), m);
+      });
+      encode(p, dx + i * d, gr, d);
+    }
+  });
+  for (auto [out, part] : {std::pair{dgamma, &pg}, std::pair{dbeta, &pb}}) {
+    if (!out) continue;
+    std::fill(out, out + d, 0.0f);
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t j = 0; j < d; ++j) out[j] += (*part)[static_cast<size_t>(b * d + j)];
+  }
+}
+
+template <bool kRms>
+void forward(Precision p, uint16_t* y, float* mean, float* rstd, const uint16_t* x, const uint16_t* gamma,
+             const uint16_t* beta, int64_t n, int64_t d, float eps) {
+  const Params w(p, gamma, beta, d);
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) { forward_rows<kRms>(p, y, mean, rstd, x, w, lo, hi, d, eps); });
+}
+
+}  // namespace
+
+void layernorm_forward_16(Precision p, uint16_t* y, float* mean, float* rstd, const uint16_t* x,
+                          const uint16_t* gamma, const uint16_t* beta, int64_t n, int64_t d, float eps) {
+  check_format(p, "layernorm_forward_16");
+  forward<false>(p, y, mean, rstd, x, gamma, beta, n, d, eps);
+}
+
+void rmsnorm_forward_16(Precision p, uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* gamma, int64_t n,
+                        int64_t d, float eps) {
+  check_format(p, "rmsnorm_forward_16");
+  forward<true>(p, y, nullptr, rstd, x, gamma, nullptr, n, d, eps);
+}
+
+void layernorm_backward_16(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* dy,
+                           const uint16_t* x, const uint16_t* gamma, const float* mean, const float* rstd, int64_t n,
+                           int64_t d) {
+  check_format(p, "layernorm_backward_16");
+  backward<false>(p, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, n, d);
+}
+
+void rmsnorm_backward_16(Precision p, uint16_t* dx, float* dgamma, const uint16_t* dy, const uint16_t* x,
+                         const uint16_t* gamma, const float* rstd, int64_t n, int64_t d) {
+  check_format(p, "rmsnorm_backward_16");
+  backward<true>(p, dx, dgamma, nullptr, dy, x, gamma, nullptr, rstd, n, d);
+}
+
+void decode_16(Precision p, float* out, const uint16_t* in, int64_t n) {
+  check_format(p, "decode_16");
+  parallel_chunks(n, n, [&](int64_t lo, int64_t hi) { decode(p, out + lo, in + lo, hi - lo); });
+}
+
+void encode_16(Precision p, uint16_t* out, const float* in, int64_t n) {
+  check_format(p, "encode_16");
+  parallel_chunks(n, n, [&](int64_t lo, int64_t hi) {
+    std::vector<float> scratch(in + lo, in + hi);
+    encode(p, out + lo, scratch.data(), hi - lo);
+  });
+}
+
+}  // namespace normlab::cpu
