@@ -108,6 +108,44 @@ class Pool {
   float *gamma_ = nullptr, *beta_ = nullptr, *dgamma_ = nullptr, *dbeta_ = nullptr;
 };
 
+// ---- norm16_bench.cpp: the cpu's 16-bit storage rows (--dtypes bf16, fp16) --------------------
+
+// "f32", "bf16", "fp16" as the format (an unknown name is a bug: validate() checks them).
+Precision storage_of(const std::string& dtype);
+
+// The buffer sets of one shape stored in bf16 or fp16: x, dy, out as 2-byte encodings and the
+// forward's statistics (float32) per set, the parameters shared. Its inputs are those of a
+// one-set Pool rounded to the format (round_inputs), in every set; the backward reads that pool's
+// saved statistics.
+class Pool16 {
+ public:
+  Pool16(Precision p, const NormShape& shape, int64_t sets, uint64_t seed, float ln_eps, float rms_eps);
+  Pool16(const Pool16&) = delete;
+  Pool16& operator=(const Pool16&) = delete;
+  // Bytes a pool of `sets` sets takes, the rounded float pool included.
+  static int64_t bytes(const NormShape& s, int64_t sets);
+  Precision format() const { return p_; }
+  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
+  // One kernel call (fwd or bwd) on set k (modulo the sets).
+  void run(NormKind norm, Pass pass, int64_t k, float eps);
+  // The kernels as verify_norm checks them, on args_for(source(), 0, ...).
+  NormImpl impl(NormKind norm);
+  const Pool& source() const { return src_; }
+
+ private:
+  struct Set {
+    uint16_t *x, *dy, *out;
+    float *mean, *rstd;
+  };
+  Precision p_;
+  int64_t n_, d_;
+  std::vector<float> host_;
+  Pool src_;
+  std::vector<uint16_t> bits_, gamma_, beta_;
+  std::vector<float> stats_, dgamma_, dbeta_;
+  std::vector<Set> sets_;
+};
+
 // The arguments of one call of `norm`'s `pass` on set k of the pool.
 NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float eps, float alpha);
 

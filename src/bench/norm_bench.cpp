@@ -467,8 +467,9 @@ void fill_nan(float* p, int64_t n) {
 VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
   const NormFn& fn = impl.fn(pass);
   NL_CHECK(static_cast<bool>(fn), "{} has no {} pass", impl.name(), to_string(pass));
-  NL_CHECK(impl.dtype == "f32" || impl.dtype == "bf16", "{}: dtype '{}' is not f32 or bf16", impl.name(), impl.dtype);
-  const double stored_rtol = impl.dtype == "bf16" ? 0x1p-8 : 0.0;
+  // Half an ulp of the format an output is stored in, relative: 2^-8 (bf16), 2^-11 (fp16).
+  const Precision stored = detail::storage_of(impl.dtype);
+  const double stored_rtol = stored == Precision::fp32 ? 0.0 : 0.5 * format_info(stored).epsilon;
   if (pass != Pass::bwd) {
     fill_nan(a.y, a.n * a.d);
     fill_nan(a.mean, a.n);
@@ -524,7 +525,7 @@ NormRow case_row(const std::string& norm, const std::string& impl, const std::st
   r.resident = place.resident;
   r.device = place.device;
   r.dtype = place.dtype;
-  r.bytes = norm_bytes(norm, pass, shape, place.dtype == "bf16" ? 2 : 4);
+  r.bytes = norm_bytes(norm, pass, shape, storage_of(place.dtype) == Precision::fp32 ? 4 : 2);
   r.parameters = norm_parameters(norm, shape.d);
   r.working_set_bytes = working_set(r, sets);
   r.cache_resident = r.working_set_bytes < resident_below;
@@ -656,10 +657,10 @@ void validate(const NormBenchOptions& opt) {
   const bool device = opt.device != "cpu";
   NL_USAGE(opt.device == "cpu" || opt.device == "cuda" || opt.device == "cuda-sim",
            "--device must be cpu, cuda or cuda-sim, got '{}'", shown(opt.device));
-  NL_USAGE(!opt.dtypes.empty(), "--dtypes: no dtype given (f32, bf16)");
+  NL_USAGE(!opt.dtypes.empty(), "--precision: no format given (fp32, bf16, fp16)");
   for (const std::string& t : opt.dtypes) {
-    NL_USAGE(t == "f32" || t == "bf16", "--dtypes: '{}' is not f32 or bf16", shown(t));
-    NL_USAGE(device || t == "f32", "--dtypes {} needs --device cuda (the cpu kernels are float32)", t);
+    NL_USAGE(t == "f32" || t == "bf16" || t == "fp16", "--precision: '{}' is not fp32, bf16 or fp16", shown(t));
+    NL_USAGE(!device || t != "fp16", "--precision fp16: the CUDA norm kernels store fp32 or bf16");
   }
   NL_USAGE(!device || opt.resident_shapes.empty(),
            "--resident-shapes: the cpu's caches only; --device {} takes --shapes", opt.device);
@@ -737,6 +738,17 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
                     mib(pool_bytes(shape, sets, with_sum))));
     Pool pool(memory.get(), shape, sets, with_sum, opt.seed, opt.ln_eps, opt.rms_eps);
     const int64_t nd = shape.numel();
+    // The 16-bit rows' own sets: as many as give them the same footprint in bytes.
+    std::vector<std::unique_ptr<detail::Pool16>> pools16;
+    for (const std::string& dtype : opt.dtypes) {
+      if (dtype == "f32" || !(opt.fwd || opt.bwd)) continue;
+      int64_t sets16 = group.resident ? 1 : sets_for(shape, footprint, 2);
+      while (sets16 > 1 && budget > 0 && detail::Pool16::bytes(shape, sets16) > budget) --sets16;
+      log(fmt::format("{} {}: {} buffer set(s), {} in all", shape.str(), dtype, sets16,
+                      mib(detail::Pool16::bytes(shape, sets16))));
+      pools16.push_back(std::make_unique<detail::Pool16>(detail::storage_of(dtype), shape, sets16, opt.seed, opt.ln_eps,
+                                                         opt.rms_eps));
+    }
 
     for (int t : threads) {
       set_num_threads(t);
@@ -802,6 +814,36 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
                             c.row.verify.worst_output));
           }
           cases.push_back(std::move(c));
+        }
+      }
+      // The fused kernels over 16-bit storage, where the fused float32 kernel of the norm is
+      // selected. Each case rotates through its own sets (twice as many: the same bytes).
+      for (auto& p16 : pools16) {
+        detail::RowPlace place16 = place;
+        place16.dtype = to_string(p16->format());
+        for (const NormImpl* m : impls) {
+          if (m->impl != "fused") continue;
+          const NormImpl m16 = p16->impl(m->norm);
+          const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
+          for (Pass p : passes) {
+            if (!m16.fn(p)) continue;
+            Case c;
+            c.row = detail::case_row(to_string(m->norm), m16.impl, m16.provider, to_string(p), shape, place16,
+                                     p16->size(), resident_below);
+            c.row.verify = verify_norm(m16, p, args_for(p16->source(), 0, m->norm, p, eps, opt.add_alpha));
+            if (!c.row.verify.pass) {
+              c.row.status = "rejected";
+              c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --precision {} --pass {} --{}shapes {} --threads {})",
+                                                 m->name(), place16.dtype, to_string(p), group.resident ? "resident-" : "",
+                                                 shape.str(), t);
+              log(fmt::format("REJECTED {}: {}", c.row.name(), c.row.verify.report));
+            }
+            detail::Pool16* pool16 = p16.get();
+            c.call = [pool16, norm = m->norm, p, eps, next = std::make_shared<int64_t>(0)](int64_t) {
+              pool16->run(norm, p, (*next)++, eps);
+            };
+            cases.push_back(std::move(c));
+          }
         }
       }
 

@@ -65,7 +65,7 @@ struct NormsArgs {
   bool list = false, with_torch = false;
   std::string python = "python3", torch_script;
   DeviceOptions dev;
-  std::string dtypes = "f32";  // --device cuda, cuda-sim: f32, bf16 or both
+  std::string dtypes = "f32";  // --precision: f32, bf16, fp16
 };
 
 struct StepArgs {
@@ -128,11 +128,13 @@ void print_compare(const std::string& base_file, const std::vector<NamedStats>& 
   }
 }
 
-// --dtypes: f32, bf16, f32,bf16 or all; order kept, duplicates dropped (validate() checks the names).
+// --precision (--dtypes): fp32 (or f32), bf16, fp16 as a comma list, or all; order kept,
+// duplicates dropped (validate() checks the names). Rows name float32 "f32", as before.
 std::vector<std::string> parse_dtypes(const std::string& text) {
-  if (text == "all") return {"f32", "bf16"};
+  if (text == "all") return {"f32", "bf16", "fp16"};
   std::vector<std::string> out;
-  for (const std::string& t : split_list(text, "--dtypes")) {
+  for (std::string t : split_list(text, "--precision")) {
+    if (t == "fp32") t = "f32";
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   }
   return out;
@@ -365,8 +367,9 @@ docs/bench.md explains every column and the JSON schema.)");
   n->add_option("--python", norms->python, "Python interpreter for --with-torch (default python3)");
   n->add_option("--torch-script", norms->torch_script, "Path of torch_bench.py (default: found next to the build)");
   add_device_flags(*n, norms->dev);
-  n->add_option("--dtypes", norms->dtypes,
-                "With --device cuda or cuda-sim: f32, bf16 or f32,bf16 (bf16 storage, float32 statistics; default f32)");
+  n->add_option("--precision,--dtypes", norms->dtypes,
+                "Storage formats, comma-separated: fp32, bf16, fp16 or all (the N x D arrays and the parameters in "
+                "the format, float32 statistics: the fused kernels; default fp32)");
   add_output_flags(*n, norms->o, g, true);
   n->footer(R"(Each implementation is checked against the float64 reference kernels on the first buffer set
 before it is timed; one that fails is reported (exit 1) and never timed. Each case then runs
@@ -387,7 +390,8 @@ cudaMemcpy (copy.memcpy); checked as the cpu rows are, on the outputs downloaded
 Examples:
   normlab bench norms --resident-shapes default --threads 1      the training step's shapes only
   normlab bench norms --impl fused,unfused --pass addfwd         the fused residual add + norm
-  normlab bench norms --device cuda --dtypes f32,bf16 --with-torch   GPU rows, PyTorch's GPU rows beside them
+  normlab bench norms --precision fp32,bf16,fp16                 16-bit storage rows beside float32
+  normlab bench norms --device cuda --precision fp32,bf16 --with-torch   GPU rows, PyTorch's beside them
 Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
 
   // ---- step

@@ -185,6 +185,28 @@ TEST(CpuNorm16, BackwardMatchesTheReference) {
   }
 }
 
+// A row whose first values (the shift of the one-sweep sums) lie far from its mean: the variance
+// is summed again, centred, instead of losing its bits to cancellation.
+TEST(CpuNorm16, LayerNormRowFarFromItsShift) {
+  const int64_t d = 64;
+  for (Precision p : kFormats) {
+    SCOPED_TRACE(to_string(p));
+    std::vector<uint16_t> x(d), g(d, to_bits(p, 1.0f)), b(d, to_bits(p, 0.0f)), y(d);
+    std::vector<double> xd(d), gd(d, 1.0), bd(d, 0.0), want(d);
+    for (int64_t j = 0; j < d; ++j) {
+      const float v = j < 8 ? 0.0f : 100.0f + 0.5f * static_cast<float>(j % 5);
+      x[static_cast<size_t>(j)] = to_bits(p, v);
+      xd[static_cast<size_t>(j)] = from_bits(p, x[static_cast<size_t>(j)]);
+    }
+    double mean = 0, rstd = 0;
+    layernorm_forward_ref<double>(want.data(), &mean, &rstd, xd.data(), gd.data(), bd.data(), 1, d, 1e-5);
+    float gmean = 0, grstd = 0;
+    cpu::layernorm_forward_16(p, y.data(), &gmean, &grstd, x.data(), g.data(), b.data(), 1, d, 1e-5f);
+    expect_close_16(p, y, want, 1e-5, "y");
+    EXPECT_NEAR(grstd, rstd, 1e-5 * rstd);
+  }
+}
+
 // Overflow is the format's, not float32's: a row whose output exceeds fp16's range stores inf
 // (gamma 6e4 times xhat 3/sqrt(3.5)), while bf16 holds it; a NaN row stays NaN.
 TEST(CpuNorm16, OverflowsAsTheFormatDoes) {

@@ -5,7 +5,10 @@
 //
 // A row is decoded once into a float32 row buffer that stays in L1 (the later sweeps read it
 // there), its result computed there and encoded on the way out: memory sees one read of x (and
-// dy) and one write of y (dx), in the narrow format. Decoding is exact; encoding rounds to
+// dy) and one write of y (dx), in the narrow format. With AVX2 and D a multiple of 8, two sweeps
+// per row: decode + the statistics' sums (LayerNorm shifted by the row's first values, as the
+// float32 kernels, then summed again centred if the shift was too far), and apply + encode;
+// otherwise plain vector loops (simd.h) over the decoded row. Decoding is exact; encoding rounds to
 // nearest even with IEEE overflow and gradual underflow, the one rounding of core's
 // precision.h (round_to, to_bits), with fp16 through the CPU's F16C conversions where it has
 // them (the same rounding: the tests compare the two on boundary cases).
@@ -64,6 +67,68 @@ void encode(Precision p, uint16_t* out, float* in, int64_t n) {
   for (; i < n; ++i) out[i] = to_bits(Precision::fp16, in[i]);
 }
 
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+constexpr bool kAvx2 = true;
+
+inline __m256 load8(Precision p, const uint16_t* in) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+  if (p == Precision::fp16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// bf16: round to nearest even by adding 0x7fff plus the kept part's lowest bit (a carry into the
+// exponent is the correct rounding up, to inf past the largest finite value); NaN kept NaN
+// (quiet), which the addition could otherwise carry into the sign.
+inline void store8(Precision p, uint16_t* out, __m256 v) {
+  __m128i h;
+  if (p == Precision::fp16) {
+    h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+    h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
+}
+
+inline float hsum8(__m256 v) {
+  const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+// Sweep 1 of a forward row: r = decode(x); the sums of (x - c) and (x - c)^2 (RMSNorm: c = 0).
+inline void decode_sums8(Precision p, float* r, const uint16_t* x, int64_t d, float c, float& su, float& ss) {
+  const __m256 vc = _mm256_set1_ps(c);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, q0 = a0, q1 = a0;
+  int64_t j = 0;
+  for (; j + 16 <= d; j += 16) {
+    const __m256 v0 = load8(p, x + j), v1 = load8(p, x + j + 8);
+    _mm256_storeu_ps(r + j, v0);
+    _mm256_storeu_ps(r + j + 8, v1);
+    const __m256 s0 = _mm256_sub_ps(v0, vc), s1 = _mm256_sub_ps(v1, vc);
+    a0 = _mm256_add_ps(a0, s0);
+    a1 = _mm256_add_ps(a1, s1);
+    q0 = _mm256_fmadd_ps(s0, s0, q0);
+    q1 = _mm256_fmadd_ps(s1, s1, q1);
+  }
+  for (; j < d; j += 8) {
+    const __m256 v = load8(p, x + j);
+    _mm256_storeu_ps(r + j, v);
+    const __m256 s = _mm256_sub_ps(v, vc);
+    a0 = _mm256_add_ps(a0, s);
+    q0 = _mm256_fmadd_ps(s, s, q0);
+  }
+  su = hsum8(_mm256_add_ps(a0, a1));
+  ss = hsum8(_mm256_add_ps(q0, q1));
+}
+#else
+constexpr bool kAvx2 = false;
+#endif
+
 void check_format(Precision p, const char* kernel) {
   NL_CHECK(p == Precision::bf16 || p == Precision::fp16, "{}: the storage must be bf16 or fp16, got {}", kernel,
            to_string(p));
@@ -98,7 +163,44 @@ void forward_rows(Precision p, uint16_t* y, float* mean, float* rstd, const uint
   const float* g = w.gamma.data();
   const float* bt = w.beta.empty() ? nullptr : w.beta.data();
   const float inv_d = 1.0f / static_cast<float>(d);
+  const bool fast = kAvx2 && d % 8 == 0;
   for (int64_t i = lo; i < hi; ++i) {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+    if (fast) {
+      // The shift: the mean of the row's first 8 values (the float32 kernels' row_shift).
+      const float c = kRms ? 0.0f : hsum8(load8(p, x + i * d)) * 0.125f;
+      float su = 0, ss = 0;
+      decode_sums8(p, r, x + i * d, d, c, su, ss);
+      float mu = 0, rs = 0;
+      if (kRms) {
+        rs = rstd_from(ss, inv_d, eps);
+      } else {
+        const float m = su * inv_d;
+        float var = shifted_variance(m, ss, inv_d);
+        mu = mean_from(c, su, inv_d);
+        if (shift_too_far(m, var)) {  // sum the row again, centred (from L1)
+          const __m256 vmu = _mm256_set1_ps(mu);
+          __m256 q = _mm256_setzero_ps();
+          for (int64_t j = 0; j < d; j += 8) {
+            const __m256 t = _mm256_sub_ps(_mm256_loadu_ps(r + j), vmu);
+            q = _mm256_fmadd_ps(t, t, q);
+          }
+          var = hsum8(q) * inv_d;
+        }
+        rs = rstd_of_variance(var, eps);
+      }
+      const __m256 vmu = _mm256_set1_ps(mu), vrs = _mm256_set1_ps(rs);
+      uint16_t* yr = y + i * d;
+      for (int64_t j = 0; j < d; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(r + j), vmu), vrs), _mm256_loadu_ps(g + j));
+        if (bt) v = _mm256_add_ps(v, _mm256_loadu_ps(bt + j));
+        store8(p, yr + j, v);
+      }
+      if (mean) mean[i] = mu;
+      rstd[i] = rs;
+      continue;
+    }
+#endif
     decode(p, r, x + i * d, d);
     float mu = 0;
     if (!kRms) mu = row_reduce(d, [&](int64_t j, int64_t n) { return load_n(r + j, n); }) * inv_d;
@@ -142,7 +244,36 @@ void backward(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint
     if (bg) std::fill(bg, bg + d, 0.0f);
     if (bb) std::fill(bb, bb + d, 0.0f);
     const float* g = w.gamma.data();
+    const bool fast = kAvx2 && d % 8 == 0;
     for (int64_t i = blk * rows_per, end = std::min(n, i + rows_per); i < end; ++i) {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+      if (fast) {
+        // Sweep 1: xhat and dy kept (L1), the parameter-gradient partials, the sums of g = dy*gamma
+        // and g*xhat; sweep 2: dx.
+        const __m256 vmu = _mm256_set1_ps(kRms ? 0.0f : mean[i]), vrs = _mm256_set1_ps(rstd[i]);
+        __m256 sg = _mm256_setzero_ps(), sgx = sg;
+        for (int64_t j = 0; j < d; j += 8) {
+          const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(load8(p, x + i * d + j), vmu), vrs);
+          const __m256 dyv = load8(p, dy + i * d + j);
+          _mm256_storeu_ps(xr + j, xh);
+          _mm256_storeu_ps(gr + j, dyv);
+          const __m256 gv = _mm256_mul_ps(dyv, _mm256_loadu_ps(g + j));
+          sg = _mm256_add_ps(sg, gv);
+          sgx = _mm256_fmadd_ps(gv, xh, sgx);
+          if (bg) _mm256_storeu_ps(bg + j, _mm256_fmadd_ps(dyv, xh, _mm256_loadu_ps(bg + j)));
+          if (bb) _mm256_storeu_ps(bb + j, _mm256_add_ps(_mm256_loadu_ps(bb + j), dyv));
+        }
+        if (!dx) continue;
+        const __m256 vmg = _mm256_set1_ps(kRms ? 0.0f : hsum8(sg) * inv_d), vmgx = _mm256_set1_ps(hsum8(sgx) * inv_d);
+        uint16_t* dxr = dx + i * d;
+        for (int64_t j = 0; j < d; j += 8) {
+          const __m256 gv = _mm256_mul_ps(_mm256_loadu_ps(gr + j), _mm256_loadu_ps(g + j));
+          const __m256 t = _mm256_fnmadd_ps(_mm256_loadu_ps(xr + j), vmgx, _mm256_sub_ps(gv, vmg));
+          store8(p, dxr + j, _mm256_mul_ps(vrs, t));
+        }
+        continue;
+      }
+#endif
       decode(p, xr, x + i * d, d);
       decode(p, gr, dy + i * d, d);
       const VF vmu = set1(kRms ? 0.0f : mean[i]), vrs = set1(rstd[i]);
