@@ -5,7 +5,7 @@
 // same timing loop, statistics, byte counts and report. The device half, buffers and CUDA
 // events, is the CUDA module's (CudaNormBench, normlab/cuda_backend.h).
 //
-//   normlab bench norms --device cuda --dtypes f32,bf16
+//   normlab bench norms --device cuda --precision fp32,bf16,fp16
 //   normlab bench norms --device cuda-sim --shapes 1x8x64 --footprint-mib 1 --min-time 0
 #include <cstring>
 #include <memory>
@@ -25,22 +25,10 @@ namespace {
 
 using A = CudaBenchArray;
 
-// bf16 on the host: float32 rounded to nearest even (__float2bfloat16_rn's rounding; a NaN
-// stays a NaN), and back.
-uint16_t to_bf16(float f) {
-  uint32_t u = 0;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f = 0;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-float round_bf16(float f) { return from_bf16(to_bf16(f)); }
+// The host's side of the 16-bit storage: core's encodings (precision.h), which round as the
+// GPU's __float2bfloat16_rn / __float2half_rn do.
+float round_bf16(float f) { return round_to(Precision::bf16, f); }
+float round_fp16(float f) { return round_to(Precision::fp16, f); }
 
 // The arrays stored in the bench's storage format; the rest (statistics, dgamma, dbeta) are
 // float32 on the device too.
@@ -52,23 +40,24 @@ class DeviceSets {
   DeviceSets(const std::string& device, const CudaNormBenchShape& shape)
       : shape_(shape), bench_(make_cuda_norm_bench(device == "cuda-sim" ? Device::cuda_sim : Device::cuda, shape)) {}
   CudaNormBench& bench() { return *bench_; }
-  bool bf16() const { return shape_.bf16; }
+  Precision storage() const { return shape_.storage; }
+  bool narrow() const { return shape_.storage != Precision::fp32; }
 
-  // Set 0's array `a` from `host` (float32; converted when stored as bf16); nothing for nullptr.
+  // Set 0's array `a` from `host` (float32; encoded when stored in 16 bits); nothing for nullptr.
   void put(A a, const float* host) {
     if (!host) return;
-    if (!bf16() || !stored(a)) return bench_->upload(a, host);
+    if (!narrow() || !stored(a)) return bench_->upload(a, host);
     std::vector<uint16_t> bits(cuda_bench_array_bytes(shape_, a) / 2);
-    for (size_t i = 0; i < bits.size(); ++i) bits[i] = to_bf16(host[i]);
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = to_bits(storage(), host[i]);
     bench_->upload(a, bits.data());
   }
   // Set 0's array `a` into `host` as float32; nothing for nullptr.
   void get(A a, float* host) {
     if (!host) return;
-    if (!bf16() || !stored(a)) return bench_->download(a, host);
+    if (!narrow() || !stored(a)) return bench_->download(a, host);
     std::vector<uint16_t> bits(cuda_bench_array_bytes(shape_, a) / 2);
     bench_->download(a, bits.data());
-    for (size_t i = 0; i < bits.size(); ++i) host[i] = from_bf16(bits[i]);
+    for (size_t i = 0; i < bits.size(); ++i) host[i] = from_bits(storage(), bits[i]);
   }
 
  private:
@@ -94,7 +83,7 @@ NormImpl device_impl(DeviceSets& dev, NormKind norm, const std::string& provider
   m.norm = norm;
   m.impl = "fused";
   m.provider = provider;
-  m.dtype = dev.bf16() ? "bf16" : "f32";
+  m.dtype = dev.narrow() ? to_string(dev.storage()) : "f32";
   auto pass_fn = [&dev, norm](Pass pass) {
     return [&dev, norm, pass](const NormArgs& a) {
       const bool ln = norm == NormKind::layernorm, bwd = pass == Pass::bwd;
@@ -113,7 +102,7 @@ NormImpl device_impl(DeviceSets& dev, NormKind norm, const std::string& provider
   };
   m.forward = pass_fn(Pass::fwd);
   m.backward = pass_fn(Pass::bwd);
-  if (!dev.bf16()) m.add_forward = pass_fn(Pass::addfwd);
+  if (!dev.narrow()) m.add_forward = pass_fn(Pass::addfwd);
   return m;
 }
 
@@ -157,19 +146,20 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
   for (const NormShape& shape : opt.shapes) {
     bool copies = opt.copy_baselines;  // timed once per shape, with its first dtype
     for (const std::string& dtype : opt.dtypes) {
-      const bool bf16 = dtype == "bf16";
-      const int64_t stored_bytes = bf16 ? 2 : 4;
-      const bool with_sum = opt.addfwd && !bf16;
+      const Precision storage = storage_of(dtype);
+      const bool narrow = storage != Precision::fp32;
+      const int64_t stored_bytes = narrow ? 2 : 4;
+      const bool with_sum = opt.addfwd && !narrow;
       // The host's one set: the inputs every device set gets, and where the checked call's
       // outputs come back to. bf16: the values the device will hold.
       std::vector<float> memory(static_cast<size_t>(Pool::floats_needed(shape, 1, with_sum)));
       Pool pool(memory.data(), shape, 1, with_sum, opt.seed, opt.ln_eps, opt.rms_eps);
-      if (bf16) pool.round_inputs(round_bf16);
+      if (narrow) pool.round_inputs(storage == Precision::bf16 ? round_bf16 : round_fp16);
       CudaNormBenchShape ds;
       ds.rows = shape.rows();
       ds.d = shape.d;
       ds.sets = sets_for(shape, footprint, stored_bytes);
-      ds.bf16 = bf16;
+      ds.storage = storage;
       log(fmt::format("{} {} on {}: {} buffer set(s)", shape.str(), dtype, opt.device, ds.sets));
       DeviceSets dev(opt.device, ds);
       if (report.context.device.empty())

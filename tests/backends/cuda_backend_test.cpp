@@ -206,47 +206,45 @@ INSTANTIATE_TEST_SUITE_P(Devices, CudaDevice, ::testing::Values("cuda-sim", "cud
 
 // The bench's device half (CudaNormBench; src/bench checks its rows against the reference): what
 // goes up comes back as it went, a norm call writes set 0's outputs from its inputs (checked
-// here against a float64 RMSNorm), in float32 and in bf16 storage, the copies reproduce their
+// here against a float64 RMSNorm), in float32, bf16 and fp16 storage, the copies reproduce their
 // source, every set can be called and timed after replicate(), a set out of range is an error.
 TEST_P(CudaDevice, NormBenchDeviceHalf) {
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+  for (const Precision storage : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(to_string(storage));
+    const bool narrow = storage != Precision::fp32;
     CudaNormBenchShape shape;
     shape.rows = 4;
     shape.d = 64;
     shape.sets = 3;
-    shape.bf16 = bf16;
+    shape.storage = storage;
     std::unique_ptr<CudaNormBench> b = make_cuda_norm_bench(device(), shape);
     const size_t n = 4, d = 64, nd = n * d;
-    // Inputs as stored: float32, or bf16 bits (values with 8 significant bits, exact either way).
+    // Inputs as stored: float32, or 16-bit encodings (values with 8 significant bits, exact in each).
     std::vector<float> x(nd), gamma(d, 1.5f);
     for (size_t i = 0; i < nd; ++i) x[i] = static_cast<float>(static_cast<int>(i % 23) - 11) / 8.0f;
     auto as_stored = [&](const std::vector<float>& v) {
-      std::vector<unsigned char> bytes(v.size() * (bf16 ? 2 : 4));
+      std::vector<unsigned char> bytes(v.size() * (narrow ? 2 : 4));
       for (size_t i = 0; i < v.size(); ++i) {
-        uint32_t u = 0;
-        std::memcpy(&u, &v[i], 4);
-        if (bf16) {
-          const uint16_t h = static_cast<uint16_t>(u >> 16);  // exact: the low bits are 0
+        if (narrow) {
+          const uint16_t h = to_bits(storage, v[i]);
+          EXPECT_EQ(from_bits(storage, h), v[i]);  // exact
           std::memcpy(bytes.data() + 2 * i, &h, 2);
         } else {
-          std::memcpy(bytes.data() + 4 * i, &u, 4);
+          std::memcpy(bytes.data() + 4 * i, &v[i], 4);
         }
       }
       return bytes;
     };
     auto from_stored = [&](const std::vector<unsigned char>& bytes) {
-      std::vector<float> v(bytes.size() / (bf16 ? 2 : 4));
+      std::vector<float> v(bytes.size() / (narrow ? 2 : 4));
       for (size_t i = 0; i < v.size(); ++i) {
-        uint32_t u = 0;
-        if (bf16) {
+        if (narrow) {
           uint16_t h = 0;
           std::memcpy(&h, bytes.data() + 2 * i, 2);
-          u = static_cast<uint32_t>(h) << 16;
+          v[i] = from_bits(storage, h);
         } else {
-          std::memcpy(&u, bytes.data() + 4 * i, 4);
+          std::memcpy(&v[i], bytes.data() + 4 * i, 4);
         }
-        std::memcpy(&v[i], &u, 4);
       }
       return v;
     };
@@ -271,7 +269,9 @@ TEST_P(CudaDevice, NormBenchDeviceHalf) {
       EXPECT_NEAR(rstd[i], r, 1e-5 * r) << "row " << i;
       for (size_t j = 0; j < d; ++j) {
         const double want = 1.5 * x[i * d + j] * r;
-        EXPECT_NEAR(y[i * d + j], want, (bf16 ? 4e-3 : 1e-5) * (1.0 + std::fabs(want))) << i << "," << j;
+        // half an ulp of the storage, and float32's error
+        const double rel = narrow ? 0.5 * format_info(storage).epsilon + 1e-5 : 1e-5;
+        EXPECT_NEAR(y[i * d + j], want, rel * (1.0 + std::fabs(want))) << i << "," << j;
       }
     }
     for (const CudaBenchOp copy : {CudaBenchOp::copy_kernel, CudaBenchOp::copy_memcpy}) {

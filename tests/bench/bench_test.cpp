@@ -998,6 +998,56 @@ TEST(BenchVerify, Bf16OutputsAreHeldToBf16Rounding) {
   EXPECT_EQ(off.worst_output, "y");
 }
 
+// The cpu's 16-bit storage rows: every fused norm and pass in both formats, checked before they
+// are timed, at odd sizes (the kernels' scalar rows) and multiples of 8 (their vector rows), with
+// half the bytes of the float32 row of the same case; fp16 held to its own (tighter) rounding.
+TEST(BenchVerify, SixteenBitRowsAreCheckedAndCountHalfTheBytes) {
+  NormBenchOptions o = quick_options();
+  o.impls = {"fused"};
+  o.fwd = o.bwd = true;
+  o.addfwd = false;
+  o.dtypes = {"f32", "bf16", "fp16"};
+  const NormReport r = run_norm_bench(o, builtin_norm_impls());
+  std::map<std::string, const NormRow*> f32;
+  for (const NormRow& x : r.rows)
+    if (x.dtype == "f32") f32[fmt::format("{}/{}/{}", x.norm, x.pass, x.shape.str())] = &x;
+  int sixteen = 0;
+  for (const NormRow& x : r.rows) {
+    EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
+    if (x.dtype == "f32") continue;
+    ++sixteen;
+    EXPECT_TRUE(x.dtype == "bf16" || x.dtype == "fp16") << x.name();
+    EXPECT_GE(x.time.samples, 3) << x.name();
+    const NormRow* same = f32[fmt::format("{}/{}/{}", x.norm, x.pass, x.shape.str())];
+    ASSERT_NE(same, nullptr) << x.name();
+    // x, y (dy, x, dx) stored in 2 bytes; statistics stay float32
+    EXPECT_EQ(2 * x.bytes.data, same->bytes.data) << x.name();
+    EXPECT_EQ(x.bytes.stats, same->bytes.stats) << x.name();
+    if (x.norm == "rmsnorm") EXPECT_TRUE(std::isfinite(x.rms_over_ln)) << x.name();  // within its format
+  }
+  EXPECT_EQ(sixteen, 2 /*formats*/ * 2 /*norms*/ * 2 /*passes*/ * 2 /*shapes*/);
+
+  // A kernel that stores as fp16 is held to fp16's half ulp (2^-11), not bf16's.
+  const int64_t n = 3, d = 40;
+  std::vector<float> x(n * d), gamma(d, 1.0f), beta(d, 0.0f), y(n * d), mean(n), rstd(n);
+  for (int64_t i = 0; i < n * d; ++i) x[i] = round_to(Precision::fp16, 0.3f + std::sin(0.37f * i));
+  const NormArgs a = forward_args(NormKind::layernorm, n, d, x.data(), gamma.data(), beta.data(), y.data(),
+                                  mean.data(), rstd.data());
+  auto impl = [](const std::string& dtype, Precision stored) {
+    NormImpl m;
+    m.norm = NormKind::layernorm;
+    m.impl = "stored";
+    m.dtype = dtype;
+    m.forward = [stored](const NormArgs& c) {
+      cpu::layernorm_forward_multipass(c.y, c.mean, c.rstd, c.x, c.gamma, c.beta, c.n, c.d, c.eps);
+      round_to(stored, c.y, c.n * c.d);
+    };
+    return m;
+  };
+  EXPECT_TRUE(verify_norm(impl("fp16", Precision::fp16), Pass::fwd, a).pass);
+  EXPECT_FALSE(verify_norm(impl("fp16", Precision::bf16), Pass::fwd, a).pass) << "bf16 rounding passed as fp16";
+}
+
 // ---- whole steps ---------------------------------------------------------------------------------
 
 TEST(BenchStep, MatmulFlopsByHand) {

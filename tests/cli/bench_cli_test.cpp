@@ -141,14 +141,14 @@ TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
 }
 
 // bench norms on cuda-sim (the CUDA sources simulated on the host): the GPU bench's whole path
-// without a GPU. Its rows pass the same check as the cpu rows (every kernel, f32 and bf16, the
+// without a GPU. Its rows pass the same check as the cpu rows (every kernel, f32, bf16 and fp16, the
 // vector path at d = 64 and the scalar one at d = 67), and they are ordinary `bench norms`
 // rows: --out, --compare, `bench merge` and `bench --compare` take them. ctest label: cuda.
 TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   const std::string base = testing::TempDir() + "/normlab_bench_cuda_sim.json";
   std::remove(base.c_str());
   const std::vector<std::string> run = {"bench", "norms", "--device", "cuda-sim", "--shapes", "1x8x64,1x3x67",
-                                        "--dtypes", "f32,bf16", "--footprint-mib", "1", "--min-time", "0",
+                                        "--precision", "fp32,bf16,fp16", "--footprint-mib", "1", "--min-time", "0",
                                         "--repeats", "2", "--warmup", "1"};
   std::vector<std::string> args = run;
   args.insert(args.end(), {"--json", "--out", base});
@@ -158,9 +158,9 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   EXPECT_EQ(j, nlohmann::json::parse(normlab::test::slurp(base)));
   EXPECT_EQ(j["context"]["normlab_bench"], "norms");
   EXPECT_EQ(j["context"]["device"].get<std::string>().rfind("cuda-sim: ", 0), 0u) << j["context"];
-  // Per shape: f32 copy.loop, copy.memcpy and both norms' fwd, bwd, addfwd; bf16 both norms'
-  // fwd, bwd (no addfwd in bf16).
-  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 4u));
+  // Per shape: f32 copy.loop, copy.memcpy and both norms' fwd, bwd, addfwd; bf16 and fp16 both
+  // norms' fwd, bwd (no addfwd in 16 bits).
+  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 4u + 4u));
   for (const auto& b : j["benchmarks"]) {
     const std::string name = b["name"];
     EXPECT_EQ(b["status"], "ok") << name << ": " << b["verify"]["report"];
@@ -170,7 +170,7 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
     EXPECT_EQ(name.substr(name.size() - 9), "/cuda-sim") << name;
     const int64_t nd = b["shape"][0].get<int64_t>() * b["shape"][1].get<int64_t>() * b["shape"][2].get<int64_t>();
     if (b["pass"] == "fwd") {
-      EXPECT_EQ(b["counters"]["data_bytes"], 2 * nd * (b["dtype"] == "bf16" ? 2 : 4)) << name;
+      EXPECT_EQ(b["counters"]["data_bytes"], 2 * nd * (b["dtype"] == "f32" ? 4 : 2)) << name;
     }
     if (b["norm"] != "copy") {
       EXPECT_EQ(b["provider"], "normlab (cuda-sim)") << name;
@@ -201,6 +201,7 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
         {"bench", "norms", "--device", "cuda-sim", "--impl", "fused"},
         {"bench", "norms", "--device", "cuda-sim", "--dtypes", "bf16", "--pass", "addfwd"},
         {"bench", "norms", "--device", "cuda-sim", "--dtypes", "f16"},
+        {"bench", "norms", "--precision", "fp16", "--pass", "addfwd"},
         {"bench", "norms", "--device", "cuda-sim", "--tf32"}}) {
     r = run_cli(bad);
     EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -112,7 +112,7 @@ TEST(DeviceCli, BadDeviceValuesAreUsageErrors) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"train", "--device", "gpu", "--steps", "2"},
            {"train", "--tf32", "--steps", "2"},
-           {"bench", "norms", "--dtypes", "bf16", "--shapes", "1x2x8"}}) {
+           {"bench", "norms", "--precision", "f16", "--shapes", "1x2x8"}}) {
     CliResult r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << describe(r);
     EXPECT_EQ(split_lines(r.err).size(), 1u) << describe(r);

@@ -44,7 +44,9 @@ bool cuda_tf32();
 struct CudaNormBenchShape {
   int64_t rows = 0, d = 0;
   int64_t sets = 1;
-  bool bf16 = false;  // the N x D arrays and gamma/beta stored as bf16 (statistics, dgamma, dbeta float32)
+  // The N x D arrays and gamma/beta stored in this format (bf16, fp16: 2 bytes; statistics,
+  // dgamma, dbeta float32 always).
+  Precision storage = Precision::fp32;
 };
 // The arrays of a set. N x D, as stored: x, b (dy of a backward, the second addend of an
 // add+norm), out (y or dx), s (the add's sum). N float32: mean, rstd (written by a forward);
@@ -53,7 +55,7 @@ struct CudaNormBenchShape {
 enum class CudaBenchArray { x, b, out, s, mean, rstd, ln_mean, ln_rstd, rms_rstd, gamma, beta, dgamma, dbeta };
 // Bytes of one set's `a`.
 inline size_t cuda_bench_array_bytes(const CudaNormBenchShape& s, CudaBenchArray a) {
-  const size_t stored = s.bf16 ? 2 : 4, n = static_cast<size_t>(s.rows), d = static_cast<size_t>(s.d);
+  const size_t stored = s.storage == Precision::fp32 ? 4 : 2, n = static_cast<size_t>(s.rows), d = static_cast<size_t>(s.d);
   switch (a) {
     case CudaBenchArray::x: case CudaBenchArray::b: case CudaBenchArray::out: case CudaBenchArray::s:
       return n * d * stored;
@@ -75,7 +77,7 @@ enum class CudaBenchOp {
 class CudaNormBench {
  public:
   virtual ~CudaNormBench() = default;
-  // Set 0's `array` from / to host memory, as stored (float32, or bf16 bits): its
+  // Set 0's `array` from / to host memory, as stored (float32, or the 16-bit encodings): its
   // cuda_bench_array_bytes. Synchronous.
   virtual void upload(CudaBenchArray array, const void* host) = 0;
   virtual void download(CudaBenchArray array, void* host) = 0;

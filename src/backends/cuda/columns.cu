@@ -113,6 +113,8 @@ template void norm_column_sums<float>(float*, float*, const float*, const float*
 template void norm_column_sums<__nv_bfloat16>(float*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
                                               const float*, const float*, int64_t, int64_t, bool, float*,
                                               const char*);
+template void norm_column_sums<__half>(float*, float*, const __half*, const __half*, const float*, const float*,
+                                       int64_t, int64_t, bool, float*, const char*);
 
 void column_final(float* out_g, float* out_b, const float* part_g, const float* part_b,
                   int64_t chunks, int64_t cols, const char* name) {

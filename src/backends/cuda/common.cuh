@@ -116,15 +116,18 @@ inline int device_sms() {
 // 16-byte aligned (nullptr counts as aligned: an absent array constrains nothing).
 inline bool aligned16(const void* ptr) { return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
-// ---- storage types: float32, or bf16 with float32 arithmetic ------------------------------------
+// ---- storage types: float32, or bf16 / fp16 with float32 arithmetic ------------------------------
 __device__ inline float to_f(float v) { return v; }
 __device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float to_f(__half v) { return __half2float(v); }
 template <class T>
 __device__ inline T from_f(float v);
 template <>
 __device__ inline float from_f<float>(float v) { return v; }
 template <>
 __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ inline __half from_f<__half>(float v) { return __float2half_rn(v); }
 
 // A row is walked in units of P elements: P = 1 (scalar), or 16 bytes (float4: 4 floats, 8
 // bf16) when D is a multiple of P and every pointer is 16-byte aligned.
@@ -137,6 +140,18 @@ __device__ inline void load_unit<float, 1>(const float* row, int64_t u, float (&
 template <>
 __device__ inline void load_unit<__nv_bfloat16, 1>(const __nv_bfloat16* row, int64_t u, float (&v)[1]) {
   v[0] = __bfloat162float(row[u]);
+}
+template <>
+__device__ inline void load_unit<__half, 1>(const __half* row, int64_t u, float (&v)[1]) {
+  v[0] = __half2float(row[u]);
+}
+template <>
+__device__ inline void load_unit<__half, 8>(const __half* row, int64_t u, float (&v)[8]) {
+  const uint4 q = reinterpret_cast<const uint4*>(row)[u];
+  __half h[8];
+  memcpy(h, &q, sizeof q);  // as the bf16 unit: no pointer cast
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = __half2float(h[k]);
 }
 template <>
 __device__ inline void load_unit<float, 4>(const float* row, int64_t u, float (&v)[4]) {
@@ -168,6 +183,19 @@ __device__ inline void store_unit<float, 1>(float* row, int64_t u, const float (
 template <>
 __device__ inline void store_unit<__nv_bfloat16, 1>(__nv_bfloat16* row, int64_t u, const float (&v)[1]) {
   row[u] = __float2bfloat16_rn(v[0]);
+}
+template <>
+__device__ inline void store_unit<__half, 1>(__half* row, int64_t u, const float (&v)[1]) {
+  row[u] = __float2half_rn(v[0]);
+}
+template <>
+__device__ inline void store_unit<__half, 8>(__half* row, int64_t u, const float (&v)[8]) {
+  __half h[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) h[k] = __float2half_rn(v[k]);
+  uint4 q;
+  memcpy(&q, h, sizeof q);
+  reinterpret_cast<uint4*>(row)[u] = q;
 }
 template <>
 __device__ inline void store_unit<float, 4>(float* row, int64_t u, const float (&v)[4]) {

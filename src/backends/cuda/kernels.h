@@ -67,8 +67,8 @@ int64_t column_work(int64_t rows, int64_t cols);
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work);
 
 // ---- norms.cu: LayerNorm / RMSNorm over the last dimension (N rows of D) ----------------------
-// T, the storage of the N x D arrays and of gamma/beta: float, or __nv_bfloat16 (cuda_bf16.h;
-// `bench norms --dtypes bf16`). Statistics (mean, rstd) and dgamma/dbeta are float32 either way,
+// T, the storage of the N x D arrays and of gamma/beta: float, __nv_bfloat16 (cuda_bf16.h) or
+// __half (cuda_fp16.h; `bench norms --precision bf16,fp16`). Statistics (mean, rstd) and dgamma/dbeta are float32 either way,
 // and every kernel computes in float32. The add+norm forwards write s = alpha*a + b (as stored)
 // and normalize it. The backwards write dx, dgamma, dbeta where non-null; `work` holds
 // column_work(n, d) floats.

@@ -97,10 +97,12 @@ class NormBench final : public CudaNormBench {
   void run(CudaBenchOp op, int64_t set, float eps, float alpha) override {
     if (set < 0 || set >= shape_.sets)
       throw Error(std::string(kName) + ": no buffer set " + std::to_string(set) + " of " + std::to_string(shape_.sets));
-    if (shape_.bf16)
-      run_as<__nv_bfloat16>(op, set, eps, alpha);
-    else
-      run_as<float>(op, set, eps, alpha);
+    switch (shape_.storage) {
+      case Precision::bf16: run_as<__nv_bfloat16>(op, set, eps, alpha); return;
+      case Precision::fp16: run_as<__half>(op, set, eps, alpha); return;
+      case Precision::fp32: break;
+    }
+    run_as<float>(op, set, eps, alpha);
   }
   double time(CudaBenchOp op, int64_t set, float eps, float alpha) override {
     check(cudaEventRecord(start_), "cudaEventRecord", kName);

@@ -1,8 +1,8 @@
 // LayerNorm and RMSNorm over the last dimension (N rows of D), forward (alone or fused with the
 // residual add s = alpha*a + b) and backward, each launcher below its kernels, under the cpu
 // backend's names. Templated on the storage of the N x D arrays and of the parameters: float,
-// or __nv_bfloat16 for `bench norms --dtypes bf16` (statistics and parameter gradients are
-// float32 either way).
+// or __nv_bfloat16 / __half for `bench norms --precision bf16,fp16` (statistics and parameter
+// gradients are float32 either way).
 #include "columns.h"
 
 namespace normlab::cuda {
@@ -440,7 +440,7 @@ void rmsnorm_backward(T* dx, float* dgamma, const T* dy, const T* x, const T* ga
   norm_backward_t<T, true>({dx, dy, x, gamma, nullptr, rstd, d}, dgamma, nullptr, n, work);
 }
 
-// The two storage types (kernels.h declares the templates).
+// The three storage types (kernels.h declares the templates).
 #define NL_NORMS_FOR(T)                                                                                          \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t, float);  \
   template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float);                     \
@@ -454,6 +454,7 @@ void rmsnorm_backward(T* dx, float* dgamma, const T* dy, const T* x, const T* ga
                                     float*);
 NL_NORMS_FOR(float)
 NL_NORMS_FOR(__nv_bfloat16)
+NL_NORMS_FOR(__half)
 #undef NL_NORMS_FOR
 
 }  // namespace normlab::cuda
