@@ -23,10 +23,11 @@ tolerances as normlab's check); a wrong result is reported as "rejected" and not
 --device cuda: the same on GPU 0, as `normlab bench norms --device cuda` times normlab's
 kernels: the buffers (x, dy, and the retained graphs of the backward) rotated through
 --footprint-bytes on the device, each call timed with CUDA events (one call per sample), the
-check run in float64 on the device. --dtypes bf16 makes x, dy and the parameters bf16 (PyTorch
-then computes in float32 inside its kernels and stores y, dx and the parameter gradients as
-bf16): those outputs get bf16's rounding, 2^-8 relative, on top of the tolerances. Rows are
-named <norm>.torch/<pass>/<shape>[/bf16]/cuda and carry "device" and "dtype".
+check run in float64 on the device. --dtypes bf16 or fp16 (on either device) makes x, dy and the
+parameters bf16 / float16 (PyTorch then computes in float32 inside its kernels and stores y, dx
+and the parameter gradients in the format): those outputs get half an ulp of the format, 2^-8
+or 2^-11 relative, on top of the tolerances. Rows are named
+<norm>.torch/<pass>/<shape>[/bf16|/fp16]/<cuda or threads:T> and carry "device" and "dtype".
 
 PyTorch allocates every output. glibc serves blocks over 32 MiB with mmap and returns them at
 free, so each call would pay page faults for its output (very slow under a hypervisor: 5x on
@@ -67,7 +68,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cpu (threads, default) or cuda: GPU 0, CUDA events, buffers on the device")
-    p.add_argument("--dtypes", default="f32", help="with --device cuda: f32, bf16 or f32,bf16 (storage)")
+    p.add_argument("--dtypes", default="f32", help="storage: f32, bf16, fp16 or a comma list")
     p.add_argument("--allocator", default="auto", choices=["auto", "jemalloc", "glibc"],
                    help="auto: jemalloc when installed, else glibc (see above)")
     p.add_argument("--out", default="-", help="JSON file (default stdout)")
@@ -122,7 +123,7 @@ def stats(samples):
 
 def byte_counts(norm, pas, b, t, d, stored=4):
     """As normlab's norm_bytes(): data = the N x D arrays, params, stats; the arrays and gamma/beta
-    `stored` bytes each (4, or 2 for bf16), statistics and dgamma/dbeta 4."""
+    `stored` bytes each (4, or 2 for bf16 and fp16), statistics and dgamma/dbeta 4."""
     n, nd, ln = b * t, b * t * d, norm == "layernorm"
     if pas == "fwd":
         return 2 * nd * stored, (2 if ln else 1) * d * stored, (2 if ln else 1) * n * 4
@@ -195,8 +196,9 @@ def resident_batch(call):
 ROWS_PER_CHUNK = 256  # float64 temporaries of 256 rows, not of the whole tensor
 
 
-# An output stored as bf16 is rounded once more, to 8 significant bits (norm_bench.cpp's rule).
-BF16_RTOL = 2.0 ** -8
+# An output stored in 16 bits is rounded once more: half an ulp, 2^-8 (bf16) or 2^-11 (fp16)
+# relative (norm_bench.cpp's rule). dtype name -> (torch dtype, that tolerance).
+STORAGE = {"f32": ("float32", 0.0), "bf16": ("bfloat16", 2.0 ** -8), "fp16": ("float16", 2.0 ** -11)}
 
 
 def check_forward(norm, y, x, w, b, eps, stored_rtol=0.0):
@@ -266,8 +268,8 @@ def main():
     cuda = args.device == "cuda"
     dtypes = []
     for name in args.dtypes.split(","):
-        if name not in ("f32", "bf16") or (name == "bf16" and not cuda):
-            sys.exit("torch_bench.py: --dtypes takes f32%s, not '%s'" % (" and bf16" if cuda else " (bf16 needs --device cuda)", name))
+        if name not in STORAGE:
+            sys.exit("torch_bench.py: --dtypes takes f32, bf16 or fp16, not '%s'" % name)
         if name not in dtypes:
             dtypes.append(name)
     if cuda and args.resident:
@@ -308,9 +310,9 @@ def main():
 
     for (b, t, d), dtype in ((shape, dt) for shape in shapes for dt in dtypes):
         n = b * t
-        tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
-        stored = 2 if dtype == "bf16" else 4
-        stored_rtol = BF16_RTOL if dtype == "bf16" else 0.0
+        tdt = getattr(torch, STORAGE[dtype][0])
+        stored = 4 if dtype == "f32" else 2
+        stored_rtol = STORAGE[dtype][1]
         per_set = 2 * n * d * stored
         sets = 1 if args.resident else max(1, -(-args.footprint_bytes // per_set))
         # x: rows with offsets and scales that vary, as normlab's inputs; dy uniform in [-1, 1).
@@ -344,7 +346,7 @@ def main():
                 for pas in passes:
                     data, pbytes, sbytes = byte_counts(norm, pas, b, t, d, stored)
                     name = "%s.torch/%s/%dx%dx%d%s%s/%s" % (norm, pas, b, t, d, "/resident" if args.resident else "",
-                                                           "/bf16" if dtype == "bf16" else "",
+                                                           "" if dtype == "f32" else "/" + dtype,
                                                            "cuda" if cuda else "threads:%d" % nthreads)
                     case = {"norm": norm, "pass": pas, "name": name, "samples": [], "timed": 0.0,
                             "status": "ok", "verify": {"pass": True, "max_abs_err": 0.0, "worst_output": "",

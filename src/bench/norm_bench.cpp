@@ -1022,11 +1022,10 @@ bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const Torch
                                      "--out",
                                      tmp};
     if (resident) argv.push_back("--resident");
-    if (device) {
-      std::string dtypes;
-      for (const std::string& t : opt.dtypes) dtypes += (dtypes.empty() ? "" : ",") + t;
-      argv.insert(argv.end(), {"--device", opt.device, "--dtypes", dtypes});
-    }
+    std::string dtypes;
+    for (const std::string& t : opt.dtypes) dtypes += (dtypes.empty() ? "" : ",") + t;
+    argv.insert(argv.end(), {"--dtypes", dtypes});
+    if (device) argv.insert(argv.end(), {"--device", opt.device});
     CpuUsage usage;  // whether other processes ran during PyTorch's rows too
     usage.start();
     const int rc = run_child({argv, "", err});
