@@ -29,6 +29,7 @@ struct GradcheckArgs {
   double max_seconds = 300;
   std::string backend = "cpu";
   int threads = 1;  // the cases are tiny: a second thread only adds fork/join (and spinning under load)
+  std::string precision, norm_compute;
   DeviceOptions dev;
 };
 
@@ -58,6 +59,14 @@ int run_gradcheck(const GradcheckArgs& a, const GlobalOptions& g) {
     check_device(DeviceOptions{opt.f32_backend, false});
   }
   if (!opt.f32_backend.empty()) backend(opt.f32_backend);  // an unknown name is a usage error
+  if (!a.precision.empty()) opt.precision = parse_kind<Precision>(a.precision);
+  if (!a.norm_compute.empty()) {
+    opt.norm_compute = parse_kind<NormCompute>(a.norm_compute);
+    NL_USAGE(opt.precision != Precision::fp32, "--norm-compute {} needs --precision bf16 or fp16",
+             shown(a.norm_compute));
+  }
+  NL_USAGE(opt.precision == Precision::fp32 || !opt.f32_backend.empty(),
+           "--precision {}: the low-precision check is the backend's; drop --backend none", a.precision);
   set_num_threads(a.threads);
 
   std::vector<const GradCase*> cases;
@@ -113,6 +122,11 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--backend", args->backend,
                   "Backend whose float32 gradients are compared with the float64 reference (default cpu; none to skip)");
   sub->add_option("--threads", args->threads, "Threads for the cpu backend (default 1: the cases are tiny; 0 = all cores)");
+  sub->add_option("--precision", args->precision,
+                  "fp32 | bf16 | fp16: the backend check with activations and gradients stored in the format "
+                  "(train's precision; tolerance 8 ulps of the format, docs/precision.md)");
+  sub->add_option("--norm-compute", args->norm_compute,
+                  "With --precision bf16|fp16: format | fp32 | fused, how the norms run there (default fused)");
   add_device_flags(*sub, args->dev);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
@@ -122,10 +136,11 @@ Runner add_gradcheck(CLI::App& app, GlobalOptions& g) {
   normlab gradcheck --op block_post_ln --shape 3x7x16 --seed 4
   normlab gradcheck --op rmsnorm --dump rmsnorm.json   then check it with numpy or PyTorch
   normlab gradcheck --json | jq '.results[] | select(.pass | not)'
+  normlab gradcheck --precision fp16 --norm-compute format   the backend's gradients stored in fp16
 
 Columns: max_abs_err = max over elements of |analytic - expected|; max_rel_err = max_abs_err divided by
 the input's gradient scale max |expected|. A check passes when max_abs_err <= atol + rtol * scale. Expected is the central difference (fd64) or the float64 reference
-gradient (<backend>-f32). Exit status 1 when any check fails.)");
+gradient (<backend>-f32, or <backend>-bf16 / -fp16 with --precision). Exit status 1 when any check fails.)");
   return [args, &g] { return run_gradcheck(*args, g); };
 }
 

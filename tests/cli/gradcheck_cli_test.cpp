@@ -20,6 +20,18 @@ TEST(CliGradcheck, SelectedOpsPrintATableAndExitZero) {
   EXPECT_NE(r.out.find("4 checks, 0 failed"), std::string::npos) << r.out;
 }
 
+TEST(CliGradcheck, LowPrecisionChecksTheBackendInTheFormat) {
+  auto r = run_cli({"gradcheck", "--op", "layernorm", "--op", "block_post_rms", "--precision", "fp16",
+                    "--norm-compute", "format", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["precision"], "fp16");
+  EXPECT_EQ(j["norm_compute"], "format");
+  EXPECT_DOUBLE_EQ(j["tolerance"]["fp16"]["rtol"].get<double>(), 16.0 / 1024);
+  ASSERT_EQ(j["results"].size(), 4u);
+  EXPECT_EQ(j["results"][1]["check"], "cpu-fp16");
+}
+
 TEST(CliGradcheck, JsonIsOneDocument) {
   auto r = run_cli({"gradcheck", "--op", "rmsnorm", "--json", "--shape", "3x7x65"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -62,7 +74,10 @@ TEST(CliGradcheck, BadInputIsOneLineAndExitTwo) {
                                         {"gradcheck", "--backend", "tpu"},
                                         {"gradcheck", "--dump", "/nonexistent/dir/x.json", "--op", "gelu"},
                                         {"gradcheck", "--dump", "x.json"},
-                                        {"gradcheck", "--frobnicate"}}) {
+                                        {"gradcheck", "--frobnicate"},
+                                        {"gradcheck", "--precision", "fp8"},
+                                        {"gradcheck", "--norm-compute", "format"},
+                                        {"gradcheck", "--precision", "bf16", "--backend", "none"}}) {
     auto r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << describe(r);
     EXPECT_TRUE(r.out.empty()) << describe(r);

@@ -56,12 +56,39 @@ TEST(Gradcheck, Float32OnCudaSim) {
   }
 }
 
-// An op whose recorded backward is off by 1% in one element's gradient: gradcheck must catch it.
-TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
+// The backend check with activations and gradients stored in bf16 and fp16, each norm_compute
+// mode: every case within the format's tolerance; a backward off by 20% only in low precision
+// fails in both (the check resolves errors of 16 ulps of the format: 12.5% in bf16, 1.6% in fp16).
+GradCase broken_rmsnorm_case(double factor, bool low_only);
+TEST(Gradcheck, EveryCasePassesInBf16AndFp16) {
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    for (NormCompute nc : {NormCompute::format, NormCompute::fused}) {
+      SCOPED_TRACE(::testing::Message() << to_string(p) << " " << to_string(nc));
+      GradcheckOptions opt;
+      opt.precision = p;
+      opt.norm_compute = nc;
+      for (const GradCase& c : gradcheck_cases()) {
+        CaseResult r = check_float32_backend(c, opt);
+        EXPECT_EQ(r.check, std::string("cpu-") + to_string(p));
+        for (const InputCheck& ic : r.inputs)
+          EXPECT_TRUE(ic.pass) << c.name << " " << ic.input << " rel " << ic.max_rel_err;
+      }
+      EXPECT_FALSE(check_float32_backend(broken_rmsnorm_case(1.2, true), opt).pass);
+      GradcheckOptions f32 = opt;
+      f32.precision = Precision::fp32;
+      EXPECT_TRUE(check_float32_backend(broken_rmsnorm_case(1.2, true), f32).pass);
+    }
+  }
+}
+
+// An op whose recorded backward is off by `factor` in one element's gradient; low_only: in every
+// element, and only inside a StoragePrecisionScope of bf16 or fp16 (a bug of the low-precision
+// path alone, which the float64 reference, run in fp32, does not share).
+GradCase broken_rmsnorm_case(double factor, bool low_only) {
   GradCase broken;
   broken.name = "broken_rmsnorm";
   broken.kind = "op";
-  broken.make = [](const CaseShape& s, DType dtype, uint64_t seed) {
+  broken.make = [factor, low_only](const CaseShape& s, DType dtype, uint64_t seed) {
     Rng rng(seed, stream::check);
     std::vector<double> xv(static_cast<size_t>(s.batch * s.channels)), gv(static_cast<size_t>(s.channels));
     for (double& v : xv) v = rng.normal();
@@ -70,7 +97,7 @@ TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
     Tensor g = Tensor::from(gv, {s.channels}, dtype).requires_grad_(true);
     CaseInstance inst;
     inst.inputs = {{"x", x}, {"gamma", g}};
-    inst.forward = [x, g] {
+    inst.forward = [x, g, factor, low_only] {
       Tensor y;
       {
         NoGradGuard ng;
@@ -80,9 +107,16 @@ TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
         // The right rule, then one element perturbed: the kind of bug gradcheck exists for.
         Tensor y_ref = rmsnorm(x, g);
         Tensor out = y_ref.detach();
-        record("broken_rmsnorm", out, {y_ref}, [](const Tensor& dy, GradOutputs& gr) {
+        record("broken_rmsnorm", out, {y_ref}, [factor, low_only](const Tensor& dy, GradOutputs& gr) {
+          if (low_only) {  // every element, only where values are stored in 16 bits
+            backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, storage_precision() == Precision::fp32 ? 1.0 : factor);
+            return;
+          }
           backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, 1.0);
-          if (dy.dtype() == DType::f64) gr[0]->data<double>()[0] *= 1.01; else gr[0]->data<float>()[0] *= 1.01f;
+          if (dy.dtype() == DType::f64)
+            gr[0]->data<double>()[0] *= factor;
+          else
+            gr[0]->data<float>()[0] *= static_cast<float>(factor);
         });
         return out;
       }
@@ -90,6 +124,12 @@ TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
     };
     return inst;
   };
+  return broken;
+}
+
+// Off by 1% in one element's gradient: gradcheck must catch it.
+TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
+  const GradCase broken = broken_rmsnorm_case(1.01, false);
   GradcheckOptions opt;
   CaseResult r = check_finite_differences(broken, opt);
   EXPECT_FALSE(r.pass);

@@ -78,11 +78,21 @@ struct InputCheck {
 };
 
 struct CaseResult {
-  std::string name, kind, check;  // check: "fd64" (finite differences) or "<backend>-f32"
+  std::string name, kind, check;  // check: "fd64" (finite differences), "<backend>-f32", "<backend>-bf16", ...
   std::vector<InputCheck> inputs;
   bool pass = true;
   double seconds = 0;
 };
+
+// The float32 check with activations and gradients stored in bf16 / fp16 (train's precision
+// key, ops.h StoragePrecisionScope): each op rounds its output and its gradients once, so a
+// gradient carries the roundings of every stored value it passed through, times the ops'
+// conditioning. Measured over the cases at seeds 0-5, every norm_compute mode: blocks within
+// ~5 ulps of the format's epsilon (2^-7 bf16, 2^-10 fp16) of their gradient scale, the whole
+// models (a dozen stored values deep) up to ~20 in bf16, hence rtol 16 epsilon; and a gradient
+// that is zero in exact arithmetic is allowed noise up to a tenth of that at the case's largest
+// gradient (gradcheck.cpp). A missing term or a wrong one is off by O(1).
+Tolerance low_precision_tolerance(Precision p);
 
 struct GradcheckOptions {
   CaseShape shape;
@@ -91,6 +101,9 @@ struct GradcheckOptions {
   Tolerance fd_tol = kFiniteDifferenceTol;
   Tolerance f32_tol = kFloat32Tol;
   std::string f32_backend = "cpu";  // empty: skip the float32 check
+  // The float32 check's storage (fp32: none) and how its norms run there.
+  Precision precision = Precision::fp32;
+  NormCompute norm_compute = NormCompute::fused;
 };
 
 // Central-difference check of one case on the reference backend in float64.
