@@ -49,6 +49,7 @@ struct SweepArgs {
   std::vector<std::string> curve_where;
   int curve_digits = 4;
   bool curve_transpose = false;
+  std::string profile, plot;
   // status
   std::vector<std::string> status_dirs;
   DeviceOptions dev;
@@ -247,7 +248,30 @@ int run_curves_command(const SweepArgs& a) {
   return 0;
 }
 
+int run_profile_command(const SweepArgs& a) {
+  ProfileOptions o;
+  o.step = a.profile == "last" ? -1 : parse_integer_list(a.profile, "--profile", 0, int64_t{1} << 40).at(0);
+  NL_USAGE(a.profile == "last" || a.profile.find(',') == std::string::npos, "--profile takes one step (or last), got '{}'",
+           shown(a.profile));
+  if (a.curve_field != "val_loss") o.field = a.curve_field;
+  o.where = a.curve_where;
+  o.digits = a.curve_digits;
+  if (!a.plot.empty()) check_output_file(a.plot, "--plot", true, is_layer_profile_svg);
+  const std::vector<LayerProfile> profiles = sweep_layer_profiles(a.dir, o);
+  if (!a.plot.empty()) write_output_file(a.plot, plot_layer_profiles_svg(o, profiles), "--plot", true, is_layer_profile_svg);
+  std::cout << layer_profiles_markdown(a.dir, o, profiles);
+  return 0;
+}
+
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
+  NL_USAGE(a.plot.empty() || !a.profile.empty(), "--plot draws the --profile table: give --profile STEP");
+  if (!a.profile.empty()) {
+    NL_USAGE(a.curves.empty() && a.rows.empty() && a.cols.empty() && a.metric.empty() && a.paired.empty() &&
+                 a.format == "md" && !a.no_write && !g.json && a.curve_layers == "max" && !a.curve_transpose,
+             "--profile prints its own markdown table (shaped by --field, --where, --digits; --plot FILE also draws "
+             "it): drop the summary's and --curves' options");
+    return run_profile_command(a);
+  }
   if (!a.curves.empty()) {
     NL_USAGE(a.rows.empty() && a.cols.empty() && a.metric.empty() && a.paired.empty() && a.format == "md" && !a.no_write && !g.json,
              "--rows, --cols, --metric, --paired, --format, --no-write and --json shape the summary; --curves prints its own "
@@ -371,6 +395,11 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
       ->allow_extra_args(false);
   summ->add_option("--digits", a->curve_digits, "--curves: decimals (default 4)");
   summ->add_flag("--transpose", a->curve_transpose, "--curves: one row per point, one column per step");
+  summ->add_option("--profile", a->profile,
+                   "STEP or last: a per-layer field of metrics.jsonl (--field, default stream_max_abs) layer by layer "
+                   "at that step, one column per point (mean ± std over seeds; --where selects)");
+  summ->add_option("--plot", a->plot,
+                   "--profile: also draw it as an SVG line plot in FILE (replaces only a plot normlab drew)");
   add_global_flags(*summ, g);
 
   CLI::App* status = sub->add_subcommand(

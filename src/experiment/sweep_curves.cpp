@@ -1,5 +1,6 @@
 // `normlab sweep summarize DIR --curves STEPS`: a metrics.jsonl field at chosen steps, per point,
 // mean ± std over the seeds (sweep.h).
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -155,6 +156,114 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
   for (int64_t s : opt.steps) {
     out += fmt::format("| {} |", s);
     for (const Group& g : groups) out += " " + cell(g, s, opt.digits) + " |";
+    out += "\n";
+  }
+  return out;
+}
+
+std::vector<LayerProfile> sweep_layer_profiles(const std::string& dir, const ProfileOptions& opt) {
+  NL_USAGE(opt.digits >= 0 && opt.digits <= 17, "--digits must be 0..17, got {}", opt.digits);
+  for (const std::string& w : opt.where)
+    NL_USAGE(w.find('=') != std::string::npos && w.find('=') > 0, "--where '{}' is not key=v1,v2", shown(w));
+  SweepRequest req;
+  req.spec_file = dir + "/spec.json";
+  const SweepPlan plan = plan_sweep(req);
+  std::vector<LayerProfile> out;
+  std::vector<std::vector<std::vector<double>>> values;  // per profile, per layer, per seed
+  std::map<std::string, size_t> index;
+  bool field_seen = false, listed = true;
+  for (const SweepPoint& p : plan.points) {
+    if (!matches(p, opt.where)) continue;
+    const std::string metrics = run_dir(dir, p) + "/metrics.jsonl";
+    struct stat st {};
+    if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    json at;  // the record at the step (or the last one with the field)
+    std::istringstream in(read_file(metrics));
+    for (std::string line; std::getline(in, line);) {
+      json rec;
+      try {
+        rec = json::parse(line);
+      } catch (const std::exception&) {
+        continue;  // a torn last line of a killed run
+      }
+      if (!rec.is_object() || !rec.contains(opt.field) || !rec.contains("step") || !rec["step"].is_number_integer())
+        continue;
+      field_seen = true;
+      if (opt.step < 0 || rec["step"].get<int64_t>() == opt.step) at = rec;
+    }
+    if (at.is_null()) continue;
+    const json& v = at[opt.field];
+    if (!v.is_array()) {
+      listed = false;
+      continue;
+    }
+    std::string name;
+    for (const auto& [k, val] : p.values)
+      if (k != "seed" && val != "-") name += (name.empty() ? "" : " ") + k + "=" + val;
+    if (name.empty()) name = "all";
+    auto [it, added] = index.emplace(name, out.size());
+    if (added) {
+      out.push_back({name, "", 0, {}, {}});
+      values.emplace_back();
+    }
+    ++out[it->second].runs;
+    auto& per_layer = values[it->second];
+    if (per_layer.size() < v.size()) per_layer.resize(v.size());
+    for (size_t l = 0; l < v.size(); ++l) per_layer[l].push_back(number_or_nan(v[l]));
+  }
+  NL_USAGE(listed, "--profile: {} is not a per-layer field of metrics.jsonl (a list per block)", shown(opt.field));
+  NL_USAGE(field_seen, "--profile: no run under {}/runs has the field '{}' in its metrics.jsonl", shown(dir, 200),
+           shown(opt.field));
+  NL_USAGE(!out.empty(), "--profile: no matching run under {}/runs has a record at step {}", shown(dir, 200), opt.step);
+  // Axes every profile has alike go to the title, not to each name.
+  std::vector<std::vector<std::string>> parts;
+  for (const LayerProfile& p : out) parts.push_back(split_at(p.name, ' '));
+  std::vector<std::string> shared;
+  for (const std::string& t : parts[0])
+    if (out.size() > 1 && std::all_of(parts.begin(), parts.end(), [&](const auto& ps) {
+          return std::find(ps.begin(), ps.end(), t) != ps.end();
+        }))
+      shared.push_back(t);
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::string name;
+    for (const std::string& t : parts[i])
+      if (std::find(shared.begin(), shared.end(), t) == shared.end()) name += (name.empty() ? "" : " ") + t;
+    out[i].name = name.empty() ? "all" : name;
+    out[i].shared = fmt::format("{}", fmt::join(shared, " "));
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    for (const std::vector<double>& seeds : values[i]) {
+      out[i].mean.push_back(mean(seeds));
+      out[i].std.push_back(seeds.size() > 1 ? sample_std(seeds) : NAN);
+    }
+  return out;
+}
+
+std::string layer_profiles_markdown(const std::string& dir, const ProfileOptions& opt,
+                                    const std::vector<LayerProfile>& profiles) {
+  size_t layers = 0;
+  for (const LayerProfile& p : profiles) layers = std::max(layers, p.mean.size());
+  std::string out = fmt::format("{} by layer at {}: mean ± std over seeds ({}{})\n\n", opt.field,
+                                opt.step < 0 ? "each run's last record" : fmt::format("step {}", opt.step), dir,
+                                profiles.empty() || profiles[0].shared.empty() ? "" : "; " + profiles[0].shared);
+  out += "| layer |";
+  for (const LayerProfile& p : profiles) out += " " + p.name + " |";
+  out += "\n|---:|";
+  for (size_t i = 0; i < profiles.size(); ++i) out += "---:|";
+  out += "\n";
+  for (size_t l = 0; l < layers; ++l) {
+    out += fmt::format("| {} |", l + 1);
+    for (const LayerProfile& p : profiles) {
+      if (l >= p.mean.size()) {
+        out += " — |";
+      } else if (!std::isfinite(p.mean[l])) {
+        out += " nan |";
+      } else {
+        out += fmt::format(" {:.{}g}", p.mean[l], std::max(opt.digits, 1));
+        if (std::isfinite(p.std[l])) out += fmt::format(" ± {:.2g}", p.std[l]);
+        out += " |";
+      }
+    }
     out += "\n";
   }
   return out;

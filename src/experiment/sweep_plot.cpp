@@ -347,3 +347,80 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s) {
 }
 
 }  // namespace normlab
+
+namespace normlab {
+
+namespace {
+constexpr const char* kProfileMark = "<!-- normlab: sweep summarize, profile plot -->";
+}  // namespace
+
+bool is_layer_profile_svg(const std::string& text) { return text.rfind(kProfileMark, 0) == 0; }
+
+std::string plot_layer_profiles_svg(const ProfileOptions& opt, const std::vector<LayerProfile>& profiles) {
+  // A max |x| field is drawn against fp16's largest finite value: how far the stream is from
+  // overflowing there.
+  const bool against_fp16 = opt.field.size() > 8 && opt.field.compare(opt.field.size() - 8, 8, "_max_abs") == 0;
+  constexpr double kFp16Max = 65504;
+  double ylo = INFINITY, yhi = -INFINITY;
+  size_t layers = 0;
+  for (const LayerProfile& p : profiles) {
+    layers = std::max(layers, p.mean.size());
+    for (double v : p.mean)
+      if (std::isfinite(v)) ylo = std::min(ylo, v), yhi = std::max(yhi, v);
+  }
+  std::string out = std::string(kProfileMark) + "\n";
+  if (!(yhi >= ylo) || layers == 0) return out + empty_plot("no finite values to plot");
+  if (against_fp16) yhi = std::max(yhi, kFp16Max);
+  const bool log = ylo > 0;
+  pad(ylo, yhi, log);
+  const double ml = 78, pw = 520, ph = 320, mt = 46, mb = 56, legend_w = 330;
+  const double width = ml + pw + 24 + legend_w;
+  const double height = std::max(mt + ph + mb, 70.0 + 18.0 * static_cast<double>(profiles.size()));
+  out += header(width, height);
+  out += fmt::format("<text x=\"12\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} by layer at {} (mean over "
+                     "seeds{}){}</text>\n",
+                     esc(opt.field), opt.step < 0 ? "each run's last record" : fmt::format("step {}", opt.step),
+                     log ? "; log scale" : "", profiles[0].shared.empty() ? "" : ", " + esc(profiles[0].shared));
+  Axis x{0.5, static_cast<double>(layers) + 0.5, false, ml, ml + pw};
+  Axis y{ylo, yhi, log, mt + ph, mt};
+  std::vector<double> xt = linear_ticks(1, static_cast<double>(layers), 6);
+  xt.erase(std::remove_if(xt.begin(), xt.end(), [](double v) { return v != std::floor(v) || v < 1; }), xt.end());
+  std::vector<std::string> xl;
+  for (double v : xt) xl.push_back(tick_label(v));
+  out += frame(x, y, xt, xl, log ? log_ticks(ylo, yhi) : linear_ticks(ylo, yhi), "layer (block; 1 = first)",
+               opt.field, "");
+  if (against_fp16 && kFp16Max <= yhi) {
+    const double py = y.map(kFp16Max);
+    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#555\" "
+                       "stroke-dasharray=\"5,4\"/>\n<text x=\"{3:.1f}\" y=\"{4:.1f}\" fill=\"#555\" "
+                       "font-size=\"11\">fp16's largest finite value, 65504</text>\n",
+                       x.px0, py, x.px1, x.px0 + 6, py + 14);
+  }
+  // Ten colours, then dashes: lines stay apart in grayscale too (markers on every point).
+  static const char* kDash[] = {"", "6,3", "2,3", "8,3,2,3"};
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const LayerProfile& p = profiles[i];
+    const char* dash = kDash[(i / 10) % 4];
+    std::string pts, marks;
+    for (size_t l = 0; l < p.mean.size(); ++l) {
+      if (!std::isfinite(p.mean[l]) || (log && p.mean[l] <= 0)) continue;
+      const double px = x.map(static_cast<double>(l + 1)), py = y.map(p.mean[l]);
+      pts += fmt::format("{:.1f},{:.1f} ", px, py);
+      marks += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n", px, py, color(i));
+    }
+    if (!pts.empty())
+      out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n{}", pts, color(i),
+                         *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : "", marks);
+  }
+  const double lx = ml + pw + 24;
+  double ly = mt + 4;
+  for (size_t i = 0; i < profiles.size(); ++i, ly += 18) {
+    const char* dash = kDash[(i / 10) % 4];
+    out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"{}/>\n",
+                       lx, ly - 4, lx + 24, ly - 4, color(i), *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : "");
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">{}</text>\n", lx + 30, ly, esc(profiles[i].name));
+  }
+  return out + "</svg>\n";
+}
+
+}  // namespace normlab

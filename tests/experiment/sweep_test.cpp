@@ -614,6 +614,61 @@ TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
   }
 }
 
+// `sweep summarize --profile STEP`: a per-layer field layer by layer at one step, one column per
+// point (mean ± std over the seeds), axes every column shares in the title; --plot draws it and
+// replaces only a plot of its own.
+TEST_F(SweepRun, ProfileIsEachLayerAtAStep) {
+  const std::string dir = *ref_ / "ref";
+  auto layer_value = [&](const std::string& point, int64_t step, size_t layer) {
+    std::ifstream in(dir + "/runs/" + point + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const json rec = json::parse(line);
+      if (rec["step"] == step) return rec["stream_norm"][layer].get<double>();
+    }
+    return std::nan("");
+  };
+  TempDir tmp;
+  const std::string plot = tmp / "profile.svg";
+  CliResult r = run_cli({"sweep", "summarize", dir, "--profile", "10", "--field", "stream_norm", "--where", "lr=1e-3",
+                         "--plot", plot});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto lines = test::split_lines(r.out);
+  ASSERT_EQ(lines.size(), 6u) << r.out;  // title, blank, header, rule, 2 layers
+  EXPECT_EQ(lines[0], "stream_norm by layer at step 10: mean ± std over seeds (" + dir + "; lr=1e-3)");
+  EXPECT_EQ(lines[2], "| layer | placement=pre | placement=post |");
+  for (size_t layer : {0u, 1u}) {
+    const double a = layer_value("lr=1e-3/placement=post/seed=0", 10, layer),
+                 b = layer_value("lr=1e-3/placement=post/seed=1", 10, layer);
+    const double m = (a + b) / 2, sd = std::fabs(a - b) / std::sqrt(2.0);
+    EXPECT_NE(lines[4 + layer].find(fmt::format(" {:.4g} ± {:.2g} |", m, sd)), std::string::npos) << lines[4 + layer];
+    EXPECT_EQ(lines[4 + layer].rfind(fmt::format("| {} |", layer + 1), 0), 0u) << lines[4 + layer];
+  }
+  const std::string svg = test::slurp(plot);
+  EXPECT_TRUE(is_layer_profile_svg(svg)) << svg.substr(0, 80);
+  EXPECT_NE(svg.find("placement=post"), std::string::npos);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  // A rerun replaces its own plot; a person's file at that path is never replaced.
+  r = run_cli({"sweep", "summarize", dir, "--profile", "last", "--field", "stream_norm", "--plot", plot});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("at each run's last record"), std::string::npos) << r.out;
+  std::ofstream(tmp / "mine.svg") << "<svg>mine</svg>";
+  r = run_cli({"sweep", "summarize", dir, "--profile", "10", "--field", "stream_norm", "--plot", tmp / "mine.svg"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(test::slurp(tmp / "mine.svg"), "<svg>mine</svg>");
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--profile", "10", "--field", "val_loss"},
+                                       {"--profile", "10,40"},
+                                       {"--profile", "10", "--field", "stream_max_abs"},  // fp32 runs log none
+                                       {"--profile", "7", "--field", "stream_norm"},      // no eval at step 7
+                                       {"--plot", plot},
+                                       {"--profile", "10", "--curves", "10"}}) {
+    std::vector<std::string> args = {"sweep", "summarize", dir};
+    args.insert(args.end(), bad.begin(), bad.end());
+    r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
+  }
+}
+
 TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {
   TempDir tmp;
   fs::copy(*ref_ / "ref", tmp / "s", fs::copy_options::recursive);

@@ -304,6 +304,31 @@ struct CurveOptions {
 // UsageError when no run of DIR matches.
 std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& opt);
 
+// A per-layer field of metrics.jsonl at one step, layer by layer (`normlab sweep summarize DIR
+// --profile STEP`): one column per point (mean ± std over its seeds), one row per layer (1 is
+// the first block); where the stream leaves a format's range, and at which depth.
+struct ProfileOptions {
+  int64_t step = -1;                  // an eval step; -1: each run's last record (a diverged run's last finite one)
+  std::string field = "stream_max_abs";  // a per-layer (list) field of metrics.jsonl
+  std::vector<std::string> where;     // as CurveOptions::where
+  int digits = 4;
+};
+struct LayerProfile {
+  std::string name;                 // the point's axes but seed and those all profiles share ("placement=pre")
+  std::string shared;               // the axes all profiles share ("layers=20 lr=1e-3"), the same in each
+  int runs = 0;                     // seeds with a record at the step
+  std::vector<double> mean, std;    // per layer (std NaN with one seed)
+};
+// The profiles of DIR's matching points; UsageError when none has a record at the step.
+std::vector<LayerProfile> sweep_layer_profiles(const std::string& dir, const ProfileOptions& opt);
+// The markdown table, with its title line.
+std::string layer_profiles_markdown(const std::string& dir, const ProfileOptions& opt,
+                                    const std::vector<LayerProfile>& profiles);
+// The same as an SVG line plot: layer on x, the field on y (log scale when every value is > 0),
+// one line per point. Its first line marks it as normlab's (is_layer_profile_svg).
+std::string plot_layer_profiles_svg(const ProfileOptions& opt, const std::vector<LayerProfile>& profiles);
+bool is_layer_profile_svg(const std::string& text);
+
 // ---- status ------------------------------------------------------------------------------------
 // Where a sweep directory stands (`normlab sweep status`): the points finished of those its spec
 // plans (finished as the runner decides: a whole run directory of the point's config), how they
