@@ -25,7 +25,8 @@ training by hand:
     (eval_every, eval_batches held-out batches).
 
 A run diverges as normlab's does: a non-finite loss or gradient without a scaler, or a step skipped
-with the scale below 2^-16 with one. At the step that diverges the forward's intermediate values
+with the scale below 2^-16 with one; it has collapsed when it finished within 0.05 nats of the
+unigram loss or above it (normlab's rule, with the unigram loss of the normlab run's result.json). At the step that diverges the forward's intermediate values
 and the backward's gradients are watched: the first non-finite one names the module (blocks.N,
 embedding, final_norm, head) and the op, as normlab's result.json "nonfinite" does.
 
@@ -121,7 +122,7 @@ def run_point(torch, raw):
         the first non-finite gradient reaching it (backward) are noted."""
         if watch["on"]:
             if watch["first"] is None and not torch.isfinite(t).all():
-                watch["first"] = ("forward", op, module, float(t[~torch.isfinite(t)][0]))
+                watch["first"] = ("forward", op, module, float(t.detach()[~torch.isfinite(t.detach())][0]))
             if t.requires_grad:
                 def hook(g, module=module, op=op):
                     if watch["first"] is None and not torch.isfinite(g).all():
@@ -270,14 +271,16 @@ def main():
             nl = json.load(f)
         t0 = time.time()
         tr = run_point(torch, raw)
-        nl_div = nl["status"] == "diverged"
-        tr_div = tr["status"] == "diverged"
+        # normlab's collapse rule (train.h): finished within 0.05 nats of the unigram loss, or above it
+        unigram = nl.get("unigram_loss")
+        if tr["status"] == "ok" and unigram is not None and not (tr["final_val_loss"] < unigram - 0.05):
+            tr["status"] = "collapsed"
         origin = nl.get("nonfinite") or {}
         row = {"point": name, "normlab": {"status": nl["status"], "diverged_step": nl.get("diverged_step", -1),
                                           "final_val_loss": nl.get("final_val_loss"),
                                           "skipped_steps": nl.get("skipped_steps", 0),
                                           "nonfinite": origin},
-               "torch": tr, "same_verdict": nl_div == tr_div, "seconds": time.time() - t0}
+               "torch": tr, "same_verdict": nl["status"] == tr["status"], "seconds": time.time() - t0}
         rows.append(row)
         print("%-60s normlab %-9s torch %-9s %s  %.0f s" % (name, nl["status"], tr["status"],
                                                           "same" if row["same_verdict"] else "DIFFERENT",
@@ -285,7 +288,7 @@ def main():
     agree = sum(r["same_verdict"] for r in rows)
     doc = {"sweep": args.sweep, "select": args.select, "torch": torch.__version__, "cpu": platform.processor(),
            "points": len(rows), "same_verdict": agree, "rows": rows}
-    print("%d of %d points: the same verdict (diverged or not)" % (agree, len(rows)))
+    print("%d of %d points: the same verdict (ok, collapsed or diverged)" % (agree, len(rows)))
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump(doc, f, indent=1)
@@ -301,7 +304,7 @@ def main():
             return "-" if v is None else "%.4f" % v
         for r in rows:
             o = r["normlab"]["nonfinite"]
-            no = "%s %s in %s" % (o.get("pass", ""), o.get("op", ""), o.get("module", "")) if o else "-"
+            no = "%s %s in %s" % (o.get("phase", ""), o.get("op", ""), o.get("module", "")) if o else "-"
             t = r["torch"]["nonfinite"]
             to = "%s %s in %s" % (t[0], t[1], t[2]) if t else "-"
             lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
@@ -309,7 +312,7 @@ def main():
                 status(r["torch"]["status"], r["torch"]["diverged_step"]), val(r["normlab"]["final_val_loss"]),
                 val(r["torch"]["final_val_loss"]), no, to))
         lines.append("")
-        lines.append("%d of %d points: the same verdict (diverged or not); PyTorch %s." % (agree, len(rows),
+        lines.append("%d of %d points: the same verdict (ok, collapsed or diverged); PyTorch %s." % (agree, len(rows),
                                                                                        torch.__version__))
         with open(args.md + ".tmp", "w") as f:
             f.write("\n".join(lines) + "\n")
