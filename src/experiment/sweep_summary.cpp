@@ -116,12 +116,22 @@ std::vector<int> paired_references(const SweepSummary& s, const std::string& pai
     want[axis] = value;
   }
   NL_USAGE(!want.empty(), "summary: paired '{}' names no column axis (key=value)", shown(paired));
+  // A reference that leaves an axis unset ("-": null in a zip, e.g. norm_compute beside precision
+  // fp32) stands for every value of it, when no column matches exactly.
+  auto matches_unset = [](const std::vector<std::string>& candidate, const std::vector<std::string>& target) {
+    for (size_t a = 0; a < target.size(); ++a)
+      if (candidate[a] != target[a] && candidate[a] != "-") return false;
+    return true;
+  };
   std::vector<int> ref(s.col_labels.size(), -1);
   for (size_t c = 0; c < s.col_labels.size(); ++c) {
     std::vector<std::string> target = s.col_values[c];
     for (const auto& [axis, value] : want) target[axis] = value;
     for (size_t o = 0; o < s.col_labels.size(); ++o)
       if (o != c && s.col_values[o] == target) ref[c] = static_cast<int>(o);
+    if (ref[c] >= 0) continue;
+    for (size_t o = 0; o < s.col_labels.size(); ++o)
+      if (o != c && matches_unset(s.col_values[o], target)) ref[c] = static_cast<int>(o);
   }
   return ref;
 }

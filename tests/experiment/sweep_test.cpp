@@ -443,6 +443,27 @@ TEST_F(SweepRun, DryRunOnAChangedSpecCountsWhatAForcedRunKeeps) {
 
 // A one-axis sweep compared with --paired has no row axis: no best anywhere (markdown, CSV,
 // JSON), and the curves of every column are shown.
+// A zip that leaves norm_compute unset for precision fp32: the fp32 column is the reference of
+// every low-precision column (its "-" stands for any value), paired by seed.
+TEST(SweepSummaryZip, UnsetReferenceIsPairedWithEveryValue) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"base": {"layers": 2, "d_model": 16, "d_hidden": 32, "steps": 60,
+    "eval_every": 20, "batch_size": 8, "eval_batches": 2},
+    "grid": {"lr": [3e-2]}, "zip": {"precision": ["fp32", "bf16", "bf16"], "norm_compute": [null, "format", "fp32"]},
+    "seeds": [0, 1], "summary": {"rows": "lr", "cols": ["precision", "norm_compute"], "paired": "precision=fp32"}})";
+  const std::string dir = tmp / "s";
+  CliResult r = run_cli({"sweep", tmp / "spec.json", "--out", dir, "--jobs", "2"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(fs::exists(dir + "/runs/lr=0.03/precision=fp32/seed=0/result.json"));
+  EXPECT_TRUE(fs::exists(dir + "/runs/lr=0.03/precision=bf16/norm_compute=fp32/seed=1/result.json"));
+  r = run_cli({"sweep", "summarize", dir, "--no-write"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* diff : {"precision=bf16 norm_compute=format − precision=fp32 norm_compute=-",
+                           "precision=bf16 norm_compute=fp32 − precision=fp32 norm_compute=-"})
+    EXPECT_NE(r.out.find(diff), std::string::npos) << diff << "\n" << r.out;
+  EXPECT_NE(r.out.find(" [-"), std::string::npos) << r.out;  // an interval, from two seeds
+}
+
 TEST(SweepSummaryNoRows, PairedOneAxisSweepHasNoBestAndShowsEveryCurve) {
   TempDir tmp;
   const std::string dir = tmp / "s";
