@@ -278,9 +278,10 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
              "markdown table and writes nothing");
     return run_curves_command(a);
   }
-  NL_USAGE(a.curve_field == "val_loss" && a.curve_layers == "max" && a.curve_where.empty() && a.curve_digits == 4 &&
-               !a.curve_transpose,
-           "--field, --layers, --where, --digits and --transpose shape the --curves table: give --curves STEPS");
+  NL_USAGE(a.curve_field == "val_loss" && a.curve_layers == "max" && a.curve_digits == 4 && !a.curve_transpose,
+           "--field, --layers, --digits and --transpose shape the --curves table: give --curves STEPS");
+  NL_USAGE(a.curve_where.empty() || a.no_write,
+           "--where prints a table of some of the points: add --no-write (DIR's summaries cover every point)");
   // The formats' one name table (md is markdown's alias); a summary has no text form.
   OutputFormat format = OutputFormat::text;
   try {
@@ -294,6 +295,7 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   o.cols = split_commas(a.cols);
   o.metric = a.metric;
   o.paired = a.paired;
+  o.where = a.curve_where;
   SweepSummary s = summarize_sweep(a.dir, o);
   // Written before anything is printed: a summary that cannot be written is an error (exit 2, one
   // line); --no-write is for reading a directory one cannot write.
@@ -391,7 +393,7 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
                    "the seeds, instead of the summary (writes nothing)");
   summ->add_option("--field", a->curve_field, "--curves: a field of metrics.jsonl (default val_loss)");
   summ->add_option("--layers", a->curve_layers, "--curves: a per-layer field's reduction: " + kind_help<LayerReduce>());
-  summ->add_option("--where", a->curve_where, "--curves: key=v1,v2 keeps the points with one of these values (repeatable)")
+  summ->add_option("--where", a->curve_where, "key=v1,v2 keeps the points with one of these values (repeatable; the summary with --no-write, --curves, --profile)")
       ->allow_extra_args(false);
   summ->add_option("--digits", a->curve_digits, "--curves: decimals (default 4)");
   summ->add_flag("--transpose", a->curve_transpose, "--curves: one row per point, one column per step");

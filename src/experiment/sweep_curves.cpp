@@ -51,28 +51,6 @@ double reduce_layers(const json& v, LayerReduce how) {
   return how == LayerReduce::mean ? acc / static_cast<double>(v.size()) : acc;
 }
 
-bool same_value(const std::string& a, const std::string& b) {
-  char *ea = nullptr, *eb = nullptr;
-  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
-  if (!a.empty() && !b.empty() && *ea == '\0' && *eb == '\0')
-    return std::fabs(x - y) <= 1e-9 * std::max(std::fabs(x), std::fabs(y));
-  return a == b;
-}
-
-bool matches(const SweepPoint& p, const std::vector<std::string>& where) {
-  for (const std::string& cond : where) {
-    const size_t eq = cond.find('=');
-    const std::string key = cond.substr(0, eq);
-    const auto it = std::find_if(p.values.begin(), p.values.end(), [&](const auto& kv) { return kv.first == key; });
-    if (it == p.values.end()) return false;
-    if (eq == std::string::npos) return false;
-    bool any = false;
-    for (const std::string& v : split_at(cond.substr(eq + 1), ',')) any = any || same_value(it->second, v);
-    if (!any) return false;
-  }
-  return true;
-}
-
 struct Group {
   std::string name;                            // "placement=post warmup_steps=0" ("all": no axes)
   int runs = 0;                                // seeds with a metrics.jsonl
@@ -92,6 +70,30 @@ std::string cell(const Group& g, int64_t step, int digits) {
 
 }  // namespace
 
+namespace {
+bool same_value(const std::string& a, const std::string& b) {
+  char *ea = nullptr, *eb = nullptr;
+  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+  if (!a.empty() && !b.empty() && *ea == '\0' && *eb == '\0')
+    return std::fabs(x - y) <= 1e-9 * std::max(std::fabs(x), std::fabs(y));
+  return a == b;
+}
+}  // namespace
+
+bool point_matches(const SweepPoint& p, const std::vector<std::string>& where) {
+  for (const std::string& cond : where) {
+    const size_t eq = cond.find('=');
+    const std::string key = cond.substr(0, eq);
+    const auto it = std::find_if(p.values.begin(), p.values.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it == p.values.end()) return false;
+    if (eq == std::string::npos) return false;
+    bool any = false;
+    for (const std::string& v : split_at(cond.substr(eq + 1), ',')) any = any || same_value(it->second, v);
+    if (!any) return false;
+  }
+  return true;
+}
+
 std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& opt) {
   NL_USAGE(!opt.steps.empty(), "--curves: no step given");
   NL_USAGE(opt.digits >= 0 && opt.digits <= 17, "--digits must be 0..17, got {}", opt.digits);
@@ -103,7 +105,7 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
   std::vector<Group> groups;
   std::map<std::string, size_t> index;
   for (const SweepPoint& p : plan.points) {
-    if (!matches(p, opt.where)) continue;
+    if (!point_matches(p, opt.where)) continue;
     const std::string metrics = run_dir(dir, p) + "/metrics.jsonl";
     struct stat st {};
     if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // not run (yet)
@@ -173,7 +175,7 @@ std::vector<LayerProfile> sweep_layer_profiles(const std::string& dir, const Pro
   std::map<std::string, size_t> index;
   bool field_seen = false, listed = true;
   for (const SweepPoint& p : plan.points) {
-    if (!matches(p, opt.where)) continue;
+    if (!point_matches(p, opt.where)) continue;
     const std::string metrics = run_dir(dir, p) + "/metrics.jsonl";
     struct stat st {};
     if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;

@@ -19,6 +19,9 @@ void check_layout(const SummaryLayout& layout, const std::vector<std::string>& a
 // Appends one line to DIR/manifest.jsonl with a single write() on an O_APPEND descriptor (so lines from
 // concurrent shards never interleave); throws Error when the write fails.
 void manifest_append(const std::string& dir, const std::string& json_line);
+// "key=v1,v2" conditions (--where): the point's axis key has one of the values (numbers compared
+// as numbers); every condition must hold.
+bool point_matches(const SweepPoint& p, const std::vector<std::string>& where);
 // Run directory, point config and log paths of a point.
 std::string run_dir(const std::string& dir, const SweepPoint& p);
 std::string point_config_path(const std::string& dir, const SweepPoint& p);

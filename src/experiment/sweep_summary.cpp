@@ -204,6 +204,12 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   std::error_code ec;
   NL_USAGE(fs::is_regular_file(spec_path, ec), "'{}' is not a sweep directory (no spec.json)", shown(dir, 200));
   SweepPlan plan = plan_sweep({spec_path, {}, {}});
+  for (const std::string& w : opt.where)
+    NL_USAGE(w.find('=') != std::string::npos && w.find('=') > 0, "--where '{}' is not key=v1,v2", shown(w));
+  plan.points.erase(std::remove_if(plan.points.begin(), plan.points.end(),
+                                   [&](const SweepPoint& p) { return !point_matches(p, opt.where); }),
+                    plan.points.end());
+  NL_USAGE(!plan.points.empty(), "--where {}: no point of {} matches", fmt::join(opt.where, " "), shown(dir, 200));
   SummaryLayout layout = plan.layout;
   if (!opt.rows.empty()) {
     layout.rows = opt.rows;

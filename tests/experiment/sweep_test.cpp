@@ -624,6 +624,17 @@ TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
   r = run_cli({"sweep", "summarize", dir, "--transpose", "--no-write"});  // a curves flag without --curves
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("give --curves STEPS"), std::string::npos) << describe(r);
+  // --where selects the summary's points too, printed only (DIR's summaries keep every point)
+  r = run_cli({"sweep", "summarize", dir, "--where", "lr=1e-3", "--no-write", "--brief"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("4 of 4 points completed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 1e-3 |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("| 1e-2 |"), std::string::npos) << r.out;
+  r = run_cli({"sweep", "summarize", dir, "--where", "lr=1e-3"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("add --no-write"), std::string::npos) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--where", "lr=5", "--no-write"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
   // ... and a summary flag with --curves: it would have been ignored (--json printed markdown).
   for (std::vector<std::string> extra : {std::vector<std::string>{"--json"}, {"--format", "csv"}, {"--rows", "lr"},
                                          {"--cols", "lr"}, {"--metric", "final_val_loss"}, {"--no-write"}}) {
@@ -904,7 +915,7 @@ TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
                          "--set", "init=torch", "--set", "steps=100", "--set", "eval_every=50", "--set",
                          "eval_batches=2", "--jobs", "2", "-q"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss", ""});
+  SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss", "", {}});
   ASSERT_EQ(s.points, 2u);
   EXPECT_EQ(s.collapsed, 1u);
   const std::string md = slurp(tmp / "s" + "/summary.md");

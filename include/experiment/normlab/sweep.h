@@ -211,6 +211,8 @@ struct SummaryOptions {
   // (e.g. "norm=layernorm"): each column's reference has its values on the other column axes and
   // these on the named ones. Empty: the spec's layout (none).
   std::string paired;
+  // "key=v1,v2": only the points whose axis key has one of these values (every condition holds).
+  std::vector<std::string> where;
 };
 
 struct SummaryCell {
