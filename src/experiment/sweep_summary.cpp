@@ -210,12 +210,27 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
                                    [&](const SweepPoint& p) { return !point_matches(p, opt.where); }),
                     plan.points.end());
   NL_USAGE(!plan.points.empty(), "--where {}: no point of {} matches", fmt::join(opt.where, " "), shown(dir, 200));
+  // With --where, the axes that still vary among its points (or that --rows / --cols name): an
+  // axis it fixes to one value is no longer a dimension of the table.
+  std::vector<std::string> axes;
+  for (const std::string& a : plan.axes) {
+    std::set<std::string> values;
+    for (const SweepPoint& p : plan.points) values.insert(value_of(p, a));
+    const bool named = a == opt.rows || std::find(opt.cols.begin(), opt.cols.end(), a) != opt.cols.end();
+    if (opt.where.empty() || a == "seed" || values.size() > 1 || named) axes.push_back(a);
+  }
   SummaryLayout layout = plan.layout;
+  if (!opt.where.empty() && opt.rows.empty() && opt.cols.empty()) {  // the spec's layout, less the fixed axes
+    if (std::find(axes.begin(), axes.end(), layout.rows) == axes.end()) layout.rows.clear();
+    layout.cols.erase(std::remove_if(layout.cols.begin(), layout.cols.end(),
+                                     [&](const std::string& c) { return std::find(axes.begin(), axes.end(), c) == axes.end(); }),
+                      layout.cols.end());
+  }
   if (!opt.rows.empty()) {
     layout.rows = opt.rows;
     if (opt.cols.empty()) {  // the other varied axes
       layout.cols.clear();
-      for (const std::string& a : plan.axes)
+      for (const std::string& a : axes)
         if (a != "seed" && a != opt.rows) layout.cols.push_back(a);
     }
   }
@@ -223,7 +238,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   if (!opt.metric.empty()) layout.metric = opt.metric;
   if (!opt.paired.empty()) layout.paired = opt.paired;
   pair_across_rows_when_alone(layout);
-  check_layout(layout, plan.axes, "summary");
+  check_layout(layout, axes, "summary");
 
   SweepSummary s;
   s.rows = layout.rows;
