@@ -51,6 +51,23 @@ double reduce_layers(const json& v, LayerReduce how) {
   return how == LayerReduce::mean ? acc / static_cast<double>(v.size()) : acc;
 }
 
+// f(step, record) for each record of a metrics.jsonl that has `field` and an integer step.
+template <class F>
+void for_each_record(const std::string& metrics, const std::string& field, F&& f) {
+  std::istringstream in(read_file(metrics));
+  for (std::string line; std::getline(in, line);) {
+    json rec;
+    try {
+      rec = json::parse(line);
+    } catch (const std::exception&) {
+      continue;  // a torn last line of a killed run
+    }
+    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer() || !rec.contains(field))
+      continue;
+    f(rec["step"].get<int64_t>(), rec);
+  }
+}
+
 struct Group {
   std::string name;                            // "placement=post warmup_steps=0" ("all": no axes)
   int runs = 0;                                // seeds with a metrics.jsonl
@@ -117,20 +134,10 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
     if (added) groups.push_back({name, 0, {}});
     Group& g = groups[it->second];
     ++g.runs;
-    std::istringstream in(read_file(metrics));
-    for (std::string line; std::getline(in, line);) {
-      json rec;
-      try {
-        rec = json::parse(line);
-      } catch (const std::exception&) {
-        continue;  // a torn last line of a killed run
-      }
-      if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer() || !rec.contains(opt.field))
-        continue;
-      const int64_t step = rec["step"].get<int64_t>();
+    for_each_record(metrics, opt.field, [&](int64_t step, const json& rec) {
       if (std::find(opt.steps.begin(), opt.steps.end(), step) != opt.steps.end())
         g.at[step].push_back(reduce_layers(rec[opt.field], opt.layers));
-    }
+    });
   }
   NL_USAGE(!groups.empty(), "no run under {}/runs with a metrics.jsonl matches", shown(dir, 200));
   static const char* per_layer[] = {"stream_norm", "block_grad_norm", "attn_entropy", "attn_max_logit"};
@@ -180,19 +187,10 @@ std::vector<LayerProfile> sweep_layer_profiles(const std::string& dir, const Pro
     struct stat st {};
     if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     json at;  // the record at the step (or the last one with the field)
-    std::istringstream in(read_file(metrics));
-    for (std::string line; std::getline(in, line);) {
-      json rec;
-      try {
-        rec = json::parse(line);
-      } catch (const std::exception&) {
-        continue;  // a torn last line of a killed run
-      }
-      if (!rec.is_object() || !rec.contains(opt.field) || !rec.contains("step") || !rec["step"].is_number_integer())
-        continue;
+    for_each_record(metrics, opt.field, [&](int64_t step, const json& rec) {
       field_seen = true;
-      if (opt.step < 0 || rec["step"].get<int64_t>() == opt.step) at = rec;
-    }
+      if (opt.step < 0 || step == opt.step) at = rec;
+    });
     if (at.is_null()) continue;
     const json& v = at[opt.field];
     if (!v.is_array()) {
