@@ -140,7 +140,8 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
     });
   }
   NL_USAGE(!groups.empty(), "no run under {}/runs with a metrics.jsonl matches", shown(dir, 200));
-  static const char* per_layer[] = {"stream_norm", "block_grad_norm", "attn_entropy", "attn_max_logit"};
+  static const char* per_layer[] = {"stream_norm",       "block_grad_norm",    "attn_entropy",   "attn_max_logit",
+                                    "stream_max_abs",    "norm_input_max_abs", "overflow_share", "underflow_share"};
   const bool layered = std::find(std::begin(per_layer), std::end(per_layer), opt.field) != std::end(per_layer);
   std::string out = fmt::format("{}{}: mean ± std over seeds ({})\n\n", opt.field,
                                 layered ? fmt::format(" ({} over layers)", to_string(opt.layers)) : "", dir);
