@@ -1023,7 +1023,9 @@ TEST(BenchVerify, SixteenBitRowsAreCheckedAndCountHalfTheBytes) {
     // x, y (dy, x, dx) stored in 2 bytes; statistics stay float32
     EXPECT_EQ(2 * x.bytes.data, same->bytes.data) << x.name();
     EXPECT_EQ(x.bytes.stats, same->bytes.stats) << x.name();
-    if (x.norm == "rmsnorm") EXPECT_TRUE(std::isfinite(x.rms_over_ln)) << x.name();  // within its format
+    if (x.norm == "rmsnorm") {
+      EXPECT_TRUE(std::isfinite(x.rms_over_ln)) << x.name();  // within its format
+    }
   }
   EXPECT_EQ(sixteen, 2 /*formats*/ * 2 /*norms*/ * 2 /*passes*/ * 2 /*shapes*/);
 
