@@ -956,14 +956,20 @@ TEST(BenchDevice, NamesBytesAndDerivedFigures) {
 
 namespace {
 
-// float32 rounded to bf16 (to nearest even), as a float.
-float bf16(float f) {
-  uint32_t u = 0;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
+float bf16(float f) { return round_to(Precision::bf16, f); }
+
+// A LayerNorm "kernel" declaring `dtype` that stores y (times scale) rounded to `stored`.
+NormImpl storing_layernorm(const std::string& dtype, Precision stored, float scale = 1.0f) {
+  NormImpl m;
+  m.norm = NormKind::layernorm;
+  m.impl = "stored";
+  m.dtype = dtype;
+  m.forward = [stored, scale](const NormArgs& c) {
+    cpu::layernorm_forward_multipass(c.y, c.mean, c.rstd, c.x, c.gamma, c.beta, c.n, c.d, c.eps);
+    for (int64_t i = 0; i < c.n * c.d; ++i) c.y[i] *= scale;
+    round_to(stored, c.y, c.n * c.d);
+  };
+  return m;
 }
 
 }  // namespace
@@ -979,21 +985,10 @@ TEST(BenchVerify, Bf16OutputsAreHeldToBf16Rounding) {
   const NormArgs a = forward_args(NormKind::layernorm, n, d, x.data(), gamma.data(), beta.data(), y.data(),
                                   mean.data(), rstd.data());
   // A kernel that stores y as bf16 (statistics float32), and one 1% off.
-  auto impl = [](const std::string& dtype, float scale) {
-    NormImpl m;
-    m.norm = NormKind::layernorm;
-    m.impl = "stored";
-    m.dtype = dtype;
-    m.forward = [scale](const NormArgs& c) {
-      cpu::layernorm_forward_multipass(c.y, c.mean, c.rstd, c.x, c.gamma, c.beta, c.n, c.d, c.eps);
-      for (int64_t i = 0; i < c.n * c.d; ++i) c.y[i] = bf16(c.y[i] * scale);
-    };
-    return m;
-  };
-  EXPECT_TRUE(verify_norm(impl("bf16", 1.0f), Pass::fwd, a).pass);
-  const VerifyResult as_f32 = verify_norm(impl("f32", 1.0f), Pass::fwd, a);
+  EXPECT_TRUE(verify_norm(storing_layernorm("bf16", Precision::bf16), Pass::fwd, a).pass);
+  const VerifyResult as_f32 = verify_norm(storing_layernorm("f32", Precision::bf16), Pass::fwd, a);
   EXPECT_FALSE(as_f32.pass) << "bf16 rounding passed float32's tolerance";
-  const VerifyResult off = verify_norm(impl("bf16", 1.01f), Pass::fwd, a);
+  const VerifyResult off = verify_norm(storing_layernorm("bf16", Precision::bf16, 1.01f), Pass::fwd, a);
   EXPECT_FALSE(off.pass);
   EXPECT_EQ(off.worst_output, "y");
 }
@@ -1035,19 +1030,8 @@ TEST(BenchVerify, SixteenBitRowsAreCheckedAndCountHalfTheBytes) {
   for (int64_t i = 0; i < n * d; ++i) x[i] = round_to(Precision::fp16, 0.3f + std::sin(0.37f * i));
   const NormArgs a = forward_args(NormKind::layernorm, n, d, x.data(), gamma.data(), beta.data(), y.data(),
                                   mean.data(), rstd.data());
-  auto impl = [](const std::string& dtype, Precision stored) {
-    NormImpl m;
-    m.norm = NormKind::layernorm;
-    m.impl = "stored";
-    m.dtype = dtype;
-    m.forward = [stored](const NormArgs& c) {
-      cpu::layernorm_forward_multipass(c.y, c.mean, c.rstd, c.x, c.gamma, c.beta, c.n, c.d, c.eps);
-      round_to(stored, c.y, c.n * c.d);
-    };
-    return m;
-  };
-  EXPECT_TRUE(verify_norm(impl("fp16", Precision::fp16), Pass::fwd, a).pass);
-  EXPECT_FALSE(verify_norm(impl("fp16", Precision::bf16), Pass::fwd, a).pass) << "bf16 rounding passed as fp16";
+  EXPECT_TRUE(verify_norm(storing_layernorm("fp16", Precision::fp16), Pass::fwd, a).pass);
+  EXPECT_FALSE(verify_norm(storing_layernorm("fp16", Precision::bf16), Pass::fwd, a).pass) << "bf16 rounding passed as fp16";
 }
 
 // ---- whole steps ---------------------------------------------------------------------------------

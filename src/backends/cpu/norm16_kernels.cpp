@@ -24,6 +24,7 @@
 #include "simd.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
+#include "normlab/tensor.h"
 
 namespace normlab::cpu {
 
@@ -134,10 +135,16 @@ void check_format(Precision p, const char* kernel) {
            to_string(p));
 }
 
-// One thread's float32 buffers: rows of d (a row and, in the backward, its dy).
+// One thread's float32 buffers: rows of d (a row and, in the backward, its dy), kept by the thread
+// from call to call: no allocation per call once they have the size.
 struct RowBuffers {
-  std::vector<float> a, b;
-  explicit RowBuffers(int64_t d) : a(static_cast<size_t>(d)), b(static_cast<size_t>(d)) {}
+  float *a, *b;
+  explicit RowBuffers(int64_t d) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(2 * d)) scratch.resize(static_cast<size_t>(2 * d));
+    a = scratch.data();
+    b = a + d;
+  }
 };
 
 // The parameters decoded once per call (d floats each; beta may be absent).
@@ -159,7 +166,7 @@ template <bool kRms>
 void forward_rows(Precision p, uint16_t* y, float* mean, float* rstd, const uint16_t* x, const Params& w, int64_t lo,
                   int64_t hi, int64_t d, float eps) {
   RowBuffers buf(d);
-  float* r = buf.a.data();
+  float* r = buf.a;
   const float* g = w.gamma.data();
   const float* bt = w.beta.empty() ? nullptr : w.beta.data();
   const float inv_d = 1.0f / static_cast<float>(d);
@@ -233,14 +240,18 @@ void backward(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint
   const Params w(p, gamma16, nullptr, d);
   const int64_t rows_per = std::max<int64_t>(1, (n + kGradBlocks - 1) / kGradBlocks);
   const int64_t blocks = n > 0 ? (n + rows_per - 1) / rows_per : 0;
-  std::vector<float> pg(dgamma ? static_cast<size_t>(blocks * d) : 0), pb(dbeta ? static_cast<size_t>(blocks * d) : 0);
+  // The blocks' partial sums, from the arena (each block zeroes its own): no allocation and no
+  // second pass of zeroes in the steady state.
+  Tensor pg_buf = dgamma ? Tensor::empty({blocks, d}) : Tensor(), pb_buf = dbeta ? Tensor::empty({blocks, d}) : Tensor();
+  float* pg = dgamma ? pg_buf.data<float>() : nullptr;
+  float* pb = dbeta ? pb_buf.data<float>() : nullptr;
   const float inv_d = 1.0f / static_cast<float>(d);
   parallel_for(blocks, n * d, [&](int64_t blk) {
     RowBuffers buf(d);
-    float* xr = buf.a.data();
-    float* gr = buf.b.data();
-    float* bg = dgamma ? pg.data() + blk * d : nullptr;
-    float* bb = dbeta ? pb.data() + blk * d : nullptr;
+    float* xr = buf.a;
+    float* gr = buf.b;
+    float* bg = pg ? pg + blk * d : nullptr;
+    float* bb = pb ? pb + blk * d : nullptr;
     if (bg) std::fill(bg, bg + d, 0.0f);
     if (bb) std::fill(bb, bb + d, 0.0f);
     const float* g = w.gamma.data();
@@ -297,11 +308,11 @@ void backward(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint
       encode(p, dx + i * d, gr, d);
     }
   });
-  for (auto [out, part] : {std::pair{dgamma, &pg}, std::pair{dbeta, &pb}}) {
+  for (auto [out, part] : {std::pair{dgamma, pg}, std::pair{dbeta, pb}}) {
     if (!out) continue;
     std::fill(out, out + d, 0.0f);
     for (int64_t b = 0; b < blocks; ++b)
-      for (int64_t j = 0; j < d; ++j) out[j] += (*part)[static_cast<size_t>(b * d + j)];
+      for (int64_t j = 0; j < d; ++j) out[j] += part[b * d + j];
   }
 }
 
@@ -347,8 +358,13 @@ void decode_16(Precision p, float* out, const uint16_t* in, int64_t n) {
 void encode_16(Precision p, uint16_t* out, const float* in, int64_t n) {
   check_format(p, "encode_16");
   parallel_chunks(n, n, [&](int64_t lo, int64_t hi) {
-    std::vector<float> scratch(in + lo, in + hi);
-    encode(p, out + lo, scratch.data(), hi - lo);
+    constexpr int64_t kBlock = 1024;  // encode rounds its input in place: a copy, a block at a time
+    float scratch[kBlock];
+    for (int64_t k = lo; k < hi; k += kBlock) {
+      const int64_t m = std::min(kBlock, hi - k);
+      std::copy(in + k, in + k + m, scratch);
+      encode(p, out + k, scratch, m);
+    }
   });
 }
 
