@@ -234,18 +234,20 @@ void run_engine(const std::shared_ptr<TensorImpl>& root, const Tensor& seed) {
     for (size_t i = 0; i < n; ++i) {
       if (!grads[i]) continue;
       TensorImpl& in = *inputs[i];
-      if (grads.passed_through(i) && store && narrower(in, *t)) {
-        // dy is in t's wider format (a float32 residual stream): the input's gradient is dy
-        // rounded to the input's format, in a buffer of its own.
+      const bool rounds = store && narrower(in, *t);
+      if (grads.passed_through(i) && (rounds || in.dtype != t->dtype)) {
+        // dy is in t's wider format (a float32 residual stream), or in another storage (a bf16
+        // gradient reaching a float32 leaf through its cast): the input's gradient is dy
+        // converted to the input's storage and rounded to its format, in a buffer of its own.
+        Tensor g = direct[i] ? dest[i] : Tensor::empty(in.shape, in.dtype, in.device);
+        const GradientMath& math = gradient_math();
+        if (math.convert) math.convert(g, Tensor(t->grad)); else g.copy_(Tensor(t->grad));
+        if (rounds) store(g, in, node);
         if (direct[i]) {
-          dest[i].copy_(Tensor(t->grad));
-          store(dest[i], in, node);
-          in.grad = dest[i].impl_ptr();
+          in.grad = g.impl_ptr();
           in.grad_valid = true;
           dest[i] = Tensor();
         } else {
-          Tensor g = Tensor(t->grad).clone();
-          store(g, in, node);
           accumulate_into(in, g, &node);
         }
         continue;

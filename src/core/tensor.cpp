@@ -1,6 +1,7 @@
 // Tensor construction, views, conversion to host values, and the arena that backs Storage.
 #include "normlab/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -14,8 +15,25 @@ size_t dtype_size(DType t) {
     case DType::f32: return 4;
     case DType::f64: return 8;
     case DType::i32: return 4;
+    case DType::bf16:
+    case DType::f16: return 2;
   }
   return 0;
+}
+
+DType storage_dtype(Precision p) {
+  switch (p) {
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp16: return DType::f16;
+    case Precision::fp32: break;
+  }
+  return DType::f32;
+}
+
+Precision format_of_dtype(DType t) {
+  if (t == DType::bf16) return Precision::bf16;
+  if (t == DType::f16) return Precision::fp16;
+  return Precision::fp32;
 }
 
 template <>
@@ -23,7 +41,9 @@ const EnumNames& enum_names<DType>() {
   static const EnumNames t{"dtype",
                            {{DType::f32, "float32", {"f32", "fp32"}, "32-bit IEEE float"},
                             {DType::f64, "float64", {"f64", "fp64", "double"}, "64-bit IEEE float"},
-                            {DType::i32, "int32", {"i32"}, "32-bit integer (token ids)"}}};
+                            {DType::i32, "int32", {"i32"}, "32-bit integer (token ids)"},
+                            {DType::bf16, "bfloat16", {"bf16"}, "bfloat16 encodings (CUDA storage)"},
+                            {DType::f16, "float16", {"f16", "half"}, "IEEE binary16 encodings (CUDA storage)"}}};
   return t;
 }
 
@@ -149,6 +169,12 @@ Tensor& Tensor::fill_(double value) {
     case DType::f32: fill_host<float>(raw(), numel(), value); break;
     case DType::f64: fill_host<double>(raw(), numel(), value); break;
     case DType::i32: fill_host<int32_t>(raw(), numel(), value); break;
+    case DType::bf16:
+    case DType::f16: {
+      const uint16_t bits = to_bits(format_of_dtype(dtype()), to_float(value));
+      std::fill_n(static_cast<uint16_t*>(raw()), numel(), bits);
+      break;
+    }
   }
   return *this;
 }
@@ -204,6 +230,10 @@ Tensor Tensor::from(const std::vector<double>& values, const Shape& shape, DType
       case DType::f32: t.data<float>()[i] = static_cast<float>(values[i]); break;
       case DType::f64: t.data<double>()[i] = values[i]; break;
       case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(values[i]); break;
+      case DType::bf16:
+      case DType::f16:
+        static_cast<uint16_t*>(t.raw())[i] = to_bits(format_of_dtype(dtype), to_float(values[i]));
+        break;
     }
   }
   return t;
@@ -243,6 +273,8 @@ std::vector<double> Tensor::to_vector() const {
       case DType::f32: out[i] = data<float>()[i]; break;
       case DType::f64: out[i] = data<double>()[i]; break;
       case DType::i32: out[i] = data<int32_t>()[i]; break;
+      case DType::bf16:
+      case DType::f16: out[i] = from_bits(format_of_dtype(dtype()), static_cast<const uint16_t*>(raw())[i]); break;
     }
   }
   return out;

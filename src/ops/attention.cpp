@@ -11,9 +11,10 @@ Tensor softmax(const Tensor& x_in) {
   const Tensor x = stored(x_in);
   NL_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "softmax: input {} has an empty last dimension", shape_str(x.shape()));
   const int64_t n = rows_of(x), d = x.size(-1);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Precision p = widest({&x});
+  Tensor y = new_output(x.shape(), p, x);
   kernels(x).softmax_forward(y, x, n, d);
-  store(y, widest({&x}), "softmax");
+  store(y, p, "softmax");
   if (needs_grad({&x})) {
     // The output is saved detached: a node must not own the tensor that owns it.
     record("softmax", y, {x}, [y = y.detach(), n, d](const Tensor& dy, GradOutputs& g) {
@@ -33,8 +34,8 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   NL_CHECK(heads >= 1 && c % heads == 0, "causal_attention: {} heads do not divide the model width C = {}", heads, c);
   const int64_t dh = c / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
-  Tensor probs = Tensor::empty({b, heads, t, t}, q.dtype(), q.device());
+  Tensor out = new_output(q.shape(), product_format(), q);
+  Tensor probs = new_output({b, heads, t, t}, product_format(), q);
   kernels(q).attention_forward(out, probs, q, k, v, b, t, heads, dh, scale);
   // The fused kernel weights v by the float32 probabilities; what is stored is its output and,
   // for the backward, the probabilities (an activation of the unfused form).
@@ -54,9 +55,10 @@ Tensor prefix_mean(const Tensor& x_in) {
   const Tensor x = stored(x_in);
   NL_CHECK(x.dim() == 3, "prefix_mean: input must be (B, T, C), got {}", shape_str(x.shape()));
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Precision p = widest({&x});
+  Tensor y = new_output(x.shape(), p, x);
   kernels(x).prefix_mean_forward(y, x, b, t, c);
-  store(y, widest({&x}), "prefix_mean");
+  store(y, p, "prefix_mean");
   if (needs_grad({&x})) {
     record("prefix_mean", y, {x}, [b, t, c](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).prefix_mean_backward(*g[0], dy, b, t, c);

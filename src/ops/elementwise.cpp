@@ -25,9 +25,10 @@ static void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
 Tensor add_scaled(const Tensor& a_in, double alpha, const Tensor& b_in) {
   check_same_shape("add", a_in, b_in);
   const Tensor a = stored(a_in), b = stored(b_in);
-  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const Precision p = widest({&a, &b});
+  Tensor y = new_output(a.shape(), p, a);
   kernels(a).add(y, a, b, alpha, 1.0);
-  store(y, widest({&a, &b}), "add");
+  store(y, p, "add");
   if (needs_grad({&a, &b})) record("add", y, {a, b}, add_scaled_backward(alpha));
   return y;
 }
@@ -43,6 +44,7 @@ void install_gradient_math() {
   GradientMath math;
   math.accumulate = [](Tensor& dst, const Tensor& g) { kernels(dst).accumulate(dst, g); };
   math.add = [](Tensor& out, const Tensor& a, const Tensor& b) { kernels(out).add(out, a, b, 1.0, 1.0); };
+  math.convert = [](Tensor& dst, const Tensor& src) { kernels(dst).copy(dst, src); };
   math.store = store_gradient;
   set_gradient_math(math);
 }
@@ -50,9 +52,10 @@ void install_gradient_math() {
 Tensor scale(const Tensor& x_in, double alpha) {
   check_float_same("scale", {{"x", &x_in}});
   const Tensor x = stored(x_in);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Precision p = widest({&x});
+  Tensor y = new_output(x.shape(), p, x);
   kernels(x).scale(y, x, alpha);
-  store(y, widest({&x}), "scale");
+  store(y, p, "scale");
   if (needs_grad({&x})) {
     record("scale", y, {x}, [alpha](const Tensor& dy, GradOutputs& g) {
       if (g[0]) kernels(dy).scale(*g[0], dy, alpha);
@@ -64,9 +67,10 @@ Tensor scale(const Tensor& x_in, double alpha) {
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   check_same_shape("mul", a_in, b_in);
   const Tensor a = stored(a_in), b = stored(b_in);
-  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const Precision p = widest({&a, &b});
+  Tensor y = new_output(a.shape(), p, a);
   kernels(a).mul(y, a, b);
-  store(y, widest({&a, &b}), "mul");
+  store(y, p, "mul");
   if (needs_grad({&a, &b})) {
     record("mul", y, {a, b}, [a, b](const Tensor& dy, GradOutputs& g) {
       Backend& kb = kernels(dy);
@@ -80,16 +84,17 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 Tensor gelu(const Tensor& x_in) {
   check_float_same("gelu", {{"x", &x_in}});
   const Tensor x = stored(x_in);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Precision p = widest({&x});
+  Tensor y = new_output(x.shape(), p, x);
   if (!needs_grad({&x})) {
     kernels(x).gelu_forward(y, nullptr, x);
-    store(y, widest({&x}), "gelu");
+    store(y, p, "gelu");
     return y;
   }
   // gelu'(x) stays float32: the backward's float32 arithmetic, from the stored x.
-  Tensor dydx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor dydx = float_output(x.shape(), x);
   kernels(x).gelu_forward(y, &dydx, x);
-  store(y, widest({&x}), "gelu");
+  store(y, p, "gelu");
   record("gelu", y, {x}, [dydx](const Tensor& dy, GradOutputs& g) {
     if (g[0]) kernels(dy).mul(*g[0], dy, dydx);
   });

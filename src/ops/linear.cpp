@@ -55,7 +55,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
   if (stream_wider(residual_in)) return add(residual_in, linear(x_in, w_in, bias_in));
   const Tensor x = operand(x_in), w = operand(w_in), bias = operand(bias_in), residual = operand(residual_in);
   const int64_t m = rows_of(x), k = w.size(1), n = w.size(0);
-  Tensor y = Tensor::empty(with_last(x.shape(), n), x.dtype(), x.device());
+  Tensor y = new_output(with_last(x.shape(), n), product_format(), x);
   kernels(x).linear_forward(y, x, w, bias, residual, m, k, n);
   store(y, product_format(), "linear");
   if (needs_grad({&x, &w, &bias, &residual})) {
@@ -75,8 +75,8 @@ Tensor gelu_linear(const Tensor& h_in, const Tensor& w_in, const Tensor& bias_in
   if (stream_wider(residual_in)) return add(residual_in, gelu_linear(h_in, w_in, bias_in));
   const Tensor h = operand(h_in), w = operand(w_in), bias = operand(bias_in), residual = operand(residual_in);
   const int64_t m = rows_of(h), k = w.size(1), n = w.size(0);
-  Tensor a = Tensor::empty(h.shape(), h.dtype(), h.device());
-  Tensor y = Tensor::empty(with_last(h.shape(), n), h.dtype(), h.device());
+  Tensor a = new_output(h.shape(), product_format(), h);
+  Tensor y = new_output(with_last(h.shape(), n), product_format(), h);
   // gelu(h) is stored before the product reads it, as the two unfused ops would store it.
   if (!needs_grad({&h, &w, &bias, &residual})) {
     kernels(h).gelu_forward(a, nullptr, h);
@@ -85,7 +85,7 @@ Tensor gelu_linear(const Tensor& h_in, const Tensor& w_in, const Tensor& bias_in
     store(y, product_format(), "gelu_linear");
     return y;
   }
-  Tensor dadh = Tensor::empty(h.shape(), h.dtype(), h.device());
+  Tensor dadh = float_output(h.shape(), h);
   kernels(h).gelu_forward(a, &dadh, h);
   store(a, product_format(), "gelu");
   kernels(h).linear_forward(y, a, w, bias, residual, m, k, n);
@@ -116,7 +116,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const int64_t batch = m * k == 0 ? 0 : a.numel() / (m * k);
   Shape out_shape(a.shape().begin(), a.shape().end() - 1);
   out_shape.push_back(n);
-  Tensor c = Tensor::empty(out_shape, a.dtype(), a.device());
+  Tensor c = new_output(out_shape, product_format(), a);
   kernels(a).matmul(c, a, b, MatmulSpec::of(m, n, k).batched(batch).shared_b(!b_batched));
   store(c, product_format(), "matmul");
   if (needs_grad({&a, &b})) {

@@ -14,7 +14,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table_in) {
   const int64_t n = ids.numel(), v = table.size(0), d = table.size(1);
   Shape out_shape = ids.shape();
   out_shape.push_back(d);
-  Tensor y = Tensor::empty(out_shape, table.dtype(), table.device());
+  Tensor y = new_output(out_shape, product_format(), table);
   kernels(table).embedding_forward(y, table, ids, n, v, d);
   store(y, product_format(), "embedding");
   if (needs_grad({&table})) {
@@ -35,8 +35,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets) {
            shape_str(Shape(logits.shape().begin(), logits.shape().end() - 1)), shape_str(targets.shape()));
   const int64_t n = rows_of(logits), v = logits.size(-1);
   NL_CHECK(n >= 1, "cross_entropy: no rows in logits {}", shape_str(logits.shape()));
-  Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
-  Tensor probs = Tensor::empty({n, v}, logits.dtype(), logits.device());
+  Tensor loss = float_output({}, logits);
+  Tensor probs = float_output({n, v}, logits);
   kernels(logits).cross_entropy_forward(loss, probs, logits, targets, n, v);
   store(loss, Precision::fp32, "cross_entropy");  // float32 in any precision (shown to a watch)
   if (needs_grad({&logits})) {

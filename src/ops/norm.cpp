@@ -20,7 +20,7 @@ void check_norm(const char* op, const Tensor& x, const Tensor& gamma, const Tens
   NL_CHECK(eps > 0, "{}: eps must be > 0, got {}", op, eps);
 }
 
-Tensor row_stat(const Tensor& x) { return Tensor::empty({rows_of(x)}, x.dtype(), x.device()); }
+Tensor row_stat(const Tensor& x) { return float_output({rows_of(x)}, x); }
 
 }  // namespace
 
@@ -46,7 +46,8 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   check_norm("layernorm", x_in, gamma_in, beta_in, eps);
   const Tensor x = stored(x_in), gamma = stored(gamma_in), beta = stored(beta_in);
   const int64_t n = rows_of(x), d = x.size(-1);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Precision p = widest({&x, &gamma, &beta});
+  Tensor y = new_output(x.shape(), p, x);
   Tensor mean = row_stat(x), rstd = row_stat(x);
   watch_norm_input(x, "layernorm");
   if (composite_norm(x)) {
@@ -54,7 +55,7 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   } else {
     kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
   }
-  store(y, widest({&x, &gamma, &beta}), "layernorm", &rstd);
+  store(y, p, "layernorm", &rstd);
   if (needs_grad({&x, &gamma, &beta}))
     record("layernorm", y, {x, gamma, beta}, layernorm_backward_fn(x, gamma, mean, rstd, n, d));
   return y;
@@ -64,7 +65,8 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   check_norm("rmsnorm", x_in, gamma_in, Tensor(), eps);
   const Tensor x = stored(x_in), gamma = stored(gamma_in);
   const int64_t n = rows_of(x), d = x.size(-1);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Precision p = widest({&x, &gamma});
+  Tensor y = new_output(x.shape(), p, x);
   Tensor rstd = row_stat(x);
   watch_norm_input(x, "rmsnorm");
   if (composite_norm(x)) {
@@ -73,7 +75,7 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   } else {
     kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
   }
-  store(y, widest({&x, &gamma}), "rmsnorm", &rstd);
+  store(y, p, "rmsnorm", &rstd);
   if (needs_grad({&x, &gamma})) record("rmsnorm", y, {x, gamma}, rmsnorm_backward_fn(x, gamma, rstd, n, d));
   return y;
 }

@@ -13,7 +13,10 @@ void check_float_same(const char* op, std::initializer_list<std::pair<const char
       first_name = name;
       continue;
     }
-    NL_CHECK(t->dtype() == first->dtype(), "{}: {} is {} but {} is {} (mixing dtypes)", op, name,
+    // float32 beside bf16 / f16 storage is one family: a low-precision scope's native storage
+    // meets float32 parameters and streams (the op casts them, see stored / operand).
+    auto family = [](DType d) { return is_16bit(d) ? DType::f32 : d; };
+    NL_CHECK(family(t->dtype()) == family(first->dtype()), "{}: {} is {} but {} is {} (mixing dtypes)", op, name,
              to_string(t->dtype()), first_name, to_string(first->dtype()));
     NL_CHECK(t->device() == first->device(), "{}: {} is on {} but {} is on {} (mixing devices)", op, name,
              device_name(t->device()), first_name, device_name(first->device()));
@@ -25,6 +28,7 @@ thread_local Precision t_storage = Precision::fp32;
 thread_local Precision t_residual = Precision::fp32;
 thread_local NormCompute t_norm = NormCompute::fused;
 thread_local StoreWatch* t_watch = nullptr;
+bool g_native = true;
 
 void watch(const Tensor& v, Precision p, StoredKind kind, const char* op, const char* module,
            const Tensor* norm_rstd = nullptr) {
@@ -32,18 +36,38 @@ void watch(const Tensor& v, Precision p, StoredKind kind, const char* op, const 
 }
 
 Tensor cast(const Tensor& t) {
-  Tensor y = t.clone();
+  Tensor y = new_output(t.shape(), t_storage, t);
+  kernels(t).copy(y, t);  // a conversion where y is 16-bit storage
   store(y, t_storage, "cast");
   if (needs_grad({&t})) record("cast", y, {t}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
   return y;
 }
 }  // namespace
 
+DType storage_for(Precision p, const Tensor& like) {
+  const DType d = is_16bit(like.dtype()) ? DType::f32 : like.dtype();
+  if (p == Precision::fp32 || d != DType::f32 || !g_native || t_watch != nullptr || !is_cuda_device(like.device()))
+    return d;
+  return storage_dtype(p);
+}
+
+Tensor new_output(const Shape& shape, Precision p, const Tensor& like) {
+  return Tensor::empty(shape, storage_for(p, like), like.device());
+}
+
+Tensor float_output(const Shape& shape, const Tensor& like) {
+  return Tensor::empty(shape, is_16bit(like.dtype()) ? DType::f32 : like.dtype(), like.device());
+}
+
 void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd) {
   if (!y.defined()) return;
-  watch(y, p, StoredKind::output, op, current_module(), norm_rstd);
   y.impl().format = p;
   y.impl().op_output = true;
+  if (is_16bit(y.dtype())) {  // native storage: the kernel's store rounded it (no watch is set)
+    NL_CHECK(format_of_dtype(y.dtype()) == p, "{}: a {} output stored as {}", op, to_string(p), to_string(y.dtype()));
+    return;
+  }
+  watch(y, p, StoredKind::output, op, current_module(), norm_rstd);
   if (p != Precision::fp32) kernels(y).round_to_format(y, p);
 }
 
@@ -52,6 +76,7 @@ void watch_norm_input(const Tensor& x, const char* op) {
 }
 
 void store_gradient(Tensor& g, const TensorImpl& of, const Node& from) {
+  if (is_16bit(g.dtype())) return;  // native storage: rounded by the kernel that wrote it
   watch(g, of.format, StoredKind::gradient, from.op(), from.module());
   if (of.format != Precision::fp32) kernels(g).round_to_format(g, of.format);
 }
@@ -108,6 +133,9 @@ StoragePrecisionScope::~StoragePrecisionScope() {
 }
 Precision storage_precision() { return ops_detail::t_storage; }
 
+void set_native_low_precision(bool on) { ops_detail::g_native = on; }
+bool native_low_precision() { return ops_detail::g_native; }
+
 StoreWatchScope::StoreWatchScope(StoreWatch watch) : previous_(ops_detail::t_watch), watch_(std::move(watch)) {
   ops_detail::t_watch = &watch_;
 }
@@ -116,7 +144,8 @@ StoreWatchScope::~StoreWatchScope() { ops_detail::t_watch = previous_; }
 Tensor residual_stream(const Tensor& x) {
   using namespace ops_detail;
   if (t_storage == Precision::fp32 || !x.defined() || x.impl().format == t_residual) return x;
-  Tensor y = x.clone();  // fp32 from the format: exact, the tag changes
+  Tensor y = new_output(x.shape(), t_residual, x);  // fp32 from the format: exact
+  kernels(x).copy(y, x);
   store(y, t_residual, "residual_stream");
   if (needs_grad({&x})) record("residual_stream", y, {x}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
   return y;

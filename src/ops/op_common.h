@@ -27,6 +27,14 @@ Shape with_last(const Shape& s, int64_t last);
 // rounded copy, recorded as "cast" with the gradient passed through; any other tensor as it is.
 // operand(t): a product's operand: stored(t), and a non-leaf in another format also cast.
 void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd = nullptr);
+// An op's output that store(y, p) will tag, where `like` lives: in p's 16-bit storage on a CUDA
+// device (native low precision: the kernel rounds at its store, unless a StoreWatch needs to
+// see values before their rounding), float32 storage otherwise (store() then rounds it).
+Tensor new_output(const Shape& shape, Precision p, const Tensor& like);
+DType storage_for(Precision p, const Tensor& like);
+// What stays float32 in every precision beside a 16-bit `like`: a norm's statistics, the loss's
+// probabilities, GELU's derivative.
+Tensor float_output(const Shape& shape, const Tensor& like);
 // Whether a norm on x runs as the composite (norm_compute format, x stored in a low-precision format).
 bool composite_norm(const Tensor& x);
 // Shows a norm's input to the StoreWatch (when one is set).

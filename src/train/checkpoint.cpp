@@ -25,6 +25,8 @@ const char* st_dtype(DType t) {
     case DType::f32: return "F32";
     case DType::f64: return "F64";
     case DType::i32: return "I32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
   }
   return "?";
 }

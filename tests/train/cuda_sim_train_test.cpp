@@ -8,6 +8,8 @@
 #include "normlab/backend.h"
 #include "normlab/checkpoint.h"
 #include "normlab/cuda_backend.h"
+#include "normlab/nn.h"
+#include "normlab/ops.h"
 #include "normlab/train.h"
 #include "test_util.h"
 
@@ -33,16 +35,19 @@ TrainConfig tiny(ModelKind kind) {
 }
 
 // Runs `cfg` with the model on `device`; the per-step train losses and the eval records.
+// (native: how a low precision is stored on the device, ops.h set_native_low_precision.)
 struct Curve {
   std::vector<double> train;
   TrainResult result;
 };
-Curve run_on(Device device, const TrainConfig& cfg) {
+Curve run_on(Device device, const TrainConfig& cfg, bool native = true) {
   set_compute_device(device);
+  set_native_low_precision(native);
   Curve c;
   TrainHooks h;
   h.on_step = [&c](int64_t, double loss) { c.train.push_back(loss); };
   c.result = train(cfg, h);
+  set_native_low_precision(true);
   set_compute_device(Device::cpu);
   return c;
 }
@@ -136,6 +141,106 @@ TEST(CudaSimTrain, CheckpointAndResumeFromDeviceMemory) {
   // The checkpoint holds the device's values, downloaded: it loads on the cpu.
   const SafetensorsFile f = load_safetensors(point.weights);
   EXPECT_FALSE(f.tensors.empty());
+}
+
+// Native bf16 / fp16 storage on the device (2-byte activations and gradients, every kernel
+// rounding once at its store) is the float32-storage emulation bit for bit: every step's loss,
+// every eval's loss, gradient norm and per-block statistics, in both formats, for each way a
+// norm runs and with a float32 residual stream (PyTorch autocast's), Pre-LN and Post-LN.
+TEST(CudaSimTrain, NativeLowPrecisionIsTheEmulationBitForBit) {
+  struct Case {
+    const char* name;
+    TrainConfig cfg;
+  };
+  std::vector<Case> cases;
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    TrainConfig toy = tiny(ModelKind::toy);
+    toy.steps = 6;
+    toy.eval_every = 3;
+    toy.precision = p;
+    cases.push_back({"toy layernorm fused", toy});
+    TrainConfig gpt = tiny(ModelKind::gpt);
+    gpt.steps = 6;
+    gpt.eval_every = 3;
+    gpt.precision = p;
+    gpt.model.norm = NormKind::rmsnorm;
+    gpt.model.qk_norm = true;
+    cases.push_back({"gpt rmsnorm qk-norm fused", gpt});
+    TrainConfig composite = gpt;
+    composite.model.norm = NormKind::layernorm;
+    composite.norm_compute = NormCompute::format;
+    cases.push_back({"gpt layernorm composite", composite});
+    TrainConfig upcast = gpt;
+    upcast.norm_compute = NormCompute::fp32;
+    upcast.residual_dtype = ResidualDtype::fp32;
+    cases.push_back({"gpt rmsnorm fp32 stream", upcast});
+    TrainConfig post = gpt;
+    post.model.placement = Placement::post;
+    post.model.qk_norm = false;
+    cases.push_back({"gpt post-ln", post});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} {}", c.name, to_string(c.cfg.storage())));
+    const Curve native = run_on(Device::cuda_sim, c.cfg, true);
+    const Curve emulated = run_on(Device::cuda_sim, c.cfg, false);
+    ASSERT_EQ(native.train.size(), emulated.train.size());
+    for (size_t i = 0; i < native.train.size(); ++i) EXPECT_EQ(native.train[i], emulated.train[i]) << "step " << i + 1;
+    ASSERT_EQ(native.result.evals.size(), emulated.result.evals.size());
+    for (size_t i = 0; i < native.result.evals.size(); ++i) {
+      const EvalRecord &a = native.result.evals[i], &b = emulated.result.evals[i];
+      EXPECT_EQ(a.val_loss, b.val_loss) << "eval " << i;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "eval " << i;
+      if (!std::isnan(a.loss_scale) || !std::isnan(b.loss_scale)) {  // NaN: no scaler (bf16)
+        EXPECT_EQ(a.loss_scale, b.loss_scale) << "eval " << i;
+      }
+    }
+    EXPECT_EQ(native.result.status, emulated.result.status);
+    EXPECT_EQ(native.result.final_val_loss, emulated.result.final_val_loss);
+  }
+}
+
+// What native storage is for: a model's activations held for the backward take half the bytes
+// (the float32 statistics, probabilities and casts of the parameters aside), and the outputs are
+// 2-byte tensors of the format.
+TEST(CudaSimTrain, NativeLowPrecisionHoldsActivationsInTwoBytes) {
+  TrainConfig cfg = tiny(ModelKind::gpt);
+  cfg.model.layers = 4;
+  cfg.model.d_model = 64;
+  cfg.model.d_hidden = 256;
+  cfg.model.seq_len = 16;
+  cfg.batch_size = 8;
+  (void)backend("cuda-sim");  // its memory hooks
+  Model model(cfg.model, 3);
+  model.params().flatten(Device::cuda_sim);
+  std::vector<int32_t> ids(static_cast<size_t>(cfg.batch_size * cfg.model.seq_len));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % cfg.model.vocab);
+  const Shape shape{cfg.batch_size, cfg.model.seq_len};
+  const Tensor inputs = Tensor::from_ids(ids, shape).to_device(Device::cuda_sim);
+  const Tensor targets = inputs;
+  auto held_bytes = [&](bool native) {
+    set_native_low_precision(native);
+    StoragePrecisionScope scope(Precision::bf16);
+    const uint64_t before = arena_stats(Device::cuda_sim).bytes_in_use;
+    Tensor loss = model.loss(inputs, targets);
+    const uint64_t after = arena_stats(Device::cuda_sim).bytes_in_use;
+    set_native_low_precision(true);
+    return static_cast<double>(after - before);
+  };
+  const double emulated = held_bytes(false), native = held_bytes(true);
+  RecordProperty("held_bytes_ratio", fmt::format("{:.3f}", native / emulated));
+  EXPECT_LT(native, 0.62 * emulated) << native << " bytes held natively, " << emulated << " emulated";
+  EXPECT_GT(native, 0.45 * emulated) << "the float32 parts (statistics, parameters' casts) cannot vanish";
+
+  StoragePrecisionScope scope(Precision::fp16);
+  const Tensor x = Tensor::from({1.0, -2.5, 70000.0, 1e-8}, {1, 4}).to_device(Device::cuda_sim);
+  const Tensor y = scale(x, 1.0);  // x cast to fp16 storage, then scaled into fp16 storage
+  EXPECT_EQ(y.dtype(), DType::f16);
+  EXPECT_EQ(y.nbytes(), 8u);
+  const std::vector<double> v = y.to_vector();
+  EXPECT_EQ(v[0], 1.0);
+  EXPECT_EQ(v[1], -2.5);
+  EXPECT_TRUE(std::isinf(v[2])) << "70000 overflows fp16";
+  EXPECT_EQ(v[3], 0.0) << "1e-8 underflows fp16";
 }
 
 }  // namespace

@@ -65,6 +65,8 @@ class Node {
 struct GradientMath {
   void (*accumulate)(Tensor& dst, const Tensor& g) = nullptr;             // dst += g
   void (*add)(Tensor& out, const Tensor& a, const Tensor& b) = nullptr;   // out = a + b
+  // dst = src across storage types (float32 <-> bf16 / f16); null: Tensor::copy_ (one dtype).
+  void (*convert)(Tensor& dst, const Tensor& src) = nullptr;
   // A gradient has its tensor's format (TensorImpl::format): called on every gradient a backward
   // closure wrote, every sum of two gradients, and every gradient passed through to an input
   // stored in a narrower format than the op's output (a copy), to round g to the format of `of`.

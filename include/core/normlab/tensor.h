@@ -12,7 +12,10 @@
 
 namespace normlab {
 
-enum class DType : uint8_t { f32, f64, i32 };
+// bf16 and f16 hold the 16-bit encodings of precision.h's formats: native low-precision storage,
+// which only the CUDA backends read and write (a low-precision scope on a CUDA device, ops.h);
+// on the cpu the formats are emulated in float32 storage.
+enum class DType : uint8_t { f32, f64, i32, bf16, f16 };
 // "float32" (as PyTorch prints it), "f32" accepted.
 template <>
 const EnumNames& enum_names<DType>();
@@ -23,6 +26,11 @@ constexpr int kDeviceCount = 3;
 inline bool is_cuda_device(Device d) { return d == Device::cuda || d == Device::cuda_sim; }
 
 size_t dtype_size(DType t);
+// The 16-bit dtype that stores a low-precision format natively (bf16 -> bf16, fp16 -> f16), and
+// back; f32 for fp32. format_of_dtype: the format a dtype's values lie on (f32/f64: fp32).
+DType storage_dtype(Precision p);
+Precision format_of_dtype(DType t);
+inline bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 const char* device_name(Device d);
 
 using Shape = std::vector<int64_t>;

@@ -70,7 +70,7 @@ void install_gradient_math();
 
 // ---- low-precision storage (docs/precision.md) ----------------------------------
 // Inside a StoragePrecisionScope(bf16 or fp16), on this thread: mixed precision with float32
-// master weights, emulated in float32 storage. Every op computes in float32 from stored operands
+// master weights, emulated in float32 storage on the cpu and stored natively on CUDA (below). Every op computes in float32 from stored operands
 // and rounds its output once (as fused); every gradient is stored in its tensor's format
 // (TensorImpl::format), and so is every sum of two gradients. A leaf input (a parameter, an
 // input batch) is used through a rounded copy whose gradient reaches the float32 leaf as
@@ -97,6 +97,15 @@ class StoragePrecisionScope {
   NormCompute previous_norm_;
 };
 Precision storage_precision();
+// On a CUDA device (cuda, cuda-sim) the scope stores natively by default: activations and their
+// gradients in bf16 / f16 storage (2 bytes, DType bf16 / f16), each kernel computing in float32
+// and rounding once at its store; parameters, their gradients, optimizer state and statistics
+// stay float32. The values are those of the emulation (float32 storage rounded after each op),
+// bit for bit, with half the bytes; off, CUDA emulates as the cpu does. A StoreWatch sees values
+// before their rounding, so ops run emulated while one is alive (train's log-step statistics and
+// non-finite search). Process-wide; for tests and comparisons.
+void set_native_low_precision(bool on);
+bool native_low_precision();
 // The residual stream as it starts (the embeddings' sum): x in the scope's residual format (a
 // float32 copy of a low-precision x, exact; its gradient is rounded back to x's format).
 // Everything the stream then passes through keeps that format by the widest-input rule.

@@ -12,20 +12,19 @@ constexpr int64_t kAttnMaxT = 12000;
 
 // One block per (b, h, t): scores over s <= t in shared memory, softmax, P written (zeros
 // above the diagonal), then out_t = sum_s P[t,s] v_s with threads over the head's channels.
-__global__ void attention_forward_kernel(float* out, float* probs, const float* q, const float* k,
-                                         const float* v, int64_t t, int64_t h, int64_t dh,
+__global__ void attention_forward_kernel(Out out, Out probs, In q, In k, In v, int64_t t, int64_t h, int64_t dh,
                                          float scale) {
   NL_DYNAMIC_SHARED(float, p);
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
   const int64_t c = h * dh;
-  const float* qt = q + (bi * t + ti) * c + hi * dh;
+  const int64_t qt = (bi * t + ti) * c + hi * dh;
   float mx = -INFINITY;
   for (int64_t s = threadIdx.x; s <= ti; s += blockDim.x) {
-    const float* ks = k + (bi * t + s) * c + hi * dh;
+    const int64_t ks = (bi * t + s) * c + hi * dh;
     float dot = 0.0f;
-    for (int64_t e = 0; e < dh; ++e) dot += qt[e] * ks[e];
+    for (int64_t e = 0; e < dh; ++e) dot += ld(q, qt + e) * ld(k, ks + e);
     p[s] = scale * dot;
     mx = fmaxf(mx, p[s]);
   }
@@ -36,21 +35,21 @@ __global__ void attention_forward_kernel(float* out, float* probs, const float* 
     sum += p[s];
   }
   sum = block_sum(sum, scratch);
-  float* prow = probs + row * t;
+  const int64_t prow = row * t;
   for (int64_t s = threadIdx.x; s < t; s += blockDim.x) {
     if (s <= ti) {
       p[s] = p[s] / sum;
-      prow[s] = p[s];
+      st(probs, prow + s, p[s]);
     } else {
-      prow[s] = 0.0f;
+      st(probs, prow + s, 0.0f);
     }
   }
   __syncthreads();  // every p[s] normalized before any thread reads them all
-  float* ot = out + (bi * t + ti) * c + hi * dh;
+  const int64_t ot = (bi * t + ti) * c + hi * dh;
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t s = 0; s <= ti; ++s) acc += p[s] * v[(bi * t + s) * c + hi * dh + e];
-    ot[e] = acc;
+    for (int64_t s = 0; s <= ti; ++s) acc += p[s] * ld(v, (bi * t + s) * c + hi * dh + e);
+    st(out, ot + e, acc);
   }
 }
 
@@ -58,8 +57,8 @@ __global__ void attention_forward_kernel(float* out, float* probs, const float* 
 
 int64_t attention_max_t() { return kAttnMaxT; }
 
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
-                       int64_t b, int64_t t, int64_t h, int64_t dh, float scale) {
+void attention_forward(Out out, Out probs, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                       float scale) {
   const int64_t rows = b * h * t;
   if (rows <= 0) return;
   if (!rows_fit(rows) || t > kAttnMaxT)
@@ -71,60 +70,56 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
 namespace {
 
 // scale * dS for one (b, h, t) row: dP[t,s] = dout_t . v_s; dS = P (dP - sum_s dP P).
-__global__ void attention_ds_kernel(float* ds, const float* dout, const float* v,
-                                    const float* probs, int64_t t, int64_t h, int64_t dh,
+__global__ void attention_ds_kernel(float* ds, In dout, In v, In probs, int64_t t, int64_t h, int64_t dh,
                                     float scale) {
   NL_DYNAMIC_SHARED(float, dp);
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
   const int64_t c = h * dh;
-  const float* dot_ = dout + (bi * t + ti) * c + hi * dh;
-  const float* prow = probs + row * t;
+  const int64_t dot_ = (bi * t + ti) * c + hi * dh;
+  const int64_t prow = row * t;
   float rowdot = 0.0f;
   for (int64_t s = threadIdx.x; s <= ti; s += blockDim.x) {
-    const float* vs = v + (bi * t + s) * c + hi * dh;
+    const int64_t vs = (bi * t + s) * c + hi * dh;
     float acc = 0.0f;
-    for (int64_t e = 0; e < dh; ++e) acc += dot_[e] * vs[e];
+    for (int64_t e = 0; e < dh; ++e) acc += ld(dout, dot_ + e) * ld(v, vs + e);
     dp[s] = acc;  // read back only by this thread
-    rowdot += acc * prow[s];
+    rowdot += acc * ld(probs, prow + s);
   }
   rowdot = block_sum(rowdot, scratch);
   float* dsr = ds + row * t;
   for (int64_t s = threadIdx.x; s < t; s += blockDim.x)
-    dsr[s] = s <= ti ? scale * prow[s] * (dp[s] - rowdot) : 0.0f;
+    dsr[s] = s <= ti ? scale * ld(probs, prow + s) * (dp[s] - rowdot) : 0.0f;
 }
 
 // dq[b,t,h,e] = sum_{s<=t} dS[t,s] k[s,e]
-__global__ void attention_dq_kernel(float* dq, const float* ds, const float* k, int64_t b,
-                                    int64_t t, int64_t h, int64_t dh) {
+__global__ void attention_dq_kernel(Out dq, const float* ds, In k, int64_t b, int64_t t, int64_t h, int64_t dh) {
   const int64_t c = h * dh;
   NL_GRID_STRIDE(idx, b * t * c) {
     const int64_t e = idx % dh, hi = (idx / dh) % h, ti = (idx / c) % t, bi = idx / (c * t);
     const float* dsr = ds + ((bi * h + hi) * t + ti) * t;
     float acc = 0.0f;
-    for (int64_t s = 0; s <= ti; ++s) acc += dsr[s] * k[(bi * t + s) * c + hi * dh + e];
-    dq[idx] = acc;
+    for (int64_t s = 0; s <= ti; ++s) acc += dsr[s] * ld(k, (bi * t + s) * c + hi * dh + e);
+    st(dq, idx, acc);
   }
 }
 
 // dk[b,s,h,e] = sum_{t>=s} dS[t,s] q[t,e];  dv[b,s,h,e] = sum_{t>=s} P[t,s] dout[t,e]
-__global__ void attention_dkv_kernel(float* out, const float* m, const float* src, int64_t b,
-                                     int64_t t, int64_t h, int64_t dh) {
+__global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t, int64_t h, int64_t dh) {
   const int64_t c = h * dh;
   NL_GRID_STRIDE(idx, b * t * c) {
     const int64_t e = idx % dh, hi = (idx / dh) % h, si = (idx / c) % t, bi = idx / (c * t);
-    const float* mb = m + (bi * h + hi) * t * t;
+    const int64_t mb = (bi * h + hi) * t * t;
     float acc = 0.0f;
-    for (int64_t ti = si; ti < t; ++ti) acc += mb[ti * t + si] * src[(bi * t + ti) * c + hi * dh + e];
-    out[idx] = acc;
+    for (int64_t ti = si; ti < t; ++ti) acc += ld(m, mb + ti * t + si) * ld(src, (bi * t + ti) * c + hi * dh + e);
+    st(out, idx, acc);
   }
 }
 
 }  // namespace
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* probs, int64_t b, int64_t t,
+void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, In probs, int64_t b, int64_t t,
                         int64_t h, int64_t dh, float scale, float* work) {
   const int64_t rows = b * h * t, total = b * t * h * dh;
   if (rows <= 0) return;
@@ -141,48 +136,46 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, work, k, b, t, h, dh);
   }
   if (dk) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, work, q, b, t, h, dh);
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(work), q, b, t, h, dh);
   }
 }
 
 namespace {
 
-__global__ void prefix_mean_forward_kernel(float* y, const float* x, int64_t b, int64_t t,
-                                           int64_t c) {
+__global__ void prefix_mean_forward_kernel(Out y, In x, int64_t b, int64_t t, int64_t c) {
   NL_GRID_STRIDE(idx, b * c) {
     const int64_t bi = idx / c, ci = idx % c;
     double acc = 0.0;
     for (int64_t ti = 0; ti < t; ++ti) {
-      acc += x[(bi * t + ti) * c + ci];
-      y[(bi * t + ti) * c + ci] = static_cast<float>(acc / static_cast<double>(ti + 1));
+      acc += ld(x, (bi * t + ti) * c + ci);
+      st(y, (bi * t + ti) * c + ci, static_cast<float>(acc / static_cast<double>(ti + 1)));
     }
   }
 }
 
 }  // namespace
 
-void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c) {
+void prefix_mean_forward(Out y, In x, int64_t b, int64_t t, int64_t c) {
   if (b * c <= 0 || t <= 0) return;
   launch("prefix_mean_forward", prefix_mean_forward_kernel, grid_for(b * c), kThreads, 0, y, x, b, t, c);
 }
 
 namespace {
 
-__global__ void prefix_mean_backward_kernel(float* dx, const float* dy, int64_t b, int64_t t,
-                                            int64_t c) {
+__global__ void prefix_mean_backward_kernel(Out dx, In dy, int64_t b, int64_t t, int64_t c) {
   NL_GRID_STRIDE(idx, b * c) {
     const int64_t bi = idx / c, ci = idx % c;
     double acc = 0.0;
     for (int64_t si = t - 1; si >= 0; --si) {
-      acc += dy[(bi * t + si) * c + ci] / static_cast<double>(si + 1);
-      dx[(bi * t + si) * c + ci] = static_cast<float>(acc);
+      acc += ld(dy, (bi * t + si) * c + ci) / static_cast<double>(si + 1);
+      st(dx, (bi * t + si) * c + ci, static_cast<float>(acc));
     }
   }
 }
 
 }  // namespace
 
-void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c) {
+void prefix_mean_backward(Out dx, In dy, int64_t b, int64_t t, int64_t c) {
   if (b * c <= 0 || t <= 0) return;
   launch("prefix_mean_backward", prefix_mean_backward_kernel, grid_for(b * c), kThreads, 0, dx, dy, b, t, c);
 }

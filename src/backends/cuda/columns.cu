@@ -98,6 +98,12 @@ int64_t column_work(int64_t rows, int64_t cols) {
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work) {
   column_reduce<float, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
 }
+void sum_rows(float* out, const __nv_bfloat16* x, int64_t rows, int64_t cols, float* work) {
+  column_reduce<__nv_bfloat16, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
+}
+void sum_rows(float* out, const __half* x, int64_t rows, int64_t cols, float* work) {
+  column_reduce<__half, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
+}
 
 template <class T>
 void norm_column_sums(float* dgamma, float* dbeta, const T* dy, const T* x, const float* mean,

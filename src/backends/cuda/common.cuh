@@ -115,6 +115,11 @@ inline int device_sms() {
 
 // 16-byte aligned (nullptr counts as aligned: an absent array constrains nothing).
 inline bool aligned16(const void* ptr) { return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+// Aligned to a row unit of 4 elements of T (16 bytes of float, 8 of bf16 / fp16).
+template <class T>
+inline bool unit_aligned(const void* ptr) {
+  return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) & (4 * sizeof(T) - 1)) == 0;
+}
 
 // ---- storage types: float32, or bf16 / fp16 with float32 arithmetic ------------------------------
 __device__ inline float to_f(float v) { return v; }
@@ -129,8 +134,23 @@ __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2
 template <>
 __device__ inline __half from_f<__half>(float v) { return __float2half_rn(v); }
 
-// A row is walked in units of P elements: P = 1 (scalar), or 16 bytes (float4: 4 floats, 8
-// bf16) when D is a multiple of P and every pointer is 16-byte aligned.
+// One element of an In / Out array (kernels.h) as float32, and a float32 stored into one: the
+// storage is uniform across a launch, so the branch costs no divergence.
+__device__ inline float ld(In a, int64_t i) {
+  if (a.e == Elem::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(a.p)[i]);
+  if (a.e == Elem::f16) return __half2float(static_cast<const __half*>(a.p)[i]);
+  return static_cast<const float*>(a.p)[i];
+}
+__device__ inline void st(Out a, int64_t i, float v) {
+  if (a.e == Elem::bf16) static_cast<__nv_bfloat16*>(a.p)[i] = __float2bfloat16_rn(v);
+  else if (a.e == Elem::f16) static_cast<__half*>(a.p)[i] = __float2half_rn(v);
+  else static_cast<float*>(a.p)[i] = v;
+}
+
+// A row is walked in units of P elements: P = 1 (scalar), or P = 4 (16 bytes of float32, 8 of
+// bf16 / fp16) when D is a multiple of 4 and every pointer is aligned to a unit. The unit is 4
+// elements for every storage so that a thread sums the same elements in the same order whatever
+// the storage: native 16-bit rows give the float32 emulation's statistics bit for bit.
 template <class T, int P>
 __device__ inline void load_unit(const T* row, int64_t u, float (&v)[P]);
 template <>
@@ -146,12 +166,12 @@ __device__ inline void load_unit<__half, 1>(const __half* row, int64_t u, float 
   v[0] = __half2float(row[u]);
 }
 template <>
-__device__ inline void load_unit<__half, 8>(const __half* row, int64_t u, float (&v)[8]) {
-  const uint4 q = reinterpret_cast<const uint4*>(row)[u];
-  __half h[8];
+__device__ inline void load_unit<__half, 4>(const __half* row, int64_t u, float (&v)[4]) {
+  const uint2 q = reinterpret_cast<const uint2*>(row)[u];
+  __half h[4];
   memcpy(h, &q, sizeof q);  // as the bf16 unit: no pointer cast
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = __half2float(h[k]);
+  for (int k = 0; k < 4; ++k) v[k] = __half2float(h[k]);
 }
 template <>
 __device__ inline void load_unit<float, 4>(const float* row, int64_t u, float (&v)[4]) {
@@ -162,12 +182,12 @@ __device__ inline void load_unit<float, 4>(const float* row, int64_t u, float (&
   v[3] = q.w;
 }
 template <>
-__device__ inline void load_unit<__nv_bfloat16, 8>(const __nv_bfloat16* row, int64_t u, float (&v)[8]) {
-  const uint4 q = reinterpret_cast<const uint4*>(row)[u];
-  __nv_bfloat162 h[4];
+__device__ inline void load_unit<__nv_bfloat16, 4>(const __nv_bfloat16* row, int64_t u, float (&v)[4]) {
+  const uint2 q = reinterpret_cast<const uint2*>(row)[u];
+  __nv_bfloat162 h[2];
   memcpy(h, &q, sizeof q);  // not a pointer cast: the host compiler (cuda-sim) assumes no such aliasing
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 2; ++k) {
     const float2 f = __bfloat1622float2(h[k]);
     v[2 * k] = f.x;
     v[2 * k + 1] = f.y;
@@ -189,26 +209,26 @@ __device__ inline void store_unit<__half, 1>(__half* row, int64_t u, const float
   row[u] = __float2half_rn(v[0]);
 }
 template <>
-__device__ inline void store_unit<__half, 8>(__half* row, int64_t u, const float (&v)[8]) {
-  __half h[8];
+__device__ inline void store_unit<__half, 4>(__half* row, int64_t u, const float (&v)[4]) {
+  __half h[4];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) h[k] = __float2half_rn(v[k]);
-  uint4 q;
+  for (int k = 0; k < 4; ++k) h[k] = __float2half_rn(v[k]);
+  uint2 q;
   memcpy(&q, h, sizeof q);
-  reinterpret_cast<uint4*>(row)[u] = q;
+  reinterpret_cast<uint2*>(row)[u] = q;
 }
 template <>
 __device__ inline void store_unit<float, 4>(float* row, int64_t u, const float (&v)[4]) {
   reinterpret_cast<float4*>(row)[u] = make_float4(v[0], v[1], v[2], v[3]);
 }
 template <>
-__device__ inline void store_unit<__nv_bfloat16, 8>(__nv_bfloat16* row, int64_t u, const float (&v)[8]) {
-  __nv_bfloat162 h[4];
+__device__ inline void store_unit<__nv_bfloat16, 4>(__nv_bfloat16* row, int64_t u, const float (&v)[4]) {
+  __nv_bfloat162 h[2];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-  uint4 q;
+  for (int k = 0; k < 2; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  uint2 q;
   memcpy(&q, h, sizeof q);
-  reinterpret_cast<uint4*>(row)[u] = q;
+  reinterpret_cast<uint2*>(row)[u] = q;
 }
 
 }  // namespace normlab::cuda

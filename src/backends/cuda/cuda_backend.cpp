@@ -1,10 +1,14 @@
 // The "cuda" backend: checks each call's tensors as the reference backend does (defined, on
-// the device, float32, the element counts the sizes imply, ids in range), then calls the
-// kernels (kernels.h) or cuBLAS. float32 only; the CUDA calls' statuses are all checked and
-// a failure names the call and the kernel.
+// the device, a float storage, the element counts the sizes imply, ids in range), then calls
+// the kernels (kernels.h) or cuBLAS. Data arrays are float32, or bf16 / fp16 encodings where a
+// low-precision scope stores activations natively (DType bf16 / f16; statistics, parameters and
+// optimizer state stay float32); the CUDA calls' statuses are all checked and a failure names
+// the call and the kernel.
 #include "normlab/cuda_backend.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,6 +61,10 @@ void device_fill(void* dst, DType dtype, int64_t count, double value) {
     case DType::f32: cuda::fill_f32(static_cast<float*>(dst), count, static_cast<float>(value)); return;
     case DType::f64: cuda::fill_f64(static_cast<double*>(dst), count, value); return;
     case DType::i32: cuda::fill_i32(static_cast<int32_t*>(dst), count, static_cast<int32_t>(value)); return;
+    case DType::bf16:
+    case DType::f16:
+      cuda::fill_u16(static_cast<uint16_t*>(dst), count, to_bits(format_of_dtype(dtype), to_float(value)));
+      return;
   }
 }
 void device_copy(void* dst, const void* src, size_t bytes) {
@@ -103,21 +111,94 @@ void cuda::require_device() {
 namespace {
 
 // ---- argument checks ----------------------------------------------------------------------------
+// A data array: float32, bf16 or fp16 storage.
 void expect(const char* kernel, const char* arg, const Tensor& t, int64_t numel) {
   NL_CHECK(t.defined(), "cuda {}: {} is an undefined tensor", kernel, arg);
   NL_CHECK(t.device() == cuda::kDevice, "{} {}: {} is on {}, the {} backend takes {} tensors", cuda::kBackendName,
            kernel, arg, device_name(t.device()), cuda::kBackendName, cuda::kBackendName);
-  NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; the cuda backend is float32 only", kernel,
-           arg, to_string(t.dtype()));
+  NL_CHECK(t.dtype() == DType::f32 || is_16bit(t.dtype()),
+           "cuda {}: {} is {}; the cuda backend takes float32, bfloat16 and float16", kernel, arg,
+           to_string(t.dtype()));
   NL_CHECK(t.numel() == numel, "cuda {}: {} has shape {} ({} elements); the sizes imply {}", kernel,
            arg, shape_str(t.shape()), t.numel(), numel);
 }
 void expect(const char* kernel, const char* arg, const Tensor* t, int64_t numel) {
   if (t) expect(kernel, arg, *t, numel);
 }
+// An array that is float32 in every precision: statistics, probabilities, parameters.
+void expect_f32(const char* kernel, const char* arg, const Tensor& t, int64_t numel) {
+  expect(kernel, arg, t, numel);
+  NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; it is float32 in every precision", kernel, arg,
+           to_string(t.dtype()));
+}
+void expect_f32(const char* kernel, const char* arg, const Tensor* t, int64_t numel) {
+  if (t) expect_f32(kernel, arg, *t, numel);
+}
+// Arrays a kernel reads and writes in one storage type (a norm's x, y, dy, dx).
+void expect_same_storage(const char* kernel, const char* arg, const Tensor* t, const char* ref_arg, const Tensor& ref) {
+  NL_CHECK(!t || t->dtype() == ref.dtype(), "cuda {}: {} is {} but {} is {}", kernel, arg,
+           to_string(t ? t->dtype() : ref.dtype()), ref_arg, to_string(ref.dtype()));
+}
 float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
 float* fp(Tensor* t) { return t ? static_cast<float*>(t->raw()) : nullptr; }
 const float* fp_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
+
+cuda::Elem elem_of(DType t) {
+  if (t == DType::bf16) return cuda::Elem::bf16;
+  if (t == DType::f16) return cuda::Elem::f16;
+  return cuda::Elem::f32;
+}
+cuda::In arr_in(const Tensor& t) { return t.defined() ? cuda::In(t.raw(), elem_of(t.dtype())) : cuda::In(); }
+cuda::Out arr_out(const Tensor& t) { return t.defined() ? cuda::Out(t.raw(), elem_of(t.dtype())) : cuda::Out(); }
+cuda::Out arr_out(Tensor* t) { return t ? arr_out(*t) : cuda::Out(); }
+template <class T>
+T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.raw()) : nullptr;
+}
+template <class T>
+T* ptr(Tensor* t) {
+  return t ? static_cast<T*>(t->raw()) : nullptr;
+}
+
+// The kernel template for x's storage type: f(float{}), f(__nv_bfloat16{}) or f(__half{}).
+template <class F>
+void with_storage(DType t, F&& f) {
+  if (t == DType::bf16) f(__nv_bfloat16{});
+  else if (t == DType::f16) f(__half{});
+  else f(float{});
+}
+
+// t in `dtype`'s storage: t itself, or a converted copy from the device arena (a parameter's
+// float32 gamma beside a bf16 row: its values lie on the grid, the conversion is exact).
+Tensor in_storage(const Tensor& t, DType dtype) {
+  if (!t.defined() || t.dtype() == dtype) return t;
+  Tensor c = Tensor::empty(t.shape(), dtype, t.device());
+  cuda::convert(arr_out(c), arr_in(t), t.numel());
+  return c;
+}
+
+// A float32 output of a kernel (dgamma, dbias): the tensor itself, or a float32 stand-in from
+// the device arena converted into it by finish() (rounded once, as the gradient's store would).
+class F32Out {
+ public:
+  explicit F32Out(Tensor* t) : target_(t) {
+    if (t && t->dtype() != DType::f32) stand_in_ = Tensor::empty(t->shape(), DType::f32, t->device());
+  }
+  float* get() const { return stand_in_.defined() ? fp(stand_in_) : fp(target_); }
+  void finish() {
+    if (stand_in_.defined()) cuda::convert(arr_out(target_), cuda::In(fp(stand_in_)), target_->numel());
+  }
+
+ private:
+  Tensor* target_;
+  Tensor stand_in_;
+};
+
+cudaDataType_t blas_type(DType t) {
+  if (t == DType::bf16) return CUDA_R_16BF;
+  if (t == DType::f16) return CUDA_R_16F;
+  return CUDA_R_32F;
+}
 
 int to_int(int64_t v, const char* what, const char* kernel) {
   NL_CHECK(v >= 0 && v <= INT_MAX, "cuda {}: {} = {} does not fit cuBLAS's int", kernel, what, v);
@@ -139,7 +220,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return cuda::kBackendName; }
   Device device() const override { return cuda::kDevice; }
-  bool supports(DType dtype) const override { return dtype == DType::f32; }
+  bool supports(DType dtype) const override { return dtype == DType::f32 || is_16bit(dtype); }
 
   // ---- matrix products -----------------------------------------------------------------------
   void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
@@ -147,7 +228,7 @@ class CudaBackend final : public Backend {
     expect(kn, "c", c, s.batch * s.m * s.n);
     expect(kn, "a", a, (s.a_batched ? s.batch : 1) * s.m * s.k);
     expect(kn, "b", b, (s.b_batched ? s.batch : 1) * s.k * s.n);
-    gemm(fp(c), fp(a), fp(b), s, s.accumulate, kn);
+    gemm(c, a, b, s, s.accumulate, kn);
   }
 
   using Backend::linear_forward;
@@ -160,10 +241,18 @@ class CudaBackend final : public Backend {
     if (bias.defined()) expect(kn, "bias", bias, n);
     if (residual.defined()) expect(kn, "residual", residual, m * n);
     const bool epilogue = bias.defined() || residual.defined();
+    MatmulSpec s = MatmulSpec::of(m, n, k).transposed_b();
+    if (y.dtype() != DType::f32 && epilogue) {
+      // 16-bit storage: the product in float32, then one pass adds bias and residual and rounds
+      // once (bias + residual first, then the product, as the float32 path sums them).
+      Tensor product = Tensor::empty(y.shape(), DType::f32, y.device());
+      gemm(product, x, w, s, false, kn);
+      cuda::linear_epilogue(arr_out(y), fp(product), arr_in(bias), arr_in(residual), m, n);
+      return;
+    }
     // y = bias + residual first, then y += x @ w^T (cuBLAS beta = 1): the residual may be y.
     if (epilogue) cuda::bias_residual_init(fp(y), fp_or_null(bias), fp_or_null(residual), m, n);
-    MatmulSpec s = MatmulSpec::of(m, n, k).transposed_b();
-    gemm(fp(y), fp(x), fp(w), s, epilogue, kn);
+    gemm(y, x, w, s, epilogue, kn);
   }
 
   void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
@@ -173,49 +262,66 @@ class CudaBackend final : public Backend {
     expect(kn, "dy", dy, m * n);
     expect(kn, "w", w, n * k);
     if (gate.defined()) expect(kn, "gate", gate, m * k);
-    gemm(fp(dx), fp(dy), fp(w), MatmulSpec::of(m, k, n), false, kn);
-    if (gate.defined()) cuda::mul(fp(dx), fp(dx), fp(gate), m * k);
+    if (gate.defined() && dx.dtype() != DType::f32) {  // the product times the gate, rounded once
+      Tensor product = Tensor::empty(dx.shape(), DType::f32, dx.device());
+      gemm(product, dy, w, MatmulSpec::of(m, k, n), false, kn);
+      cuda::mul(arr_out(dx), arr_in(product), arr_in(gate), m * k);
+      return;
+    }
+    gemm(dx, dy, w, MatmulSpec::of(m, k, n), false, kn);
+    if (gate.defined()) cuda::mul(arr_out(dx), arr_in(dx), arr_in(gate), m * k);
   }
 
   void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
     const char* kn = "sum_rows";
     expect(kn, "out", out, cols);
     expect(kn, "x", x, rows * cols);
-    cuda::sum_rows(fp(out), fp(x), rows, cols, work_floats(cuda::column_work(rows, cols), kn));
+    F32Out sums(&out);
+    float* work = work_floats(cuda::column_work(rows, cols), kn);
+    with_storage(x.dtype(), [&](auto t) { cuda::sum_rows(sums.get(), ptr<const decltype(t)>(x), rows, cols, work); });
+    sums.finish();
   }
 
   // ---- elementwise -------------------------------------------------------------------------------
   void fill(Tensor& out, double value) override {
     expect("fill", "out", out, out.numel());
-    cuda::fill_f32(fp(out), out.numel(), static_cast<float>(value));
+    device_fill(out.raw(), out.dtype(), out.numel(), value);
   }
-  void copy(Tensor& out, const Tensor& x) override {
-    expect("copy", "out", out, out.numel());
-    expect("copy", "x", x, out.numel());
-    device_copy(out.raw(), x.raw(), out.nbytes());
+  // Between storage types a conversion (rounded to nearest even when narrower).
+  void copy(Tensor& y, const Tensor& x) override {
+    expect("copy", "out", y, y.numel());
+    expect("copy", "x", x, y.numel());
+    if (y.dtype() == x.dtype()) device_copy(y.raw(), x.raw(), y.nbytes());
+    else cuda::convert(arr_out(y), arr_in(x), y.numel());
   }
-  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
-    const int64_t n = out.numel();
-    expect("add", "out", out, n);
+  void add(Tensor& y, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+    const int64_t n = y.numel();
+    expect("add", "out", y, n);
     expect("add", "a", a, n);
     expect("add", "b", b, n);
-    cuda::add(fp(out), fp(a), fp(b), static_cast<float>(alpha), static_cast<float>(beta), n);
+    cuda::add(arr_out(y), arr_in(a), arr_in(b), static_cast<float>(alpha), static_cast<float>(beta), n);
   }
   void accumulate(Tensor& dst, const Tensor& src) override {
     const int64_t n = dst.numel();
     expect("accumulate", "dst", dst, n);
     expect("accumulate", "src", src, n);
-    cuda::accumulate(fp(dst), fp(src), n);
+    cuda::accumulate(arr_out(dst), arr_in(src), n);
   }
-  void scale(Tensor& out, const Tensor& x, double alpha) override {
-    const int64_t n = out.numel();
-    expect("scale", "out", out, n);
+  void scale(Tensor& y, const Tensor& x, double alpha) override {
+    const int64_t n = y.numel();
+    expect("scale", "out", y, n);
     expect("scale", "x", x, n);
-    cuda::scale(fp(out), fp(x), static_cast<float>(alpha), n);
+    cuda::scale(arr_out(y), arr_in(x), static_cast<float>(alpha), n);
   }
+  // 16-bit storage is its format's grid already: nothing to round.
   void round_to_format(Tensor& x, Precision format) override {
     const int64_t n = x.numel();
     expect("round_to_format", "x", x, n);
+    if (is_16bit(x.dtype())) {
+      NL_CHECK(format_of_dtype(x.dtype()) == format || format == Precision::fp32,
+               "cuda round_to_format: x is {} storage, asked for {}", to_string(x.dtype()), to_string(format));
+      return;
+    }
     if (format != Precision::fp32) cuda::round_to_format(fp(x), n, format == Precision::bf16);
   }
   void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
@@ -229,9 +335,10 @@ class CudaBackend final : public Backend {
       expect(kn, "beta", beta, d);
       expect(kn, "mean", mean, n);
     }
-    expect(kn, "rstd", rstd, n);
-    cuda::composite_norm_forward(fp(y), ln ? fp(mean) : nullptr, fp(rstd), fp(x), fp(gamma), ln ? fp(beta) : nullptr,
-                                 n, d, eps, static_cast<int>(format));
+    expect_f32(kn, "rstd", rstd, n);
+    if (ln) expect_f32(kn, "mean", mean, n);
+    cuda::composite_norm_forward(arr_out(y), ln ? fp(mean) : nullptr, fp(rstd), arr_in(x), arr_in(gamma), arr_in(beta), n, d, eps,
+                                 static_cast<int>(format));
   }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
@@ -239,7 +346,7 @@ class CudaBackend final : public Backend {
     expect(kn, "x", x, n);
     double* work = work_doubles(cuda::format_census_work(n), kn);
     double* result = reinterpret_cast<double*>(static_cast<char*>(scalars(kn)) + 32);
-    cuda::format_census(result, work, fp(x), n, static_cast<int>(format));
+    cuda::format_census(result, work, arr_in(x), n, static_cast<int>(format));
     double r[4] = {0, 0, 0, 0};
     check(cudaMemcpy(r, result, sizeof r, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
     FormatCensus c;
@@ -250,25 +357,25 @@ class CudaBackend final : public Backend {
     c.max_abs = r[3];
     return c;
   }
-  void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
-    const int64_t n = out.numel();
-    expect("mul", "out", out, n);
+  void mul(Tensor& y, const Tensor& a, const Tensor& b) override {
+    const int64_t n = y.numel();
+    expect("mul", "out", y, n);
     expect("mul", "a", a, n);
     expect("mul", "b", b, n);
-    cuda::mul(fp(out), fp(a), fp(b), n);
+    cuda::mul(arr_out(y), arr_in(a), arr_in(b), n);
   }
   void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
     const int64_t n = y.numel();
     expect("gelu_forward", "y", y, n);
     expect("gelu_forward", "x", x, n);
-    expect("gelu_forward", "dydx", dydx, n);
-    cuda::gelu_forward(fp(y), fp(dydx), fp(x), n);
+    expect_f32("gelu_forward", "dydx", dydx, n);
+    cuda::gelu_forward(arr_out(y), fp(dydx), arr_in(x), n);
   }
   double sum_squares(const Tensor& x) override {
     const char* kn = "sum_squares";
     expect(kn, "x", x, x.numel());
     double* work = work_doubles(cuda::sum_squares_work(x.numel()), kn);
-    cuda::sum_squares(static_cast<double*>(scalars(kn)), work, fp(x), x.numel());
+    cuda::sum_squares(static_cast<double*>(scalars(kn)), work, arr_in(x), x.numel());
     double result = 0.0;
     check(cudaMemcpy(&result, scalars_, sizeof result, cudaMemcpyDeviceToHost),
           "cudaMemcpy(DeviceToHost)", kn);
@@ -281,12 +388,18 @@ class CudaBackend final : public Backend {
                          double eps) override {
     const char* kn = "layernorm_forward";
     expect(kn, "y", y, n * d);
-    expect(kn, "mean", mean, n);
-    expect(kn, "rstd", rstd, n);
+    expect_f32(kn, "mean", mean, n);
+    expect_f32(kn, "rstd", rstd, n);
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
     expect(kn, "beta", beta, d);
-    cuda::layernorm_forward(fp(y), fp(mean), fp(rstd), fp(x), fp(gamma), fp(beta), n, d, static_cast<float>(eps));
+    expect_same_storage(kn, "y", &y, "x", x);
+    const Tensor g = in_storage(gamma, x.dtype()), b = in_storage(beta, x.dtype());
+    with_storage(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cuda::layernorm_forward<T>(ptr<T>(y), fp(mean), fp(rstd), ptr<const T>(x), ptr<const T>(g), ptr<const T>(b), n,
+                                 d, static_cast<float>(eps));
+    });
   }
 
   void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
@@ -299,21 +412,35 @@ class CudaBackend final : public Backend {
     expect(kn, "dy", dy, n * d);
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
-    expect(kn, "mean", mean, n);
-    expect(kn, "rstd", rstd, n);
+    expect_f32(kn, "mean", mean, n);
+    expect_f32(kn, "rstd", rstd, n);
+    expect_same_storage(kn, "dy", &dy, "x", x);
+    expect_same_storage(kn, "dx", dx, "x", x);
+    const Tensor g = in_storage(gamma, x.dtype());
+    F32Out dg(dgamma), db(dbeta);
     float* work = (dgamma || dbeta) ? work_floats(cuda::column_work(n, d), kn) : nullptr;
-    cuda::layernorm_backward(fp(dx), fp(dgamma), fp(dbeta), fp(dy), fp(x), fp(gamma), fp(mean), fp(rstd), n, d,
-                             work);
+    with_storage(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cuda::layernorm_backward<T>(ptr<T>(dx), dg.get(), db.get(), ptr<const T>(dy), ptr<const T>(x), ptr<const T>(g),
+                                  fp(mean), fp(rstd), n, d, work);
+    });
+    dg.finish();
+    db.finish();
   }
 
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
                        int64_t d, double eps) override {
     const char* kn = "rmsnorm_forward";
     expect(kn, "y", y, n * d);
-    expect(kn, "rstd", rstd, n);
+    expect_f32(kn, "rstd", rstd, n);
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
-    cuda::rmsnorm_forward(fp(y), fp(rstd), fp(x), fp(gamma), n, d, static_cast<float>(eps));
+    expect_same_storage(kn, "y", &y, "x", x);
+    const Tensor g = in_storage(gamma, x.dtype());
+    with_storage(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cuda::rmsnorm_forward<T>(ptr<T>(y), fp(rstd), ptr<const T>(x), ptr<const T>(g), n, d, static_cast<float>(eps));
+    });
   }
 
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
@@ -324,15 +451,25 @@ class CudaBackend final : public Backend {
     expect(kn, "dy", dy, n * d);
     expect(kn, "x", x, n * d);
     expect(kn, "gamma", gamma, d);
-    expect(kn, "rstd", rstd, n);
+    expect_f32(kn, "rstd", rstd, n);
+    expect_same_storage(kn, "dy", &dy, "x", x);
+    expect_same_storage(kn, "dx", dx, "x", x);
+    const Tensor g = in_storage(gamma, x.dtype());
+    F32Out dg(dgamma);
     float* work = dgamma ? work_floats(cuda::column_work(n, d), kn) : nullptr;
-    cuda::rmsnorm_backward(fp(dx), fp(dgamma), fp(dy), fp(x), fp(gamma), fp(rstd), n, d, work);
+    with_storage(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cuda::rmsnorm_backward<T>(ptr<T>(dx), dg.get(), ptr<const T>(dy), ptr<const T>(x), ptr<const T>(g), fp(rstd),
+                                n, d, work);
+    });
+    dg.finish();
   }
 
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                              const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                              int64_t n, int64_t d, double eps) override {
     const char* kn = "add_layernorm_forward";
+    expect_f32(kn, "a", a, n * d);  // low precision runs the add and the norm as two ops (ops/norm.cpp)
     expect(kn, "s", s, n * d);
     expect(kn, "y", y, n * d);
     expect(kn, "mean", mean, n);
@@ -349,6 +486,7 @@ class CudaBackend final : public Backend {
                            double alpha, const Tensor& gamma, int64_t n, int64_t d,
                            double eps) override {
     const char* kn = "add_rmsnorm_forward";
+    expect_f32(kn, "a", a, n * d);  // as add_layernorm_forward
     expect(kn, "s", s, n * d);
     expect(kn, "y", y, n * d);
     expect(kn, "rstd", rstd, n);
@@ -363,14 +501,14 @@ class CudaBackend final : public Backend {
   void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
     expect("softmax_forward", "y", y, n * d);
     expect("softmax_forward", "x", x, n * d);
-    cuda::softmax_forward(fp(y), fp(x), n, d);
+    cuda::softmax_forward(arr_out(y), arr_in(x), n, d);
   }
   void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
                         int64_t d) override {
     expect("softmax_backward", "dx", dx, n * d);
     expect("softmax_backward", "dy", dy, n * d);
     expect("softmax_backward", "y", y, n * d);
-    cuda::softmax_backward(fp(dx), fp(dy), fp(y), n, d);
+    cuda::softmax_backward(arr_out(dx), arr_in(dy), arr_in(y), n, d);
   }
 
   // ---- attention ---------------------------------------------------------------------------------
@@ -386,7 +524,7 @@ class CudaBackend final : public Backend {
     expect(kn, "v", v, btc);
     NL_CHECK(t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes",
              kn, t, cuda::attention_max_t());
-    cuda::attention_forward(fp(out), fp(probs), fp(q), fp(k), fp(v), b, t, h, dh,
+    cuda::attention_forward(arr_out(out), arr_out(probs), arr_in(q), arr_in(k), arr_in(v), b, t, h, dh,
                             static_cast<float>(scale));
   }
 
@@ -406,37 +544,37 @@ class CudaBackend final : public Backend {
     NL_CHECK(t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes",
              kn, t, cuda::attention_max_t());
     float* work = (dq || dk) ? work_floats(b * h * t * t, kn) : nullptr;
-    cuda::attention_backward(fp(dq), fp(dk), fp(dv), fp(dout), fp(q), fp(k), fp(v), fp(probs), b,
-                             t, h, dh, static_cast<float>(scale), work);
+    cuda::attention_backward(arr_out(dq), arr_out(dk), arr_out(dv), arr_in(dout), arr_in(q), arr_in(k), arr_in(v), arr_in(probs), b, t, h, dh,
+                             static_cast<float>(scale), work);
   }
 
   // ---- statistics -------------------------------------------------------------------------------
   void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
-    expect("row_norms", "norms", norms, n);
+    expect_f32("row_norms", "norms", norms, n);
     expect("row_norms", "x", x, n * d);
-    cuda::row_norms(fp(norms), fp(x), n, d);
+    cuda::row_norms(fp(norms), arr_in(x), n, d);
   }
   void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
                              int64_t t, int64_t h, int64_t dh, double scale) override {
     const char* kn = "attention_logit_stats";
-    expect(kn, "max_logit", max_logit, b * h * t);
-    expect(kn, "entropy", entropy, b * h * t);
+    expect_f32(kn, "max_logit", max_logit, b * h * t);
+    expect_f32(kn, "entropy", entropy, b * h * t);
     expect(kn, "q", q, b * t * h * dh);
     expect(kn, "k", k, b * t * h * dh);
-    cuda::attention_logit_stats(fp(max_logit), fp(entropy), fp(q), fp(k), b, t, h, dh, scale);
+    cuda::attention_logit_stats(fp(max_logit), fp(entropy), arr_in(q), arr_in(k), b, t, h, dh, scale);
   }
 
   // ---- prefix mean -------------------------------------------------------------------------------
   void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     expect("prefix_mean_forward", "y", y, b * t * c);
     expect("prefix_mean_forward", "x", x, b * t * c);
-    cuda::prefix_mean_forward(fp(y), fp(x), b, t, c);
+    cuda::prefix_mean_forward(arr_out(y), arr_in(x), b, t, c);
   }
   void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
                             int64_t c) override {
     expect("prefix_mean_backward", "dx", dx, b * t * c);
     expect("prefix_mean_backward", "dy", dy, b * t * c);
-    cuda::prefix_mean_backward(fp(dx), fp(dy), b, t, c);
+    cuda::prefix_mean_backward(arr_out(dx), arr_in(dy), b, t, c);
   }
 
   // ---- embedding -----------------------------------------------------------------------------------
@@ -446,7 +584,7 @@ class CudaBackend final : public Backend {
     expect(kn, "y", y, n * d);
     expect(kn, "table", table, v * d);
     expect_ids(kn, "ids", ids, n, v);
-    cuda::embedding_forward(fp(y), fp(table), ids_ptr(ids), n, v, d);
+    cuda::embedding_forward(arr_out(y), arr_in(table), ids_ptr(ids), n, v, d);
   }
   void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
                           int64_t d) override {
@@ -454,7 +592,7 @@ class CudaBackend final : public Backend {
     expect(kn, "dtable", dtable, v * d);
     expect(kn, "dy", dy, n * d);
     expect_ids(kn, "ids", ids, n, v);
-    cuda::embedding_backward(fp(dtable), fp(dy), ids_ptr(ids), n, v, d);
+    cuda::embedding_backward(arr_out(dtable), arr_in(dy), ids_ptr(ids), n, v, d);
   }
 
   // ---- cross-entropy -------------------------------------------------------------------------------
@@ -462,22 +600,21 @@ class CudaBackend final : public Backend {
                              const Tensor& targets, int64_t n, int64_t v) override {
     const char* kn = "cross_entropy_forward";
     NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
-    expect(kn, "loss", loss, 1);
-    expect(kn, "probs", probs, n * v);
+    expect_f32(kn, "loss", loss, 1);
+    expect_f32(kn, "probs", probs, n * v);
     expect(kn, "logits", logits, n * v);
     expect_ids(kn, "targets", targets, n, v);
-    cuda::cross_entropy_forward(fp(loss), fp(probs), fp(logits), ids_ptr(targets), n, v,
-                                work_doubles(n, kn));
+    cuda::cross_entropy_forward(fp(loss), fp(probs), arr_in(logits), ids_ptr(targets), n, v, work_doubles(n, kn));
   }
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
                               const Tensor& targets, int64_t n, int64_t v) override {
     const char* kn = "cross_entropy_backward";
     NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
     expect(kn, "dlogits", dlogits, n * v);
-    expect(kn, "dloss", dloss, 1);
-    expect(kn, "probs", probs, n * v);
+    expect_f32(kn, "dloss", dloss, 1);
+    expect_f32(kn, "probs", probs, n * v);
     expect_ids(kn, "targets", targets, n, v);
-    cuda::cross_entropy_backward(fp(dlogits), fp(dloss), fp(probs), ids_ptr(targets), n, v);
+    cuda::cross_entropy_backward(arr_out(dlogits), fp(dloss), fp(probs), ids_ptr(targets), n, v);
   }
 
   // ---- layout -------------------------------------------------------------------------------------
@@ -486,7 +623,7 @@ class CudaBackend final : public Backend {
     const int64_t n = outer * a * mid * bdim * inner;
     expect("transpose", "out", out, n);
     expect("transpose", "x", x, n);
-    cuda::transpose(fp(out), fp(x), outer, a, mid, bdim, inner);
+    cuda::transpose(arr_out(out), arr_in(x), outer, a, mid, bdim, inner);
   }
 
   // ---- optimizer ----------------------------------------------------------------------------------
@@ -495,10 +632,10 @@ class CudaBackend final : public Backend {
     const char* kn = "adam_step";
     const int64_t n = param.numel();
     NL_CHECK(hp.step >= 1, "cuda {}: step is 1-based for the bias correction (got {})", kn, hp.step);
-    expect(kn, "param", param, n);
-    expect(kn, "grad", grad, n);
-    expect(kn, "m", m, n);
-    expect(kn, "v", v, n);
+    expect_f32(kn, "param", param, n);
+    expect_f32(kn, "grad", grad, n);
+    expect_f32(kn, "m", m, n);
+    expect_f32(kn, "v", v, n);
     // The cpu backend's arithmetic (float32, corrections as reciprocals computed in double).
     const double step = static_cast<double>(hp.step);
     const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(hp.beta1, step)));
@@ -512,14 +649,18 @@ class CudaBackend final : public Backend {
 
  private:
   // C = op(A) op(B) (+ C when accumulate), row-major, through cuBLAS's column-major GEMM as
-  // C^T = op(B)^T op(A)^T.
-  void gemm(float* c, const float* a, const float* b, const MatmulSpec& s, bool accumulate,
-            const char* kn) {
+  // C^T = op(B)^T op(A)^T. float32 operands: Sgemm. bf16 / fp16 operands (A and B alike): GemmEx
+  // with a float32 compute type, C in float32 or the operands' storage, rounded once.
+  void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s, bool accumulate, const char* kn) {
     if (s.batch <= 0 || s.m <= 0 || s.n <= 0) return;
     if (s.k <= 0) {  // an empty sum: C = 0, or C unchanged
-      if (!accumulate) cuda::fill_f32(c, s.batch * s.m * s.n, 0.0f);
+      if (!accumulate) device_fill(c.raw(), c.dtype(), s.batch * s.m * s.n, 0.0);
       return;
     }
+    NL_CHECK(a.dtype() == b.dtype(), "cuda {}: the operands are {} and {}; a product takes one storage type", kn,
+             to_string(a.dtype()), to_string(b.dtype()));
+    NL_CHECK(c.dtype() == DType::f32 || c.dtype() == a.dtype(), "cuda {}: a {} product cannot be written as {}", kn,
+             to_string(a.dtype()), to_string(c.dtype()));
     const int m = to_int(s.m, "m", kn), n = to_int(s.n, "n", kn), k = to_int(s.k, "k", kn);
     const int batch = to_int(s.batch, "batch", kn);
     const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -530,15 +671,40 @@ class CudaBackend final : public Backend {
     const long long stride_b = s.b_batched ? static_cast<long long>(s.k) * s.n : 0;
     const long long stride_c = static_cast<long long>(s.m) * s.n;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasHandle_t h = blas(kn);
-    if (batch == 1)
-      check_blas(cublasSgemm(h, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, n),
-                 "cublasSgemm", kn);
-    else
-      check_blas(cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a,
-                                           lda, stride_a, &beta, c, n, stride_c, batch),
-                 "cublasSgemmStridedBatched", kn);
+    if (a.dtype() == DType::f32 && c.dtype() == DType::f32) {
+      cublasHandle_t h = blas(kn);
+      const float *pa = fp(a), *pb = fp(b);
+      float* pc = fp(c);
+      if (batch == 1)
+        check_blas(cublasSgemm(h, op_b, op_a, n, m, k, &alpha, pb, ldb, pa, lda, &beta, pc, n), "cublasSgemm", kn);
+      else
+        check_blas(cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, pb, ldb, stride_b, pa, lda, stride_a,
+                                             &beta, pc, n, stride_c, batch),
+                   "cublasSgemmStridedBatched", kn);
+    } else {
+      cublasHandle_t h = blas16(kn);
+      const cudaDataType_t ab = blas_type(a.dtype()), ct = blas_type(c.dtype());
+      if (batch == 1)
+        check_blas(cublasGemmEx(h, op_b, op_a, n, m, k, &alpha, b.raw(), ab, ldb, a.raw(), ab, lda, &beta, c.raw(), ct,
+                                n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx", kn);
+      else
+        check_blas(cublasGemmStridedBatchedEx(h, op_b, op_a, n, m, k, &alpha, b.raw(), ab, ldb, stride_b, a.raw(), ab,
+                                              lda, stride_a, &beta, c.raw(), ct, n, stride_c, batch,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmStridedBatchedEx", kn);
+    }
     cuda::check_launch(kn);
+  }
+
+  // The handle for 16-bit products: cuBLAS's default math (tensor cores, float32 accumulation).
+  cublasHandle_t blas16(const char* kn) {
+    if (!blas16_) {
+      check_blas(cublasCreate(&blas16_), "cublasCreate", kn);
+      check_blas(cublasSetPointerMode(blas16_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode", kn);
+      check_blas(cublasSetMathMode(blas16_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", kn);
+    }
+    return blas16_;
   }
 
   cublasHandle_t blas(const char* kn) {
@@ -600,7 +766,7 @@ class CudaBackend final : public Backend {
   }
   static const int32_t* ids_ptr(const Tensor& ids) { return static_cast<const int32_t*>(ids.raw()); }
 
-  cublasHandle_t blas_ = nullptr;
+  cublasHandle_t blas_ = nullptr, blas16_ = nullptr;
   bool blas_mode_set_ = false, blas_tf32_ = false;
   void* work_ = nullptr;
   size_t work_bytes_ = 0;

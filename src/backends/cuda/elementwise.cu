@@ -25,43 +25,59 @@ void fill_i32(int32_t* out, int64_t n, int32_t value) {
   if (n <= 0) return;
   launch("fill", fill_kernel<int32_t>, grid_for(n), kThreads, 0, out, n, value);
 }
+void fill_u16(uint16_t* out, int64_t n, uint16_t bits) {
+  if (n <= 0) return;
+  launch("fill", fill_kernel<uint16_t>, grid_for(n), kThreads, 0, out, n, bits);
+}
 
 namespace {
 
-__global__ void add_kernel(float* out, const float* a, const float* b, float alpha, float beta,
-                           int64_t n) {
-  NL_GRID_STRIDE(i, n) out[i] = alpha * a[i] + beta * b[i];
+__global__ void convert_kernel(Out out, In x, int64_t n) {
+  NL_GRID_STRIDE(i, n) st(out, i, ld(x, i));
 }
 
 }  // namespace
 
-void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n) {
+void convert(Out out, In x, int64_t n) {
+  if (n <= 0) return;
+  launch("convert", convert_kernel, grid_for(n), kThreads, 0, out, x, n);
+}
+
+namespace {
+
+__global__ void add_kernel(Out out, In a, In b, float alpha, float beta, int64_t n) {
+  NL_GRID_STRIDE(i, n) st(out, i, alpha * ld(a, i) + beta * ld(b, i));
+}
+
+}  // namespace
+
+void add(Out out, In a, In b, float alpha, float beta, int64_t n) {
   if (n <= 0) return;
   launch("add", add_kernel, grid_for(n), kThreads, 0, out, a, b, alpha, beta, n);
 }
 
 namespace {
 
-__global__ void accumulate_kernel(float* dst, const float* src, int64_t n) {
-  NL_GRID_STRIDE(i, n) dst[i] = dst[i] + src[i];
+__global__ void accumulate_kernel(Out dst, In src, int64_t n) {
+  NL_GRID_STRIDE(i, n) st(dst, i, ld(dst, i) + ld(src, i));
 }
 
 }  // namespace
 
-void accumulate(float* dst, const float* src, int64_t n) {
+void accumulate(Out dst, In src, int64_t n) {
   if (n <= 0) return;
   launch("accumulate", accumulate_kernel, grid_for(n), kThreads, 0, dst, src, n);
 }
 
 namespace {
 
-__global__ void scale_kernel(float* out, const float* x, float alpha, int64_t n) {
-  NL_GRID_STRIDE(i, n) out[i] = alpha * x[i];
+__global__ void scale_kernel(Out out, In x, float alpha, int64_t n) {
+  NL_GRID_STRIDE(i, n) st(out, i, alpha * ld(x, i));
 }
 
 }  // namespace
 
-void scale(float* out, const float* x, float alpha, int64_t n) {
+void scale(Out out, In x, float alpha, int64_t n) {
   if (n <= 0) return;
   launch("scale", scale_kernel, grid_for(n), kThreads, 0, out, x, alpha, n);
 }
@@ -88,33 +104,33 @@ void round_to_format(float* x, int64_t n, bool bf16) {
 
 namespace {
 
-__global__ void mul_kernel(float* out, const float* a, const float* b, int64_t n) {
-  NL_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+__global__ void mul_kernel(Out out, In a, In b, int64_t n) {
+  NL_GRID_STRIDE(i, n) st(out, i, ld(a, i) * ld(b, i));
 }
 
 }  // namespace
 
-void mul(float* out, const float* a, const float* b, int64_t n) {
+void mul(Out out, In a, In b, int64_t n) {
   if (n <= 0) return;
   launch("mul", mul_kernel, grid_for(n), kThreads, 0, out, a, b, n);
 }
 
 namespace {
 
-__global__ void gelu_kernel(float* y, float* dydx, const float* x, int64_t n) {
+__global__ void gelu_kernel(Out y, float* dydx, In x, int64_t n) {
   const float inv_sqrt2 = 0.70710678118654752440f;
   const float inv_sqrt_2pi = 0.39894228040143267794f;
   NL_GRID_STRIDE(i, n) {
-    const float xi = x[i];
+    const float xi = ld(x, i);
     const float cdf = 0.5f * (1.0f + erff(xi * inv_sqrt2));
-    y[i] = xi * cdf;
+    st(y, i, xi * cdf);
     if (dydx) dydx[i] = cdf + xi * inv_sqrt_2pi * expf(-0.5f * xi * xi);
   }
 }
 
 }  // namespace
 
-void gelu_forward(float* y, float* dydx, const float* x, int64_t n) {
+void gelu_forward(Out y, float* dydx, In x, int64_t n) {
   if (n <= 0) return;
   launch("gelu_forward", gelu_kernel, grid_for(n), kThreads, 0, y, dydx, x, n);
 }
@@ -123,11 +139,11 @@ namespace {
 
 constexpr int kSumSquaresBlocks = 1024;
 
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+__global__ void sum_squares_partial_kernel(double* partial, In x, int64_t n) {
   NL_SHARED_ARRAY(double, scratch, 32);
   double acc = 0.0;
   NL_GRID_STRIDE(i, n) {
-    const double v = x[i];
+    const double v = ld(x, i);
     acc += v * v;
   }
   acc = block_sum_d(acc, scratch);
@@ -151,11 +167,11 @@ namespace {
 constexpr int kCensusBlocks = 256;
 
 // Each block's {nonfinite, overflow, underflow, max |finite|} into partial[4 * block + k].
-__global__ void format_census_partial_kernel(double* partial, const float* x, int64_t n, int format) {
+__global__ void format_census_partial_kernel(double* partial, In x, int64_t n, int format) {
   NL_SHARED_ARRAY(double, scratch, 32);
   double nonfinite = 0, overflow = 0, underflow = 0, max_abs = 0;
   NL_GRID_STRIDE(i, n) {
-    const float v = x[i];
+    const float v = ld(x, i);
     if (!(fabsf(v) < INFINITY)) {  // inf or NaN
       nonfinite += 1;
       continue;
@@ -197,13 +213,13 @@ __global__ void format_census_total_kernel(double* result, const double* partial
 
 int64_t format_census_work(int64_t) { return 4 * kCensusBlocks; }
 
-void format_census(double* result_dev, double* work, const float* x, int64_t n, int format) {
+void format_census(double* result_dev, double* work, In x, int64_t n, int format) {
   const int blocks = n <= 0 ? 1 : std::min(kCensusBlocks, grid_for(n));
   launch("format_census", format_census_partial_kernel, blocks, kThreads, 0, work, x, n < 0 ? 0 : n, format);
   launch("format_census", format_census_total_kernel, 1, kThreads, 0, result_dev, work, blocks);
 }
 
-void sum_squares(double* result_dev, double* work, const float* x, int64_t n) {
+void sum_squares(double* result_dev, double* work, In x, int64_t n) {
   const int blocks = n <= 0 ? 1 : std::min(kSumSquaresBlocks, grid_for(n));
   launch("sum_squares", sum_squares_partial_kernel, blocks, kThreads, 0, work, x, n < 0 ? 0 : n);
   launch("sum_squares", sum_partials_kernel, 1, kThreads, 0, result_dev, work, blocks);
@@ -225,6 +241,23 @@ __global__ void bias_residual_kernel(float* out, const float* bias, const float*
 void bias_residual_init(float* out, const float* bias, const float* residual, int64_t m, int64_t n) {
   if (m * n <= 0) return;
   launch("linear_forward", bias_residual_kernel, grid_for(m * n), kThreads, 0, out, bias, residual, m, n);
+}
+
+namespace {
+
+__global__ void linear_epilogue_kernel(Out out, const float* product, In bias, In residual, int64_t m, int64_t n) {
+  NL_GRID_STRIDE(i, m * n) {
+    float v = residual ? ld(residual, i) : 0.0f;
+    if (bias) v += ld(bias, i % n);
+    st(out, i, v + product[i]);
+  }
+}
+
+}  // namespace
+
+void linear_epilogue(Out out, const float* product, In bias, In residual, int64_t m, int64_t n) {
+  if (m * n <= 0) return;
+  launch("linear_forward", linear_epilogue_kernel, grid_for(m * n), kThreads, 0, out, product, bias, residual, m, n);
 }
 
 namespace {

@@ -10,6 +10,8 @@
 // outputs are WRITTEN unless stated, nullptr gradient outputs are skipped. Nothing uses float
 // atomics: every reduction has a fixed order, so results are bit-reproducible run to run.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -27,33 +29,65 @@ inline void check(cudaError_t status, const char* call, const char* kernel) {
 // (launch.cu).
 void check_launch(const char* kernel);
 
+// ---- arrays of either storage ----------------------------------------------------------------
+// Where training stores activations in bf16 / fp16 (native low-precision storage, DType bf16 /
+// f16), an array is float32 or the 16-bit encodings, decided per tensor: In (read) and Out
+// (written, and read where a kernel accumulates) carry the pointer and its storage, and the
+// kernels load every element as float32 and round once at the store (common.cuh: ld, st). A
+// plain float pointer converts to either: float32 storage.
+enum class Elem : uint8_t { f32, bf16, f16 };
+struct In {
+  const void* p = nullptr;
+  Elem e = Elem::f32;
+  In() = default;
+  __host__ __device__ In(const float* f) : p(f) {}  // NOLINT(google-explicit-constructor): float32 as before
+  __host__ __device__ In(const void* ptr, Elem elem) : p(ptr), e(elem) {}
+  __host__ __device__ explicit operator bool() const { return p != nullptr; }
+};
+struct Out {
+  void* p = nullptr;
+  Elem e = Elem::f32;
+  Out() = default;
+  __host__ __device__ Out(float* f) : p(f) {}  // NOLINT(google-explicit-constructor)
+  __host__ __device__ Out(void* ptr, Elem elem) : p(ptr), e(elem) {}
+  __host__ __device__ explicit operator bool() const { return p != nullptr; }
+  __host__ __device__ operator In() const { return In(p, e); }  // NOLINT: an output read back (accumulate)
+};
+inline int64_t elem_bytes(Elem e) { return e == Elem::f32 ? 4 : 2; }
+
 // ---- elementwise.cu: n values, grid-stride ----------------------------------------------------
 void fill_f32(float* out, int64_t n, float value);
+void fill_u16(uint16_t* out, int64_t n, uint16_t bits);  // a 16-bit encoding, repeated
+// out[i] = x[i] converted to out's storage (rounded to nearest even when narrower).
+void convert(Out out, In x, int64_t n);
 void fill_f64(double* out, int64_t n, double value);
 void fill_i32(int32_t* out, int64_t n, int32_t value);
-void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n);
-void accumulate(float* dst, const float* src, int64_t n);
-void scale(float* out, const float* x, float alpha, int64_t n);
-void mul(float* out, const float* a, const float* b, int64_t n);
+void add(Out out, In a, In b, float alpha, float beta, int64_t n);
+void accumulate(Out dst, In src, int64_t n);
+void scale(Out out, In x, float alpha, int64_t n);
+void mul(Out out, In a, In b, int64_t n);
 // x[i] stored as bf16 (bf16 = true) or fp16 and read back: the GPU's own conversions
 // (__float2bfloat16_rn, __float2half_rn: nearest even, overflow to inf, subnormals kept).
 void round_to_format(float* x, int64_t n, bool bf16);
 // precision.h's composite_norm_row over n rows (LayerNorm when beta is given; mean then
 // written), format 1 bf16 / 2 fp16. Sums in double, reduced across the block: the float32 they
 // round to is the exact sum's but where the double sum itself rounded (docs/precision.md).
-void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                            const float* beta, int64_t n, int64_t d, double eps, int format);
+void composite_norm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, int64_t n, int64_t d,
+                            double eps, int format);
 // precision.h's FormatCensus of x in bf16 / fp16 / fp32 (format 0, 1, 2 as Precision's fp32,
 // bf16, fp16): result_dev receives {count of non-finite, overflow, underflow, max |finite|} as 4
 // doubles; `work` holds >= format_census_work(n) doubles.
 int64_t format_census_work(int64_t n);
-void format_census(double* result_dev, double* work, const float* x, int64_t n, int format);
-void gelu_forward(float* y, float* dydx, const float* x, int64_t n);
+void format_census(double* result_dev, double* work, In x, int64_t n, int format);
+void gelu_forward(Out y, float* dydx, In x, int64_t n);
 // sum of x^2 in double; `work` holds >= sum_squares_work(n) doubles.
 int64_t sum_squares_work(int64_t n);
-void sum_squares(double* result_dev, double* work, const float* x, int64_t n);
+void sum_squares(double* result_dev, double* work, In x, int64_t n);
 // out (M x N) = bias (broadcast over rows, nullable) + residual (nullable); zeros when both null.
 void bias_residual_init(float* out, const float* bias, const float* residual, int64_t m, int64_t n);
+// The linear layer's epilogue over a float32 product: out = product + (bias + residual), each
+// nullable, rounded once to out's storage (the sum bias_residual_init would have made first).
+void linear_epilogue(Out out, const float* product, In bias, In residual, int64_t m, int64_t n);
 // The cpu backend's float32 arithmetic: inv_bc1 = 1/(1-b1^step), inv_bc2 = 1/(1-b2^step).
 void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
                float beta1, float beta2, float eps, float inv_bc1, float inv_bc2, float wd_l2,
@@ -65,6 +99,8 @@ void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, f
 int64_t column_work(int64_t rows, int64_t cols);
 // out[j] = sum_i x[i, j]
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work);
+void sum_rows(float* out, const __nv_bfloat16* x, int64_t rows, int64_t cols, float* work);
+void sum_rows(float* out, const __half* x, int64_t rows, int64_t cols, float* work);
 
 // ---- norms.cu: LayerNorm / RMSNorm over the last dimension (N rows of D) ----------------------
 // T, the storage of the N x D arrays and of gamma/beta: float, __nv_bfloat16 (cuda_bf16.h) or
@@ -91,40 +127,36 @@ void rmsnorm_backward(T* dx, float* dgamma, const T* dy, const T* x, const T* ga
                       int64_t n, int64_t d, float* work);
 
 // ---- softmax_loss.cu: softmax (N rows of D), cross-entropy ------------------------------------
-void softmax_forward(float* y, const float* x, int64_t n, int64_t d);
-void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d);
+void softmax_forward(Out y, In x, int64_t n, int64_t d);
+void softmax_backward(Out dx, In dy, In y, int64_t n, int64_t d);
 // `work` holds n doubles (per-row losses).
-void cross_entropy_forward(float* loss, float* probs, const float* logits,
-                           const int32_t* targets, int64_t n, int64_t v, double* work);
-void cross_entropy_backward(float* dlogits, const float* dloss, const float* probs,
-                            const int32_t* targets, int64_t n, int64_t v);
+void cross_entropy_forward(float* loss, float* probs, In logits, const int32_t* targets, int64_t n, int64_t v,
+                           double* work);
+void cross_entropy_backward(Out dlogits, const float* dloss, const float* probs, const int32_t* targets, int64_t n,
+                            int64_t v);
 
 // ---- attention.cu: attention, prefix mean ------------------------------------------------------
 // Largest T the attention kernels take (one row of scores in shared memory).
 int64_t attention_max_t();
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
-                       int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
+void attention_forward(Out out, Out probs, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                       float scale);
 // `work` holds b*h*t*t floats (scale * dS) when dq or dk is wanted.
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* probs, int64_t b, int64_t t,
+void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, In probs, int64_t b, int64_t t,
                         int64_t h, int64_t dh, float scale, float* work);
-void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
-void prefix_mean_backward(float* dx, const float* dy, int64_t b, int64_t t, int64_t c);
+void prefix_mean_forward(Out y, In x, int64_t b, int64_t t, int64_t c);
+void prefix_mean_backward(Out dx, In dy, int64_t b, int64_t t, int64_t c);
 
 // ---- layout.cu: transpose, ids, embedding ------------------------------------------------------
-void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
-               int64_t inner);
+void transpose(Out out, In x, int64_t outer, int64_t a, int64_t mid, int64_t bdim, int64_t inner);
 // The first index i with ids[i] outside [0, v), or -1. Synchronizes.
 int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev,
                      const char* kernel);
-void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t v,
-                       int64_t d);
-void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
-                        int64_t d);
+void embedding_forward(Out y, In table, const int32_t* ids, int64_t n, int64_t v, int64_t d);
+void embedding_backward(Out dtable, In dy, const int32_t* ids, int64_t n, int64_t v, int64_t d);
 
 // ---- stats.cu: statistics of a log step, double arithmetic, one block per row -------------------
-void row_norms(float* norms, const float* x, int64_t n, int64_t d);
-void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
-                           int64_t h, int64_t dh, double scale);
+void row_norms(float* norms, In x, int64_t n, int64_t d);
+void attention_logit_stats(float* max_logit, float* entropy, In q, In k, int64_t b, int64_t t, int64_t h, int64_t dh,
+                           double scale);
 
 }  // namespace normlab::cuda

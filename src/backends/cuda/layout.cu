@@ -6,8 +6,7 @@ namespace normlab::cuda {
 
 namespace {
 
-__global__ void transpose_kernel(float* out, const float* x, int64_t outer, int64_t a,
-                                 int64_t mid, int64_t bdim, int64_t inner) {
+__global__ void transpose_kernel(Out out, In x, int64_t outer, int64_t a, int64_t mid, int64_t bdim, int64_t inner) {
   NL_GRID_STRIDE(dst, outer * a * mid * bdim * inner) {
     // dst indexes out (O, Bd, M, A, I)
     int64_t r = dst;
@@ -19,14 +18,13 @@ __global__ void transpose_kernel(float* out, const float* x, int64_t outer, int6
     r /= mid;
     const int64_t bi = r % bdim;
     const int64_t o = r / bdim;
-    out[dst] = x[(((o * a + ai) * mid + mi) * bdim + bi) * inner + ii];
+    st(out, dst, ld(x, (((o * a + ai) * mid + mi) * bdim + bi) * inner + ii));
   }
 }
 
 }  // namespace
 
-void transpose(float* out, const float* x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
-               int64_t inner) {
+void transpose(Out out, In x, int64_t outer, int64_t a, int64_t mid, int64_t bdim, int64_t inner) {
   const int64_t n = outer * a * mid * bdim * inner;
   if (n <= 0) return;
   launch("transpose", transpose_kernel, grid_for(n), kThreads, 0, out, x, outer, a, mid, bdim, inner);
@@ -59,19 +57,17 @@ int64_t first_bad_id(const int32_t* ids, int64_t n, int64_t v, int32_t* flag_dev
 
 namespace {
 
-__global__ void embedding_forward_kernel(float* y, const float* table, const int32_t* ids,
-                                         int64_t n, int64_t v, int64_t d) {
+__global__ void embedding_forward_kernel(Out y, In table, const int32_t* ids, int64_t n, int64_t v, int64_t d) {
   NL_GRID_STRIDE(idx, n * d) {
     const int64_t i = idx / d, j = idx % d;
     const int64_t id = ids[i];
-    y[idx] = (id >= 0 && id < v) ? table[id * d + j] : NAN;
+    st(y, idx, (id >= 0 && id < v) ? ld(table, id * d + j) : NAN);
   }
 }
 
 }  // namespace
 
-void embedding_forward(float* y, const float* table, const int32_t* ids, int64_t n, int64_t v,
-                       int64_t d) {
+void embedding_forward(Out y, In table, const int32_t* ids, int64_t n, int64_t v, int64_t d) {
   if (n * d <= 0) return;
   launch("embedding_forward", embedding_forward_kernel, grid_for(n * d), kThreads, 0, y, table, ids, n, v, d);
 }
@@ -82,8 +78,7 @@ namespace {
 // block (128 columns) x one vocabulary row at a time; the ids pass through shared memory in
 // tiles. Cost O(V * N) id comparisons: meant for normlab's small vocabularies (bytes, toy).
 constexpr int kEmbCols = 128, kEmbTile = 1024;
-__global__ void embedding_backward_kernel(float* dtable, const float* dy, const int32_t* ids,
-                                          int64_t n, int64_t v, int64_t d) {
+__global__ void embedding_backward_kernel(Out dtable, In dy, const int32_t* ids, int64_t n, int64_t v, int64_t d) {
   NL_SHARED_ARRAY(int32_t, tile, kEmbTile);
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kEmbCols + threadIdx.x;
   for (int64_t r = blockIdx.y; r < v; r += gridDim.y) {
@@ -95,16 +90,15 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dy, const 
       __syncthreads();
       if (j < d)
         for (int64_t k = 0; k < len; ++k)
-          if (static_cast<int64_t>(tile[k]) == r) acc += dy[(t0 + k) * d + j];
+          if (static_cast<int64_t>(tile[k]) == r) acc += ld(dy, (t0 + k) * d + j);
     }
-    if (j < d) dtable[r * d + j] = acc;
+    if (j < d) st(dtable, r * d + j, acc);
   }
 }
 
 }  // namespace
 
-void embedding_backward(float* dtable, const float* dy, const int32_t* ids, int64_t n, int64_t v,
-                        int64_t d) {
+void embedding_backward(Out dtable, In dy, const int32_t* ids, int64_t n, int64_t v, int64_t d) {
   if (v * d <= 0) return;
   dim3 grid(static_cast<unsigned>((d + kEmbCols - 1) / kEmbCols),
             static_cast<unsigned>(std::min<int64_t>(v, 65535)));

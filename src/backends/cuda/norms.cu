@@ -126,9 +126,9 @@ void norm_forward_t(const NormFwd<T>& p, int64_t n) {
     check(cudaErrorInvalidConfiguration, "grid of one block per row",
           kAdd ? (kRms ? "add_rmsnorm_forward" : "add_layernorm_forward")
                : (kRms ? "rmsnorm_forward" : "layernorm_forward"));
-  constexpr int kVec = 16 / sizeof(T);
-  const bool vec = p.d % kVec == 0 && aligned16(p.y) && aligned16(p.a) && aligned16(p.b) &&
-                   aligned16(p.s) && aligned16(p.gamma) && aligned16(p.beta);
+  constexpr int kVec = 4;  // elements: every storage walks a row in the same units (common.cuh)
+  const bool vec = p.d % kVec == 0 && unit_aligned<T>(p.y) && unit_aligned<T>(p.a) && unit_aligned<T>(p.b) &&
+                   unit_aligned<T>(p.s) && unit_aligned<T>(p.gamma) && unit_aligned<T>(p.beta);
   if (vec)
     launch_norm_forward<T, kVec, kAdd, kRms>(p, n);
   else
@@ -139,30 +139,32 @@ void norm_forward_t(const NormFwd<T>& p, int64_t n) {
 // One block per row, in the order of precision.h's composite_norm_row: every intermediate as the
 // format stores it, sums in double. Three passes over the row (it is recomputed, not cached:
 // this mode is for finding where a format breaks, not for speed).
-__global__ void composite_norm_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                                      const float* beta, int64_t d, float eps, int format) {
+__global__ void composite_norm_kernel(Out y, float* mean, float* rstd, In x, In gamma, In beta, int64_t d, float eps,
+                                      int format) {
   NL_SHARED_ARRAY(double, scratch, 32);
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * d;
-  float* yr = y + row * d;
+  const int64_t base = row * d;
   const float fd = static_cast<float>(d);
   float mu = 0.0f;
   if (beta) {
     double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += xr[j];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += ld(x, base + j);
     mu = stored_as(static_cast<float>(block_sum_d(s, scratch)) / fd, format);
   }
   double sq = 0.0;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float c = beta ? stored_as(xr[j] - mu, format) : xr[j];
+    const float xj = ld(x, base + j);
+    const float c = beta ? stored_as(xj - mu, format) : xj;
     sq += stored_as(c * c, format);
   }
   const float var = stored_as(static_cast<float>(block_sum_d(sq, scratch)) / fd, format);
   const float r = stored_as(1.0f / sqrtf(stored_as(var + eps, format)), format);
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float c = beta ? stored_as(xr[j] - mu, format) : xr[j];
-    const float scaled = stored_as(stored_as(c * r, format) * gamma[j], format);
-    yr[j] = beta ? stored_as(scaled + beta[j], format) : scaled;
+    const float xj = ld(x, base + j);
+    const float c = beta ? stored_as(xj - mu, format) : xj;
+    const float scaled = stored_as(stored_as(c * r, format) * ld(gamma, j), format);
+    // The last rounding is the store's own when y holds the format (native storage).
+    st(y, base + j, beta ? stored_as(scaled + ld(beta, j), format) : scaled);
   }
   if (threadIdx.x == 0) {
     if (beta) mean[row] = mu;
@@ -172,8 +174,8 @@ __global__ void composite_norm_kernel(float* y, float* mean, float* rstd, const 
 
 }  // namespace
 
-void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                            const float* beta, int64_t n, int64_t d, double eps, int format) {
+void composite_norm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, int64_t n, int64_t d,
+                            double eps, int format) {
   if (n <= 0) return;
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "composite_norm_forward");
   // eps as a Python scalar meets a half tensor in PyTorch: converted to float32 once.
@@ -407,9 +409,9 @@ void norm_backward_t(const NormBwd<T>& p, float* dgamma, float* dbeta, int64_t n
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", name);
   if (!p.dx && !dgamma && !dbeta) return;
   if (n > 0 && p.d > 0) {
-    constexpr int kVec = 16 / sizeof(T);
-    const bool vec = p.d % kVec == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) &&
-                     aligned16(p.gamma);
+    constexpr int kVec = 4;  // as the forward
+    const bool vec = p.d % kVec == 0 && unit_aligned<T>(p.dx) && unit_aligned<T>(p.dy) && unit_aligned<T>(p.x) &&
+                     unit_aligned<T>(p.gamma);
     const bool onepass = vec ? try_norm_backward_onepass<T, kVec, kRms>(p, n, dgamma, dbeta, work, name)
                              : try_norm_backward_onepass<T, 1, kRms>(p, n, dgamma, dbeta, work, name);
     if (onepass) return;

@@ -14,28 +14,31 @@ namespace {
 
 constexpr int kStatThreads = 128;  // a multiple of 32: block_reduce (common.cuh)
 
-__global__ void row_norms_kernel(float* norms, const float* x, int64_t d) {
+__global__ void row_norms_kernel(float* norms, In x, int64_t d) {
   NL_SHARED_ARRAY(double, scratch, 32);
-  const float* xr = x + static_cast<int64_t>(blockIdx.x) * d;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * d;
   double s = 0.0;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const double v = ld(x, base + j);
+    s += v * v;
+  }
   s = block_sum_d(s, scratch);
   if (threadIdx.x == 0) norms[blockIdx.x] = static_cast<float>(sqrt(s));
 }
 
 // One block per (b, h, t) row; the logits are computed twice (for the max, then for the sums)
 // instead of kept: no shared-memory limit on T.
-__global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, const float* q, const float* k,
-                                             int64_t t, int64_t h, int64_t dh, double scale) {
+__global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, In q, In k, int64_t t, int64_t h,
+                                             int64_t dh, double scale) {
   NL_SHARED_ARRAY(double, scratch, 32);
   const int64_t row = blockIdx.x;
   const int64_t ti = row % t, hi = (row / t) % h, bi = row / (t * h);
   const int64_t c = h * dh;
-  const float* qt = q + (bi * t + ti) * c + hi * dh;
+  const int64_t qt = (bi * t + ti) * c + hi * dh;
   auto logit = [&](int64_t si) {
-    const float* ks = k + (bi * t + si) * c + hi * dh;
+    const int64_t ks = (bi * t + si) * c + hi * dh;
     double dot = 0.0;
-    for (int64_t j = 0; j < dh; ++j) dot += static_cast<double>(qt[j]) * static_cast<double>(ks[j]);
+    for (int64_t j = 0; j < dh; ++j) dot += static_cast<double>(ld(q, qt + j)) * static_cast<double>(ld(k, ks + j));
     return scale * dot;
   };
   double top = -INFINITY;
@@ -60,14 +63,14 @@ __global__ void attention_logit_stats_kernel(float* max_logit, float* entropy, c
 
 }  // namespace
 
-void row_norms(float* norms, const float* x, int64_t n, int64_t d) {
+void row_norms(float* norms, In x, int64_t n, int64_t d) {
   if (n <= 0) return;
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "row_norms");
   launch("row_norms", row_norms_kernel, static_cast<unsigned>(n), kStatThreads, 0, norms, x, d);
 }
 
-void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,
-                           int64_t h, int64_t dh, double scale) {
+void attention_logit_stats(float* max_logit, float* entropy, In q, In k, int64_t b, int64_t t, int64_t h, int64_t dh,
+                           double scale) {
   const int64_t rows = b * h * t;
   if (rows <= 0) return;
   if (!rows_fit(rows)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "attention_logit_stats");

@@ -14,6 +14,8 @@
 
 #include "cuda_sim_control.h"
 #include "include/cublas_v2.h"
+#include "include/cuda_bf16.h"
+#include "include/cuda_fp16.h"
 
 struct cublasContext {
   cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
@@ -30,12 +32,25 @@ struct Gemm {
   cublasOperation_t ta, tb;
   int m, n, k;
   float alpha, beta;
-  const float *a, *b;
-  float* c;
+  const void *a, *b;
+  void* c;
   int lda, ldb, ldc;
   long long sa, sb, sc;
   int batch;
+  cudaDataType_t type_ab = CUDA_R_32F, type_c = CUDA_R_32F;
 };
+
+size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+float load(const void* p, cudaDataType_t t, long long i) {
+  if (t == CUDA_R_16BF) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  if (t == CUDA_R_16F) return __half2float(static_cast<const __half*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+void store(void* p, cudaDataType_t t, long long i, float v) {
+  if (t == CUDA_R_16BF) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else if (t == CUDA_R_16F) static_cast<__half*>(p)[i] = __float2half_rn(v);
+  else static_cast<float*>(p)[i] = v;
+}
 
 // Elements a column-major (rows x cols) operand with leading dimension ld spans.
 long long extent(long long rows, long long cols, long long ld) { return cols == 0 || rows == 0 ? 0 : ld * (cols - 1) + rows; }
@@ -46,15 +61,16 @@ void run(void* arg) {
   const long long a_i = g.ta == CUBLAS_OP_N ? 1 : g.lda, a_p = g.ta == CUBLAS_OP_N ? g.lda : 1;
   const long long b_p = g.tb == CUBLAS_OP_N ? 1 : g.ldb, b_j = g.tb == CUBLAS_OP_N ? g.ldb : 1;
   for (int bi = 0; bi < g.batch; ++bi) {
-    const float* a = g.a + bi * g.sa;
-    const float* b = g.b + bi * g.sb;
-    float* c = g.c + bi * g.sc;
+    const long long a0 = bi * g.sa, b0 = bi * g.sb, c0 = bi * g.sc;
     for (int j = 0; j < g.n; ++j)
       for (int i = 0; i < g.m; ++i) {
         float acc = 0.0f;
-        for (int p = 0; p < g.k; ++p) acc = std::fmaf(a[i * a_i + p * a_p], b[p * b_p + j * b_j], acc);
-        float& out = c[i + static_cast<long long>(j) * g.ldc];
-        out = g.beta == 0.0f ? g.alpha * acc : g.alpha * acc + g.beta * out;
+        for (int p = 0; p < g.k; ++p)
+          acc = std::fmaf(load(g.a, g.type_ab, a0 + i * a_i + p * a_p), load(g.b, g.type_ab, b0 + p * b_p + j * b_j),
+                          acc);
+        const long long at = c0 + i + static_cast<long long>(j) * g.ldc;
+        store(g.c, g.type_c, at,
+              g.beta == 0.0f ? g.alpha * acc : g.alpha * acc + g.beta * load(g.c, g.type_c, at));
       }
   }
 }
@@ -91,17 +107,19 @@ cublasStatus_t gemm(cublasHandle_t h, Gemm g, const float* alpha, const float* b
   }
   if (g.m == 0 || g.n == 0 || g.batch == 0) return CUBLAS_STATUS_SUCCESS;
   const int a_cols = g.ta == CUBLAS_OP_N ? g.k : g.m, b_cols = g.tb == CUBLAS_OP_N ? g.n : g.k;
-  auto fits = [&](const float* p, long long rows, long long cols, long long ld, long long stride, const char* which) {
+  auto fits = [&](const void* p, cudaDataType_t type, long long rows, long long cols, long long ld, long long stride,
+                  const char* which) {
     const long long span = stride < 0 ? -1 : stride * (g.batch - 1) + extent(rows, cols, ld);
-    if (span == 0 || (span > 0 && cudasim::device_range(p, static_cast<size_t>(span) * sizeof(float)))) return true;
+    if (span == 0 || (span > 0 && cudasim::device_range(p, static_cast<size_t>(span) * type_bytes(type)))) return true;
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(p));
+    std::snprintf(buf, sizeof buf, "%p", p);
     cudasim::note_blas_error(std::string(name) + ": " + which + " (" + buf + ", " + std::to_string(span) +
-                             " floats) is not inside one device allocation");
+                             " elements) is not inside one device allocation");
     return false;
   };
-  if ((g.k > 0 && (!fits(g.a, a_rows, a_cols, g.lda, g.sa, "A") || !fits(g.b, b_rows, b_cols, g.ldb, g.sb, "B"))) ||
-      !fits(g.c, g.m, g.n, g.ldc, g.sc, "C"))
+  if ((g.k > 0 && (!fits(g.a, g.type_ab, a_rows, a_cols, g.lda, g.sa, "A") ||
+                   !fits(g.b, g.type_ab, b_rows, b_cols, g.ldb, g.sb, "B"))) ||
+      !fits(g.c, g.type_c, g.m, g.n, g.ldc, g.sc, "C"))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   cudasim::with_device_access(run, &g);
   return CUBLAS_STATUS_SUCCESS;
@@ -174,7 +192,7 @@ const char* cublasGetStatusString(cublasStatus_t status) {
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float* alpha, const float* a, int lda, const float* b, int ldb,
                            const float* beta, float* c, int ldc) {
-  Gemm g{transa, transb, m, n, k, 0.0f, 0.0f, a, b, c, lda, ldb, ldc, 0, 0, 0, 1};
+  Gemm g{transa, transb, m, n, k, 0.0f, 0.0f, a, b, c, lda, ldb, ldc, 0, 0, 0, 1, CUDA_R_32F, CUDA_R_32F};
   return gemm(handle, g, alpha, beta, "cublasSgemm");
 }
 
@@ -182,6 +200,47 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const float* alpha, const float* a, int lda,
                                          long long stride_a, const float* b, int ldb, long long stride_b,
                                          const float* beta, float* c, int ldc, long long stride_c, int batch) {
-  Gemm g{transa, transb, m, n, k, 0.0f, 0.0f, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c, batch};
+  Gemm g{transa, transb, m, n, k, 0.0f, 0.0f, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, CUDA_R_32F, CUDA_R_32F};
   return gemm(handle, g, alpha, beta, "cublasSgemmStridedBatched");
+}
+
+namespace {
+
+// The type combinations cuBLAS documents for a 32F compute type: A and B alike, C 32F or A's.
+bool supported(cudaDataType_t a, cudaDataType_t b, cudaDataType_t c, cublasComputeType_t compute) {
+  auto known = [](cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; };
+  if (!known(a) || a != b || !known(c) || (c != CUDA_R_32F && c != a)) return false;
+  if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) return a == CUDA_R_32F && c == CUDA_R_32F;
+  return compute == CUBLAS_COMPUTE_32F;
+}
+
+cublasStatus_t gemm_ex(cublasHandle_t handle, Gemm g, const void* alpha, const void* beta, cudaDataType_t a_type,
+                       cudaDataType_t b_type, cudaDataType_t c_type, cublasComputeType_t compute, const char* name) {
+  if (handle != nullptr && !supported(a_type, b_type, c_type, compute)) {
+    cudasim::note_blas_error(std::string(name) + ": an unsupported combination of types (A, B, C, compute)");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  g.type_ab = a_type;
+  g.type_c = c_type;
+  return gemm(handle, g, static_cast<const float*>(alpha), static_cast<const float*>(beta), name);
+}
+
+}  // namespace
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* a, cudaDataType_t a_type, int lda, const void* b,
+                            cudaDataType_t b_type, int ldb, const void* beta, void* c, cudaDataType_t c_type, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+  Gemm g{transa, transb, m, n, k, 0.0f, 0.0f, a, b, c, lda, ldb, ldc, 0, 0, 0, 1, CUDA_R_32F, CUDA_R_32F};
+  return gemm_ex(handle, g, alpha, beta, a_type, b_type, c_type, compute, "cublasGemmEx");
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* a,
+                                          cudaDataType_t a_type, int lda, long long stride_a, const void* b,
+                                          cudaDataType_t b_type, int ldb, long long stride_b, const void* beta,
+                                          void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+  Gemm g{transa, transb, m, n, k, 0.0f, 0.0f, a, b, c, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, CUDA_R_32F, CUDA_R_32F};
+  return gemm_ex(handle, g, alpha, beta, a_type, b_type, c_type, compute, "cublasGemmStridedBatchedEx");
 }

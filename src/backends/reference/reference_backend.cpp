@@ -22,6 +22,8 @@ void dispatch(DType dtype, const char* kernel, F&& f) {
       f(double{});
       return;
     case DType::i32:
+    case DType::bf16:
+    case DType::f16:
       break;
   }
   NL_CHECK(false, "reference {}: dtype {} is not supported (f32 or f64)", kernel,

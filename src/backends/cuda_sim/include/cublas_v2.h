@@ -20,6 +20,11 @@ enum cublasMath_t : int {
   CUBLAS_TF32_TENSOR_OP_MATH = 3,
 };
 
+// library_types.h's element types and cublas_api.h's compute types (the values are CUDA's).
+enum cudaDataType_t : int { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
+enum cublasComputeType_t : int { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 };
+enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1 };
+
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
 
@@ -39,3 +44,15 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          const float* a, int lda, long long stride_a, const float* b, int ldb,
                                          long long stride_b, const float* beta, float* c, int ldc,
                                          long long stride_c, int batch);
+// Mixed-precision GEMM: A and B of one type (32F, 16F or 16BF), C 32F or A's type, compute
+// 32F: every operand widened to float, the sum as Sgemm's, C rounded once to its type.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* a, cudaDataType_t a_type, int lda, const void* b,
+                            cudaDataType_t b_type, int ldb, const void* beta, void* c, cudaDataType_t c_type, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* a,
+                                          cudaDataType_t a_type, int lda, long long stride_a, const void* b,
+                                          cudaDataType_t b_type, int ldb, long long stride_b, const void* beta,
+                                          void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t algo);
