@@ -6,13 +6,7 @@
 # (BUILD_DIR holds the normlab binary; copy it elsewhere first if you rebuild while this runs.)
 # Run it on an idle machine: the load average is recorded in every JSON's context.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-build=${1:-build}
-out=${2:-results/bench-runs}
-mkdir -p "$out"
-export OMP_PROC_BIND=close OMP_PLACES=cores
-torch=()
-if python3 -c "import torch" 2>/dev/null; then torch=(--with-torch); fi
+source "$(dirname "$0")/bench_env.sh" "$@"
 for i in 1 2 3; do
   echo "== run $i: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   "$build/normlab" bench norms "${torch[@]}" --out "$out/norms-$i.json" -q > "$out/norms-$i.txt"

@@ -6,13 +6,7 @@
 #   scripts/bench_precision.sh [BUILD_DIR] [OUT_DIR]      defaults: build, results/bench-runs
 # Run it on an idle machine: the other processes' CPU share is recorded in every JSON's context.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-build=${1:-build}
-out=${2:-results/bench-runs}
-mkdir -p "$out"
-export OMP_PROC_BIND=close OMP_PLACES=cores
-torch=()
-if python3 -c "import torch" 2>/dev/null; then torch=(--with-torch); fi
+source "$(dirname "$0")/bench_env.sh" "$@"
 args=(--precision fp32,bf16,fp16 --impl fused --pass fwd,bwd --shapes 4x128x512,8x256x1024,16x512x2048
       --resident-shapes default --threads 1,all)
 for i in 1 2 3; do
