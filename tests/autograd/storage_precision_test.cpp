@@ -3,6 +3,8 @@
 // computed from stored operands, overflow gives inf as the format would, and fp32 changes nothing.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <functional>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -222,4 +224,152 @@ TEST(StoragePrecision, TheFloat32StreamStaysFloat32WithoutAGraph) {
   Tensor z = linear(Tensor::from({1.0}, {1, 1}), Tensor::from({tiny}, {1, 1}), Tensor(), reshape(r, {1, 1}));
   EXPECT_EQ(z.impl().format, Precision::fp32);
   EXPECT_EQ(z.item(), 1.0 + tiny);
+}
+
+// ---- native 16-bit storage on cuda-sim (ops.h, set_native_low_precision) ----------------------
+namespace {
+
+// f's output and every input's gradient, computed on cuda-sim inside a scope of `p`, with native
+// storage on or off (float32 storage rounded after each op); the loss is a cross-entropy over the
+// output's last dimension, so that every op has a backward.
+struct OpRun {
+  std::vector<double> out, loss;
+  std::vector<std::vector<double>> grads;
+  DType out_dtype = DType::f32;
+};
+OpRun run_op(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Shape>& shapes,
+             Precision p, std::optional<Precision> residual, NormCompute norm, bool native) {
+  set_native_low_precision(native);
+  Rng rng(7, stream::check);
+  std::vector<Tensor> in;
+  for (const Shape& s : shapes) in.push_back(randn(rng, s, 1.5).to_device(Device::cuda_sim).requires_grad_(true));
+  OpRun r;
+  {
+    StoragePrecisionScope scope(p, residual, norm);
+    const Tensor y = f(in);
+    r.out_dtype = y.dtype();
+    r.out = y.to_vector();
+    const int64_t rows = y.numel() / y.size(-1);
+    std::vector<int32_t> t(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 5 + 1) % y.size(-1));
+    const Tensor loss = cross_entropy(y, Tensor::from_ids(t, Shape(y.shape().begin(), y.shape().end() - 1))
+                                             .to_device(Device::cuda_sim));
+    r.loss = loss.to_vector();
+    loss.backward();
+  }
+  for (const Tensor& t : in) r.grads.push_back(t.grad().to_vector());
+  set_native_low_precision(true);
+  return r;
+}
+
+// Bitwise equality of two value lists (NaN equal to NaN, -0 apart from +0).
+int64_t bits_apart(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    uint32_t bx, by;
+    std::memcpy(&bx, &x, 4);
+    std::memcpy(&by, &y, 4);
+    if (bx != by && !(std::isnan(x) && std::isnan(y))) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+// Every op on odd shapes, forward and backward, in bf16 and fp16: native 16-bit storage gives the
+// emulation's values bit for bit (each kernel computes the same float32 values and rounds once at
+// its store), and the op's output is a 2-byte tensor of the format.
+TEST(StoragePrecision, CudaSimNativeStorageIsTheEmulationOpByOp) {
+  (void)backend("cuda-sim");  // its memory hooks
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  struct Case {
+    const char* name;
+    Fn f;
+    std::vector<Shape> shapes;
+    NormCompute norm = NormCompute::fused;
+    std::optional<Precision> residual = std::nullopt;
+  };
+  const Tensor ids = Tensor::from_ids({4, 0, 2, 4, 1, 3, 0}, {7}).to_device(Device::cuda_sim);
+  const std::vector<Case> cases = {
+      {"add_scaled", [](auto& x) { return add_scaled(x[0], 0.75, x[1]); }, {{7, 13}, {7, 13}}},
+      {"scale", [](auto& x) { return scale(x[0], -1.25); }, {{5, 9}}},
+      {"mul", [](auto& x) { return mul(x[0], x[1]); }, {{3, 11}, {3, 11}}},
+      {"gelu", [](auto& x) { return gelu(x[0]); }, {{6, 7}}},
+      {"softmax", [](auto& x) { return softmax(x[0]); }, {{5, 17}}},
+      {"layernorm d=36", [](auto& x) { return layernorm(x[0], x[1], x[2], 1e-5); }, {{9, 36}, {36}, {36}}},
+      {"layernorm d=13", [](auto& x) { return layernorm(x[0], x[1], x[2], 1e-5); }, {{9, 13}, {13}, {13}}},
+      {"rmsnorm d=20", [](auto& x) { return rmsnorm(x[0], x[1], 1e-6); }, {{11, 20}, {20}}},
+      {"layernorm composite", [](auto& x) { return layernorm(x[0], x[1], x[2], 1e-5); }, {{9, 12}, {12}, {12}},
+       NormCompute::format},
+      {"rmsnorm composite", [](auto& x) { return rmsnorm(x[0], x[1], 1e-6); }, {{9, 12}, {12}}, NormCompute::format},
+      {"rmsnorm on a float32 stream", [](auto& x) { return rmsnorm(residual_stream(add(x[0], x[0])), x[1], 1e-6); },
+       {{5, 24}, {24}}, NormCompute::fused, Precision::fp32},
+      {"linear + bias + residual", [](auto& x) { return linear(x[0], x[1], x[2], x[3]); },
+       {{2, 3, 10}, {7, 10}, {7}, {2, 3, 7}}},
+      {"linear without bias", [](auto& x) { return linear(x[0], x[1], Tensor()); }, {{5, 6}, {9, 6}}},
+      {"gelu_linear", [](auto& x) { return gelu_linear(x[0], x[1], x[2]); }, {{5, 14}, {6, 14}, {6}}},
+      {"matmul batched", [](auto& x) { return matmul(x[0], x[1]); }, {{2, 3, 5}, {2, 5, 7}}},
+      {"matmul shared b", [](auto& x) { return matmul(x[0], x[1]); }, {{3, 4, 6}, {6, 5}}},
+      {"causal_attention", [](auto& x) { return causal_attention(x[0], x[1], x[2], 3); },
+       {{2, 5, 12}, {2, 5, 12}, {2, 5, 12}}},
+      {"prefix_mean", [](auto& x) { return prefix_mean(x[0]); }, {{2, 6, 5}}},
+      {"embedding", [&ids](auto& x) { return embedding(ids, x[0]); }, {{5, 9}}},
+      {"transpose", [](auto& x) { return transpose(add(x[0], x[0]), 0, 1); }, {{4, 3, 5}}},
+      {"a tensor used twice", [](auto& x) { Tensor h = layernorm(x[0], x[1], x[2], 1e-5); return add(h, gelu(h)); },
+       {{6, 8}, {8}, {8}}},
+  };
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + " " + to_string(p));
+      const OpRun native = run_op(c.f, c.shapes, p, c.residual, c.norm, true);
+      const OpRun emulated = run_op(c.f, c.shapes, p, c.residual, c.norm, false);
+      EXPECT_EQ(emulated.out_dtype, DType::f32);
+      if (!c.residual) {
+        EXPECT_EQ(native.out_dtype, storage_dtype(p));
+      }
+      EXPECT_EQ(bits_apart(native.out, emulated.out), 0);
+      EXPECT_EQ(bits_apart(native.loss, emulated.loss), 0);
+      ASSERT_EQ(native.grads.size(), emulated.grads.size());
+      for (size_t i = 0; i < native.grads.size(); ++i)
+        EXPECT_EQ(bits_apart(native.grads[i], emulated.grads[i]), 0) << "input " << i;
+    }
+  }
+}
+
+// The cuda backend's kernels of a log step read 16-bit storage as they read its float32 values.
+TEST(StoragePrecision, CudaSimStatisticsRead16BitStorage) {
+  Backend& kb = backend("cuda-sim");
+  Rng rng(11, stream::check);
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(to_string(p));
+    const Tensor host = randn(rng, {2, 5, 12}, 3.0);
+    std::vector<double> v = host.to_vector();
+    for (double& x : v) x = round_to(p, static_cast<float>(x));
+    const Tensor f32 = Tensor::from(v, host.shape()).to_device(Device::cuda_sim);
+    const Tensor h16 = Tensor::from(v, host.shape(), storage_dtype(p)).to_device(Device::cuda_sim);
+    EXPECT_EQ(h16.nbytes(), 2u * 120u);
+    EXPECT_EQ(kb.sum_squares(h16), kb.sum_squares(f32));
+    const FormatCensus a = kb.format_census(h16, Precision::fp16), b = kb.format_census(f32, Precision::fp16);
+    EXPECT_EQ(a.max_abs, b.max_abs);
+    EXPECT_EQ(a.underflow, b.underflow);
+    Tensor n16 = Tensor::empty({10}, DType::f32, Device::cuda_sim), n32 = Tensor::empty({10}, DType::f32, Device::cuda_sim);
+    kb.row_norms(n16, h16, 10, 12);
+    kb.row_norms(n32, f32, 10, 12);
+    EXPECT_EQ(bits_apart(n16.to_vector(), n32.to_vector()), 0);
+    Tensor m16 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim), e16 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim);
+    Tensor m32 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim), e32 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim);
+    kb.attention_logit_stats(m16, e16, h16, h16, 2, 5, 3, 4, 0.5);
+    kb.attention_logit_stats(m32, e32, f32, f32, 2, 5, 3, 4, 0.5);
+    EXPECT_EQ(bits_apart(m16.to_vector(), m32.to_vector()), 0);
+    EXPECT_EQ(bits_apart(e16.to_vector(), e32.to_vector()), 0);
+    // fill writes the format's encoding; a conversion back to float32 is exact.
+    Tensor filled = Tensor::empty({7}, storage_dtype(p), Device::cuda_sim);
+    kb.fill(filled, 1.0 / 3.0);
+    for (double x : filled.to_vector()) EXPECT_EQ(x, round_to(p, static_cast<float>(1.0 / 3.0)));
+    Tensor back = Tensor::empty(host.shape(), DType::f32, Device::cuda_sim);
+    kb.copy(back, h16);
+    EXPECT_EQ(bits_apart(back.to_vector(), v), 0);
+  }
 }

@@ -56,7 +56,7 @@ class NormBench final : public CudaNormBench {
     try {
       for (int i = 0; i < kArrays; ++i) {
         const auto a = static_cast<CudaBenchArray>(i);
-        // Each set's array at a 256-byte boundary: every pointer allows the 16-byte units.
+        // Each set's array at a 256-byte boundary: every pointer allows the vector units.
         stride_[i] = (cuda_bench_array_bytes(shape, a) + 255) / 256 * 256;
         const size_t count = per_set(a) ? static_cast<size_t>(shape.sets) : 1;
         check(cudaMalloc(&base_[i], stride_[i] * count), "cudaMalloc", kName);

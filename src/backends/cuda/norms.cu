@@ -118,7 +118,7 @@ void launch_norm_forward(const NormFwd<T>& p, int64_t n) {
   }
 }
 
-// One block per row (n of them), 16-byte units when d and every pointer allow.
+// One block per row (n of them), 4-element units when d and every pointer allow.
 template <class T, bool kAdd, bool kRms>
 void norm_forward_t(const NormFwd<T>& p, int64_t n) {
   if (n <= 0) return;
