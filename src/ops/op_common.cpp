@@ -45,7 +45,7 @@ Tensor cast(const Tensor& t) {
 }  // namespace
 
 DType storage_for(Precision p, const Tensor& like) {
-  const DType d = is_16bit(like.dtype()) ? DType::f32 : like.dtype();
+  const DType d = statistics_dtype(like.dtype());
   if (p == Precision::fp32 || d != DType::f32 || !g_native || t_watch != nullptr || !is_cuda_device(like.device()))
     return d;
   return storage_dtype(p);
@@ -56,7 +56,7 @@ Tensor new_output(const Shape& shape, Precision p, const Tensor& like) {
 }
 
 Tensor float_output(const Shape& shape, const Tensor& like) {
-  return Tensor::empty(shape, is_16bit(like.dtype()) ? DType::f32 : like.dtype(), like.device());
+  return Tensor::empty(shape, statistics_dtype(like.dtype()), like.device());
 }
 
 void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd) {

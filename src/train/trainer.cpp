@@ -107,7 +107,7 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
 // Reduced where x lives (Backend::row_norms): a device-resident run downloads N norms.
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
-  Tensor norms = Tensor::empty({n}, x.dtype(), x.device());
+  Tensor norms = Tensor::empty({n}, statistics_dtype(x.dtype()), x.device());
   backend_for(x.device(), x.dtype()).row_norms(norms, x, n, d);
   double total = 0;
   for (double r : norms.to_vector()) total += r;
@@ -127,8 +127,8 @@ double params_grad_norm(const std::vector<Tensor>& params) {
 AttentionStats attention_statistics(const AttentionTap& tap) {
   const int64_t b = tap.q.size(0), t = tap.q.size(1), c = tap.q.size(2), h = tap.heads, dh = c / h;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  Tensor max_logit = Tensor::empty({b, h, t}, tap.q.dtype(), tap.q.device());
-  Tensor entropy = Tensor::empty({b, h, t}, tap.q.dtype(), tap.q.device());
+  Tensor max_logit = Tensor::empty({b, h, t}, statistics_dtype(tap.q.dtype()), tap.q.device());
+  Tensor entropy = Tensor::empty({b, h, t}, statistics_dtype(tap.q.dtype()), tap.q.device());
   backend_for(tap.q.device(), tap.q.dtype()).attention_logit_stats(max_logit, entropy, tap.q, tap.k, b, t, h, dh, scale);
   AttentionStats st;
   st.max_logit = -INFINITY;

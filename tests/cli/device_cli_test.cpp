@@ -108,6 +108,19 @@ TEST(DeviceCli, CudaSimProbeMatchesTheCpu) {
   expect_same_numbers(nlohmann::json::parse(cpu.out), nlohmann::json::parse(sim.out), "probe");
 }
 
+// The same in bf16: on cuda-sim the probe's activations are stored natively (2-byte tensors) and
+// its statistics read them; the cpu emulates the format in float32 (the same values).
+TEST(DeviceCli, CudaSimProbeInBf16MatchesTheCpu) {
+  const std::vector<std::string> args = {"probe", "--model", "gpt", "--precision", "bf16", "--layers", "2",
+                                         "--d_model", "32", "--seeds", "1", "--batch", "4", "--json"};
+  std::vector<std::string> sim_args = args;
+  sim_args.insert(sim_args.begin() + 1, {"--device", "cuda-sim"});
+  const CliResult cpu = run_cli(args), sim = run_cli(sim_args);
+  ASSERT_EQ(cpu.exit_code, 0) << describe(cpu);
+  ASSERT_EQ(sim.exit_code, 0) << describe(sim);
+  expect_same_numbers(nlohmann::json::parse(cpu.out), nlohmann::json::parse(sim.out), "probe");
+}
+
 TEST(DeviceCli, BadDeviceValuesAreUsageErrors) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"train", "--device", "gpu", "--steps", "2"},
