@@ -112,7 +112,8 @@ Backend& backend_for(Device device, DType dtype) {
     auto it = m.find(name);
     if (it == m.end()) throw UsageError(fmt::format("no CUDA device found (no \"{}\" backend is registered)", name));
     Backend& b = made(it->second);
-    NL_CHECK(b.supports(dtype), "the {} backend does not support {} (float32 only)", name, to_string(dtype));
+    NL_CHECK(b.supports(dtype), "the {} backend does not support {} (float32, bfloat16 and float16 storage)", name,
+             to_string(dtype));
     return b;
   }
   Backend& b = backend(registry().default_cpu);

@@ -171,7 +171,7 @@ Tensor& Tensor::fill_(double value) {
     case DType::i32: fill_host<int32_t>(raw(), numel(), value); break;
     case DType::bf16:
     case DType::f16: {
-      const uint16_t bits = to_bits(format_of_dtype(dtype()), to_float(value));
+      const uint16_t bits = encode_16(dtype(), value);
       std::fill_n(static_cast<uint16_t*>(raw()), numel(), bits);
       break;
     }
@@ -232,7 +232,7 @@ Tensor Tensor::from(const std::vector<double>& values, const Shape& shape, DType
       case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(values[i]); break;
       case DType::bf16:
       case DType::f16:
-        static_cast<uint16_t*>(t.raw())[i] = to_bits(format_of_dtype(dtype), to_float(values[i]));
+        static_cast<uint16_t*>(t.raw())[i] = encode_16(dtype, values[i]);
         break;
     }
   }

@@ -25,8 +25,8 @@ const char* st_dtype(DType t) {
     case DType::f32: return "F32";
     case DType::f64: return "F64";
     case DType::i32: return "I32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
+    case DType::bf16:
+    case DType::f16: break;  // refused by save_safetensors: checkpoints hold the float32 masters
   }
   return "?";
 }
@@ -54,6 +54,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     NL_CHECK(t.device() == Device::cpu, "save_safetensors: {} is not on the cpu", name);
+    NL_CHECK(!is_16bit(t.dtype()), "save_safetensors: {} is {}; checkpoints hold float32, float64 and int32", name,
+             to_string(t.dtype()));
     const uint64_t bytes = t.nbytes();
     header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;

@@ -145,8 +145,8 @@ TEST(CudaSimTrain, CheckpointAndResumeFromDeviceMemory) {
 
 // Native bf16 / fp16 storage on the device (2-byte activations and gradients, every kernel
 // rounding once at its store) is the float32-storage emulation bit for bit: every step's loss,
-// every eval's loss, gradient norm and per-block statistics, in both formats, for each way a
-// norm runs and with a float32 residual stream (PyTorch autocast's), Pre-LN and Post-LN.
+// every eval's loss, gradient norm and loss scale, in both formats, for each way a norm runs and
+// with a float32 residual stream (PyTorch autocast's), Pre-LN and Post-LN.
 TEST(CudaSimTrain, NativeLowPrecisionIsTheEmulationBitForBit) {
   struct Case {
     const char* name;

@@ -1,5 +1,6 @@
 // The "cuda" backend: normlab's own CUDA kernels (norms, elementwise, softmax, attention, loss,
-// embedding, Adam) and cuBLAS for the matrix products, float32. Built when the CUDA toolkit is
+// embedding, Adam) and cuBLAS for the matrix products, in float32 arithmetic over float32 or
+// native bf16 / fp16 storage (docs/precision.md). Built when the CUDA toolkit is
 // found (NORMLAB_CUDA=AUTO), as the module libnormlab_cuda.so that these functions load on
 // first use (src/backends/cuda_loader); without it, src/backends/cuda_stub provides these
 // functions and make_cuda_backend() throws.

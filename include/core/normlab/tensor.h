@@ -31,6 +31,8 @@ size_t dtype_size(DType t);
 DType storage_dtype(Precision p);
 Precision format_of_dtype(DType t);
 inline bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+// The encoding a 16-bit dtype stores v as (v rounded to float32, then to the format).
+inline uint16_t encode_16(DType t, double v) { return to_bits(format_of_dtype(t), to_float(v)); }
 // What values computed from a tensor of dtype t are kept in (statistics, a norm's mean and rstd,
 // probabilities): float32 beside 16-bit storage, t itself otherwise.
 inline DType statistics_dtype(DType t) { return is_16bit(t) ? DType::f32 : t; }

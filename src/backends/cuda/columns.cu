@@ -95,15 +95,13 @@ int64_t column_work(int64_t rows, int64_t cols) {
   return 2 * std::max(column_chunks(rows, rpc), onepass_blocks(rows)) * cols;
 }
 
-void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work) {
-  column_reduce<float, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
+template <class T>
+void sum_rows(float* out, const T* x, int64_t rows, int64_t cols, float* work) {
+  column_reduce<T, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
 }
-void sum_rows(float* out, const __nv_bfloat16* x, int64_t rows, int64_t cols, float* work) {
-  column_reduce<__nv_bfloat16, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
-}
-void sum_rows(float* out, const __half* x, int64_t rows, int64_t cols, float* work) {
-  column_reduce<__half, 0>(out, nullptr, x, nullptr, nullptr, nullptr, rows, cols, work, "sum_rows");
-}
+template void sum_rows<float>(float*, const float*, int64_t, int64_t, float*);
+template void sum_rows<__nv_bfloat16>(float*, const __nv_bfloat16*, int64_t, int64_t, float*);
+template void sum_rows<__half>(float*, const __half*, int64_t, int64_t, float*);
 
 template <class T>
 void norm_column_sums(float* dgamma, float* dbeta, const T* dy, const T* x, const float* mean,

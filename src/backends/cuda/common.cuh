@@ -1,6 +1,6 @@
 // Device code shared by the CUDA backend's kernel sources (header-only; every .cu file of
 // src/backends/cuda includes it): launch-size helpers, the grid-stride loop, block reductions
-// in a fixed order, float <-> storage conversions and the 16-byte load/store units of the row
+// in a fixed order, float <-> storage conversions and the vector load/store units of the row
 // kernels. Compiled by nvcc for a GPU and by the host compiler for cuda-sim (launch.h).
 #pragma once
 #include <cuda_bf16.h>
@@ -137,13 +137,13 @@ __device__ inline __half from_f<__half>(float v) { return __float2half_rn(v); }
 // One element of an In / Out array (kernels.h) as float32, and a float32 stored into one: the
 // storage is uniform across a launch, so the branch costs no divergence.
 __device__ inline float ld(In a, int64_t i) {
-  if (a.e == Elem::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(a.p)[i]);
-  if (a.e == Elem::f16) return __half2float(static_cast<const __half*>(a.p)[i]);
+  if (a.e == Precision::bf16) return to_f(static_cast<const __nv_bfloat16*>(a.p)[i]);
+  if (a.e == Precision::fp16) return to_f(static_cast<const __half*>(a.p)[i]);
   return static_cast<const float*>(a.p)[i];
 }
 __device__ inline void st(Out a, int64_t i, float v) {
-  if (a.e == Elem::bf16) static_cast<__nv_bfloat16*>(a.p)[i] = __float2bfloat16_rn(v);
-  else if (a.e == Elem::f16) static_cast<__half*>(a.p)[i] = __float2half_rn(v);
+  if (a.e == Precision::bf16) static_cast<__nv_bfloat16*>(a.p)[i] = from_f<__nv_bfloat16>(v);
+  else if (a.e == Precision::fp16) static_cast<__half*>(a.p)[i] = from_f<__half>(v);
   else static_cast<float*>(a.p)[i] = v;
 }
 

@@ -63,7 +63,7 @@ void device_fill(void* dst, DType dtype, int64_t count, double value) {
     case DType::i32: cuda::fill_i32(static_cast<int32_t*>(dst), count, static_cast<int32_t>(value)); return;
     case DType::bf16:
     case DType::f16:
-      cuda::fill_u16(static_cast<uint16_t*>(dst), count, to_bits(format_of_dtype(dtype), to_float(value)));
+      cuda::fill_u16(static_cast<uint16_t*>(dst), count, encode_16(dtype, value));
       return;
   }
 }
@@ -143,13 +143,8 @@ float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
 float* fp(Tensor* t) { return t ? static_cast<float*>(t->raw()) : nullptr; }
 const float* fp_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
 
-cuda::Elem elem_of(DType t) {
-  if (t == DType::bf16) return cuda::Elem::bf16;
-  if (t == DType::f16) return cuda::Elem::f16;
-  return cuda::Elem::f32;
-}
-cuda::In arr_in(const Tensor& t) { return t.defined() ? cuda::In(t.raw(), elem_of(t.dtype())) : cuda::In(); }
-cuda::Out arr_out(const Tensor& t) { return t.defined() ? cuda::Out(t.raw(), elem_of(t.dtype())) : cuda::Out(); }
+cuda::In arr_in(const Tensor& t) { return t.defined() ? cuda::In(t.raw(), format_of_dtype(t.dtype())) : cuda::In(); }
+cuda::Out arr_out(const Tensor& t) { return t.defined() ? cuda::Out(t.raw(), format_of_dtype(t.dtype())) : cuda::Out(); }
 cuda::Out arr_out(Tensor* t) { return t ? arr_out(*t) : cuda::Out(); }
 template <class T>
 T* ptr(const Tensor& t) {
@@ -168,10 +163,13 @@ void with_storage(DType t, F&& f) {
   else f(float{});
 }
 
-// t in `dtype`'s storage: t itself, or a converted copy from the device arena (a parameter's
-// float32 gamma beside a bf16 row: its values lie on the grid, the conversion is exact).
+// t in `dtype`'s storage: t itself, or a float32 copy of a 16-bit t from the device arena (a bf16
+// gamma cast from its parameter beside a float32 residual stream's row: exact). Narrowing would
+// round: the ops never ask for it.
 Tensor in_storage(const Tensor& t, DType dtype) {
   if (!t.defined() || t.dtype() == dtype) return t;
+  NL_CHECK(dtype == DType::f32 && is_16bit(t.dtype()), "cuda: a {} parameter beside {} rows", to_string(t.dtype()),
+           to_string(dtype));
   Tensor c = Tensor::empty(t.shape(), dtype, t.device());
   cuda::convert(arr_out(c), arr_in(t), t.numel());
   return c;
@@ -251,6 +249,8 @@ class CudaBackend final : public Backend {
       return;
     }
     // y = bias + residual first, then y += x @ w^T (cuBLAS beta = 1): the residual may be y.
+    if (bias.defined()) expect_f32(kn, "bias", bias, n);
+    if (residual.defined()) expect_f32(kn, "residual", residual, m * n);
     if (epilogue) cuda::bias_residual_init(fp(y), fp_or_null(bias), fp_or_null(residual), m, n);
     gemm(y, x, w, s, epilogue, kn);
   }
@@ -333,12 +333,11 @@ class CudaBackend final : public Backend {
     expect(kn, "gamma", gamma, d);
     if (ln) {
       expect(kn, "beta", beta, d);
-      expect(kn, "mean", mean, n);
+      expect_f32(kn, "mean", mean, n);
     }
     expect_f32(kn, "rstd", rstd, n);
-    if (ln) expect_f32(kn, "mean", mean, n);
-    cuda::composite_norm_forward(arr_out(y), ln ? fp(mean) : nullptr, fp(rstd), arr_in(x), arr_in(gamma), arr_in(beta), n, d, eps,
-                                 static_cast<int>(format));
+    cuda::composite_norm_forward(arr_out(y), ln ? fp(mean) : nullptr, fp(rstd), arr_in(x), arr_in(gamma),
+                                 arr_in(beta), n, d, eps, static_cast<int>(format));
   }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
@@ -469,15 +468,15 @@ class CudaBackend final : public Backend {
                              const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                              int64_t n, int64_t d, double eps) override {
     const char* kn = "add_layernorm_forward";
-    expect_f32(kn, "a", a, n * d);  // low precision runs the add and the norm as two ops (ops/norm.cpp)
-    expect(kn, "s", s, n * d);
-    expect(kn, "y", y, n * d);
-    expect(kn, "mean", mean, n);
-    expect(kn, "rstd", rstd, n);
-    expect(kn, "a", a, n * d);
-    expect(kn, "b", b, n * d);
-    expect(kn, "gamma", gamma, d);
-    expect(kn, "beta", beta, d);
+    // float32 only: low precision runs the add and the norm as two ops (ops/norm.cpp).
+    expect_f32(kn, "s", s, n * d);
+    expect_f32(kn, "y", y, n * d);
+    expect_f32(kn, "mean", mean, n);
+    expect_f32(kn, "rstd", rstd, n);
+    expect_f32(kn, "a", a, n * d);
+    expect_f32(kn, "b", b, n * d);
+    expect_f32(kn, "gamma", gamma, d);
+    expect_f32(kn, "beta", beta, d);
     cuda::add_layernorm_forward(fp(s), fp(y), fp(mean), fp(rstd), fp(a), fp(b), static_cast<float>(alpha),
                                 fp(gamma), fp(beta), n, d, static_cast<float>(eps));
   }
@@ -486,13 +485,13 @@ class CudaBackend final : public Backend {
                            double alpha, const Tensor& gamma, int64_t n, int64_t d,
                            double eps) override {
     const char* kn = "add_rmsnorm_forward";
-    expect_f32(kn, "a", a, n * d);  // as add_layernorm_forward
-    expect(kn, "s", s, n * d);
-    expect(kn, "y", y, n * d);
-    expect(kn, "rstd", rstd, n);
-    expect(kn, "a", a, n * d);
-    expect(kn, "b", b, n * d);
-    expect(kn, "gamma", gamma, d);
+    // float32 only, as add_layernorm_forward.
+    expect_f32(kn, "s", s, n * d);
+    expect_f32(kn, "y", y, n * d);
+    expect_f32(kn, "rstd", rstd, n);
+    expect_f32(kn, "a", a, n * d);
+    expect_f32(kn, "b", b, n * d);
+    expect_f32(kn, "gamma", gamma, d);
     cuda::add_rmsnorm_forward(fp(s), fp(y), fp(rstd), fp(a), fp(b), static_cast<float>(alpha), fp(gamma), n, d,
                               static_cast<float>(eps));
   }
@@ -697,12 +696,15 @@ class CudaBackend final : public Backend {
     cuda::check_launch(kn);
   }
 
-  // The handle for 16-bit products: cuBLAS's default math (tensor cores, float32 accumulation).
+  // The handle for 16-bit products: cuBLAS's default math (tensor cores, float32 accumulation),
+  // with no reduction in the output's 16-bit precision (split-K partials summed in float32): the
+  // product is rounded once, as the float32 path rounds it.
   cublasHandle_t blas16(const char* kn) {
     if (!blas16_) {
       check_blas(cublasCreate(&blas16_), "cublasCreate", kn);
       check_blas(cublasSetPointerMode(blas16_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode", kn);
-      check_blas(cublasSetMathMode(blas16_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", kn);
+      const auto math = static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+      check_blas(cublasSetMathMode(blas16_, math), "cublasSetMathMode", kn);
     }
     return blas16_;
   }

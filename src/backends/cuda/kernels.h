@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "normlab/precision.h"
+
 namespace normlab::cuda {
 
 // Throws normlab::Error("cuda <kernel>: <call> failed: <error name>: <error string>").
@@ -32,28 +34,26 @@ void check_launch(const char* kernel);
 // ---- arrays of either storage ----------------------------------------------------------------
 // Where training stores activations in bf16 / fp16 (native low-precision storage, DType bf16 /
 // f16), an array is float32 or the 16-bit encodings, decided per tensor: In (read) and Out
-// (written, and read where a kernel accumulates) carry the pointer and its storage, and the
-// kernels load every element as float32 and round once at the store (common.cuh: ld, st). A
-// plain float pointer converts to either: float32 storage.
-enum class Elem : uint8_t { f32, bf16, f16 };
+// (written, and read where a kernel accumulates) carry the pointer and the format it holds
+// (Precision: fp32 for float32 storage), and the kernels load every element as float32 and round
+// once at the store (common.cuh: ld, st). A plain float pointer converts to either.
 struct In {
   const void* p = nullptr;
-  Elem e = Elem::f32;
+  Precision e = Precision::fp32;
   In() = default;
   __host__ __device__ In(const float* f) : p(f) {}  // NOLINT(google-explicit-constructor): float32 as before
-  __host__ __device__ In(const void* ptr, Elem elem) : p(ptr), e(elem) {}
+  __host__ __device__ In(const void* ptr, Precision format) : p(ptr), e(format) {}
   __host__ __device__ explicit operator bool() const { return p != nullptr; }
 };
 struct Out {
   void* p = nullptr;
-  Elem e = Elem::f32;
+  Precision e = Precision::fp32;
   Out() = default;
   __host__ __device__ Out(float* f) : p(f) {}  // NOLINT(google-explicit-constructor)
-  __host__ __device__ Out(void* ptr, Elem elem) : p(ptr), e(elem) {}
+  __host__ __device__ Out(void* ptr, Precision format) : p(ptr), e(format) {}
   __host__ __device__ explicit operator bool() const { return p != nullptr; }
   __host__ __device__ operator In() const { return In(p, e); }  // NOLINT: an output read back (accumulate)
 };
-inline int64_t elem_bytes(Elem e) { return e == Elem::f32 ? 4 : 2; }
 
 // ---- elementwise.cu: n values, grid-stride ----------------------------------------------------
 void fill_f32(float* out, int64_t n, float value);
@@ -97,14 +97,13 @@ void adam_step(float* param, float* m, float* v, const float* grad, int64_t n, f
 // Floats of workspace the column reductions (and the one-pass norm backward's per-block partial
 // sums) need for (rows, cols): two partial arrays.
 int64_t column_work(int64_t rows, int64_t cols);
-// out[j] = sum_i x[i, j]
-void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, float* work);
-void sum_rows(float* out, const __nv_bfloat16* x, int64_t rows, int64_t cols, float* work);
-void sum_rows(float* out, const __half* x, int64_t rows, int64_t cols, float* work);
+// out[j] = sum_i x[i, j]; T: float, __nv_bfloat16 or __half (the storage of x).
+template <class T>
+void sum_rows(float* out, const T* x, int64_t rows, int64_t cols, float* work);
 
 // ---- norms.cu: LayerNorm / RMSNorm over the last dimension (N rows of D) ----------------------
 // T, the storage of the N x D arrays and of gamma/beta: float, __nv_bfloat16 (cuda_bf16.h) or
-// __half (cuda_fp16.h; `bench norms --precision bf16,fp16`). Statistics (mean, rstd) and dgamma/dbeta are float32 either way,
+// __half (cuda_fp16.h; native low-precision training, and `bench norms --precision bf16,fp16`). Statistics (mean, rstd) and dgamma/dbeta are float32 either way,
 // and every kernel computes in float32. The add+norm forwards write s = alpha*a + b (as stored)
 // and normalize it. The backwards write dx, dgamma, dbeta where non-null; `work` holds
 // column_work(n, d) floats.

@@ -18,6 +18,7 @@ enum cublasMath_t : int {
   CUBLAS_DEFAULT_MATH = 0,
   CUBLAS_PEDANTIC_MATH = 2,
   CUBLAS_TF32_TENSOR_OP_MATH = 3,
+  CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,  // a flag, or-ed with a mode
 };
 
 // library_types.h's element types and cublas_api.h's compute types (the values are CUDA's).
