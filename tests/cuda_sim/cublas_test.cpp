@@ -1,8 +1,12 @@
 // cuda-sim's cuBLAS: Sgemm and SgemmStridedBatched against a plain column-major loop, for every
 // transpose combination, odd sizes, padded leading dimensions, alpha and beta, beta = 0 not
-// reading C (NaN in C must not leak), alpha/beta in device memory, and the argument checks.
+// reading C (NaN in C must not leak), alpha/beta in device memory, and the argument checks; GemmEx
+// and GemmStridedBatchedEx over bf16 operands.
 #include <cmath>
 #include <random>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "sim_test.h"
 
@@ -232,3 +236,66 @@ TEST(CudaSimCublas, AHandleLeftToTheProcessEndIsNotALeak) {
 }
 
 }  // namespace
+
+namespace {
+
+// v rounded to bf16 and its encoding (the simulator's own conversion).
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
+  std::vector<__nv_bfloat16> out;
+  for (float x : v) out.push_back(__float2bfloat16_rn(x));
+  return out;
+}
+std::vector<float> from_bf16(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> out;
+  for (__nv_bfloat16 x : v) out.push_back(__bfloat162float(x));
+  return out;
+}
+
+}  // namespace
+
+// GemmEx and GemmStridedBatchedEx over bf16 operands: the Sgemm of the operands' float values,
+// bit for bit, written as float32 or rounded once to bf16; beta reads a bf16 C; the type
+// combinations cuBLAS does not offer are INVALID_VALUE.
+TEST(CudaSimCublas, GemmExIsSgemmOfTheWidenedOperands) {
+  Handle h;
+  const int m = 5, n = 3, k = 7, batch = 2;
+  const std::vector<__nv_bfloat16> a16 = to_bf16(random_floats(batch * m * k, 21)),
+                                   b16 = to_bf16(random_floats(batch * k * n, 22)),
+                                   c16 = to_bf16(random_floats(batch * m * n, 23));
+  DeviceArray<float> a32(from_bf16(a16)), b32(from_bf16(b16)), c32(from_bf16(c16)), out32(batch * m * n);
+  DeviceArray<__nv_bfloat16> a(a16), b(b16), c(c16);
+  const float alpha = 1.0f, beta = 1.0f, zero = 0.0f;
+  // Sgemm with beta 1 on float32 copies; GemmEx into float32 (beta 0, then compared without C)
+  // and into bf16 with beta 1.
+  ASSERT_EQ(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a32, k, m * k, b32, k, k * n,
+                                      &beta, c32, m, m * n, batch),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_16BF, k, m * k, b,
+                                       CUDA_R_16BF, k, k * n, &beta, c, CUDA_R_16BF, m, m * n, batch,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> want = c32.download();
+  const std::vector<__nv_bfloat16> got = c.download();
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(__bfloat162float(got[i]), __bfloat162float(__float2bfloat16_rn(want[i]))) << i;
+  // One product, float32 out, beta 0: Sgemm's values exactly.
+  DeviceArray<float> s32(m * n);
+  ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a32, k, b32, k, &zero, s32, m),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_16BF, k, b, CUDA_R_16BF, k, &zero,
+                         out32, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> s = s32.download(), e = out32.download();
+  for (int i = 0; i < m * n; ++i) EXPECT_EQ(e[static_cast<size_t>(i)], s[static_cast<size_t>(i)]) << i;
+  // A and B of different types, a 16-bit C of another type, TF32 compute on 16-bit operands.
+  DeviceArray<__half> c_half(m * n);
+  EXPECT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_16BF, k, b32, CUDA_R_32F, k, &zero,
+                         out32, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_16BF, k, b, CUDA_R_16BF, k, &zero,
+                         c_half, CUDA_R_16F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_16BF, k, b, CUDA_R_16BF, k, &zero,
+                         out32, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);
+}
