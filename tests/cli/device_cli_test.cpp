@@ -98,8 +98,8 @@ void expect_same_numbers(const nlohmann::json& a, const nlohmann::json& b, const
   }
 }
 
-TEST(DeviceCli, CudaSimProbeMatchesTheCpu) {
-  const std::vector<std::string> args = {"probe", "--layers", "2", "--d_model", "32", "--seeds", "2", "--batch", "4", "--json"};
+// `probe ARGS --json` on the cpu and on cuda-sim: every number the same.
+void expect_probe_on_cuda_sim_as_on_cpu(const std::vector<std::string>& args) {
   std::vector<std::string> sim_args = args;
   sim_args.insert(sim_args.begin() + 1, {"--device", "cuda-sim"});
   const CliResult cpu = run_cli(args), sim = run_cli(sim_args);
@@ -108,17 +108,15 @@ TEST(DeviceCli, CudaSimProbeMatchesTheCpu) {
   expect_same_numbers(nlohmann::json::parse(cpu.out), nlohmann::json::parse(sim.out), "probe");
 }
 
+TEST(DeviceCli, CudaSimProbeMatchesTheCpu) {
+  expect_probe_on_cuda_sim_as_on_cpu({"probe", "--layers", "2", "--d_model", "32", "--seeds", "2", "--batch", "4", "--json"});
+}
+
 // The same in bf16: on cuda-sim the probe's activations are stored natively (2-byte tensors) and
 // its statistics read them; the cpu emulates the format in float32 (the same values).
 TEST(DeviceCli, CudaSimProbeInBf16MatchesTheCpu) {
-  const std::vector<std::string> args = {"probe", "--model", "gpt", "--precision", "bf16", "--layers", "2",
-                                         "--d_model", "32", "--seeds", "1", "--batch", "4", "--json"};
-  std::vector<std::string> sim_args = args;
-  sim_args.insert(sim_args.begin() + 1, {"--device", "cuda-sim"});
-  const CliResult cpu = run_cli(args), sim = run_cli(sim_args);
-  ASSERT_EQ(cpu.exit_code, 0) << describe(cpu);
-  ASSERT_EQ(sim.exit_code, 0) << describe(sim);
-  expect_same_numbers(nlohmann::json::parse(cpu.out), nlohmann::json::parse(sim.out), "probe");
+  expect_probe_on_cuda_sim_as_on_cpu({"probe", "--model", "gpt", "--precision", "bf16", "--layers", "2", "--d_model",
+                                      "32", "--seeds", "1", "--batch", "4", "--json"});
 }
 
 TEST(DeviceCli, BadDeviceValuesAreUsageErrors) {
