@@ -17,9 +17,11 @@ std::string version_text() {
   s += fmt::format("oneDNN {}\n", onednn_version());
   s += fmt::format("compiler {} ({} build{})\n", b.compiler, b.build_type, b.sanitizers ? ", ASan+UBSan" : "");
   s += fmt::format("CUDA {}\n", cuda_summary());
-  // What --precision bf16/fp16 means on this build's CPU path (docs/precision.md).
+  // What --precision bf16/fp16 means on each device (docs/precision.md).
   s += "bf16/fp16 on the CPU: emulated (float32 storage rounded to the format, nearest even, gradual "
        "underflow)\n";
+  s += "bf16/fp16 on CUDA (cuda, cuda-sim): native 2-byte storage of activations and gradients (float32 "
+       "arithmetic, one rounding per store)\n";
   return s;
 }
 

@@ -22,6 +22,9 @@ TEST(ProvenanceCli, VersionResultAndBenchJsonNameTheSourcesHash) {
   const std::string hash = r.out.substr(at + label.size(), 64);
   ASSERT_TRUE(normlab::test::is_sha256_hex(hash)) << r.out;
   ASSERT_EQ(r.out.substr(at + label.size() + 64, 1), "\n") << r.out;
+  // How each device stores bf16 / fp16 (docs/precision.md).
+  EXPECT_NE(r.out.find("bf16/fp16 on the CPU: emulated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bf16/fp16 on CUDA (cuda, cuda-sim): native 2-byte storage"), std::string::npos) << r.out;
 
   const fs::path dir = fresh_dir("provenance_run");
   r = run_cli({"train", "--steps", "2", "--eval_every", "2", "--layers", "1", "--batch_size", "2", "--out",
