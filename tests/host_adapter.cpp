@@ -126,6 +126,32 @@ class DeviceAdapter final : public Backend {
     Tensor ddy = k.in(dy), dxin = k.in(x), dg = k.in(gamma), dr = k.in(rstd);
     b_.rmsnorm_backward(k.out(dx), k.out(dgamma), ddy, dxin, dg, dr, n, d);
   }
+  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+    Call k(*this);
+    Tensor dx = k.in(x), da = k.in(alpha), ds = k.in(shift), dg = k.in(gamma), db = k.in(beta);
+    b_.squash_forward(k.out(y), dx, da, ds, dg, db, n, d, f);
+  }
+  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                       int64_t d, Squash f) override {
+    Call k(*this);
+    Tensor ddy = k.in(dy), dxin = k.in(x), da = k.in(alpha), ds = k.in(shift), dg = k.in(gamma);
+    b_.squash_backward(k.out(dx), k.out(dalpha), k.out(dshift), k.out(dgamma), k.out(dbeta), ddy, dxin, da, ds, dg, n,
+                       d, f);
+  }
+  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                             int64_t c) override {
+    Call k(*this);
+    Tensor dx = k.in(x), dl = k.in(lambda);
+    b_.channel_scale_forward(k.out(y), dx, dl, n, d, c);
+  }
+  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                              int64_t n, int64_t d, int64_t c) override {
+    Call k(*this);
+    Tensor ddy = k.in(dy), dxin = k.in(x), dl = k.in(lambda);
+    b_.channel_scale_backward(k.out(dx), k.out(dlambda), ddy, dxin, dl, n, d, c);
+  }
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                              const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                              int64_t n, int64_t d, double eps) override {

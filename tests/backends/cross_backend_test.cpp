@@ -30,6 +30,7 @@
 #include "normlab/cuda_backend.h"
 #include "normlab/error.h"
 #include "normlab/precision.h"
+#include "normlab/reference_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 
@@ -622,6 +623,123 @@ TEST_P(KernelOps, rmsnorm_bwd) {
     expect_close(dx_only, f64(dx), {0, 0}, what + ": dx alone");
     expect_close(dg_only, f64(dg), {0, 0}, what + ": dgamma alone");
   }
+}
+
+// ---- DyT / Derf and the channel scale ------------------------------------------------------
+
+// alpha 0.5 (DyT's default) on x ~ N(3, 2): u = alpha*x (+ shift) spans tanh's linear part and
+// its saturation; Derf with a shift.
+struct SquashCase {
+  Squash f;
+  bool shift, beta;
+};
+constexpr SquashCase kSquashCases[] = {{Squash::tanh, false, true}, {Squash::erf, true, true}, {Squash::tanh, false, false}};
+
+const char* squash_name(Squash f) { return f == Squash::tanh ? "tanh" : "erf"; }
+
+// sum over every element of |x*h|, h = dy*gamma*f'(u): the scale of dalpha's terms, which cancel.
+double squash_alpha_terms(const NormInputs& in, Squash f, double a, double s, bool of_x) {
+  std::vector<double> x = in.x.to_vector(), dy = in.dy.to_vector(), g = in.gamma.to_vector();
+  const size_t d = g.size();
+  double t = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    t += std::fabs((of_x ? x[i] : 1.0) * dy[i] * g[i % d] * squash_slope_ref(f, a * x[i] + s));
+  return t;
+}
+
+TEST_P(KernelOps, squash_fwd) {
+  uint64_t seed = 1300;
+  for (const SquashCase& sc : kSquashCases)
+    for (const auto& sh : kNormShapes) {
+      const int64_t n = sh[0], d = sh[1];
+      const uint64_t case_seed = seed++;
+      const std::string what = kernel_case("squash_fwd", {{"f", squash_name(sc.f)}, {"shift", sc.shift},
+                                                          {"beta", sc.beta}, {"rows", n}, {"d", d}, {"seed", case_seed}});
+      if (!selected(what)) continue;
+      NormInputs in(n, d, case_seed);
+      Tensor alpha = Tensor::full({1}, 0.5, DType::f32), shift = sc.shift ? Tensor::full({1}, -0.3, DType::f32) : Tensor();
+      Tensor beta = sc.beta ? in.beta : Tensor();
+      Tensor y = e32({n, d}), y64 = e64({n, d});
+      under_test().squash_forward(y, in.x, alpha, shift, in.gamma, beta, n, d, sc.f);
+      ref().squash_forward(y64, f64(in.x), f64(alpha), sc.shift ? f64(shift) : Tensor(), f64(in.gamma),
+                           sc.beta ? f64(beta) : Tensor(), n, d, sc.f);
+      expect_close(y, y64, kForward, what + ": y");
+    }
+}
+
+TEST_P(KernelOps, squash_bwd) {
+  uint64_t seed = 1400;
+  for (const SquashCase& sc : kSquashCases)
+    for (const auto& sh : kNormShapes) {
+      const int64_t n = sh[0], d = sh[1];
+      const uint64_t case_seed = seed++;
+      const std::string what = kernel_case("squash_bwd", {{"f", squash_name(sc.f)}, {"shift", sc.shift},
+                                                          {"beta", sc.beta}, {"rows", n}, {"d", d}, {"seed", case_seed}});
+      if (!selected(what)) continue;
+      NormInputs in(n, d, case_seed);
+      const double a = 0.5, s = sc.shift ? -0.3 : 0.0;
+      Tensor alpha = Tensor::full({1}, a, DType::f32), shift = sc.shift ? Tensor::full({1}, s, DType::f32) : Tensor();
+      Tensor dx = e32({n, d}), da = e32({1}), ds = e32({1}), dg = e32({d}), db = e32({d});
+      Tensor dx64 = e64({n, d}), da64 = e64({1}), ds64 = e64({1}), dg64 = e64({d}), db64 = e64({d});
+      Tensor* dsp = sc.shift ? &ds : nullptr;
+      Tensor* dbp = sc.beta ? &db : nullptr;
+      under_test().squash_backward(&dx, &da, dsp, &dg, dbp, in.dy, in.x, alpha, shift, in.gamma, n, d, sc.f);
+      ref().squash_backward(&dx64, &da64, sc.shift ? &ds64 : nullptr, &dg64, sc.beta ? &db64 : nullptr, f64(in.dy),
+                            f64(in.x), f64(alpha), sc.shift ? f64(shift) : Tensor(), f64(in.gamma), n, d, sc.f);
+      expect_close(dx, dx64, kGradient, what + ": dx");
+      expect_close(dg, dg64, kReduction, what + ": dgamma");
+      if (sc.beta) expect_close(db, db64, kReduction, what + ": dbeta");
+      // Full sums of n*d terms that cancel: float32 error relative to the sum of |terms|
+      // (measured <= 2e-7 of it; a wrong term errs by far more).
+      expect_close(da, da64, {2e-6 * squash_alpha_terms(in, sc.f, a, s, true), 0}, what + ": dalpha");
+      if (sc.shift) expect_close(ds, ds64, {2e-6 * squash_alpha_terms(in, sc.f, a, s, false), 0}, what + ": dshift");
+
+      // Each gradient alone is the same bits (the kernel skips what is not wanted).
+      Tensor dx_only = e32({n, d}), da_only = e32({1}), dg_only = e32({d});
+      under_test().squash_backward(&dx_only, nullptr, nullptr, nullptr, nullptr, in.dy, in.x, alpha, shift, in.gamma, n,
+                                   d, sc.f);
+      under_test().squash_backward(nullptr, &da_only, nullptr, nullptr, nullptr, in.dy, in.x, alpha, shift, in.gamma, n,
+                                   d, sc.f);
+      under_test().squash_backward(nullptr, nullptr, nullptr, &dg_only, nullptr, in.dy, in.x, alpha, shift, in.gamma, n,
+                                   d, sc.f);
+      expect_close(dx_only, f64(dx), {0, 0}, what + ": dx alone");
+      expect_close(da_only, f64(da), {0, 0}, what + ": dalpha alone");
+      expect_close(dg_only, f64(dg), {0, 0}, what + ": dgamma alone");
+    }
+}
+
+TEST_P(KernelOps, channel_scale) {
+  uint64_t seed = 1500;
+  for (const bool scalar : {false, true})
+    for (const auto& sh : kNormShapes) {
+      const int64_t n = sh[0], d = sh[1], c = scalar ? 1 : d;
+      const uint64_t case_seed = seed++;
+      const std::string what =
+          kernel_case("channel_scale", {{"c", c}, {"rows", n}, {"d", d}, {"seed", case_seed}});
+      if (!selected(what)) continue;
+      NormInputs in(n, d, case_seed);
+      Rng rng(case_seed * 3, stream::check);
+      Tensor lambda = randn(rng, {c}, 0.1);
+      Tensor y = e32({n, d}), y64 = e64({n, d});
+      under_test().channel_scale_forward(y, in.x, lambda, n, d, c);
+      ref().channel_scale_forward(y64, f64(in.x), f64(lambda), n, d, c);
+      expect_close(y, y64, kForward, what + ": y");
+      Tensor dx = e32({n, d}), dl = e32({c}), dx64 = e64({n, d}), dl64 = e64({c});
+      under_test().channel_scale_backward(&dx, &dl, in.dy, in.x, lambda, n, d, c);
+      ref().channel_scale_backward(&dx64, &dl64, f64(in.dy), f64(in.x), f64(lambda), n, d, c);
+      expect_close(dx, dx64, kForward, what + ": dx");
+      if (scalar) {
+        double terms = 0;
+        std::vector<double> x = in.x.to_vector(), dy = in.dy.to_vector();
+        for (size_t i = 0; i < x.size(); ++i) terms += std::fabs(x[i] * dy[i]);
+        expect_close(dl, dl64, {2e-6 * terms, 0}, what + ": dlambda");
+      } else {
+        expect_close(dl, dl64, kReduction, what + ": dlambda");
+      }
+      Tensor dl_only = e32({c});
+      under_test().channel_scale_backward(nullptr, &dl_only, in.dy, in.x, lambda, n, d, c);
+      expect_close(dl_only, f64(dl), {0, 0}, what + ": dlambda alone");
+    }
 }
 
 // s = alpha*a + x and y = norm(s) in one kernel. alpha is DeepNorm's (2L)^(1/4) at L = 4: not

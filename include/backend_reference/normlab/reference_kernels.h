@@ -307,6 +307,81 @@ void add_rmsnorm_forward_ref(T* s, T* y, T* rstd, const T* a, const T* b, double
 }
 
 // ============================================================================
+// elementwise normalizers (DyT, Derf) and the channel scale
+// ============================================================================
+
+// f(u) and f'(u) of an elementwise normalizer: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2).
+inline double squash_ref(Squash f, double u) { return f == Squash::tanh ? std::tanh(u) : std::erf(u); }
+inline double squash_slope_ref(Squash f, double u) {
+  if (f == Squash::tanh) {
+    const double t = std::tanh(u);
+    return 1.0 - t * t;
+  }
+  return 1.1283791670955126 * std::exp(-u * u);  // 2/sqrt(pi)
+}
+
+// N rows, D columns. y = gamma * f(alpha*x + shift) + beta; shift, beta nullable (0).
+template <class T>
+void squash_forward_ref(T* y, const T* x, const T* alpha, const T* shift, const T* gamma, const T* beta, int64_t n,
+                        int64_t d, Squash f) {
+  const double a = alpha[0], s = shift ? double(shift[0]) : 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const double u = a * double(x[i * d + j]) + s;
+      y[i * d + j] = static_cast<T>(double(gamma[j]) * squash_ref(f, u) + (beta ? double(beta[j]) : 0.0));
+    }
+}
+
+// N rows, D columns; every gradient nullable and WRITTEN. With u = alpha*x + shift and
+// h = dy*gamma*f'(u): dx = alpha*h (dy/dx), dalpha = sum x*h, dshift = sum h, dgamma_j = sum_rows
+// dy*f(u), dbeta_j = sum_rows dy.
+template <class T>
+void squash_backward_ref(T* dx, T* dalpha, T* dshift, T* dgamma, T* dbeta, const T* dy, const T* x, const T* alpha,
+                         const T* shift, const T* gamma, int64_t n, int64_t d, Squash f) {
+  const double a = alpha[0], s = shift ? double(shift[0]) : 0.0;
+  double sa = 0.0, ss = 0.0;
+  std::vector<double> sg(static_cast<size_t>(d), 0.0), sb(static_cast<size_t>(d), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const double xv = x[i * d + j], g = dy[i * d + j], u = a * xv + s;
+      const double h = g * double(gamma[j]) * squash_slope_ref(f, u);
+      if (dx) dx[i * d + j] = static_cast<T>(a * h);
+      sa += xv * h;
+      ss += h;
+      sg[static_cast<size_t>(j)] += g * squash_ref(f, u);
+      sb[static_cast<size_t>(j)] += g;
+    }
+  if (dalpha) dalpha[0] = static_cast<T>(sa);
+  if (dshift) dshift[0] = static_cast<T>(ss);
+  for (int64_t j = 0; j < d; ++j) {
+    if (dgamma) dgamma[j] = static_cast<T>(sg[static_cast<size_t>(j)]);
+    if (dbeta) dbeta[j] = static_cast<T>(sb[static_cast<size_t>(j)]);
+  }
+}
+
+// N rows, D columns, lambda of C = D or 1 values: y = x * lambda.
+template <class T>
+void channel_scale_forward_ref(T* y, const T* x, const T* lambda, int64_t n, int64_t d, int64_t c) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = static_cast<T>(double(x[i * d + j]) * double(lambda[c == 1 ? 0 : j]));
+}
+
+// dx = dy * lambda; dlambda_j = sum_rows dy*x (C = D) or dlambda = sum of dy*x (C = 1). Nullable, WRITTEN.
+template <class T>
+void channel_scale_backward_ref(T* dx, T* dlambda, const T* dy, const T* x, const T* lambda, int64_t n, int64_t d,
+                                int64_t c) {
+  std::vector<double> sl(static_cast<size_t>(c), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t k = c == 1 ? 0 : j;
+      if (dx) dx[i * d + j] = static_cast<T>(double(dy[i * d + j]) * double(lambda[k]));
+      sl[static_cast<size_t>(k)] += double(dy[i * d + j]) * double(x[i * d + j]);
+    }
+  if (dlambda)
+    for (int64_t k = 0; k < c; ++k) dlambda[k] = static_cast<T>(sl[static_cast<size_t>(k)]);
+}
+
+// ============================================================================
 // softmax over the last dimension
 // ============================================================================
 

@@ -47,6 +47,17 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
 std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b,
                                       const Tensor& gamma, double eps = default_eps(NormKind::rmsnorm));
 
+// ---- elementwise normalizers, scales ----------------------------------------------
+// DyT (Zhu et al. 2025): gamma * tanh(alpha*x) + beta. Derf: gamma * erf(alpha*x + shift) + beta.
+// alpha and shift hold one value each (learned scalars); gamma, beta (D); beta may be undefined.
+Tensor dyt(const Tensor& x, const Tensor& alpha, const Tensor& gamma, const Tensor& beta);
+Tensor derf(const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, const Tensor& beta);
+// x * lambda over the last dimension, lambda (D) (LayerScale's diag(lambda)) or (1) (ReZero's and
+// SkipInit's scalar).
+Tensor channel_scale(const Tensor& x, const Tensor& lambda);
+// x + c, every element (Gemma's gain 1 + w); the gradient passes through.
+Tensor add_constant(const Tensor& x, double c);
+
 // ---- softmax, attention, mixing -------------------------------------------------
 Tensor softmax(const Tensor& x);  // over the last dimension
 // Causal multi-head scaled-dot-product attention: q, k, v (B, T, C) with C = heads * Dh;

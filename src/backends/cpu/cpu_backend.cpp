@@ -162,6 +162,34 @@ class CpuBackend final : public Backend {
                                   f32(dy, "rmsnorm dy", n * d), f32(x, "rmsnorm x", n * d),
                                   f32(gamma, "rmsnorm gamma", d), f32(rstd, "rmsnorm rstd", n), n, d);
   }
+  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+    cpu::squash_forward(f32(y, "squash y", n * d), f32(x, "squash x", n * d), *f32(alpha, "squash alpha", 1),
+                        shift.defined() ? *f32(shift, "squash shift", 1) : 0.0f, f32(gamma, "squash gamma", d),
+                        beta.defined() ? f32(beta, "squash beta", d) : nullptr, n, d, f);
+  }
+  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                       int64_t d, Squash f) override {
+    cpu::squash_backward(f32_opt(dx, "squash dx", n * d), f32_opt(dalpha, "squash dalpha", 1),
+                         f32_opt(dshift, "squash dshift", 1), f32_opt(dgamma, "squash dgamma", d),
+                         f32_opt(dbeta, "squash dbeta", d), f32(dy, "squash dy", n * d), f32(x, "squash x", n * d),
+                         *f32(alpha, "squash alpha", 1), shift.defined() ? *f32(shift, "squash shift", 1) : 0.0f,
+                         f32(gamma, "squash gamma", d), n, d, f);
+  }
+  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                             int64_t c) override {
+    NL_CHECK(c == d || c == 1, "channel_scale: lambda has {} values, expected {} or 1", c, d);
+    cpu::channel_scale_forward(f32(y, "channel_scale y", n * d), f32(x, "channel_scale x", n * d),
+                               f32(lambda, "channel_scale lambda", c), n, d, c);
+  }
+  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                              int64_t n, int64_t d, int64_t c) override {
+    NL_CHECK(c == d || c == 1, "channel_scale: lambda has {} values, expected {} or 1", c, d);
+    cpu::channel_scale_backward(f32_opt(dx, "channel_scale dx", n * d), f32_opt(dlambda, "channel_scale dlambda", c),
+                                f32(dy, "channel_scale dy", n * d), f32(x, "channel_scale x", n * d),
+                                f32(lambda, "channel_scale lambda", c), n, d, c);
+  }
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                              const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                              int64_t n, int64_t d, double eps) override {

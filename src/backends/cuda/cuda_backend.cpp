@@ -464,6 +464,69 @@ class CudaBackend final : public Backend {
     dg.finish();
   }
 
+  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+    const char* kn = "squash_forward";
+    expect(kn, "y", y, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "alpha", alpha, 1);
+    if (shift.defined()) expect(kn, "shift", shift, 1);
+    expect(kn, "gamma", gamma, d);
+    if (beta.defined()) expect(kn, "beta", beta, d);
+    cuda::squash_forward(arr_out(y), arr_in(x), arr_in(alpha), arr_in(shift), arr_in(gamma), arr_in(beta), n, d,
+                         f == Squash::tanh ? 0 : 1);
+  }
+
+  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                       int64_t d, Squash f) override {
+    const char* kn = "squash_backward";
+    expect(kn, "dx", dx, n * d);
+    expect(kn, "dalpha", dalpha, 1);
+    expect(kn, "dshift", dshift, 1);
+    expect(kn, "dgamma", dgamma, d);
+    expect(kn, "dbeta", dbeta, d);
+    expect(kn, "dy", dy, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "alpha", alpha, 1);
+    if (shift.defined()) expect(kn, "shift", shift, 1);
+    expect(kn, "gamma", gamma, d);
+    if (!dx && !dalpha && !dshift && !dgamma && !dbeta) return;
+    F32Out da(dalpha), ds(dshift), dg(dgamma), db(dbeta);
+    float* work = work_floats(cuda::squash_work(n, d), kn);
+    cuda::squash_backward(arr_out(dx), da.get(), ds.get(), dg.get(), db.get(), arr_in(dy), arr_in(x), arr_in(alpha),
+                          arr_in(shift), arr_in(gamma), n, d, f == Squash::tanh ? 0 : 1, work);
+    da.finish();
+    ds.finish();
+    dg.finish();
+    db.finish();
+  }
+
+  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                             int64_t c) override {
+    const char* kn = "channel_scale_forward";
+    NL_CHECK(c == d || c == 1, "cuda {}: lambda has {} values, expected {} or 1", kn, c, d);
+    expect(kn, "y", y, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "lambda", lambda, c);
+    cuda::channel_scale_forward(arr_out(y), arr_in(x), arr_in(lambda), n, d, c);
+  }
+
+  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                              int64_t n, int64_t d, int64_t c) override {
+    const char* kn = "channel_scale_backward";
+    NL_CHECK(c == d || c == 1, "cuda {}: lambda has {} values, expected {} or 1", kn, c, d);
+    expect(kn, "dx", dx, n * d);
+    expect(kn, "dlambda", dlambda, c);
+    expect(kn, "dy", dy, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "lambda", lambda, c);
+    F32Out dl(dlambda);
+    float* work = dlambda ? work_floats(cuda::channel_scale_work(n, d), kn) : nullptr;
+    cuda::channel_scale_backward(arr_out(dx), dl.get(), arr_in(dy), arr_in(x), arr_in(lambda), n, d, c, work);
+    dl.finish();
+  }
+
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                              const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                              int64_t n, int64_t d, double eps) override {

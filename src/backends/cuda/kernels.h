@@ -101,6 +101,19 @@ int64_t column_work(int64_t rows, int64_t cols);
 template <class T>
 void sum_rows(float* out, const T* x, int64_t rows, int64_t cols, float* work);
 
+// ---- squash.cu: DyT / Derf (f = 0 tanh, 1 erf) and the channel scale, N rows of D -------------
+// Backend::squash_* / channel_scale_*: x, dy, dx, y of either storage; alpha, shift, gamma, beta,
+// lambda read as In; the parameter gradients float32. `work` holds squash_work(n, d) (or
+// channel_scale_work(n, d)) floats.
+int64_t squash_work(int64_t rows, int64_t cols);
+void squash_forward(Out y, In x, In alpha, In shift, In gamma, In beta, int64_t n, int64_t d, int f);
+void squash_backward(Out dx, float* dalpha, float* dshift, float* dgamma, float* dbeta, In dy, In x, In alpha, In shift,
+                     In gamma, int64_t n, int64_t d, int f, float* work);
+int64_t channel_scale_work(int64_t rows, int64_t cols);
+void channel_scale_forward(Out y, In x, In lambda, int64_t n, int64_t d, int64_t c);
+void channel_scale_backward(Out dx, float* dlambda, In dy, In x, In lambda, int64_t n, int64_t d, int64_t c,
+                            float* work);
+
 // ---- norms.cu: LayerNorm / RMSNorm over the last dimension (N rows of D) ----------------------
 // T, the storage of the N x D arrays and of gamma/beta: float, __nv_bfloat16 (cuda_bf16.h) or
 // __half (cuda_fp16.h; native low-precision training, and `bench norms --precision bf16,fp16`). Statistics (mean, rstd) and dgamma/dbeta are float32 either way,

@@ -62,6 +62,17 @@ T* ptr(Tensor* t) {
   return t ? t->data<T>() : nullptr;
 }
 
+// An optional input (undefined: nullptr).
+template <class T>
+const T* cptr(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+// A channel scale's lambda holds one value per column or one for all.
+void expect_channels(const char* kernel, int64_t c, int64_t d) {
+  NL_CHECK(c == d || c == 1, "reference {}: lambda has {} values, expected {} (one per column) or 1", kernel, c, d);
+}
+
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
@@ -329,6 +340,75 @@ class ReferenceBackend final : public Backend {
       using T = decltype(tag);
       rmsnorm_backward_ref(ptr<T>(dx), ptr<T>(dgamma), dy.data<T>(), x.data<T>(), gamma.data<T>(),
                            rstd.data<T>(), n, d);
+    });
+  }
+
+  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+    const char* kn = "squash_forward";
+    DType dt = x.dtype();
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    expect(kn, "alpha", alpha, dt, 1);
+    if (shift.defined()) expect(kn, "shift", shift, dt, 1);
+    expect(kn, "gamma", gamma, dt, d);
+    if (beta.defined()) expect(kn, "beta", beta, dt, d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      squash_forward_ref(y.data<T>(), x.data<T>(), alpha.data<T>(), cptr<T>(shift), gamma.data<T>(), cptr<T>(beta), n,
+                         d, f);
+    });
+  }
+
+  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                       int64_t d, Squash f) override {
+    const char* kn = "squash_backward";
+    DType dt = x.dtype();
+    expect(kn, "dx", dx, dt, n * d);
+    expect(kn, "dalpha", dalpha, dt, 1);
+    expect(kn, "dshift", dshift, dt, 1);
+    expect(kn, "dgamma", dgamma, dt, d);
+    expect(kn, "dbeta", dbeta, dt, d);
+    expect(kn, "dy", dy, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    expect(kn, "alpha", alpha, dt, 1);
+    if (shift.defined()) expect(kn, "shift", shift, dt, 1);
+    expect(kn, "gamma", gamma, dt, d);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      squash_backward_ref(ptr<T>(dx), ptr<T>(dalpha), ptr<T>(dshift), ptr<T>(dgamma), ptr<T>(dbeta), dy.data<T>(),
+                          x.data<T>(), alpha.data<T>(), cptr<T>(shift), gamma.data<T>(), n, d, f);
+    });
+  }
+
+  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                             int64_t c) override {
+    const char* kn = "channel_scale_forward";
+    DType dt = x.dtype();
+    expect(kn, "y", y, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    expect_channels(kn, c, d);
+    expect(kn, "lambda", lambda, dt, c);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      channel_scale_forward_ref(y.data<T>(), x.data<T>(), lambda.data<T>(), n, d, c);
+    });
+  }
+
+  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                              int64_t n, int64_t d, int64_t c) override {
+    const char* kn = "channel_scale_backward";
+    DType dt = x.dtype();
+    expect(kn, "dx", dx, dt, n * d);
+    expect(kn, "dy", dy, dt, n * d);
+    expect(kn, "x", x, dt, n * d);
+    expect_channels(kn, c, d);
+    expect(kn, "lambda", lambda, dt, c);
+    expect(kn, "dlambda", dlambda, dt, c);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      channel_scale_backward_ref(ptr<T>(dx), ptr<T>(dlambda), dy.data<T>(), x.data<T>(), lambda.data<T>(), n, d, c);
     });
   }
 
