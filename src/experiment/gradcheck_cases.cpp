@@ -76,17 +76,21 @@ void describe_config(CaseInstance& inst, const ModelConfig& cfg) {
 }
 
 using CompositeBuilder = std::function<CaseInstance(const ModelConfig&, const CaseShape&, DType, uint64_t seed)>;
+// A variant's keys set on the case's config (docs/variants.md).
+using Variant = std::function<void(ModelConfig&)>;
 
-// A composite case: the model config of its sizes, norm and placement, built into an instance
-// whose hyperparameters are recorded for --dump.
+// A composite case: the model config of its sizes, norm and placement (and variant), built into
+// an instance whose hyperparameters are recorded for --dump.
 GradCase composite_case(std::string name, std::string description, ModelKind model, NormKind norm,
-                        Placement placement, bool qk_norm, CompositeBuilder build) {
+                        Placement placement, bool qk_norm, CompositeBuilder build, Variant variant = nullptr) {
   GradCase c;
   c.name = std::move(name);
   c.kind = "composite";
   c.description = std::move(description);
   c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
     ModelConfig cfg = case_config(s, dtype, model, norm, placement, qk_norm);
+    if (variant) variant(cfg);
+    cfg.validate();
     CaseInstance inst = build(cfg, s, dtype, seed);
     describe_config(inst, cfg);
     return inst;
@@ -96,23 +100,32 @@ GradCase composite_case(std::string name, std::string description, ModelKind mod
 
 // A toy or gpt block with the given norm and placement; inputs: x and every block parameter.
 GradCase block_case(std::string name, std::string description, ModelKind model, NormKind norm,
-                    Placement placement, bool qk_norm) {
+                    Placement placement, bool qk_norm, Variant variant = nullptr) {
   return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
                         [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
                           Init init{Rng(seed, stream::init), dtype};
                           auto params = std::make_shared<ParamList>();
-                          auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init));
+                          // The last block: LayerNorm Scaling's 1/sqrt(L), Mix-LN's Pre-LN part.
+                          auto block = std::make_shared<Block>(make_block(*params, "block", cfg, init, cfg.layers - 1));
+                          // ReZero's and SkipInit's gates start at 0, where F's own gradient is 0:
+                          // opened to 0.3 so that the check sees it.
+                          if (cfg.residual_scale_kind() == ResidualScale::rezero ||
+                              cfg.residual_scale_kind() == ResidualScale::skipinit) {
+                            block->branch_scale1.fill_(0.3);
+                            block->branch_scale2.fill_(0.3);
+                          }
                           Draw d{Rng(seed, stream::check), dtype};
                           Tensor x = d.normal({s.batch, s.time, s.channels});
                           CaseInstance inst({{"x", x}}, [block, params, x] { return (*block)(x); });
                           for (const Tensor& p : params->all()) inst.inputs.push_back({p.name(), p});
                           return inst;
-                        });
+                        },
+                        std::move(variant));
 }
 
 // The whole model's loss on random ids and targets; inputs: every parameter.
 GradCase model_case(std::string name, std::string description, ModelKind model, NormKind norm,
-                    Placement placement, bool qk_norm) {
+                    Placement placement, bool qk_norm, Variant variant = nullptr) {
   return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
                         [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
                           auto m = std::make_shared<Model>(cfg, seed);
@@ -123,7 +136,8 @@ GradCase model_case(std::string name, std::string description, ModelKind model, 
                           for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
                           inst.constants = {{"ids", ids}, {"targets", targets}};
                           return inst;
-                        });
+                        },
+                        std::move(variant));
 }
 
 std::vector<GradCase> build_cases() {
@@ -211,6 +225,30 @@ std::vector<GradCase> build_cases() {
                     inst.numbers = {{"alpha", 1.3}, {"eps", kRmsEps}, {"checked_sum_weight", 0.37}};
                     return inst;
                   }));
+  cs.push_back(op("dyt", "DyT: gamma * tanh(alpha x) + beta, alpha a learned scalar", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), a = d.normal({1}, 0.5, 0.1),
+           g = d.normal({s.channels}, 1.0, 0.3), b = d.normal({s.channels}, 0.0, 0.3);
+    return CaseInstance{{{"x", x}, {"alpha", a}, {"gamma", g}, {"beta", b}}, [=] { return dyt(x, a, g, b); }};
+  }));
+  cs.push_back(op("derf", "Derf: gamma * erf(alpha x + s) + beta, alpha and s learned scalars",
+                  [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), a = d.normal({1}, 0.5, 0.1),
+           sh = d.normal({1}, 0.0, 0.3), g = d.normal({s.channels}, 1.0, 0.3), b = d.normal({s.channels}, 0.0, 0.3);
+    return CaseInstance{{{"x", x}, {"alpha", a}, {"shift", sh}, {"gamma", g}, {"beta", b}},
+                        [=] { return derf(x, a, sh, g, b); }};
+  }));
+  cs.push_back(op("channel_scale", "x * lambda over the last dimension (LayerScale)", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}), l = d.normal({s.channels}, 0.1, 0.3);
+    return CaseInstance{{{"x", x}, {"lambda", l}}, [=] { return channel_scale(x, l); }};
+  }));
+  cs.push_back(op("scalar_scale", "x * a, a one learned scalar (ReZero, SkipInit)", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.batch, s.time, s.channels}), a = d.normal({1}, 0.1, 0.3);
+    return CaseInstance{{{"x", x}, {"a", a}}, [=] { return channel_scale(x, a); }};
+  }));
+  cs.push_back(op("add_constant", "x + 1 (Gemma's gain 1 + w)", [](const CaseShape& s, Draw& d) {
+    Tensor x = d.normal({s.channels});
+    return CaseInstance{{{"x", x}}, [=] { return add_constant(x, 1.0); }};
+  }));
   cs.push_back(op("softmax", "softmax over the last dimension", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
     return CaseInstance{{{"x", x}}, [=] { return softmax(x); }};
@@ -266,6 +304,35 @@ std::vector<GradCase> build_cases() {
                           NormKind::rmsnorm, Placement::pre, true));
   cs.push_back(block_case("attn_block_post_ln", "gpt block, Post-LN, causal attention", ModelKind::gpt, NormKind::layernorm,
                           Placement::post, false));
+  cs.push_back(block_case("block_pre_dyt", "toy block, Pre-DyT: x + F(DyT(x))", ModelKind::toy, NormKind::dyt,
+                          Placement::pre, false));
+  cs.push_back(block_case("block_post_derf", "toy block, Post-Derf: Derf(x + F(x))", ModelKind::toy, NormKind::derf,
+                          Placement::post, false));
+  cs.push_back(block_case("block_rezero", "toy block, ReZero: x + a F(x), no norm (a = 0.3, not its init 0)",
+                          ModelKind::toy, NormKind::none, Placement::pre, false,
+                          [](ModelConfig& c) { c.residual_scale = ResidualScale::rezero; }));
+  cs.push_back(block_case("block_skipinit_rms", "toy block, Pre-RMSNorm with SkipInit's scalars (0.3, not their init 0)", ModelKind::toy,
+                          NormKind::rmsnorm, Placement::pre, false,
+                          [](ModelConfig& c) { c.residual_scale = ResidualScale::skipinit; }));
+  cs.push_back(block_case("block_ls_post_ln", "toy block, Post-LN with LayerScale: LN(x + diag(lambda) F(x))",
+                          ModelKind::toy, NormKind::layernorm, Placement::post, false, [](ModelConfig& c) {
+                            c.residual_scale = ResidualScale::layerscale;
+                            c.layerscale_init = 0.5;
+                          }));
+  cs.push_back(block_case("block_postsub_rms", "toy block, OLMo 2: x + RMSNorm(F(x))", ModelKind::toy, NormKind::rmsnorm,
+                          Placement::postsub, false));
+  cs.push_back(block_case("block_ln_scaling", "toy block L of L = 2, LayerNorm Scaling: x + F(LN(x) / sqrt(L))",
+                          ModelKind::toy, NormKind::layernorm, Placement::pre, false,
+                          [](ModelConfig& c) { c.ln_scaling = true; }));
+  cs.push_back(block_case("attn_gemma_qknorm", "gpt block, Pre-RMSNorm, Gemma's gains 1 + w, QK-Norm",
+                          ModelKind::gpt, NormKind::rmsnorm, Placement::pre, true,
+                          [](ModelConfig& c) { c.gemma_norm = true; }));
+  cs.push_back(model_case("toy_mixln_loss", "whole toy model, Mix-LN (Post-LN block 1, Pre-LN after) + cross-entropy",
+                          ModelKind::toy, NormKind::layernorm, Placement::mixln, false,
+                          [](ModelConfig& c) { c.mix_post_layers = 1; }));
+  cs.push_back(model_case("toy_peri_dyt_loss", "whole toy model, Peri-DyT with the embedding norm + cross-entropy",
+                          ModelKind::toy, NormKind::dyt, Placement::sandwich, false,
+                          [](ModelConfig& c) { c.embed_norm = true; }));
   cs.push_back(model_case("toy_model_loss", "whole toy model (Pre-LN, final norm) + cross-entropy", ModelKind::toy,
                           NormKind::layernorm, Placement::pre, false));
   cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", ModelKind::gpt,
@@ -283,9 +350,13 @@ const std::vector<GradCase>& gradcheck_cases() {
 const GradCase& find_gradcheck_case(const std::string& name) {
   for (const GradCase& c : gradcheck_cases())
     if (c.name == name) return c;
-  std::string known;
-  for (const GradCase& c : gradcheck_cases()) known += (known.empty() ? "" : ", ") + c.name;
-  throw UsageError(fmt::format("--op '{}' is not a gradcheck case (see `normlab gradcheck --list`): {}", name, known));
+  // The cases that share the name's first word (the family it meant), not all of them: one line.
+  const std::string family = name.substr(0, name.find('_'));
+  std::string near;
+  for (const GradCase& c : gradcheck_cases())
+    if (!family.empty() && c.name.compare(0, family.size(), family) == 0) near += (near.empty() ? "" : ", ") + c.name;
+  throw UsageError(fmt::format("--op '{}' is not one of the {} gradcheck cases (see `normlab gradcheck --list`){}",
+                               shown(name), gradcheck_cases().size(), near.empty() ? "" : "; similar: " + near));
 }
 
 }  // namespace normlab

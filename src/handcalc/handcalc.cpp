@@ -350,9 +350,10 @@ int parse_decimals(const std::string& option, const std::string& text) {
 std::optional<NormKind> parse_norm(const std::string& option, const std::string& text, bool allow_both) {
   const std::string t = trim(text);
   if (allow_both && lower(t) == "both") return std::nullopt;
-  // NormKind's own spellings (ln, LayerNorm, rms, ...), as train accepts them; none has no worksheet.
+  // NormKind's own spellings (ln, LayerNorm, rms, ...), as train accepts them; none, DyT and Derf
+  // have no worksheet.
   const std::optional<NormKind> kind = try_parse_kind<NormKind>(t);
-  if (kind && *kind != NormKind::none) return kind;
+  if (kind && (*kind == NormKind::layernorm || *kind == NormKind::rmsnorm)) return kind;
   throw UsageError(fmt::format("{}: \"{}\" is not a norm (expected {})", option, shown(text),
                                allow_both ? "layernorm, rmsnorm or both" : "layernorm or rmsnorm"));
 }

@@ -23,7 +23,7 @@ NormKind ModelConfig::final_norm_kind() const {
     case FinalNorm::rmsnorm: return NormKind::rmsnorm;
     case FinalNorm::auto_: break;
   }
-  return placement == Placement::pre || placement == Placement::sandwich ? norm : NormKind::none;
+  return placement == Placement::post || placement == Placement::deepnorm ? NormKind::none : norm;
 }
 
 double ModelConfig::final_eps() const {
@@ -36,6 +36,18 @@ double ModelConfig::deepnorm_alpha() const { return std::pow(2.0 * static_cast<d
 double ModelConfig::deepnorm_beta() const { return std::pow(8.0 * static_cast<double>(layers), -0.25); }
 bool ModelConfig::deepnet() const { return placement == Placement::deepnorm && norm != NormKind::none; }
 double ModelConfig::residual_alpha() const { return deepnet() ? deepnorm_alpha() : 1.0; }
+
+double ModelConfig::layerscale_value() const {
+  if (layerscale_init) return *layerscale_init;
+  return layers <= 18 ? 0.1 : layers <= 24 ? 1e-5 : 1e-6;
+}
+
+int64_t ModelConfig::mix_post() const { return mix_post_layers.value_or(layers / 4); }
+
+Placement ModelConfig::block_placement(int64_t l) const {
+  if (placement != Placement::mixln) return placement;
+  return l < mix_post() ? Placement::post : Placement::pre;
+}
 
 void ModelConfig::validate() const {
   NL_USAGE(layers >= 1, "layers must be >= 1, got {}", layers);
@@ -51,6 +63,45 @@ void ModelConfig::validate() const {
   NL_USAGE(!(final_norm == FinalNorm::on && norm == NormKind::none),
            "final_norm on is the blocks' norm and norm is none: say final_norm layernorm or rmsnorm for a final norm "
            "alone");
+  // The variants: each combination that would not mean what it says is refused (docs/variants.md).
+  const ResidualScale rs = residual_scale_kind();
+  NL_USAGE(!(rs == ResidualScale::rezero && norm != NormKind::none),
+           "residual_scale rezero is x + a F(x) without a norm, and norm is {}: set norm none, or use skipinit for a "
+           "scalar gate beside a norm",
+           to_string(norm));
+  NL_USAGE(!(rs != ResidualScale::none && placement == Placement::deepnorm && norm != NormKind::none),
+           "residual_scale {} with placement deepnorm: DeepNet already scales the residual (alpha) and the branch "
+           "(its init); use one of them",
+           to_string(rs));
+  NL_USAGE(!(rs != ResidualScale::none && !residual),
+           "residual_scale {} scales the branch added to the skip connection, and residual is false", to_string(rs));
+  NL_USAGE(!(layerscale_init && rs != ResidualScale::layerscale),
+           "layerscale_init is set but residual_scale is {}, not layerscale", to_string(rs));
+  if (layerscale_init)
+    NL_USAGE(*layerscale_init > 0 && *layerscale_init <= 1e6, "layerscale_init must be in (0, 1e6], got {}",
+             *layerscale_init);
+  NL_USAGE(!(mix_post_layers && placement != Placement::mixln),
+           "mix_post_layers is set but placement is {}, not mixln", to_string(placement));
+  if (mix_post_layers)
+    NL_USAGE(*mix_post_layers >= 0 && *mix_post_layers <= layers,
+             "mix_post_layers = {} must be between 0 and layers = {}", *mix_post_layers, layers);
+  if (ln_scaled()) {
+    NL_USAGE(placement == Placement::pre && norm != NormKind::none,
+             "ln_scaling scales the Pre-LN norms' outputs: it needs placement pre and a norm (got {} with norm {})",
+             to_string(placement), to_string(norm));
+  }
+  const bool squash = norm == NormKind::dyt || norm == NormKind::derf;
+  NL_USAGE(!(dyt_alpha && !squash), "dyt_alpha is the alpha of DyT and Derf, and norm is {}", to_string(norm));
+  if (dyt_alpha)
+    NL_USAGE(*dyt_alpha > 0 && *dyt_alpha <= 1e6, "dyt_alpha must be in (0, 1e6], got {}", *dyt_alpha);
+  NL_USAGE(!(norm_eps > 0 && squash && final_norm_kind() != NormKind::layernorm && final_norm_kind() != NormKind::rmsnorm),
+           "norm_eps is set, and norm {} has no eps (nor has the final norm)", to_string(norm));
+  if (gain_offset()) {
+    NL_USAGE(norm == NormKind::rmsnorm || norm == NormKind::layernorm,
+             "gemma_norm is Gemma's parametrization of a norm's gain (1 + w): it needs norm rmsnorm or layernorm, got {}",
+             to_string(norm));
+  }
+  NL_USAGE(!(embedding_norm() && norm == NormKind::none), "embed_norm puts the blocks' norm on the embeddings, and norm is none");
 }
 
 // ---- parameters -----------------------------------------------------------------
@@ -110,13 +161,24 @@ Tensor Init::xavier_uniform(int64_t fan_out, int64_t fan_in) {
 
 Tensor Init::constant(const Shape& s, double v) { return Tensor::from(std::vector<double>(shape_numel(s), v), s, dtype); }
 
-Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init) {
+Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init,
+               const NormOptions& options) {
   Norm n;
   n.kind = kind;
   n.eps = eps;
+  n.scale = options.scale;
   if (kind == NormKind::none) return n;
-  n.gamma = p.add(name + ".gamma", init.constant({d}, 1.0));
-  if (kind == NormKind::layernorm) n.beta = p.add(name + ".beta", init.constant({d}, 0.0));
+  if (kind == NormKind::dyt || kind == NormKind::derf) {
+    // The DyT paper's module order: alpha, then the per-channel weight and bias.
+    n.alpha = p.add(name + ".alpha", init.constant({1}, options.dyt_alpha));
+    if (kind == NormKind::derf) n.shift = p.add(name + ".shift", init.constant({1}, 0.0));
+  }
+  n.gain_offset = options.gain_offset;
+  if (options.gain_offset)
+    n.gamma = p.add(name + ".w", init.constant({d}, 0.0));
+  else
+    n.gamma = p.add(name + ".gamma", init.constant({d}, 1.0));
+  if (kind != NormKind::rmsnorm) n.beta = p.add(name + ".beta", init.constant({d}, 0.0));
   return n;
 }
 
@@ -136,13 +198,18 @@ Linear make_linear(ParamList& p, const std::string& name, int64_t out, int64_t i
 }  // namespace
 
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init) {
+  return make_block(p, prefix, cfg, init, 0);
+}
+
+Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, int64_t l) {
   const int64_t d = cfg.d_model, h = cfg.d_hidden;
   const bool deepnet = cfg.deepnet();
   // DeepNet's own init wins under every scheme: Xavier (normal) with gain beta on the MLP and the
   // value/output (mixing) projections, gain 1 on queries and keys.
   const InitScheme scheme = deepnet ? InitScheme::xavier : cfg.init;
-  // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L).
-  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L); LayerNorm
+  // Scaling's paper drops that scaled init, and so does normlab with ln_scaling (docs/variants.md).
+  const double resid_std = cfg.ln_scaled() ? 0.02 : 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   const double gain = deepnet ? cfg.deepnorm_beta() : 1.0;
   auto weight = [&](int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
     switch (scheme) {
@@ -159,13 +226,18 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   };
 
   Block b;
-  b.placement = cfg.placement;
+  b.placement = cfg.block_placement(l);
   b.norm_kind = cfg.norm;
   b.residual = cfg.residual;
   b.alpha = cfg.residual_alpha();
   b.attention = cfg.model == ModelKind::gpt;
   const NormKind nk = cfg.norm;
-  b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init);
+  NormOptions opts;
+  opts.dyt_alpha = cfg.dyt_alpha_init();
+  opts.gain_offset = cfg.gain_offset();
+  // LayerNorm Scaling (1-based layer index l + 1).
+  if (cfg.ln_scaled()) opts.scale = 1.0 / std::sqrt(static_cast<double>(l + 1));
+  b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init, opts);
   if (b.attention) {
     SelfAttention& a = b.attn;
     a.heads = cfg.heads;
@@ -174,19 +246,37 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
     a.v = linear_of(prefix + ".attn.v", d, d, false, gain);
     a.o = linear_of(prefix + ".attn.o", d, d, true, gain);
     a.qk_norm = cfg.qk_norm;
+    a.gain_offset = cfg.gain_offset();
     if (cfg.qk_norm) {
       const int64_t dh = d / cfg.heads;
-      a.q_gamma = p.add(prefix + ".attn.q_norm.gamma", init.constant({dh}, 1.0));
-      a.k_gamma = p.add(prefix + ".attn.k_norm.gamma", init.constant({dh}, 1.0));
+      const char* gain_name = cfg.gain_offset() ? ".w" : ".gamma";
+      const double gain_init = cfg.gain_offset() ? 0.0 : 1.0;
+      a.q_gamma = p.add(prefix + ".attn.q_norm" + gain_name, init.constant({dh}, gain_init));
+      a.k_gamma = p.add(prefix + ".attn.k_norm" + gain_name, init.constant({dh}, gain_init));
     }
   } else {
     b.mixer.proj = linear_of(prefix + ".mix", d, d, true, gain);
   }
-  if (cfg.placement == Placement::sandwich) b.norm1b = make_norm(p, prefix + ".norm1b", nk, d, cfg.eps(), init);
-  b.norm2 = make_norm(p, prefix + ".norm2", nk, d, cfg.eps(), init);
+  if (b.placement == Placement::sandwich) b.norm1b = make_norm(p, prefix + ".norm1b", nk, d, cfg.eps(), init, opts);
+  b.norm2 = make_norm(p, prefix + ".norm2", nk, d, cfg.eps(), init, opts);
   b.mlp.fc1 = linear_of(prefix + ".mlp.fc1", h, d, false, gain);
   b.mlp.fc2 = linear_of(prefix + ".mlp.fc2", d, h, true, gain);
-  if (cfg.placement == Placement::sandwich) b.norm2b = make_norm(p, prefix + ".norm2b", nk, d, cfg.eps(), init);
+  if (b.placement == Placement::sandwich) b.norm2b = make_norm(p, prefix + ".norm2b", nk, d, cfg.eps(), init, opts);
+  // The branch scales last, so that every other parameter draws what it drew before them.
+  switch (cfg.residual_scale_kind()) {
+    case ResidualScale::none: break;
+    case ResidualScale::rezero:
+      b.branch_scale1 = b.branch_scale2 = p.add(prefix + ".rezero.alpha", init.constant({1}, 0.0));
+      break;
+    case ResidualScale::skipinit:
+      b.branch_scale1 = p.add(prefix + ".skip1.alpha", init.constant({1}, 0.0));
+      b.branch_scale2 = p.add(prefix + ".skip2.alpha", init.constant({1}, 0.0));
+      break;
+    case ResidualScale::layerscale:
+      b.branch_scale1 = p.add(prefix + ".ls1.lambda", init.constant({d}, cfg.layerscale_value()));
+      b.branch_scale2 = p.add(prefix + ".ls2.lambda", init.constant({d}, cfg.layerscale_value()));
+      break;
+  }
   return b;
 }
 
@@ -194,23 +284,26 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
 
 Tensor Linear::operator()(const Tensor& x, const Tensor& residual) const { return linear(x, w, b, residual); }
 
+Tensor Norm::gain() const { return gain_offset ? add_constant(gamma, 1.0) : gamma; }
+
 Tensor Norm::operator()(const Tensor& x) const {
+  Tensor y;
   switch (kind) {
     case NormKind::none: return x;
-    case NormKind::layernorm: return layernorm(x, gamma, beta, eps);
-    case NormKind::rmsnorm: return rmsnorm(x, gamma, eps);
+    case NormKind::layernorm: y = layernorm(x, gain(), beta, eps); break;
+    case NormKind::rmsnorm: y = rmsnorm(x, gain(), eps); break;
+    case NormKind::dyt: y = dyt(x, alpha, gain(), beta); break;
+    case NormKind::derf: y = derf(x, alpha, shift, gain(), beta); break;
   }
-  return x;
+  return scale == 1.0 ? y : normlab::scale(y, scale);
 }
 
-std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double alpha, const Tensor& b) const {
-  switch (kind) {
-    case NormKind::layernorm: return add_layernorm(a, alpha, b, gamma, beta, eps);
-    case NormKind::rmsnorm: return add_rmsnorm(a, alpha, b, gamma, eps);
-    case NormKind::none: break;
-  }
-  Tensor s = add_scaled(a, alpha, b);
-  return {s, s};
+std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double skip_alpha, const Tensor& b) const {
+  const bool plain = !gain_offset && scale == 1.0;
+  if (plain && kind == NormKind::layernorm) return add_layernorm(a, skip_alpha, b, gamma, beta, eps);
+  if (plain && kind == NormKind::rmsnorm) return add_rmsnorm(a, skip_alpha, b, gamma, eps);
+  Tensor s = add_scaled(a, skip_alpha, b);
+  return {s, (*this)(s)};
 }
 
 Tensor MLP::operator()(const Tensor& x, const Tensor& residual) const {
@@ -227,8 +320,10 @@ Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual, Attent
     // QK-Norm: RMSNorm over each head's Dh channels; (B, T, H*Dh) viewed as rows of Dh.
     const Shape s = qx.shape();
     const int64_t dh = q_gamma.size(0);
-    qx = reshape(rmsnorm(reshape(qx, {-1, dh}), q_gamma, qk_eps), s);
-    kx = reshape(rmsnorm(reshape(kx, {-1, dh}), k_gamma, qk_eps), s);
+    const Tensor qg = gain_offset ? add_constant(q_gamma, 1.0) : q_gamma;
+    const Tensor kg = gain_offset ? add_constant(k_gamma, 1.0) : k_gamma;
+    qx = reshape(rmsnorm(reshape(qx, {-1, dh}), qg, qk_eps), s);
+    kx = reshape(rmsnorm(reshape(kx, {-1, dh}), kg, qk_eps), s);
   }
   if (tap) *tap = {qx, kx, heads};
   return o(causal_attention(qx, kx, vx, heads), residual);
@@ -239,6 +334,11 @@ Tensor Block::mix(const Tensor& x, const Tensor& stream, AttentionTap* tap) cons
 }
 
 Tensor Block::operator()(const Tensor& x) const { return block_forward(*this, x, Sublayers::live); }
+
+Tensor Block::gate(int sublayer, const Tensor& y) const {
+  const Tensor& s = sublayer == 1 ? branch_scale1 : branch_scale2;
+  return s.defined() ? channel_scale(y, s) : y;
+}
 
 namespace {
 
@@ -275,30 +375,50 @@ Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode, AttentionT
         Tensor h = sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x), Tensor(), tap)); });
         return sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
       }
+      case Placement::postsub: {
+        Tensor h = sublayer(mode, [&] { return b.norm1(b.mix(x, Tensor(), tap)); });
+        return sublayer(mode, [&] { return b.norm2(b.mlp(h)); });
+      }
       case Placement::post:
-      case Placement::deepnorm: {
+      case Placement::deepnorm:
+      case Placement::mixln: {  // a block's placement is never mixln (ModelConfig::block_placement)
         Tensor h = b.norm1(sublayer(mode, [&] { return b.mix(x, Tensor(), tap); }));
         return b.norm2(sublayer(mode, [&] { return b.mlp(h); }));
       }
     }
   }
+  // r + gate(branch): with a branch scale the add cannot ride in the sublayer's last product.
+  auto gated = [&](int k, const Tensor& r, const Tensor& branch) { return r.defined() ? r + b.gate(k, branch) : b.gate(k, branch); };
   if (b.norm_kind == NormKind::none) {
+    if (b.gated()) {
+      Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return gated(1, r, b.mix(x, Tensor(), tap)); });
+      return add_sublayer(mode, h, [&](const Tensor& r) { return gated(2, r, b.mlp(h)); });
+    }
     Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(x, r, tap); });
     return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(h, r); });
   }
   switch (b.placement) {
     case Placement::pre: {
+      if (b.gated()) {
+        Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return gated(1, r, b.mix(b.norm1(x), Tensor(), tap)); });
+        return add_sublayer(mode, h, [&](const Tensor& r) { return gated(2, r, b.mlp(b.norm2(h))); });
+      }
       Tensor h = add_sublayer(mode, x, [&](const Tensor& r) { return b.mix(b.norm1(x), r, tap); });
       return add_sublayer(mode, h, [&](const Tensor& r) { return b.mlp(b.norm2(h), r); });
     }
     case Placement::post:
-    case Placement::deepnorm: {
-      Tensor h = b.norm1.add_norm(x, b.alpha, sublayer(mode, [&] { return b.mix(x, Tensor(), tap); })).second;
-      return b.norm2.add_norm(h, b.alpha, sublayer(mode, [&] { return b.mlp(h); })).second;
+    case Placement::deepnorm:
+    case Placement::mixln: {  // never mixln here (above)
+      Tensor h = b.norm1.add_norm(x, b.alpha, sublayer(mode, [&] { return b.gate(1, b.mix(x, Tensor(), tap)); })).second;
+      return b.norm2.add_norm(h, b.alpha, sublayer(mode, [&] { return b.gate(2, b.mlp(h)); })).second;
     }
     case Placement::sandwich: {
-      Tensor h = x + sublayer(mode, [&] { return b.norm1b(b.mix(b.norm1(x), Tensor(), tap)); });
-      return h + sublayer(mode, [&] { return b.norm2b(b.mlp(b.norm2(h))); });
+      Tensor h = x + sublayer(mode, [&] { return b.gate(1, b.norm1b(b.mix(b.norm1(x), Tensor(), tap))); });
+      return h + sublayer(mode, [&] { return b.gate(2, b.norm2b(b.mlp(b.norm2(h)))); });
+    }
+    case Placement::postsub: {
+      Tensor h = x + sublayer(mode, [&] { return b.gate(1, b.norm1(b.mix(x, Tensor(), tap))); });
+      return h + sublayer(mode, [&] { return b.gate(2, b.norm2(b.mlp(h))); });
     }
   }
   return x;
@@ -319,10 +439,19 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   pos_emb = params_.add("pos_emb", init.normal({cfg_.seq_len, d}, emb_std));
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     size_t first = params_.all().size();
-    blocks_.push_back(make_block(params_, block_module_name(static_cast<size_t>(l)), cfg_, init));
+    blocks_.push_back(make_block(params_, block_module_name(static_cast<size_t>(l)), cfg_, init, l));
     block_params_.emplace_back(params_.all().begin() + static_cast<std::ptrdiff_t>(first), params_.all().end());
   }
-  final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_kind(), d, cfg_.final_eps(), init);
+  NormOptions final_opts;
+  final_opts.dyt_alpha = cfg_.dyt_alpha_init();
+  final_opts.gain_offset = cfg_.gain_offset() && cfg_.final_norm_kind() != NormKind::none;
+  final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_kind(), d, cfg_.final_eps(), init, final_opts);
+  // After every other parameter, so that a model without it draws what it drew before.
+  if (cfg_.embedding_norm()) {
+    NormOptions embed_opts = final_opts;
+    embed_opts.gain_offset = cfg_.gain_offset();
+    embed_norm_ = make_norm(params_, "embed_norm", cfg_.norm, d, cfg_.eps(), init, embed_opts);
+  }
   // The head (no bias): nn.Linear(d, vocab)'s U(-1/sqrt(d), 1/sqrt(d)) (torch), N(0, 1/d) (fairseq).
   Tensor head = cfg_.init == InitScheme::torch     ? init.uniform({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
                 : cfg_.init == InitScheme::fairseq ? init.normal({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
@@ -349,6 +478,7 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
     if (cfg_.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.d_model)));
     // In low precision with residual_dtype fp32 the stream starts in float32 here (ops.h).
     x = residual_stream(tokens) + embedding(positions_, pos_emb);
+    x = embed_norm_(x);  // identity without embed_norm
   }
   if (trace) {
     trace->block_out.clear();

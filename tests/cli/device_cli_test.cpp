@@ -78,6 +78,24 @@ TEST(DeviceCli, CudaSimTrainSweepAndGradcheck) {
   fs::remove_all(dir);
 }
 
+// The variants' ops, blocks and models (docs/variants.md) on cuda-sim's kernels: every gradient
+// against float64 finite differences, as on the cpu.
+TEST(DeviceCli, CudaSimGradcheckOfTheVariants) {
+  std::vector<std::string> args = {"gradcheck", "--device", "cuda-sim", "--json"};
+  for (const char* c : {"dyt", "derf", "channel_scale", "scalar_scale", "add_constant", "block_pre_dyt",
+                        "block_post_derf", "block_rezero", "block_skipinit_rms", "block_ls_post_ln",
+                        "block_postsub_rms", "block_ln_scaling", "attn_gemma_qknorm", "toy_mixln_loss",
+                        "toy_peri_dyt_loss"}) {
+    args.push_back("--op");
+    args.push_back(c);
+  }
+  CliResult gc = run_cli(args);
+  ASSERT_EQ(gc.exit_code, 0) << describe(gc);
+  const nlohmann::json j = nlohmann::json::parse(gc.out);
+  EXPECT_TRUE(j["pass"].get<bool>()) << gc.out;
+  EXPECT_EQ(j["results"].size(), 30u) << gc.out;  // each case: float64 differences and the device's float32
+}
+
 // probe --device cuda-sim: the model probe with its parameters and batch on the device gives
 // the cpu's numbers to float32 rounding (every number of the JSON report).
 void expect_same_numbers(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {

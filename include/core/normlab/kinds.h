@@ -8,8 +8,10 @@
 
 namespace normlab {
 
-enum class NormKind { none, layernorm, rmsnorm };
-enum class Placement { pre, post, sandwich, deepnorm };
+// dyt, derf: the elementwise normalizers of 2025 (no statistics: gamma * f(alpha*x [+ s]) + beta).
+enum class NormKind { none, layernorm, rmsnorm, dyt, derf };
+// postsub: OLMo 2's x + N(F(x)); mixln: Mix-LN, post in the first blocks and pre after.
+enum class Placement { pre, post, sandwich, deepnorm, postsub, mixln };
 
 template <>
 const EnumNames& enum_names<NormKind>();
@@ -17,7 +19,7 @@ template <>
 const EnumNames& enum_names<Placement>();
 
 // The eps a norm uses when none is given (DESIGN.md's math contract): LayerNorm 1e-5, as
-// PyTorch's nn.LayerNorm; RMSNorm 1e-6, as LLaMA's. 0 for none.
+// PyTorch's nn.LayerNorm; RMSNorm 1e-6, as LLaMA's. 0 for none, DyT and Derf (no statistics).
 double default_eps(NormKind kind);
 
 }  // namespace normlab

@@ -2,6 +2,7 @@
 // (+QK-Norm), Block (placement none/pre/post/sandwich/deepnorm) and the two models.
 // Model code reads like the formulas: x = x + attn(norm1(x)).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,19 @@ struct ModelConfig {
   InitScheme init = InitScheme::gpt2;  // what each parameter gets: docs/init.md
   double norm_eps = 0;        // 0: the norm's default_eps (kinds.h)
   DType dtype = DType::f32;
+  // The variants after the article (docs/variants.md). Each is unset by default, and a config
+  // holds it only when set, so every config from before them reads and hashes as it did.
+  std::optional<ResidualScale> residual_scale;  // unset: none
+  std::optional<double> layerscale_init;        // unset: CaiT's rule by depth (layerscale_value)
+  std::optional<int64_t> mix_post_layers;       // mixln: unset = layers / 4 (Mix-LN's 25%)
+  std::optional<bool> ln_scaling;               // LayerNorm Scaling: block l's norms times 1/sqrt(l)
+  std::optional<double> dyt_alpha;              // DyT's and Derf's alpha at init; unset: 0.5
+  std::optional<bool> gemma_norm;               // every norm's gain is 1 + w, w initialised to 0
+  std::optional<bool> embed_norm;               // the blocks' norm on the embeddings' sum
 
   double eps() const;
   // The norm before the head (none: the head reads the stream). auto: the blocks' norm for pre and
-  // sandwich, none for post and deepnorm; on: the blocks' norm; layernorm / rmsnorm: that one.
+  // sandwich, postsub and mixln, none for post and deepnorm; on: the blocks' norm; layernorm / rmsnorm: that one.
   NormKind final_norm_kind() const;
   bool final_norm_on() const { return final_norm_kind() != NormKind::none; }
   double final_eps() const;  // norm_eps, or the final norm's default
@@ -42,6 +52,17 @@ struct ModelConfig {
   // placement is DESIGN.md's `none`, x + F(x): alpha 1 and the init scheme's own weights.
   bool deepnet() const;
   double residual_alpha() const;  // the alpha of alpha*x + F(x): deepnorm_alpha() where deepnet(), else 1
+  ResidualScale residual_scale_kind() const { return residual_scale.value_or(ResidualScale::none); }
+  // LayerScale's lambda at init: layerscale_init, or CaiT's rule: 0.1 up to 18 layers, 1e-5 up to
+  // 24, 1e-6 beyond.
+  double layerscale_value() const;
+  int64_t mix_post() const;  // Mix-LN's post-norm blocks: mix_post_layers, or layers / 4
+  // Block l's (0-based) placement: mixln's post or pre by l, every other placement as it is.
+  Placement block_placement(int64_t l) const;
+  bool ln_scaled() const { return ln_scaling.value_or(false); }
+  double dyt_alpha_init() const { return dyt_alpha.value_or(0.5); }
+  bool gain_offset() const { return gemma_norm.value_or(false); }
+  bool embedding_norm() const { return embed_norm.value_or(false); }
   void validate() const;  // throws UsageError naming the field
 };
 
@@ -75,13 +96,24 @@ struct Linear {
   Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
 };
 
+// How a norm is parametrized beyond its kind (make_norm).
+struct NormOptions {
+  double dyt_alpha = 0.5;    // DyT's and Derf's alpha at init
+  bool gain_offset = false;  // Gemma: the gain is 1 + w, w (stored in `gamma`) initialised to 0
+  double scale = 1.0;        // LayerNorm Scaling: the output times this constant (1/sqrt(l))
+};
+
 struct Norm {
   NormKind kind = NormKind::none;
-  Tensor gamma, beta;  // beta only for LayerNorm
+  Tensor gamma, beta;  // beta for LayerNorm, DyT and Derf; gamma holds w when gain_offset
+  Tensor alpha, shift;  // DyT and Derf: alpha; Derf: the shift s (one value each)
   double eps = default_eps(NormKind::layernorm);
+  bool gain_offset = false;
+  double scale = 1.0;
+  Tensor gain() const;  // gamma, or 1 + w
   Tensor operator()(const Tensor& x) const;  // identity for none
-  // s = alpha*a + b, y = norm(s), one pass per row; returns {s, y}.
-  std::pair<Tensor, Tensor> add_norm(const Tensor& a, double alpha, const Tensor& b) const;
+  // s = skip_alpha*a + b, y = norm(s), one pass per row where a kernel fuses them; returns {s, y}.
+  std::pair<Tensor, Tensor> add_norm(const Tensor& a, double skip_alpha, const Tensor& b) const;
 };
 
 struct MLP {
@@ -106,7 +138,8 @@ struct SelfAttention {
   Linear q, k, v, o;
   int64_t heads = 1;
   bool qk_norm = false;
-  Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only
+  Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only (w of 1 + w under gain_offset)
+  bool gain_offset = false;
   double qk_eps = default_eps(NormKind::rmsnorm);  // QK-Norm is an RMSNorm
   Tensor operator()(const Tensor& x, const Tensor& residual = Tensor(), AttentionTap* tap = nullptr) const;  // x (B, T, C)
 };
@@ -122,6 +155,12 @@ struct Block {
   NormKind norm_kind = NormKind::layernorm;
   bool residual = true;  // false: no "x +" (probe's contrast); the config key of the same name
   double alpha = 1.0;    // DeepNorm's residual scale
+  // The learned scale on each sublayer's branch (residual_scale): undefined for none; ReZero's
+  // one scalar is both.
+  Tensor branch_scale1, branch_scale2;
+  // F's output times its branch scale (identity when there is none); sublayer 1 or 2.
+  Tensor gate(int sublayer, const Tensor& y) const;
+  bool gated() const { return branch_scale1.defined(); }
   // The first sublayer, `stream` added in its last product; `tap` (attention only) receives its
   // queries and keys.
   Tensor mix(const Tensor& x, const Tensor& stream = Tensor(), AttentionTap* tap = nullptr) const;
@@ -174,6 +213,7 @@ class Model {
   Tensor tok_emb, pos_emb;
   std::vector<Block> blocks_;
   std::vector<std::vector<Tensor>> block_params_;
+  Norm embed_norm_;  // embed_norm: the blocks' norm on the embeddings' sum
   Norm final_norm_;
   Linear head_;
   mutable Tensor positions_;  // position ids for the last (B, T), on the parameters' device
@@ -189,7 +229,10 @@ struct Init {
   Tensor xavier_uniform(int64_t fan_out, int64_t fan_in);       // U(-a, a), a = sqrt(6/(in+out))
   Tensor constant(const Shape& s, double v);
 };
-Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init);
+Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init,
+               const NormOptions& options = NormOptions());
+// Block l (0-based) of the model `cfg` describes.
+Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, int64_t l);
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init);
 
 }  // namespace normlab
