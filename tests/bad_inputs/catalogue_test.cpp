@@ -183,6 +183,23 @@ std::vector<Case> catalogue() {
   add("train_out_cwd_absolute_force", {}, {});  // filled below (needs the scratch path)
 
   // ---- train: numbers
+  // ---- train: the variants' contradictory combinations (docs/variants.md)
+  add("train_rezero_with_a_norm", tiny({"--residual_scale", "rezero", "--norm", "layernorm"}));
+  add("train_layerscale_with_deepnorm", tiny({"--residual_scale", "layerscale", "--placement", "deepnorm"}));
+  add("train_skipinit_without_residual", tiny({"--residual_scale", "skipinit", "--residual", "false"}));
+  add("train_layerscale_init_without_layerscale", tiny({"--layerscale_init", "0.1"}));
+  add("train_layerscale_init_zero", tiny({"--residual_scale", "layerscale", "--layerscale_init", "0"}));
+  add("train_mix_post_layers_without_mixln", tiny({"--mix_post_layers", "1"}));
+  add("train_mix_post_layers_above_layers", tiny({"--placement", "mixln", "--layers", "2", "--mix_post_layers", "3"}));
+  add("train_mix_post_layers_negative", tiny({"--placement", "mixln", "--mix_post_layers", "-1"}));
+  add("train_ln_scaling_with_post", tiny({"--ln_scaling", "true", "--placement", "post"}));
+  add("train_ln_scaling_without_a_norm", tiny({"--ln_scaling", "true", "--norm", "none"}));
+  add("train_dyt_alpha_with_layernorm", tiny({"--dyt_alpha", "0.5"}));
+  add("train_dyt_alpha_negative", tiny({"--norm", "dyt", "--dyt_alpha", "-1"}));
+  add("train_norm_eps_with_dyt", tiny({"--norm", "dyt", "--norm_eps", "1e-5"}));
+  add("train_gemma_norm_with_dyt", tiny({"--gemma_norm", "true", "--norm", "dyt"}));
+  add("train_embed_norm_without_a_norm", tiny({"--embed_norm", "true", "--norm", "none"}));
+  add("train_unknown_residual_scale", tiny({"--residual_scale", "rescale"}));
   add("train_seed_negative", tiny({"--seed", "-1"}));
   add("train_seed_2_64", tiny({"--seed", "18446744073709551616"}));
   add("train_seed_huge", tiny({"--seed", "123456789012345678901234567890"}));

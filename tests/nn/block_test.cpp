@@ -28,8 +28,9 @@ struct BlockCase {
 std::vector<BlockCase> all_cases() {
   std::vector<BlockCase> cases;
   for (ModelKind model : {ModelKind::toy, ModelKind::gpt})
-    for (NormKind n : {NormKind::none, NormKind::layernorm, NormKind::rmsnorm})
-      for (Placement p : {Placement::pre, Placement::post, Placement::sandwich, Placement::deepnorm})
+    for (NormKind n : {NormKind::none, NormKind::layernorm, NormKind::rmsnorm, NormKind::dyt, NormKind::derf})
+      for (Placement p : {Placement::pre, Placement::post, Placement::sandwich, Placement::deepnorm, Placement::postsub,
+                          Placement::mixln})
         for (bool skip : {true, false}) cases.push_back({model, n, p, skip});
   return cases;
 }
@@ -88,9 +89,11 @@ TEST(BlockForward, HeldSublayersLeaveOnlyTheIdentityPath) {
     ASSERT_TRUE(y.requires_grad()) << c.name();
     y.backward(seed);
     const std::vector<double> dx = x.grad().to_vector();
-    if (c.placement == Placement::pre || c.placement == Placement::sandwich || c.norm == NormKind::none) {
-      // x + F(N(x)) (pre) and x + N_b(F(N(x))) (sandwich) with the branch held: d/dx is the
-      // identity, the upstream gradient exactly.
+    // Block 0 of a 3-layer mixln model is Pre-LN (3 / 4 = 0 post blocks).
+    if (c.placement == Placement::pre || c.placement == Placement::sandwich || c.placement == Placement::postsub ||
+        c.placement == Placement::mixln || c.norm == NormKind::none) {
+      // x + F(N(x)) (pre), x + N_b(F(N(x))) (sandwich) and x + N(F(x)) (postsub) with the branch
+      // held: d/dx is the identity, the upstream gradient exactly.
       EXPECT_EQ(dx, seed.to_vector()) << c.name();
     } else if (c.placement == Placement::post || c.placement == Placement::deepnorm) {
       // N(alpha x + F): the identity path runs through the norms' Jacobians.
