@@ -47,14 +47,18 @@ void check_destination(const std::string& out_flag) {
 }  // namespace
 
 ConvertReport convert_run(const ConvertRequest& req) {
-  NL_USAGE(req.to == NormKind::rmsnorm || req.to == NormKind::layernorm, "--to '{}' is not one of rmsnorm, layernorm",
-           to_string(req.to));
-  const bool to_ln = req.to == NormKind::layernorm;
+  const bool regain = !req.gain.empty();
+  NL_USAGE(!regain || req.gain == "gemma" || req.gain == "plain", "--gain '{}' is not one of gemma, plain",
+           shown(req.gain));
+  NL_USAGE(regain || req.to == NormKind::rmsnorm || req.to == NormKind::layernorm,
+           "--to '{}' is not one of rmsnorm, layernorm", to_string(req.to));
+  NL_USAGE(!regain || req.method.empty(), "--gain has one mapping (w = gamma - 1, or back); drop --method");
+  const bool to_ln = !regain && req.to == NormKind::layernorm;
   NL_USAGE(!to_ln || req.method.empty(), "--to layernorm has one mapping (each gain kept, beta = 0); drop --method");
   ConvertReport report;
   const ConvertMethod method =
-      req.method.empty() || to_ln ? ConvertMethod::exact : parse_kind<ConvertMethod>(req.method);
-  report.method = to_ln ? "gain" : to_string(method);
+      req.method.empty() || to_ln || regain ? ConvertMethod::exact : parse_kind<ConvertMethod>(req.method);
+  report.method = regain ? req.gain + "-gain" : to_ln ? "gain" : to_string(method);
   NL_USAGE(req.calibrate >= 0 && req.calibrate <= (int64_t{1} << 40),
            "--calibrate must be a non-negative integer of at most 2^40 (as train's steps), got {}", req.calibrate);
   check_destination(req.out);
@@ -64,7 +68,14 @@ ConvertReport convert_run(const ConvertRequest& req) {
   const std::string model_file = (fs::path(req.source) / "model.safetensors").string();
   Model source(cfg.model, cfg.seed);
   load_model_state(source, load_safetensors(model_file), model_file);
-  if (to_ln) {
+  if (regain) {
+    const bool to_offset = req.gain == "gemma";
+    NL_USAGE(cfg.model.norm == NormKind::rmsnorm || cfg.model.norm == NormKind::layernorm,
+             "cannot convert {} to {} gains: its norm is {} (gemma_norm is for rmsnorm and layernorm)",
+             shown(req.source, 200), req.gain, to_string(cfg.model.norm));
+    NL_USAGE(cfg.model.gain_offset() != to_offset, "cannot convert {} to {} gains: they are {} already",
+             shown(req.source, 200), req.gain, req.gain);
+  } else if (to_ln) {
     NL_USAGE(cfg.model.norm == NormKind::rmsnorm, "cannot convert {} to layernorm: its norm is {}, not rmsnorm",
              shown(req.source, 200), to_string(cfg.model.norm));
   } else {
@@ -93,7 +104,9 @@ ConvertReport convert_run(const ConvertRequest& req) {
   try {
     report.val_loss_before = validation_loss(cfg, source);
     report.stream_centred = stream_centred(source);
-    Conversion conv = to_ln ? convert_rmsnorm_to_layernorm(source) : convert_layernorm_to_rmsnorm(source, method);
+    Conversion conv = regain  ? convert_gain_parametrization(source, req.gain == "gemma")
+                      : to_ln ? convert_rmsnorm_to_layernorm(source)
+                              : convert_layernorm_to_rmsnorm(source, method);
     out_cfg.model = conv.config;
     out_cfg.init_from.clear();
     Model converted(out_cfg.model, out_cfg.seed);
@@ -105,7 +118,7 @@ ConvertReport convert_run(const ConvertRequest& req) {
     save_safetensors(tmp_model, conv.state, {{"format", "pt"}, {"normlab_config", config_to_json(out_cfg)}});
     write_file_atomic(tmp + "/config.json", config_to_json(out_cfg) + "\n");
     nlohmann::json j{{"source", req.source},
-                     {"to", to_string(req.to)},
+                     {"to", regain ? req.gain + " gains" : std::string(to_string(req.to))},
                      {"method", report.method},
                      {"val_loss_before", report.val_loss_before},
                      {"val_loss_converted", report.val_loss_converted},

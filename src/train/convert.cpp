@@ -164,6 +164,40 @@ Conversion convert_rmsnorm_to_layernorm(Model& source) {
   return rebuild(config, v, 0.0);  // every beta 0
 }
 
+Conversion convert_gain_parametrization(Model& source, bool to_offset) {
+  const ModelConfig& src = source.config();
+  NL_USAGE(src.norm == NormKind::rmsnorm || src.norm == NormKind::layernorm,
+           "cannot convert the gain parametrization: the model's norm is {} (gemma_norm is for rmsnorm and layernorm)",
+           to_string(src.norm));
+  NL_USAGE(src.gain_offset() != to_offset, "the model's gains are already {}",
+           to_offset ? "Gemma's 1 + w (gemma_norm true)" : "plain (gemma_norm unset)");
+  Values v;
+  for (const Tensor& p : source.params().all()) v[p.name()] = p.to_vector();
+  ModelConfig config = src;
+  if (to_offset)
+    config.gemma_norm = true;
+  else
+    config.gemma_norm.reset();
+  // A norm's gain is named <norm>.gamma (plain) or <norm>.w (Gemma): renamed and shifted by 1.
+  const std::string from = to_offset ? ".gamma" : ".w", to = to_offset ? ".w" : ".gamma";
+  const double shift = to_offset ? -1.0 : 1.0;
+  Model target(config, 0);
+  Values out;
+  for (const Tensor& p : target.params().all()) {
+    const std::string& n = p.name();
+    if (v.count(n)) {
+      out[n] = v.at(n);
+      continue;
+    }
+    NL_CHECK(n.size() > to.size() && n.compare(n.size() - to.size(), to.size(), to) == 0,
+             "convert: no source value for {}", n);
+    std::vector<double> g = v.at(n.substr(0, n.size() - to.size()) + from);
+    for (double& x : g) x = static_cast<double>(static_cast<float>(x + shift));
+    out[n] = std::move(g);
+  }
+  return rebuild(config, out, std::nullopt);
+}
+
 bool stream_centred(Model& model, double tolerance) {
   const ModelConfig& c = model.config();
   const size_t d = size_t(c.d_model);

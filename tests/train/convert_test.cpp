@@ -142,3 +142,42 @@ TEST(ConvertRmsToLn, ExactOnACentredStreamAndOnlyThere) {
   Model ln(ln_config(ModelKind::toy, DType::f32), 1);
   EXPECT_THROW(convert_rmsnorm_to_layernorm(ln), UsageError);
 }
+
+// Gemma's gains (1 + w) and back: the same logits, bit for bit where every gain is in [0.5, 2]
+// (drawn there), and every parameter back as it was.
+TEST(ConvertGain, GemmaAndBackPreserveTheLogitsAndTheParameters) {
+  for (ModelKind kind : {ModelKind::toy, ModelKind::gpt}) {
+    ModelConfig c = ln_config(kind, DType::f32);
+    c.norm = NormKind::rmsnorm;
+    Model src(c, 3);
+    perturb(src);
+    Rng rng(4, stream::check);
+    for (const Tensor& p : src.params().all()) {
+      if (p.name().find("gamma") == std::string::npos) continue;
+      std::vector<double> g(static_cast<size_t>(p.numel()));
+      for (double& x : g) x = rng.uniform(0.5, 2.0);
+      Tensor dst = p;
+      dst.copy_(Tensor::from(g, p.shape(), p.dtype()));
+    }
+    Conversion gemma = convert_gain_parametrization(src, true);
+    EXPECT_TRUE(gemma.config.gain_offset());
+    Model dst(gemma.config, 0);
+    load_model_state(dst, SafetensorsFile{{}, gemma.state}, "gemma");
+    NoGradGuard no_grad;
+    Tensor ids = random_ids(5);
+    EXPECT_EQ(dst.forward(ids).to_vector(), src.forward(ids).to_vector()) << to_string(kind);
+    Conversion back = convert_gain_parametrization(dst, false);
+    EXPECT_FALSE(back.config.gemma_norm.has_value());
+    const auto original = model_state(src);
+    ASSERT_EQ(back.state.size(), original.size());
+    for (size_t i = 0; i < original.size(); ++i) {
+      EXPECT_EQ(back.state[i].first, original[i].first);
+      EXPECT_EQ(back.state[i].second.to_vector(), original[i].second.to_vector()) << original[i].first;
+    }
+    EXPECT_THROW(convert_gain_parametrization(src, false), UsageError);  // already plain
+  }
+  ModelConfig dyt = ln_config(ModelKind::toy, DType::f32);
+  dyt.norm = NormKind::dyt;
+  Model d(dyt, 1);
+  EXPECT_THROW(convert_gain_parametrization(d, true), UsageError);
+}

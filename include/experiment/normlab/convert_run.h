@@ -17,6 +17,9 @@ struct ConvertRequest {
   std::string source;  // a run directory: config.json + model.safetensors
   NormKind to = NormKind::rmsnorm;  // rmsnorm (from layernorm) or layernorm (from rmsnorm)
   std::string method;  // to rmsnorm: "naive" or "exact" ("" = exact); to layernorm: "" (one mapping)
+  // "gemma" or "plain": the same norm with its gains reparametrized (convert_gain_parametrization)
+  // instead of another norm; `to` and `method` are then unused.
+  std::string gain;
   std::string out;     // a new directory; its parent must exist
   int64_t calibrate = 0;  // then fine-tune this many steps and report the loss
   // Set (to the signal's number) by the caller's handler: the conversion stops at the next
@@ -26,7 +29,7 @@ struct ConvertRequest {
 };
 
 struct ConvertReport {
-  std::string method;  // the method name that ran: naive, exact, gain
+  std::string method;  // the method name that ran: naive, exact, gain, gemma-gain, plain-gain
   double val_loss_before = 0, val_loss_converted = 0, val_loss_calibrated = 0;
   bool stream_centred = false;  // to layernorm: the mapping is exact exactly when this holds
   std::string json;             // convert.json's text

@@ -35,6 +35,12 @@ Conversion convert_layernorm_to_rmsnorm(Model& source, ConvertMethod method);
 // every writer of the residual stream is centred (stream_centred), as in a model that `exact`
 // produced from a LayerNorm one (the round trip LN -> RMS -> LN preserves the logits).
 Conversion convert_rmsnorm_to_layernorm(Model& source);
+// Gemma's parametrization of every norm gain (gemma_norm: 1 + w, w stored) and the plain one
+// (gamma stored), either way: w = gamma - 1 or gamma = 1 + w for each norm's gain (blocks, final,
+// embedding and QK norms), everything else copied. The same function; in float32 the values agree
+// exactly where gamma is in [0.5, 2] (gamma - 1 is then exact), and to an ulp of the gain elsewhere.
+Conversion convert_gain_parametrization(Model& source, bool to_offset);
+
 // Whether every writer of the residual stream (embedding rows, output projections and fc2, their
 // biases) is zero-mean over the model dimension, to `tolerance` relative to its scale.
 bool stream_centred(Model& model, double tolerance = 1e-6);
