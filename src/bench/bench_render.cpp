@@ -256,6 +256,13 @@ Table summary_table(const NormReport& r) {
                right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
                right("RMS vs unfused")};
   if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
+  // DyT's columns only where it ran, so that the LayerNorm/RMSNorm table reads as before.
+  bool dyt = false;
+  for (const NormRow& x : r.rows) dyt = dyt || x.norm == "dyt";
+  if (dyt) {
+    t.columns.push_back(right("DyT fused GB/s"));
+    t.columns.push_back(right("DyT speed vs RMS"));
+  }
   const bool narrow = any_narrow(r);
   if (narrow) t.columns.insert(t.columns.begin() + 2, left("dtype"));
   std::set<std::string> done;
@@ -289,6 +296,12 @@ Table summary_table(const NormReport& r) {
         fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
         fig(lf, lf ? lf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio),
         fig(rf, rf ? rf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio)};
+    if (dyt) {
+      // Time ratio: RMSNorm's median over DyT's (above 1: DyT is faster), one run, side by side.
+      const NormRow* df = get("dyt.fused", x.pass, x);
+      row.push_back(fig(df, df ? df->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps));
+      row.push_back(df && rf ? fmt_ratio(rf->time.median / df->time.median) : std::string("-"));
+    }
     if (narrow) row.insert(row.begin() + 2, x.dtype);
     t.add_row(row);
   }

@@ -200,6 +200,19 @@ NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float e
   a.eps = eps;
   a.x = b.x;
   a.gamma = pool.gamma();
+  if (norm == NormKind::dyt) {  // gamma, beta and alpha (DyT's default 0.5); no statistics
+    a.beta = pool.beta();
+    if (pass == Pass::bwd) {
+      a.dy = b.dy;
+      a.dx = b.out;
+      a.dgamma = pool.dgamma();
+      a.dbeta = pool.dbeta();
+      a.dalpha = pool.dalpha();
+    } else {
+      a.y = b.out;
+    }
+    return a;
+  }
   a.beta = ln ? pool.beta() : nullptr;
   if (pass == Pass::fwd || pass == Pass::addfwd) {
     a.y = b.out;
@@ -327,7 +340,65 @@ std::string describe_failure(const OutputCheck& c, const std::string& what) {
 
 // Forward: every row recomputed by the reference in float64 and compared. The add+norm forward
 // (add): the row is alpha*a + b in float64, compared with s, and normalized as a forward's x.
+// DyT's forward: every element against the reference's double tanh.
+std::vector<OutputCheck> check_dyt_forward(const NormArgs& a, double stored_rtol) {
+  OutputCheck c = make_check("y", kTolRow, stored_rtol);
+  const int64_t d = a.d;
+  std::vector<double> y(static_cast<size_t>(d)), x(static_cast<size_t>(d)), gamma(a.gamma, a.gamma + d),
+      beta(a.beta, a.beta + d);
+  const double alpha = a.dyt_alpha;
+  for (int64_t i = 0; i < a.n; ++i) {
+    for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(j)] = a.x[i * d + j];
+    squash_forward_ref<double>(y.data(), x.data(), &alpha, nullptr, gamma.data(), beta.data(), 1, d, Squash::tanh);
+    for (int64_t j = 0; j < d; ++j) c.add(i * d + j, a.y[i * d + j], y[static_cast<size_t>(j)], 1.0);
+  }
+  return {c};
+}
+
+// DyT's backward: dx per element; dgamma, dbeta and dalpha summed in double, each held to the
+// sum of its terms' magnitudes.
+std::vector<OutputCheck> check_dyt_backward(const NormArgs& a, double stored_rtol) {
+  const int64_t d = a.d;
+  const double alpha = a.dyt_alpha;
+  OutputCheck cdx = make_check("dx", kTolRow, stored_rtol);
+  std::vector<double> sg(static_cast<size_t>(d)), sb(static_cast<size_t>(d)), ag(static_cast<size_t>(d)),
+      ab(static_cast<size_t>(d));
+  double sa = 0, aa = 0;
+  for (int64_t i = 0; i < a.n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t e = i * d + j;
+      const double x = a.x[e], g = a.dy[e], u = alpha * x, t = std::tanh(u);
+      const double h = g * double(a.gamma[j]) * (1.0 - t * t);
+      if (a.dx) cdx.add(e, a.dx[e], alpha * h, 1.0);
+      sg[static_cast<size_t>(j)] += g * t;
+      ag[static_cast<size_t>(j)] += std::fabs(g * t);
+      sb[static_cast<size_t>(j)] += g;
+      ab[static_cast<size_t>(j)] += std::fabs(g);
+      sa += x * h;
+      aa += std::fabs(x * h);
+    }
+  std::vector<OutputCheck> out;
+  if (a.dx) out.push_back(cdx);
+  if (a.dgamma) {
+    OutputCheck c = make_check("dgamma", kTolParam);
+    for (int64_t j = 0; j < d; ++j) c.add(j, a.dgamma[j], sg[static_cast<size_t>(j)], ag[static_cast<size_t>(j)]);
+    out.push_back(c);
+  }
+  if (a.dbeta) {
+    OutputCheck c = make_check("dbeta", kTolParam);
+    for (int64_t j = 0; j < d; ++j) c.add(j, a.dbeta[j], sb[static_cast<size_t>(j)], ab[static_cast<size_t>(j)]);
+    out.push_back(c);
+  }
+  if (a.dalpha) {
+    OutputCheck c = make_check("dalpha", kTolParam);
+    c.add(0, *a.dalpha, sa, aa);
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::vector<OutputCheck> check_forward(NormKind norm, const NormArgs& a, bool add, double stored_rtol) {
+  if (norm == NormKind::dyt) return check_dyt_forward(a, stored_rtol);
   const bool ln = norm == NormKind::layernorm;
   const int64_t d = a.d;
   std::vector<double> gamma(a.gamma, a.gamma + d), beta;
@@ -376,6 +447,7 @@ std::vector<OutputCheck> check_forward(NormKind norm, const NormArgs& a, bool ad
 // Backward: dx row by row, dgamma/dbeta summed in float64 over blocks of rows, each block by
 // the reference kernel (column by column inside a block that fits in cache).
 std::vector<OutputCheck> check_backward(NormKind norm, const NormArgs& a, double stored_rtol) {
+  if (norm == NormKind::dyt) return check_dyt_backward(a, stored_rtol);
   const bool ln = norm == NormKind::layernorm;
   const int64_t d = a.d, n = a.n;
   constexpr int64_t kRows = 8;
@@ -479,6 +551,7 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
     fill_nan(a.dx, a.n * a.d);
     fill_nan(a.dgamma, a.d);
     fill_nan(a.dbeta, a.d);
+    fill_nan(a.dalpha, 1);
   }
   fn(a);
   const std::vector<OutputCheck> checks =
@@ -821,7 +894,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         detail::RowPlace place16 = place;
         place16.dtype = to_string(p16->format());
         for (const NormImpl* m : impls) {
-          if (m->impl != "fused") continue;
+          if (m->impl != "fused" || m->norm == NormKind::dyt) continue;  // DyT has no 16-bit kernel here
           const NormImpl m16 = p16->impl(m->norm);
           const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
           for (Pass p : passes) {

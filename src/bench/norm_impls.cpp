@@ -13,8 +13,8 @@
 namespace normlab::bench {
 
 void NormRegistry::add(NormImpl impl) {
-  NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm, "norm implementation '{}': norm must be "
-           "layernorm or rmsnorm", impl.name());
+  NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm || impl.norm == NormKind::dyt,
+           "norm implementation '{}': norm must be layernorm, rmsnorm or dyt", impl.name());
   NL_CHECK(!impl.impl.empty() && impl.impl.find_first_of("./ ") == std::string::npos,
            "norm implementation '{}': the implementation name must be non-empty, without '.', '/' or spaces",
            impl.name());
@@ -40,7 +40,7 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
     if (!matched) {
       std::string known;
       for (const NormImpl& m : impls_) known += (known.empty() ? "" : ", ") + m.name();
-      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, {}; "
+      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, dyt, {}; "
                                    "or an implementation such as fused)",
                                    flag, p, known));
     }
@@ -124,6 +124,25 @@ NormRegistry builtin_norm_impls() {
            cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
          },
          [](Pass p, const NormArgs& a) { return fused_kernel_variant(NormKind::rmsnorm, p, a); }});
+  // DyT (Zhu et al. 2025): no statistics, a transcendental per element. The paper's claim that it
+  // is faster than RMSNorm is measured against the rows above.
+  r.add({NormKind::dyt, "multipass", "normlab", "plain loops: alpha*x, tanh (libm), gamma*t + beta, one pass each", false,
+         [](const NormArgs& a) { cpu::dyt_forward_multipass(a.y, a.x, a.dyt_alpha, a.gamma, a.beta, a.n, a.d); },
+         [](const NormArgs& a) {
+           cpu::dyt_backward_multipass(a.dx, a.dalpha, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.gamma, a.n, a.d);
+         },
+         nullptr,
+         nullptr});
+  r.add({NormKind::dyt, "fused", "normlab", "one pass, vectorized tanh (the cpu backend's DyT/Derf kernel)", false,
+         [](const NormArgs& a) {
+           cpu::squash_forward(a.y, a.x, a.dyt_alpha, 0.0f, a.gamma, a.beta, a.n, a.d, Squash::tanh);
+         },
+         [](const NormArgs& a) {
+           cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, 0.0f, a.gamma, a.n,
+                                a.d, Squash::tanh);
+         },
+         nullptr,
+         nullptr});
   // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
   // moved against 4ND).
   r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",

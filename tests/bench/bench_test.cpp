@@ -66,7 +66,7 @@ NormArgs forward_args(NormKind norm, int64_t n, int64_t d, const float* x, const
   a.eps = ln ? 1e-5f : 1e-6f;
   a.x = x;
   a.gamma = gamma;
-  a.beta = ln ? beta : nullptr;
+  a.beta = norm == NormKind::rmsnorm ? nullptr : beta;  // LayerNorm's and DyT's
   a.y = y;
   a.mean = ln ? mean : nullptr;
   a.rstd = rstd;
@@ -114,10 +114,11 @@ TEST(BenchParse, ShapesAndThreads) {
 
 TEST(BenchParse, RegistrySelection) {
   NormRegistry r = builtin_norm_impls();
-  EXPECT_EQ(r.all().size(), 7u);
-  EXPECT_EQ(r.select({"all"}).size(), 7u);
-  EXPECT_EQ(r.select({"fused"}).size(), 2u);
+  EXPECT_EQ(r.all().size(), 9u);
+  EXPECT_EQ(r.select({"all"}).size(), 9u);
+  EXPECT_EQ(r.select({"fused"}).size(), 3u);  // LayerNorm, RMSNorm, DyT
   EXPECT_EQ(r.select({"layernorm"}).size(), 4u);
+  EXPECT_EQ(r.select({"dyt"}).size(), 2u);
   // The add+norm forward: the fused kernels have it, the unfused baseline has nothing else.
   ASSERT_EQ(r.select({"unfused"}).size(), 2u);
   for (const NormImpl* m : r.select({"unfused"})) {
@@ -125,9 +126,10 @@ TEST(BenchParse, RegistrySelection) {
     EXPECT_FALSE(m->forward) << m->name();
     EXPECT_FALSE(m->backward) << m->name();
   }
-  for (const NormImpl* m : r.select({"fused"})) EXPECT_TRUE(m->fn(Pass::addfwd)) << m->name();
+  for (const NormImpl* m : r.select({"layernorm.fused", "rmsnorm.fused"})) EXPECT_TRUE(m->fn(Pass::addfwd)) << m->name();
+  EXPECT_FALSE(r.select({"dyt.fused"})[0]->fn(Pass::addfwd));  // no residual add fused into DyT
   EXPECT_FALSE(r.select({"onednn"})[0]->fn(Pass::addfwd));
-  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 2u);
+  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 3u);
   ASSERT_EQ(r.select({"onednn"}).size(), 1u);
   EXPECT_EQ(r.select({"onednn"})[0]->name(), "layernorm.onednn");
   EXPECT_THROW(r.select({"nope"}), UsageError);
@@ -356,10 +358,51 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
     b.saved_rstd = rstd.data();  // as the forward just saved them
     b.dx = dx.data();
     b.dgamma = dg.data();
-    b.dbeta = m.norm == NormKind::layernorm ? db.data() : nullptr;
+    b.dbeta = m.norm == NormKind::rmsnorm ? nullptr : db.data();
+    float dalpha = 0;
+    b.dalpha = m.norm == NormKind::dyt ? &dalpha : nullptr;
     VerifyResult g = verify_norm(m, Pass::bwd, b);
     EXPECT_TRUE(g.pass) << m.name() << ": " << g.report;
   }
+}
+
+// DyT's rows: a kernel whose alpha gradient misses the last row is rejected, the builtins pass,
+// and the summary gives DyT's speed against RMSNorm's from the same run.
+TEST(BenchVerify, DytRowsAreCheckedAndComparedWithRmsNorm) {
+  NormRegistry reg = builtin_norm_impls();
+  NormImpl wrong;
+  wrong.norm = NormKind::dyt;
+  wrong.impl = "wrong";
+  wrong.provider = "test";
+  wrong.forward = [](const NormArgs& a) {
+    cpu::squash_forward(a.y, a.x, a.dyt_alpha, 0.0f, a.gamma, a.beta, a.n, a.d, Squash::tanh);
+  };
+  wrong.backward = [](const NormArgs& a) {
+    cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, 0.0f, a.gamma, a.n - 1,
+                         a.d, Squash::tanh);
+    cpu::squash_backward(a.dx ? a.dx + (a.n - 1) * a.d : nullptr, nullptr, nullptr, nullptr, nullptr,
+                         a.dy + (a.n - 1) * a.d, a.x + (a.n - 1) * a.d, a.dyt_alpha, 0.0f, a.gamma, 1, a.d,
+                         Squash::tanh);
+  };
+  reg.add(wrong);
+  NormBenchOptions o = quick_options();
+  o.impls = {"rmsnorm.fused", "dyt"};
+  NormReport r = run_norm_bench(o, reg);
+  for (const NormShape& s : o.shapes) {
+    const NormRow* w = find(r, fmt::format("dyt.wrong/bwd/{}/threads:1", s.str()));
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->status, "rejected");
+    EXPECT_NE(w->verify.report.find("dalpha"), std::string::npos) << w->verify.report;
+    EXPECT_EQ(find(r, fmt::format("dyt.wrong/fwd/{}/threads:1", s.str()))->status, "ok");
+    for (const char* name : {"dyt.fused/fwd", "dyt.fused/bwd", "dyt.multipass/fwd", "dyt.multipass/bwd"}) {
+      const NormRow* x = find(r, fmt::format("{}/{}/threads:1", name, s.str()));
+      ASSERT_NE(x, nullptr) << name;
+      EXPECT_EQ(x->status, "ok") << x->verify.report;
+      EXPECT_GT(x->gb_per_s, 0);
+    }
+  }
+  const std::string text = render_norm_summary(r, OutputFormat::text);
+  EXPECT_NE(text.find("DyT speed vs RMS"), std::string::npos) << text;
 }
 
 TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
@@ -511,7 +554,7 @@ TEST(BenchVerify, FusedRowsSayWhichVariantRan) {
     NormBenchOptions o = quick_options();
     o.shapes = {{1, 16, 64}};
     o.resident_shapes = {};
-    o.impls = {"fused", "multipass"};
+    o.impls = {"layernorm", "rmsnorm"};
     NormReport r = run_norm_bench(o);
     unsetenv("NORMLAB_NORM_VARIANT");
     cpu::reset_norm_choices();
@@ -584,7 +627,7 @@ TEST(BenchVerify, ResidentRowsReuseOneBufferSetAndAreTimedInBatches) {
   NormBenchOptions o = quick_options();
   o.shapes = {{1, 16, 32}};
   o.resident_shapes = {{1, 16, 32}, {1, 32, 40}};  // a shape in both lists: two rows, never mixed
-  o.impls = {"fused"};
+  o.impls = {"layernorm.fused", "rmsnorm.fused"};
   NormReport r = run_norm_bench(o);
   // copy.loop, copy.memcpy, 2 norms x (fwd, bwd, addfwd), per group.
   ASSERT_EQ(r.rows.size(), 3u * 8u);
@@ -656,8 +699,8 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
   o.threads = parse_threads("1,all");
   o.log = [events](const std::string& line) { events->push_back(line); };
   NormReport r = run_norm_bench(o, reg);
-  // copy.loop, copy.memcpy, 5 implementations x 2 passes, 4 add+norm rows, per thread count.
-  EXPECT_EQ(r.rows.size(), o.threads.size() * 16);
+  // copy.loop, copy.memcpy, 7 implementations x 2 passes, 4 add+norm rows, per thread count.
+  EXPECT_EQ(r.rows.size(), o.threads.size() * 20);
   int ordered = 0;
   for (const NormRow& x : r.rows) {
     EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
@@ -681,7 +724,7 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
     EXPECT_GE(count_calls(verified, timed), o.warmup + x.time.samples) << x.name() << ": calls between its check and its time";
     ++ordered;
   }
-  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 14);
+  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 18);
   bool warned = false;
   for (const std::string& w : r.warnings) warned = warned || w.find("cache speed") != std::string::npos;
   EXPECT_TRUE(warned);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/backend.h"
 #include "normlab/precision.h"
 
 namespace normlab::cpu {
@@ -68,6 +69,19 @@ void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const
                                 const float* gamma, const float* rstd, int64_t n, int64_t d);
 void rmsnorm_backward_onepass(float* dx, float* dgamma, const float* dy, const float* x,
                               const float* gamma, const float* rstd, int64_t n, int64_t d);
+
+// ---- DyT and Derf: y = gamma * f(alpha*x + shift) + beta, f = tanh or erf (backend.h) ----------
+// The Backend's kernel (squash.cpp): one pass forward; one pass backward writing dx and the row
+// blocks' partial sums of dgamma, dbeta, dalpha, dshift (each nullable). shift 0 for DyT; beta nullable.
+void squash_forward(float* y, const float* x, float alpha, float shift, const float* gamma, const float* beta,
+                    int64_t n, int64_t d, Squash f);
+void squash_backward(float* dx, float* dalpha, float* dshift, float* dgamma, float* dbeta, const float* dy,
+                     const float* x, float alpha, float shift, const float* gamma, int64_t n, int64_t d, Squash f);
+// DyT as plain loops (the naive baseline): scalar libm tanh, one sweep per step.
+void dyt_forward_multipass(float* y, const float* x, float alpha, const float* gamma, const float* beta, int64_t n,
+                           int64_t d);
+void dyt_backward_multipass(float* dx, float* dalpha, float* dgamma, float* dbeta, const float* dy, const float* x,
+                            float alpha, const float* gamma, int64_t n, int64_t d);
 
 // ---- fused residual add + norm ---------------------------------------------------------------
 // s = alpha*a + b (written: the residual stream), then the norm of s as stored. One pass per

@@ -217,6 +217,9 @@ struct NormArgs {
   const float* branch = nullptr;
   float alpha = 1.0f;
   float* s = nullptr;
+  // DyT: y = gamma * tanh(dyt_alpha * x) + beta (beta above); its backward also writes dalpha.
+  float dyt_alpha = 0.5f;
+  float* dalpha = nullptr;
 };
 using NormFn = std::function<void(const NormArgs&)>;
 
@@ -229,7 +232,7 @@ struct RowVariant {
 };
 
 struct NormImpl {
-  NormKind norm = NormKind::layernorm;  // layernorm or rmsnorm
+  NormKind norm = NormKind::layernorm;  // layernorm, rmsnorm or dyt
   std::string impl;         // "fused", "multipass", "onednn", ...
   std::string provider;     // who wrote the kernel: "normlab", "oneDNN 2.6.3"
   std::string description;  // one line for --list
@@ -248,7 +251,7 @@ struct NormImpl {
 
 class NormRegistry {
  public:
-  // Error when the name exists already or the norm is neither layernorm nor rmsnorm.
+  // Error when the name exists already or the norm is not layernorm, rmsnorm or dyt.
   void add(NormImpl impl);
   const std::vector<NormImpl>& all() const { return impls_; }
   // Selected by patterns: "all", a full name ("layernorm.fused"), an implementation ("fused":
@@ -280,7 +283,7 @@ int64_t norm_parameters(const std::string& norm, int64_t d);
 struct ByteCount {
   int64_t data = 0, params = 0, stats = 0;
 };
-// norm: "layernorm" | "rmsnorm" | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
+// norm: "layernorm" | "rmsnorm" | "dyt" (no statistics) | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
 ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes = 4);
 
 // ============================================================================

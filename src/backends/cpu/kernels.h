@@ -74,13 +74,8 @@ void cross_entropy_forward(float* loss, float* probs, const float* logits, const
 void cross_entropy_backward(float* dlogits, float dloss, const float* probs, const int32_t* targets,
                             int64_t n, int64_t v);
 
-// ---- elementwise normalizers and the channel scale (squash.cpp) ----------------------------
-// Backend::squash_forward / squash_backward / channel_scale_*, on raw arrays (shift 0 for DyT;
-// beta, dx and every gradient nullable).
-void squash_forward(float* y, const float* x, float alpha, float shift, const float* gamma, const float* beta,
-                    int64_t n, int64_t d, Squash f);
-void squash_backward(float* dx, float* dalpha, float* dshift, float* dgamma, float* dbeta, const float* dy,
-                     const float* x, float alpha, float shift, const float* gamma, int64_t n, int64_t d, Squash f);
+// ---- the channel scale (squash.cpp; DyT and Derf: cpu_kernels.h) --------------------------
+// Backend::channel_scale_*, on raw arrays (dx and dlambda nullable).
 void channel_scale_forward(float* y, const float* x, const float* lambda, int64_t n, int64_t d, int64_t c);
 void channel_scale_backward(float* dx, float* dlambda, const float* dy, const float* x, const float* lambda,
                             int64_t n, int64_t d, int64_t c);

@@ -110,4 +110,59 @@ void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const
   }
 }
 
+// DyT as a framework evaluates it op by op: u = alpha*x, t = tanh(u), y = gamma*t + beta, each a
+// sweep over the tensor (libm's tanhf, not vectorized).
+void dyt_forward_multipass(float* y, const float* x, float alpha, const float* gamma, const float* beta, int64_t n,
+                           int64_t d) {
+  if (d <= 0) return;
+  parallel_for(n, n * d, [&](int64_t i) {
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = alpha * x[i * d + j];
+  });
+  parallel_for(n, n * d * 8, [&](int64_t i) {
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = std::tanh(y[i * d + j]);
+  });
+  parallel_for(n, n * d, [&](int64_t i) {
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = gamma[j] * y[i * d + j] + (beta ? beta[j] : 0.0f);
+  });
+}
+
+// The backward as autograd would run it: t recomputed, h = dy*gamma*(1 - t^2) a tensor, then dx,
+// the parameter sums (columns: one thread per range of columns, rows in order) and dalpha.
+void dyt_backward_multipass(float* dx, float* dalpha, float* dgamma, float* dbeta, const float* dy, const float* x,
+                            float alpha, const float* gamma, int64_t n, int64_t d) {
+  if (d <= 0) return;
+  std::vector<float> t(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d));
+  parallel_for(n, n * d * 8, [&](int64_t i) {
+    for (int64_t j = 0; j < d; ++j) t[static_cast<size_t>(i * d + j)] = std::tanh(alpha * x[i * d + j]);
+  });
+  parallel_for(n, n * d, [&](int64_t i) {
+    for (int64_t j = 0; j < d; ++j) {
+      const size_t e = static_cast<size_t>(i * d + j);
+      h[e] = dy[e] * gamma[j] * (1.0f - t[e] * t[e]);
+    }
+  });
+  if (dx)
+    parallel_for(n, n * d, [&](int64_t i) {
+      for (int64_t j = 0; j < d; ++j) dx[i * d + j] = alpha * h[static_cast<size_t>(i * d + j)];
+    });
+  if (dgamma || dbeta) {
+    parallel_chunks(d, n * d, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {
+        if (dgamma) dgamma[j] = 0.0f;
+        if (dbeta) dbeta[j] = 0.0f;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = lo; j < hi; ++j) {
+          if (dgamma) dgamma[j] += dy[i * d + j] * t[static_cast<size_t>(i * d + j)];
+          if (dbeta) dbeta[j] += dy[i * d + j];
+        }
+    });
+  }
+  if (dalpha) {
+    double s = 0.0;
+    for (int64_t e = 0; e < n * d; ++e) s += double(x[e]) * h[static_cast<size_t>(e)];
+    *dalpha = static_cast<float>(s);
+  }
+}
+
 }  // namespace normlab::cpu
