@@ -141,6 +141,12 @@ std::string model_label(const ModelConfig& m) {
   std::string s = fmt::format("{} {}-{} L={} init={}", to_string(m.model), to_string(m.placement), to_string(m.norm), m.layers,
                               to_string(m.init));
   if (!m.residual) s += " no-residual";
+  // The variants (docs/variants.md) that the placement and norm do not name.
+  if (m.residual_scale_kind() != ResidualScale::none) s += " " + std::string(to_string(m.residual_scale_kind()));
+  if (m.placement == Placement::mixln) s += fmt::format(" post={}", m.mix_post());
+  if (m.ln_scaled()) s += " ln-scaling";
+  if (m.gain_offset()) s += " gemma";
+  if (m.embedding_norm()) s += " embed-norm";
   return s;
 }
 
@@ -472,6 +478,20 @@ json model_json(const TrainConfig& c) {
               {"data", c.data.str()},         {"seed", c.seed}};
 }
 
+// model_json with the variants' keys that are set (as config.json holds them).
+json model_json_with_variants(const TrainConfig& c) {
+  json j = model_json(c);
+  const ModelConfig& m = c.model;
+  if (m.residual_scale) j["residual_scale"] = to_string(*m.residual_scale);
+  if (m.residual_scale_kind() == ResidualScale::layerscale) j["layerscale_init"] = m.layerscale_value();
+  if (m.placement == Placement::mixln) j["mix_post_layers"] = m.mix_post();
+  if (m.ln_scaling) j["ln_scaling"] = *m.ln_scaling;
+  if (m.norm == NormKind::dyt || m.norm == NormKind::derf) j["dyt_alpha"] = m.dyt_alpha_init();
+  if (m.gemma_norm) j["gemma_norm"] = *m.gemma_norm;
+  if (m.embed_norm) j["embed_norm"] = *m.embed_norm;
+  return j;
+}
+
 json config_probe_json(const ConfigProbe& p) {
   json layers = json::array();
   for (size_t l = 0; l < p.layers.size(); ++l) {
@@ -489,7 +509,7 @@ json config_probe_json(const ConfigProbe& p) {
                           {"cosine", stat(lp.cosine)}});
   }
   return json{{"label", p.label},
-              {"config", model_json(p.config)},
+              {"config", model_json_with_variants(p.config)},
               {"sqrt_d", p.sqrt_d},
               {"final_norm_on", p.final_norm_on},
               {"loss", stat(p.loss)},
