@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""The variants' depth x lr grid (experiments/variants-toy.json) as tables and claim checks.
+
+Reads a sweep directory of `normlab sweep experiments/variants-toy.json` (every run's result.json
+and metrics.jsonl, whatever has finished) and writes a markdown report:
+  - per variant and depth: the best stable lr's final validation loss (mean over seeds), the stable
+    lr window (every seed finished ok: not diverged, not collapsed) and the diverged/collapsed counts;
+  - the papers' small-scale claims that this grid can test, each paired by seed with a 95% t
+    interval over the seeds (none with one seed: then the verdict waits for more seeds);
+  - the variant selection table (loss, lr window, depth limit, and the kernel's speed from a
+    `bench norms --json` document when one is given).
+
+Usage: scripts/variants_report.py SWEEP_DIR [--bench results/bench-runs/variants-norms.json] [--out results/variants.md]
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANT_KEYS = ("norm", "placement", "residual_scale", "ln_scaling", "gemma_norm", "embed_norm")
+# Student's t, two-sided 95%, by degrees of freedom.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def variant_name(cfg):
+    parts = [f"{cfg['placement']}-{cfg['norm']}"]
+    if cfg.get("residual_scale", "none") != "none":
+        parts.append(cfg["residual_scale"])
+    for k in ("ln_scaling", "gemma_norm", "embed_norm"):
+        if cfg.get(k):
+            parts.append(k.replace("_", "-"))
+    return " ".join(parts)
+
+
+def load(sweep):
+    runs = []
+    for res in glob.glob(os.path.join(sweep, "runs", "**", "result.json"), recursive=True):
+        if ".partial." in res:
+            continue
+        r = json.load(open(res))
+        cfg = r["config"]
+        metrics = []
+        mpath = os.path.join(os.path.dirname(res), "metrics.jsonl")
+        if os.path.exists(mpath):
+            metrics = [json.loads(line) for line in open(mpath) if line.strip()]
+        runs.append({"variant": variant_name(cfg), "layers": cfg["layers"], "lr": cfg["lr"], "seed": cfg["seed"],
+                     "status": r["status"], "final": r.get("final_val_loss"), "diverged_step": r.get("diverged_step"),
+                     "collapsed_step": r.get("collapsed_step"), "metrics": metrics, "cpu": r["versions"].get("cpu"),
+                     "commit": r["versions"].get("git_commit")})
+    return runs
+
+
+def ok(run):
+    return run["status"] in ("ok", "completed")
+
+
+def interval(diffs):
+    """Mean, and the 95% t half-width (None with fewer than 2 values)."""
+    m = statistics.mean(diffs)
+    if len(diffs) < 2:
+        return m, None
+    return m, T95.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def fmt_ci(m, h, digits=4):
+    return f"{m:+.{digits}f}" + (f" ± {h:.{digits}f}" if h is not None else " (1 seed: no interval)")
+
+
+def verdict(m, h, better_when_negative=True, margin=0.0):
+    """reproduced when the interval lies on the claimed side; refuted when it lies on the other;
+    otherwise inconclusive; pending with one seed."""
+    if h is None:
+        return "pending (one seed)"
+    lo, hi = m - h, m + h
+    if better_when_negative:
+        return "reproduced" if hi < -margin else "refuted" if lo > margin else "inconclusive"
+    return "reproduced" if lo > margin else "refuted" if hi < -margin else "inconclusive"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sweep")
+    ap.add_argument("--bench", help="a `normlab bench norms --json` document with DyT and RMSNorm rows")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "variants.md"))
+    a = ap.parse_args()
+    runs = load(a.sweep)
+    if not runs:
+        sys.exit(f"{a.sweep}: no finished runs")
+    spec = json.load(open(os.path.join(a.sweep, "spec.json")))
+    if isinstance(spec["zip"], list):  # the resolved spec holds a list of zips
+        spec["zip"] = spec["zip"][0]
+    planned = len(spec["grid"]["layers"]) * len(spec["grid"]["lr"]) * len(spec.get("seeds", [0])) * \
+        len(next(iter(spec["zip"].values())))
+    variants = []
+    for r in sorted(runs, key=lambda r: 0):
+        if r["variant"] not in variants:
+            variants.append(r["variant"])
+    order = {}
+    z = spec["zip"]
+    for i in range(len(z["norm"])):
+        cfg = {k: z[k][i] for k in z if z[k][i] is not None}
+        cfg.setdefault("residual_scale", "none")
+        order[variant_name(cfg)] = i
+    variants.sort(key=lambda v: order.get(v, 99))
+    depths = sorted({r["layers"] for r in runs})
+    lrs = sorted({r["lr"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    by = {}
+    for r in runs:
+        by.setdefault((r["variant"], r["layers"], r["lr"]), []).append(r)
+
+    out = ["# The variants' depth x lr grid (toy model, gpt2 init)", "",
+           f"Sweep `{os.path.relpath(a.sweep, ROOT)}` (experiments/variants-toy.json: {len(variants)} variants x "
+           f"layers {depths} x lr {lrs}, 1000 steps, batch 32): {len(runs)} of {planned} planned runs finished, "
+           f"seeds {seeds}. CPU: {runs[0]['cpu']}; normlab {runs[0]['commit']}. Written by "
+           f"`scripts/variants_report.py {os.path.relpath(a.sweep, ROOT)}`.", "",
+           "A point is stable when every seed that ran finished ok (not diverged, not collapsed: collapsed = "
+           "within 0.05 nats of the unigram loss at the end). Best: the lowest mean final validation loss over "
+           "the stable lrs.", ""]
+
+    # ---- the grid
+    summary = {}  # (variant, L) -> (best_lr, best_mean, window, diverged, collapsed)
+    for L in depths:
+        out += [f"## L = {L}", "", "| variant | " + " | ".join(f"lr {lr:g}" for lr in lrs) +
+                " | best (lr) | stable lr window | diverged | collapsed |",
+                "|---|" + "---:|" * len(lrs) + "---|---|---:|---:|"]
+        for v in variants:
+            cells, stable, div, col = [], [], 0, 0
+            best = None
+            for lr in lrs:
+                rs = by.get((v, L, lr), [])
+                if not rs:
+                    cells.append("")
+                    continue
+                div += sum(r["status"] == "diverged" for r in rs)
+                col += sum(r["status"] == "collapsed" for r in rs)
+                if all(ok(r) for r in rs):
+                    m = statistics.mean(r["final"] for r in rs)
+                    stable.append(lr)
+                    cells.append(f"{m:.4f}")
+                    if best is None or m < best[1]:
+                        best = (lr, m)
+                else:
+                    bad = [r for r in rs if not ok(r)]
+                    cells.append(", ".join(f"{r['status']}@{r['diverged_step'] or r['collapsed_step'] or ''}"
+                                           for r in bad))
+            window = f"{min(stable):g} … {max(stable):g}" if stable else "none"
+            summary[(v, L)] = (best, stable, div, col)
+            out.append(f"| {v} | " + " | ".join(cells) + f" | {best[1]:.4f} ({best[0]:g}) | {window} | {div} | {col} |"
+                       if best else f"| {v} | " + " | ".join(cells) + f" | - | {window} | {div} | {col} |")
+        out.append("")
+
+    # ---- claims
+    def paired(v1, v2, L, lr, value):
+        """value(run) of v1 minus v2, paired by seed, where both ran ok."""
+        a_runs = {r["seed"]: r for r in by.get((v1, L, lr), []) if ok(r)}
+        b_runs = {r["seed"]: r for r in by.get((v2, L, lr), []) if ok(r)}
+        return [value(a_runs[s]) - value(b_runs[s]) for s in sorted(set(a_runs) & set(b_runs))]
+
+    def at_step(step):
+        def f(r):
+            for m in r["metrics"]:
+                if m.get("step") == step and "val_loss" in m:
+                    return m["val_loss"]
+            return float("nan")
+        return f
+
+    final = lambda r: r["final"]  # noqa: E731
+    out += ["## Claims this grid tests", "",
+            "Each row pairs two variants by seed at the same depth and lr (both ok), and gives the mean paired "
+            "difference with its 95% t interval over the seeds. The verdict is about the claim as stated: "
+            "reproduced when the interval lies on the claimed side, refuted when it lies on the other side, "
+            "inconclusive when it holds 0, pending while one seed has run.", "",
+            "| claim | comparison | depth | lr | metric | difference (first − second) | verdict |",
+            "|---|---|---:|---:|---|---|---|"]
+    claim_lr = 1e-3
+
+    def row(claim, v1, v2, L, lr, metric_name, fn, better_negative=True, margin=0.0, digits=4):
+        d = paired(v1, v2, L, lr, fn)
+        d = [x for x in d if not math.isnan(x)]
+        if not d:
+            out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | not both ok | - |")
+            return
+        m, h = interval(d)
+        out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | {fmt_ci(m, h, digits)} (n={len(d)}) | "
+                   f"{verdict(m, h, better_negative, margin)} |")
+
+    for L in depths:
+        # DyT matches LayerNorm: |difference| within the seed noise; "reproduced" needs the interval
+        # inside +-0.01 nats (the equivalence margin), "refuted" one side outside it.
+        d = paired("pre-dyt", "pre-layernorm", L, claim_lr, final)
+        if d:
+            m, h = interval(d)
+            if h is None:
+                v = "pending (one seed)"
+            else:
+                v = "reproduced" if (m - h > -0.01 and m + h < 0.01) else "refuted" if (m - h > 0.01 or m + h < -0.01) else "inconclusive"
+            out.append(f"| DyT matches LayerNorm (within 0.01 nats) | pre-dyt vs pre-layernorm | {L} | {claim_lr:g} | "
+                       f"final val loss | {fmt_ci(m, h)} (n={len(d)}) | {v} |")
+    for L in depths:
+        row("ReZero converges faster early (no norm)", "pre-none rezero", "pre-none", L, claim_lr,
+            "val loss at step 250", at_step(250))
+        row("ReZero converges faster early (vs Pre-LN)", "pre-none rezero", "pre-layernorm", L, claim_lr,
+            "val loss at step 250", at_step(250))
+    out.append("")
+
+    # LayerScale lets deep stacks train at higher lr: the largest stable lr, with and without.
+    out += ["### Largest stable lr, with and without LayerScale", "",
+            "| depth | pre-layernorm | pre-layernorm layerscale | post-layernorm | post-layernorm layerscale |",
+            "|---:|---:|---:|---:|---:|"]
+    for L in depths:
+        cells = []
+        for v in ("pre-layernorm", "pre-layernorm layerscale", "post-layernorm", "post-layernorm layerscale"):
+            s = summary.get((v, L))
+            cells.append(f"{max(s[1]):g}" if s and s[1] else "none")
+        out.append(f"| {L} | " + " | ".join(cells) + " |")
+    out.append("")
+
+    # Mix-LN's middle layers: the per-layer gradient norms of the run, averaged over its log steps.
+    out += ["### Middle-layer gradients: Mix-LN against Pre-LN", "",
+            "Mean over the logged steps of ||dL/dP_l|| for the middle half of the blocks (l in (L/4, 3L/4]), "
+            "as train records it (metrics.jsonl `block_grad_norm`), Mix-LN over Pre-LN (a ratio > 1: Mix-LN's "
+            "middle layers get larger gradients, the claim).", "",
+            "| depth | lr | Mix-LN / Pre-LN, mean over seeds | seeds |", "|---:|---:|---:|---:|"]
+    for L in depths:
+        for lr in lrs:
+            def mid(r):
+                vals = []
+                for m in r["metrics"]:
+                    g = m.get("block_grad_norm")
+                    if g:
+                        lo, hi = len(g) // 4, (3 * len(g)) // 4
+                        vals.append(statistics.mean(g[lo:hi]) if hi > lo else float("nan"))
+                return statistics.mean(vals) if vals else float("nan")
+            ra = {r["seed"]: mid(r) for r in by.get(("mixln-layernorm", L, lr), []) if ok(r)}
+            rb = {r["seed"]: mid(r) for r in by.get(("pre-layernorm", L, lr), []) if ok(r)}
+            common = sorted(set(ra) & set(rb))
+            if common:
+                ratios = [ra[s] / rb[s] for s in common]
+                out.append(f"| {L} | {lr:g} | {statistics.mean(ratios):.3g} | {len(common)} |")
+    out.append("")
+
+    # LayerNorm Scaling: the stream's growth over the blocks at the end of training.
+    out += ["### Residual-stream growth at the end of training: LayerNorm Scaling against Pre-LN", "",
+            "||x_l|| at the last logged step (metrics.jsonl `stream_norm`), fitted as log ||x_l|| = a + rate l "
+            "(exponential) and = a + p log l (power law); R² of each. Sub-exponential growth: the power law fits "
+            "at least as well as the exponential.", "",
+            "| variant | depth | lr | ||x_L|| / ||x_1|| | exp rate (R²) | power p (R²) |", "|---|---:|---:|---:|---|---|"]
+
+    def fit(xs, ys):
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+        syy = sum((y - my) ** 2 for y in ys)
+        return (sxy / sxx if sxx else 0.0), ((sxy * sxy) / (sxx * syy) if sxx and syy else 1.0)
+
+    for L in depths:
+        if L < 6:
+            continue
+        for v in ("pre-layernorm", "pre-layernorm ln-scaling"):
+            for r in by.get((v, L, claim_lr), []):
+                if not ok(r) or not r["metrics"]:
+                    continue
+                s = r["metrics"][-1].get("stream_norm")
+                if not s:
+                    continue
+                ls = list(range(1, len(s) + 1))
+                rate, r2e = fit(ls, [math.log(x) for x in s])
+                p, r2p = fit([math.log(x) for x in ls], [math.log(x) for x in s])
+                out.append(f"| {v} (seed {r['seed']}) | {L} | {claim_lr:g} | {s[-1] / s[0]:.3g} | {rate:.3g} ({r2e:.2f}) | "
+                           f"{p:.3g} ({r2p:.2f}) |")
+    out.append("")
+
+    # ---- selection table
+    speed = {}
+    if a.bench:
+        doc = json.load(open(a.bench))
+        rows = {b["name"]: b for b in doc["benchmarks"] if b.get("status") == "ok"}
+        for b in rows.values():
+            if b["norm"] == "dyt" and b["impl"] == "fused":
+                rms = rows.get(b["name"].replace("dyt.fused", "rmsnorm.fused"))
+                ln = rows.get(b["name"].replace("dyt.fused", "layernorm.fused"))
+                if rms:
+                    speed.setdefault("dyt_vs_rms", []).append(rms["real_time"] / b["real_time"])
+                if ln:
+                    speed.setdefault("dyt_vs_ln", []).append(ln["real_time"] / b["real_time"])
+    kernel = {
+        "pre-layernorm": "LayerNorm kernel", "pre-rmsnorm": "RMSNorm kernel", "post-layernorm": "fused add + LayerNorm",
+        "pre-none": "none", "pre-dyt": (f"DyT kernel: {statistics.median(speed['dyt_vs_rms']):.2f}x RMSNorm's speed "
+                                        f"(median over the bench rows)" if "dyt_vs_rms" in speed else "DyT kernel"),
+        "pre-derf": "Derf kernel (DyT's, erf)", "pre-none rezero": "a scalar multiply per sublayer",
+        "pre-layernorm skipinit": "LayerNorm + a scalar multiply per sublayer",
+        "pre-layernorm layerscale": "LayerNorm + a per-channel multiply per sublayer",
+        "post-layernorm layerscale": "unfused add + LayerNorm, a per-channel multiply",
+        "mixln-layernorm": "LayerNorm (fused add + norm in the Post-LN blocks)",
+        "pre-layernorm ln-scaling": "LayerNorm + a scale", "postsub-rmsnorm": "RMSNorm on each branch",
+        "sandwich-layernorm": "two LayerNorms per sublayer", "pre-rmsnorm gemma-norm": "RMSNorm + a d-element add"}
+    out += ["## Variant selection (measured here)", "",
+            "For each variant: its best final loss and stable lr window at each depth, the deepest depth with any "
+            "stable lr (the depth limit of this grid), and what its norm costs.", "",
+            "| variant | " + " | ".join(f"L={L}: best (lr) / window" for L in depths) + " | depth limit | kernel |",
+            "|---|" + "---|" * len(depths) + "---:|---|"]
+    for v in variants:
+        cells, limit = [], "none"
+        for L in depths:
+            s = summary.get((v, L))
+            if s and s[0]:
+                cells.append(f"{s[0][1]:.4f} ({s[0][0]:g}) / {min(s[1]):g}…{max(s[1]):g}")
+                limit = str(L)
+            else:
+                cells.append("no stable lr" if s else "not run")
+        out.append(f"| {v} | " + " | ".join(cells) + f" | {limit} | {kernel.get(v, '')} |")
+    out.append("")
+    with open(a.out + ".tmp", "w") as f:
+        f.write("\n".join(out))
+    os.replace(a.out + ".tmp", a.out)
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
