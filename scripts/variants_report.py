@@ -20,6 +20,8 @@ import os
 import statistics
 import sys
 
+from variants_probe import fit  # noqa: E402 (the same least-squares fit as the probe report)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANT_KEYS = ("norm", "placement", "residual_scale", "ln_scaling", "gemma_norm", "embed_norm")
 # Student's t, two-sided 95%, by degrees of freedom.
@@ -250,14 +252,6 @@ def main():
             "(exponential) and = a + p log l (power law); R² of each. Sub-exponential growth: the power law fits "
             "at least as well as the exponential.", "",
             "| variant | depth | lr | ||x_L|| / ||x_1|| | exp rate (R²) | power p (R²) |", "|---|---:|---:|---:|---|---|"]
-
-    def fit(xs, ys):
-        n = len(xs)
-        mx, my = sum(xs) / n, sum(ys) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-        syy = sum((y - my) ** 2 for y in ys)
-        return (sxy / sxx if sxx else 0.0), ((sxy * sxy) / (sxx * syy) if sxx and syy else 1.0)
 
     for L in depths:
         if L < 6:

@@ -12,39 +12,18 @@
 #include "normlab/nn.h"
 #include "normlab/ops.h"
 #include "test_util.h"
+#include "variants_fixture.h"
 
 using namespace normlab;
+using normlab::test::ids_of;
+using normlab::test::loss_of;
 
 namespace {
-
-ModelConfig small(int64_t layers = 4) {
-  ModelConfig c;
-  c.layers = layers;
-  c.d_model = 16;
-  c.d_hidden = 24;
-  c.vocab = 11;
-  c.seq_len = 6;
-  c.heads = 2;
-  return c;
-}
 
 std::map<std::string, Tensor> by_name(Model& m) {
   std::map<std::string, Tensor> out;
   for (const Tensor& p : m.params().all()) out[p.name()] = p;
   return out;
-}
-
-Tensor ids_of(uint64_t seed, int64_t b, int64_t t, int64_t vocab) {
-  Rng rng(seed, stream::data);
-  std::vector<int32_t> v(static_cast<size_t>(b * t));
-  for (int32_t& x : v) x = static_cast<int32_t>(rng.below(static_cast<uint32_t>(vocab)));
-  return Tensor::from_ids(v, {b, t});
-}
-
-double loss_of(const Model& m, uint64_t seed) {
-  NoGradGuard no_grad;
-  const ModelConfig& c = m.config();
-  return m.loss(ids_of(seed, 3, c.seq_len, c.vocab), ids_of(seed + 1, 3, c.seq_len, c.vocab)).item();
 }
 
 bool all_equal(const Tensor& t, double v) {
@@ -56,7 +35,7 @@ bool all_equal(const Tensor& t, double v) {
 }  // namespace
 
 TEST(Variants, DytAndDerfParametersAtInit) {
-  ModelConfig c = small();
+  ModelConfig c = test::small_variant_config();
   c.norm = NormKind::dyt;
   c.dyt_alpha = 0.8;
   Model dyt(c, 1);
@@ -80,7 +59,7 @@ TEST(Variants, DytAndDerfParametersAtInit) {
 }
 
 TEST(Variants, ResidualScalesAtInit) {
-  ModelConfig c = small();
+  ModelConfig c = test::small_variant_config();
   c.norm = NormKind::none;
   c.residual_scale = ResidualScale::rezero;
   Model rz(c, 2);
@@ -113,7 +92,7 @@ TEST(Variants, ResidualScalesAtInit) {
 // ReZero at init: every block is the identity (a = 0), whatever its sublayers compute.
 TEST(Variants, ReZeroBlocksAreTheIdentityAtInit) {
   for (ModelKind model : {ModelKind::toy, ModelKind::gpt}) {
-    ModelConfig c = small(5);
+    ModelConfig c = test::small_variant_config(5);
     c.model = model;
     c.norm = NormKind::none;
     c.residual_scale = ResidualScale::rezero;
@@ -127,7 +106,7 @@ TEST(Variants, ReZeroBlocksAreTheIdentityAtInit) {
 }
 
 TEST(Variants, MixLnIsPostInTheFirstBlocksAndPreAfter) {
-  ModelConfig c = small(8);
+  ModelConfig c = test::small_variant_config(8);
   c.placement = Placement::mixln;
   Model m(c, 5);
   for (int64_t l = 0; l < 8; ++l)
@@ -140,7 +119,7 @@ TEST(Variants, MixLnIsPostInTheFirstBlocksAndPreAfter) {
 }
 
 TEST(Variants, LayerNormScalingScalesBlockLByOneOverSqrtL) {
-  ModelConfig c = small(6);
+  ModelConfig c = test::small_variant_config(6);
   c.ln_scaling = true;
   Model m(c, 6);
   for (size_t l = 0; l < 6; ++l) {
@@ -161,7 +140,7 @@ TEST(Variants, LayerNormScalingScalesBlockLByOneOverSqrtL) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(static_cast<float>(b[i]), static_cast<float>(a[i] * 0.5));
   // The paper drops GPT-2's scaled init of the residual projections; so does normlab.
   auto p = by_name(m);
-  ModelConfig plain_cfg = small(6);
+  ModelConfig plain_cfg = test::small_variant_config(6);
   Model unscaled(plain_cfg, 6);
   auto q = by_name(unscaled);
   const double with = std::sqrt(sum_squares(p["blocks.0.mlp.fc2.w"]) / double(p["blocks.0.mlp.fc2.w"].numel()));
@@ -172,7 +151,7 @@ TEST(Variants, LayerNormScalingScalesBlockLByOneOverSqrtL) {
 // Gemma's gain 1 + w with w = gamma - 1 is the plain model (gammas in [0.5, 2] make w exact).
 TEST(Variants, GemmaGainEqualsThePlainGain) {
   for (ModelKind model : {ModelKind::toy, ModelKind::gpt}) {
-    ModelConfig c = small();
+    ModelConfig c = test::small_variant_config();
     c.model = model;
     c.norm = NormKind::rmsnorm;
     c.qk_norm = model == ModelKind::gpt;
@@ -208,7 +187,7 @@ TEST(Variants, GemmaGainEqualsThePlainGain) {
 }
 
 TEST(Variants, EmbedNormNormalizesTheStreamEnteringBlockZero) {
-  ModelConfig c = small();
+  ModelConfig c = test::small_variant_config();
   c.norm = NormKind::rmsnorm;
   c.placement = Placement::sandwich;
   c.embed_norm = true;

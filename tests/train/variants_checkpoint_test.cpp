@@ -8,37 +8,12 @@
 #include "normlab/checkpoint.h"
 #include "normlab/nn.h"
 #include "test_util.h"
+#include "variants_fixture.h"
 
 using namespace normlab;
+using normlab::test::ids_of;
+using normlab::test::loss_of;
 namespace fs = std::filesystem;
-
-namespace {
-
-ModelConfig small() {
-  ModelConfig c;
-  c.layers = 4;
-  c.d_model = 16;
-  c.d_hidden = 24;
-  c.vocab = 11;
-  c.seq_len = 6;
-  c.heads = 2;
-  return c;
-}
-
-Tensor ids_of(uint64_t seed, int64_t b, int64_t t, int64_t vocab) {
-  Rng rng(seed, stream::data);
-  std::vector<int32_t> v(static_cast<size_t>(b * t));
-  for (int32_t& x : v) x = static_cast<int32_t>(rng.below(static_cast<uint32_t>(vocab)));
-  return Tensor::from_ids(v, {b, t});
-}
-
-double loss_of(const Model& m, uint64_t seed) {
-  NoGradGuard no_grad;
-  const ModelConfig& c = m.config();
-  return m.loss(ids_of(seed, 3, c.seq_len, c.vocab), ids_of(seed + 1, 3, c.seq_len, c.vocab)).item();
-}
-
-}  // namespace
 
 // Every variant's checkpoint loads back into a model of its config with the same loss, and a
 // plain Pre-LN model refuses it by name where the variant's parameters differ (Mix-LN and LayerNorm
@@ -64,7 +39,7 @@ TEST(VariantCheckpoints, RoundTripAndRefuseAnotherVariant) {
   variants.insert(variants.end(), same_params.begin(), same_params.end());
   size_t i = 0;
   for (auto& v : variants) {
-    ModelConfig c = small();
+    ModelConfig c = test::small_variant_config();
     v(c);
     Model a(c, 21);
     // Move every parameter off its init, so that a load that skipped one would show.
@@ -79,7 +54,7 @@ TEST(VariantCheckpoints, RoundTripAndRefuseAnotherVariant) {
     Model b(c, 99);
     load_model_state(b, load_safetensors(path), path);
     EXPECT_EQ(loss_of(b, 3), loss_of(a, 3)) << path;
-    Model other(small(), 1);
+    Model other(test::small_variant_config(), 1);
     if (i <= own) {
       EXPECT_THROW(load_model_state(other, load_safetensors(path), path), UsageError) << path;
     } else {
