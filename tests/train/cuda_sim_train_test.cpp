@@ -179,6 +179,34 @@ TEST(CudaSimTrain, NativeLowPrecisionIsTheEmulationBitForBit) {
     post.model.qk_norm = false;
     cases.push_back({"gpt post-ln", post});
   }
+  // The variants' kernels (DyT/Derf, the channel scale, Gemma's 1 + w gain): native storage is the
+  // emulation for them too.
+  {
+    TrainConfig dyt = tiny(ModelKind::gpt);
+    dyt.steps = 6;
+    dyt.eval_every = 3;
+    dyt.precision = Precision::bf16;
+    dyt.model.norm = NormKind::dyt;
+    dyt.model.residual_scale = ResidualScale::layerscale;
+    dyt.model.layerscale_init = 0.5;
+    cases.push_back({"gpt dyt layerscale", dyt});
+    TrainConfig derf = tiny(ModelKind::toy);
+    derf.steps = 6;
+    derf.eval_every = 3;
+    derf.precision = Precision::fp16;
+    derf.model.norm = NormKind::derf;
+    derf.model.placement = Placement::post;
+    cases.push_back({"toy post-derf", derf});
+    TrainConfig gemma = tiny(ModelKind::gpt);
+    gemma.steps = 6;
+    gemma.eval_every = 3;
+    gemma.precision = Precision::bf16;
+    gemma.model.norm = NormKind::rmsnorm;
+    gemma.model.qk_norm = true;
+    gemma.model.gemma_norm = true;
+    gemma.model.residual_scale = ResidualScale::skipinit;
+    cases.push_back({"gpt gemma rmsnorm skipinit", gemma});
+  }
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} {}", c.name, to_string(c.cfg.storage())));
     const Curve native = run_on(Device::cuda_sim, c.cfg, true);
