@@ -151,7 +151,10 @@ def main():
                     cells.append(", ".join(f"{r['status']}@{r['diverged_step'] or r['collapsed_step'] or ''}"
                                            for r in bad))
             window = f"{min(stable):g} … {max(stable):g}" if stable else "none"
-            summary[(v, L)] = (best, stable, div, col)
+            missing = sum(1 for lr in lrs if not by.get((v, L, lr)))
+            if missing:
+                window += f" ({missing} lr not run yet)"
+            summary[(v, L)] = (best, stable, div, col, missing)
             out.append(f"| {v} | " + " | ".join(cells) + f" | {best[1]:.4f} ({best[0]:g}) | {window} | {div} | {col} |"
                        if best else f"| {v} | " + " | ".join(cells) + f" | - | {window} | {div} | {col} |")
         out.append("")
@@ -182,6 +185,9 @@ def main():
     claim_lr = 1e-3
 
     def row(claim, v1, v2, L, lr, metric_name, fn, better_negative=True, margin=0.0, digits=4):
+        if not by.get((v1, L, lr)) or not by.get((v2, L, lr)):
+            out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | not run yet | pending |")
+            return
         d = paired(v1, v2, L, lr, fn)
         d = [x for x in d if not math.isnan(x)]
         if not d:
@@ -218,7 +224,7 @@ def main():
         cells = []
         for v in ("pre-layernorm", "pre-layernorm layerscale", "post-layernorm", "post-layernorm layerscale"):
             s = summary.get((v, L))
-            cells.append(f"{max(s[1]):g}" if s and s[1] else "none")
+            cells.append("pending (lrs not run yet)" if not s or s[4] else f"{max(s[1]):g}" if s[1] else "none")
         out.append(f"| {L} | " + " | ".join(cells) + " |")
     out.append("")
 
@@ -304,8 +310,8 @@ def main():
         for L in depths:
             s = summary.get((v, L))
             if s and s[0]:
-                cells.append(f"{s[0][1]:.4f} ({s[0][0]:g}) / {min(s[1]):g}…{max(s[1]):g}")
-                limit = str(L)
+                cells.append(f"{s[0][1]:.4f} ({s[0][0]:g}) / {min(s[1]):g}…{max(s[1]):g}" + (" (partial)" if s[4] else ""))
+                limit = str(L) + (" (partial)" if s[4] else "")
             else:
                 cells.append("no stable lr" if s else "not run")
         out.append(f"| {v} | " + " | ".join(cells) + f" | {limit} | {kernel.get(v, '')} |")
