@@ -152,17 +152,18 @@ TEST(CudaSimTrain, NativeLowPrecisionIsTheEmulationBitForBit) {
     const char* name;
     TrainConfig cfg;
   };
+  // Six steps, an evaluation every three, stored in p.
+  auto six_steps = [](ModelKind kind, Precision p) {
+    TrainConfig c = tiny(kind);
+    c.steps = 6;
+    c.eval_every = 3;
+    c.precision = p;
+    return c;
+  };
   std::vector<Case> cases;
   for (Precision p : {Precision::bf16, Precision::fp16}) {
-    TrainConfig toy = tiny(ModelKind::toy);
-    toy.steps = 6;
-    toy.eval_every = 3;
-    toy.precision = p;
-    cases.push_back({"toy layernorm fused", toy});
-    TrainConfig gpt = tiny(ModelKind::gpt);
-    gpt.steps = 6;
-    gpt.eval_every = 3;
-    gpt.precision = p;
+    cases.push_back({"toy layernorm fused", six_steps(ModelKind::toy, p)});
+    TrainConfig gpt = six_steps(ModelKind::gpt, p);
     gpt.model.norm = NormKind::rmsnorm;
     gpt.model.qk_norm = true;
     cases.push_back({"gpt rmsnorm qk-norm fused", gpt});
@@ -181,32 +182,21 @@ TEST(CudaSimTrain, NativeLowPrecisionIsTheEmulationBitForBit) {
   }
   // The variants' kernels (DyT/Derf, the channel scale, Gemma's 1 + w gain): native storage is the
   // emulation for them too.
-  {
-    TrainConfig dyt = tiny(ModelKind::gpt);
-    dyt.steps = 6;
-    dyt.eval_every = 3;
-    dyt.precision = Precision::bf16;
-    dyt.model.norm = NormKind::dyt;
-    dyt.model.residual_scale = ResidualScale::layerscale;
-    dyt.model.layerscale_init = 0.5;
-    cases.push_back({"gpt dyt layerscale", dyt});
-    TrainConfig derf = tiny(ModelKind::toy);
-    derf.steps = 6;
-    derf.eval_every = 3;
-    derf.precision = Precision::fp16;
-    derf.model.norm = NormKind::derf;
-    derf.model.placement = Placement::post;
-    cases.push_back({"toy post-derf", derf});
-    TrainConfig gemma = tiny(ModelKind::gpt);
-    gemma.steps = 6;
-    gemma.eval_every = 3;
-    gemma.precision = Precision::bf16;
-    gemma.model.norm = NormKind::rmsnorm;
-    gemma.model.qk_norm = true;
-    gemma.model.gemma_norm = true;
-    gemma.model.residual_scale = ResidualScale::skipinit;
-    cases.push_back({"gpt gemma rmsnorm skipinit", gemma});
-  }
+  TrainConfig dyt = six_steps(ModelKind::gpt, Precision::bf16);
+  dyt.model.norm = NormKind::dyt;
+  dyt.model.residual_scale = ResidualScale::layerscale;
+  dyt.model.layerscale_init = 0.5;
+  cases.push_back({"gpt dyt layerscale", dyt});
+  TrainConfig derf = six_steps(ModelKind::toy, Precision::fp16);
+  derf.model.norm = NormKind::derf;
+  derf.model.placement = Placement::post;
+  cases.push_back({"toy post-derf", derf});
+  TrainConfig gemma = six_steps(ModelKind::gpt, Precision::bf16);
+  gemma.model.norm = NormKind::rmsnorm;
+  gemma.model.qk_norm = true;
+  gemma.model.gemma_norm = true;
+  gemma.model.residual_scale = ResidualScale::skipinit;
+  cases.push_back({"gpt gemma rmsnorm skipinit", gemma});
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} {}", c.name, to_string(c.cfg.storage())));
     const Curve native = run_on(Device::cuda_sim, c.cfg, true);
