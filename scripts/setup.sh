@@ -6,7 +6,7 @@ set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for pkg in libdnnl-dev ocl-icd-opencl-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev \
-           libgtest-dev libboost-context-dev cmake g++ make; do
+           libgtest-dev libboost-context-dev libprotobuf-dev protobuf-compiler cmake g++ make; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -46,6 +46,7 @@ const std::vector<Registrar>& registrars() {
       &add_bench,
       &add_sweep,
       &add_convert,
+      &add_export,
   };
   return table;
 }

@@ -30,7 +30,7 @@ namespace {
 struct SweepArgs {
   std::vector<std::string> positional;  // SPEC.json and/or key=v1,v2 axes
   std::vector<std::string> sets;
-  std::string out, shard, rerun;
+  std::string out, shard, rerun, tensorboard;
   int jobs = 0, threads = 1;
   bool dry_run = false, force = false;
   bool slurm = false, submit = false;
@@ -123,6 +123,8 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   ro.shard = shard;
   ro.device = a.dev.device;
   ro.tf32 = a.dev.tf32;
+  // Absolute: the children run with the same working directory, Slurm's tasks maybe not.
+  if (!a.tensorboard.empty()) ro.tensorboard = std::filesystem::absolute(a.tensorboard).lexically_normal().string();
   check_run_options(ro);
   SweepPlan plan = plan_sweep(req);
   SlurmOptions so;
@@ -135,6 +137,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
     so.array_max = a.slurm_array_max;
     so.shards = a.slurm_shards_opt->count() > 0 ? a.slurm_shards : static_cast<int>(plan.points.size());
     so.rerun = rerun;
+    so.tensorboard = ro.tensorboard;
     check_slurm_options(a.out, so, plan.points.size());
     if (a.submit) check_sbatch_available();
   }
@@ -347,6 +350,9 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   sub->add_flag("--dry-run", a->dry_run, "List the points with their run names and whether they would run; create nothing");
   a->jobs_opt = sub->add_option("-j,--jobs", a->jobs, "Points at once, at least 1 (default: the number of cores, or SLURM_CPUS_PER_TASK)");
   sub->add_option("--threads", a->threads, "Threads per point, 1 to 1024 (default 1)");
+  sub->add_option("--tensorboard", a->tensorboard,
+                  "Also write TensorBoard event files as the points train: DIR/<point name>/ each (view all with "
+                  "tensorboard --logdir DIR)");
   sub->add_option("--rerun", a->rerun, "Also re-run finished points with these statuses (comma list): diverged, completed, all; failed and interrupted points always run again");
   sub->add_flag("--force", a->force, "Run a changed spec over an existing sweep directory");
   sub->add_option("--shard", a->shard, "K/N: run only the K-th of N slices (0-based; default SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT)");

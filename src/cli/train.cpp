@@ -17,6 +17,7 @@
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/run.h"
+#include "normlab/tensorboard.h"
 
 namespace normlab::cli {
 
@@ -30,6 +31,8 @@ struct TrainArgs {
   bool save_every_given = false;
   std::string resume;  // a stopped run to continue
   bool resume_given = false;  // --resume '' is an error, not a new run
+  std::string tensorboard;  // a TensorBoard log directory for this run's events
+  bool tensorboard_given = false;
   std::map<std::string, std::string> values;  // --key value, applied over the file
   DeviceOptions dev;
 };
@@ -40,6 +43,20 @@ std::string default_run_dir(const TrainConfig& c) {
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
   return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, to_string(c.model.model), to_string(c.model.norm),
                      to_string(c.model.placement), c.model.layers, c.seed);
+}
+
+// --tensorboard DIR, before anything is created: a directory (or nothing yet), not inside the run
+// directory (which holds only its run's files).
+void check_tensorboard_dir(const std::string& tb, const std::string& run_dir, bool resuming) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  NL_USAGE(!fs::exists(tb, ec) || fs::is_directory(tb, ec), "--tensorboard '{}' is not a directory", shown(tb, 200));
+  const fs::path t = fs::weakly_canonical(fs::absolute(tb), ec), r = fs::weakly_canonical(fs::absolute(run_dir), ec);
+  const fs::path rel = t.lexically_relative(r);
+  NL_USAGE(rel.empty() || *rel.begin() == "..", "--tensorboard '{}' is inside the run directory '{}' (give a directory beside it)",
+           shown(tb, 200), shown(run_dir, 200));
+  if (!resuming && !event_files(tb).empty())
+    spdlog::warn("--tensorboard {} already holds event files: TensorBoard shows them and this run's as one run", tb);
 }
 
 int run_train(const TrainArgs& a, const GlobalOptions& g) {
@@ -61,6 +78,8 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   RunOptions opt;
   opt.dir = resume ? resume->dir : a.out.empty() ? default_run_dir(cfg) : a.out;
   opt.resume = resume.get();
+  NL_USAGE(!a.tensorboard_given || !a.tensorboard.empty(), "--tensorboard needs a directory (TensorBoard's --logdir, or a run below it)");
+  if (a.tensorboard_given) check_tensorboard_dir(a.tensorboard, opt.dir, resume != nullptr);
   if (a.out.empty() && !resume) {
     std::error_code ec;
     std::filesystem::create_directories("runs", ec);  // after the config is known to be good
@@ -71,9 +90,11 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   opt.versions["device"] = a.dev.device == "cuda"       ? fmt::format("cuda ({}{})", cuda_summary(), a.dev.tf32 ? ", tf32" : "")
                            : a.dev.device == "cuda-sim" ? fmt::format("cuda-sim ({})", cuda_sim_summary())
                                                         : "cpu";
+  std::unique_ptr<RunEventLog> events;
   const bool table = !g.json;
   const bool progress = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO) && !g.quiet;
-  opt.on_start = [table, &cfg, &opt] {
+  opt.on_start = [table, &cfg, &opt, &a, &events] {
+    if (a.tensorboard_given) events = std::make_unique<RunEventLog>(a.tensorboard, config_to_json(cfg));
     if (opt.resume)
       spdlog::info("resuming {} at step {} of {}", opt.resume->partial, opt.resume->point.state.step, cfg.steps);
     spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
@@ -82,13 +103,27 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   };
   opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
   opt.interrupt = catch_interrupts();
-  opt.on_eval = [table, progress](const EvalRecord& r) {
+  opt.on_eval = [table, progress, &events](const EvalRecord& r) {
+    if (events) events->eval(r);
     if (progress) clear_progress_line();
     if (table) print_loss_table_row(r);
   };
   if (progress) opt.on_step = [steps = cfg.steps](int64_t step, double loss) { print_progress_line(step, steps, loss); };
   TrainResult r;
-  std::string result = run_and_record(cfg, opt, &r);
+  std::string result;
+  try {
+    result = run_and_record(cfg, opt, &r);
+  } catch (const Interrupted& e) {
+    if (events) events->stopped(fmt::format("interrupted: {}", e.what()));
+    throw;
+  } catch (const Error& e) {
+    if (events) events->stopped(fmt::format("stopped by an error: {}", e.what()));
+    throw;
+  }
+  if (events) {
+    events->finish(result);
+    spdlog::info("TensorBoard events: {}", events->path());
+  }
   if (progress) clear_progress_line();
   if (g.json) {
     std::cout << result << "\n";
@@ -129,6 +164,9 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
          "Also write checkpoints/step-N.safetensors (+ the optimizer state, step-N.state.safetensors) every N "
          "steps; a run stopped after one can be resumed (the final model.safetensors always)")
       ->check(whole_count);
+  add_given_option(*sub, "--tensorboard", args->tensorboard, args->tensorboard_given,
+                   "Also write TensorBoard event files into this directory as the run goes (every metrics.jsonl "
+                   "number, per layer too; docs/tensorboard.md)");
   add_given_option(*sub, "--resume", args->resume, args->resume_given,
                    "Continue a stopped run from its latest checkpoint, bit for bit: its DIR.partial.<pid> directory, or DIR");
   for (const ConfigKey& k : config_keys()) {
@@ -145,6 +183,7 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   normlab train --config experiments/toy-pre-rms.json --lr 1e-2 --out runs/lr1e-2
   normlab train --data text:data/tiny.txt --model gpt --steps 500 --json
   normlab train --device cuda --steps 200   (every kernel on GPU 0; the tensors stay on the host)
+  normlab train --layers 20 --steps 3000 --tensorboard tb/L20   (then: tensorboard --logdir tb)
   normlab train --layers 20 --steps 3000 --save_every 500 --out runs/long   (Ctrl-C, then:)
   normlab train --resume runs/long
 

@@ -207,6 +207,10 @@ std::string eval_to_json_line(const EvalRecord& r) {
   return j.dump();
 }
 
+std::string timing_to_json_line(const EvalRecord& r) {
+  return json{{"step", r.step}, {"seconds_per_step", r.seconds_per_step}, {"tokens_per_second", r.tokens_per_second}}.dump();
+}
+
 std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
                            const std::map<std::string, std::string>& versions) {
   const EvalRecord last = r.evals.empty() ? EvalRecord{} : r.evals.back();
@@ -465,8 +469,7 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
     CheckedFile metrics(tmp + "/metrics.jsonl"), timing(tmp + "/timing.jsonl");
     auto record = [&](const EvalRecord& r) {
       metrics.write(eval_to_json_line(r) + "\n");
-      timing.write(json{{"step", r.step}, {"seconds_per_step", r.seconds_per_step},
-                        {"tokens_per_second", r.tokens_per_second}}.dump() + "\n");
+      timing.write(timing_to_json_line(r) + "\n");
     };
     if (opt.on_start) opt.on_start();
     if (opt.resume) {

@@ -237,6 +237,10 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
       args.push_back(opt.device);
     }
     if (opt.tf32) args.push_back("--tf32");
+    if (!opt.tensorboard.empty()) {
+      args.push_back("--tensorboard");
+      args.push_back(opt.tensorboard + "/" + p.name);
+    }
     ChildSpec child;
     child.argv = args;
     child.stdout_path = child.stderr_path = point_log_path(opt.dir, p);

@@ -126,6 +126,8 @@ void check_slurm_options(const std::string& dir, const SlurmOptions& o, size_t p
   NL_USAGE(!o.exe.empty() && o.exe[0] == '/' && !has_control(o.exe),
            "the normlab binary's path '{}' cannot go into sweep.sbatch (it must be absolute, without control characters)",
            shown(o.exe, 200));
+  NL_USAGE(!has_control(o.tensorboard), "--tensorboard '{}' holds a control character, which would start a new line of "
+           "sweep.sbatch; choose another directory for a Slurm sweep", shown(o.tensorboard, 200));
 }
 
 std::string sbatch_script(const std::string& dir, const SlurmOptions& o) {
@@ -147,6 +149,7 @@ std::string sbatch_script(const std::string& dir, const SlurmOptions& o) {
                                 sh_quote(o.exe), sh_quote(abs_dir + "/spec.json"), sh_quote(abs_dir), o.shards, o.cpus,
                                 o.threads);
   if (!o.rerun.empty()) cmd += fmt::format(" --rerun {}", fmt::join(o.rerun, ","));
+  if (!o.tensorboard.empty()) cmd += " --tensorboard " + sh_quote(o.tensorboard);
   s += cmd + "\n";
   return s;
 }

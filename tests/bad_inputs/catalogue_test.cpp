@@ -567,6 +567,25 @@ std::vector<Case> catalogue() {
     fs::remove(w / "ln" / "model.safetensors");
   });
   add("convert_ln_to_layernorm", {"convert", "ln", "--to", "layernorm", "--out", "c"}, ln_run("ln"));
+
+  // ---- TensorBoard (issue 28)
+  add("export_no_format", {"export", "ln"}, ln_run("ln"));
+  add("export_tensorboard_missing", {"export", "tensorboard", "nope"});
+  add("export_tensorboard_no_runs", {"export", "tensorboard", "d"}, user_dir("d"));
+  add("export_tensorboard_file", {"export", "tensorboard", "f"}, mine("f"));
+  add("export_tensorboard_out_file", {"export", "tensorboard", "ln", "--out", "f"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    mine("f")(w);
+  });
+  add("export_tensorboard_out_inside_run", {"export", "tensorboard", "ln", "--out", "ln/tb"}, ln_run("ln"));
+  add("export_tensorboard_foreign_events", {"export", "tensorboard", "ln", "--out", "tb"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    fs::create_directories(w / "tb" / "ln");
+    write(w / "tb" / "ln" / "events.out.tfevents.1.someone", "someone's\n");
+  });
+  add("train_tensorboard_empty", tiny({"--tensorboard", ""}));
+  add("train_tensorboard_file", tiny({"--tensorboard", "f"}), mine("f"));
+  add("train_tensorboard_inside_run", tiny({"--out", "r", "--tensorboard", "r/tb"}));
   return c;
 }
 

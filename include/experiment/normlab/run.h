@@ -92,6 +92,8 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
 std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,
                            const std::map<std::string, std::string>& versions);
 std::string eval_to_json_line(const EvalRecord& r);
+// timing.jsonl's line: the eval's step time (wall-clock, so apart from metrics.jsonl).
+std::string timing_to_json_line(const EvalRecord& r);
 // The top-level numbers of result.json (null where not finite): what a sweep summary can tabulate.
 const std::vector<std::string>& result_number_fields();
 

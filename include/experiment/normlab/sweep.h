@@ -160,6 +160,9 @@ struct SweepRunOptions {
   Shard shard;       // recorded in the manifest
   std::string device = "cpu";  // passed to each point's `train --device` (not part of the hash)
   bool tf32 = false;           // and --tf32
+  // A TensorBoard log directory: each point's `train --tensorboard <tensorboard>/<point name>`
+  // (so that every point is a run of its own there); empty: none.
+  std::string tensorboard;
 };
 // --jobs and --threads, before anything is created: jobs >= 1, 1 <= threads <= kMaxThreads.
 // UsageError naming the flag.
@@ -359,6 +362,7 @@ struct SlurmOptions {
   int array_max = 0;      // at most this many tasks at once (%M); 0 = no limit
   int shards = 1;         // array tasks
   std::vector<std::string> rerun;
+  std::string tensorboard;  // passed to each task's sweep (SweepRunOptions::tensorboard); absolute
 };
 // Everything that goes into the script, against Slurm's own syntax, before anything is created:
 // --slurm-time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, UNLIMITED), --slurm-partition (a comma list of

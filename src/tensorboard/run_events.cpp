@@ -1,0 +1,303 @@
+// What a run's events hold (the mapping of normlab/tensorboard.h), the log `train --tensorboard`
+// writes as it goes, and `export tensorboard` of finished run directories.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "normlab/error.h"
+#include "normlab/io.h"
+#include "normlab/run.h"
+#include "normlab/tensorboard.h"
+
+namespace normlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kTrainWriter = "normlab train";
+constexpr const char* kExportWriter = "normlab export";
+constexpr const char* kExportSuffix = ".normlab-export";
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json parse_object(const std::string& text, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  NL_USAGE(j.is_object(), "{} is not a JSON object: {}", what, shown(text, 80));
+  return j;
+}
+
+double number_or_nan(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
+
+// A JSON line's numbers and per-layer lists as scalars under prefix.
+TbStep line_scalars(const std::string& line, const std::string& prefix, const char* what) {
+  const json j = parse_object(line, what);
+  const auto step = j.find("step");
+  NL_USAGE(step != j.end() && step->is_number_integer(), "{} has no integer \"step\": {}", what, shown(line, 80));
+  TbStep out;
+  out.step = step->get<int64_t>();
+  for (const auto& [key, v] : j.items()) {
+    if (key == "step") continue;
+    if (v.is_array()) {
+      const int width = static_cast<int>(std::to_string(v.size()).size());
+      for (size_t k = 0; k < v.size(); ++k)
+        out.scalars.push_back({fmt::format("{}{}/layer_{:0{}}", prefix, key, k + 1, width), number_or_nan(v[k])});
+    } else if (v.is_number() || v.is_null()) {
+      out.scalars.push_back({prefix + key, number_or_nan(v)});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> nonempty_lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TbStep metrics_line_scalars(const std::string& metrics_line) { return line_scalars(metrics_line, "", "a metrics.jsonl line"); }
+
+TbStep timing_line_scalars(const std::string& timing_line) {
+  return line_scalars(timing_line, "timing/", "a timing.jsonl line");
+}
+
+std::vector<TbScalar> result_scalars(const std::string& result_json) {
+  const json j = parse_object(result_json, "result.json");
+  std::vector<TbScalar> out;
+  for (const std::string& f : result_number_fields()) {
+    const auto v = j.find(f);
+    if (v != j.end() && v->is_number()) out.push_back({"result/" + f, v->get<double>()});
+  }
+  return out;
+}
+
+std::string result_status_text(const std::string& result_json) {
+  const json j = parse_object(result_json, "result.json");
+  const std::string status = j.value("status", std::string("unknown"));
+  if (status == "diverged" && j.contains("diverged_step") && j["diverged_step"].is_number_integer())
+    return fmt::format("diverged at step {} ({})", j["diverged_step"].get<int64_t>(), j.value("diverged_reason", std::string()));
+  if (status == "collapsed" && j.contains("collapsed_step") && j["collapsed_step"].is_number_integer())
+    return fmt::format("collapsed from step {} (the validation loss ended at the unigram baseline or above it)",
+                       j["collapsed_step"].get<int64_t>());
+  return status;
+}
+
+std::string config_text(const std::string& config_json) {
+  std::string out;
+  // Markdown: an indented block is shown as code, line for line.
+  for (const std::string& line : nonempty_lines(config_json)) out += "    " + line + "\n";
+  return out;
+}
+
+// ---- during training --------------------------------------------------------------------------
+
+RunEventLog::RunEventLog(const std::string& dir, const std::string& config_json) : writer_(dir, kTrainWriter) {
+  writer_.append(text_event(now_seconds(), 0, "config", config_text(config_json)));
+}
+
+void RunEventLog::eval(const EvalRecord& r) {
+  std::vector<TbScalar> s = metrics_line_scalars(eval_to_json_line(r)).scalars;
+  for (TbScalar& t : timing_line_scalars(timing_to_json_line(r)).scalars) s.push_back(std::move(t));
+  writer_.append(scalars_event(now_seconds(), r.step, s));
+  last_step_ = r.step;
+}
+
+void RunEventLog::finish(const std::string& result_json) {
+  const json j = parse_object(result_json, "result.json");
+  const int64_t step = j.value("steps_done", last_step_);
+  const double now = now_seconds();
+  writer_.append(scalars_event(now, step, result_scalars(result_json)) +
+                 text_event(now, step, "status", result_status_text(result_json)));
+  writer_.close();
+}
+
+void RunEventLog::stopped(const std::string& why) {
+  writer_.append(text_event(now_seconds(), last_step_, "status", why));
+  writer_.close();
+}
+
+// ---- export -----------------------------------------------------------------------------------
+
+namespace {
+
+bool finished_run(const fs::path& p) {
+  std::error_code ec;
+  return p.filename().string().find(".partial.") == std::string::npos && is_run_directory(p.string()) &&
+         fs::is_regular_file(p / "result.json", ec) && fs::is_regular_file(p / "metrics.jsonl", ec);
+}
+
+// The run directories at or below `path`, with their names (see export_tensorboard).
+void find_runs(const std::string& path, std::vector<std::pair<std::string, std::string>>& runs) {
+  std::error_code ec;
+  fs::path root = fs::path(path).lexically_normal();
+  if (root.filename().empty()) root = root.parent_path();  // "dir/" -> "dir"
+  const fs::file_status st = fs::symlink_status(root, ec);
+  NL_USAGE(fs::exists(st), "cannot read '{}': no such file or directory", shown(path, 200));
+  NL_USAGE(fs::is_directory(st), "'{}' is not a directory (a run or sweep directory, or a folder of them)", shown(path, 200));
+  std::string base = fs::absolute(root).lexically_normal().filename().string();
+  if (base.empty() || base == "." || base == "..") base = fs::absolute(root).lexically_normal().parent_path().filename().string();
+  if (finished_run(root)) {
+    runs.emplace_back(root.string(), base);
+    return;
+  }
+  fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end;
+  NL_USAGE(!ec, "cannot read '{}': {}", shown(path, 200), ec.message());
+  for (; it != end; it.increment(ec)) {
+    NL_USAGE(!ec, "cannot read '{}': {}", shown(path, 200), ec.message());
+    if (!it->is_directory(ec) || it->is_symlink(ec)) {
+      if (it->is_symlink(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (!finished_run(it->path())) continue;
+    it.disable_recursion_pending();  // a run's checkpoints/ holds no runs
+    std::string name = base;
+    for (const fs::path& part : it->path().lexically_relative(root))
+      if (part != "runs") name += "/" + part.string();
+    runs.emplace_back(it->path().string(), name);
+  }
+}
+
+// The run's events, whole: config, one event per eval (metrics and timing of its step), result.
+// Wall times: the run's end (metrics.jsonl's modification time) less its seconds, spread over the
+// steps as the run went (the step time is not recorded per step).
+std::string run_events(const std::string& run, size_t* scalar_count) {
+  const std::string result = read_file(run + "/result.json");
+  const json rj = parse_object(result, fmt::format("'{}/result.json'", run).c_str());
+  const std::vector<std::string> metrics = nonempty_lines(read_file(run + "/metrics.jsonl"));
+  std::map<int64_t, std::vector<TbScalar>> by_step;
+  for (const std::string& line : metrics) {
+    TbStep s = metrics_line_scalars(line);
+    for (TbScalar& t : s.scalars) by_step[s.step].push_back(std::move(t));
+  }
+  std::error_code ec;
+  if (fs::is_regular_file(run + "/timing.jsonl", ec))
+    for (const std::string& line : nonempty_lines(read_file(run + "/timing.jsonl"))) {
+      TbStep s = timing_line_scalars(line);
+      auto at = by_step.find(s.step);
+      if (at != by_step.end())
+        for (TbScalar& t : s.scalars) at->second.push_back(std::move(t));
+    }
+  struct stat st {};
+  const double end = ::stat((run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0;
+  const int64_t steps = std::max<int64_t>(1, rj.value("steps_done", int64_t{1}));
+  double seconds = 0;
+  if (rj.contains("timing") && rj["timing"].is_object()) seconds = number_or_nan(rj["timing"].value("seconds", json()));
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  auto wall = [&](int64_t step) { return end - seconds + seconds * static_cast<double>(step) / static_cast<double>(steps); };
+
+  std::string out = version_event(wall(0), kExportWriter);
+  if (fs::is_regular_file(run + "/config.json", ec)) out += text_event(wall(0), 0, "config", config_text(read_file(run + "/config.json")));
+  size_t n = 0;
+  for (const auto& [step, scalars] : by_step) {
+    out += scalars_event(wall(step), step, scalars);
+    n += scalars.size();
+  }
+  const int64_t last = rj.value("steps_done", by_step.empty() ? int64_t{0} : by_step.rbegin()->first);
+  const std::vector<TbScalar> rs = result_scalars(result);
+  out += scalars_event(wall(last), last, rs) + text_event(wall(last), last, "status", result_status_text(result));
+  *scalar_count = n + rs.size();
+  return out;
+}
+
+// An events file an earlier export wrote (its first event names the export as its writer).
+bool written_by_export(const std::string& file) {
+  try {
+    const std::vector<TbEvent> ev = read_event_file(file);
+    return !ev.empty() && ev[0].writer == kExportWriter;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+bool inside(const fs::path& p, const fs::path& dir) {
+  const fs::path rel = p.lexically_relative(dir);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+}  // namespace
+
+std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, const std::string& out_dir) {
+  NL_USAGE(!paths.empty(), "export tensorboard needs a run or sweep directory");
+  NL_USAGE(!out_dir.empty(), "--out needs a directory name");
+  std::vector<std::pair<std::string, std::string>> runs;
+  for (const std::string& p : paths) {
+    const size_t before = runs.size();
+    find_runs(p, runs);
+    NL_USAGE(runs.size() > before, "'{}' holds no finished run directory (config.json, metrics.jsonl and result.json)",
+             shown(p, 200));
+  }
+  std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(fs::absolute(out_dir), ec);
+  NL_USAGE(!fs::exists(out_dir, ec) || fs::is_directory(out_dir, ec), "--out '{}' is not a directory", shown(out_dir, 200));
+  std::set<std::string> names;
+  std::vector<TbExport> plan;
+  for (const auto& [run, name] : runs) {
+    NL_USAGE(names.insert(name).second, "two runs would be exported as '{}' (give them from different folders)", shown(name, 200));
+    const fs::path run_abs = fs::weakly_canonical(fs::absolute(run), ec);
+    NL_USAGE(!inside(out_abs, run_abs) && out_abs != run_abs, "--out '{}' is inside the run directory '{}' (a run directory holds only its run)",
+             shown(out_dir, 200), shown(run, 200));
+    TbExport e;
+    e.run = run;
+    e.name = name;
+    const std::string dest = out_dir + "/" + name;
+    NL_USAGE(!fs::exists(dest, ec) || fs::is_directory(dest, ec), "'{}' is not a directory", shown(dest, 200));
+    for (const std::string& f : event_files(dest))
+      NL_USAGE(written_by_export(f),
+               "'{}' already holds event files that normlab's export did not write ('{}'): TensorBoard would show them as one "
+               "run; choose another --out",
+               shown(dest, 200), shown(fs::path(f).filename().string(), 120));
+    plan.push_back(e);
+  }
+  for (TbExport& e : plan) {
+    const std::string dest = out_dir + "/" + e.name;
+    const std::string events = run_events(e.run, &e.scalars);
+    fs::create_directories(dest, ec);
+    NL_USAGE(!ec, "cannot create '{}': {}", shown(dest, 200), ec.message());
+    const std::vector<std::string> earlier = event_files(dest);
+    struct stat st {};
+    const long long stamp = ::stat((e.run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<long long>(st.st_mtime) : 0;
+    e.file = fmt::format("{}/events.out.tfevents.{}{}", dest, stamp, kExportSuffix);
+    // Whole under a name TensorBoard does not read, then renamed over an earlier export's file of
+    // the same name (the only kind that can be there: checked above).
+    const std::string tmp = fmt::format("{}/.export.partial.{}", dest, getpid());
+    {
+      CheckedFile f(tmp);
+      try {
+        f.write(events);
+        f.close();
+      } catch (...) {
+        ::unlink(tmp.c_str());
+        throw;
+      }
+    }
+    if (::rename(tmp.c_str(), e.file.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      ::unlink(tmp.c_str());
+      throw UsageError(fmt::format("cannot write '{}': {}", shown(e.file, 200), why));
+    }
+    for (const std::string& old : earlier)
+      if (old != e.file && written_by_export(old)) fs::remove(old, ec);  // an earlier export's
+  }
+  return plan;
+}
+
+}  // namespace normlab
