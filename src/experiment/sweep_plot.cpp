@@ -7,139 +7,13 @@
 #include <set>
 
 #include "normlab/sweep.h"
+#include "svg.h"
 
 namespace normlab {
 
 namespace {
 
-// Tableau 10: distinguishable, readable on white.
-const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-const char* color(size_t i) { return kColors[i % 10]; }
-
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
-
-std::string tick_label(double v) {
-  std::string s = fmt::format("{:.3g}", v);
-  return s;
-}
-
-// Linear "nice" ticks (1, 2, 5 x 10^k steps) inside [lo, hi].
-std::vector<double> linear_ticks(double lo, double hi, int target = 5) {
-  std::vector<double> t;
-  if (!(hi > lo)) return {lo};
-  double raw = (hi - lo) / target;
-  double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * mag >= raw) {
-      step = m * mag;
-      break;
-    }
-  for (double v = std::ceil(lo / step) * step; v <= hi * (1 + 1e-12); v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
-  return t;
-}
-
-// Ticks for a log axis over [lo, hi] (both > 0): decades when the range is wide, 1-2-5 or 1..9 per
-// decade when narrow, linear nice ticks when even those give fewer than three.
-std::vector<double> log_ticks(double lo, double hi) {
-  std::vector<double> t;
-  const double decades = std::log10(hi / lo);
-  auto collect = [&](std::vector<double> mults, int every) {
-    std::vector<double> out;
-    for (int k = static_cast<int>(std::floor(std::log10(lo))) - 1; k <= static_cast<int>(std::ceil(std::log10(hi))) + 1; ++k) {
-      if (((k % every) + every) % every != 0) continue;
-      for (double m : mults) {
-        double v = m * std::pow(10.0, k);
-        if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) out.push_back(v);
-      }
-    }
-    return out;
-  };
-  if (decades >= 3) return collect({1.0}, decades > 8 ? 2 : 1);
-  t = collect({1.0, 2.0, 5.0}, 1);
-  if (t.size() >= 3) return t;
-  t = collect({1, 2, 3, 4, 5, 6, 7, 8, 9}, 1);
-  if (t.size() >= 3 && t.size() <= 9) return t;
-  return linear_ticks(lo, hi, 6);
-}
-
-struct Axis {
-  double lo = 0, hi = 1;
-  bool log = false;
-  double px0 = 0, px1 = 1;  // pixel range (px0 maps lo)
-  double map(double v) const {
-    double f = log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : (v - lo) / (hi - lo);
-    return px0 + f * (px1 - px0);
-  }
-};
-
-// Widens [lo, hi] a little (in log space for a log axis) so that points do not sit on the frame.
-void pad(double& lo, double& hi, bool log) {
-  if (log) {
-    if (!(hi > lo)) lo /= 1.5, hi *= 1.5;
-    double r = std::log10(hi / lo) * 0.05;
-    lo /= std::pow(10.0, r);
-    hi *= std::pow(10.0, r);
-  } else {
-    if (!(hi > lo)) lo -= 0.5, hi += 0.5;
-    double r = (hi - lo) * 0.05;
-    lo -= r;
-    hi += r;
-  }
-}
-
-std::string header(double w, double h) {
-  return fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
-      "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
-      w, h);
-}
-
-// Frame, grid lines, ticks and axis labels of one panel.
-std::string frame(const Axis& x, const Axis& y, const std::vector<double>& xt, const std::vector<std::string>& xl,
-                  const std::vector<double>& yt, const std::string& xlabel, const std::string& ylabel, const std::string& title) {
-  std::string s;
-  const double left = x.px0, right = x.px1, bottom = y.px0, top = y.px1;
-  s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#333\"/>\n", left,
-                   top, right - left, bottom - top);
-  for (size_t i = 0; i < xt.size(); ++i) {
-    double px = x.map(xt[i]);
-    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#e4e4e4\"/>\n", px, top, bottom);
-    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#333\"/>\n", px, bottom, bottom + 4);
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", px, bottom + 17, esc(xl[i]));
-  }
-  for (double v : yt) {
-    double py = y.map(v);
-    s += fmt::format("<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#e4e4e4\"/>\n", py, left, right);
-    s += fmt::format("<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#333\"/>\n", py, left - 4, left);
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 7, py + 4, esc(tick_label(v)));
-  }
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", (left + right) / 2, bottom + 36, esc(xlabel));
-  s += fmt::format("<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", left - 48,
-                   (top + bottom) / 2, esc(ylabel));
-  if (!title.empty())
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>\n", (left + right) / 2,
-                     top - 8, esc(title));
-  return s;
-}
-
-std::string cross(double x, double y, double r, const char* stroke) {
-  return fmt::format("<path d=\"M{0:.1f},{1:.1f} L{2:.1f},{3:.1f} M{0:.1f},{3:.1f} L{2:.1f},{1:.1f}\" stroke=\"{4}\" "
-                     "stroke-width=\"2.5\"/>\n",
-                     x - r, y - r, x + r, y + r, stroke);
-}
+using namespace svg;
 
 // A dashed horizontal line at the unigram loss, labelled, when it lies inside the y range.
 std::string unigram_line(const Axis& x, const Axis& y, double unigram) {
@@ -148,10 +22,6 @@ std::string unigram_line(const Axis& x, const Axis& y, double unigram) {
   return fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n"
                      "<text x=\"{3:.1f}\" y=\"{4:.1f}\" fill=\"#555\" font-size=\"10\">unigram (learned nothing)</text>\n",
                      x.px0, py, x.px1, x.px0 + 6, py - y.px1 < 14 ? py + 12 : py - 5);
-}
-
-std::string empty_plot(const std::string& what) {
-  return header(480, 120) + fmt::format("<text x=\"240\" y=\"64\" text-anchor=\"middle\">{}</text>\n</svg>\n", esc(what));
 }
 
 }  // namespace
