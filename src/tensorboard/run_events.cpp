@@ -40,6 +40,16 @@ json parse_object(const std::string& text, const char* what) {
 
 double number_or_nan(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
 
+// A field of a file someone may have edited: the fallback when absent or of another type.
+int64_t int_or(const json& j, const char* key, int64_t fallback) {
+  const auto v = j.find(key);
+  return v != j.end() && v->is_number_integer() ? v->get<int64_t>() : fallback;
+}
+std::string text_or(const json& j, const char* key, const std::string& fallback) {
+  const auto v = j.find(key);
+  return v != j.end() && v->is_string() ? v->get<std::string>() : fallback;
+}
+
 // A JSON line's numbers and per-layer lists as scalars under prefix.
 TbStep line_scalars(const std::string& line, const std::string& prefix, const char* what) {
   const json j = parse_object(line, what);
@@ -92,12 +102,12 @@ std::vector<TbScalar> result_scalars(const std::string& result_json) {
 
 std::string result_status_text(const std::string& result_json) {
   const json j = parse_object(result_json, "result.json");
-  const std::string status = j.value("status", std::string("unknown"));
-  if (status == "diverged" && j.contains("diverged_step") && j["diverged_step"].is_number_integer())
-    return fmt::format("diverged at step {} ({})", j["diverged_step"].get<int64_t>(), j.value("diverged_reason", std::string()));
-  if (status == "collapsed" && j.contains("collapsed_step") && j["collapsed_step"].is_number_integer())
+  const std::string status = text_or(j, "status", "unknown");
+  if (status == "diverged" && int_or(j, "diverged_step", -1) >= 0)
+    return fmt::format("diverged at step {} ({})", int_or(j, "diverged_step", -1), text_or(j, "diverged_reason", ""));
+  if (status == "collapsed" && int_or(j, "collapsed_step", -1) >= 0)
     return fmt::format("collapsed from step {} (the validation loss ended at the unigram baseline or above it)",
-                       j["collapsed_step"].get<int64_t>());
+                       int_or(j, "collapsed_step", -1));
   return status;
 }
 
@@ -123,7 +133,7 @@ void RunEventLog::eval(const EvalRecord& r) {
 
 void RunEventLog::finish(const std::string& result_json) {
   const json j = parse_object(result_json, "result.json");
-  const int64_t step = j.value("steps_done", last_step_);
+  const int64_t step = int_or(j, "steps_done", last_step_);
   const double now = now_seconds();
   writer_.append(scalars_event(now, step, result_scalars(result_json)) +
                  text_event(now, step, "status", result_status_text(result_json)));
@@ -198,9 +208,9 @@ std::string run_events(const std::string& run, size_t* scalar_count) {
     }
   struct stat st {};
   const double end = ::stat((run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0;
-  const int64_t steps = std::max<int64_t>(1, rj.value("steps_done", int64_t{1}));
+  const int64_t steps = std::max<int64_t>(1, int_or(rj, "steps_done", 1));
   double seconds = 0;
-  if (rj.contains("timing") && rj["timing"].is_object()) seconds = number_or_nan(rj["timing"].value("seconds", json()));
+  if (rj.contains("timing") && rj["timing"].is_object()) seconds = rj["timing"].contains("seconds") ? number_or_nan(rj["timing"]["seconds"]) : 0;
   if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
   auto wall = [&](int64_t step) { return end - seconds + seconds * static_cast<double>(step) / static_cast<double>(steps); };
 
@@ -211,7 +221,7 @@ std::string run_events(const std::string& run, size_t* scalar_count) {
     out += scalars_event(wall(step), step, scalars);
     n += scalars.size();
   }
-  const int64_t last = rj.value("steps_done", by_step.empty() ? int64_t{0} : by_step.rbegin()->first);
+  const int64_t last = int_or(rj, "steps_done", by_step.empty() ? int64_t{0} : by_step.rbegin()->first);
   const std::vector<TbScalar> rs = result_scalars(result);
   out += scalars_event(wall(last), last, rs) + text_event(wall(last), last, "status", result_status_text(result));
   *scalar_count = n + rs.size();

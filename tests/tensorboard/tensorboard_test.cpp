@@ -173,6 +173,9 @@ TEST(TensorBoard, MetricsLinesMapToTags) {
   EXPECT_THROW(metrics_line_scalars(R"({"step": 1.5})"), UsageError);
   EXPECT_EQ(result_status_text(R"({"status": "diverged", "diverged_step": 312, "diverged_reason": "non-finite loss"})"),
             "diverged at step 312 (non-finite loss)");
+  // A result.json someone edited: no field of an unexpected type stops the export.
+  EXPECT_EQ(result_status_text(R"({"status": 3, "diverged_step": "x"})"), "unknown");
+  EXPECT_TRUE(result_scalars(R"({"final_val_loss": "x", "steps_done": 5})").size() == 1);
 }
 
 TEST(TensorBoard, ARunLogsWhatItsRunDirectoryHolds) {

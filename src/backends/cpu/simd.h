@@ -80,11 +80,14 @@ inline uint32_t greater(VF a, VF b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_G
 // The lanes summed in adjacent pairs, then pairs of pairs, ...: ((e0+e1)+(e2+e3))+... , the tree
 // reduce_add_rows computes for each of its rows, so that a row summed alone and a row summed
 // in a group of rows give the same bits (the tiled and the pipelined norm kernels agree).
+// The masked forms with every lane selected: the unmasked ones pass GCC 12's
+// _mm512_undefined_ps() as their merge source, which -Wmaybe-uninitialized reports once inlined.
 inline float reduce_add(VF a) {
-  __m512 t = _mm512_add_ps(a.v, _mm512_permute_ps(a.v, 0xB1));         // e0+e1 in lanes 0 and 1, ...
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));                      // each 128-bit lane's sum
-  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0xB1));                // 128-bit lanes 0+1, 2+3
-  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0x4E));                // (0+1)+(2+3)
+  constexpr __mmask16 all = 0xFFFF;
+  __m512 t = _mm512_add_ps(a.v, _mm512_mask_permute_ps(a.v, all, a.v, 0xB1));   // e0+e1 in lanes 0 and 1, ...
+  t = _mm512_add_ps(t, _mm512_mask_permute_ps(t, all, t, 0x4E));                 // each 128-bit lane's sum
+  t = _mm512_add_ps(t, _mm512_mask_shuffle_f32x4(t, all, t, t, 0xB1));           // 128-bit lanes 0+1, 2+3
+  t = _mm512_add_ps(t, _mm512_mask_shuffle_f32x4(t, all, t, t, 0x4E));           // (0+1)+(2+3)
   return _mm512_cvtss_f32(t);
 }
 inline float reduce_max(VF a) { return _mm512_reduce_max_ps(a.v); }
