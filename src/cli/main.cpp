@@ -47,6 +47,7 @@ const std::vector<Registrar>& registrars() {
       &add_sweep,
       &add_convert,
       &add_export,
+      &add_report,
   };
   return table;
 }

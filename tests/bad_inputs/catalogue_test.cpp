@@ -586,6 +586,18 @@ std::vector<Case> catalogue() {
   add("train_tensorboard_empty", tiny({"--tensorboard", ""}));
   add("train_tensorboard_file", tiny({"--tensorboard", "f"}), mine("f"));
   add("train_tensorboard_inside_run", tiny({"--out", "r", "--tensorboard", "r/tb"}));
+
+  // ---- report (issue 28)
+  add("report_missing", {"report", "nope"});
+  add("report_no_runs", {"report", "d"}, user_dir("d"));
+  add("report_file", {"report", "f"}, mine("f"));
+  add("report_out_users_dir", {"report", "ln", "--out", "d"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    user_dir("d")(w);
+  });
+  add("report_out_parent_missing", {"report", "ln", "--out", "a/b/site"}, ln_run("ln"));
+  add("report_out_inside_run", {"report", "ln", "--out", "ln/site"}, ln_run("ln"));
+  add("report_out_empty", {"report", "ln", "--out", ""}, ln_run("ln"));
   return c;
 }
 

@@ -1,0 +1,42 @@
+// `normlab report DIR...`: one static HTML site of sweeps and runs, self-contained (no network:
+// no CDN, fonts or scripts from elsewhere; it works opened from file://).
+//
+//   OUT/index.html                 every sweep (points and how they ended) and every run found
+//   OUT/experiments.html           with a REPRODUCTION.md: each claim of its verdict table, linked
+//                                  to the sweeps its section cites
+//   OUT/sweeps/<sweep>/index.html  the summary table and a table of every point (both sortable by
+//                                  any column), the sweep's plots, a link to each point's run page
+//   OUT/runs/<run>/index.html      config, result, plots and the metrics table of one run
+//   OUT/style.css, OUT/sort.js     the only stylesheet and script (a few lines, no library)
+//   OUT/.normlab-report            the marker: OUT is a site normlab wrote
+//
+// The site is written whole under OUT.partial.<pid> and then takes OUT's place; an existing OUT is
+// replaced only when it holds the marker (a site of an earlier `report`), never a person's
+// directory. Bad input (nothing to report, a path that is not a run or sweep directory or a folder
+// of them, two sweeps of one name) is a UsageError before anything is written.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace normlab {
+
+struct ReportRequest {
+  std::vector<std::string> inputs;  // run directories, sweep directories, folders of them (results/)
+  std::string out = "report";
+  // A REPRODUCTION.md whose claims get a page; empty: <input>/REPRODUCTION.md of the first input
+  // that has one (results/ does).
+  std::string reproduction;
+};
+
+struct ReportResult {
+  std::string out;
+  size_t sweeps = 0, runs = 0, pages = 0, files = 0;
+  bool experiments = false;  // experiments.html was written
+};
+
+ReportResult write_report(const ReportRequest& request);
+
+// The marker file of a site.
+inline constexpr const char* kReportMarker = ".normlab-report";
+
+}  // namespace normlab

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Load every page of a `normlab report` site in headless Chromium and fail on anything broken.
+
+    python3 scripts/report_check.py SITE [--screenshots DIR] [--chromium /usr/bin/chromium]
+
+Drives Debian's chromium over the DevTools protocol (python3-websocket): for each *.html of SITE,
+opened from file://, it fails on
+  - a console error or an uncaught exception (Runtime.consoleAPICalled error, Runtime.exceptionThrown),
+  - a resource that did not load (Log.entryAdded errors: a missing stylesheet, script or image),
+  - an image that loaded broken (naturalWidth 0),
+  - a link (a[href]) to a file of the site that does not exist;
+on the first sortable table of the index and of one sweep page it clicks a numeric column's header
+and checks that the rows come back in order. With --screenshots it saves PNGs of the index, the
+experiments page, a sweep page and a run page, to be looked at. Exit 0: every page clean; 1: some
+page is not (each problem printed); 2: it could not run.
+"""
+import argparse
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Tab:
+    """One page target of the browser, over its DevTools websocket."""
+
+    def __init__(self, ws_url):
+        import websocket  # python3-websocket
+        self.ws = websocket.create_connection(ws_url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+        self.events = []
+
+    def call(self, method, **params):
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def wait_for(self, method, timeout=30):
+        deadline = time.time() + timeout
+        for i, e in enumerate(self.events):
+            if e["method"] == method:
+                del self.events[: i + 1]
+                return e
+        while time.time() < deadline:
+            msg = json.loads(self.ws.recv())
+            if msg.get("method") == method:
+                return msg
+            if "method" in msg:
+                self.events.append(msg)
+        raise TimeoutError(method)
+
+    def evaluate(self, expression):
+        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"evaluating {expression[:60]}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+
+SORT_CHECK = r"""
+(function () {
+  var table = document.querySelector("table.sortable");
+  if (!table || table.tBodies[0].rows.length < 2) return "no table";
+  var ths = table.querySelectorAll("th");
+  for (var c = 0; c < ths.length; ++c) {
+    var cells = Array.from(table.tBodies[0].rows).map(function (r) { return r.cells[c]; });
+    if (!cells.every(function (x) { return x.dataset.v !== undefined; })) continue;
+    ths[c].click();
+    var v = Array.from(table.tBodies[0].rows).map(function (r) { return parseFloat(r.cells[c].dataset.v); });
+    for (var i = 1; i < v.length; ++i) if (v[i] < v[i - 1]) return "not ascending after one click on " + ths[c].textContent;
+    ths[c].click();
+    v = Array.from(table.tBodies[0].rows).map(function (r) { return parseFloat(r.cells[c].dataset.v); });
+    for (var j = 1; j < v.length; ++j) if (v[j] > v[j - 1]) return "not descending after two clicks on " + ths[c].textContent;
+    return "ok";
+  }
+  return "no numeric column";
+})()
+"""
+
+LINKS = "Array.from(document.querySelectorAll('a[href]')).map(function (a) { return a.href; })"
+BROKEN_IMAGES = ("Array.from(document.images).filter(function (i) { return !i.complete || i.naturalWidth === 0; })"
+                 ".map(function (i) { return i.src; })")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("site")
+    ap.add_argument("--screenshots", default="")
+    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
+    args = ap.parse_args()
+    site = os.path.realpath(args.site)
+    pages = sorted(os.path.join(d, f) for d, _, fs in os.walk(site) for f in fs if f.endswith(".html"))
+    if not pages:
+        print(f"report_check: no pages in {site}", file=sys.stderr)
+        return 2
+    try:
+        import websocket  # noqa: F401
+    except ImportError:
+        print("report_check: needs python3-websocket (apt-get install python3-websocket)", file=sys.stderr)
+        return 2
+    port = free_port()
+    profile = tempfile.mkdtemp(prefix="normlab_report_check.")
+    browser = subprocess.Popen([args.chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
+                                "--window-size=1400,1000", "about:blank"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    problems = []
+    try:
+        targets = None
+        for _ in range(100):
+            try:
+                targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2))
+                if any(t.get("type") == "page" for t in targets):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        if not targets:
+            print("report_check: chromium did not start", file=sys.stderr)
+            return 2
+        tab = Tab(next(t for t in targets if t.get("type") == "page")["webSocketDebuggerUrl"])
+        for domain in ("Page.enable", "Runtime.enable", "Log.enable"):
+            tab.call(domain)
+        links_checked = 0
+        shots = {}
+        for page in pages:
+            rel = os.path.relpath(page, site)
+            tab.events.clear()
+            tab.call("Page.navigate", url="file://" + urllib.parse.quote(page))
+            tab.wait_for("Page.loadEventFired")
+            tab.evaluate("new Promise(function (r) { setTimeout(r, 50); })")  # late console messages
+            for e in tab.events:
+                m, p = e["method"], e.get("params", {})
+                if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                    problems.append(f"{rel}: console error: {p.get('args')}")
+                elif m == "Runtime.exceptionThrown":
+                    problems.append(f"{rel}: exception: {p['exceptionDetails'].get('text')}")
+                elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+                    problems.append(f"{rel}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+            for src in tab.evaluate(BROKEN_IMAGES) or []:
+                problems.append(f"{rel}: broken image {src}")
+            for href in tab.evaluate(LINKS) or []:
+                u = urllib.parse.urlparse(href)
+                if u.scheme != "file":
+                    problems.append(f"{rel}: a link leaves the site: {href}")
+                    continue
+                target = urllib.parse.unquote(u.path)
+                if not os.path.exists(target):
+                    problems.append(f"{rel}: broken link {href}")
+                links_checked += 1
+            kind = ("index" if rel == "index.html" else "experiments" if rel == "experiments.html"
+                    else "sweep" if rel.startswith("sweeps/") else "run")
+            if kind in ("index", "sweep") and kind + "-sort" not in shots:
+                verdict = tab.evaluate(SORT_CHECK)
+                if verdict not in ("ok", "no numeric column", "no table"):
+                    problems.append(f"{rel}: sorting: {verdict}")
+                shots[kind + "-sort"] = verdict
+            if args.screenshots and kind not in shots:
+                os.makedirs(args.screenshots, exist_ok=True)
+                tab.call("Page.navigate", url="file://" + urllib.parse.quote(page))  # unsorted, as first seen
+                tab.wait_for("Page.loadEventFired")
+                png = tab.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+                out = os.path.join(args.screenshots, kind + ".png")
+                with open(out, "wb") as f:
+                    f.write(base64.b64decode(png))
+                shots[kind] = out
+        for p in problems[:50]:
+            print(p)
+        print(f"report_check: {len(pages)} pages, {links_checked} links, sorting {shots.get('index-sort')} (index) / "
+              f"{shots.get('sweep-sort')} (sweep); {len(problems)} problem(s)"
+              + (f"; screenshots in {args.screenshots}" if args.screenshots else ""))
+        return 1 if problems else 0
+    finally:
+        browser.terminate()
+        try:
+            browser.wait(10)
+        except subprocess.TimeoutExpired:
+            browser.kill()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+// `normlab report DIR... --out SITE`: sweeps and runs as one static HTML site (normlab/report.h).
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "normlab/report.h"
+
+namespace normlab::cli {
+
+Runner add_report(CLI::App& app, GlobalOptions& g) {
+  auto req = std::make_shared<ReportRequest>();
+  CLI::App* sub = app.add_subcommand("report", "Write one static HTML site of sweeps and runs (tables, plots, every point)");
+  sub->add_option("dirs", req->inputs, "Run directories, sweep directories, or folders of them (results/)")->required();
+  sub->add_option("--out", req->out, "The site's directory (default: report); an earlier site there is replaced");
+  sub->add_option("--reproduction", req->reproduction,
+                  "A REPRODUCTION.md whose verdict table gets a page linking each claim to its sweeps (default: the "
+                  "first DIR's REPRODUCTION.md, if any)");
+  add_global_flags(*sub, g);
+  sub->footer(R"(Examples:
+  normlab report results/ --out site          (then open site/index.html)
+  normlab report sweeps/lr runs/long --out /tmp/site
+
+The site needs nothing from the network (one stylesheet, a few lines of script to sort tables);
+it opens from file://. It is written whole under OUT.partial.<pid> and then replaces OUT, which
+must be a site an earlier `normlab report` wrote (it holds .normlab-report) or not exist.)");
+  return [req, &g] {
+    const ReportResult r = write_report(*req);
+    if (g.json) {
+      std::cout << nlohmann::json{{"out", r.out}, {"sweeps", r.sweeps}, {"runs", r.runs}, {"pages", r.pages}, {"files", r.files},
+                                  {"experiments", r.experiments}}.dump(2)
+                << "\n";
+    } else {
+      std::printf("wrote %s: %zu pages (%zu sweeps, %zu runs%s), %zu files; open %s/index.html\n", r.out.c_str(), r.pages, r.sweeps,
+                  r.runs, r.experiments ? ", the experiments page" : "", r.files, r.out.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace normlab::cli

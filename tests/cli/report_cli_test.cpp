@@ -1,0 +1,130 @@
+// `normlab report`: the site's structure (every link and image resolves inside the site, every
+// table has rows, a page per sweep, point and run, the experiments page linking claims to sweeps),
+// re-running replaces the site, and a person's directory is never replaced.
+// scripts/report_check.sh loads the same kind of site in a real browser (CI).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using normlab::test::describe;
+using normlab::test::fresh_dir;
+using normlab::test::run_cli;
+using normlab::test::slurp;
+
+namespace {
+
+std::string percent_decoded(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+struct SiteCheck {
+  size_t pages = 0, links = 0, tables = 0;
+  std::vector<std::string> problems;
+};
+
+// Every href and src of every page names a file of the site; every table has body rows.
+SiteCheck check_site(const fs::path& site) {
+  SiteCheck c;
+  const std::regex attr(R"((?:href|src)=\"([^\"]*)\")");
+  for (const auto& e : fs::recursive_directory_iterator(site)) {
+    if (e.path().extension() != ".html") continue;
+    ++c.pages;
+    const std::string html = slurp(e.path());
+    for (auto it = std::sregex_iterator(html.begin(), html.end(), attr); it != std::sregex_iterator(); ++it) {
+      std::string target = (*it)[1];
+      if (target.find("://") != std::string::npos || target.rfind("//", 0) == 0) {
+        c.problems.push_back(e.path().string() + ": leaves the site: " + target);
+        continue;
+      }
+      target = percent_decoded(target.substr(0, target.find('#')));
+      if (target.empty()) continue;
+      ++c.links;
+      if (!fs::exists(e.path().parent_path() / target)) c.problems.push_back(e.path().string() + ": broken: " + target);
+    }
+    for (size_t at = html.find("<table"); at != std::string::npos; at = html.find("<table", at + 1)) {
+      ++c.tables;
+      const size_t body = html.find("<tbody>", at), end = html.find("</table>", at);
+      if (body == std::string::npos || end == std::string::npos || html.find("<tr>", body) > end)
+        c.problems.push_back(e.path().string() + ": a table without rows");
+    }
+  }
+  return c;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(ReportCli, WritesASiteWhoseEveryLinkResolves) {
+  const fs::path work = fresh_dir("report_site");
+  fs::create_directories(work / "in");
+  auto r = run_cli({"sweep", "--out", (work / "in" / "grid").string(), "--jobs", "2", "-q", "steps=4", "eval_every=2",
+                    "batch_size=4", "layers=1,2", "placement=pre,post"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"train", "--steps", "4", "--eval_every", "2", "--layers", "1", "--batch_size", "4", "--out",
+               (work / "in" / "one run").string(), "-q"});  // a space in a name: links must encode it
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::ofstream(work / "in" / "REPRODUCTION.md") << "# R\n\n## Verdicts at a glance\n\n| claim | verdict | section |\n|---|---|---|\n"
+                                                    "| depth `matters` | **reproduced** | [Depth](#depth-and-placement) |\n\n"
+                                                    "## Depth and placement\n\nSee results/sweeps/grid and results/sweeps/elsewhere.\n";
+  const fs::path site = work / "site";
+  r = run_cli({"report", (work / "in").string(), "--out", site.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const SiteCheck c = check_site(site);
+  EXPECT_TRUE(c.problems.empty()) << c.problems.size() << " problems, first: " << c.problems[0];
+  EXPECT_EQ(c.pages, 1u + 1u + 1u + 4u + 1u);  // index, experiments, the sweep, its 4 points, the run
+  EXPECT_GT(c.links, 20u);
+  const std::string index = slurp(site / "index.html");
+  EXPECT_NE(index.find("sweeps/grid/index.html"), std::string::npos);
+  EXPECT_NE(index.find("one%20run/index.html"), std::string::npos);
+  const std::string sweep = slurp(site / "sweeps" / "grid" / "index.html");
+  EXPECT_EQ(count(sweep, "../../runs/grid/layers="), 4u);  // a link to every point
+  EXPECT_EQ(count(sweep, "<img src="), 2u);
+  EXPECT_NE(slurp(site / "style.css").find("table"), std::string::npos);
+  const std::string exp = slurp(site / "experiments.html");
+  EXPECT_NE(exp.find("href=\"sweeps/grid/index.html\""), std::string::npos);
+  EXPECT_NE(exp.find("elsewhere (not in this report)"), std::string::npos);
+  EXPECT_NE(exp.find("<code>matters</code>"), std::string::npos);
+  // No file from the network, nothing half-written beside it.
+  EXPECT_EQ(slurp(site / "index.html").find("http"), std::string::npos);
+  // Again: the site is replaced, nothing left over.
+  fs::remove_all(work / "in" / "one run");
+  r = run_cli({"report", (work / "in").string(), "--out", site.string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_FALSE(fs::exists(site / "runs" / "standalone"));
+  for (const auto& e : fs::directory_iterator(work)) EXPECT_EQ(e.path().string().find(".partial."), std::string::npos) << e.path();
+  for (const auto& e : fs::directory_iterator(work)) EXPECT_EQ(e.path().string().find(".old."), std::string::npos) << e.path();
+  EXPECT_TRUE(check_site(site).problems.empty());
+}
+
+TEST(ReportCli, NeverReplacesAPersonsDirectory) {
+  const fs::path work = fresh_dir("report_mine");
+  fs::create_directories(work / "mine");
+  std::ofstream(work / "mine" / "notes.txt") << "mine\n";
+  auto r = run_cli({"train", "--steps", "2", "--eval_every", "1", "--layers", "1", "--batch_size", "2", "--out",
+                    (work / "run").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"report", (work / "run").string(), "--out", (work / "mine").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("not a site"), std::string::npos) << describe(r);
+  EXPECT_EQ(slurp(work / "mine" / "notes.txt"), "mine\n");
+}
