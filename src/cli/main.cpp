@@ -48,6 +48,7 @@ const std::vector<Registrar>& registrars() {
       &add_convert,
       &add_export,
       &add_report,
+      &add_plot,
   };
   return table;
 }

@@ -14,6 +14,7 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/plots.h"
 #include "normlab/run.h"
 #include "normlab/sweep.h"
 
@@ -282,6 +283,18 @@ void run_page(Site& site, const RunInfo& r, const std::string& sweep) {
   b += "<h2>Validation loss</h2>\n";
   site.files[dir + "loss.svg"] = run_loss_svg(r);
   b += "<figure><img src=\"loss.svg\" alt=\"validation loss by step\"></figure>\n";
+  // The per-layer fields the run recorded: where the stream grows, where the gradient vanishes.
+  for (const char* field : {"stream_norm", "block_grad_norm"}) {
+    bool has = false;
+    for (const json& m : r.metrics) has = has || (m.contains(field) && m[field].is_array() && !m[field].empty());
+    if (!has) continue;
+    const LayerHistory h = read_layer_history(r.dir, field);
+    site.files[dir + field + "_heatmap.svg"] = plot_layer_heatmap_svg(h);
+    site.files[dir + field + "_profile.svg"] = plot_layer_profile_lines_svg(h);
+    b += fmt::format("<h2>{} by layer</h2>\n<figure><img src=\"{}_heatmap.svg\" alt=\"{} by layer and step\"></figure>\n"
+                     "<figure><img src=\"{}_profile.svg\" alt=\"{} by layer, first and last evaluation\"></figure>\n",
+                     field, field, field, field, field);
+  }
   b += "<h2>Metrics (metrics.jsonl)</h2>\n<div class=\"wide\">";
   std::vector<std::string> cols;
   for (const char* k : {"step", "lr", "train_loss", "val_loss", "val_loss_se", "excess_loss", "grad_norm", "final_norm_out"})
@@ -343,6 +356,24 @@ void sweep_page(Site& site, const SweepInfo& sw) {
   site.files[dir + "final_vs_rows.svg"] = plot_final_vs_rows_svg(s);
   b += "<figure><img src=\"loss_curves.svg\" alt=\"validation loss by step\"></figure>\n";
   b += fmt::format("<figure><img src=\"final_vs_rows.svg\" alt=\"{} against {}\"></figure>\n", esc(s.metric), esc(head[0]));
+  // Small multiples, one cell per (row, column) of the summary; a grid too large to read is left
+  // to the tables.
+  const size_t cells = s.row_values.size() * s.col_labels.size();
+  if (cells > 0 && cells <= 60 && s.col_labels.size() <= 12) {
+    site.files[dir + "multiples_loss.svg"] = plot_sweep_small_multiples_svg(s, SmallMultiple::loss_curves);
+    b += "<figure><img src=\"multiples_loss.svg\" alt=\"validation loss by step, one panel per cell\"></figure>\n";
+    const CellLayers layers = read_cell_layers(sw.dir, s, "block_grad_norm");
+    bool any = false;
+    for (const auto& row : layers.cells)
+      for (const auto& cell : row) any = any || !cell.empty();
+    if (any) {
+      site.files[dir + "multiples_grad.svg"] = plot_sweep_small_multiples_svg(s, SmallMultiple::layer_profile, layers);
+      b += "<figure><img src=\"multiples_grad.svg\" alt=\"each point's last per-layer gradient norm, one panel per cell\"></figure>\n";
+    }
+  } else if (cells > 60 || s.col_labels.size() > 12) {
+    b += fmt::format("<p>Small multiples: {} cells are too many to read as one figure; the tables hold them "
+                     "(<code>normlab plot multiples {} --where ...</code> draws a part).</p>\n", cells, esc(sw.dir));
+  }
   b += "<h2>Points</h2>\n<div class=\"wide\">";
   head = {"point"};
   for (const std::string& a : sw.axes) head.push_back(a);

@@ -98,7 +98,8 @@ TEST(ReportCli, WritesASiteWhoseEveryLinkResolves) {
   EXPECT_NE(index.find("one%20run/index.html"), std::string::npos);
   const std::string sweep = slurp(site / "sweeps" / "grid" / "index.html");
   EXPECT_EQ(count(sweep, "../../runs/grid/layers="), 4u);  // a link to every point
-  EXPECT_EQ(count(sweep, "<img src="), 2u);
+  EXPECT_EQ(count(sweep, "<img src="), 4u);  // loss curves, final vs rows, two small multiples
+  EXPECT_EQ(count(slurp(site / "runs" / "grid" / "layers=2" / "placement=post" / "index.html"), "<img src="), 5u);  // loss, heatmap + profile x 2 fields
   EXPECT_NE(slurp(site / "style.css").find("table"), std::string::npos);
   const std::string exp = slurp(site / "experiments.html");
   EXPECT_NE(exp.find("href=\"sweeps/grid/index.html\""), std::string::npos);

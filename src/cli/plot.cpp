@@ -1,0 +1,79 @@
+// `normlab plot`: the per-layer pictures of normlab/plots.h as SVG files, for papers and documents
+// (the report draws the same ones into its pages).
+//   normlab plot heatmap RUN [--field stream_norm] --out F.svg
+//   normlab plot profile RUN [--field block_grad_norm] --out F.svg
+//   normlab plot multiples SWEEP [--kind loss|layers] [--field F] [--where k=v] --out F.svg
+#include <cstdio>
+
+#include "cli_common.h"
+#include "normlab/io.h"
+#include "normlab/plots.h"
+#include "normlab/sweep.h"
+
+namespace normlab::cli {
+
+namespace {
+
+// The first line of every file `plot` writes: how a later `plot --out` knows the file is its own
+// (the only kind it replaces).
+constexpr const char* kMark = "<!-- normlab: plot -->";
+
+bool is_plot_svg(const std::string& text) { return text.rfind(kMark, 0) == 0; }
+
+struct PlotArgs {
+  std::string path, out, field, kind = "loss";
+  std::vector<std::string> where;
+};
+
+int write_plot(const PlotArgs& a, const std::string& svg) {
+  write_output_file(a.out, std::string(kMark) + "\n" + svg, "--out", true, is_plot_svg);
+  std::printf("wrote %s\n", a.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_plot(CLI::App& app, GlobalOptions& g) {
+  auto a = std::make_shared<PlotArgs>();
+  CLI::App* sub = app.add_subcommand("plot", "Draw a run's or a sweep's per-layer pictures as SVG (heatmap, profile, small multiples)");
+  sub->require_subcommand(1);
+  auto common = [&](CLI::App* c, const char* what, const char* field_help) {
+    c->add_option("path", a->path, what)->required();
+    c->add_option("--out", a->out, "The SVG file (replaced only if an earlier `normlab plot` wrote it)")->required();
+    c->add_option("--field", a->field, field_help);
+    add_global_flags(*c, g);
+  };
+  CLI::App* heat = sub->add_subcommand("heatmap", "A run's per-layer field as a layer x step heatmap (log colour scale)");
+  common(heat, "A run directory (metrics.jsonl)",
+         "A per-layer field of metrics.jsonl: stream_norm (default), block_grad_norm, stream_max_abs, ...");
+  CLI::App* prof = sub->add_subcommand("profile", "A run's per-layer field at its first and last evaluation, layer by layer");
+  common(prof, "A run directory (metrics.jsonl)", "A per-layer field of metrics.jsonl (default stream_norm)");
+  CLI::App* mult = sub->add_subcommand("multiples", "A sweep as small multiples laid out like its summary table");
+  common(mult, "A sweep directory", "--kind layers: the per-layer field (default block_grad_norm)");
+  mult->add_option("--kind", a->kind, "loss (validation loss by step, the default) or layers (each point's last per-layer record)");
+  mult->add_option("--where", a->where, "key=v1,v2: only the points with one of these values (repeatable)");
+  sub->footer(R"(Examples:
+  normlab plot heatmap results/sweeps/depth-torch/runs/layers=20/norm=layernorm/placement=post/seed=0 --out post20.svg
+  normlab plot heatmap RUN --field block_grad_norm --out grads.svg
+  normlab plot multiples results/sweeps/deep-deepnorm-torch --kind layers --out deepnorm.svg)");
+  return [a, heat, prof, mult] {
+    NL_USAGE(!a->out.empty(), "--out needs a file name");
+    check_output_file(a->out, "--out", true, is_plot_svg);
+    if (heat->parsed() || prof->parsed()) {
+      const LayerHistory h = read_layer_history(a->path, a->field.empty() ? "stream_norm" : a->field);
+      return write_plot(*a, heat->parsed() ? plot_layer_heatmap_svg(h) : plot_layer_profile_lines_svg(h));
+    }
+    if (mult->parsed()) {
+      NL_USAGE(a->kind == "loss" || a->kind == "layers", "--kind must be loss or layers, not '{}'", shown(a->kind, 40));
+      SummaryOptions o;
+      o.where = a->where;
+      const SweepSummary s = summarize_sweep(a->path, o);
+      if (a->kind == "loss") return write_plot(*a, plot_sweep_small_multiples_svg(s, SmallMultiple::loss_curves));
+      const CellLayers layers = read_cell_layers(a->path, s, a->field.empty() ? "block_grad_norm" : a->field);
+      return write_plot(*a, plot_sweep_small_multiples_svg(s, SmallMultiple::layer_profile, layers));
+    }
+    return 2;
+  };
+}
+
+}  // namespace normlab::cli
