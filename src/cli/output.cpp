@@ -1,5 +1,7 @@
 #include "output.h"
 
+#include "normlab/io.h"
+
 #include <cstdio>
 
 namespace normlab::cli {
@@ -26,6 +28,17 @@ void print_progress_line(int64_t step, int64_t steps, double loss) {
 void clear_progress_line() {
   std::fprintf(stderr, "\r\033[K");
   std::fflush(stderr);
+}
+
+namespace {
+constexpr const char* kPlotMark = "<!-- normlab: plot -->";
+bool is_plot_svg(const std::string& text) { return text.rfind(kPlotMark, 0) == 0; }
+}  // namespace
+
+void check_plot_file(const std::string& path, const std::string& flag) { check_output_file(path, flag, true, is_plot_svg); }
+
+void write_plot_file(const std::string& path, const std::string& svg, const std::string& flag) {
+  write_output_file(path, std::string(kPlotMark) + "\n" + svg, flag, true, is_plot_svg);
 }
 
 }  // namespace normlab::cli

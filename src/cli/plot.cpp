@@ -9,16 +9,11 @@
 #include "normlab/io.h"
 #include "normlab/plots.h"
 #include "normlab/sweep.h"
+#include "output.h"
 
 namespace normlab::cli {
 
 namespace {
-
-// The first line of every file `plot` writes: how a later `plot --out` knows the file is its own
-// (the only kind it replaces).
-constexpr const char* kMark = "<!-- normlab: plot -->";
-
-bool is_plot_svg(const std::string& text) { return text.rfind(kMark, 0) == 0; }
 
 struct PlotArgs {
   std::string path, out, field, kind = "loss";
@@ -26,7 +21,7 @@ struct PlotArgs {
 };
 
 int write_plot(const PlotArgs& a, const std::string& svg) {
-  write_output_file(a.out, std::string(kMark) + "\n" + svg, "--out", true, is_plot_svg);
+  write_plot_file(a.out, svg, "--out");
   std::printf("wrote %s\n", a.out.c_str());
   return 0;
 }
@@ -58,7 +53,7 @@ Runner add_plot(CLI::App& app, GlobalOptions& g) {
   normlab plot multiples results/sweeps/deep-deepnorm-torch --kind layers --out deepnorm.svg)");
   return [a, heat, prof, mult] {
     NL_USAGE(!a->out.empty(), "--out needs a file name");
-    check_output_file(a->out, "--out", true, is_plot_svg);
+    check_plot_file(a->out, "--out");
     if (heat->parsed() || prof->parsed()) {
       const LayerHistory h = read_layer_history(a->path, a->field.empty() ? "stream_norm" : a->field);
       return write_plot(*a, heat->parsed() ? plot_layer_heatmap_svg(h) : plot_layer_profile_lines_svg(h));

@@ -11,8 +11,10 @@
 #include <set>
 
 #include "cli_common.h"
+#include "output.h"
 #include "normlab/parse.h"
 #include "normlab/config.h"
+#include "normlab/plots.h"
 #include "normlab/io.h"
 #include "normlab/probe.h"
 #include "normlab/run.h"
@@ -33,6 +35,7 @@ struct ProbeArgs {
   std::vector<double> gains = {0.5, 1.0, 2.0};
   std::string activation = "linear";
   std::map<std::string, std::string> values;  // --key value, applied over the file
+  std::string plot;  // an SVG of the per-layer probes (stream, gradient, identity share) as bars
   DeviceOptions dev;
 };
 
@@ -78,6 +81,9 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   opt.threads = a.threads;
   ProbeReport report;
   report.preset = preset;
+  NL_USAGE(a.plot.empty() || preset == "config" || preset == "xiong2020" || preset == "identity-share" || preset == "all",
+           "--plot draws the per-layer probes of config, xiong2020 and identity-share; preset '{}' has none", preset);
+  if (!a.plot.empty()) check_plot_file(a.plot, "--plot");
   report.options = opt;
   const bool all = preset == "all";
 
@@ -128,6 +134,15 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
     report.batchnorm = &batchnorm;
   }
 
+  if (!a.plot.empty()) {
+    std::vector<ProbeBarSeries> series;
+    if (report.config) series.push_back(probe_bar_series(config));
+    if (report.xiong)
+      for (const XiongRun& r : xiong.runs) series.push_back(probe_bar_series(r.probe));
+    if (report.identity_share)
+      for (const ConfigProbe& p : identity.runs) series.push_back(probe_bar_series(p));
+    write_plot_file(a.plot, plot_probe_bars_svg(series), "--plot");
+  }
   if (g.json) {
     std::cout << probe_report_json(report) << "\n";
     return 0;
@@ -170,6 +185,9 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
         config_flag_names(name), [args, name](const std::string& v) { args->values[name] = v; },
         fmt::format("config: {} ({})", k.help, k.type));
   }
+  sub->add_option("--plot", args->plot,
+                  "Also draw the per-layer probes (stream norm, block gradient norm, identity share) as bars into this "
+                  "SVG file (config, xiong2020, identity-share; replaced only if normlab drew it)");
   add_device_flags(*sub, args->dev);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:

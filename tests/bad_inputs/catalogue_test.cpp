@@ -598,6 +598,19 @@ std::vector<Case> catalogue() {
   add("report_out_parent_missing", {"report", "ln", "--out", "a/b/site"}, ln_run("ln"));
   add("report_out_inside_run", {"report", "ln", "--out", "ln/site"}, ln_run("ln"));
   add("report_out_empty", {"report", "ln", "--out", ""}, ln_run("ln"));
+
+  // ---- plot (issue 28)
+  add("plot_no_kind", {"plot", "ln", "--out", "p.svg"}, ln_run("ln"));
+  add("plot_heatmap_missing_run", {"plot", "heatmap", "nope", "--out", "p.svg"});
+  add("plot_heatmap_unknown_field", {"plot", "heatmap", "ln", "--field", "nosuch", "--out", "p.svg"}, ln_run("ln"));
+  add("plot_heatmap_out_users_file", {"plot", "heatmap", "ln", "--out", "f.svg"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    mine("f.svg")(w);
+  });
+  add("plot_multiples_not_a_sweep", {"plot", "multiples", "ln", "--out", "p.svg"}, ln_run("ln"));
+  add("plot_multiples_bad_kind", {"plot", "multiples", "ln", "--kind", "pie", "--out", "p.svg"}, ln_run("ln"));
+  add("probe_plot_preset_without_layers", {"probe", "batchnorm", "--plot", "p.svg"});
+  add("probe_plot_users_file", {"probe", "--layers", "2", "--plot", "f.svg"}, mine("f.svg"));
   return c;
 }
 

@@ -129,3 +129,24 @@ TEST(ReportCli, NeverReplacesAPersonsDirectory) {
   EXPECT_NE(r.err.find("not a site"), std::string::npos) << describe(r);
   EXPECT_EQ(slurp(work / "mine" / "notes.txt"), "mine\n");
 }
+
+// `plot` and `probe --plot` write marked SVG files and replace only those.
+TEST(PlotCli, WritesAndReplacesItsOwnSvgFiles) {
+  const fs::path work = fresh_dir("plot_cli");
+  fs::create_directories(work);
+  auto r = run_cli({"train", "--steps", "4", "--eval_every", "2", "--layers", "3", "--batch_size", "4", "--out",
+                    (work / "run").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* kind : {"heatmap", "profile"})
+    for (int again = 0; again < 2; ++again) {
+      r = run_cli({"plot", kind, (work / "run").string(), "--field", "block_grad_norm", "--out", (work / "p.svg").string()});
+      ASSERT_EQ(r.exit_code, 0) << describe(r);
+      const std::string svg = slurp(work / "p.svg");
+      EXPECT_EQ(svg.rfind("<!-- normlab: plot -->\n", 0), 0u);
+      EXPECT_NE(svg.find("<svg"), std::string::npos);
+      EXPECT_NE(svg.find("</svg>"), std::string::npos);
+    }
+  r = run_cli({"probe", "--layers", "3", "--seeds", "1", "--batch", "2", "--plot", (work / "p.svg").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(slurp(work / "p.svg").find("identity share"), std::string::npos);
+}
