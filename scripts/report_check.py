@@ -84,15 +84,23 @@ SORT_CHECK = r"""
   var table = document.querySelector("table.sortable");
   if (!table || table.tBodies[0].rows.length < 2) return "no table";
   var ths = table.querySelectorAll("th");
+  var key = function (cell) { return cell.dataset.v === undefined ? cell.textContent : cell.dataset.v; };
+  var column = function (c) { return Array.from(table.tBodies[0].rows).map(function (r) { return r.cells[c]; }); };
+  // the first column (names): as text
+  ths[0].click();
+  var t = column(0).map(key);
+  for (var k = 1; k < t.length; ++k) if (isNaN(parseFloat(t[k])) && isNaN(parseFloat(t[k - 1])) && t[k] < t[k - 1])
+    return "column " + ths[0].textContent + " not ascending after one click";
+  // a numeric column: as numbers, both ways
   for (var c = 0; c < ths.length; ++c) {
-    var cells = Array.from(table.tBodies[0].rows).map(function (r) { return r.cells[c]; });
-    if (!cells.every(function (x) { return x.dataset.v !== undefined; })) continue;
+    if (!column(c).every(function (x) { return x.dataset.v !== undefined && !isNaN(parseFloat(x.dataset.v)); })) continue;
     ths[c].click();
-    var v = Array.from(table.tBodies[0].rows).map(function (r) { return parseFloat(r.cells[c].dataset.v); });
-    for (var i = 1; i < v.length; ++i) if (v[i] < v[i - 1]) return "not ascending after one click on " + ths[c].textContent;
+    if (ths[c].dataset.dir !== "asc") ths[c].click();
+    var v = column(c).map(function (x) { return parseFloat(x.dataset.v); });
+    for (var i = 1; i < v.length; ++i) if (v[i] < v[i - 1]) return "not ascending after a click on " + ths[c].textContent;
     ths[c].click();
-    v = Array.from(table.tBodies[0].rows).map(function (r) { return parseFloat(r.cells[c].dataset.v); });
-    for (var j = 1; j < v.length; ++j) if (v[j] > v[j - 1]) return "not descending after two clicks on " + ths[c].textContent;
+    v = column(c).map(function (x) { return parseFloat(x.dataset.v); });
+    for (var j = 1; j < v.length; ++j) if (v[j] > v[j - 1]) return "not descending after a second click on " + ths[c].textContent;
     return "ok";
   }
   return "no numeric column";

@@ -24,7 +24,7 @@ int run_export_tensorboard(const ExportArgs& a, const GlobalOptions& g) {
   if (g.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const TbExport& e : done) j.push_back({{"run", e.run}, {"name", e.name}, {"file", e.file}, {"scalars", e.scalars}});
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   if (!g.quiet)

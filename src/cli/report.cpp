@@ -28,7 +28,7 @@ must be a site an earlier `normlab report` wrote (it holds .normlab-report) or n
     const ReportResult r = write_report(*req);
     if (g.json) {
       std::cout << nlohmann::json{{"out", r.out}, {"sweeps", r.sweeps}, {"runs", r.runs}, {"pages", r.pages}, {"files", r.files},
-                                  {"experiments", r.experiments}}.dump(2)
+                                  {"experiments", r.experiments}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                 << "\n";
     } else {
       std::printf("wrote %s: %zu pages (%zu sweeps, %zu runs%s), %zu files; open %s/index.html\n", r.out.c_str(), r.pages, r.sweeps,

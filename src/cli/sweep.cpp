@@ -31,6 +31,7 @@ struct SweepArgs {
   std::vector<std::string> positional;  // SPEC.json and/or key=v1,v2 axes
   std::vector<std::string> sets;
   std::string out, shard, rerun, tensorboard;
+  const CLI::Option* tensorboard_opt = nullptr;
   int jobs = 0, threads = 1;
   bool dry_run = false, force = false;
   bool slurm = false, submit = false;
@@ -124,6 +125,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   ro.device = a.dev.device;
   ro.tf32 = a.dev.tf32;
   // Absolute: the children run with the same working directory, Slurm's tasks maybe not.
+  NL_USAGE(a.tensorboard_opt->count() == 0 || !a.tensorboard.empty(), "--tensorboard needs a directory (TensorBoard's --logdir)");
   if (!a.tensorboard.empty()) ro.tensorboard = std::filesystem::absolute(a.tensorboard).lexically_normal().string();
   check_run_options(ro);
   SweepPlan plan = plan_sweep(req);
@@ -350,7 +352,7 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   sub->add_flag("--dry-run", a->dry_run, "List the points with their run names and whether they would run; create nothing");
   a->jobs_opt = sub->add_option("-j,--jobs", a->jobs, "Points at once, at least 1 (default: the number of cores, or SLURM_CPUS_PER_TASK)");
   sub->add_option("--threads", a->threads, "Threads per point, 1 to 1024 (default 1)");
-  sub->add_option("--tensorboard", a->tensorboard,
+  a->tensorboard_opt = sub->add_option("--tensorboard", a->tensorboard,
                   "Also write TensorBoard event files as the points train: DIR/<point name>/ each (view all with "
                   "tensorboard --logdir DIR)");
   sub->add_option("--rerun", a->rerun, "Also re-run finished points with these statuses (comma list): diverged, completed, all; failed and interrupted points always run again");

@@ -45,16 +45,19 @@ std::string default_run_dir(const TrainConfig& c) {
                      to_string(c.model.placement), c.model.layers, c.seed);
 }
 
-// --tensorboard DIR, before anything is created: a directory (or nothing yet), not inside the run
-// directory (which holds only its run's files).
+// --tensorboard DIR, before anything is created: a directory (or nothing yet), not inside this
+// run's directory or any other run's (which hold only their run's files), nor a sweep's runs/.
 void check_tensorboard_dir(const std::string& tb, const std::string& run_dir, bool resuming) {
   namespace fs = std::filesystem;
   std::error_code ec;
   NL_USAGE(!fs::exists(tb, ec) || fs::is_directory(tb, ec), "--tensorboard '{}' is not a directory", shown(tb, 200));
-  const fs::path t = fs::weakly_canonical(fs::absolute(tb), ec), r = fs::weakly_canonical(fs::absolute(run_dir), ec);
+  const fs::path t = fs::absolute(tb).lexically_normal(), r = fs::absolute(run_dir).lexically_normal();
   const fs::path rel = t.lexically_relative(r);
   NL_USAGE(rel.empty() || *rel.begin() == "..", "--tensorboard '{}' is inside the run directory '{}' (give a directory beside it)",
            shown(tb, 200), shown(run_dir, 200));
+  const std::string inside = enclosing_run_or_sweep(tb);
+  NL_USAGE(inside.empty(), "--tensorboard '{}' is inside '{}' (a run directory, or a sweep's runs/, holds only runs)",
+           shown(tb, 200), shown(inside, 200));
   if (!resuming && !event_files(tb).empty())
     spdlog::warn("--tensorboard {} already holds event files: TensorBoard shows them and this run's as one run", tb);
 }
@@ -104,7 +107,14 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
   opt.interrupt = catch_interrupts();
   opt.on_eval = [table, progress, &events](const EvalRecord& r) {
-    if (events) events->eval(r);
+    // The run is the experiment: a TensorBoard file that cannot be written (a full disk) costs the
+    // events, not the run.
+    if (events) try {
+        events->eval(r);
+      } catch (const Error& e) {
+        spdlog::warn("TensorBoard events stopped: {}", e.what());
+        events.reset();
+      }
     if (progress) clear_progress_line();
     if (table) print_loss_table_row(r);
   };
@@ -113,17 +123,20 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   std::string result;
   try {
     result = run_and_record(cfg, opt, &r);
-  } catch (const Interrupted& e) {
-    if (events) events->stopped(fmt::format("interrupted: {}", e.what()));
-    throw;
   } catch (const Error& e) {
-    if (events) events->stopped(fmt::format("stopped by an error: {}", e.what()));
+    // The run's own error is what the user hears; the events only say how it ended, if they can.
+    if (events) try {
+        events->stopped(fmt::format("{}: {}", dynamic_cast<const Interrupted*>(&e) ? "interrupted" : "stopped by an error", e.what()));
+      } catch (const Error&) {
+      }
     throw;
   }
-  if (events) {
-    events->finish(result);
-    spdlog::info("TensorBoard events: {}", events->path());
-  }
+  if (events) try {
+      events->finish(result);
+      spdlog::info("TensorBoard events: {}", events->path());
+    } catch (const Error& e) {
+      spdlog::warn("TensorBoard events: {}", e.what());
+    }
   if (progress) clear_progress_line();
   if (g.json) {
     std::cout << result << "\n";

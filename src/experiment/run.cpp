@@ -286,6 +286,19 @@ void validate_run(const TrainConfig& cfg) {
   }
 }
 
+std::string enclosing_run_or_sweep(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) p = fs::absolute(path).lexically_normal();
+  for (; !p.empty(); p = p.parent_path()) {
+    if (is_run_directory(p.string()) ||
+        (p.filename() == "runs" && fs::is_regular_file(p.parent_path() / "spec.json", ec)))
+      return p.string();
+    if (p == p.root_path()) break;
+  }
+  return "";
+}
+
 bool is_run_directory(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;

@@ -33,6 +33,7 @@
 #include "normlab/error.h"
 #include "normlab/stats.h"
 #include "normlab/io.h"
+#include "normlab/run.h"
 #include "normlab/sweep.h"
 #include "normlab/system.h"
 #include "sweep_internal.h"
@@ -48,6 +49,20 @@ void check_run_options(const SweepRunOptions& opt) {
   // Checked here, not by each child: a value every child refuses would fail every point.
   NL_USAGE(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be from 1 to {} (threads per point), got {}",
            kMaxThreads, opt.threads);
+  if (!opt.tensorboard.empty()) {
+    // What every child's `train --tensorboard` would refuse, refused once before the sweep starts.
+    std::error_code ec;
+    NL_USAGE(!fs::exists(opt.tensorboard, ec) || fs::is_directory(opt.tensorboard, ec), "--tensorboard '{}' is not a directory",
+             shown(opt.tensorboard, 200));
+    const fs::path tb = fs::absolute(opt.tensorboard).lexically_normal();
+    const fs::path runs = fs::absolute(opt.dir).lexically_normal() / "runs";
+    const fs::path rel = tb.lexically_relative(runs);
+    NL_USAGE(rel.empty() || *rel.begin() == "..", "--tensorboard '{}' is inside the sweep's runs/ (which holds only its points)",
+             shown(opt.tensorboard, 200));
+    const std::string inside = enclosing_run_or_sweep(opt.tensorboard);
+    NL_USAGE(inside.empty(), "--tensorboard '{}' is inside '{}' (a run directory, or a sweep's runs/, holds only runs)",
+             shown(opt.tensorboard, 200), shown(inside, 200));
+  }
 }
 
 namespace {

@@ -3,11 +3,16 @@
 // OUT's place at the end.
 #include "normlab/report.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -129,8 +134,9 @@ const char* kSortJs = R"(document.querySelectorAll("table.sortable").forEach(fun
       table.querySelectorAll("th").forEach(function (h) { delete h.dataset.dir; });
       th.dataset.dir = ascending ? "asc" : "desc";
       var key = function (row) {
-        var cell = row.cells[column], v = cell.dataset.v;
-        return v === undefined ? cell.textContent : parseFloat(v);
+        var cell = row.cells[column], v = cell.dataset.v === undefined ? cell.textContent : cell.dataset.v;
+        var n = parseFloat(v);
+        return isNaN(n) ? v : n;
       };
       Array.from(body.rows).sort(function (a, b) {
         var x = key(a), y = key(b), c;
@@ -288,7 +294,13 @@ void run_page(Site& site, const RunInfo& r, const std::string& sweep) {
     bool has = false;
     for (const json& m : r.metrics) has = has || (m.contains(field) && m[field].is_array() && !m[field].empty());
     if (!has) continue;
-    const LayerHistory h = read_layer_history(r.dir, field);
+    LayerHistory h;
+    try {
+      h = read_layer_history(r.dir, field);
+    } catch (const UsageError& e) {  // a run someone edited: the page says so, the site is still written
+      b += fmt::format("<h2>{} by layer</h2>\n<p>Not drawn: {}</p>\n", field, esc(e.what()));
+      continue;
+    }
     site.files[dir + field + "_heatmap.svg"] = plot_layer_heatmap_svg(h);
     site.files[dir + field + "_profile.svg"] = plot_layer_profile_lines_svg(h);
     b += fmt::format("<h2>{} by layer</h2>\n<figure><img src=\"{}_heatmap.svg\" alt=\"{} by layer and step\"></figure>\n"
@@ -362,7 +374,12 @@ void sweep_page(Site& site, const SweepInfo& sw) {
   if (cells > 0 && cells <= 60 && s.col_labels.size() <= 12) {
     site.files[dir + "multiples_loss.svg"] = plot_sweep_small_multiples_svg(s, SmallMultiple::loss_curves);
     b += "<figure><img src=\"multiples_loss.svg\" alt=\"validation loss by step, one panel per cell\"></figure>\n";
-    const CellLayers layers = read_cell_layers(sw.dir, s, "block_grad_norm");
+    CellLayers layers;
+    try {
+      layers = read_cell_layers(sw.dir, s, "block_grad_norm");
+    } catch (const UsageError& e) {
+      b += fmt::format("<p>Per-layer small multiples not drawn: {}</p>\n", esc(e.what()));
+    }
     bool any = false;
     for (const auto& row : layers.cells)
       for (const auto& cell : row) any = any || !cell.empty();
@@ -581,8 +598,10 @@ ReportResult write_report(const ReportRequest& req) {
   NL_USAGE(!req.out.empty(), "--out needs a directory name");
   std::error_code ec;
   // Where the site goes, before any reading: a site of ours or nothing, in an existing directory.
-  const fs::path out = fs::path(req.out).lexically_normal();
-  const fs::path out_abs = fs::absolute(out).lexically_normal();
+  fs::path out = fs::path(req.out).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "site/" is "site"
+  fs::path out_abs = fs::absolute(out).lexically_normal();
+  if (out_abs.filename().empty()) out_abs = out_abs.parent_path();
   NL_USAGE(out_abs.has_parent_path() && fs::is_directory(out_abs.parent_path(), ec), "the parent directory of --out '{}' does not exist",
            shown(req.out, 200));
   const fs::file_status ost = fs::symlink_status(out, ec);
@@ -596,6 +615,8 @@ ReportResult write_report(const ReportRequest& req) {
   for (const std::string& in : req.inputs) {
     const size_t before = sweep_dirs.size() + run_dirs.size();
     find(in, sweep_dirs, run_dirs);
+    std::sort(sweep_dirs.begin(), sweep_dirs.end());
+    std::sort(run_dirs.begin(), run_dirs.end());
     NL_USAGE(sweep_dirs.size() + run_dirs.size() > before, "'{}' holds no sweep directory and no finished run directory", shown(in, 200));
   }
   // OUT (replaced whole) never holds what it reports, nor goes inside a run directory.
@@ -610,15 +631,8 @@ ReportResult write_report(const ReportRequest& req) {
 
   Site site;
   std::vector<SweepInfo> sweeps;
-  std::vector<RunInfo> runs;  // reserved below: PointInfo points into it
+  std::deque<RunInfo> runs;  // a deque: PointInfo points into it as it grows
   std::set<std::string> names;
-  size_t sweep_points = 0;
-  for (const std::string& d : sweep_dirs) {
-    SweepRequest sr;
-    sr.spec_file = d + "/spec.json";
-    sweep_points += plan_sweep(sr).points.size();
-  }
-  runs.reserve(sweep_points + run_dirs.size());
   for (const std::string& d : sweep_dirs) {
     SweepInfo sw;
     sw.dir = d;
@@ -699,9 +713,15 @@ ReportResult write_report(const ReportRequest& req) {
   site.files["sort.js"] = kSortJs;
   site.files[kReportMarker] = "a site written by `normlab report`; `normlab report --out` replaces only directories holding this file\n";
 
-  // Written whole under a temporary name, then in OUT's place.
+  // Written whole under a temporary name (made here, so never a directory someone else has), then
+  // in OUT's place: OUT is re-checked just before, and an earlier site is removed only after the
+  // new one has its name.
   const fs::path tmp = fs::path(out_abs.string() + ".partial." + std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
+  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp.string(), 200), std::strerror(errno));
+  auto is_site = [](const fs::path& dir) {
+    struct stat st {};
+    return ::lstat((dir / kReportMarker).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
   try {
     for (const auto& [path, content] : site.files) {
       const fs::path p = tmp / path;
@@ -714,17 +734,18 @@ ReportResult write_report(const ReportRequest& req) {
     const fs::path old = fs::path(out_abs.string() + ".old." + std::to_string(::getpid()));
     const bool had = fs::exists(fs::symlink_status(out_abs, ec));
     if (had) {
-      fs::rename(out_abs, old, ec);
-      NL_USAGE(!ec, "cannot replace '{}': {}", shown(req.out, 200), ec.message());
+      NL_USAGE(is_site(out_abs), "--out '{}' changed while the site was written: it is no longer a site `normlab report` wrote",
+               shown(req.out, 200));
+      NL_USAGE(rename_noreplace(out_abs.string(), old.string()), "cannot replace '{}': {}", shown(req.out, 200), std::strerror(errno));
     }
-    fs::rename(tmp, out_abs, ec);
-    if (ec) {
-      if (had) fs::rename(old, out_abs, ec);
-      throw UsageError(fmt::format("cannot write '{}': {}", shown(req.out, 200), ec.message()));
+    if (!rename_noreplace(tmp.string(), out_abs.string())) {
+      const std::string why = std::strerror(errno);
+      if (had) rename_noreplace(old.string(), out_abs.string());
+      throw UsageError(fmt::format("cannot write '{}': {}", shown(req.out, 200), why));
     }
-    if (had) fs::remove_all(old, ec);  // the earlier site (its marker was checked)
+    if (had && is_site(old)) fs::remove_all(old, ec);  // the earlier site
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    fs::remove_all(tmp, ec);  // made above by this process
     throw;
   }
   ReportResult r;

@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <algorithm>
 
 #include "normlab/error.h"
 #include "normlab/io.h"
@@ -104,7 +106,8 @@ std::string result_status_text(const std::string& result_json) {
   const json j = parse_object(result_json, "result.json");
   const std::string status = text_or(j, "status", "unknown");
   if (status == "diverged" && int_or(j, "diverged_step", -1) >= 0)
-    return fmt::format("diverged at step {} ({})", int_or(j, "diverged_step", -1), text_or(j, "diverged_reason", ""));
+    return fmt::format("diverged at step {}{}", int_or(j, "diverged_step", -1),
+                       text_or(j, "diverged_reason", "").empty() ? "" : " (" + text_or(j, "diverged_reason", "") + ")");
   if (status == "collapsed" && int_or(j, "collapsed_step", -1) >= 0)
     return fmt::format("collapsed from step {} (the validation loss ended at the unigram baseline or above it)",
                        int_or(j, "collapsed_step", -1));
@@ -192,20 +195,37 @@ void find_runs(const std::string& path, std::vector<std::pair<std::string, std::
 std::string run_events(const std::string& run, size_t* scalar_count) {
   const std::string result = read_file(run + "/result.json");
   const json rj = parse_object(result, fmt::format("'{}/result.json'", run).c_str());
-  const std::vector<std::string> metrics = nonempty_lines(read_file(run + "/metrics.jsonl"));
   std::map<int64_t, std::vector<TbScalar>> by_step;
-  for (const std::string& line : metrics) {
+  // Every line of a file through `f`; a line it refuses is an error naming the file and the line.
+  auto each_line = [](const std::string& file, const std::function<void(const std::string&)>& f) {
+    const std::string text = read_file(file);
+    size_t at = 0, number = 0;
+    while (at < text.size()) {
+      size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      ++number;
+      if (end > at) {
+        try {
+          f(text.substr(at, end - at));
+        } catch (const UsageError& e) {
+          throw UsageError(fmt::format("'{}' line {}: {}", shown(file, 200), number, e.what()));
+        }
+      }
+      at = end + 1;
+    }
+  };
+  each_line(run + "/metrics.jsonl", [&](const std::string& line) {
     TbStep s = metrics_line_scalars(line);
     for (TbScalar& t : s.scalars) by_step[s.step].push_back(std::move(t));
-  }
+  });
   std::error_code ec;
   if (fs::is_regular_file(run + "/timing.jsonl", ec))
-    for (const std::string& line : nonempty_lines(read_file(run + "/timing.jsonl"))) {
+    each_line(run + "/timing.jsonl", [&](const std::string& line) {
       TbStep s = timing_line_scalars(line);
       auto at = by_step.find(s.step);
       if (at != by_step.end())
         for (TbScalar& t : s.scalars) at->second.push_back(std::move(t));
-    }
+    });
   struct stat st {};
   const double end = ::stat((run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0;
   const int64_t steps = std::max<int64_t>(1, int_or(rj, "steps_done", 1));
@@ -252,6 +272,7 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
   for (const std::string& p : paths) {
     const size_t before = runs.size();
     find_runs(p, runs);
+    std::sort(runs.begin() + static_cast<std::ptrdiff_t>(before), runs.end());
     NL_USAGE(runs.size() > before, "'{}' holds no finished run directory (config.json, metrics.jsonl and result.json)",
              shown(p, 200));
   }
@@ -269,6 +290,9 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
     e.run = run;
     e.name = name;
     const std::string dest = out_dir + "/" + name;
+    const std::string inside_run = enclosing_run_or_sweep(dest);
+    NL_USAGE(inside_run.empty(), "the events of '{}' would go to '{}', inside '{}' (a run directory, or a sweep's runs/, holds "
+             "only runs): choose another --out", shown(run, 200), shown(dest, 200), shown(inside_run, 200));
     NL_USAGE(!fs::exists(dest, ec) || fs::is_directory(dest, ec), "'{}' is not a directory", shown(dest, 200));
     for (const std::string& f : event_files(dest))
       NL_USAGE(written_by_export(f),
@@ -277,9 +301,14 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
                shown(dest, 200), shown(fs::path(f).filename().string(), 120));
     plan.push_back(e);
   }
-  for (TbExport& e : plan) {
+  // Every run read and rendered before the first file is written: a torn line in the last run
+  // stops the export with nothing written.
+  std::vector<std::string> events_of;
+  for (TbExport& e : plan) events_of.push_back(run_events(e.run, &e.scalars));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    TbExport& e = plan[i];
     const std::string dest = out_dir + "/" + e.name;
-    const std::string events = run_events(e.run, &e.scalars);
+    const std::string& events = events_of[i];
     fs::create_directories(dest, ec);
     NL_USAGE(!ec, "cannot create '{}': {}", shown(dest, 200), ec.message());
     const std::vector<std::string> earlier = event_files(dest);
@@ -305,7 +334,8 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
       throw UsageError(fmt::format("cannot write '{}': {}", shown(e.file, 200), why));
     }
     for (const std::string& old : earlier)
-      if (old != e.file && written_by_export(old)) fs::remove(old, ec);  // an earlier export's
+      if (old != e.file && fs::is_regular_file(fs::symlink_status(old, ec)) && written_by_export(old))
+        fs::remove(old, ec);  // an earlier export's
   }
   return plan;
 }

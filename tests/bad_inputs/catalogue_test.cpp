@@ -583,6 +583,15 @@ std::vector<Case> catalogue() {
     fs::create_directories(w / "tb" / "ln");
     write(w / "tb" / "ln" / "events.out.tfevents.1.someone", "someone's\n");
   });
+  add("export_tensorboard_into_the_run_itself", {"export", "tensorboard", "ln", "--out", "."}, ln_run("ln"));
+  add("export_tensorboard_torn_metrics", {"export", "tensorboard", "ln", "--out", "tb"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    std::ofstream(w / "ln" / "metrics.jsonl", std::ios::app) << "{\"step\": 9, \"val_lo";
+  });
+  add("train_tensorboard_into_another_run", tiny({"--tensorboard", "ln"}), ln_run("ln"));
+  add("sweep_tensorboard_file", {"sweep", "--out", "s", "--tensorboard", "f", "steps=2", "layers=1,2"}, mine("f"));
+  add("sweep_tensorboard_empty", {"sweep", "--out", "s", "--tensorboard", "", "steps=2", "layers=1,2"});
+  add("sweep_tensorboard_inside_runs", {"sweep", "--out", "s", "--tensorboard", "s/runs/tb", "steps=2", "layers=1,2"});
   add("train_tensorboard_empty", tiny({"--tensorboard", ""}));
   add("train_tensorboard_file", tiny({"--tensorboard", "f"}), mine("f"));
   add("train_tensorboard_inside_run", tiny({"--out", "r", "--tensorboard", "r/tb"}));

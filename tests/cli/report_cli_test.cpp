@@ -109,7 +109,7 @@ TEST(ReportCli, WritesASiteWhoseEveryLinkResolves) {
   EXPECT_EQ(slurp(site / "index.html").find("http"), std::string::npos);
   // Again: the site is replaced, nothing left over.
   fs::remove_all(work / "in" / "one run");
-  r = run_cli({"report", (work / "in").string(), "--out", site.string(), "-q"});
+  r = run_cli({"report", (work / "in").string(), "--out", site.string() + "/", "-q"});  // "site/" is "site"
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_FALSE(fs::exists(site / "runs" / "standalone"));
   for (const auto& e : fs::directory_iterator(work)) EXPECT_EQ(e.path().string().find(".partial."), std::string::npos) << e.path();

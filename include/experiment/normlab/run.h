@@ -85,6 +85,10 @@ void check_run_destination(const RunOptions& opt);
 // (the marker, config.json, result.json, metrics.jsonl, timing.jsonl) and the marker, or (runs
 // written before the marker existed) config.json and result.json.
 bool is_run_directory(const std::string& path);
+// The nearest directory at or above `path` (which need not exist yet) that is a run directory or a
+// sweep's runs/ folder (beside its spec.json), or "" when there is none: where another command's
+// files must not go (a run directory holds only its run; a sweep's runs/ only its points).
+std::string enclosing_run_or_sweep(const std::string& path);
 // <dir>.partial.<pid> directories whose process is gone.
 std::vector<std::string> stale_partials(const std::string& dir);
 // Runs and writes the run directory; returns result.json's text.
