@@ -18,22 +18,6 @@ namespace {
 
 std::string reason() { return std::strerror(errno); }
 
-// Writes all of text to fd; false (errno set) on a failed or short write.
-bool write_all(int fd, const std::string& text) {
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 std::string parent_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -206,6 +190,22 @@ void write_output_file(const std::string& path, const std::string& text, const s
                                    shown(path, 200))
                      : fmt::format("cannot write '{}': {}", shown(path, 200), std::strerror(e)));
   }
+}
+
+bool write_all(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
 }
 
 bool rename_noreplace(const std::string& from, const std::string& to) {

@@ -8,23 +8,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "normlab/table.h"
+
 namespace normlab::svg {
 
 const char* const kColors[10] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 const char* color(size_t i) { return kColors[i % 10]; }
 
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
+std::string esc(const std::string& s) { return xml_escaped(s); }
 
 std::string tick_label(double v) {
   std::string s = fmt::format("{:.3g}", v);

@@ -22,6 +22,7 @@
 #include "normlab/plots.h"
 #include "normlab/run.h"
 #include "normlab/sweep.h"
+#include "normlab/table.h"
 
 namespace normlab {
 
@@ -32,18 +33,7 @@ namespace {
 
 // ---- HTML --------------------------------------------------------------------------------------
 
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '"') out += "&quot;";
-    else if (c == '\'') out += "&#39;";
-    else out += c;
-  }
-  return out;
-}
+std::string esc(const std::string& s) { return xml_escaped(s); }
 
 // A relative URL of a site path: every byte outside the unreserved set (and '/', and a point
 // name's '=' and ',', which a path may hold as they are) percent-encoded, so that a person's space,

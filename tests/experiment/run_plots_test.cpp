@@ -5,6 +5,8 @@
 // values included. NORMLAB_PLOTS_OUT=DIR also writes every figure there, to look at.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -56,7 +58,12 @@ struct Doc {
 bool entity_ok(const std::string& s, size_t amp) {
   for (const char* e : {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"})
     if (s.compare(amp, std::string(e).size(), e) == 0) return true;
-  return false;
+  // a decimal character reference, &#39;
+  size_t i = amp + 1;
+  if (i >= s.size() || s[i] != '#') return false;
+  size_t digits = 0;
+  while (++i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++digits;
+  return digits > 0 && i < s.size() && s[i] == ';';
 }
 
 // Tags balanced and properly nested, attributes name="value" without '<' or stray '&', character

@@ -61,6 +61,10 @@ void check_output_file(const std::string& path, const std::string& flag, bool fo
 void write_output_file(const std::string& path, const std::string& text, const std::string& flag, bool force,
                        const WrittenByNormlab& ours);
 
+// All of text to an open descriptor, retrying short writes and EINTR; false (errno set) when a
+// write fails. For files that other code opens itself (an events file, created O_EXCL).
+bool write_all(int fd, const std::string& text);
+
 // rename(from, to) of a directory that fails (errno EEXIST or ENOTEMPTY) when `to` exists instead of
 // replacing it: how a directory written under a temporary name takes its name.
 bool rename_noreplace(const std::string& from, const std::string& to);

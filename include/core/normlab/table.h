@@ -62,5 +62,7 @@ struct Table {
 // A CSV field (RFC 4180): as is, or in double quotes (inner quotes doubled) when it holds a
 // comma, a quote or a line break.
 std::string csv_field(const std::string& s);
+// Text for XML or HTML (an SVG label, a page of the report): & < > " ' as entities.
+std::string xml_escaped(const std::string& s);
 
 }  // namespace normlab
