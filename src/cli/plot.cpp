@@ -6,8 +6,10 @@
 #include <cstdio>
 
 #include "cli_common.h"
+#include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/plots.h"
+#include "normlab/probe.h"
 #include "normlab/sweep.h"
 #include "output.h"
 
@@ -18,7 +20,23 @@ namespace {
 struct PlotArgs {
   std::string path, out, field, kind = "loss";
   std::vector<std::string> where;
+  bool init = false;  // profile: also the field at initialization, probed from the run's config
 };
+
+// The run's config probed at initialization (its seed, one probe batch): the profile's "init"
+// line, the same statistic as train's per-layer field before the first step.
+std::vector<double> probed_init(const std::string& run, const std::string& field, std::string* label) {
+  NL_USAGE(field == "stream_norm" || field == "block_grad_norm",
+           "--init probes stream_norm and block_grad_norm at initialization, not '{}'", shown(field, 60));
+  const TrainConfig cfg = load_train_config(run + "/config.json", {});
+  ProbeOptions opt;
+  opt.seeds = 1;
+  const ConfigProbe p = probe_config(cfg, opt);
+  std::vector<double> out;
+  for (const LayerProbe& l : p.layers) out.push_back(field == "stream_norm" ? l.act_norm.mean : l.block_grad_norm.mean);
+  *label = fmt::format("init (probe: seed {}, {} sequences)", cfg.seed, opt.batch);
+  return out;
+}
 
 int write_plot(const PlotArgs& a, const std::string& svg) {
   write_plot_file(a.out, svg, "--out");
@@ -43,6 +61,9 @@ Runner add_plot(CLI::App& app, GlobalOptions& g) {
          "A per-layer field of metrics.jsonl: stream_norm (default), block_grad_norm, stream_max_abs, ...");
   CLI::App* prof = sub->add_subcommand("profile", "A run's per-layer field at its first and last evaluation, layer by layer");
   common(prof, "A run directory (metrics.jsonl)", "A per-layer field of metrics.jsonl (default stream_norm)");
+  prof->add_flag("--init", a->init,
+                 "Also the field at initialization: the run's config probed (its seed, one batch of 16 sequences; "
+                 "stream_norm and block_grad_norm)");
   CLI::App* mult = sub->add_subcommand("multiples", "A sweep as small multiples laid out like its summary table");
   common(mult, "A sweep directory", "--kind layers: the per-layer field (default block_grad_norm)");
   mult->add_option("--kind", a->kind, "loss (validation loss by step, the default) or layers (each point's last per-layer record)");
@@ -50,13 +71,17 @@ Runner add_plot(CLI::App& app, GlobalOptions& g) {
   sub->footer(R"(Examples:
   normlab plot heatmap results/sweeps/depth-torch/runs/layers=20/norm=layernorm/placement=post/seed=0 --out post20.svg
   normlab plot heatmap RUN --field block_grad_norm --out grads.svg
+  normlab plot profile RUN --field block_grad_norm --init --out grads-init-vs-final.svg
   normlab plot multiples results/sweeps/deep-deepnorm-torch --kind layers --out deepnorm.svg)");
   return [a, heat, prof, mult] {
     NL_USAGE(!a->out.empty(), "--out needs a file name");
     check_plot_file(a->out, "--out");
     if (heat->parsed() || prof->parsed()) {
       const LayerHistory h = read_layer_history(a->path, a->field.empty() ? "stream_norm" : a->field);
-      return write_plot(*a, heat->parsed() ? plot_layer_heatmap_svg(h) : plot_layer_profile_lines_svg(h));
+      if (heat->parsed()) return write_plot(*a, plot_layer_heatmap_svg(h));
+      std::string label;
+      const std::vector<double> init = a->init ? probed_init(a->path, h.field, &label) : std::vector<double>{};
+      return write_plot(*a, plot_layer_profile_lines_svg(h, init, label));
     }
     if (mult->parsed()) {
       NL_USAGE(a->kind == "loss" || a->kind == "layers", "--kind must be loss or layers, not '{}'", shown(a->kind, 40));

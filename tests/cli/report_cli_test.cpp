@@ -146,6 +146,12 @@ TEST(PlotCli, WritesAndReplacesItsOwnSvgFiles) {
       EXPECT_NE(svg.find("<svg"), std::string::npos);
       EXPECT_NE(svg.find("</svg>"), std::string::npos);
     }
+  // The profile against the run's config probed at initialization.
+  r = run_cli({"plot", "profile", (work / "run").string(), "--init", "--out", (work / "p.svg").string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(slurp(work / "p.svg").find("init (probe: seed 0"), std::string::npos);
+  r = run_cli({"plot", "profile", (work / "run").string(), "--init", "--field", "stream_max_abs", "--out", (work / "p.svg").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
   r = run_cli({"probe", "--layers", "3", "--seeds", "1", "--batch", "2", "--plot", (work / "p.svg").string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(slurp(work / "p.svg").find("identity share"), std::string::npos);
