@@ -16,6 +16,10 @@ For each run it checks, with tensorboard.backend.event_processing.event_accumula
     to the float32 of the JSON value (NaN for null); timing.jsonl the same under "timing/";
   - result.json's numbers that normlab exports ("result/<field>") at the run's last step;
   - that no scalar tag is there that the files do not explain, and the text "status" is.
+With --serve it also starts the TensorBoard web app on LOGDIR (tensorboard --logdir LOGDIR
+--load_fast=false, a free local port) and asks its HTTP API what a browser's Scalars tab would show:
+every run must be listed (/data/runs) and each run's val_loss series (/data/plugin/scalars/scalars)
+must be metrics.jsonl's, step for step.
 It prints one line per run and exits 1 when any value differs, 2 when a run cannot be checked.
 
 Needs the tensorboard package (pip install tensorboard; scripts/tensorboard_check.sh makes a
@@ -25,8 +29,13 @@ import argparse
 import json
 import math
 import os
+import socket
 import struct
+import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 
 # result.json's numbers that normlab exports (result_number_fields(), src/experiment/run.cpp)
 EXPORTED_RESULT_FIELDS = [
@@ -130,10 +139,59 @@ def check_run(ea_class, tb_dir, run):
     return checked, problems
 
 
+def serve_check(logdir, runs_root, rels):
+    """The web app's view of LOGDIR: its run list and each run's val_loss series. Returns problems."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
+    app = subprocess.Popen([exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1", "--load_fast=false"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    problems = []
+    try:
+        served = None
+        for _ in range(120):  # the app loads the files in the background
+            try:
+                served = json.load(urllib.request.urlopen(base + "/data/runs", timeout=2))
+                if all(r in served for r in rels):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        if served is None:
+            return ["the TensorBoard app did not answer"]
+        for rel in rels:
+            if rel not in served:
+                problems.append(f"{rel}: not among the app's runs {served}")
+                continue
+            run = run_dir_for(runs_root, rel)
+            want = {}
+            for line in read_lines(os.path.join(run, "metrics.jsonl")):
+                rec = json.loads(line)
+                want[rec["step"]] = f32(rec.get("val_loss"))
+            if not want:
+                continue
+            q = urllib.parse.urlencode({"run": rel, "tag": "val_loss"})
+            series = json.load(urllib.request.urlopen(f"{base}/data/plugin/scalars/scalars?{q}", timeout=10))
+            got = {step: value for _, step, value in series}
+            if set(got) != set(want) or any(not same(f32(got[k]), want[k]) for k in want):
+                problems.append(f"{rel}: the app's val_loss {got} is not metrics.jsonl's {want}")
+        return problems
+    finally:
+        app.terminate()
+        try:
+            app.wait(10)
+        except subprocess.TimeoutExpired:
+            app.kill()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("logdir")
     ap.add_argument("runs_root")
+    ap.add_argument("--serve", action="store_true", help="also ask the TensorBoard web app (see above)")
     args = ap.parse_args()
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -162,6 +220,13 @@ def main():
         else:
             print(f"ok   {rel}: {checked} scalars equal to {run}")
     print(f"{len(runs) - bad}/{len(runs)} runs agree ({total} scalar values checked with TensorBoard's EventAccumulator)")
+    if args.serve:
+        problems = serve_check(args.logdir, args.runs_root, sorted(runs))
+        for p in problems:
+            print("FAIL (web app)", p)
+        print(f"the TensorBoard web app lists the {len(runs)} runs and serves their val_loss as metrics.jsonl has it"
+              if not problems else f"the TensorBoard web app: {len(problems)} problem(s)")
+        bad += len(problems)
     return 1 if bad else 0
 
 

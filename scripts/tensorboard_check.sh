@@ -2,7 +2,8 @@
 # normlab's TensorBoard files read back by TensorBoard itself: trains a run with --tensorboard
 # (one that diverges too), runs a 4-point sweep with --tensorboard, exports both the sweep and a
 # run with `export tensorboard`, and checks every scalar of each against its run's metrics.jsonl,
-# timing.jsonl and result.json with scripts/tensorboard_check.py (TensorBoard's EventAccumulator).
+# timing.jsonl and result.json with scripts/tensorboard_check.py (TensorBoard's EventAccumulator),
+# and the trained runs once more through the TensorBoard web app's HTTP API (--serve).
 # Makes a virtual environment with the tensorboard package (PyPI) the first time.
 #   ./scripts/tensorboard_check.sh
 #   NORMLAB=build/normlab VENV=/tmp/tb-venv KEEP=1 ./scripts/tensorboard_check.sh
@@ -32,6 +33,6 @@ grep -q '"status": "diverged"' runs/diverged/result.json || { echo "tensorboard_
   --tensorboard tb-train/gpt >/dev/null
 "$NORMLAB" sweep -q --out sweep --jobs 2 --tensorboard tb-sweep steps=40 eval_every=20 layers=2,4 placement=pre,post >/dev/null
 "$NORMLAB" export tensorboard -q sweep runs --out tb-export >/dev/null
-"$VENV/bin/python" "$REPO/scripts/tensorboard_check.py" tb-train runs
+"$VENV/bin/python" "$REPO/scripts/tensorboard_check.py" tb-train runs --serve
 "$VENV/bin/python" "$REPO/scripts/tensorboard_check.py" tb-sweep sweep/runs
 "$VENV/bin/python" "$REPO/scripts/tensorboard_check.py" tb-export .
