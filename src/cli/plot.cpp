@@ -6,10 +6,8 @@
 #include <cstdio>
 
 #include "cli_common.h"
-#include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/plots.h"
-#include "normlab/probe.h"
 #include "normlab/sweep.h"
 #include "output.h"
 
@@ -22,21 +20,6 @@ struct PlotArgs {
   std::vector<std::string> where;
   bool init = false;  // profile: also the field at initialization, probed from the run's config
 };
-
-// The run's config probed at initialization (its seed, one probe batch): the profile's "init"
-// line, the same statistic as train's per-layer field before the first step.
-std::vector<double> probed_init(const std::string& run, const std::string& field, std::string* label) {
-  NL_USAGE(field == "stream_norm" || field == "block_grad_norm",
-           "--init probes stream_norm and block_grad_norm at initialization, not '{}'", shown(field, 60));
-  const TrainConfig cfg = load_train_config(run + "/config.json", {});
-  ProbeOptions opt;
-  opt.seeds = 1;
-  const ConfigProbe p = probe_config(cfg, opt);
-  std::vector<double> out;
-  for (const LayerProbe& l : p.layers) out.push_back(field == "stream_norm" ? l.act_norm.mean : l.block_grad_norm.mean);
-  *label = fmt::format("init (probe: seed {}, {} sequences)", cfg.seed, opt.batch);
-  return out;
-}
 
 int write_plot(const PlotArgs& a, const std::string& svg) {
   write_plot_file(a.out, svg, "--out");
@@ -79,9 +62,9 @@ Runner add_plot(CLI::App& app, GlobalOptions& g) {
     if (heat->parsed() || prof->parsed()) {
       const LayerHistory h = read_layer_history(a->path, a->field.empty() ? "stream_norm" : a->field);
       if (heat->parsed()) return write_plot(*a, plot_layer_heatmap_svg(h));
-      std::string label;
-      const std::vector<double> init = a->init ? probed_init(a->path, h.field, &label) : std::vector<double>{};
-      return write_plot(*a, plot_layer_profile_lines_svg(h, init, label));
+      if (!a->init) return write_plot(*a, plot_layer_profile_lines_svg(h));
+      const LayerInit init = probe_layer_init(a->path);
+      return write_plot(*a, plot_layer_profile_lines_svg(h, init.of(h.field), init.label));
     }
     if (mult->parsed()) {
       NL_USAGE(a->kind == "loss" || a->kind == "layers", "--kind must be loss or layers, not '{}'", shown(a->kind, 40));

@@ -11,6 +11,7 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/config.h"
 #include "normlab/plots.h"
 #include "svg.h"
 
@@ -411,6 +412,26 @@ std::string plot_probe_bars_svg(const std::vector<ProbeBarSeries>& series, const
     }
   }
   return out + "</svg>\n";
+}
+
+LayerInit probe_layer_init(const std::string& run_dir) {
+  const TrainConfig cfg = load_train_config(run_dir + "/config.json", {});
+  ProbeOptions opt;
+  opt.seeds = 1;
+  const ConfigProbe p = probe_config(cfg, opt);
+  LayerInit init;
+  for (const LayerProbe& l : p.layers) {
+    init.stream_norm.push_back(l.act_norm.mean);
+    init.block_grad_norm.push_back(l.block_grad_norm.mean);
+  }
+  init.label = fmt::format("init (probe: seed {}, {} sequences)", cfg.seed, opt.batch);
+  return init;
+}
+
+const std::vector<double>& LayerInit::of(const std::string& field) const {
+  NL_USAGE(field == "stream_norm" || field == "block_grad_norm",
+           "the init line probes stream_norm and block_grad_norm at initialization, not '{}'", shown(field, 60));
+  return field == "stream_norm" ? stream_norm : block_grad_norm;
 }
 
 }  // namespace normlab

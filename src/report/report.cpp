@@ -279,7 +279,15 @@ void run_page(Site& site, const RunInfo& r, const std::string& sweep) {
   b += "<h2>Validation loss</h2>\n";
   site.files[dir + "loss.svg"] = run_loss_svg(r);
   b += "<figure><img src=\"loss.svg\" alt=\"validation loss by step\"></figure>\n";
-  // The per-layer fields the run recorded: where the stream grows, where the gradient vanishes.
+  // The per-layer fields the run recorded: where the stream grows, where the gradient vanishes;
+  // the profiles against the same fields at initialization (the run's config probed).
+  LayerInit init;
+  std::string init_problem;
+  try {
+    init = probe_layer_init(r.dir);
+  } catch (const Error& e) {
+    init_problem = e.what();
+  }
   for (const char* field : {"stream_norm", "block_grad_norm"}) {
     bool has = false;
     for (const json& m : r.metrics) has = has || (m.contains(field) && m[field].is_array() && !m[field].empty());
@@ -292,10 +300,12 @@ void run_page(Site& site, const RunInfo& r, const std::string& sweep) {
       continue;
     }
     site.files[dir + field + "_heatmap.svg"] = plot_layer_heatmap_svg(h);
-    site.files[dir + field + "_profile.svg"] = plot_layer_profile_lines_svg(h);
+    site.files[dir + field + "_profile.svg"] =
+        init_problem.empty() ? plot_layer_profile_lines_svg(h, init.of(field), init.label) : plot_layer_profile_lines_svg(h);
     b += fmt::format("<h2>{} by layer</h2>\n<figure><img src=\"{}_heatmap.svg\" alt=\"{} by layer and step\"></figure>\n"
                      "<figure><img src=\"{}_profile.svg\" alt=\"{} by layer, first and last evaluation\"></figure>\n",
                      field, field, field, field, field);
+    if (!init_problem.empty()) b += fmt::format("<p>No line at initialization: {}</p>\n", esc(init_problem));
   }
   b += "<h2>Metrics (metrics.jsonl)</h2>\n<div class=\"wide\">";
   std::vector<std::string> cols;

@@ -42,6 +42,17 @@ std::string plot_layer_heatmap_svg(const LayerHistory& h);
 std::string plot_layer_profile_lines_svg(const LayerHistory& h, const std::vector<double>& init = {},
                                          const std::string& init_label = "init (probe)");
 
+// The per-layer fields at initialization, for the profile's init line: RUN_DIR/config.json probed
+// (probe_config) at the run's seed with one batch of 16 sequences; the same statistics as
+// metrics.jsonl's stream_norm and block_grad_norm before the first step. UsageError when the config
+// cannot be read or probed.
+struct LayerInit {
+  std::vector<double> stream_norm, block_grad_norm;
+  std::string label;  // "init (probe: seed 0, 16 sequences)"
+  const std::vector<double>& of(const std::string& field) const;  // UsageError for another field
+};
+LayerInit probe_layer_init(const std::string& run_dir);
+
 // ---- probe -----------------------------------------------------------------------------------
 // One architecture's per-layer probe numbers (mean over seeds), layer 1 first; a NaN or an empty
 // vector draws no bar.
