@@ -14,6 +14,7 @@
 #include "normlab/config.h"
 #include "normlab/plots.h"
 #include "svg.h"
+#include "sweep_internal.h"
 
 namespace normlab {
 
@@ -67,28 +68,20 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
   h.field = field;
   h.title = run_title(run_dir);
   const std::string metrics = run_dir + "/metrics.jsonl";
-  std::istringstream in(read_file(metrics));  // UsageError naming the file when it is not there
   std::vector<std::string> lists;  // the per-layer fields seen, for the message when `field` is not one
   bool seen = false;
-  for (std::string line; std::getline(in, line);) {
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const std::exception&) {
-      continue;  // a torn last line of a killed run
-    }
-    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;
+  for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
     for (const auto& [k, v] : rec.items())
       if (v.is_array() && std::find(lists.begin(), lists.end(), k) == lists.end()) lists.push_back(k);
-    if (!rec.contains(field)) continue;
+    if (!rec.contains(field)) return;
     seen = true;
     const json& v = rec[field];
     NL_USAGE(v.is_array(), "{}: '{}' is not a per-layer field (a list per block) at step {}", shown(metrics, 200),
-             shown(field), rec["step"].get<int64_t>());
-    h.steps.push_back(rec["step"].get<int64_t>());
+             shown(field), step);
+    h.steps.push_back(step);
     h.values.emplace_back();
     for (const json& x : v) h.values.back().push_back(x.is_number() ? x.get<double>() : NAN);
-  }
+  });
   std::string known;
   for (const std::string& k : lists) known += (known.empty() ? "" : ", ") + k;
   NL_USAGE(seen, "{}: no record has the field '{}' (its per-layer fields: {})", shown(metrics, 200), shown(field),

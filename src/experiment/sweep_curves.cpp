@@ -54,18 +54,9 @@ double reduce_layers(const json& v, LayerReduce how) {
 // f(step, record) for each record of a metrics.jsonl that has `field` and an integer step.
 template <class F>
 void for_each_record(const std::string& metrics, const std::string& field, F&& f) {
-  std::istringstream in(read_file(metrics));
-  for (std::string line; std::getline(in, line);) {
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const std::exception&) {
-      continue;  // a torn last line of a killed run
-    }
-    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer() || !rec.contains(field))
-      continue;
-    f(rec["step"].get<int64_t>(), rec);
-  }
+  for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
+    if (rec.contains(field)) f(step, rec);
+  });
 }
 
 struct Group {

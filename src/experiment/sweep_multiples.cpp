@@ -12,6 +12,7 @@
 #include "normlab/io.h"
 #include "normlab/plots.h"
 #include "svg.h"
+#include "sweep_internal.h"
 
 namespace normlab {
 
@@ -28,23 +29,14 @@ bool usable(double v) { return std::isfinite(v) && v > 0; }
 // or zeros (its skipped steps), the one before them is what it looked like.
 PointLayers last_layers(const std::string& metrics, const std::string& field) {
   PointLayers out;
-  std::istringstream in(read_file(metrics));
-  for (std::string line; std::getline(in, line);) {
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const std::exception&) {
-      continue;  // a torn last line of a killed run
-    }
-    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer() || !rec.contains(field) ||
-        !rec[field].is_array())
-      continue;
+  for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
+    if (!rec.contains(field) || !rec[field].is_array()) return;
     std::vector<double> v;
     for (const json& x : rec[field]) v.push_back(x.is_number() ? x.get<double>() : NAN);
-    if (std::none_of(v.begin(), v.end(), usable)) continue;
-    out.step = rec["step"].get<int64_t>();
+    if (std::none_of(v.begin(), v.end(), usable)) return;
+    out.step = step;
     out.values = std::move(v);
-  }
+  });
   return out;
 }
 
