@@ -10,7 +10,12 @@ and metrics.jsonl, whatever has finished) and writes a markdown report:
   - the variant selection table (loss, lr window, depth limit, and the kernel's speed from a
     `bench norms --json` document when one is given).
 
-Usage: scripts/variants_report.py SWEEP_DIR [--bench results/bench-runs/variants-norms.json] [--out results/variants.md]
+With --dyt-alpha DIR (a sweep of experiments/variants-dyt-alpha.json) it adds DyT's alpha-init x width
+claim: per seed and width, the spread of the final loss over the alpha inits (worst − best), its trend
+over log2(width) paired by seed, and the best alpha per width.
+
+Usage: scripts/variants_report.py SWEEP_DIR [--bench results/bench-runs/variants-norms.json]
+       [--dyt-alpha results/sweeps/variants-dyt-alpha] [--out results/variants.md]
 """
 import argparse
 import glob
@@ -83,10 +88,90 @@ def verdict(m, h, better_when_negative=True, margin=0.0):
     return "reproduced" if lo > margin else "refuted" if hi < -margin else "inconclusive"
 
 
+def dyt_alpha_section(sweep):
+    """DyT's alpha init against the width: does the final loss depend more on alpha as d_model grows?"""
+    runs = []
+    for res in glob.glob(os.path.join(sweep, "runs", "**", "result.json"), recursive=True):
+        if ".partial." in res:
+            continue
+        r = json.load(open(res))
+        c = r["config"]
+        runs.append({"norm": c["norm"], "alpha": c.get("dyt_alpha"), "width": c["d_model"], "seed": c["seed"],
+                     "status": r["status"], "final": r.get("final_val_loss"),
+                     "step": r.get("diverged_step") or r.get("collapsed_step"), "cpu": r["versions"].get("cpu")})
+    rel = os.path.relpath(sweep, ROOT)
+    if not runs:
+        return ["## DyT's alpha init against the width", "", f"`{rel}`: no finished runs yet.", ""]
+    # The planned axes, so that a partial sweep never names a best alpha among the ones that ran so far.
+    spec = json.load(open(os.path.join(sweep, "spec.json")))
+    zips = spec["zip"] if isinstance(spec["zip"], list) else [spec["zip"]]
+    planned = {k: v for z in zips for k, v in z.items()}
+    widths = sorted(planned["d_model"])
+    alphas = sorted(a for a in planned["dyt_alpha"] if a is not None)
+    seeds = sorted(spec.get("seeds", [0]))
+    cell = {(r["norm"], r["alpha"] if r["norm"] == "dyt" else None, r["width"], r["seed"]): r for r in runs}
+    out = ["## DyT's alpha init against the width", "",
+           f"Sweep `{rel}` (experiments/variants-dyt-alpha.json: Pre-LN DyT with alpha init {alphas} and Pre-LN "
+           f"LayerNorm, d_model {widths} with d_hidden = 2 d_model, 6 layers, lr 1e-3, 1000 steps, gpt2 init): "
+           f"{len(runs)} of {len(seeds) * len(widths) * (len(alphas) + 1)} runs finished, seeds {seeds}. CPU: {runs[0]['cpu']}. Final validation loss, mean over "
+           "the seeds (a cell names the seeds that did not finish ok).", "",
+           "| d_model | " + " | ".join(f"DyT alpha {a:g}" for a in alphas) + " | LayerNorm | best alpha per seed |",
+           "|---:|" + "---:|" * (len(alphas) + 1) + "---|"]
+    spread = {}  # seed -> {width: worst - best over alphas}, only where every alpha ran ok
+    for w in widths:
+        cells = []
+        for norm, a in [("dyt", a) for a in alphas] + [("layernorm", None)]:
+            rs = [cell[(norm, a, w, s)] for s in seeds if (norm, a, w, s) in cell]
+            if not rs:
+                cells.append("")
+            elif all(ok(r) for r in rs):
+                cells.append(f"{statistics.mean(r['final'] for r in rs):.4f}" + ("" if len(rs) == len(seeds) else
+                                                                                  f" ({len(rs)} of {len(seeds)} seeds)"))
+            else:
+                cells.append(", ".join(f"seed {r['seed']} {r['status']}@{r['step']}" for r in rs if not ok(r)))
+        best = []
+        for s in seeds:
+            rs = [cell.get(("dyt", a, w, s)) for a in alphas]
+            if all(r is not None for r in rs):  # every alpha of this seed and width has finished
+                finals = [r["final"] if ok(r) else math.inf for r in rs]
+                best.append(f"{alphas[finals.index(min(finals))]:g}")
+                spread.setdefault(s, {})[w] = max(finals) - min(finals)
+        out.append(f"| {w} | " + " | ".join(cells) + f" | {', '.join(best) if best else '-'} |")
+    out += ["", "The claim as the issue states it (Zhu et al. 2025, section 7: the optimal alpha init depends on "
+            "the width, and matters for the wider models): the spread of the final loss over the alpha inits "
+            "(worst − best; a run that did not finish ok counts as infinitely bad) grows with the width. Per seed, "
+            "the least-squares slope of the spread against log2(d_model); the slopes' mean with its 95% t interval "
+            "over the seeds; reproduced when the interval lies above 0.", "",
+            "| seed | " + " | ".join(f"spread at {w}" for w in widths) + " | slope per doubling |",
+            "|---:|" + "---:|" * len(widths) + "---:|"]
+    slopes = []
+    for s in seeds:
+        sp = spread.get(s, {})
+        row_cells = [f"{sp[w]:.4f}" if w in sp else "" for w in widths]
+        ws = [w for w in widths if w in sp]
+        slope = ""
+        if len(ws) == len(widths) and all(math.isfinite(sp[w]) for w in ws):
+            b, _ = fit([math.log2(w) for w in ws], [sp[w] for w in ws])
+            slopes.append(b)
+            slope = f"{b:+.4f}"
+        out.append(f"| {s} | " + " | ".join(row_cells) + f" | {slope} |")
+    out.append("")
+    if slopes:
+        m, h = interval(slopes)
+        out.append(f"Slope of the spread per doubling of d_model: {fmt_ci(m, h)} (n={len(slopes)}): "
+                   f"**{verdict(m, h, better_when_negative=False)}**" +
+                   ("" if len(slopes) == len(seeds) and len(widths) == 4 else " (partial: not every width and seed)") + ".")
+    else:
+        out.append("Slope: pending (no seed has every width with every alpha finished ok).")
+    out.append("")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("sweep")
     ap.add_argument("--bench", help="a `normlab bench norms --json` document with DyT and RMSNorm rows")
+    ap.add_argument("--dyt-alpha", help="a sweep directory of experiments/variants-dyt-alpha.json")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "variants.md"))
     a = ap.parse_args()
     runs = load(a.sweep)
@@ -316,6 +401,8 @@ def main():
                 cells.append("no stable lr" if s else "not run")
         out.append(f"| {v} | " + " | ".join(cells) + f" | {limit} | {kernel.get(v, '')} |")
     out.append("")
+    if a.dyt_alpha:
+        out += dyt_alpha_section(a.dyt_alpha)
     with open(a.out + ".tmp", "w") as f:
         f.write("\n".join(out))
     os.replace(a.out + ".tmp", a.out)

@@ -74,6 +74,18 @@ CellState cell_state(const SummaryCell& c) {
   return {};
 }
 
+// A column label without its unset keys ("residual_scale=-"): in a zip of variants most keys are
+// unset in most columns, and the panels' heads would be mostly dashes.
+std::string without_unset_keys(const std::string& label) {
+  std::istringstream in(label);
+  std::string out;
+  for (std::string word; in >> word;) {
+    if (word.size() > 2 && word.compare(word.size() - 2, 2, "=-") == 0) continue;
+    out += (out.empty() ? "" : " ") + word;
+  }
+  return out.empty() ? label : out;
+}
+
 // The words of `label` on lines no wider than `width` px.
 std::vector<std::string> wrap(const std::string& label, double width, double font) {
   std::vector<std::string> lines;
@@ -136,6 +148,7 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
   };
   // One y range for every panel, so that panels compare at a glance; x shared too for curves.
   double lo = INFINITY, hi = -INFINITY, xhi = 0;
+  bool ranged_on_ok_only = false;
   if (curves) {
     for (const SummaryCurve& cv : s.curves)
       for (size_t i = 0; i < cv.steps.size(); ++i) {
@@ -143,12 +156,21 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
         xhi = std::max(xhi, static_cast<double>(cv.steps[i]));
       }
   } else {
-    for (size_t r = 0; r < nr; ++r)
-      for (size_t c = 0; c < nc; ++c)
-        if (const auto* pts = cell_layers(r, c))
-          for (const PointLayers& p : *pts)
-            for (double v : p.values)
-              if (usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    // The range of the panels whose runs all finished ok, when there are any: a collapsed run's
+    // gradients (1e-10 against 1e+20) would otherwise flatten every healthy profile to a line.
+    // The other panels' lines are clipped to their frame.
+    for (const bool only_ok : {true, false}) {
+      for (size_t r = 0; r < nr; ++r)
+        for (size_t c = 0; c < nc; ++c)
+          if (const auto* pts = cell_layers(r, c); pts && (!only_ok || !*cell_state(s.cells[r][c]).kind))
+            for (const PointLayers& p : *pts)
+              for (double v : p.values)
+                if (usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+      if (hi >= lo) {
+        ranged_on_ok_only = only_ok;
+        break;
+      }
+    }
   }
   const bool any = hi >= lo && (!curves || xhi > 0);
   if (!any) lo = 1, hi = 10, xhi = 1;
@@ -163,7 +185,9 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
   for (size_t r = 0; r < nr; ++r) row_w = std::max(row_w, text_width(row_label(r), kLabel));
   for (const std::string& l : yt.labels) ytw = std::max(ytw, text_width(l, kTick));
   size_t head_lines = 1;
-  for (size_t c = 0; c < nc; ++c) head_lines = std::max(head_lines, wrap(s.col_labels[c], pw, kLabel).size());
+  std::vector<std::string> col_heads;
+  for (const std::string& l : s.col_labels) col_heads.push_back(without_unset_keys(l));
+  for (const std::string& h : col_heads) head_lines = std::max(head_lines, wrap(h, pw, kLabel).size());
   const double x0 = 30 + row_w + 16 + ytw + 12;  // the first panel's left edge
   const double y0 = 56 + 17.0 * static_cast<double>(head_lines) + 6;
   const std::string title = curves ? "validation loss by step (mean over seeds)"
@@ -172,7 +196,9 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
   const std::string sub = fmt::format("rows: {}; columns: {}; {}", s.rows.empty() ? "-" : s.rows,
                                       s.cols.empty() ? "-" : fmt::format("{}", fmt::join(s.cols, ", ")),
                                       curves ? "one log y axis for all panels; × marks a divergence"
-                                             : "one line per seed; one log y axis for all panels");
+                                      : ranged_on_ok_only
+                                          ? "one line per seed; one log y axis for all panels, ranged on the runs that finished ok"
+                                          : "one line per seed; one log y axis for all panels");
   const double width = std::max(x0 + static_cast<double>(nc) * (pw + hgap) + 10,
                                 24 + std::max(1.1 * text_width(title, 15), text_width(sub, kTick)));
   const double grid_h = static_cast<double>(nr) * (ph + vgap);
@@ -195,7 +221,7 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
   out += text(12, 22, title, 15, "start", " font-weight=\"bold\" class=\"title\"");
   out += text(12, 42, sub, kTick, "start", " fill=\"#333\"");
   for (size_t c = 0; c < nc; ++c) {
-    const std::vector<std::string> lines = wrap(s.col_labels[c], pw, kLabel);
+    const std::vector<std::string> lines = wrap(col_heads[c], pw, kLabel);
     const double cx = x0 + static_cast<double>(c) * (pw + hgap) + pw / 2;
     for (size_t i = 0; i < lines.size(); ++i)
       out += text(cx, y0 - 8 - 17.0 * static_cast<double>(lines.size() - 1 - i), lines[i], kLabel, "middle",
@@ -250,14 +276,19 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
         // Each panel has its own depth (columns may differ in layers), so each labels its x axis.
         out += axes(x, y, nl ? layer_ticks(nl) : Ticks{}, yt, "", "", {true, c == 0, false, true});
         static const char* kDash[] = {"", "6,3", "2,3", "8,3,2,3"};
+        const std::string clip = fmt::format("clip-{}-{}", r, c);
+        if (pts && !pts->empty())
+          out += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
+                             clip, left, top, pw, ph);
         if (pts)
           for (size_t k = 0; k < pts->size(); ++k) {
             const PointLayers& p = (*pts)[k];
             std::string line;
             auto flush = [&]() {
               if (!line.empty())
-                out += fmt::format("<polyline class=\"profile\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{}/>\n",
-                                   line, color(0), *kDash[k % 4] ? fmt::format(" stroke-dasharray=\"{}\"", kDash[k % 4]) : "");
+                out += fmt::format("<polyline class=\"profile\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{} "
+                                   "clip-path=\"url(#{})\"/>\n",
+                                   line, color(0), *kDash[k % 4] ? fmt::format(" stroke-dasharray=\"{}\"", kDash[k % 4]) : "", clip);
               line.clear();
             };
             for (size_t l = 0; l < p.values.size(); ++l) {

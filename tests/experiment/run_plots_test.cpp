@@ -598,6 +598,36 @@ TEST(RunPlots, SmallMultiplesOfLayerProfilesDrawOneLinePerSeed) {
   parse_ok(plot_sweep_small_multiples_svg(SweepSummary{}, SmallMultiple::loss_curves));
 }
 
+TEST(RunPlots, SmallMultiplesOfLayerProfilesRangeOnTheOkRunsAndClipTheRest) {
+  SweepSummary s = small_summary();
+  s.col_labels[0] = "norm=layernorm residual_scale=- placement=pre ln_scaling=-";
+  CellLayers layers;
+  layers.field = "block_grad_norm";
+  layers.cells.assign(2, std::vector<std::vector<PointLayers>>(3));
+  for (size_t r = 0; r < 2; ++r)
+    for (size_t c = 0; c < 3; ++c) {
+      PointLayers p;
+      p.point = "seed=0";
+      p.step = 300;
+      const bool collapsed = r == 0 && c == 2;  // a collapsed run's gradients span 30 decades
+      for (int l = 0; l < 6; ++l) p.values.push_back(collapsed ? std::pow(10.0, -10 + 6 * l) : 0.1 * (l + 1));
+      layers.cells[r][c].push_back(p);
+    }
+  const Doc d = parse_ok(plot_sweep_small_multiples_svg(s, SmallMultiple::layer_profile, layers));
+  double top_tick = 0;
+  for (const Element* e : d.with_class("ytick")) top_tick = std::max(top_tick, std::stod(e->text));
+  EXPECT_GE(top_tick, 0.5);
+  EXPECT_LT(top_tick, 10) << "the y range follows the ok runs (0.1 .. 0.6), not the collapsed one";
+  const auto lines = d.with_class("profile");
+  ASSERT_EQ(lines.size(), 6u);
+  for (const Element* e : lines) EXPECT_NE(e->attrs.count("clip-path"), 0u);
+  EXPECT_NE(all_text(d).find("ranged on the runs that finished ok"), std::string::npos);
+  std::string cols;
+  for (const Element* e : d.with_class("col-label")) cols += e->text + "|";
+  EXPECT_EQ(cols.rfind("norm=layernorm|placement=pre|", 0), 0u) << cols;  // wrapped, the unset keys gone
+  EXPECT_EQ(cols.find("=-"), std::string::npos) << cols;
+}
+
 // ---- readers -------------------------------------------------------------------------------------
 TEST(RunPlots, ReadLayerHistoryReadsNullsAsNaNAndTheStatus) {
   const fs::path dir = test::fresh_dir("run_plots_read");
