@@ -312,13 +312,40 @@ def main():
             cells.append("pending (lrs not run yet)" if not s or s[4] else f"{max(s[1]):g}" if s[1] else "none")
         out.append(f"| {L} | " + " | ".join(cells) + " |")
     out.append("")
+    out += ["Per seed, log10 of the largest lr that finished ok with LayerScale over the one without (0 = the "
+            "same lr, 0.48 = one step of the grid's 1-3-10 ladder up); the mean with its 95% t interval; "
+            "reproduced when it lies above 0. A seed with no ok lr in either arm is left out.", "",
+            "| depth | placement | per seed | mean (95% interval) | verdict |", "|---:|---|---|---|---|"]
+    for L in depths:
+        for place in ("pre", "post"):
+            base, ls = f"{place}-layernorm", f"{place}-layernorm layerscale"
+            if any(not by.get((v, L, lr)) for v in (base, ls) for lr in lrs):
+                out.append(f"| {L} | {place} | lrs not run yet | | pending |")
+                continue
+            diffs = []
+            for sd in seeds:
+                top = []
+                for v in (base, ls):
+                    good = [lr for lr in lrs for r in by[(v, L, lr)] if r["seed"] == sd and ok(r)]
+                    top.append(max(good) if good else None)
+                if None not in top:
+                    diffs.append(math.log10(top[1] / top[0]))
+            if not diffs:
+                out.append(f"| {L} | {place} | no seed with an ok lr in both | | - |")
+                continue
+            m, h = interval(diffs)
+            out.append(f"| {L} | {place} | {', '.join(f'{d:+.2f}' for d in diffs)} | {fmt_ci(m, h, 2)} | "
+                       f"{verdict(m, h, better_when_negative=False)} |")
+    out.append("")
 
     # Mix-LN's middle layers: the per-layer gradient norms of the run, averaged over its log steps.
     out += ["### Middle-layer gradients: Mix-LN against Pre-LN", "",
             "Mean over the logged steps of ||dL/dP_l|| for the middle half of the blocks (l in (L/4, 3L/4]), "
             "as train records it (metrics.jsonl `block_grad_norm`), Mix-LN over Pre-LN (a ratio > 1: Mix-LN's "
             "middle layers get larger gradients, the claim).", "",
-            "| depth | lr | Mix-LN / Pre-LN, mean over seeds | seeds |", "|---:|---:|---:|---:|"]
+            "Paired by seed: the mean of log(Mix-LN / Pre-LN) with its 95% t interval, shown as a ratio; "
+            "reproduced when the interval lies above 1.", "",
+            "| depth | lr | Mix-LN / Pre-LN (95% interval) | seeds | verdict |", "|---:|---:|---:|---:|---|"]
     for L in depths:
         for lr in lrs:
             def mid(r):
@@ -333,8 +360,10 @@ def main():
             rb = {r["seed"]: mid(r) for r in by.get(("pre-layernorm", L, lr), []) if ok(r)}
             common = sorted(set(ra) & set(rb))
             if common:
-                ratios = [ra[s] / rb[s] for s in common]
-                out.append(f"| {L} | {lr:g} | {statistics.mean(ratios):.3g} | {len(common)} |")
+                logs = [math.log(ra[s] / rb[s]) for s in common]
+                m, h = interval(logs)
+                ci = f"{math.exp(m):.3g}" + (f" ({math.exp(m - h):.3g} … {math.exp(m + h):.3g})" if h is not None else "")
+                out.append(f"| {L} | {lr:g} | {ci} | {len(common)} | {verdict(m, h, better_when_negative=False)} |")
     out.append("")
 
     # LayerNorm Scaling: the stream's growth over the blocks at the end of training.
@@ -344,6 +373,7 @@ def main():
             "at least as well as the exponential.", "",
             "| variant | depth | lr | ||x_L|| / ||x_1|| | exp rate (R²) | power p (R²) |", "|---|---:|---:|---:|---|---|"]
 
+    r2gap = {}  # (variant, depth) -> per seed R²(power) - R²(exponential)
     for L in depths:
         if L < 6:
             continue
@@ -359,6 +389,16 @@ def main():
                 p, r2p = fit([math.log(x) for x in ls], [math.log(x) for x in s])
                 out.append(f"| {v} (seed {r['seed']}) | {L} | {claim_lr:g} | {s[-1] / s[0]:.3g} | {rate:.3g} ({r2e:.2f}) | "
                            f"{p:.3g} ({r2p:.2f}) |")
+                r2gap.setdefault((v, L), []).append(r2p - r2e)
+    out += ["", "R² of the power law minus R² of the exponential, per seed (> 0: the growth is better described "
+            "as sub-exponential); the mean with its 95% t interval. The claim holds for LayerNorm Scaling when "
+            "the interval lies above 0; the premise (Pre-LN grows exponentially) when Pre-LN's lies below 0.", "",
+            "| variant | depth | R² power − R² exponential (95% interval) | seeds | sub-exponential? |",
+            "|---|---:|---|---:|---|"]
+    for (v, L), gaps in sorted(r2gap.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        m, h = interval(gaps)
+        out.append(f"| {v} | {L} | {fmt_ci(m, h, 3)} | {len(gaps)} | "
+                   f"{verdict(m, h, better_when_negative=False).replace('reproduced', 'yes').replace('refuted', 'no (exponential fits better)')} |")
     out.append("")
 
     # ---- selection table
