@@ -109,7 +109,8 @@ Stats summarize(std::vector<double> v) {
 int64_t norm_parameters(const std::string& norm, int64_t d) {
   if (norm == "layernorm") return 2 * d;
   if (norm == "rmsnorm") return d;
-  if (norm == "dyt") return 2 * d + 1;  // gamma, beta, alpha
+  if (norm == "dyt") return 2 * d + 1;   // gamma, beta, alpha
+  if (norm == "derf") return 2 * d + 2;  // gamma, beta, alpha, shift
   return 0;
 }
 
@@ -119,7 +120,7 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
   const int64_t nd = s.numel(), n = s.rows(), d = s.d;
   const bool ln = norm == "layernorm";
   ByteCount b;
-  if (norm == "dyt") {  // no statistics: gamma and beta (and alpha) read; dgamma, dbeta written
+  if (norm == "dyt" || norm == "derf") {  // no statistics: gamma and beta (and alpha) read; dgamma, dbeta written
     b.data = (pass == "bwd" ? 3 : pass == "addfwd" ? 4 : 2) * nd * e;
     b.params = 2 * d * e + (pass == "bwd" ? 2 * d * f : 0);
     return b;

@@ -96,7 +96,8 @@ class Pool {
   const float* beta() const { return beta_; }
   float* dgamma() const { return dgamma_; }
   float* dbeta() const { return dbeta_; }
-  float* dalpha() const { return &dalpha_; }  // DyT's alpha gradient
+  float* dalpha() const { return &dalpha_; }  // DyT's and Derf's alpha gradient
+  float* dshift() const { return &dshift_; }  // Derf's shift gradient
 
  private:
   void fill_row(const BufferSet& b, uint64_t seed, int64_t i);
@@ -107,7 +108,7 @@ class Pool {
   float ln_eps_, rms_eps_;
   std::vector<BufferSet> sets_;
   float *gamma_ = nullptr, *beta_ = nullptr, *dgamma_ = nullptr, *dbeta_ = nullptr;
-  mutable float dalpha_ = 0.0f;
+  mutable float dalpha_ = 0.0f, dshift_ = 0.0f;
 };
 
 // ---- norm16_bench.cpp: the cpu's 16-bit storage rows (--dtypes bf16, fp16) --------------------

@@ -256,12 +256,16 @@ Table summary_table(const NormReport& r) {
                right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
                right("RMS vs unfused")};
   if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
-  // DyT's columns only where it ran, so that the LayerNorm/RMSNorm table reads as before.
-  bool dyt = false;
-  for (const NormRow& x : r.rows) dyt = dyt || x.norm == "dyt";
+  // DyT's and Derf's columns only where they ran, so that the LayerNorm/RMSNorm table reads as before.
+  bool dyt = false, derf = false;
+  for (const NormRow& x : r.rows) dyt = dyt || x.norm == "dyt", derf = derf || x.norm == "derf";
   if (dyt) {
     t.columns.push_back(right("DyT fused GB/s"));
     t.columns.push_back(right("DyT speed vs RMS"));
+  }
+  if (derf) {
+    t.columns.push_back(right("Derf fused GB/s"));
+    t.columns.push_back(right("Derf speed vs RMS"));
   }
   const bool narrow = any_narrow(r);
   if (narrow) t.columns.insert(t.columns.begin() + 2, left("dtype"));
@@ -301,6 +305,11 @@ Table summary_table(const NormReport& r) {
       const NormRow* df = get("dyt.fused", x.pass, x);
       row.push_back(fig(df, df ? df->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps));
       row.push_back(df && rf ? fmt_ratio(rf->time.median / df->time.median) : std::string("-"));
+    }
+    if (derf) {
+      const NormRow* ef = get("derf.fused", x.pass, x);
+      row.push_back(fig(ef, ef ? ef->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps));
+      row.push_back(ef && rf ? fmt_ratio(rf->time.median / ef->time.median) : std::string("-"));
     }
     if (narrow) row.insert(row.begin() + 2, x.dtype);
     t.add_row(row);

@@ -200,7 +200,7 @@ NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float e
   a.eps = eps;
   a.x = b.x;
   a.gamma = pool.gamma();
-  if (norm == NormKind::dyt) {  // gamma, beta and alpha (DyT's default 0.5); no statistics
+  if (norm == NormKind::dyt || norm == NormKind::derf) {  // gamma, beta, alpha (0.5) and shift (0); no statistics
     a.beta = pool.beta();
     if (pass == Pass::bwd) {
       a.dy = b.dy;
@@ -208,6 +208,7 @@ NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float e
       a.dgamma = pool.dgamma();
       a.dbeta = pool.dbeta();
       a.dalpha = pool.dalpha();
+      if (norm == NormKind::derf) a.dshift = pool.dshift();
     } else {
       a.y = b.out;
     }
@@ -340,35 +341,35 @@ std::string describe_failure(const OutputCheck& c, const std::string& what) {
 
 // Forward: every row recomputed by the reference in float64 and compared. The add+norm forward
 // (add): the row is alpha*a + b in float64, compared with s, and normalized as a forward's x.
-// DyT's forward: every element against the reference's double tanh.
-std::vector<OutputCheck> check_dyt_forward(const NormArgs& a, double stored_rtol) {
+// DyT's and Derf's forward: every element against the reference's double tanh / erf.
+std::vector<OutputCheck> check_squash_forward(const NormArgs& a, Squash f, double stored_rtol) {
   OutputCheck c = make_check("y", kTolRow, stored_rtol);
   const int64_t d = a.d;
   std::vector<double> y(static_cast<size_t>(d)), x(static_cast<size_t>(d)), gamma(a.gamma, a.gamma + d),
       beta(a.beta, a.beta + d);
-  const double alpha = a.dyt_alpha;
+  const double alpha = a.dyt_alpha, shift = a.derf_shift;
   for (int64_t i = 0; i < a.n; ++i) {
     for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(j)] = a.x[i * d + j];
-    squash_forward_ref<double>(y.data(), x.data(), &alpha, nullptr, gamma.data(), beta.data(), 1, d, Squash::tanh);
+    squash_forward_ref<double>(y.data(), x.data(), &alpha, &shift, gamma.data(), beta.data(), 1, d, f);
     for (int64_t j = 0; j < d; ++j) c.add(i * d + j, a.y[i * d + j], y[static_cast<size_t>(j)], 1.0);
   }
   return {c};
 }
 
-// DyT's backward: dx per element; dgamma, dbeta and dalpha summed in double, each held to the
-// sum of its terms' magnitudes.
-std::vector<OutputCheck> check_dyt_backward(const NormArgs& a, double stored_rtol) {
+// DyT's and Derf's backward: dx per element; dgamma, dbeta, dalpha (and Derf's dshift) summed in
+// double, each held to the sum of its terms' magnitudes.
+std::vector<OutputCheck> check_squash_backward(const NormArgs& a, Squash f, double stored_rtol) {
   const int64_t d = a.d;
-  const double alpha = a.dyt_alpha;
+  const double alpha = a.dyt_alpha, shift = a.derf_shift;
   OutputCheck cdx = make_check("dx", kTolRow, stored_rtol);
   std::vector<double> sg(static_cast<size_t>(d)), sb(static_cast<size_t>(d)), ag(static_cast<size_t>(d)),
       ab(static_cast<size_t>(d));
-  double sa = 0, aa = 0;
+  double sa = 0, aa = 0, ss = 0, as = 0;
   for (int64_t i = 0; i < a.n; ++i)
     for (int64_t j = 0; j < d; ++j) {
       const int64_t e = i * d + j;
-      const double x = a.x[e], g = a.dy[e], u = alpha * x, t = std::tanh(u);
-      const double h = g * double(a.gamma[j]) * (1.0 - t * t);
+      const double x = a.x[e], g = a.dy[e], u = alpha * x + shift, t = squash_ref(f, u);
+      const double h = g * double(a.gamma[j]) * squash_slope_ref(f, u);
       if (a.dx) cdx.add(e, a.dx[e], alpha * h, 1.0);
       sg[static_cast<size_t>(j)] += g * t;
       ag[static_cast<size_t>(j)] += std::fabs(g * t);
@@ -376,6 +377,8 @@ std::vector<OutputCheck> check_dyt_backward(const NormArgs& a, double stored_rto
       ab[static_cast<size_t>(j)] += std::fabs(g);
       sa += x * h;
       aa += std::fabs(x * h);
+      ss += h;
+      as += std::fabs(h);
     }
   std::vector<OutputCheck> out;
   if (a.dx) out.push_back(cdx);
@@ -394,11 +397,17 @@ std::vector<OutputCheck> check_dyt_backward(const NormArgs& a, double stored_rto
     c.add(0, *a.dalpha, sa, aa);
     out.push_back(c);
   }
+  if (a.dshift) {
+    OutputCheck c = make_check("dshift", kTolParam);
+    c.add(0, *a.dshift, ss, as);
+    out.push_back(c);
+  }
   return out;
 }
 
 std::vector<OutputCheck> check_forward(NormKind norm, const NormArgs& a, bool add, double stored_rtol) {
-  if (norm == NormKind::dyt) return check_dyt_forward(a, stored_rtol);
+  if (norm == NormKind::dyt) return check_squash_forward(a, Squash::tanh, stored_rtol);
+  if (norm == NormKind::derf) return check_squash_forward(a, Squash::erf, stored_rtol);
   const bool ln = norm == NormKind::layernorm;
   const int64_t d = a.d;
   std::vector<double> gamma(a.gamma, a.gamma + d), beta;
@@ -447,7 +456,8 @@ std::vector<OutputCheck> check_forward(NormKind norm, const NormArgs& a, bool ad
 // Backward: dx row by row, dgamma/dbeta summed in float64 over blocks of rows, each block by
 // the reference kernel (column by column inside a block that fits in cache).
 std::vector<OutputCheck> check_backward(NormKind norm, const NormArgs& a, double stored_rtol) {
-  if (norm == NormKind::dyt) return check_dyt_backward(a, stored_rtol);
+  if (norm == NormKind::dyt) return check_squash_backward(a, Squash::tanh, stored_rtol);
+  if (norm == NormKind::derf) return check_squash_backward(a, Squash::erf, stored_rtol);
   const bool ln = norm == NormKind::layernorm;
   const int64_t d = a.d, n = a.n;
   constexpr int64_t kRows = 8;
@@ -552,6 +562,7 @@ VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a) {
     fill_nan(a.dgamma, a.d);
     fill_nan(a.dbeta, a.d);
     fill_nan(a.dalpha, 1);
+    fill_nan(a.dshift, 1);
   }
   fn(a);
   const std::vector<OutputCheck> checks =
@@ -894,7 +905,8 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         detail::RowPlace place16 = place;
         place16.dtype = to_string(p16->format());
         for (const NormImpl* m : impls) {
-          if (m->impl != "fused" || m->norm == NormKind::dyt) continue;  // DyT has no 16-bit kernel here
+          // DyT and Derf have no 16-bit kernel here
+          if (m->impl != "fused" || m->norm == NormKind::dyt || m->norm == NormKind::derf) continue;
           const NormImpl m16 = p16->impl(m->norm);
           const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
           for (Pass p : passes) {

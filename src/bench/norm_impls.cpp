@@ -13,8 +13,9 @@
 namespace normlab::bench {
 
 void NormRegistry::add(NormImpl impl) {
-  NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm || impl.norm == NormKind::dyt,
-           "norm implementation '{}': norm must be layernorm, rmsnorm or dyt", impl.name());
+  NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm || impl.norm == NormKind::dyt ||
+               impl.norm == NormKind::derf,
+           "norm implementation '{}': norm must be layernorm, rmsnorm, dyt or derf", impl.name());
   NL_CHECK(!impl.impl.empty() && impl.impl.find_first_of("./ ") == std::string::npos,
            "norm implementation '{}': the implementation name must be non-empty, without '.', '/' or spaces",
            impl.name());
@@ -40,7 +41,7 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
     if (!matched) {
       std::string known;
       for (const NormImpl& m : impls_) known += (known.empty() ? "" : ", ") + m.name();
-      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, dyt, {}; "
+      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, dyt, derf, {}; "
                                    "or an implementation such as fused)",
                                    flag, p, known));
     }
@@ -140,6 +141,18 @@ NormRegistry builtin_norm_impls() {
          [](const NormArgs& a) {
            cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, 0.0f, a.gamma, a.n,
                                 a.d, Squash::tanh);
+         },
+         nullptr,
+         nullptr});
+  // Derf (Chen et al. 2025): DyT's kernel with erf and the learned shift, whose gradient is a
+  // second full reduction.
+  r.add({NormKind::derf, "fused", "normlab", "one pass, vectorized erf (the cpu backend's DyT/Derf kernel)", false,
+         [](const NormArgs& a) {
+           cpu::squash_forward(a.y, a.x, a.dyt_alpha, a.derf_shift, a.gamma, a.beta, a.n, a.d, Squash::erf);
+         },
+         [](const NormArgs& a) {
+           cpu::squash_backward(a.dx, a.dalpha, a.dshift, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.derf_shift,
+                                a.gamma, a.n, a.d, Squash::erf);
          },
          nullptr,
          nullptr});

@@ -114,11 +114,12 @@ TEST(BenchParse, ShapesAndThreads) {
 
 TEST(BenchParse, RegistrySelection) {
   NormRegistry r = builtin_norm_impls();
-  EXPECT_EQ(r.all().size(), 9u);
-  EXPECT_EQ(r.select({"all"}).size(), 9u);
-  EXPECT_EQ(r.select({"fused"}).size(), 3u);  // LayerNorm, RMSNorm, DyT
+  EXPECT_EQ(r.all().size(), 10u);
+  EXPECT_EQ(r.select({"all"}).size(), 10u);
+  EXPECT_EQ(r.select({"fused"}).size(), 4u);  // LayerNorm, RMSNorm, DyT, Derf
   EXPECT_EQ(r.select({"layernorm"}).size(), 4u);
   EXPECT_EQ(r.select({"dyt"}).size(), 2u);
+  EXPECT_EQ(r.select({"derf"}).size(), 1u);
   // The add+norm forward: the fused kernels have it, the unfused baseline has nothing else.
   ASSERT_EQ(r.select({"unfused"}).size(), 2u);
   for (const NormImpl* m : r.select({"unfused"})) {
@@ -129,7 +130,7 @@ TEST(BenchParse, RegistrySelection) {
   for (const NormImpl* m : r.select({"layernorm.fused", "rmsnorm.fused"})) EXPECT_TRUE(m->fn(Pass::addfwd)) << m->name();
   EXPECT_FALSE(r.select({"dyt.fused"})[0]->fn(Pass::addfwd));  // no residual add fused into DyT
   EXPECT_FALSE(r.select({"onednn"})[0]->fn(Pass::addfwd));
-  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 3u);
+  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 4u);
   ASSERT_EQ(r.select({"onednn"}).size(), 1u);
   EXPECT_EQ(r.select({"onednn"})[0]->name(), "layernorm.onednn");
   EXPECT_THROW(r.select({"nope"}), UsageError);
@@ -359,8 +360,10 @@ TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
     b.dx = dx.data();
     b.dgamma = dg.data();
     b.dbeta = m.norm == NormKind::rmsnorm ? nullptr : db.data();
-    float dalpha = 0;
-    b.dalpha = m.norm == NormKind::dyt ? &dalpha : nullptr;
+    float dalpha = 0, dshift = 0;
+    const bool squash = m.norm == NormKind::dyt || m.norm == NormKind::derf;
+    b.dalpha = squash ? &dalpha : nullptr;
+    b.dshift = m.norm == NormKind::derf ? &dshift : nullptr;
     VerifyResult g = verify_norm(m, Pass::bwd, b);
     EXPECT_TRUE(g.pass) << m.name() << ": " << g.report;
   }
@@ -403,6 +406,61 @@ TEST(BenchVerify, DytRowsAreCheckedAndComparedWithRmsNorm) {
   }
   const std::string text = render_norm_summary(r, OutputFormat::text);
   EXPECT_NE(text.find("DyT speed vs RMS"), std::string::npos) << text;
+}
+
+// Derf's rows: its shift gradient is checked (a kernel that leaves it out is rejected), with a
+// shift away from its init so that erf(alpha x + s) is not odd; the summary compares it with RMSNorm.
+TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
+  NormRegistry reg = builtin_norm_impls();
+  NormImpl wrong;
+  wrong.norm = NormKind::derf;
+  wrong.impl = "noshift";
+  wrong.provider = "test";
+  wrong.forward = [](const NormArgs& a) {
+    cpu::squash_forward(a.y, a.x, a.dyt_alpha, a.derf_shift, a.gamma, a.beta, a.n, a.d, Squash::erf);
+  };
+  wrong.backward = [](const NormArgs& a) {
+    cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.derf_shift, a.gamma,
+                         a.n, a.d, Squash::erf);
+  };
+  reg.add(wrong);
+  NormBenchOptions o = quick_options();
+  o.impls = {"rmsnorm.fused", "derf"};
+  NormReport r = run_norm_bench(o, reg);
+  for (const NormShape& s : o.shapes) {
+    const NormRow* w = find(r, fmt::format("derf.noshift/bwd/{}/threads:1", s.str()));
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->status, "rejected");
+    EXPECT_NE(w->verify.report.find("dshift"), std::string::npos) << w->verify.report;
+    for (const char* name : {"derf.fused/fwd", "derf.fused/bwd"}) {
+      const NormRow* x = find(r, fmt::format("{}/{}/threads:1", name, s.str()));
+      ASSERT_NE(x, nullptr) << name;
+      EXPECT_EQ(x->status, "ok") << x->verify.report;
+    }
+  }
+  EXPECT_NE(render_norm_summary(r, OutputFormat::text).find("Derf speed vs RMS"), std::string::npos);
+  // A shift away from 0, checked directly: the forward and all five gradients against the reference.
+  const NormImpl& derf = *reg.select({"derf.fused"})[0];
+  const int64_t n = 5, d = 67;
+  std::vector<float> x(n * d), dy(n * d), gamma(d), beta(d), y(n * d), dx(n * d), dg(d), db(d);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f, dy[i] = std::cos(0.11f * static_cast<float>(i));
+  for (int64_t j = 0; j < d; ++j) gamma[j] = 1.0f + 0.01f * static_cast<float>(j), beta[j] = -0.02f * static_cast<float>(j);
+  float dalpha = 0, dshift = 0;
+  NormArgs a;
+  a.n = n, a.d = d, a.x = x.data(), a.dy = dy.data(), a.gamma = gamma.data(), a.beta = beta.data();
+  a.dyt_alpha = 0.7f, a.derf_shift = 0.3f;
+  a.y = y.data();
+  VerifyResult f = verify_norm(derf, Pass::fwd, a);
+  EXPECT_TRUE(f.pass) << f.report;
+  a.y = nullptr, a.dx = dx.data(), a.dgamma = dg.data(), a.dbeta = db.data(), a.dalpha = &dalpha, a.dshift = &dshift;
+  VerifyResult g = verify_norm(derf, Pass::bwd, a);
+  EXPECT_TRUE(g.pass) << g.report;
+  // The same call with the shift gradient left out of the kernel's sum is caught.
+  const NormImpl& noshift = *reg.select({"derf.noshift"})[0];
+  dshift = 0;
+  VerifyResult h = verify_norm(noshift, Pass::bwd, a);
+  EXPECT_FALSE(h.pass);
+  EXPECT_NE(h.report.find("dshift"), std::string::npos) << h.report;
 }
 
 TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
@@ -699,8 +757,8 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
   o.threads = parse_threads("1,all");
   o.log = [events](const std::string& line) { events->push_back(line); };
   NormReport r = run_norm_bench(o, reg);
-  // copy.loop, copy.memcpy, 7 implementations x 2 passes, 4 add+norm rows, per thread count.
-  EXPECT_EQ(r.rows.size(), o.threads.size() * 20);
+  // copy.loop, copy.memcpy, 8 implementations x 2 passes, 4 add+norm rows, per thread count.
+  EXPECT_EQ(r.rows.size(), o.threads.size() * 22);
   int ordered = 0;
   for (const NormRow& x : r.rows) {
     EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
@@ -724,7 +782,7 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
     EXPECT_GE(count_calls(verified, timed), o.warmup + x.time.samples) << x.name() << ": calls between its check and its time";
     ++ordered;
   }
-  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 18);
+  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 20);
   bool warned = false;
   for (const std::string& w : r.warnings) warned = warned || w.find("cache speed") != std::string::npos;
   EXPECT_TRUE(warned);

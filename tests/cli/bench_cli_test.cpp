@@ -17,9 +17,9 @@ TEST(BenchCli, NormsJsonAndCompare) {
                     "0", "--repeats", "2", "--warmup", "1", "--impl", "fused,onednn", "--json", "--out", base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   auto j = nlohmann::json::parse(r.out);
-  // Copy rows, four implementations (LayerNorm's and RMSNorm's fused, oneDNN, DyT's fused) x fwd,
+  // Copy rows, five implementations (LayerNorm's, RMSNorm's, DyT's and Derf's fused, oneDNN) x fwd,
   // bwd, LayerNorm's and RMSNorm's add+norm rows; --shapes alone: no resident rows.
-  EXPECT_EQ(j["benchmarks"].size(), 2u + 4u * 2u + 2u);
+  EXPECT_EQ(j["benchmarks"].size(), 2u + 5u * 2u + 2u);
   for (const auto& b : j["benchmarks"]) EXPECT_FALSE(b["resident"].get<bool>()) << b["name"];
   r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time", "0",
                "--repeats", "2", "--impl", "rmsnorm.fused", "--compare", base});

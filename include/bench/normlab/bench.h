@@ -218,8 +218,11 @@ struct NormArgs {
   float alpha = 1.0f;
   float* s = nullptr;
   // DyT: y = gamma * tanh(dyt_alpha * x) + beta (beta above); its backward also writes dalpha.
+  // Derf: y = gamma * erf(dyt_alpha * x + derf_shift) + beta; its backward also writes dshift.
   float dyt_alpha = 0.5f;
+  float derf_shift = 0.0f;
   float* dalpha = nullptr;
+  float* dshift = nullptr;
 };
 using NormFn = std::function<void(const NormArgs&)>;
 
@@ -232,7 +235,7 @@ struct RowVariant {
 };
 
 struct NormImpl {
-  NormKind norm = NormKind::layernorm;  // layernorm, rmsnorm or dyt
+  NormKind norm = NormKind::layernorm;  // layernorm, rmsnorm, dyt or derf
   std::string impl;         // "fused", "multipass", "onednn", ...
   std::string provider;     // who wrote the kernel: "normlab", "oneDNN 2.6.3"
   std::string description;  // one line for --list
@@ -251,7 +254,7 @@ struct NormImpl {
 
 class NormRegistry {
  public:
-  // Error when the name exists already or the norm is not layernorm, rmsnorm or dyt.
+  // Error when the name exists already or the norm is not layernorm, rmsnorm, dyt or derf.
   void add(NormImpl impl);
   const std::vector<NormImpl>& all() const { return impls_; }
   // Selected by patterns: "all", a full name ("layernorm.fused"), an implementation ("fused":
