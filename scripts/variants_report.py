@@ -407,18 +407,23 @@ def main():
         doc = json.load(open(a.bench))
         rows = {b["name"]: b for b in doc["benchmarks"] if b.get("status") == "ok"}
         for b in rows.values():
-            if b["norm"] == "dyt" and b["impl"] == "fused":
-                rms = rows.get(b["name"].replace("dyt.fused", "rmsnorm.fused"))
-                ln = rows.get(b["name"].replace("dyt.fused", "layernorm.fused"))
+            if b["norm"] in ("dyt", "derf") and b["impl"] == "fused":
+                rms = rows.get(b["name"].replace(f"{b['norm']}.fused", "rmsnorm.fused"))
+                ln = rows.get(b["name"].replace(f"{b['norm']}.fused", "layernorm.fused"))
                 if rms:
-                    speed.setdefault("dyt_vs_rms", []).append(rms["real_time"] / b["real_time"])
+                    speed.setdefault(f"{b['norm']}_vs_rms", []).append(rms["real_time"] / b["real_time"])
                 if ln:
-                    speed.setdefault("dyt_vs_ln", []).append(ln["real_time"] / b["real_time"])
+                    speed.setdefault(f"{b['norm']}_vs_ln", []).append(ln["real_time"] / b["real_time"])
+
+    def squash_kernel(norm, label):
+        if f"{norm}_vs_rms" not in speed:
+            return label
+        return (f"{label}: {statistics.median(speed[norm + '_vs_rms']):.2f}x RMSNorm's speed, "
+                f"{statistics.median(speed[norm + '_vs_ln']):.2f}x LayerNorm's (medians over the bench rows)")
     kernel = {
         "pre-layernorm": "LayerNorm kernel", "pre-rmsnorm": "RMSNorm kernel", "post-layernorm": "fused add + LayerNorm",
-        "pre-none": "none", "pre-dyt": (f"DyT kernel: {statistics.median(speed['dyt_vs_rms']):.2f}x RMSNorm's speed "
-                                        f"(median over the bench rows)" if "dyt_vs_rms" in speed else "DyT kernel"),
-        "pre-derf": "Derf kernel (DyT's, erf)", "pre-none rezero": "a scalar multiply per sublayer",
+        "pre-none": "none", "pre-dyt": squash_kernel("dyt", "DyT kernel"),
+        "pre-derf": squash_kernel("derf", "Derf kernel (DyT's, with erf)"), "pre-none rezero": "a scalar multiply per sublayer",
         "pre-layernorm skipinit": "LayerNorm + a scalar multiply per sublayer",
         "pre-layernorm layerscale": "LayerNorm + a per-channel multiply per sublayer",
         "post-layernorm layerscale": "unfused add + LayerNorm, a per-channel multiply",
