@@ -367,7 +367,7 @@ def main():
     out.append("")
 
     # LayerNorm Scaling: the stream's growth over the blocks at the end of training.
-    out += ["### Residual-stream growth at the end of training: LayerNorm Scaling against Pre-LN", "",
+    out += ["### Residual-stream growth at the end of training: LayerNorm Scaling and Peri-LN against Pre-LN", "",
             "||x_l|| at the last logged step (metrics.jsonl `stream_norm`), fitted as log ||x_l|| = a + rate l "
             "(exponential) and = a + p log l (power law); R² of each. Sub-exponential growth: the power law fits "
             "at least as well as the exponential.", "",
@@ -377,7 +377,7 @@ def main():
     for L in depths:
         if L < 6:
             continue
-        for v in ("pre-layernorm", "pre-layernorm ln-scaling"):
+        for v in ("pre-layernorm", "pre-layernorm ln-scaling", "sandwich-layernorm"):
             for r in by.get((v, L, claim_lr), []):
                 if not ok(r) or not r["metrics"]:
                     continue
@@ -391,8 +391,9 @@ def main():
                            f"{p:.3g} ({r2p:.2f}) |")
                 r2gap.setdefault((v, L), []).append(r2p - r2e)
     out += ["", "R² of the power law minus R² of the exponential, per seed (> 0: the growth is better described "
-            "as sub-exponential); the mean with its 95% t interval. The claim holds for LayerNorm Scaling when "
-            "the interval lies above 0; the premise (Pre-LN grows exponentially) when Pre-LN's lies below 0.", "",
+            "as sub-exponential); the mean with its 95% t interval. The claim holds for LayerNorm Scaling (and "
+            "Peri-LN = sandwich) when the interval lies above 0; the premise (Pre-LN grows exponentially) when "
+            "Pre-LN's lies below 0.", "",
             "| variant | depth | R² power − R² exponential (95% interval) | seeds | sub-exponential? |",
             "|---|---:|---|---:|---|"]
     for (v, L), gaps in sorted(r2gap.items(), key=lambda kv: (kv[0][1], kv[0][0])):
