@@ -137,8 +137,8 @@ def dyt_alpha_section(sweep):
                 best.append(f"{alphas[finals.index(min(finals))]:g}")
                 spread.setdefault(s, {})[w] = max(finals) - min(finals)
         out.append(f"| {w} | " + " | ".join(cells) + f" | {', '.join(best) if best else '-'} |")
-    out += ["", "The claim as the issue states it (Zhu et al. 2025, section 7: the optimal alpha init depends on "
-            "the width, and matters for the wider models): the spread of the final loss over the alpha inits "
+    out += ["", "The claim as the issue states it (Zhu et al. 2025 tune alpha's init for their LLMs and find that the "
+            "wider model wants the smaller one; the issue: alpha's init matters more as the width grows): the spread of the final loss over the alpha inits "
             "(worst − best; a run that did not finish ok counts as infinitely bad) grows with the width. Per seed, "
             "the least-squares slope of the spread against log2(d_model); the slopes' mean with its 95% t interval "
             "over the seeds; reproduced when the interval lies above 0.", "",
