@@ -18,8 +18,15 @@ std::string config_hash(const TrainConfig& cfg);
 // A sweep with one varied axis has it as its rows and no columns; --paired over that axis means
 // "compare its values": the axis becomes the one column and the rows one row ("all").
 void pair_across_rows_when_alone(SummaryLayout& layout);
-// rows/cols/metric against the varied axes; UsageError naming `where`.
-void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where);
+// The varied axes (seed aside) that neither the rows nor a column name but that they determine
+// over `points`: an axis zipped with one of them ("zip": d_model with d_hidden) has one value per
+// cell, so it needs no place of its own in the table, and it must not keep a cell's seeds from
+// pairing across columns.
+std::vector<std::string> implied_axes(const std::vector<SweepPoint>& points, const SummaryLayout& layout,
+                                      const std::vector<std::string>& axes);
+// rows/cols/metric against the varied axes (an axis in `implied` needs no place); UsageError naming `where`.
+void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where,
+                  const std::vector<std::string>& implied = {});
 // Appends one line to DIR/manifest.jsonl with a single write() on an O_APPEND descriptor (so lines from
 // concurrent shards never interleave); throws Error when the write fails.
 void manifest_append(const std::string& dir, const std::string& json_line);

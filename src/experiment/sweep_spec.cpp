@@ -512,7 +512,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
       if (k != plan.layout.rows) plan.layout.cols.push_back(k);
   }
   pair_across_rows_when_alone(plan.layout);
-  check_layout(plan.layout, plan.axes, spec_name + " summary");
+  check_layout(plan.layout, plan.axes, spec_name + " summary", implied_axes(plan.points, plan.layout, plan.axes));
 
   // ---- the resolved spec: the base in full, the axes as canonical values
   ojson resolved = ojson::object();
@@ -545,7 +545,37 @@ void pair_across_rows_when_alone(SummaryLayout& layout) {
   layout.rows.clear();
 }
 
-void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where) {
+std::vector<std::string> implied_axes(const std::vector<SweepPoint>& points, const SummaryLayout& layout,
+                                      const std::vector<std::string>& axes) {
+  auto value_of = [](const SweepPoint& p, const std::string& key) {
+    for (const auto& [k, v] : p.values)
+      if (k == key) return v;
+    return std::string();
+  };
+  const bool any_place = !layout.rows.empty() || !layout.cols.empty();
+  std::vector<std::string> out;
+  for (const std::string& a : axes) {
+    if (!any_place || a == "seed" || a == layout.rows ||
+        std::find(layout.cols.begin(), layout.cols.end(), a) != layout.cols.end())
+      continue;
+    std::map<std::string, std::string> by_cell;  // the rows' and columns' values -> a's value
+    bool determined = true;
+    for (const SweepPoint& p : points) {
+      std::string cell = layout.rows.empty() ? "" : value_of(p, layout.rows);
+      for (const std::string& c : layout.cols) cell += '\x1f' + value_of(p, c);
+      auto [it, fresh] = by_cell.emplace(cell, value_of(p, a));
+      if (!fresh && it->second != value_of(p, a)) {
+        determined = false;
+        break;
+      }
+    }
+    if (determined) out.push_back(a);
+  }
+  return out;
+}
+
+void check_layout(const SummaryLayout& layout, const std::vector<std::string>& axes, const std::string& where,
+                  const std::vector<std::string>& implied) {
   auto varied = [&](const std::string& k) { return k != "seed" && std::find(axes.begin(), axes.end(), k) != axes.end(); };
   std::vector<std::string> names;
   for (const std::string& a : axes)
@@ -559,8 +589,11 @@ void check_layout(const SummaryLayout& layout, const std::vector<std::string>& a
     NL_USAGE(c != layout.rows, "{}: '{}' is both the rows and a column", where, shown(c));
   }
   for (const std::string& k : names)
-    NL_USAGE(k == layout.rows || std::find(layout.cols.begin(), layout.cols.end(), k) != layout.cols.end(),
-             "{}: axis '{}' is neither the rows nor a column (each varied axis but seed must be one of them)", where, k);
+    NL_USAGE(k == layout.rows || std::find(layout.cols.begin(), layout.cols.end(), k) != layout.cols.end() ||
+                 std::find(implied.begin(), implied.end(), k) != implied.end(),
+             "{}: axis '{}' is neither the rows nor a column (each varied axis but seed must be one of them, unless "
+             "the rows and columns determine it, as for an axis zipped with one of them)",
+             where, k);
   // paired: key=value words over column axes (the values are checked against the runs' columns when summarized)
   std::istringstream paired(layout.paired);
   std::string word;

@@ -238,7 +238,8 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   if (!opt.metric.empty()) layout.metric = opt.metric;
   if (!opt.paired.empty()) layout.paired = opt.paired;
   pair_across_rows_when_alone(layout);
-  check_layout(layout, axes, "summary");
+  const std::vector<std::string> implied = implied_axes(plan.points, layout, axes);
+  check_layout(layout, axes, "summary", implied);
 
   SweepSummary s;
   s.rows = layout.rows;
@@ -297,7 +298,9 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   auto pair_key = [&](const SweepPoint& p) {
     std::string k;
     for (const auto& [key, v] : p.values)
-      if (key != s.rows && std::find(s.cols.begin(), s.cols.end(), key) == s.cols.end()) k += key + "=" + v + " ";
+      if (key != s.rows && std::find(s.cols.begin(), s.cols.end(), key) == s.cols.end() &&
+          std::find(implied.begin(), implied.end(), key) == implied.end())
+        k += key + "=" + v + " ";
     return k;
   };
   std::vector<double> se;

@@ -464,6 +464,32 @@ TEST(SweepSummaryZip, UnsetReferenceIsPairedWithEveryValue) {
   EXPECT_NE(r.out.find(" [-"), std::string::npos) << r.out;  // an interval, from two seeds
 }
 
+// Axes zipped together move together: with d_model as the rows, d_hidden (zipped with it) has one
+// value per cell and needs no place in the table, nor does it keep the seeds from pairing. An
+// axis the rows and columns do not determine still must have a place.
+TEST(SweepSummaryZip, AnAxisZippedWithTheRowsNeedsNoPlace) {
+  TempDir tmp;
+  std::ofstream(tmp / "spec.json") << R"({"base": {"layers": 2, "steps": 60, "eval_every": 20, "batch_size": 8,
+    "eval_batches": 2, "lr": 3e-2}, "grid": {"placement": ["pre", "post"]}, "zip": {"d_model": [16, 32], "d_hidden": [32, 64]},
+    "seeds": [0, 1], "summary": {"rows": "d_model", "cols": ["placement"], "paired": "placement=pre"}})";
+  const std::string dir = tmp / "s";
+  CliResult r = run_cli({"sweep", tmp / "spec.json", "--out", dir, "--jobs", "2"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"sweep", "summarize", dir, "--no-write", "--brief"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("| d_model | placement=pre | placement=post |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" [-"), std::string::npos) << r.out;  // paired by seed: an interval
+  r = run_cli({"sweep", "summarize", dir, "--no-write", "--rows", "placement", "--cols", "d_hidden", "--paired", "d_hidden=32"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);  // d_model, zipped with the column, is implied too
+  // Without the zip's members, nothing determines them: the layout is refused, naming the axis.
+  std::ofstream(tmp / "bad.json") << R"({"base": {"steps": 20}, "grid": {"placement": ["pre", "post"], "lr": [1e-3, 3e-3]},
+    "zip": {"d_model": [16, 32], "d_hidden": [32, 64]}, "summary": {"rows": "d_model", "cols": ["placement"]}})";
+  r = run_cli({"sweep", tmp / "bad.json", "--out", tmp / "bad", "--dry-run"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("axis 'lr' is neither the rows nor a column"), std::string::npos) << describe(r);
+}
+
 TEST(SweepSummaryNoRows, PairedOneAxisSweepHasNoBestAndShowsEveryCurve) {
   TempDir tmp;
   const std::string dir = tmp / "s";
