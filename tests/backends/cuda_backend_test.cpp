@@ -205,9 +205,10 @@ std::string device_param_name(const ::testing::TestParamInfo<std::string>& info)
 INSTANTIATE_TEST_SUITE_P(Devices, CudaDevice, ::testing::Values("cuda-sim", "cuda"), device_param_name);
 
 // The bench's device half (CudaNormBench; src/bench checks its rows against the reference): what
-// goes up comes back as it went, a norm call writes set 0's outputs from its inputs (checked
-// here against a float64 RMSNorm), in float32, bf16 and fp16 storage, the copies reproduce their
-// source, every set can be called and timed after replicate(), a set out of range is an error.
+// goes up comes back as it went, a norm call writes set 0's outputs from its inputs (checked here
+// against a float64 RMSNorm, and DyT with the alpha uploaded), in float32, bf16 and fp16 storage,
+// the copies reproduce their source, every set can be called and timed after replicate(), a set out
+// of range is an error.
 TEST_P(CudaDevice, NormBenchDeviceHalf) {
   for (const Precision storage : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     SCOPED_TRACE(to_string(storage));
@@ -262,6 +263,8 @@ TEST_P(CudaDevice, NormBenchDeviceHalf) {
     std::vector<float> rstd(n);
     b->download(CudaBenchArray::rstd, rstd.data());
     const std::vector<float> y = from_stored(ys);
+    // half an ulp of the storage, and float32's error
+    const double rel = narrow ? 0.5 * format_info(storage).epsilon + 1e-5 : 1e-5;
     for (size_t i = 0; i < n; ++i) {
       double ss = 0;
       for (size_t j = 0; j < d; ++j) ss += double(x[i * d + j]) * x[i * d + j];
@@ -269,10 +272,19 @@ TEST_P(CudaDevice, NormBenchDeviceHalf) {
       EXPECT_NEAR(rstd[i], r, 1e-5 * r) << "row " << i;
       for (size_t j = 0; j < d; ++j) {
         const double want = 1.5 * x[i * d + j] * r;
-        // half an ulp of the storage, and float32's error
-        const double rel = narrow ? 0.5 * format_info(storage).epsilon + 1e-5 : 1e-5;
         EXPECT_NEAR(y[i * d + j], want, rel * (1.0 + std::fabs(want))) << i << "," << j;
       }
+    }
+    const float alpha = 0.5f;  // float32 whatever the storage, as training's parameter
+    const std::vector<unsigned char> zeros = as_stored(std::vector<float>(d, 0.0f));
+    b->upload(CudaBenchArray::alpha, &alpha);
+    b->upload(CudaBenchArray::beta, zeros.data());
+    b->run(CudaBenchOp::dyt_forward, 0, 0.0f, 1.0f);
+    b->download(CudaBenchArray::out, ys.data());
+    const std::vector<float> t = from_stored(ys);
+    for (size_t i = 0; i < nd; ++i) {
+      const double want = 1.5 * std::tanh(0.5 * x[i]);
+      EXPECT_NEAR(t[i], want, rel * (1.0 + std::fabs(want))) << "dyt " << i;
     }
     for (const CudaBenchOp copy : {CudaBenchOp::copy_kernel, CudaBenchOp::copy_memcpy}) {
       std::vector<unsigned char> poison(xs.size(), 0xff), got(xs.size());

@@ -52,8 +52,11 @@ struct CudaNormBenchShape {
 // The arrays of a set. N x D, as stored: x, b (dy of a backward, the second addend of an
 // add+norm), out (y or dx), s (the add's sum). N float32: mean, rstd (written by a forward);
 // ln_mean, ln_rstd, rms_rstd (the saved statistics a backward reads). Shared by the sets: gamma,
-// beta (as stored), dgamma, dbeta (float32).
-enum class CudaBenchArray { x, b, out, s, mean, rstd, ln_mean, ln_rstd, rms_rstd, gamma, beta, dgamma, dbeta };
+// beta (as stored), dgamma, dbeta (float32); DyT's and Derf's scalars alpha, shift (read) and
+// dalpha, dshift (written), one float32 each, on the device as training keeps them.
+enum class CudaBenchArray {
+  x, b, out, s, mean, rstd, ln_mean, ln_rstd, rms_rstd, gamma, beta, dgamma, dbeta, alpha, shift, dalpha, dshift
+};
 // Bytes of one set's `a`.
 inline size_t cuda_bench_array_bytes(const CudaNormBenchShape& s, CudaBenchArray a) {
   const size_t stored = s.storage == Precision::fp32 ? 4 : 2, n = static_cast<size_t>(s.rows), d = static_cast<size_t>(s.d);
@@ -62,6 +65,8 @@ inline size_t cuda_bench_array_bytes(const CudaNormBenchShape& s, CudaBenchArray
       return n * d * stored;
     case CudaBenchArray::gamma: case CudaBenchArray::beta: return d * stored;
     case CudaBenchArray::dgamma: case CudaBenchArray::dbeta: return d * 4;
+    case CudaBenchArray::alpha: case CudaBenchArray::shift: case CudaBenchArray::dalpha:
+    case CudaBenchArray::dshift: return 4;
     case CudaBenchArray::mean: case CudaBenchArray::rstd: case CudaBenchArray::ln_mean:
     case CudaBenchArray::ln_rstd: case CudaBenchArray::rms_rstd: break;
   }
@@ -70,10 +75,14 @@ inline size_t cuda_bench_array_bytes(const CudaNormBenchShape& s, CudaBenchArray
 // What a call runs: a norm launcher of the "cuda" backend on a set (forwards x -> out, mean,
 // rstd; add+norm forwards alpha*x + b -> s, out, ...; backwards b (dy), x and the saved
 // statistics -> out (dx), dgamma, dbeta), or a copy of x into out: cudaMemcpyAsync, or normlab's
-// copy kernel (16-byte loads and stores), the bandwidth limits the norms are held to.
+// copy kernel (16-byte loads and stores), the bandwidth limits the norms are held to. DyT and
+// Derf run the backend's squash launchers with the device's alpha (Derf: and shift; DyT has none,
+// as in training): forwards x -> out; backwards b (dy), x -> out (dx), dalpha (Derf: dshift),
+// dgamma, dbeta. The call's own alpha is the add's only.
 enum class CudaBenchOp {
   layernorm_forward, rmsnorm_forward, add_layernorm_forward, add_rmsnorm_forward,
-  layernorm_backward, rmsnorm_backward, copy_memcpy, copy_kernel
+  layernorm_backward, rmsnorm_backward, copy_memcpy, copy_kernel,
+  dyt_forward, derf_forward, dyt_backward, derf_backward
 };
 class CudaNormBench {
  public:

@@ -1,7 +1,7 @@
 // The device half of `bench norms --device cuda | cuda-sim` (CudaNormBench, normlab/cuda_backend.h):
-// device buffers rotated call by call, the norm launchers of norms.cu and the copy baselines on
-// them, timed with CUDA events. The inputs, the check against the reference kernels, the
-// statistics and the report are src/bench's.
+// device buffers rotated call by call, the norm launchers of norms.cu and squash.cu (DyT, Derf)
+// and the copy baselines on them, timed with CUDA events. The inputs, the check against the
+// reference kernels, the statistics and the report are src/bench's.
 #include <memory>
 #include <string>
 
@@ -36,12 +36,11 @@ void copy_kernel(void* out, const void* x, size_t bytes) {
 }
 
 constexpr const char* kName = "bench norms";
-constexpr int kArrays = static_cast<int>(CudaBenchArray::dbeta) + 1;
+constexpr int kArrays = static_cast<int>(CudaBenchArray::dshift) + 1;
 
-bool per_set(CudaBenchArray a) {
-  return a != CudaBenchArray::gamma && a != CudaBenchArray::beta && a != CudaBenchArray::dgamma &&
-         a != CudaBenchArray::dbeta;
-}
+// The parameters and their gradients (listed from gamma on) are one copy, shared by the sets as
+// a model's are.
+bool per_set(CudaBenchArray a) { return a < CudaBenchArray::gamma; }
 bool is_input(CudaBenchArray a) {
   return a == CudaBenchArray::x || a == CudaBenchArray::b || a == CudaBenchArray::ln_mean ||
          a == CudaBenchArray::ln_rstd || a == CudaBenchArray::rms_rstd;
@@ -61,7 +60,9 @@ class NormBench final : public CudaNormBench {
         const size_t count = per_set(a) ? static_cast<size_t>(shape.sets) : 1;
         check(cudaMalloc(&base_[i], stride_[i] * count), "cudaMalloc", kName);
       }
-      const size_t work = static_cast<size_t>(column_work(shape.rows, shape.d)) * sizeof(float);
+      const size_t work =
+          static_cast<size_t>(std::max(column_work(shape.rows, shape.d), squash_work(shape.rows, shape.d))) *
+          sizeof(float);
       check(cudaMalloc(&work_, std::max<size_t>(work, 16)), "cudaMalloc", kName);
       check(cudaEventCreate(&start_), "cudaEventCreate", kName);
       check(cudaEventCreate(&stop_), "cudaEventCreate", kName);
@@ -144,6 +145,12 @@ class NormBench final : public CudaNormBench {
     float* rstd = as<float>(A::rstd, k);
     float* dgamma = as<float>(A::dgamma, 0);
     float* dbeta = as<float>(A::dbeta, 0);
+    float* work = static_cast<float*>(work_);
+    // The squash launchers take each array with its storage, as the backend passes a tensor's.
+    const Precision e = shape_.storage;
+    const bool derf = op == CudaBenchOp::derf_forward || op == CudaBenchOp::derf_backward;
+    const In alpha_in = as<float>(A::alpha, 0), shift_in = derf ? In(as<float>(A::shift, 0)) : In();
+    const int f = derf ? 1 : 0;
     switch (op) {
       case CudaBenchOp::layernorm_forward: layernorm_forward<T>(out, mean, rstd, x, gamma, beta, n, d, eps); return;
       case CudaBenchOp::rmsnorm_forward: rmsnorm_forward<T>(out, rstd, x, gamma, n, d, eps); return;
@@ -155,10 +162,19 @@ class NormBench final : public CudaNormBench {
         return;
       case CudaBenchOp::layernorm_backward:
         layernorm_backward<T>(out, dgamma, dbeta, b, x, gamma, as<float>(A::ln_mean, k), as<float>(A::ln_rstd, k),
-                              n, d, static_cast<float*>(work_));
+                              n, d, work);
         return;
       case CudaBenchOp::rmsnorm_backward:
-        rmsnorm_backward<T>(out, dgamma, b, x, gamma, as<float>(A::rms_rstd, k), n, d, static_cast<float*>(work_));
+        rmsnorm_backward<T>(out, dgamma, b, x, gamma, as<float>(A::rms_rstd, k), n, d, work);
+        return;
+      case CudaBenchOp::dyt_forward:
+      case CudaBenchOp::derf_forward:
+        squash_forward(Out(out, e), In(x, e), alpha_in, shift_in, In(gamma, e), In(beta, e), n, d, f);
+        return;
+      case CudaBenchOp::dyt_backward:
+      case CudaBenchOp::derf_backward:
+        squash_backward(Out(out, e), as<float>(A::dalpha, 0), derf ? as<float>(A::dshift, 0) : nullptr, dgamma, dbeta,
+                        In(b, e), In(x, e), alpha_in, shift_in, In(gamma, e), n, d, f, work);
         return;
       case CudaBenchOp::copy_memcpy:
         check(cudaMemcpyAsync(out, x, cuda_bench_array_bytes(shape_, A::x), cudaMemcpyDeviceToDevice),
