@@ -199,5 +199,9 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt);
 // Bytes each case on a device rotates through: opt.footprint, or 1 GiB (> 16 x the L2 of an
 // H100/H200); rows below it are marked as possibly cache-resident.
 int64_t device_footprint(const NormBenchOptions& opt);
+// The device's kernels of `norm` as run_device_norm_bench checks them (each pass uploads its
+// arguments, runs the kernel on set 0 and downloads the outputs), on device buffers of their own
+// for one set of `shape` in `storage`: the tests check the check with them.
+NormImpl device_norm_impl(const std::string& device, const NormShape& shape, Precision storage, NormKind norm);
 
 }  // namespace normlab::bench::detail

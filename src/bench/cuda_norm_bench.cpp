@@ -1,11 +1,13 @@
 // `bench norms --device cuda | cuda-sim`: normlab's CUDA norm kernels (the launchers the cuda
-// backend calls) on device buffers, with everything else the cpu rows have: the same inputs
-// (a Pool of one buffer set in host memory, the source of every device set), the same check
-// (verify_norm against the reference kernels, on the outputs downloaded from the device), the
-// same timing loop, statistics, byte counts and report. The device half, buffers and CUDA
-// events, is the CUDA module's (CudaNormBench, normlab/cuda_backend.h).
+// backend calls: LayerNorm, RMSNorm, and DyT and Derf in float32) on device buffers, with
+// everything else the cpu rows have: the same inputs (a Pool of one buffer set in host memory,
+// the source of every device set), the same check (verify_norm against the reference kernels, on
+// the outputs downloaded from the device), the same timing loop, statistics, byte counts and
+// report. The device half, buffers and CUDA events, is the CUDA module's (CudaNormBench,
+// normlab/cuda_backend.h).
 //
 //   normlab bench norms --device cuda --precision fp32,bf16,fp16
+//   normlab bench norms --device cuda --pass both          DyT and Derf beside RMSNorm on the GPU
 //   normlab bench norms --device cuda-sim --shapes 1x8x64 --footprint-mib 1 --min-time 0
 #include <cstring>
 #include <memory>
@@ -30,8 +32,8 @@ using A = CudaBenchArray;
 float round_bf16(float f) { return round_to(Precision::bf16, f); }
 float round_fp16(float f) { return round_to(Precision::fp16, f); }
 
-// The arrays stored in the bench's storage format; the rest (statistics, dgamma, dbeta) are
-// float32 on the device too.
+// The arrays stored in the bench's storage format; the rest (statistics, dgamma, dbeta, DyT's and
+// Derf's scalars) are float32 on the device too.
 bool stored(A a) { return a == A::x || a == A::b || a == A::out || a == A::s || a == A::gamma || a == A::beta; }
 
 // The device's buffer sets of one shape and dtype (CudaNormBench), seen from the host as float32.
@@ -65,7 +67,11 @@ class DeviceSets {
   std::unique_ptr<CudaNormBench> bench_;
 };
 
+bool squash(NormKind norm) { return norm == NormKind::dyt || norm == NormKind::derf; }
+
 CudaBenchOp op_of(NormKind norm, Pass pass) {
+  if (norm == NormKind::dyt) return pass == Pass::bwd ? CudaBenchOp::dyt_backward : CudaBenchOp::dyt_forward;
+  if (norm == NormKind::derf) return pass == Pass::bwd ? CudaBenchOp::derf_backward : CudaBenchOp::derf_forward;
   const bool ln = norm == NormKind::layernorm;
   switch (pass) {
     case Pass::fwd: return ln ? CudaBenchOp::layernorm_forward : CudaBenchOp::rmsnorm_forward;
@@ -77,33 +83,41 @@ CudaBenchOp op_of(NormKind norm, Pass pass) {
 
 // The device's kernels of `norm` as an implementation verify_norm can check: each pass uploads
 // the call's arrays to set 0 (its outputs too, as verify_norm poisoned them: an output the
-// kernel never writes stays NaN), runs the kernel and downloads the outputs.
-NormImpl device_impl(DeviceSets& dev, NormKind norm, const std::string& provider) {
+// kernel never writes stays NaN), runs the kernel and downloads the outputs. DyT and Derf take
+// their alpha and shift from the arguments too, so that the device runs with the values the
+// check assumes. The implementation keeps `dev` alive (device_norm_impl hands it no other owner).
+NormImpl device_impl(const std::shared_ptr<DeviceSets>& dev, NormKind norm, const std::string& provider) {
   NormImpl m;
   m.norm = norm;
   m.impl = "fused";
   m.provider = provider;
-  m.dtype = dev.narrow() ? to_string(dev.storage()) : "f32";
+  m.dtype = dev->narrow() ? to_string(dev->storage()) : "f32";
   auto pass_fn = [&dev, norm](Pass pass) {
-    return [&dev, norm, pass](const NormArgs& a) {
-      const bool ln = norm == NormKind::layernorm, bwd = pass == Pass::bwd;
+    return [dev, norm, pass](const NormArgs& a) {
+      const bool ln = norm == NormKind::layernorm, bwd = pass == Pass::bwd, sq = squash(norm);
       const std::pair<A, const float*> inputs[] = {
           {A::x, a.x},           {A::gamma, a.gamma},
           {A::beta, a.beta},     {A::b, bwd ? a.dy : a.branch},
           {A::ln_mean, a.saved_mean}, {A::ln_rstd, ln ? a.saved_rstd : nullptr},
-          {A::rms_rstd, ln ? nullptr : a.saved_rstd}};
+          {A::rms_rstd, ln ? nullptr : a.saved_rstd},
+          {A::alpha, sq ? &a.dyt_alpha : nullptr}, {A::shift, sq ? &a.derf_shift : nullptr}};
       const std::pair<A, float*> outputs[] = {{A::out, bwd ? a.dx : a.y}, {A::s, a.s},           {A::mean, a.mean},
-                                              {A::rstd, a.rstd},          {A::dgamma, a.dgamma}, {A::dbeta, a.dbeta}};
-      for (const auto& [array, host] : inputs) dev.put(array, host);
-      for (const auto& [array, host] : outputs) dev.put(array, host);
-      dev.bench().run(op_of(norm, pass), 0, a.eps, a.alpha);
-      for (const auto& [array, host] : outputs) dev.get(array, host);
+                                              {A::rstd, a.rstd},          {A::dgamma, a.dgamma}, {A::dbeta, a.dbeta},
+                                              {A::dalpha, a.dalpha},      {A::dshift, a.dshift}};
+      for (const auto& [array, host] : inputs) dev->put(array, host);
+      for (const auto& [array, host] : outputs) dev->put(array, host);
+      dev->bench().run(op_of(norm, pass), 0, a.eps, a.alpha);
+      for (const auto& [array, host] : outputs) dev->get(array, host);
     };
   };
   m.forward = pass_fn(Pass::fwd);
   m.backward = pass_fn(Pass::bwd);
-  if (!dev.narrow()) m.add_forward = pass_fn(Pass::addfwd);
+  if (!dev->narrow() && !squash(norm)) m.add_forward = pass_fn(Pass::addfwd);
   return m;
+}
+
+std::string device_provider(const std::string& device) {
+  return device == "cuda-sim" ? "normlab (cuda-sim)" : "normlab (CUDA)";
 }
 
 // The copy baselines, checked as the cpu's are: the copy must reproduce its source bit for bit.
@@ -122,6 +136,14 @@ VerifyResult verify_copy(DeviceSets& dev, CudaBenchOp op, const CudaNormBenchSha
 
 }  // namespace
 
+NormImpl device_norm_impl(const std::string& device, const NormShape& shape, Precision storage, NormKind norm) {
+  CudaNormBenchShape ds;
+  ds.rows = shape.rows();
+  ds.d = shape.d;
+  ds.storage = storage;
+  return device_impl(std::make_shared<DeviceSets>(device, ds), norm, device_provider(device));
+}
+
 int64_t device_footprint(const NormBenchOptions& opt) {
   return opt.footprint > 0 ? opt.footprint : int64_t{1} << 30;
 }
@@ -131,7 +153,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
   NormReport report;
   report.context = collect_context();
   const bool sim = opt.device == "cuda-sim";
-  const std::string provider = sim ? "normlab (cuda-sim)" : "normlab (CUDA)";
+  const std::string provider = device_provider(opt.device);
   const int64_t footprint = device_footprint(opt);
   const int64_t resident_below = device_footprint(NormBenchOptions{});
   report.context.footprint_target = footprint;
@@ -161,7 +183,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
       ds.sets = sets_for(shape, footprint, stored_bytes);
       ds.storage = storage;
       log(fmt::format("{} {} on {}: {} buffer set(s)", shape.str(), dtype, opt.device, ds.sets));
-      DeviceSets dev(opt.device, ds);
+      const auto dev = std::make_shared<DeviceSets>(opt.device, ds);
       if (report.context.device.empty())
         report.context.device = opt.device + ": " + (sim ? cuda_sim_summary() : cuda_summary());
 
@@ -176,7 +198,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
       auto add_case = [&](NormRow row, CudaBenchOp op, float eps, float alpha) {
         Case c;
         c.row = std::move(row);
-        CudaNormBench* b = &dev.bench();
+        CudaNormBench* b = &dev->bench();
         c.call = [b, op, eps, alpha](int64_t k) { b->run(op, k, eps, alpha); };
         c.timed_call = [b, op, eps, alpha](int64_t k) { return b->time(op, k, eps, alpha); };
         cases.push_back(std::move(c));
@@ -185,19 +207,20 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
       // Correctness first, on set 0: a wrong kernel is reported and never timed.
       const BufferSet& set0 = pool.set(0);
       if (copies) {
-        dev.put(A::x, set0.x);
+        dev->put(A::x, set0.x);
         for (const auto& [impl, prov, op] :
              {std::tuple{"loop", "normlab (16-byte copy kernel)", CudaBenchOp::copy_kernel},
               std::tuple{"memcpy", "CUDA (cudaMemcpy)", CudaBenchOp::copy_memcpy}}) {
           NormRow row = base_row("copy", impl, prov, "copy");
-          row.verify = verify_copy(dev, op, ds, row.name());
+          row.verify = verify_copy(*dev, op, ds, row.name());
           if (!row.verify.pass) row.status = "rejected";
           add_case(std::move(row), op, 0.0f, 1.0f);
         }
       }
-      for (const NormKind norm : {NormKind::layernorm, NormKind::rmsnorm}) {
+      for (const NormKind norm : {NormKind::layernorm, NormKind::rmsnorm, NormKind::dyt, NormKind::derf}) {
+        if (narrow && squash(norm)) continue;  // DyT and Derf in float32 only, as the cpu's rows
         const NormImpl m = device_impl(dev, norm, provider);
-        const float eps = norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
+        const float eps = norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;  // DyT and Derf have none
         for (const Pass p : passes) {
           if (!m.fn(p)) continue;
           NormRow row = base_row(to_string(norm), m.impl, m.provider, to_string(p));
@@ -217,15 +240,19 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
       }
       copies = false;
 
-      // Every set gets set 0's inputs (x, dy as b, the saved statistics); then the timing.
-      dev.put(A::x, set0.x);
-      dev.put(A::b, set0.dy);
-      dev.put(A::ln_mean, set0.ln_mean);
-      dev.put(A::ln_rstd, set0.ln_rstd);
-      dev.put(A::rms_rstd, set0.rms_rstd);
-      dev.put(A::gamma, pool.gamma());
-      dev.put(A::beta, pool.beta());
-      dev.bench().replicate();
+      // Every set gets set 0's inputs (x, dy as b, the saved statistics), the parameters are the
+      // checked calls' (DyT's alpha and Derf's shift as args_for gives them); then the timing.
+      const NormArgs checked;
+      dev->put(A::x, set0.x);
+      dev->put(A::b, set0.dy);
+      dev->put(A::ln_mean, set0.ln_mean);
+      dev->put(A::ln_rstd, set0.ln_rstd);
+      dev->put(A::rms_rstd, set0.rms_rstd);
+      dev->put(A::gamma, pool.gamma());
+      dev->put(A::beta, pool.beta());
+      dev->put(A::alpha, &checked.dyt_alpha);
+      dev->put(A::shift, &checked.derf_shift);
+      dev->bench().replicate();
       time_cases(cases, ds.sets, false, opt, report);
     }
   }

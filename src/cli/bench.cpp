@@ -392,6 +392,7 @@ Examples:
   normlab bench norms --impl fused,unfused --pass addfwd         the fused residual add + norm
   normlab bench norms --precision fp32,bf16,fp16                 16-bit storage rows beside float32
   normlab bench norms --device cuda --precision fp32,bf16 --with-torch   GPU rows, PyTorch's beside them
+  normlab bench norms --device cuda --pass both   DyT and Derf against RMSNorm on the GPU (DyT speed vs RMS)
 Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
 
   // ---- step

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench_internal.h"
 #include "normlab/cpu_kernels.h"
 #include "test_util.h"
 #include "normlab/backend.h"
@@ -1053,6 +1054,53 @@ TEST(BenchDevice, NamesBytesAndDerivedFigures) {
   const std::string table = render(r, OutputFormat::text);
   EXPECT_EQ(table.rfind("device: cuda: built", 0), 0u) << table;
   EXPECT_NE(table.find(" bf16 "), std::string::npos) << table;
+}
+
+// The device's DyT and Derf kernels on cuda-sim as `bench norms --device` checks them: they pass,
+// their scalar gradients included (verify_norm poisons dalpha and dshift; the device must write
+// them). A call run with another alpha (Derf: shift) than the check's is rejected, so the device
+// reads the arguments' values and no constant of its own; one whose dalpha or dshift never comes
+// back is rejected too, so the check reads them. ctest label: cuda.
+TEST(BenchDevice, CudaSimDytAndDerfAreCheckedWithTheirScalars) {
+  namespace internal = normlab::bench::detail;
+  const NormShape s{1, 3, 67};
+  std::vector<float> memory(static_cast<size_t>(internal::Pool::floats_needed(s, 1, false)));
+  const internal::Pool pool(memory.data(), s, 1, false, 0, 1e-5f, 1e-6f);
+  // The device runs with `edit` applied to the arguments; the check keeps the originals.
+  auto altered = [](const NormImpl& m, Pass p, void (*edit)(NormArgs&)) {
+    NormImpl w = m;
+    (p == Pass::fwd ? w.forward : w.backward) = [f = m.fn(p), edit](const NormArgs& a) {
+      NormArgs b = a;
+      edit(b);
+      f(b);
+    };
+    return w;
+  };
+  for (const NormKind norm : {NormKind::dyt, NormKind::derf}) {
+    const bool derf = norm == NormKind::derf;
+    const NormImpl m = internal::device_norm_impl("cuda-sim", s, Precision::fp32, norm);
+    EXPECT_EQ(m.provider, "normlab (cuda-sim)");
+    EXPECT_FALSE(m.fn(Pass::addfwd));
+    for (const Pass p : {Pass::fwd, Pass::bwd}) {
+      SCOPED_TRACE(fmt::format("{} {}", m.name(), to_string(p)));
+      const NormArgs a = internal::args_for(pool, 0, norm, p, 0.0f, 1.0f);
+      const VerifyResult ok = verify_norm(m, p, a);
+      EXPECT_TRUE(ok.pass) << ok.report;
+      EXPECT_FALSE(verify_norm(altered(m, p, [](NormArgs& b) { b.dyt_alpha *= 1.1f; }), p, a).pass);
+      // DyT has no shift on the device, as in training: a shift in the arguments changes nothing.
+      EXPECT_EQ(verify_norm(altered(m, p, [](NormArgs& b) { b.derf_shift += 0.1f; }), p, a).pass, !derf);
+    }
+    const NormArgs a = internal::args_for(pool, 0, norm, Pass::bwd, 0.0f, 1.0f);
+    ASSERT_NE(a.dalpha, nullptr);
+    ASSERT_EQ(a.dshift != nullptr, derf);
+    VerifyResult lost = verify_norm(altered(m, Pass::bwd, [](NormArgs& b) { b.dalpha = nullptr; }), Pass::bwd, a);
+    EXPECT_FALSE(lost.pass);
+    EXPECT_NE(lost.report.find("dalpha"), std::string::npos) << lost.report;
+    if (!derf) continue;
+    lost = verify_norm(altered(m, Pass::bwd, [](NormArgs& b) { b.dshift = nullptr; }), Pass::bwd, a);
+    EXPECT_FALSE(lost.pass);
+    EXPECT_NE(lost.report.find("dshift"), std::string::npos) << lost.report;
+  }
 }
 
 namespace {

@@ -142,8 +142,9 @@ TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
 
 // bench norms on cuda-sim (the CUDA sources simulated on the host): the GPU bench's whole path
 // without a GPU. Its rows pass the same check as the cpu rows (every kernel, f32, bf16 and fp16, the
-// vector path at d = 64 and the scalar one at d = 67), and they are ordinary `bench norms`
-// rows: --out, --compare, `bench merge` and `bench --compare` take them. ctest label: cuda.
+// vector path at d = 64 and the scalar one at d = 67; DyT and Derf in f32, their alpha and shift
+// gradients checked), and they are ordinary `bench norms` rows: --out, --compare, `bench merge`
+// and `bench --compare` take them. ctest label: cuda.
 TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   const std::string base = testing::TempDir() + "/normlab_bench_cuda_sim.json";
   std::remove(base.c_str());
@@ -158,9 +159,10 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   EXPECT_EQ(j, nlohmann::json::parse(normlab::test::slurp(base)));
   EXPECT_EQ(j["context"]["normlab_bench"], "norms");
   EXPECT_EQ(j["context"]["device"].get<std::string>().rfind("cuda-sim: ", 0), 0u) << j["context"];
-  // Per shape: f32 copy.loop, copy.memcpy and both norms' fwd, bwd, addfwd; bf16 and fp16 both
-  // norms' fwd, bwd (no addfwd in 16 bits).
-  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 4u + 4u));
+  // Per shape: f32 copy.loop, copy.memcpy, both norms' fwd, bwd, addfwd and DyT's and Derf's fwd,
+  // bwd; bf16 and fp16 both norms' fwd, bwd (no addfwd in 16 bits, no DyT or Derf).
+  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 4u + 4u + 4u));
+  int squash_rows = 0;
   for (const auto& b : j["benchmarks"]) {
     const std::string name = b["name"];
     EXPECT_EQ(b["status"], "ok") << name << ": " << b["verify"]["report"];
@@ -175,14 +177,25 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
     if (b["norm"] != "copy") {
       EXPECT_EQ(b["provider"], "normlab (cuda-sim)") << name;
     }
+    if (b["norm"] == "dyt" || b["norm"] == "derf") {
+      ++squash_rows;
+      EXPECT_EQ(b["dtype"], "f32") << name;
+      EXPECT_NE(b["pass"], "addfwd") << name;
+    }
   }
+  EXPECT_EQ(squash_rows, 2 * 4);
   r = run_cli({"bench", "--compare", base, base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("rmsnorm.fused/bwd/1x3x67/bf16/cuda-sim"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("derf.fused/bwd/1x3x67/cuda-sim"), std::string::npos) << r.out;
   r = run_cli({"bench", "merge", base, base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_EQ(r.out.rfind("device: cuda-sim: ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("layernorm.fused"), std::string::npos) << r.out;
+  // DyT's and Derf's speed against RMSNorm's, the same run on the same device (the DyT paper's
+  // claim is about GPUs).
+  EXPECT_NE(r.out.find("DyT speed vs RMS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Derf speed vs RMS"), std::string::npos) << r.out;
   // A second run compared with the first, its document replacing the first's only with --force.
   args = {"bench", "norms", "--device", "cuda-sim", "--shapes", "1x8x64,1x3x67", "--dtypes", "bf16", "--pass", "fwd",
           "--footprint-mib", "1", "--min-time", "0", "--repeats", "2", "--compare", base, "--out", base};

@@ -385,14 +385,16 @@ void derive(NormReport& report);
 
 struct NormBenchOptions {
   // "cpu": the registry's implementations. "cuda" (GPU 0) or "cuda-sim" (the same CUDA sources
-  // simulated on the host: slow, for checking them): normlab's CUDA norm kernels, the launchers
-  // the cuda backend calls, on device buffers rotated through `footprint` (0: 1 GiB), timed call
-  // by call with CUDA events, against the device's copy kernel ("copy.loop") and cudaMemcpy
-  // ("copy.memcpy"); checked as the cpu rows are (verify_norm on the first buffer set, the
-  // device's outputs downloaded). impls, threads and resident_shapes are the cpu's only.
+  // simulated on the host: slow, for checking them): normlab's CUDA norm kernels, the launchers the
+  // cuda backend calls (LayerNorm, RMSNorm; DyT and Derf with f32 storage only), on device buffers
+  // rotated through `footprint` (0: 1 GiB), timed call by call with CUDA events, against the
+  // device's copy kernel ("copy.loop") and cudaMemcpy ("copy.memcpy"); checked as the cpu rows are
+  // (verify_norm on the first buffer set, the device's outputs downloaded). impls, threads and
+  // resident_shapes are the cpu's only.
   std::string device = "cpu";
   // Device only: the storage of the N x D arrays and parameters, "f32" and/or "bf16" (float32
-  // statistics; bf16 has no addfwd rows: its check would need the sum as the device rounded it).
+  // statistics; bf16 has no addfwd rows: its check would need the sum as the device rounded it,
+  // and no DyT or Derf rows, as the cpu's 16-bit rows have none).
   std::vector<std::string> dtypes = {"f32"};
   std::vector<NormShape> shapes = default_shapes();                    // memory-bound: rotated
   std::vector<NormShape> resident_shapes = default_resident_shapes();  // one buffer set reused
