@@ -9,7 +9,8 @@
 #   3. gradcheck --device cuda: float32 GPU gradients against the float64 reference
 #   4. bench norms --device cuda, f32 and bf16, default shapes + 16384x8192: every case checked
 #      against the reference kernels, then timed with CUDA events against the device's copy
-#      kernel and cudaMemcpy on the same rotated buffers
+#      kernel and cudaMemcpy on the same rotated buffers; DyT and Derf (f32) beside RMSNorm,
+#      "DyT speed vs RMS" in bench-cuda.txt's summary
 #   5. PyTorch's LayerNorm / RMSNorm on the same shapes, dtypes and rotation, in the same
 #      document: scripts/torch_bench.py --device cuda, run by step 4's --with-torch (its rows
 #      checked against float64 and timed with CUDA events; missing when torch is not importable
