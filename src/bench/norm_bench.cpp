@@ -343,17 +343,25 @@ std::string describe_failure(const OutputCheck& c, const std::string& what) {
 // (add): the row is alpha*a + b in float64, compared with s, and normalized as a forward's x.
 // DyT's and Derf's forward: every element against the reference's double tanh / erf.
 std::vector<OutputCheck> check_squash_forward(const NormArgs& a, Squash f, double stored_rtol) {
-  OutputCheck c = make_check("y", kTolRow, stored_rtol);
   const int64_t d = a.d;
-  std::vector<double> y(static_cast<size_t>(d)), x(static_cast<size_t>(d)), gamma(a.gamma, a.gamma + d),
-      beta(a.beta, a.beta + d);
+  const std::vector<double> gamma(a.gamma, a.gamma + d), beta(a.beta, a.beta + d);
   const double alpha = a.dyt_alpha, shift = a.derf_shift;
-  for (int64_t i = 0; i < a.n; ++i) {
-    for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(j)] = a.x[i * d + j];
-    squash_forward_ref<double>(y.data(), x.data(), &alpha, &shift, gamma.data(), beta.data(), 1, d, f);
-    for (int64_t j = 0; j < d; ++j) c.add(i * d + j, a.y[i * d + j], y[static_cast<size_t>(j)], 1.0);
+  // Rows on every core, as the norms' checks: a GPU check's 16384x8192 DyT rows took seconds on one.
+  const int nt = omp_get_num_procs();
+  std::vector<OutputCheck> per(static_cast<size_t>(nt), make_check("y", kTolRow, stored_rtol));
+#pragma omp parallel num_threads(nt)
+  {
+    OutputCheck& c = per[static_cast<size_t>(omp_get_thread_num())];
+    std::vector<double> y(static_cast<size_t>(d)), x(static_cast<size_t>(d));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < a.n; ++i) {
+      for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(j)] = a.x[i * d + j];
+      squash_forward_ref<double>(y.data(), x.data(), &alpha, &shift, gamma.data(), beta.data(), 1, d, f);
+      for (int64_t j = 0; j < d; ++j) c.add(i * d + j, a.y[i * d + j], y[static_cast<size_t>(j)], 1.0);
+    }
   }
-  return {c};
+  for (size_t t = 1; t < per.size(); ++t) per[0].merge(per[t]);
+  return {per[0]};
 }
 
 // DyT's and Derf's backward: dx per element; dgamma, dbeta, dalpha (and Derf's dshift) summed in
@@ -361,45 +369,67 @@ std::vector<OutputCheck> check_squash_forward(const NormArgs& a, Squash f, doubl
 std::vector<OutputCheck> check_squash_backward(const NormArgs& a, Squash f, double stored_rtol) {
   const int64_t d = a.d;
   const double alpha = a.dyt_alpha, shift = a.derf_shift;
-  OutputCheck cdx = make_check("dx", kTolRow, stored_rtol);
-  std::vector<double> sg(static_cast<size_t>(d)), sb(static_cast<size_t>(d)), ag(static_cast<size_t>(d)),
-      ab(static_cast<size_t>(d));
-  double sa = 0, aa = 0, ss = 0, as = 0;
-  for (int64_t i = 0; i < a.n; ++i)
-    for (int64_t j = 0; j < d; ++j) {
-      const int64_t e = i * d + j;
-      const double x = a.x[e], g = a.dy[e], u = alpha * x + shift, t = squash_ref(f, u);
-      const double h = g * double(a.gamma[j]) * squash_slope_ref(f, u);
-      if (a.dx) cdx.add(e, a.dx[e], alpha * h, 1.0);
-      sg[static_cast<size_t>(j)] += g * t;
-      ag[static_cast<size_t>(j)] += std::fabs(g * t);
-      sb[static_cast<size_t>(j)] += g;
-      ab[static_cast<size_t>(j)] += std::fabs(g);
-      sa += x * h;
-      aa += std::fabs(x * h);
-      ss += h;
-      as += std::fabs(h);
-    }
+  // Per thread: dx's check and partial sums (columns: dgamma, dbeta and their magnitudes; scalars:
+  // dalpha, dshift and theirs), added after the rows; the order of a double sum is far below the
+  // tolerance of the float32 results checked against it.
+  struct Partial {
+    OutputCheck dx;
+    std::vector<double> sg, ag, sb, ab;
+    double sa = 0, aa = 0, ss = 0, as = 0;
+  };
+  const int nt = omp_get_num_procs();
+  std::vector<Partial> per(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    Partial& p = per[static_cast<size_t>(omp_get_thread_num())];
+    p.dx = make_check("dx", kTolRow, stored_rtol);
+    for (auto* v : {&p.sg, &p.ag, &p.sb, &p.ab}) v->assign(static_cast<size_t>(d), 0.0);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < a.n; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        const int64_t e = i * d + j;
+        const size_t c = static_cast<size_t>(j);
+        const double x = a.x[e], g = a.dy[e], u = alpha * x + shift, t = squash_ref(f, u);
+        const double h = g * double(a.gamma[j]) * squash_slope_ref(f, u);
+        if (a.dx) p.dx.add(e, a.dx[e], alpha * h, 1.0);
+        p.sg[c] += g * t;
+        p.ag[c] += std::fabs(g * t);
+        p.sb[c] += g;
+        p.ab[c] += std::fabs(g);
+        p.sa += x * h;
+        p.aa += std::fabs(x * h);
+        p.ss += h;
+        p.as += std::fabs(h);
+      }
+  }
+  Partial& sum = per[0];
+  for (size_t t = 1; t < per.size(); ++t) {
+    const Partial& p = per[t];
+    sum.dx.merge(p.dx);
+    for (size_t c = 0; c < static_cast<size_t>(d); ++c)
+      sum.sg[c] += p.sg[c], sum.ag[c] += p.ag[c], sum.sb[c] += p.sb[c], sum.ab[c] += p.ab[c];
+    sum.sa += p.sa, sum.aa += p.aa, sum.ss += p.ss, sum.as += p.as;
+  }
   std::vector<OutputCheck> out;
-  if (a.dx) out.push_back(cdx);
+  if (a.dx) out.push_back(sum.dx);
   if (a.dgamma) {
     OutputCheck c = make_check("dgamma", kTolParam);
-    for (int64_t j = 0; j < d; ++j) c.add(j, a.dgamma[j], sg[static_cast<size_t>(j)], ag[static_cast<size_t>(j)]);
+    for (int64_t j = 0; j < d; ++j) c.add(j, a.dgamma[j], sum.sg[static_cast<size_t>(j)], sum.ag[static_cast<size_t>(j)]);
     out.push_back(c);
   }
   if (a.dbeta) {
     OutputCheck c = make_check("dbeta", kTolParam);
-    for (int64_t j = 0; j < d; ++j) c.add(j, a.dbeta[j], sb[static_cast<size_t>(j)], ab[static_cast<size_t>(j)]);
+    for (int64_t j = 0; j < d; ++j) c.add(j, a.dbeta[j], sum.sb[static_cast<size_t>(j)], sum.ab[static_cast<size_t>(j)]);
     out.push_back(c);
   }
   if (a.dalpha) {
     OutputCheck c = make_check("dalpha", kTolParam);
-    c.add(0, *a.dalpha, sa, aa);
+    c.add(0, *a.dalpha, sum.sa, sum.aa);
     out.push_back(c);
   }
   if (a.dshift) {
     OutputCheck c = make_check("dshift", kTolParam);
-    c.add(0, *a.dshift, ss, as);
+    c.add(0, *a.dshift, sum.ss, sum.as);
     out.push_back(c);
   }
   return out;
