@@ -242,7 +242,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
 
       // Every set gets set 0's inputs (x, dy as b, the saved statistics), the parameters are the
       // checked calls' (DyT's alpha and Derf's shift as args_for gives them); then the timing.
-      const NormArgs checked;
+      const NormArgs checked = args_for(pool, 0, NormKind::derf, Pass::fwd, opt.rms_eps, opt.add_alpha);
       dev->put(A::x, set0.x);
       dev->put(A::b, set0.dy);
       dev->put(A::ln_mean, set0.ln_mean);

@@ -200,8 +200,10 @@ NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float e
   a.eps = eps;
   a.x = b.x;
   a.gamma = pool.gamma();
-  if (norm == NormKind::dyt || norm == NormKind::derf) {  // gamma, beta, alpha (0.5) and shift (0); no statistics
+  if (norm == NormKind::dyt || norm == NormKind::derf) {  // gamma, beta, alpha (0.5), Derf's shift; no statistics
     a.beta = pool.beta();
+    // Derf's shift away from its init (0), so that a kernel that drops it fails the check.
+    if (norm == NormKind::derf) a.derf_shift = 0.25f;
     if (pass == Pass::bwd) {
       a.dy = b.dy;
       a.dx = b.out;
@@ -378,12 +380,16 @@ std::vector<OutputCheck> check_squash_backward(const NormArgs& a, Squash f, doub
     double sa = 0, aa = 0, ss = 0, as = 0;
   };
   const int nt = omp_get_num_procs();
+  // Every slot made whole before the region: the runtime may start fewer threads than asked
+  // (OMP_THREAD_LIMIT, OMP_DYNAMIC), and the merge reads them all.
   std::vector<Partial> per(static_cast<size_t>(nt));
+  for (Partial& p : per) {
+    p.dx = make_check("dx", kTolRow, stored_rtol);
+    for (auto* v : {&p.sg, &p.ag, &p.sb, &p.ab}) v->assign(static_cast<size_t>(d), 0.0);
+  }
 #pragma omp parallel num_threads(nt)
   {
     Partial& p = per[static_cast<size_t>(omp_get_thread_num())];
-    p.dx = make_check("dx", kTolRow, stored_rtol);
-    for (auto* v : {&p.sg, &p.ag, &p.sb, &p.ab}) v->assign(static_cast<size_t>(d), 0.0);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < a.n; ++i)
       for (int64_t j = 0; j < d; ++j) {

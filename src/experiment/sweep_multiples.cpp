@@ -160,14 +160,21 @@ std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple 
     // gradients (1e-10 against 1e+20) would otherwise flatten every healthy profile to a line.
     // The other panels' lines are clipped to their frame.
     for (const bool only_ok : {true, false}) {
+      bool skipped = false;
       for (size_t r = 0; r < nr; ++r)
-        for (size_t c = 0; c < nc; ++c)
-          if (const auto* pts = cell_layers(r, c); pts && (!only_ok || !*cell_state(s.cells[r][c]).kind))
-            for (const PointLayers& p : *pts)
-              for (double v : p.values)
-                if (usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+        for (size_t c = 0; c < nc; ++c) {
+          const auto* pts = cell_layers(r, c);
+          if (!pts || pts->empty()) continue;
+          if (only_ok && *cell_state(s.cells[r][c]).kind) {
+            skipped = true;
+            continue;
+          }
+          for (const PointLayers& p : *pts)
+            for (double v : p.values)
+              if (usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+        }
       if (hi >= lo) {
-        ranged_on_ok_only = only_ok;
+        ranged_on_ok_only = only_ok && skipped;  // said in the subtitle only when it left a panel out
         break;
       }
     }

@@ -185,6 +185,43 @@ std::string resolution_text(const SweepSummary& s) {
                      s.metric, s.resolution, s.resolution_runs);
 }
 
+namespace {
+
+// "d_hidden follows d_model: 64, 128 (by row)": each implied axis with its values by row when the
+// rows alone determine it, by column when the columns do, else "one value per cell".
+std::string implied_text(const SweepSummary& s) {
+  std::string out;
+  for (size_t k = 0; k < s.implied.size(); ++k) {
+    auto value = [&](size_t r, size_t c) { return s.cells[r][c].present ? s.cells[r][c].implied[k] : std::string(); };
+    auto by = [&](bool rows) {
+      std::vector<std::string> vals;
+      const size_t outer = rows ? s.row_values.size() : s.col_labels.size();
+      const size_t inner = rows ? s.col_labels.size() : s.row_values.size();
+      for (size_t i = 0; i < outer; ++i) {
+        std::string v;
+        for (size_t j = 0; j < inner; ++j) {
+          const std::string w = rows ? value(i, j) : value(j, i);
+          if (w.empty()) continue;
+          if (!v.empty() && w != v) return std::vector<std::string>{};
+          v = w;
+        }
+        vals.push_back(v.empty() ? "?" : v);
+      }
+      return vals;
+    };
+    const std::vector<std::string> rows = s.rows.empty() ? std::vector<std::string>{} : by(true);
+    const std::vector<std::string> cols = rows.empty() ? by(false) : std::vector<std::string>{};
+    out += fmt::format("{} follows {}: {}. ", s.implied[k], !rows.empty() ? s.rows : "the columns",
+                       !rows.empty()   ? fmt::format("{} (by row)", fmt::join(rows, ", "))
+                       : !cols.empty() ? fmt::format("{} (by column)", fmt::join(cols, ", "))
+                                       : std::string("one value per cell (summary.csv has it)"));
+  }
+  if (!out.empty()) out.pop_back();  // the last sentence's space
+  return out;
+}
+
+}  // namespace
+
 std::string paired_markdown(const SweepSummary& s, bool brief) {
   if (s.paired_by.empty()) return "";
   if (brief) return fmt::format("\nPaired by seed against {} (mean difference [95% t interval]):\n\n", s.paired_by) +
@@ -244,6 +281,7 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   SweepSummary s;
   s.rows = layout.rows;
   s.cols = layout.cols;
+  s.implied = implied;
   s.metric = layout.metric;
 
   // Row and column values in the order the spec lists them (first appearance in grid order).
@@ -312,6 +350,8 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     SummaryCell& c = s.cells[point_row[i]][point_col[i]];
     c.present = true;
     c.points.push_back(p.name);
+    if (c.implied.empty())
+      for (const std::string& a : implied) c.implied.push_back(value_of(p, a));
     RunRecord rec = states[i].done ? read_run(dir, p, s.metric) : RunRecord{};
     if (!unigram_read && !rec.status.empty()) {
       // (the metric itself was checked against result.json's numbers by check_layout)
@@ -449,7 +489,7 @@ std::string summary_markdown(const SweepSummary& s, bool brief) {
                        s.rows.empty() ? "(none)" : s.rows, s.cols.empty() ? "(none)" : fmt::format("{}", fmt::join(s.cols, ", ")),
                        s.metric, kSpikeFactor, kSpikeWindow);
   }
-  out += resolution_text(s) + "\n\n";
+  out += resolution_text(s) + (s.implied.empty() ? "" : " " + implied_text(s)) + "\n\n";
   if (brief) out = fmt::format("{} of {} points completed{}. ", s.completed, s.points,
                                s.collapsed ? fmt::format(" ({} collapsed)", s.collapsed) : "") + out;
   const std::string rows_name = s.rows.empty() ? "" : s.rows;
@@ -518,6 +558,7 @@ std::string summary_csv(const SweepSummary& s) {
                         "stable", "best", "damaged", "collapsed_mean", "plateaued", "spikes", "paired_n", "paired_mean",
                         "paired_low", "paired_high"})
     t.columns.push_back({h});
+  for (const std::string& a : s.implied) t.columns.push_back({a});
   for (size_t c = 0; c < s.col_labels.size(); ++c)
     for (size_t r = 0; r < s.row_values.size(); ++r) {
       const SummaryCell& cell = s.cells[r][c];
@@ -539,6 +580,7 @@ std::string summary_csv(const SweepSummary& s) {
                             cell.spikes >= 0 ? std::to_string(cell.spikes) : std::string(),
                             d.n ? std::to_string(d.n) : std::string(), g(d.mean), g(d.low), g(d.high)})
         row.push_back(v);
+      for (const std::string& v : cell.implied) row.push_back(v);
       t.add_row(row);
     }
   return t.csv();
@@ -549,6 +591,7 @@ std::string summary_json(const SweepSummary& s) {
   j["metric"] = s.metric;
   j["rows"] = s.rows;
   j["cols"] = s.cols;
+  j["implied"] = s.implied;
   j["counts"] = {{"points", s.points}, {"completed", s.completed}, {"diverged", s.diverged}, {"failed", s.failed},
                  {"pending", s.pending}, {"collapsed", s.collapsed}, {"damaged", s.damaged}};
   j["damaged_runs"] = ojson::array();
@@ -584,6 +627,7 @@ std::string summary_json(const SweepSummary& s) {
                                                      {"against", s.col_labels[static_cast<size_t>(s.paired_ref[c])]}}
                                              : ojson(nullptr)},
                               {"text", cell_text(cell)},
+                              {"implied", cell.implied},
                               {"points", cell.points}});
     }
     ojson stable = ojson::array();

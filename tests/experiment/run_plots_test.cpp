@@ -622,6 +622,14 @@ TEST(RunPlots, SmallMultiplesOfLayerProfilesRangeOnTheOkRunsAndClipTheRest) {
   ASSERT_EQ(lines.size(), 6u);
   for (const Element* e : lines) EXPECT_NE(e->attrs.count("clip-path"), 0u);
   EXPECT_NE(all_text(d).find("ranged on the runs that finished ok"), std::string::npos);
+  // When every panel with data finished ok, nothing was left out and the subtitle does not say so.
+  SweepSummary all_ok = s;
+  for (auto& row : all_ok.cells)
+    for (SummaryCell& c : row) c = SummaryCell{}, c.present = true, c.n = 1, c.mean = 1;
+  layers.cells[0][2].clear();
+  EXPECT_EQ(all_text(parse_ok(plot_sweep_small_multiples_svg(all_ok, SmallMultiple::layer_profile, layers)))
+                .find("ranged on the runs"),
+            std::string::npos);
   std::string cols;
   for (const Element* e : d.with_class("col-label")) cols += e->text + "|";
   EXPECT_EQ(cols.rfind("norm=layernorm|placement=pre|", 0), 0u) << cols;  // wrapped, the unset keys gone

@@ -480,8 +480,13 @@ TEST(SweepSummaryZip, AnAxisZippedWithTheRowsNeedsNoPlace) {
   EXPECT_NE(r.out.find("| d_model | placement=pre | placement=post |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" [-"), std::string::npos) << r.out;  // paired by seed: an interval
+  EXPECT_NE(r.out.find("d_hidden follows d_model: 32, 64 (by row)."), std::string::npos) << r.out;
+  r = run_cli({"sweep", "summarize", dir, "--no-write", "--format", "csv"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find(",d_hidden\n"), std::string::npos) << r.out;  // the implied axis, a column of its own
   r = run_cli({"sweep", "summarize", dir, "--no-write", "--rows", "placement", "--cols", "d_hidden", "--paired", "d_hidden=32"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);  // d_model, zipped with the column, is implied too
+  EXPECT_NE(r.out.find("d_model follows the columns: 16, 32 (by column)."), std::string::npos) << r.out;
   // Without the zip's members, nothing determines them: the layout is refused, naming the axis.
   std::ofstream(tmp / "bad.json") << R"({"base": {"steps": 20}, "grid": {"placement": ["pre", "post"], "lr": [1e-3, 3e-3]},
     "zip": {"d_model": [16, 32], "d_hidden": [32, 64]}, "summary": {"rows": "d_model", "cols": ["placement"]}})";

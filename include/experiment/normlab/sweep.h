@@ -231,6 +231,7 @@ struct SummaryCell {
   int64_t diverged_first = -1, diverged_last = -1;    // range of divergence steps
   int64_t collapsed_first = -1, collapsed_last = -1;  // range of the steps they collapsed from
   std::vector<std::string> points;  // point names in the cell
+  std::vector<std::string> implied;  // the cell's value of each SweepSummary::implied axis
   bool present = false;     // some point of the plan falls in this cell
 };
 
@@ -245,6 +246,9 @@ struct SummaryCurve {
 struct SweepSummary {
   std::string rows;                        // row axis
   std::vector<std::string> cols;           // column axes
+  // Varied axes neither the rows nor a column, which they determine (zipped with one of them):
+  // one value per cell (SummaryCell::implied), said beside the table.
+  std::vector<std::string> implied;
   std::string metric;
   std::vector<std::string> row_values;     // display text, sorted numerically when numeric
   std::vector<double> row_numbers;         // NaN when not numeric
