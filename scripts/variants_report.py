@@ -66,22 +66,27 @@ def ok(run):
 
 
 def interval(diffs):
-    """Mean, and the 95% t half-width (None with fewer than 2 values)."""
+    """Mean, and the 95% t half-width (None with fewer than 2 values, or none spread: a metric that
+    takes few values, equal in every seed, has no interval; a sign test would need 6 seeds)."""
     m = statistics.mean(diffs)
-    if len(diffs) < 2:
+    if len(diffs) < 2 or statistics.stdev(diffs) == 0:
         return m, None
-    return m, T95.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    if len(diffs) - 1 not in T95:
+        sys.exit(f"{len(diffs)} seeds: add Student's t for {len(diffs) - 1} degrees of freedom to T95")
+    return m, T95[len(diffs) - 1] * statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
-def fmt_ci(m, h, digits=4):
-    return f"{m:+.{digits}f}" + (f" ± {h:.{digits}f}" if h is not None else " (1 seed: no interval)")
+def fmt_ci(m, h, digits=4, n=1):
+    if h is not None:
+        return f"{m:+.{digits}f} ± {h:.{digits}f}"
+    return f"{m:+.{digits}f}" + (" (1 seed: no interval)" if n < 2 else f" (the same in all {n} seeds: no interval)")
 
 
 def verdict(m, h, better_when_negative=True, margin=0.0):
     """reproduced when the interval lies on the claimed side; refuted when it lies on the other;
     otherwise inconclusive; pending with one seed."""
     if h is None:
-        return "pending (one seed)"
+        return "pending (one seed, or no spread to make an interval of)"
     lo, hi = m - h, m + h
     if better_when_negative:
         return "reproduced" if hi < -margin else "refuted" if lo > margin else "inconclusive"
@@ -139,8 +144,8 @@ def dyt_alpha_section(sweep):
         out.append(f"| {w} | " + " | ".join(cells) + f" | {', '.join(best) if best else '-'} |")
     out += ["", "The claim as the issue states it (Zhu et al. 2025 tune alpha's init for their LLMs and find that the "
             "wider model wants the smaller one; the issue: alpha's init matters more as the width grows): the spread of the final loss over the alpha inits "
-            "(worst − best; a run that did not finish ok counts as infinitely bad) grows with the width. Per seed, "
-            "the least-squares slope of the spread against log2(d_model); the slopes' mean with its 95% t interval "
+            "(worst − best) grows with the width. A seed with a run that did not finish ok at some width has "
+            "no spread there and is left out of the slope (its row says so). Per seed, the least-squares slope of the spread against log2(d_model); the slopes' mean with its 95% t interval "
             "over the seeds; reproduced when the interval lies above 0.", "",
             "| seed | " + " | ".join(f"spread at {w}" for w in widths) + " | slope per doubling |",
             "|---:|" + "---:|" * len(widths) + "---:|"]
@@ -158,7 +163,7 @@ def dyt_alpha_section(sweep):
     out.append("")
     if slopes:
         m, h = interval(slopes)
-        out.append(f"Slope of the spread per doubling of d_model: {fmt_ci(m, h)} (n={len(slopes)}): "
+        out.append(f"Slope of the spread per doubling of d_model: {fmt_ci(m, h, 4, len(slopes))} (n={len(slopes)}): "
                    f"**{verdict(m, h, better_when_negative=False)}**" +
                    ("" if len(slopes) == len(seeds) and len(widths) == 4 else " (partial: not every width and seed)") + ".")
     else:
@@ -196,6 +201,7 @@ def main():
     depths = sorted({r["layers"] for r in runs})
     lrs = sorted({r["lr"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
+    planned_lrs, planned_seeds = sorted(spec["grid"]["lr"]), sorted(spec.get("seeds", [0]))
     by = {}
     for r in runs:
         by.setdefault((r["variant"], r["layers"], r["lr"]), []).append(r)
@@ -279,7 +285,7 @@ def main():
             out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | not both ok | - |")
             return
         m, h = interval(d)
-        out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | {fmt_ci(m, h, digits)} (n={len(d)}) | "
+        out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | {fmt_ci(m, h, digits, len(d))} (n={len(d)}) | "
                    f"{verdict(m, h, better_negative, margin)} |")
 
     for L in depths:
@@ -293,7 +299,7 @@ def main():
             else:
                 v = "reproduced" if (m - h > -0.01 and m + h < 0.01) else "refuted" if (m - h > 0.01 or m + h < -0.01) else "inconclusive"
             out.append(f"| DyT matches LayerNorm (within 0.01 nats) | pre-dyt vs pre-layernorm | {L} | {claim_lr:g} | "
-                       f"final val loss | {fmt_ci(m, h)} (n={len(d)}) | {v} |")
+                       f"final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v} |")
     for L in depths:
         row("ReZero converges faster early (no norm)", "pre-none rezero", "pre-none", L, claim_lr,
             "val loss at step 250", at_step(250))
@@ -314,28 +320,40 @@ def main():
     out.append("")
     out += ["Per seed, log10 of the largest lr that finished ok with LayerScale over the one without (0 = the "
             "same lr, 0.48 = one step of the grid's 1-3-10 ladder up); the mean with its 95% t interval; "
-            "reproduced when it lies above 0. A seed with no ok lr in either arm is left out.", "",
+            "reproduced when it lies above 0. A seed counts once every lr of both arms has run; 'top' marks a "
+            "seed whose arms both reached the grid's largest lr (the difference is then capped at 0); a seed "
+            "with no ok lr in an arm is named, not dropped silently.", "",
             "| depth | placement | per seed | mean (95% interval) | verdict |", "|---:|---|---|---|---|"]
     for L in depths:
         for place in ("pre", "post"):
             base, ls = f"{place}-layernorm", f"{place}-layernorm layerscale"
-            if any(not by.get((v, L, lr)) for v in (base, ls) for lr in lrs):
-                out.append(f"| {L} | {place} | lrs not run yet | | pending |")
-                continue
-            diffs = []
-            for sd in seeds:
-                top = []
+            diffs, cells = [], []
+            for sd in planned_seeds:
+                arms = []
                 for v in (base, ls):
-                    good = [lr for lr in lrs for r in by[(v, L, lr)] if r["seed"] == sd and ok(r)]
-                    top.append(max(good) if good else None)
-                if None not in top:
-                    diffs.append(math.log10(top[1] / top[0]))
+                    ran = {lr: r for lr in planned_lrs for r in by.get((v, L, lr), []) if r["seed"] == sd}
+                    arms.append(None if len(ran) < len(planned_lrs) else [lr for lr, r in ran.items() if ok(r)])
+                if None in arms:
+                    cells.append(f"seed {sd}: pending")
+                elif not arms[0] or not arms[1]:
+                    cells.append(f"seed {sd}: no ok lr {'without' if not arms[0] else 'with'} LayerScale")
+                else:
+                    d = math.log10(max(arms[1]) / max(arms[0]))
+                    diffs.append(d)
+                    top = max(arms[0]) == max(arms[1]) == planned_lrs[-1]
+                    cells.append(f"seed {sd}: {d:+.2f}" + (" (top)" if top else ""))
             if not diffs:
-                out.append(f"| {L} | {place} | no seed with an ok lr in both | | - |")
+                out.append(f"| {L} | {place} | {'; '.join(cells)} | | pending |")
                 continue
             m, h = interval(diffs)
-            out.append(f"| {L} | {place} | {', '.join(f'{d:+.2f}' for d in diffs)} | {fmt_ci(m, h, 2)} | "
-                       f"{verdict(m, h, better_when_negative=False)} |")
+            partial = len(diffs) < len(planned_seeds)
+            if h is None and len(diffs) > 1:  # the ladder's steps: every seed moved the same, no interval
+                v = ("higher in every seed" if m > 0 else "lower in every seed" if m < 0 else "the same in every seed") + \
+                    f" ({len(diffs)}; a discrete metric, no interval)"
+            else:
+                v = verdict(m, h, better_when_negative=False)
+            out.append(f"| {L} | {place} | {'; '.join(cells)} | {fmt_ci(m, h, 2, len(diffs))} | "
+                       f"{v}{' (partial)' if partial else ''} |")
     out.append("")
 
     # Mix-LN's middle layers: the per-layer gradient norms of the run, averaged over its log steps.
@@ -359,8 +377,9 @@ def main():
             ra = {r["seed"]: mid(r) for r in by.get(("mixln-layernorm", L, lr), []) if ok(r)}
             rb = {r["seed"]: mid(r) for r in by.get(("pre-layernorm", L, lr), []) if ok(r)}
             common = sorted(set(ra) & set(rb))
+            common = [sd for sd in common if ra[sd] > 0 and rb[sd] > 0 and math.isfinite(ra[sd] / rb[sd])]
             if common:
-                logs = [math.log(ra[s] / rb[s]) for s in common]
+                logs = [math.log(ra[sd] / rb[sd]) for sd in common]
                 m, h = interval(logs)
                 ci = f"{math.exp(m):.3g}" + (f" ({math.exp(m - h):.3g} … {math.exp(m + h):.3g})" if h is not None else "")
                 out.append(f"| {L} | {lr:g} | {ci} | {len(common)} | {verdict(m, h, better_when_negative=False)} |")
@@ -398,7 +417,7 @@ def main():
             "|---|---:|---|---:|---|"]
     for (v, L), gaps in sorted(r2gap.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         m, h = interval(gaps)
-        out.append(f"| {v} | {L} | {fmt_ci(m, h, 3)} | {len(gaps)} | "
+        out.append(f"| {v} | {L} | {fmt_ci(m, h, 3, len(gaps))} | {len(gaps)} | "
                    f"{verdict(m, h, better_when_negative=False).replace('reproduced', 'yes').replace('refuted', 'no (exponential fits better)')} |")
     out.append("")
 
