@@ -43,12 +43,16 @@ def variant_name(cfg):
     return " ".join(parts)
 
 
+def results(sweep):
+    """(path, result.json) of every whole run of a sweep directory (a run being written is .partial.)."""
+    for res in glob.glob(os.path.join(sweep, "runs", "**", "result.json"), recursive=True):
+        if ".partial." not in res:
+            yield res, json.load(open(res))
+
+
 def load(sweep):
     runs = []
-    for res in glob.glob(os.path.join(sweep, "runs", "**", "result.json"), recursive=True):
-        if ".partial." in res:
-            continue
-        r = json.load(open(res))
+    for res, r in results(sweep):
         cfg = r["config"]
         metrics = []
         mpath = os.path.join(os.path.dirname(res), "metrics.jsonl")
@@ -96,10 +100,7 @@ def verdict(m, h, better_when_negative=True, margin=0.0):
 def dyt_alpha_section(sweep):
     """DyT's alpha init against the width: does the final loss depend more on alpha as d_model grows?"""
     runs = []
-    for res in glob.glob(os.path.join(sweep, "runs", "**", "result.json"), recursive=True):
-        if ".partial." in res:
-            continue
-        r = json.load(open(res))
+    for _, r in results(sweep):
         c = r["config"]
         runs.append({"norm": c["norm"], "alpha": c.get("dyt_alpha"), "width": c["d_model"], "seed": c["seed"],
                      "status": r["status"], "final": r.get("final_val_loss"),

@@ -417,8 +417,9 @@ TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
   wrong.norm = NormKind::derf;
   wrong.impl = "noshift";
   wrong.provider = "test";
+  // Its forward ignores the shift (the bench's is nonzero), its backward leaves out the shift's gradient.
   wrong.forward = [](const NormArgs& a) {
-    cpu::squash_forward(a.y, a.x, a.dyt_alpha, a.derf_shift, a.gamma, a.beta, a.n, a.d, Squash::erf);
+    cpu::squash_forward(a.y, a.x, a.dyt_alpha, 0.0f, a.gamma, a.beta, a.n, a.d, Squash::erf);
   };
   wrong.backward = [](const NormArgs& a) {
     cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.derf_shift, a.gamma,
@@ -433,6 +434,9 @@ TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
     ASSERT_NE(w, nullptr);
     EXPECT_EQ(w->status, "rejected");
     EXPECT_NE(w->verify.report.find("dshift"), std::string::npos) << w->verify.report;
+    const NormRow* f = find(r, fmt::format("derf.noshift/fwd/{}/threads:1", s.str()));
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->status, "rejected") << "a forward without the shift passed the check";
     for (const char* name : {"derf.fused/fwd", "derf.fused/bwd"}) {
       const NormRow* x = find(r, fmt::format("{}/{}/threads:1", name, s.str()));
       ASSERT_NE(x, nullptr) << name;
@@ -456,7 +460,7 @@ TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
   a.y = nullptr, a.dx = dx.data(), a.dgamma = dg.data(), a.dbeta = db.data(), a.dalpha = &dalpha, a.dshift = &dshift;
   VerifyResult g = verify_norm(derf, Pass::bwd, a);
   EXPECT_TRUE(g.pass) << g.report;
-  // The same call with the shift gradient left out of the kernel's sum is caught.
+  // The same calls without the shift are caught.
   const NormImpl& noshift = *reg.select({"derf.noshift"})[0];
   dshift = 0;
   VerifyResult h = verify_norm(noshift, Pass::bwd, a);
