@@ -29,6 +29,9 @@ from variants_probe import fit  # noqa: E402 (the same least-squares fit as the 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANT_KEYS = ("norm", "placement", "residual_scale", "ln_scaling", "gemma_norm", "embed_norm")
+# The selection table's depth limit: a variant "trains" at a depth when its best loss is within this
+# many nats of the best variant's there (about 4 times the runs' resolution, 0.026).
+DEPTH_MARGIN = 0.1
 # Student's t, two-sided 95%, by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
@@ -452,17 +455,21 @@ def main():
         "pre-layernorm ln-scaling": "LayerNorm + a scale", "postsub-rmsnorm": "RMSNorm on each branch",
         "sandwich-layernorm": "two LayerNorms per sublayer", "pre-rmsnorm gemma-norm": "RMSNorm + a d-element add"}
     out += ["## Variant selection (measured here)", "",
-            "For each variant: its best final loss and stable lr window at each depth, the deepest depth with any "
-            "stable lr (the depth limit of this grid), and what its norm costs.", "",
+            "For each variant: its best final loss and stable lr window at each depth; its depth limit, the deepest "
+            f"depth at which its best loss is within {DEPTH_MARGIN} nats of the best variant's at that depth (a stable "
+            "run that hardly learned does not count; the runs' resolution is ~0.026); and what its norm costs.", "",
             "| variant | " + " | ".join(f"L={L}: best (lr) / window" for L in depths) + " | depth limit | kernel |",
             "|---|" + "---|" * len(depths) + "---:|---|"]
+    best_at = {L: min((summary[(v, L)][0][1] for v in variants if summary.get((v, L)) and summary[(v, L)][0]),
+                      default=math.inf) for L in depths}
     for v in variants:
         cells, limit = [], "none"
         for L in depths:
             s = summary.get((v, L))
             if s and s[0]:
                 cells.append(f"{s[0][1]:.4f} ({s[0][0]:g}) / {min(s[1]):g}…{max(s[1]):g}" + (" (partial)" if s[4] else ""))
-                limit = str(L) + (" (partial)" if s[4] else "")
+                if s[0][1] <= best_at[L] + DEPTH_MARGIN:
+                    limit = str(L) + (" (partial)" if s[4] else "")
             else:
                 cells.append("no stable lr" if s else "not run")
         out.append(f"| {v} | " + " | ".join(cells) + f" | {limit} | {kernel.get(v, '')} |")
