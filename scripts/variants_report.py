@@ -305,6 +305,14 @@ def main():
             out.append(f"| DyT matches LayerNorm (within 0.01 nats) | pre-dyt vs pre-layernorm | {L} | {claim_lr:g} | "
                        f"final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v} |")
     for L in depths:
+        d = paired("pre-rmsnorm gemma-norm", "pre-rmsnorm", L, claim_lr, final)
+        if d:
+            m, h = interval(d)
+            v = "pending (one seed)" if h is None else \
+                "reproduced" if (m - h > -0.01 and m + h < 0.01) else "refuted" if (m - h > 0.01 or m + h < -0.01) else "inconclusive"
+            out.append(f"| Gemma's 1 + w trains as RMSNorm (within 0.01 nats) | pre-rmsnorm gemma-norm vs pre-rmsnorm | {L} | "
+                       f"{claim_lr:g} | final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v} |")
+    for L in depths:
         row("ReZero converges faster early (no norm)", "pre-none rezero", "pre-none", L, claim_lr,
             "val loss at step 250", at_step(250))
         row("ReZero converges faster early (vs Pre-LN)", "pre-none rezero", "pre-layernorm", L, claim_lr,
