@@ -67,8 +67,6 @@ class DeviceSets {
   std::unique_ptr<CudaNormBench> bench_;
 };
 
-bool squash(NormKind norm) { return norm == NormKind::dyt || norm == NormKind::derf; }
-
 CudaBenchOp op_of(NormKind norm, Pass pass) {
   if (norm == NormKind::dyt) return pass == Pass::bwd ? CudaBenchOp::dyt_backward : CudaBenchOp::dyt_forward;
   if (norm == NormKind::derf) return pass == Pass::bwd ? CudaBenchOp::derf_backward : CudaBenchOp::derf_forward;
@@ -94,7 +92,7 @@ NormImpl device_impl(const std::shared_ptr<DeviceSets>& dev, NormKind norm, cons
   m.dtype = dev->narrow() ? to_string(dev->storage()) : "f32";
   auto pass_fn = [&dev, norm](Pass pass) {
     return [dev, norm, pass](const NormArgs& a) {
-      const bool ln = norm == NormKind::layernorm, bwd = pass == Pass::bwd, sq = squash(norm);
+      const bool ln = norm == NormKind::layernorm, bwd = pass == Pass::bwd, sq = is_squash(norm);
       const std::pair<A, const float*> inputs[] = {
           {A::x, a.x},           {A::gamma, a.gamma},
           {A::beta, a.beta},     {A::b, bwd ? a.dy : a.branch},
@@ -112,7 +110,7 @@ NormImpl device_impl(const std::shared_ptr<DeviceSets>& dev, NormKind norm, cons
   };
   m.forward = pass_fn(Pass::fwd);
   m.backward = pass_fn(Pass::bwd);
-  if (!dev->narrow() && !squash(norm)) m.add_forward = pass_fn(Pass::addfwd);
+  if (!dev->narrow() && !is_squash(norm)) m.add_forward = pass_fn(Pass::addfwd);
   return m;
 }
 
@@ -218,7 +216,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt) {
         }
       }
       for (const NormKind norm : {NormKind::layernorm, NormKind::rmsnorm, NormKind::dyt, NormKind::derf}) {
-        if (narrow && squash(norm)) continue;  // DyT and Derf in float32 only, as the cpu's rows
+        if (narrow && is_squash(norm)) continue;  // DyT and Derf in float32 only, as the cpu's rows
         const NormImpl m = device_impl(dev, norm, provider);
         const float eps = norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;  // DyT and Derf have none
         for (const Pass p : passes) {

@@ -200,7 +200,7 @@ NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float e
   a.eps = eps;
   a.x = b.x;
   a.gamma = pool.gamma();
-  if (norm == NormKind::dyt || norm == NormKind::derf) {  // gamma, beta, alpha (0.5), Derf's shift; no statistics
+  if (detail::is_squash(norm)) {  // gamma, beta, alpha (0.5), Derf's shift; no statistics
     a.beta = pool.beta();
     // Derf's shift away from its init (0), so that a kernel that drops it fails the check.
     if (norm == NormKind::derf) a.derf_shift = 0.25f;
@@ -942,7 +942,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         place16.dtype = to_string(p16->format());
         for (const NormImpl* m : impls) {
           // DyT and Derf have no 16-bit kernel here
-          if (m->impl != "fused" || m->norm == NormKind::dyt || m->norm == NormKind::derf) continue;
+          if (m->impl != "fused" || detail::is_squash(m->norm)) continue;
           const NormImpl m16 = p16->impl(m->norm);
           const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
           for (Pass p : passes) {
