@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The variants' depth x lr grid (experiments/variants-toy.json) as tables and claim checks.
+"""The variants' depth x lr grid (experiments/variants-toy.json or variants-gpt.json) as tables and claim checks.
 
-Reads a sweep directory of `normlab sweep experiments/variants-toy.json` (every run's result.json
+Reads a sweep directory of `normlab sweep experiments/variants-{toy,gpt}.json` (every run's result.json
 and metrics.jsonl, whatever has finished) and writes a markdown report:
   - per variant and depth: the best stable lr's final validation loss (mean over seeds), the stable
     lr window (every seed finished ok: not diverged, not collapsed) and the diverged/collapsed counts;
   - the papers' small-scale claims that this grid can test, each paired by seed with a 95% t
-    interval over the seeds (none with one seed: then the verdict waits for more seeds);
+    interval over the seeds (none with one seed, as the gpt grid has by design: then a row gives the
+    difference and its sign, and no verdict);
   - the variant selection table (loss, lr window, depth limit, and the kernel's speed from a
     `bench norms --json` document when one is given).
 
@@ -53,6 +54,21 @@ def results(sweep):
             yield res, json.load(open(res))
 
 
+def provenance(v):
+    """Which code and which CPU made a run: the commit (with the sources' hash, which names a dirty
+    tree's code too) and the CPU's family / model and oneDNN's ISA. A float32 result changes with the
+    ISA (other summation orders), so runs compared across two of these are said to be."""
+    return (f"{v.get('git_commit', '?')} (sources {v.get('source_hash', '?')[:12]}) on {v.get('cpu', '?')} family "
+            f"{v.get('cpu_family', '?')} model {v.get('cpu_model_number', '?')}, oneDNN {v.get('onednn_isa', '?')}")
+
+
+def machine(v):
+    """The part of the provenance a float32 result depends on. Builds whose training code is the same
+    give the same bits on the same CPU (3063c6f and f26ab56 do: results/REPRODUCTION.md, "Beyond the
+    article"), so a pair is marked only when its runs' CPUs or ISAs differ."""
+    return (v.get("cpu_family"), v.get("cpu_model_number"), v.get("onednn_isa"), v.get("norm_kernels_isa"))
+
+
 def load(sweep):
     runs = []
     for res, r in results(sweep):
@@ -64,7 +80,8 @@ def load(sweep):
         runs.append({"variant": variant_name(cfg), "layers": cfg["layers"], "lr": cfg["lr"], "seed": cfg["seed"],
                      "status": r["status"], "final": r.get("final_val_loss"), "diverged_step": r.get("diverged_step"),
                      "collapsed_step": r.get("collapsed_step"), "metrics": metrics, "cpu": r["versions"].get("cpu"),
-                     "commit": r["versions"].get("git_commit")})
+                     "commit": r["versions"].get("git_commit"), "provenance": provenance(r["versions"]),
+                     "machine": machine(r["versions"])})
     return runs
 
 
@@ -91,9 +108,9 @@ def fmt_ci(m, h, digits=4, n=1):
 
 def verdict(m, h, better_when_negative=True, margin=0.0):
     """reproduced when the interval lies on the claimed side; refuted when it lies on the other;
-    otherwise inconclusive; pending with one seed."""
+    otherwise inconclusive; none with one seed."""
     if h is None:
-        return "pending (one seed, or no spread to make an interval of)"
+        return "no verdict (one seed, or no spread to make an interval of)"
     lo, hi = m - h, m + h
     if better_when_negative:
         return "reproduced" if hi < -margin else "refuted" if lo > margin else "inconclusive"
@@ -210,11 +227,22 @@ def main():
     for r in runs:
         by.setdefault((r["variant"], r["layers"], r["lr"]), []).append(r)
 
-    out = ["# The variants' depth x lr grid (toy model, gpt2 init)", "",
-           f"Sweep `{os.path.relpath(a.sweep, ROOT)}` (experiments/variants-toy.json: {len(variants)} variants x "
-           f"layers {depths} x lr {lrs}, 1000 steps, batch 32): {len(runs)} of {planned} planned runs finished, "
-           f"seeds {seeds}. CPU: {runs[0]['cpu']}; normlab {runs[0]['commit']}. Written by "
-           f"`scripts/variants_report.py {os.path.relpath(a.sweep, ROOT)}`.", "",
+    base = spec["base"]
+    # The spec file this sweep was made from, when the directory is named after it (results/sweeps/X <- experiments/X.json).
+    spec_file = os.path.join("experiments", os.path.basename(os.path.normpath(a.sweep)) + ".json")
+    spec_file = spec_file if os.path.exists(os.path.join(ROOT, spec_file)) else "its spec.json"
+    out = [f"# The variants' depth x lr grid ({base['model']} model, {base.get('init', 'torch')} init)", "",
+           f"Sweep `{os.path.relpath(a.sweep, ROOT)}` ({spec_file}: {len(variants)} variants x "
+           f"layers {depths} x lr {lrs}, {base['steps']} steps, batch {base['batch_size']}): {len(runs)} of {planned} planned runs finished, "
+           f"seeds {seeds}. Written by `scripts/variants_report.py {os.path.relpath(a.sweep, ROOT)}`.", ""]
+    prov = {}
+    for r in runs:
+        prov.setdefault(r["provenance"], []).append(r)
+    out += ["Built from and run on (a paired comparison whose two runs ran on different CPUs or ISAs says so):", ""]
+    for p, rs in sorted(prov.items(), key=lambda kv: -len(kv[1])):
+        cells = sorted({(r["seed"], r["layers"]) for r in rs})
+        out.append(f"- {len(rs)} runs: {p}; seed/depth cells " + ", ".join(f"{sd}/{L}" for sd, L in cells))
+    out += ["",
            "A point is stable when every seed that ran finished ok (not diverged, not collapsed: collapsed = "
            "within 0.05 nats of the unigram loss at the end). Best: the lowest mean final validation loss over "
            "the stable lrs.", ""]
@@ -255,11 +283,19 @@ def main():
         out.append("")
 
     # ---- claims
+    crossed = set()  # (v1, v2, L, lr) whose pairs mix builds or CPUs
+
     def paired(v1, v2, L, lr, value):
         """value(run) of v1 minus v2, paired by seed, where both ran ok."""
         a_runs = {r["seed"]: r for r in by.get((v1, L, lr), []) if ok(r)}
         b_runs = {r["seed"]: r for r in by.get((v2, L, lr), []) if ok(r)}
-        return [value(a_runs[s]) - value(b_runs[s]) for s in sorted(set(a_runs) & set(b_runs))]
+        common = sorted(set(a_runs) & set(b_runs))
+        if any(a_runs[s]["machine"] != b_runs[s]["machine"] for s in common):
+            crossed.add((v1, v2, L, lr))
+        return [value(a_runs[s]) - value(b_runs[s]) for s in common]
+
+    def crossing(v1, v2, L, lr):
+        return " (a pair crosses CPUs)" if (v1, v2, L, lr) in crossed else ""
 
     def at_step(step):
         def f(r):
@@ -274,7 +310,7 @@ def main():
             "Each row pairs two variants by seed at the same depth and lr (both ok), and gives the mean paired "
             "difference with its 95% t interval over the seeds. The verdict is about the claim as stated: "
             "reproduced when the interval lies on the claimed side, refuted when it lies on the other side, "
-            "inconclusive when it holds 0, pending while one seed has run.", "",
+            "inconclusive when it holds 0; no verdict from one seed (the difference's sign is then all a row says).", "",
             "| claim | comparison | depth | lr | metric | difference (first − second) | verdict |",
             "|---|---|---:|---:|---|---|---|"]
     claim_lr = 1e-3
@@ -290,7 +326,7 @@ def main():
             return
         m, h = interval(d)
         out.append(f"| {claim} | {v1} vs {v2} | {L} | {lr:g} | {metric_name} | {fmt_ci(m, h, digits, len(d))} (n={len(d)}) | "
-                   f"{verdict(m, h, better_negative, margin)} |")
+                   f"{verdict(m, h, better_negative, margin)}{crossing(v1, v2, L, lr)} |")
 
     for L in depths:
         # DyT matches LayerNorm: |difference| within the seed noise; "reproduced" needs the interval
@@ -299,19 +335,20 @@ def main():
         if d:
             m, h = interval(d)
             if h is None:
-                v = "pending (one seed)"
+                v = "no verdict (one seed)"
             else:
                 v = "reproduced" if (m - h > -0.01 and m + h < 0.01) else "refuted" if (m - h > 0.01 or m + h < -0.01) else "inconclusive"
             out.append(f"| DyT matches LayerNorm (within 0.01 nats) | pre-dyt vs pre-layernorm | {L} | {claim_lr:g} | "
-                       f"final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v} |")
+                       f"final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v}{crossing('pre-dyt', 'pre-layernorm', L, claim_lr)} |")
     for L in depths:
         d = paired("pre-rmsnorm gemma-norm", "pre-rmsnorm", L, claim_lr, final)
         if d:
             m, h = interval(d)
-            v = "pending (one seed)" if h is None else \
+            v = "no verdict (one seed)" if h is None else \
                 "reproduced" if (m - h > -0.01 and m + h < 0.01) else "refuted" if (m - h > 0.01 or m + h < -0.01) else "inconclusive"
             out.append(f"| Gemma's 1 + w trains as RMSNorm (within 0.01 nats) | pre-rmsnorm gemma-norm vs pre-rmsnorm | {L} | "
-                       f"{claim_lr:g} | final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v} |")
+                       f"{claim_lr:g} | final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v}"
+                       f"{crossing('pre-rmsnorm gemma-norm', 'pre-rmsnorm', L, claim_lr)} |")
     for L in depths:
         row("ReZero converges faster early (no norm)", "pre-none rezero", "pre-none", L, claim_lr,
             "val loss at step 250", at_step(250))
@@ -388,13 +425,15 @@ def main():
                 return statistics.mean(vals) if vals else float("nan")
             ra = {r["seed"]: mid(r) for r in by.get(("mixln-layernorm", L, lr), []) if ok(r)}
             rb = {r["seed"]: mid(r) for r in by.get(("pre-layernorm", L, lr), []) if ok(r)}
+            paired("mixln-layernorm", "pre-layernorm", L, lr, lambda r: 0.0)  # records a crossing
             common = sorted(set(ra) & set(rb))
             common = [sd for sd in common if ra[sd] > 0 and rb[sd] > 0 and math.isfinite(ra[sd] / rb[sd])]
             if common:
                 logs = [math.log(ra[sd] / rb[sd]) for sd in common]
                 m, h = interval(logs)
                 ci = f"{math.exp(m):.3g}" + (f" ({math.exp(m - h):.3g} … {math.exp(m + h):.3g})" if h is not None else "")
-                out.append(f"| {L} | {lr:g} | {ci} | {len(common)} | {verdict(m, h, better_when_negative=False)} |")
+                out.append(f"| {L} | {lr:g} | {ci} | {len(common)} | {verdict(m, h, better_when_negative=False)}"
+                           f"{crossing('mixln-layernorm', 'pre-layernorm', L, lr)} |")
     out.append("")
 
     # LayerNorm Scaling: the stream's growth over the blocks at the end of training.

@@ -318,6 +318,9 @@ Context collect_context() {
   c.date = iso_date();
   c.host_name = host_name();
   c.cpu_model = cpu_model();
+  c.cpu_family = cpu_info().family;
+  c.cpu_model_number = cpu_info().model;
+  for (const std::string& f : cpu_info().isa) c.cpu_isa += (c.cpu_isa.empty() ? "" : " ") + f;
   c.num_cpus = omp_get_num_procs();
   c.cpus_online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   const char* wait = std::getenv("OMP_WAIT_POLICY");

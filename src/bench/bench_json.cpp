@@ -86,6 +86,9 @@ ordered_json context_json(const Context& c, const char* kind, const std::vector<
   j["cpus_online"] = c.cpus_online;
   j["mhz_per_cpu"] = static_cast<int64_t>(c.mhz_per_cpu);
   j["cpu_model"] = c.cpu_model;
+  j["cpu_family"] = c.cpu_family;
+  j["cpu_model_number"] = c.cpu_model_number;
+  j["cpu_isa"] = c.cpu_isa;
   ordered_json caches = ordered_json::array();
   for (const CacheInfo& ci : c.caches)
     caches.push_back({{"type", ci.type}, {"level", ci.level}, {"size", ci.size}, {"num_sharing", ci.num_sharing}});
@@ -146,6 +149,9 @@ Context context_from(const json& j) {
   c.cpus_online = static_cast<int>(get_int(j, "cpus_online"));
   c.mhz_per_cpu = get_num(j, "mhz_per_cpu");
   c.cpu_model = get_str(j, "cpu_model");
+  c.cpu_family = get_str(j, "cpu_family");
+  c.cpu_model_number = get_str(j, "cpu_model_number");
+  c.cpu_isa = get_str(j, "cpu_isa");
   if (j.contains("caches") && j["caches"].is_array())
     for (const json& ci : j["caches"])
       c.caches.push_back({get_str(ci, "type"), static_cast<int>(get_int(ci, "level")), get_int(ci, "size"),

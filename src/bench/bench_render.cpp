@@ -83,8 +83,10 @@ std::string context_line(const Context& c) {
   std::string trips = round_trips_ns(c);
   if (!trips.empty()) trips = "; threads 0-1 cache-line round trip " + trips + " ns (start / end)";
   const std::string device = c.device.empty() ? "" : "; device " + c.device;
-  return fmt::format("{} on {} ({} CPUs{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}{}{}",
-                     c.date, c.cpu_model, c.num_cpus, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type,
+  const std::string which = c.cpu_family.empty() ? "" : fmt::format(" family {} model {}", c.cpu_family, c.cpu_model_number);
+  const std::string isa = c.cpu_isa.empty() ? "" : ", " + c.cpu_isa;
+  return fmt::format("{} on {}{} ({} CPUs{}{}); normlab {} ({}, {} {}){}; threads pinned: {}, OpenMP wait policy: {}{}{}{}{}",
+                     c.date, c.cpu_model, which, c.num_cpus, isa, llc, c.normlab_version, c.git_commit, c.compiler, c.build_type,
                      libs, c.threads_pinned ? "yes" : "no", c.omp_wait_policy.empty() ? "?" : c.omp_wait_policy,
                      load, streaming, trips, device);
 }

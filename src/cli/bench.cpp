@@ -339,7 +339,7 @@ Runner add_bench(CLI::App& app, GlobalOptions& g) {
 docs/bench.md explains every column and the JSON schema.)");
 
   // ---- norms
-  CLI::App* n = sub->add_subcommand("norms", "LayerNorm/RMSNorm kernels: every implementation, shape and thread count");
+  CLI::App* n = sub->add_subcommand("norms", "Norm kernels (LayerNorm, RMSNorm, DyT, Derf): every implementation, shape and thread count");
   n->add_option_function<std::string>(
       "--impl", [norms](const std::string& v) { norms->impls = split_list(v, "--impl"); },
       "Implementations (comma-separated): all, layernorm, rmsnorm, fused, multipass, onednn, or full names "

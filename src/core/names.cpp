@@ -47,7 +47,12 @@ std::string choices(const EnumNames& t, const char* sep) {
 
 std::string help(const EnumNames& t) {
   std::string helps;
-  for (const EnumName& n : t.names) helps += fmt::format("{}{}: {}", helps.empty() ? "" : "; ", n.name, n.help);
+  for (const EnumName& n : t.names) {
+    // An alias is named beside its value, so that `peri` or `olmo2` in a config can be found in --help.
+    std::string also;
+    for (const char* alias : n.aliases) also += (also.empty() ? " (or " : ", ") + std::string(alias);
+    helps += fmt::format("{}{}{}: {}", helps.empty() ? "" : "; ", n.name, also.empty() ? "" : also + ")", n.help);
+  }
   return choices(t, " | ") + " (" + helps + ")";
 }
 

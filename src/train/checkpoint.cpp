@@ -198,6 +198,22 @@ std::vector<std::pair<std::string, Tensor>> model_state(Model& model) {
 }
 
 void load_model_state(Model& model, const SafetensorsFile& file, const std::string& source) {
+  // Gemma's w and a plain gamma share the name `.weight` (PyTorch's), so the tensors alone cannot
+  // tell a plain checkpoint from a Gemma one: loaded across, every gain would be off by one. A
+  // checkpoint normlab wrote says which in its config; one from elsewhere is taken as it is.
+  if (auto meta = file.metadata.find("normlab_config"); meta != file.metadata.end() && model.config().norm != NormKind::none) {
+    const json saved = json::parse(meta->second, nullptr, /*allow_exceptions=*/false);
+    if (saved.is_object()) {
+      const json g = saved.value("gemma_norm", json(false));
+      const bool saved_gemma = g.is_boolean() && g.get<bool>();
+      if (saved_gemma != model.config().gain_offset())
+        throw UsageError(fmt::format(
+            "checkpoint '{}' stores its norm gains {} but the config has gemma_norm {}: `normlab convert RUN --gain {}` "
+            "maps one form to the other",
+            source, saved_gemma ? "as Gemma's w (gain 1 + w)" : "plain (gain gamma)",
+            model.config().gain_offset() ? "true" : "false", model.config().gain_offset() ? "gemma" : "plain"));
+    }
+  }
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : file.tensors) by_name[name] = &t;
   std::vector<std::string> problems;

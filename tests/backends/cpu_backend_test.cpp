@@ -514,7 +514,8 @@ TEST(CpuBackend, NonFiniteValuesPropagate) {
 }
 
 // The same inputs give the same bits with 1 and with 2 threads: per-row kernels give each row
-// to one thread, and parameter gradients / sums are reduced in fixed blocks. Rows of d < 256
+// to one thread, and parameter gradients / sums (the norms', DyT's / Derf's alpha and shift, the
+// channel scales') are reduced in fixed blocks. Rows of d < 256
 // take the tiled kernels, whose groups of rows (statistics finished kWidth rows at once) start
 // where each thread's range does; 250 rows split 125/125 so that the groups shift by a row
 // count that is not a multiple of the vector width.
@@ -535,8 +536,20 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
       cpu_backend().rmsnorm_backward(&rdx, &rdg, in.dy, in.x, in.gamma, rrstd, n, d);
       cpu_backend().add_layernorm_forward(s, sy, smean, srstd, in.x, in.dy, 0.5, in.gamma, in.beta, n, d, 1e-5);
       cpu_backend().add_rmsnorm_forward(rs, rsy, rsrstd, in.x, in.dy, 0.5, in.gamma, n, d, 1e-5);
+      // DyT's and Derf's alpha and shift gradients, and LayerScale's / ReZero's, are full sums.
+      const Tensor alpha = Tensor::full({1}, 0.7), shift = Tensor::full({1}, 0.25);
+      Tensor qy = e32({n, d}), qdx = e32({n, d}), qda = e32({1}), qds = e32({1}), qdg = e32({d}), qdb = e32({d});
+      cpu_backend().squash_forward(qy, in.x, alpha, shift, in.gamma, in.beta, n, d, Squash::erf);
+      cpu_backend().squash_backward(&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d, Squash::erf);
+      Tensor tdx = e32({n, d}), tda = e32({1});
+      cpu_backend().squash_backward(&tdx, &tda, nullptr, nullptr, nullptr, in.dy, in.x, alpha, Tensor(), in.gamma, n, d,
+                                    Squash::tanh);
+      Tensor cdx = e32({n, d}), cdl = e32({d}), sdl = e32({1});
+      cpu_backend().channel_scale_backward(&cdx, &cdl, in.dy, in.x, in.gamma, n, d, d);
+      cpu_backend().channel_scale_backward(nullptr, &sdl, in.dy, in.x, alpha, n, d, 1);
       std::vector<double> all;
-      for (const Tensor* t : {&y, &mean, &rstd, &dx, &dg, &db, &ry, &rrstd, &rdx, &rdg, &s, &sy, &smean, &srstd, &rs, &rsy, &rsrstd}) {
+      for (const Tensor* t : {&y, &mean, &rstd, &dx, &dg, &db, &ry, &rrstd, &rdx, &rdg, &s, &sy, &smean, &srstd, &rs, &rsy,
+                              &rsrstd, &qy, &qdx, &qda, &qds, &qdg, &qdb, &tdx, &tda, &cdx, &cdl, &sdl}) {
         auto v = t->to_vector();
         all.insert(all.end(), v.begin(), v.end());
       }

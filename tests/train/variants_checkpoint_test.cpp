@@ -63,3 +63,36 @@ TEST(VariantCheckpoints, RoundTripAndRefuseAnotherVariant) {
   }
   fs::remove_all(dir);
 }
+
+// Gemma's w and a plain gamma are both saved as `.weight`: a checkpoint normlab wrote says which
+// form it holds (its normlab_config), and a model of the other form refuses it, naming the
+// conversion; a checkpoint without normlab's config (PyTorch's) cannot say and loads as it is.
+TEST(VariantCheckpoints, GemmaAndPlainGainsRefuseEachOther) {
+  const fs::path dir = test::fresh_dir("variants_gain_ckpt");
+  fs::create_directories(dir);
+  ModelConfig plain = test::small_variant_config();
+  plain.norm = NormKind::rmsnorm;
+  ModelConfig gemma = plain;
+  gemma.gemma_norm = true;
+  for (const bool saved_gemma : {false, true}) {
+    Model a(saved_gemma ? gemma : plain, 21);
+    const std::string path = (dir / (saved_gemma ? "gemma.safetensors" : "plain.safetensors")).string();
+    save_safetensors(path, model_state(a),
+                     {{"format", "pt"}, {"normlab_config", saved_gemma ? R"({"gemma_norm": true})" : R"({"norm": "rmsnorm"})"}});
+    Model same(saved_gemma ? gemma : plain, 99);
+    EXPECT_NO_THROW(load_model_state(same, load_safetensors(path), path));
+    EXPECT_EQ(loss_of(same, 3), loss_of(a, 3));
+    Model across(saved_gemma ? plain : gemma, 99);
+    try {
+      load_model_state(across, load_safetensors(path), path);
+      ADD_FAILURE() << path << " loaded into a model of the other gain form";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(saved_gemma ? "--gain plain" : "--gain gemma"), std::string::npos) << e.what();
+    }
+    const std::string bare = path + ".bare.safetensors";
+    save_safetensors(bare, model_state(a), {{"format", "pt"}});
+    Model other(saved_gemma ? plain : gemma, 99);
+    EXPECT_NO_THROW(load_model_state(other, load_safetensors(bare), bare));
+  }
+  fs::remove_all(dir);
+}

@@ -123,6 +123,9 @@ struct KernelChoiceRecord {
 struct Context {
   std::string date;          // ISO 8601, local time with offset
   std::string host_name, executable, cpu_model;
+  // Which CPU, past its marketing name ("AMD EPYC" is Zen 1 to Zen 4): /proc/cpuinfo's family and
+  // model numbers and the ISA flags that pick a kernel path (cpu_info()); empty in older JSON.
+  std::string cpu_family, cpu_model_number, cpu_isa;
   int num_cpus = 0;          // CPUs OpenMP sees (omp_get_num_procs): this process's affinity mask
   int cpus_online = 0;       // CPUs the system has online; more than num_cpus when the process
                              // inherited a narrower affinity mask (e.g. from a pinned parent)
