@@ -349,11 +349,13 @@ def main():
             out.append(f"| Gemma's 1 + w trains as RMSNorm (within 0.01 nats) | pre-rmsnorm gemma-norm vs pre-rmsnorm | {L} | "
                        f"{claim_lr:g} | final val loss | {fmt_ci(m, h, 4, len(d))} (n={len(d)}) | {v}"
                        f"{crossing('pre-rmsnorm gemma-norm', 'pre-rmsnorm', L, claim_lr)} |")
+    # At the claims' lr and at the grid's top, where ReZero is best at every depth of the toy grid.
     for L in depths:
-        row("ReZero converges faster early (no norm)", "pre-none rezero", "pre-none", L, claim_lr,
-            "val loss at step 250", at_step(250))
-        row("ReZero converges faster early (vs Pre-LN)", "pre-none rezero", "pre-layernorm", L, claim_lr,
-            "val loss at step 250", at_step(250))
+        for lr in sorted({claim_lr, planned_lrs[-1]}):
+            row("ReZero converges faster early (no norm)", "pre-none rezero", "pre-none", L, lr,
+                "val loss at step 250", at_step(250))
+            row("ReZero converges faster early (vs Pre-LN)", "pre-none rezero", "pre-layernorm", L, lr,
+                "val loss at step 250", at_step(250))
     out.append("")
 
     # LayerScale lets deep stacks train at higher lr: the largest stable lr, with and without.

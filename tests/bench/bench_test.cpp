@@ -820,7 +820,9 @@ TEST(BenchJson, RoundTripMergeAndCompare) {
   EXPECT_EQ(j["context"]["cpu_model_number"], cpu_info().model);
   EXPECT_EQ(back.context.cpu_family, cpu_info().family);
   EXPECT_EQ(back.context.cpu_isa, r.context.cpu_isa);
-  if (!cpu_info().isa.empty()) EXPECT_NE(r.context.cpu_isa.find(cpu_info().isa.front()), std::string::npos);
+  if (!cpu_info().isa.empty()) {
+    EXPECT_NE(r.context.cpu_isa.find(cpu_info().isa.front()), std::string::npos);
+  }
   ASSERT_EQ(back.rows.size(), r.rows.size());
   for (size_t i = 0; i < r.rows.size(); ++i) {
     EXPECT_EQ(back.rows[i].name(), r.rows[i].name());
