@@ -283,16 +283,20 @@ def main():
         out.append("")
 
     # ---- claims
-    crossed = set()  # (v1, v2, L, lr) whose pairs mix builds or CPUs
+    crossed = set()  # (v1, v2, L, lr) whose pairs mix CPUs
+
+    def pairs(v1, v2, L, lr):
+        """(run of v1, run of v2) per seed where both ran ok; notes a pair whose runs ran on different CPUs."""
+        a_runs = {r["seed"]: r for r in by.get((v1, L, lr), []) if ok(r)}
+        b_runs = {r["seed"]: r for r in by.get((v2, L, lr), []) if ok(r)}
+        both = [(a_runs[s], b_runs[s]) for s in sorted(set(a_runs) & set(b_runs))]
+        if any(a["machine"] != b["machine"] for a, b in both):
+            crossed.add((v1, v2, L, lr))
+        return both
 
     def paired(v1, v2, L, lr, value):
         """value(run) of v1 minus v2, paired by seed, where both ran ok."""
-        a_runs = {r["seed"]: r for r in by.get((v1, L, lr), []) if ok(r)}
-        b_runs = {r["seed"]: r for r in by.get((v2, L, lr), []) if ok(r)}
-        common = sorted(set(a_runs) & set(b_runs))
-        if any(a_runs[s]["machine"] != b_runs[s]["machine"] for s in common):
-            crossed.add((v1, v2, L, lr))
-        return [value(a_runs[s]) - value(b_runs[s]) for s in common]
+        return [value(a) - value(b) for a, b in pairs(v1, v2, L, lr)]
 
     def crossing(v1, v2, L, lr):
         return " (a pair crosses CPUs)" if (v1, v2, L, lr) in crossed else ""
@@ -425,16 +429,13 @@ def main():
                         lo, hi = len(g) // 4, (3 * len(g)) // 4
                         vals.append(statistics.mean(g[lo:hi]) if hi > lo else float("nan"))
                 return statistics.mean(vals) if vals else float("nan")
-            ra = {r["seed"]: mid(r) for r in by.get(("mixln-layernorm", L, lr), []) if ok(r)}
-            rb = {r["seed"]: mid(r) for r in by.get(("pre-layernorm", L, lr), []) if ok(r)}
-            paired("mixln-layernorm", "pre-layernorm", L, lr, lambda r: 0.0)  # records a crossing
-            common = sorted(set(ra) & set(rb))
-            common = [sd for sd in common if ra[sd] > 0 and rb[sd] > 0 and math.isfinite(ra[sd] / rb[sd])]
-            if common:
-                logs = [math.log(ra[sd] / rb[sd]) for sd in common]
+            mids = [(mid(a), mid(b)) for a, b in pairs("mixln-layernorm", "pre-layernorm", L, lr)]
+            ratios = [x / y for x, y in mids if x > 0 and y > 0 and math.isfinite(x / y)]
+            if ratios:
+                logs = [math.log(q) for q in ratios]
                 m, h = interval(logs)
                 ci = f"{math.exp(m):.3g}" + (f" ({math.exp(m - h):.3g} … {math.exp(m + h):.3g})" if h is not None else "")
-                out.append(f"| {L} | {lr:g} | {ci} | {len(common)} | {verdict(m, h, better_when_negative=False)}"
+                out.append(f"| {L} | {lr:g} | {ci} | {len(ratios)} | {verdict(m, h, better_when_negative=False)}"
                            f"{crossing('mixln-layernorm', 'pre-layernorm', L, lr)} |")
     out.append("")
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <fmt/ranges.h>
 
 #include "bench_internal.h"
 #include "normlab/bench.h"
@@ -320,7 +321,7 @@ Context collect_context() {
   c.cpu_model = cpu_model();
   c.cpu_family = cpu_info().family;
   c.cpu_model_number = cpu_info().model;
-  for (const std::string& f : cpu_info().isa) c.cpu_isa += (c.cpu_isa.empty() ? "" : " ") + f;
+  c.cpu_isa = fmt::format("{}", fmt::join(cpu_info().isa, " "));  // as the run results' versions.cpu_isa
   c.num_cpus = omp_get_num_procs();
   c.cpus_online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   const char* wait = std::getenv("OMP_WAIT_POLICY");

@@ -21,7 +21,6 @@ namespace normlab::bench::detail {
 // DyT and Derf: one elementwise kernel (tanh / erf), no statistics, float32 rows only.
 inline bool is_squash(NormKind norm) { return norm == NormKind::dyt || norm == NormKind::derf; }
 
-
 // copy_kernels.cpp: the bandwidth baselines; n floats, split over the OpenMP threads.
 void copy_loop(float* dst, const float* src, int64_t n);
 void copy_memcpy(float* dst, const float* src, int64_t n);
