@@ -1,5 +1,6 @@
 // The module's one exported symbol (the rest of it is compiled with hidden visibility): the
 // table the loader reads (module_abi.h).
+#include "flavor.h"
 #include "module.h"
 #include "module_abi.h"
 #if defined(NORMLAB_CUDA_SIM)
@@ -10,6 +11,7 @@ namespace {
 
 const normlab::cuda::ModuleTable kTable = {
     NORMLAB_CUDA_BUILD_ID,
+    normlab::cuda::kBackendName,
     normlab::cuda::device_count,
     normlab::cuda::device_info,
     normlab::cuda::summary,

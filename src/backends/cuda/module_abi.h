@@ -25,6 +25,9 @@ struct ModuleTable {
   // First, and compared before anything after it is read: a module of another build may lay
   // out the rest differently.
   const char* build_id;
+  // The --device it serves ("cuda" or "cuda-sim"): the two modules of one build share the id,
+  // and each backend registers the memory hooks of its own device only.
+  const char* device;
   int (*device_count)();
   CudaDeviceInfo (*device_info)(int index);
   std::string (*summary)();

@@ -7,6 +7,7 @@
 // every command, --version and CPU training included. Loaded only here, a command that never
 // asks for a CUDA device never maps them, and a machine without them runs every CPU command.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -81,6 +82,15 @@ const cuda::ModuleTable* load_locked(Loader& l) {
   if (l.tried) return l.table;
   l.tried = true;
   const std::string path = module_path(l);
+  // dlopen would wait forever on a FIFO and map whatever a device gives: the module must be a
+  // regular file, the rule every input of normlab follows (stat never waits; a missing file is
+  // left to dlopen, whose message says so).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    l.error = module_name(l, path) + " cannot be loaded: " +
+              (S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file (a device, FIFO or socket)");
+    return nullptr;
+  }
   // RTLD_NOW: a missing library or symbol is this one error, not a crash at some later call.
   // RTLD_LOCAL: CUDA's symbols stay out of the way of anything loaded afterwards.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -98,6 +108,11 @@ const cuda::ModuleTable* load_locked(Loader& l) {
   if (std::strcmp(id, NORMLAB_CUDA_BUILD_ID) != 0) {
     l.error = fmt::format("{} is from another normlab build ({}; this normlab is {}): use the module built with it",
                           module_name(l, path), shown(id, 128), NORMLAB_CUDA_BUILD_ID);
+    return nullptr;
+  }
+  if (t->device == nullptr || std::strcmp(t->device, l.device) != 0) {
+    l.error = fmt::format("{} is the module of --device {}, not of --device {}: load {}", module_name(l, path),
+                          shown(t->device ? t->device : "(none)", 32), l.device, l.file);
     return nullptr;
   }
   l.table = t;
