@@ -21,7 +21,10 @@
 
 namespace normlab {
 
-int64_t available_memory_bytes() {
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+int64_t meminfo_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
   int64_t value = 0;
@@ -32,17 +35,42 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
+// This process's mapped address space (VmSize), in bytes (0 when unknown).
+int64_t mapped_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::strtoll(line.c_str() + 7, nullptr, 10) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+int64_t address_space_left_bytes() {
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return -1;
+  const int64_t limit = as.rlim_cur > static_cast<rlim_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(as.rlim_cur);
+  return std::max<int64_t>(0, limit - mapped_bytes());
+}
+
+int64_t available_memory_bytes() {
+  const int64_t avail = meminfo_available_bytes(), left = address_space_left_bytes();
+  if (left < 0) return avail;
+  return avail > 0 ? std::min(avail, left) : left;
+}
+
 int64_t memory_budget_bytes() {
   return static_cast<int64_t>(kMemoryBudgetShare * static_cast<double>(available_memory_bytes()));
 }
 
 std::string memory_budget_excess(double bytes) {
   const int64_t avail = available_memory_bytes();
-  if (avail <= 0 || bytes < kMemoryBudgetShare * static_cast<double>(avail)) return "";
+  if (avail <= 0 || bytes < kMemoryBudgetShare * static_cast<double>(avail)) return "";  // 0: nothing known
   const double gib = double(int64_t{1} << 30);
-  return fmt::format("needs about {:.3g} GiB, more than {:.0f}% of the {:.1f} GiB of memory available: too large for "
-                     "memory",
-                     bytes / gib, 100 * kMemoryBudgetShare, static_cast<double>(avail) / gib);
+  const int64_t left = address_space_left_bytes();
+  const char* which = left >= 0 && left <= avail ? "address space the limit (ulimit -v) leaves" : "memory available";
+  return fmt::format("needs about {:.3g} GiB, more than {:.0f}% of the {:.3g} GiB of {}: too large for memory", bytes / gib,
+                     100 * kMemoryBudgetShare, static_cast<double>(avail) / gib, which);
 }
 
 std::string self_exe() {
@@ -106,6 +134,24 @@ int usable_cpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+namespace {
+
+// The parent's environment with `set` applied, as NAME=value strings; built before fork, since
+// the child may make only async-signal-safe calls.
+std::vector<std::string> child_environment(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& kv) { return kv.first == name; });
+    if (!replaced) env.push_back(entry);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
+}
+
+}  // namespace
+
 pid_t start_child(const ChildSpec& spec) {
   NL_CHECK(!spec.argv.empty(), "start_child: no program given");
   const std::string program = resolve_program(spec.argv[0]);
@@ -118,6 +164,10 @@ pid_t start_child(const ChildSpec& spec) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_text = child_environment(spec.env);
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
 
   // Blocked across fork: a signal that arrived before the child has dropped the parent's handlers
@@ -148,7 +198,7 @@ pid_t start_child(const ChildSpec& spec) {
     ::dup2(in.fd, STDIN_FILENO);
     ::dup2(out.fd, STDOUT_FILENO);
     ::dup2(err.fd, STDERR_FILENO);
-    ::execv(program.c_str(), argv.data());
+    ::execve(program.c_str(), argv.data(), envp.data());
     ssize_t ignored = ::write(STDERR_FILENO, failed.data(), failed.size());
     (void)ignored;
     _exit(127);

@@ -20,6 +20,8 @@ namespace {
 constexpr const char* kOpen = "<!-- normlab:";
 constexpr const char* kClose = "-->";
 constexpr const char* kEnd = "<!-- normlab: end -->";
+// Set in a directive's process: the document and line that runs it.
+constexpr const char* kRenderingVariable = "NORMLAB_RENDERING";
 
 // The command of a directive line, or "" when the line is not one.
 bool directive_of(const std::string& line, std::string* command) {
@@ -73,6 +75,11 @@ std::vector<std::string> directive_words(const std::string& command, const std::
 }
 
 RenderResult render_document(const std::string& text, const std::string& source, const std::string& exe) {
+  // A directive that renders a document (itself, or one that renders this one) would start
+  // renders without end, each waiting on the next: a render runs its directives only at the top.
+  if (const char* outer = std::getenv(kRenderingVariable); outer != nullptr && *outer != '\0')
+    throw UsageError(fmt::format("'{}' is rendered by a directive of '{}': a document's directives may not render documents",
+                                 source, shown(outer, 200)));
   RenderResult result;
   std::istringstream in(text);
   std::string line;
@@ -104,6 +111,7 @@ RenderResult render_document(const std::string& text, const std::string& source,
       spec.argv = argv;
       spec.stdout_path = out.path;
       spec.stderr_path = err.path;
+      spec.env = {{kRenderingVariable, where}};
       const int code = run_child(spec);
       NL_USAGE(code == 0, "{}: `normlab {}` failed (exit {}): {}", where, command, code, shown(last_line(read_file(err.path)), 300));
       new_output = read_file(out.path);

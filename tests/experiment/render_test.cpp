@@ -99,3 +99,26 @@ TEST(Render, TheCliRewritesInPlaceAndCheckSaysWhatIsStale) {
   EXPECT_EQ(test::split_lines(r.err).size(), 1u) << test::describe(r);
   fs::remove_all(dir);
 }
+
+// A directive that renders its own document (or any document) would start renders without end:
+// the render inside a directive is refused, so the outer one fails at once, naming both.
+TEST(Render, ADocumentThatRendersItselfStopsAtOnce) {
+  const fs::path dir = test::fresh_dir("render_self");
+  fs::create_directories(dir);
+  const std::string text = "# doc\n<!-- normlab: sweep render doc.md -->\n<!-- normlab: end -->\n";
+  {
+    std::ofstream f(dir / "doc.md");
+    f << text;
+  }
+  test::RunOptions o;
+  o.cwd = dir.string();
+  o.timeout_s = 60;
+  const test::CliResult r = test::run_cli({"sweep", "render", "doc.md"}, o);
+  EXPECT_FALSE(r.timed_out) << test::describe(r);
+  EXPECT_EQ(r.exit_code, 2) << test::describe(r);
+  ASSERT_EQ(test::split_lines(r.err).size(), 1u) << test::describe(r);
+  EXPECT_NE(r.err.find("doc.md:2: `normlab sweep render doc.md` failed (exit 2)"), std::string::npos) << test::describe(r);
+  EXPECT_NE(r.err.find("a document's directives may not render documents"), std::string::npos) << test::describe(r);
+  EXPECT_EQ(test::slurp((dir / "doc.md").string()), text);
+  fs::remove_all(dir);
+}

@@ -6,12 +6,17 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace normlab {
 
-// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+// What this process may still allocate, in bytes: MemAvailable from /proc/meminfo, or what the
+// address-space limit (RLIMIT_AS, `ulimit -v`) leaves beside what the process has mapped, when
+// that is less (0 when neither is known).
 int64_t available_memory_bytes();
+// What RLIMIT_AS leaves beside the address space mapped now, in bytes; -1 when there is no limit.
+int64_t address_space_left_bytes();
 // The share of the available memory one workload may plan to hold. Beyond it the machine swaps
 // (or the OOM killer ends the process) long after the work started, so each workload estimates
 // its own peak and is refused up front instead.
@@ -43,6 +48,8 @@ struct ChildSpec {
   bool append = false;          // open them for appending instead of truncating
   bool own_process_group = false;  // a terminal's Ctrl-C reaches the parent only, which forwards it
   bool die_with_parent = false;    // the child gets SIGKILL when the parent dies (PR_SET_PDEATHSIG)
+  // Variables set (or replaced) in the child's environment; the rest of the parent's is inherited.
+  std::vector<std::pair<std::string, std::string>> env = {};
 };
 // Starts the child and returns its pid. SIGINT, SIGTERM and SIGHUP have their default action in
 // the child (whatever handlers the parent installed) and are blocked across the fork, so a signal

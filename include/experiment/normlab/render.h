@@ -34,7 +34,8 @@ std::vector<std::string> directive_words(const std::string& command, const std::
 // `exe COMMAND...` in the current directory, its stdout replacing the block. A directive without
 // an end marker, an end marker without a directive, nested directives and a command that exits
 // non-zero (its stderr's last line is quoted) are one-line UsageErrors; nothing is written by this
-// call.
+// call. The directives' processes are marked (NORMLAB_RENDERING): a render inside one is refused, so
+// a document that renders itself stops at once instead of recursing.
 RenderResult render_document(const std::string& text, const std::string& source, const std::string& exe);
 
 }  // namespace normlab
