@@ -411,6 +411,7 @@ LayerInit probe_layer_init(const std::string& run_dir) {
   const TrainConfig cfg = load_train_config(run_dir + "/config.json", {});
   ProbeOptions opt;
   opt.seeds = 1;
+  check_fits_in_memory(cfg, opt.batch, "plot profile --init");
   const ConfigProbe p = probe_config(cfg, opt);
   LayerInit init;
   for (const LayerProbe& l : p.layers) {
