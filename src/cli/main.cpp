@@ -68,6 +68,16 @@ void setup_logging(const GlobalOptions& g) {
   }
 }
 
+// Far above any message normlab writes itself (each cuts what it quotes): the bound is for what
+// it did not write, such as a parser's echo of a 100 kB argument.
+constexpr size_t kMaxErrorBytes = 560;
+
+// The one `error:` line: whatever a message quotes from the input (CLI11 quotes a stray argument
+// as it was typed), its newlines and escapes are shown escaped and its length is bounded.
+void print_error(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", normlab::shown(message, kMaxErrorBytes).c_str());
+}
+
 }  // namespace
 }  // namespace normlab::cli
 
@@ -99,11 +109,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::fprintf(stderr, "error: %s (see `normlab --help`)\n", msg.c_str());
+    print_error(std::string(e.what()) + " (see `normlab --help`)");
     return 2;
   } catch (const normlab::UsageError& e) {  // a flag's own parser (a list, a count) refused its value
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     return 2;
   }
 
@@ -119,13 +128,13 @@ int main(int argc, char** argv) {
       normlab::check_backend_environment();
       return run();
     } catch (const normlab::Interrupted& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      print_error(e.what());
       return 128 + e.signal;
     } catch (const normlab::UsageError& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      print_error(e.what());
       return 2;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      print_error(e.what());
       return 1;
     }
   }

@@ -36,6 +36,7 @@ struct ProbeArgs {
   std::string activation = "linear";
   std::map<std::string, std::string> values;  // --key value, applied over the file
   std::string plot;  // an SVG of the per-layer probes (stream, gradient, identity share) as bars
+  bool plot_given = false;  // --plot was on the command line (with an empty name it names no file)
   DeviceOptions dev;
 };
 
@@ -61,7 +62,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   const auto& presets = probe_presets();
   const bool known = preset == "all" || preset == "config" ||
                      std::find(presets.begin(), presets.end(), preset) != presets.end();
-  NL_USAGE(known, "unknown preset '{}': choose one of {}", preset, preset_choices());
+  NL_USAGE(known, "unknown preset '{}': choose one of {}", shown(preset), preset_choices());
   if (preset != "config") {
     const bool any = !a.values.empty() || !a.config_file.empty();
     NL_USAGE(!any, "config keys and --config apply to `normlab probe config`; preset '{}' fixes its own configs (got {})",
@@ -83,6 +84,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   report.preset = preset;
   NL_USAGE(a.plot.empty() || preset == "config" || preset == "xiong2020" || preset == "identity-share" || preset == "all",
            "--plot draws the per-layer probes of config, xiong2020 and identity-share; preset '{}' has none", preset);
+  NL_USAGE(!a.plot_given || !a.plot.empty(), "--plot needs a file name");
   if (!a.plot.empty()) check_plot_file(a.plot, "--plot");
   report.options = opt;
   const bool all = preset == "all";
@@ -185,7 +187,7 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
         config_flag_names(name), [args, name](const std::string& v) { args->values[name] = v; },
         fmt::format("config: {} ({})", k.help, k.type));
   }
-  sub->add_option("--plot", args->plot,
+  CLI::Option* plot = sub->add_option("--plot", args->plot,
                   "Also draw the per-layer probes (stream norm, block gradient norm, identity share) as bars into this "
                   "SVG file (config, xiong2020, identity-share; replaced only if normlab drew it)");
   add_device_flags(*sub, args->dev);
@@ -206,7 +208,10 @@ Norms: ||x|| is the mean over tokens of the per-token L2 norm (a unit-variance t
 gradient norms are Frobenius norms of the gradient of the mean cross-entropy. Every number is the mean
 over --seeds seeds (model init and data); --json also carries the standard deviations. The config keys
 (--model, --norm, --placement, --layers, --d_model, ...) apply to `probe config` only.)");
-  return [args, &g] { return run_probe(*args, g); };
+  return [args, &g, plot] {
+    args->plot_given = plot->count() > 0;
+    return run_probe(*args, g);
+  };
 }
 
 }  // namespace normlab::cli

@@ -114,14 +114,14 @@ PrecisionWorksheet precision_worksheet_from_options(const PrecisionOptions& o) {
   std::vector<double> x;
   double eps = kDefaultEps;
   if (o.case_name) {
-    NL_USAGE(!o.x, "--case {} and --x both give the row; use one", *o.case_name);
+    NL_USAGE(!o.x, "--case {} and --x both give the row; use one", shown(*o.case_name));
     const PrecisionCase* found = nullptr;
     std::string names;
     for (const PrecisionCase& c : precision_cases()) {
       if (c.name == *o.case_name) found = &c;
       names += (names.empty() ? "" : ", ") + c.name;
     }
-    NL_USAGE(found, "--case '{}' is not one of {}", *o.case_name, names);
+    NL_USAGE(found, "--case '{}' is not one of {}", shown(*o.case_name), names);
     ws.case_name = found->name;
     x = found->x;
     eps = found->eps;

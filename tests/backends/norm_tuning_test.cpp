@@ -1,6 +1,7 @@
 // The choice of norm kernel variant per shape class (src/backends/cpu/norm_tuning.cpp): measured
 // once and cached per CPU and build, NORMLAB_TUNE's three modes, the variables that force a
 // choice, and what a bad value says.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -131,6 +132,60 @@ TEST(NormTuning, CacheOfAnotherCpuOrBuildIsIgnored) {
   env.set("NORMLAB_TUNE", "cached");
   EXPECT_EQ(cpu::norm_choice(NormKernel::rmsnorm_forward, 64, 48).source, "measured");
   EXPECT_NO_THROW(read_json(file));
+}
+
+// JSON of another shape (the choices a list, the file a list or a number, an entry a number) is
+// a damaged cache like a non-JSON one: ignored with a warning, measured, rewritten whole.
+TEST(NormTuning, ACacheOfTheWrongShapeIsIgnoredAndRewritten) {
+  const fs::path dir = fresh_dir("norm_tuning_damaged");
+  Env env;
+  env.set("XDG_CACHE_HOME", dir.string()).set("NORMLAB_TUNE", "cached").set("NORMLAB_NORM_VARIANT", std::nullopt);
+  ASSERT_EQ(cpu::norm_choice(NormKernel::rmsnorm_forward, 64, 40).source, "measured");
+  const fs::path file = dir / "normlab" / "kernel-choices.json";
+  const nlohmann::json good = read_json(file);
+  const std::string key = good["choices"].begin().key();
+  std::vector<nlohmann::json> damaged;
+  for (const nlohmann::json& choices : {nlohmann::json::array({1, 2}), nlohmann::json("x"), nlohmann::json(nullptr),
+                                         nlohmann::json{{key, 5}}, nlohmann::json{{key, {{"best", 7}}}}}) {
+    nlohmann::json j = good;
+    j["choices"] = choices;
+    damaged.push_back(j);
+  }
+  damaged.push_back(nlohmann::json::array({1, 2}));
+  damaged.push_back(nlohmann::json(3));
+  for (const nlohmann::json& j : damaged) {
+    std::ofstream(file) << j.dump();
+    env.set("NORMLAB_TUNE", "cached");
+    cpu::NormChoice ch;
+    EXPECT_NO_THROW(ch = cpu::norm_choice(NormKernel::rmsnorm_forward, 64, 40)) << j.dump();
+    EXPECT_EQ(ch.source, "measured") << j.dump();
+    nlohmann::json now;
+    ASSERT_NO_THROW(now = read_json(file)) << j.dump();
+    EXPECT_TRUE(now["choices"].is_object() && now["choices"].contains(key)) << j.dump() << " became " << now.dump();
+  }
+}
+
+// Processes measuring at once each keep their entries: every write merges under a lock.
+TEST(NormTuning, ProcessesWritingAtOnceLoseNoEntry) {
+  const fs::path dir = fresh_dir("norm_tuning_concurrent");
+  fs::create_directories(dir);
+  // Four trainings of four widths, each measuring its own norm classes, started together.
+  std::string cmd;
+  for (int d : {8, 16, 24, 32})
+    cmd += fmt::format("'{}' train --steps 1 --eval_every 1 --layers 1 --d_model {} --d_hidden 8 --batch_size 2 --threads 1 "
+                       "-q --out '{}/r{}' & ",
+                       NORMLAB_BINARY, d, dir.string(), d);
+  cmd += "wait";
+  test::RunOptions o;
+  o.env = {{"XDG_CACHE_HOME", dir.string()}, {"NORMLAB_TUNE", "fresh"}};
+  const test::CliResult r = test::run_program("/bin/sh", {"-c", cmd}, o);
+  ASSERT_EQ(r.exit_code, 0) << test::describe(r);
+  const nlohmann::json cache = read_json(dir / "normlab" / "kernel-choices.json");
+  for (int d : {8, 16, 24, 32}) {
+    int entries = 0;
+    for (const auto& [key, v] : cache["choices"].items()) entries += key.find(fmt::format(" d={} ", d)) != std::string::npos;
+    EXPECT_GE(entries, 2) << "d = " << d << ": " << cache.dump(1);  // its norms forward and backward at least
+  }
 }
 
 // Without a writable cache directory the choice is still measured and used.

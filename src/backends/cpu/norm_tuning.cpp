@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <omp.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +26,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <thread>
 #include <tuple>
 
 #include "normlab/cpu_kernels.h"
@@ -315,7 +319,7 @@ TuneMode mode_from_env() {
   if (v == "off") return TuneMode::off;
   if (v == "cached") return TuneMode::cached;
   if (v == "fresh") return TuneMode::fresh;
-  throw UsageError(fmt::format("NORMLAB_TUNE='{}': expected off, cached or fresh", v));
+  throw UsageError(fmt::format("NORMLAB_TUNE='{}': expected off, cached or fresh", shown(v)));
 }
 
 // NORMLAB_NORM_VARIANT forces one variant on every kernel that has it (onednn only on LayerNorm's);
@@ -335,7 +339,7 @@ std::optional<bool> forced_stores() {
   if (!env || !*env) return std::nullopt;
   const std::string v = env;
   if (v == "0" || v == "1") return v == "1";
-  throw UsageError(fmt::format("NORMLAB_STREAMING_STORES='{}': expected 0 or 1", v));
+  throw UsageError(fmt::format("NORMLAB_STREAMING_STORES='{}': expected 0 or 1", shown(v)));
 }
 
 // ---- the cache file -------------------------------------------------------------------------
@@ -374,18 +378,51 @@ bool choice_from_json(const json& j, NormChoice& ch) {
 }
 
 // The cache's entries for this CPU and build (empty when the file is missing, unreadable or
-// another machine's or build's).
+// another machine's or build's). A damaged file (not JSON, or JSON of another shape) is ignored
+// with a warning, and the next choice measured rewrites it whole.
 json read_cache(const std::string& path) {
   if (path.empty() || ::access(path.c_str(), F_OK) != 0) return json::object();
   try {
     const json j = json::parse(read_file(path, int64_t{1} << 20));
+    if (!j.is_object()) throw std::runtime_error("not a JSON object");
     if (j.value("cpu", "") != cpu_identity() || j.value("build", "") != build_identity()) return json::object();
-    return j.at("choices");
+    const json& choices = j.at("choices");
+    if (!choices.is_object()) throw std::runtime_error("\"choices\" is not an object");
+    return choices;
   } catch (const std::exception& e) {
-    spdlog::warn("ignoring the kernel tuning cache '{}': {}", path, e.what());
+    spdlog::warn("ignoring the kernel tuning cache '{}': {}", shown(path, 200), shown(e.what(), 200));
     return json::object();
   }
 }
+
+// An exclusive lock on <path>.lock while this process merges its entry into the file: of several
+// processes measuring at once, each one's entry survives the others' writes. Waits at most a few
+// seconds (a holder only reads and writes a small file); without the lock the entry is written
+// anyway, as the last writer's.
+class CacheLock {
+ public:
+  explicit CacheLock(const std::string& path) {
+    fd_ = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0) return;
+    for (int i = 0; i < 200; ++i) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        held_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+};
 
 void write_cache(const std::string& path, const std::string& key, const NormChoice& ch) {
   if (path.empty()) return;
@@ -394,7 +431,9 @@ void write_cache(const std::string& path, const std::string& key, const NormChoi
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw UsageError(fmt::format("cannot create '{}': {}", dir, ec.message()));
-    // Merge with what other processes may have written since this one read the file.
+    const CacheLock lock(path);
+    if (!lock.held()) spdlog::debug("the kernel tuning cache's lock is busy: writing without it");
+    // Merge with what other processes have written since this one read the file.
     json choices = read_cache(path);
     choices[key] = choice_json(ch);
     const json j{{"format", "normlab kernel choices 1"},
@@ -492,7 +531,7 @@ std::string NormVariant::name() const {
 NormVariant parse_norm_variant(const std::string& name) {
   auto bad = [&](const std::string& why) {
     return UsageError(fmt::format("unknown norm kernel variant '{}': {} (e.g. tiled-2048, pipelined-pf2, "
-                                  "pipelined-pf0+nt, onednn)", name, why));
+                                  "pipelined-pf0+nt, onednn)", shown(name), why));
   };
   std::string s = name;
   NormVariant v;
