@@ -4,6 +4,8 @@
 //   normlab plot profile RUN [--field block_grad_norm] --out F.svg
 //   normlab plot multiples SWEEP [--kind loss|layers] [--field F] [--where k=v] --out F.svg
 #include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "normlab/io.h"
@@ -21,9 +23,16 @@ struct PlotArgs {
   bool init = false;  // profile: also the field at initialization, probed from the run's config
 };
 
-int write_plot(const PlotArgs& a, const std::string& svg) {
+// The figure written, then one line (or, with --json, one JSON document) saying what it holds.
+int write_plot(const PlotArgs& a, const GlobalOptions& g, const char* kind, const std::string& field, const std::string& svg) {
   write_plot_file(a.out, svg, "--out");
-  std::printf("wrote %s\n", a.out.c_str());
+  if (g.json) {
+    const nlohmann::json j{{"plot", kind}, {"path", a.path}, {"field", field}, {"out", a.out},
+                            {"bytes", std::filesystem::file_size(a.out)}};
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else if (!g.quiet) {
+    std::printf("wrote %s\n", a.out.c_str());
+  }
   return 0;
 }
 
@@ -56,24 +65,32 @@ Runner add_plot(CLI::App& app, GlobalOptions& g) {
   normlab plot heatmap RUN --field block_grad_norm --out grads.svg
   normlab plot profile RUN --field block_grad_norm --init --out grads-init-vs-final.svg
   normlab plot multiples results/sweeps/deep-deepnorm-torch --kind layers --out deepnorm.svg)");
-  return [a, heat, prof, mult] {
+  return [a, heat, prof, mult, &g] {
     NL_USAGE(!a->out.empty(), "--out needs a file name");
+    CLI::App* used = heat->parsed() ? heat : prof->parsed() ? prof : mult;
+    const bool field_given = used->count("--field") > 0;
+    NL_USAGE(!field_given || !a->field.empty(), "--field needs a field name (e.g. stream_norm, block_grad_norm)");
     check_plot_file(a->out, "--out");
     if (heat->parsed() || prof->parsed()) {
-      const LayerHistory h = read_layer_history(a->path, a->field.empty() ? "stream_norm" : a->field);
-      if (heat->parsed()) return write_plot(*a, plot_layer_heatmap_svg(h));
-      if (!a->init) return write_plot(*a, plot_layer_profile_lines_svg(h));
+      const char* kind = heat->parsed() ? "heatmap" : "profile";
+      const LayerHistory h = read_layer_history(a->path, field_given ? a->field : "stream_norm");
+      if (heat->parsed()) return write_plot(*a, g, kind, h.field, plot_layer_heatmap_svg(h));
+      if (!a->init) return write_plot(*a, g, kind, h.field, plot_layer_profile_lines_svg(h));
       const LayerInit init = probe_layer_init(a->path);
-      return write_plot(*a, plot_layer_profile_lines_svg(h, init.of(h.field), init.label));
+      return write_plot(*a, g, kind, h.field, plot_layer_profile_lines_svg(h, init.of(h.field), init.label));
     }
     if (mult->parsed()) {
       NL_USAGE(a->kind == "loss" || a->kind == "layers", "--kind must be loss or layers, not '{}'", shown(a->kind, 40));
+      NL_USAGE(a->kind == "layers" || !field_given,
+               "--field applies to --kind layers (--kind loss draws the validation loss); add --kind layers");
       SummaryOptions o;
       o.where = a->where;
       const SweepSummary s = summarize_sweep(a->path, o);
-      if (a->kind == "loss") return write_plot(*a, plot_sweep_small_multiples_svg(s, SmallMultiple::loss_curves));
-      const CellLayers layers = read_cell_layers(a->path, s, a->field.empty() ? "block_grad_norm" : a->field);
-      return write_plot(*a, plot_sweep_small_multiples_svg(s, SmallMultiple::layer_profile, layers));
+      if (a->kind == "loss")
+        return write_plot(*a, g, "multiples", "val_loss", plot_sweep_small_multiples_svg(s, SmallMultiple::loss_curves));
+      const CellLayers layers = read_cell_layers(a->path, s, field_given ? a->field : "block_grad_norm");
+      require_layer_field(layers, a->path);
+      return write_plot(*a, g, "multiples", layers.field, plot_sweep_small_multiples_svg(s, SmallMultiple::layer_profile, layers));
     }
     return 2;
   };

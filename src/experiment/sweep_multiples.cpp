@@ -27,9 +27,11 @@ bool usable(double v) { return std::isfinite(v) && v > 0; }
 
 // The last record of `field` with a value on a log scale: a diverged run's last records hold nulls
 // or zeros (its skipped steps), the one before them is what it looked like.
-PointLayers last_layers(const std::string& metrics, const std::string& field) {
+PointLayers last_layers(const std::string& metrics, const std::string& field, std::vector<std::string>& fields_seen) {
   PointLayers out;
   for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
+    for (const auto& [k, v] : rec.items())
+      if (v.is_array() && std::find(fields_seen.begin(), fields_seen.end(), k) == fields_seen.end()) fields_seen.push_back(k);
     if (!rec.contains(field) || !rec[field].is_array()) return;
     std::vector<double> v;
     for (const json& x : rec[field]) v.push_back(x.is_number() ? x.get<double>() : NAN);
@@ -129,13 +131,23 @@ CellLayers read_cell_layers(const std::string& sweep_dir, const SweepSummary& s,
         const std::string metrics = sweep_dir + "/runs/" + point + "/metrics.jsonl";
         struct stat st {};
         if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // pending
-        PointLayers p = last_layers(metrics, field);
+        ++out.runs_read;
+        PointLayers p = last_layers(metrics, field, out.fields_seen);
         if (p.step < 0) continue;
         p.point = point;
         out.cells[r][c].push_back(std::move(p));
       }
   }
   return out;
+}
+
+void require_layer_field(const CellLayers& layers, const std::string& sweep_dir) {
+  if (layers.runs_read == 0 || std::find(layers.fields_seen.begin(), layers.fields_seen.end(), layers.field) != layers.fields_seen.end())
+    return;
+  std::string known;
+  for (const std::string& k : layers.fields_seen) known += (known.empty() ? "" : ", ") + k;
+  throw UsageError(fmt::format("{}: no run has the per-layer field '{}' (their per-layer fields: {})", shown(sweep_dir, 200),
+                               shown(layers.field), known.empty() ? "none" : known));
 }
 
 std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple kind, const CellLayers& layers) {

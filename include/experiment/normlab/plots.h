@@ -78,12 +78,17 @@ struct PointLayers {
 struct CellLayers {
   std::string field;
   std::vector<std::vector<std::vector<PointLayers>>> cells;  // [row][col]: the points that have a record
+  std::vector<std::string> fields_seen;  // every per-layer field of the metrics read, in order of first sight
+  size_t runs_read = 0;                  // points whose metrics.jsonl was read
 };
 // For each point of s.cells[r][c].points, DIR/runs/<point>/metrics.jsonl's last record with a finite
 // positive value of `field` (a diverged run's last records hold nulls and zeros: the one before
 // them); points without one (pending, or never finite) are left out.
 CellLayers read_cell_layers(const std::string& sweep_dir, const SweepSummary& s,
                             const std::string& field = "block_grad_norm");
+// UsageError when runs were read and none had `layers.field` (a mistyped field would draw empty
+// panels), naming the per-layer fields they have.
+void require_layer_field(const CellLayers& layers, const std::string& sweep_dir);
 
 enum class SmallMultiple {
   loss_curves,    // validation loss by step (s.curves: the mean over seeds), one log y for all cells
