@@ -58,6 +58,7 @@ void check_tensorboard_dir(const std::string& tb, const std::string& run_dir, bo
   const std::string inside = enclosing_run_or_sweep(tb);
   NL_USAGE(inside.empty(), "--tensorboard '{}' is inside '{}' (a run directory, or a sweep's runs/, holds only runs)",
            shown(tb, 200), shown(inside, 200));
+  check_output_dir(tb, "--tensorboard");
   if (!resuming && !event_files(tb).empty())
     spdlog::warn("--tensorboard {} already holds event files: TensorBoard shows them and this run's as one run", tb);
 }

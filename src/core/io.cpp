@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "normlab/error.h"
 
@@ -127,6 +128,20 @@ void check_output_file(const std::string& path, const std::string& flag) {
            shown(path, 200), shown(dir, 200));
   NL_USAGE(::access(dir.c_str(), W_OK) == 0, "{} '{}': the directory '{}' is not writable", flag, shown(path, 200),
            shown(dir, 200));
+}
+
+void check_output_dir(const std::string& path, const std::string& flag) {
+  NL_USAGE(!path.empty(), "{} needs a directory", flag);
+  // The directory itself when it exists, else the nearest ancestor that does (where the missing
+  // levels will be created): a directory this process can write into.
+  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  struct stat st {};
+  while (::stat(p.c_str(), &st) != 0 && errno == ENOENT && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  NL_USAGE(::stat(p.c_str(), &st) == 0, "{} '{}': '{}' cannot be reached: {}", flag, shown(path, 200), shown(p.string(), 200),
+           std::strerror(errno));
+  NL_USAGE(S_ISDIR(st.st_mode), "{} '{}': '{}' is not a directory", flag, shown(path, 200), shown(p.string(), 200));
+  NL_USAGE(::access(p.c_str(), W_OK | X_OK) == 0, "{} '{}': the directory '{}' is not writable", flag, shown(path, 200),
+           shown(p.string(), 200));
 }
 
 namespace {

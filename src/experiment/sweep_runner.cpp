@@ -62,6 +62,7 @@ void check_run_options(const SweepRunOptions& opt) {
     const std::string inside = enclosing_run_or_sweep(opt.tensorboard);
     NL_USAGE(inside.empty(), "--tensorboard '{}' is inside '{}' (a run directory, or a sweep's runs/, holds only runs)",
              shown(opt.tensorboard, 200), shown(inside, 200));
+    check_output_dir(opt.tensorboard, "--tensorboard");
   }
 }
 

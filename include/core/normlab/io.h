@@ -48,6 +48,10 @@ class ReadableFile {
 // exists and is writable; it is not a directory). `flag` names the option in the error.
 void check_output_file(const std::string& path, const std::string& flag);
 
+// Checked before any work is done: `path` is a directory this process can write into, or can be
+// created (its nearest existing ancestor is a writable directory). `flag` names the option.
+void check_output_dir(const std::string& path, const std::string& flag);
+
 // Does the text of an existing file say normlab wrote it (a bench document, a gradcheck dump)?
 // Never throws.
 using WrittenByNormlab = std::function<bool(const std::string& text)>;
