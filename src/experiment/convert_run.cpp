@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -44,6 +46,17 @@ void check_destination(const std::string& out_flag) {
            shown(out_flag, 200), shown(parent, 200));
 }
 
+// A model with a NaN or an infinity in its weights (a run that diverged as it saved, a damaged
+// file) has no function to preserve: refused by name, before anything is written.
+void check_weights_finite(Model& model, const std::string& source) {
+  for (auto& [name, t] : model_state(model)) {
+    const std::vector<double> v = t.to_vector();
+    const auto bad = std::find_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); });
+    NL_USAGE(bad == v.end(), "cannot convert {}: its weights are not finite ({} = {} at index {}): a diverged model has no "
+             "function to keep", shown(source, 200), shown(name, 80), *bad, bad - v.begin());
+  }
+}
+
 }  // namespace
 
 ConvertReport convert_run(const ConvertRequest& req) {
@@ -68,6 +81,7 @@ ConvertReport convert_run(const ConvertRequest& req) {
   const std::string model_file = (fs::path(req.source) / "model.safetensors").string();
   Model source(cfg.model, cfg.seed);
   load_model_state(source, load_safetensors(model_file), model_file);
+  check_weights_finite(source, req.source);
   if (regain) {
     const bool to_offset = req.gain == "gemma";
     NL_USAGE(cfg.model.norm == NormKind::rmsnorm || cfg.model.norm == NormKind::layernorm,

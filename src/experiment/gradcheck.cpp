@@ -70,7 +70,9 @@ Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DTyp
     t.zero_grad();
   }
   Tensor y = a.inst.forward();
-  a.seed = make_seed(y, opt.seed, dtype);
+  // On a CUDA device 16-bit activations are stored natively (bf16 / f16 tensors): the upstream
+  // gradient is one of them, as the loss's backward would hand it over.
+  a.seed = make_seed(y, opt.seed, is_16bit(y.dtype()) ? y.dtype() : dtype);
   y.backward(device == Device::cpu ? a.seed : a.seed.to_device(device));
   for (auto& [name, t] : a.inst.inputs) {
     Tensor g = t.grad();

@@ -407,6 +407,11 @@ ResumableRun find_resumable(const std::string& path_in) {
            "'{}' has no checkpoint to continue from (checkpoints/step-N.safetensors with its step-N.state.safetensors; "
            "train --save_every N writes them)",
            shown(r.partial, 200));
+  // The run goes on inside the partial (its metrics rewritten, later checkpoints added): one it
+  // cannot write is refused before it is taken over, so it keeps its name.
+  for (const std::string& d : {r.partial, r.partial + "/checkpoints", r.partial + "/metrics.jsonl", r.partial + "/timing.jsonl"})
+    NL_USAGE(::access(d.c_str(), F_OK) != 0 || ::access(d.c_str(), W_OK) == 0, "'{}' cannot be resumed: '{}' is not writable ({})",
+             shown(r.partial, 200), shown(d, 200), std::strerror(errno));
   r.config = load_train_config(r.partial + "/config.json", {});
   std::map<std::string, std::string> meta;
   r.point.weights = checkpoint_file(r.partial, step);

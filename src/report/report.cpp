@@ -596,6 +596,7 @@ void find(const std::string& input, std::vector<std::string>& sweep_dirs, std::v
 ReportResult write_report(const ReportRequest& req) {
   NL_USAGE(!req.inputs.empty(), "report needs run or sweep directories (or a folder of them, e.g. results/)");
   NL_USAGE(!req.out.empty(), "--out needs a directory name");
+  if (!req.reproduction.empty()) ReadableFile check(req.reproduction);  // every input checked before the work
   std::error_code ec;
   // Where the site goes, before any reading: a site of ours or nothing, in an existing directory.
   fs::path out = fs::path(req.out).lexically_normal();
