@@ -33,6 +33,8 @@ struct Case {
   std::string name;               // [a-z0-9_] only: the test's name
   std::vector<std::string> args;  // normlab's arguments, run in the scratch directory
   Setup setup;                    // fixtures created in the scratch directory first
+  // Environment variables of the run; "{work}" in a value stands for the scratch directory's path.
+  std::vector<std::pair<std::string, std::string>> env = {};
 };
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
@@ -89,6 +91,44 @@ Setup ln_run(const std::string& name) {
   };
 }
 
+// A finished two-point sweep (lr 1e-3 and 1e-2, tiny points), made once per process and copied.
+Setup sweep_run(const std::string& name) {
+  return [name](const fs::path& w) {
+    static const fs::path cached = [] {
+      const fs::path d = normlab::test::fresh_dir("catalogue_sweep");
+      fs::create_directories(d);
+      const auto r = run_cli({"sweep", "--out", (d / "sw").string(), "--set", "steps=2", "--set", "eval_every=1", "--set",
+                              "layers=1", "--set", "d_model=8", "--set", "d_hidden=8", "--set", "batch_size=2",
+                              "lr=1e-3,1e-2", "-q"});
+      if (r.exit_code != 0) throw std::runtime_error("the sweep fixture failed: " + describe(r));
+      return d / "sw";
+    }();
+    fs::copy(cached, w / name, fs::copy_options::recursive);
+  };
+}
+
+// The cuda-sim module this build made (next to the binary).
+std::string cuda_sim_module() { return (fs::path(NORMLAB_BINARY).parent_path() / "libnormlab_cuda_sim.so").string(); }
+
+Setup fifo(const std::string& name) {
+  return [name](const fs::path& w) { ::mkfifo((w / name).c_str(), 0600); };
+}
+
+// A document whose directive renders the document itself.
+Setup self_rendering(const std::string& name) {
+  return [name](const fs::path& w) { write(w / name, "# doc\n<!-- normlab: sweep render " + name + " -->\n<!-- normlab: end -->\n"); };
+}
+
+// ln's model.safetensors with every weight NaN (the bytes after the header all 0xff).
+void poison_weights(const fs::path& run) {
+  const fs::path f = run / "model.safetensors";
+  std::string bytes = slurp(f);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  for (size_t i = 8 + header; i < bytes.size(); ++i) bytes[i] = '\xff';
+  write(f, bytes);
+}
+
 // A document `bench norms --out` wrote (the committed reference run).
 Setup bench_doc(const std::string& name) {
   return [name](const fs::path& w) {
@@ -115,6 +155,8 @@ std::vector<Case> catalogue() {
   auto add = [&](std::string name, std::vector<std::string> args, Setup setup = {}) {
     c.push_back({std::move(name), std::move(args), std::move(setup)});
   };
+  auto add_env = [&](std::string name, std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env,
+                     Setup setup = {}) { c.push_back({std::move(name), std::move(args), std::move(setup), std::move(env)}); };
 
   // ---- the command line itself
   add("cli_unknown_command", {"nosuch"});
@@ -620,6 +662,40 @@ std::vector<Case> catalogue() {
   add("plot_multiples_bad_kind", {"plot", "multiples", "ln", "--kind", "pie", "--out", "p.svg"}, ln_run("ln"));
   add("probe_plot_preset_without_layers", {"probe", "batchnorm", "--plot", "p.svg"});
   add("probe_plot_users_file", {"probe", "--layers", "2", "--plot", "f.svg"}, mine("f.svg"));
+
+  // ---- hardening, round three (issue 43)
+  // Hangs: a FIFO as the CUDA module; a document that renders itself.
+  add_env("cuda_sim_module_fifo", tiny({"--device", "cuda-sim", "--out", "r"}), {{"NORMLAB_CUDA_SIM_MODULE", "m.so"}},
+          fifo("m.so"));
+  add_env("cuda_module_fifo", tiny({"--device", "cuda", "--out", "r"}), {{"NORMLAB_CUDA_MODULE", "m.so"}}, fifo("m.so"));
+  add_env("cuda_module_is_the_sim_module", tiny({"--device", "cuda", "--out", "r"}),
+          {{"NORMLAB_CUDA_MODULE", cuda_sim_module()}});
+  add("render_itself", {"sweep", "render", "doc.md"}, self_rendering("doc.md"));
+  add("render_itself_check", {"sweep", "render", "doc.md", "--check"}, self_rendering("doc.md"));
+  // A command that exits 2 writes nothing, the kernel tuning cache included.
+  add_env("report_reproduction_missing_no_cache", {"report", "ln", "--reproduction", "nope.md", "--out", "site"},
+          {{"XDG_CACHE_HOME", "{work}/cache"}, {"NORMLAB_TUNE", "fresh"}}, ln_run("ln"));
+  add("convert_all_nan_model", {"convert", "ln", "--to", "rmsnorm", "--out", "c"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    poison_weights(w / "ln");
+  });
+  // Bad input that made an empty figure, or none.
+  add("plot_heatmap_field_empty", {"plot", "heatmap", "ln", "--field", "", "--out", "p.svg"}, ln_run("ln"));
+  add("plot_profile_field_empty", {"plot", "profile", "ln", "--field", "", "--out", "p.svg"}, ln_run("ln"));
+  add("plot_multiples_unknown_field", {"plot", "multiples", "sw", "--kind", "layers", "--field", "nope", "--out", "p.svg"},
+      sweep_run("sw"));
+  add("plot_multiples_field_with_loss", {"plot", "multiples", "sw", "--field", "stream_norm", "--out", "p.svg"},
+      sweep_run("sw"));
+  add("probe_plot_empty", {"probe", "--plot", ""});
+  add("sweep_tensorboard_below_a_file", {"sweep", "--out", "s", "--tensorboard", "f/tb", "steps=2", "layers=1,2"}, mine("f"));
+  // Errors echo what they quote escaped, on one line.
+  add("handcalc_case_newline", {"handcalc", "--precision", "fp16", "--case", "all\nequal"});
+  add("handcalc_positional_newline", {"handcalc", "resid\nual"});
+  add("probe_positional_newline", {"probe", "xiong\n2020"});
+  add("gradcheck_threads_newline", {"gradcheck", "--op", "add", "--threads", "1\n2"});
+  add_env("env_tune_newline", tiny({"--out", "r"}), {{"NORMLAB_TUNE", "fresh\noff"}});
+  add_env("env_norm_variant_newline", tiny({"--out", "r"}), {{"NORMLAB_NORM_VARIANT", "tiled\n2048"}});
+  add_env("env_streaming_stores_newline", tiny({"--out", "r"}), {{"NORMLAB_STREAMING_STORES", "1\n0"}});
   return c;
 }
 
@@ -666,6 +742,11 @@ TEST_P(Catalogue, OneLineExitTwoNothingWritten) {
   normlab::test::RunOptions opt;
   opt.cwd = (cs.name == "train_out_cwd_absolute_force" ? work / "r" : work).string();
   opt.timeout_s = 60;
+  for (auto [name, value] : cs.env) {
+    for (size_t at = value.find("{work}"); at != std::string::npos; at = value.find("{work}"))
+      value.replace(at, 6, work.string());
+    opt.env.emplace_back(name, value);
+  }
   const auto r = run_cli(args, opt);
   EXPECT_FALSE(r.timed_out) << describe(r);
   EXPECT_EQ(r.exit_code, 2) << describe(r);
