@@ -670,6 +670,8 @@ std::vector<Case> catalogue() {
   add_env("cuda_module_fifo", tiny({"--device", "cuda", "--out", "r"}), {{"NORMLAB_CUDA_MODULE", "m.so"}}, fifo("m.so"));
   add_env("cuda_module_is_the_sim_module", tiny({"--device", "cuda", "--out", "r"}),
           {{"NORMLAB_CUDA_MODULE", cuda_sim_module()}});
+  add_env("cuda_module_is_the_sim_module_gradcheck", {"gradcheck", "--device", "cuda", "--op", "gelu"},
+          {{"NORMLAB_CUDA_MODULE", cuda_sim_module()}});
   add("render_itself", {"sweep", "render", "doc.md"}, self_rendering("doc.md"));
   add("render_itself_check", {"sweep", "render", "doc.md", "--check"}, self_rendering("doc.md"));
   // A command that exits 2 writes nothing, the kernel tuning cache included.
