@@ -594,9 +594,8 @@ void find(const std::string& input, std::vector<std::string>& sweep_dirs, std::v
 }
 
 // Where the site goes, checked before anything is read: nothing there yet, or an earlier site as it
-// was written (site_dir.h); never the name a report writes its partial site under. Partial sites
-// left by killed reports are named.
-void check_out(const fs::path& out, const fs::path& out_abs, const ReportRequest& req) {
+// was written (site_dir.h); never the name a report writes its partial site under.
+void check_out(const fs::path& out_abs, const ReportRequest& req) {
   std::string site;
   long pid = 0;
   NL_USAGE(!split_partial(out_abs.string(), &site, &pid),
@@ -608,6 +607,11 @@ void check_out(const fs::path& out, const fs::path& out_abs, const ReportRequest
     const std::string why = site_dir::refusal(out_abs.string());
     NL_USAGE(why.empty(), "--out '{}' {}; nothing was changed (choose another --out)", shown(req.out, 200), why);
   }
+}
+
+// Partial sites left beside OUT by reports that were killed (or killed while removing the site
+// they replaced), named: they are not sites, and normlab cannot tell what else they hold.
+void name_leftovers(const fs::path& out, const ReportRequest& req) {
   if (!req.on_notice) return;
   for (const std::string& path : {out.string(), out.string() + ".old"})
     for (const std::string& p : stale_partials(path))
@@ -634,7 +638,7 @@ ReportResult write_report(const ReportRequest& req) {
   if (out_abs.filename().empty()) out_abs = out_abs.parent_path();
   NL_USAGE(out_abs.has_parent_path() && fs::is_directory(out_abs.parent_path(), ec), "the parent directory of --out '{}' does not exist",
            shown(req.out, 200));
-  check_out(out, out_abs, req);
+  check_out(out_abs, req);
 
   std::vector<std::string> sweep_dirs;
   std::vector<std::pair<std::string, std::string>> run_dirs;
@@ -749,6 +753,7 @@ ReportResult write_report(const ReportRequest& req) {
 
   // Written whole under a temporary name (made here, so never a directory someone else has), then
   // in OUT's place.
+  name_leftovers(out, req);
   stop_if_interrupted();
   const std::string tmp = partial_path(out_abs.string());
   NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));

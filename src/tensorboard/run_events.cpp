@@ -406,13 +406,14 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
                "'{}' already holds event files that normlab's export did not write ('{}'): TensorBoard would show them as one "
                "run; choose another --out",
                shown(dest, 200), shown(fs::path(f).filename().string(), 120));
-    if (opt.on_notice)
-      for (const std::string& p : stale_partials(dest + "/" + kExportPartial))
+    plan.push_back(e);
+  }
+  if (opt.on_notice)
+    for (const TbExport& e : plan)
+      for (const std::string& p : stale_partials(out_dir + "/" + e.name + "/" + kExportPartial))
         opt.on_notice(fmt::format("{} is left from an export that was stopped (its process is gone); TensorBoard does not "
                                   "read it: remove it (rm '{}')",
                                   shown(p, 200), shown(p, 200)));
-    plan.push_back(e);
-  }
   // Every run read and rendered before the first file is written: a torn line in the last run
   // stops the export with nothing written.
   std::vector<std::string> events_of;

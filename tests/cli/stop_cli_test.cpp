@@ -185,6 +185,15 @@ TEST(ReportInterrupt, AKilledReportsPartialIsNoSiteAndIsNamed) {
       << describe(r);
   EXPECT_EQ(entries_named(partial, ""), left);
   expect_whole_site(site);
+  // Killed while it removed the site it replaced: that one is left under SITE.old.partial.<pid>,
+  // and named too.
+  const fs::path old = site.string() + ".old.partial." + std::to_string(dead_pid());
+  fs::create_directories(old / "runs");
+  r = run_cli({"report", (work / "in").string(), "--out", site.string(), "-q"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find(old.filename().string() + " is left from a report that was stopped"), std::string::npos)
+      << describe(r);
+  EXPECT_TRUE(fs::is_directory(old / "runs"));
 }
 
 TEST(ExportInterrupt, SignalsStopItWithEverythingItWroteRemoved) {
