@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "cli_common.h"
 #include "normlab/tensorboard.h"
@@ -18,7 +19,10 @@ struct ExportArgs {
 };
 
 int run_export_tensorboard(const ExportArgs& a, const GlobalOptions& g) {
-  const std::vector<TbExport> done = export_tensorboard(a.paths, a.out);
+  TbExportOptions opt;
+  opt.interrupt = catch_interrupts();
+  opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
+  const std::vector<TbExport> done = export_tensorboard(a.paths, a.out, opt);
   size_t scalars = 0;
   for (const TbExport& e : done) scalars += e.scalars;
   if (g.json) {
@@ -53,7 +57,9 @@ folder given (without a sweep's runs/): every number of metrics.jsonl as a scala
 per-layer lists as <field>/layer_<k>, timing as timing/<field>, result.json's numbers as
 result/<field>, and the texts config and status. Exporting again replaces the earlier export's
 files; event files that an export did not write (a run trained there with --tensorboard) are
-never touched: the export stops and says so. docs/tensorboard.md has the details.)");
+never touched: the export stops and says so, as it does for a symbolic link at DIR/<name>. All or
+nothing: a failed write or Ctrl-C (SIGINT, SIGTERM, SIGHUP) leaves DIR as it was. docs/tensorboard.md
+has the details.)");
   return [args, &g, tb] {
     if (tb->parsed()) return run_export_tensorboard(*args, g);
     return 2;

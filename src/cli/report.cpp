@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "cli_common.h"
 #include "normlab/report.h"
@@ -22,9 +23,13 @@ Runner add_report(CLI::App& app, GlobalOptions& g) {
   normlab report sweeps/lr runs/long --out /tmp/site
 
 The site needs nothing from the network (one stylesheet, a few lines of script to sort tables);
-it opens from file://. It is written whole under OUT.partial.<pid> and then replaces OUT, which
-must be a site an earlier `normlab report` wrote (it holds .normlab-report) or not exist.)");
+it opens from file://. It is written whole under OUT.partial.<pid>, its marker .normlab-report (every
+file with its size and SHA-256) last, and then replaces OUT, which must not exist or be a site an
+earlier `normlab report` wrote, as it wrote it: a file added to it or changed in it is named and
+nothing is replaced. Ctrl-C (SIGINT), SIGTERM or SIGHUP stop it with the partial site removed.)");
   return [req, &g] {
+    req->interrupt = catch_interrupts();
+    req->on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
     const ReportResult r = write_report(*req);
     if (g.json) {
       std::cout << nlohmann::json{{"out", r.out}, {"sweeps", r.sweeps}, {"runs", r.runs}, {"pages", r.pages}, {"files", r.files},

@@ -108,14 +108,10 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
   opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };
   opt.interrupt = catch_interrupts();
   opt.on_eval = [table, progress, &events](const EvalRecord& r) {
-    // The run is the experiment: a TensorBoard file that cannot be written (a full disk) costs the
-    // events, not the run.
-    if (events) try {
-        events->eval(r);
-      } catch (const Error& e) {
-        spdlog::warn("TensorBoard events stopped: {}", e.what());
-        events.reset();
-      }
+    // An events file that cannot be written (a full disk, a file-size limit) stops the run with an
+    // error naming it, as any file of the run does (docs/tensorboard.md); the file keeps its whole
+    // records only.
+    if (events) events->eval(r);
     if (progress) clear_progress_line();
     if (table) print_loss_table_row(r);
   };

@@ -1,6 +1,7 @@
 // Checked, atomic writes and bounded reads of regular files (POSIX calls: every error is seen).
 #include "normlab/io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 
 #include "normlab/error.h"
+#include "normlab/system.h"
 
 namespace normlab {
 
@@ -234,6 +236,64 @@ bool rename_noreplace(const std::string& from, const std::string& to) {
   ::rmdir(to.c_str());
   errno = e;
   return false;
+}
+
+namespace {
+constexpr const char* kPartialTag = ".partial.";
+
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// The digits of a pid: 1 to 9 of them (a pid_t is below 2^22 on Linux).
+bool pid_digits(const std::string& digits, long* pid) {
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *pid = std::stol(digits);
+  return true;
+}
+}  // namespace
+
+std::string partial_path(const std::string& path) {
+  return without_trailing_slashes(path) + kPartialTag + std::to_string(::getpid());
+}
+
+bool split_partial(const std::string& partial_in, std::string* path, long* pid) {
+  const std::string partial = without_trailing_slashes(partial_in);
+  const std::string tag = kPartialTag;
+  const size_t at = partial.rfind(tag);
+  if (at == std::string::npos || at == 0 || partial[at - 1] == '/') return false;
+  if (partial.find('/', at) != std::string::npos || !pid_digits(partial.substr(at + tag.size()), pid)) return false;
+  *path = partial.substr(0, at);
+  return true;
+}
+
+std::vector<std::pair<std::string, long>> partials_of(const std::string& path_in) {
+  const std::string path = without_trailing_slashes(path_in);
+  const size_t slash = path.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + kPartialTag;
+  std::vector<std::pair<std::string, long>> found;
+  DIR* d = ::opendir(parent.c_str());
+  if (!d) return found;
+  while (const struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    long pid = 0;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        !pid_digits(name.substr(prefix.size()), &pid))
+      continue;
+    found.emplace_back(slash == std::string::npos ? name : parent == "/" ? "/" + name : parent + "/" + name, pid);
+  }
+  ::closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::vector<std::string> stale_partials(const std::string& path) {
+  std::vector<std::string> stale;
+  for (const auto& [p, pid] : partials_of(path))
+    if (!process_alive(pid)) stale.push_back(p);
+  return stale;
 }
 
 CheckedFile::CheckedFile(const std::string& path) : path_(path) {

@@ -221,4 +221,20 @@ int wait_child(pid_t pid) {
 
 int run_child(const ChildSpec& spec) { return wait_child(start_child(spec)); }
 
+bool process_alive(long pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  if (!(comm >> name)) return true;  // no /proc: trust kill()
+  std::ifstream self("/proc/self/comm");
+  std::string mine;
+  return !(self >> mine) || name == mine;
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
 }  // namespace normlab

@@ -15,6 +15,7 @@
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/run.h"
+#include "normlab/system.h"
 
 namespace normlab {
 
@@ -113,7 +114,7 @@ ConvertReport convert_run(const ConvertRequest& req) {
     if (req.interrupt && *req.interrupt) throw Interrupted("", static_cast<int>(*req.interrupt));
   };
   stop_if_interrupted();
-  const std::string tmp = out + ".partial." + std::to_string(getpid());
+  const std::string tmp = partial_path(out);
   NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
   try {
     report.val_loss_before = validation_loss(cfg, source);
@@ -165,9 +166,8 @@ ConvertReport convert_run(const ConvertRequest& req) {
   } catch (const Interrupted& e) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
-    const char* abbrev = sigabbrev_np(e.signal);
-    throw Interrupted(fmt::format("interrupted by SIG{}; the unfinished conversion {} was removed",
-                                  abbrev ? abbrev : std::to_string(e.signal).c_str(), shown(tmp, 200)),
+    throw Interrupted(fmt::format("interrupted by {}; the unfinished conversion {} was removed", signal_name(e.signal),
+                                  shown(tmp, 200)),
                       e.signal);
   } catch (...) {
     std::error_code ec;

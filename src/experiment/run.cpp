@@ -7,13 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "normlab/backend.h"
@@ -21,6 +19,7 @@
 #include "normlab/config.h"
 #include "normlab/io.h"
 #include "normlab/stats.h"
+#include "normlab/system.h"
 
 namespace normlab {
 
@@ -52,47 +51,6 @@ std::string parent_dir(const std::string& dir) {
   return slash == 0 ? "/" : dir.substr(0, slash);
 }
 
-// A process that exists and is a normlab (a pid reused by another program does not count).
-bool process_alive(long pid) {
-  if (pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  if (!(comm >> name)) return true;  // no /proc: trust kill()
-  std::ifstream self("/proc/self/comm");
-  std::string mine;
-  return !(self >> mine) || name == mine;
-}
-
-// <dir>.partial.<pid> next to dir, with their pids.
-std::vector<std::pair<std::string, long>> partials_of(const std::string& dir) {
-  std::vector<std::pair<std::string, long>> found;
-  const std::string parent = parent_dir(dir);
-  const std::string prefix = fs::path(dir).filename().string() + ".partial.";
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.emplace_back((parent == "." ? name : parent + "/" + name), std::stol(digits));
-  }
-  return found;
-}
-
-// "<dir>.partial.<pid>" -> (dir, pid); nothing for any other name.
-bool split_partial(const std::string& path, std::string* dir, long* pid) {
-  const std::string tag = ".partial.";
-  const size_t at = path.rfind(tag);
-  if (at == std::string::npos || at == 0) return false;
-  const std::string digits = path.substr(at + tag.size());
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
-  if (path.find('/', at) != std::string::npos) return false;
-  *dir = path.substr(0, at);
-  *pid = std::stol(digits);
-  return true;
-}
-
 // The latest step N in <run>/checkpoints with both step-N.safetensors and step-N.state.safetensors
 // (written in that order, each atomically: the state file's presence means the pair is whole);
 // 0 when there is none.
@@ -118,15 +76,6 @@ std::string checkpoint_file(const std::string& run, int64_t step) {
 }
 std::string state_file(const std::string& run, int64_t step) {
   return fmt::format("{}/checkpoints/step-{}.state.safetensors", run, step);
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-  }
 }
 
 // The finished run `tmp` becomes `dir`. When `old` is given, the run directory that was at dir
@@ -328,14 +277,6 @@ bool is_run_directory(const std::string& path) {
   return is_regular(path + "/config.json") && is_regular(path + "/result.json");  // a run from before the marker
 }
 
-std::vector<std::string> stale_partials(const std::string& dir) {
-  std::vector<std::string> stale;
-  const std::string d = without_trailing_slashes(dir);
-  for (const auto& [path, pid] : partials_of(d))
-    if (!process_alive(pid)) stale.push_back(path);
-  return stale;
-}
-
 void check_run_destination(const RunOptions& opt) {
   NL_USAGE(!opt.dir.empty(), "no run directory given (--out DIR)");
   const std::string dir = without_trailing_slashes(opt.dir);
@@ -454,7 +395,7 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
   struct stat old {};
   const bool replace = ::lstat(dir.c_str(), &old) == 0;
 
-  const std::string tmp = dir + ".partial." + std::to_string(getpid());
+  const std::string tmp = partial_path(dir);
   if (opt.resume && opt.resume->partial == tmp) {
     // A stopped run of a process that had this pid: it is ours to continue in place.
   } else if (is_run_directory(tmp)) {  // a partial of a dead process that had this pid

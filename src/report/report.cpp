@@ -1,6 +1,6 @@
 // `normlab report`: sweeps and runs as one static site (normlab/report.h). Everything is read and
-// rendered into memory first; the files are then written under OUT.partial.<pid>, which takes
-// OUT's place at the end.
+// rendered into memory first; the files are then written under OUT.partial.<pid>, the marker
+// last, which takes OUT's place at the end (site_dir.h: the marker, the check, the replace).
 #include "normlab/report.h"
 
 #include <sys/stat.h>
@@ -22,7 +22,9 @@
 #include "normlab/plots.h"
 #include "normlab/run.h"
 #include "normlab/sweep.h"
+#include "normlab/system.h"
 #include "normlab/table.h"
+#include "site_dir.h"
 
 namespace normlab {
 
@@ -591,9 +593,41 @@ void find(const std::string& input, std::vector<std::string>& sweep_dirs, std::v
   }
 }
 
+// Where the site goes, checked before anything is read: nothing there yet, or an earlier site as it
+// was written (site_dir.h); never the name a report writes its partial site under.
+void check_out(const fs::path& out_abs, const ReportRequest& req) {
+  std::string site;
+  long pid = 0;
+  NL_USAGE(!split_partial(out_abs.string(), &site, &pid),
+           "--out '{}' is a partial site's name (a report writes SITE.partial.<pid>, then renames it to SITE): choose "
+           "another --out",
+           shown(req.out, 200));
+  struct stat st {};
+  if (::lstat(out_abs.c_str(), &st) == 0) {
+    const std::string why = site_dir::refusal(out_abs.string());
+    NL_USAGE(why.empty(), "--out '{}' {}; nothing was changed (choose another --out)", shown(req.out, 200), why);
+  }
+}
+
+// Partial sites left beside OUT by reports that were killed (or killed while removing the site
+// they replaced), named: they are not sites, and normlab cannot tell what else they hold.
+void name_leftovers(const fs::path& out, const ReportRequest& req) {
+  if (!req.on_notice) return;
+  for (const std::string& path : {out.string(), out.string() + ".old"})
+    for (const std::string& p : stale_partials(path))
+      req.on_notice(fmt::format("{} is left from a report that was stopped (its process is gone); it is not a site: "
+                                "look at it or remove it (rm -r '{}')",
+                                shown(p, 200), shown(p, 200)));
+}
+
 }  // namespace
 
 ReportResult write_report(const ReportRequest& req) {
+  auto stop_if_interrupted = [&req] {
+    if (req.interrupt && *req.interrupt)
+      throw Interrupted(fmt::format("interrupted by {}; nothing was written", signal_name(*req.interrupt)),
+                        static_cast<int>(*req.interrupt));
+  };
   NL_USAGE(!req.inputs.empty(), "report needs run or sweep directories (or a folder of them, e.g. results/)");
   NL_USAGE(!req.out.empty(), "--out needs a directory name");
   if (!req.reproduction.empty()) ReadableFile check(req.reproduction);  // every input checked before the work
@@ -605,11 +639,7 @@ ReportResult write_report(const ReportRequest& req) {
   if (out_abs.filename().empty()) out_abs = out_abs.parent_path();
   NL_USAGE(out_abs.has_parent_path() && fs::is_directory(out_abs.parent_path(), ec), "the parent directory of --out '{}' does not exist",
            shown(req.out, 200));
-  const fs::file_status ost = fs::symlink_status(out, ec);
-  if (fs::exists(ost))
-    NL_USAGE(fs::is_directory(ost) && fs::is_regular_file(out / kReportMarker, ec),
-             "--out '{}' exists and is not a site `normlab report` wrote (no {}): choose another directory", shown(req.out, 200),
-             kReportMarker);
+  check_out(out_abs, req);
 
   std::vector<std::string> sweep_dirs;
   std::vector<std::pair<std::string, std::string>> run_dirs;
@@ -652,6 +682,7 @@ ReportResult write_report(const ReportRequest& req) {
       p.values = plan.points[i].values;
       p.status = states[i].status;
       if (states[i].done) {
+        stop_if_interrupted();
         runs.push_back(read_run_info(d + "/runs/" + p.name, sw.name + "/" + p.name));
         p.run = &runs.back();
         const std::string s = str(p.run->result, "status");
@@ -665,16 +696,24 @@ ReportResult write_report(const ReportRequest& req) {
   std::set<std::string> run_names;
   for (const auto& [d, name] : run_dirs) {
     NL_USAGE(run_names.insert(name).second, "two runs would be reported as '{}'", shown(name, 200));
+    stop_if_interrupted();
     runs.push_back(read_run_info(d, "standalone/" + name));
   }
 
   // Pages.
   for (const SweepInfo& sw : sweeps) {
+    stop_if_interrupted();
     sweep_page(site, sw);
     for (const PointInfo& p : sw.points)
-      if (p.run) run_page(site, *p.run, sw.name);
+      if (p.run) {
+        stop_if_interrupted();
+        run_page(site, *p.run, sw.name);
+      }
   }
-  for (size_t i = first_standalone; i < runs.size(); ++i) run_page(site, runs[i], "");
+  for (size_t i = first_standalone; i < runs.size(); ++i) {
+    stop_if_interrupted();
+    run_page(site, runs[i], "");
+  }
   std::string md = req.reproduction;
   if (md.empty())
     for (const std::string& in : req.inputs)
@@ -712,41 +751,23 @@ ReportResult write_report(const ReportRequest& req) {
   site.page("index.html", "normlab report", b);
   site.files["style.css"] = kStyle;
   site.files["sort.js"] = kSortJs;
-  site.files[kReportMarker] = "a site written by `normlab report`; `normlab report --out` replaces only directories holding this file\n";
 
   // Written whole under a temporary name (made here, so never a directory someone else has), then
-  // in OUT's place: OUT is re-checked just before, and an earlier site is removed only after the
-  // new one has its name.
-  const fs::path tmp = fs::path(out_abs.string() + ".partial." + std::to_string(::getpid()));
-  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp.string(), 200), std::strerror(errno));
-  auto is_site = [](const fs::path& dir) {
-    struct stat st {};
-    return ::lstat((dir / kReportMarker).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  };
+  // in OUT's place.
+  name_leftovers(out, req);
+  stop_if_interrupted();
+  const std::string tmp = partial_path(out_abs.string());
+  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
   try {
-    for (const auto& [path, content] : site.files) {
-      const fs::path p = tmp / path;
-      fs::create_directories(p.parent_path(), ec);
-      NL_USAGE(!ec, "cannot create '{}': {}", shown(p.parent_path().string(), 200), ec.message());
-      CheckedFile f(p.string());
-      f.write(content);
-      f.close();
-    }
-    const fs::path old = fs::path(out_abs.string() + ".old." + std::to_string(::getpid()));
-    const bool had = fs::exists(fs::symlink_status(out_abs, ec));
-    if (had) {
-      NL_USAGE(is_site(out_abs), "--out '{}' changed while the site was written: it is no longer a site `normlab report` wrote",
-               shown(req.out, 200));
-      NL_USAGE(rename_noreplace(out_abs.string(), old.string()), "cannot replace '{}': {}", shown(req.out, 200), std::strerror(errno));
-    }
-    if (!rename_noreplace(tmp.string(), out_abs.string())) {
-      const std::string why = std::strerror(errno);
-      if (had) rename_noreplace(old.string(), out_abs.string());
-      throw UsageError(fmt::format("cannot write '{}': {}", shown(req.out, 200), why));
-    }
-    if (had && is_site(old)) fs::remove_all(old, ec);  // the earlier site
-  } catch (...) {
+    site_dir::write(tmp, site.files, stop_if_interrupted);
+    stop_if_interrupted();  // the last moment the command can still stop with nothing changed
+    site_dir::install(tmp, out_abs.string(), req.out, req.on_notice);
+  } catch (const Interrupted& e) {
     fs::remove_all(tmp, ec);  // made above by this process
+    throw Interrupted(fmt::format("interrupted by {}; the unfinished site {} was removed", signal_name(e.signal), shown(tmp, 200)),
+                      e.signal);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
     throw;
   }
   ReportResult r;
@@ -754,7 +775,7 @@ ReportResult write_report(const ReportRequest& req) {
   r.sweeps = sweeps.size();
   r.runs = runs.size();
   r.pages = site.pages;
-  r.files = site.files.size();
+  r.files = site.files.size() + 1;  // and the marker
   r.experiments = experiments;
   return r;
 }

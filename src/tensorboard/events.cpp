@@ -136,8 +136,15 @@ EventWriter::~EventWriter() {
 }
 
 void EventWriter::append(const std::string& framed_events) {
-  NL_USAGE(fd_ >= 0 && write_all(fd_, framed_events), "writing '{}' failed: {}", shown(path_, 200),
-           fd_ >= 0 ? std::strerror(errno) : "closed");
+  NL_USAGE(fd_ >= 0, "writing '{}' failed: closed", shown(path_, 200));
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  if (write_all(fd_, framed_events)) return;
+  const int e = errno;
+  // A short write (the disk filled, the file-size limit) left part of a record: the file is cut
+  // back to its last whole record, so that it stays readable to its end.
+  const bool whole = end >= 0 && ::ftruncate(fd_, end) == 0 && ::lseek(fd_, end, SEEK_SET) == end;
+  throw UsageError(fmt::format("writing '{}' failed: {}{}", shown(path_, 200), std::strerror(e),
+                               whole ? "" : "; its last record may be torn"));
 }
 
 void EventWriter::close() {

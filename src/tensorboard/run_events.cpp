@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include "normlab/error.h"
 #include "normlab/io.h"
 #include "normlab/run.h"
+#include "normlab/system.h"
 #include "normlab/tensorboard.h"
 
 namespace normlab {
@@ -263,11 +266,115 @@ bool inside(const fs::path& p, const fs::path& dir) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
+// An export's file is written whole under <DIR/name>/.export.partial.<pid> (TensorBoard reads only
+// names holding "tfevents"), then renamed.
+constexpr const char* kExportPartial = ".export";
+
+// DIR/<name> and every folder between them: directories or absent, never a symbolic link (an
+// export writes below --out only, never through a link into someone's directory).
+void check_destination(const std::string& out_dir, const std::string& name) {
+  fs::path at = out_dir;
+  for (const fs::path& part : fs::path(name)) {
+    at /= part;
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) return;  // absent: the export makes it, and what is below it
+    NL_USAGE(!S_ISLNK(st.st_mode), "'{}' is a symbolic link; the export neither follows it nor writes through it: "
+             "remove it or choose another --out", shown(at.string(), 200));
+    NL_USAGE(S_ISDIR(st.st_mode), "'{}' is not a directory", shown(at.string(), 200));
+  }
+}
+
+// `path` and the folders above it that are absent, made one by one; each made is added to `made`
+// (to be removed if the export fails). A symbolic link below `out_dir` is refused, as it was when
+// the export was planned.
+void make_directories(const fs::path& out_dir, const std::string& name, std::vector<std::string>& made) {
+  fs::path at;
+  auto make = [&made](const fs::path& dir, bool below_out) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) == 0) {
+      NL_USAGE(!below_out || !S_ISLNK(st.st_mode), "'{}' is a symbolic link; the export neither follows it nor writes "
+               "through it", shown(dir.string(), 200));
+      NL_USAGE(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "'{}' is not a directory", shown(dir.string(), 200));
+      return;
+    }
+    NL_USAGE(::mkdir(dir.c_str(), 0755) == 0, "cannot create '{}': {}", shown(dir.string(), 200), std::strerror(errno));
+    made.push_back(dir.string());
+  };
+  for (const fs::path& part : out_dir) {
+    at /= part;
+    make(at, false);
+  }
+  for (const fs::path& part : fs::path(name)) {
+    at /= part;
+    make(at, true);
+  }
+}
+
+// All of the plan's files or none: each written whole under its partial name (stop() between
+// files), then all renamed to their names, then the earlier export's files of the same runs
+// removed. A failed write (a full disk, a file-size limit) or an interrupt removes every partial
+// file and every folder the export made, and leaves the rest as it was.
+void write_exports(const std::string& out_dir, std::vector<TbExport>& plan, const std::vector<std::string>& events_of,
+                   const std::function<void()>& stop) {
+  std::vector<std::string> made, staged;
+  std::vector<std::vector<std::string>> earlier(plan.size());
+  auto undo = [&] {
+    for (const std::string& f : staged) ::unlink(f.c_str());
+    for (auto d = made.rbegin(); d != made.rend(); ++d) ::rmdir(d->c_str());  // empty: only ours was in it
+  };
+  try {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      stop();
+      TbExport& e = plan[i];
+      const std::string dest = out_dir + "/" + e.name;
+      make_directories(out_dir, e.name, made);
+      earlier[i] = event_files(dest);
+      struct stat st {};
+      const long long stamp = ::stat((e.run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<long long>(st.st_mtime) : 0;
+      e.file = fmt::format("{}/events.out.tfevents.{}{}", dest, stamp, kExportSuffix);
+      const std::string tmp = partial_path(dest + "/" + kExportPartial);
+      staged.push_back(tmp);
+      CheckedFile f(tmp);
+      f.write(events_of[i]);
+      f.close();
+    }
+    stop();  // the last moment the export can stop with nothing changed
+  } catch (const Interrupted& e) {
+    undo();
+    throw Interrupted(fmt::format("interrupted by {}; the export's partial files were removed, nothing was exported",
+                                  signal_name(e.signal)),
+                      e.signal);
+  } catch (...) {
+    undo();
+    throw;
+  }
+  // Renamed over an earlier export's file of the same name (the only kind that can be there:
+  // checked when planned).
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (::rename(staged[i].c_str(), plan[i].file.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      for (size_t j = i; j < staged.size(); ++j) ::unlink(staged[j].c_str());
+      throw UsageError(fmt::format("cannot write '{}': {}", shown(plan[i].file, 200), why));
+    }
+  }
+  std::error_code ec;
+  for (size_t i = 0; i < plan.size(); ++i)
+    for (const std::string& old : earlier[i])
+      if (old != plan[i].file && fs::is_regular_file(fs::symlink_status(old, ec)) && written_by_export(old))
+        fs::remove(old, ec);  // an earlier export's
+}
+
 }  // namespace
 
-std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, const std::string& out_dir) {
+std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, const std::string& out_dir,
+                                         const TbExportOptions& opt) {
   NL_USAGE(!paths.empty(), "export tensorboard needs a run or sweep directory");
   NL_USAGE(!out_dir.empty(), "--out needs a directory name");
+  auto stop_if_interrupted = [&opt] {
+    if (opt.interrupt && *opt.interrupt)
+      throw Interrupted(fmt::format("interrupted by {}; nothing was exported", signal_name(*opt.interrupt)),
+                        static_cast<int>(*opt.interrupt));
+  };
   std::vector<std::pair<std::string, std::string>> runs;
   for (const std::string& p : paths) {
     const size_t before = runs.size();
@@ -290,10 +397,10 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
     e.run = run;
     e.name = name;
     const std::string dest = out_dir + "/" + name;
+    check_destination(out_dir, name);
     const std::string inside_run = enclosing_run_or_sweep(dest);
     NL_USAGE(inside_run.empty(), "the events of '{}' would go to '{}', inside '{}' (a run directory, or a sweep's runs/, holds "
              "only runs): choose another --out", shown(run, 200), shown(dest, 200), shown(inside_run, 200));
-    NL_USAGE(!fs::exists(dest, ec) || fs::is_directory(dest, ec), "'{}' is not a directory", shown(dest, 200));
     for (const std::string& f : event_files(dest))
       NL_USAGE(written_by_export(f),
                "'{}' already holds event files that normlab's export did not write ('{}'): TensorBoard would show them as one "
@@ -301,42 +408,20 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
                shown(dest, 200), shown(fs::path(f).filename().string(), 120));
     plan.push_back(e);
   }
+  if (opt.on_notice)
+    for (const TbExport& e : plan)
+      for (const std::string& p : stale_partials(out_dir + "/" + e.name + "/" + kExportPartial))
+        opt.on_notice(fmt::format("{} is left from an export that was stopped (its process is gone); TensorBoard does not "
+                                  "read it: remove it (rm '{}')",
+                                  shown(p, 200), shown(p, 200)));
   // Every run read and rendered before the first file is written: a torn line in the last run
   // stops the export with nothing written.
   std::vector<std::string> events_of;
-  for (TbExport& e : plan) events_of.push_back(run_events(e.run, &e.scalars));
-  for (size_t i = 0; i < plan.size(); ++i) {
-    TbExport& e = plan[i];
-    const std::string dest = out_dir + "/" + e.name;
-    const std::string& events = events_of[i];
-    fs::create_directories(dest, ec);
-    NL_USAGE(!ec, "cannot create '{}': {}", shown(dest, 200), ec.message());
-    const std::vector<std::string> earlier = event_files(dest);
-    struct stat st {};
-    const long long stamp = ::stat((e.run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<long long>(st.st_mtime) : 0;
-    e.file = fmt::format("{}/events.out.tfevents.{}{}", dest, stamp, kExportSuffix);
-    // Whole under a name TensorBoard does not read, then renamed over an earlier export's file of
-    // the same name (the only kind that can be there: checked above).
-    const std::string tmp = fmt::format("{}/.export.partial.{}", dest, getpid());
-    {
-      CheckedFile f(tmp);
-      try {
-        f.write(events);
-        f.close();
-      } catch (...) {
-        ::unlink(tmp.c_str());
-        throw;
-      }
-    }
-    if (::rename(tmp.c_str(), e.file.c_str()) != 0) {
-      const std::string why = std::strerror(errno);
-      ::unlink(tmp.c_str());
-      throw UsageError(fmt::format("cannot write '{}': {}", shown(e.file, 200), why));
-    }
-    for (const std::string& old : earlier)
-      if (old != e.file && fs::is_regular_file(fs::symlink_status(old, ec)) && written_by_export(old))
-        fs::remove(old, ec);  // an earlier export's
+  for (TbExport& e : plan) {
+    stop_if_interrupted();
+    events_of.push_back(run_events(e.run, &e.scalars));
   }
+  write_exports(out_dir, plan, events_of, stop_if_interrupted);
   return plan;
 }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "test_util.h"
@@ -132,6 +133,94 @@ TEST(ReportCli, NeverReplacesAPersonsDirectory) {
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("not a site"), std::string::npos) << describe(r);
   EXPECT_EQ(slurp(work / "mine" / "notes.txt"), "mine\n");
+}
+
+// A site is replaced only as normlab wrote it (issue 43): a file a person added to it or changed in
+// it, an empty or forged marker, a site of an earlier normlab whose marker lists nothing: refused
+// with one line naming the reason, exit 2, nothing changed.
+TEST(ReportCli, ReplacesOnlyASiteAsItWroteIt) {
+  const fs::path work = fresh_dir("report_replace");
+  fs::create_directories(work);
+  auto r = run_cli({"train", "--steps", "2", "--eval_every", "1", "--layers", "1", "--batch_size", "2", "--out",
+                    (work / "run").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const fs::path site = work / "site";
+  const std::vector<std::string> report = {"report", (work / "run").string(), "--out", site.string(), "-q"};
+  ASSERT_EQ((r = run_cli(report)).exit_code, 0) << describe(r);
+  // The marker lists every other file of the site with its size and digest.
+  const auto marker = nlohmann::json::parse(slurp(site / ".normlab-report"));
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(site))
+    if (e.is_regular_file() && e.path().filename() != ".normlab-report") {
+      const std::string rel = e.path().lexically_relative(site).string();
+      ASSERT_TRUE(marker["files"].contains(rel)) << rel;
+      EXPECT_EQ(marker["files"][rel]["bytes"], fs::file_size(e.path())) << rel;
+      EXPECT_TRUE(normlab::test::is_sha256_hex(marker["files"][rel]["sha256"])) << rel;
+      ++files;
+    }
+  EXPECT_EQ(marker["files"].size(), files);
+  ASSERT_EQ((r = run_cli(report)).exit_code, 0) << describe(r);  // as written: replaced
+
+  // A person's file in the site: refused, named, nothing changed.
+  std::ofstream(site / "notes.txt") << "mine\n";
+  const std::string index = slurp(site / "index.html");
+  r = run_cli(report);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'notes.txt', which `normlab report` did not write"), std::string::npos) << describe(r);
+  EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_EQ(slurp(site / "notes.txt"), "mine\n");
+  EXPECT_EQ(slurp(site / "index.html"), index);
+  fs::remove(site / "notes.txt");
+  // ... in a folder of the site, or a folder of one's own.
+  fs::create_directories(site / "runs" / "mine");
+  r = run_cli(report);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'runs/mine'"), std::string::npos) << describe(r);
+  EXPECT_TRUE(fs::is_directory(site / "runs" / "mine"));
+  fs::remove(site / "runs" / "mine");
+  // A file of the site changed by hand.
+  std::ofstream(site / "style.css", std::ios::app) << "/* my edit */\n";
+  r = run_cli(report);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'style.css', which was changed"), std::string::npos) << describe(r);
+  EXPECT_NE(slurp(site / "style.css").find("my edit"), std::string::npos);
+  // Removing a file of the site loses nothing: the site is still replaced.
+  fs::remove(site / "style.css");
+  ASSERT_EQ((r = run_cli(report)).exit_code, 0) << describe(r);
+  EXPECT_TRUE(fs::is_regular_file(site / "style.css"));
+  for (const auto& e : fs::directory_iterator(work)) EXPECT_EQ(e.path().string().find(".partial."), std::string::npos) << e.path();
+}
+
+TEST(ReportCli, AnEmptyOrForgedMarkerMakesNoSite) {
+  const fs::path work = fresh_dir("report_marker");
+  fs::create_directories(work / "mine");
+  auto r = run_cli({"train", "--steps", "2", "--eval_every", "1", "--layers", "1", "--batch_size", "2", "--out",
+                    (work / "run").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::ofstream(work / "mine" / "a.txt") << "x\n";
+  for (const std::string& marker :
+       {std::string(""), std::string("a site written by `normlab report`; `normlab report --out` replaces only directories holding this file\n"),
+        std::string("{\"written_by\": \"normlab report\", \"files\": {\"a.txt\": {\"bytes\": 2}}}\n"),
+        std::string("{\"written_by\": \"normlab report\", \"files\": {\"../a.txt\": {\"bytes\": 2, \"sha256\": \"") +
+            std::string(64, '0') + "\"}}}\n"}) {
+    std::ofstream(work / "mine" / ".normlab-report") << marker;
+    r = run_cli({"report", (work / "run").string(), "--out", (work / "mine").string()});
+    EXPECT_EQ(r.exit_code, 2) << marker << describe(r);
+    EXPECT_NE(r.err.find("--out"), std::string::npos) << describe(r);
+    EXPECT_EQ(slurp(work / "mine" / "a.txt"), "x\n");
+    EXPECT_EQ(slurp(work / "mine" / ".normlab-report"), marker);
+  }
+  // A marker that lists a.txt as it is still does not make index.html (not listed) normlab's: the
+  // listing proves only the files it names.
+  std::ofstream(work / "mine" / "index.html") << "my page\n";
+  std::ofstream(work / "mine" / ".normlab-report")
+      << nlohmann::json{{"written_by", "normlab report"},
+                        {"files", {{"a.txt", {{"bytes", 2}, {"sha256", "73cb3858a687a8494ca3323053016282f3dad39d42cf62ca4e79dda2aac7d9ac"}}}}}}
+             .dump();
+  r = run_cli({"report", (work / "run").string(), "--out", (work / "mine").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'index.html', which `normlab report` did not write"), std::string::npos) << describe(r);
+  EXPECT_EQ(slurp(work / "mine" / "index.html"), "my page\n");
 }
 
 // `plot` and `probe --plot` write marked SVG files and replace only those.

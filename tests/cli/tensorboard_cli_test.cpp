@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -49,6 +51,23 @@ size_t expect_tb_matches(const fs::path& tb, const fs::path& run) {
   return checked;
 }
 
+// normlab run with a file-size limit of `kib` KiB (ulimit -f), through sh.
+normlab::test::CliResult run_cli_limited(int kib, const std::vector<std::string>& args) {
+  const char* bin = std::getenv("NORMLAB_TEST_BINARY");
+  std::vector<std::string> argv = {"-c", "ulimit -f " + std::to_string(kib) + " && exec \"$0\" \"$@\"",
+                                   bin && *bin ? bin : NORMLAB_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return normlab::test::run_program("/bin/sh", argv);
+}
+
+// Every file and folder below root, with the files' contents.
+std::map<std::string, std::string> tree(const fs::path& root) {
+  std::map<std::string, std::string> t;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    t[e.path().lexically_relative(root).string()] = e.is_symlink() ? "link" : e.is_regular_file() ? slurp(e.path()) : "dir";
+  return t;
+}
+
 }  // namespace
 
 TEST(TensorBoardCli, TrainWritesTheRunsNumbersAsItGoes) {
@@ -73,4 +92,77 @@ TEST(TensorBoardCli, SweepGivesEachPointItsOwnRun) {
     ++points;
   }
   EXPECT_EQ(points, 4u);
+}
+
+// A file-size limit hit by the events file while the run trains stops the run with an error
+// naming the file (docs/tensorboard.md), and the file ends with a whole record: the reader, which
+// checks every length and CRC, reads it to its end.
+TEST(TensorBoardCli, AFileSizeLimitStopsTheRunAndLeavesNoTornRecord) {
+  const fs::path dir = fresh_dir("tb_cli_limit");
+  fs::create_directories(dir);
+  // The events file starts with the config (~1.6 KB) and then grows about as fast as
+  // metrics.jsonl (~0.4 KB an evaluation): it reaches 4 KiB a few evaluations first.
+  const auto r = run_cli_limited(4, {"train", "--steps", "60", "--eval_every", "1", "--layers", "3", "--batch_size", "2",
+                                     "--threads", "1", "--out", (dir / "run").string(), "--tensorboard", (dir / "tb").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("tfevents"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << describe(r);
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  const std::vector<std::string> files = normlab::event_files((dir / "tb").string());
+  ASSERT_EQ(files.size(), 1u);
+  std::vector<normlab::TbEvent> events;
+  EXPECT_NO_THROW(events = normlab::read_event_file(files[0]));
+  EXPECT_GT(events.size(), 3u);
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".partial."), std::string::npos) << e.path();
+}
+
+// `export tensorboard` writes below --out only: a symbolic link at DIR/<name> (or a folder between)
+// into someone's directory is refused before anything is written.
+TEST(ExportCli, NeverWritesThroughASymbolicLink) {
+  const fs::path dir = fresh_dir("export_link");
+  fs::create_directories(dir / "in");
+  fs::create_directories(dir / "mine");
+  std::ofstream(dir / "mine" / "notes.txt") << "mine\n";
+  auto r = run_cli({"train", "--steps", "2", "--eval_every", "1", "--layers", "1", "--batch_size", "2", "--out",
+                    (dir / "in" / "r").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  fs::create_directories(dir / "tb");
+  fs::create_directory_symlink("../mine", dir / "tb" / "r");  // DIR/<name> itself
+  r = run_cli({"export", "tensorboard", (dir / "in" / "r").string(), "--out", (dir / "tb").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << describe(r);
+  fs::create_directory_symlink("mine", dir / "tb2");  // a folder between DIR and the run's events
+  fs::create_directories(dir / "tb3");
+  fs::create_directory_symlink("../mine", dir / "tb3" / "in");
+  r = run_cli({"export", "tensorboard", (dir / "in").string(), "--out", (dir / "tb3").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << describe(r);
+  EXPECT_EQ(tree(dir / "mine"), (std::map<std::string, std::string>{{"notes.txt", "mine\n"}}));
+  // --out itself may be a link a person made (tb2 -> mine): they chose where it goes.
+  r = run_cli({"export", "tensorboard", (dir / "in" / "r").string(), "--out", (dir / "tb2").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(normlab::event_files((dir / "mine" / "r").string()).size(), 1u);
+}
+
+// A file-size limit (or a full disk) fails the export with nothing left of it: no partial file,
+// no folder it made, and an earlier export as it was.
+TEST(ExportCli, AFailedWriteLeavesNothingOfTheExport) {
+  const fs::path dir = fresh_dir("export_limit");
+  fs::create_directories(dir / "in");
+  for (const char* name : {"a", "b"}) {
+    auto r = run_cli({"train", "--steps", "4", "--eval_every", "1", "--layers", "3", "--batch_size", "2", "--out",
+                      (dir / "in" / name).string(), "-q"});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+  }
+  auto r = run_cli_limited(1, {"export", "tensorboard", (dir / "in").string(), "--out", (dir / "tb").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << describe(r);
+  EXPECT_FALSE(fs::exists(dir / "tb")) << "the export left " << (fs::exists(dir / "tb") ? tree(dir / "tb").begin()->first : "");
+  // Into an earlier export: that one is kept as it was.
+  r = run_cli({"export", "tensorboard", (dir / "in" / "a").string(), "--out", (dir / "tb").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto before = tree(dir / "tb");
+  r = run_cli_limited(1, {"export", "tensorboard", (dir / "in").string(), "--out", (dir / "tb").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(tree(dir / "tb"), before);
 }

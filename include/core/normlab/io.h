@@ -73,6 +73,20 @@ bool write_all(int fd, const std::string& text);
 // replacing it: how a directory written under a temporary name takes its name.
 bool rename_noreplace(const std::string& from, const std::string& to);
 
+// ---- the temporary name: <path>.partial.<pid> -----------------------------------------------
+// Where a command writes what becomes `path` (a run directory, a conversion, a report site, an
+// exported events file) until it is whole: <path>.partial.<pid of this process>. A process that
+// dies without cleaning up (SIGKILL) leaves one behind; the next command into `path` names it
+// (stale_partials), and no command takes such a name for a finished result (split_partial).
+std::string partial_path(const std::string& path);
+// "<path>.partial.<pid>" -> path and pid; false for any other name (the pid is 1 to 9 digits, and
+// the tag is in the last component).
+bool split_partial(const std::string& partial, std::string* path, long* pid);
+// The <path>.partial.<pid> entries beside path (in its parent directory), any pid, with their pids.
+std::vector<std::pair<std::string, long>> partials_of(const std::string& path);
+// Those of them whose process is gone (process_alive): left by a process that died.
+std::vector<std::string> stale_partials(const std::string& path);
+
 // A file written line by line (metrics.jsonl): created (truncated) on open; each write is checked
 // and a failed or short write throws UsageError naming the file and the reason.
 class CheckedFile {

@@ -65,4 +65,11 @@ int exit_code_of(int wait_status);
 // start_child then wait_child.
 int run_child(const ChildSpec& spec);
 
+// Whether process `pid` exists and runs this same program (a pid the system handed to another
+// program since does not count): whose temporary directory a <path>.partial.<pid> still is.
+bool process_alive(long pid);
+
+// "SIGINT", "SIGTERM", "SIGHUP", ...: how an interrupted command names the signal that stopped it.
+std::string signal_name(int sig);
+
 }  // namespace normlab

@@ -89,8 +89,6 @@ bool is_run_directory(const std::string& path);
 // sweep's runs/ folder (beside its spec.json), or "" when there is none: where another command's
 // files must not go (a run directory holds only its run; a sweep's runs/ only its points).
 std::string enclosing_run_or_sweep(const std::string& path);
-// <dir>.partial.<pid> directories whose process is gone.
-std::vector<std::string> stale_partials(const std::string& dir);
 // Runs and writes the run directory; returns result.json's text.
 std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out = nullptr);
 std::string result_to_json(const TrainConfig& cfg, const TrainResult& r,

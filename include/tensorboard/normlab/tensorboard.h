@@ -15,7 +15,9 @@
 //   summary tabulates) as "result/<field>" and the text "status" ("ok", "diverged at step 312
 //   (...)"); at step 0 the text "config" (config.json). Scalars are float32, as TensorBoard holds them.
 #pragma once
+#include <csignal>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,8 +60,9 @@ std::string config_text(const std::string& config_json);
 
 // A new events file in DIR (created with its parents if absent), named
 // events.out.tfevents.<unix seconds>.<host>.<pid>.<n> and never replacing a file; its first event
-// the version. Each event is one checked write: TensorBoard sees it as soon as it is written, and
-// a full disk or a file-size limit is a UsageError naming the file.
+// the version. Each append is one checked write: TensorBoard sees it as soon as it is written, and
+// a full disk or a file-size limit is a UsageError naming the file, with the file cut back to the
+// end of its last whole record (never a torn one).
 class EventWriter {
  public:
   EventWriter(const std::string& dir, const std::string& writer);
@@ -112,14 +115,25 @@ std::vector<std::string> event_files(const std::string& dir);
 // relative to the parent of the PATH it was found under, without the "runs" components of sweep
 // directories. Everything is checked before anything is written: no runs found, two runs with one
 // name, a destination holding event files that an earlier export did not write (a run trained
-// there with --tensorboard, someone else's) are UsageErrors. An earlier export's file of the same
-// run is replaced (re-running updates); each file is written whole under a temporary name first.
+// there with --tensorboard, someone else's), a symbolic link at DIR/<name> or between them are
+// UsageErrors. An earlier export's file of the same run is replaced (re-running updates). All
+// files or none: each is written whole under DIR/<name>/.export.partial.<pid> first, and a failed
+// write (a full disk, a file-size limit) or an interrupt removes them and every folder the export
+// made, leaving DIR as it was; only then are they renamed.
 struct TbExport {
   std::string run;    // the run directory read
   std::string name;   // its name under DIR
   std::string file;   // the events file written
   size_t scalars = 0; // scalar values written
 };
-std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, const std::string& out_dir);
+struct TbExportOptions {
+  // Set (by a signal handler) when the command is asked to stop: the export stops between runs
+  // and files, removes what it wrote and throws Interrupted.
+  const volatile std::sig_atomic_t* interrupt = nullptr;
+  // Things worth a warning: partial files left by an export that was killed.
+  std::function<void(const std::string&)> on_notice;
+};
+std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, const std::string& out_dir,
+                                         const TbExportOptions& options = {});
 
 }  // namespace normlab
