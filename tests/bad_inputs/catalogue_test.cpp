@@ -695,6 +695,36 @@ std::vector<Case> catalogue() {
   add("handcalc_positional_newline", {"handcalc", "resid\nual"});
   add("probe_positional_newline", {"probe", "xiong\n2020"});
   add("gradcheck_threads_newline", {"gradcheck", "--op", "add", "--threads", "1\n2"});
+  // Data loss: a site normlab wrote is replaced only as it wrote it; an export never writes
+  // through a symbolic link into a user's directory.
+  const auto site_of_ln = [](const fs::path& w) {
+    ln_run("ln")(w);
+    const auto r = run_cli({"report", (w / "ln").string(), "--out", (w / "site").string(), "-q"});
+    if (r.exit_code != 0) throw std::runtime_error("the site fixture failed: " + describe(r));
+  };
+  add("report_site_holds_users_file", {"report", "ln", "--out", "site"}, [site_of_ln](const fs::path& w) {
+    site_of_ln(w);
+    write(w / "site" / "notes.txt", "mine\n");
+  });
+  add("report_site_file_changed", {"report", "ln", "--out", "site"}, [site_of_ln](const fs::path& w) {
+    site_of_ln(w);
+    write(w / "site" / "style.css", "body { color: red }\n");
+  });
+  add("report_empty_marker", {"report", "ln", "--out", "mine"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    user_dir("mine")(w);
+    write(w / "mine" / ".normlab-report", "");
+  });
+  add("report_out_partial_of_a_site", {"report", "ln", "--out", "site.partial.999999999"}, [site_of_ln](const fs::path& w) {
+    site_of_ln(w);
+    fs::rename(w / "site", w / "site.partial.999999999");
+  });
+  add("export_name_is_symlink_to_users_dir", {"export", "tensorboard", "ln", "--out", "tb"}, [](const fs::path& w) {
+    ln_run("ln")(w);
+    user_dir("mine")(w);
+    fs::create_directories(w / "tb");
+    fs::create_directory_symlink("../mine", w / "tb" / "ln");
+  });
   add_env("env_tune_newline", tiny({"--out", "r"}), {{"NORMLAB_TUNE", "fresh\noff"}});
   add_env("env_norm_variant_newline", tiny({"--out", "r"}), {{"NORMLAB_NORM_VARIANT", "tiled\n2048"}});
   add_env("env_streaming_stores_newline", tiny({"--out", "r"}), {{"NORMLAB_STREAMING_STORES", "1\n0"}});
