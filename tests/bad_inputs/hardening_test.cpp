@@ -165,3 +165,28 @@ TEST(HardeningSweep, RelativeTextDataIsRecordedAbsolute) {
   EXPECT_EQ(status.exit_code, 0) << describe(status);
   fs::remove_all(dir);
 }
+
+// Every output path is checked before any work: a --tensorboard directory this user cannot write
+// is refused before the sweep exists, not by each point's train (as a user who cannot write
+// there: root writes anywhere).
+TEST(HardeningSweep, AnUnwritableTensorboardDirectoryIsRefusedFirst) {
+  const fs::path dir = normlab::test::fresh_dir("hardening_sweep_tb");
+  fs::create_directories(dir / "ro");
+  ::chmod(dir.c_str(), 0777);
+  ::chmod((dir / "ro").c_str(), 0555);
+  const std::vector<std::string> args = {"sweep", "--out", (dir / "sw").string(), "--tensorboard", (dir / "ro" / "tb").string(),
+                                         "--set", "steps=2", "--set", "layers=1", "lr=1e-3,1e-2"};
+  CliResult r;
+  if (::geteuid() == 0) {
+    std::vector<std::string> as_nobody = {"--reuid=65534", "--regid=65534", "--clear-groups", NORMLAB_BINARY};
+    as_nobody.insert(as_nobody.end(), args.begin(), args.end());
+    r = run_program("/usr/bin/setpriv", as_nobody);
+  } else {
+    r = run_cli(args);
+  }
+  expect_one_error_line(r, "is not writable");
+  EXPECT_FALSE(fs::exists(dir / "sw")) << describe(r);
+  EXPECT_FALSE(fs::exists(dir / "ro" / "tb")) << describe(r);
+  ::chmod((dir / "ro").c_str(), 0755);
+  fs::remove_all(dir);
+}
