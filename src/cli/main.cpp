@@ -68,14 +68,12 @@ void setup_logging(const GlobalOptions& g) {
   }
 }
 
-// Far above any message normlab writes itself (each cuts what it quotes): the bound is for what
-// it did not write, such as a parser's echo of a 100 kB argument.
-constexpr size_t kMaxErrorBytes = 560;
-
-// The one `error:` line: whatever a message quotes from the input (CLI11 quotes a stray argument
-// as it was typed), its newlines and escapes are shown escaped and its length is bounded.
-void print_error(const std::string& message) {
-  std::fprintf(stderr, "error: %s\n", normlab::shown(message, kMaxErrorBytes).c_str());
+// The one `error:` line: whatever a message quotes from the input, its newlines and escapes are
+// shown escaped and its length is bounded. normlab's own messages cut what they quote, so their
+// bound only catches a mistake; the command-line parser's echo a stray argument whole, as typed.
+constexpr size_t kMaxErrorBytes = 2000, kMaxParserErrorBytes = 480;
+void print_error(const std::string& message, size_t max = kMaxErrorBytes) {
+  std::fprintf(stderr, "error: %s\n", normlab::shown(message, max).c_str());
 }
 
 }  // namespace
@@ -109,7 +107,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    print_error(std::string(e.what()) + " (see `normlab --help`)");
+    print_error(normlab::shown(e.what(), kMaxParserErrorBytes) + " (see `normlab --help`)");
     return 2;
   } catch (const normlab::UsageError& e) {  // a flag's own parser (a list, a count) refused its value
     print_error(e.what());

@@ -23,12 +23,19 @@ struct PlotArgs {
   bool init = false;  // profile: also the field at initialization, probed from the run's config
 };
 
+// The size of the file written (0 if it went meanwhile: nothing to fail the command for).
+uintmax_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
 // The figure written, then one line (or, with --json, one JSON document) saying what it holds.
 int write_plot(const PlotArgs& a, const GlobalOptions& g, const char* kind, const std::string& field, const std::string& svg) {
   write_plot_file(a.out, svg, "--out");
   if (g.json) {
     const nlohmann::json j{{"plot", kind}, {"path", a.path}, {"field", field}, {"out", a.out},
-                            {"bytes", std::filesystem::file_size(a.out)}};
+                            {"bytes", file_bytes(a.out)}};
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (!g.quiet) {
     std::printf("wrote %s\n", a.out.c_str());

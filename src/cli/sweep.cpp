@@ -103,6 +103,7 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
   // Everything is checked before anything is created (a --device cuda without a GPU first).
   check_device(a.dev);
   SweepRequest req;
+  req.absolute_paths = true;
   for (const std::string& p : a.positional) {
     if (p.find('=') != std::string::npos) {
       req.axes.push_back(p);

@@ -79,6 +79,7 @@ ConvertReport convert_run(const ConvertRequest& req) {
   const std::string out = without_trailing_slashes(req.out);
 
   TrainConfig cfg = load_train_config((fs::path(req.source) / "config.json").string(), {});
+  check_fits_in_memory(cfg, cfg.batch_size, "convert");
   const std::string model_file = (fs::path(req.source) / "model.safetensors").string();
   Model source(cfg.model, cfg.seed);
   load_model_state(source, load_safetensors(model_file), model_file);

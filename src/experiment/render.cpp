@@ -113,7 +113,8 @@ RenderResult render_document(const std::string& text, const std::string& source,
       spec.stderr_path = err.path;
       spec.env = {{kRenderingVariable, where}};
       const int code = run_child(spec);
-      NL_USAGE(code == 0, "{}: `normlab {}` failed (exit {}): {}", where, command, code, shown(last_line(read_file(err.path)), 300));
+      NL_USAGE(code == 0, "{}: `normlab {}` failed (exit {}): {}", where, shown(command, 120), code,
+               shown(last_line(read_file(err.path)), 300));
       new_output = read_file(out.path);
       if (!new_output.empty() && new_output.back() != '\n') new_output += '\n';
       old_output.clear();

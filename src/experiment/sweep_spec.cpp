@@ -61,19 +61,23 @@ void check_key(const std::string& key, const std::string& where) {
   NL_USAGE(key != "threads", "{}: 'threads' cannot be swept or set in a sweep; use --threads (threads per point)", where);
 }
 
-// The canonical JSON of one value of `key`: applied to a default config (which type-checks it; its
-// error names the key and `where`, once) and read back.
-// A relative text:PATH names a file from the directory the sweep is created in. The spec records
-// the absolute path, so that its points run, and the sweep is resumed and reported, from anywhere.
-std::string absolute_text_path(const std::string& path) {
+// A relative path of the user's spec names a file from the directory the sweep is made in; the
+// spec records the absolute path, so that its points run, and the sweep is resumed and reported,
+// from anywhere.
+std::string absolute_path(const std::string& path) {
   return path.empty() || path[0] == '/' ? path : fs::absolute(path).lexically_normal().string();
 }
-ojson absolute_data(const ojson& v) {
+// A value of a path-valued key (data's text:PATH, init_from) with its path made absolute.
+ojson absolute_value(const std::string& key, const ojson& v) {
   if (!v.is_string()) return v;
+  if (key == "init_from") return absolute_path(v.get<std::string>());
+  if (key != "data") return v;
   const DataSpec d = DataSpec::parse(v.get<std::string>());
-  return d.kind == DataKind::text ? ojson("text:" + absolute_text_path(d.path)) : v;
+  return d.kind == DataKind::text ? ojson("text:" + absolute_path(d.path)) : v;
 }
 
+// The canonical JSON of one value of `key`: applied to a default config (which type-checks it; its
+// error names the key and `where`, once) and read back.
 ojson canonical(const std::string& key, const ojson& v, const std::string& where) {
   TrainConfig scratch;
   ojson one = ojson::object();
@@ -439,7 +443,10 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     apply_config_json(base_cfg, base_obj.dump(), spec_name + " base");
     if (base_cfg.data.kind == DataKind::text && !vocab_given) base_cfg.model.vocab = 256;
   }
-  if (base_cfg.data.kind == DataKind::text) base_cfg.data.path = absolute_text_path(base_cfg.data.path);
+  if (req.absolute_paths) {
+    if (base_cfg.data.kind == DataKind::text) base_cfg.data.path = absolute_path(base_cfg.data.path);
+    base_cfg.init_from = absolute_path(base_cfg.init_from);
+  }
   base_cfg.threads = 0;
 
   // ---- the axes in name order, and the product
@@ -461,12 +468,13 @@ SweepPlan plan_sweep(const SweepRequest& req) {
   }
 
   auto absolute_paths = [](Axis& a) {
-    if (a.key == "data")
-      for (ojson& v : a.values) v = absolute_data(v);
+    for (ojson& v : a.values) v = absolute_value(a.key, v);
   };
-  for (Axis& a : grid) absolute_paths(a);
-  for (auto& g : zips)
-    for (Axis& a : g) absolute_paths(a);
+  if (req.absolute_paths) {
+    for (Axis& a : grid) absolute_paths(a);
+    for (auto& g : zips)
+      for (Axis& a : g) absolute_paths(a);
+  }
   for (Axis& a : grid) label_axis(a);
   for (auto& g : zips)
     for (Axis& a : g) label_axis(a);

@@ -59,6 +59,17 @@ void manifest_append(const std::string& dir, const std::string& json_line) {
   NL_USAGE(fd >= 0, "cannot open '{}': {}", shown(path, 200), std::strerror(errno));
   ssize_t n = ::write(fd, line.data(), line.size());
   int err = errno;
+  if (n > 0 && n < static_cast<ssize_t>(line.size())) {
+    // Part of the line went in (the disk filled, the file-size limit): it is cut off again, so that
+    // the next record does not start on it. Only while it is still the file's end: another
+    // process of the sweep appending after it keeps what it wrote.
+    struct stat st {};
+    const off_t at = ::lseek(fd, 0, SEEK_CUR);
+    const bool cut = at >= n && ::fstat(fd, &st) == 0 && st.st_size == at && ::ftruncate(fd, at - n) == 0;
+    ::close(fd);
+    throw UsageError(fmt::format("cannot append to '{}': short write{}", shown(path, 200),
+                                 cut ? "" : "; its last line may be torn"));
+  }
   ::close(fd);
   NL_USAGE(n == static_cast<ssize_t>(line.size()), "cannot append to '{}': {}", shown(path, 200),
            n < 0 ? std::strerror(err) : "short write");

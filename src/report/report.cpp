@@ -208,10 +208,13 @@ RunInfo read_run_info(const std::string& dir, const std::string& name) {
   return r;
 }
 
+// The last component of `path` ("root" for /, which has none): the name a folder's runs are
+// reported under.
 std::string base_name(const std::string& path) {
   fs::path p = fs::absolute(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
+  const std::string name = p.filename().string();
+  return name.empty() ? "root" : name;
 }
 
 double num(const json& j, const char* key) {
@@ -639,6 +642,7 @@ ReportResult write_report(const ReportRequest& req) {
   if (out_abs.filename().empty()) out_abs = out_abs.parent_path();
   NL_USAGE(out_abs.has_parent_path() && fs::is_directory(out_abs.parent_path(), ec), "the parent directory of --out '{}' does not exist",
            shown(req.out, 200));
+  check_output_dir(out_abs.parent_path().string(), "--out");  // where the site is written, before any work
   check_out(out_abs, req);
 
   std::vector<std::string> sweep_dirs;
@@ -757,7 +761,11 @@ ReportResult write_report(const ReportRequest& req) {
   name_leftovers(out, req);
   stop_if_interrupted();
   const std::string tmp = partial_path(out_abs.string());
-  NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
+  if (::mkdir(tmp.c_str(), 0755) != 0) {
+    NL_USAGE(errno != EEXIST, "'{}' is left from a report that was stopped (its process had this one's pid); it is not a "
+             "site: look at it or remove it (rm -r '{}')", shown(tmp, 200), shown(tmp, 200));
+    throw UsageError(fmt::format("cannot create '{}': {}", shown(tmp, 200), std::strerror(errno)));
+  }
   try {
     site_dir::write(tmp, site.files, stop_if_interrupted);
     stop_if_interrupted();  // the last moment the command can still stop with nothing changed

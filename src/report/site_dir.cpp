@@ -218,6 +218,16 @@ void write(const std::string& tmp, const std::map<std::string, std::string>& fil
   marker.close();
 }
 
+namespace {
+
+// The earlier site moved aside back in `out`'s place; what the error says of it.
+std::string put_back(const std::string& aside, const std::string& out) {
+  if (rename_noreplace(aside, out)) return "nothing was replaced";
+  return fmt::format("the earlier site is kept in {} (cannot put it back: {})", shown(aside, 200), std::strerror(errno));
+}
+
+}  // namespace
+
 void install(const std::string& tmp, const std::string& out, const std::string& shown_out,
              const std::function<void(const std::string&)>& on_notice) {
   struct stat st {};
@@ -229,22 +239,21 @@ void install(const std::string& tmp, const std::string& out, const std::string& 
     NL_USAGE(rename_noreplace(out, aside), "cannot move the earlier site '{}' aside: {}", shown(shown_out, 200),
              std::strerror(errno));
     const std::string now = refusal(aside);
-    if (!now.empty()) {
-      rename_noreplace(aside, out);
-      throw UsageError(fmt::format("--out '{}' changed while the site was written: it {}; nothing was replaced",
-                                   shown(shown_out, 200), now));
-    }
+    if (!now.empty())
+      throw UsageError(fmt::format("--out '{}' changed while the site was written: it {}; {}", shown(shown_out, 200), now,
+                                   put_back(aside, out)));
   }
   if (!rename_noreplace(tmp, out)) {
     const int e = errno;
-    if (had) rename_noreplace(aside, out);
-    throw UsageError(fmt::format("cannot write '{}': {}", shown(shown_out, 200), std::strerror(e)));
+    throw UsageError(fmt::format("cannot write '{}': {}{}", shown(shown_out, 200), std::strerror(e),
+                                 had ? "; " + put_back(aside, out) : std::string()));
   }
   if (!had) return;
   const std::optional<Manifest> m = read_manifest(aside);
   if (!m || !remove_site(aside, *m))
     if (on_notice)
-      on_notice(fmt::format("the earlier site, moved to {}, held files normlab did not write; they were kept there", aside));
+      on_notice(fmt::format("the earlier site, moved to {}, held files normlab did not write; they were kept there",
+                            shown(aside, 200)));
 }
 
 }  // namespace normlab::site_dir

@@ -128,7 +128,15 @@ EventWriter::EventWriter(const std::string& dir, const std::string& writer) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     NL_USAGE(fd_ >= 0 || (errno == EEXIST && n < 1000), "cannot write '{}': {}", shown(path_, 200), std::strerror(errno));
   }
-  append(version_event(now, writer));
+  try {
+    append(version_event(now, writer));
+  } catch (...) {
+    // Not even its first record fits (a full disk): the empty file this made goes, and its
+    // descriptor with it, since no destructor runs for an object never made.
+    ::close(fd_);
+    ::unlink(path_.c_str());
+    throw;
+  }
 }
 
 EventWriter::~EventWriter() {

@@ -386,6 +386,7 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
   std::error_code ec;
   const fs::path out_abs = fs::weakly_canonical(fs::absolute(out_dir), ec);
   NL_USAGE(!fs::exists(out_dir, ec) || fs::is_directory(out_dir, ec), "--out '{}' is not a directory", shown(out_dir, 200));
+  check_output_dir(out_dir, "--out");
   std::set<std::string> names;
   std::vector<TbExport> plan;
   for (const auto& [run, name] : runs) {
@@ -408,12 +409,6 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
                shown(dest, 200), shown(fs::path(f).filename().string(), 120));
     plan.push_back(e);
   }
-  if (opt.on_notice)
-    for (const TbExport& e : plan)
-      for (const std::string& p : stale_partials(out_dir + "/" + e.name + "/" + kExportPartial))
-        opt.on_notice(fmt::format("{} is left from an export that was stopped (its process is gone); TensorBoard does not "
-                                  "read it: remove it (rm '{}')",
-                                  shown(p, 200), shown(p, 200)));
   // Every run read and rendered before the first file is written: a torn line in the last run
   // stops the export with nothing written.
   std::vector<std::string> events_of;
@@ -421,6 +416,13 @@ std::vector<TbExport> export_tensorboard(const std::vector<std::string>& paths, 
     stop_if_interrupted();
     events_of.push_back(run_events(e.run, &e.scalars));
   }
+  // Named once the input is known good: a bad input stays one error line.
+  if (opt.on_notice)
+    for (const TbExport& e : plan)
+      for (const std::string& p : stale_partials(out_dir + "/" + e.name + "/" + kExportPartial))
+        opt.on_notice(fmt::format("{} is left from an export that was stopped (its process is gone); TensorBoard does not "
+                                  "read it: remove it (rm '{}')",
+                                  shown(p, 200), shown(p, 200)));
   write_exports(out_dir, plan, events_of, stop_if_interrupted);
   return plan;
 }

@@ -663,7 +663,7 @@ std::vector<Case> catalogue() {
   add("probe_plot_preset_without_layers", {"probe", "batchnorm", "--plot", "p.svg"});
   add("probe_plot_users_file", {"probe", "--layers", "2", "--plot", "f.svg"}, mine("f.svg"));
 
-  // ---- hardening, round three (issue 43)
+  // ---- the newest commands: hangs, internal errors, empty figures, escapes, sites and exports
   // Hangs: a FIFO as the CUDA module; a document that renders itself.
   add_env("cuda_sim_module_fifo", tiny({"--device", "cuda-sim", "--out", "r"}), {{"NORMLAB_CUDA_SIM_MODULE", "m.so"}},
           fifo("m.so"));

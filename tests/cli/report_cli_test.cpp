@@ -135,7 +135,7 @@ TEST(ReportCli, NeverReplacesAPersonsDirectory) {
   EXPECT_EQ(slurp(work / "mine" / "notes.txt"), "mine\n");
 }
 
-// A site is replaced only as normlab wrote it (issue 43): a file a person added to it or changed in
+// A site is replaced only as normlab wrote it: a file a person added to it or changed in
 // it, an empty or forged marker, a site of an earlier normlab whose marker lists nothing: refused
 // with one line naming the reason, exit 2, nothing changed.
 TEST(ReportCli, ReplacesOnlyASiteAsItWroteIt) {

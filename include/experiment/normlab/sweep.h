@@ -38,6 +38,10 @@ struct SweepRequest {
   std::vector<std::string> sets;   // "key=value" base overrides (--set)
   // Larger grids are refused before they are expanded (the fuzz target plans small ones only).
   size_t max_points = 100000;
+  // The user's spec, as a sweep is made or resumed: a relative path (data text:PATH, init_from)
+  // names a file from the current directory and is planned, and recorded in spec.json, as its
+  // absolute path. Off for a stored spec.json, which is planned as it was recorded.
+  bool absolute_paths = false;
 };
 
 struct SweepPoint {

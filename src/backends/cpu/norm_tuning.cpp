@@ -380,7 +380,7 @@ bool choice_from_json(const json& j, NormChoice& ch) {
 // The cache's entries for this CPU and build (empty when the file is missing, unreadable or
 // another machine's or build's). A damaged file (not JSON, or JSON of another shape) is ignored
 // with a warning, and the next choice measured rewrites it whole.
-json read_cache(const std::string& path) {
+json read_cache(const std::string& path, bool warn = true) {
   if (path.empty() || ::access(path.c_str(), F_OK) != 0) return json::object();
   try {
     const json j = json::parse(read_file(path, int64_t{1} << 20));
@@ -390,7 +390,7 @@ json read_cache(const std::string& path) {
     if (!choices.is_object()) throw std::runtime_error("\"choices\" is not an object");
     return choices;
   } catch (const std::exception& e) {
-    spdlog::warn("ignoring the kernel tuning cache '{}': {}", shown(path, 200), shown(e.what(), 200));
+    if (warn) spdlog::warn("ignoring the kernel tuning cache '{}': {}", shown(path, 200), shown(e.what(), 200));
     return json::object();
   }
 }
@@ -433,8 +433,9 @@ void write_cache(const std::string& path, const std::string& key, const NormChoi
     if (ec) throw UsageError(fmt::format("cannot create '{}': {}", dir, ec.message()));
     const CacheLock lock(path);
     if (!lock.held()) spdlog::debug("the kernel tuning cache's lock is busy: writing without it");
-    // Merge with what other processes have written since this one read the file.
-    json choices = read_cache(path);
+    // Merge with what other processes have written since this one read the file (a damaged file
+    // was named when it was read first, and is rewritten whole here).
+    json choices = read_cache(path, /*warn=*/false);
     choices[key] = choice_json(ch);
     const json j{{"format", "normlab kernel choices 1"},
                  {"cpu", cpu_identity()},
