@@ -176,11 +176,12 @@ std::vector<EpsRounding> eps_rounding(const TrainConfig& cfg) {
     if (stored == 0 || std::fabs(stored - eps) > 0.01 * eps) out.push_back({norm, eps, stored, to_string(adds_in)});
   };
   const ModelConfig& m = cfg.model;
-  if (m.norm != NormKind::none) {
+  // DyT and Derf add no eps: nothing to round.
+  if (has_eps(m.norm)) {
     check("blocks", m.eps(), stream);
     if (m.placement == Placement::sandwich && stream != branch) check("blocks.sandwich_out", m.eps(), branch);
   }
-  if (m.final_norm_on()) check("final_norm", m.final_eps(), stream);
+  if (has_eps(m.final_norm_kind())) check("final_norm", m.final_eps(), stream);
   if (m.qk_norm) check("qk_norm", SelfAttention{}.qk_eps, branch);
   return out;
 }

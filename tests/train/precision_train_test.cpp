@@ -283,6 +283,29 @@ TEST(TrainPrecision, EpsThatRoundsToZeroIsRecorded) {
   EXPECT_EQ(f[0].norm, "blocks.sandwich_out");
 }
 
+TEST(TrainPrecision, NormsWithoutEpsHaveNoEpsRounding) {
+  // DyT and Derf have no statistic and no eps: no warning, no entry, in any precision; a final
+  // norm that has one is still checked.
+  for (NormKind k : {NormKind::dyt, NormKind::derf}) {
+    for (Precision p : {Precision::fp32, Precision::fp16}) {
+      TrainConfig c = small_run();
+      c.model.norm = k;
+      c.precision = p;
+      EXPECT_TRUE(eps_rounding(c).empty()) << to_string(k) << " " << to_string(p);
+      c.model.final_norm = FinalNorm::layernorm;
+      c.model.norm_eps = 1e-50;
+      const std::vector<EpsRounding> e = eps_rounding(c);
+      ASSERT_EQ(e.size(), 1u);
+      EXPECT_EQ(e[0].norm, "final_norm");
+    }
+  }
+  TrainConfig c = small_run();
+  c.model.norm = NormKind::dyt;
+  c.steps = 2;
+  c.eval_every = 2;
+  EXPECT_TRUE(train(c).eps_rounding.empty());
+}
+
 TEST(TrainPrecision, LowPrecisionKeysAreCheckedTogether) {
   TrainConfig c = small_run();
   c.residual_dtype = ResidualDtype::fp32;
