@@ -138,6 +138,49 @@ TEST(Gradcheck, DeliberatelyBrokenBackwardFails) {
   EXPECT_TRUE(x_failed);
 }
 
+// RMSNorm scaled by 1e-5 (every gradient near 1e-5, as a deep model's smallest) with x's
+// backward multiplied by `factor` in every element.
+GradCase small_gradient_case(double factor) {
+  GradCase c;
+  c.name = "small_gradient_rmsnorm";
+  c.kind = "op";
+  c.make = [factor](const CaseShape& s, DType dtype, uint64_t seed) {
+    CaseInstance inst = broken_rmsnorm_case(1.0, false).make(s, dtype, seed);
+    const Tensor x = inst.inputs[0].second, g = inst.inputs[1].second;
+    inst.forward = [x, g, factor] {
+      Tensor y = rmsnorm(x, g);
+      if (grad_enabled()) {
+        Tensor out = y.detach();
+        record("scaled_backward", out, {y}, [factor](const Tensor& dy, GradOutputs& gr) {
+          backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, factor);
+        });
+        y = out;
+      }
+      return scale(y, 1e-5);
+    };
+    return inst;
+  };
+  return c;
+}
+
+// Each tensor is checked at its own scale: gradients near 1e-5 off by 1e-6 of themselves fail
+// (an absolute floor, or one step for every tensor, let them through), and right ones pass.
+TEST(Gradcheck, TinyGradientsAreCheckedAtTheirOwnScale) {
+  GradcheckOptions opt;
+  const CaseResult right = check_finite_differences(small_gradient_case(1.0), opt);
+  for (const InputCheck& ic : right.inputs) {
+    EXPECT_TRUE(ic.pass) << ic.input << " rel " << ic.max_rel_err;
+    EXPECT_LT(ic.max_rel_err, 1e-7) << ic.input;
+  }
+  const CaseResult wrong = check_finite_differences(small_gradient_case(1 + 1e-6), opt);
+  EXPECT_FALSE(wrong.pass);
+  for (const InputCheck& ic : wrong.inputs) {
+    if (ic.input != "x") continue;
+    EXPECT_FALSE(ic.pass) << "rel " << ic.max_rel_err;
+    EXPECT_NEAR(ic.max_rel_err, 1e-6, 2e-7);
+  }
+}
+
 TEST(Gradcheck, DumpIsCompleteJson) {
   GradcheckOptions opt;
   auto j = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("rmsnorm"), opt));
