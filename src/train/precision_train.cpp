@@ -110,7 +110,8 @@ struct FirstNonFinite {
       norm_input = v.value;
       return;
     }
-    const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
+    const FormatCensus c =
+        v.census ? *v.census : backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
     if (c.nonfinite == 0 && c.overflow == 0) return;
     found = true;
     origin.step = step;

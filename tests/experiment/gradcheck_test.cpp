@@ -67,12 +67,23 @@ TEST(Gradcheck, EveryCasePassesInBf16AndFp16) {
       GradcheckOptions opt;
       opt.precision = p;
       opt.norm_compute = nc;
+      // fp16's composite overflows in torch.rsqrt's backward on rows of std ~0.02 (r^3 > 65504, as
+      // in PyTorch): the model losses' first norm reads gpt2-init embeddings, so the gradients
+      // before it are inf there and only there.
+      int overflowed = 0;
       for (const GradCase& c : gradcheck_cases()) {
         CaseResult r = check_float32_backend(c, opt);
         EXPECT_EQ(r.check, std::string("cpu-") + to_string(p));
-        for (const InputCheck& ic : r.inputs)
+        const bool model = c.name.size() > 5 && c.name.substr(c.name.size() - 5) == "_loss";
+        for (const InputCheck& ic : r.inputs) {
+          if (model && !std::isfinite(ic.worst_analytic) && std::isfinite(ic.worst_numeric)) {
+            ++overflowed;
+            continue;
+          }
           EXPECT_TRUE(ic.pass) << c.name << " " << ic.input << " rel " << ic.max_rel_err;
+        }
       }
+      EXPECT_EQ(overflowed > 0, p == Precision::fp16 && nc == NormCompute::format) << overflowed;
       EXPECT_FALSE(check_float32_backend(broken_rmsnorm_case(1.2, true), opt).pass);
       GradcheckOptions f32 = opt;
       f32.precision = Precision::fp32;

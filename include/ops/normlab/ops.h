@@ -135,6 +135,10 @@ struct StoreEvent {
   const char* op;      // "linear", "layernorm", ...
   const char* module;  // autograd's current_module() where the op ran ("blocks.3"; "" outside)
   const Tensor* norm_rstd = nullptr;  // a norm's output: its rows' stored rstd
+  // Set for a step inside one op's backward (the composite norm's: `op` names the step, e.g.
+  // "layernorm: torch.rsqrt backward ..."): what that step stored, counted by the kernel; `value`
+  // is then the op's incoming gradient, not the step's values.
+  const FormatCensus* census = nullptr;
 };
 using StoreWatch = std::function<void(const StoreEvent&)>;
 class StoreWatchScope {
