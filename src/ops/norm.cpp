@@ -97,7 +97,8 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   store(y, p, "rmsnorm", &rstd);
   if (needs_grad({&x, &gamma}))
     record("rmsnorm", y, {x, gamma},
-           composite ? composite_norm_backward_fn(x, gamma, no_mean, rstd, n, d) : rmsnorm_backward_fn(x, gamma, rstd, n, d));
+           composite ? composite_norm_backward_fn(x, gamma, no_mean, rstd, n, d)
+                     : rmsnorm_backward_fn(x, gamma, rstd, n, d));
   return y;
 }
 

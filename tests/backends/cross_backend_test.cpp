@@ -421,8 +421,8 @@ TEST_P(KernelOps, composite_norm_backward) {
   for (int64_t d : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}, int64_t{1001}}) {
     for (Precision p : {Precision::bf16, Precision::fp16}) {
       for (bool ln : {true, false}) {
-        const std::string what = kernel_case("composite_norm_backward",
-                                             {{"d", d}, {"format", to_string(p)}, {"norm", ln ? "layernorm" : "rmsnorm"}});
+        const std::string what = kernel_case(
+            "composite_norm_backward", {{"d", d}, {"format", to_string(p)}, {"norm", ln ? "layernorm" : "rmsnorm"}});
         if (!selected(what)) continue;
         const int64_t n = 7;
         Rng rng(53 + static_cast<uint64_t>(d), stream::check);
@@ -432,7 +432,8 @@ TEST_P(KernelOps, composite_norm_backward) {
           const double offset = i == 3 ? 1000.0 : 0.0;
           for (int64_t j = 0; j < d; ++j) {
             x.data<float>()[i * d + j] = round_to(p, static_cast<float>(offset + scale * rng.normal()));
-            dy.data<float>()[i * d + j] = round_to(p, static_cast<float>(std::ldexp(rng.normal(), static_cast<int>(i) - 3)));
+            const double g = std::ldexp(rng.normal(), static_cast<int>(i) - 3);
+            dy.data<float>()[i * d + j] = round_to(p, static_cast<float>(g));
           }
         }
         for (int64_t j = 0; j < d; ++j) {

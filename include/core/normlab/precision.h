@@ -96,8 +96,9 @@ FormatCensus format_census(Precision p, const float* x, int64_t n);
 // Each op computes in float32 from stored operands and rounds once: a mean is the float32
 // nearest the exact sum, divided by d in float32; eps (a Python scalar) is rounded to p first,
 // as PyTorch's CPU add converts a scalar to the tensor's dtype; rsqrt is 1/sqrt in float32
-// (PyTorch's vectorized path). x, gamma, beta (LayerNorm only) hold values of p. Writes y; returns the stored mean (LayerNorm; 0 for RMSNorm) and r, which the
-// norm's backward reads. The one definition: the backends' kernels and handcalc match it.
+// (PyTorch's vectorized path). x, gamma, beta (LayerNorm only) hold values of p. Writes y;
+// returns the stored mean (LayerNorm; 0 for RMSNorm) and r, which the norm's backward reads.
+// The one definition: the backends' kernels and handcalc match it.
 struct CompositeRowStats {
   float mean = 0, rstd = 0;
 };
@@ -122,7 +123,7 @@ CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x
 // The steps, in the order autograd runs them; a census of each (what storing its values did)
 // is what names the op where a backward first overflowed.
 enum class CompositeBackwardStep : uint8_t { mul_gamma, mul_rstd, rsqrt, mean_var, pow2, sub_mean, mean_mu, count };
-// "layernorm: torch.rsqrt backward, -0.5 * grad * r.pow(3)", ...: the op a diagnosis names.
+// "rmsnorm: torch.rsqrt backward (-0.5 * grad * r.pow(3))", ...: the op a diagnosis names.
 const char* composite_backward_step_name(bool layernorm, CompositeBackwardStep step);
 struct CompositeBackwardCensus {
   FormatCensus steps[static_cast<int>(CompositeBackwardStep::count)];

@@ -253,7 +253,8 @@ class ReferenceBackend final : public Backend {
     for (int64_t j = 0; j < d; ++j) {  // column sums, rows in order
       double sg = 0, sb = 0;
       for (int64_t i = 0; i < n; ++i) {
-        if (dgamma) sg += composite_gamma_term(ln, format, pdy[i * d + j], px[i * d + j], ln ? pm[i] : 0.0f, pr[i], census);
+        const float m = ln ? pm[i] : 0.0f;
+        if (dgamma) sg += composite_gamma_term(ln, format, pdy[i * d + j], px[i * d + j], m, pr[i], census);
         sb += pdy[i * d + j];
       }
       if (dgamma) dgamma->data<float>()[j] = to_float(sg);
