@@ -432,8 +432,8 @@ TEST_P(KernelOps, composite_norm_backward) {
           const double offset = i == 3 ? 1000.0 : 0.0;
           for (int64_t j = 0; j < d; ++j) {
             x.data<float>()[i * d + j] = round_to(p, static_cast<float>(offset + scale * rng.normal()));
-            const double g = std::ldexp(rng.normal(), static_cast<int>(i) - 3);
-            dy.data<float>()[i * d + j] = round_to(p, static_cast<float>(g));
+            const double grad = std::ldexp(rng.normal(), static_cast<int>(i) - 3);
+            dy.data<float>()[i * d + j] = round_to(p, static_cast<float>(grad));
           }
         }
         for (int64_t j = 0; j < d; ++j) {
