@@ -69,7 +69,11 @@ Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DTyp
   }
   Tensor y = a.inst.forward();
   a.seed = make_seed(y, opt.seed, dtype);
-  y.backward(device == Device::cpu ? a.seed : a.seed.to_device(device));
+  // In low precision R is y's gradient, stored in y's format as every gradient is (as PyTorch's
+  // y.backward takes it in y's dtype).
+  Tensor r = a.seed.clone();
+  if (y.impl().format != Precision::fp32) backend_for(Device::cpu, r.dtype()).round_to_format(r, y.impl().format);
+  y.backward(device == Device::cpu ? r : r.to_device(device));
   for (auto& [name, t] : a.inst.inputs) {
     Tensor g = t.grad();
     a.grads.push_back(g.defined() ? g.to_vector() : std::vector<double>(static_cast<size_t>(t.numel()), 0.0));
@@ -299,6 +303,9 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     const Device device = backend(opt.f32_backend).device();
     std::unique_ptr<BackendScope> f32_scope;
     if (device == Device::cpu) f32_scope = std::make_unique<BackendScope>(opt.f32_backend);
+    // With --precision, in the format as the backend check runs it (what a PyTorch script
+    // compares with its own autograd in that dtype).
+    StoragePrecisionScope storage(opt.precision, std::nullopt, opt.norm_compute);
     f32 = analytic_gradients(c, opt, DType::f32, device);
   }
   nlohmann::json j;
@@ -320,6 +327,10 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     j["constants"].push_back({{"name", name}, {"dtype", to_string(t.dtype())}, {"shape", t.shape()}, {"values", ids}});
   }
   if (!opt.f32_backend.empty()) j["f32_backend"] = opt.f32_backend;
+  if (!opt.f32_backend.empty() && opt.precision != Precision::fp32) {
+    j["precision"] = to_string(opt.precision);
+    j["norm_compute"] = to_string(opt.norm_compute);
+  }
   for (size_t i = 0; i < a.inst.inputs.size(); ++i) {
     const auto& [name, t] = a.inst.inputs[i];
     nlohmann::json in{{"name", name},

@@ -151,7 +151,8 @@ bool is_gradcheck_dump(const std::string& text);
 
 // Everything about one case as JSON text: inputs (and integer constants, hyperparameters), R, the
 // float64 analytic and numeric gradients and, unless opt.f32_backend is empty, that backend's
-// float32 analytic gradients.
+// float32 analytic gradients (with opt.precision bf16 / fp16: stored in the format, the norms by
+// opt.norm_compute, as the backend check computes them).
 std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt);
 std::string gradcheck_results_json(const std::vector<CaseResult>& results, const GradcheckOptions& opt);
 // The same as text for a person: one line per checked input (the worst element under a failed
