@@ -209,6 +209,24 @@ TEST(Gradcheck, DumpIsCompleteJson) {
   EXPECT_THROW(parse_case_shape("axbxc"), UsageError);
 }
 
+// With --precision the dump's backend gradients are the format's (what a PyTorch script compares
+// with its own autograd at that dtype): every one on the fp16 grid, and the dump says so.
+TEST(Gradcheck, DumpInLowPrecisionHoldsTheFormatsGradients) {
+  GradcheckOptions opt;
+  opt.precision = Precision::fp16;
+  opt.norm_compute = NormCompute::format;
+  auto j = nlohmann::json::parse(gradcheck_dump_json(find_gradcheck_case("layernorm"), opt));
+  EXPECT_EQ(j["precision"], "fp16");
+  EXPECT_EQ(j["norm_compute"], "format");
+  int off_grid = 0;
+  for (auto& in : j["inputs"])
+    for (auto& v : in["f32_analytic_grad"]) {
+      const float f = static_cast<float>(v.get<double>());
+      off_grid += round_to(Precision::fp16, f) != f;
+    }
+  EXPECT_EQ(off_grid, 0);
+}
+
 // The dump holds everything needed to recompute a case outside normlab: the embedding's output
 // is rebuilt here from its integer ids and its table alone, and the model cases carry their ids,
 // targets and hyperparameters; the float32 backend's gradients sit next to the float64 ones.
