@@ -23,12 +23,15 @@ and bf16 value: a one-element tensor (a row's statistic) takes PyTorch's scalar 
 twice (sqrt to the format, then 1/sqrt); a long tensor takes the vector path, which rounds once.
 And two more models on every value: `+ eps` adds eps rounded to the format (against eps added as
 float32, the model before), and `r.pow(3)` (torch.rsqrt's backward, normlab's training) rounds
-r^3 once in fp16 and twice in bf16.
+r^3 once in fp16 and twice in bf16. Then the training composite's backward: `normlab gradcheck
+--op layernorm|rmsnorm --precision P --norm-compute format --dump` (the cpu backend's gradients of
+x, gamma, beta, stored in the format) against PyTorch's autograd through the composite written out
+at that dtype, bit for bit, for three shapes and four seeds.
 
 Distances are counted on the format's grid (ordered bit patterns), so 1 means adjacent values.
 Needs PyTorch (pip install torch); never needed by normlab's tests. Exit 0 when every composite
-value is within one ulp, every non-finite value agrees and the models above hold on every value,
-1 otherwise.
+value is within one ulp, every non-finite value agrees, the models above hold on every value and
+every backward gradient is PyTorch's bit for bit, 1 otherwise.
 
   python3 scripts/torch_precision_check.py --normlab build/normlab
   python3 scripts/torch_precision_check.py --normlab build/normlab --random 20 --json out.json
@@ -36,9 +39,11 @@ value is within one ulp, every non-finite value agrees and the models above hold
 import argparse
 import json
 import math
+import os
 import random
 import subprocess
 import sys
+import tempfile
 
 
 def parse_args():
@@ -165,6 +170,60 @@ def check_scalar_ops(torch):
     return out
 
 
+BACKWARD_SHAPES = ["2x5x8", "4x4x64", "2x8x768"]
+
+
+def composite_backward(torch, norm, dt, x, g, b, r, eps):
+    """PyTorch's autograd through the composite at dtype dt, from float32 leaves cast to dt (as
+    float32 master weights are): the leaves' gradients. rsqrt runs on the statistics padded to a
+    whole number of 64 values, so that every row takes the vector path (one rounding), as a
+    training batch's rows do and as normlab's training composite models them."""
+    leaves = [t.float().requires_grad_(True) for t in (x, g, b)]
+    xh, gh, bh = (t.to(dt) for t in leaves)
+    c = xh - xh.mean(-1, keepdim=True) if norm == "layernorm" else xh
+    v = c.pow(2).mean(-1, keepdim=True) + eps
+    flat = v.reshape(-1)
+    pad = (-flat.numel()) % 64
+    rs = torch.rsqrt(torch.cat([flat, torch.ones(pad, dtype=dt)]))[:flat.numel()].reshape(v.shape)
+    y = c * rs * gh + bh if norm == "layernorm" else c * rs * gh
+    y.backward(r.float().to(dt))
+    return [t.grad for t in leaves]
+
+
+def check_backward(torch, binary, seeds):
+    """normlab's training composite backward (gradcheck --dump --precision P --norm-compute format:
+    the cpu backend's gradients of each case's leaves, stored in the format) against PyTorch's
+    autograd through the same composite, bit for bit on the format's grid, per leaf."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dump.json")
+        for fmt, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            for norm in ("layernorm", "rmsnorm"):
+                for shape in BACKWARD_SHAPES:
+                    for seed in seeds:
+                        subprocess.run([binary, "gradcheck", "--op", norm, "--precision", fmt, "--norm-compute",
+                                        "format", "--shape", shape, "--seed", str(seed), "--dump", path,
+                                        "--force", "-q"], capture_output=True, text=True)
+                        with open(path) as f:
+                            doc = json.load(f)
+                        ins = {i["name"]: i for i in doc["inputs"]}
+                        tensor = lambda i: torch.tensor(i["values"], dtype=torch.float64).reshape(i["shape"])
+                        x, g = tensor(ins["x"]), tensor(ins["gamma"])
+                        b = tensor(ins["beta"]) if "beta" in ins else torch.zeros_like(g)
+                        r = torch.tensor(doc["upstream"]["values"], dtype=torch.float64).reshape(
+                            doc["upstream"]["shape"])
+                        theirs = composite_backward(torch, norm, dt, x, g, b, r, doc["hyperparameters"]["eps"])
+                        row = {"format": fmt, "norm": norm, "shape": shape, "seed": seed}
+                        for name, t in zip(("x", "gamma", "beta"), theirs):
+                            if name not in ins:
+                                continue
+                            mine = torch.tensor(ins[name]["f32_analytic_grad"], dtype=torch.float64).float()
+                            # The leaf's gradient is the format's (the cast copy's), widened.
+                            row[name] = distance(mine.to(dt), t.reshape(-1).to(dt), torch)
+                        out.append(row)
+    return out
+
+
 def run_normlab(binary, args):
     out = subprocess.run([binary, "handcalc", "--json"] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -229,6 +288,16 @@ def main():
         print(f"r.pow(3), {name}, all {r['pow3_values']} positive finite r: != one rounding of r^3 for "
               f"{r['pow3_vs_once']}, != two (r * r, * r) for {r['pow3_vs_twice']}; one-element tensors "
               f"({r['pow3_single']}): {r['pow3_single_vs_once']} and {r['pow3_single_vs_twice']}")
+    backward = check_backward(torch, args.normlab, range(4))
+    for fmt in ("fp16", "bf16"):
+        for norm in ("layernorm", "rmsnorm"):
+            sel = [r for r in backward if r["format"] == fmt and r["norm"] == norm]
+            leaves = [k for k in ("x", "gamma", "beta") if k in sel[0]]
+            exact = sum(all(r[k] == 0 for k in leaves) for r in sel)
+            worst = {k: max(r[k] for r in sel) for k in leaves}
+            print(f"composite backward, {fmt} {norm}, shapes {', '.join(BACKWARD_SHAPES)} x seeds 0-3: "
+                  f"{exact} of {len(sel)} cases bit for bit in every leaf; worst distance "
+                  + ", ".join(f"{k} {v}" for k, v in worst.items()))
     rng = random.Random(args.seed)
     jobs = []
     for case in CASES:
@@ -296,13 +365,15 @@ def main():
         print(f"  over 1 ulp: {r['row']} {r['format']} {r['norm_compute']} {r['norm']}: {r['steps_off']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "rsqrt": rsqrt, "scalar_ops": scalar_ops, "rows": rows}, f,
-                      indent=1)
+            json.dump({"torch": torch.__version__, "rsqrt": rsqrt, "scalar_ops": scalar_ops, "backward": backward,
+                       "rows": rows}, f, indent=1)
     failed |= any(r["scalar_vs_twice"] for r in rsqrt.values())
     # The models normlab uses: eps rounded to the format; r^3 rounded once in fp16, twice in bf16.
     failed |= any(e["vs_rounded_eps"] for r in scalar_ops.values() for e in r["eps_add"])
     failed |= bool(scalar_ops["fp16"]["pow3_vs_once"] or scalar_ops["fp16"]["pow3_single_vs_once"])
     failed |= bool(scalar_ops["bf16"]["pow3_vs_twice"] or scalar_ops["bf16"]["pow3_single_vs_twice"])
+    # The training composite's backward: PyTorch's autograd, bit for bit.
+    failed |= any(r[k] for r in backward for k in ("x", "gamma", "beta") if k in r)
     return 1 if failed else 0
 
 
