@@ -95,7 +95,8 @@ void install_gradient_math();
 class StoragePrecisionScope {
  public:
   // `norm`: how layernorm and rmsnorm run on an input stored in the format (precision.h):
-  // format, the composite (composite_norm_row, each intermediate rounded); fp32 and fused, float32
+  // format, the composite (composite_norm_row, each intermediate rounded; its backward op by op,
+  // composite_norm_row_backward); fp32 and fused, float32
   // statistics with the output rounded once (one arithmetic in this emulation).
   explicit StoragePrecisionScope(Precision p, std::optional<Precision> residual = std::nullopt,
                                  NormCompute norm = NormCompute::fused);
