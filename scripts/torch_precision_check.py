@@ -10,9 +10,9 @@ and feeds the same row through PyTorch:
   format: the composite written out at the tensor's dtype, x.pow(2) -> .mean(-1) -> + eps ->
           torch.rsqrt -> x * r -> * gamma (LayerNorm: .mean(-1) -> x - mean -> .pow(2) -> .mean(-1)
           -> + eps -> torch.rsqrt -> * rstd -> * gamma -> + beta). Every intermediate must equal
-          normlab's stored value bit for bit, except where a float32 sum's order differs (PyTorch's
-          vectorized cascade vs normlab's float64-then-float32 sum): those differ by at most one
-          ulp of the step's format, and the report says which steps.
+          normlab's stored value within one ulp of the step's format (a float32 sum's order,
+          PyTorch's vectorized cascade against normlab's float64-then-float32 sum, could move one);
+          the report counts the worksheets equal bit for bit and says which steps differ.
   fp32:   the same composite on x.float() with only y rounded (.to(dtype)), compared step by step;
           and F.layer_norm / F.rms_norm on the half tensors, compared on y (PyTorch's fused CPU
           kernels compute x * rstd + (-mean * rstd) and F.rms_norm rounds xhat before gamma: the
@@ -21,10 +21,17 @@ and feeds the same row through PyTorch:
 Before the rows, it checks the model handcalc uses for torch.rsqrt on every positive finite fp16
 and bf16 value: a one-element tensor (a row's statistic) takes PyTorch's scalar path, which rounds
 twice (sqrt to the format, then 1/sqrt); a long tensor takes the vector path, which rounds once.
+And two more models on every value: `+ eps` adds eps rounded to the format (against eps added as
+float32, the model before), and `r.pow(3)` (torch.rsqrt's backward, normlab's training) rounds
+r^3 once in fp16 and twice in bf16. Then the training composite's backward: `normlab gradcheck
+--op layernorm|rmsnorm --precision P --norm-compute format --dump` (the cpu backend's gradients of
+x, gamma, beta, stored in the format) against PyTorch's autograd through the composite written out
+at that dtype, bit for bit, for three shapes and four seeds.
 
 Distances are counted on the format's grid (ordered bit patterns), so 1 means adjacent values.
 Needs PyTorch (pip install torch); never needed by normlab's tests. Exit 0 when every composite
-value is within one ulp and every non-finite value agrees, 1 otherwise.
+value is within one ulp, every non-finite value agrees, the models above hold on every value and
+every backward gradient is PyTorch's bit for bit, 1 otherwise.
 
   python3 scripts/torch_precision_check.py --normlab build/normlab
   python3 scripts/torch_precision_check.py --normlab build/normlab --random 20 --json out.json
@@ -32,9 +39,11 @@ value is within one ulp and every non-finite value agrees, 1 otherwise.
 import argparse
 import json
 import math
+import os
 import random
 import subprocess
 import sys
+import tempfile
 
 
 def parse_args():
@@ -133,6 +142,88 @@ def check_rsqrt(torch):
     return out
 
 
+def check_scalar_ops(torch):
+    """Two models behind the composite, over every finite non-negative value v of each format:
+    `v + eps` (eps a Python scalar) against eps rounded to the format first and against eps added
+    as float32; and `r.pow(3)` (torch.rsqrt's backward) against one rounding of r^3 and against two
+    (r * r, then * r), on a long tensor and on one-element tensors (every 97th value)."""
+    out = {}
+    for name, dt, top in (("fp16", torch.float16, 0x7C00), ("bf16", torch.bfloat16, 0x7F80)):
+        vals = torch.arange(0, top, dtype=torch.int32).to(torch.int16).view(dt)
+        f = vals.float()
+        eps_rows = []
+        for eps in (1e-5, 1e-6, 1e-8, 1e-12):
+            got = ordered(vals + eps, torch)
+            rounded = ordered((f + torch.tensor(eps, dtype=torch.float32).to(dt).float()).to(dt), torch)
+            float32 = ordered((f + torch.tensor(eps, dtype=torch.float32)).to(dt), torch)
+            eps_rows.append({"eps": eps, "values": len(vals), "vs_rounded_eps": int((got != rounded).sum()),
+                             "vs_float32_eps": int((got != float32).sum())})
+        pos = vals[1:]
+        once = ordered((pos.double() ** 3).float().to(dt), torch)
+        twice = ordered(((pos.float() * pos.float()).to(dt).float() * pos.float()).to(dt), torch)
+        vector = ordered(pos.pow(3), torch)
+        single = ordered(torch.cat([pos[i:i + 1].pow(3) for i in range(0, len(pos), 97)]), torch)
+        out[name] = {"eps_add": eps_rows, "pow3_values": len(pos),
+                     "pow3_vs_once": int((vector != once).sum()), "pow3_vs_twice": int((vector != twice).sum()),
+                     "pow3_single": len(single), "pow3_single_vs_once": int((single != once[::97]).sum()),
+                     "pow3_single_vs_twice": int((single != twice[::97]).sum())}
+    return out
+
+
+BACKWARD_SHAPES = ["2x5x8", "4x4x64", "2x8x768"]
+
+
+def composite_backward(torch, norm, dt, x, g, b, r, eps):
+    """PyTorch's autograd through the composite at dtype dt, from float32 leaves cast to dt (as
+    float32 master weights are): the leaves' gradients. rsqrt runs on the statistics padded to a
+    whole number of 64 values, so that every row takes the vector path (one rounding), as a
+    training batch's rows do and as normlab's training composite models them."""
+    leaves = [t.float().requires_grad_(True) for t in (x, g, b)]
+    xh, gh, bh = (t.to(dt) for t in leaves)
+    c = xh - xh.mean(-1, keepdim=True) if norm == "layernorm" else xh
+    v = c.pow(2).mean(-1, keepdim=True) + eps
+    flat = v.reshape(-1)
+    pad = (-flat.numel()) % 64
+    rs = torch.rsqrt(torch.cat([flat, torch.ones(pad, dtype=dt)]))[:flat.numel()].reshape(v.shape)
+    y = c * rs * gh + bh if norm == "layernorm" else c * rs * gh
+    y.backward(r.float().to(dt))
+    return [t.grad for t in leaves]
+
+
+def check_backward(torch, binary, seeds):
+    """normlab's training composite backward (gradcheck --dump --precision P --norm-compute format:
+    the cpu backend's gradients of each case's leaves, stored in the format) against PyTorch's
+    autograd through the same composite, bit for bit on the format's grid, per leaf."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dump.json")
+        for fmt, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            for norm in ("layernorm", "rmsnorm"):
+                for shape in BACKWARD_SHAPES:
+                    for seed in seeds:
+                        subprocess.run([binary, "gradcheck", "--op", norm, "--precision", fmt, "--norm-compute",
+                                        "format", "--shape", shape, "--seed", str(seed), "--dump", path,
+                                        "--force", "-q"], capture_output=True, text=True)
+                        with open(path) as f:
+                            doc = json.load(f)
+                        ins = {i["name"]: i for i in doc["inputs"]}
+                        tensor = lambda i: torch.tensor(i["values"], dtype=torch.float64).reshape(i["shape"])
+                        x, g = tensor(ins["x"]), tensor(ins["gamma"])
+                        b = tensor(ins["beta"]) if "beta" in ins else torch.zeros_like(g)
+                        r = torch.tensor(doc["upstream"]["values"], dtype=torch.float64).reshape(
+                            doc["upstream"]["shape"])
+                        theirs = composite_backward(torch, norm, dt, x, g, b, r, doc["hyperparameters"]["eps"])
+                        row = {"format": fmt, "norm": norm, "shape": shape, "seed": seed}
+                        for name, t in zip(("x", "gamma", "beta"), theirs):
+                            if name not in ins:
+                                continue
+                            mine = torch.tensor(ins[name]["f32_analytic_grad"], dtype=torch.float64).float()
+                            # The leaf's gradient is the format's (the cast copy's), widened.
+                            row[name] = distance(mine.to(dt), t.reshape(-1).to(dt), torch)
+                        out.append(row)
+    return out
+
+
 def run_normlab(binary, args):
     out = subprocess.run([binary, "handcalc", "--json"] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -189,6 +280,24 @@ def main():
               f"!= round(1/round(sqrt)) for {r['scalar_vs_twice']}, != round(1/sqrt) for "
               f"{r['scalar_vs_once']}; {r['values']}-element tensor != round(1/sqrt) for "
               f"{r['vector_vs_once']}")
+    scalar_ops = check_scalar_ops(torch)
+    for name, r in scalar_ops.items():
+        for e in r["eps_add"]:
+            print(f"v + {e['eps']:g}, {name}, all {e['values']} finite v >= 0: != round(v + round(eps)) for "
+                  f"{e['vs_rounded_eps']}, != round(v + eps as float32) for {e['vs_float32_eps']}")
+        print(f"r.pow(3), {name}, all {r['pow3_values']} positive finite r: != one rounding of r^3 for "
+              f"{r['pow3_vs_once']}, != two (r * r, * r) for {r['pow3_vs_twice']}; one-element tensors "
+              f"({r['pow3_single']}): {r['pow3_single_vs_once']} and {r['pow3_single_vs_twice']}")
+    backward = check_backward(torch, args.normlab, range(4))
+    for fmt in ("fp16", "bf16"):
+        for norm in ("layernorm", "rmsnorm"):
+            sel = [r for r in backward if r["format"] == fmt and r["norm"] == norm]
+            leaves = [k for k in ("x", "gamma", "beta") if k in sel[0]]
+            exact = sum(all(r[k] == 0 for k in leaves) for r in sel)
+            worst = {k: max(r[k] for r in sel) for k in leaves}
+            print(f"composite backward, {fmt} {norm}, shapes {', '.join(BACKWARD_SHAPES)} x seeds 0-3: "
+                  f"{exact} of {len(sel)} cases bit for bit in every leaf; worst distance "
+                  + ", ".join(f"{k} {v}" for k, v in worst.items()))
     rng = random.Random(args.seed)
     jobs = []
     for case in CASES:
@@ -235,6 +344,9 @@ def main():
                 failed |= within < len(sel)
                 print(f"| {fmt} | {mode} | {norm} | {len(sel)} | {exact} | {within} | {worst} | "
                       f"{', '.join(f'{k} ({v})' for k, v in sorted(off.items())) or '-'} | {fworst} |")
+    fmt_rows = [r for r in rows if r["norm_compute"] == "format"]
+    print(f"\nformat mode: {sum(r['composite_max_ulps'] == 0 for r in fmt_rows)} of {len(fmt_rows)} worksheets "
+          f"equal PyTorch's composite bit for bit at every step")
     print("\nThe built-in cases as normlab diagnoses them (breakdown, largest |error| of y in ulps):\n")
     print("| case | norm | fp16 format | fp16 fp32 | bf16 format | bf16 fp32 |")
     print("|---|---|---|---|---|---|")
@@ -253,8 +365,15 @@ def main():
         print(f"  over 1 ulp: {r['row']} {r['format']} {r['norm_compute']} {r['norm']}: {r['steps_off']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "rsqrt": rsqrt, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "rsqrt": rsqrt, "scalar_ops": scalar_ops, "backward": backward,
+                       "rows": rows}, f, indent=1)
     failed |= any(r["scalar_vs_twice"] for r in rsqrt.values())
+    # The models normlab uses: eps rounded to the format; r^3 rounded once in fp16, twice in bf16.
+    failed |= any(e["vs_rounded_eps"] for r in scalar_ops.values() for e in r["eps_add"])
+    failed |= bool(scalar_ops["fp16"]["pow3_vs_once"] or scalar_ops["fp16"]["pow3_single_vs_once"])
+    failed |= bool(scalar_ops["bf16"]["pow3_vs_twice"] or scalar_ops["bf16"]["pow3_single_vs_twice"])
+    # The training composite's backward: PyTorch's autograd, bit for bit.
+    failed |= any(r[k] for r in backward for k in ("x", "gamma", "beta") if k in r)
     return 1 if failed else 0
 
 

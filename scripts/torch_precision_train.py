@@ -138,13 +138,10 @@ def run_point(torch, raw):
         if x.dtype == torch.float32:  # a float32 stream: the norm in float32 (autocast's rule)
             g, b = g.float(), (b.float() if b is not None else None)
         elif compute == "format":  # PyTorch's composite at the format, every intermediate stored
-            if kind == "layernorm":
-                mu = x.mean(-1, keepdim=True)
-                c = x - mu
-                r = torch.rsqrt(c.pow(2).mean(-1, keepdim=True) + e)
-                return seen(c * r * g + b, module, "layernorm")
-            r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + e)
-            return seen(x * r * g, module, "rmsnorm")
+            # rsqrt's input is watched too: the gradient reaching it is torch.rsqrt's backward.
+            c = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
+            r = torch.rsqrt(seen(c.pow(2).mean(-1, keepdim=True) + e, module, kind + ": torch.rsqrt backward"))
+            return seen(c * r * g + b, module, kind) if kind == "layernorm" else seen(c * r * g, module, kind)
         else:  # fp32 / fused: the row upcast, float32 inside, the output cast back once
             xf = x.float()
             if kind == "layernorm":

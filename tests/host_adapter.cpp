@@ -96,6 +96,13 @@ class DeviceAdapter final : public Backend {
     if (mean.defined()) dm = k.out(mean);
     b_.composite_norm_forward(k.out(y), dm, k.out(rstd), dx, dg, db, n, d, eps, format);
   }
+  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                               Precision format, CompositeBackwardCensus* census) override {
+    Call k(*this);
+    Tensor ddy = k.in(dy), dxin = k.in(x), dg = k.in(gamma), dm = k.in(mean), dr = k.in(rstd);
+    b_.composite_norm_backward(k.out(dx), k.out(dgamma), k.out(dbeta), ddy, dxin, dg, dm, dr, n, d, format, census);
+  }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     Call k(*this);
     return b_.format_census(k.in(x), format);

@@ -36,4 +36,6 @@ double default_eps(NormKind kind) {
   return 0;
 }
 
+bool has_eps(NormKind kind) { return kind == NormKind::layernorm || kind == NormKind::rmsnorm; }
+
 }  // namespace normlab

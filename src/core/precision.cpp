@@ -256,8 +256,9 @@ FormatCensus format_census(Precision p, const float* x, int64_t n) {
 CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x, const float* gamma,
                                      const float* beta, float* y, int64_t d, double eps) {
   // A mean is the float32 nearest the exact sum (PyTorch accumulates a half row in float; its
-  // order rarely matters at these lengths: docs/precision.md), then divided in float32.
-  const float eps32 = to_float(eps), fd = static_cast<float>(d);
+  // order rarely matters at these lengths: docs/precision.md), then divided in float32. eps is a
+  // Python scalar: PyTorch's CPU add converts it to the tensor's dtype before adding.
+  const float eps_p = round_to(p, to_float(eps)), fd = static_cast<float>(d);
   CompositeRowStats st;
   if (layernorm) {
     double sum = 0;
@@ -271,7 +272,7 @@ CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x
     sum_sq += round_to(p, y[j] * y[j]);
   }
   const float var = round_to(p, to_float(sum_sq) / fd);
-  const float v = round_to(p, var + eps32);
+  const float v = round_to(p, var + eps_p);
   st.rstd = round_to(p, 1.0f / std::sqrt(v));
   for (int64_t j = 0; j < d; ++j) {
     const float xhat = round_to(p, y[j] * st.rstd);
@@ -279,6 +280,94 @@ CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x
     y[j] = layernorm ? round_to(p, scaled + beta[j]) : scaled;
   }
   return st;
+}
+
+// ---- the composite's backward ---------------------------------------------------------------
+
+const char* composite_backward_step_name(bool layernorm, CompositeBackwardStep step) {
+  static const char* const ln[] = {
+      "layernorm: * gamma backward (grad * gamma, grad * xhat)",
+      "layernorm: * rstd backward (grad * rstd, sum of grad * (x - mean))",
+      "layernorm: torch.rsqrt backward (-0.5 * grad * rstd.pow(3))",
+      "layernorm: var's .mean(-1) backward (grad / d)",
+      "layernorm: .pow(2) backward (grad * 2 * (x - mean), summed with the * rstd path)",
+      "layernorm: x - mean backward (-sum of grad)",
+      "layernorm: mean's .mean(-1) backward (grad / d, summed with the x - mean path)"};
+  static const char* const rms[] = {
+      "rmsnorm: * gamma backward (grad * gamma, grad * xhat)",
+      "rmsnorm: x * r backward (grad * r, sum of grad * x)",
+      "rmsnorm: torch.rsqrt backward (-0.5 * grad * r.pow(3))",
+      "rmsnorm: .mean(-1) backward (grad / d)",
+      "rmsnorm: x.pow(2) backward (grad * 2 * x, summed with the x * r path)",
+      "rmsnorm: (no x - mean)",
+      "rmsnorm: (no mean)"};
+  return (layernorm ? ln : rms)[static_cast<int>(step)];
+}
+
+void CompositeBackwardCensus::add(const CompositeBackwardCensus& other) {
+  for (int i = 0; i < static_cast<int>(CompositeBackwardStep::count); ++i) steps[i].add(other.steps[i]);
+}
+
+namespace {
+
+// One stored value of a backward step: counted (when a census is kept), then rounded.
+class BackwardStore {
+ public:
+  BackwardStore(Precision p, CompositeBackwardCensus* census) : p_(p), census_(census) {}
+  float operator()(CompositeBackwardStep step, float v) const {
+    if (census_) census_->steps[static_cast<int>(step)].add(format_census(p_, &v, 1));
+    return round_to(p_, v);
+  }
+
+ private:
+  Precision p_;
+  CompositeBackwardCensus* census_;
+};
+
+// r.pow(3) as PyTorch's CPU kernels store it: Half computes pow in float and rounds once,
+// BFloat16 multiplies in its own type (r * r * r, each product rounded).
+float stored_cube(const BackwardStore& st, Precision p, float r) {
+  if (p == Precision::bf16) return st(CompositeBackwardStep::rsqrt, st(CompositeBackwardStep::rsqrt, r * r) * r);
+  return st(CompositeBackwardStep::rsqrt, to_float(static_cast<double>(r) * r * r));
+}
+
+}  // namespace
+
+float composite_xhat(bool layernorm, Precision p, float x, float mean, float rstd) {
+  return round_to(p, (layernorm ? round_to(p, x - mean) : x) * rstd);
+}
+
+float composite_gamma_term(bool layernorm, Precision p, float dy, float x, float mean, float rstd,
+                           CompositeBackwardCensus* census) {
+  return BackwardStore(p, census)(CompositeBackwardStep::mul_gamma, dy * composite_xhat(layernorm, p, x, mean, rstd));
+}
+
+void composite_norm_row_backward(bool layernorm, Precision p, const float* dy, const float* x, const float* gamma,
+                                 float mean, float rstd, float* dx, int64_t d, CompositeBackwardCensus* census) {
+  using S = CompositeBackwardStep;
+  const BackwardStore st(p, census);
+  const float fd = static_cast<float>(d);
+  auto centred = [&](int64_t j) { return layernorm ? round_to(p, x[j] - mean) : x[j]; };
+  // dx holds dc1 = dxh * r until dc replaces it.
+  double dr_sum = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    const float dxh = st(S::mul_gamma, dy[j] * gamma[j]);
+    dx[j] = st(S::mul_rstd, dxh * rstd);
+    dr_sum += st(S::mul_rstd, dxh * centred(j));
+  }
+  const float dr = st(S::mul_rstd, to_float(dr_sum));
+  const float dv = st(S::rsqrt, st(S::rsqrt, -0.5f * dr) * stored_cube(st, p, rstd));
+  const float ds = st(S::mean_var, dv / fd);
+  double dc_sum = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    const float c = centred(j);
+    dx[j] = st(S::pow2, dx[j] + st(S::pow2, ds * st(S::pow2, 2.0f * c)));
+    dc_sum += dx[j];
+  }
+  if (!layernorm) return;
+  const float dmu = st(S::sub_mean, -to_float(dc_sum));
+  const float dx2 = st(S::mean_mu, dmu / fd);
+  for (int64_t j = 0; j < d; ++j) dx[j] = st(S::mean_mu, dx[j] + dx2);
 }
 
 }  // namespace normlab

@@ -40,15 +40,13 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
-// Rounding noise of a central difference: f = sum(y*R) is computed with an error of about
-// eps * sum|y*R| (eps = 2^-52, times a small factor for the depth of the computation), and the
-// difference divides that by 2h. Gradients that are exactly zero (a key bias: softmax ignores a
-// shift of a whole row of scores) come out as this noise, so it is part of the bound.
-double finite_difference_noise(const Tensor& y, const Tensor& seed, double h) {
+// The rounding error of f = sum(y*R) itself: about eps * sum|y*R| (eps = 2^-52, times a small
+// factor for the depth of the computation). A difference quotient divides it by its step.
+double f_rounding_error(const Tensor& y, const Tensor& seed) {
   std::vector<double> a = y.to_vector(), b = seed.to_vector();
   double mag = 0;
   for (size_t i = 0; i < a.size(); ++i) mag += std::fabs(a[i] * b[i]);
-  return 64 * 2.220446049250313e-16 * mag / (2 * h);
+  return 64 * 2.220446049250313e-16 * mag;
 }
 
 struct Analytic {
@@ -70,10 +68,14 @@ Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DTyp
     t.zero_grad();
   }
   Tensor y = a.inst.forward();
-  // On a CUDA device 16-bit activations are stored natively (bf16 / f16 tensors): the upstream
-  // gradient is one of them, as the loss's backward would hand it over.
-  a.seed = make_seed(y, opt.seed, is_16bit(y.dtype()) ? y.dtype() : dtype);
-  y.backward(device == Device::cpu ? a.seed : a.seed.to_device(device));
+  a.seed = make_seed(y, opt.seed, dtype);
+  // In low precision R is y's gradient, stored in y's format as every gradient is (as PyTorch's
+  // y.backward takes it in y's dtype): rounded in float32 storage (the emulation), or made in the
+  // 16-bit dtype itself where a CUDA device stores activations natively.
+  Tensor r = a.seed.clone();
+  if (is_16bit(y.dtype())) r = make_seed(y, opt.seed, y.dtype());
+  else if (y.impl().format != Precision::fp32) backend_for(Device::cpu, r.dtype()).round_to_format(r, y.impl().format);
+  y.backward(device == Device::cpu ? r : r.to_device(device));
   for (auto& [name, t] : a.inst.inputs) {
     Tensor g = t.grad();
     a.grads.push_back(g.defined() ? g.to_vector() : std::vector<double>(static_cast<size_t>(t.numel()), 0.0));
@@ -104,27 +106,84 @@ InputCheck compare(const std::string& name, const Tensor& input, const std::vect
     }
   }
   ic.max_rel_err = scale > 0 ? ic.max_abs_err / scale : (ic.max_abs_err > 0 ? INFINITY : 0.0);
+  ic.bound = bound;
   ic.pass = ic.max_abs_err <= bound;
   return ic;
 }
 
-std::vector<std::vector<double>> numeric_gradients(CaseInstance& inst, const Tensor& seed, double h) {
+// One input's central differences at step h, fourth order:
+// (8 (f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))) / 12h, truncation error O(h^4 f^(5)).
+std::vector<double> differences(CaseInstance& inst, Tensor& t, const std::vector<double>& r, double h) {
   NoGradGuard no_grad;
+  double* x = t.data<double>();
+  auto f_at = [&](int64_t j, double v) {
+    x[j] = v;
+    return dot(inst.forward().to_vector(), r);
+  };
+  std::vector<double> g(static_cast<size_t>(t.numel()));
+  for (int64_t j = 0; j < t.numel(); ++j) {
+    const double saved = x[j];
+    const double near = f_at(j, saved + h) - f_at(j, saved - h);
+    const double far = f_at(j, saved + 2 * h) - f_at(j, saved - 2 * h);
+    x[j] = saved;
+    g[static_cast<size_t>(j)] = (8 * near - far) / (12 * h);
+  }
+  return g;
+}
+
+// The first step tried for a tensor whose gradients reach `scale`: f's rounding error e, divided
+// by the step (at most 1.5 e / h), is kStepNoise of the scale; a power of two (x +- h, x +- 2h
+// then exact), at most kMaxStep.
+double first_step(double f_error, double scale, double h_min) {
+  double h = kMaxStep;
+  if (scale > 0) h = std::min(kMaxStep, 1.5 * f_error / (kStepNoise * scale));
+  return std::exp2(std::ceil(std::log2(std::max(h, h_min))));
+}
+
+// Differences at halving steps until two in a row agree within kStepAgreement of the tensor's
+// scale (plus `floor`): a curved function (a norm of a near-zero row) needs a small step, a
+// tensor of small gradients a large one. Where they never agree that closely, the pair that
+// agreed best, once halving makes it worse (rounding then outgrows truncation). The spread of
+// the pair measures the error left.
+FiniteDifferenceStep numeric_gradient(CaseInstance& inst, Tensor& t, const std::vector<double>& r, double h,
+                                      double h_min, double scale, double floor) {
+  FiniteDifferenceStep best;
+  std::vector<double> prev = differences(inst, t, r, h);
+  for (h /= 2; h >= h_min; h /= 2) {
+    FiniteDifferenceStep cur{differences(inst, t, r, h), h, 0, 0};
+    for (size_t j = 0; j < prev.size(); ++j) cur.spread = std::max(cur.spread, std::fabs(cur.gradient[j] - prev[j]));
+    const bool better = best.gradient.empty() || cur.spread < best.spread;
+    if (!better) return best;
+    prev = cur.gradient;
+    best = std::move(cur);
+    if (best.spread <= kStepAgreement * scale + floor) return best;
+  }
+  if (best.gradient.empty()) best = {prev, 2 * h, 0, 0};  // h_min itself: one step, no pair
+  return best;
+}
+
+std::vector<FiniteDifferenceStep> numeric_gradients(CaseInstance& inst, const Tensor& seed,
+                                                    const std::vector<std::vector<double>>& analytic, double h_min) {
+  double f_error;
+  {
+    NoGradGuard no_grad;
+    f_error = f_rounding_error(inst.forward(), seed);
+  }
+  std::vector<double> scales;
+  for (const std::vector<double>& g : analytic) {
+    double scale = 0;
+    for (double v : g) scale = std::max(scale, std::fabs(v));
+    scales.push_back(scale);
+  }
+  // A gradient that is zero in exact arithmetic (the key bias: softmax ignores a shift of a row
+  // of scores) comes out as rounding noise: allowed up to kZeroGradientFloor of the case's largest.
+  const double floor = kZeroGradientFloor * *std::max_element(scales.begin(), scales.end());
   const std::vector<double> r = seed.to_vector();
-  std::vector<std::vector<double>> out;
-  for (auto& [name, t] : inst.inputs) {
-    double* x = t.data<double>();
-    std::vector<double> g(static_cast<size_t>(t.numel()));
-    for (int64_t j = 0; j < t.numel(); ++j) {
-      const double saved = x[j];
-      x[j] = saved + h;
-      const double fp = dot(inst.forward().to_vector(), r);
-      x[j] = saved - h;
-      const double fm = dot(inst.forward().to_vector(), r);
-      x[j] = saved;
-      g[static_cast<size_t>(j)] = (fp - fm) / (2 * h);
-    }
-    out.push_back(std::move(g));
+  std::vector<FiniteDifferenceStep> out;
+  for (size_t i = 0; i < inst.inputs.size(); ++i) {
+    out.push_back(numeric_gradient(inst, inst.inputs[i].second, r, first_step(f_error, scales[i], h_min), h_min,
+                                   scales[i], floor));
+    out.back().noise = 2 * out.back().spread + floor;
   }
   return out;
 }
@@ -136,15 +195,11 @@ CaseResult check_finite_differences(const GradCase& c, const GradcheckOptions& o
   BackendScope scope("reference");
   CaseResult res{c.name, c.kind, "fd64", {}, true, 0};
   Analytic a = analytic_gradients(c, opt, DType::f64);
-  auto numeric = numeric_gradients(a.inst, a.seed, opt.h);
-  double noise;
-  {
-    NoGradGuard no_grad;
-    noise = finite_difference_noise(a.inst.forward(), a.seed, opt.h);
-  }
+  const std::vector<FiniteDifferenceStep> steps = numeric_gradients(a.inst, a.seed, a.grads, opt.h);
   for (size_t i = 0; i < a.inst.inputs.size(); ++i) {
-    res.inputs.push_back(
-        compare(a.inst.inputs[i].first, a.inst.inputs[i].second, a.grads[i], numeric[i], opt.fd_tol, noise));
+    res.inputs.push_back(compare(a.inst.inputs[i].first, a.inst.inputs[i].second, a.grads[i], steps[i].gradient,
+                                 opt.fd_tol, steps[i].noise));
+    res.inputs.back().h = steps[i].h;
     res.pass = res.pass && res.inputs.back().pass;
   }
   res.seconds = seconds_since(t0);
@@ -163,7 +218,8 @@ GradcheckCost estimate_gradcheck_cost(const GradCase& c, const GradcheckOptions&
   NoGradGuard no_grad;
   GradcheckCost cost;
   CaseInstance inst = c.make(opt.shape, DType::f64, opt.seed);
-  for (const auto& [name, t] : inst.inputs) cost.forwards += 2 * t.numel();
+  // Two steps at least (kStepAgreement), four forwards each.
+  for (const auto& [name, t] : inst.inputs) cost.forwards += 8 * t.numel();
   // Timed on this machine: a few forwards, or one if a single one is already slow.
   const auto t0 = std::chrono::steady_clock::now();
   int64_t n = 0;
@@ -243,12 +299,15 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     NoGradGuard no_grad;
     y = a.inst.forward();
   }
-  auto numeric = numeric_gradients(a.inst, a.seed, opt.h);
+  const std::vector<FiniteDifferenceStep> steps = numeric_gradients(a.inst, a.seed, a.grads, opt.h);
   Analytic f32;
   if (!opt.f32_backend.empty()) {
     const Device device = backend(opt.f32_backend).device();
     std::unique_ptr<BackendScope> f32_scope;
     if (device == Device::cpu) f32_scope = std::make_unique<BackendScope>(opt.f32_backend);
+    // With --precision, in the format as the backend check runs it (what a PyTorch script
+    // compares with its own autograd in that dtype).
+    StoragePrecisionScope storage(opt.precision, std::nullopt, opt.norm_compute);
     f32 = analytic_gradients(c, opt, DType::f32, device);
   }
   nlohmann::json j;
@@ -270,13 +329,18 @@ std::string gradcheck_dump_json(const GradCase& c, const GradcheckOptions& opt) 
     j["constants"].push_back({{"name", name}, {"dtype", to_string(t.dtype())}, {"shape", t.shape()}, {"values", ids}});
   }
   if (!opt.f32_backend.empty()) j["f32_backend"] = opt.f32_backend;
+  if (!opt.f32_backend.empty() && opt.precision != Precision::fp32) {
+    j["precision"] = to_string(opt.precision);
+    j["norm_compute"] = to_string(opt.norm_compute);
+  }
   for (size_t i = 0; i < a.inst.inputs.size(); ++i) {
     const auto& [name, t] = a.inst.inputs[i];
     nlohmann::json in{{"name", name},
                       {"shape", t.shape()},
                       {"values", t.to_vector()},
                       {"analytic_grad", a.grads[i]},
-                      {"numeric_grad", numeric[i]}};
+                      {"numeric_grad", steps[i].gradient},
+                      {"numeric_h", steps[i].h}};
     if (!opt.f32_backend.empty()) in["f32_analytic_grad"] = f32.grads[i];
     j["inputs"].push_back(in);
   }
@@ -319,6 +383,8 @@ std::string gradcheck_results_json(const std::vector<CaseResult>& results, const
                               {"worst_index", ic.worst_index},
                               {"worst_analytic", ic.worst_analytic},
                               {"worst_expected", ic.worst_numeric},
+                              {"h", ic.h},
+                              {"bound", ic.bound},
                               {"pass", ic.pass}});
     }
     j["results"].push_back(cr);

@@ -32,9 +32,9 @@ std::string gradcheck_results_text(const std::vector<CaseResult>& results, const
   const int failed = failed_checks(results);
   const int checks = static_cast<int>(results.size());
   return t.text() + fmt::sprintf("\n%d checks, %d failed. Pass: max_abs_err <= atol + rtol * max|expected|: "
-                                 "fd64 atol %.0e rtol %.0e (h = %.0e); f32 vs f64 atol %.0e rtol %.0e\n",
-                                 checks, failed, opt.fd_tol.atol, opt.fd_tol.rtol, opt.h, opt.f32_tol.atol,
-                                 opt.f32_tol.rtol) +
+                                 "fd64 rtol %.0e plus each input's own difference noise (steps >= %.0e); "
+                                 "f32 vs f64 atol %.0e rtol %.0e\n",
+                                 checks, failed, opt.fd_tol.rtol, opt.h, opt.f32_tol.atol, opt.f32_tol.rtol) +
          (failed ? "FAILED\n" : "all gradients agree\n");
 }
 

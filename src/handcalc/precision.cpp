@@ -238,7 +238,9 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
   // Where the intermediates live: the format itself, or float32 with only y rounded.
   const Precision p = precision;
   const Precision mid = compute == NormCompute::format ? p : Precision::fp32;
-  const float eps32 = to_float(eps);
+  // eps is a Python scalar: the composite's add converts it to the tensor's dtype first (PyTorch's
+  // CPU add), the float32 statistics add it as float32.
+  const float eps_added = round_to(mid, to_float(eps));
   Chain chain(ws.steps);
   const std::vector<float> xs = chain.add("x", "input", p, x, x, true);
   // gamma and beta are parameters: stored in the format like every tensor of a low-precision
@@ -256,7 +258,7 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
     const std::vector<float> sq = chain.add("x^2", "x.pow(2)", mid, v32, ref.x_sq, true);
     const float ms = chain.add_scalar("mean(x^2)", ".mean(-1)", mid,
                                       sum32(sq) / static_cast<float>(d), ref.mean_sq);
-    const float ve = chain.add_scalar("mean(x^2) + eps", "+ eps", mid, ms + eps32,
+    const float ve = chain.add_scalar("mean(x^2) + eps", "+ eps", mid, ms + eps_added,
                                       ref.mean_sq + eps);
     const float r = chain.add_scalar("r", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve),
                                     ref.inv_r);
@@ -280,7 +282,7 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
   const std::vector<float> sq = chain.add("(x - mean)^2", ".pow(2)", mid, v32, ref.xc_sq, true);
   const float var = chain.add_scalar("var", ".mean(-1)", mid, sum32(sq) / static_cast<float>(d),
                                      ref.var);
-  const float ve = chain.add_scalar("var + eps", "+ eps", mid, var + eps32, ref.var + eps);
+  const float ve = chain.add_scalar("var + eps", "+ eps", mid, var + eps_added, ref.var + eps);
   const float r = chain.add_scalar("rstd", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve),
                                      ref.rstd);
   for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * r;

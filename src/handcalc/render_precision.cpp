@@ -99,12 +99,14 @@ std::string norm_text(const PrecisionNormWorksheet& ws) {
       "  every op computes in float32 from stored operands; a result in {} is rounded to it "
       "(nearest even, overflow to inf, gradual underflow)\n",
       ws.compute == NormCompute::format ? p : "the last row's format");
-  out += fmt::format("  d = {}, eps = {:g}: on its own {} stores eps as {}{}\n\n", ws.x.size(),
-                     ws.eps, p, exact_text(ws.eps_stored),
+  out += fmt::format("  d = {}, eps = {:g}: {} stores eps as {}{}; {}\n\n", ws.x.size(), ws.eps, p,
+                     exact_text(ws.eps_stored),
                      ws.eps_rounds_to_zero ? " (it rounds to 0)"
                      : std::fabs(ws.eps_stored) < format_info(ws.precision).min_normal
                          ? " (a subnormal)"
-                         : "");
+                         : "",
+                     ws.compute == NormCompute::format ? "+ eps adds that (a Python scalar takes the tensor's dtype)"
+                                                       : "the float32 statistics add eps as float32");
   std::vector<std::vector<std::string>> rows{
       {"step", "op", "in", "stored", "float64", "error (ulps)", "rounding"}};
   for (const PrecisionStep& s : ws.steps) {

@@ -1,5 +1,6 @@
 // LayerNorm and RMSNorm over the last dimension, and their fused residual-add forms.
-// Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean).
+// Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean). As the
+// composite (norm_compute format) the backward is the composite's own, op by op in the format.
 #include "op_common.h"
 
 namespace normlab {
@@ -39,6 +40,20 @@ BackwardFn rmsnorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tenso
   };
 }
 
+BackwardFn composite_norm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                                     int64_t n, int64_t d) {
+  const Precision p = x.impl().format;
+  const char* module = current_module();
+  return [x = x.detach(), gamma, mean, rstd, n, d, p, module](const Tensor& dy, GradOutputs& g) {
+    const bool ln = mean.defined();
+    CompositeBackwardCensus census;
+    const bool watched = store_watch_active();
+    kernels(dy).composite_norm_backward(g[0], g[1], ln ? g[2] : nullptr, dy, x, gamma, mean, rstd, n, d, p,
+                                        watched ? &census : nullptr);
+    if (watched) watch_composite_backward(census, ln, p, dy, module);
+  };
+}
+
 }  // namespace ops_detail
 
 Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_in, double eps) {
@@ -50,14 +65,17 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   Tensor y = new_output(x.shape(), p, x);
   Tensor mean = row_stat(x), rstd = row_stat(x);
   watch_norm_input(x, "layernorm");
-  if (composite_norm(x)) {
+  const bool composite = composite_norm(x);
+  if (composite) {
     kernels(x).composite_norm_forward(y, mean, rstd, x, gamma, beta, n, d, eps, x.impl().format);
   } else {
     kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
   }
   store(y, p, "layernorm", &rstd);
   if (needs_grad({&x, &gamma, &beta}))
-    record("layernorm", y, {x, gamma, beta}, layernorm_backward_fn(x, gamma, mean, rstd, n, d));
+    record("layernorm", y, {x, gamma, beta},
+           composite ? composite_norm_backward_fn(x, gamma, mean, rstd, n, d)
+                     : layernorm_backward_fn(x, gamma, mean, rstd, n, d));
   return y;
 }
 
@@ -69,14 +87,18 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   Tensor y = new_output(x.shape(), p, x);
   Tensor rstd = row_stat(x);
   watch_norm_input(x, "rmsnorm");
-  if (composite_norm(x)) {
-    Tensor no_mean;
+  const bool composite = composite_norm(x);
+  Tensor no_mean;
+  if (composite) {
     kernels(x).composite_norm_forward(y, no_mean, rstd, x, gamma, Tensor(), n, d, eps, x.impl().format);
   } else {
     kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
   }
   store(y, p, "rmsnorm", &rstd);
-  if (needs_grad({&x, &gamma})) record("rmsnorm", y, {x, gamma}, rmsnorm_backward_fn(x, gamma, rstd, n, d));
+  if (needs_grad({&x, &gamma}))
+    record("rmsnorm", y, {x, gamma},
+           composite ? composite_norm_backward_fn(x, gamma, no_mean, rstd, n, d)
+                     : rmsnorm_backward_fn(x, gamma, rstd, n, d));
   return y;
 }
 

@@ -75,6 +75,19 @@ void watch_norm_input(const Tensor& x, const char* op) {
   watch(x, x.impl().format, StoredKind::norm_input, op, current_module());
 }
 
+bool store_watch_active() { return t_watch != nullptr; }
+
+void watch_composite_backward(const CompositeBackwardCensus& census, bool layernorm, Precision p, const Tensor& dy,
+                              const char* module) {
+  if (!t_watch) return;
+  for (int i = 0; i < static_cast<int>(CompositeBackwardStep::count); ++i) {
+    const FormatCensus& c = census.steps[i];
+    if (c.count == 0) continue;
+    const char* op = composite_backward_step_name(layernorm, static_cast<CompositeBackwardStep>(i));
+    (*t_watch)(StoreEvent{dy, p, StoredKind::gradient, op, module, nullptr, &c});
+  }
+}
+
 void store_gradient(Tensor& g, const TensorImpl& of, const Node& from) {
   if (is_16bit(g.dtype())) return;  // native storage: rounded by the kernel that wrote it
   watch(g, of.format, StoredKind::gradient, from.op(), from.module());

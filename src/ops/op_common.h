@@ -43,6 +43,12 @@ Precision product_format();
 Precision widest(std::initializer_list<const Tensor*> inputs);
 Tensor stored(const Tensor& t);
 Tensor operand(const Tensor& t);
+// Whether a StoreWatch is alive on this thread (a kernel then counts what it stores inside).
+bool store_watch_active();
+// The steps of a composite norm's backward, in the order autograd runs them, shown to the watch
+// as gradients with their census (StoreEvent::census); dy stands for their values.
+void watch_composite_backward(const CompositeBackwardCensus& census, bool layernorm, Precision p, const Tensor& dy,
+                              const char* module);
 // The tape's GradientMath::store: g shown to the watch, then rounded to the format of `of`.
 void store_gradient(Tensor& g, const TensorImpl& of, const Node& from);
 
@@ -54,4 +60,7 @@ BackwardFn add_scaled_backward(double alpha);
 BackwardFn layernorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                                  int64_t n, int64_t d);
 BackwardFn rmsnorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d);
+// The composite's (norm_compute format): LayerNorm when mean is defined.
+BackwardFn composite_norm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                                     int64_t n, int64_t d);
 }  // namespace normlab::ops_detail

@@ -110,7 +110,8 @@ struct FirstNonFinite {
       norm_input = v.value;
       return;
     }
-    const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
+    const FormatCensus c =
+        v.census ? *v.census : backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
     if (c.nonfinite == 0 && c.overflow == 0) return;
     found = true;
     origin.step = step;
@@ -176,11 +177,12 @@ std::vector<EpsRounding> eps_rounding(const TrainConfig& cfg) {
     if (stored == 0 || std::fabs(stored - eps) > 0.01 * eps) out.push_back({norm, eps, stored, to_string(adds_in)});
   };
   const ModelConfig& m = cfg.model;
-  if (m.norm != NormKind::none) {
+  // DyT and Derf add no eps: nothing to round.
+  if (has_eps(m.norm)) {
     check("blocks", m.eps(), stream);
     if (m.placement == Placement::sandwich && stream != branch) check("blocks.sandwich_out", m.eps(), branch);
   }
-  if (m.final_norm_on()) check("final_norm", m.final_eps(), stream);
+  if (has_eps(m.final_norm_kind())) check("final_norm", m.final_eps(), stream);
   if (m.qk_norm) check("qk_norm", SelfAttention{}.qk_eps, branch);
   return out;
 }

@@ -388,6 +388,9 @@ TEST_P(KernelOps, composite_norm_forward) {
           for (int64_t j = 0; j < d; ++j)
             x.data<float>()[i * d + j] = round_to(p, static_cast<float>(offset + scale * rng.normal()));
         }
+        // Row 5 all 1047 * 2^-15: in fp16 its mean square plus eps 1e-5 is a tie only when eps is
+        // rounded to fp16 first (CompositeNormRow.EpsIsRoundedToTheFormatBeforeItIsAdded).
+        for (int64_t j = 0; j < d; ++j) x.data<float>()[5 * d + j] = round_to(p, std::ldexp(1047.0f, -15));
         for (int64_t j = 0; j < d; ++j) {
           g.data<float>()[j] = round_to(p, static_cast<float>(1.0 + 0.1 * rng.normal()));
           b.data<float>()[j] = round_to(p, static_cast<float>(0.1 * rng.normal()));
@@ -407,6 +410,45 @@ TEST_P(KernelOps, composite_norm_forward) {
           expect_same_bits(rstd, wrstd, what + " rstd");
           expect_same_bits(y, wy, what + " y");
         }
+      }
+    }
+  }
+}
+
+TEST_P(KernelOps, composite_norm_backward) {
+  // The forward's rows (rstd from 2^12 down, a large mean, a zero row) and a dy on the format's
+  // grid, scaled as a loss scale scales it: dx, dgamma, dbeta bit for bit, overflows included.
+  for (int64_t d : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}, int64_t{1001}}) {
+    for (Precision p : {Precision::bf16, Precision::fp16}) {
+      for (bool ln : {true, false}) {
+        const std::string what = kernel_case(
+            "composite_norm_backward", {{"d", d}, {"format", to_string(p)}, {"norm", ln ? "layernorm" : "rmsnorm"}});
+        if (!selected(what)) continue;
+        const int64_t n = 7;
+        Rng rng(53 + static_cast<uint64_t>(d), stream::check);
+        Tensor x = Tensor::empty({n, d}), dy = Tensor::empty({n, d}), g = Tensor::empty({d}), b = Tensor::empty({d});
+        for (int64_t i = 0; i < n; ++i) {
+          const double scale = i == 0 ? 0.0 : std::ldexp(1.0, static_cast<int>(3 * i) - 12);
+          const double offset = i == 3 ? 1000.0 : 0.0;
+          for (int64_t j = 0; j < d; ++j) {
+            x.data<float>()[i * d + j] = round_to(p, static_cast<float>(offset + scale * rng.normal()));
+            const double grad = std::ldexp(rng.normal(), static_cast<int>(i) - 3);
+            dy.data<float>()[i * d + j] = round_to(p, static_cast<float>(grad));
+          }
+        }
+        for (int64_t j = 0; j < d; ++j) {
+          g.data<float>()[j] = round_to(p, static_cast<float>(1.0 + 0.1 * rng.normal()));
+          b.data<float>()[j] = round_to(p, static_cast<float>(0.1 * rng.normal()));
+        }
+        Tensor y = Tensor::empty({n, d}), rstd = Tensor::empty({n}), mean = ln ? Tensor::empty({n}) : Tensor();
+        ref().composite_norm_forward(y, mean, rstd, x, g, ln ? b : Tensor(), n, d, 1e-5, p);
+        Tensor dx = Tensor::empty({n, d}), dg = Tensor::empty({d}), db = Tensor::empty({d});
+        Tensor wdx = Tensor::empty({n, d}), wdg = Tensor::empty({d}), wdb = Tensor::empty({d});
+        ref().composite_norm_backward(&wdx, &wdg, ln ? &wdb : nullptr, dy, x, g, mean, rstd, n, d, p, nullptr);
+        under_test().composite_norm_backward(&dx, &dg, ln ? &db : nullptr, dy, x, g, mean, rstd, n, d, p, nullptr);
+        expect_same_bits(dx, wdx, what + " dx");
+        expect_same_bits(dg, wdg, what + " dgamma");
+        if (ln) expect_same_bits(db, wdb, what + " dbeta");
       }
     }
   }

@@ -268,6 +268,78 @@ TEST(CompositeNormRow, HandDerivedCases) {
   EXPECT_EQ(y[1], round_to(Precision::fp16, -2 * st.rstd));
 }
 
+TEST(CompositeNormRow, EpsIsRoundedToTheFormatBeforeItIsAdded) {
+  // x = 1047 * 2^-15 in fp16: x^2 = 1070.56 * 2^-20 is stored as 1071 * 2^-20, and so is the mean
+  // of four of them. fp16 holds eps 1e-5 as 168 * 2^-24 = 10.5 * 2^-20, so var + eps is the tie
+  // 1081.5 * 2^-20, stored as 1082 * 2^-20 (even); eps added as float32 (10.49 * 2^-20) would
+  // give 1081 * 2^-20, and rsqrt tells the two apart.
+  const float a = std::ldexp(1047.0f, -15);
+  const float x[4] = {a, a, a, a}, one[4] = {1, 1, 1, 1};
+  float y[4];
+  const CompositeRowStats st = composite_norm_row(false, Precision::fp16, x, one, nullptr, y, 4, 1e-5);
+  const float eps_rounded = round_to(Precision::fp16, 1.0f / std::sqrt(std::ldexp(1082.0f, -20)));
+  const float eps_float32 = round_to(Precision::fp16, 1.0f / std::sqrt(std::ldexp(1081.0f, -20)));
+  ASSERT_NE(eps_rounded, eps_float32);
+  EXPECT_EQ(st.rstd, eps_rounded);
+}
+
+// A row at gpt2 init's scale (std 0.02: r near 50) through the composite's backward: in fp16
+// r.pow(3) (about 1.25e5) overflows in torch.rsqrt's backward, so every dx is inf or NaN and the
+// census names that step first; bf16 holds r^3 and the same row's dx is finite.
+TEST(CompositeNormRowBackward, Fp16RsqrtBackwardOverflowsAtGpt2InitScale) {
+  const float x16[4] = {0.02f, -0.01f, 0.03f, -0.025f}, dy16[4] = {0.5f, -0.25f, 1, 0.75f};
+  const float one[4] = {1, 1, 1, 1}, zero[4] = {0, 0, 0, 0};
+  for (Precision p : {Precision::fp16, Precision::bf16}) {
+    float x[4], dy[4], y[4], dx[4];
+    for (int j = 0; j < 4; ++j) {
+      x[j] = round_to(p, x16[j]);
+      dy[j] = round_to(p, dy16[j]);
+    }
+    for (bool ln : {true, false}) {
+      const CompositeRowStats st = composite_norm_row(ln, p, x, one, zero, y, 4, 1e-5);
+      ASSERT_GT(st.rstd, 40.0f);
+      CompositeBackwardCensus census;
+      composite_norm_row_backward(ln, p, dy, x, one, st.mean, st.rstd, dx, 4, &census);
+      const FormatCensus& gamma = census.steps[static_cast<int>(CompositeBackwardStep::mul_gamma)];
+      const FormatCensus& mul = census.steps[static_cast<int>(CompositeBackwardStep::mul_rstd)];
+      const FormatCensus& rsqrt = census.steps[static_cast<int>(CompositeBackwardStep::rsqrt)];
+      EXPECT_EQ(gamma.overflow + gamma.nonfinite + mul.overflow + mul.nonfinite, 0);
+      if (p == Precision::fp16) {
+        EXPECT_GT(rsqrt.overflow, 0) << ln;
+        EXPECT_GE(rsqrt.max_abs, 65520.0);  // r^3, rounded to inf
+        for (float v : dx) EXPECT_FALSE(std::isfinite(v)) << ln;
+      } else {
+        EXPECT_EQ(rsqrt.overflow, 0);
+        for (float v : dx) EXPECT_TRUE(std::isfinite(v)) << ln;
+      }
+    }
+  }
+}
+
+// Where nothing overflows, the composite's backward is the norm's derivative to within the
+// format's roundings: the worksheet row in fp16 against the float64 formulas (DESIGN.md).
+TEST(CompositeNormRowBackward, MatchesTheAnalyticBackwardWithinTheFormat) {
+  const float x[4] = {2, -1, 0, 3}, gamma[4] = {1, 0.5f, 2, 1}, dy[4] = {0.5f, -1, 0.25f, 1}, zero[4] = {0, 0, 0, 0};
+  float y[4], dx[4];
+  for (bool ln : {true, false}) {
+    const CompositeRowStats st = composite_norm_row(ln, Precision::fp16, x, gamma, zero, y, 4, 1e-5);
+    composite_norm_row_backward(ln, Precision::fp16, dy, x, gamma, st.mean, st.rstd, dx, 4, nullptr);
+    double mu = 0, ms = 0;
+    for (float v : x) mu += ln ? v / 4.0 : 0.0;
+    for (float v : x) ms += (v - mu) * (v - mu) / 4.0;
+    const double r = 1 / std::sqrt(ms + 1e-5);
+    double mg = 0, mgx = 0;
+    for (int j = 0; j < 4; ++j) {
+      mg += dy[j] * gamma[j] / 4.0;
+      mgx += dy[j] * gamma[j] * (x[j] - mu) * r / 4.0;
+    }
+    for (int j = 0; j < 4; ++j) {
+      const double want = r * (dy[j] * gamma[j] - (ln ? mg : 0.0) - (x[j] - mu) * r * mgx);
+      EXPECT_NEAR(dx[j], want, 8 * format_info(Precision::fp16).epsilon) << ln << " " << j;
+    }
+  }
+}
+
 TEST(RoundToArray, Fp16BranchFreeRoundingEqualsTheEncodingsRoundTrip) {
   // round_to (scalar and the backends' array loop) is a branch-free formulation of fp16's
   // rounding: checked against to_bits / from_bits (tested above) on every upper half-word with the low bits that decide a rounding

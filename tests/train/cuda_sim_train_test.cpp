@@ -170,6 +170,9 @@ TEST(CudaSimTrain, NativeLowPrecisionIsTheEmulationBitForBit) {
     TrainConfig composite = gpt;
     composite.model.norm = NormKind::layernorm;
     composite.norm_compute = NormCompute::format;
+    // torch init: at gpt2's the fp16 composite's backward overflows (rsqrt's, r near 50) and every
+    // gradient is NaN, which compares equal to nothing.
+    composite.model.init = InitScheme::torch;
     cases.push_back({"gpt layernorm composite", composite});
     TrainConfig upcast = gpt;
     upcast.norm_compute = NormCompute::fp32;

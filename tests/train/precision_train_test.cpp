@@ -283,6 +283,29 @@ TEST(TrainPrecision, EpsThatRoundsToZeroIsRecorded) {
   EXPECT_EQ(f[0].norm, "blocks.sandwich_out");
 }
 
+TEST(TrainPrecision, NormsWithoutEpsHaveNoEpsRounding) {
+  // DyT and Derf have no statistic and no eps: no warning, no entry, in any precision; a final
+  // norm that has one is still checked.
+  for (NormKind k : {NormKind::dyt, NormKind::derf}) {
+    for (Precision p : {Precision::fp32, Precision::fp16}) {
+      TrainConfig c = small_run();
+      c.model.norm = k;
+      c.precision = p;
+      EXPECT_TRUE(eps_rounding(c).empty()) << to_string(k) << " " << to_string(p);
+      c.model.final_norm = FinalNorm::layernorm;
+      c.model.norm_eps = 1e-50;
+      const std::vector<EpsRounding> e = eps_rounding(c);
+      ASSERT_EQ(e.size(), 1u);
+      EXPECT_EQ(e[0].norm, "final_norm");
+    }
+  }
+  TrainConfig c = small_run();
+  c.model.norm = NormKind::dyt;
+  c.steps = 2;
+  c.eval_every = 2;
+  EXPECT_TRUE(train(c).eps_rounding.empty());
+}
+
 TEST(TrainPrecision, LowPrecisionKeysAreCheckedTogether) {
   TrainConfig c = small_run();
   c.residual_dtype = ResidualDtype::fp32;
@@ -328,13 +351,32 @@ TEST(TrainPrecision, NormComputeNeedsALowPrecision) {
 
 TEST(TrainPrecision, CompositeNormTrainsAndIsAnotherArithmetic) {
   TrainConfig f = small_run(), c = small_run();
-  f.precision = c.precision = Precision::fp16;
+  f.precision = c.precision = Precision::bf16;
   c.norm_compute = NormCompute::format;
   const TrainResult rf = train(f), rc = train(c), rc2 = train(c);
   ASSERT_EQ(rc.status, "ok");
   EXPECT_EQ(rc.final_val_loss, rc2.final_val_loss);
   EXPECT_NE(rc.final_val_loss, rf.final_val_loss);
   EXPECT_NEAR(rc.final_val_loss, rf.final_val_loss, 0.05);
+}
+
+TEST(TrainPrecision, Fp16CompositeSkipsEveryStepAtGpt2InitInRsqrtsBackward) {
+  // At gpt2 init a norm's input has std ~0.02, so r is near 50 and the composite's backward of
+  // torch.rsqrt, -0.5 * grad * r.pow(3), overflows fp16 (r^3 ~ 1e5) whatever the loss scale:
+  // every step is skipped, the scale backs off below 2^-16, and the replay names that step. With
+  // float32 statistics (fused) the same run trains.
+  TrainConfig c = small_run();
+  c.precision = Precision::fp16;
+  c.norm_compute = NormCompute::format;
+  const TrainResult r = train(c);
+  ASSERT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.skipped_steps, r.diverged_step) << r.diverged_reason;
+  EXPECT_LT(r.final_loss_scale, kMinLossScale);
+  EXPECT_EQ(r.nonfinite.phase, "backward");
+  EXPECT_NE(r.nonfinite.op.find("torch.rsqrt backward"), std::string::npos) << r.nonfinite.str();
+  EXPECT_EQ(r.nonfinite.cause, "overflow") << r.nonfinite.str();
+  c.norm_compute = NormCompute::fused;
+  EXPECT_EQ(train(c).status, "ok");
 }
 
 TEST(TrainPrecision, NonFiniteOriginTellsEpsFromVarianceUnderflow) {

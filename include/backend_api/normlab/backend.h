@@ -141,6 +141,14 @@ class Backend {
   // mean and rstd receive the stored statistics the norm's backward reads.
   virtual void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
                                       const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) = 0;
+  // Its backward as autograd runs the composite (precision.h, composite_norm_row_backward: the
+  // definition): dx written row by row; dgamma = sum over rows of composite_gamma_term and dbeta
+  // = sum over rows of dy, each the float32 nearest its exact sum (rounded to the format by the
+  // tape). LayerNorm when mean is defined. Any of dx, dgamma, dbeta may be nullptr; census (may
+  // be null) counts what each step stored, over every row.
+  virtual void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                                       const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n,
+                                       int64_t d, Precision format, CompositeBackwardCensus* census) = 0;
   // Fused residual add + norm, one pass per row: s = alpha*a + b; y = LayerNorm(s) (or RMSNorm).
   // Writes s as well: the residual stream is needed by the next block and by the backward.
   virtual void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,

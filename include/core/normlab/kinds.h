@@ -21,5 +21,7 @@ const EnumNames& enum_names<Placement>();
 // The eps a norm uses when none is given (DESIGN.md's math contract): LayerNorm 1e-5, as
 // PyTorch's nn.LayerNorm; RMSNorm 1e-6, as LLaMA's. 0 for none, DyT and Derf (no statistics).
 double default_eps(NormKind kind);
+// Whether the norm adds an eps to a statistic (LayerNorm, RMSNorm); none, DyT and Derf have none.
+bool has_eps(NormKind kind);
 
 }  // namespace normlab

@@ -74,22 +74,6 @@ template <>
 const EnumNames& enum_names<RoundingEvent>();
 RoundingEvent classify_rounding(Precision p, double value, double stored);
 
-// One row of a norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute
-// format), every intermediate rounded to p as the op that makes it stores it:
-//   RMSNorm:   s = x.pow(2); ms = s.mean(-1); v = ms + eps; r = torch.rsqrt(v); y = (x * r) * gamma
-//   LayerNorm: mu = x.mean(-1); c = x - mu; s = c.pow(2); var = s.mean(-1); v = var + eps;
-//              r = torch.rsqrt(v); y = ((c * r) * gamma) + beta
-// Each op computes in float32 from stored operands and rounds once: a mean is the float32
-// nearest the exact sum, divided by d in float32; eps is added in float32 (a Python scalar);
-// rsqrt is 1/sqrt in float32 (PyTorch's vectorized path). x, gamma, beta (LayerNorm only) hold
-// values of p. Writes y; returns the stored mean (LayerNorm; 0 for RMSNorm) and r, which the
-// norm's backward reads. The one definition: the backends' kernels and handcalc match it.
-struct CompositeRowStats {
-  float mean = 0, rstd = 0;
-};
-CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x, const float* gamma,
-                                     const float* beta, float* y, int64_t d, double eps);
-
 // What storing float32 values in a format does to them, counted (Backend::format_census): the
 // statistic behind train's overflow / underflow shares and its non-finite diagnosis.
 struct FormatCensus {
@@ -103,5 +87,58 @@ struct FormatCensus {
 // The definition the kernels match: each value classified by round_to. fp32: no overflow or
 // underflow (the values are float32 already).
 FormatCensus format_census(Precision p, const float* x, int64_t n);
+
+// One row of a norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute
+// format), every intermediate rounded to p as the op that makes it stores it:
+//   RMSNorm:   s = x.pow(2); ms = s.mean(-1); v = ms + eps; r = torch.rsqrt(v); y = (x * r) * gamma
+//   LayerNorm: mu = x.mean(-1); c = x - mu; s = c.pow(2); var = s.mean(-1); v = var + eps;
+//              r = torch.rsqrt(v); y = ((c * r) * gamma) + beta
+// Each op computes in float32 from stored operands and rounds once: a mean is the float32
+// nearest the exact sum, divided by d in float32; eps (a Python scalar) is rounded to p first,
+// as PyTorch's CPU add converts a scalar to the tensor's dtype; rsqrt is 1/sqrt in float32
+// (PyTorch's vectorized path). x, gamma, beta (LayerNorm only) hold values of p. Writes y;
+// returns the stored mean (LayerNorm; 0 for RMSNorm) and r, which the norm's backward reads.
+// The one definition: the backends' kernels and handcalc match it.
+struct CompositeRowStats {
+  float mean = 0, rstd = 0;
+};
+CompositeRowStats composite_norm_row(bool layernorm, Precision p, const float* x, const float* gamma,
+                                     const float* beta, float* y, int64_t d, double eps);
+
+// The composite's backward as PyTorch's autograd runs it at a bf16 / fp16 dtype: each op's
+// backward formula (derivatives.yaml) computed in float32 from stored operands, every tensor it
+// makes rounded to p. Per row, with c = x - mu (LayerNorm) or x (RMSNorm), xh = c * r:
+//   y = yg + beta          dbeta  = sum over rows of dy                 (the kernel's column pass)
+//   yg = xh * gamma        dxh = dy * gamma;  dgamma = sum over rows of dy * xh
+//   xh = c * r             dc1 = dxh * r;     dr = sum over the row of dxh * c
+//   r = torch.rsqrt(v)     dv = (-0.5 * dr) * r.pow(3)   (fp16: r^3 overflows from r = 40.3 on)
+//   v = var + eps          dvar = dv
+//   var = s.mean(-1)       ds = dvar / d
+//   s = c.pow(2)           dc2 = ds * (2 * c);  dc = dc1 + dc2 (autograd sums a reused tensor's grads)
+//   c = x - mu             dmu = -(sum over the row of dc)            (LayerNorm only)
+//   mu = x.mean(-1)        dx = dc + dmu / d                           (RMSNorm: dx = dc)
+// A sum is the float32 nearest the exact sum, then rounded (as the forward's means). r.pow(3) is
+// one rounding of r^3 in fp16 and two (r*r, then * r) in bf16, as PyTorch's CPU pow kernels for
+// the two types compute it (scripts/torch_precision_check.py checks both on every value).
+// The steps, in the order autograd runs them; a census of each (what storing its values did)
+// is what names the op where a backward first overflowed.
+enum class CompositeBackwardStep : uint8_t { mul_gamma, mul_rstd, rsqrt, mean_var, pow2, sub_mean, mean_mu, count };
+// "rmsnorm: torch.rsqrt backward (-0.5 * grad * r.pow(3))", ...: the op a diagnosis names.
+const char* composite_backward_step_name(bool layernorm, CompositeBackwardStep step);
+struct CompositeBackwardCensus {
+  FormatCensus steps[static_cast<int>(CompositeBackwardStep::count)];
+  void add(const CompositeBackwardCensus& other);
+};
+// xh of one element as the composite's forward stores it: round(round(x - mean) * rstd) (LayerNorm)
+// or round(x * rstd).
+float composite_xhat(bool layernorm, Precision p, float x, float mean, float rstd);
+// dx of one row (d values) from the stored dy, x, gamma and the forward's stored mean and rstd;
+// `census` (may be null) counts every value each step stores.
+void composite_norm_row_backward(bool layernorm, Precision p, const float* dy, const float* x, const float* gamma,
+                                 float mean, float rstd, float* dx, int64_t d, CompositeBackwardCensus* census);
+// One row's term of dgamma (round(dy * xh)), counted under the `* gamma` step.
+float composite_gamma_term(bool layernorm, Precision p, float dy, float x, float mean, float rstd,
+                           CompositeBackwardCensus* census);
+
 
 }  // namespace normlab

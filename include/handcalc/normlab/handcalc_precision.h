@@ -10,10 +10,11 @@
 //                -> * gamma -> + beta
 //   each op computes in float32 from the stored operands and rounds its result to the format
 //   once; a mean sums in float32 and divides by d before rounding (PyTorch's CPU mean for half
-//   and bfloat16); eps enters as float32, unrounded (PyTorch's scalar add); torch.rsqrt of the
-//   one-element statistic rounds twice, sqrt and then 1/sqrt (PyTorch's scalar path).
+//   and bfloat16); eps enters rounded to the format (PyTorch's CPU add converts a Python scalar
+//   to the tensor's dtype); torch.rsqrt of the one-element statistic rounds twice, sqrt and then
+//   1/sqrt (PyTorch's scalar path).
 //   norm_compute fp32 (F.layer_norm / F.rms_norm on a CPU half tensor): x as stored, every
-//   statistic in float32, only the output y rounded to the format.
+//   statistic in float32 (eps as float32), only the output y rounded to the format.
 //
 // Sums in float32 here are the float32 value nearest the exact sum (order-free); PyTorch's
 // vectorized cascade sum can differ from it by a float32 ulp, which scripts/torch_precision_check.py
@@ -71,7 +72,7 @@ struct PrecisionNormWorksheet {
   NormCompute compute = NormCompute::format;
   std::vector<double> x, gamma, beta;  // as given (beta empty for RMSNorm)
   double eps = 0;
-  double eps_stored = 0;        // eps rounded to the format on its own
+  double eps_stored = 0;        // eps rounded to the format: what the composite's + eps adds
   bool eps_rounds_to_zero = false;
   std::vector<PrecisionStep> steps;  // in order; the last is y
   bool output_finite = true;

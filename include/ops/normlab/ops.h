@@ -95,7 +95,8 @@ void install_gradient_math();
 class StoragePrecisionScope {
  public:
   // `norm`: how layernorm and rmsnorm run on an input stored in the format (precision.h):
-  // format, the composite (composite_norm_row, each intermediate rounded); fp32 and fused, float32
+  // format, the composite (composite_norm_row, each intermediate rounded; its backward op by op,
+  // composite_norm_row_backward); fp32 and fused, float32
   // statistics with the output rounded once (one arithmetic in this emulation).
   explicit StoragePrecisionScope(Precision p, std::optional<Precision> residual = std::nullopt,
                                  NormCompute norm = NormCompute::fused);
@@ -135,6 +136,10 @@ struct StoreEvent {
   const char* op;      // "linear", "layernorm", ...
   const char* module;  // autograd's current_module() where the op ran ("blocks.3"; "" outside)
   const Tensor* norm_rstd = nullptr;  // a norm's output: its rows' stored rstd
+  // Set for a step inside one op's backward (the composite norm's: `op` names the step, e.g.
+  // "layernorm: torch.rsqrt backward ..."): what that step stored, counted by the kernel; `value`
+  // is then the op's incoming gradient, not the step's values.
+  const FormatCensus* census = nullptr;
 };
 using StoreWatch = std::function<void(const StoreEvent&)>;
 class StoreWatchScope {

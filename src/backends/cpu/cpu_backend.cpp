@@ -116,6 +116,16 @@ class CpuBackend final : public Backend {
                                 f32(gamma, "composite_norm gamma", d), ln ? f32(beta, "composite_norm beta", d) : nullptr,
                                 n, d, eps, format);
   }
+  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                               Precision format, CompositeBackwardCensus* census) override {
+    const bool ln = mean.defined();
+    cpu::composite_norm_backward(f32_opt(dx, "composite_norm dx", n * d), f32_opt(dgamma, "composite_norm dgamma", d),
+                                 f32_opt(dbeta, "composite_norm dbeta", d), f32(dy, "composite_norm dy", n * d),
+                                 f32(x, "composite_norm x", n * d), f32(gamma, "composite_norm gamma", d),
+                                 ln ? f32(mean, "composite_norm mean", n) : nullptr,
+                                 f32(rstd, "composite_norm rstd", n), n, d, format, census);
+  }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const int64_t n = x.numel();
     return cpu::format_census(f32(x, "format_census x", n), n, format);

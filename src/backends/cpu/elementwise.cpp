@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "kernels.h"
@@ -85,6 +86,42 @@ void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, 
       if (mean) mean[i] = st.mean;
       rstd[i] = st.rstd;
     }
+  });
+}
+
+void composite_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                             const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d,
+                             Precision format, CompositeBackwardCensus* census) {
+  // A chunk's census is added under a lock: counts and maxima do not depend on the order.
+  std::mutex merge;
+  const bool ln = mean != nullptr;
+  parallel_chunks(n, n * d, [&](int64_t lo, int64_t hi) {
+    CompositeBackwardCensus part;
+    std::vector<float> row(dx ? 0 : static_cast<size_t>(d));
+    for (int64_t i = lo; i < hi; ++i)
+      composite_norm_row_backward(ln, format, dy + i * d, x + i * d, gamma, ln ? mean[i] : 0.0f, rstd[i],
+                                  dx ? dx + i * d : row.data(), d, census ? &part : nullptr);
+    if (!census) return;
+    std::lock_guard<std::mutex> lock(merge);
+    census->add(part);
+  });
+  if (!dgamma && !dbeta) return;
+  parallel_chunks(d, n * d, [&](int64_t lo, int64_t hi) {
+    CompositeBackwardCensus part;
+    for (int64_t j = lo; j < hi; ++j) {
+      double sg = 0, sb = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (dgamma)
+          sg += composite_gamma_term(ln, format, dy[i * d + j], x[i * d + j], ln ? mean[i] : 0.0f, rstd[i],
+                                     census ? &part : nullptr);
+        sb += dy[i * d + j];
+      }
+      if (dgamma) dgamma[j] = to_float(sg);
+      if (dbeta) dbeta[j] = to_float(sb);
+    }
+    if (!census) return;
+    std::lock_guard<std::mutex> lock(merge);
+    census->add(part);
   });
 }
 

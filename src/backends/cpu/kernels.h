@@ -52,6 +52,12 @@ void round_to_format(float* x, int64_t n, Precision format);
 // core's composite_norm_row over n rows, split over the threads (LayerNorm when beta is given).
 void composite_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                             int64_t n, int64_t d, double eps, Precision format);
+// core's composite_norm_row_backward over n rows (LayerNorm when mean is given) and the column
+// sums of dgamma and dbeta (rows in order, in double), split over the threads. dx, dgamma, dbeta
+// and census may be nullptr.
+void composite_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                             const float* gamma, const float* mean, const float* rstd, int64_t n, int64_t d,
+                             Precision format, CompositeBackwardCensus* census);
 // core's format_census, counted per chunk over the threads and added in order.
 FormatCensus format_census(const float* x, int64_t n, Precision format);
 // dydx may be nullptr (inference: no derivative wanted).

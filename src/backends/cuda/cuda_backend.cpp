@@ -339,6 +339,46 @@ class CudaBackend final : public Backend {
     cuda::composite_norm_forward(arr_out(y), ln ? fp(mean) : nullptr, fp(rstd), arr_in(x), arr_in(gamma),
                                  arr_in(beta), n, d, eps, static_cast<int>(format));
   }
+  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                               Precision format, CompositeBackwardCensus* census) override {
+    const char* kn = "composite_norm_backward";
+    const bool ln = mean.defined();
+    expect(kn, "dx", dx, n * d);
+    expect(kn, "dgamma", dgamma, d);
+    expect(kn, "dbeta", dbeta, d);
+    expect(kn, "dy", dy, n * d);
+    expect(kn, "x", x, n * d);
+    expect(kn, "gamma", gamma, d);
+    if (ln) expect_f32(kn, "mean", mean, n);
+    expect_f32(kn, "rstd", rstd, n);
+    F32Out dg(dgamma), db(dbeta);
+    cuda::composite_norm_backward(arr_out(dx), dg.get(), db.get(), arr_in(dy), arr_in(x), arr_in(gamma),
+                                  ln ? fp(mean) : nullptr, fp(rstd), n, d, static_cast<int>(format));
+    dg.finish();
+    db.finish();
+    if (census) composite_census_on_host(*census, dy, x, gamma, mean, rstd, n, d, format);
+  }
+  // The census of a diagnosis (never a step's path): core's definition over the downloaded rows.
+  static void composite_census_on_host(CompositeBackwardCensus& census, const Tensor& dy, const Tensor& x,
+                                       const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n,
+                                       int64_t d, Precision format) {
+    auto host = [](const Tensor& t) {
+      std::vector<float> v;
+      if (!t.defined()) return v;
+      for (double e : t.to_vector()) v.push_back(static_cast<float>(e));
+      return v;
+    };
+    const std::vector<float> hdy = host(dy), hx = host(x), hg = host(gamma), hm = host(mean), hr = host(rstd);
+    std::vector<float> row(static_cast<size_t>(d));
+    const bool ln = mean.defined();
+    for (int64_t i = 0; i < n; ++i) {
+      composite_norm_row_backward(ln, format, hdy.data() + i * d, hx.data() + i * d, hg.data(), ln ? hm[i] : 0.0f,
+                                  hr[i], row.data(), d, &census);
+      for (int64_t j = 0; j < d; ++j)
+        composite_gamma_term(ln, format, hdy[i * d + j], hx[i * d + j], ln ? hm[i] : 0.0f, hr[i], &census);
+    }
+  }
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
     const int64_t n = x.numel();

@@ -74,6 +74,10 @@ void round_to_format(float* x, int64_t n, bool bf16);
 // round to is the exact sum's but where the double sum itself rounded (docs/precision.md).
 void composite_norm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, int64_t n, int64_t d,
                             double eps, int format);
+// precision.h's composite_norm_row_backward over n rows (LayerNorm when mean is given), and
+// dgamma / dbeta (nullable) as column sums in double, rows in order. dx.p null: no dx.
+void composite_norm_backward(Out dx, float* dgamma, float* dbeta, In dy, In x, In gamma, const float* mean,
+                             const float* rstd, int64_t n, int64_t d, int format);
 // precision.h's FormatCensus of x in bf16 / fp16 / fp32 (format 0, 1, 2 as Precision's fp32,
 // bf16, fp16): result_dev receives {count of non-finite, overflow, underflow, max |finite|} as 4
 // doubles; `work` holds >= format_census_work(n) doubles.

@@ -158,7 +158,7 @@ __global__ void composite_norm_kernel(Out y, float* mean, float* rstd, In x, In 
     sq += stored_as(c * c, format);
   }
   const float var = stored_as(static_cast<float>(block_sum_d(sq, scratch)) / fd, format);
-  const float r = stored_as(1.0f / sqrtf(stored_as(var + eps, format)), format);
+  const float r = stored_as(1.0f / sqrtf(stored_as(var + stored_as(eps, format), format)), format);
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     const float xj = ld(x, base + j);
     const float c = beta ? stored_as(xj - mu, format) : xj;
@@ -172,15 +172,86 @@ __global__ void composite_norm_kernel(Out y, float* mean, float* rstd, In x, In 
   }
 }
 
+// The composite's backward (precision.h's composite_norm_row_backward, in its order): one block
+// per row, the row's two sums (dr; LayerNorm's dmu) in double across the block, c and dxh
+// recomputed on each pass rather than kept.
+__device__ inline float composite_centred(In x, int64_t i, float mu, bool ln, int format) {
+  return ln ? stored_as(ld(x, i) - mu, format) : ld(x, i);
+}
+
+__global__ void composite_norm_backward_kernel(Out dx, In dy, In x, In gamma, const float* mean, const float* rstd,
+                                               int64_t d, int format) {
+  NL_SHARED_ARRAY(double, scratch, 32);
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * d;
+  const bool ln = mean != nullptr;
+  const float mu = ln ? mean[blockIdx.x] : 0.0f, r = rstd[blockIdx.x], fd = static_cast<float>(d);
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float dxh = stored_as(ld(dy, base + j) * ld(gamma, j), format);
+    s += stored_as(dxh * composite_centred(x, base + j, mu, ln, format), format);
+  }
+  const float dr = stored_as(static_cast<float>(block_sum_d(s, scratch)), format);
+  // r.pow(3): bf16 multiplies in its own type, fp16 rounds pow's float32 result once.
+  const float cube = format == 1 ? stored_as(stored_as(r * r, format) * r, format)
+                                 : stored_as(static_cast<float>(static_cast<double>(r) * r * r), format);
+  const float dv = stored_as(stored_as(-0.5f * dr, format) * cube, format);
+  const float ds = stored_as(dv / fd, format);
+  double sc = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float c = composite_centred(x, base + j, mu, ln, format);
+    const float dc1 = stored_as(stored_as(ld(dy, base + j) * ld(gamma, j), format) * r, format);
+    const float dc = stored_as(dc1 + stored_as(ds * stored_as(2.0f * c, format), format), format);
+    sc += dc;
+    if (!ln) st(dx, base + j, dc);
+  }
+  if (!ln) return;
+  const float dx2 = stored_as(stored_as(-static_cast<float>(block_sum_d(sc, scratch)), format) / fd, format);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float c = composite_centred(x, base + j, mu, ln, format);
+    const float dc1 = stored_as(stored_as(ld(dy, base + j) * ld(gamma, j), format) * r, format);
+    const float dc = stored_as(dc1 + stored_as(ds * stored_as(2.0f * c, format), format), format);
+    st(dx, base + j, stored_as(dc + dx2, format));
+  }
+}
+
+// dgamma and dbeta: one thread per column, the rows in order, in double.
+__global__ void composite_norm_columns_kernel(float* dgamma, float* dbeta, In dy, In x, const float* mean,
+                                              const float* rstd, int64_t n, int64_t d, int format) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  const bool ln = mean != nullptr;
+  double sg = 0.0, sb = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = ld(dy, i * d + j);
+    const float xh = stored_as(composite_centred(x, i * d + j, ln ? mean[i] : 0.0f, ln, format) * rstd[i], format);
+    sg += stored_as(g * xh, format);
+    sb += g;
+  }
+  if (dgamma) dgamma[j] = static_cast<float>(sg);
+  if (dbeta) dbeta[j] = static_cast<float>(sb);
+}
+
 }  // namespace
 
 void composite_norm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, int64_t n, int64_t d,
                             double eps, int format) {
   if (n <= 0) return;
   if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "composite_norm_forward");
-  // eps as a Python scalar meets a half tensor in PyTorch: converted to float32 once.
+  // eps as a Python scalar: float32 here, rounded to the format in the kernel (composite_norm_row).
   launch("composite_norm_forward", composite_norm_kernel, static_cast<unsigned>(n), row_threads(d), 0, y, mean, rstd,
          x, gamma, beta, d, static_cast<float>(eps), format);
+}
+
+void composite_norm_backward(Out dx, float* dgamma, float* dbeta, In dy, In x, In gamma, const float* mean,
+                             const float* rstd, int64_t n, int64_t d, int format) {
+  if (n <= 0) return;
+  if (!rows_fit(n)) check(cudaErrorInvalidConfiguration, "grid of one block per row", "composite_norm_backward");
+  if (dx.p)
+    launch("composite_norm_backward", composite_norm_backward_kernel, static_cast<unsigned>(n), row_threads(d), 0, dx,
+           dy, x, gamma, mean, rstd, d, format);
+  if (dgamma || dbeta)
+    launch("composite_norm_backward (columns)", composite_norm_columns_kernel, static_cast<unsigned>((d + 255) / 256),
+           256, 0, dgamma, dbeta, dy, x, mean, rstd, n, d, format);
 }
 
 template <class T>

@@ -230,6 +230,38 @@ class ReferenceBackend final : public Backend {
     }
   }
 
+  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                               Precision format, CompositeBackwardCensus* census) override {
+    const char* kn = "composite_norm_backward";
+    const bool ln = mean.defined();
+    expect(kn, "dx", dx, DType::f32, n * d);
+    expect(kn, "dgamma", dgamma, DType::f32, d);
+    expect(kn, "dbeta", dbeta, DType::f32, d);
+    expect(kn, "dy", dy, DType::f32, n * d);
+    expect(kn, "x", x, DType::f32, n * d);
+    expect(kn, "gamma", gamma, DType::f32, d);
+    if (ln) expect(kn, "mean", mean, DType::f32, n);
+    expect(kn, "rstd", rstd, DType::f32, n);
+    const float *pdy = dy.data<float>(), *px = x.data<float>(), *pr = rstd.data<float>();
+    const float* pm = ln ? mean.data<float>() : nullptr;
+    std::vector<float> row(static_cast<size_t>(d));
+    for (int64_t i = 0; i < n; ++i) {
+      composite_norm_row_backward(ln, format, pdy + i * d, px + i * d, gamma.data<float>(), ln ? pm[i] : 0.0f, pr[i],
+                                  dx ? dx->data<float>() + i * d : row.data(), d, census);
+    }
+    for (int64_t j = 0; j < d; ++j) {  // column sums, rows in order
+      double sg = 0, sb = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float m = ln ? pm[i] : 0.0f;
+        if (dgamma) sg += composite_gamma_term(ln, format, pdy[i * d + j], px[i * d + j], m, pr[i], census);
+        sb += pdy[i * d + j];
+      }
+      if (dgamma) dgamma->data<float>()[j] = to_float(sg);
+      if (dbeta) dbeta->data<float>()[j] = to_float(sb);
+    }
+  }
+
   FormatCensus format_census(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
     expect(kn, "x", x, DType::f32, x.numel());
