@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+# ccache's keys name paths relative to the checkout and leave the build directory out, so that
+# every clone of the repository (CI's fresh one included) reuses what another clone compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 jobs=$(nproc 2>/dev/null || echo 2)
 # A cache without a Makefile is an interrupted configure: run it again.
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || [ ! -f "$BUILD_DIR/Makefile" ] || [ $# -gt 0 ]; then
