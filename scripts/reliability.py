@@ -65,7 +65,8 @@ def interrupts(repeats):
     totals = {"finished": 0, "interrupted": 0, "left": 0, "runs": 0, "failed": 0, "races": 0, "race_failed": 0}
     for _ in range(repeats):
         r = run(["build/test_bad_inputs", "--gtest_filter=Interrupt.*"])
-        m = re.search(r"12 runs: (\d+) left a whole destination, (\d+) left none, (\d+) partial", r.stdout)
+        m = re.search(r"12 runs: (?:\d+ stopped by their signal, )?(\d+) left a whole destination, (\d+) left none, "
+                      r"(\d+) partial", r.stdout)
         if m:
             totals["finished"] += int(m.group(1))
             totals["interrupted"] += int(m.group(2))
