@@ -234,6 +234,15 @@ bool is_sha256_hex(const std::string& text) {
   return true;
 }
 
+void expect_one_error_line(const CliResult& r, const std::string& says, int code) {
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_EQ(r.exit_code, code) << describe(r);
+  EXPECT_EQ(r.out, "") << describe(r);
+  EXPECT_EQ(split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
+  EXPECT_NE(r.err.find(says), std::string::npos) << "expected the error to say '" << says << "': " << describe(r);
+}
+
 std::string describe(const CliResult& r) {
   std::string s = "command: " + r.command + "\nexit code: " + std::to_string(r.exit_code);
   if (r.timed_out) s += " (timed out, killed)";

@@ -70,6 +70,10 @@ std::vector<std::string> split_lines(const std::string& text);
 // Command, exit code, stdout and stderr in one string, for EXPECT_... << describe(r).
 std::string describe(const CliResult& r);
 
+// A refusal as every command gives one: the exit code (2 unless said), nothing on stdout, one
+// line on stderr that starts with "error: " and says `says`; the child did not time out.
+void expect_one_error_line(const CliResult& r, const std::string& says, int code = 2);
+
 // Whether text is a SHA-256 in hex: 64 characters 0-9a-f. (No std::regex in the tests: GCC 12's
 // -Wmaybe-uninitialized fires inside <regex> under the sanitizer build's -Werror.)
 bool is_sha256_hex(const std::string& text);

@@ -41,18 +41,9 @@ std::string esc(const std::string& s) { return xml_escaped(s); }
 // name's '=' and ',', which a path may hold as they are) percent-encoded, so that a person's space,
 // '#' or '?' reach the file they name.
 std::string url(const std::string& path) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : path) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' || c == '=' || c == ',') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
+  return site_dir::percent_encoded(path, [](unsigned char c) {
+    return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' || c == '=' || c == ',';
+  });
 }
 
 std::string link(const std::string& href, const std::string& text) {

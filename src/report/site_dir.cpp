@@ -40,18 +40,7 @@ using Manifest = std::map<std::string, Listed>;  // path below the site -> as wr
 // A path as the marker spells it: '%' and every byte outside printable ASCII as %XX, so that any
 // name a run directory may have (not UTF-8, a control character) is JSON as it is, byte for byte.
 std::string listed_name(const std::string& path) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : path) {
-    if (c >= 0x20 && c < 0x7f && c != '%') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
+  return percent_encoded(path, [](unsigned char c) { return c >= 0x20 && c < 0x7f && c != '%'; });
 }
 
 // listed_name undone; false when `name` is not one it writes.
@@ -182,6 +171,21 @@ bool remove_site(const fs::path& dir, const Manifest& m) {
 }  // namespace
 
 std::string aside_name(const std::string& out) { return partial_path(out + ".old"); }
+
+std::string percent_encoded(const std::string& text, bool (*keep)(unsigned char)) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (keep(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
 
 std::string refusal(const std::string& dir) {
   struct stat st {};

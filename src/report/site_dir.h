@@ -34,4 +34,8 @@ void install(const std::string& tmp, const std::string& out, const std::string& 
 // Where install() moves an earlier site while it replaces it: <out>.old (as a partial name).
 std::string aside_name(const std::string& out);
 
+// `text` with every byte `keep` does not keep written as %XX (upper-case hex): the marker's file
+// names and the pages' links spell paths this way, each with its own set of bytes kept.
+std::string percent_encoded(const std::string& text, bool (*keep)(unsigned char));
+
 }  // namespace normlab::site_dir

@@ -17,6 +17,7 @@
 namespace fs = std::filesystem;
 using normlab::test::CliResult;
 using normlab::test::describe;
+using normlab::test::expect_one_error_line;
 using normlab::test::run_cli;
 using normlab::test::run_program;
 using normlab::test::RunOptions;
@@ -24,14 +25,6 @@ using normlab::test::slurp;
 using normlab::test::split_lines;
 
 namespace {
-
-void expect_one_error_line(const CliResult& r, const std::string& says, int code = 2) {
-  EXPECT_FALSE(r.timed_out) << describe(r);
-  EXPECT_EQ(r.exit_code, code) << describe(r);
-  EXPECT_EQ(split_lines(r.err).size(), 1u) << describe(r);
-  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
-  EXPECT_NE(r.err.find(says), std::string::npos) << "expected the error to say '" << says << "': " << describe(r);
-}
 
 // normlab's arguments run by /bin/sh after `ulimit -v KIB` (the address-space limit, RLIMIT_AS).
 CliResult run_with_address_limit(long kib, const std::vector<std::string>& args, const std::string& cwd) {

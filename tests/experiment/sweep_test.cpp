@@ -35,6 +35,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using test::CliResult;
 using test::describe;
+using test::expect_one_error_line;
 using test::run_cli;
 using test::slurp;
 
@@ -992,14 +993,6 @@ int exit_code_of(pid_t pid) {
 std::vector<std::string> endless_args(const std::string& out) {
   return {"sweep", "--out", out, "--jobs", "2", "--set", "layers=1", "--set", "d_model=8", "--set", "d_hidden=8",
           "--set", "steps=1000000", "--set", "eval_every=500000", "--set", "batch_size=2", "lr=1e-3,1e-2"};
-}
-
-void expect_one_error_line(const CliResult& r, const std::string& expect) {
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_EQ(r.out, "") << describe(r);
-  EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
-  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << describe(r);
-  EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in: " << describe(r);
 }
 
 TEST(SweepErrors, AnAxisValueOfTheWrongTypeIsOneClearLine) {
