@@ -76,6 +76,18 @@ ojson absolute_value(const std::string& key, const ojson& v) {
   return d.kind == DataKind::text ? ojson("text:" + absolute_path(d.path)) : v;
 }
 
+// The base's and the axes' relative paths made absolute (the user's spec, as the sweep is made).
+void make_paths_absolute(TrainConfig& base, std::vector<Axis>& grid, std::vector<std::vector<Axis>>& zips) {
+  if (base.data.kind == DataKind::text) base.data.path = absolute_path(base.data.path);
+  base.init_from = absolute_path(base.init_from);
+  auto axis = [](Axis& a) {
+    for (ojson& v : a.values) v = absolute_value(a.key, v);
+  };
+  for (Axis& a : grid) axis(a);
+  for (auto& g : zips)
+    for (Axis& a : g) axis(a);
+}
+
 // The canonical JSON of one value of `key`: applied to a default config (which type-checks it; its
 // error names the key and `where`, once) and read back.
 ojson canonical(const std::string& key, const ojson& v, const std::string& where) {
@@ -443,10 +455,6 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     apply_config_json(base_cfg, base_obj.dump(), spec_name + " base");
     if (base_cfg.data.kind == DataKind::text && !vocab_given) base_cfg.model.vocab = 256;
   }
-  if (req.absolute_paths) {
-    if (base_cfg.data.kind == DataKind::text) base_cfg.data.path = absolute_path(base_cfg.data.path);
-    base_cfg.init_from = absolute_path(base_cfg.init_from);
-  }
   base_cfg.threads = 0;
 
   // ---- the axes in name order, and the product
@@ -467,14 +475,7 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     total *= d;
   }
 
-  auto absolute_paths = [](Axis& a) {
-    for (ojson& v : a.values) v = absolute_value(a.key, v);
-  };
-  if (req.absolute_paths) {
-    for (Axis& a : grid) absolute_paths(a);
-    for (auto& g : zips)
-      for (Axis& a : g) absolute_paths(a);
-  }
+  if (req.absolute_paths) make_paths_absolute(base_cfg, grid, zips);
   for (Axis& a : grid) label_axis(a);
   for (auto& g : zips)
     for (Axis& a : g) label_axis(a);
