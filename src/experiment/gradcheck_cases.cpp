@@ -1,9 +1,11 @@
 // The cases gradcheck knows: every op, then blocks in each placement and whole-model losses.
-// Adding an op means adding one entry here.
+// The ops of the op-case registry come from their grad forms (normlab/opcases.h); the others,
+// the blocks and the models are declared here.
 #include <memory>
 
 #include "normlab/gradcheck.h"
 #include "normlab/nn.h"
+#include "normlab/opcases.h"
 #include "normlab/ops.h"
 #include "normlab/rng.h"
 
@@ -29,7 +31,6 @@ struct Draw {
 
 using Inputs = std::vector<std::pair<std::string, Tensor>>;
 
-const double kLnEps = default_eps(NormKind::layernorm), kRmsEps = default_eps(NormKind::rmsnorm);
 
 GradCase op(std::string name, std::string description,
             std::function<CaseInstance(const CaseShape&, Draw&)> build) {
@@ -190,61 +191,18 @@ std::vector<GradCase> build_cases() {
     Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
     return CaseInstance{{{"x", x}}, [=] { return gelu(x); }};
   }));
-  cs.push_back(op("layernorm", "gamma * (x - mean) * rstd + beta, eps 1e-5", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3),
-           b = d.normal({s.channels}, 0.0, 0.3);
-    CaseInstance inst{{{"x", x}, {"gamma", g}, {"beta", b}}, [=] { return layernorm(x, g, b, kLnEps); }};
-    inst.numbers = {{"eps", kLnEps}};
-    return inst;
-  }));
-  cs.push_back(op("rmsnorm", "gamma * x / sqrt(mean(x^2) + eps), eps 1e-6", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), g = d.normal({s.channels}, 1.0, 0.3);
-    CaseInstance inst{{{"x", x}, {"gamma", g}}, [=] { return rmsnorm(x, g, kRmsEps); }};
-    inst.numbers = {{"eps", kRmsEps}};
-    return inst;
-  }));
-  cs.push_back(op("add_layernorm", "fused s = 1.3a + b, y = LayerNorm(s); checks 0.37 s + y",
-                  [](const CaseShape& s, Draw& d) {
-                    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
-                           g = d.normal({s.channels}, 1.0, 0.3), be = d.normal({s.channels}, 0.0, 0.3);
-                    CaseInstance inst{{{"a", a}, {"b", b}, {"gamma", g}, {"beta", be}}, [=] {
-                                        auto [sum, y] = add_layernorm(a, 1.3, b, g, be, kLnEps);
-                                        return add_scaled(sum, 0.37, y);
-                                      }};
-                    inst.numbers = {{"alpha", 1.3}, {"eps", kLnEps}, {"checked_sum_weight", 0.37}};
-                    return inst;
-                  }));
-  cs.push_back(op("add_rmsnorm", "fused s = 1.3a + b, y = RMSNorm(s); checks 0.37 s + y",
-                  [](const CaseShape& s, Draw& d) {
-                    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels}),
-                           g = d.normal({s.channels}, 1.0, 0.3);
-                    CaseInstance inst{{{"a", a}, {"b", b}, {"gamma", g}}, [=] {
-                                        auto [sum, y] = add_rmsnorm(a, 1.3, b, g, kRmsEps);
-                                        return add_scaled(sum, 0.37, y);
-                                      }};
-                    inst.numbers = {{"alpha", 1.3}, {"eps", kRmsEps}, {"checked_sum_weight", 0.37}};
-                    return inst;
-                  }));
-  cs.push_back(op("dyt", "DyT: gamma * tanh(alpha x) + beta, alpha a learned scalar", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), a = d.normal({1}, 0.5, 0.1),
-           g = d.normal({s.channels}, 1.0, 0.3), b = d.normal({s.channels}, 0.0, 0.3);
-    return CaseInstance{{{"x", x}, {"alpha", a}, {"gamma", g}, {"beta", b}}, [=] { return dyt(x, a, g, b); }};
-  }));
-  cs.push_back(op("derf", "Derf: gamma * erf(alpha x + s) + beta, alpha and s learned scalars",
-                  [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.5, 3.0), a = d.normal({1}, 0.5, 0.1),
-           sh = d.normal({1}, 0.0, 0.3), g = d.normal({s.channels}, 1.0, 0.3), b = d.normal({s.channels}, 0.0, 0.3);
-    return CaseInstance{{{"x", x}, {"alpha", a}, {"shift", sh}, {"gamma", g}, {"beta", b}},
-                        [=] { return derf(x, a, sh, g, b); }};
-  }));
-  cs.push_back(op("channel_scale", "x * lambda over the last dimension (LayerScale)", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}), l = d.normal({s.channels}, 0.1, 0.3);
-    return CaseInstance{{{"x", x}, {"lambda", l}}, [=] { return channel_scale(x, l); }};
-  }));
-  cs.push_back(op("scalar_scale", "x * a, a one learned scalar (ReZero, SkipInit)", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}), a = d.normal({1}, 0.1, 0.3);
-    return CaseInstance{{{"x", x}, {"a", a}}, [=] { return channel_scale(x, a); }};
-  }));
+  // The norms, DyT, Derf and the channel scales: the op cases' grad forms (src/opcases), x of
+  // (batch, time, channels).
+  for (const opcases::GradForm& f : opcases::grad_forms()) {
+    GradCase c;
+    c.name = f.name;
+    c.kind = "op";
+    c.description = f.description;
+    c.make = [make = f.make](const CaseShape& s, DType dtype, uint64_t seed) {
+      return make({s.batch, s.time, s.channels}, dtype, seed);
+    };
+    cs.push_back(std::move(c));
+  }
   cs.push_back(op("add_constant", "x + 1 (Gemma's gain 1 + w)", [](const CaseShape& s, Draw& d) {
     Tensor x = d.normal({s.channels});
     return CaseInstance{{{"x", x}}, [=] { return add_constant(x, 1.0); }};

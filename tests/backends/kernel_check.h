@@ -11,6 +11,7 @@
 
 #include "normlab/backend.h"
 #include "normlab/rng.h"
+#include "normlab/tolerances.h"
 #include "normlab/tensor.h"
 
 namespace normlab::kernel_check {
@@ -28,23 +29,11 @@ inline Tensor f64(const Tensor& t) { return t.to(DType::f64); }
 inline Tensor e32(const Shape& s) { return Tensor::empty(s, DType::f32); }
 inline Tensor e64(const Shape& s) { return Tensor::empty(s, DType::f64); }
 
-// atol + rtol*|ref|, per output. Every use names its reason.
-struct Tol {
-  double atol, rtol;
-};
-
-// Outputs of a few float32 operations on O(1) values: each rounding is ~6e-8 relative, and
-// sums over up to 1000 terms in several accumulators add up to ~1e-6 (measured: norms, softmax,
-// attention <= 1e-6); float32 GEMMs of K = 64 reach ~1e-5 absolute on O(8) sums (measured
-// 1.2e-5, inside 1e-5 + 1e-5*|ref|). A wrong term in a kernel errs by 1e-2 and up.
-inline constexpr Tol kForward{1e-5, 1e-5};
-// Gradients: more operations in a chain and a cancellation (g - mean(g) - xhat*mean(g*xhat))
-// whose terms are larger than the result, times rstd, which is 316 on a d = 1 row (variance 0):
-// measured 1.7e-5 there, <= 7e-6 elsewhere.
-inline constexpr Tol kGradient{5e-5, 5e-5};
-// Sums over many rows or a long contraction (dgamma over 512 rows, K = 1000): float32 error
-// grows like sqrt(count) * eps * sum|terms|; measured <= 3.2e-5 on O(10..30) results.
-inline constexpr Tol kReduction{2e-4, 5e-5};
+// atol + rtol*|ref|, per output: the one table of tolerances and their reasons.
+using Tol = Tolerance;
+using tol::kForward;
+using tol::kGradient;
+using tol::kReduction;
 
 // A mismatch report: the first values side by side and the largest difference.
 inline void expect_close(const Tensor& got32, const Tensor& want64, Tol tol, const std::string& what) {

@@ -18,6 +18,7 @@
 
 #include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
+#include "normlab/tolerances.h"
 #include "normlab/tensor.h"
 
 #if defined(NORMLAB_TEST_KERNEL_ISAS)
@@ -99,18 +100,13 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.numel() == b.numel() && std::memcmp(fp(a), fp(b), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
 }
 
-// atol + rtol*|want|, the reasons as in kernel_check.h's Tol (which compares with a float64
-// reference; here the reference is float32's multipass loops, whose own rounding is of the same
-// order, so the same bounds hold).
-struct Tol {
-  double atol, rtol;
-};
-// Outputs of a few float32 operations on O(1) values, sums of up to 4112 terms.
-constexpr Tol kForward{1e-5, 1e-5};
-// dx: a cancellation (g - mean(g) - xhat*mean(g*xhat)) times rstd, 316 on a d = 1 row.
-constexpr Tol kGradient{5e-5, 5e-5};
-// dgamma, dbeta: sums over the 37 rows of products, in another order than the multipass loops'.
-constexpr Tol kReduction{2e-4, 5e-5};
+// atol + rtol*|want|, from the one table of tolerances (normlab/tolerances.h, which compares with
+// a float64 reference; here the reference is float32's multipass loops, whose own rounding is of
+// the same order, so the same bounds hold).
+using Tol = Tolerance;
+using tol::kForward;
+using tol::kGradient;
+using tol::kReduction;
 
 void expect_near(const Tensor& got, const Tensor& want, Tol tol, const std::string& what) {
   ASSERT_EQ(got.numel(), want.numel()) << what;

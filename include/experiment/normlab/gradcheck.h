@@ -3,7 +3,7 @@
 // For a case with differentiable inputs x_1..x_k and output y, the checked scalar is
 // f = sum(y * R) with a fixed random R (R = 1 for a one-element y). The analytic gradient comes
 // from y.backward(R); the numeric one from central differences in float64 on the reference
-// backend, of fourth order with a step per input tensor (kFiniteDifferenceTol, below).
+// backend, of fourth order with a step per input tensor (tolerances.h, tol::kFiniteDifference).
 // A second check runs the same case in float32 on another backend (default "cpu") and compares
 // its analytic gradients against the float64 reference gradients.
 #pragma once
@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/opcases.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -23,19 +24,6 @@ struct CaseShape {
 };
 // "BxTxC" (e.g. 2x8x64); throws UsageError.
 CaseShape parse_case_shape(const std::string& text);
-
-struct CaseInstance {
-  CaseInstance() = default;
-  CaseInstance(std::vector<std::pair<std::string, Tensor>> in, std::function<Tensor()> fwd)
-      : inputs(std::move(in)), forward(std::move(fwd)) {}
-
-  std::vector<std::pair<std::string, Tensor>> inputs;  // differentiable leaves, named
-  std::function<Tensor()> forward;                     // recomputes the output from the inputs
-  // What else an outside program needs to recompute the case (gradcheck --dump writes it all):
-  std::vector<std::pair<std::string, Tensor>> constants;  // integer inputs: token ids, targets
-  std::map<std::string, double> numbers;                  // eps, alpha, heads, sizes
-  std::map<std::string, std::string> names;               // model, norm, placement, init
-};
 
 struct GradCase {
   std::string name;
@@ -51,20 +39,8 @@ const GradCase& find_gradcheck_case(const std::string& name);  // UsageError if 
 
 // Per input tensor: max_j |analytic_j - expected_j| <= atol + rtol * max_j |expected_j|.
 // The scale is the tensor's largest gradient: element-wise relative errors blow up where a
-// gradient crosses zero.
-struct Tolerance {
-  double atol, rtol;
-};
-// float64 central differences of fourth order, with a step of each input tensor's own: halved from
-// a first step (f's rounding error 64 eps sum|y R|, divided by it, at kStepNoise of the tensor's
-// gradient scale) until two steps in a row agree within kStepAgreement of that scale. What they
-// still differ by, twice, is the tensor's noise in the bound, so that the bound follows each
-// tensor's gradients and no absolute floor lets a small one through: an error of 1e-6 of a
-// tensor's scale fails. Measured over every case at seeds 0-7 (3040 tensors): a correct backward
-// lands at a median 1e-10 of its tensor's scale and at most 2.5e-7 (a DyT alpha two blocks
-// deep, its steps agreeing to 1.3e-7), hence rtol 1e-7 plus that noise; the bound itself stays
-// at most 8.5e-7 of the scale on every tensor, below the 1e-6 to catch.
-constexpr Tolerance kFiniteDifferenceTol{0, 1e-7};
+// gradient crosses zero. The bounds and their reasons: tolerances.h (tol::kFiniteDifference, the
+// steps below; tol::kFloat32Gradient).
 constexpr double kStepNoise = 1e-8, kMaxStep = 1.0 / 64, kStepAgreement = 2e-8;
 // A gradient that is zero in exact arithmetic comes out as noise: up to 6.2e-14 of the case's
 // largest gradient (the key bias, seeds 0-7), allowed up to kZeroGradientFloor of it.
@@ -74,13 +50,6 @@ struct FiniteDifferenceStep {
   std::vector<double> gradient;
   double h = 0, spread = 0, noise = 0;
 };
-// float32 kernels vs float64 reference gradients: float32 rounding (6e-8) grows with reduction
-// length and depth: ~1e-6 of scale on the default cases, 2e-4 on a Post-RMSNorm block at d = 1
-// (RMSNorm of one value is ~sign(x): its derivative is eps/|x|^3, badly conditioned), hence 1e-3.
-// Gradients that are exactly zero in exact arithmetic (the key bias: softmax ignores a shift of a
-// whole row of scores) come out as float32 noise up to ~4e-7, hence atol 1e-6.
-constexpr Tolerance kFloat32Tol{1e-6, 1e-3};
-
 struct InputCheck {
   std::string input;
   Shape shape;
@@ -115,8 +84,8 @@ struct GradcheckOptions {
   CaseShape shape;
   uint64_t seed = 0;
   double h = 1e-6;  // the smallest step of the finite differences
-  Tolerance fd_tol = kFiniteDifferenceTol;
-  Tolerance f32_tol = kFloat32Tol;
+  Tolerance fd_tol = tol::kFiniteDifference;
+  Tolerance f32_tol = tol::kFloat32Gradient;
   std::string f32_backend = "cpu";  // empty: skip the float32 check
   // The float32 check's storage (fp32: none) and how its norms run there.
   Precision precision = Precision::fp32;

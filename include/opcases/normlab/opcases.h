@@ -1,0 +1,139 @@
+// Op cases: each kernel case declared once, read by three modes (ggml's test-backend-ops is the
+// model):
+//   test  every case on every backend that has the op (reference, cpu, cuda-sim, cuda), on
+//         tensors resident on the backend's device, outputs NaN-poisoned first, against the
+//         reference backend in float64 (check_case; tests/opcases runs them all);
+//   grad  gradcheck's op cases (grad_forms: the op-level forward whose backward gradcheck checks
+//         by finite differences);
+//   perf  `normlab bench ops` times any case on any device through the Backend interface, each
+//         verified by check_case before it is timed.
+// A case is its line ("rmsnorm_fwd rows=7 d=65 eps=1e-06 seed=904": the op, then what makes its
+// inputs), its inputs drawn from the seed, the Backend call, and each output's tolerance with its
+// reason (tolerances.h). The line alone reproduces a case: find_case(line).
+//
+// Adding an op: its kernels (one per backend, and the reference), its cases and its grad form in
+// one file of src/opcases (norm_cases.cpp is the pattern), and the layer that uses it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normlab/backend.h"
+#include "normlab/tensor.h"
+#include "normlab/tolerances.h"
+
+namespace normlab {
+
+// One op-level instance of gradcheck: its differentiable leaves and the forward that recomputes
+// the checked output from them.
+struct CaseInstance {
+  CaseInstance() = default;
+  CaseInstance(std::vector<std::pair<std::string, Tensor>> in, std::function<Tensor()> fwd)
+      : inputs(std::move(in)), forward(std::move(fwd)) {}
+
+  std::vector<std::pair<std::string, Tensor>> inputs;  // differentiable leaves, named
+  std::function<Tensor()> forward;                     // recomputes the output from the inputs
+  // What else an outside program needs to recompute the case (gradcheck --dump writes it all):
+  std::vector<std::pair<std::string, Tensor>> constants;  // integer inputs: token ids, targets
+  std::map<std::string, double> numbers;                  // eps, alpha, heads, sizes
+  std::map<std::string, std::string> names;               // model, norm, placement, init
+};
+
+namespace opcases {
+
+// The tensors of one call, by name, in the order they were set: the inputs, then the outputs.
+class Tensors {
+ public:
+  void set(const std::string& name, Tensor t);
+  bool has(const std::string& name) const;
+  Tensor& at(const std::string& name);  // throws Error naming a tensor the case does not have
+  const Tensor& at(const std::string& name) const;
+  // An optional input: undefined when absent (a DyT has no shift).
+  Tensor get(const std::string& name) const;
+  // An optional output: nullptr when absent (a gradient not wanted).
+  Tensor* out(const std::string& name);
+  void erase(const std::string& name);
+  std::vector<std::pair<std::string, Tensor>>& items() { return items_; }
+  const std::vector<std::pair<std::string, Tensor>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> items_;
+};
+
+struct Output {
+  Output(std::string name_, Shape shape_, Tolerance tol_, bool optional_ = false,
+         std::function<double(const Tensors& in64)> atol_scale_ = {})
+      : name(std::move(name_)), shape(std::move(shape_)), tol(tol_), optional(optional_), atol_scale(std::move(atol_scale_)) {}
+  std::string name;
+  Shape shape;
+  Tolerance tol;
+  // A gradient a caller may decline (nullptr): the test mode also asks for it alone and wants the
+  // same bits.
+  bool optional = false;
+  // What tol.atol is relative to, from the float64 inputs: the magnitude a full sum passes
+  // through (sum |terms|), where the result cancels. Unset: 1.
+  std::function<double(const Tensors& in64)> atol_scale;
+};
+
+struct OpCase {
+  std::string op;      // "rmsnorm_fwd": the kernel it calls; a test and a bench row are named by it
+  std::string params;  // "rows=7 d=65 eps=1e-06 seed=904"
+  std::string line() const { return op + " " + params; }
+  // The inputs, drawn in double from the case's seed (float64 tensors; every mode converts them).
+  std::function<Tensors()> inputs;
+  std::vector<Output> outputs;
+  // The Backend call on `t` (inputs and the outputs present; an absent optional output is
+  // nullptr). Integer inputs stay int32.
+  std::function<void(Backend&, Tensors& t)> call;
+  // Floating-point operations of one call, counted as the reference's arithmetic (a tanh or an
+  // erf as one): what bench ops divides by the time.
+  double flops = 0;
+};
+
+// Every case, ops in registry order.
+const std::vector<OpCase>& all_cases();
+// The ops (each case's `op`), in registry order, each once.
+std::vector<std::string> op_names();
+// The case whose line is `line`; throws UsageError naming the op's first cases when none is.
+const OpCase& find_case(const std::string& line);
+// Cases selected by patterns: "all", an op ("rmsnorm_fwd"), an op family prefix ("rmsnorm"), or a
+// whole line. Throws UsageError for a pattern that selects nothing.
+std::vector<const OpCase*> select_cases(const std::vector<std::string>& patterns);
+
+// Bytes one call moves at `dtype` storage: every input read once and every output written once
+// (index tensors at 4 bytes).
+int64_t case_bytes(const OpCase& c, DType dtype = DType::f32);
+
+// ---- test mode ---------------------------------------------------------------------------
+struct OutputCheck {
+  std::string name;
+  int64_t checked = 0, bad = 0;
+  double max_abs_err = 0;
+  std::string first_bad;  // "[3] got 1.5 reference 1.25 diff 0.25 (tol 1e-05)", at most a few
+};
+struct CaseCheck {
+  bool pass = true;
+  std::vector<OutputCheck> outputs;
+  // One line per failing output, after the case's line: what a test prints.
+  std::string report;
+};
+// The case on `b` (its tensors resident on b's device, float32 inputs, outputs poisoned with
+// NaN) against the reference backend in float64 on the same float32 inputs; each optional output
+// also alone (the same bits wanted).
+CaseCheck check_case(const OpCase& c, Backend& b);
+
+// ---- grad mode ---------------------------------------------------------------------------
+// An op-level form of an op family, as gradcheck checks it: x of `x_shape` (the last dimension
+// normalized), the op's other inputs as its cases draw them, in `dtype`, requiring gradients.
+struct GradForm {
+  std::string name;         // gradcheck's --op name: "layernorm"
+  std::string description;  // one line
+  std::function<CaseInstance(const Shape& x_shape, DType dtype, uint64_t seed)> make;
+};
+const std::vector<GradForm>& grad_forms();
+
+}  // namespace opcases
+}  // namespace normlab

@@ -1,0 +1,76 @@
+// The one table of tolerances: how far a kernel may be from its reference, each with its reason.
+// The op cases (test mode, bench ops), bench norms' check, gradcheck and the ISA tests read it.
+//
+// A value passes when |got - want| <= atol * scale + rtol * |want|: scale is 1 unless the output
+// names a magnitude (a full sum's terms, opcases.h Output::atol_scale). A wrong kernel (a missing
+// term, a wrong row, an output not written) is off by O(1) relative: every bound below is far from
+// that.
+#pragma once
+
+namespace normlab {
+
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+
+namespace tol {
+
+// ---- a float32 kernel against the float64 reference, on the op cases' inputs --------------------
+
+// Bit for bit: a copy, a gather, a transpose, or the same kernel asked for one output alone.
+inline constexpr Tolerance kExact{0, 0};
+// Outputs of a few float32 operations on O(1) values: each rounding is ~6e-8 relative, and sums
+// over up to 1000 terms in several accumulators add up to ~1e-6 (measured: norms, softmax,
+// attention <= 1e-6); float32 GEMMs of K = 64 reach ~1e-5 absolute on O(8) sums (measured 1.2e-5).
+inline constexpr Tolerance kForward{1e-5, 1e-5};
+// Gradients: more operations in a chain and a cancellation (g - mean(g) - xhat*mean(g*xhat)) whose
+// terms are larger than the result, times rstd, which is 316 on a d = 1 row (variance 0):
+// measured 1.7e-5 there, <= 7e-6 elsewhere.
+inline constexpr Tolerance kGradient{5e-5, 5e-5};
+// Sums over many rows or a long contraction (dgamma over 512 rows, K = 1000): float32 error grows
+// like sqrt(count) * eps * sum|terms|; measured <= 3.2e-5 on O(10..30) results.
+inline constexpr Tolerance kReduction{2e-4, 5e-5};
+// A full sum over every element (DyT's dalpha, Derf's dshift, a scalar scale's gradient): its
+// terms cancel, so the bound is relative to sum |terms| (atol_scale); measured <= 2e-7 of it.
+inline constexpr Tolerance kFullSum{2e-6, 0};
+
+// ---- bench norms: its implementations on its large shapes (up to 32768 x 8192) ---------------
+// y, dx: O(1) values from a handful of float operations after two row reductions over d (<= 8192
+// terms). A plain sequential float sum (the multipass kernels) errs by ~sqrt(d) ulp typically,
+// d ulp at worst (5e-4 relative at d = 8192); blocked/vector sums by far less. rtol 1e-4 covers
+// the typical case with margin; atol 1e-4 covers values near 0, where the error of the row
+// statistics (times |xhat| <= ~4) dominates.
+inline constexpr Tolerance kBenchRow{1e-4, 1e-4};
+// mean, rstd: one reduction each.
+inline constexpr Tolerance kBenchStat{1e-5, 1e-4};
+// dgamma, dbeta: a sum over N rows (32768 and more) of terms of both signs; atol relative to
+// sum_rows |term| (a sequential sum's typical error is ~sqrt(N) ulp of that).
+inline constexpr Tolerance kBenchParam{1e-5, 1e-4};
+// s = alpha*a + b of an add+norm forward: one FMA (or a product and a sum) per element, <= 1 ulp
+// each of |alpha*a| + |b| (not of |s|, which cancels): atol relative to that (16 ulp).
+inline constexpr Tolerance kBenchSum{1e-6, 0};
+// An output stored as bf16 or fp16 is rounded once more, to 8 (11) significant bits: half an ulp,
+// at most 2^-8 (2^-11) of the value, is added to the rtol above.
+inline constexpr double kStoredBf16Rtol = 0x1p-8, kStoredFp16Rtol = 0x1p-11;
+
+// ---- gradcheck ----------------------------------------------------------------------------------
+// float64 central differences of fourth order, with a step of each input tensor's own: halved from
+// a first step (f's rounding error 64 eps sum|y R|, divided by it, at kStepNoise of the tensor's
+// gradient scale) until two steps in a row agree within kStepAgreement of that scale. What they
+// still differ by, twice, is the tensor's noise in the bound, so that the bound follows each
+// tensor's gradients and no absolute floor lets a small one through: an error of 1e-6 of a
+// tensor's scale fails. Measured over every case at seeds 0-7 (3040 tensors): a correct backward
+// lands at a median 1e-10 of its tensor's scale and at most 2.5e-7 (a DyT alpha two blocks deep,
+// its steps agreeing to 1.3e-7), hence rtol 1e-7 plus that noise; the bound itself stays at most
+// 8.5e-7 of the scale on every tensor, below the 1e-6 to catch.
+inline constexpr Tolerance kFiniteDifference{0, 1e-7};
+// float32 kernels vs float64 reference gradients, per tensor relative to its largest gradient:
+// float32 rounding (6e-8) grows with reduction length and depth: ~1e-6 of scale on the default
+// cases, 2e-4 on a Post-RMSNorm block at d = 1 (RMSNorm of one value is ~sign(x): its derivative
+// is eps/|x|^3, badly conditioned), hence 1e-3. Gradients that are exactly zero in exact
+// arithmetic (the key bias: softmax ignores a shift of a whole row of scores) come out as float32
+// noise up to ~4e-7, hence atol 1e-6.
+inline constexpr Tolerance kFloat32Gradient{1e-6, 1e-3};
+
+}  // namespace tol
+}  // namespace normlab

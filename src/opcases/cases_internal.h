@@ -1,0 +1,51 @@
+// What the files of src/opcases share: a case's line, the draws of its inputs, and the lists each
+// op file adds its cases and grad forms to (registry.cpp calls them in order).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "normlab/opcases.h"
+#include "normlab/rng.h"
+
+namespace normlab::opcases::detail {
+
+// The words after a case's op: "rows=7 d=65 eps=1e-06 seed=904" (doubles in %g).
+class Params {
+ public:
+  Params& add(const char* key, int64_t v);
+  Params& add(const char* key, double v);
+  Params& add(const char* key, const char* v);
+  std::string str() const { return s_; }
+
+ private:
+  std::string s_;
+};
+
+// float64 tensors of N(mean, std^2) values from (seed, stream::check): the same values whatever
+// dtype a mode converts them to.
+struct Draw {
+  explicit Draw(uint64_t seed) : rng(seed, stream::check) {}
+  Tensor normal(const Shape& s, double std = 1.0, double mean = 0.0);
+  Rng rng;
+};
+
+// The inputs an op-level (grad) form takes from its cases' draws, converted to `dtype` and
+// requiring gradients, in the order named.
+std::vector<std::pair<std::string, Tensor>> leaves(const Tensors& drawn, const std::vector<std::string>& names,
+                                                   DType dtype);
+
+// Rows x d shapes of the norm-like cases: odd and long rows. The last two are too long for the
+// CUDA backward's one-read kernel (its column sums in shared memory: 2*d floats for LayerNorm, d
+// for RMSNorm, at most 192 KiB) and for the forward's row cache (d floats, at most 96 KiB): the
+// per-row dx kernel, the column reductions and the uncached forward run only on these.
+inline constexpr int64_t kRowShapes[][2] = {{1, 1},    {1, 3},    {7, 1},    {7, 3},    {7, 65},
+                                            {1, 1000}, {7, 1000}, {64, 512}, {512, 64}, {3, 4096},
+                                            {5, 4097}, {37, 256}, {2, 49153}, {3, 49156}};
+
+void add_norm_cases(std::vector<OpCase>& cases);
+void add_norm_grad_forms(std::vector<GradForm>& forms);
+void add_squash_cases(std::vector<OpCase>& cases);
+void add_squash_grad_forms(std::vector<GradForm>& forms);
+
+}  // namespace normlab::opcases::detail

@@ -1,0 +1,2 @@
+// the op cases knowing the bench that reads them
+#include "normlab/bench.h"

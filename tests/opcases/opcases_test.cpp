@@ -1,0 +1,88 @@
+// Test mode of the op cases (normlab/opcases.h): every case of the registry on every backend this
+// build has (reference, cpu, cuda-sim, and cuda where a GPU is present), each case's tensors
+// resident on the backend's device and its outputs NaN-poisoned, against the reference backend in
+// float64. One test per op and backend (OpCases.<op>/<backend>); a failure names its case's line,
+// and
+//   NORMLAB_OP_CASE='rmsnorm_fwd rows=7 d=65 eps=1e-06 seed=904' build/test_opcases --gtest_filter='OpCases.rmsnorm_fwd/cpu'
+// runs that case alone. Run all: ctest -R OpCases
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gpu_skip.h"
+#include "normlab/backend.h"
+#include "normlab/cuda.h"
+#include "normlab/cuda_backend.h"
+#include "normlab/opcases.h"
+
+namespace normlab {
+namespace {
+
+// The line NORMLAB_OP_CASE names, and whether a case of that line ran.
+const char* only_case() {
+  const char* only = std::getenv("NORMLAB_OP_CASE");
+  return only && *only ? only : nullptr;
+}
+bool g_only_case_ran = false;
+
+// A mistyped NORMLAB_OP_CASE would otherwise run no case at all and pass.
+class OnlyCaseRan : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (only_case() && !g_only_case_ran) ADD_FAILURE() << "NORMLAB_OP_CASE='" << only_case() << "' names no case that ran";
+  }
+};
+const auto* const only_case_ran = ::testing::AddGlobalTestEnvironment(new OnlyCaseRan);
+
+std::string test_name(std::string backend_name) {
+  std::replace(backend_name.begin(), backend_name.end(), '-', '_');
+  return backend_name;
+}
+
+class OpCaseTest : public ::testing::Test {
+ public:
+  OpCaseTest(std::string op, std::string backend_name) : op_(std::move(op)), backend_(std::move(backend_name)) {}
+  void TestBody() override {
+    if (backend_ == "cuda" && !test::gpu_available()) GPU_SKIP() << "the cuda kernels are not tested on this machine";
+    // cuda-sim runs everywhere: a lookup that fails is a failure, never a skip.
+    Backend& b = backend(backend_);
+    int ran = 0;
+    for (const opcases::OpCase& c : opcases::all_cases()) {
+      if (c.op != op_ || (only_case() && c.line() != only_case())) continue;
+      g_only_case_ran = true;
+      ++ran;
+      const std::string line = c.line() + " backend=" + backend_;
+      try {
+        const opcases::CaseCheck check = opcases::check_case(c, b);
+        EXPECT_TRUE(check.pass) << line << check.report << "\n  reproduce: NORMLAB_OP_CASE='" << c.line()
+                                << "' build/test_opcases --gtest_filter='OpCases." << op_ << "/" << test_name(backend_)
+                                << "'";
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << line << ": " << e.what();
+      }
+    }
+    if (!only_case()) {
+      EXPECT_GT(ran, 0) << op_ << " has no case";
+    }
+  }
+
+ private:
+  std::string op_, backend_;
+};
+
+// Registered before main runs the tests: one test per (op, backend).
+const bool registered = [] {
+  std::vector<std::string> backends = {"reference", "cpu", "cuda-sim"};
+  if (cuda_built()) backends.push_back("cuda");
+  for (const std::string& op : opcases::op_names())
+    for (const std::string& b : backends)
+      ::testing::RegisterTest("OpCases", (op + "/" + test_name(b)).c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                              [op, b]() -> ::testing::Test* { return new OpCaseTest(op, b); });
+  return true;
+}();
+
+}  // namespace
+}  // namespace normlab
