@@ -13,6 +13,7 @@ namespace normlab::bench {
 // bench_json.cpp: the JSON documents (render(..., OutputFormat::json) returns these).
 std::string norm_report_json(const NormReport& r);
 std::string step_report_json(const StepReport& r);
+std::string ops_report_json(const OpsReport& r);
 std::string compare_json(const std::vector<CompareRow>& rows);
 }  // namespace normlab::bench
 

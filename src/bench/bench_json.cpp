@@ -260,7 +260,8 @@ json parse_document(const std::string& text, const std::string& what) {
 std::string bench_kind_of_json(const std::string& text, const std::string& what) {
   json j = parse_document(text, what);
   const std::string kind = get_str(j["context"], "normlab_bench");
-  NL_USAGE(kind == "norms" || kind == "step", "{}: context.normlab_bench is '{}', not norms or step", what, shown(kind));
+  NL_USAGE(kind == "norms" || kind == "step" || kind == "ops", "{}: context.normlab_bench is '{}', not norms, step or ops",
+           what, shown(kind));
   return kind;
 }
 
@@ -525,6 +526,71 @@ StepReport step_report_from_json(const std::string& text, const std::string& wha
   return report_from_json<StepReport>(text, what, "step", step_row_from);
 }
 
+// ---- bench ops -----------------------------------------------------------------------------
+
+namespace {
+
+ordered_json op_row_json(const OpRow& r) {
+  constexpr double kUnit = 1e-6;  // microseconds
+  ordered_json j = benchmark_entry(r.name(), r.threads, r.time.samples * r.calls_per_sample, r.time.median, kUnit, "us");
+  j["bytes_per_second"] = num(static_cast<double>(r.bytes) / r.time.median);
+  j["op"] = r.op;
+  j["case"] = r.line;
+  j["backend"] = r.backend;
+  j["status"] = r.status;
+  j["verify"] = r.verify;
+  j["calls_per_sample"] = r.calls_per_sample;
+  j["bytes"] = r.bytes;
+  j["flops"] = num(r.flops);
+  j["gb_per_s"] = num(r.gb_per_s);
+  j["gflop_per_s"] = num(r.gflop_per_s);
+  j["aggregates"] = aggregates_json(r.time, kUnit);
+  return j;
+}
+
+OpRow op_row_from(const json& j, const std::string& what) {
+  OpRow r;
+  r.op = get_str(j, "op");
+  r.line = get_str(j, "case");
+  r.backend = get_str(j, "backend");
+  NL_USAGE(!r.op.empty() && !r.line.empty() && !r.backend.empty(), "{}: benchmark '{}' has no op, case or backend",
+           what, get_str(j, "name"));
+  r.threads = static_cast<int>(get_int(j, "threads", 1));
+  r.status = get_str(j, "status", "ok");
+  r.verify = get_str(j, "verify");
+  r.calls_per_sample = get_int(j, "calls_per_sample", 1);
+  r.bytes = get_int(j, "bytes");
+  r.flops = get_num(j, "flops");
+  r.gb_per_s = get_num(j, "gb_per_s");
+  r.gflop_per_s = get_num(j, "gflop_per_s");
+  if (j.contains("aggregates")) r.time = aggregates_from(j["aggregates"], unit_seconds(get_str(j, "time_unit", "us")));
+  return r;
+}
+
+}  // namespace
+
+std::string ops_report_json(const OpsReport& r) {
+  ordered_json j;
+  j["context"] = context_json(r.context, "ops", r.warnings);
+  ordered_json b = ordered_json::array();
+  for (const OpRow& row : r.rows) b.push_back(op_row_json(row));
+  j["benchmarks"] = b;
+  return j.dump(2);
+}
+
+OpsReport ops_report_from_json(const std::string& text, const std::string& what) {
+  json j = parse_document(text, what);
+  NL_USAGE(get_str(j["context"], "normlab_bench") == "ops", "{}: not a `bench ops` document (context.normlab_bench is '{}')",
+           what, get_str(j["context"], "normlab_bench"));
+  OpsReport r;
+  r.context = context_from(j["context"]);
+  if (j["context"].contains("warnings") && j["context"]["warnings"].is_array())
+    for (const json& w : j["context"]["warnings"])
+      if (w.is_string()) r.warnings.push_back(w.get<std::string>());
+  for (const json& e : j["benchmarks"]) r.rows.push_back(op_row_from(e, what));
+  return r;
+}
+
 // ---- several runs ----------------------------------------------------------------------------
 
 namespace {
@@ -723,8 +789,10 @@ std::vector<NamedStats> timed_entries(const StepReport& r) {
 }
 
 std::vector<NamedStats> timed_entries_from_json(const std::string& text, const std::string& what) {
-  return bench_kind_of_json(text, what) == "norms" ? timed_entries(norm_report_from_json(text, what))
-                                                   : timed_entries(step_report_from_json(text, what));
+  const std::string kind = bench_kind_of_json(text, what);
+  if (kind == "ops") return timed_entries(ops_report_from_json(text, what));
+  return kind == "norms" ? timed_entries(norm_report_from_json(text, what))
+                         : timed_entries(step_report_from_json(text, what));
 }
 
 std::vector<CompareRow> compare(const std::vector<NamedStats>& base, const std::vector<NamedStats>& now) {

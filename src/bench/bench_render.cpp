@@ -554,6 +554,52 @@ std::string render(const StepReport& r, OutputFormat f) {
          "\n";
 }
 
+namespace {
+
+// One row per case, backend and thread count, in the order run.
+Table ops_table(const OpsReport& r) {
+  Table t;
+  t.columns = {left("case"), left("backend"), right("thr"), right("median"), right("min"), right("cv"),
+               right("GB/s"), right("GFLOP/s"), left("check")};
+  for (const OpRow& x : r.rows)
+    t.add_row({x.line, x.backend, std::to_string(x.threads), fmt_time(x.time.median), fmt_time(x.time.min),
+               finite(x.time.cv()) ? fmt::format("{:.1f}%", 100 * x.time.cv()) : "-", fmt_gbps(x.gb_per_s),
+               fmt_gbps(x.gflop_per_s), x.status == "ok" ? x.verify : "REJECTED"});
+  return t;
+}
+
+Table ops_csv(const OpsReport& r) {
+  Table t = csv_table("case,op,backend,threads,status,median_s,min_s,max_s,cv,calls_per_sample,bytes,flops,gb_per_s,"
+                      "gflop_per_s,verify");
+  for (const OpRow& x : r.rows)
+    t.add_row(cells(x.line, x.op, x.backend, x.threads, x.status, csv_num(x.time.median), csv_num(x.time.min),
+                    csv_num(x.time.max), csv_num(x.time.cv()), x.calls_per_sample, x.bytes, csv_num(x.flops),
+                    csv_num(x.gb_per_s), csv_num(x.gflop_per_s), x.verify));
+  return t;
+}
+
+const char* ops_legend() {
+  return "Each case (its line reproduces it: bench ops 'LINE') checked against the float64 reference first, then timed "
+         "on the same resident tensors; median and min per call. GB/s: every input read and every output written once "
+         "(float32) / median; GFLOP/s: the reference's arithmetic / median.\n";
+}
+
+}  // namespace
+
+std::string render(const OpsReport& r, OutputFormat f) {
+  switch (f) {
+    case OutputFormat::json: return ops_report_json(r) + "\n";
+    case OutputFormat::csv: return ops_csv(r).csv();
+    case OutputFormat::markdown: {
+      std::string s = "Measured " + context_line(r.context) + ".\n\n" + ops_table(r).markdown() + "\n" + ops_legend();
+      if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
+      return s;
+    }
+    case OutputFormat::text: break;
+  }
+  return ops_table(r).text() + "\n" + ops_legend();
+}
+
 std::string render(const std::vector<CompareRow>& rows, OutputFormat f) {
   if (f == OutputFormat::json) return compare_json(rows) + "\n";
   if (f == OutputFormat::csv) {

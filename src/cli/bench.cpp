@@ -3,6 +3,7 @@
 //   normlab bench norms [--shapes 8x256x1024,...] [--resident-shapes 1x512x64,...] [--impl fused,onednn]
 //                       [--pass fwd,bwd,addfwd|both|all]
 //   normlab bench step  [--model toy,gpt] [--threads 1,all]
+//   normlab bench ops   [CASE...] [--device cpu|cuda|cuda-sim]   any op case, checked then timed
 //   normlab bench merge RUN1.json RUN2.json RUN3.json      several runs as one (median, spread)
 //   normlab bench --compare BASE.json NEW.json             two saved runs, row by row
 #include <spdlog/spdlog.h>
@@ -17,6 +18,7 @@
 #include "normlab/bench.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
+#include "normlab/opcases.h"
 #include "normlab/parse.h"
 #include "normlab/system.h"
 
@@ -73,6 +75,15 @@ struct StepArgs {
   std::vector<std::string> models;
   std::string threads = "1,all";
   StepOptions opt;
+};
+
+struct OpsArgs {
+  OutputArgs o;
+  std::vector<std::string> cases;
+  std::string threads = "1";
+  bool list = false;
+  DeviceOptions dev;
+  OpsOptions opt;
 };
 
 struct MergeArgs {
@@ -274,6 +285,39 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   return 0;
 }
 
+int run_ops(const OpsArgs& a, const GlobalOptions& g) {
+  OpsOptions opt = a.opt;
+  if (!a.cases.empty()) opt.cases = a.cases;
+  if (a.list) {
+    for (const opcases::OpCase* c : opcases::select_cases(opt.cases)) std::cout << c->line() << "\n";
+    return 0;
+  }
+  const OutputFormat f = format_of(a.o, g);
+  check_out(a.o);
+  check_device(a.dev);
+  opt.backend = a.dev.device;
+  opt.threads = parse_threads(a.threads, "--threads");
+  NL_USAGE(a.dev.device == "cpu" || a.threads == "1", "--threads applies to --device cpu only");
+  opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
+  validate(opt);
+  if (!a.o.compare.empty()) check_base(a.o.compare, "ops");
+  const size_t n = opcases::select_cases(opt.cases).size();
+  spdlog::info("bench ops: {} case(s) on {}, threads {} ...", n, opt.backend, a.threads);
+  const OpsReport report = run_ops_bench(opt);
+  const std::vector<NamedStats> base = base_entries(a.o.compare);
+  write_out(a.o, render(report, OutputFormat::json));
+  std::cout << render(report, f);
+  if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
+  print_warnings(report.warnings);
+  int rejected = 0;
+  for (const OpRow& r : report.rows)
+    if (r.status == "rejected") {
+      spdlog::error("{}", r.verify);
+      ++rejected;
+    }
+  return rejected ? 1 : 0;
+}
+
 int run_merge(const MergeArgs& a, const GlobalOptions& g) {
   const OutputFormat f = format_of(a.o, g);
   NL_USAGE(!a.files.empty(), "merge: give the JSON files of the runs to merge");
@@ -281,6 +325,8 @@ int run_merge(const MergeArgs& a, const GlobalOptions& g) {
   std::vector<std::string> texts;
   for (const std::string& file : a.files) texts.push_back(read_file(file));
   const std::string kind = bench_kind_of_json(texts[0], a.files[0]);
+  NL_USAGE(kind != "ops", "merge: {} is a `bench ops` document; ops runs are compared (--compare), not merged",
+           a.files[0]);
   for (size_t i = 1; i < texts.size(); ++i)
     NL_USAGE(bench_kind_of_json(texts[i], a.files[i]) == kind, "merge: {} is a `bench {}` document, {} is not",
              a.files[0], kind, a.files[i]);
@@ -320,6 +366,7 @@ Runner add_bench(CLI::App& app, GlobalOptions& g) {
   auto norms = std::make_shared<NormsArgs>();
   auto step = std::make_shared<StepArgs>();
   auto merge = std::make_shared<MergeArgs>();
+  auto ops = std::make_shared<OpsArgs>();
 
   CLI::App* sub = app.add_subcommand("bench", "Time norm kernels (GB/s, % of copy bandwidth) and training steps");
   sub->require_subcommand(0, 1);
@@ -423,13 +470,35 @@ Examples:
   normlab bench step --model toy --threads 1             the toy step at 1 thread
   normlab bench step --model gpt --d-model 256 --layers 6 --seq 256 --batch 8)");
 
+  // ---- ops
+  CLI::App* o = sub->add_subcommand("ops", "Any op case (the kernels' test cases) on any device, checked then timed");
+  o->add_option("cases", ops->cases,
+                "Cases: all (default), an op (rmsnorm_fwd), a family (rmsnorm), or a case's whole line in quotes (see "
+                "--list)");
+  o->add_option("--threads", ops->threads, "cpu thread counts, comma-separated; 'all' = every CPU (default 1)");
+  o->add_option("--repeats", ops->opt.repeats, "At least this many timed samples per case (default 5)");
+  o->add_option("--min-time", ops->opt.min_time, "And at least this many seconds of samples per case (default 0.1)");
+  o->add_option("--warmup", ops->opt.warmup, "Untimed calls per case first (default 2)");
+  o->add_flag("--list", ops->list, "List the selected cases' lines and exit");
+  add_device_flags(*o, ops->dev);
+  add_output_flags(*o, ops->o, g, true);
+  o->footer(R"(Every case is checked against the reference backend in float64 (the test suite's check: outputs
+NaN-poisoned first) before it is timed; one that fails is reported (exit 1) and never timed. Then
+it runs on tensors resident on the device, the same tensors every call (cache-resident where they
+fit: the kernel's own speed); bench norms rotates buffers through memory for memory-bound figures.
+Examples:
+  normlab bench ops --list rmsnorm                          the RMSNorm cases' lines
+  normlab bench ops rmsnorm_fwd layernorm_fwd --threads 1,all
+  normlab bench ops 'rmsnorm_bwd rows=64 d=512 eps=1e-06 seed=907' --device cuda-sim)");
+
   // ---- merge
   CLI::App* m = sub->add_subcommand("merge", "Several runs' JSON as one table: medians over the runs and their range");
   m->add_option("files", merge->files, "JSON files written by --out or --json")->required();
   add_output_flags(*m, merge->o, g, false);
 
-  return [sub, n, s, m, bench, norms, step, merge, &g]() -> int {
+  return [sub, n, s, o, m, bench, norms, step, ops, merge, &g]() -> int {
     if (n->parsed()) return run_norms(*norms, g);
+    if (o->parsed()) return run_ops(*ops, g);
     if (s->parsed()) return run_step(*step, g);
     if (m->parsed()) return run_merge(*merge, g);
     if (!bench->compare.empty()) return run_compare_files(*bench, g);

@@ -112,6 +112,43 @@ TEST(BenchCli, StepPrintsTheFmaPeakAndGflops) {
   }
 }
 
+// bench ops: the op cases' perf mode. Every selected case is checked, then timed; its row names the
+// case's line, which selects it again; --out and --compare take ops documents, merge refuses them.
+TEST(BenchCli, OpsOnCpuAndCudaSimTimeCheckedCasesSelectedByTheirLines) {
+  const std::string base = testing::TempDir() + "/normlab_bench_ops.json";
+  std::remove(base.c_str());
+  auto r = run_cli({"bench", "ops", "rmsnorm_fwd", "channel_scale", "--min-time", "0", "--repeats", "2", "--warmup",
+                    "0", "--json", "--out", base});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["context"]["normlab_bench"], "ops");
+  // 14 shapes of rmsnorm_fwd, 28 of each channel_scale kernel (a vector and a scalar lambda).
+  ASSERT_EQ(j["benchmarks"].size(), 14u + 2u * 28u);
+  for (const auto& b : j["benchmarks"]) {
+    EXPECT_EQ(b["status"], "ok") << b["name"];
+    EXPECT_EQ(b["backend"], "cpu") << b["name"];
+    EXPECT_GT(b["real_time"].get<double>(), 0.0) << b["name"];
+    EXPECT_GT(b["bytes"].get<int64_t>(), 0) << b["name"];
+    EXPECT_NE(b["verify"].get<std::string>().find("max |diff|"), std::string::npos) << b["name"];
+  }
+  const std::string line = j["benchmarks"][6]["case"];
+  r = run_cli({"bench", "ops", line, "--min-time", "0", "--repeats", "1", "--device", "cuda-sim", "--compare", base});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuda-sim"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("now/base"), std::string::npos) << r.out;
+  r = run_cli({"bench", "--compare", base, base});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("same"), std::string::npos) << r.out;
+  r = run_cli({"bench", "merge", base, base});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("not merged"), std::string::npos) << describe(r);
+  r = run_cli({"bench", "ops", "--list", "layernorm_bwd"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(normlab::test::split_lines(r.out).size(), 14u) << r.out;
+  std::remove(base.c_str());
+}
+
 TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
   for (std::vector<std::string> args : {std::vector<std::string>{"bench", "norms", "--shapes", "0x4x8"},
                                         {"bench", "norms", "--shapes", "4x-2x8"},
@@ -132,7 +169,12 @@ TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
                                         {"bench", "step", "--model", "bert"},
                                         {"bench", "step", "--layers", "0"},
                                         {"bench", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"},
-                                        {"bench", "norms", "--frobnicate"}}) {
+                                        {"bench", "norms", "--frobnicate"},
+                                        {"bench", "ops", "rmsnorm_fwd rows=7 d=64"},
+                                        {"bench", "ops", "softmax_fwd_nosuch"},
+                                        {"bench", "ops", "--device", "gpu"},
+                                        {"bench", "ops", "--device", "cuda-sim", "--threads", "2"},
+                                        {"bench", "ops", "--min-time", "-1"}}) {
     auto r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << describe(r);
     EXPECT_TRUE(r.out.empty()) << describe(r);

@@ -523,11 +523,54 @@ double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_mod
                          int64_t batch, int64_t seq);
 
 // ============================================================================
+// running `bench ops`: any op case (normlab/opcases.h) on any backend
+// ============================================================================
+
+struct OpsOptions {
+  std::vector<std::string> cases = {"all"};  // patterns for opcases::select_cases
+  std::string backend = "cpu";               // reference, cpu, cuda or cuda-sim: a backend by name
+  std::vector<int> threads = {1};            // the cpu's and reference's (OpenMP) thread counts
+  int64_t warmup = 2;                        // untimed calls per case
+  int64_t repeats = 5;                       // at least this many timed samples per case
+  double min_time = 0.1;                     // and at least this many seconds of samples per case
+  std::function<void(const std::string&)> log;  // progress lines (optional)
+};
+
+struct OpRow {
+  std::string op, line, backend;  // line: the case's (opcases.h), its reproducer
+  int threads = 1;
+  std::string status = "ok";  // "ok", or "rejected": check_case failed; never timed
+  std::string verify;         // "max |diff| 3e-07 in dx", or check_case's report
+  int64_t calls_per_sample = 1;
+  Stats time;      // seconds per call
+  int64_t bytes = 0;  // one call: every input read and every output written once (float32)
+  double flops = 0;
+  double gb_per_s = NAN, gflop_per_s = NAN;  // bytes (flops) / median
+  std::string name() const;  // "<line> backend=<b> threads=<t>": the JSON's and --compare's key
+};
+
+struct OpsReport {
+  Context context;
+  std::vector<OpRow> rows;
+  std::vector<std::string> warnings;
+};
+
+// Checks the counts (UsageError) before anything runs; run_ops_bench checks them too.
+void validate(const OpsOptions& opt);
+// Each selected case on opt.backend, on tensors resident on its device: checked by check_case
+// (rejected rows are reported and never timed), then warmed up and timed on the same tensors
+// (cache-resident where they fit: the kernel's own speed, as ggml's perf mode measures it; bench
+// norms rotates buffers for the memory-bound figures). A sample is a batch of calls of ~200 us,
+// ended by a download of one output element on a device (its queue drained), reported per call.
+OpsReport run_ops_bench(const OpsOptions& opt);
+
+// ============================================================================
 // exporters (in any OutputFormat, normlab/table.h), reading results back, several runs, comparisons
 // ============================================================================
 
 std::string render(const NormReport& r, OutputFormat f);
 std::string render(const StepReport& r, OutputFormat f);
+std::string render(const OpsReport& r, OutputFormat f);
 // The RMSNorm / LayerNorm summary (ratios per shape, threads and pass), table or markdown.
 std::string render_norm_summary(const NormReport& r, OutputFormat f);
 // The shape classes' choices of kernel variant (Context::kernel_choices) as a table, with every
@@ -540,7 +583,8 @@ std::string render_norm_impls(const NormRegistry& registry);
 // not a `bench norms` (resp. `bench step`) document.
 NormReport norm_report_from_json(const std::string& text, const std::string& what);
 StepReport step_report_from_json(const std::string& text, const std::string& what);
-// "norms" or "step": the kind of a bench JSON document (UsageError otherwise).
+OpsReport ops_report_from_json(const std::string& text, const std::string& what);
+// "norms", "step" or "ops": the kind of a bench JSON document (UsageError otherwise).
 std::string bench_kind_of_json(const std::string& text, const std::string& what);
 
 // Several runs of the same benchmark as one: per row, the median over the runs of each
@@ -566,7 +610,8 @@ struct NamedStats {
 };
 std::vector<NamedStats> timed_entries(const NormReport& r);
 std::vector<NamedStats> timed_entries(const StepReport& r);
-// Entries of any bench JSON document (norms or step).
+std::vector<NamedStats> timed_entries(const OpsReport& r);
+// Entries of any bench JSON document (norms, step or ops).
 std::vector<NamedStats> timed_entries_from_json(const std::string& text, const std::string& what);
 std::vector<CompareRow> compare(const std::vector<NamedStats>& base, const std::vector<NamedStats>& now);
 std::string render(const std::vector<CompareRow>& rows, OutputFormat f);
