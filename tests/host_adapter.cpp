@@ -22,238 +22,237 @@ class DeviceAdapter final : public Backend {
   Device device() const override { return Device::cpu; }
   bool supports(DType dtype) const override { return b_.supports(dtype); }
 
-  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
+  void matmul_impl(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
     Call k(*this);
     Tensor da = k.in(a), db = k.in(b);
     Tensor& dc = s.accumulate ? k.inout(c) : k.out(c);
     b_.matmul(dc, da, db, s);
   }
-  using Backend::linear_forward;
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Tensor& residual, int64_t m, int64_t k_, int64_t n) override {
+  void linear_forward_impl(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, int64_t m, int64_t k_, int64_t n) override {
     Call k(*this);
     Tensor dx = k.in(x), dw = k.in(w), dbias = k.in(bias), dres = k.in(residual);
     b_.linear_forward(k.out(y), dx, dw, dbias, dres, m, k_, n);
   }
-  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
-                             int64_t m, int64_t k_, int64_t n) override {
+  void linear_backward_input_impl(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                                  int64_t m, int64_t k_, int64_t n) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dw = k.in(w), dg = k.in(gate);
     b_.linear_backward_input(k.out(dx), ddy, dw, dg, m, k_, n);
   }
-  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
+  void sum_rows_impl(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.sum_rows(k.out(out), dx, rows, cols);
   }
-  void fill(Tensor& out, double value) override {
+  void fill_impl(Tensor& out, double value) override {
     Call k(*this);
     b_.fill(k.out(out), value);
   }
-  void copy(Tensor& out, const Tensor& x) override {
+  void copy_impl(Tensor& out, const Tensor& x) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.copy(k.out(out), dx);
   }
-  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+  void add_impl(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
     Call k(*this);
     Tensor da = k.in(a), db = k.in(b);
     b_.add(k.out(out), da, db, alpha, beta);
   }
-  void accumulate(Tensor& dst, const Tensor& src) override {
+  void accumulate_impl(Tensor& dst, const Tensor& src) override {
     Call k(*this);
     Tensor ds = k.in(src);
     b_.accumulate(k.inout(dst), ds);
   }
-  void scale(Tensor& out, const Tensor& x, double alpha) override {
+  void scale_impl(Tensor& out, const Tensor& x, double alpha) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.scale(k.out(out), dx, alpha);
   }
-  void round_to_format(Tensor& x, Precision format) override {
+  void round_to_format_impl(Tensor& x, Precision format) override {
     Call k(*this);
     b_.round_to_format(k.inout(x), format);
   }
-  void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
+  void mul_impl(Tensor& out, const Tensor& a, const Tensor& b) override {
     Call k(*this);
     Tensor da = k.in(a), db = k.in(b);
     b_.mul(k.out(out), da, db);
   }
-  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
+  void gelu_forward_impl(Tensor& y, Tensor* dydx, const Tensor& x) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.gelu_forward(k.out(y), k.out(dydx), dx);
   }
-  double sum_squares(const Tensor& x) override {
+  double sum_squares_impl(const Tensor& x) override {
     Call k(*this);
     return b_.sum_squares(k.in(x));
   }
-  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+  void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
     Call k(*this);
     Tensor dx = k.in(x), dg = k.in(gamma), db = k.in(beta);
     Tensor dm;
     if (mean.defined()) dm = k.out(mean);
     b_.composite_norm_forward(k.out(y), dm, k.out(rstd), dx, dg, db, n, d, eps, format);
   }
-  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
-                               Precision format, CompositeBackwardCensus* census) override {
+  void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                                    Precision format, CompositeBackwardCensus* census) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dxin = k.in(x), dg = k.in(gamma), dm = k.in(mean), dr = k.in(rstd);
     b_.composite_norm_backward(k.out(dx), k.out(dgamma), k.out(dbeta), ddy, dxin, dg, dm, dr, n, d, format, census);
   }
-  FormatCensus format_census(const Tensor& x, Precision format) override {
+  FormatCensus format_census_impl(const Tensor& x, Precision format) override {
     Call k(*this);
     return b_.format_census(k.in(x), format);
   }
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
-                         double eps) override {
+  void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                              const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                              double eps) override {
     Call k(*this);
     Tensor dx = k.in(x), dg = k.in(gamma), dbt = k.in(beta);
     b_.layernorm_forward(k.out(y), k.out(mean), k.out(rstd), dx, dg, dbt, n, d, eps);
   }
-  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, int64_t n, int64_t d) override {
+  void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                               const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                               const Tensor& rstd, int64_t n, int64_t d) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dxin = k.in(x), dg = k.in(gamma), dm = k.in(mean), dr = k.in(rstd);
     b_.layernorm_backward(k.out(dx), k.out(dgamma), k.out(dbeta), ddy, dxin, dg, dm, dr, n, d);
   }
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
-                       int64_t d, double eps) override {
+  void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+                            int64_t d, double eps) override {
     Call k(*this);
     Tensor dx = k.in(x), dg = k.in(gamma);
     b_.rmsnorm_forward(k.out(y), k.out(rstd), dx, dg, n, d, eps);
   }
-  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
+  void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                             const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dxin = k.in(x), dg = k.in(gamma), dr = k.in(rstd);
     b_.rmsnorm_backward(k.out(dx), k.out(dgamma), ddy, dxin, dg, dr, n, d);
   }
-  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
-                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+  void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                           const Tensor& beta, int64_t n, int64_t d, Squash f) override {
     Call k(*this);
     Tensor dx = k.in(x), da = k.in(alpha), ds = k.in(shift), dg = k.in(gamma), db = k.in(beta);
     b_.squash_forward(k.out(y), dx, da, ds, dg, db, n, d, f);
   }
-  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
-                       int64_t d, Squash f) override {
+  void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                            const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                            int64_t d, Squash f) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dxin = k.in(x), da = k.in(alpha), ds = k.in(shift), dg = k.in(gamma);
     b_.squash_backward(k.out(dx), k.out(dalpha), k.out(dshift), k.out(dgamma), k.out(dbeta), ddy, dxin, da, ds, dg, n,
                        d, f);
   }
-  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                             int64_t c) override {
+  void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                                  int64_t c) override {
     Call k(*this);
     Tensor dx = k.in(x), dl = k.in(lambda);
     b_.channel_scale_forward(k.out(y), dx, dl, n, d, c);
   }
-  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
-                              int64_t n, int64_t d, int64_t c) override {
+  void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                                   int64_t n, int64_t d, int64_t c) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dxin = k.in(x), dl = k.in(lambda);
     b_.channel_scale_backward(k.out(dx), k.out(dlambda), ddy, dxin, dl, n, d, c);
   }
-  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
-                             const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
-                             int64_t n, int64_t d, double eps) override {
+  void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                                  const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
+                                  int64_t n, int64_t d, double eps) override {
     Call k(*this);
     Tensor da = k.in(a), db = k.in(b), dg = k.in(gamma), dbt = k.in(beta);
     b_.add_layernorm_forward(k.out(s), k.out(y), k.out(mean), k.out(rstd), da, db, alpha, dg, dbt,
                              n, d, eps);
   }
-  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
-                           double alpha, const Tensor& gamma, int64_t n, int64_t d,
-                           double eps) override {
+  void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+                                double alpha, const Tensor& gamma, int64_t n, int64_t d,
+                                double eps) override {
     Call k(*this);
     Tensor da = k.in(a), db = k.in(b), dg = k.in(gamma);
     b_.add_rmsnorm_forward(k.out(s), k.out(y), k.out(rstd), da, db, alpha, dg, n, d, eps);
   }
-  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
+  void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.softmax_forward(k.out(y), dx, n, d);
   }
-  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
-                        int64_t d) override {
+  void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                             int64_t d) override {
     Call k(*this);
     Tensor ddy = k.in(dy), dyv = k.in(y);
     b_.softmax_backward(k.out(dx), ddy, dyv, n, d);
   }
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k_,
-                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                         double scale) override {
+  void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k_,
+                              const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                              double scale) override {
     Call k(*this);
     Tensor dq = k.in(q), dk = k.in(k_), dv = k.in(v);
     b_.attention_forward(k.out(out), k.out(probs), dq, dk, dv, b, t, h, dh, scale);
   }
-  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
-                          const Tensor& k_, const Tensor& v, const Tensor& probs, int64_t b,
-                          int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_backward_impl(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+                               const Tensor& k_, const Tensor& v, const Tensor& probs, int64_t b,
+                               int64_t t, int64_t h, int64_t dh, double scale) override {
     Call k(*this);
     Tensor ddout = k.in(dout), qq = k.in(q), kk = k.in(k_), vv = k.in(v), pp = k.in(probs);
     b_.attention_backward(k.out(dq), k.out(dk), k.out(dv), ddout, qq, kk, vv, pp, b, t, h, dh,
                           scale);
   }
-  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+  void row_norms_impl(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.row_norms(k.out(norms), dx, n, d);
   }
-  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k_, int64_t b,
-                             int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_logit_stats_impl(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k_, int64_t b,
+                                  int64_t t, int64_t h, int64_t dh, double scale) override {
     Call k(*this);
     Tensor qq = k.in(q), kk = k.in(k_);
     b_.attention_logit_stats(k.out(max_logit), k.out(entropy), qq, kk, b, t, h, dh, scale);
   }
-  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
+  void prefix_mean_forward_impl(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.prefix_mean_forward(k.out(y), dx, b, t, c);
   }
-  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
-                            int64_t c) override {
+  void prefix_mean_backward_impl(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                                 int64_t c) override {
     Call k(*this);
     Tensor ddy = k.in(dy);
     b_.prefix_mean_backward(k.out(dx), ddy, b, t, c);
   }
-  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
-                         int64_t d) override {
+  void embedding_forward_impl(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+                              int64_t d) override {
     Call k(*this);
     Tensor dt = k.in(table), di = k.in(ids);
     b_.embedding_forward(k.out(y), dt, di, n, v, d);
   }
-  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
-                          int64_t d) override {
+  void embedding_backward_impl(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+                               int64_t d) override {
     Call k(*this);
     Tensor ddy = k.in(dy), di = k.in(ids);
     b_.embedding_backward(k.out(dtable), ddy, di, n, v, d);
   }
-  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
-                             const Tensor& targets, int64_t n, int64_t v) override {
+  void cross_entropy_forward_impl(Tensor& loss, Tensor& probs, const Tensor& logits,
+                                  const Tensor& targets, int64_t n, int64_t v) override {
     Call k(*this);
     Tensor dl = k.in(logits), dt = k.in(targets);
     b_.cross_entropy_forward(k.out(loss), k.out(probs), dl, dt, n, v);
   }
-  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
-                              const Tensor& targets, int64_t n, int64_t v) override {
+  void cross_entropy_backward_impl(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                                   const Tensor& targets, int64_t n, int64_t v) override {
     Call k(*this);
     Tensor dd = k.in(dloss), dp = k.in(probs), dt = k.in(targets);
     b_.cross_entropy_backward(k.out(dlogits), dd, dp, dt, n, v);
   }
-  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
-                 int64_t inner) override {
+  void transpose_impl(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+                      int64_t inner) override {
     Call k(*this);
     Tensor dx = k.in(x);
     b_.transpose(k.out(out), dx, outer, a, mid, bdim, inner);
   }
-  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                 const AdamParams& hp) override {
+  void adam_step_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                      const AdamParams& hp) override {
     Call k(*this);
     Tensor dg = k.in(grad);
     b_.adam_step(k.inout(param), dg, k.inout(m), k.inout(v), hp);

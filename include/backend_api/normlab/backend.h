@@ -65,6 +65,11 @@ struct KernelChoice {
 // The bounded function of an elementwise normalizer: tanh (DyT), erf (Derf).
 enum class Squash { tanh, erf };
 
+// Every kernel is a non-virtual entry that checks the call against the kernel's size contract
+// (each tensor defined where the kernel needs it, on the backend's device, holding the number of
+// elements its size arguments imply: stated once, in src/backend_api/kernel_contracts.cpp) and then
+// calls the backend's implementation, the private virtual <kernel>_impl. A backend checks only
+// what is its own: the dtypes it supports, values such as ids in range.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -78,12 +83,12 @@ class Backend {
 
   // ---- matrix products ---------------------------------------------------------
   // c = the products `s` describes (MatmulSpec, above).
-  virtual void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) = 0;
+  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s);
   // y (M x N) = x (M x K) @ w^T (w is N x K, PyTorch's Linear layout) + bias (N) + residual
   // (M x N); bias and residual optional (undefined tensor = none). The residual add is fused into
   // the product's epilogue: a pre-norm block's "x + proj(...)" costs no pass of its own.
-  virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                              const Tensor& residual, int64_t m, int64_t k, int64_t n) = 0;
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& residual, int64_t m, int64_t k, int64_t n);
   void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t m,
                       int64_t k, int64_t n) {
     linear_forward(y, x, w, bias, Tensor(), m, k, n);
@@ -91,158 +96,228 @@ class Backend {
   // The linear layer's input gradient, dx (M x K) = (dy (M x N) @ w (N x K)) * gate (M x K),
   // gate optional: the derivative of an elementwise op in front of the layer (GELU's), applied
   // in the product's epilogue instead of a separate pass.
-  virtual void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w,
-                                     const Tensor& gate, int64_t m, int64_t k, int64_t n) = 0;
+  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w,
+                             const Tensor& gate, int64_t m, int64_t k, int64_t n);
   // dbias (N) = sum over the M rows of dy (M x N).
-  virtual void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) = 0;
+  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols);
 
   // ---- elementwise over n = numel values -----------------------------------------
-  virtual void fill(Tensor& out, double value) = 0;
-  virtual void copy(Tensor& out, const Tensor& x) = 0;
+  void fill(Tensor& out, double value);
+  void copy(Tensor& out, const Tensor& x);
   // out = alpha * a + beta * b
-  virtual void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) = 0;
+  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta);
   // dst += src (accumulate)
-  virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
-  virtual void scale(Tensor& out, const Tensor& x, double alpha) = 0;
-  virtual void mul(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  void accumulate(Tensor& dst, const Tensor& src);
+  void scale(Tensor& out, const Tensor& x, double alpha);
+  void mul(Tensor& out, const Tensor& a, const Tensor& b);
   // GELU, exact erf form (PyTorch's default): y = x * Phi(x), Phi(x) = 0.5 * (1 + erf(x / sqrt(2))).
   // dydx (optional) = Phi(x) + x * phi(x): the backward is then dx = dy * dydx, one multiply,
   // because erf and exp are computed once, here, while x is in registers.
-  virtual void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) = 0;
+  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x);
   // sum of x^2 over all elements, accumulated in double (for norms of activations/gradients)
-  virtual double sum_squares(const Tensor& x) = 0;
+  double sum_squares(const Tensor& x);
   // Every value of x rounded in place to a format's grid (precision.h: nearest even, overflow to
   // inf, gradual underflow): how bf16/fp16 storage is emulated in float32. fp32 changes nothing.
   // A float64 tensor is rounded through float32, as PyTorch converts a double to half.
-  virtual void round_to_format(Tensor& x, Precision format) = 0;
+  void round_to_format(Tensor& x, Precision format);
   // x's values as `format` would store them, counted (precision.h, FormatCensus): float32 x.
   // Not on a step's path: train's per-layer statistics and its non-finite diagnosis.
-  virtual FormatCensus format_census(const Tensor& x, Precision format) = 0;
+  FormatCensus format_census(const Tensor& x, Precision format);
 
   // ---- normalization over the last dimension: x is (N x D) ---------------------
   // mu = mean(x); var = mean((x-mu)^2); rstd = 1/sqrt(var+eps); y = gamma*(x-mu)*rstd + beta
-  virtual void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                                 const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
-                                 double eps) = 0;
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                         double eps);
   // g = dy*gamma; dx = rstd*(g - mean(g) - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat);
   // dbeta = sum_rows(dy). Any of dx, dgamma, dbeta may be nullptr.
-  virtual void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                                  const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                  const Tensor& rstd, int64_t n, int64_t d) = 0;
+  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, int64_t n, int64_t d);
   // rstd = 1/sqrt(mean(x^2)+eps); y = gamma*x*rstd
-  virtual void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                               int64_t n, int64_t d, double eps) = 0;
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                       int64_t n, int64_t d, double eps);
   // g = dy*gamma; dx = rstd*(g - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat)
-  virtual void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-                                const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) = 0;
+  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d);
   // The norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute format;
   // precision.h, composite_norm_row: the definition), row by row: LayerNorm when beta is defined
   // (mean written), RMSNorm otherwise (mean undefined). x, gamma, beta hold values of `format`;
   // mean and rstd receive the stored statistics the norm's backward reads.
-  virtual void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                                      const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) = 0;
+  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format);
   // Its backward as autograd runs the composite (precision.h, composite_norm_row_backward: the
   // definition): dx written row by row; dgamma = sum over rows of composite_gamma_term and dbeta
   // = sum over rows of dy, each the float32 nearest its exact sum (rounded to the format by the
   // tape). LayerNorm when mean is defined. Any of dx, dgamma, dbeta may be nullptr; census (may
   // be null) counts what each step stored, over every row.
-  virtual void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                                       const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n,
-                                       int64_t d, Precision format, CompositeBackwardCensus* census) = 0;
+  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n,
+                               int64_t d, Precision format, CompositeBackwardCensus* census);
   // Fused residual add + norm, one pass per row: s = alpha*a + b; y = LayerNorm(s) (or RMSNorm).
   // Writes s as well: the residual stream is needed by the next block and by the backward.
-  virtual void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
-                                     const Tensor& a, const Tensor& b, double alpha,
-                                     const Tensor& gamma, const Tensor& beta, int64_t n,
-                                     int64_t d, double eps) = 0;
-  virtual void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a,
-                                   const Tensor& b, double alpha, const Tensor& gamma, int64_t n,
-                                   int64_t d, double eps) = 0;
+  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                             const Tensor& a, const Tensor& b, double alpha,
+                             const Tensor& gamma, const Tensor& beta, int64_t n,
+                             int64_t d, double eps);
+  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a,
+                           const Tensor& b, double alpha, const Tensor& gamma, int64_t n,
+                           int64_t d, double eps);
 
   // ---- elementwise normalizers: x is (N x D); alpha and shift are one element each ------
   // DyT (Zhu et al. 2025) and Derf: y = gamma * f(alpha*x + shift) + beta, f = tanh or erf; shift
   // undefined is 0 (DyT has none), beta undefined is 0. Every arithmetic in float32 (double on
   // the reference backend).
-  virtual void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-                              const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, Squash f) = 0;
+  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift,
+                      const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, Squash f);
   // u = alpha*x + shift, h = dy*gamma*f'(u): dx = alpha*h; dalpha = sum over every element of x*h;
   // dshift = sum of h; dgamma = sum_rows(dy*f(u)); dbeta = sum_rows(dy). Each may be nullptr. The
   // full sums are deterministic: the same order of additions for the same shape, run after run.
-  virtual void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta,
-                               const Tensor& dy, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-                               const Tensor& gamma, int64_t n, int64_t d, Squash f) = 0;
+  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta,
+                       const Tensor& dy, const Tensor& x, const Tensor& alpha, const Tensor& shift,
+                       const Tensor& gamma, int64_t n, int64_t d, Squash f);
 
   // ---- channel scale: x is (N x D), lambda (C) with C = D (a vector) or 1 (a scalar) -----
   // y = x * lambda (ReZero's and SkipInit's scalar, LayerScale's diag(lambda)).
-  virtual void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                                     int64_t c) = 0;
+  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                             int64_t c);
   // dx = dy * lambda; dlambda = sum over rows of dy*x (C = D), or over every element (C = 1),
   // deterministic as squash_backward's. Either may be nullptr.
-  virtual void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x,
-                                      const Tensor& lambda, int64_t n, int64_t d, int64_t c) = 0;
+  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x,
+                              const Tensor& lambda, int64_t n, int64_t d, int64_t c);
 
   // ---- softmax over the last dimension: x is (N x D) ---------------------------
-  virtual void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) = 0;
+  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d);
   // dx = y * (dy - sum(dy*y))
-  virtual void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
-                                int64_t d) = 0;
+  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                        int64_t d);
 
   // ---- causal multi-head scaled-dot-product attention --------------------------
   // q, k, v, out: (B, T, H*Dh), head h uses channels [h*Dh, (h+1)*Dh).
   // probs (B, H, T, T): softmax over s <= t of scale * q_t . k_s, zero for s > t (saved).
   // out_t = sum_s probs[t,s] v_s.
-  virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                                 double scale) = 0;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                         double scale);
   // dP = dout v^T; dv = P^T dout; dS = P*(dP - rowsum(dP*P)) * scale; dq = dS k; dk = dS^T q.
-  virtual void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout,
-                                  const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& probs, int64_t b, int64_t t, int64_t h,
-                                  int64_t dh, double scale) = 0;
+  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& probs, int64_t b, int64_t t, int64_t h,
+                          int64_t dh, double scale);
 
   // ---- causal prefix mean (the toy model's mixing): x, y (B, T, C) --------------
   // y[b,t] = (1/(t+1)) * sum_{s<=t} x[b,s]
-  virtual void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t,
-                                   int64_t c) = 0;
+  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t,
+                           int64_t c);
   // dx[b,s] = sum_{t>=s} dy[b,t] / (t+1)
-  virtual void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
-                                    int64_t c) = 0;
+  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                            int64_t c);
 
   // ---- embedding: ids (N) int32 in [0, V), table (V x D), y (N x D) ---------------
-  virtual void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n,
-                                 int64_t v, int64_t d) = 0;
+  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n,
+                         int64_t v, int64_t d);
   // dtable (V x D) = scatter-add of dy rows at ids (written: rows not hit are zero).
-  virtual void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n,
-                                  int64_t v, int64_t d) = 0;
+  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n,
+                          int64_t v, int64_t d);
 
   // ---- cross-entropy, mean over N rows: logits (N x V), targets (N) int32 -------
   // loss (one element) = mean_i [logsumexp(logits_i) - logits_i[target_i]]; probs = softmax (saved).
-  virtual void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
-                                     const Tensor& targets, int64_t n, int64_t v) = 0;
+  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int64_t n, int64_t v);
   // dlogits = dloss * (probs - onehot(target)) / N, dloss is a one-element tensor.
-  virtual void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
-                                      const Tensor& targets, int64_t n, int64_t v) = 0;
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                              const Tensor& targets, int64_t n, int64_t v);
 
   // ---- layout -----------------------------------------------------------------
   // x viewed as (outer, A, mid, Bdim, inner) -> out (outer, Bdim, mid, A, inner): swaps two axes.
-  virtual void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid,
-                         int64_t bdim, int64_t inner) = 0;
+  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid,
+                 int64_t bdim, int64_t inner);
 
   // ---- statistics of a log step (recorded, never differentiated) --------------
   // Reduced where the tensors live, so that a device-resident run downloads per-row results
   // only. Sums and dot products in double.
   // norms[i] = sqrt(sum_j x[i, j]^2) over N rows of D (the residual stream's token norms).
-  virtual void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) = 0;
+  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d);
   // Per (b, h, t) row (max_logit and entropy are (B, H, T)) of the causal attention logits
   // l_s = scale * q_t . k_s, s <= t (q, k: (B, T, H*Dh)): max_logit = max_s l_s; entropy =
   // -sum_s p_s log p_s of p = softmax(l), as log Z - sum_s e_s (l_s - max) / Z, e_s = exp(l_s - max).
-  virtual void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k,
-                                     int64_t b, int64_t t, int64_t h, int64_t dh, double scale) = 0;
+  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k,
+                             int64_t b, int64_t t, int64_t h, int64_t dh, double scale);
 
   // ---- optimizer: one pass over n parameters (all parameters live in one buffer) ----
   // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr * (mhat/(sqrt(vhat)+eps) [+ wd*p])
-  virtual void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                         const AdamParams& hp) = 0;
+  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                 const AdamParams& hp);
+
+ private:
+  // What each backend implements: the entries above call these once the call's tensors hold the
+  // sizes its arguments imply (kernel_contracts.cpp, the non-virtual-interface idiom), so that no
+  // backend restates a kernel's size contract. Backends override these, never the entries.
+  virtual void matmul_impl(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) = 0;
+  virtual void linear_forward_impl(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+      const Tensor& residual, int64_t m, int64_t k, int64_t n) = 0;
+  virtual void linear_backward_input_impl(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+      int64_t m, int64_t k, int64_t n) = 0;
+  virtual void sum_rows_impl(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) = 0;
+  virtual void fill_impl(Tensor& out, double value) = 0;
+  virtual void copy_impl(Tensor& out, const Tensor& x) = 0;
+  virtual void add_impl(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) = 0;
+  virtual void accumulate_impl(Tensor& dst, const Tensor& src) = 0;
+  virtual void scale_impl(Tensor& out, const Tensor& x, double alpha) = 0;
+  virtual void mul_impl(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void gelu_forward_impl(Tensor& y, Tensor* dydx, const Tensor& x) = 0;
+  virtual double sum_squares_impl(const Tensor& x) = 0;
+  virtual void round_to_format_impl(Tensor& x, Precision format) = 0;
+  virtual FormatCensus format_census_impl(const Tensor& x, Precision format) = 0;
+  virtual void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+      const Tensor& beta, int64_t n, int64_t d, double eps) = 0;
+  virtual void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+      const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d) = 0;
+  virtual void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+      int64_t d, double eps) = 0;
+  virtual void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+      const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) = 0;
+  virtual void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+      const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) = 0;
+  virtual void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+      const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+      Precision format, CompositeBackwardCensus* census) = 0;
+  virtual void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+      const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, double eps) = 0;
+  virtual void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+      double alpha, const Tensor& gamma, int64_t n, int64_t d, double eps) = 0;
+  virtual void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift,
+      const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, Squash f) = 0;
+  virtual void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta,
+      const Tensor& dy, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+      int64_t d, Squash f) = 0;
+  virtual void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+      int64_t c) = 0;
+  virtual void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x,
+      const Tensor& lambda, int64_t n, int64_t d, int64_t c) = 0;
+  virtual void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) = 0;
+  virtual void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n, int64_t d) = 0;
+  virtual void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,
+      int64_t b, int64_t t, int64_t h, int64_t dh, double scale) = 0;
+  virtual void attention_backward_impl(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+      const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b, int64_t t, int64_t h, int64_t dh,
+      double scale) = 0;
+  virtual void prefix_mean_forward_impl(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) = 0;
+  virtual void prefix_mean_backward_impl(Tensor& dx, const Tensor& dy, int64_t b, int64_t t, int64_t c) = 0;
+  virtual void embedding_forward_impl(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+      int64_t d) = 0;
+  virtual void embedding_backward_impl(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+      int64_t d) = 0;
+  virtual void cross_entropy_forward_impl(Tensor& loss, Tensor& probs, const Tensor& logits, const Tensor& targets,
+      int64_t n, int64_t v) = 0;
+  virtual void cross_entropy_backward_impl(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+      const Tensor& targets, int64_t n, int64_t v) = 0;
+  virtual void transpose_impl(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+      int64_t inner) = 0;
+  virtual void row_norms_impl(Tensor& norms, const Tensor& x, int64_t n, int64_t d) = 0;
+  virtual void attention_logit_stats_impl(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k,
+      int64_t b, int64_t t, int64_t h, int64_t dh, double scale) = 0;
+  virtual void adam_step_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamParams& hp) = 0;
 };
 
 // ---- registry -----------------------------------------------------------------

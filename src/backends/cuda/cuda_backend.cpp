@@ -221,7 +221,7 @@ class CudaBackend final : public Backend {
   bool supports(DType dtype) const override { return dtype == DType::f32 || is_16bit(dtype); }
 
   // ---- matrix products -----------------------------------------------------------------------
-  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
+  void matmul_impl(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
     const char* kn = "matmul";
     expect(kn, "c", c, s.batch * s.m * s.n);
     expect(kn, "a", a, (s.a_batched ? s.batch : 1) * s.m * s.k);
@@ -229,9 +229,8 @@ class CudaBackend final : public Backend {
     gemm(c, a, b, s, s.accumulate, kn);
   }
 
-  using Backend::linear_forward;
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
+  void linear_forward_impl(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
     const char* kn = "linear_forward";
     expect(kn, "y", y, m * n);
     expect(kn, "x", x, m * k);
@@ -255,8 +254,8 @@ class CudaBackend final : public Backend {
     gemm(y, x, w, s, epilogue, kn);
   }
 
-  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
-                             int64_t m, int64_t k, int64_t n) override {
+  void linear_backward_input_impl(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                                  int64_t m, int64_t k, int64_t n) override {
     const char* kn = "linear_backward_input";
     expect(kn, "dx", dx, m * k);
     expect(kn, "dy", dy, m * n);
@@ -272,7 +271,7 @@ class CudaBackend final : public Backend {
     if (gate.defined()) cuda::mul(arr_out(dx), arr_in(dx), arr_in(gate), m * k);
   }
 
-  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
+  void sum_rows_impl(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
     const char* kn = "sum_rows";
     expect(kn, "out", out, cols);
     expect(kn, "x", x, rows * cols);
@@ -283,38 +282,38 @@ class CudaBackend final : public Backend {
   }
 
   // ---- elementwise -------------------------------------------------------------------------------
-  void fill(Tensor& out, double value) override {
+  void fill_impl(Tensor& out, double value) override {
     expect("fill", "out", out, out.numel());
     device_fill(out.raw(), out.dtype(), out.numel(), value);
   }
   // Between storage types a conversion (rounded to nearest even when narrower).
-  void copy(Tensor& y, const Tensor& x) override {
+  void copy_impl(Tensor& y, const Tensor& x) override {
     expect("copy", "out", y, y.numel());
     expect("copy", "x", x, y.numel());
     if (y.dtype() == x.dtype()) device_copy(y.raw(), x.raw(), y.nbytes());
     else cuda::convert(arr_out(y), arr_in(x), y.numel());
   }
-  void add(Tensor& y, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+  void add_impl(Tensor& y, const Tensor& a, const Tensor& b, double alpha, double beta) override {
     const int64_t n = y.numel();
     expect("add", "out", y, n);
     expect("add", "a", a, n);
     expect("add", "b", b, n);
     cuda::add(arr_out(y), arr_in(a), arr_in(b), static_cast<float>(alpha), static_cast<float>(beta), n);
   }
-  void accumulate(Tensor& dst, const Tensor& src) override {
+  void accumulate_impl(Tensor& dst, const Tensor& src) override {
     const int64_t n = dst.numel();
     expect("accumulate", "dst", dst, n);
     expect("accumulate", "src", src, n);
     cuda::accumulate(arr_out(dst), arr_in(src), n);
   }
-  void scale(Tensor& y, const Tensor& x, double alpha) override {
+  void scale_impl(Tensor& y, const Tensor& x, double alpha) override {
     const int64_t n = y.numel();
     expect("scale", "out", y, n);
     expect("scale", "x", x, n);
     cuda::scale(arr_out(y), arr_in(x), static_cast<float>(alpha), n);
   }
   // 16-bit storage is its format's grid already: nothing to round.
-  void round_to_format(Tensor& x, Precision format) override {
+  void round_to_format_impl(Tensor& x, Precision format) override {
     const int64_t n = x.numel();
     expect("round_to_format", "x", x, n);
     if (is_16bit(x.dtype())) {
@@ -324,8 +323,8 @@ class CudaBackend final : public Backend {
     }
     if (format != Precision::fp32) cuda::round_to_format(fp(x), n, format == Precision::bf16);
   }
-  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+  void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
     const char* kn = "composite_norm_forward";
     const bool ln = beta.defined();
     expect(kn, "y", y, n * d);
@@ -339,9 +338,9 @@ class CudaBackend final : public Backend {
     cuda::composite_norm_forward(arr_out(y), ln ? fp(mean) : nullptr, fp(rstd), arr_in(x), arr_in(gamma),
                                  arr_in(beta), n, d, eps, static_cast<int>(format));
   }
-  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
-                               Precision format, CompositeBackwardCensus* census) override {
+  void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                                    Precision format, CompositeBackwardCensus* census) override {
     const char* kn = "composite_norm_backward";
     const bool ln = mean.defined();
     expect(kn, "dx", dx, n * d);
@@ -379,7 +378,7 @@ class CudaBackend final : public Backend {
         composite_gamma_term(ln, format, hdy[i * d + j], hx[i * d + j], ln ? hm[i] : 0.0f, hr[i], &census);
     }
   }
-  FormatCensus format_census(const Tensor& x, Precision format) override {
+  FormatCensus format_census_impl(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
     const int64_t n = x.numel();
     expect(kn, "x", x, n);
@@ -396,21 +395,21 @@ class CudaBackend final : public Backend {
     c.max_abs = r[3];
     return c;
   }
-  void mul(Tensor& y, const Tensor& a, const Tensor& b) override {
+  void mul_impl(Tensor& y, const Tensor& a, const Tensor& b) override {
     const int64_t n = y.numel();
     expect("mul", "out", y, n);
     expect("mul", "a", a, n);
     expect("mul", "b", b, n);
     cuda::mul(arr_out(y), arr_in(a), arr_in(b), n);
   }
-  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
+  void gelu_forward_impl(Tensor& y, Tensor* dydx, const Tensor& x) override {
     const int64_t n = y.numel();
     expect("gelu_forward", "y", y, n);
     expect("gelu_forward", "x", x, n);
     expect_f32("gelu_forward", "dydx", dydx, n);
     cuda::gelu_forward(arr_out(y), fp(dydx), arr_in(x), n);
   }
-  double sum_squares(const Tensor& x) override {
+  double sum_squares_impl(const Tensor& x) override {
     const char* kn = "sum_squares";
     expect(kn, "x", x, x.numel());
     double* work = work_doubles(cuda::sum_squares_work(x.numel()), kn);
@@ -422,9 +421,9 @@ class CudaBackend final : public Backend {
   }
 
   // ---- normalization -------------------------------------------------------------------------------
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
-                         double eps) override {
+  void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                              const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                              double eps) override {
     const char* kn = "layernorm_forward";
     expect(kn, "y", y, n * d);
     expect_f32(kn, "mean", mean, n);
@@ -441,9 +440,9 @@ class CudaBackend final : public Backend {
     });
   }
 
-  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, int64_t n, int64_t d) override {
+  void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                               const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                               const Tensor& rstd, int64_t n, int64_t d) override {
     const char* kn = "layernorm_backward";
     expect(kn, "dx", dx, n * d);
     expect(kn, "dgamma", dgamma, d);
@@ -467,8 +466,8 @@ class CudaBackend final : public Backend {
     db.finish();
   }
 
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
-                       int64_t d, double eps) override {
+  void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+                            int64_t d, double eps) override {
     const char* kn = "rmsnorm_forward";
     expect(kn, "y", y, n * d);
     expect_f32(kn, "rstd", rstd, n);
@@ -482,8 +481,8 @@ class CudaBackend final : public Backend {
     });
   }
 
-  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
+  void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                             const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
     const char* kn = "rmsnorm_backward";
     expect(kn, "dx", dx, n * d);
     expect(kn, "dgamma", dgamma, d);
@@ -504,8 +503,8 @@ class CudaBackend final : public Backend {
     dg.finish();
   }
 
-  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
-                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+  void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                           const Tensor& beta, int64_t n, int64_t d, Squash f) override {
     const char* kn = "squash_forward";
     expect(kn, "y", y, n * d);
     expect(kn, "x", x, n * d);
@@ -517,9 +516,9 @@ class CudaBackend final : public Backend {
                          f == Squash::tanh ? 0 : 1);
   }
 
-  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
-                       int64_t d, Squash f) override {
+  void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                            const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                            int64_t d, Squash f) override {
     const char* kn = "squash_backward";
     expect(kn, "dx", dx, n * d);
     expect(kn, "dalpha", dalpha, 1);
@@ -542,8 +541,8 @@ class CudaBackend final : public Backend {
     db.finish();
   }
 
-  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                             int64_t c) override {
+  void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                                  int64_t c) override {
     const char* kn = "channel_scale_forward";
     NL_CHECK(c == d || c == 1, "cuda {}: lambda has {} values, expected {} or 1", kn, c, d);
     expect(kn, "y", y, n * d);
@@ -552,8 +551,8 @@ class CudaBackend final : public Backend {
     cuda::channel_scale_forward(arr_out(y), arr_in(x), arr_in(lambda), n, d, c);
   }
 
-  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
-                              int64_t n, int64_t d, int64_t c) override {
+  void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                                   int64_t n, int64_t d, int64_t c) override {
     const char* kn = "channel_scale_backward";
     NL_CHECK(c == d || c == 1, "cuda {}: lambda has {} values, expected {} or 1", kn, c, d);
     expect(kn, "dx", dx, n * d);
@@ -567,9 +566,9 @@ class CudaBackend final : public Backend {
     dl.finish();
   }
 
-  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
-                             const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
-                             int64_t n, int64_t d, double eps) override {
+  void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                                  const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
+                                  int64_t n, int64_t d, double eps) override {
     const char* kn = "add_layernorm_forward";
     // float32 only: low precision runs the add and the norm as two ops (ops/norm.cpp).
     expect_f32(kn, "s", s, n * d);
@@ -584,9 +583,9 @@ class CudaBackend final : public Backend {
                                 fp(gamma), fp(beta), n, d, static_cast<float>(eps));
   }
 
-  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
-                           double alpha, const Tensor& gamma, int64_t n, int64_t d,
-                           double eps) override {
+  void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+                                double alpha, const Tensor& gamma, int64_t n, int64_t d,
+                                double eps) override {
     const char* kn = "add_rmsnorm_forward";
     // float32 only, as add_layernorm_forward.
     expect_f32(kn, "s", s, n * d);
@@ -600,13 +599,13 @@ class CudaBackend final : public Backend {
   }
 
   // ---- softmax -----------------------------------------------------------------------------------
-  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
+  void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
     expect("softmax_forward", "y", y, n * d);
     expect("softmax_forward", "x", x, n * d);
     cuda::softmax_forward(arr_out(y), arr_in(x), n, d);
   }
-  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
-                        int64_t d) override {
+  void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                             int64_t d) override {
     expect("softmax_backward", "dx", dx, n * d);
     expect("softmax_backward", "dy", dy, n * d);
     expect("softmax_backward", "y", y, n * d);
@@ -614,9 +613,9 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention ---------------------------------------------------------------------------------
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
-                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                         double scale) override {
+  void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                              const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                              double scale) override {
     const char* kn = "attention_forward";
     const int64_t btc = b * t * h * dh;
     expect(kn, "out", out, btc);
@@ -630,9 +629,9 @@ class CudaBackend final : public Backend {
                             static_cast<float>(scale));
   }
 
-  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
-                          const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
-                          int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_backward_impl(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+                               const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
+                               int64_t t, int64_t h, int64_t dh, double scale) override {
     const char* kn = "attention_backward";
     const int64_t btc = b * t * h * dh;
     expect(kn, "dq", dq, btc);
@@ -651,13 +650,13 @@ class CudaBackend final : public Backend {
   }
 
   // ---- statistics -------------------------------------------------------------------------------
-  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+  void row_norms_impl(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
     expect_f32("row_norms", "norms", norms, n);
     expect("row_norms", "x", x, n * d);
     cuda::row_norms(fp(norms), arr_in(x), n, d);
   }
-  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
-                             int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_logit_stats_impl(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
+                                  int64_t t, int64_t h, int64_t dh, double scale) override {
     const char* kn = "attention_logit_stats";
     expect_f32(kn, "max_logit", max_logit, b * h * t);
     expect_f32(kn, "entropy", entropy, b * h * t);
@@ -667,29 +666,29 @@ class CudaBackend final : public Backend {
   }
 
   // ---- prefix mean -------------------------------------------------------------------------------
-  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
+  void prefix_mean_forward_impl(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     expect("prefix_mean_forward", "y", y, b * t * c);
     expect("prefix_mean_forward", "x", x, b * t * c);
     cuda::prefix_mean_forward(arr_out(y), arr_in(x), b, t, c);
   }
-  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
-                            int64_t c) override {
+  void prefix_mean_backward_impl(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                                 int64_t c) override {
     expect("prefix_mean_backward", "dx", dx, b * t * c);
     expect("prefix_mean_backward", "dy", dy, b * t * c);
     cuda::prefix_mean_backward(arr_out(dx), arr_in(dy), b, t, c);
   }
 
   // ---- embedding -----------------------------------------------------------------------------------
-  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
-                         int64_t d) override {
+  void embedding_forward_impl(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+                              int64_t d) override {
     const char* kn = "embedding_forward";
     expect(kn, "y", y, n * d);
     expect(kn, "table", table, v * d);
     expect_ids(kn, "ids", ids, n, v);
     cuda::embedding_forward(arr_out(y), arr_in(table), ids_ptr(ids), n, v, d);
   }
-  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
-                          int64_t d) override {
+  void embedding_backward_impl(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+                               int64_t d) override {
     const char* kn = "embedding_backward";
     expect(kn, "dtable", dtable, v * d);
     expect(kn, "dy", dy, n * d);
@@ -698,8 +697,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- cross-entropy -------------------------------------------------------------------------------
-  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
-                             const Tensor& targets, int64_t n, int64_t v) override {
+  void cross_entropy_forward_impl(Tensor& loss, Tensor& probs, const Tensor& logits,
+                                  const Tensor& targets, int64_t n, int64_t v) override {
     const char* kn = "cross_entropy_forward";
     NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
     expect_f32(kn, "loss", loss, 1);
@@ -708,8 +707,8 @@ class CudaBackend final : public Backend {
     expect_ids(kn, "targets", targets, n, v);
     cuda::cross_entropy_forward(fp(loss), fp(probs), arr_in(logits), ids_ptr(targets), n, v, work_doubles(n, kn));
   }
-  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
-                              const Tensor& targets, int64_t n, int64_t v) override {
+  void cross_entropy_backward_impl(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                                   const Tensor& targets, int64_t n, int64_t v) override {
     const char* kn = "cross_entropy_backward";
     NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
     expect(kn, "dlogits", dlogits, n * v);
@@ -720,8 +719,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- layout -------------------------------------------------------------------------------------
-  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
-                 int64_t inner) override {
+  void transpose_impl(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+                      int64_t inner) override {
     const int64_t n = outer * a * mid * bdim * inner;
     expect("transpose", "out", out, n);
     expect("transpose", "x", x, n);
@@ -729,8 +728,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizer ----------------------------------------------------------------------------------
-  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                 const AdamParams& hp) override {
+  void adam_step_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                      const AdamParams& hp) override {
     const char* kn = "adam_step";
     const int64_t n = param.numel();
     NL_CHECK(hp.step >= 1, "cuda {}: step is 1-based for the bias correction (got {})", kn, hp.step);

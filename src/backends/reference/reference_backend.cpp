@@ -80,7 +80,7 @@ class ReferenceBackend final : public Backend {
   bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
 
   // ---- matrix products ---------------------------------------------------------
-  void matmul(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
+  void matmul_impl(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
     const char* kn = "matmul";
     DType dt = c.dtype();
     expect(kn, "c", c, dt, s.batch * s.m * s.n);
@@ -92,9 +92,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  using Backend::linear_forward;
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
+  void linear_forward_impl(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
     const char* kn = "linear_forward";
     DType dt = y.dtype();
     expect(kn, "y", y, dt, m * n);
@@ -110,8 +109,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
-                             int64_t m, int64_t k, int64_t n) override {
+  void linear_backward_input_impl(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                                  int64_t m, int64_t k, int64_t n) override {
     const char* kn = "linear_backward_input";
     DType dt = dx.dtype();
     expect(kn, "dx", dx, dt, m * k);
@@ -125,7 +124,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void sum_rows(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
+  void sum_rows_impl(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
     const char* kn = "sum_rows";
     DType dt = out.dtype();
     expect(kn, "out", out, dt, cols);
@@ -137,7 +136,7 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- elementwise ---------------------------------------------------------------
-  void fill(Tensor& out, double value) override {
+  void fill_impl(Tensor& out, double value) override {
     const char* kn = "fill";
     expect(kn, "out", out, out.dtype(), out.numel());
     dispatch(out.dtype(), kn, [&](auto tag) {
@@ -146,7 +145,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void copy(Tensor& out, const Tensor& x) override {
+  void copy_impl(Tensor& out, const Tensor& x) override {
     const char* kn = "copy";
     DType dt = out.dtype();
     int64_t n = out.numel();
@@ -158,7 +157,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void add(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
+  void add_impl(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
     const char* kn = "add";
     DType dt = out.dtype();
     int64_t n = out.numel();
@@ -171,7 +170,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void accumulate(Tensor& dst, const Tensor& src) override {
+  void accumulate_impl(Tensor& dst, const Tensor& src) override {
     const char* kn = "accumulate";
     DType dt = dst.dtype();
     int64_t n = dst.numel();
@@ -183,7 +182,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void scale(Tensor& out, const Tensor& x, double alpha) override {
+  void scale_impl(Tensor& out, const Tensor& x, double alpha) override {
     const char* kn = "scale";
     DType dt = out.dtype();
     int64_t n = out.numel();
@@ -195,7 +194,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void round_to_format(Tensor& x, Precision format) override {
+  void round_to_format_impl(Tensor& x, Precision format) override {
     const char* kn = "round_to_format";
     const int64_t n = x.numel();
     expect(kn, "x", x, x.dtype(), n);
@@ -210,8 +209,8 @@ class ReferenceBackend final : public Backend {
     }
   }
 
-  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
+  void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
     const char* kn = "composite_norm_forward";
     const bool ln = beta.defined();
     expect(kn, "y", y, DType::f32, n * d);
@@ -230,9 +229,9 @@ class ReferenceBackend final : public Backend {
     }
   }
 
-  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
-                               Precision format, CompositeBackwardCensus* census) override {
+  void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
+                                    Precision format, CompositeBackwardCensus* census) override {
     const char* kn = "composite_norm_backward";
     const bool ln = mean.defined();
     expect(kn, "dx", dx, DType::f32, n * d);
@@ -262,13 +261,13 @@ class ReferenceBackend final : public Backend {
     }
   }
 
-  FormatCensus format_census(const Tensor& x, Precision format) override {
+  FormatCensus format_census_impl(const Tensor& x, Precision format) override {
     const char* kn = "format_census";
     expect(kn, "x", x, DType::f32, x.numel());
     return normlab::format_census(format, x.data<float>(), x.numel());
   }
 
-  void mul(Tensor& out, const Tensor& a, const Tensor& b) override {
+  void mul_impl(Tensor& out, const Tensor& a, const Tensor& b) override {
     const char* kn = "mul";
     DType dt = out.dtype();
     int64_t n = out.numel();
@@ -281,7 +280,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void gelu_forward(Tensor& y, Tensor* dydx, const Tensor& x) override {
+  void gelu_forward_impl(Tensor& y, Tensor* dydx, const Tensor& x) override {
     const char* kn = "gelu_forward";
     DType dt = y.dtype();
     int64_t n = y.numel();
@@ -294,7 +293,7 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  double sum_squares(const Tensor& x) override {
+  double sum_squares_impl(const Tensor& x) override {
     const char* kn = "sum_squares";
     expect(kn, "x", x, x.dtype(), x.numel());
     double result = 0.0;
@@ -306,9 +305,9 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- normalization -------------------------------------------------------------
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
-                         double eps) override {
+  void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                              const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
+                              double eps) override {
     const char* kn = "layernorm_forward";
     DType dt = x.dtype();
     expect(kn, "y", y, dt, n * d);
@@ -324,9 +323,9 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, int64_t n, int64_t d) override {
+  void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                               const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                               const Tensor& rstd, int64_t n, int64_t d) override {
     const char* kn = "layernorm_backward";
     DType dt = x.dtype();
     expect(kn, "dx", dx, dt, n * d);
@@ -344,8 +343,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
-                       int64_t d, double eps) override {
+  void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
+                            int64_t d, double eps) override {
     const char* kn = "rmsnorm_forward";
     DType dt = x.dtype();
     expect(kn, "y", y, dt, n * d);
@@ -358,8 +357,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
+  void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
+                             const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
     const char* kn = "rmsnorm_backward";
     DType dt = x.dtype();
     expect(kn, "dx", dx, dt, n * d);
@@ -375,8 +374,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
-                      const Tensor& beta, int64_t n, int64_t d, Squash f) override {
+  void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
+                           const Tensor& beta, int64_t n, int64_t d, Squash f) override {
     const char* kn = "squash_forward";
     DType dt = x.dtype();
     expect(kn, "y", y, dt, n * d);
@@ -392,9 +391,9 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                       const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
-                       int64_t d, Squash f) override {
+  void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                            const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
+                            int64_t d, Squash f) override {
     const char* kn = "squash_backward";
     DType dt = x.dtype();
     expect(kn, "dx", dx, dt, n * d);
@@ -414,8 +413,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                             int64_t c) override {
+  void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
+                                  int64_t c) override {
     const char* kn = "channel_scale_forward";
     DType dt = x.dtype();
     expect(kn, "y", y, dt, n * d);
@@ -428,8 +427,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
-                              int64_t n, int64_t d, int64_t c) override {
+  void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
+                                   int64_t n, int64_t d, int64_t c) override {
     const char* kn = "channel_scale_backward";
     DType dt = x.dtype();
     expect(kn, "dx", dx, dt, n * d);
@@ -444,9 +443,9 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
-                             const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
-                             int64_t n, int64_t d, double eps) override {
+  void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                                  const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
+                                  int64_t n, int64_t d, double eps) override {
     const char* kn = "add_layernorm_forward";
     DType dt = a.dtype();
     expect(kn, "s", s, dt, n * d);
@@ -465,9 +464,9 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
-                           double alpha, const Tensor& gamma, int64_t n, int64_t d,
-                           double eps) override {
+  void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
+                                double alpha, const Tensor& gamma, int64_t n, int64_t d,
+                                double eps) override {
     const char* kn = "add_rmsnorm_forward";
     DType dt = a.dtype();
     expect(kn, "s", s, dt, n * d);
@@ -484,7 +483,7 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- softmax ---------------------------------------------------------------------
-  void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
+  void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
     const char* kn = "softmax_forward";
     DType dt = x.dtype();
     expect(kn, "y", y, dt, n * d);
@@ -495,8 +494,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
-                        int64_t d) override {
+  void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
+                             int64_t d) override {
     const char* kn = "softmax_backward";
     DType dt = y.dtype();
     expect(kn, "dx", dx, dt, n * d);
@@ -509,9 +508,9 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- attention -------------------------------------------------------------------
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
-                         const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                         double scale) override {
+  void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                              const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
+                              double scale) override {
     const char* kn = "attention_forward";
     DType dt = q.dtype();
     int64_t btc = b * t * h * dh;
@@ -527,9 +526,9 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void attention_backward(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
-                          const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
-                          int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_backward_impl(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
+                               const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
+                               int64_t t, int64_t h, int64_t dh, double scale) override {
     const char* kn = "attention_backward";
     DType dt = q.dtype();
     int64_t btc = b * t * h * dh;
@@ -549,7 +548,7 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- statistics ------------------------------------------------------------------
-  void row_norms(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
+  void row_norms_impl(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
     const char* kn = "row_norms";
     DType dt = x.dtype();
     expect(kn, "norms", norms, dt, n);
@@ -560,8 +559,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void attention_logit_stats(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
-                             int64_t t, int64_t h, int64_t dh, double scale) override {
+  void attention_logit_stats_impl(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
+                                  int64_t t, int64_t h, int64_t dh, double scale) override {
     const char* kn = "attention_logit_stats";
     DType dt = q.dtype();
     expect(kn, "max_logit", max_logit, dt, b * h * t);
@@ -575,7 +574,7 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- prefix mean -----------------------------------------------------------------
-  void prefix_mean_forward(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
+  void prefix_mean_forward_impl(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
     const char* kn = "prefix_mean_forward";
     DType dt = x.dtype();
     expect(kn, "y", y, dt, b * t * c);
@@ -586,8 +585,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void prefix_mean_backward(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
-                            int64_t c) override {
+  void prefix_mean_backward_impl(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
+                                 int64_t c) override {
     const char* kn = "prefix_mean_backward";
     DType dt = dy.dtype();
     expect(kn, "dx", dx, dt, b * t * c);
@@ -599,8 +598,8 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- embedding -------------------------------------------------------------------
-  void embedding_forward(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
-                         int64_t d) override {
+  void embedding_forward_impl(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
+                              int64_t d) override {
     const char* kn = "embedding_forward";
     DType dt = table.dtype();
     expect(kn, "y", y, dt, n * d);
@@ -612,8 +611,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
-                          int64_t d) override {
+  void embedding_backward_impl(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
+                               int64_t d) override {
     const char* kn = "embedding_backward";
     DType dt = dy.dtype();
     expect(kn, "dtable", dtable, dt, v * d);
@@ -626,8 +625,8 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- cross-entropy -----------------------------------------------------------------
-  void cross_entropy_forward(Tensor& loss, Tensor& probs, const Tensor& logits,
-                             const Tensor& targets, int64_t n, int64_t v) override {
+  void cross_entropy_forward_impl(Tensor& loss, Tensor& probs, const Tensor& logits,
+                                  const Tensor& targets, int64_t n, int64_t v) override {
     const char* kn = "cross_entropy_forward";
     DType dt = logits.dtype();
     NL_CHECK(n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, n);
@@ -642,8 +641,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
-                              const Tensor& targets, int64_t n, int64_t v) override {
+  void cross_entropy_backward_impl(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
+                                   const Tensor& targets, int64_t n, int64_t v) override {
     const char* kn = "cross_entropy_backward";
     DType dt = probs.dtype();
     NL_CHECK(n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, n);
@@ -659,8 +658,8 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- layout ------------------------------------------------------------------------
-  void transpose(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
-                 int64_t inner) override {
+  void transpose_impl(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
+                      int64_t inner) override {
     const char* kn = "transpose";
     DType dt = x.dtype();
     int64_t n = outer * a * mid * bdim * inner;
@@ -673,8 +672,8 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- optimizer -----------------------------------------------------------------------
-  void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                 const AdamParams& hp) override {
+  void adam_step_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                      const AdamParams& hp) override {
     const char* kn = "adam_step";
     DType dt = param.dtype();
     int64_t n = param.numel();
