@@ -1,4 +1,4 @@
-// The "cpu" Backend: checks each tensor (cpu, float32, the element count the sizes imply) and
+// The "cpu" Backend: checks each tensor is float32 (the sizes are the Backend entries' contract) and
 // hands raw pointers to the kernels in kernels.h / normlab/cpu_kernels.h. No math here.
 #include "normlab/cpu_backend.h"
 
@@ -12,31 +12,23 @@ namespace normlab {
 
 namespace {
 
-// The pointer of a float32 cpu tensor of `numel` elements, or a sentence saying what is wrong.
-float* f32(const Tensor& t, const char* what, int64_t numel) {
-  NL_CHECK(t.defined(), "cpu backend: {} is an undefined tensor", what);
-  NL_CHECK(t.device() == Device::cpu,
-           "cpu backend: {} is a {} tensor; the cpu backend computes on cpu tensors", what,
-           device_name(t.device()));
+// The pointer of a float32 tensor, or a sentence saying what is wrong (its sizes and device are
+// the Backend entry's contract, checked before the call reaches this backend).
+float* f32(const Tensor& t, const char* what) {
   NL_CHECK(t.dtype() == DType::f32,
            "cpu backend: {} is {}; the cpu backend is float32 only (float64 runs on the "
            "\"reference\" backend)",
            what, to_string(t.dtype()));
-  NL_CHECK(t.numel() == numel,
-           "cpu backend: {} has shape {} ({} elements), the sizes given need {}", what,
-           shape_str(t.shape()), t.numel(), numel);
   return static_cast<float*>(t.raw());
 }
 
-float* f32_opt(Tensor* t, const char* what, int64_t numel) {
-  return t ? f32(*t, what, numel) : nullptr;
+float* f32_opt(Tensor* t, const char* what) {
+  return t ? f32(*t, what) : nullptr;
 }
 
 // int32 ids (or targets) of n elements, each checked to lie in [0, limit).
 const int32_t* ids_in_range(const Tensor& t, const char* what, int64_t n, int64_t limit) {
-  NL_CHECK(t.defined() && t.device() == Device::cpu && t.dtype() == DType::i32,
-           "cpu backend: {} must be a cpu int32 tensor", what);
-  NL_CHECK(t.numel() == n, "cpu backend: {} has {} elements, expected {}", what, t.numel(), n);
+  NL_CHECK(t.dtype() == DType::i32, "cpu backend: {} must be an int32 tensor", what);
   const int32_t* p = t.data<int32_t>();
   for (int64_t i = 0; i < n; ++i)
     NL_CHECK(p[i] >= 0 && p[i] < limit, "cpu backend: {}[{}] = {} is outside [0, {})", what, i,
@@ -62,229 +54,224 @@ class CpuBackend final : public Backend {
 
   // ---- matrix products ----------------------------------------------------------------
   void matmul_impl(Tensor& c, const Tensor& a, const Tensor& b, const MatmulSpec& s) override {
-    const int64_t ab = s.batch > 1 && s.a_batched ? s.batch : 1, bb = s.batch > 1 && s.b_batched ? s.batch : 1;
-    cpu::matmul(f32(c, "matmul C", s.batch * s.m * s.n), f32(a, "matmul A", ab * s.m * s.k),
-                f32(b, "matmul B", bb * s.k * s.n), s);
+    cpu::matmul(f32(c, "matmul C"), f32(a, "matmul A"),
+                f32(b, "matmul B"), s);
   }
   void linear_forward_impl(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
                            const Tensor& residual, int64_t m, int64_t k, int64_t n) override {
-    const float* bp = bias.defined() ? f32(bias, "linear bias", n) : nullptr;
-    const float* rp = residual.defined() ? f32(residual, "linear residual", m * n) : nullptr;
-    cpu::linear_forward(f32(y, "linear y", m * n), f32(x, "linear x", m * k),
-                        f32(w, "linear w", n * k), bp, rp, m, k, n);
+    const float* bp = bias.defined() ? f32(bias, "linear bias") : nullptr;
+    const float* rp = residual.defined() ? f32(residual, "linear residual") : nullptr;
+    cpu::linear_forward(f32(y, "linear y"), f32(x, "linear x"),
+                        f32(w, "linear w"), bp, rp, m, k, n);
   }
   void linear_backward_input_impl(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gate,
                                   int64_t m, int64_t k, int64_t n) override {
-    const float* gp = gate.defined() ? f32(gate, "linear gate", m * k) : nullptr;
-    cpu::linear_backward_input(f32(dx, "linear dx", m * k), f32(dy, "linear dy", m * n),
-                               f32(w, "linear w", n * k), gp, m, k, n);
+    const float* gp = gate.defined() ? f32(gate, "linear gate") : nullptr;
+    cpu::linear_backward_input(f32(dx, "linear dx"), f32(dy, "linear dy"),
+                               f32(w, "linear w"), gp, m, k, n);
   }
   void sum_rows_impl(Tensor& out, const Tensor& x, int64_t rows, int64_t cols) override {
-    cpu::sum_rows(f32(out, "sum_rows out", cols), f32(x, "sum_rows x", rows * cols), rows, cols);
+    cpu::sum_rows(f32(out, "sum_rows out"), f32(x, "sum_rows x"), rows, cols);
   }
 
   // ---- elementwise ----------------------------------------------------------------------
   void fill_impl(Tensor& out, double value) override {
-    cpu::fill(f32(out, "fill out", out.numel()), static_cast<float>(value), out.numel());
+    cpu::fill(f32(out, "fill out"), static_cast<float>(value), out.numel());
   }
   void copy_impl(Tensor& out, const Tensor& x) override {
-    cpu::copy(f32(out, "copy out", x.numel()), f32(x, "copy x", x.numel()), x.numel());
+    cpu::copy(f32(out, "copy out"), f32(x, "copy x"), x.numel());
   }
   void add_impl(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
     const int64_t n = out.numel();
-    cpu::add(f32(out, "add out", n), f32(a, "add a", n), f32(b, "add b", n),
+    cpu::add(f32(out, "add out"), f32(a, "add a"), f32(b, "add b"),
              static_cast<float>(alpha), static_cast<float>(beta), n);
   }
   void accumulate_impl(Tensor& dst, const Tensor& src) override {
     const int64_t n = dst.numel();
-    cpu::accumulate(f32(dst, "accumulate dst", n), f32(src, "accumulate src", n), n);
+    cpu::accumulate(f32(dst, "accumulate dst"), f32(src, "accumulate src"), n);
   }
   void scale_impl(Tensor& out, const Tensor& x, double alpha) override {
     const int64_t n = out.numel();
-    cpu::scale(f32(out, "scale out", n), f32(x, "scale x", n), static_cast<float>(alpha), n);
+    cpu::scale(f32(out, "scale out"), f32(x, "scale x"), static_cast<float>(alpha), n);
   }
   void round_to_format_impl(Tensor& x, Precision format) override {
     const int64_t n = x.numel();
-    cpu::round_to_format(f32(x, "round_to_format x", n), n, format);
+    cpu::round_to_format(f32(x, "round_to_format x"), n, format);
   }
   void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
                                    const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
     const bool ln = beta.defined();
-    cpu::composite_norm_forward(f32(y, "composite_norm y", n * d), ln ? f32(mean, "composite_norm mean", n) : nullptr,
-                                f32(rstd, "composite_norm rstd", n), f32(x, "composite_norm x", n * d),
-                                f32(gamma, "composite_norm gamma", d), ln ? f32(beta, "composite_norm beta", d) : nullptr,
+    cpu::composite_norm_forward(f32(y, "composite_norm y"), ln ? f32(mean, "composite_norm mean") : nullptr,
+                                f32(rstd, "composite_norm rstd"), f32(x, "composite_norm x"),
+                                f32(gamma, "composite_norm gamma"), ln ? f32(beta, "composite_norm beta") : nullptr,
                                 n, d, eps, format);
   }
   void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
                                     const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
                                     Precision format, CompositeBackwardCensus* census) override {
     const bool ln = mean.defined();
-    cpu::composite_norm_backward(f32_opt(dx, "composite_norm dx", n * d), f32_opt(dgamma, "composite_norm dgamma", d),
-                                 f32_opt(dbeta, "composite_norm dbeta", d), f32(dy, "composite_norm dy", n * d),
-                                 f32(x, "composite_norm x", n * d), f32(gamma, "composite_norm gamma", d),
-                                 ln ? f32(mean, "composite_norm mean", n) : nullptr,
-                                 f32(rstd, "composite_norm rstd", n), n, d, format, census);
+    cpu::composite_norm_backward(f32_opt(dx, "composite_norm dx"), f32_opt(dgamma, "composite_norm dgamma"),
+                                 f32_opt(dbeta, "composite_norm dbeta"), f32(dy, "composite_norm dy"),
+                                 f32(x, "composite_norm x"), f32(gamma, "composite_norm gamma"),
+                                 ln ? f32(mean, "composite_norm mean") : nullptr,
+                                 f32(rstd, "composite_norm rstd"), n, d, format, census);
   }
   FormatCensus format_census_impl(const Tensor& x, Precision format) override {
     const int64_t n = x.numel();
-    return cpu::format_census(f32(x, "format_census x", n), n, format);
+    return cpu::format_census(f32(x, "format_census x"), n, format);
   }
   void mul_impl(Tensor& out, const Tensor& a, const Tensor& b) override {
     const int64_t n = out.numel();
-    cpu::mul(f32(out, "mul out", n), f32(a, "mul a", n), f32(b, "mul b", n), n);
+    cpu::mul(f32(out, "mul out"), f32(a, "mul a"), f32(b, "mul b"), n);
   }
   void gelu_forward_impl(Tensor& y, Tensor* dydx, const Tensor& x) override {
     const int64_t n = y.numel();
-    cpu::gelu_forward(f32(y, "gelu y", n), f32_opt(dydx, "gelu dydx", n), f32(x, "gelu x", n), n);
+    cpu::gelu_forward(f32(y, "gelu y"), f32_opt(dydx, "gelu dydx"), f32(x, "gelu x"), n);
   }
   double sum_squares_impl(const Tensor& x) override {
-    return cpu::sum_squares(f32(x, "sum_squares x", x.numel()), x.numel());
+    return cpu::sum_squares(f32(x, "sum_squares x"), x.numel());
   }
 
   // ---- normalization ----------------------------------------------------------------------
   void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
                               double eps) override {
-    cpu::layernorm_forward(f32(y, "layernorm y", n * d), f32(mean, "layernorm mean", n),
-                           f32(rstd, "layernorm rstd", n), f32(x, "layernorm x", n * d),
-                           f32(gamma, "layernorm gamma", d), f32(beta, "layernorm beta", d), n, d,
+    cpu::layernorm_forward(f32(y, "layernorm y"), f32(mean, "layernorm mean"),
+                           f32(rstd, "layernorm rstd"), f32(x, "layernorm x"),
+                           f32(gamma, "layernorm gamma"), f32(beta, "layernorm beta"), n, d,
                            static_cast<float>(eps));
   }
   void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                                const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::layernorm_backward(f32_opt(dx, "layernorm dx", n * d),
-                            f32_opt(dgamma, "layernorm dgamma", d),
-                            f32_opt(dbeta, "layernorm dbeta", d), f32(dy, "layernorm dy", n * d),
-                            f32(x, "layernorm x", n * d), f32(gamma, "layernorm gamma", d),
-                            f32(mean, "layernorm mean", n), f32(rstd, "layernorm rstd", n), n, d);
+    cpu::layernorm_backward(f32_opt(dx, "layernorm dx"),
+                            f32_opt(dgamma, "layernorm dgamma"),
+                            f32_opt(dbeta, "layernorm dbeta"), f32(dy, "layernorm dy"),
+                            f32(x, "layernorm x"), f32(gamma, "layernorm gamma"),
+                            f32(mean, "layernorm mean"), f32(rstd, "layernorm rstd"), n, d);
   }
   void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
                             int64_t d, double eps) override {
-    cpu::rmsnorm_forward_onepass(f32(y, "rmsnorm y", n * d), f32(rstd, "rmsnorm rstd", n),
-                                 f32(x, "rmsnorm x", n * d), f32(gamma, "rmsnorm gamma", d), n, d,
+    cpu::rmsnorm_forward_onepass(f32(y, "rmsnorm y"), f32(rstd, "rmsnorm rstd"),
+                                 f32(x, "rmsnorm x"), f32(gamma, "rmsnorm gamma"), n, d,
                                  static_cast<float>(eps));
   }
   void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                              const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::rmsnorm_backward_onepass(f32_opt(dx, "rmsnorm dx", n * d), f32_opt(dgamma, "rmsnorm dgamma", d),
-                                  f32(dy, "rmsnorm dy", n * d), f32(x, "rmsnorm x", n * d),
-                                  f32(gamma, "rmsnorm gamma", d), f32(rstd, "rmsnorm rstd", n), n, d);
+    cpu::rmsnorm_backward_onepass(f32_opt(dx, "rmsnorm dx"), f32_opt(dgamma, "rmsnorm dgamma"),
+                                  f32(dy, "rmsnorm dy"), f32(x, "rmsnorm x"),
+                                  f32(gamma, "rmsnorm gamma"), f32(rstd, "rmsnorm rstd"), n, d);
   }
   void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
                            const Tensor& beta, int64_t n, int64_t d, Squash f) override {
-    cpu::squash_forward(f32(y, "squash y", n * d), f32(x, "squash x", n * d), *f32(alpha, "squash alpha", 1),
-                        shift.defined() ? *f32(shift, "squash shift", 1) : 0.0f, f32(gamma, "squash gamma", d),
-                        beta.defined() ? f32(beta, "squash beta", d) : nullptr, n, d, f);
+    cpu::squash_forward(f32(y, "squash y"), f32(x, "squash x"), *f32(alpha, "squash alpha"),
+                        shift.defined() ? *f32(shift, "squash shift") : 0.0f, f32(gamma, "squash gamma"),
+                        beta.defined() ? f32(beta, "squash beta") : nullptr, n, d, f);
   }
   void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                             const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
                             int64_t d, Squash f) override {
-    cpu::squash_backward(f32_opt(dx, "squash dx", n * d), f32_opt(dalpha, "squash dalpha", 1),
-                         f32_opt(dshift, "squash dshift", 1), f32_opt(dgamma, "squash dgamma", d),
-                         f32_opt(dbeta, "squash dbeta", d), f32(dy, "squash dy", n * d), f32(x, "squash x", n * d),
-                         *f32(alpha, "squash alpha", 1), shift.defined() ? *f32(shift, "squash shift", 1) : 0.0f,
-                         f32(gamma, "squash gamma", d), n, d, f);
+    cpu::squash_backward(f32_opt(dx, "squash dx"), f32_opt(dalpha, "squash dalpha"),
+                         f32_opt(dshift, "squash dshift"), f32_opt(dgamma, "squash dgamma"),
+                         f32_opt(dbeta, "squash dbeta"), f32(dy, "squash dy"), f32(x, "squash x"),
+                         *f32(alpha, "squash alpha"), shift.defined() ? *f32(shift, "squash shift") : 0.0f,
+                         f32(gamma, "squash gamma"), n, d, f);
   }
   void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
                                   int64_t c) override {
-    NL_CHECK(c == d || c == 1, "channel_scale: lambda has {} values, expected {} or 1", c, d);
-    cpu::channel_scale_forward(f32(y, "channel_scale y", n * d), f32(x, "channel_scale x", n * d),
-                               f32(lambda, "channel_scale lambda", c), n, d, c);
+    cpu::channel_scale_forward(f32(y, "channel_scale y"), f32(x, "channel_scale x"),
+                               f32(lambda, "channel_scale lambda"), n, d, c);
   }
   void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
                                    int64_t n, int64_t d, int64_t c) override {
-    NL_CHECK(c == d || c == 1, "channel_scale: lambda has {} values, expected {} or 1", c, d);
-    cpu::channel_scale_backward(f32_opt(dx, "channel_scale dx", n * d), f32_opt(dlambda, "channel_scale dlambda", c),
-                                f32(dy, "channel_scale dy", n * d), f32(x, "channel_scale x", n * d),
-                                f32(lambda, "channel_scale lambda", c), n, d, c);
+    cpu::channel_scale_backward(f32_opt(dx, "channel_scale dx"), f32_opt(dlambda, "channel_scale dlambda"),
+                                f32(dy, "channel_scale dy"), f32(x, "channel_scale x"),
+                                f32(lambda, "channel_scale lambda"), n, d, c);
   }
   void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                                   const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                                   int64_t n, int64_t d, double eps) override {
     cpu::add_layernorm_forward_fused(
-        f32(s, "add_layernorm s", n * d), f32(y, "add_layernorm y", n * d),
-        f32(mean, "add_layernorm mean", n), f32(rstd, "add_layernorm rstd", n),
-        f32(a, "add_layernorm a", n * d), f32(b, "add_layernorm b", n * d),
-        static_cast<float>(alpha), f32(gamma, "add_layernorm gamma", d),
-        f32(beta, "add_layernorm beta", d), n, d, static_cast<float>(eps));
+        f32(s, "add_layernorm s"), f32(y, "add_layernorm y"),
+        f32(mean, "add_layernorm mean"), f32(rstd, "add_layernorm rstd"),
+        f32(a, "add_layernorm a"), f32(b, "add_layernorm b"),
+        static_cast<float>(alpha), f32(gamma, "add_layernorm gamma"),
+        f32(beta, "add_layernorm beta"), n, d, static_cast<float>(eps));
   }
   void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
                                 double alpha, const Tensor& gamma, int64_t n, int64_t d,
                                 double eps) override {
-    cpu::add_rmsnorm_forward_fused(f32(s, "add_rmsnorm s", n * d), f32(y, "add_rmsnorm y", n * d),
-                                   f32(rstd, "add_rmsnorm rstd", n), f32(a, "add_rmsnorm a", n * d),
-                                   f32(b, "add_rmsnorm b", n * d), static_cast<float>(alpha),
-                                   f32(gamma, "add_rmsnorm gamma", d), n, d,
+    cpu::add_rmsnorm_forward_fused(f32(s, "add_rmsnorm s"), f32(y, "add_rmsnorm y"),
+                                   f32(rstd, "add_rmsnorm rstd"), f32(a, "add_rmsnorm a"),
+                                   f32(b, "add_rmsnorm b"), static_cast<float>(alpha),
+                                   f32(gamma, "add_rmsnorm gamma"), n, d,
                                    static_cast<float>(eps));
   }
 
   // ---- softmax ---------------------------------------------------------------------------
   void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {
-    cpu::softmax_forward(f32(y, "softmax y", n * d), f32(x, "softmax x", n * d), n, d);
+    cpu::softmax_forward(f32(y, "softmax y"), f32(x, "softmax x"), n, d);
   }
   void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n,
                              int64_t d) override {
-    cpu::softmax_backward(f32(dx, "softmax dx", n * d), f32(dy, "softmax dy", n * d),
-                          f32(y, "softmax y", n * d), n, d);
+    cpu::softmax_backward(f32(dx, "softmax dx"), f32(dy, "softmax dy"),
+                          f32(y, "softmax y"), n, d);
   }
 
   // ---- attention -------------------------------------------------------------------------
   void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                               const Tensor& v, int64_t b, int64_t t, int64_t h, int64_t dh,
                               double scale) override {
-    const int64_t n = b * t * h * dh;
-    cpu::attention_forward(f32(out, "attention out", n),
-                           f32(probs, "attention probs", b * h * t * t), f32(q, "attention q", n),
-                           f32(k, "attention k", n), f32(v, "attention v", n), b, t, h, dh,
+    cpu::attention_forward(f32(out, "attention out"),
+                           f32(probs, "attention probs"), f32(q, "attention q"),
+                           f32(k, "attention k"), f32(v, "attention v"), b, t, h, dh,
                            static_cast<float>(scale));
   }
   void attention_backward_impl(Tensor* dq, Tensor* dk, Tensor* dv, const Tensor& dout, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& probs, int64_t b,
                                int64_t t, int64_t h, int64_t dh, double scale) override {
-    const int64_t n = b * t * h * dh;
     Tensor scratch;  // dP, (B, H, T, T), from the arena: no allocation in the steady state
     if (dq || dk) scratch = Tensor::empty({b, h, t, t});
     cpu::attention_backward(
-        f32_opt(dq, "attention dq", n), f32_opt(dk, "attention dk", n),
-        f32_opt(dv, "attention dv", n), scratch.defined() ? scratch.data<float>() : nullptr,
-        f32(dout, "attention dout", n), f32(q, "attention q", n), f32(k, "attention k", n),
-        f32(v, "attention v", n), f32(probs, "attention probs", b * h * t * t), b, t, h, dh,
+        f32_opt(dq, "attention dq"), f32_opt(dk, "attention dk"),
+        f32_opt(dv, "attention dv"), scratch.defined() ? scratch.data<float>() : nullptr,
+        f32(dout, "attention dout"), f32(q, "attention q"), f32(k, "attention k"),
+        f32(v, "attention v"), f32(probs, "attention probs"), b, t, h, dh,
         static_cast<float>(scale));
   }
 
   void row_norms_impl(Tensor& norms, const Tensor& x, int64_t n, int64_t d) override {
-    cpu::row_norms(f32(norms, "row_norms norms", n), f32(x, "row_norms x", n * d), n, d);
+    cpu::row_norms(f32(norms, "row_norms norms"), f32(x, "row_norms x"), n, d);
   }
   void attention_logit_stats_impl(Tensor& max_logit, Tensor& entropy, const Tensor& q, const Tensor& k, int64_t b,
                                   int64_t t, int64_t h, int64_t dh, double scale) override {
-    cpu::attention_logit_stats(f32(max_logit, "attention_logit_stats max_logit", b * h * t),
-                               f32(entropy, "attention_logit_stats entropy", b * h * t),
-                               f32(q, "attention_logit_stats q", b * t * h * dh),
-                               f32(k, "attention_logit_stats k", b * t * h * dh), b, t, h, dh, scale);
+    cpu::attention_logit_stats(f32(max_logit, "attention_logit_stats max_logit"),
+                               f32(entropy, "attention_logit_stats entropy"),
+                               f32(q, "attention_logit_stats q"),
+                               f32(k, "attention_logit_stats k"), b, t, h, dh, scale);
   }
 
   void prefix_mean_forward_impl(Tensor& y, const Tensor& x, int64_t b, int64_t t, int64_t c) override {
-    cpu::prefix_mean_forward(f32(y, "prefix_mean y", b * t * c), f32(x, "prefix_mean x", b * t * c),
+    cpu::prefix_mean_forward(f32(y, "prefix_mean y"), f32(x, "prefix_mean x"),
                              b, t, c);
   }
   void prefix_mean_backward_impl(Tensor& dx, const Tensor& dy, int64_t b, int64_t t,
                                  int64_t c) override {
-    cpu::prefix_mean_backward(f32(dx, "prefix_mean dx", b * t * c),
-                              f32(dy, "prefix_mean dy", b * t * c), b, t, c);
+    cpu::prefix_mean_backward(f32(dx, "prefix_mean dx"),
+                              f32(dy, "prefix_mean dy"), b, t, c);
   }
 
   // ---- embedding -------------------------------------------------------------------------
   void embedding_forward_impl(Tensor& y, const Tensor& table, const Tensor& ids, int64_t n, int64_t v,
                               int64_t d) override {
     const int32_t* id = ids_in_range(ids, "embedding ids", n, v);
-    cpu::embedding_forward(f32(y, "embedding y", n * d), f32(table, "embedding table", v * d), id,
+    cpu::embedding_forward(f32(y, "embedding y"), f32(table, "embedding table"), id,
                            n, d);
   }
   void embedding_backward_impl(Tensor& dtable, const Tensor& dy, const Tensor& ids, int64_t n, int64_t v,
                                int64_t d) override {
     const int32_t* id = ids_in_range(ids, "embedding ids", n, v);
-    cpu::embedding_backward(f32(dtable, "embedding dtable", v * d), f32(dy, "embedding dy", n * d),
+    cpu::embedding_backward(f32(dtable, "embedding dtable"), f32(dy, "embedding dy"),
                             id, n, v, d);
   }
 
@@ -292,23 +279,22 @@ class CpuBackend final : public Backend {
   void cross_entropy_forward_impl(Tensor& loss, Tensor& probs, const Tensor& logits,
                                   const Tensor& targets, int64_t n, int64_t v) override {
     const int32_t* tg = ids_in_range(targets, "cross_entropy targets", n, v);
-    cpu::cross_entropy_forward(f32(loss, "cross_entropy loss", 1),
-                               f32(probs, "cross_entropy probs", n * v),
-                               f32(logits, "cross_entropy logits", n * v), tg, n, v);
+    cpu::cross_entropy_forward(f32(loss, "cross_entropy loss"),
+                               f32(probs, "cross_entropy probs"),
+                               f32(logits, "cross_entropy logits"), tg, n, v);
   }
   void cross_entropy_backward_impl(Tensor& dlogits, const Tensor& dloss, const Tensor& probs,
                                    const Tensor& targets, int64_t n, int64_t v) override {
     const int32_t* tg = ids_in_range(targets, "cross_entropy targets", n, v);
-    cpu::cross_entropy_backward(f32(dlogits, "cross_entropy dlogits", n * v),
-                                *f32(dloss, "cross_entropy dloss", 1),
-                                f32(probs, "cross_entropy probs", n * v), tg, n, v);
+    cpu::cross_entropy_backward(f32(dlogits, "cross_entropy dlogits"),
+                                *f32(dloss, "cross_entropy dloss"),
+                                f32(probs, "cross_entropy probs"), tg, n, v);
   }
 
   // ---- layout ----------------------------------------------------------------------------
   void transpose_impl(Tensor& out, const Tensor& x, int64_t outer, int64_t a, int64_t mid, int64_t bdim,
                       int64_t inner) override {
-    const int64_t n = outer * a * mid * bdim * inner;
-    cpu::transpose(f32(out, "transpose out", n), f32(x, "transpose x", n), outer, a, mid, bdim,
+    cpu::transpose(f32(out, "transpose out"), f32(x, "transpose x"), outer, a, mid, bdim,
                    inner);
   }
 
@@ -316,8 +302,8 @@ class CpuBackend final : public Backend {
   void adam_step_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                       const AdamParams& hp) override {
     const int64_t n = param.numel();
-    cpu::adam_step(f32(param, "adam param", n), f32(m, "adam m", n), f32(v, "adam v", n),
-                   f32(grad, "adam grad", n), n, hp);
+    cpu::adam_step(f32(param, "adam param"), f32(m, "adam m"), f32(v, "adam v"),
+                   f32(grad, "adam grad"), n, hp);
   }
 };
 

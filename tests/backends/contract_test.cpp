@@ -1,0 +1,72 @@
+// The kernels' size contract, checked once by the Backend entries (src/backend_api/
+// kernel_contracts.cpp) for every backend: a tensor of the wrong size, an undefined one, or one on
+// another device is an Error naming the backend, the kernel and the argument, before the backend's
+// implementation runs. The cuda-sim rows run on the simulated device's tensors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "normlab/backend.h"
+#include "normlab/error.h"
+#include "normlab/tensor.h"
+
+namespace normlab {
+namespace {
+
+// The message of what f throws ("" when it throws nothing).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class KernelContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  Backend& b() { return backend(GetParam()); }
+  Tensor t(const Shape& s) { return Tensor::zeros(s, DType::f32, b().device()); }
+};
+
+TEST_P(KernelContract, AWrongSizeNamesTheKernelAndTheArgument) {
+  Tensor y = t({4, 8}), mean = t({4}), rstd = t({4}), x = t({4, 8}), gamma = t({9}), beta = t({8});
+  const std::string e = error_of([&] { b().layernorm_forward(y, mean, rstd, x, gamma, beta, 4, 8, 1e-5); });
+  EXPECT_NE(e.find(b().name() + " layernorm_forward: gamma has shape (9,) (9 elements); the sizes imply 8"),
+            std::string::npos)
+      << e;
+  Tensor dx = t({4, 8}), dy = t({4, 7});
+  const std::string e2 = error_of([&] { b().rmsnorm_backward(&dx, nullptr, dy, x, beta, rstd, 4, 8); });
+  EXPECT_NE(e2.find("rmsnorm_backward: dy has shape (4, 7)"), std::string::npos) << e2;
+  Tensor wrong_gradient = t({3});
+  const std::string e3 = error_of([&] { b().rmsnorm_backward(&dx, &wrong_gradient, x, x, beta, rstd, 4, 8); });
+  EXPECT_NE(e3.find("rmsnorm_backward: dgamma has shape (3,)"), std::string::npos) << e3;
+  Tensor c = t({6}), a = t({4}), bm = t({5});
+  const std::string e4 = error_of([&] { b().matmul(c, a, bm, MatmulSpec::of(2, 3, 2)); });
+  EXPECT_NE(e4.find("matmul: b has shape (5,) (5 elements); the sizes imply 6"), std::string::npos) << e4;
+}
+
+TEST_P(KernelContract, AnUndefinedTensorOrAnotherDevicesIsRefused) {
+  Tensor y = t({2, 3}), x = t({2, 3}), none;
+  const std::string e = error_of([&] { b().softmax_forward(y, none, 2, 3); });
+  EXPECT_NE(e.find("softmax_forward: x is an undefined tensor"), std::string::npos) << e;
+  const Device other = b().device() == Device::cpu ? Device::cuda_sim : Device::cpu;
+  backend("cuda-sim");  // its device memory exists once its module is loaded
+  Tensor elsewhere = Tensor::zeros({2, 3}, DType::f32, other);
+  const std::string e2 = error_of([&] { b().softmax_forward(y, elsewhere, 2, 3); });
+  EXPECT_NE(e2.find(std::string("softmax_forward: x is on ") + device_name(other)), std::string::npos) << e2;
+  // An optional input that is absent is no error; present, it is held to its size.
+  Tensor lambda = t({2});
+  const std::string e3 = error_of([&] { b().channel_scale_forward(y, x, lambda, 2, 3, 2); });
+  EXPECT_NE(e3.find("channel_scale_forward: lambda has 2 values, expected 3 (one per column) or 1"), std::string::npos)
+      << e3;
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param == "cuda-sim" ? "cuda_sim" : info.param;
+}
+INSTANTIATE_TEST_SUITE_P(Backends, KernelContract, ::testing::Values("reference", "cpu", "cuda-sim"), param_name);
+
+}  // namespace
+}  // namespace normlab
