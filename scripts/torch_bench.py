@@ -22,8 +22,9 @@ tolerances as normlab's check); a wrong result is reported as "rejected" and not
 
 --device cuda: the same on GPU 0, as `normlab bench norms --device cuda` times normlab's
 kernels: the buffers (x, dy, and the retained graphs of the backward) rotated through
---footprint-bytes on the device, each call timed with CUDA events (one call per sample), the
-check run in float64 on the device. --dtypes bf16 or fp16 (on either device) makes x, dy and the
+--footprint-bytes on the device; a sample is a batch of calls (about 2 ms) on successive sets,
+timed by the host's clock to the completion of the last (torch.cuda.synchronize), reported per
+call, as normlab times its device rows; the check run in float64 on the device. --dtypes bf16 or fp16 (on either device) makes x, dy and the
 parameters bf16 / float16 (PyTorch then computes in float32 inside its kernels and stores y, dx
 and the parameter gradients in the format): those outputs get half an ulp of the format, 2^-8
 or 2^-11 relative, on top of the tolerances. Rows are named
@@ -67,7 +68,7 @@ def parse_args():
     p.add_argument("--rms-eps", type=float, default=DEFAULT_EPS["rmsnorm"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="cpu (threads, default) or cuda: GPU 0, CUDA events, buffers on the device")
+                   help="cpu (threads, default) or cuda: GPU 0, buffers on the device")
     p.add_argument("--dtypes", default="f32", help="storage: f32, bf16, fp16 or a comma list")
     p.add_argument("--allocator", default="auto", choices=["auto", "jemalloc", "glibc"],
                    help="auto: jemalloc when installed, else glibc (see above)")
@@ -183,6 +184,11 @@ class Check:
 RESIDENT_SAMPLE = 200e-6
 
 
+# A device sample: a batch of calls this long, so that the synchronization ending it is a small
+# share of it (normlab's device rows: device_norm_bench.cpp's kDeviceSample).
+DEVICE_SAMPLE = 2e-3
+
+
 def resident_batch(call):
     """Calls per sample for a resident case, from the fastest of three single calls."""
     fastest = math.inf
@@ -276,7 +282,7 @@ def main():
         sys.exit("torch_bench.py: --resident is the cpu's caches; --device cuda rotates its buffers")
     if cuda and not torch.cuda.is_available():
         sys.exit("torch_bench.py: --device cuda: this PyTorch %s sees no CUDA device" % torch.__version__)
-    # On the device one call is one sample, timed with CUDA events; the thread count is the cpu's.
+    # On the device a sample is a batch of calls on successive sets; the thread count is the cpu's.
     threads = [1] if cuda else [int(t) for t in args.threads.split(",")]
     dev = torch.device("cuda" if cuda else "cpu")
     passes = ["fwd", "bwd"] if args.passes == "both" else [args.passes]
@@ -294,19 +300,19 @@ def main():
         return torch.rand(*size, generator=gen, device=dev)
 
     def timed(call, k, batch):
-        """Seconds of `batch` calls on set k: the device's clock (CUDA events), or the host's."""
-        if not cuda:
-            t0 = time.perf_counter()
-            for _ in range(batch):
-                call(k)
-            return time.perf_counter() - t0
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(batch):
-            call(k)
-        end.record()
-        end.synchronize()
-        return 1e-3 * start.elapsed_time(end)
+        """Seconds of `batch` calls by the host's clock: on the cpu on set k, on the device on the sets
+        from k on, to the completion of the last (the queue drained)."""
+        t0 = time.perf_counter()
+        for i in range(batch):
+            call((k + i) % sets if cuda else k)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def device_batch(call):
+        """Calls per device sample: about DEVICE_SAMPLE seconds, from one call timed to its completion."""
+        one = timed(call, 0, 1)
+        return max(1, min(10000, math.ceil(DEVICE_SAMPLE / one))) if one > 0 else 10000
 
     for (b, t, d), dtype in ((shape, dt) for shape in shapes for dt in dtypes):
         n = b * t
@@ -392,6 +398,9 @@ def main():
             if args.resident:
                 for c in live:
                     c["batch"] = resident_batch(c["call"])
+            if cuda:
+                for c in live:
+                    c["batch"] = device_batch(c["call"])
             # The cases in turn, one sample each, as normlab times its own.
             running = True
             while running:

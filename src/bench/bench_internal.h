@@ -197,15 +197,15 @@ int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes = 4
 // Bytes each memory-bound case rotates through: opt.footprint, or max(1 GiB, 4 x LLC).
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc);
 
-// ---- cuda_norm_bench.cpp -------------------------------------------------------------------
+// ---- device_norm_bench.cpp -----------------------------------------------------------------
 // run_norm_bench for opt.device "cuda" or "cuda-sim".
 NormReport run_device_norm_bench(const NormBenchOptions& opt);
 // Bytes each case on a device rotates through: opt.footprint, or 1 GiB (> 16 x the L2 of an
 // H100/H200); rows below it are marked as possibly cache-resident.
 int64_t device_footprint(const NormBenchOptions& opt);
 // The device's kernels of `norm` as run_device_norm_bench checks them (each pass uploads its
-// arguments, runs the kernel on set 0 and downloads the outputs), on device buffers of their own
-// for one set of `shape` in `storage`: the tests check the check with them.
+// arguments, calls the backend on set 0 and downloads the outputs), on device tensors of their
+// own for one set of `shape` in `storage`: the tests check the check with them.
 NormImpl device_norm_impl(const std::string& device, const NormShape& shape, Precision storage, NormKind norm);
 
 }  // namespace normlab::bench::detail

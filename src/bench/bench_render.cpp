@@ -223,9 +223,10 @@ std::string norm_legend(bool merged, bool resident, bool device) {
          "L1/L2 as inside the step; their %copy is of the copy loop on the same reused buffers, i.e. of the cache's "
          "copy speed, not of memory's.";
   if (device)
-    s += " Device rows (dev cuda, cuda-sim): normlab's CUDA kernels, each call on the next of the device buffer sets "
-         "and timed on the device (CUDA events); copy.loop is normlab's 16-byte copy kernel, copy.memcpy cudaMemcpy, "
-         "device to device; bf16 rows (dtype) store the N x D arrays and gamma/beta as bf16 (2 bytes per element in "
+    s += " Device rows (dev cuda, cuda-sim): the device backend's kernels through the Backend interface, each call on "
+         "the next of the device buffer sets, a sample a batch of calls (~2 ms) timed to the completion of the last; "
+         "copy.loop is the backend's elementwise kernel as a copy (x times 1), copy.memcpy its copy (cudaMemcpy, "
+         "device to device); bf16 rows (dtype) store the N x D arrays and gamma/beta as bf16 (2 bytes per element in "
          "GB/s) with float32 statistics.";
   if (merged)
     s += " runs: runs merged and the spread of their medians ((max-min)/median); [a-b]: the figure's range over the "

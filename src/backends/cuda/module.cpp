@@ -18,7 +18,6 @@ const normlab::cuda::ModuleTable kTable = {
     normlab::cuda::make_backend,
     normlab::cuda::set_tf32,
     normlab::cuda::tf32,
-    normlab::cuda::make_norm_bench,
 #if defined(NORMLAB_CUDA_SIM)
     [] {
       const cudasim::TransferStats& t = cudasim::transfer_counter();

@@ -23,7 +23,5 @@ void set_tf32(bool on);
 bool tf32();
 void require_device();
 
-// norm_bench.cu: make_cuda_norm_bench on this module's device.
-std::unique_ptr<CudaNormBench> make_norm_bench(const CudaNormBenchShape& shape);
 
 }  // namespace normlab::cuda

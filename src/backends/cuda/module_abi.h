@@ -34,7 +34,6 @@ struct ModuleTable {
   std::unique_ptr<Backend> (*make_backend)();
   void (*set_tf32)(bool on);
   bool (*tf32)();
-  std::unique_ptr<CudaNormBench> (*make_norm_bench)(const CudaNormBenchShape& shape);
   // cuda-sim's count of host <-> device copies so far (null in the GPU module).
   CudaTransfers (*transfers)();
 };

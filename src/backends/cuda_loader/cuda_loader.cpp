@@ -208,15 +208,5 @@ bool cuda_tf32() { return false; }
 
 #endif
 
-// ---- bench ---------------------------------------------------------------------------------------
-std::unique_ptr<CudaNormBench> make_cuda_norm_bench(Device device, const CudaNormBenchShape& shape) {
-  if (device == Device::cuda_sim) return require(sim_loader(), "cuda-sim is not available").make_norm_bench(shape);
-  NL_CHECK(device == Device::cuda, "make_cuda_norm_bench: {} is not a CUDA device", device_name(device));
-#if defined(NORMLAB_CUDA_MODULE_FILE)
-  return require(gpu(), "no CUDA device found").make_norm_bench(shape);
-#else
-  throw UsageError("no CUDA device found: this normlab was built without CUDA");
-#endif
-}
 
 }  // namespace normlab
