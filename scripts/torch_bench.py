@@ -203,7 +203,7 @@ ROWS_PER_CHUNK = 256  # float64 temporaries of 256 rows, not of the whole tensor
 
 
 # An output stored in 16 bits is rounded once more: half an ulp, 2^-8 (bf16) or 2^-11 (fp16)
-# relative (norm_bench.cpp's rule). dtype name -> (torch dtype, that tolerance).
+# relative (normlab's tolerances.h, stored_half_ulp). dtype name -> (torch dtype, that tolerance).
 STORAGE = {"f32": ("float32", 0.0), "bf16": ("bfloat16", 2.0 ** -8), "fp16": ("float16", 2.0 ** -11)}
 
 

@@ -28,6 +28,10 @@ void copy_memcpy(float* dst, const float* src, int64_t n);
 // s = alpha*a + b: the add of the unfused add+norm baseline.
 void add_scaled(float* s, const float* a, const float* b, float alpha, int64_t n);
 
+// norm_pool.cpp: f(i) for i in [0, n) on all cores (setup and checks: not timed; give it rows or
+// chunks, not single values: a call costs a function call).
+void parallel_all(int64_t n, const std::function<void(int64_t)>& f);
+
 // ---- bench_common.cpp: the start and the end every cpu bench run has -------------------------
 
 // Started before the first row: the thread count to restore, the threads' cache-line round trip
@@ -59,7 +63,7 @@ std::string noisy_rows_warning(const std::vector<std::string>& noisy, const char
 // Working sets below this are labelled cache-resident: max(1 GiB, 4 x the last-level cache).
 int64_t cache_resident_below(int64_t llc_bytes);
 
-// ---- norm_bench.cpp: what the cpu and the device runs of `bench norms` share ------------------
+// ---- norm_pool.cpp: the buffer sets the cpu and the device runs of `bench norms` share -------
 
 // One set: everything a call reads or writes that has N rows. Inputs: x, dy and the saved
 // statistics of the backward; outputs: out (y or dx), sum (s of the add+norm forward, which
@@ -152,6 +156,13 @@ class Pool16 {
   std::vector<float> stats_, dgamma_, dbeta_;
   std::vector<Set> sets_;
 };
+
+// Bytes a pool of `sets` sets of shape s takes.
+int64_t pool_bytes(const NormShape& s, int64_t sets, bool with_sum);
+
+// norm_check.cpp: n floats of p set to NaN (nothing for nullptr), so that an output a kernel
+// never writes fails its check.
+void fill_nan(float* p, int64_t n);
 
 // The arguments of one call of `norm`'s `pass` on set k of the pool.
 NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float eps, float alpha);

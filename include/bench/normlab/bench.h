@@ -298,7 +298,7 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
 
 // Tolerances of the correctness check, per output: |out - ref| <= atol + rtol*|ref|.
 // Parameter gradients sum N rows, so their atol is relative to sum_rows |term| (the magnitude
-// the float sum passed through), see verify_tolerances() in norm_bench.cpp for the reasons.
+// the float sum passed through); the numbers and their reasons: normlab/tolerances.h (tol::kBench*).
 struct VerifyResult {
   bool pass = false;
   double max_abs_err = 0;   // over every output

@@ -6,6 +6,7 @@
 // term, a wrong row, an output not written) is off by O(1) relative: every bound below is far from
 // that.
 #pragma once
+#include "normlab/precision.h"
 
 namespace normlab {
 
@@ -50,8 +51,10 @@ inline constexpr Tolerance kBenchParam{1e-5, 1e-4};
 // each of |alpha*a| + |b| (not of |s|, which cancels): atol relative to that (16 ulp).
 inline constexpr Tolerance kBenchSum{1e-6, 0};
 // An output stored as bf16 or fp16 is rounded once more, to 8 (11) significant bits: half an ulp,
-// at most 2^-8 (2^-11) of the value, is added to the rtol above.
-inline constexpr double kStoredBf16Rtol = 0x1p-8, kStoredFp16Rtol = 0x1p-11;
+// at most 2^-8 (2^-11) of the value, is added to the rtol above (0 for float32).
+inline double stored_half_ulp(Precision storage) {
+  return storage == Precision::fp32 ? 0.0 : 0.5 * format_info(storage).epsilon;
+}
 
 // ---- gradcheck ----------------------------------------------------------------------------------
 // float64 central differences of fourth order, with a step of each input tensor's own: halved from
