@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "bench_internal.h"
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "bench_internal.h"
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"

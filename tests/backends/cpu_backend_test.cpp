@@ -16,6 +16,7 @@
 
 #include "kernel_check.h"
 #include "normlab/backend.h"
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/reference_kernels.h"
 #include "normlab/rng.h"

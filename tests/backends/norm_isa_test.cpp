@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tolerances.h"

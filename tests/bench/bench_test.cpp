@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_internal.h"
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "test_util.h"
 #include "normlab/backend.h"

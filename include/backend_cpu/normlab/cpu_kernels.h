@@ -1,8 +1,6 @@
 // The cpu backend's normalization kernels as free functions on raw float arrays: the ones the
-// Backend runs (the production API), and beside them the other implementations of the same math,
-// so that a benchmark can time them side by side:
-//   *_multipass  plain loops, one sweep over the whole tensor per step (mean, variance, output):
-//                the naive baseline, reading x from memory several times;
+// Backend runs (the production API), and beside them oneDNN's, which it may choose instead (the
+// naive baselines and the 16-bit storage kernels only bench runs are normlab/bench_kernels.h's):
 //   *_onepass    normlab's vectorized kernels, one read of the inputs and one write of each
 //                output per row (the row stays in L1/L2 between the sweeps over it);
 //   *_onednn     oneDNN 2.6's layer_normalization primitive, its variance converted to rstd;
@@ -33,18 +31,12 @@
 namespace normlab::cpu {
 
 // ---- LayerNorm ---------------------------------------------------------------------------
-void layernorm_forward_multipass(float* y, float* mean, float* rstd, const float* x,
-                                 const float* gamma, const float* beta, int64_t n, int64_t d,
-                                 float eps);
 void layernorm_forward_onepass(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                                const float* beta, int64_t n, int64_t d, float eps);
 void layernorm_forward_onednn(float* y, float* mean, float* rstd, const float* x,
                               const float* gamma, const float* beta, int64_t n, int64_t d,
                               float eps);
 
-void layernorm_backward_multipass(float* dx, float* dgamma, float* dbeta, const float* dy,
-                                  const float* x, const float* gamma, const float* mean,
-                                  const float* rstd, int64_t n, int64_t d);
 void layernorm_backward_onepass(float* dx, float* dgamma, float* dbeta, const float* dy,
                                 const float* x, const float* gamma, const float* mean,
                                 const float* rstd, int64_t n, int64_t d);
@@ -60,13 +52,9 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                         int64_t d);
 
 // ---- RMSNorm (oneDNN 2.6 has none: no RMS flag before v3) ----------------------------------
-void rmsnorm_forward_multipass(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
-                               int64_t d, float eps);
 // The cpu Backend's RMSNorm (oneDNN has no candidate to choose instead).
 void rmsnorm_forward_onepass(float* y, float* rstd, const float* x, const float* gamma, int64_t n,
                              int64_t d, float eps);
-void rmsnorm_backward_multipass(float* dx, float* dgamma, const float* dy, const float* x,
-                                const float* gamma, const float* rstd, int64_t n, int64_t d);
 void rmsnorm_backward_onepass(float* dx, float* dgamma, const float* dy, const float* x,
                               const float* gamma, const float* rstd, int64_t n, int64_t d);
 
@@ -77,11 +65,6 @@ void squash_forward(float* y, const float* x, float alpha, float shift, const fl
                     int64_t n, int64_t d, Squash f);
 void squash_backward(float* dx, float* dalpha, float* dshift, float* dgamma, float* dbeta, const float* dy,
                      const float* x, float alpha, float shift, const float* gamma, int64_t n, int64_t d, Squash f);
-// DyT as plain loops (the naive baseline): scalar libm tanh, one sweep per step.
-void dyt_forward_multipass(float* y, const float* x, float alpha, const float* gamma, const float* beta, int64_t n,
-                           int64_t d);
-void dyt_backward_multipass(float* dx, float* dalpha, float* dgamma, float* dbeta, const float* dy, const float* x,
-                            float alpha, const float* gamma, int64_t n, int64_t d);
 
 // ---- fused residual add + norm ---------------------------------------------------------------
 // s = alpha*a + b (written: the residual stream), then the norm of s as stored. One pass per
@@ -92,24 +75,6 @@ void add_layernorm_forward_fused(float* s, float* y, float* mean, float* rstd, c
 void add_rmsnorm_forward_fused(float* s, float* y, float* rstd, const float* a, const float* b,
                                float alpha, const float* gamma, int64_t n, int64_t d, float eps);
 
-// ---- 16-bit storage (norm16_kernels.cpp): norm_compute fused in bf16 / fp16 -----------------
-// x, dy, y, dx, gamma and beta hold the 2-byte encodings of `p` (bf16 or fp16, precision.h's
-// to_bits); mean, rstd and the parameter gradients are float32, and so is all arithmetic: each
-// row decoded exactly, the same math as above in float32, the output rounded once to p (nearest
-// even, overflow to inf, gradual underflow). Half the bytes of the float32 kernels; parameter
-// gradients summed in fixed blocks of rows, independent of the thread count.
-void layernorm_forward_16(Precision p, uint16_t* y, float* mean, float* rstd, const uint16_t* x,
-                          const uint16_t* gamma, const uint16_t* beta, int64_t n, int64_t d, float eps);
-void rmsnorm_forward_16(Precision p, uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* gamma, int64_t n,
-                        int64_t d, float eps);
-void layernorm_backward_16(Precision p, uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* dy,
-                           const uint16_t* x, const uint16_t* gamma, const float* mean, const float* rstd, int64_t n,
-                           int64_t d);
-void rmsnorm_backward_16(Precision p, uint16_t* dx, float* dgamma, const uint16_t* dy, const uint16_t* x,
-                         const uint16_t* gamma, const float* rstd, int64_t n, int64_t d);
-// n values between float32 and the encodings of p: decoding is exact, encoding rounds as above.
-void decode_16(Precision p, float* out, const uint16_t* in, int64_t n);
-void encode_16(Precision p, uint16_t* out, const float* in, int64_t n);
 
 // ---- variants, and which one runs (norm_tuning.cpp) --------------------------------------------
 // The one-pass and fused kernels come in variants whose speed depends on the CPU (a variant tuned on a Zen 4

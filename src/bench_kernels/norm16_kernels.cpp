@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm over 16-bit storage (bf16 or fp16 encodings, cpu_kernels.h): the
+// LayerNorm and RMSNorm over 16-bit storage (bf16 or fp16 encodings, bench_kernels.h): the
 // norm_compute `fused` kernels as a CPU without native bf16 arithmetic runs them, for `bench norms
 // --precision`. x, dy, y, dx and the parameters are read and written as 2-byte elements (half
 // the bytes of float32); every statistic and all arithmetic are float32.
@@ -22,6 +22,7 @@
 #include "norm_stats.h"
 #include "parallel.h"
 #include "simd.h"
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/error.h"
 #include "normlab/tensor.h"

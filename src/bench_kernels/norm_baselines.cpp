@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "normlab/bench_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "norm_stats.h"
 #include "parallel.h"
