@@ -199,7 +199,7 @@ std::vector<GradCase> build_cases() {
     c.kind = "op";
     c.description = f.description;
     c.make = [make = f.make](const CaseShape& s, DType dtype, uint64_t seed) {
-      return make({s.batch, s.time, s.channels}, dtype, seed);
+      return make(opcases::GradSizes{s.batch, s.time, s.channels, s.heads, s.hidden, s.vocab}, dtype, seed);
     };
     cs.push_back(std::move(c));
   }
