@@ -1,10 +1,11 @@
 // Causal attention (forward, backward and its gradient masks), the statistics of a log step (the
 // attention logits' max and entropy, the residual stream's row norms) and the toy model's causal
-// prefix mean: their kernels' cases.
+// prefix mean: their kernels' cases and the op-level grad forms of attention and the prefix mean.
 #include <algorithm>
 #include <cmath>
 
 #include "cases_internal.h"
+#include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
 
@@ -157,6 +158,25 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     seed = 1700;
     for (const auto& s : prefix_shapes) cases.push_back(prefix_mean_case(backward, s[0], s[1], s[2], seed++));
   }
+}
+
+void add_attention_grad_forms(std::vector<GradForm>& forms) {
+  forms.push_back({"causal_attention", "causal multi-head softmax(q k^T / sqrt(Dh)) v",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(attention_inputs(s.x(), seed), {"q", "k", "v"}, dt), nullptr};
+                     const Tensor q = inst.inputs[0].second, k = inst.inputs[1].second, v = inst.inputs[2].second;
+                     const int64_t heads = s.heads;
+                     inst.forward = [=] { return causal_attention(q, k, v, heads); };
+                     inst.numbers = {{"heads", double(heads)}};
+                     return inst;
+                   }});
+  forms.push_back({"prefix_mean", "causal prefix mean over time (toy mixing)",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(prefix_mean_inputs(s.x(), seed), {"x"}, dt), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return prefix_mean(x); };
+                     return inst;
+                   }});
 }
 
 }  // namespace normlab::opcases::detail

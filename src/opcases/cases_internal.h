@@ -49,15 +49,24 @@ inline constexpr int64_t kRowShapes[][2] = {{1, 1},    {1, 3},    {7, 1},    {7,
                                             {5, 4097}, {37, 256}, {2, 49153}, {3, 49156}};
 
 void add_matmul_cases(std::vector<OpCase>& cases);
+void add_matmul_grad_forms(std::vector<GradForm>& forms);
 void add_elementwise_cases(std::vector<OpCase>& cases);
+void add_elementwise_grad_forms(std::vector<GradForm>& forms);
+// x + 1 (Gemma's gain): gradcheck lists it after the squash family's forms, beside which the ops
+// define it (ops/squash.cpp).
+void add_constant_grad_form(std::vector<GradForm>& forms);
 void add_format_cases(std::vector<OpCase>& cases);
 void add_norm_cases(std::vector<OpCase>& cases);
 void add_norm_grad_forms(std::vector<GradForm>& forms);
 void add_squash_cases(std::vector<OpCase>& cases);
 void add_squash_grad_forms(std::vector<GradForm>& forms);
 void add_softmax_cases(std::vector<OpCase>& cases);
+void add_softmax_grad_forms(std::vector<GradForm>& forms);
 void add_attention_cases(std::vector<OpCase>& cases);
+void add_attention_grad_forms(std::vector<GradForm>& forms);
 void add_token_cases(std::vector<OpCase>& cases);
+void add_token_grad_forms(std::vector<GradForm>& forms);
 void add_layout_cases(std::vector<OpCase>& cases);
+void add_layout_grad_forms(std::vector<GradForm>& forms);
 
 }  // namespace normlab::opcases::detail

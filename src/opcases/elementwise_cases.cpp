@@ -1,8 +1,10 @@
 // Elementwise kernels: fill, copy, add (also in place), accumulate, scale, mul, GELU, the sum of
-// squares and one Adam step; their cases.
+// squares and one Adam step; their cases and the op-level grad forms of add, add_scaled, scale,
+// mul, GELU and add_constant.
 #include <cmath>
 
 #include "cases_internal.h"
+#include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
 
@@ -193,6 +195,14 @@ void add_adam_cases(std::vector<OpCase>& cases) {
       for (const int64_t step : {int64_t{1}, int64_t{10}}) cases.push_back(adam_case(n, decoupled, step, seed++));
 }
 
+// a and b drawn as the pair cases draw them, named `names`, requiring gradients.
+std::vector<std::pair<std::string, Tensor>> pair_leaves(const Shape& s, DType dt, uint64_t seed,
+                                                         const std::vector<std::string>& names) {
+  Tensors drawn = pair_inputs(s, seed);
+  if (names.size() == 1) drawn.set(names[0], drawn.at("a"));
+  return leaves(drawn, names, dt);
+}
+
 }  // namespace
 
 void add_elementwise_cases(std::vector<OpCase>& cases) {
@@ -215,6 +225,52 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
     cases.push_back(sum_squares_case(n, seed++));
   cases.push_back(sum_squares_keeps_small_terms());
   add_adam_cases(cases);
+}
+
+void add_elementwise_grad_forms(std::vector<GradForm>& forms) {
+  forms.push_back({"add", "a + b", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{pair_leaves(s.x(), dt, seed, {"a", "b"}), nullptr};
+                     const Tensor a = inst.inputs[0].second, b = inst.inputs[1].second;
+                     inst.forward = [=] { return add(a, b); };
+                     return inst;
+                   }});
+  forms.push_back({"add_scaled", "alpha*a + b (DeepNorm residual), alpha = 1.7",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{pair_leaves(s.x(), dt, seed, {"a", "b"}), nullptr};
+                     const Tensor a = inst.inputs[0].second, b = inst.inputs[1].second;
+                     inst.forward = [=] { return add_scaled(a, 1.7, b); };
+                     inst.numbers = {{"alpha", 1.7}};
+                     return inst;
+                   }});
+  forms.push_back({"scale", "alpha*x, alpha = -0.6", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{pair_leaves(s.x(), dt, seed, {"x"}), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return scale(x, -0.6); };
+                     inst.numbers = {{"alpha", -0.6}};
+                     return inst;
+                   }});
+  forms.push_back({"mul", "a * b elementwise", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{pair_leaves(s.x(), dt, seed, {"a", "b"}), nullptr};
+                     const Tensor a = inst.inputs[0].second, b = inst.inputs[1].second;
+                     inst.forward = [=] { return mul(a, b); };
+                     return inst;
+                   }});
+  forms.push_back({"gelu", "x * Phi(x), exact erf form", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(gelu_inputs(s.x(), seed), {"x"}, dt), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return gelu(x); };
+                     return inst;
+                   }});
+}
+
+void add_constant_grad_form(std::vector<GradForm>& forms) {
+  // x of the channels alone: a norm's gain vector, to which Gemma adds 1.
+  forms.push_back({"add_constant", "x + 1 (Gemma's gain 1 + w)", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{pair_leaves({s.channels}, dt, seed, {"x"}), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return add_constant(x, 1.0); };
+                     return inst;
+                   }});
 }
 
 }  // namespace normlab::opcases::detail

@@ -1,6 +1,7 @@
-// Layout: the transpose of two axes (heads split and merged, a plain matrix transpose): its
-// kernel's cases.
+// Layout: the transpose of two axes (heads split and merged, a plain matrix transpose); its
+// kernel's cases and the op-level grad forms of reshape and transpose.
 #include "cases_internal.h"
+#include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
 
@@ -42,6 +43,22 @@ void add_layout_cases(std::vector<OpCase>& cases) {
                                {2, 16, 1, 4, 16}, {3, 7, 2, 5, 3}, {1, 100, 3, 70, 1}};
   uint64_t seed = 1900;
   for (const auto& s : shapes) cases.push_back(transpose_case(s, seed++));
+}
+
+void add_layout_grad_forms(std::vector<GradForm>& forms) {
+  forms.push_back({"reshape", "(B, T, C) viewed as (B*T, C)", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(layout_inputs(s.x(), seed), {"x"}, dt), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return reshape(x, {-1, x.size(-1)}); };
+                     return inst;
+                   }});
+  forms.push_back({"transpose", "(B, T, H, Dh) -> (B, H, T, Dh)", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     const Shape heads = {s.batch, s.time, s.heads, s.channels / s.heads};
+                     CaseInstance inst{leaves(layout_inputs(heads, seed), {"x"}, dt), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return transpose(x, 1, 2); };
+                     return inst;
+                   }});
 }
 
 }  // namespace normlab::opcases::detail

@@ -1,7 +1,8 @@
 // Matrix products: the batched matmul (every transpose, shared operand and accumulate), the linear
 // layer's forward with its bias and residual epilogue, its input gradient with the GELU gate, and
-// the column sums of the bias gradient; their kernels' cases.
+// the column sums of the bias gradient; their kernels' cases and op-level grad forms.
 #include "cases_internal.h"
+#include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
 
@@ -172,6 +173,52 @@ void add_matmul_cases(std::vector<OpCase>& cases) {
   const int64_t sum_shapes[][2] = {{1, 1}, {7, 3}, {7, 65}, {1, 1000}, {512, 64}, {64, 513}};
   seed = 300;
   for (const auto& s : sum_shapes) cases.push_back(sum_rows_case(s[0], s[1], seed++));
+}
+
+void add_matmul_grad_forms(std::vector<GradForm>& forms) {
+  // x (batch, time, channels) into `hidden` outputs; its bias named b.
+  const auto linear_leaves = [](const GradSizes& s, DType dt, uint64_t seed, std::vector<std::string> names) {
+    Tensors drawn = linear_inputs(s.x(), s.hidden, seed);
+    drawn.set("b", drawn.at("bias"));
+    return leaves(drawn, names, dt);
+  };
+  forms.push_back({"linear", "y = x W^T + b", [=](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{linear_leaves(s, dt, seed, {"x", "w", "b"}), nullptr};
+                     const Tensor x = inst.inputs[0].second, w = inst.inputs[1].second, b = inst.inputs[2].second;
+                     inst.forward = [=] { return linear(x, w, b); };
+                     return inst;
+                   }});
+  forms.push_back({"linear_residual", "y = r + x W^T + b (the add in the product's epilogue)",
+                   [=](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{linear_leaves(s, dt, seed, {"x", "w", "b", "r"}), nullptr};
+                     const Tensor x = inst.inputs[0].second, w = inst.inputs[1].second, b = inst.inputs[2].second,
+                                  r = inst.inputs[3].second;
+                     inst.forward = [=] { return linear(x, w, b, r); };
+                     return inst;
+                   }});
+  // h ~ N(0, 2^2) as the gelu cases draw x: across GELU's curved part.
+  forms.push_back({"gelu_linear", "y = r + gelu(h) W^T + b (GELU's derivative in the dh product's epilogue)",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     Tensors drawn = linear_inputs({s.batch, s.time, s.hidden}, s.channels, seed, 2.0);
+                     drawn.set("h", drawn.at("x"));
+                     drawn.set("b", drawn.at("bias"));
+                     CaseInstance inst{leaves(drawn, {"h", "w", "b", "r"}, dt), nullptr};
+                     const Tensor h = inst.inputs[0].second, w = inst.inputs[1].second, b = inst.inputs[2].second,
+                                  r = inst.inputs[3].second;
+                     inst.forward = [=] { return gelu_linear(h, w, b, r); };
+                     return inst;
+                   }});
+  for (const bool shared : {false, true}) {
+    forms.push_back({shared ? "matmul_shared" : "matmul",
+                     shared ? "C_b = A_b B with B shared across the batch" : "batched C_b = A_b B_b",
+                     [shared](const GradSizes& s, DType dt, uint64_t seed) {
+                       const MatmulShape m{s.batch, s.time, s.hidden, s.channels, false, false, true, !shared, false};
+                       CaseInstance inst{leaves(matmul_inputs(m, seed), {"a", "b"}, dt), nullptr};
+                       const Tensor a = inst.inputs[0].second, b = inst.inputs[1].second;
+                       inst.forward = [=] { return matmul(a, b); };
+                       return inst;
+                     }});
+  }
 }
 
 }  // namespace normlab::opcases::detail

@@ -99,9 +99,17 @@ const std::vector<OpCase>& all_cases() {
 
 const std::vector<GradForm>& grad_forms() {
   static const std::vector<GradForm> forms = [] {
+    // In the order gradcheck lists them (gradcheck --list).
     std::vector<GradForm> f;
+    detail::add_matmul_grad_forms(f);
+    detail::add_elementwise_grad_forms(f);
     detail::add_norm_grad_forms(f);
     detail::add_squash_grad_forms(f);
+    detail::add_constant_grad_form(f);
+    detail::add_softmax_grad_forms(f);
+    detail::add_attention_grad_forms(f);
+    detail::add_token_grad_forms(f);
+    detail::add_layout_grad_forms(f);
     return f;
   }();
   return forms;

@@ -1,5 +1,7 @@
-// Softmax over the last dimension: its forward and backward kernels' cases.
+// Softmax over the last dimension: its forward and backward kernels' cases and its op-level grad
+// form.
 #include "cases_internal.h"
+#include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
 
@@ -58,6 +60,18 @@ void add_softmax_cases(std::vector<OpCase>& cases) {
     uint64_t seed = 1400;
     for (const auto& s : kSoftmaxShapes) cases.push_back(softmax_case(backward, s[0], s[1], seed++));
   }
+}
+
+void add_softmax_grad_forms(std::vector<GradForm>& forms) {
+  // x ~ N(0, 2^2), not the kernel cases' N(50, 3^2): a shift changes no gradient of a softmax, and
+  // a bf16 or fp16 check stores x, whose ulp around 50 (0.25 in bf16) would be a twelfth of the
+  // spread.
+  forms.push_back({"softmax", "softmax over the last dimension", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(softmax_inputs(s.x(), seed, 0.0, 2.0), {"x"}, dt), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return softmax(x); };
+                     return inst;
+                   }});
 }
 
 }  // namespace normlab::opcases::detail

@@ -1,8 +1,9 @@
 // The ops indexed by token ids, the model's first and last: the embedding lookup (forward, and its
 // scatter-add backward) and the cross-entropy of the logits against target ids (forward, backward);
-// their kernels' cases. Ids outside the range are rejected
+// their kernels' cases and op-level grad forms. Ids outside the range are rejected
 // (tests/opcases/rejects_test.cpp).
 #include "cases_internal.h"
+#include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
 
@@ -104,6 +105,28 @@ void add_token_cases(std::vector<OpCase>& cases) {
     uint64_t seed = 1500;
     for (const auto& s : logits_shapes) cases.push_back(cross_entropy_case(backward, s[0], s[1], seed++));
   }
+}
+
+void add_token_grad_forms(std::vector<GradForm>& forms) {
+  forms.push_back({"embedding", "table[ids], repeated ids included", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     const Tensors drawn = embedding_inputs({s.batch, s.time}, s.vocab, s.channels, seed);
+                     CaseInstance inst{leaves(drawn, {"table"}, dt), nullptr};
+                     const Tensor table = inst.inputs[0].second, ids = drawn.at("ids");
+                     inst.forward = [=] { return embedding(ids, table); };
+                     inst.constants = {{"ids", ids}};
+                     return inst;
+                   }});
+  // Logits ~ N(0, 2^2), not the kernel cases' N(30, 4^2): a shift changes no gradient of the loss,
+  // and a bf16 or fp16 check stores the logits, whose ulp around 30 (0.125 in bf16) would be a
+  // thirty-second of the spread.
+  forms.push_back({"cross_entropy", "mean over tokens of logsumexp(z) - z[target]", [](const GradSizes& s, DType dt, uint64_t seed) {
+                     const Tensors drawn = logits_inputs({s.batch, s.time}, s.vocab, seed, 0.0, 2.0);
+                     CaseInstance inst{leaves(drawn, {"logits"}, dt), nullptr};
+                     const Tensor z = inst.inputs[0].second, targets = drawn.at("targets");
+                     inst.forward = [=] { return cross_entropy(z, targets); };
+                     inst.constants = {{"targets", targets}};
+                     return inst;
+                   }});
 }
 
 }  // namespace normlab::opcases::detail
