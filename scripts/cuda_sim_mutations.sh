@@ -6,9 +6,10 @@
 # kernel source in src/backends/cuda (block_reduce in common.cuh, the norm kernels in norms.cu,
 # column_partial_kernel in columns.cu) is applied to its file in place (the sources are copied
 # aside first and put back after every mutation, and on any exit), the module normlab_cuda_sim and
-# test_backends are rebuilt (both: the module and the program that loads it must carry the
-# same build id, whose commit is "-dirty" while a mutation is applied), and
-# `test_backends --gtest_filter='*cuda_sim*'` must FAIL, on a test, with the module loaded:
+# the programs test_opcases and test_backends are rebuilt (all: the module and the programs that
+# load it must carry the same build id, whose commit is "-dirty" while a mutation is applied), and
+# `--gtest_filter='*cuda_sim*'` of the two (the op cases, the CudaDevice tests) must FAIL, on a
+# test, with the module loaded:
 #   - every single `__syncthreads();` line of block_reduce, of the norm kernels
 #     (norm_forward_kernel, norm_backward_dx_kernel, norm_backward_onepass_kernel) and of
 #     column_partial_kernel (the norm backward's dgamma/dbeta reduction), deleted, one at a time;
@@ -22,7 +23,7 @@
 #   --list        print the mutations and exit
 #   --only REGEX  run only the mutations whose name matches REGEX (grep -E)
 # Environment: BUILD_DIR (default build: a tree configured by scripts/build.sh), JOBS (default 2),
-#   FILTER (gtest filter, default '*cuda_sim*'), TEST_TIMEOUT (seconds per suite run, default 900),
+#   FILTER (gtest filter, default '*cuda_sim*'), TEST_TIMEOUT (seconds per program's run, default 900),
 #   KEEP_LOGS=1 (keep the build and test logs of every mutation; their folder is printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +59,7 @@ on_exit() {
   if [ "$restored" -eq 0 ]; then
     restore
     echo "interrupted: $MUTATED restored; rebuild before using $BUILD_DIR:" \
-         "cmake --build $BUILD_DIR --target normlab_cuda_sim test_backends" >&2
+         "cmake --build $BUILD_DIR --target normlab_cuda_sim test_opcases test_backends" >&2
   fi
   for f in "$WORK"/orig/*; do
     if ! cmp -s "$f" "$SRC/$(basename "$f")"; then
@@ -159,17 +160,23 @@ count=$(wc -l < "$WORK/selected.tsv")
 BIN=$(cd "$BUILD_DIR" && pwd)
 
 build_targets() {  # $1: log file
-  cmake --build "$BUILD_DIR" --target normlab_cuda_sim test_backends -j "$JOBS" > "$1" 2>&1
+  cmake --build "$BUILD_DIR" --target normlab_cuda_sim test_opcases test_backends -j "$JOBS" > "$1" 2>&1
 }
 # A run in which the module was refused (another build's id) fails every test without testing
 # anything.
 module_refused() { grep -q "cuda-sim is not available" "$1"; }
-run_suite() {  # $1: log file; the suite's exit status
-  (cd "$BIN" && timeout "$TEST_TIMEOUT" ./test_backends --gtest_filter="$FILTER") > "$1" 2>&1
+run_suite() {  # $1: log file; the first failing program's exit status (both run)
+  local rc=0 status program
+  for program in test_opcases test_backends; do
+    status=0
+    (cd "$BIN" && timeout "$TEST_TIMEOUT" "./$program" --gtest_filter="$FILTER") >> "$1" 2>&1 || status=$?
+    [ "$rc" -ne 0 ] || rc=$status
+  done
+  return "$rc"
 }
 
 # ---- the unmutated suite must pass -----------------------------------------------------------
-echo "baseline: building normlab_cuda_sim and test_backends in $BUILD_DIR ..." >&2
+echo "baseline: building normlab_cuda_sim, test_opcases and test_backends in $BUILD_DIR ..." >&2
 if ! build_targets "$WORK/baseline_build.log"; then
   tail -30 "$WORK/baseline_build.log" >&2
   echo "the unmutated tree does not build" >&2
@@ -180,7 +187,8 @@ if ! run_suite "$WORK/baseline_test.log"; then
   echo "the unmutated suite fails: no mutation result would mean anything" >&2
   exit 2
 fi
-baseline_tests=$(grep -oE '^\[==========\] [0-9]+ tests' "$WORK/baseline_test.log" | grep -oE '[0-9]+' || echo "?")
+baseline_tests=$(grep -oE '^\[==========\] [0-9]+ tests' "$WORK/baseline_test.log" | grep -oE '[0-9]+' |
+                 awk '{ n += $1 } END { print NR ? n : "?" }')
 echo "baseline: $baseline_tests tests pass (filter $FILTER)" >&2
 
 # ---- each mutation ---------------------------------------------------------------------------------

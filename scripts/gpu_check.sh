@@ -2,8 +2,8 @@
 # The GPU check (issue 15), one unattended run on a machine with an NVIDIA GPU (written for an
 # H200: sm_90, CUDA 13.0, PyTorch installed); about 3-5 minutes:
 #   1. builds normlab with the CUDA backend required (NORMLAB_CUDA=ON) for sm_90 + PTX, in build-gpu/
-#   2. runs the GPU tests: every KernelOps cross-backend test against the reference for "cuda"
-#      (outputs poisoned with NaN before each kernel) and the Cuda* tests, with
+#   2. runs the GPU tests: every op case against the reference for "cuda" (OpCases*/cuda, on
+#      device-resident tensors, outputs poisoned with NaN before each kernel) and the Cuda* tests, with
 #      NORMLAB_CUDA_SYNC=1 so that a faulting kernel is named and NORMLAB_REQUIRE_CUDA=1 so that
 #      a test that would skip for want of a GPU fails instead
 #   3. gradcheck --device cuda: float32 GPU gradients against the float64 reference
@@ -44,7 +44,7 @@ jobs=$(nproc 2>/dev/null || echo 8)
 mkdir -p "$BUILD"
 if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CUDA=ON -DNORMLAB_TESTS=ON \
       "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" >"$BUILD/gpu-configure.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$jobs" --target normlab test_backends >"$BUILD/gpu-build.log" 2>&1; then
+   cmake --build "$BUILD" -j "$jobs" --target normlab test_backends test_opcases >"$BUILD/gpu-build.log" 2>&1; then
   result[build]=ok
   grep -E "warning" "$BUILD/gpu-build.log" | head -20 || true
 else
@@ -62,9 +62,16 @@ if dev=$("$NL" bench norms --device cuda --shapes 1x8x64 --pass fwd --repeats 1 
          grep -m1 -E '^(device:|error:)'); then echo "$dev"; fi
 if [[ ${dev:-} == *"device(s)"* ]]; then result[device]=ok; else result[device]="no device"; fail "the binary sees no CUDA device"; fi
 
-step "2. GPU tests (Kernel*/cuda, Cuda*)"
-if NORMLAB_CUDA_SYNC=1 NORMLAB_REQUIRE_CUDA=1 timeout 240 "$BUILD/test_backends" --gtest_filter='*Kernel*/cuda:Cuda*' \
-     --gtest_brief=1 >"$OUT/gpu-tests.txt" 2>&1; then
+step "2. GPU tests (OpCases*/cuda, Cuda*)"
+gpu_tests() {  # both programs run; either failing fails the step
+  local rc=0
+  NORMLAB_CUDA_SYNC=1 NORMLAB_REQUIRE_CUDA=1 timeout 240 "$BUILD/test_opcases" --gtest_filter='*OpCases*/cuda' \
+    --gtest_brief=1 || rc=1
+  NORMLAB_CUDA_SYNC=1 NORMLAB_REQUIRE_CUDA=1 timeout 240 "$BUILD/test_backends" --gtest_filter='Cuda*' \
+    --gtest_brief=1 || rc=1
+  return $rc
+}
+if gpu_tests >"$OUT/gpu-tests.txt" 2>&1; then
   result[tests]="ok ($(grep -c '^\[       OK \]' "$OUT/gpu-tests.txt" || true) passed)"
 else
   result[tests]="FAILED"

@@ -1,19 +1,19 @@
 // The cases gradcheck knows: every op, then blocks in each placement and whole-model losses.
-// The ops of the op-case registry come from their grad forms (normlab/opcases.h); the others,
-// the blocks and the models are declared here.
+// The ops come from the op-case registry's grad forms (normlab/opcases.h); the blocks and the
+// models are declared here.
 #include <memory>
 
 #include "normlab/gradcheck.h"
 #include "normlab/nn.h"
 #include "normlab/opcases.h"
-#include "normlab/ops.h"
 #include "normlab/rng.h"
 
 namespace normlab {
 
 namespace {
 
-// Draws inputs in double so that a float32 and a float64 instance hold the same values.
+// Draws a block's x and a model's ids in double so that a float32 and a float64 instance hold the
+// same values.
 struct Draw {
   Rng rng;
   DType dtype;
@@ -28,22 +28,6 @@ struct Draw {
     return Tensor::from_ids(v, s);
   }
 };
-
-using Inputs = std::vector<std::pair<std::string, Tensor>>;
-
-
-GradCase op(std::string name, std::string description,
-            std::function<CaseInstance(const CaseShape&, Draw&)> build) {
-  GradCase c;
-  c.name = std::move(name);
-  c.kind = "op";
-  c.description = std::move(description);
-  c.make = [build](const CaseShape& s, DType dtype, uint64_t seed) {
-    Draw d{Rng(seed, stream::check), dtype};
-    return build(s, d);
-  };
-  return c;
-}
 
 // The model config a composite case is built with: the case's sizes, float64 or float32.
 ModelConfig case_config(const CaseShape& s, DType dtype, ModelKind model, NormKind norm,
@@ -141,111 +125,24 @@ GradCase model_case(std::string name, std::string description, ModelKind model, 
                         std::move(variant));
 }
 
-std::vector<GradCase> build_cases() {
-  std::vector<GradCase> cs;
-  cs.push_back(op("linear", "y = x W^T + b", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}), w = d.normal({s.hidden, s.channels}), b = d.normal({s.hidden});
-    return CaseInstance{{{"x", x}, {"w", w}, {"b", b}}, [=] { return linear(x, w, b); }};
-  }));
-  cs.push_back(op("linear_residual", "y = r + x W^T + b (the add in the product's epilogue)",
-                  [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}), w = d.normal({s.hidden, s.channels}), b = d.normal({s.hidden}),
-           r = d.normal({s.batch, s.time, s.hidden});
-    return CaseInstance{{{"x", x}, {"w", w}, {"b", b}, {"r", r}}, [=] { return linear(x, w, b, r); }};
-  }));
-  cs.push_back(op("gelu_linear", "y = r + gelu(h) W^T + b (GELU's derivative in the dh product's epilogue)",
-                  [](const CaseShape& s, Draw& d) {
-    Tensor h = d.normal({s.batch, s.time, s.hidden}, 0.0, 2.0), w = d.normal({s.channels, s.hidden}),
-           b = d.normal({s.channels}), r = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"h", h}, {"w", w}, {"b", b}, {"r", r}}, [=] { return gelu_linear(h, w, b, r); }};
-  }));
-  cs.push_back(op("matmul", "batched C_b = A_b B_b", [](const CaseShape& s, Draw& d) {
-    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.channels, s.hidden});
-    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return matmul(a, b); }};
-  }));
-  cs.push_back(op("matmul_shared", "C_b = A_b B with B shared across the batch", [](const CaseShape& s, Draw& d) {
-    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.channels, s.hidden});
-    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return matmul(a, b); }};
-  }));
-  cs.push_back(op("add", "a + b", [](const CaseShape& s, Draw& d) {
-    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return add(a, b); }};
-  }));
-  cs.push_back(op("add_scaled", "alpha*a + b (DeepNorm residual), alpha = 1.7", [](const CaseShape& s, Draw& d) {
-    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
-    CaseInstance inst{{{"a", a}, {"b", b}}, [=] { return add_scaled(a, 1.7, b); }};
-    inst.numbers = {{"alpha", 1.7}};
-    return inst;
-  }));
-  cs.push_back(op("scale", "alpha*x, alpha = -0.6", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels});
-    CaseInstance inst{{{"x", x}}, [=] { return scale(x, -0.6); }};
-    inst.numbers = {{"alpha", -0.6}};
-    return inst;
-  }));
-  cs.push_back(op("mul", "a * b elementwise", [](const CaseShape& s, Draw& d) {
-    Tensor a = d.normal({s.batch, s.time, s.channels}), b = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"a", a}, {"b", b}}, [=] { return mul(a, b); }};
-  }));
-  cs.push_back(op("gelu", "x * Phi(x), exact erf form", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
-    return CaseInstance{{{"x", x}}, [=] { return gelu(x); }};
-  }));
-  // The norms, DyT, Derf and the channel scales: the op cases' grad forms (src/opcases), x of
-  // (batch, time, channels).
+// Every op's form of the op-case registry (normlab/opcases.h), in its order, built with the
+// case's sizes.
+void add_op_cases(std::vector<GradCase>& cs) {
   for (const opcases::GradForm& f : opcases::grad_forms()) {
     GradCase c;
     c.name = f.name;
     c.kind = "op";
     c.description = f.description;
     c.make = [make = f.make](const CaseShape& s, DType dtype, uint64_t seed) {
-      return make({s.batch, s.time, s.channels}, dtype, seed);
+      return make(opcases::GradSizes{s.batch, s.time, s.channels, s.heads, s.hidden, s.vocab}, dtype, seed);
     };
     cs.push_back(std::move(c));
   }
-  cs.push_back(op("add_constant", "x + 1 (Gemma's gain 1 + w)", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.channels});
-    return CaseInstance{{{"x", x}}, [=] { return add_constant(x, 1.0); }};
-  }));
-  cs.push_back(op("softmax", "softmax over the last dimension", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels}, 0.0, 2.0);
-    return CaseInstance{{{"x", x}}, [=] { return softmax(x); }};
-  }));
-  cs.push_back(op("causal_attention", "causal multi-head softmax(q k^T / sqrt(Dh)) v", [](const CaseShape& s, Draw& d) {
-    Tensor q = d.normal({s.batch, s.time, s.channels}), k = d.normal({s.batch, s.time, s.channels}),
-           v = d.normal({s.batch, s.time, s.channels});
-    int64_t h = s.heads;
-    CaseInstance inst{{{"q", q}, {"k", k}, {"v", v}}, [=] { return causal_attention(q, k, v, h); }};
-    inst.numbers = {{"heads", double(h)}};
-    return inst;
-  }));
-  cs.push_back(op("prefix_mean", "causal prefix mean over time (toy mixing)", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"x", x}}, [=] { return prefix_mean(x); }};
-  }));
-  cs.push_back(op("embedding", "table[ids], repeated ids included", [](const CaseShape& s, Draw& d) {
-    Tensor table = d.normal({s.vocab, s.channels});
-    Tensor ids = d.ids({s.batch, s.time}, s.vocab);
-    CaseInstance inst{{{"table", table}}, [=] { return embedding(ids, table); }};
-    inst.constants = {{"ids", ids}};
-    return inst;
-  }));
-  cs.push_back(op("cross_entropy", "mean over tokens of logsumexp(z) - z[target]", [](const CaseShape& s, Draw& d) {
-    Tensor z = d.normal({s.batch, s.time, s.vocab}, 0.0, 2.0);
-    Tensor t = d.ids({s.batch, s.time}, s.vocab);
-    CaseInstance inst{{{"logits", z}}, [=] { return cross_entropy(z, t); }};
-    inst.constants = {{"targets", t}};
-    return inst;
-  }));
-  cs.push_back(op("reshape", "(B, T, C) viewed as (B*T, C)", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.channels});
-    return CaseInstance{{{"x", x}}, [=] { return reshape(x, {-1, x.size(-1)}); }};
-  }));
-  cs.push_back(op("transpose", "(B, T, H, Dh) -> (B, H, T, Dh)", [](const CaseShape& s, Draw& d) {
-    Tensor x = d.normal({s.batch, s.time, s.heads, s.channels / s.heads});
-    return CaseInstance{{{"x", x}}, [=] { return transpose(x, 1, 2); }};
-  }));
+}
 
+std::vector<GradCase> build_cases() {
+  std::vector<GradCase> cs;
+  add_op_cases(cs);
   cs.push_back(block_case("block_pre_ln", "toy block, Pre-LN: x + F(LN(x))", ModelKind::toy, NormKind::layernorm,
                           Placement::pre, false));
   cs.push_back(block_case("block_post_ln", "toy block, Post-LN: LN(x + F(x))", ModelKind::toy, NormKind::layernorm,

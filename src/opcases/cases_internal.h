@@ -27,8 +27,13 @@ class Params {
 struct Draw {
   explicit Draw(uint64_t seed) : rng(seed, stream::check) {}
   Tensor normal(const Shape& s, double std = 1.0, double mean = 0.0);
+  // int32 values uniform in [0, bound): token ids, targets.
+  Tensor ids(const Shape& s, int64_t bound);
   Rng rng;
 };
+
+// The tensors of `from` named, in that order: what one case of a family takes of its draws.
+Tensors only(const Tensors& from, const std::vector<std::string>& names);
 
 // The inputs an op-level (grad) form takes from its cases' draws, converted to `dtype` and
 // requiring gradients, in the order named.
@@ -43,9 +48,25 @@ inline constexpr int64_t kRowShapes[][2] = {{1, 1},    {1, 3},    {7, 1},    {7,
                                             {1, 1000}, {7, 1000}, {64, 512}, {512, 64}, {3, 4096},
                                             {5, 4097}, {37, 256}, {2, 49153}, {3, 49156}};
 
+void add_matmul_cases(std::vector<OpCase>& cases);
+void add_matmul_grad_forms(std::vector<GradForm>& forms);
+void add_elementwise_cases(std::vector<OpCase>& cases);
+void add_elementwise_grad_forms(std::vector<GradForm>& forms);
+// x + 1 (Gemma's gain): gradcheck lists it after the squash family's forms, beside which the ops
+// define it (ops/squash.cpp).
+void add_constant_grad_form(std::vector<GradForm>& forms);
+void add_format_cases(std::vector<OpCase>& cases);
 void add_norm_cases(std::vector<OpCase>& cases);
 void add_norm_grad_forms(std::vector<GradForm>& forms);
 void add_squash_cases(std::vector<OpCase>& cases);
 void add_squash_grad_forms(std::vector<GradForm>& forms);
+void add_softmax_cases(std::vector<OpCase>& cases);
+void add_softmax_grad_forms(std::vector<GradForm>& forms);
+void add_attention_cases(std::vector<OpCase>& cases);
+void add_attention_grad_forms(std::vector<GradForm>& forms);
+void add_token_cases(std::vector<OpCase>& cases);
+void add_token_grad_forms(std::vector<GradForm>& forms);
+void add_layout_cases(std::vector<OpCase>& cases);
+void add_layout_grad_forms(std::vector<GradForm>& forms);
 
 }  // namespace normlab::opcases::detail

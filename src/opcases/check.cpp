@@ -1,6 +1,5 @@
 // Test mode: a case on a backend, on tensors resident on its device, against the reference
 // backend in float64.
-#include <algorithm>
 #include <cmath>
 
 #include "cases_internal.h"
@@ -17,11 +16,13 @@ Tensors float32_inputs(const Tensors& in64) {
   return t;
 }
 
-// The reference's outputs, in float64 from the float32 inputs' values.
+// The reference's outputs, in float64 (or the case's reference_dtype) from the float32 inputs'
+// values.
 Tensors reference_outputs(const OpCase& c, const Tensors& in32) {
   Tensors t;
-  for (const auto& [name, x] : in32.items()) t.set(name, x.dtype() == DType::f32 ? x.to(DType::f64) : x);
-  for (const Output& o : c.outputs) t.set(o.name, Tensor::zeros(o.shape, DType::f64));
+  for (const auto& [name, x] : in32.items()) t.set(name, x.dtype() == DType::f32 ? x.to(c.reference_dtype) : x);
+  for (const Output& o : c.outputs)
+    t.set(o.name, Tensor::zeros(o.shape, o.dtype == DType::f64 ? DType::f64 : c.reference_dtype));
   c.call(backend("reference"), t);
   return t;
 }
@@ -33,7 +34,7 @@ Tensors run_on(const OpCase& c, Backend& b, const Tensors& in32, const std::vect
   Tensors t;
   for (const auto& [name, x] : in32.items()) t.set(name, dev == Device::cpu ? x.clone() : x.to_device(dev));
   for (const Output* o : wanted) {
-    Tensor e = Tensor::empty(o->shape, DType::f32, dev);
+    Tensor e = Tensor::empty(o->shape, o->dtype, dev);
     e.fill_(NAN);
     t.set(o->name, e);
   }
@@ -43,20 +44,26 @@ Tensors run_on(const OpCase& c, Backend& b, const Tensors& in32, const std::vect
   return host;
 }
 
-OutputCheck compare(const Output& o, const Tensor& got32, const Tensor& want64, double scale) {
+// The same value, NaN equal to NaN and 0 apart from -0.
+bool same_bits(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+OutputCheck compare(const Output& o, const Tensor& got_t, const Tensor& want_t, double scale) {
   OutputCheck r;
   r.name = o.name;
-  const std::vector<double> got = got32.to_vector(), want = want64.to_vector();
+  const std::vector<double> got = got_t.to_vector(), want = want_t.to_vector();
   NL_CHECK(got.size() == want.size(), "op case output {}: {} values, the reference has {}", o.name, got.size(),
            want.size());
   const double atol = o.tol.atol * scale;
+  const bool exact = o.tol.atol == 0 && o.tol.rtol == 0;
   for (size_t i = 0; i < got.size(); ++i) {
     ++r.checked;
     const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
     const double diff = std::isnan(got[i]) != std::isnan(want[i]) ? INFINITY : std::fabs(got[i] - want[i]);
     if (!both_nan && diff > r.max_abs_err) r.max_abs_err = diff;
     const double tol = atol + o.tol.rtol * std::fabs(want[i]);
-    if (both_nan || got[i] == want[i] || diff <= tol) continue;
+    if (same_bits(got[i], want[i]) || (!exact && diff <= tol)) continue;
     if (++r.bad <= 3)
       r.first_bad += fmt::format(" [{}] got {:.9g} reference {:.9g} diff {:.3g} (tol {:.3g});", i, got[i], want[i],
                                  diff, tol);
@@ -64,16 +71,16 @@ OutputCheck compare(const Output& o, const Tensor& got32, const Tensor& want64, 
   return r;
 }
 
-// The same bits, NaN equal to NaN.
-OutputCheck compare_bits(const std::string& name, const Tensor& alone, const Tensor& full) {
+// `got` of a run with fewer outputs wanted against `full`, of the run with all of them: the same
+// bits.
+OutputCheck compare_bits(const std::string& name, const Tensor& got_t, const Tensor& full_t) {
   OutputCheck r;
-  r.name = name + " alone";
-  const float *a = alone.data<float>(), *f = full.data<float>();
-  for (int64_t i = 0; i < alone.numel(); ++i) {
+  r.name = name;
+  const std::vector<double> got = got_t.to_vector(), full = full_t.to_vector();
+  for (size_t i = 0; i < got.size(); ++i) {
     ++r.checked;
-    const bool same = (std::isnan(a[i]) && std::isnan(f[i])) || (a[i] == f[i] && std::signbit(a[i]) == std::signbit(f[i]));
-    if (same) continue;
-    if (++r.bad <= 3) r.first_bad += fmt::format(" [{}] alone {:.9g} with the others {:.9g};", i, a[i], f[i]);
+    if (same_bits(got[i], full[i])) continue;
+    if (++r.bad <= 3) r.first_bad += fmt::format(" [{}] {:.9g}, with every output {:.9g};", i, got[i], full[i]);
   }
   return r;
 }
@@ -89,30 +96,50 @@ void add(CaseCheck& check, OutputCheck o, const Output& spec, double scale) {
   check.outputs.push_back(std::move(o));
 }
 
+// The case on b again with only the outputs `wanted`: each of `compared` the same bits as in
+// `full`, the run with every output; `label` says what was left out.
+void add_same_bits(CaseCheck& check, const OpCase& c, Backend& b, const Tensors& in32,
+                   const std::vector<const Output*>& wanted, const std::vector<const Output*>& compared,
+                   const Tensors& full, const std::string& label) {
+  const Tensors got = run_on(c, b, in32, wanted);
+  for (const Output* o : compared) {
+    Output exact = *o;
+    exact.tol = tol::kExact;
+    add(check, compare_bits(o->name + label, got.at(o->name), full.at(o->name)), exact, 1.0);
+  }
+}
+
 }  // namespace
 
 CaseCheck check_case(const OpCase& c, Backend& b) {
   const Tensors in64 = c.inputs();
   const Tensors in32 = float32_inputs(in64);
   const Tensors want = reference_outputs(c, in32);
-  std::vector<const Output*> every;
-  for (const Output& o : c.outputs) every.push_back(&o);
+  std::vector<const Output*> every, required, optional;
+  for (const Output& o : c.outputs) {
+    every.push_back(&o);
+    (o.optional ? optional : required).push_back(&o);
+  }
   const Tensors got = run_on(c, b, in32, every);
   CaseCheck check;
   for (const Output& o : c.outputs) {
     const double scale = o.atol_scale ? o.atol_scale(in64) : 1.0;
     add(check, compare(o, got.at(o.name), want.at(o.name), scale), o, scale);
   }
-  // Each gradient alone: the kernel skips what is not wanted and computes the rest the same way.
-  const int optional = static_cast<int>(std::count_if(c.outputs.begin(), c.outputs.end(), [](const Output& o) { return o.optional; }));
-  if (optional > 1)
-    for (const Output& o : c.outputs) {
-      if (!o.optional) continue;
-      const Tensors alone = run_on(c, b, in32, {&o});
-      Output exact = o;
-      exact.tol = tol::kExact;
-      add(check, compare_bits(o.name, alone.at(o.name), got.at(o.name)), exact, 1.0);
+  // A kernel skips what is not wanted and computes the rest the same way: each optional output
+  // alone (beside the required ones), and the required ones with every optional one declined
+  // (GELU's y without its derivative).
+  if (optional.size() > 1)
+    for (const Output* o : optional) {
+      std::vector<const Output*> wanted = required;
+      wanted.push_back(o);
+      add_same_bits(check, c, b, in32, wanted, {o}, got, " alone");
     }
+  if (!optional.empty() && !required.empty()) {
+    std::string declined;
+    for (const Output* o : optional) declined += (declined.empty() ? " without " : ", ") + o->name;
+    add_same_bits(check, c, b, in32, required, required, got, declined);
+  }
   return check;
 }
 

@@ -57,6 +57,18 @@ Tensor Draw::normal(const Shape& s, double std, double mean) {
   return Tensor::from(v, s, DType::f64);
 }
 
+Tensor Draw::ids(const Shape& s, int64_t bound) {
+  std::vector<int32_t> v(static_cast<size_t>(shape_numel(s)));
+  for (int32_t& x : v) x = static_cast<int32_t>(rng.below(static_cast<uint32_t>(bound)));
+  return Tensor::from_ids(v, s);
+}
+
+Tensors only(const Tensors& from, const std::vector<std::string>& names) {
+  Tensors t;
+  for (const std::string& n : names) t.set(n, from.at(n));
+  return t;
+}
+
 std::vector<std::pair<std::string, Tensor>> leaves(const Tensors& drawn, const std::vector<std::string>& names,
                                                    DType dtype) {
   std::vector<std::pair<std::string, Tensor>> out;
@@ -71,8 +83,15 @@ std::vector<std::pair<std::string, Tensor>> leaves(const Tensors& drawn, const s
 const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> c;
+    detail::add_matmul_cases(c);
+    detail::add_elementwise_cases(c);
+    detail::add_format_cases(c);
     detail::add_norm_cases(c);
     detail::add_squash_cases(c);
+    detail::add_softmax_cases(c);
+    detail::add_attention_cases(c);
+    detail::add_token_cases(c);
+    detail::add_layout_cases(c);
     return c;
   }();
   return cases;
@@ -80,9 +99,17 @@ const std::vector<OpCase>& all_cases() {
 
 const std::vector<GradForm>& grad_forms() {
   static const std::vector<GradForm> forms = [] {
+    // In the order gradcheck lists them (gradcheck --list).
     std::vector<GradForm> f;
+    detail::add_matmul_grad_forms(f);
+    detail::add_elementwise_grad_forms(f);
     detail::add_norm_grad_forms(f);
     detail::add_squash_grad_forms(f);
+    detail::add_constant_grad_form(f);
+    detail::add_softmax_grad_forms(f);
+    detail::add_attention_grad_forms(f);
+    detail::add_token_grad_forms(f);
+    detail::add_layout_grad_forms(f);
     return f;
   }();
   return forms;

@@ -1,5 +1,5 @@
-// Tests of the "cpu" backend alone (every backend's kernels against the reference are
-// cross_backend_test.cpp's): each implementation of the norm kernels (multipass, fused, oneDNN)
+// Tests of the "cpu" backend alone (every backend's kernels against the reference are the op
+// cases', tests/opcases): each implementation of the norm kernels (multipass, fused, oneDNN)
 // on raw arrays against the reference; the oneDNN primitive cache (a steady state creates
 // nothing); simd.h; NaN/Inf propagation; and results that do not depend on the thread count.
 // Run: ctest -R Cpu   (or: test_backends --gtest_filter='Cpu*')

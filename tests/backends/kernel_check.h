@@ -1,6 +1,6 @@
-// What the backend tests share (test_backends: cpu_backend_test.cpp, cross_backend_test.cpp):
-// random float32 inputs from the check stream, float64 copies for the reference, the
-// tolerances (each with its reason) and the closeness check that reports values side by side.
+// What cpu_backend_test.cpp's kernel tests take: random float32 inputs from the check stream,
+// float64 copies for the reference, the tolerances (each with its reason) and the closeness check
+// that reports values side by side.
 #pragma once
 #include <gtest/gtest.h>
 

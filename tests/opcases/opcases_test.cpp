@@ -17,6 +17,7 @@
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/opcases.h"
+#include "normlab/precision.h"
 
 namespace normlab {
 namespace {
@@ -83,6 +84,24 @@ const bool registered = [] {
                               [op, b]() -> ::testing::Test* { return new OpCaseTest(op, b); });
   return true;
 }();
+
+// The census cases hold what they claim to: from 1000 values on, overflows, underflows and
+// non-finite values for both 16-bit formats (their inputs are the same whatever the format).
+TEST(OpCasesInputs, CensusCasesHoldEveryEvent) {
+  int checked = 0;
+  for (const opcases::OpCase* c : opcases::select_cases({"format_census"})) {
+    const Tensor x = c->inputs().at("x").to(DType::f32);
+    if (x.numel() < 1000) continue;
+    ++checked;
+    for (const Precision p : {Precision::bf16, Precision::fp16}) {
+      const FormatCensus s = format_census(p, x.data<float>(), x.numel());
+      EXPECT_GT(s.overflow, 0) << c->line() << " in " << to_string(p);
+      EXPECT_GT(s.underflow, 0) << c->line() << " in " << to_string(p);
+      EXPECT_GT(s.nonfinite, 0) << c->line() << " in " << to_string(p);
+    }
+  }
+  EXPECT_GT(checked, 0) << "no format_census case of 1000 values or more";
+}
 
 }  // namespace
 }  // namespace normlab

@@ -65,8 +65,9 @@ class Tensors {
 
 struct Output {
   Output(std::string name_, Shape shape_, Tolerance tol_, bool optional_ = false,
-         std::function<double(const Tensors& in64)> atol_scale_ = {})
-      : name(std::move(name_)), shape(std::move(shape_)), tol(tol_), optional(optional_), atol_scale(std::move(atol_scale_)) {}
+         std::function<double(const Tensors& in64)> atol_scale_ = {}, DType dtype_ = DType::f32)
+      : name(std::move(name_)), shape(std::move(shape_)), tol(tol_), optional(optional_), atol_scale(std::move(atol_scale_)),
+        dtype(dtype_) {}
   std::string name;
   Shape shape;
   Tolerance tol;
@@ -76,6 +77,9 @@ struct Output {
   // What tol.atol is relative to, from the float64 inputs: the magnitude a full sum passes
   // through (sum |terms|), where the result cancels. Unset: 1.
   std::function<double(const Tensors& in64)> atol_scale;
+  // What the backend under test writes: float32, or float64 for what a kernel returns rather than
+  // writes (sum_squares' double, format_census' counts), which the call stores with fill_.
+  DType dtype = DType::f32;
 };
 
 struct OpCase {
@@ -88,6 +92,10 @@ struct OpCase {
   // The Backend call on `t` (inputs and the outputs present; an absent optional output is
   // nullptr). Integer inputs stay int32.
   std::function<void(Backend&, Tensors& t)> call;
+  // The dtype the reference runs the case in: float64, or float32 for a kernel defined by float32
+  // arithmetic (the composite norm emulating a 16-bit format, the census of float32 values), whose
+  // float32 reference every backend matches bit for bit.
+  DType reference_dtype = DType::f64;
   // Floating-point operations of one call, counted as the reference's arithmetic (a tanh or an
   // erf as one): what bench ops divides by the time.
   double flops = 0;
@@ -121,17 +129,27 @@ struct CaseCheck {
   std::string report;
 };
 // The case on `b` (its tensors resident on b's device, float32 inputs, outputs poisoned with
-// NaN) against the reference backend in float64 on the same float32 inputs; each optional output
-// also alone (the same bits wanted).
+// NaN) against the reference backend in float64 (its reference_dtype) on the same float32 inputs;
+// each optional output also alone, and the required outputs with every optional one declined (the
+// same bits wanted). A kExact output matches bit for bit, the sign of a zero included.
 CaseCheck check_case(const OpCase& c, Backend& b);
 
 // ---- grad mode ---------------------------------------------------------------------------
-// An op-level form of an op family, as gradcheck checks it: x of `x_shape` (the last dimension
-// normalized), the op's other inputs as its cases draw them, in `dtype`, requiring gradients.
+// The sizes a grad form is built with: gradcheck's (CaseShape) less its layers. x is (batch, time,
+// channels), the last dimension normalized; a form that needs no other size takes x's shape alone
+// (the conversion).
+struct GradSizes {
+  int64_t batch = 0, time = 0, channels = 0, heads = 0, hidden = 0, vocab = 0;
+  Shape x() const { return {batch, time, channels}; }
+  operator Shape() const { return x(); }
+};
+
+// An op-level form of an op family, as gradcheck checks it: its inputs of `sizes` as its cases
+// draw them, in `dtype`, requiring gradients.
 struct GradForm {
   std::string name;         // gradcheck's --op name: "layernorm"
   std::string description;  // one line
-  std::function<CaseInstance(const Shape& x_shape, DType dtype, uint64_t seed)> make;
+  std::function<CaseInstance(const GradSizes& sizes, DType dtype, uint64_t seed)> make;
 };
 const std::vector<GradForm>& grad_forms();
 

@@ -18,7 +18,9 @@ namespace tol {
 
 // ---- a float32 kernel against the float64 reference, on the op cases' inputs --------------------
 
-// Bit for bit: a copy, a gather, a transpose, or the same kernel asked for one output alone.
+// Bit for bit, the sign of a zero included: a copy, a gather, a transpose, the 16-bit formats'
+// emulation (defined bit for bit: rounding, the census, the composite norm), or the same kernel
+// asked for fewer outputs.
 inline constexpr Tolerance kExact{0, 0};
 // Outputs of a few float32 operations on O(1) values: each rounding is ~6e-8 relative, and sums
 // over up to 1000 terms in several accumulators add up to ~1e-6 (measured: norms, softmax,
@@ -34,6 +36,19 @@ inline constexpr Tolerance kReduction{2e-4, 5e-5};
 // A full sum over every element (DyT's dalpha, Derf's dshift, a scalar scale's gradient): its
 // terms cancel, so the bound is relative to sum |terms| (atol_scale); measured <= 2e-7 of it.
 inline constexpr Tolerance kFullSum{2e-6, 0};
+// A constant rounded once to float32 (a fill of 0.3): half an ulp, 6e-8 relative.
+inline constexpr Tolerance kOneRounding{0, 1e-7};
+// GELU's y = x Phi(x): Phi from A&S 7.1.26 (|error in erf| <= 1.5e-7, so <= 7.5e-8 in Phi) plus
+// float rounding, times |x| up to ~8 on N(0, 2^2) inputs: ~1e-6 at worst, 3e-6 leaves a margin.
+// Its dy/dx: the same error in Phi plus exp's 2 ulp in the density term.
+inline constexpr Tolerance kGelu{3e-6, 1e-5};
+// Summed in double, one rounding to float32 at the end (the prefix mean, the row norms, the
+// attention logits' max and entropy): half an ulp, 6e-8 relative; 1e-6 leaves a margin.
+inline constexpr Tolerance kSummedInDouble{1e-6, 1e-6};
+// The squares of float32 values summed in double by backend and reference alike (sum_squares):
+// the same exact terms, only the order of the additions differs, ~1e-16 relative per addition;
+// 1e-12 of the sum (of O(1) terms: 1e-12 per term) over up to 3e5 of them.
+inline constexpr Tolerance kDoubleSum{0, 1e-12};
 
 // ---- bench norms: its implementations on its large shapes (up to 32768 x 8192) ---------------
 // y, dx: O(1) values from a handful of float operations after two row reductions over d (<= 8192

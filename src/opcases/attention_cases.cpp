@@ -1,0 +1,182 @@
+// Causal attention (forward, backward and its gradient masks), the statistics of a log step (the
+// attention logits' max and entropy, the residual stream's row norms) and the toy model's causal
+// prefix mean: their kernels' cases and the op-level grad forms of attention and the prefix mean.
+#include <algorithm>
+#include <cmath>
+
+#include "cases_internal.h"
+#include "normlab/ops.h"
+
+namespace normlab::opcases::detail {
+
+namespace {
+
+// q, k, v and the output's gradient, (B, T, C) each, ~ N(0, std^2) in this order.
+Tensors attention_inputs(const Shape& s, uint64_t seed, double std = 1.0) {
+  Draw draw(seed);
+  Tensors t;
+  for (const char* name : {"q", "k", "v", "dout"}) t.set(name, draw.normal(s, std));
+  return t;
+}
+
+// B batches of T tokens, H heads of Dh channels.
+struct AttentionShape {
+  int64_t b, t, h, dh;
+  Shape x() const { return {b, t, h * dh}; }
+  double scale() const { return 1.0 / std::sqrt(double(dh)); }
+  std::string params(uint64_t seed) const {
+    return Params().add("B", b).add("T", t).add("H", h).add("Dh", dh).add("seed", int64_t(seed)).str();
+  }
+  // q k^T and probs v over the causal half of each head's T x T scores.
+  double flops() const { return 2.0 * double(b * h * t * t * dh); }
+};
+
+// The probabilities the backward reads: the reference's forward of q, k, v as a float32 backend
+// holds them, so that only the backward is compared.
+void add_saved_probs(Tensors& t, const AttentionShape& a) {
+  Tensor out = Tensor::zeros(a.x(), DType::f64), probs = Tensor::zeros({a.b, a.h, a.t, a.t}, DType::f64);
+  const auto held = [&](const char* name) { return t.at(name).to(DType::f32).to(DType::f64); };
+  backend("reference").attention_forward(out, probs, held("q"), held("k"), held("v"), a.b, a.t, a.h, a.dh, a.scale());
+  t.set("probs", probs);
+}
+
+OpCase attention_forward_case(const AttentionShape& a, uint64_t seed) {
+  OpCase c;
+  c.op = "attention_fwd";
+  c.params = a.params(seed);
+  c.inputs = [=] { return only(attention_inputs(a.x(), seed), {"q", "k", "v"}); };
+  c.outputs = {{"out", a.x(), tol::kForward}, {"probs", {a.b, a.h, a.t, a.t}, tol::kForward}};
+  c.call = [=](Backend& b, Tensors& t) {
+    b.attention_forward(t.at("out"), t.at("probs"), t.at("q"), t.at("k"), t.at("v"), a.b, a.t, a.h, a.dh, a.scale());
+  };
+  c.flops = a.flops();
+  return c;
+}
+
+// dq, dk, dv each alone too: the gradient masks.
+OpCase attention_backward_case(const AttentionShape& a, uint64_t seed) {
+  OpCase c;
+  c.op = "attention_bwd";
+  c.params = a.params(seed);
+  c.inputs = [=] {
+    Tensors t = attention_inputs(a.x(), seed);
+    add_saved_probs(t, a);
+    return t;
+  };
+  for (const char* name : {"dq", "dk", "dv"}) c.outputs.push_back({name, a.x(), tol::kGradient, true});
+  c.call = [=](Backend& b, Tensors& t) {
+    b.attention_backward(t.out("dq"), t.out("dk"), t.out("dv"), t.at("dout"), t.at("q"), t.at("k"), t.at("v"),
+                         t.at("probs"), a.b, a.t, a.h, a.dh, a.scale());
+  };
+  // dP, dv, dq, dk: four products of the forward's size.
+  c.flops = 2.0 * a.flops();
+  return c;
+}
+
+// q, k ~ N(0, 3^2): large logits, whose max must come out exactly and whose entropy nears 0.
+OpCase logit_stats_case(const AttentionShape& a, uint64_t seed) {
+  OpCase c;
+  c.op = "attention_logit_stats";
+  c.params = a.params(seed);
+  c.inputs = [=] { return only(attention_inputs(a.x(), seed, 3.0), {"q", "k"}); };
+  c.outputs = {{"max_logit", {a.b, a.h, a.t}, tol::kSummedInDouble}, {"entropy", {a.b, a.h, a.t}, tol::kSummedInDouble}};
+  c.call = [=](Backend& b, Tensors& t) {
+    b.attention_logit_stats(t.at("max_logit"), t.at("entropy"), t.at("q"), t.at("k"), a.b, a.t, a.h, a.dh, a.scale());
+  };
+  c.flops = a.flops() / 2;
+  return c;
+}
+
+// x ~ N(1, 2^2); with more than two rows, row 1 all zero (its norm 0, not NaN).
+OpCase row_norms_case(int64_t n, int64_t d, uint64_t seed) {
+  const bool zero_row = n > 2;
+  OpCase c;
+  c.op = "row_norms";
+  c.params = Params().add("rows", n).add("d", d).add("zero_row", int64_t(zero_row)).add("seed", int64_t(seed)).str();
+  c.inputs = [=] {
+    std::vector<double> x = Draw(seed).normal({n, d}, 2.0, 1.0).to_vector();
+    if (zero_row) std::fill(x.begin() + d, x.begin() + 2 * d, 0.0);
+    Tensors t;
+    t.set("x", Tensor::from(x, {n, d}, DType::f64));
+    return t;
+  };
+  c.outputs = {{"norms", {n}, tol::kSummedInDouble}};
+  c.call = [=](Backend& b, Tensors& t) { b.row_norms(t.at("norms"), t.at("x"), n, d); };
+  c.flops = 2.0 * double(n * d);
+  return c;
+}
+
+// x, then dy, ~ N(0, 1), (B, T, C).
+Tensors prefix_mean_inputs(const Shape& s, uint64_t seed) {
+  Draw draw(seed);
+  Tensors t;
+  t.set("x", draw.normal(s));
+  t.set("dy", draw.normal(s));
+  return t;
+}
+
+OpCase prefix_mean_case(bool backward, int64_t batch, int64_t time, int64_t ch, uint64_t seed) {
+  OpCase c;
+  c.op = backward ? "prefix_mean_bwd" : "prefix_mean_fwd";
+  c.params = Params().add("B", batch).add("T", time).add("C", ch).add("seed", int64_t(seed)).str();
+  c.inputs = [=] { return only(prefix_mean_inputs({batch, time, ch}, seed), {backward ? "dy" : "x"}); };
+  // A running sum and one division per element.
+  c.flops = 2.0 * double(batch * time * ch);
+  if (backward) {
+    c.outputs = {{"dx", {batch, time, ch}, tol::kSummedInDouble}};
+    c.call = [=](Backend& b, Tensors& t) { b.prefix_mean_backward(t.at("dx"), t.at("dy"), batch, time, ch); };
+  } else {
+    c.outputs = {{"y", {batch, time, ch}, tol::kSummedInDouble}};
+    c.call = [=](Backend& b, Tensors& t) { b.prefix_mean_forward(t.at("y"), t.at("x"), batch, time, ch); };
+  }
+  return c;
+}
+
+void add_attention_kernel_cases(std::vector<OpCase>& cases) {
+  const AttentionShape shapes[] = {{1, 1, 1, 1},  {1, 5, 3, 8},  {2, 16, 4, 16}, {2, 5, 1, 3},
+                                   {3, 1, 4, 16}, {1, 16, 2, 1}, {2, 64, 4, 16}};
+  uint64_t seed = 1600;
+  for (const AttentionShape& a : shapes) cases.push_back(attention_forward_case(a, seed++));
+  seed = 1600;
+  for (const AttentionShape& a : shapes) cases.push_back(attention_backward_case(a, seed++));
+  // Odd sizes, rows longer than a block, T = 1.
+  const AttentionShape stats_shapes[] = {{1, 1, 1, 1}, {1, 5, 3, 8}, {2, 33, 2, 7}, {1, 300, 1, 4}, {2, 16, 4, 16}};
+  seed = 1650;
+  for (const AttentionShape& a : stats_shapes) cases.push_back(logit_stats_case(a, seed++));
+}
+
+}  // namespace
+
+void add_attention_cases(std::vector<OpCase>& cases) {
+  add_attention_kernel_cases(cases);
+  // Odd sizes and a row longer than a block.
+  const int64_t norm_shapes[][2] = {{1, 1}, {3, 5}, {7, 129}, {64, 1000}, {2, 4097}};
+  uint64_t seed = 1655;
+  for (const auto& s : norm_shapes) cases.push_back(row_norms_case(s[0], s[1], seed++));
+  const int64_t prefix_shapes[][3] = {{1, 1, 1}, {1, 5, 3}, {2, 7, 65}, {3, 512, 64}, {2, 16, 200}};
+  for (const bool backward : {false, true}) {
+    seed = 1700;
+    for (const auto& s : prefix_shapes) cases.push_back(prefix_mean_case(backward, s[0], s[1], s[2], seed++));
+  }
+}
+
+void add_attention_grad_forms(std::vector<GradForm>& forms) {
+  forms.push_back({"causal_attention", "causal multi-head softmax(q k^T / sqrt(Dh)) v",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(attention_inputs(s.x(), seed), {"q", "k", "v"}, dt), nullptr};
+                     const Tensor q = inst.inputs[0].second, k = inst.inputs[1].second, v = inst.inputs[2].second;
+                     const int64_t heads = s.heads;
+                     inst.forward = [=] { return causal_attention(q, k, v, heads); };
+                     inst.numbers = {{"heads", double(heads)}};
+                     return inst;
+                   }});
+  forms.push_back({"prefix_mean", "causal prefix mean over time (toy mixing)",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(prefix_mean_inputs(s.x(), seed), {"x"}, dt), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] { return prefix_mean(x); };
+                     return inst;
+                   }});
+}
+
+}  // namespace normlab::opcases::detail
