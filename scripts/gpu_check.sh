@@ -8,12 +8,13 @@
 #      a test that would skip for want of a GPU fails instead
 #   3. gradcheck --device cuda: float32 GPU gradients against the float64 reference
 #   4. bench norms --device cuda, f32 and bf16, default shapes + 16384x8192: every case checked
-#      against the reference kernels, then timed with CUDA events against the device's copy
-#      kernel and cudaMemcpy on the same rotated buffers; DyT and Derf (f32) beside RMSNorm,
+#      against the reference kernels, then the backend's kernels timed through the Backend
+#      interface (batches of calls on the rotated device buffers, to the last one's completion)
+#      against its copy (cudaMemcpy) and its elementwise kernel as a copy; DyT and Derf (f32) beside RMSNorm,
 #      "DyT speed vs RMS" in bench-cuda.txt's summary
 #   5. PyTorch's LayerNorm / RMSNorm on the same shapes, dtypes and rotation, in the same
 #      document: scripts/torch_bench.py --device cuda, run by step 4's --with-torch (its rows
-#      checked against float64 and timed with CUDA events; missing when torch is not importable
+#      checked against float64 and timed the same way; missing when torch is not importable
 #      or has no CUDA)
 #   6. 200 steps of the toy model on cpu and on cuda, same seed: loss curves compared (1e-3 relative)
 #   7. a summary table, last; also written to results/bench-gpu.md
@@ -165,8 +166,9 @@ commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=
 md = ["# GPU check (scripts/gpu_check.sh)", "",
       f"Run {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}, commit {commit}, {seconds} s.",
       f"Device: {ctx.get('device', '?')}; {torch_note}.", "",
-      "Times are medians per call (us), each call on the next of the rotated device buffer sets, timed with CUDA "
-      "events; % copy is of normlab's copy kernel on the same buffers (copy GB/s; cudaMemcpy beside it); every row "
+      "Times are medians per call (us) over samples of a batch of calls, each call on the next of the rotated device "
+      "buffer sets, timed to the last one's completion; % copy is of the backend's elementwise kernel as a copy on the "
+      "same buffers (copy GB/s; cudaMemcpy beside it); every row "
       "was checked against the float64 reference first (bf16: with bf16's rounding).", "",
       "| norm | dtype | shape | copy GB/s | cudaMemcpy GB/s | fwd us | fwd GB/s | fwd % copy | bwd us | bwd GB/s | bwd % copy | addfwd us | torch fwd us | torch bwd us | vs torch fwd | vs torch bwd |",
       "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
