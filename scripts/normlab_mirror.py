@@ -25,7 +25,7 @@ M64 = (1 << 64) - 1
 
 # Each norm's eps when the config's norm_eps is 0: default_eps (src/core/kinds.cpp); tests/core/names_test.cpp
 # checks that this line says the same.
-DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
+DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6, "seednorm": 1e-6}
 
 # Stream ids (include/core/normlab/rng.h).
 STREAM_INIT, STREAM_DATA, STREAM_TASK = 1, 2, 5
@@ -111,7 +111,7 @@ class ModelConfig:
         self.batch_size = int(cfg["batch_size"])
         self.eval_batches = int(cfg["eval_batches"])
         self.seed = int(cfg["seed"])
-        for k, allowed in (("model", ("toy", "gpt")), ("norm", ("none", "layernorm", "rmsnorm")),
+        for k, allowed in (("model", ("toy", "gpt")), ("norm", ("none", "layernorm", "rmsnorm", "seednorm")),
                            ("placement", ("pre", "post", "sandwich", "deepnorm")),
                            ("final_norm", ("auto", "on", "off", "layernorm", "rmsnorm")), ("init", ("gpt2", "xavier", "torch", "fairseq"))):
             if getattr(self, k) not in allowed:
@@ -125,7 +125,7 @@ class ModelConfig:
     def eps(self):  # ModelConfig::eps
         if self.norm_eps > 0:
             return self.norm_eps
-        return DEFAULT_EPS["rmsnorm" if self.norm == "rmsnorm" else "layernorm"]
+        return DEFAULT_EPS.get(self.norm, DEFAULT_EPS["layernorm"])
 
     def final_norm_kind(self):  # ModelConfig::final_norm_kind
         if self.final_norm == "off":
@@ -142,7 +142,7 @@ class ModelConfig:
     def final_eps(self):  # ModelConfig::final_eps
         if self.norm_eps > 0:
             return self.norm_eps
-        return DEFAULT_EPS["rmsnorm" if self.final_norm_kind() == "rmsnorm" else "layernorm"]
+        return DEFAULT_EPS.get(self.final_norm_kind(), DEFAULT_EPS["layernorm"])
 
     def deepnet(self):  # DeepNet's alpha and init apply (make_block)
         return self.placement == "deepnorm" and self.norm != "none"
@@ -262,12 +262,18 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
                 self.weight = nn.Parameter(torch.ones(n, **kw))
             if kind == "layernorm":
                 self.bias = nn.Parameter(torch.zeros(n, **kw))
+            if kind == "seednorm":  # SeeDNorm (Cai et al. 2025): alpha 1, direction (the paper's beta) 0
+                self.alpha = nn.Parameter(torch.ones(n, **kw))
+                self.direction = nn.Parameter(torch.zeros(n, **kw))
 
         def forward(self, x):
             if self.kind == "layernorm":
                 return F.layer_norm(x, (self.n,), self.weight, self.bias, self.eps)
             if self.kind == "rmsnorm":
                 return rms(x, self.weight, self.eps)
+            if self.kind == "seednorm":
+                t = torch.tanh(x @ self.direction).unsqueeze(-1)
+                return (self.weight + self.alpha * t) * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
             return x
 
     class Gain(nn.Module):  # QK-Norm's RMSNorm gain over a head's Dh channels (RMSNorm's default eps)
@@ -481,6 +487,9 @@ def normlab_init(cfg, seed=None):
         put(name + ".weight", np.ones(d))
         if kind == "layernorm":
             put(name + ".bias", np.zeros(d))
+        if kind == "seednorm":
+            put(name + ".alpha", np.ones(d))
+            put(name + ".direction", np.zeros(d))
 
     def lin(name, n_out, n_in, residual_proj, xavier_gain):
         if scheme == "xavier":

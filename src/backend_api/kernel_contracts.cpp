@@ -187,6 +187,37 @@ void Backend::rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, con
   rmsnorm_backward_impl(dx, dgamma, dy, x, gamma, rstd, n, d);
 }
 
+void Backend::seednorm_forward(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
+                               const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) {
+  Contract(*this, "seednorm_forward")
+      .need(y, "y", n * d)
+      .need(rstd, "rstd", n)
+      .need(t, "t", n)
+      .need(x, "x", n * d)
+      .need(gamma, "gamma", d)
+      .need(alpha, "alpha", d)
+      .need(beta, "beta", d);
+  seednorm_forward_impl(y, rstd, t, x, gamma, alpha, beta, n, d, eps);
+}
+
+void Backend::seednorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
+                                const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
+                                const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) {
+  Contract(*this, "seednorm_backward")
+      .maybe(dx, "dx", n * d)
+      .maybe(dgamma, "dgamma", d)
+      .maybe(dalpha, "dalpha", d)
+      .maybe(dbeta, "dbeta", d)
+      .need(dy, "dy", n * d)
+      .need(x, "x", n * d)
+      .need(gamma, "gamma", d)
+      .need(alpha, "alpha", d)
+      .need(beta, "beta", d)
+      .need(rstd, "rstd", n)
+      .need(t, "t", n);
+  seednorm_backward_impl(dx, dgamma, dalpha, dbeta, dy, x, gamma, alpha, beta, rstd, t, n, d);
+}
+
 // LayerNorm when beta (forward) or mean (backward) is defined, RMSNorm otherwise.
 void Backend::composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
                                      const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) {

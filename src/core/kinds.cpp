@@ -10,7 +10,9 @@ const EnumNames& enum_names<NormKind>() {
        {NormKind::layernorm, "layernorm", {"ln"}, "LayerNorm: centred, scaled, gain and bias"},
        {NormKind::rmsnorm, "rmsnorm", {"rms"}, "RMSNorm: scaled by the root mean square, gain only"},
        {NormKind::dyt, "dyt", {}, "DyT (Zhu et al. 2025): gamma * tanh(alpha x) + beta, alpha a learned scalar"},
-       {NormKind::derf, "derf", {}, "Derf (2025): gamma * erf(alpha x + s) + beta, alpha and s learned scalars"}}};
+       {NormKind::derf, "derf", {}, "Derf (2025): gamma * erf(alpha x + s) + beta, alpha and s learned scalars"},
+       {NormKind::seednorm, "seednorm", {"seed"},
+        "SeeDNorm (Cai et al. 2025): (gamma + alpha tanh(x . beta)) x / RMS(x), gamma, alpha, beta learned vectors"}}};
   return t;
 }
 template <>
@@ -28,7 +30,8 @@ const EnumNames& enum_names<Placement>() {
 double default_eps(NormKind kind) {
   switch (kind) {
     case NormKind::layernorm: return 1e-5;
-    case NormKind::rmsnorm: return 1e-6;
+    case NormKind::rmsnorm:
+    case NormKind::seednorm: return 1e-6;
     case NormKind::none:
     case NormKind::dyt:
     case NormKind::derf: break;
@@ -36,6 +39,8 @@ double default_eps(NormKind kind) {
   return 0;
 }
 
-bool has_eps(NormKind kind) { return kind == NormKind::layernorm || kind == NormKind::rmsnorm; }
+bool has_eps(NormKind kind) {
+  return kind == NormKind::layernorm || kind == NormKind::rmsnorm || kind == NormKind::seednorm;
+}
 
 }  // namespace normlab

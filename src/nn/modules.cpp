@@ -178,6 +178,14 @@ Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, 
     n.gamma = p.add(name + ".w", init.constant({d}, 0.0));
   else
     n.gamma = p.add(name + ".gamma", init.constant({d}, 1.0));
+  if (kind == NormKind::seednorm) {
+    // The paper's initialisation: gamma 1 (above), alpha 1, beta 0: RMSNorm at the start, beta's
+    // gradient alpha * (1 - t^2) * ... nonzero. beta is saved as `.direction`: the vector x is
+    // projected on (a `.beta` would read as a bias).
+    n.alpha = p.add(name + ".alpha", init.constant({d}, 1.0));
+    n.beta = p.add(name + ".direction", init.constant({d}, 0.0));
+    return n;
+  }
   if (kind != NormKind::rmsnorm) n.beta = p.add(name + ".beta", init.constant({d}, 0.0));
   return n;
 }
@@ -294,6 +302,7 @@ Tensor Norm::operator()(const Tensor& x) const {
     case NormKind::rmsnorm: y = rmsnorm(x, gain(), eps); break;
     case NormKind::dyt: y = dyt(x, alpha, gain(), beta); break;
     case NormKind::derf: y = derf(x, alpha, shift, gain(), beta); break;
+    case NormKind::seednorm: y = seednorm(x, gain(), alpha, beta, eps); break;
   }
   return scale == 1.0 ? y : normlab::scale(y, scale);
 }

@@ -1,5 +1,7 @@
-// LayerNorm and RMSNorm: their kernels' cases (forward, backward, and the fused residual add +
-// norm forward) and their op-level grad forms.
+// LayerNorm, RMSNorm and SeeDNorm: their kernels' cases (forward, backward, and the fused residual
+// add + norm forward) and their op-level grad forms.
+#include <cmath>
+
 #include "cases_internal.h"
 #include "normlab/ops.h"
 
@@ -140,6 +142,59 @@ OpCase add_norm_case(bool layernorm, int64_t n, int64_t d, uint64_t seed) {
   return c;
 }
 
+// SeeDNorm's inputs: the norm cases' (x, gamma, dy), alpha ~ N(1, 0.2^2) about its init 1, and beta
+// ~ N(0, (0.3/sqrt(d))^2) away from its init 0, so that x . beta spans tanh's linear part and its
+// bend (a beta of a fixed spread would saturate tanh on the long rows and hide the path through it).
+Tensors seednorm_inputs(const Shape& x_shape, uint64_t seed, double x_mean = 3.0, double x_std = 2.0) {
+  Tensors t = norm_inputs(x_shape, seed, x_mean, x_std);
+  t.erase("beta");
+  const int64_t d = x_shape.back();
+  Draw draw(seed * 5 + 1);
+  t.set("alpha", draw.normal({d}, 0.2, 1.0));
+  t.set("beta", draw.normal({d}, 0.3 / std::sqrt(double(d))));
+  return t;
+}
+
+// x . x and x . beta, tanh, (gamma + alpha*t) * x * rstd: 7 per element.
+OpCase seednorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
+  OpCase c = row_case("seednorm_fwd", n, d, kRmsEps, seed, 7);
+  c.inputs = [=] { return seednorm_inputs({n, d}, seed); };
+  c.outputs = {{"y", {n, d}, tol::kForward}, {"rstd", {n}, tol::kForward}, {"t", {n}, tol::kForward}};
+  c.call = [=](Backend& b, Tensors& t) {
+    b.seednorm_forward(t.at("y"), t.at("rstd"), t.at("t"), t.at("x"), t.at("gamma"), t.at("alpha"), t.at("beta"), n,
+                       d, kRmsEps);
+  };
+  return c;
+}
+
+// The saved rstd and t: the reference's forward of x as a float32 backend holds it.
+void add_seednorm_statistics(Tensors& t, int64_t n, int64_t d) {
+  auto f32 = [&](const char* name) { return t.at(name).to(DType::f32).to(DType::f64); };
+  Tensor y = Tensor::zeros({n, d}, DType::f64), rstd = Tensor::zeros({n}, DType::f64), th = Tensor::zeros({n}, DType::f64);
+  backend("reference").seednorm_forward(y, rstd, th, f32("x"), f32("gamma"), f32("alpha"), f32("beta"), n, d, kRmsEps);
+  t.set("rstd", rstd);
+  t.set("t", th);
+}
+
+// The row's two sums, dx, and the three column sums: 14 per element.
+OpCase seednorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
+  OpCase c = row_case("seednorm_bwd", n, d, kRmsEps, seed, 14);
+  c.inputs = [=] {
+    Tensors t = seednorm_inputs({n, d}, seed);
+    add_seednorm_statistics(t, n, d);
+    return t;
+  };
+  c.outputs = {{"dx", {n, d}, tol::kGradient, true},
+               {"dgamma", {d}, tol::kReduction, true},
+               {"dalpha", {d}, tol::kReduction, true},
+               {"dbeta", {d}, tol::kReduction, true}};
+  c.call = [=](Backend& b, Tensors& t) {
+    b.seednorm_backward(t.out("dx"), t.out("dgamma"), t.out("dalpha"), t.out("dbeta"), t.at("dy"), t.at("x"),
+                        t.at("gamma"), t.at("alpha"), t.at("beta"), t.at("rstd"), t.at("t"), n, d);
+  };
+  return c;
+}
+
 // The grad forms draw x as N(0.5, 3^2): centred enough that a bf16 or fp16 check's storage keeps
 // the rows' deviations.
 Tensors grad_inputs(const Shape& x_shape, uint64_t seed) { return norm_inputs(x_shape, seed, 0.5, 3.0); }
@@ -159,6 +214,10 @@ void add_norm_cases(std::vector<OpCase>& cases) {
     i = 0;
     for (const auto& s : kRowShapes) cases.push_back(add_norm_case(ln, s[0], s[1], 1000 + i++));
   }
+  i = 0;
+  for (const auto& s : kRowShapes) cases.push_back(seednorm_forward_case(s[0], s[1], 1100 + i++));
+  i = 0;
+  for (const auto& s : kRowShapes) cases.push_back(seednorm_backward_case(s[0], s[1], 1100 + i++));
 }
 
 void add_norm_grad_forms(std::vector<GradForm>& forms) {
@@ -173,6 +232,16 @@ void add_norm_grad_forms(std::vector<GradForm>& forms) {
                      CaseInstance inst{leaves(grad_inputs(xs, seed), {"x", "gamma"}, dt), nullptr};
                      const Tensor x = inst.inputs[0].second, g = inst.inputs[1].second;
                      inst.forward = [=] { return rmsnorm(x, g, kRmsEps); };
+                     inst.numbers = {{"eps", kRmsEps}};
+                     return inst;
+                   }});
+  forms.push_back({"seednorm", "(gamma + alpha * tanh(x . beta)) * x / sqrt(mean(x^2) + eps), eps 1e-6",
+                   [](const GradSizes& sizes, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(seednorm_inputs(sizes.x(), seed, 0.5, 3.0), {"x", "gamma", "alpha", "beta"}, dt),
+                                       nullptr};
+                     const Tensor x = inst.inputs[0].second, g = inst.inputs[1].second, a = inst.inputs[2].second,
+                                  b = inst.inputs[3].second;
+                     inst.forward = [=] { return seednorm(x, g, a, b, kRmsEps); };
                      inst.numbers = {{"eps", kRmsEps}};
                      return inst;
                    }});

@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm over the last dimension, and their fused residual-add forms.
+// LayerNorm, RMSNorm and SeeDNorm over the last dimension, and the fused residual-add forms.
 // Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean). As the
 // composite (norm_compute format) the backward is the composite's own, op by op in the format.
 #include "op_common.h"
@@ -99,6 +99,25 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
     record("rmsnorm", y, {x, gamma},
            composite ? composite_norm_backward_fn(x, gamma, no_mean, rstd, n, d)
                      : rmsnorm_backward_fn(x, gamma, rstd, n, d));
+  return y;
+}
+
+Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_in, const Tensor& beta_in, double eps) {
+  check_norm("seednorm", x_in, gamma_in, beta_in, eps);
+  check_norm("seednorm", x_in, alpha_in, Tensor(), eps);
+  const Tensor x = stored(x_in), gamma = stored(gamma_in), alpha = stored(alpha_in), beta = stored(beta_in);
+  const int64_t n = rows_of(x), d = x.size(-1);
+  const Precision p = widest({&x, &gamma, &alpha, &beta});
+  Tensor y = new_output(x.shape(), p, x);
+  Tensor rstd = row_stat(x), t = row_stat(x);
+  watch_norm_input(x, "seednorm");
+  kernels(x).seednorm_forward(y, rstd, t, x, gamma, alpha, beta, n, d, eps);
+  store(y, p, "seednorm", &rstd);
+  if (needs_grad({&x, &gamma, &alpha, &beta}))
+    record("seednorm", y, {x, gamma, alpha, beta},
+           [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
+             kernels(dy).seednorm_backward(g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d);
+           });
   return y;
 }
 

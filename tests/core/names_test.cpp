@@ -44,7 +44,7 @@ TEST(Names, TryParseIsEmptyWhereParseThrows) {
     parse_kind<NormKind>("batchnorm");
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "norm 'batchnorm' is not one of none, layernorm, rmsnorm, dyt, derf");
+    EXPECT_STREQ(e.what(), "norm 'batchnorm' is not one of none, layernorm, rmsnorm, dyt, derf, seednorm");
   }
 }
 

@@ -9,7 +9,7 @@
 namespace normlab {
 
 // dyt, derf: the elementwise normalizers of 2025 (no statistics: gamma * f(alpha*x [+ s]) + beta).
-enum class NormKind { none, layernorm, rmsnorm, dyt, derf };
+enum class NormKind { none, layernorm, rmsnorm, dyt, derf, seednorm };
 // postsub: OLMo 2's x + N(F(x)); mixln: Mix-LN, post in the first blocks and pre after.
 enum class Placement { pre, post, sandwich, deepnorm, postsub, mixln };
 

@@ -105,8 +105,8 @@ struct NormOptions {
 
 struct Norm {
   NormKind kind = NormKind::none;
-  Tensor gamma, beta;  // beta for LayerNorm, DyT and Derf; gamma holds w when gain_offset
-  Tensor alpha, shift;  // DyT and Derf: alpha; Derf: the shift s (one value each)
+  Tensor gamma, beta;  // beta for LayerNorm, DyT and Derf (a bias), SeeDNorm (its direction); gamma holds w when gain_offset
+  Tensor alpha, shift;  // DyT and Derf: alpha; Derf: the shift s (one value each); SeeDNorm: alpha (D values)
   double eps = default_eps(NormKind::layernorm);
   bool gain_offset = false;
   double scale = 1.0;

@@ -46,6 +46,10 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
                                         const Tensor& beta, double eps = default_eps(NormKind::layernorm));
 std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b,
                                       const Tensor& gamma, double eps = default_eps(NormKind::rmsnorm));
+// SeeDNorm (Cai et al. 2025): (gamma + alpha * tanh(x . beta)) * x / RMS(x) over the last
+// dimension; gamma, alpha, beta of its size. Its fused kernel in every precision (no composite).
+Tensor seednorm(const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
+                double eps = default_eps(NormKind::rmsnorm));
 
 // ---- elementwise normalizers, scales ----------------------------------------------
 // DyT (Zhu et al. 2025): gamma * tanh(alpha*x) + beta. Derf: gamma * erf(alpha*x + shift) + beta.

@@ -162,6 +162,20 @@ class CpuBackend final : public Backend {
                                   f32(dy, "rmsnorm dy"), f32(x, "rmsnorm x"),
                                   f32(gamma, "rmsnorm gamma"), f32(rstd, "rmsnorm rstd"), n, d);
   }
+  void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
+                             const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) override {
+    cpu::seednorm_forward(f32(y, "seednorm y"), f32(rstd, "seednorm rstd"), f32(t, "seednorm t"), f32(x, "seednorm x"),
+                          f32(gamma, "seednorm gamma"), f32(alpha, "seednorm alpha"), f32(beta, "seednorm beta"), n, d,
+                          static_cast<float>(eps));
+  }
+  void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
+                              const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
+                              const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) override {
+    cpu::seednorm_backward(f32_opt(dx, "seednorm dx"), f32_opt(dgamma, "seednorm dgamma"),
+                           f32_opt(dalpha, "seednorm dalpha"), f32_opt(dbeta, "seednorm dbeta"), f32(dy, "seednorm dy"),
+                           f32(x, "seednorm x"), f32(gamma, "seednorm gamma"), f32(alpha, "seednorm alpha"),
+                           f32(beta, "seednorm beta"), f32(rstd, "seednorm rstd"), f32(t, "seednorm t"), n, d);
+  }
   void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
                            const Tensor& beta, int64_t n, int64_t d, Squash f) override {
     cpu::squash_forward(f32(y, "squash y"), f32(x, "squash x"), *f32(alpha, "squash alpha"),

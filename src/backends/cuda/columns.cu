@@ -61,14 +61,6 @@ __global__ void column_final_kernel(float* out_g, float* out_b, const float* par
   }
 }
 
-// Chunks of rows for the column reductions: enough blocks to fill the GPU, few enough that
-// the partials stay small.
-int64_t column_chunks(int64_t rows, int64_t& rows_per_chunk) {
-  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
-  rows_per_chunk = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
-  return std::max<int64_t>(1, (rows + rows_per_chunk - 1) / rows_per_chunk);
-}
-
 template <class T, int kMode>
 void column_reduce(float* out_g, float* out_b, const T* dy, const T* x, const float* mean,
                    const float* rstd, int64_t rows, int64_t cols, float* work, const char* name) {

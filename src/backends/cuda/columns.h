@@ -21,6 +21,15 @@ void norm_column_sums(float* dgamma, float* dbeta, const T* dy, const T* x, cons
 void column_final(float* out_g, float* out_b, const float* part_g, const float* part_b,
                   int64_t chunks, int64_t cols, const char* name);
 
+// Chunks of rows for the column reductions' partial sums (here and in the kernels that write
+// their own: squash.cu, seednorm.cu): enough blocks to fill the GPU, few enough that the
+// partials stay small. Sets rows_per_chunk.
+inline int64_t column_chunks(int64_t rows, int64_t& rows_per_chunk) {
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
+  rows_per_chunk = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+  return std::max<int64_t>(1, (rows + rows_per_chunk - 1) / rows_per_chunk);
+}
+
 // At most this many blocks for the one-pass norm backward (its partial sums, in the column
 // workspace, are sized by it): 4 per multiprocessor, at most one per row.
 inline int64_t onepass_blocks(int64_t rows) {

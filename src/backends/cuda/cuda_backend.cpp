@@ -498,6 +498,37 @@ class CudaBackend final : public Backend {
     dg.finish();
   }
 
+  void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
+                             const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) override {
+    const char* kn = "seednorm_forward";
+    for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &y}, {"x", &x}, {"gamma", &gamma},
+                                      {"alpha", &alpha}, {"beta", &beta}})
+      expect(kn, arg, *tensor);
+    expect_f32(kn, "rstd", rstd);
+    expect_f32(kn, "t", t);
+    cuda::seednorm_forward(arr_out(y), fp(rstd), fp(t), arr_in(x), arr_in(gamma), arr_in(alpha), arr_in(beta), n, d,
+                           static_cast<float>(eps));
+  }
+
+  void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
+                              const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
+                              const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) override {
+    const char* kn = "seednorm_backward";
+    for (const auto& [arg, tensor] :
+         {std::pair<const char*, const Tensor*>{"dx", dx}, {"dy", &dy}, {"x", &x}, {"gamma", &gamma}, {"alpha", &alpha},
+          {"beta", &beta}, {"dgamma", dgamma}, {"dalpha", dalpha}, {"dbeta", dbeta}})
+      expect(kn, arg, tensor);
+    expect_f32(kn, "rstd", rstd);
+    expect_f32(kn, "t", t);
+    F32Out dg(dgamma), da(dalpha), db(dbeta);
+    float* work = work_floats(cuda::seednorm_work(n, d), kn);
+    cuda::seednorm_backward(arr_out(dx), dg.get(), da.get(), db.get(), arr_in(dy), arr_in(x), arr_in(gamma),
+                            arr_in(alpha), arr_in(beta), fp(rstd), fp(t), n, d, work);
+    dg.finish();
+    da.finish();
+    db.finish();
+  }
+
   void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
                            const Tensor& beta, int64_t n, int64_t d, Squash f) override {
     const char* kn = "squash_forward";

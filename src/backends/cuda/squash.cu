@@ -11,14 +11,6 @@ namespace {
 
 constexpr int kColX = 32, kColY = 8;
 
-// Chunks of rows for the partial sums: enough blocks to fill the GPU, few enough that the
-// partials stay small (columns.cu's rule).
-int64_t chunks_of(int64_t rows, int64_t& rows_per_chunk) {
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
-  rows_per_chunk = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
-  return std::max<int64_t>(1, (rows + rows_per_chunk - 1) / rows_per_chunk);
-}
-
 // f(u) for f = tanh (0) or erf (1), and f'(u) from u and t = f(u).
 __device__ inline float squash_f(int f, float u) { return f == 0 ? tanhf(u) : erff(u); }
 __device__ inline float squash_slope(int f, float u, float t) {
@@ -129,7 +121,7 @@ __global__ void product_partial_kernel(float* part, In dy, In x, int64_t rows, i
 
 int64_t squash_work(int64_t rows, int64_t cols) {
   int64_t rpc = 0;
-  return (4 * chunks_of(rows, rpc) + 2) * cols;
+  return (4 * column_chunks(rows, rpc) + 2) * cols;
 }
 
 void squash_forward(Out y, In x, In alpha, In shift, In gamma, In beta, int64_t n, int64_t d, int f) {
@@ -150,7 +142,7 @@ void squash_backward(Out dx, float* dalpha, float* dshift, float* dgamma, float*
     return;
   }
   int64_t rpc = 0;
-  const int64_t chunks = chunks_of(n, rpc);
+  const int64_t chunks = column_chunks(n, rpc);
   float* part_g = work;
   float* part_b = part_g + chunks * d;
   float* part_a = part_b + chunks * d;
@@ -171,7 +163,7 @@ void squash_backward(Out dx, float* dalpha, float* dshift, float* dgamma, float*
 
 int64_t channel_scale_work(int64_t rows, int64_t cols) {
   int64_t rpc = 0;
-  return (chunks_of(rows, rpc) + 1) * cols;
+  return (column_chunks(rows, rpc) + 1) * cols;
 }
 
 void channel_scale_forward(Out y, In x, In lambda, int64_t n, int64_t d, int64_t c) {
@@ -189,7 +181,7 @@ void channel_scale_backward(Out dx, float* dlambda, In dy, In x, In lambda, int6
     return;
   }
   int64_t rpc = 0;
-  const int64_t chunks = chunks_of(n, rpc);
+  const int64_t chunks = column_chunks(n, rpc);
   float* part = work;
   float* col = part + chunks * d;
   dim3 block(kColX, kColY);

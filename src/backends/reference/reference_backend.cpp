@@ -363,6 +363,36 @@ class ReferenceBackend final : public Backend {
     });
   }
 
+  void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
+                             const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) override {
+    const char* kn = "seednorm_forward";
+    const DType dt = x.dtype();
+    for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &y}, {"rstd", &rstd}, {"t", &t},
+                                      {"gamma", &gamma}, {"alpha", &alpha}, {"beta", &beta}})
+      expect(kn, arg, *tensor, dt);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      seednorm_forward_ref(y.data<T>(), rstd.data<T>(), t.data<T>(), x.data<T>(), gamma.data<T>(), alpha.data<T>(),
+                           beta.data<T>(), n, d, eps);
+    });
+  }
+
+  void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
+                              const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
+                              const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) override {
+    const char* kn = "seednorm_backward";
+    const DType dt = x.dtype();
+    for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"dy", &dy}, {"gamma", &gamma},
+                                      {"alpha", &alpha}, {"beta", &beta}, {"rstd", &rstd}, {"t", &t}, {"dx", dx},
+                                      {"dgamma", dgamma}, {"dalpha", dalpha}, {"dbeta", dbeta}})
+      expect(kn, arg, tensor, dt);
+    dispatch(dt, kn, [&](auto tag) {
+      using T = decltype(tag);
+      seednorm_backward_ref(ptr<T>(dx), ptr<T>(dgamma), ptr<T>(dalpha), ptr<T>(dbeta), dy.data<T>(), x.data<T>(),
+                            gamma.data<T>(), alpha.data<T>(), beta.data<T>(), rstd.data<T>(), t.data<T>(), n, d);
+    });
+  }
+
   void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
                            const Tensor& beta, int64_t n, int64_t d, Squash f) override {
     const char* kn = "squash_forward";
