@@ -540,6 +540,7 @@ ordered_json op_row_json(const OpRow& r) {
   j["status"] = r.status;
   j["verify"] = r.verify;
   j["calls_per_sample"] = r.calls_per_sample;
+  j["sets"] = r.sets;
   j["bytes"] = r.bytes;
   j["flops"] = num(r.flops);
   j["gb_per_s"] = num(r.gb_per_s);
@@ -559,6 +560,7 @@ OpRow op_row_from(const json& j, const std::string& what) {
   r.status = get_str(j, "status", "ok");
   r.verify = get_str(j, "verify");
   r.calls_per_sample = get_int(j, "calls_per_sample", 1);
+  r.sets = get_int(j, "sets", 1);
   r.bytes = get_int(j, "bytes");
   r.flops = get_num(j, "flops");
   r.gb_per_s = get_num(j, "gb_per_s");

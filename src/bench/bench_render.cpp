@@ -560,28 +560,30 @@ namespace {
 // One row per case, backend and thread count, in the order run.
 Table ops_table(const OpsReport& r) {
   Table t;
-  t.columns = {left("case"), left("backend"), right("thr"), right("median"), right("min"), right("cv"),
+  t.columns = {left("case"), left("backend"), right("thr"), right("sets"), right("median"), right("min"), right("cv"),
                right("GB/s"), right("GFLOP/s"), left("check")};
   for (const OpRow& x : r.rows)
-    t.add_row({x.line, x.backend, std::to_string(x.threads), fmt_time(x.time.median), fmt_time(x.time.min),
+    t.add_row({x.line, x.backend, std::to_string(x.threads), std::to_string(x.sets), fmt_time(x.time.median),
+               fmt_time(x.time.min),
                finite(x.time.cv()) ? fmt::format("{:.1f}%", 100 * x.time.cv()) : "-", fmt_gbps(x.gb_per_s),
                fmt_gbps(x.gflop_per_s), x.status == "ok" ? x.verify : "REJECTED"});
   return t;
 }
 
 Table ops_csv(const OpsReport& r) {
-  Table t = csv_table("case,op,backend,threads,status,median_s,min_s,max_s,cv,calls_per_sample,bytes,flops,gb_per_s,"
-                      "gflop_per_s,verify");
+  Table t = csv_table("case,op,backend,threads,status,median_s,min_s,max_s,cv,calls_per_sample,sets,bytes,flops,"
+                      "gb_per_s,gflop_per_s,verify");
   for (const OpRow& x : r.rows)
     t.add_row(cells(x.line, x.op, x.backend, x.threads, x.status, csv_num(x.time.median), csv_num(x.time.min),
-                    csv_num(x.time.max), csv_num(x.time.cv()), x.calls_per_sample, x.bytes, csv_num(x.flops),
+                    csv_num(x.time.max), csv_num(x.time.cv()), x.calls_per_sample, x.sets, x.bytes, csv_num(x.flops),
                     csv_num(x.gb_per_s), csv_num(x.gflop_per_s), x.verify));
   return t;
 }
 
 const char* ops_legend() {
   return "Each case (its line reproduces it: bench ops 'LINE') checked against the float64 reference first, then timed "
-         "on the same resident tensors; median and min per call. GB/s: every input read and every output written once "
+         "on tensors resident on its device (sets: copies each call takes the next of, --footprint-mib); median and min "
+         "per call. GB/s: every input read and every output written once "
          "(float32) / median; GFLOP/s: the reference's arithmetic / median.\n";
 }
 

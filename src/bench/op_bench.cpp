@@ -40,12 +40,41 @@ opcases::Tensors resident_tensors(const OpCase& c, Backend& b) {
   return t;
 }
 
-// Seconds of `calls` calls in a row, the device's queue drained at the end (one output element
-// downloaded): a device's kernels are timed to their completion, not to their launch.
-double time_calls(const OpCase& c, Backend& b, opcases::Tensors& t, int64_t calls) {
+// The case's buffer sets: set 0 as resident_tensors makes it and copies of it, enough that the
+// sets add up to `footprint` bytes (one set when 0), each call on the next.
+class Rotation {
+ public:
+  Rotation(const OpCase& c, Backend& b, int64_t footprint) {
+    sets_.push_back(resident_tensors(c, b));
+    const int64_t per_set = std::max<int64_t>(1, opcases::case_bytes(c));
+    const int64_t n = footprint > 0 ? std::max<int64_t>(1, (footprint + per_set - 1) / per_set) : 1;
+    for (int64_t k = 1; k < n; ++k) sets_.push_back(copy_of(sets_.front()));
+  }
+  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
+  opcases::Tensors& next() { return sets_[static_cast<size_t>(next_++ % size())]; }
+
+ private:
+  static opcases::Tensors copy_of(const opcases::Tensors& from) {
+    opcases::Tensors to;
+    for (const auto& [name, x] : from.items()) {
+      Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
+      t.copy_(x);
+      to.set(name, t);
+    }
+    return to;
+  }
+  std::vector<opcases::Tensors> sets_;
+  int64_t next_ = 0;
+};
+
+// Seconds of `calls` calls in a row, each on the rotation's next set, the device's queue drained
+// at the end (one output element downloaded): a device's kernels are timed to their completion,
+// not to their launch.
+double time_calls(const OpCase& c, Backend& b, Rotation& sets, int64_t calls) {
   const Clock::time_point start = Clock::now();
-  for (int64_t i = 0; i < calls; ++i) c.call(b, t);
-  if (b.device() != Device::cpu) (void)t.at(c.outputs.front().name).view_at(0, {1}).to_device(Device::cpu);
+  opcases::Tensors* last = nullptr;
+  for (int64_t i = 0; i < calls; ++i) c.call(b, *(last = &sets.next()));
+  if (b.device() != Device::cpu) (void)last->at(c.outputs.front().name).view_at(0, {1}).to_device(Device::cpu);
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -57,10 +86,12 @@ std::string verified_summary(const opcases::CaseCheck& check) {
   return worst ? fmt::format("max |diff| {:.2g} in {}", worst->max_abs_err, worst->name) : "no outputs";
 }
 
-// Warm-up, a batch size from one call, then samples until opt.repeats and opt.min_time.
+// Warm-up, a batch size from one call, then samples until opt.repeats and opt.min_time; the
+// rotation's sets made first.
 void time_row(OpRow& row, const OpCase& c, Backend& b, const OpsOptions& opt) {
-  opcases::Tensors t = resident_tensors(c, b);
-  for (int64_t i = 0; i < opt.warmup; ++i) c.call(b, t);
+  Rotation t(c, b, opt.footprint);
+  row.sets = t.size();
+  for (int64_t i = 0; i < opt.warmup; ++i) c.call(b, t.next());
   const double one = std::max(time_calls(c, b, t, 1), 1e-9);
   row.calls_per_sample = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kSampleSeconds / one)), 1, 1000000);
   std::vector<double> samples;
@@ -103,6 +134,7 @@ void validate(const OpsOptions& opt) {
   NL_USAGE(opt.warmup >= 0 && opt.warmup <= 1000000, "--warmup must be 0..1000000, got {}", opt.warmup);
   NL_USAGE(std::isfinite(opt.min_time) && opt.min_time >= 0 && opt.min_time <= 3600,
            "--min-time must be 0..3600 seconds, got {}", opt.min_time);
+  NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: resident), got {}", opt.footprint >> 20);
 }
 
 OpsReport run_ops_bench(const OpsOptions& opt) {

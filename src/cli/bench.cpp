@@ -82,6 +82,7 @@ struct OpsArgs {
   std::vector<std::string> cases;
   std::string threads = "1";
   bool list = false;
+  int64_t footprint_mib = 0;
   DeviceOptions dev;
   OpsOptions opt;
 };
@@ -298,6 +299,11 @@ int run_ops(const OpsArgs& a, const GlobalOptions& g) {
   opt.backend = a.dev.device;
   opt.threads = parse_threads(a.threads, "--threads");
   NL_USAGE(a.dev.device == "cpu" || a.threads == "1", "--threads applies to --device cpu only");
+  NL_USAGE(a.footprint_mib >= 0 && a.footprint_mib <= (int64_t{1} << 30), "--footprint-mib must be >= 0 (0: resident), got {}",
+           a.footprint_mib);
+  opt.footprint = a.footprint_mib << 20;
+  const std::string excess = memory_budget_excess(static_cast<double>(opt.footprint));
+  NL_USAGE(excess.empty(), "--footprint-mib {} {}", a.footprint_mib, excess);
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
   validate(opt);
   if (!a.o.compare.empty()) check_base(a.o.compare, "ops");
@@ -474,11 +480,14 @@ Examples:
   CLI::App* o = sub->add_subcommand("ops", "Any op case (the kernels' test cases) on any device, checked then timed");
   o->add_option("cases", ops->cases,
                 "Cases: all (default), an op (rmsnorm_fwd), a family (rmsnorm), or a case's whole line in quotes (see "
-                "--list)");
+                "--list); a norm's line at any size, e.g. 'seednorm_fwd rows=16384 d=1024'");
   o->add_option("--threads", ops->threads, "cpu thread counts, comma-separated; 'all' = every CPU (default 1)");
   o->add_option("--repeats", ops->opt.repeats, "At least this many timed samples per case (default 5)");
   o->add_option("--min-time", ops->opt.min_time, "And at least this many seconds of samples per case (default 0.1)");
   o->add_option("--warmup", ops->opt.warmup, "Untimed calls per case first (default 2)");
+  o->add_option("--footprint-mib", ops->footprint_mib,
+                "Rotate each case through copies of its tensors adding up to this many MiB, one per call "
+                "(memory-bound figures; default 0: one resident set)");
   o->add_flag("--list", ops->list, "List the selected cases' lines and exit");
   add_device_flags(*o, ops->dev);
   add_output_flags(*o, ops->o, g, true);

@@ -2,6 +2,7 @@
 // op file adds its cases and grad forms to (registry.cpp calls them in order).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,15 @@ std::vector<std::pair<std::string, Tensor>> leaves(const Tensors& drawn, const s
 inline constexpr int64_t kRowShapes[][2] = {{1, 1},    {1, 3},    {7, 1},    {7, 3},    {7, 65},
                                             {1, 1000}, {7, 1000}, {64, 512}, {512, 64}, {3, 4096},
                                             {5, 4097}, {37, 256}, {2, 49153}, {3, 49156}};
+
+// How an op's case of any rows x d is made (the seed its cases draw from): find_case's made-to-order
+// lines.
+struct SizedMaker {
+  std::string op;
+  std::function<OpCase(int64_t rows, int64_t d, uint64_t seed)> make;
+};
+void add_norm_makers(std::vector<SizedMaker>& makers);
+void add_squash_makers(std::vector<SizedMaker>& makers);
 
 void add_matmul_cases(std::vector<OpCase>& cases);
 void add_matmul_grad_forms(std::vector<GradForm>& forms);

@@ -1,6 +1,9 @@
 // The table of op cases and grad forms (each op file adds its own), and how a case is found.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <deque>
 
 #include "cases_internal.h"
 #include "normlab/error.h"
@@ -122,9 +125,87 @@ std::vector<std::string> op_names() {
   return names;
 }
 
+namespace {
+
+const std::vector<detail::SizedMaker>& sized_makers() {
+  static const std::vector<detail::SizedMaker> makers = [] {
+    std::vector<detail::SizedMaker> m;
+    detail::add_norm_makers(m);
+    detail::add_squash_makers(m);
+    return m;
+  }();
+  return makers;
+}
+
+// A line's words after its op, as key=value pairs in order; nullopt-like empty on a word without '='.
+std::vector<std::pair<std::string, std::string>> line_words(const std::string& line, bool& well_formed) {
+  std::vector<std::pair<std::string, std::string>> words;
+  well_formed = true;
+  size_t at = line.find(' ');
+  while (at != std::string::npos && at < line.size()) {
+    const size_t next = line.find(' ', at + 1);
+    const std::string w = line.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    at = next;
+    if (w.empty()) continue;
+    const size_t eq = w.find('=');
+    if (eq == std::string::npos || eq == 0) well_formed = false;
+    else words.emplace_back(w.substr(0, eq), w.substr(eq + 1));
+  }
+  return words;
+}
+
+int64_t positive_word(const std::string& line, const std::string& key, const std::string& value, bool zero_ok) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  NL_USAGE(!value.empty() && *end == '\0' && errno == 0 && (v > 0 || (zero_ok && v == 0)) && v < (int64_t{1} << 40),
+                 "op case '{}': {}={} is not a {} integer", shown(line), key, shown(value), zero_ok ? "non-negative" : "positive");
+  return v;
+}
+
+// The case `line` names, made by its op's maker: rows and d required, seed 0 unless given, and
+// every other word the one the maker writes. Null when the op has no maker.
+const OpCase* made_to_order(const std::string& line) {
+  static std::deque<OpCase> made;  // find_case's references stay valid
+  const std::string op = line.substr(0, line.find(' '));
+  const auto m = std::find_if(sized_makers().begin(), sized_makers().end(), [&](const auto& s) { return s.op == op; });
+  if (m == sized_makers().end()) return nullptr;
+  bool well_formed = true;
+  const auto words = line_words(line, well_formed);
+  NL_USAGE(well_formed, "op case '{}': each word after the op is key=value", shown(line));
+  int64_t rows = -1, d = -1, seed = 0;
+  for (const auto& [k, v] : words) {
+    if (k == "rows") rows = positive_word(line, k, v, false);
+    if (k == "d") d = positive_word(line, k, v, false);
+    if (k == "seed") seed = positive_word(line, k, v, true);
+  }
+  NL_USAGE(rows > 0 && d > 0, "op case '{}': give rows= and d= (e.g. '{} rows=4096 d=1024')", shown(line), op);
+  NL_USAGE(rows * d <= (int64_t{1} << 32), "op case '{}': rows x d = {} values is more than 2^32", shown(line), rows * d);
+  OpCase c = m->make(rows, d, static_cast<uint64_t>(seed));
+  bool ok = true;
+  const auto wrote = line_words(c.line(), ok);
+  for (const auto& [k, v] : words) {
+    const auto w = std::find_if(wrote.begin(), wrote.end(), [&](const auto& kv) { return kv.first == k; });
+    NL_USAGE(w != wrote.end() && (w->second == v || k == "rows" || k == "d" || k == "seed"),
+                   "op case '{}': {} cases have no word {}={} (they are made as '{}')", shown(line), op, k, shown(v),
+                   c.line());
+  }
+  made.push_back(std::move(c));
+  return &made.back();
+}
+
+}  // namespace
+
+std::vector<std::string> sized_ops() {
+  std::vector<std::string> ops;
+  for (const auto& m : sized_makers()) ops.push_back(m.op);
+  return ops;
+}
+
 const OpCase& find_case(const std::string& line) {
   for (const OpCase& c : all_cases())
     if (c.line() == line) return c;
+  if (const OpCase* c = made_to_order(line)) return *c;
   const std::string op = line.substr(0, line.find(' '));
   std::string near;
   int shown_cases = 0;
@@ -138,6 +219,11 @@ std::vector<const OpCase*> select_cases(const std::vector<std::string>& patterns
   std::vector<const OpCase*> out;
   for (const std::string& p : patterns) {
     bool matched = false;
+    if (p.find('=') != std::string::npos) {  // a line: the registry's, or one made to order
+      const OpCase* c = &find_case(p);
+      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+      continue;
+    }
     for (const OpCase& c : all_cases()) {
       const bool family = c.op.compare(0, p.size(), p) == 0 && c.op.size() > p.size() && c.op[p.size()] == '_';
       if (p == "all" || p == c.op || family || p == c.line()) {
@@ -152,8 +238,14 @@ std::vector<const OpCase*> select_cases(const std::vector<std::string>& patterns
                                    shown(p), ops));
     }
   }
-  // Registry order, whatever the order of the patterns.
-  std::sort(out.begin(), out.end());
+  // Registry order, whatever the order of the patterns; cases made to order after them, in the
+  // order given.
+  const std::vector<OpCase>& table = all_cases();
+  auto rank = [&](const OpCase* c) {
+    const bool in_table = !table.empty() && c >= &table.front() && c <= &table.back();
+    return in_table ? c - &table.front() : static_cast<std::ptrdiff_t>(table.size());
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const OpCase* a, const OpCase* b) { return rank(a) < rank(b); });
   return out;
 }
 

@@ -141,6 +141,14 @@ void add_squash_cases(std::vector<OpCase>& cases) {
   }
 }
 
+void add_squash_makers(std::vector<SizedMaker>& makers) {
+  for (const Squash f : {Squash::tanh, Squash::erf})
+    for (const bool backward : {false, true})
+      makers.push_back({op_of(f, backward), [f, backward](int64_t n, int64_t d, uint64_t seed) {
+                          return squash_case({f, true}, backward, n, d, seed);
+                        }});
+}
+
 void add_squash_grad_forms(std::vector<GradForm>& forms) {
   // x drawn as N(3, 2^2) like the kernel cases: alpha*x + shift spans the linear part and saturation.
   forms.push_back({"dyt", "DyT: gamma * tanh(alpha x) + beta, alpha a learned scalar", [](const Shape& xs, DType dt, uint64_t seed) {

@@ -149,6 +149,26 @@ TEST(BenchCli, OpsOnCpuAndCudaSimTimeCheckedCasesSelectedByTheirLines) {
   std::remove(base.c_str());
 }
 
+// A norm's case of any size, rotated through copies of its tensors: 1 MiB of sets of a 32 KiB
+// case (rows 16 x d 256: x, y, rstd and gamma) is 32 sets, each checked case's row says so.
+TEST(BenchCli, OpsTimeANormAtAnySizeRotatedThroughAFootprint) {
+  auto r = run_cli({"bench", "ops", "seednorm_fwd rows=16 d=256", "rmsnorm_bwd rows=5 d=4097 seed=3", "--min-time", "0",
+                    "--repeats", "2", "--warmup", "1", "--footprint-mib", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["benchmarks"].size(), 2u);
+  const auto& seed = j["benchmarks"][0];  // lines made to order run in the order given
+  EXPECT_EQ(seed["case"], "seednorm_fwd rows=16 d=256 eps=1e-06 seed=0");
+  EXPECT_EQ(seed["status"], "ok");
+  const int64_t bytes = seed["bytes"];
+  EXPECT_EQ(bytes, 4 * (2 * 16 * 256 + 2 * 16 + 3 * 256));  // x, y; rstd, t; gamma, alpha, beta
+  EXPECT_EQ(seed["sets"].get<int64_t>(), ((int64_t{1} << 20) + bytes - 1) / bytes);
+  EXPECT_EQ(j["benchmarks"][1]["case"], "rmsnorm_bwd rows=5 d=4097 eps=1e-06 seed=3");
+  r = run_cli({"bench", "ops", "seednorm_bwd rows=3 d=70", "--min-time", "0", "--repeats", "1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("     1 "), std::string::npos) << r.out;  // one resident set without --footprint-mib
+}
+
 TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
   for (std::vector<std::string> args : {std::vector<std::string>{"bench", "norms", "--shapes", "0x4x8"},
                                         {"bench", "norms", "--shapes", "4x-2x8"},
@@ -170,7 +190,12 @@ TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
                                         {"bench", "step", "--layers", "0"},
                                         {"bench", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"},
                                         {"bench", "norms", "--frobnicate"},
-                                        {"bench", "ops", "rmsnorm_fwd rows=7 d=64"},
+                                        {"bench", "ops", "rmsnorm_fwd rows=7 d=64 eps=1e-3"},
+                                        {"bench", "ops", "rmsnorm_fwd rows=7"},
+                                        {"bench", "ops", "rmsnorm_fwd rows=0 d=64"},
+                                        {"bench", "ops", "rmsnorm_fwd rows=7 d=64 seed"},
+                                        {"bench", "ops", "softmax_fwd rows=7 d=64"},
+                                        {"bench", "ops", "--footprint-mib", "-1"},
                                         {"bench", "ops", "softmax_fwd_nosuch"},
                                         {"bench", "ops", "--device", "gpu"},
                                         {"bench", "ops", "--device", "cuda-sim", "--threads", "2"},

@@ -16,6 +16,7 @@
 #include "normlab/backend.h"
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
+#include "normlab/error.h"
 #include "normlab/opcases.h"
 #include "normlab/precision.h"
 
@@ -84,6 +85,36 @@ const bool registered = [] {
                               [op, b]() -> ::testing::Test* { return new OpCaseTest(op, b); });
   return true;
 }();
+
+// A line of any size for the norms' ops: the registry's shapes made again are the registry's cases
+// (line and inputs), and other sizes, odd ones included, pass the check on every backend.
+TEST(OpCasesMadeToOrder, ReproduceTheRegistryAndPassAtOtherSizes) {
+  const opcases::OpCase& made = opcases::find_case("rmsnorm_bwd rows=7 d=65 seed=904");
+  const opcases::OpCase& have = opcases::find_case("rmsnorm_bwd rows=7 d=65 eps=1e-06 seed=904");
+  EXPECT_EQ(made.line(), have.line());
+  EXPECT_NE(&made, &have);
+  const opcases::Tensors a = made.inputs(), b = have.inputs();
+  ASSERT_EQ(a.items().size(), b.items().size());
+  for (size_t i = 0; i < a.items().size(); ++i) {
+    EXPECT_EQ(a.items()[i].first, b.items()[i].first);
+    EXPECT_EQ(a.items()[i].second.to_vector(), b.items()[i].second.to_vector()) << a.items()[i].first;
+  }
+  std::vector<std::string> backends = {"cpu", "cuda-sim"};
+  for (const std::string& op : opcases::sized_ops()) {
+    const auto ops = opcases::op_names();
+    EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
+    for (const std::string& line : {op + " rows=33 d=130 seed=7", op + " d=17 rows=2"}) {
+      const opcases::OpCase& c = opcases::find_case(line);
+      for (const std::string& be : backends) {
+        const opcases::CaseCheck check = opcases::check_case(c, backend(be));
+        EXPECT_TRUE(check.pass) << c.line() << " on " << be << check.report;
+      }
+    }
+  }
+  EXPECT_THROW(opcases::find_case("rmsnorm_fwd rows=7 d=65 eps=0.1"), UsageError);
+  EXPECT_THROW(opcases::find_case("rmsnorm_fwd rows=7 d=x"), UsageError);
+  EXPECT_THROW(opcases::find_case("softmax_fwd rows=7 d=65"), UsageError);
+}
 
 // The census cases hold what they claim to: from 1000 values on, overflows, underflows and
 // non-finite values for both 16-bit formats (their inputs are the same whatever the format).

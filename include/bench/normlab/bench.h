@@ -533,6 +533,9 @@ struct OpsOptions {
   int64_t warmup = 2;                        // untimed calls per case
   int64_t repeats = 5;                       // at least this many timed samples per case
   double min_time = 0.1;                     // and at least this many seconds of samples per case
+  // Bytes of buffer sets each case rotates through, one set per call (memory-bound figures: more
+  // than the caches hold); 0: one set, resident.
+  int64_t footprint = 0;
   std::function<void(const std::string&)> log;  // progress lines (optional)
 };
 
@@ -542,6 +545,7 @@ struct OpRow {
   std::string status = "ok";  // "ok", or "rejected": check_case failed; never timed
   std::string verify;         // "max |diff| 3e-07 in dx", or check_case's report
   int64_t calls_per_sample = 1;
+  int64_t sets = 1;   // buffer sets the calls rotate through (1: resident)
   Stats time;      // seconds per call
   int64_t bytes = 0;  // one call: every input read and every output written once (float32)
   double flops = 0;
@@ -559,8 +563,8 @@ struct OpsReport {
 void validate(const OpsOptions& opt);
 // Each selected case on opt.backend, on tensors resident on its device: checked by check_case
 // (rejected rows are reported and never timed), then warmed up and timed on the same tensors
-// (cache-resident where they fit: the kernel's own speed, as ggml's perf mode measures it; bench
-// norms rotates buffers for the memory-bound figures). A sample is a batch of calls of ~200 us,
+// (cache-resident where they fit: the kernel's own speed, as ggml's perf mode measures it), or,
+// with opt.footprint, on copies of them that rotate through that many bytes (memory-bound). A sample is a batch of calls of ~200 us,
 // ended by a download of one output element on a device (its queue drained), reported per call.
 OpsReport run_ops_bench(const OpsOptions& opt);
 

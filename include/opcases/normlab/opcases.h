@@ -106,9 +106,14 @@ const std::vector<OpCase>& all_cases();
 // The ops (each case's `op`), in registry order, each once.
 std::vector<std::string> op_names();
 // The case whose line is `line`; throws UsageError naming the op's first cases when none is.
+// For an op of rows x d (the norms, add+norm, DyT, Derf, SeeDNorm), a line of any size is made to
+// order: "seednorm_fwd rows=16384 d=1024" (seed 0 unless given; any other word, such as eps,
+// must be the one the op's cases write).
 const OpCase& find_case(const std::string& line);
+// The ops a case of any rows x d can be made for.
+std::vector<std::string> sized_ops();
 // Cases selected by patterns: "all", an op ("rmsnorm_fwd"), an op family prefix ("rmsnorm"), or a
-// whole line. Throws UsageError for a pattern that selects nothing.
+// whole line (of any size for sized_ops(), as find_case makes it). Throws UsageError for a pattern that selects nothing.
 std::vector<const OpCase*> select_cases(const std::vector<std::string>& patterns);
 
 // Bytes one call moves at `dtype` storage: every input read once and every output written once
