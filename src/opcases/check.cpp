@@ -1,5 +1,6 @@
 // Test mode: a case on a backend, on tensors resident on its device, against the reference
 // backend in float64.
+#include <algorithm>
 #include <cmath>
 
 #include "cases_internal.h"
@@ -9,10 +10,19 @@ namespace normlab::opcases {
 
 namespace {
 
-// The float32 inputs a backend under test gets (integer inputs as they are).
-Tensors float32_inputs(const Tensors& in64) {
+bool is_stored(const OpCase& c, const std::string& name) {
+  return std::find(c.stored.begin(), c.stored.end(), name) != c.stored.end();
+}
+
+// The float32 inputs a backend under test gets (integer inputs as they are); with a 16-bit
+// storage, the case's stored ones in it (as_stored) or their values rounded to it, in float32.
+Tensors float32_inputs(const OpCase& c, const Tensors& in64, DType storage, bool as_stored) {
   Tensors t;
-  for (const auto& [name, x] : in64.items()) t.set(name, x.dtype() == DType::f64 ? x.to(DType::f32) : x);
+  for (const auto& [name, x] : in64.items()) {
+    Tensor v = x.dtype() == DType::f64 ? x.to(DType::f32) : x;
+    if (storage != DType::f32 && is_stored(c, name)) v = as_stored ? v.to(storage) : v.to(storage).to(DType::f32);
+    t.set(name, v);
+  }
   return t;
 }
 
@@ -29,12 +39,13 @@ Tensors reference_outputs(const OpCase& c, const Tensors& in32) {
 
 // The call on b with only the outputs `wanted`, each first filled with NaN on b's device (an
 // element the kernel never writes stays NaN); the outputs come back to the host.
-Tensors run_on(const OpCase& c, Backend& b, const Tensors& in32, const std::vector<const Output*>& wanted) {
+Tensors run_on(const OpCase& c, Backend& b, const Tensors& in32, const std::vector<const Output*>& wanted,
+               DType storage) {
   const Device dev = b.device();
   Tensors t;
   for (const auto& [name, x] : in32.items()) t.set(name, dev == Device::cpu ? x.clone() : x.to_device(dev));
   for (const Output* o : wanted) {
-    Tensor e = Tensor::empty(o->shape, o->dtype, dev);
+    Tensor e = Tensor::empty(o->shape, is_stored(c, o->name) ? storage : o->dtype, dev);
     e.fill_(NAN);
     t.set(o->name, e);
   }
@@ -100,8 +111,8 @@ void add(CaseCheck& check, OutputCheck o, const Output& spec, double scale) {
 // `full`, the run with every output; `label` says what was left out.
 void add_same_bits(CaseCheck& check, const OpCase& c, Backend& b, const Tensors& in32,
                    const std::vector<const Output*>& wanted, const std::vector<const Output*>& compared,
-                   const Tensors& full, const std::string& label) {
-  const Tensors got = run_on(c, b, in32, wanted);
+                   const Tensors& full, const std::string& label, DType storage) {
+  const Tensors got = run_on(c, b, in32, wanted, storage);
   for (const Output* o : compared) {
     Output exact = *o;
     exact.tol = tol::kExact;
@@ -111,20 +122,26 @@ void add_same_bits(CaseCheck& check, const OpCase& c, Backend& b, const Tensors&
 
 }  // namespace
 
-CaseCheck check_case(const OpCase& c, Backend& b) {
+CaseCheck check_case(const OpCase& c, Backend& b) { return check_case(c, b, Precision::fp32); }
+
+CaseCheck check_case(const OpCase& c, Backend& b, Precision storage) {
+  const DType sd = storage_dtype(storage);
+  NL_CHECK(sd == DType::f32 || !c.stored.empty(), "op case {}: no {} form", c.line(), to_string(storage));
   const Tensors in64 = c.inputs();
-  const Tensors in32 = float32_inputs(in64);
-  const Tensors want = reference_outputs(c, in32);
+  const Tensors in32 = float32_inputs(c, in64, sd, true);
+  const Tensors want = reference_outputs(c, float32_inputs(c, in64, sd, false));
   std::vector<const Output*> every, required, optional;
   for (const Output& o : c.outputs) {
     every.push_back(&o);
     (o.optional ? optional : required).push_back(&o);
   }
-  const Tensors got = run_on(c, b, in32, every);
+  const Tensors got = run_on(c, b, in32, every, sd);
   CaseCheck check;
   for (const Output& o : c.outputs) {
     const double scale = o.atol_scale ? o.atol_scale(in64) : 1.0;
-    add(check, compare(o, got.at(o.name), want.at(o.name), scale), o, scale);
+    Output held = o;
+    if (is_stored(c, o.name)) held.tol.rtol += tol::stored_half_ulp(storage);
+    add(check, compare(held, got.at(o.name), want.at(o.name), scale), held, scale);
   }
   // A kernel skips what is not wanted and computes the rest the same way: each optional output
   // alone (beside the required ones), and the required ones with every optional one declined
@@ -133,12 +150,12 @@ CaseCheck check_case(const OpCase& c, Backend& b) {
     for (const Output* o : optional) {
       std::vector<const Output*> wanted = required;
       wanted.push_back(o);
-      add_same_bits(check, c, b, in32, wanted, {o}, got, " alone");
+      add_same_bits(check, c, b, in32, wanted, {o}, got, " alone", sd);
     }
   if (!optional.empty() && !required.empty()) {
     std::string declined;
     for (const Output* o : optional) declined += (declined.empty() ? " without " : ", ") + o->name;
-    add_same_bits(check, c, b, in32, required, required, got, declined);
+    add_same_bits(check, c, b, in32, required, required, got, declined, sd);
   }
   return check;
 }

@@ -44,6 +44,10 @@ void add_saved_statistics(Tensors& t, bool layernorm, int64_t n, int64_t d) {
   t.set("rstd", rstd);
 }
 
+// What a 16-bit run of LayerNorm's and RMSNorm's kernels stores in the format: the rows and the
+// parameters (the statistics and the parameter gradients stay float32).
+const std::vector<std::string> kStoredRows = {"x", "dy", "gamma", "beta", "y", "dx"};
+
 OpCase row_case(const char* op, int64_t n, int64_t d, double eps, uint64_t seed, double flops_per_element) {
   OpCase c;
   c.op = op;
@@ -60,6 +64,7 @@ OpCase layernorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
   c.call = [=](Backend& b, Tensors& t) {
     b.layernorm_forward(t.at("y"), t.at("mean"), t.at("rstd"), t.at("x"), t.at("gamma"), t.at("beta"), n, d, kLnEps);
   };
+  c.stored = kStoredRows;
   return c;
 }
 
@@ -79,6 +84,7 @@ OpCase layernorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
     b.layernorm_backward(t.out("dx"), t.out("dgamma"), t.out("dbeta"), t.at("dy"), t.at("x"), t.at("gamma"),
                          t.at("mean"), t.at("rstd"), n, d);
   };
+  c.stored = kStoredRows;
   return c;
 }
 
@@ -94,6 +100,7 @@ OpCase rmsnorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
   c.call = [=](Backend& b, Tensors& t) {
     b.rmsnorm_forward(t.at("y"), t.at("rstd"), t.at("x"), t.at("gamma"), n, d, kRmsEps);
   };
+  c.stored = kStoredRows;
   return c;
 }
 
@@ -110,6 +117,7 @@ OpCase rmsnorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
   c.call = [=](Backend& b, Tensors& t) {
     b.rmsnorm_backward(t.out("dx"), t.out("dgamma"), t.at("dy"), t.at("x"), t.at("gamma"), t.at("rstd"), n, d);
   };
+  c.stored = kStoredRows;
   return c;
 }
 

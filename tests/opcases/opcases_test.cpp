@@ -116,6 +116,20 @@ TEST(OpCasesMadeToOrder, ReproduceTheRegistryAndPassAtOtherSizes) {
   EXPECT_THROW(opcases::find_case("softmax_fwd rows=7 d=65"), UsageError);
 }
 
+// LayerNorm's and RMSNorm's kernels with their rows and parameters stored in bf16 or fp16 (bench
+// norms --dtypes on a device): checked against the reference on the rounded inputs, the stored
+// outputs allowed half the format's ulp more.
+TEST(OpCasesStorage, NormsStoredIn16BitsPassOnCudaSim) {
+  for (const char* op : {"layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd"})
+    for (const Precision p : {Precision::bf16, Precision::fp16}) {
+      const opcases::OpCase& c = opcases::find_case(std::string(op) + " rows=37 d=257 seed=11");
+      const opcases::CaseCheck check = opcases::check_case(c, backend("cuda-sim"), p);
+      EXPECT_TRUE(check.pass) << c.line() << " in " << to_string(p) << check.report;
+    }
+  EXPECT_THROW(opcases::check_case(opcases::find_case("seednorm_fwd rows=3 d=8"), backend("cuda-sim"), Precision::bf16),
+               Error);
+}
+
 // The census cases hold what they claim to: from 1000 values on, overflows, underflows and
 // non-finite values for both 16-bit formats (their inputs are the same whatever the format).
 TEST(OpCasesInputs, CensusCasesHoldEveryEvent) {

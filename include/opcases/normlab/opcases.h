@@ -99,6 +99,10 @@ struct OpCase {
   // Floating-point operations of one call, counted as the reference's arithmetic (a tanh or an
   // erf as one): what bench ops divides by the time.
   double flops = 0;
+  // The tensors (inputs and outputs) a backend holds in a 16-bit storage format when a call runs
+  // at one (bench norms --dtypes bf16 on a device): the row arrays and the parameters, not the
+  // float32 statistics and parameter gradients. Empty: the op has no 16-bit form.
+  std::vector<std::string> stored;
 };
 
 // Every case, ops in registry order.
@@ -138,6 +142,9 @@ struct CaseCheck {
 // each optional output also alone, and the required outputs with every optional one declined (the
 // same bits wanted). A kExact output matches bit for bit, the sign of a zero included.
 CaseCheck check_case(const OpCase& c, Backend& b);
+// The same with c.stored held in `storage` (bf16 or fp16) on b: the reference computes from the
+// values rounded to it, and an output stored in it may differ by half its ulp more.
+CaseCheck check_case(const OpCase& c, Backend& b, Precision storage);
 
 // ---- grad mode ---------------------------------------------------------------------------
 // The sizes a grad form is built with: gradcheck's (CaseShape) less its layers. x is (batch, time,
