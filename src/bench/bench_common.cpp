@@ -112,6 +112,7 @@ int64_t norm_parameters(const std::string& norm, int64_t d) {
   if (norm == "rmsnorm") return d;
   if (norm == "dyt") return 2 * d + 1;   // gamma, beta, alpha
   if (norm == "derf") return 2 * d + 2;  // gamma, beta, alpha, shift
+  if (norm == "seednorm") return 3 * d;  // gamma, alpha, beta
   return 0;
 }
 
@@ -124,6 +125,12 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
   if (norm == "dyt" || norm == "derf") {  // no statistics: gamma and beta (and alpha) read; dgamma, dbeta written
     b.data = (pass == "bwd" ? 3 : pass == "addfwd" ? 4 : 2) * nd * e;
     b.params = 2 * d * e + (pass == "bwd" ? 2 * d * f : 0);
+    return b;
+  }
+  if (norm == "seednorm") {  // RMSNorm's arrays; gamma, alpha, beta read; rstd and tanh(x . beta) per row
+    b.data = (pass == "bwd" ? 3 : 2) * nd * e;
+    b.params = 3 * d * e + (pass == "bwd" ? 3 * d * f : 0);
+    b.stats = 2 * n * f;
     return b;
   }
   if (pass == "copy" || norm == "copy") {

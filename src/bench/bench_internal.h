@@ -7,6 +7,7 @@
 
 #include "normlab/backend.h"
 #include "normlab/bench.h"
+#include "normlab/opcases.h"
 
 namespace normlab::bench {
 
@@ -208,15 +209,47 @@ int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes = 4
 // Bytes each memory-bound case rotates through: opt.footprint, or max(1 GiB, 4 x LLC).
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc);
 
+// ---- case_sets.cpp: op cases as the bench times them --------------------------------------
+
+// An op case's tensors on b's device (the float32 inputs it draws, in `storage` for the ones it
+// stores in a 16-bit format, and its outputs), and copies of them: `sets` in all, call k on set
+// k modulo their number, so that a rotation through more memory than the caches hold gives
+// memory-bound figures.
+class CaseSets {
+ public:
+  CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision storage = Precision::fp32);
+  // Sets of c that add up to `footprint` bytes (1 for 0: resident).
+  static int64_t count_for(const opcases::OpCase& c, int64_t footprint);
+  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
+  opcases::Tensors& at(int64_t k) { return sets_[static_cast<size_t>(k % size())]; }
+  void call(Backend& b, int64_t k);
+  // Waits for a device's queue: one element of set k's first output downloaded (nothing on the cpu).
+  void drain(Backend& b, int64_t k);
+  // Seconds of `calls` calls on sets first, first+1, ..., to their completion (drained).
+  double time_calls(Backend& b, int64_t first, int64_t calls);
+
+ private:
+  const opcases::OpCase& case_;
+  std::vector<opcases::Tensors> sets_;
+};
+
+// "max |diff| 3e-07 in dx": a passing check's largest difference from the reference and where.
+std::string verified_summary(const opcases::CaseCheck& check);
+
+// The op case a norm's pass calls on a backend ("rmsnorm_bwd", "add_layernorm_fwd"), one that
+// can be made at any rows x d; "" when the norm has none for that pass.
+std::string norm_op(NormKind norm, Pass p);
+
+// A bench norms row of the backend's kernel: case c checked by check_case at `storage` (a
+// failure is the row's report, status "rejected", never timed), then its call on `sets` sets of
+// its tensors on b (a device's timed in batches drained at the end, as bench ops does).
+Case backend_case(Backend& b, const opcases::OpCase& c, Precision storage, int64_t sets, NormRow row);
+
 // ---- device_norm_bench.cpp -----------------------------------------------------------------
 // run_norm_bench for opt.device "cuda" or "cuda-sim".
-NormReport run_device_norm_bench(const NormBenchOptions& opt);
+NormReport run_device_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry);
 // Bytes each case on a device rotates through: opt.footprint, or 1 GiB (> 16 x the L2 of an
 // H100/H200); rows below it are marked as possibly cache-resident.
 int64_t device_footprint(const NormBenchOptions& opt);
-// The device's kernels of `norm` as run_device_norm_bench checks them (each pass uploads its
-// arguments, calls the backend on set 0 and downloads the outputs), on device tensors of their
-// own for one set of `shape` in `storage`: the tests check the check with them.
-NormImpl device_norm_impl(const std::string& device, const NormShape& shape, Precision storage, NormKind norm);
 
 }  // namespace normlab::bench::detail

@@ -223,11 +223,12 @@ std::string norm_legend(bool merged, bool resident, bool device) {
          "L1/L2 as inside the step; their %copy is of the copy loop on the same reused buffers, i.e. of the cache's "
          "copy speed, not of memory's.";
   if (device)
-    s += " Device rows (dev cuda, cuda-sim): the device backend's kernels through the Backend interface, each call on "
-         "the next of the device buffer sets, a sample a batch of calls (~2 ms) timed to the completion of the last; "
-         "copy.loop is the backend's elementwise kernel as a copy (x times 1), copy.memcpy its copy (cudaMemcpy, "
-         "device to device); bf16 rows (dtype) store the N x D arrays and gamma/beta as bf16 (2 bytes per element in "
-         "GB/s) with float32 statistics.";
+    s += " Device rows (dev cuda, cuda-sim): the device backend's kernels through the Backend interface on their op "
+         "cases (checked by the test suite's check_case first), each call on the next of the case's device buffer "
+         "sets, a sample a batch of calls (~2 ms) timed to the completion of the last; copy.loop is the backend's "
+         "elementwise scale kernel (one read, one write per element, as a copy), copy.memcpy its copy (cudaMemcpy, "
+         "device to device); bf16 and fp16 rows (dtype) store the N x D arrays and gamma/beta in the format (2 bytes "
+         "per element in GB/s) with float32 statistics.";
   if (merged)
     s += " runs: runs merged and the spread of their medians ((max-min)/median); [a-b]: the figure's range over the "
          "runs.";
@@ -259,17 +260,15 @@ Table summary_table(const NormReport& r) {
                right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
                right("RMS vs unfused")};
   if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
-  // DyT's and Derf's columns only where they ran, so that the LayerNorm/RMSNorm table reads as before.
-  bool dyt = false, derf = false;
-  for (const NormRow& x : r.rows) dyt = dyt || x.norm == "dyt", derf = derf || x.norm == "derf";
-  if (dyt) {
-    t.columns.push_back(right("DyT fused GB/s"));
-    t.columns.push_back(right("DyT speed vs RMS"));
-  }
-  if (derf) {
-    t.columns.push_back(right("Derf fused GB/s"));
-    t.columns.push_back(right("Derf speed vs RMS"));
-  }
+  // The other norms' columns (DyT, Derf, SeeDNorm: each one's GB/s and its speed against RMSNorm)
+  // only where they ran, so that the LayerNorm/RMSNorm table reads as before.
+  std::vector<std::pair<std::string, std::string>> others;  // (norm, its label)
+  for (const auto& [norm, label] : {std::pair<const char*, const char*>{"dyt", "DyT"}, {"derf", "Derf"}, {"seednorm", "SeeD"}})
+    if (std::any_of(r.rows.begin(), r.rows.end(), [n = std::string(norm)](const NormRow& x) { return x.norm == n; })) {
+      others.emplace_back(norm, label);
+      t.columns.push_back(right((std::string(label) + " fused GB/s").c_str()));
+      t.columns.push_back(right((std::string(label) + " speed vs RMS").c_str()));
+    }
   const bool narrow = any_narrow(r);
   if (narrow) t.columns.insert(t.columns.begin() + 2, left("dtype"));
   std::set<std::string> done;
@@ -303,16 +302,11 @@ Table summary_table(const NormReport& r) {
         fig(rf, rf ? rf->vs_torch : NAN, "vs_torch", "{:.2f}", fmt_ratio),
         fig(lf, lf ? lf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio),
         fig(rf, rf ? rf->vs_unfused : NAN, "vs_unfused", "{:.2f}", fmt_ratio)};
-    if (dyt) {
-      // Time ratio: RMSNorm's median over DyT's (above 1: DyT is faster), one run, side by side.
-      const NormRow* df = get("dyt.fused", x.pass, x);
-      row.push_back(fig(df, df ? df->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps));
-      row.push_back(df && rf ? fmt_ratio(rf->time.median / df->time.median) : std::string("-"));
-    }
-    if (derf) {
-      const NormRow* ef = get("derf.fused", x.pass, x);
-      row.push_back(fig(ef, ef ? ef->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps));
-      row.push_back(ef && rf ? fmt_ratio(rf->time.median / ef->time.median) : std::string("-"));
+    for (const auto& [norm, label] : others) {
+      // Time ratio: RMSNorm's median over the other's (above 1: it is faster), one run, side by side.
+      const NormRow* of = get(norm + ".fused", x.pass, x);
+      row.push_back(fig(of, of ? of->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps));
+      row.push_back(of && rf ? fmt_ratio(rf->time.median / of->time.median) : std::string("-"));
     }
     if (narrow) row.insert(row.begin() + 2, x.dtype);
     t.add_row(row);

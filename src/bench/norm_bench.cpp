@@ -40,6 +40,7 @@ namespace {
 
 using detail::BufferSet;
 using detail::Case;
+using detail::args_for;
 using detail::Pool;
 using detail::footprint_of;
 using detail::mib;
@@ -79,10 +80,45 @@ struct ShapeGroup {
   int64_t sets = 1;
 };
 
+// A registry row on the pool's buffer sets: checked by verify_norm on set 0 first (a wrong kernel
+// is reported and never timed; its first call is also where a fused kernel's shape class chooses
+// its variant, measuring if it must), then called on set k.
+Case pool_row(const NormImpl& m, Pass p, const Pool& pool, const NormBenchOptions& opt, NormRow row,
+              const std::function<void(const std::string&)>& log) {
+  const float eps = m.norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
+  const NormKind norm = m.norm;
+  Case c;
+  c.row = std::move(row);
+  c.call = [&pool, fn = m.fn(p), norm, p, eps, alpha = opt.add_alpha](int64_t k) {
+    fn(args_for(pool, k, norm, p, eps, alpha));
+  };
+  c.row.verify = verify_norm(m, p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
+  c.row.streaming_stores = m.streaming_stores;
+  if (m.variant) {
+    const RowVariant v = m.variant(p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
+    c.row.variant = v.name;
+    c.row.variant_source = v.source;
+    c.row.backend_variant = v.backend;
+    c.row.streaming_stores = v.streams;
+    log(fmt::format("{} {} {}: variant {} ({}){}", c.row.name(), to_string(p), pool.shape().str(), v.name, v.source,
+                    v.backend.empty() ? "" : "; the backend runs " + v.backend));
+  }
+  return c;
+}
+
+// A backend row: its op case at the group's shape on the cpu backend, on its own share of the
+// group's sets (the cases run in turn, so a buffer is reused after all of their traffic).
+Case backend_row(const NormImpl& m, Pass p, const NormShape& shape, int64_t sets, int64_t backend_cases,
+                 const NormBenchOptions& opt, NormRow row) {
+  const std::string line = fmt::format("{} rows={} d={} seed={}", detail::norm_op(m.norm, p), shape.rows(), shape.d, opt.seed);
+  const int64_t own = std::max<int64_t>(1, sets / std::max<int64_t>(1, backend_cases));
+  return detail::backend_case(backend("cpu"), opcases::find_case(line), Precision::fp32, own, std::move(row));
+}
+
 }  // namespace
 
 NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry) {
-  if (opt.device != "cpu") return detail::run_device_norm_bench(opt);
+  if (opt.device != "cpu") return detail::run_device_norm_bench(opt, registry);
   validate(opt);
   NormReport report;
   report.context = collect_context();
@@ -100,6 +136,11 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     passes.push_back(Pass::addfwd);
     for (const NormImpl* m : impls) with_sum = with_sum || static_cast<bool>(m->add_forward);
   }
+  // The backend's rows (on their op cases' own tensors) share each group's rotation: per case
+  // passes that run, and whether any does (their sets then count against the memory budget too).
+  int64_t backend_cases = 0;
+  for (const NormImpl* m : impls)
+    for (Pass p : passes) backend_cases += m->backend && m->has(p) ? 1 : 0;
   auto log = [&](const std::string& s) {
     if (opt.log) opt.log(s);
   };
@@ -112,7 +153,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   for (const NormShape& shape : opt.shapes) {
     int64_t sets = sets_for(shape, footprint);
     // Less rotation rather than swapping: keep the pool within the memory budget.
-    while (sets > 1 && budget > 0 && pool_bytes(shape, sets, with_sum) > budget) --sets;
+    while (sets > 1 && budget > 0 && pool_bytes(shape, sets, with_sum) * (backend_cases > 0 ? 2 : 1) > budget) --sets;
     groups.push_back({shape, false, sets});
   }
   for (const NormShape& shape : opt.resident_shapes) groups.push_back({shape, true, 1});
@@ -171,28 +212,10 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
       const bool f32_rows = std::find(opt.dtypes.begin(), opt.dtypes.end(), "f32") != opt.dtypes.end();
       for (const NormImpl* m : impls) {
         for (Pass p : passes) {
-          const NormFn& fn = m->fn(p);
-          if (!fn || !f32_rows) continue;
-          const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
-          const NormKind norm = m->norm;
-          Case c;
-          c.row = base_row(to_string(norm), m->impl, m->provider, to_string(p));
-          c.call = [&pool, fn, norm, p, eps, alpha = opt.add_alpha](int64_t k) {
-            fn(args_for(pool, k, norm, p, eps, alpha));
-          };
-          // Correctness first: a wrong kernel is reported and never timed. (Its first call is also
-          // where a fused kernel's shape class chooses its variant, measuring if it must.)
-          c.row.verify = verify_norm(*m, p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
-          c.row.streaming_stores = m->streaming_stores;
-          if (m->variant) {
-            const RowVariant v = m->variant(p, args_for(pool, 0, norm, p, eps, opt.add_alpha));
-            c.row.variant = v.name;
-            c.row.variant_source = v.source;
-            c.row.backend_variant = v.backend;
-            c.row.streaming_stores = v.streams;
-            log(fmt::format("{} {} {}: variant {} ({}){}", c.row.name(), to_string(p), shape.str(), v.name, v.source,
-                            v.backend.empty() ? "" : "; the backend runs " + v.backend));
-          }
+          if (!f32_rows || !m->has(p)) continue;
+          NormRow row = base_row(to_string(m->norm), m->impl, m->provider, to_string(p));
+          Case c = m->backend ? backend_row(*m, p, shape, sets, backend_cases, opt, std::move(row))
+                              : pool_row(*m, p, pool, opt, std::move(row), log);
           if (!c.row.verify.pass) {
             c.row.status = "rejected";
             c.row.verify.report += fmt::format(" (rerun: normlab bench norms --impl {} --pass {} --{}shapes {} --threads {})",
@@ -211,8 +234,8 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
         detail::RowPlace place16 = place;
         place16.dtype = to_string(p16->format());
         for (const NormImpl* m : impls) {
-          // DyT and Derf have no 16-bit kernel here
-          if (m->impl != "fused" || detail::is_squash(m->norm)) continue;
+          // the backend rows (DyT, Derf, SeeDNorm) have no 16-bit kernel here
+          if (m->impl != "fused" || m->backend) continue;
           const NormImpl m16 = p16->impl(m->norm);
           const float eps = m->norm == NormKind::layernorm ? opt.ln_eps : opt.rms_eps;
           for (Pass p : passes) {

@@ -13,10 +13,12 @@
 
 namespace normlab::bench {
 
+bool NormImpl::has(Pass p) const { return backend ? !detail::norm_op(norm, p).empty() : static_cast<bool>(fn(p)); }
+
 void NormRegistry::add(NormImpl impl) {
   NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm || impl.norm == NormKind::dyt ||
-               impl.norm == NormKind::derf,
-           "norm implementation '{}': norm must be layernorm, rmsnorm, dyt or derf", impl.name());
+               impl.norm == NormKind::derf || impl.norm == NormKind::seednorm,
+           "norm implementation '{}': norm must be layernorm, rmsnorm, dyt, derf or seednorm", impl.name());
   NL_CHECK(!impl.impl.empty() && impl.impl.find_first_of("./ ") == std::string::npos,
            "norm implementation '{}': the implementation name must be non-empty, without '.', '/' or spaces",
            impl.name());
@@ -42,7 +44,7 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
     if (!matched) {
       std::string known;
       for (const NormImpl& m : impls_) known += (known.empty() ? "" : ", ") + m.name();
-      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, dyt, derf, {}; "
+      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, dyt, derf, seednorm, {}; "
                                    "or an implementation such as fused)",
                                    flag, p, known));
     }
@@ -135,28 +137,21 @@ NormRegistry builtin_norm_impls() {
          },
          nullptr,
          nullptr});
-  r.add({NormKind::dyt, "fused", "normlab", "one pass, vectorized tanh (the cpu backend's DyT/Derf kernel)", false,
-         [](const NormArgs& a) {
-           cpu::squash_forward(a.y, a.x, a.dyt_alpha, 0.0f, a.gamma, a.beta, a.n, a.d, Squash::tanh);
-         },
-         [](const NormArgs& a) {
-           cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, 0.0f, a.gamma, a.n,
-                                a.d, Squash::tanh);
-         },
-         nullptr,
-         nullptr});
-  // Derf (Chen et al. 2025): DyT's kernel with erf and the learned shift, whose gradient is a
-  // second full reduction.
-  r.add({NormKind::derf, "fused", "normlab", "one pass, vectorized erf (the cpu backend's DyT/Derf kernel)", false,
-         [](const NormArgs& a) {
-           cpu::squash_forward(a.y, a.x, a.dyt_alpha, a.derf_shift, a.gamma, a.beta, a.n, a.d, Squash::erf);
-         },
-         [](const NormArgs& a) {
-           cpu::squash_backward(a.dx, a.dalpha, a.dshift, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.derf_shift,
-                                a.gamma, a.n, a.d, Squash::erf);
-         },
-         nullptr,
-         nullptr});
+  // The backend's kernels of DyT and Derf (Chen et al. 2025: erf and a learned shift, whose
+  // gradient is a second full reduction), and SeeDNorm's (Cai et al. 2025: RMSNorm's passes with
+  // a second row sum, x . beta, and three parameter gradients), as the models call them.
+  auto backend_impl = [](NormKind norm, const char* description) {
+    NormImpl m;
+    m.norm = norm;
+    m.impl = "fused";
+    m.provider = "normlab";
+    m.description = description;
+    m.backend = true;
+    return m;
+  };
+  r.add(backend_impl(NormKind::dyt, "one pass, vectorized tanh (the backend's DyT/Derf kernel, on its op case)"));
+  r.add(backend_impl(NormKind::derf, "one pass, vectorized erf (the backend's DyT/Derf kernel, on its op case)"));
+  r.add(backend_impl(NormKind::seednorm, "two row sums and a write per row, vectorized (the backend's kernel, on its op case)"));
   // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
   // moved against 4ND).
   r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",

@@ -20,84 +20,26 @@ std::string OpRow::name() const { return fmt::format("{} backend={} threads={}",
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using opcases::OpCase;
 
 // A sample is a batch of calls of about this long: a clock read and, on a device, a download
 // end each sample, so that the batch makes them a small share of it.
 constexpr double kSampleSeconds = 200e-6;
 
-// The case's tensors on b's device, as check_case makes them: the float32 inputs, the outputs.
-opcases::Tensors resident_tensors(const OpCase& c, Backend& b) {
-  const Device dev = b.device();
-  opcases::Tensors t;
-  const opcases::Tensors drawn = c.inputs();
-  for (const auto& [name, x] : drawn.items()) {
-    const Tensor x32 = x.dtype() == DType::f64 ? x.to(DType::f32) : x;
-    t.set(name, dev == Device::cpu ? x32 : x32.to_device(dev));
-  }
-  for (const opcases::Output& o : c.outputs) t.set(o.name, Tensor::zeros(o.shape, DType::f32, dev));
-  return t;
-}
-
-// The case's buffer sets: set 0 as resident_tensors makes it and copies of it, enough that the
-// sets add up to `footprint` bytes (one set when 0), each call on the next.
-class Rotation {
- public:
-  Rotation(const OpCase& c, Backend& b, int64_t footprint) {
-    sets_.push_back(resident_tensors(c, b));
-    const int64_t per_set = std::max<int64_t>(1, opcases::case_bytes(c));
-    const int64_t n = footprint > 0 ? std::max<int64_t>(1, (footprint + per_set - 1) / per_set) : 1;
-    for (int64_t k = 1; k < n; ++k) sets_.push_back(copy_of(sets_.front()));
-  }
-  int64_t size() const { return static_cast<int64_t>(sets_.size()); }
-  opcases::Tensors& next() { return sets_[static_cast<size_t>(next_++ % size())]; }
-
- private:
-  static opcases::Tensors copy_of(const opcases::Tensors& from) {
-    opcases::Tensors to;
-    for (const auto& [name, x] : from.items()) {
-      Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
-      t.copy_(x);
-      to.set(name, t);
-    }
-    return to;
-  }
-  std::vector<opcases::Tensors> sets_;
-  int64_t next_ = 0;
-};
-
-// Seconds of `calls` calls in a row, each on the rotation's next set, the device's queue drained
-// at the end (one output element downloaded): a device's kernels are timed to their completion,
-// not to their launch.
-double time_calls(const OpCase& c, Backend& b, Rotation& sets, int64_t calls) {
-  const Clock::time_point start = Clock::now();
-  opcases::Tensors* last = nullptr;
-  for (int64_t i = 0; i < calls; ++i) c.call(b, *(last = &sets.next()));
-  if (b.device() != Device::cpu) (void)last->at(c.outputs.front().name).view_at(0, {1}).to_device(Device::cpu);
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The verification's summary: the largest difference from the reference and where.
-std::string verified_summary(const opcases::CaseCheck& check) {
-  const opcases::OutputCheck* worst = nullptr;
-  for (const opcases::OutputCheck& o : check.outputs)
-    if (!worst || o.max_abs_err > worst->max_abs_err) worst = &o;
-  return worst ? fmt::format("max |diff| {:.2g} in {}", worst->max_abs_err, worst->name) : "no outputs";
-}
-
 // Warm-up, a batch size from one call, then samples until opt.repeats and opt.min_time; the
 // rotation's sets made first.
 void time_row(OpRow& row, const OpCase& c, Backend& b, const OpsOptions& opt) {
-  Rotation t(c, b, opt.footprint);
+  detail::CaseSets t(c, b, detail::CaseSets::count_for(c, opt.footprint));
   row.sets = t.size();
-  for (int64_t i = 0; i < opt.warmup; ++i) c.call(b, t.next());
-  const double one = std::max(time_calls(c, b, t, 1), 1e-9);
+  int64_t next = 0;
+  for (int64_t i = 0; i < opt.warmup; ++i) t.call(b, next++);
+  const double one = std::max(t.time_calls(b, next++, 1), 1e-9);
   row.calls_per_sample = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kSampleSeconds / one)), 1, 1000000);
   std::vector<double> samples;
   double total = 0;
   while (static_cast<int64_t>(samples.size()) < opt.repeats || total < opt.min_time) {
-    const double s = time_calls(c, b, t, row.calls_per_sample);
+    const double s = t.time_calls(b, next, row.calls_per_sample);
+    next += row.calls_per_sample;
     total += s;
     samples.push_back(s / static_cast<double>(row.calls_per_sample));
   }
@@ -121,7 +63,7 @@ OpRow run_case(const OpCase& c, Backend& b, int threads, const OpsOptions& opt) 
     if (opt.log) opt.log("REJECTED " + row.verify);
     return row;
   }
-  row.verify = verified_summary(check);
+  row.verify = detail::verified_summary(check);
   time_row(row, c, b, opt);
   if (opt.log) opt.log(fmt::format("{}: {:.3g} us ({})", row.name(), row.time.median * 1e6, row.verify));
   return row;

@@ -223,7 +223,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   bool runs_something = on_device;  // the device's kernels have every pass
   for (const NormImpl* m : registry.select(opt.impls))
     for (const auto& [on, pass] : {std::pair{opt.fwd, Pass::fwd}, {opt.bwd, Pass::bwd}, {opt.addfwd, Pass::addfwd}})
-      runs_something = runs_something || (on && m->fn(pass));
+      runs_something = runs_something || (on && m->has(pass));
   NL_USAGE(runs_something, "--pass {}: none of the implementations selected by --impl has that pass (see --list)",
            shown(a.pass));
   validate(opt);

@@ -55,6 +55,7 @@ struct SizedMaker {
   std::string op;
   std::function<OpCase(int64_t rows, int64_t d, uint64_t seed)> make;
 };
+void add_elementwise_makers(std::vector<SizedMaker>& makers);  // n values: rows x d
 void add_norm_makers(std::vector<SizedMaker>& makers);
 void add_squash_makers(std::vector<SizedMaker>& makers);
 

@@ -227,6 +227,11 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
   add_adam_cases(cases);
 }
 
+void add_elementwise_makers(std::vector<SizedMaker>& makers) {
+  makers.push_back({"copy", [](int64_t n, int64_t d, uint64_t seed) { return copy_case(n * d, seed); }});
+  makers.push_back({"scale", [](int64_t n, int64_t d, uint64_t seed) { return scale_case(n * d, seed); }});
+}
+
 void add_elementwise_grad_forms(std::vector<GradForm>& forms) {
   forms.push_back({"add", "a + b", [](const GradSizes& s, DType dt, uint64_t seed) {
                      CaseInstance inst{pair_leaves(s.x(), dt, seed, {"a", "b"}), nullptr};

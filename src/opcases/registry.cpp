@@ -130,6 +130,7 @@ namespace {
 const std::vector<detail::SizedMaker>& sized_makers() {
   static const std::vector<detail::SizedMaker> makers = [] {
     std::vector<detail::SizedMaker> m;
+    detail::add_elementwise_makers(m);
     detail::add_norm_makers(m);
     detail::add_squash_makers(m);
     return m;
@@ -137,7 +138,7 @@ const std::vector<detail::SizedMaker>& sized_makers() {
   return makers;
 }
 
-// A line's words after its op, as key=value pairs in order; nullopt-like empty on a word without '='.
+// A line's words after its op, as key=value pairs in order; well_formed false on a word without '='.
 std::vector<std::pair<std::string, std::string>> line_words(const std::string& line, bool& well_formed) {
   std::vector<std::pair<std::string, std::string>> words;
   well_formed = true;
@@ -178,6 +179,7 @@ const OpCase* made_to_order(const std::string& line) {
     if (k == "rows") rows = positive_word(line, k, v, false);
     if (k == "d") d = positive_word(line, k, v, false);
     if (k == "seed") seed = positive_word(line, k, v, true);
+    if (k == "n") rows = 1, d = positive_word(line, k, v, false);  // the elementwise ops' n values
   }
   NL_USAGE(rows > 0 && d > 0, "op case '{}': give rows= and d= (e.g. '{} rows=4096 d=1024')", shown(line), op);
   NL_USAGE(rows * d <= (int64_t{1} << 32), "op case '{}': rows x d = {} values is more than 2^32", shown(line), rows * d);
@@ -185,8 +187,9 @@ const OpCase* made_to_order(const std::string& line) {
   bool ok = true;
   const auto wrote = line_words(c.line(), ok);
   for (const auto& [k, v] : words) {
+    if (k == "rows" || k == "d" || k == "n" || k == "seed") continue;  // the maker's own arguments
     const auto w = std::find_if(wrote.begin(), wrote.end(), [&](const auto& kv) { return kv.first == k; });
-    NL_USAGE(w != wrote.end() && (w->second == v || k == "rows" || k == "d" || k == "seed"),
+    NL_USAGE(w != wrote.end() && w->second == v,
                    "op case '{}': {} cases have no word {}={} (they are made as '{}')", shown(line), op, k, shown(v),
                    c.line());
   }

@@ -116,12 +116,13 @@ TEST(BenchParse, ShapesAndThreads) {
 
 TEST(BenchParse, RegistrySelection) {
   NormRegistry r = builtin_norm_impls();
-  EXPECT_EQ(r.all().size(), 10u);
-  EXPECT_EQ(r.select({"all"}).size(), 10u);
-  EXPECT_EQ(r.select({"fused"}).size(), 4u);  // LayerNorm, RMSNorm, DyT, Derf
+  EXPECT_EQ(r.all().size(), 11u);
+  EXPECT_EQ(r.select({"all"}).size(), 11u);
+  EXPECT_EQ(r.select({"fused"}).size(), 5u);  // LayerNorm, RMSNorm, DyT, Derf, SeeDNorm
   EXPECT_EQ(r.select({"layernorm"}).size(), 4u);
   EXPECT_EQ(r.select({"dyt"}).size(), 2u);
   EXPECT_EQ(r.select({"derf"}).size(), 1u);
+  EXPECT_EQ(r.select({"seednorm"}).size(), 1u);
   // The add+norm forward: the fused kernels have it, the unfused baseline has nothing else.
   ASSERT_EQ(r.select({"unfused"}).size(), 2u);
   for (const NormImpl* m : r.select({"unfused"})) {
@@ -129,10 +130,16 @@ TEST(BenchParse, RegistrySelection) {
     EXPECT_FALSE(m->forward) << m->name();
     EXPECT_FALSE(m->backward) << m->name();
   }
-  for (const NormImpl* m : r.select({"layernorm.fused", "rmsnorm.fused"})) EXPECT_TRUE(m->fn(Pass::addfwd)) << m->name();
-  EXPECT_FALSE(r.select({"dyt.fused"})[0]->fn(Pass::addfwd));  // no residual add fused into DyT
-  EXPECT_FALSE(r.select({"onednn"})[0]->fn(Pass::addfwd));
-  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 4u);
+  for (const NormImpl* m : r.select({"layernorm.fused", "rmsnorm.fused"})) EXPECT_TRUE(m->has(Pass::addfwd)) << m->name();
+  // The backend's rows run their op cases: every pass that has one, no function of their own.
+  for (const NormImpl* m : r.select({"dyt.fused", "derf.fused", "seednorm.fused"})) {
+    EXPECT_TRUE(m->backend) << m->name();
+    EXPECT_TRUE(m->has(Pass::fwd) && m->has(Pass::bwd)) << m->name();
+    EXPECT_FALSE(m->has(Pass::addfwd)) << m->name();  // no residual add fused into them
+    EXPECT_FALSE(m->forward || m->backward) << m->name();
+  }
+  EXPECT_FALSE(r.select({"onednn"})[0]->has(Pass::addfwd));
+  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 5u);
   ASSERT_EQ(r.select({"onednn"}).size(), 1u);
   EXPECT_EQ(r.select({"onednn"})[0]->name(), "layernorm.onednn");
   EXPECT_THROW(r.select({"nope"}), UsageError);
@@ -445,22 +452,16 @@ TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
     }
   }
   EXPECT_NE(render_norm_summary(r, OutputFormat::text).find("Derf speed vs RMS"), std::string::npos);
-  // A shift away from 0, checked directly: the forward and all five gradients against the reference.
-  const NormImpl& derf = *reg.select({"derf.fused"})[0];
+  // A shift away from 0, checked directly: the noshift kernel's gradients against the reference.
   const int64_t n = 5, d = 67;
-  std::vector<float> x(n * d), dy(n * d), gamma(d), beta(d), y(n * d), dx(n * d), dg(d), db(d);
+  std::vector<float> x(n * d), dy(n * d), gamma(d), beta(d), dx(n * d), dg(d), db(d);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f, dy[i] = std::cos(0.11f * static_cast<float>(i));
   for (int64_t j = 0; j < d; ++j) gamma[j] = 1.0f + 0.01f * static_cast<float>(j), beta[j] = -0.02f * static_cast<float>(j);
   float dalpha = 0, dshift = 0;
   NormArgs a;
   a.n = n, a.d = d, a.x = x.data(), a.dy = dy.data(), a.gamma = gamma.data(), a.beta = beta.data();
   a.dyt_alpha = 0.7f, a.derf_shift = 0.3f;
-  a.y = y.data();
-  VerifyResult f = verify_norm(derf, Pass::fwd, a);
-  EXPECT_TRUE(f.pass) << f.report;
-  a.y = nullptr, a.dx = dx.data(), a.dgamma = dg.data(), a.dbeta = db.data(), a.dalpha = &dalpha, a.dshift = &dshift;
-  VerifyResult g = verify_norm(derf, Pass::bwd, a);
-  EXPECT_TRUE(g.pass) << g.report;
+  a.dx = dx.data(), a.dgamma = dg.data(), a.dbeta = db.data(), a.dalpha = &dalpha, a.dshift = &dshift;
   // The same calls without the shift are caught.
   const NormImpl& noshift = *reg.select({"derf.noshift"})[0];
   dshift = 0;
@@ -763,8 +764,8 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
   o.threads = parse_threads("1,all");
   o.log = [events](const std::string& line) { events->push_back(line); };
   NormReport r = run_norm_bench(o, reg);
-  // copy.loop, copy.memcpy, 8 implementations x 2 passes, 4 add+norm rows, per thread count.
-  EXPECT_EQ(r.rows.size(), o.threads.size() * 22);
+  // copy.loop, copy.memcpy, 9 implementations x 2 passes, 4 add+norm rows, per thread count.
+  EXPECT_EQ(r.rows.size(), o.threads.size() * 24);
   int ordered = 0;
   for (const NormRow& x : r.rows) {
     EXPECT_EQ(x.status, "ok") << x.name() << ": " << x.verify.report;
@@ -776,19 +777,21 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
     const auto verified = std::find_if(events->begin(), events->end(),
                                        [&](const std::string& e) { return is(e, "verified " + x.name() + " "); });
     ASSERT_NE(verified, events->end()) << x.name() << " was never verified";
+    const auto timed = std::find_if(events->begin(), events->end(),
+                                    [&](const std::string& e) { return is(e, x.name() + ": median "); });
+    ASSERT_NE(timed, events->end()) << x.name() << " has no median line";
+    EXPECT_LT(verified, timed) << x.name() << ": timed before it was verified";
+    ++ordered;
+    // The backend's rows call the Backend (their op cases, check_case's calls): nothing to count here.
+    if (reg.select({x.norm + "." + x.impl})[0]->backend) continue;
     const auto count_calls = [&](auto from, auto to) {
       return std::count(from, to, "call " + x.name());
     };
     // The check's one call before the line that says it passed; the warm-up and every timed call after.
     EXPECT_EQ(count_calls(events->begin(), verified), 1) << x.name() << ": calls before it was verified";
-    const auto timed = std::find_if(events->begin(), events->end(),
-                                    [&](const std::string& e) { return is(e, x.name() + ": median "); });
-    ASSERT_NE(timed, events->end()) << x.name() << " has no median line";
-    EXPECT_LT(verified, timed) << x.name() << ": timed before it was verified";
     EXPECT_GE(count_calls(verified, timed), o.warmup + x.time.samples) << x.name() << ": calls between its check and its time";
-    ++ordered;
   }
-  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 20);
+  EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 22);
   bool warned = false;
   for (const std::string& w : r.warnings) warned = warned || w.find("cache speed") != std::string::npos;
   EXPECT_TRUE(warned);
@@ -1066,53 +1069,6 @@ TEST(BenchDevice, NamesBytesAndDerivedFigures) {
   const std::string table = render(r, OutputFormat::text);
   EXPECT_EQ(table.rfind("device: cuda: built", 0), 0u) << table;
   EXPECT_NE(table.find(" bf16 "), std::string::npos) << table;
-}
-
-// The device's DyT and Derf kernels on cuda-sim as `bench norms --device` checks them: they pass,
-// their scalar gradients included (verify_norm poisons dalpha and dshift; the device must write
-// them). A call run with another alpha (Derf: shift) than the check's is rejected, so the device
-// reads the arguments' values and no constant of its own; one whose dalpha or dshift never comes
-// back is rejected too, so the check reads them. ctest label: cuda.
-TEST(BenchDevice, CudaSimDytAndDerfAreCheckedWithTheirScalars) {
-  namespace internal = normlab::bench::detail;
-  const NormShape s{1, 3, 67};
-  std::vector<float> memory(static_cast<size_t>(internal::Pool::floats_needed(s, 1, false)));
-  const internal::Pool pool(memory.data(), s, 1, false, 0, 1e-5f, 1e-6f);
-  // The device runs with `edit` applied to the arguments; the check keeps the originals.
-  auto altered = [](const NormImpl& m, Pass p, void (*edit)(NormArgs&)) {
-    NormImpl w = m;
-    (p == Pass::fwd ? w.forward : w.backward) = [f = m.fn(p), edit](const NormArgs& a) {
-      NormArgs b = a;
-      edit(b);
-      f(b);
-    };
-    return w;
-  };
-  for (const NormKind norm : {NormKind::dyt, NormKind::derf}) {
-    const bool derf = norm == NormKind::derf;
-    const NormImpl m = internal::device_norm_impl("cuda-sim", s, Precision::fp32, norm);
-    EXPECT_EQ(m.provider, "normlab (cuda-sim)");
-    EXPECT_FALSE(m.fn(Pass::addfwd));
-    for (const Pass p : {Pass::fwd, Pass::bwd}) {
-      SCOPED_TRACE(fmt::format("{} {}", m.name(), to_string(p)));
-      const NormArgs a = internal::args_for(pool, 0, norm, p, 0.0f, 1.0f);
-      const VerifyResult ok = verify_norm(m, p, a);
-      EXPECT_TRUE(ok.pass) << ok.report;
-      EXPECT_FALSE(verify_norm(altered(m, p, [](NormArgs& b) { b.dyt_alpha *= 1.1f; }), p, a).pass);
-      // DyT has no shift on the device, as in training: a shift in the arguments changes nothing.
-      EXPECT_EQ(verify_norm(altered(m, p, [](NormArgs& b) { b.derf_shift += 0.1f; }), p, a).pass, !derf);
-    }
-    const NormArgs a = internal::args_for(pool, 0, norm, Pass::bwd, 0.0f, 1.0f);
-    ASSERT_NE(a.dalpha, nullptr);
-    ASSERT_EQ(a.dshift != nullptr, derf);
-    VerifyResult lost = verify_norm(altered(m, Pass::bwd, [](NormArgs& b) { b.dalpha = nullptr; }), Pass::bwd, a);
-    EXPECT_FALSE(lost.pass);
-    EXPECT_NE(lost.report.find("dalpha"), std::string::npos) << lost.report;
-    if (!derf) continue;
-    lost = verify_norm(altered(m, Pass::bwd, [](NormArgs& b) { b.dshift = nullptr; }), Pass::bwd, a);
-    EXPECT_FALSE(lost.pass);
-    EXPECT_NE(lost.report.find("dshift"), std::string::npos) << lost.report;
-  }
 }
 
 namespace {

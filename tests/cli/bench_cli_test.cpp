@@ -17,9 +17,9 @@ TEST(BenchCli, NormsJsonAndCompare) {
                     "0", "--repeats", "2", "--warmup", "1", "--impl", "fused,onednn", "--json", "--out", base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   auto j = nlohmann::json::parse(r.out);
-  // Copy rows, five implementations (LayerNorm's, RMSNorm's, DyT's and Derf's fused, oneDNN) x fwd,
-  // bwd, LayerNorm's and RMSNorm's add+norm rows; --shapes alone: no resident rows.
-  EXPECT_EQ(j["benchmarks"].size(), 2u + 5u * 2u + 2u);
+  // Copy rows, six implementations (LayerNorm's, RMSNorm's, DyT's, Derf's and SeeDNorm's fused,
+  // oneDNN) x fwd, bwd, LayerNorm's and RMSNorm's add+norm rows; --shapes alone: no resident rows.
+  EXPECT_EQ(j["benchmarks"].size(), 2u + 6u * 2u + 2u);
   for (const auto& b : j["benchmarks"]) EXPECT_FALSE(b["resident"].get<bool>()) << b["name"];
   r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time", "0",
                "--repeats", "2", "--impl", "rmsnorm.fused", "--compare", base});
@@ -226,9 +226,10 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   EXPECT_EQ(j, nlohmann::json::parse(normlab::test::slurp(base)));
   EXPECT_EQ(j["context"]["normlab_bench"], "norms");
   EXPECT_EQ(j["context"]["device"].get<std::string>().rfind("cuda-sim: ", 0), 0u) << j["context"];
-  // Per shape: f32 copy.loop, copy.memcpy, both norms' fwd, bwd, addfwd and DyT's and Derf's fwd,
-  // bwd; bf16 and fp16 both norms' fwd, bwd (no addfwd in 16 bits, no DyT or Derf).
-  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 4u + 4u + 4u));
+  // Per shape: f32 copy.loop, copy.memcpy, both norms' fwd, bwd, addfwd and DyT's, Derf's and
+  // SeeDNorm's fwd, bwd; bf16 and fp16 both norms' fwd, bwd (no addfwd in 16 bits, no DyT, Derf or
+  // SeeDNorm).
+  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 6u + 4u + 4u));
   int squash_rows = 0;
   for (const auto& b : j["benchmarks"]) {
     const std::string name = b["name"];
@@ -244,13 +245,13 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
     if (b["norm"] != "copy") {
       EXPECT_EQ(b["provider"], "normlab (cuda-sim)") << name;
     }
-    if (b["norm"] == "dyt" || b["norm"] == "derf") {
+    if (b["norm"] == "dyt" || b["norm"] == "derf" || b["norm"] == "seednorm") {
       ++squash_rows;
       EXPECT_EQ(b["dtype"], "f32") << name;
       EXPECT_NE(b["pass"], "addfwd") << name;
     }
   }
-  EXPECT_EQ(squash_rows, 2 * 4);
+  EXPECT_EQ(squash_rows, 2 * 6);
   r = run_cli({"bench", "--compare", base, base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("rmsnorm.fused/bwd/1x3x67/bf16/cuda-sim"), std::string::npos) << r.out;
@@ -263,6 +264,7 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   // claim is about GPUs).
   EXPECT_NE(r.out.find("DyT speed vs RMS"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Derf speed vs RMS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SeeD speed vs RMS"), std::string::npos) << r.out;
   // A second run compared with the first, its document replacing the first's only with --force.
   args = {"bench", "norms", "--device", "cuda-sim", "--shapes", "1x8x64,1x3x67", "--dtypes", "bf16", "--pass", "fwd",
           "--footprint-mib", "1", "--min-time", "0", "--repeats", "2", "--compare", base, "--out", base};

@@ -238,7 +238,7 @@ struct RowVariant {
 };
 
 struct NormImpl {
-  NormKind norm = NormKind::layernorm;  // layernorm, rmsnorm, dyt or derf
+  NormKind norm = NormKind::layernorm;  // layernorm, rmsnorm, dyt, derf or seednorm
   std::string impl;         // "fused", "multipass", "onednn", ...
   std::string provider;     // who wrote the kernel: "normlab", "oneDNN 2.6.3"
   std::string description;  // one line for --list
@@ -251,8 +251,14 @@ struct NormImpl {
   // Storage of the N x D arrays and the parameters: "f32", or "bf16" (a device's kernels with
   // --dtypes bf16: the outputs y, dx, s are checked with bf16's rounding added, see verify_norm).
   std::string dtype = "f32";
+  // The backend's kernel (DyT, Derf, SeeDNorm on the cpu; every norm on a device), called through
+  // the Backend interface on its op case made at the row's shape, checked by check_case: the
+  // functions above stay empty.
+  bool backend = false;
   std::string name() const { return std::string(to_string(norm)) + "." + impl; }
   const NormFn& fn(Pass p) const { return p == Pass::fwd ? forward : p == Pass::bwd ? backward : add_forward; }
+  // Whether the implementation has pass p: its function, or for a backend one its op case.
+  bool has(Pass p) const;
 };
 
 class NormRegistry {
@@ -289,7 +295,7 @@ int64_t norm_parameters(const std::string& norm, int64_t d);
 struct ByteCount {
   int64_t data = 0, params = 0, stats = 0;
 };
-// norm: "layernorm" | "rmsnorm" | "dyt" (no statistics) | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
+// norm: "layernorm" | "rmsnorm" | "dyt", "derf" (no statistics) | "seednorm" | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
 ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes = 4);
 
 // ============================================================================
@@ -387,17 +393,17 @@ void derive(NormReport& report);
 // ============================================================================
 
 struct NormBenchOptions {
-  // "cpu": the registry's implementations. "cuda" (GPU 0) or "cuda-sim" (the same CUDA sources
-  // simulated on the host: slow, for checking them): normlab's CUDA norm kernels, the launchers the
-  // cuda backend calls (LayerNorm, RMSNorm; DyT and Derf with f32 storage only), on device buffers
-  // rotated through `footprint` (0: 1 GiB), timed call by call with CUDA events, against the
-  // device's copy kernel ("copy.loop") and cudaMemcpy ("copy.memcpy"); checked as the cpu rows are
-  // (verify_norm on the first buffer set, the device's outputs downloaded). impls, threads and
-  // resident_shapes are the cpu's only.
+  // "cpu": the registry's implementations (the backend's, on their op cases, and the cpu's own
+  // kernels and baselines on the pool's buffers). "cuda" (GPU 0) or "cuda-sim" (the same CUDA
+  // sources simulated on the host: slow, for checking them): the device backend's kernels of the
+  // norms with a selected fused implementation (LayerNorm, RMSNorm, their add+norm; DyT, Derf and
+  // SeeDNorm with f32 storage only), each on its op case (checked by check_case, then rotated
+  // through `footprint`, 0: 1 GiB), against the device's scale kernel ("copy.loop") and its copy
+  // ("copy.memcpy"). threads and resident_shapes are the cpu's only.
   std::string device = "cpu";
-  // Device only: the storage of the N x D arrays and parameters, "f32" and/or "bf16" (float32
-  // statistics; bf16 has no addfwd rows: its check would need the sum as the device rounded it,
-  // and no DyT or Derf rows, as the cpu's 16-bit rows have none).
+  // The storage of the N x D arrays and parameters, "f32", "bf16" and/or "fp16" (float32
+  // statistics; 16 bits have no addfwd rows and no DyT, Derf or SeeDNorm rows: their op cases have
+  // no 16-bit form).
   std::vector<std::string> dtypes = {"f32"};
   std::vector<NormShape> shapes = default_shapes();                    // memory-bound: rotated
   std::vector<NormShape> resident_shapes = default_resident_shapes();  // one buffer set reused
