@@ -64,7 +64,7 @@ std::string noisy_rows_warning(const std::vector<std::string>& noisy, const char
 // Working sets below this are labelled cache-resident: max(1 GiB, 4 x the last-level cache).
 int64_t cache_resident_below(int64_t llc_bytes);
 
-// ---- norm_pool.cpp: the buffer sets the cpu and the device runs of `bench norms` share -------
+// ---- norm_pool.cpp: the buffer sets of the cpu's own kernels and baselines in `bench norms` ---
 
 // One set: everything a call reads or writes that has N rows. Inputs: x, dy and the saved
 // statistics of the backward; outputs: out (y or dx), sum (s of the add+norm forward, which
@@ -95,7 +95,7 @@ class Pool {
   // do not sit at the same offset modulo 4 KiB (loads and stores that alias there stall).
   Pool(float* memory, const NormShape& s, int64_t sets, bool with_sum, uint64_t seed, float ln_eps, float rms_eps);
   // Every input (x, dy, gamma, beta) replaced by round(value), and the saved statistics
-  // computed again from them: the values a narrower storage format holds (bf16 on a device).
+  // computed again from them: the values a narrower storage format holds (the cpu's 16-bit rows).
   void round_inputs(float (*round)(float));
 
   const NormShape& shape() const { return shape_; }
@@ -169,8 +169,9 @@ void fill_nan(float* p, int64_t n);
 NormArgs args_for(const Pool& pool, int64_t k, NormKind norm, Pass pass, float eps, float alpha);
 
 // One timed case: a row of the report and the call it times on buffer set k. A sample is
-// `batch` calls in a row timed by the host's clock (1 for memory-bound cases), or with
-// timed_call one call timed by the device's (CUDA events): it returns the seconds.
+// `batch` calls in a row timed by the host's clock (1 for memory-bound cases), or
+// with timed_call a batch of calls timed to their completion on a device: it returns the seconds
+// per call.
 struct Case {
   NormRow row;
   std::function<void(int64_t k)> call;

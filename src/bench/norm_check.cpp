@@ -1,6 +1,6 @@
-// `bench norms`: the check of each implementation against the float64 reference kernels, on the
-// rows of a call's arguments, before it is timed (verify_norm); the tolerances are
-// normlab/tolerances.h's.
+// `bench norms`: the check of the cpu's own kernels and baselines against the float64 reference
+// kernels, on the rows of a call's arguments, before it is timed (verify_norm; the backend's rows
+// are their op cases', check_case); the tolerances are normlab/tolerances.h's.
 #include <omp.h>
 
 #include <algorithm>
