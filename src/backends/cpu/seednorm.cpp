@@ -86,7 +86,8 @@ void seednorm_forward(float* y, float* rstd, float* t, const float* x, const flo
       b = fmadd(xv, load_n(beta + j, w), b);
     });
     const float r = 1.0f / std::sqrt(static_cast<float>(ss / double(d)) + eps);
-    const float th = std::tanh(static_cast<float>(s));
+    // tanh in a vector lane (libm's scalar tanhf cost as much as the rest of a 64-value row).
+    const float th = first_lane(simd::tanh(set1(static_cast<float>(s))));
     rstd[i] = r;
     t[i] = th;
     const VF vr = set1(r), vt = set1(th);

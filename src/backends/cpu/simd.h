@@ -287,6 +287,29 @@ inline VF erf(VF x) {
   return xc * p / q;
 }
 
+// Lane 0 of a (one value computed in a vector, as a scalar).
+inline float first_lane(VF a) {
+  float lanes[kWidth];
+  store(lanes, a);
+  return lanes[0];
+}
+
+// tanh(u) (Cephes' tanhf): |u| < 0.625, u + u^3 P(u^2) (1 - e^{-2|u|} would lose the small
+// values to cancellation); beyond, sign(u) (1 - 2/(e^{2|u|} + 1)). ~2 ulp. NaN stays NaN.
+inline VF tanh(VF u) {
+  const VF a = max(u, zero() - u);
+  const VF z = u * u;
+  VF p = set1(-5.70498872745e-3f);
+  p = fmadd(p, z, set1(2.06390887954e-2f));
+  p = fmadd(p, z, set1(-5.37397155531e-2f));
+  p = fmadd(p, z, set1(1.33314422036e-1f));
+  p = fmadd(p, z, set1(-3.33332819422e-1f));
+  const VF small = fmadd(p * z, u, u);
+  const VF big_abs = set1(1.0f) - set1(2.0f) / (simd::exp(set1(2.0f) * a) + set1(1.0f));
+  const VF big = select_lt(u, zero(), zero() - big_abs, big_abs);
+  return select_lt(a, set1(0.625f), small, big);
+}
+
 // ---- loops over a row of d floats, whole vectors then one masked tail ---------------------
 
 // f(j, n) for j = 0, kWidth, 2*kWidth, ... with n lanes (kWidth, or fewer for the tail).

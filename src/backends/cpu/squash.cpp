@@ -19,25 +19,9 @@ using namespace simd;
 // enough blocks that their partials stay a small fraction of dy.
 constexpr int64_t kBlockRows = 64;
 
-// tanh(u) (Cephes' tanhf): |u| < 0.625, u + u^3 P(u^2) (1 - e^{-2|u|} would lose the small
-// values to cancellation); beyond, sign(u) (1 - 2/(e^{2|u|} + 1)). ~2 ulp. NaN stays NaN.
-inline VF tanh(VF u) {
-  const VF a = max(u, zero() - u);
-  const VF z = u * u;
-  VF p = set1(-5.70498872745e-3f);
-  p = fmadd(p, z, set1(2.06390887954e-2f));
-  p = fmadd(p, z, set1(-5.37397155531e-2f));
-  p = fmadd(p, z, set1(1.33314422036e-1f));
-  p = fmadd(p, z, set1(-3.33332819422e-1f));
-  const VF small = fmadd(p * z, u, u);
-  const VF big_abs = set1(1.0f) - set1(2.0f) / (simd::exp(set1(2.0f) * a) + set1(1.0f));
-  const VF big = select_lt(u, zero(), zero() - big_abs, big_abs);
-  return select_lt(a, set1(0.625f), small, big);
-}
-
 template <Squash F>
 inline VF squash(VF u) {
-  return F == Squash::tanh ? tanh(u) : simd::erf(u);
+  return F == Squash::tanh ? simd::tanh(u) : simd::erf(u);
 }
 // f'(u) given f(u) = t: tanh' = 1 - t^2; erf' = 2/sqrt(pi) exp(-u^2).
 template <Squash F>
