@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <map>
 
 #include "bench_internal.h"
 #include "normlab/error.h"
@@ -30,7 +32,78 @@ opcases::Tensors copy_of(const opcases::Tensors& from) {
 
 }  // namespace
 
-CaseSets::CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision storage) : case_(c) {
+namespace {
+
+// 64 bits of a tensor's bytes (on the host): equal values give equal keys; two different draws of
+// the same shape collide with probability ~2^-64.
+uint64_t fingerprint(const Tensor& t) {
+  const Tensor h = t.device() == Device::cpu ? t : t.to_device(Device::cpu);
+  const auto* p = static_cast<const unsigned char*>(h.raw());
+  const size_t n = h.nbytes();
+  uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    x = (x ^ w) * 0xff51afd7ed558ccdull;
+    x ^= x >> 32;
+  }
+  for (; i < n; ++i) x = (x ^ p[i]) * 0x100000001b3ull;
+  return x;
+}
+
+std::string shape_key(const std::string& name, const Shape& shape, DType dtype) {
+  std::string k = name + "|" + std::to_string(static_cast<int>(dtype));
+  for (const int64_t s : shape) k += "|" + std::to_string(s);
+  return k;
+}
+
+// Set 0's tensor and copies for sets 1..sets-1 (each made before it is touched).
+std::vector<Tensor> copies(const Tensor& first, int64_t sets) {
+  std::vector<Tensor> v{first};
+  for (int64_t k = 1; k < sets; ++k) {
+    Tensor t = Tensor::empty(first.shape(), first.dtype(), first.device());
+    t.copy_(first);
+    v.push_back(t);
+  }
+  return v;
+}
+
+}  // namespace
+
+Tensor SharedSets::input(int64_t k, const std::string& name, const Tensor& value) {
+  const std::string key = "in:" + shape_key(name, value.shape(), value.dtype()) + "|" + std::to_string(fingerprint(value));
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) it = tensors_.emplace(key, copies(value, sets_)).first;
+  return it->second[static_cast<size_t>(k % sets_)];
+}
+
+Tensor SharedSets::output(int64_t k, const std::string& name, const Shape& shape, DType dtype) {
+  const std::string key = "out:" + shape_key(name, shape, dtype);
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) it = tensors_.emplace(key, copies(Tensor::zeros(shape, dtype, b_.device()), sets_)).first;
+  return it->second[static_cast<size_t>(k % sets_)];
+}
+
+int64_t shared_bytes(const std::vector<std::pair<const opcases::OpCase*, Precision>>& cases, int64_t sets) {
+  std::map<std::string, int64_t> bytes;
+  for (const auto& [c, storage] : cases) {
+    const DType stored = storage_dtype(storage);
+    auto count = [&](const std::string& name, const Shape& shape, DType dtype) {
+      const DType d = stored != DType::f32 && is_stored(*c, name) ? stored : dtype;
+      bytes[shape_key(name, shape, d)] = shape_numel(shape) * static_cast<int64_t>(dtype_size(d));
+    };
+    const opcases::Tensors drawn = c->inputs();
+    for (const auto& [name, x] : drawn.items()) count(name, x.shape(), x.dtype() == DType::f64 ? DType::f32 : x.dtype());
+    for (const opcases::Output& o : c->outputs) count(o.name, o.shape, o.dtype);
+  }
+  int64_t total = 0;
+  for (const auto& [key, b] : bytes) total += b;
+  return total * sets;
+}
+
+CaseSets::CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision storage, SharedSets* shared)
+    : case_(c) {
   const Device dev = b.device();
   const DType stored = storage_dtype(storage);
   opcases::Tensors first;
@@ -42,8 +115,20 @@ CaseSets::CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision
   }
   for (const opcases::Output& o : c.outputs)
     first.set(o.name, Tensor::zeros(o.shape, is_stored(c, o.name) ? stored : o.dtype, dev));
-  sets_.push_back(std::move(first));
-  for (int64_t k = 1; k < sets; ++k) sets_.push_back(copy_of(sets_.front()));
+  if (!shared) {
+    sets_.push_back(std::move(first));
+    for (int64_t k = 1; k < sets; ++k) sets_.push_back(copy_of(sets_.front()));
+    return;
+  }
+  for (int64_t k = 0; k < shared->size(); ++k) {
+    opcases::Tensors t;
+    for (const auto& [name, x] : drawn.items()) t.set(name, shared->input(k, name, first.at(name)));
+    for (const opcases::Output& o : c.outputs) {
+      const Tensor& like = first.at(o.name);
+      t.set(o.name, shared->output(k, o.name, like.shape(), like.dtype()));
+    }
+    sets_.push_back(std::move(t));
+  }
 }
 
 int64_t CaseSets::count_for(const opcases::OpCase& c, int64_t footprint) {
@@ -96,10 +181,12 @@ std::string verified_summary(const opcases::CaseCheck& check) {
   return worst ? fmt::format("max |diff| {:.2g} in {}", worst->max_abs_err, worst->name) : "no outputs";
 }
 
-Case backend_case(Backend& b, const opcases::OpCase& c, Precision storage, int64_t sets, NormRow row) {
+Case checked_case(Backend& b, const opcases::OpCase& c, Precision storage, SharedSets& sets, NormRow row,
+                  const NormFn& fn) {
   Case out;
   out.row = std::move(row);
-  const opcases::CaseCheck check = opcases::check_case(c, b, storage);
+  const opcases::CaseCall call = fn ? opcases::CaseCall([&fn, &c](Backend&, opcases::Tensors& t) { fn(t, c); }) : c.call;
+  const opcases::CaseCheck check = opcases::check_case(c, b, storage, call);
   out.row.verify.pass = check.pass;
   for (const opcases::OutputCheck& o : check.outputs)
     if (o.max_abs_err >= out.row.verify.max_abs_err && !std::isnan(o.max_abs_err)) {
@@ -111,8 +198,12 @@ Case backend_case(Backend& b, const opcases::OpCase& c, Precision storage, int64
     out.row.verify.report = c.line() + check.report;
     return out;
   }
-  const auto s = std::make_shared<CaseSets>(c, b, sets, storage);
-  out.call = [&b, s](int64_t k) { s->call(b, k); };
+  const auto s = std::make_shared<CaseSets>(c, b, sets.size(), storage, &sets);
+  out.sets = s;
+  if (fn)
+    out.call = [s, fn, &c](int64_t k) { fn(s->at(k), c); };
+  else
+    out.call = [&b, s](int64_t k) { s->call(b, k); };
   if (b.device() != Device::cpu) out.timed_call = device_timer(b, s);
   return out;
 }

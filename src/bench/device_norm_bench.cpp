@@ -99,11 +99,10 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt, const NormRegistry
       const int64_t sets = sets_for(shape, footprint, storage == Precision::fp32 ? 4 : 2);
       const std::vector<GroupCase> group = group_cases(opt, norms, shape, storage, copies);
       copies = false;
-      // The cases run in turn, one call each: a buffer is reused after every case's traffic, so
-      // each case's share of the sets keeps the group's rotation (and memory) at the footprint.
-      const int64_t own_sets = std::max<int64_t>(1, sets / static_cast<int64_t>(std::max<size_t>(1, group.size())));
-      log(fmt::format("{} {} on {}: {} case(s), {} buffer set(s) each", shape.str(), dtype, opt.device, group.size(),
-                      own_sets));
+      // The cases share their tensors where they can (x and dy, the outputs), and each call takes
+      // the next of `sets` sets of them.
+      SharedSets shared(b, sets);
+      log(fmt::format("{} {} on {}: {} case(s), {} buffer set(s)", shape.str(), dtype, opt.device, group.size(), sets));
       RowPlace place;
       place.device = opt.device;
       place.dtype = dtype;
@@ -114,7 +113,7 @@ NormReport run_device_norm_bench(const NormBenchOptions& opt, const NormRegistry
         if (copy) where.dtype = "f32";
         NormRow row = case_row(g.norm, g.impl, g.provider, g.pass, shape, where, sets, resident_below);
         const Precision s = copy ? Precision::fp32 : storage;
-        Case c = backend_case(b, *g.c, s, own_sets, std::move(row));
+        Case c = checked_case(b, *g.c, s, shared, std::move(row));
         if (c.row.status == "rejected") {
           c.row.verify.report += fmt::format(" (rerun: normlab bench ops '{}' --device {})", g.c->line(), opt.device);
           log(fmt::format("REJECTED {}: {}", c.row.name(), c.row.verify.report));

@@ -56,87 +56,139 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
 
 namespace {
 
+// A case's tensors as the raw arrays the cpu's own kernels take: x is (rows, d).
+using opcases::OpCase;
+using opcases::Tensors;
+const float* in(Tensors& t, const char* name) { return t.at(name).data<float>(); }
+float* out(Tensors& t, const char* name) {  // nullptr: an output the call does not want
+  Tensor* o = t.out(name);
+  return o ? o->data<float>() : nullptr;
+}
+int64_t rows(Tensors& t) { return t.at("x").shape()[0]; }
+int64_t width(Tensors& t) { return t.at("x").shape()[1]; }
+float eps(const OpCase& c) { return static_cast<float>(c.number("eps")); }
+float add_alpha(const OpCase& c) { return static_cast<float>(c.number("alpha")); }
+
 // The fused kernels run the variant measured fastest for the call's shape class on this machine
 // (cpu::norm_choice); a row that streams its output is held to memcpy.
-RowVariant fused_kernel_variant(NormKind norm, Pass p, const NormArgs& a) {
+RowVariant fused_kernel_variant(NormKind norm, Pass p, int64_t n, int64_t d, const float* written) {
   using cpu::NormKernel;
   const bool ln = norm == NormKind::layernorm;
   const NormKernel k = p == Pass::fwd   ? (ln ? NormKernel::layernorm_forward : NormKernel::rmsnorm_forward)
                        : p == Pass::bwd ? (ln ? NormKernel::layernorm_backward : NormKernel::rmsnorm_backward)
                                         : (ln ? NormKernel::add_layernorm_forward : NormKernel::add_rmsnorm_forward);
-  const cpu::NormChoice& c = cpu::norm_choice(k, a.n, a.d, p != Pass::bwd || a.dx != nullptr);
+  const cpu::NormChoice& c = cpu::norm_choice(k, n, d, true);
   RowVariant v;
   v.name = c.own.name();
   v.source = c.source;
   if (!(c.best == c.own)) v.backend = c.best.name();
-  v.streams = cpu::variant_streams(c.own, p == Pass::bwd ? a.dx : a.y, a.d);
+  v.streams = cpu::variant_streams(c.own, written, d);
   return v;
+}
+
+NormImpl raw(NormKind norm, const char* impl, const std::string& provider, const char* description, NormFn fwd,
+             NormFn bwd, NormFn addfwd = nullptr) {
+  NormImpl m;
+  m.norm = norm;
+  m.impl = impl;
+  m.provider = provider;
+  m.description = description;
+  m.forward = std::move(fwd);
+  m.backward = std::move(bwd);
+  m.add_forward = std::move(addfwd);
+  return m;
+}
+
+void add_layernorm_impls(NormRegistry& r) {
+  r.add(raw(NormKind::layernorm, "onednn", "oneDNN " + onednn_version(),
+            "oneDNN's layer_normalization primitive (variance converted to rstd)",
+            [](Tensors& t, const OpCase& c) {
+              cpu::layernorm_forward_onednn(out(t, "y"), out(t, "mean"), out(t, "rstd"), in(t, "x"), in(t, "gamma"),
+                                            in(t, "beta"), rows(t), width(t), eps(c));
+            },
+            [](Tensors& t, const OpCase&) {
+              cpu::layernorm_backward_onednn(out(t, "dx"), out(t, "dgamma"), out(t, "dbeta"), in(t, "dy"), in(t, "x"),
+                                             in(t, "gamma"), in(t, "mean"), in(t, "rstd"), rows(t), width(t));
+            }));
+  r.add(raw(NormKind::layernorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step",
+            [](Tensors& t, const OpCase& c) {
+              cpu::layernorm_forward_multipass(out(t, "y"), out(t, "mean"), out(t, "rstd"), in(t, "x"), in(t, "gamma"),
+                                               in(t, "beta"), rows(t), width(t), eps(c));
+            },
+            [](Tensors& t, const OpCase&) {
+              cpu::layernorm_backward_multipass(out(t, "dx"), out(t, "dgamma"), out(t, "dbeta"), in(t, "dy"),
+                                                in(t, "x"), in(t, "gamma"), in(t, "mean"), in(t, "rstd"), rows(t),
+                                                width(t));
+            }));
+  NormImpl fused = raw(
+      NormKind::layernorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)",
+      [](Tensors& t, const OpCase& c) {
+        cpu::layernorm_forward_onepass(out(t, "y"), out(t, "mean"), out(t, "rstd"), in(t, "x"), in(t, "gamma"),
+                                       in(t, "beta"), rows(t), width(t), eps(c));
+      },
+      [](Tensors& t, const OpCase&) {
+        cpu::layernorm_backward_onepass(out(t, "dx"), out(t, "dgamma"), out(t, "dbeta"), in(t, "dy"), in(t, "x"),
+                                        in(t, "gamma"), in(t, "mean"), in(t, "rstd"), rows(t), width(t));
+      },
+      [](Tensors& t, const OpCase& c) {
+        cpu::add_layernorm_forward_fused(out(t, "s"), out(t, "y"), out(t, "mean"), out(t, "rstd"), in(t, "a"),
+                                         in(t, "x"), add_alpha(c), in(t, "gamma"), in(t, "beta"), rows(t), width(t),
+                                         eps(c));
+      });
+  fused.variant = [](Pass p, int64_t n, int64_t d, const float* written) {
+    return fused_kernel_variant(NormKind::layernorm, p, n, d, written);
+  };
+  r.add(fused);
+}
+
+void add_rmsnorm_impls(NormRegistry& r) {
+  r.add(raw(NormKind::rmsnorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step",
+            [](Tensors& t, const OpCase& c) {
+              cpu::rmsnorm_forward_multipass(out(t, "y"), out(t, "rstd"), in(t, "x"), in(t, "gamma"), rows(t),
+                                             width(t), eps(c));
+            },
+            [](Tensors& t, const OpCase&) {
+              cpu::rmsnorm_backward_multipass(out(t, "dx"), out(t, "dgamma"), in(t, "dy"), in(t, "x"), in(t, "gamma"),
+                                              in(t, "rstd"), rows(t), width(t));
+            }));
+  NormImpl fused = raw(
+      NormKind::rmsnorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)",
+      [](Tensors& t, const OpCase& c) {
+        cpu::rmsnorm_forward_onepass(out(t, "y"), out(t, "rstd"), in(t, "x"), in(t, "gamma"), rows(t), width(t),
+                                     eps(c));
+      },
+      [](Tensors& t, const OpCase&) {
+        cpu::rmsnorm_backward_onepass(out(t, "dx"), out(t, "dgamma"), in(t, "dy"), in(t, "x"), in(t, "gamma"),
+                                      in(t, "rstd"), rows(t), width(t));
+      },
+      [](Tensors& t, const OpCase& c) {
+        cpu::add_rmsnorm_forward_fused(out(t, "s"), out(t, "y"), out(t, "rstd"), in(t, "a"), in(t, "x"), add_alpha(c),
+                                       in(t, "gamma"), rows(t), width(t), eps(c));
+      });
+  fused.variant = [](Pass p, int64_t n, int64_t d, const float* written) {
+    return fused_kernel_variant(NormKind::rmsnorm, p, n, d, written);
+  };
+  r.add(fused);
 }
 
 }  // namespace
 
 NormRegistry builtin_norm_impls() {
   NormRegistry r;
-  const std::string onednn = "oneDNN " + onednn_version();
-  // oneDNN 2.6's simple_layer_normalization stores with ordinary (vmovups) stores.
-  r.add({NormKind::layernorm, "onednn", onednn, "oneDNN's layer_normalization primitive (variance converted to rstd)", false,
-         [](const NormArgs& a) {
-           cpu::layernorm_forward_onednn(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
-         },
-         [](const NormArgs& a) {
-           cpu::layernorm_backward_onednn(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
-                                          a.saved_rstd, a.n, a.d);
-         },
-         nullptr,
-         nullptr});
-  r.add({NormKind::layernorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
-         [](const NormArgs& a) {
-           cpu::layernorm_forward_multipass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
-         },
-         [](const NormArgs& a) {
-           cpu::layernorm_backward_multipass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
-                                             a.saved_rstd, a.n, a.d);
-         },
-         nullptr,
-         nullptr});
-  r.add({NormKind::layernorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
-         [](const NormArgs& a) {
-           cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
-         },
-         [](const NormArgs& a) {
-           cpu::layernorm_backward_onepass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean,
-                                         a.saved_rstd, a.n, a.d);
-         },
-         [](const NormArgs& a) {
-           cpu::add_layernorm_forward_fused(a.s, a.y, a.mean, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.beta, a.n,
-                                            a.d, a.eps);
-         },
-         [](Pass p, const NormArgs& a) { return fused_kernel_variant(NormKind::layernorm, p, a); }});
-  r.add({NormKind::rmsnorm, "multipass", "normlab", "plain loops, one sweep over the tensor per step", false,
-         [](const NormArgs& a) { cpu::rmsnorm_forward_multipass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
-         [](const NormArgs& a) {
-           cpu::rmsnorm_backward_multipass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
-         },
-         nullptr,
-         nullptr});
-  r.add({NormKind::rmsnorm, "fused", "normlab", "one pass over memory per row, vectorized (the cpu backend's)", false,
-         [](const NormArgs& a) { cpu::rmsnorm_forward_onepass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); },
-         [](const NormArgs& a) {
-           cpu::rmsnorm_backward_onepass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
-         },
-         [](const NormArgs& a) {
-           cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
-         },
-         [](Pass p, const NormArgs& a) { return fused_kernel_variant(NormKind::rmsnorm, p, a); }});
+  add_layernorm_impls(r);
+  add_rmsnorm_impls(r);
   // DyT (Zhu et al. 2025): no statistics, a transcendental per element. The paper's claim that it
   // is faster than RMSNorm is measured against the rows above.
-  r.add({NormKind::dyt, "multipass", "normlab", "plain loops: alpha*x, tanh (libm), gamma*t + beta, one pass each", false,
-         [](const NormArgs& a) { cpu::dyt_forward_multipass(a.y, a.x, a.dyt_alpha, a.gamma, a.beta, a.n, a.d); },
-         [](const NormArgs& a) {
-           cpu::dyt_backward_multipass(a.dx, a.dalpha, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.gamma, a.n, a.d);
-         },
-         nullptr,
-         nullptr});
+  r.add(raw(NormKind::dyt, "multipass", "normlab", "plain loops: alpha*x, tanh (libm), gamma*t + beta, one pass each",
+            [](Tensors& t, const OpCase&) {
+              cpu::dyt_forward_multipass(out(t, "y"), in(t, "x"), in(t, "alpha")[0], in(t, "gamma"), in(t, "beta"),
+                                         rows(t), width(t));
+            },
+            [](Tensors& t, const OpCase&) {
+              cpu::dyt_backward_multipass(out(t, "dx"), out(t, "dalpha"), out(t, "dgamma"), out(t, "dbeta"),
+                                          in(t, "dy"), in(t, "x"), in(t, "alpha")[0], in(t, "gamma"), rows(t),
+                                          width(t));
+            }));
   // The backend's kernels of DyT and Derf (Chen et al. 2025: erf and a learned shift, whose
   // gradient is a second full reduction), and SeeDNorm's (Cai et al. 2025: RMSNorm's passes with
   // a second row sum, x . beta, and three parameter gradients), as the models call them.
@@ -154,18 +206,20 @@ NormRegistry builtin_norm_impls() {
   r.add(backend_impl(NormKind::seednorm, "two row sums and a write per row, vectorized (the backend's kernel, on its op case)"));
   // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
   // moved against 4ND).
-  r.add({NormKind::layernorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s",
-         false, nullptr, nullptr, [](const NormArgs& a) {
-           detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
-           cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.s, a.gamma, a.beta, a.n, a.d, a.eps);
-         },
-         nullptr});
-  r.add({NormKind::rmsnorm, "unfused", "normlab", "add+norm as two kernels: s = alpha*a + b, then rmsnorm.fused of s",
-         false, nullptr, nullptr, [](const NormArgs& a) {
-           detail::add_scaled(a.s, a.x, a.branch, a.alpha, a.n * a.d);
-           cpu::rmsnorm_forward_onepass(a.y, a.rstd, a.s, a.gamma, a.n, a.d, a.eps);
-         },
-         nullptr});
+  r.add(raw(NormKind::layernorm, "unfused", "normlab",
+            "add+norm as two kernels: s = alpha*a + b, then layernorm.fused of s", nullptr, nullptr,
+            [](Tensors& t, const OpCase& c) {
+              detail::add_scaled(out(t, "s"), in(t, "a"), in(t, "x"), add_alpha(c), rows(t) * width(t));
+              cpu::layernorm_forward_onepass(out(t, "y"), out(t, "mean"), out(t, "rstd"), out(t, "s"), in(t, "gamma"),
+                                             in(t, "beta"), rows(t), width(t), eps(c));
+            }));
+  r.add(raw(NormKind::rmsnorm, "unfused", "normlab",
+            "add+norm as two kernels: s = alpha*a + b, then rmsnorm.fused of s", nullptr, nullptr,
+            [](Tensors& t, const OpCase& c) {
+              detail::add_scaled(out(t, "s"), in(t, "a"), in(t, "x"), add_alpha(c), rows(t) * width(t));
+              cpu::rmsnorm_forward_onepass(out(t, "y"), out(t, "rstd"), out(t, "s"), in(t, "gamma"), rows(t), width(t),
+                                           eps(c));
+            }));
   return r;
 }
 

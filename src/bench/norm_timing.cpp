@@ -73,7 +73,6 @@ using detail::mib;
 using detail::sets_for;
 using detail::footprint_of;
 using detail::working_set;
-using detail::pool_bytes;
 
 // A resident call takes a few microseconds: one sample is a batch of calls lasting about this
 // long, so that the clock's resolution and cost (tens of nanoseconds) stay far below 1% of it,
@@ -193,11 +192,12 @@ void validate(const NormBenchOptions& opt) {
     for (const NormShape& s : *list) {
       // One set is the least a shape needs; the rotation adds sets up to the footprint, and
       // shrinks to fewer sets when memory is short (then the rows say cache-resident if it is).
-      const int64_t one = pool_bytes(s, 1, opt.addfwd);
+      // The rows' N x D arrays in float32: x, dy, y, dx, and the add+norm's a and s.
+      const int64_t one = s.numel() * 4 * (opt.addfwd ? 6 : 4);
       NL_USAGE(avail <= 0 || static_cast<double>(one) <= kOneSetShare * static_cast<double>(avail),
-               "{}: {} needs {} for one set of buffers (x, dy, out{}), more than {:.0f}% of the {} of memory "
+               "{}: {} needs {} for one set of buffers (x, dy, y, dx{}), more than {:.0f}% of the {} of memory "
                "available: too large for memory",
-               list == &opt.shapes ? "--shapes" : "--resident-shapes", s.str(), mib(one), opt.addfwd ? ", s" : "",
+               list == &opt.shapes ? "--shapes" : "--resident-shapes", s.str(), mib(one), opt.addfwd ? ", a, s" : "",
                100 * kOneSetShare, mib(avail));
     }
   }

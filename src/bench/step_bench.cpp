@@ -101,112 +101,52 @@ struct Trainee {
   }
 };
 
-// The norm kernels of one step, on raw arrays: `calls` norms over (rows x d), each with its own
-// input, output, upstream gradient, statistics and parameter gradients.
+// The norm kernels of one step through the cpu backend: `calls` norms over (rows x d), each its
+// op case's forward and backward on their own tensors (normlab/opcases.h), the forwards in order
+// and then the backwards in reverse, as in a step.
 class NormSweep {
  public:
-  NormSweep(const NormImpl& impl, int64_t calls, int64_t rows, int64_t d, float eps, uint64_t seed)
-      : impl_(impl), calls_(calls), n_(rows), d_(d), eps_(eps) {
-    const size_t nd = static_cast<size_t>(rows * d);
-    Rng rng(seed, stream::check);
-    gamma_.resize(static_cast<size_t>(d));
-    beta_.resize(static_cast<size_t>(d));
-    for (int64_t j = 0; j < d; ++j) {
-      gamma_[static_cast<size_t>(j)] = static_cast<float>(rng.uniform(0.5, 1.5));
-      beta_[static_cast<size_t>(j)] = static_cast<float>(rng.uniform(-0.5, 0.5));
-    }
-    for (int64_t c = 0; c < calls; ++c) {
-      Buffers b;
-      b.x.resize(nd);
-      b.dy.resize(nd);
-      b.y.resize(nd);
-      b.dx.resize(nd);
-      b.mean.resize(static_cast<size_t>(rows));
-      b.rstd.resize(static_cast<size_t>(rows));
-      b.dgamma.resize(static_cast<size_t>(d));
-      b.dbeta.resize(static_cast<size_t>(d));
-      for (size_t i = 0; i < nd; ++i) {
-        b.x[i] = static_cast<float>(rng.normal(0.3, 1.0));
-        b.dy[i] = static_cast<float>(rng.uniform(-1, 1));
-      }
-      bufs_.push_back(std::move(b));
-    }
-  }
+  NormSweep(NormKind norm, int64_t calls, int64_t rows, int64_t d, uint64_t seed)
+      : b_(backend("cpu")),
+        fwd_(made(norm, "fwd", rows, d, seed)),
+        bwd_(made(norm, "bwd", rows, d, seed)),
+        fwd_sets_(fwd_, b_, calls),
+        bwd_sets_(bwd_, b_, calls),
+        calls_(calls) {}
 
-  NormArgs args(int64_t c, Pass pass) {
-    Buffers& b = bufs_[static_cast<size_t>(c)];
-    const bool ln = impl_.norm == NormKind::layernorm;
-    NormArgs a;
-    a.n = n_;
-    a.d = d_;
-    a.eps = eps_;
-    a.x = b.x.data();
-    a.gamma = gamma_.data();
-    a.beta = ln ? beta_.data() : nullptr;
-    if (pass == Pass::fwd) {
-      a.y = b.y.data();
-      a.mean = ln ? b.mean.data() : nullptr;
-      a.rstd = b.rstd.data();
-    } else {
-      a.dy = b.dy.data();
-      a.saved_mean = ln ? b.mean.data() : nullptr;
-      a.saved_rstd = b.rstd.data();
-      a.dx = b.dx.data();
-      a.dgamma = b.dgamma.data();
-      a.dbeta = ln ? b.dbeta.data() : nullptr;
-    }
-    return a;
-  }
-
-  // Both passes checked against the reference on the first call's buffers (the forward leaves
-  // the statistics the backward then reads), then one sweep so every buffer holds its values.
+  // Both passes checked against the reference (check_case), then one sweep so every buffer holds
+  // its values.
   VerifyResult verify() {
-    VerifyResult f = verify_norm(impl_, Pass::fwd, args(0, Pass::fwd));
-    if (!f.pass) return f;
-    VerifyResult b = verify_norm(impl_, Pass::bwd, args(0, Pass::bwd));
-    if (!b.pass) return b;
-    run();
-    return f.max_abs_err >= b.max_abs_err ? f : b;
+    VerifyResult r;
+    r.pass = true;
+    for (const opcases::OpCase* c : {&fwd_, &bwd_}) {
+      const opcases::CaseCheck check = opcases::check_case(*c, b_);
+      if (!check.pass) {
+        r.pass = false;
+        r.report += c->line() + check.report;
+      }
+      for (const opcases::OutputCheck& o : check.outputs)
+        if (o.max_abs_err >= r.max_abs_err) r.max_abs_err = o.max_abs_err, r.worst_output = o.name;
+    }
+    if (r.pass) run();
+    return r;
   }
 
-  // Every forward in order, then every backward in reverse, as in a step.
   void run() {
-    for (int64_t c = 0; c < calls_; ++c) impl_.forward(args(c, Pass::fwd));
-    for (int64_t c = calls_ - 1; c >= 0; --c) impl_.backward(args(c, Pass::bwd));
+    for (int64_t c = 0; c < calls_; ++c) fwd_sets_.call(b_, c);
+    for (int64_t c = calls_ - 1; c >= 0; --c) bwd_sets_.call(b_, c);
   }
 
  private:
-  struct Buffers {
-    std::vector<float> x, dy, y, dx, mean, rstd, dgamma, dbeta;
-  };
-  const NormImpl& impl_;
-  int64_t calls_, n_, d_;
-  float eps_;
-  std::vector<float> gamma_, beta_;
-  std::vector<Buffers> bufs_;
-};
-
-// The kernels the cpu backend's layernorm/rmsnorm ops call (cpu_backend.cpp).
-NormImpl backend_norm(NormKind norm) {
-  NormImpl m;
-  m.norm = norm;
-  m.impl = "backend";
-  m.provider = "normlab";
-  if (norm == NormKind::layernorm) {
-    m.forward = [](const NormArgs& a) {
-      cpu::layernorm_forward(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
-    };
-    m.backward = [](const NormArgs& a) {
-      cpu::layernorm_backward(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n, a.d);
-    };
-  } else {
-    m.forward = [](const NormArgs& a) { cpu::rmsnorm_forward_onepass(a.y, a.rstd, a.x, a.gamma, a.n, a.d, a.eps); };
-    m.backward = [](const NormArgs& a) {
-      cpu::rmsnorm_backward_onepass(a.dx, a.dgamma, a.dy, a.x, a.gamma, a.saved_rstd, a.n, a.d);
-    };
+  static const opcases::OpCase& made(NormKind norm, const char* pass, int64_t rows, int64_t d, uint64_t seed) {
+    return opcases::find_case(fmt::format("{}_{} rows={} d={} seed={}", to_string(norm), pass, rows, d, seed));
   }
-  return m;
-}
+  Backend& b_;
+  const opcases::OpCase& fwd_;
+  const opcases::OpCase& bwd_;
+  detail::CaseSets fwd_sets_, bwd_sets_;
+  int64_t calls_;
+};
 
 // Norm forwards per step: the blocks' norms that exist, plus the final norm.
 int64_t norm_calls_of(const Model& model) {
@@ -304,7 +244,6 @@ StepReport run_step_bench(const StepOptions& opt) {
       set_num_threads(t);
       std::unique_ptr<Trainee> trainee[2];
       std::unique_ptr<NormSweep> sweep[2];
-      NormImpl impls[2] = {backend_norm(kinds[0]), backend_norm(kinds[1])};
       StepRow rows[2];
       for (int k = 0; k < 2; ++k) {
         ModelConfig cfg;
@@ -334,8 +273,7 @@ StepReport run_step_bench(const StepOptions& opt) {
         r.norm_rows = opt.batch * opt.seq;
         r.matmul_flops =
             step_matmul_flops(model_name, opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq);
-        sweep[k] = std::make_unique<NormSweep>(impls[k], r.norm_calls, r.norm_rows, opt.d_model,
-                                               static_cast<float>(cfg.eps()), opt.seed);
+        sweep[k] = std::make_unique<NormSweep>(kinds[k], r.norm_calls, r.norm_rows, opt.d_model, opt.seed);
         r.norm_verify = sweep[k]->verify();
         NL_CHECK(r.norm_verify.pass, "bench step: the cpu backend's {} kernels fail the reference check: {}", r.norm,
                  r.norm_verify.report);

@@ -39,8 +39,8 @@ Tensors reference_outputs(const OpCase& c, const Tensors& in32) {
 
 // The call on b with only the outputs `wanted`, each first filled with NaN on b's device (an
 // element the kernel never writes stays NaN); the outputs come back to the host.
-Tensors run_on(const OpCase& c, Backend& b, const Tensors& in32, const std::vector<const Output*>& wanted,
-               DType storage) {
+Tensors run_on(const OpCase& c, Backend& b, const CaseCall& call, const Tensors& in32,
+               const std::vector<const Output*>& wanted, DType storage) {
   const Device dev = b.device();
   Tensors t;
   for (const auto& [name, x] : in32.items()) t.set(name, dev == Device::cpu ? x.clone() : x.to_device(dev));
@@ -49,7 +49,7 @@ Tensors run_on(const OpCase& c, Backend& b, const Tensors& in32, const std::vect
     e.fill_(NAN);
     t.set(o->name, e);
   }
-  c.call(b, t);
+  call(b, t);
   Tensors host;
   for (const Output* o : wanted) host.set(o->name, t.at(o->name).to_device(Device::cpu));
   return host;
@@ -109,10 +109,10 @@ void add(CaseCheck& check, OutputCheck o, const Output& spec, double scale) {
 
 // The case on b again with only the outputs `wanted`: each of `compared` the same bits as in
 // `full`, the run with every output; `label` says what was left out.
-void add_same_bits(CaseCheck& check, const OpCase& c, Backend& b, const Tensors& in32,
+void add_same_bits(CaseCheck& check, const OpCase& c, Backend& b, const CaseCall& call, const Tensors& in32,
                    const std::vector<const Output*>& wanted, const std::vector<const Output*>& compared,
                    const Tensors& full, const std::string& label, DType storage) {
-  const Tensors got = run_on(c, b, in32, wanted, storage);
+  const Tensors got = run_on(c, b, call, in32, wanted, storage);
   for (const Output* o : compared) {
     Output exact = *o;
     exact.tol = tol::kExact;
@@ -124,7 +124,9 @@ void add_same_bits(CaseCheck& check, const OpCase& c, Backend& b, const Tensors&
 
 CaseCheck check_case(const OpCase& c, Backend& b) { return check_case(c, b, Precision::fp32); }
 
-CaseCheck check_case(const OpCase& c, Backend& b, Precision storage) {
+CaseCheck check_case(const OpCase& c, Backend& b, Precision storage) { return check_case(c, b, storage, c.call); }
+
+CaseCheck check_case(const OpCase& c, Backend& b, Precision storage, const CaseCall& call) {
   const DType sd = storage_dtype(storage);
   NL_CHECK(sd == DType::f32 || !c.stored.empty(), "op case {}: no {} form", c.line(), to_string(storage));
   const Tensors in64 = c.inputs();
@@ -135,7 +137,7 @@ CaseCheck check_case(const OpCase& c, Backend& b, Precision storage) {
     every.push_back(&o);
     (o.optional ? optional : required).push_back(&o);
   }
-  const Tensors got = run_on(c, b, in32, every, sd);
+  const Tensors got = run_on(c, b, call, in32, every, sd);
   CaseCheck check;
   for (const Output& o : c.outputs) {
     const double scale = o.atol_scale ? o.atol_scale(in64) : 1.0;
@@ -150,12 +152,12 @@ CaseCheck check_case(const OpCase& c, Backend& b, Precision storage) {
     for (const Output* o : optional) {
       std::vector<const Output*> wanted = required;
       wanted.push_back(o);
-      add_same_bits(check, c, b, in32, wanted, {o}, got, " alone", sd);
+      add_same_bits(check, c, b, call, in32, wanted, {o}, got, " alone", sd);
     }
   if (!optional.empty() && !required.empty()) {
     std::string declined;
     for (const Output* o : optional) declined += (declined.empty() ? " without " : ", ") + o->name;
-    add_same_bits(check, c, b, in32, required, required, got, declined, sd);
+    add_same_bits(check, c, b, call, in32, required, required, got, declined, sd);
   }
   return check;
 }

@@ -53,6 +53,7 @@ OpCase row_case(const char* op, int64_t n, int64_t d, double eps, uint64_t seed,
   c.op = op;
   c.params = Params().add("rows", n).add("d", d).add("eps", eps).add("seed", int64_t(seed)).str();
   c.flops = flops_per_element * double(n * d);
+  c.numbers = {{"eps", eps}};
   return c;
 }
 
@@ -141,6 +142,7 @@ OpCase add_norm_case(bool layernorm, int64_t n, int64_t d, uint64_t seed) {
   const double eps = layernorm ? kLnEps : kRmsEps;
   OpCase c = row_case(layernorm ? "add_layernorm_fwd" : "add_rmsnorm_fwd", n, d, eps, seed, layernorm ? 10 : 6);
   c.params = Params().add("rows", n).add("d", d).add("alpha", kAddAlpha).add("eps", eps).add("seed", int64_t(seed)).str();
+  c.numbers = {{"alpha", kAddAlpha}, {"eps", eps}};
   c.inputs = [=] { return add_norm_inputs(n, d, seed, layernorm); };
   c.outputs = {{"s", {n, d}, tol::kForward}, {"y", {n, d}, tol::kForward}};
   if (layernorm) c.outputs.push_back({"mean", {n}, tol::kForward});

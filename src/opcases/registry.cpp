@@ -45,6 +45,12 @@ void Tensors::erase(const std::string& name) {
                items_.end());
 }
 
+double OpCase::number(const std::string& name) const {
+  for (const auto& [n, v] : numbers)
+    if (n == name) return v;
+  throw Error(fmt::format("op case {}: no number named '{}'", line(), name));
+}
+
 namespace detail {
 
 Params& Params::add(const char* key, int64_t v) { return add(key, std::to_string(v).c_str()); }

@@ -58,21 +58,23 @@ NormRow row(const std::string& norm, const std::string& impl, const std::string&
   return r;
 }
 
-// The arguments of a forward of `norm` on these arrays (beta and mean unused by RMSNorm).
-NormArgs forward_args(NormKind norm, int64_t n, int64_t d, const float* x, const float* gamma, const float* beta,
-                      float* y, float* mean, float* rstd) {
-  const bool ln = norm == NormKind::layernorm;
-  NormArgs a;
-  a.n = n;
-  a.d = d;
-  a.eps = ln ? 1e-5f : 1e-6f;
-  a.x = x;
-  a.gamma = gamma;
-  a.beta = norm == NormKind::rmsnorm ? nullptr : beta;  // LayerNorm's and DyT's
-  a.y = y;
-  a.mean = ln ? mean : nullptr;
-  a.rstd = rstd;
-  return a;
+// A case's tensors as raw arrays, for the test's own (deliberately wrong) kernels.
+const float* in(opcases::Tensors& t, const char* name) { return t.at(name).data<float>(); }
+float* out(opcases::Tensors& t, const char* name) {
+  Tensor* o = t.out(name);
+  return o ? o->data<float>() : nullptr;
+}
+int64_t rows_of(opcases::Tensors& t) { return t.at("x").shape()[0]; }
+int64_t d_of(opcases::Tensors& t) { return t.at("x").shape()[1]; }
+
+// An implementation's pass on its op case at rows x d, checked as bench norms checks it.
+opcases::CaseCheck check_impl(const NormImpl& m, Pass p, int64_t rows, int64_t d) {
+  const opcases::OpCase& c = opcases::find_case(
+      fmt::format("{} rows={} d={} seed=3", normlab::bench::detail::norm_op(m.norm, p), rows, d));
+  if (m.backend) return opcases::check_case(c, backend("cpu"));
+  const NormFn fn = m.fn(p);
+  return opcases::check_case(c, backend("cpu"), Precision::fp32,
+                             [&](Backend&, opcases::Tensors& t) { fn(t, c); });
 }
 
 const NormRow* find(const NormReport& r, const std::string& name) {
@@ -333,49 +335,27 @@ TEST(BenchArithmetic, StepFigures) {
 TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
   // 67 is not a multiple of any vector width; 15 rows are not a multiple of the row blocks.
   const NormRegistry reg = builtin_norm_impls();
-  const int64_t n = 15, d = 67;
-  std::vector<float> x(n * d), dy(n * d), y(n * d), dx(n * d), sum(n * d), gamma(d), beta(d), dg(d), db(d), mean(n),
-      rstd(n);
-  for (int64_t i = 0; i < n * d; ++i) {
-    x[i] = 0.5f + std::sin(0.37f * i) * (1 + i % 7);
-    dy[i] = std::cos(0.11f * i);
-  }
-  for (int64_t j = 0; j < d; ++j) {
-    gamma[j] = 0.5f + 0.01f * j;
-    beta[j] = 0.1f * std::sin(j);
-  }
-  for (const NormImpl& m : reg.all()) {
-    const NormArgs a =
-        forward_args(m.norm, n, d, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data());
-    if (m.add_forward) {
-      NormArgs add = a;
-      add.branch = dy.data();
-      add.alpha = 2.5f;
-      add.s = sum.data();
-      VerifyResult v = verify_norm(m, Pass::addfwd, add);
-      EXPECT_TRUE(v.pass) << m.name() << ": " << v.report;
+  int checked = 0;
+  for (const NormImpl& m : reg.all())
+    for (const Pass p : {Pass::fwd, Pass::bwd, Pass::addfwd}) {
+      if (!m.has(p)) continue;
+      const opcases::CaseCheck c = check_impl(m, p, 15, 67);
+      EXPECT_TRUE(c.pass) << m.name() << " " << to_string(p) << c.report;
+      ++checked;
     }
-    if (!m.forward) continue;  // the unfused add+norm baseline has nothing else
-    VerifyResult f = verify_norm(m, Pass::fwd, a);
-    EXPECT_TRUE(f.pass) << m.name() << ": " << f.report;
-    NormArgs b;
-    b.n = n;
-    b.d = d;
-    b.x = x.data();
-    b.dy = dy.data();
-    b.gamma = gamma.data();
-    b.saved_mean = a.mean;
-    b.saved_rstd = rstd.data();  // as the forward just saved them
-    b.dx = dx.data();
-    b.dgamma = dg.data();
-    b.dbeta = m.norm == NormKind::rmsnorm ? nullptr : db.data();
-    float dalpha = 0, dshift = 0;
-    const bool squash = m.norm == NormKind::dyt || m.norm == NormKind::derf;
-    b.dalpha = squash ? &dalpha : nullptr;
-    b.dshift = m.norm == NormKind::derf ? &dshift : nullptr;
-    VerifyResult g = verify_norm(m, Pass::bwd, b);
-    EXPECT_TRUE(g.pass) << m.name() << ": " << g.report;
-  }
+  EXPECT_EQ(checked, 22);  // 11 implementations: 9 with fwd and bwd, 4 with addfwd (2 of them only that)
+  // The 16-bit kernels on their cases stored in bf16 and fp16.
+  for (const NormKind norm : {NormKind::layernorm, NormKind::rmsnorm})
+    for (const Precision fmt16 : {Precision::bf16, Precision::fp16}) {
+      const NormImpl m = normlab::bench::detail::norm16_impl(norm, fmt16);
+      for (const Pass p : {Pass::fwd, Pass::bwd}) {
+        const opcases::OpCase& c = opcases::find_case(
+            fmt::format("{} rows=15 d=67 seed=3", normlab::bench::detail::norm_op(norm, p)));
+        const opcases::CaseCheck k =
+            opcases::check_case(c, backend("cpu"), fmt16, [&](Backend&, opcases::Tensors& t) { m.fn(p)(t, c); });
+        EXPECT_TRUE(k.pass) << c.line() << " in " << to_string(fmt16) << k.report;
+      }
+    }
 }
 
 // DyT's rows: a kernel whose alpha gradient misses the last row is rejected, the builtins pass,
@@ -386,15 +366,19 @@ TEST(BenchVerify, DytRowsAreCheckedAndComparedWithRmsNorm) {
   wrong.norm = NormKind::dyt;
   wrong.impl = "wrong";
   wrong.provider = "test";
-  wrong.forward = [](const NormArgs& a) {
-    cpu::squash_forward(a.y, a.x, a.dyt_alpha, 0.0f, a.gamma, a.beta, a.n, a.d, Squash::tanh);
+  wrong.forward = [](opcases::Tensors& t, const opcases::OpCase&) {
+    cpu::squash_forward(out(t, "y"), in(t, "x"), in(t, "alpha")[0], 0.0f, in(t, "gamma"), in(t, "beta"), rows_of(t),
+                        d_of(t), Squash::tanh);
   };
-  wrong.backward = [](const NormArgs& a) {
-    cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, 0.0f, a.gamma, a.n - 1,
-                         a.d, Squash::tanh);
-    cpu::squash_backward(a.dx ? a.dx + (a.n - 1) * a.d : nullptr, nullptr, nullptr, nullptr, nullptr,
-                         a.dy + (a.n - 1) * a.d, a.x + (a.n - 1) * a.d, a.dyt_alpha, 0.0f, a.gamma, 1, a.d,
-                         Squash::tanh);
+  // Its alpha gradient leaves out the last row.
+  wrong.backward = [](opcases::Tensors& t, const opcases::OpCase&) {
+    const int64_t n = rows_of(t), d = d_of(t);
+    const float alpha = in(t, "alpha")[0];
+    float* dx = out(t, "dx");
+    cpu::squash_backward(dx, out(t, "dalpha"), nullptr, out(t, "dgamma"), out(t, "dbeta"), in(t, "dy"), in(t, "x"),
+                         alpha, 0.0f, in(t, "gamma"), n - 1, d, Squash::tanh);
+    cpu::squash_backward(dx ? dx + (n - 1) * d : nullptr, nullptr, nullptr, nullptr, nullptr, in(t, "dy") + (n - 1) * d,
+                         in(t, "x") + (n - 1) * d, alpha, 0.0f, in(t, "gamma"), 1, d, Squash::tanh);
   };
   reg.add(wrong);
   NormBenchOptions o = quick_options();
@@ -426,12 +410,14 @@ TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
   wrong.impl = "noshift";
   wrong.provider = "test";
   // Its forward ignores the shift (the bench's is nonzero), its backward leaves out the shift's gradient.
-  wrong.forward = [](const NormArgs& a) {
-    cpu::squash_forward(a.y, a.x, a.dyt_alpha, 0.0f, a.gamma, a.beta, a.n, a.d, Squash::erf);
+  wrong.forward = [](opcases::Tensors& t, const opcases::OpCase&) {
+    cpu::squash_forward(out(t, "y"), in(t, "x"), in(t, "alpha")[0], 0.0f, in(t, "gamma"), in(t, "beta"), rows_of(t),
+                        d_of(t), Squash::erf);
   };
-  wrong.backward = [](const NormArgs& a) {
-    cpu::squash_backward(a.dx, a.dalpha, nullptr, a.dgamma, a.dbeta, a.dy, a.x, a.dyt_alpha, a.derf_shift, a.gamma,
-                         a.n, a.d, Squash::erf);
+  wrong.backward = [](opcases::Tensors& t, const opcases::OpCase&) {
+    cpu::squash_backward(out(t, "dx"), out(t, "dalpha"), nullptr, out(t, "dgamma"), out(t, "dbeta"), in(t, "dy"),
+                         in(t, "x"), in(t, "alpha")[0], in(t, "shift")[0], in(t, "gamma"), rows_of(t), d_of(t),
+                         Squash::erf);
   };
   reg.add(wrong);
   NormBenchOptions o = quick_options();
@@ -452,20 +438,8 @@ TEST(BenchVerify, DerfRowsCheckTheShiftGradient) {
     }
   }
   EXPECT_NE(render_norm_summary(r, OutputFormat::text).find("Derf speed vs RMS"), std::string::npos);
-  // A shift away from 0, checked directly: the noshift kernel's gradients against the reference.
-  const int64_t n = 5, d = 67;
-  std::vector<float> x(n * d), dy(n * d), gamma(d), beta(d), dx(n * d), dg(d), db(d);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f, dy[i] = std::cos(0.11f * static_cast<float>(i));
-  for (int64_t j = 0; j < d; ++j) gamma[j] = 1.0f + 0.01f * static_cast<float>(j), beta[j] = -0.02f * static_cast<float>(j);
-  float dalpha = 0, dshift = 0;
-  NormArgs a;
-  a.n = n, a.d = d, a.x = x.data(), a.dy = dy.data(), a.gamma = gamma.data(), a.beta = beta.data();
-  a.dyt_alpha = 0.7f, a.derf_shift = 0.3f;
-  a.dx = dx.data(), a.dgamma = dg.data(), a.dbeta = db.data(), a.dalpha = &dalpha, a.dshift = &dshift;
-  // The same calls without the shift are caught.
-  const NormImpl& noshift = *reg.select({"derf.noshift"})[0];
-  dshift = 0;
-  VerifyResult h = verify_norm(noshift, Pass::bwd, a);
+  // Checked directly on Derf's case (its shift away from 0): the gradients without dshift are caught.
+  const opcases::CaseCheck h = check_impl(*reg.select({"derf.noshift"})[0], Pass::bwd, 5, 67);
   EXPECT_FALSE(h.pass);
   EXPECT_NE(h.report.find("dshift"), std::string::npos) << h.report;
 }
@@ -480,25 +454,29 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
   wrong.impl = "wrong";
   wrong.provider = "test";
   // Forward: right except one value of the last row; backward: dgamma misses the last row.
-  wrong.forward = [fwd_calls](const NormArgs& a) {
+  wrong.forward = [fwd_calls](opcases::Tensors& t, const opcases::OpCase& c) {
     ++*fwd_calls;
-    cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
-    a.y[a.n * a.d - 1] += 0.01f;
+    const int64_t n = rows_of(t), d = d_of(t);
+    cpu::layernorm_forward_onepass(out(t, "y"), out(t, "mean"), out(t, "rstd"), in(t, "x"), in(t, "gamma"),
+                                   in(t, "beta"), n, d, static_cast<float>(c.number("eps")));
+    out(t, "y")[n * d - 1] += 0.01f;
   };
-  wrong.backward = [bwd_calls](const NormArgs& a) {
+  wrong.backward = [bwd_calls](opcases::Tensors& t, const opcases::OpCase&) {
     ++*bwd_calls;
-    cpu::layernorm_backward_onepass(a.dx, a.dgamma, a.dbeta, a.dy, a.x, a.gamma, a.saved_mean, a.saved_rstd, a.n - 1,
-                                  a.d);
-    cpu::layernorm_backward_onepass(a.dx ? a.dx + (a.n - 1) * a.d : nullptr, nullptr, nullptr, a.dy + (a.n - 1) * a.d,
-                                  a.x + (a.n - 1) * a.d, a.gamma, a.saved_mean + a.n - 1, a.saved_rstd + a.n - 1, 1,
-                                  a.d);
+    const int64_t n = rows_of(t), d = d_of(t);
+    float* dx = out(t, "dx");
+    cpu::layernorm_backward_onepass(dx, out(t, "dgamma"), out(t, "dbeta"), in(t, "dy"), in(t, "x"), in(t, "gamma"),
+                                    in(t, "mean"), in(t, "rstd"), n - 1, d);
+    cpu::layernorm_backward_onepass(dx ? dx + (n - 1) * d : nullptr, nullptr, nullptr, in(t, "dy") + (n - 1) * d,
+                                    in(t, "x") + (n - 1) * d, in(t, "gamma"), in(t, "mean") + n - 1,
+                                    in(t, "rstd") + n - 1, 1, d);
   };
   reg.add(wrong);
   NormImpl lazy;  // writes nothing at all
   lazy.norm = NormKind::rmsnorm;
   lazy.impl = "lazy";
   lazy.provider = "test";
-  lazy.forward = [lazy_calls](const NormArgs&) { ++*lazy_calls; };
+  lazy.forward = [lazy_calls](opcases::Tensors&, const opcases::OpCase&) { ++*lazy_calls; };
   reg.add(lazy);
 
   NormBenchOptions o = quick_options();
@@ -525,9 +503,10 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
       EXPECT_GT(x->pct_of_copy_loop, 0);
     }
   }
-  // Each wrong kernel ran exactly once per shape: its check. No warm-up, no timed call.
+  // Each wrong kernel ran only in its check, per shape: the forward once, the backward once with
+  // every gradient and once with each alone (check_case). No warm-up, no timed call.
   EXPECT_EQ(fwd_calls->load(), 2);
-  EXPECT_EQ(bwd_calls->load(), 2);
+  EXPECT_EQ(bwd_calls->load(), 2 * 4);
   EXPECT_EQ(lazy_calls->load(), 2);
   EXPECT_NE(r.rows.size(), 0u);
   bool warned = false;
@@ -536,7 +515,7 @@ TEST(BenchVerify, WrongImplementationsAreRejectedAndNeverTimed) {
   // The mismatch report shows values side by side and the largest difference.
   const NormRow* x = find(r, "layernorm.wrong/fwd/2x8x64/threads:1");
   EXPECT_NE(x->verify.report.find("got"), std::string::npos) << x->verify.report;
-  EXPECT_NE(x->verify.report.find("want"), std::string::npos);
+  EXPECT_NE(x->verify.report.find("reference"), std::string::npos);
   EXPECT_NE(find(r, "layernorm.wrong/bwd/2x8x64/threads:1")->verify.report.find("dgamma"), std::string::npos);
 }
 
@@ -548,29 +527,35 @@ TEST(BenchVerify, WrongAddNormIsRejectedAndNeverTimed) {
   no_alpha.norm = NormKind::rmsnorm;
   no_alpha.impl = "noalpha";
   no_alpha.provider = "test";
-  no_alpha.add_forward = [calls](const NormArgs& a) {
+  no_alpha.add_forward = [calls](opcases::Tensors& t, const opcases::OpCase& c) {
     ++*calls;
-    cpu::add_rmsnorm_forward_fused(a.s, a.y, a.rstd, a.x, a.branch, 1.0f, a.gamma, a.n, a.d, a.eps);
+    cpu::add_rmsnorm_forward_fused(out(t, "s"), out(t, "y"), out(t, "rstd"), in(t, "a"), in(t, "x"), 1.0f,
+                                   in(t, "gamma"), rows_of(t), d_of(t), static_cast<float>(c.number("eps")));
   };
   reg.add(no_alpha);
   NormImpl norm_of_a;  // s right, but y the norm of a instead of s
   norm_of_a.norm = NormKind::layernorm;
   norm_of_a.impl = "normofa";
   norm_of_a.provider = "test";
-  norm_of_a.add_forward = [calls](const NormArgs& a) {
+  norm_of_a.add_forward = [calls](opcases::Tensors& t, const opcases::OpCase& c) {
     ++*calls;
-    for (int64_t i = 0; i < a.n * a.d; ++i) a.s[i] = a.alpha * a.x[i] + a.branch[i];
-    cpu::layernorm_forward_onepass(a.y, a.mean, a.rstd, a.x, a.gamma, a.beta, a.n, a.d, a.eps);
+    const int64_t n = rows_of(t), d = d_of(t);
+    const float alpha = static_cast<float>(c.number("alpha"));
+    for (int64_t i = 0; i < n * d; ++i) out(t, "s")[i] = alpha * in(t, "a")[i] + in(t, "x")[i];
+    cpu::layernorm_forward_onepass(out(t, "y"), out(t, "mean"), out(t, "rstd"), in(t, "a"), in(t, "gamma"),
+                                   in(t, "beta"), n, d, static_cast<float>(c.number("eps")));
   };
   reg.add(norm_of_a);
   NormImpl no_sum;  // y right, s never written (the residual stream lost)
   no_sum.norm = NormKind::rmsnorm;
   no_sum.impl = "nosum";
   no_sum.provider = "test";
-  no_sum.add_forward = [calls](const NormArgs& a) {
+  no_sum.add_forward = [calls](opcases::Tensors& t, const opcases::OpCase& c) {
     ++*calls;
-    std::vector<float> s(static_cast<size_t>(a.n * a.d));
-    cpu::add_rmsnorm_forward_fused(s.data(), a.y, a.rstd, a.x, a.branch, a.alpha, a.gamma, a.n, a.d, a.eps);
+    std::vector<float> sum(static_cast<size_t>(rows_of(t) * d_of(t)));
+    cpu::add_rmsnorm_forward_fused(sum.data(), out(t, "y"), out(t, "rstd"), in(t, "a"), in(t, "x"),
+                                   static_cast<float>(c.number("alpha")), in(t, "gamma"), rows_of(t), d_of(t),
+                                   static_cast<float>(c.number("eps")));
   };
   reg.add(no_sum);
 
@@ -587,8 +572,7 @@ TEST(BenchVerify, WrongAddNormIsRejectedAndNeverTimed) {
       ++rejected;
       EXPECT_EQ(x.status, "rejected") << x.name();
       EXPECT_EQ(x.time.samples, 0) << x.name() << " was timed";
-      EXPECT_NE(x.verify.report.find(x.impl == "normofa" ? " y values outside" : " s values outside"),
-                std::string::npos)
+      EXPECT_NE(x.verify.report.find(x.impl == "normofa" ? "\n  y: " : "\n  s: "), std::string::npos)
           << x.verify.report;
       if (x.impl == "nosum") {
         EXPECT_EQ(x.verify.worst_output, "s");
@@ -643,11 +627,12 @@ TEST(BenchVerify, FusedRowsSayWhichVariantRan) {
       }
     }
     EXPECT_EQ(fused, 6);  // 2 norms x (fwd, bwd, addfwd)
-    EXPECT_EQ(r.context.kernel_choices.size(), 6u) << forced;
+    // 2 norms x (fwd, bwd, addfwd), and the backward without dx that the check also calls.
+    EXPECT_EQ(r.context.kernel_choices.size(), 8u) << forced;
     for (const KernelChoiceRecord& k : r.context.kernel_choices) EXPECT_EQ(k.fused, forced) << k.shape_class;
     // The JSON keeps the variants, and the text shows them.
     const NormReport back = norm_report_from_json(render(r, OutputFormat::json), "test");
-    EXPECT_EQ(back.context.kernel_choices.size(), 6u);
+    EXPECT_EQ(back.context.kernel_choices.size(), 8u);
     for (const NormRow& x : back.rows) EXPECT_EQ(x.variant, x.impl == "fused" ? forced : "") << x.name();
     EXPECT_NE(render(r, OutputFormat::text).find(std::string(forced) + " (forced)"), std::string::npos);
     EXPECT_NE(render_kernel_choices(r.context, OutputFormat::text, false).find("layernorm_forward d=64"), std::string::npos);
@@ -752,9 +737,10 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
     for (NormFn* fn : {&m.forward, &m.backward, &m.add_forward}) {
       if (!*fn) continue;
       const char* pass = fn == &m.forward ? "fwd" : fn == &m.backward ? "bwd" : "addfwd";
-      *fn = [events, inner = *fn, key = fmt::format("{}/{}/{}", m.name(), pass, shape.str())](const NormArgs& a) {
+      *fn = [events, inner = *fn, key = fmt::format("{}/{}/{}", m.name(), pass, shape.str())](
+                opcases::Tensors& t, const opcases::OpCase& c) {
         events->push_back(fmt::format("call {}/threads:{}", key, num_threads()));
-        inner(a);
+        inner(t, c);
       };
     }
     reg.add(m);
@@ -787,8 +773,16 @@ TEST(BenchVerify, EveryTimedRowWasCheckedFirst) {
     const auto count_calls = [&](auto from, auto to) {
       return std::count(from, to, "call " + x.name());
     };
-    // The check's one call before the line that says it passed; the warm-up and every timed call after.
-    EXPECT_EQ(count_calls(events->begin(), verified), 1) << x.name() << ": calls before it was verified";
+    // The check's calls before the line that says it passed (check_case: one with every output,
+    // then each optional one alone when there are several, then the required ones without the
+    // optional); the warm-up and every timed call after.
+    const NormKind kind = parse_kind<NormKind>(x.norm);
+    const opcases::OpCase& c = opcases::find_case(fmt::format(
+        "{} rows={} d={}", normlab::bench::detail::norm_op(kind, parse_kind<Pass>(x.pass)), shape.rows(), shape.d));
+    int64_t optional = 0, required = 0;
+    for (const opcases::Output& out : c.outputs) (out.optional ? optional : required) += 1;
+    const int64_t check_calls = 1 + (optional > 1 ? optional : 0) + (optional > 0 && required > 0 ? 1 : 0);
+    EXPECT_EQ(count_calls(events->begin(), verified), check_calls) << x.name() << ": calls before it was verified";
     EXPECT_GE(count_calls(verified, timed), o.warmup + x.time.samples) << x.name() << ": calls between its check and its time";
   }
   EXPECT_EQ(ordered, static_cast<int>(o.threads.size()) * 22);
@@ -1073,41 +1067,36 @@ TEST(BenchDevice, NamesBytesAndDerivedFigures) {
 
 namespace {
 
-float bf16(float f) { return round_to(Precision::bf16, f); }
-
-// A LayerNorm "kernel" declaring `dtype` that stores y (times scale) rounded to `stored`.
-NormImpl storing_layernorm(const std::string& dtype, Precision stored, float scale = 1.0f) {
-  NormImpl m;
-  m.norm = NormKind::layernorm;
-  m.impl = "stored";
-  m.dtype = dtype;
-  m.forward = [stored, scale](const NormArgs& c) {
-    cpu::layernorm_forward_multipass(c.y, c.mean, c.rstd, c.x, c.gamma, c.beta, c.n, c.d, c.eps);
-    for (int64_t i = 0; i < c.n * c.d; ++i) c.y[i] *= scale;
-    round_to(stored, c.y, c.n * c.d);
+// LayerNorm's forward computed in float32 from whatever its case's tensors are stored in, y times
+// `scale` rounded to `rounded`, then stored as the case's y is.
+opcases::CaseCall rounding_layernorm(const opcases::OpCase& c, Precision rounded, float scale = 1.0f) {
+  return [&c, rounded, scale](Backend&, opcases::Tensors& t) {
+    const Tensor x = t.at("x").to(DType::f32), g = t.at("gamma").to(DType::f32), b = t.at("beta").to(DType::f32);
+    const int64_t n = x.shape()[0], d = x.shape()[1];
+    Tensor y = Tensor::empty({n, d});
+    cpu::layernorm_forward_multipass(y.data<float>(), out(t, "mean"), out(t, "rstd"), x.data<float>(),
+                                     g.data<float>(), b.data<float>(), n, d, static_cast<float>(c.number("eps")));
+    for (int64_t i = 0; i < n * d; ++i) y.data<float>()[i] *= scale;
+    round_to(rounded, y.data<float>(), n * d);
+    t.at("y").copy_(y.to(t.at("y").dtype()));
   };
-  return m;
 }
 
 }  // namespace
 
+// check_case at a 16-bit storage holds a stored output to that format's rounding: a kernel that
+// stores y as bf16 passes at bf16, fails float32's tolerance, and fails at bf16 when 1% off.
 TEST(BenchVerify, Bf16OutputsAreHeldToBf16Rounding) {
-  const int64_t n = 6, d = 40;
-  std::vector<float> x(n * d), gamma(d), beta(d), y(n * d), mean(n), rstd(n);
-  for (int64_t i = 0; i < n * d; ++i) x[i] = bf16(0.3f + std::sin(0.37f * i) * (1 + i % 5));
-  for (int64_t j = 0; j < d; ++j) {
-    gamma[j] = bf16(0.75f + 0.01f * j);
-    beta[j] = bf16(0.1f * std::cos(j));
-  }
-  const NormArgs a = forward_args(NormKind::layernorm, n, d, x.data(), gamma.data(), beta.data(), y.data(),
-                                  mean.data(), rstd.data());
-  // A kernel that stores y as bf16 (statistics float32), and one 1% off.
-  EXPECT_TRUE(verify_norm(storing_layernorm("bf16", Precision::bf16), Pass::fwd, a).pass);
-  const VerifyResult as_f32 = verify_norm(storing_layernorm("f32", Precision::bf16), Pass::fwd, a);
-  EXPECT_FALSE(as_f32.pass) << "bf16 rounding passed float32's tolerance";
-  const VerifyResult off = verify_norm(storing_layernorm("bf16", Precision::bf16, 1.01f), Pass::fwd, a);
+  const opcases::OpCase& c = opcases::find_case("layernorm_fwd rows=6 d=40 seed=5");
+  Backend& cpu_backend = backend("cpu");
+  const opcases::CaseCheck ok = opcases::check_case(c, cpu_backend, Precision::bf16, rounding_layernorm(c, Precision::bf16));
+  EXPECT_TRUE(ok.pass) << ok.report;
+  EXPECT_FALSE(opcases::check_case(c, cpu_backend, Precision::fp32, rounding_layernorm(c, Precision::bf16)).pass)
+      << "bf16 rounding passed float32's tolerance";
+  const opcases::CaseCheck off =
+      opcases::check_case(c, cpu_backend, Precision::bf16, rounding_layernorm(c, Precision::bf16, 1.01f));
   EXPECT_FALSE(off.pass);
-  EXPECT_EQ(off.worst_output, "y");
+  EXPECT_NE(off.report.find("\n  y: "), std::string::npos) << off.report;
 }
 
 // The cpu's 16-bit storage rows: every fused norm and pass in both formats, checked before they
@@ -1142,13 +1131,10 @@ TEST(BenchVerify, SixteenBitRowsAreCheckedAndCountHalfTheBytes) {
   EXPECT_EQ(sixteen, 2 /*formats*/ * 2 /*norms*/ * 2 /*passes*/ * 2 /*shapes*/);
 
   // A kernel that stores as fp16 is held to fp16's half ulp (2^-11), not bf16's.
-  const int64_t n = 3, d = 40;
-  std::vector<float> x(n * d), gamma(d, 1.0f), beta(d, 0.0f), y(n * d), mean(n), rstd(n);
-  for (int64_t i = 0; i < n * d; ++i) x[i] = round_to(Precision::fp16, 0.3f + std::sin(0.37f * i));
-  const NormArgs a = forward_args(NormKind::layernorm, n, d, x.data(), gamma.data(), beta.data(), y.data(),
-                                  mean.data(), rstd.data());
-  EXPECT_TRUE(verify_norm(storing_layernorm("fp16", Precision::fp16), Pass::fwd, a).pass);
-  EXPECT_FALSE(verify_norm(storing_layernorm("fp16", Precision::bf16), Pass::fwd, a).pass) << "bf16 rounding passed as fp16";
+  const opcases::OpCase& c = opcases::find_case("layernorm_fwd rows=3 d=40 seed=5");
+  EXPECT_TRUE(opcases::check_case(c, backend("cpu"), Precision::fp16, rounding_layernorm(c, Precision::fp16)).pass);
+  EXPECT_FALSE(opcases::check_case(c, backend("cpu"), Precision::fp16, rounding_layernorm(c, Precision::bf16)).pass)
+      << "bf16 rounding passed as fp16";
 }
 
 // ---- whole steps ---------------------------------------------------------------------------------

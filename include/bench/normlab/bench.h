@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "normlab/kinds.h"
+#include "normlab/opcases.h"
 #include "normlab/table.h"
 
 namespace normlab::bench {
@@ -183,7 +184,7 @@ class CpuUsage {
 };
 
 // ============================================================================
-// norm implementations: a registry of free functions on raw float arrays
+// norm implementations: a registry of calls on their op cases' tensors
 // ============================================================================
 
 // addfwd: the fused residual add + norm forward of Post-LN and DeepNorm, s = alpha*a + b
@@ -196,38 +197,11 @@ const EnumNames& enum_names<bench::Pass>();
 }  // namespace normlab
 namespace normlab::bench {
 
-// One norm call on raw arrays; N rows, D normalized size, row-major, contiguous.
-//   forward  reads x, gamma, beta (LayerNorm only); writes y, mean (LayerNorm only), rstd
-//   backward reads dy, x, gamma, saved_mean (LayerNorm only), saved_rstd;
-//            writes dx, dgamma, dbeta (LayerNorm only)
-//   addfwd   reads x (a), branch (b), gamma, beta (LayerNorm only); writes s = alpha*a + b, and
-//            y, mean (LayerNorm only), rstd of s as the forward
-struct NormArgs {
-  int64_t n = 0, d = 0;
-  float eps = static_cast<float>(default_eps(NormKind::layernorm));
-  const float* x = nullptr;
-  const float* dy = nullptr;
-  const float* gamma = nullptr;
-  const float* beta = nullptr;
-  float* y = nullptr;
-  float* mean = nullptr;
-  float* rstd = nullptr;
-  const float* saved_mean = nullptr;
-  const float* saved_rstd = nullptr;
-  float* dx = nullptr;
-  float* dgamma = nullptr;
-  float* dbeta = nullptr;
-  const float* branch = nullptr;
-  float alpha = 1.0f;
-  float* s = nullptr;
-  // DyT: y = gamma * tanh(dyt_alpha * x) + beta (beta above); its backward also writes dalpha.
-  // Derf: y = gamma * erf(dyt_alpha * x + derf_shift) + beta; its backward also writes dshift.
-  float dyt_alpha = 0.5f;
-  float derf_shift = 0.0f;
-  float* dalpha = nullptr;
-  float* dshift = nullptr;
-};
-using NormFn = std::function<void(const NormArgs&)>;
+// One call of an implementation on its op case's tensors (normlab/opcases.h: the case of its norm
+// and pass made at the row's shape, its tensors float32 on the cpu, or stored in bf16/fp16 for a
+// 16-bit row), the case's scalars (eps, the add+norm's alpha) from it: the inputs read, the
+// outputs present written (an absent optional gradient: not wanted).
+using NormFn = std::function<void(opcases::Tensors&, const opcases::OpCase&)>;
 
 // The variant a row ran and why (see NormImpl::variant).
 struct RowVariant {
@@ -245,11 +219,12 @@ struct NormImpl {
   bool streaming_stores = false;  // writes with non-temporal stores: held to memcpy's bandwidth
   NormFn forward, backward;       // an empty function: that pass is not implemented
   NormFn add_forward;             // Pass::addfwd
-  // The variant a call of `pass` with these arguments runs, where the kernel chooses one per shape
-  // class (the fused kernels: cpu::norm_choice); empty: the implementation has one form only.
-  std::function<RowVariant(Pass, const NormArgs&)> variant;
-  // Storage of the N x D arrays and the parameters: "f32", or "bf16" (a device's kernels with
-  // --dtypes bf16: the outputs y, dx, s are checked with bf16's rounding added, see verify_norm).
+  // The variant a call of `pass` on n x d runs, writing its output (y, dx) at `written`, where the
+  // kernel chooses one per shape class (the fused kernels: cpu::norm_choice); empty: the
+  // implementation has one form only.
+  std::function<RowVariant(Pass, int64_t n, int64_t d, const float* written)> variant;
+  // Storage of the N x D arrays and the parameters: "f32", "bf16" or "fp16" (the 16-bit kernels:
+  // their op case checked at that storage, check_case).
   std::string dtype = "f32";
   // The backend's kernel (DyT, Derf, SeeDNorm on the cpu; every norm on a device), called through
   // the Backend interface on its op case made at the row's shape, checked by check_case: the
@@ -302,9 +277,8 @@ ByteCount norm_bytes(const std::string& norm, const std::string& pass, const Nor
 // results of `bench norms`
 // ============================================================================
 
-// Tolerances of the correctness check, per output: |out - ref| <= atol + rtol*|ref|.
-// Parameter gradients sum N rows, so their atol is relative to sum_rows |term| (the magnitude
-// the float sum passed through); the numbers and their reasons: normlab/tolerances.h (tol::kBench*).
+// A row's check: its op case by check_case (normlab/opcases.h), each output held to the case's
+// tolerance (normlab/tolerances.h).
 struct VerifyResult {
   bool pass = false;
   double max_abs_err = 0;   // over every output
@@ -432,11 +406,6 @@ void validate(const NormBenchOptions& opt);
 // are measured side by side. Calls derive(). On a device (opt.device), every (shape, dtype)
 // group the same way, the registry unused.
 NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry = builtin_norm_impls());
-
-// Checks one implementation on the given arrays against the reference kernels (float64); the
-// same check run_norm_bench applies before timing. `a` holds the inputs; the outputs it names
-// are overwritten (NaN first, so an output the kernel never writes fails).
-VerifyResult verify_norm(const NormImpl& impl, Pass pass, const NormArgs& a);
 
 // PyTorch's rows from scripts/torch_bench.py, run as `python3 SCRIPT ...` with the same shapes,
 // threads, passes (fwd, bwd: it has no add+norm) and rotation as `opt`, once for the memory-bound

@@ -99,6 +99,10 @@ struct OpCase {
   // Floating-point operations of one call, counted as the reference's arithmetic (a tanh or an
   // erf as one): what bench ops divides by the time.
   double flops = 0;
+  // The scalars the call passes besides its tensors ("eps", the add+norm's "alpha"): what another
+  // implementation of the same op (a bench baseline) needs to make the same call.
+  std::vector<std::pair<std::string, double>> numbers;
+  double number(const std::string& name) const;  // throws Error naming a scalar the case does not have
   // The tensors (inputs and outputs) a backend holds in a 16-bit storage format when a call runs
   // at one (bench norms --dtypes bf16 on a device): the row arrays and the parameters, not the
   // float32 statistics and parameter gradients. Empty: the op has no 16-bit form.
@@ -145,6 +149,10 @@ CaseCheck check_case(const OpCase& c, Backend& b);
 // The same with c.stored held in `storage` (bf16 or fp16) on b: the reference computes from the
 // values rounded to it, and an output stored in it may differ by half its ulp more.
 CaseCheck check_case(const OpCase& c, Backend& b, Precision storage);
+// The same with `call` in place of c.call on b: another implementation of the op (a bench
+// baseline on the cpu's arrays) checked as the backends are.
+using CaseCall = std::function<void(Backend&, Tensors&)>;
+CaseCheck check_case(const OpCase& c, Backend& b, Precision storage, const CaseCall& call);
 
 // ---- grad mode ---------------------------------------------------------------------------
 // The sizes a grad form is built with: gradcheck's (CaseShape) less its layers. x is (batch, time,
