@@ -167,9 +167,6 @@ std::string norm_op(NormKind norm, Pass p);
 // `fn` on the tensors (an implementation of the cpu's own: b is then the cpu's backend).
 Case checked_case(Backend& b, const opcases::OpCase& c, Precision storage, SharedSets& sets, NormRow row,
                   const NormFn& fn = nullptr);
-// Bytes the tensors of `cases` (each at its storage) take in `sets` shared sets, as SharedSets
-// shares them (inputs by name, shape and dtype: an estimate from above when values differ).
-int64_t shared_bytes(const std::vector<std::pair<const opcases::OpCase*, Precision>>& cases, int64_t sets);
 
 // ---- device_norm_bench.cpp -----------------------------------------------------------------
 // run_norm_bench for opt.device "cuda" or "cuda-sim".

@@ -85,23 +85,6 @@ Tensor SharedSets::output(int64_t k, const std::string& name, const Shape& shape
   return it->second[static_cast<size_t>(k % sets_)];
 }
 
-int64_t shared_bytes(const std::vector<std::pair<const opcases::OpCase*, Precision>>& cases, int64_t sets) {
-  std::map<std::string, int64_t> bytes;
-  for (const auto& [c, storage] : cases) {
-    const DType stored = storage_dtype(storage);
-    auto count = [&](const std::string& name, const Shape& shape, DType dtype) {
-      const DType d = stored != DType::f32 && is_stored(*c, name) ? stored : dtype;
-      bytes[shape_key(name, shape, d)] = shape_numel(shape) * static_cast<int64_t>(dtype_size(d));
-    };
-    const opcases::Tensors drawn = c->inputs();
-    for (const auto& [name, x] : drawn.items()) count(name, x.shape(), x.dtype() == DType::f64 ? DType::f32 : x.dtype());
-    for (const opcases::Output& o : c->outputs) count(o.name, o.shape, o.dtype);
-  }
-  int64_t total = 0;
-  for (const auto& [key, b] : bytes) total += b;
-  return total * sets;
-}
-
 CaseSets::CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision storage, SharedSets* shared)
     : case_(c) {
   const Device dev = b.device();
@@ -187,6 +170,9 @@ Case checked_case(Backend& b, const opcases::OpCase& c, Precision storage, Share
   out.row = std::move(row);
   const opcases::CaseCall call = fn ? opcases::CaseCall([&fn, &c](Backend&, opcases::Tensors& t) { fn(t, c); }) : c.call;
   const opcases::CaseCheck check = opcases::check_case(c, b, storage, call);
+  // The check's float64 copies of a large case are gigabytes: back to the system before the next
+  // row's (the arena would keep them for a tensor of the same size).
+  arena_release_cached(Device::cpu);
   out.row.verify.pass = check.pass;
   for (const opcases::OutputCheck& o : check.outputs)
     if (o.max_abs_err >= out.row.verify.max_abs_err && !std::isnan(o.max_abs_err)) {

@@ -84,11 +84,18 @@ std::vector<RowPlan> plan_rows(const NormBenchOptions& opt, const std::vector<co
   return rows;
 }
 
-// Bytes the group's rows take in `sets` shared buffer sets.
-int64_t group_bytes(const std::vector<RowPlan>& rows, int64_t sets) {
-  std::vector<std::pair<const opcases::OpCase*, Precision>> cases;
-  for (const RowPlan& r : rows) cases.emplace_back(r.c, detail::storage_of(r.dtype));
-  return detail::shared_bytes(cases, sets);
+// Bytes the group's rows take in `sets` shared buffer sets, from above: per set the N x D arrays
+// in float32 (x, dy, y, dx, the add+norm's a and s, the copy rows' two), and in 16 bits for their
+// rows (x, dy, y, dx); statistics and parameters are a fraction of one array.
+int64_t group_bytes(const std::vector<RowPlan>& rows, const NormShape& shape, int64_t sets) {
+  bool copy = false, add = false, narrow = false;
+  for (const RowPlan& r : rows) {
+    copy = copy || !r.impl;
+    add = add || (r.impl && r.pass == Pass::addfwd);
+    narrow = narrow || r.dtype != "f32";
+  }
+  const int64_t arrays32 = 4 + (add ? 2 : 0) + (copy ? 2 : 0) + 1;  // + 1: the statistics and parameters, generously
+  return sets * shape.numel() * (4 * arrays32 + (narrow ? 2 * 4 : 0));
 }
 
 // The variant a fused row's kernel runs for its shape class (the check's call chose it, measuring
@@ -162,12 +169,12 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   for (ShapeGroup& group : groups) {
     const std::vector<RowPlan> rows = plan_rows(opt, impls, passes, group.shape);
     // Less rotation rather than swapping: keep the rows' sets within the memory budget.
-    while (group.sets > 1 && budget > 0 && group_bytes(rows, group.sets) > budget) --group.sets;
+    while (group.sets > 1 && budget > 0 && group_bytes(rows, group.shape, group.sets) > budget) --group.sets;
     // The rows share their tensors where they can (x and dy, the outputs), and each call takes the
     // next of the group's sets: a buffer comes back after every row's traffic through them.
     detail::SharedSets shared(backend("cpu"), group.sets);
     log(fmt::format("{}{}: {} row(s), {} buffer set(s), {} in all", group.shape.str(), group.resident ? " (resident)" : "",
-                    rows.size(), group.sets, mib(group_bytes(rows, group.sets))));
+                    rows.size(), group.sets, mib(group_bytes(rows, group.shape, group.sets))));
     for (int t : threads) {
       set_num_threads(t);
       detail::RowPlace place;

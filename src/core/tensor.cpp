@@ -264,19 +264,38 @@ void* Tensor::raw() const {
   return static_cast<char*>(t.storage->data()) + t.offset;
 }
 
+namespace {
+
+// Element i of n values of dtype t at p, as a double; and the value v written there (16-bit
+// formats: rounded to float first, then to the format, as encode_16 does).
+double read_at(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::i32: return static_cast<const int32_t*>(p)[i];
+    case DType::bf16:
+    case DType::f16: return from_bits(format_of_dtype(t), static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0;
+}
+void write_at(DType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::bf16:
+    case DType::f16: static_cast<uint16_t*>(p)[i] = encode_16(t, v); break;
+  }
+}
+
+}  // namespace
+
 std::vector<double> Tensor::to_vector() const {
   // A device tensor's values are downloaded (PyTorch's tolist() does the same).
   if (device() != Device::cpu) return to_device(Device::cpu).to_vector();
   std::vector<double> out(static_cast<size_t>(numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (dtype()) {
-      case DType::f32: out[i] = data<float>()[i]; break;
-      case DType::f64: out[i] = data<double>()[i]; break;
-      case DType::i32: out[i] = data<int32_t>()[i]; break;
-      case DType::bf16:
-      case DType::f16: out[i] = from_bits(format_of_dtype(dtype()), static_cast<const uint16_t*>(raw())[i]); break;
-    }
-  }
+  const void* p = raw();
+  for (size_t i = 0; i < out.size(); ++i) out[i] = read_at(dtype(), p, static_cast<int64_t>(i));
   return out;
 }
 
@@ -329,7 +348,19 @@ Tensor Tensor::to(DType target) const {
     if (nbytes()) std::memcpy(out.raw(), raw(), nbytes());
     return out;
   }
-  return from(to_vector(), shape(), target);
+  // Element by element, without a std::vector between (the values of 10^8-element op cases).
+  Tensor out = empty(shape(), target);
+  const void* src = raw();
+  void* dst = out.raw();
+  const int64_t n = numel();
+  if (dtype() == DType::f64 && target == DType::f32) {
+    for (int64_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = static_cast<float>(static_cast<const double*>(src)[i]);
+  } else if (dtype() == DType::f32 && target == DType::f64) {
+    for (int64_t i = 0; i < n; ++i) static_cast<double*>(dst)[i] = static_cast<const float*>(src)[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) write_at(target, dst, i, read_at(dtype(), src, i));
+  }
+  return out;
 }
 
 Tensor& Tensor::move_to_device_(Device target) {

@@ -44,6 +44,36 @@ void add_saved_statistics(Tensors& t, bool layernorm, int64_t n, int64_t d) {
   t.set("rstd", rstd);
 }
 
+// Per column j of a case's (n, d) rows, sum_i |term(i, j)|: the magnitude its column sum (dgamma,
+// dbeta) passes through, the scale of that output's atol.
+template <class Term>
+std::vector<double> column_abs_sums(int64_t n, int64_t d, Term term) {
+  std::vector<double> sums(static_cast<size_t>(d), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) sums[static_cast<size_t>(j)] += std::fabs(term(i, j));
+  return sums;
+}
+
+// The row-normalized x of a backward case (its saved statistics; mean 0 for RMSNorm) times dy.
+std::vector<double> dy_xhat_sums(const Tensors& in, bool centred) {
+  const Tensor& x = in.at("x");
+  const int64_t n = x.shape()[0], d = x.shape()[1];
+  const double* xv = x.data<double>();
+  const double* dy = in.at("dy").data<double>();
+  const double* rstd = in.at("rstd").data<double>();
+  const double* mean = centred ? in.at("mean").data<double>() : nullptr;
+  return column_abs_sums(n, d, [&](int64_t i, int64_t j) {
+    return dy[i * d + j] * (xv[i * d + j] - (mean ? mean[i] : 0.0)) * rstd[i];
+  });
+}
+
+std::vector<double> dy_sums(const Tensors& in) {
+  const Tensor& dy = in.at("dy");
+  const int64_t d = dy.shape()[1];
+  const double* v = dy.data<double>();
+  return column_abs_sums(dy.shape()[0], d, [&](int64_t i, int64_t j) { return v[i * d + j]; });
+}
+
 // What a 16-bit run of LayerNorm's and RMSNorm's kernels stores in the format: the rows and the
 // parameters (the statistics and the parameter gradients stay float32).
 const std::vector<std::string> kStoredRows = {"x", "dy", "gamma", "beta", "y", "dx"};
@@ -83,8 +113,8 @@ OpCase layernorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
     return t;
   };
   c.outputs = {{"dx", {n, d}, tol::kGradient, true},
-               {"dgamma", {d}, tol::kReduction, true},
-               {"dbeta", {d}, tol::kReduction, true}};
+               Output("dgamma", {d}, tol::kFullSum, true).per_column([](const Tensors& in) { return dy_xhat_sums(in, true); }),
+               Output("dbeta", {d}, tol::kFullSum, true).per_column(dy_sums)};
   c.call = [=](Backend& b, Tensors& t) {
     b.layernorm_backward(t.out("dx"), t.out("dgamma"), t.out("dbeta"), t.at("dy"), t.at("x"), t.at("gamma"),
                          t.at("mean"), t.at("rstd"), n, d);
@@ -119,7 +149,8 @@ OpCase rmsnorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
     t.erase("beta");
     return t;
   };
-  c.outputs = {{"dx", {n, d}, tol::kGradient, true}, {"dgamma", {d}, tol::kReduction, true}};
+  c.outputs = {{"dx", {n, d}, tol::kGradient, true},
+               Output("dgamma", {d}, tol::kFullSum, true).per_column([](const Tensors& in) { return dy_xhat_sums(in, false); })};
   c.call = [=](Backend& b, Tensors& t) {
     b.rmsnorm_backward(t.out("dx"), t.out("dgamma"), t.at("dy"), t.at("x"), t.at("gamma"), t.at("rstd"), n, d);
   };
@@ -197,21 +228,26 @@ void add_seednorm_statistics(Tensors& t, int64_t n, int64_t d) {
 }
 
 // dbeta[j] = sum_i u_i x_ij with u_i = (1 - t_i^2) sum_k dy alpha xhat over row i: its terms are
-// large (u sums a whole row) and cancel across rows, so a float32 u bounds the error relative to
-// the largest column's sum |u_i x_ij|.
-double seednorm_dbeta_terms(const Tensors& in) {
-  const std::vector<double> x = in.at("x").to_vector(), dy = in.at("dy").to_vector(),
-                            alpha = in.at("alpha").to_vector(), rstd = in.at("rstd").to_vector(),
-                            t = in.at("t").to_vector();
-  const size_t d = alpha.size(), n = rstd.size();
-  std::vector<double> column(d, 0.0);
-  for (size_t i = 0; i < n; ++i) {
-    double u = 0.0;
-    for (size_t j = 0; j < d; ++j) u += dy[i * d + j] * alpha[j] * x[i * d + j] * rstd[i];
-    u *= 1.0 - t[i] * t[i];
-    for (size_t j = 0; j < d; ++j) column[j] += std::fabs(u * x[i * d + j]);
+// large (u sums a whole row) and cancel across rows; dalpha's are t_i dy xhat.
+std::vector<double> seednorm_dbeta_sums(const Tensors& in) {
+  const Tensor& x = in.at("x");
+  const int64_t n = x.shape()[0], d = x.shape()[1];
+  const double *xv = x.data<double>(), *dy = in.at("dy").data<double>(), *alpha = in.at("alpha").data<double>(),
+               *rstd = in.at("rstd").data<double>(), *t = in.at("t").data<double>();
+  std::vector<double> u(static_cast<size_t>(n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < d; ++j) u[static_cast<size_t>(i)] += dy[i * d + j] * alpha[j] * xv[i * d + j] * rstd[i];
+    u[static_cast<size_t>(i)] *= 1.0 - t[i] * t[i];
   }
-  return *std::max_element(column.begin(), column.end());
+  return column_abs_sums(n, d, [&](int64_t i, int64_t j) { return u[static_cast<size_t>(i)] * xv[i * d + j]; });
+}
+
+std::vector<double> seednorm_dalpha_sums(const Tensors& in) {
+  const Tensor& x = in.at("x");
+  const int64_t n = x.shape()[0], d = x.shape()[1];
+  const double *xv = x.data<double>(), *dy = in.at("dy").data<double>(), *rstd = in.at("rstd").data<double>(),
+               *t = in.at("t").data<double>();
+  return column_abs_sums(n, d, [&](int64_t i, int64_t j) { return t[i] * dy[i * d + j] * xv[i * d + j] * rstd[i]; });
 }
 
 // The row's two sums, dx, and the three column sums: 14 per element.
@@ -223,9 +259,9 @@ OpCase seednorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
     return t;
   };
   c.outputs = {{"dx", {n, d}, tol::kGradient, true},
-               {"dgamma", {d}, tol::kReduction, true},
-               {"dalpha", {d}, tol::kReduction, true},
-               {"dbeta", {d}, tol::kFullSum, true, seednorm_dbeta_terms}};
+               Output("dgamma", {d}, tol::kFullSum, true).per_column([](const Tensors& in) { return dy_xhat_sums(in, false); }),
+               Output("dalpha", {d}, tol::kFullSum, true).per_column(seednorm_dalpha_sums),
+               Output("dbeta", {d}, tol::kFullSum, true).per_column(seednorm_dbeta_sums)};
   c.call = [=](Backend& b, Tensors& t) {
     b.seednorm_backward(t.out("dx"), t.out("dgamma"), t.out("dalpha"), t.out("dbeta"), t.at("dy"), t.at("x"),
                         t.at("gamma"), t.at("alpha"), t.at("beta"), t.at("rstd"), t.at("t"), n, d);

@@ -77,6 +77,13 @@ struct Output {
   // What tol.atol is relative to, from the float64 inputs: the magnitude a full sum passes
   // through (sum |terms|), where the result cancels. Unset: 1.
   std::function<double(const Tensors& in64)> atol_scale;
+  // The same per element, for a column sum over rows (dgamma over N rows): each column's sum of
+  // |terms|, from the float64 inputs; unset: atol_scale. Set with per_column().
+  std::function<std::vector<double>(const Tensors& in64)> atol_scales;
+  Output& per_column(std::function<std::vector<double>(const Tensors& in64)> scales) {
+    atol_scales = std::move(scales);
+    return *this;
+  }
   // What the backend under test writes: float32, or float64 for what a kernel returns rather than
   // writes (sum_squares' double, format_census' counts), which the call stores with fill_.
   DType dtype = DType::f32;
