@@ -158,8 +158,10 @@ CaseCheck check_case(const OpCase& c, Backend& b);
 CaseCheck check_case(const OpCase& c, Backend& b, Precision storage);
 // The same with `call` in place of c.call on b: another implementation of the op (a bench
 // baseline on the cpu's arrays) checked as the backends are.
+// subsets false: the call with every output only (bench norms' check of a row before it is timed,
+// on cases of 10^8 values: the subsets of the optional outputs are the test mode's business).
 using CaseCall = std::function<void(Backend&, Tensors&)>;
-CaseCheck check_case(const OpCase& c, Backend& b, Precision storage, const CaseCall& call);
+CaseCheck check_case(const OpCase& c, Backend& b, Precision storage, const CaseCall& call, bool subsets = true);
 
 // ---- grad mode ---------------------------------------------------------------------------
 // The sizes a grad form is built with: gradcheck's (CaseShape) less its layers. x is (batch, time,
