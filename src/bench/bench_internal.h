@@ -105,7 +105,11 @@ NormRow case_row(const std::string& norm, const std::string& impl, const std::st
 int64_t working_set(const NormRow& r, int64_t sets);
 // "512 MiB"
 std::string mib(int64_t bytes);
-// Buffer sets of shape s that make `footprint` bytes (x + y of a forward per set).
+// Buffer sets of shape s that make `footprint` bytes (x + y of a forward per set), at most
+// kMaxSets: each set is a handful of tensors per row, and a shape too small to fill the footprint
+// with that many (every default memory-bound shape fills it with fewer) rotates through less; its
+// rows then say they may run at cache speed.
+constexpr int64_t kMaxSets = 1024;
 int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes = 4);
 // Bytes each memory-bound case rotates through: opt.footprint, or max(1 GiB, 4 x LLC).
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc);

@@ -57,7 +57,7 @@ NormRow case_row(const std::string& norm, const std::string& impl, const std::st
 
 int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes) {
   const int64_t per_set = 2 * s.numel() * stored_bytes;  // x + y of a forward: the smallest case footprint
-  return std::max<int64_t>(1, (footprint + per_set - 1) / per_set);
+  return std::clamp<int64_t>((footprint + per_set - 1) / per_set, 1, kMaxSets);
 }
 
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc) {
