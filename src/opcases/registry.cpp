@@ -244,12 +244,13 @@ const OpCase* made_to_order(const std::string& line) {
   OpCase c = m->make(rows, d, static_cast<uint64_t>(seed));
   bool ok = true;
   const auto wrote = line_words(c.line(), ok);
-  for (const auto& [k, v] : words) {
+  for (const auto& word : words) {
+    const std::string& k = word.first;  // not a structured binding: a lambda captures it
     if (k == "rows" || k == "d" || k == "n" || k == "seed") continue;  // the maker's own arguments
     const auto w = std::find_if(wrote.begin(), wrote.end(), [&](const auto& kv) { return kv.first == k; });
-    NL_USAGE(w != wrote.end() && w->second == v,
-                   "op case '{}': {} cases have no word {}={} (they are made as '{}')", shown(line), op, k, shown(v),
-                   c.line());
+    NL_USAGE(w != wrote.end() && w->second == word.second,
+             "op case '{}': {} cases have no word {}={} (they are made as '{}')", shown(line), op, k,
+             shown(word.second), c.line());
   }
   made.push_back(std::move(c));
   return &made.back();
