@@ -38,6 +38,10 @@ int64_t get_int(const json& j, const char* key, int64_t dflt = 0) {
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return dflt;
   return it->get<int64_t>();
 }
+bool get_flag(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
 std::string get_str(const json& j, const char* key, const std::string& dflt = "") {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return dflt;
@@ -169,7 +173,7 @@ Context context_from(const json& j) {
       if (it->is_string()) c.libraries[it.key()] = it->get<std::string>();
   c.omp_proc_bind = get_str(j, "omp_proc_bind");
   c.omp_wait_policy = get_str(j, "omp_wait_policy");
-  c.threads_pinned = j.value("threads_pinned", false);
+  c.threads_pinned = get_flag(j, "threads_pinned");
   c.llc_bytes = get_int(j, "llc_bytes");
   c.footprint_target = get_int(j, "footprint_target_bytes");
   c.others_cpu = get_num(j, "others_cpu");
@@ -342,16 +346,16 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.dtype = get_str(j, "dtype", "f32");
   NL_USAGE(!r.device.empty() && !r.dtype.empty(), "{}: benchmark '{}' has an empty device or dtype", what,
            shown(get_str(j, "name")));
-  r.resident = j.contains("resident") && j["resident"].is_boolean() && j["resident"].get<bool>();
+  r.resident = get_flag(j, "resident");
   r.calls_per_sample = std::max<int64_t>(1, get_int(j, "calls_per_sample", 1));
   r.status = get_str(j, "status", "ok");
-  r.streaming_stores = j.value("streaming_stores", false);
+  r.streaming_stores = get_flag(j, "streaming_stores");
   r.variant = get_str(j, "variant");
   r.variant_source = get_str(j, "variant_source");
   r.backend_variant = get_str(j, "backend_variant");
   if (j.contains("verify") && j["verify"].is_object()) {
     const json& v = j["verify"];
-    r.verify.pass = v.value("pass", false);
+    r.verify.pass = get_flag(v, "pass");
     r.verify.max_abs_err = get_num(v, "max_abs_err");
     r.verify.worst_output = get_str(v, "worst_output");
     r.verify.report = get_str(v, "report");
@@ -495,7 +499,7 @@ StepRow step_row_from(const json& j, const std::string& what) {
   if (j.contains("aggregates")) r.step = aggregates_from(j["aggregates"], unit);
   if (j.contains("norm_kernels")) r.norm_kernels = aggregates_from(j["norm_kernels"], unit);
   if (j.contains("norm_verify")) {
-    r.norm_verify.pass = j["norm_verify"].value("pass", false);
+    r.norm_verify.pass = get_flag(j["norm_verify"], "pass");
     r.norm_verify.max_abs_err = get_num(j["norm_verify"], "max_abs_err");
     r.norm_verify.worst_output = get_str(j["norm_verify"], "worst_output");
   }
