@@ -125,9 +125,9 @@ class SharedSets {
  public:
   SharedSets(Backend& b, int64_t sets) : b_(b), sets_(sets) {}
   int64_t size() const { return sets_; }
-  // Set k's tensor for input `name` whose set-0 value (on b's device) is `value`.
-  Tensor input(int64_t k, const std::string& name, const Tensor& value);
-  Tensor output(int64_t k, const std::string& name, const Shape& shape, DType dtype);
+  // Every set's tensor (one per set) for input `name` whose set-0 value (on b's device) is `value`.
+  const std::vector<Tensor>& input(const std::string& name, const Tensor& value);
+  const std::vector<Tensor>& output(const std::string& name, const Shape& shape, DType dtype);
 
  private:
   Backend& b_;

@@ -84,18 +84,18 @@ std::vector<Tensor> copies(const Tensor& first, int64_t sets) {
 
 }  // namespace
 
-Tensor SharedSets::input(int64_t k, const std::string& name, const Tensor& value) {
+const std::vector<Tensor>& SharedSets::input(const std::string& name, const Tensor& value) {
   const std::string key = "in:" + shape_key(name, value.shape(), value.dtype()) + "|" + std::to_string(fingerprint(value));
   auto it = tensors_.find(key);
   if (it == tensors_.end()) it = tensors_.emplace(key, copies(value, sets_)).first;
-  return it->second[static_cast<size_t>(k % sets_)];
+  return it->second;
 }
 
-Tensor SharedSets::output(int64_t k, const std::string& name, const Shape& shape, DType dtype) {
+const std::vector<Tensor>& SharedSets::output(const std::string& name, const Shape& shape, DType dtype) {
   const std::string key = "out:" + shape_key(name, shape, dtype);
   auto it = tensors_.find(key);
   if (it == tensors_.end()) it = tensors_.emplace(key, copies(Tensor::zeros(shape, dtype, b_.device()), sets_)).first;
-  return it->second[static_cast<size_t>(k % sets_)];
+  return it->second;
 }
 
 CaseSets::CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision storage, SharedSets* shared)
@@ -116,14 +116,12 @@ CaseSets::CaseSets(const opcases::OpCase& c, Backend& b, int64_t sets, Precision
     for (int64_t k = 1; k < sets; ++k) sets_.push_back(copy_of(sets_.front()));
     return;
   }
-  for (int64_t k = 0; k < shared->size(); ++k) {
-    opcases::Tensors t;
-    for (const auto& [name, x] : drawn.items()) t.set(name, shared->input(k, name, first.at(name)));
-    for (const opcases::Output& o : c.outputs) {
-      const Tensor& like = first.at(o.name);
-      t.set(o.name, shared->output(k, o.name, like.shape(), like.dtype()));
-    }
-    sets_.push_back(std::move(t));
+  // Each tensor looked up once (an input's key hashes its values), then one per set.
+  sets_.resize(static_cast<size_t>(shared->size()));
+  for (const auto& [name, x] : first.items()) {
+    const bool output = !drawn.has(name);
+    const std::vector<Tensor>& per_set = output ? shared->output(name, x.shape(), x.dtype()) : shared->input(name, x);
+    for (size_t k = 0; k < sets_.size(); ++k) sets_[k].set(name, per_set[k]);
   }
 }
 
