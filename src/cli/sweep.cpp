@@ -42,7 +42,7 @@ struct SweepArgs {
   const CLI::Option* slurm_shards_opt = nullptr;
   // summarize
   std::string dir, rows, cols, metric, paired, format = "md";
-  bool no_write = false, brief = false;
+  bool no_write = false, brief = false, summary_check = false;
   // render
   std::string render_doc;
   bool render_check = false;
@@ -269,6 +269,16 @@ int run_profile_command(const SweepArgs& a) {
   return 0;
 }
 
+// Exit 1 when a summary file of DIR differs from what its runs give (as `render --check` for a document).
+int check_summaries(const std::string& dir, const SweepSummary& s, const GlobalOptions& g) {
+  const std::vector<std::string> stale = stale_summary_files(dir, s);
+  for (const std::string& f : stale) std::cerr << fmt::format("{}: differs from what the runs give (or is missing)\n", f);
+  if (!g.quiet)
+    std::cout << fmt::format("{}: {} summary files, {} differ from what the runs give\n", dir, summary_files(s).size(),
+                             stale.size());
+  return stale.empty() ? 0 : 1;
+}
+
 int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   NL_USAGE(a.plot.empty() || !a.profile.empty(), "--plot draws the --profile table: give --profile STEP");
   if (!a.profile.empty()) {
@@ -302,7 +312,11 @@ int run_summarize_command(const SweepArgs& a, const GlobalOptions& g) {
   o.metric = a.metric;
   o.paired = a.paired;
   o.where = a.curve_where;
+  NL_USAGE(!a.summary_check || (!a.no_write && !a.brief && a.curve_where.empty() && a.format == "md" && !g.json),
+           "--check compares DIR's summary files with what its runs give and prints no table: drop --no-write, "
+           "--brief, --where, --format and --json");
   SweepSummary s = summarize_sweep(a.dir, o);
+  if (a.summary_check) return check_summaries(a.dir, s, g);
   // Written before anything is printed: a summary that cannot be written is an error (exit 2, one
   // line); --no-write is for reading a directory one cannot write.
   if (!a.no_write) write_summaries(a.dir, s);
@@ -374,6 +388,7 @@ Runner add_sweep(CLI::App& app, GlobalOptions& g) {
   normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --dry-run
   normlab sweep experiments/sweep-lr-depth.json --out sweeps/lr --slurm --slurm-shards 8 --slurm-time 02:00:00 --submit
   normlab sweep summarize sweeps/lr --rows lr --cols placement,layers --format csv
+  normlab sweep summarize results/sweeps/depth-torch --check
   normlab sweep summarize sweeps/warmup --curves 200,500,1000 --where placement=post
   normlab sweep status sweeps/lr
 
@@ -394,6 +409,8 @@ diverged ones are results and are not re-run unless --rerun diverged). See docs/
                    "(the column with these values and its own on the other axes), paired by seed, with a 95% t interval");
   summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
   summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
+  summ->add_flag("--check", a->summary_check,
+                 "Write nothing; exit 1 when one of DIR's summary files differs from what its runs give now");
   summ->add_flag("--brief", a->brief,
                  "Markdown without the title, the legend and the curves: the table, its resolution and the paired "
                  "table (what a document cites; see `sweep render`)");

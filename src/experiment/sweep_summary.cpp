@@ -649,14 +649,63 @@ std::string summary_json(const SweepSummary& s) {
   return j.dump(2) + "\n";
 }
 
+std::vector<std::pair<std::string, std::string>> summary_files(const SweepSummary& s) {
+  return {{"summary.md", summary_markdown(s)},
+          {"summary.csv", summary_csv(s)},
+          {"summary.json", summary_json(s)},
+          {"loss_curves.svg", plot_loss_curves_svg(s)},
+          {"final_loss_vs_lr.svg", plot_final_vs_rows_svg(s)}};
+}
+
 void write_summaries(const std::string& dir, const SweepSummary& s) {
-  const fs::path d(dir);
+  std::vector<std::pair<std::string, std::string>> files = summary_files(s);
+  for (auto& [name, text] : files) name = (fs::path(dir) / name).string();
   // All or none: a table beside plots of another state of the sweep would be a half-written summary.
-  write_files_atomic({{(d / "summary.md").string(), summary_markdown(s)},
-                      {(d / "summary.csv").string(), summary_csv(s)},
-                      {(d / "summary.json").string(), summary_json(s)},
-                      {(d / "loss_curves.svg").string(), plot_loss_curves_svg(s)},
-                      {(d / "final_loss_vs_lr.svg").string(), plot_final_vs_rows_svg(s)}});
+  write_files_atomic(files);
+}
+
+namespace {
+
+// Equal as JSON, numbers to a relative 1e-12: summary.json writes float64 values to 17 digits, and
+// their last bit depends on whether the compiler fused a*b + c into one FMA, which -march=native
+// decides per CPU (a portable build has none). The markdown, CSV and plots print fewer digits.
+bool same_json(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return x == y || std::fabs(x - y) <= 1e-12 * std::max(std::fabs(x), std::fabs(y));
+  }
+  if (a.type() != b.type() || a.size() != b.size()) return false;
+  if (a.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it)
+      if (!b.contains(it.key()) || !same_json(it.value(), b[it.key()])) return false;
+    return true;
+  }
+  if (a.is_array()) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!same_json(a[i], b[i])) return false;
+    return true;
+  }
+  return a == b;
+}
+
+bool same_summary_file(const std::string& name, const std::string& held, const std::string& given) {
+  if (held == given) return true;
+  if (name != "summary.json") return false;
+  const json a = json::parse(held, nullptr, false), b = json::parse(given, nullptr, false);
+  return !a.is_discarded() && !b.is_discarded() && same_json(a, b);
+}
+
+}  // namespace
+
+std::vector<std::string> stale_summary_files(const std::string& dir, const SweepSummary& s) {
+  std::vector<std::string> stale;
+  for (const auto& [name, text] : summary_files(s)) {
+    const fs::path path = fs::path(dir) / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec) || !same_summary_file(name, read_file(path.string()), text))
+      stale.push_back(path.string());
+  }
+  return stale;
 }
 
 }  // namespace normlab

@@ -856,6 +856,39 @@ TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
 }
 
+// `summarize --check`: exit 0 when DIR's five files are what its runs give, 1 naming each file that
+// is missing or differs; summary.json's numbers may differ in their last bits, no more.
+TEST_F(SweepRun, CheckSaysWhetherTheSummariesAreWhatTheRunsGive) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  ASSERT_EQ(run_cli({"sweep", "summarize", dir}).exit_code, 0);
+  CliResult r = run_cli({"sweep", "summarize", dir, "--check"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("5 summary files, 0 differ"), std::string::npos) << r.out;
+  const std::string md = slurp(tmp / "s/summary.md"), js = slurp(tmp / "s/summary.json");
+  std::ofstream(tmp / "s/summary.md") << md << "edited by hand\n";
+  fs::remove(tmp / "s/loss_curves.svg");
+  r = run_cli({"sweep", "summarize", dir, "--check"});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_NE(r.out.find("2 differ"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("summary.md: differs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("loss_curves.svg: differs"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(tmp / "s/summary.md"), md + "edited by hand\n");
+  ASSERT_EQ(run_cli({"sweep", "summarize", dir}).exit_code, 0);
+  // One curve value moved by a relative 1e-15 (another CPU's rounding) passes; by 1e-9 it does not.
+  json j = json::parse(js);
+  const double v = j["curves"][0]["val_loss"][0].get<double>();
+  for (const double rel : {1e-15, 1e-9}) {
+    j["curves"][0]["val_loss"][0] = v * (1 + rel);
+    std::ofstream(tmp / "s/summary.json") << j.dump(2);
+    r = run_cli({"sweep", "summarize", dir, "--check", "-q"});
+    EXPECT_EQ(r.exit_code, rel < 1e-12 ? 0 : 1) << rel << " " << describe(r);
+  }
+  r = run_cli({"sweep", "summarize", dir, "--check", "--no-write"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+}
+
 TEST(SweepSlurm, WritesAnArrayScriptAndPrintsTheSbatchLine) {
   TempDir tmp;
   const std::string dir = tmp / "s";

@@ -295,6 +295,11 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s);
 // Writes summary.md/.csv/.json, loss_curves.svg and final_loss_vs_lr.svg into DIR, all or none
 // (UsageError naming the file that could not be written: a read-only DIR, a file-size limit).
 void write_summaries(const std::string& dir, const SweepSummary& s);
+// What write_summaries writes: each file's name in DIR and its text.
+std::vector<std::pair<std::string, std::string>> summary_files(const SweepSummary& s);
+// The summary files of DIR that are missing or differ from what `s` gives (`normlab sweep summarize
+// --check`): a committed summary is what the binary writes from the committed runs.
+std::vector<std::string> stale_summary_files(const std::string& dir, const SweepSummary& s);
 
 // ---- curves ------------------------------------------------------------------------------------
 // A field of metrics.jsonl at chosen steps for every point of a sweep, mean ± std over the seeds
