@@ -50,7 +50,7 @@ Runner add_export(CLI::App& app, GlobalOptions& g) {
   add_global_flags(*tb, g);
   tb->footer(R"(Examples:
   normlab export tensorboard runs/20261203-toy-rmsnorm-pre-L6-s0
-  normlab export tensorboard results/sweeps/depth-lr --out tb && tensorboard --logdir tb
+  normlab export tensorboard results/sweeps/depth-torch --out tb && tensorboard --logdir tb
 
 Each run becomes DIR/<name>/events.out.tfevents.<time>.normlab-export, <name> its path below the
 folder given (without a sweep's runs/): every number of metrics.jsonl as a scalar of the same name,

@@ -68,7 +68,7 @@ Runner add_plot(CLI::App& app, GlobalOptions& g) {
   mult->add_option("--kind", a->kind, "loss (validation loss by step, the default) or layers (each point's last per-layer record)");
   mult->add_option("--where", a->where, "key=v1,v2: only the points with one of these values (repeatable)");
   sub->footer(R"(Examples:
-  normlab plot heatmap results/sweeps/depth-torch/runs/layers=20/norm=layernorm/placement=post/seed=0 --out post20.svg
+  normlab plot heatmap results/sweeps/deep-deepnorm-torch/runs/placement=post/layers=30/lr=1e-3/seed=0 --out post30.svg
   normlab plot heatmap RUN --field block_grad_norm --out grads.svg
   normlab plot profile RUN --field block_grad_norm --init --out grads-init-vs-final.svg
   normlab plot multiples results/sweeps/deep-deepnorm-torch --kind layers --out deepnorm.svg)");

@@ -190,9 +190,9 @@ Runner add_train(CLI::App& app, GlobalOptions& g) {
   sub->footer(R"(Examples:
   normlab train --norm rmsnorm --placement pre --layers 20 --steps 3000
   normlab train --model gpt --qk_norm true --norm layernorm --placement post --lr 3e-3 --warmup_steps 200
-  normlab train --config experiments/toy-pre-rms.json --lr 1e-2 --out runs/lr1e-2
-  normlab train --data text:data/tiny.txt --model gpt --steps 500 --json
-  normlab train --device cuda --steps 200   (every kernel on GPU 0; the tensors stay on the host)
+  normlab train --config experiments/toy-pre-rms-L20.json --lr 1e-2 --out runs/lr1e-2
+  normlab train --data text:experiments/data/tiny.txt --model gpt --steps 500 --json
+  normlab train --device cuda --steps 200   (every kernel on GPU 0; the model, Adam's state and the activations live in device memory)
   normlab train --layers 20 --steps 3000 --tensorboard tb/L20   (then: tensorboard --logdir tb)
   normlab train --layers 20 --steps 3000 --save_every 500 --out runs/long   (Ctrl-C, then:)
   normlab train --resume runs/long
