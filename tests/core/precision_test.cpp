@@ -317,7 +317,8 @@ TEST(CompositeNormRowBackward, Fp16RsqrtBackwardOverflowsAtGpt2InitScale) {
 }
 
 // Where nothing overflows, the composite's backward is the norm's derivative to within the
-// format's roundings: the worksheet row in fp16 against the float64 formulas (DESIGN.md).
+// format's roundings: the worksheet row in fp16 against the norm's analytic derivative, written
+// out below in float64.
 TEST(CompositeNormRowBackward, MatchesTheAnalyticBackwardWithinTheFormat) {
   const float x[4] = {2, -1, 0, 3}, gamma[4] = {1, 0.5f, 2, 1}, dy[4] = {0.5f, -1, 0.25f, 1}, zero[4] = {0, 0, 0, 0};
   float y[4], dx[4];

@@ -2,8 +2,8 @@
 // embedding, Adam) and cuBLAS for the matrix products, in float32 arithmetic over float32 or
 // native bf16 / fp16 storage (docs/precision.md). Built when the CUDA toolkit is
 // found (NORMLAB_CUDA=AUTO), as the module libnormlab_cuda.so that these functions load on
-// first use (src/backends/cuda_loader); without it, src/backends/cuda_stub provides these
-// functions and make_cuda_backend() throws.
+// first use (src/backends/cuda_loader); without the toolkit the same loader defines them to
+// report no device, and make_cuda_backend() throws.
 #pragma once
 #include <cstddef>
 #include <cstdint>

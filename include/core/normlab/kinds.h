@@ -18,10 +18,12 @@ const EnumNames& enum_names<NormKind>();
 template <>
 const EnumNames& enum_names<Placement>();
 
-// The eps a norm uses when none is given (DESIGN.md's math contract): LayerNorm 1e-5, as
-// PyTorch's nn.LayerNorm; RMSNorm 1e-6, as LLaMA's. 0 for none, DyT and Derf (no statistics).
+// The eps a norm uses when none is given: LayerNorm 1e-5, as PyTorch's nn.LayerNorm, and RMSNorm
+// (and SeeDNorm, an RMSNorm whose gain depends on the input) 1e-6, as LLaMA's, so that a run
+// compares with those implementations at their defaults. 0 for none, DyT and Derf (no statistics).
 double default_eps(NormKind kind);
-// Whether the norm adds an eps to a statistic (LayerNorm, RMSNorm); none, DyT and Derf have none.
+// Whether the norm adds an eps to a statistic (LayerNorm, RMSNorm, SeeDNorm); none, DyT and Derf
+// have none.
 bool has_eps(NormKind kind);
 
 }  // namespace normlab

@@ -49,7 +49,8 @@ struct ModelConfig {
   double deepnorm_alpha() const;
   double deepnorm_beta() const;
   // Whether DeepNet's alpha and init apply: placement deepnorm with a norm. Without a norm every
-  // placement is DESIGN.md's `none`, x + F(x): alpha 1 and the init scheme's own weights.
+  // placement is the plain residual x + F(x) (nothing to place), so alpha is 1 and the weights are
+  // the init scheme's own.
   bool deepnet() const;
   double residual_alpha() const;  // the alpha of alpha*x + F(x): deepnorm_alpha() where deepnet(), else 1
   ResidualScale residual_scale_kind() const { return residual_scale.value_or(ResidualScale::none); }
