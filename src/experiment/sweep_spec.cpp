@@ -281,285 +281,341 @@ std::string config_hash(const TrainConfig& cfg) {
   return fmt::format("{:016x}", fnv1a64(config_to_json(c)));
 }
 
-SweepPlan plan_sweep(const SweepRequest& req) {
-  ojson base_obj = ojson::object();     // key -> canonical value, in the order given
-  std::string base_file;                // base.config
+namespace {
+
+// What a spec file and the command line give, before the product of the axes is taken.
+struct SpecParts {
+  ojson base = ojson::object();  // key -> canonical value, in the order given
+  std::string base_file;         // base.config
   std::vector<Axis> grid;
   std::vector<std::vector<Axis>> zips;
   std::vector<ojson> seeds;
   SummaryLayout layout;
-  bool layout_rows_given = false, layout_cols_given = false;
-  const std::string file = shown(req.spec_file, 200);  // as messages name it
-  std::string spec_name = req.spec_file.empty() ? "the command line" : file;
+  bool rows_given = false, cols_given = false;
+  std::string spec_name;  // as messages name the spec: its file, or "the command line"
+};
 
-  // ---- the spec file
-  if (!req.spec_file.empty()) {
-    const std::string text = read_file(req.spec_file);
-    // As strict as a config file: 1e400, a key given twice (which would win?), deep nesting.
-    check_json_text(text, file);
-    ojson spec;
-    try {
-      spec = ojson::parse(text);
-    } catch (const ojson::parse_error& e) {
-      std::string what = e.what();
-      throw UsageError(fmt::format("{} is not valid JSON: {}", file, what.substr(what.find(']') + 2)));
+ojson parse_spec_text(const std::string& path, const std::string& file) {
+  const std::string text = read_file(path);
+  // As strict as a config file: 1e400, a key given twice (which would win?), deep nesting.
+  check_json_text(text, file);
+  ojson spec;
+  try {
+    spec = ojson::parse(text);
+  } catch (const ojson::parse_error& e) {
+    std::string what = e.what();
+    throw UsageError(fmt::format("{} is not valid JSON: {}", file, what.substr(what.find(']') + 2)));
+  }
+  NL_USAGE(spec.is_object(), "{} must hold a JSON object (keys: {})", file, fmt::join(sweep_spec_keys(), ", "));
+  for (auto& [key, value] : spec.items()) {
+    const auto& known = sweep_spec_keys();
+    if (std::find(known.begin(), known.end(), key) == known.end()) unknown_spec_key(key, file, known);
+  }
+  return spec;
+}
+
+// base: config keys, and "config", a file found beside the spec when it is there.
+void read_spec_base(const ojson& b, const std::string& spec_path, const std::string& file, SpecParts& parts) {
+  NL_USAGE(b.is_object(), "{}: base must be an object of config keys, got {}", file, b.dump());
+  for (auto& [key, value] : b.items()) {
+    std::string where = fmt::format("{} base.{}", file, key);
+    if (key == "config") {
+      NL_USAGE(value.is_string(), "{} must be a file name, got {}", where, value.dump());
+      fs::path p = value.get<std::string>();
+      fs::path beside = fs::path(spec_path).parent_path() / p;
+      std::error_code ec;
+      parts.base_file = (p.is_relative() && fs::exists(beside, ec)) ? beside.string() : p.string();
+      continue;
     }
-    NL_USAGE(spec.is_object(), "{} must hold a JSON object (keys: {})", file, fmt::join(sweep_spec_keys(), ", "));
-    for (auto& [key, value] : spec.items()) {
-      const auto& known = sweep_spec_keys();
-      if (std::find(known.begin(), known.end(), key) == known.end()) unknown_spec_key(key, file, known);
-    }
-    if (spec.contains("base")) {
-      const ojson& b = spec["base"];
-      NL_USAGE(b.is_object(), "{}: base must be an object of config keys, got {}", file, b.dump());
-      for (auto& [key, value] : b.items()) {
-        std::string where = fmt::format("{} base.{}", file, key);
-        if (key == "config") {
-          NL_USAGE(value.is_string(), "{} must be a file name, got {}", where, value.dump());
-          fs::path p = value.get<std::string>();
-          fs::path beside = fs::path(req.spec_file).parent_path() / p;
-          std::error_code ec;
-          base_file = (p.is_relative() && fs::exists(beside, ec)) ? beside.string() : p.string();
-          continue;
-        }
-        check_key(key, fmt::format("{} base", file));
-        base_obj[key] = canonical(key, value, where);
-      }
-    }
-    if (spec.contains("grid")) {
-      const ojson& g = spec["grid"];
-      NL_USAGE(g.is_object(), "{}: grid must be an object of key -> list of values, got {}", file, g.dump());
-      for (auto& [key, value] : g.items()) {
-        check_key(key, fmt::format("{} grid", file));
-        grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", file, key)), {}});
-      }
-    }
-    if (spec.contains("zip")) {
-      ojson groups = spec["zip"].is_array() ? spec["zip"] : ojson::array({spec["zip"]});
-      for (size_t gi = 0; gi < groups.size(); ++gi) {
-        const ojson& z = groups[gi];
-        std::string zname = spec["zip"].is_array() ? fmt::format("zip[{}]", gi) : "zip";
-        NL_USAGE(z.is_object() && !z.empty(), "{}: {} must be an object of key -> list of values (all the same length), got {}",
-                 file, zname, z.dump());
-        zips.push_back(zip_group(z, fmt::format("{} {}", file, zname)));
-      }
-    }
-    if (spec.contains("seeds")) seeds = axis_values("seed", spec["seeds"], fmt::format("{} seeds", file));
-    if (spec.contains("summary")) {
-      const ojson& s = spec["summary"];
-      std::string where = file + " summary";
-      NL_USAGE(s.is_object(), "{} must be an object (keys: rows, cols, metric, paired), got {}", where, s.dump());
-      for (auto& [key, value] : s.items()) {
-        if (std::find(summary_keys().begin(), summary_keys().end(), key) == summary_keys().end())
-          unknown_spec_key(key, where, summary_keys());
-      }
-      if (s.contains("rows")) {
-        NL_USAGE(s["rows"].is_string(), "{}.rows must be an axis name, got {}", where, s["rows"].dump());
-        layout.rows = s["rows"].get<std::string>();
-        layout_rows_given = true;
-      }
-      if (s.contains("cols")) {
-        NL_USAGE(s["cols"].is_array(), "{}.cols must be a list of axis names, got {}", where, s["cols"].dump());
-        for (const ojson& c : s["cols"]) {
-          NL_USAGE(c.is_string(), "{}.cols must be a list of axis names, got {}", where, c.dump());
-          layout.cols.push_back(c.get<std::string>());
-        }
-        layout_cols_given = true;
-      }
-      if (s.contains("metric")) {
-        NL_USAGE(s["metric"].is_string(), "{}.metric must be a result.json field name, got {}", where, s["metric"].dump());
-        layout.metric = s["metric"].get<std::string>();
-      }
-      if (s.contains("paired")) {
-        NL_USAGE(s["paired"].is_string(), "{}.paired must be a column's label (\"norm=layernorm\"), got {}", where,
-                 s["paired"].dump());
-        layout.paired = s["paired"].get<std::string>();
-      }
+    check_key(key, fmt::format("{} base", file));
+    parts.base[key] = canonical(key, value, where);
+  }
+}
+
+void read_spec_axes(const ojson& spec, const std::string& file, SpecParts& parts) {
+  if (spec.contains("grid")) {
+    const ojson& g = spec["grid"];
+    NL_USAGE(g.is_object(), "{}: grid must be an object of key -> list of values, got {}", file, g.dump());
+    for (auto& [key, value] : g.items()) {
+      check_key(key, fmt::format("{} grid", file));
+      parts.grid.push_back({key, axis_values(key, value, fmt::format("{} grid.{}", file, key)), {}});
     }
   }
+  if (spec.contains("zip")) {
+    ojson groups = spec["zip"].is_array() ? spec["zip"] : ojson::array({spec["zip"]});
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const ojson& z = groups[gi];
+      std::string zname = spec["zip"].is_array() ? fmt::format("zip[{}]", gi) : "zip";
+      NL_USAGE(z.is_object() && !z.empty(), "{}: {} must be an object of key -> list of values (all the same length), got {}",
+               file, zname, z.dump());
+      parts.zips.push_back(zip_group(z, fmt::format("{} {}", file, zname)));
+    }
+  }
+  if (spec.contains("seeds")) parts.seeds = axis_values("seed", spec["seeds"], fmt::format("{} seeds", file));
+}
 
-  // ---- the command line: --set key=value, then axes key=v1,v2 (one value: a base override)
-  auto split_kv = [](const std::string& s, const std::string& what) {
-    size_t eq = s.find('=');
-    NL_USAGE(eq != std::string::npos && eq > 0, "{} '{}' is not key=value", what, shown(s));
-    return std::make_pair(s.substr(0, eq), s.substr(eq + 1));
-  };
+std::string summary_string(const ojson& s, const char* key, const std::string& where, const char* what) {
+  NL_USAGE(s[key].is_string(), "{}.{} must be {}, got {}", where, key, what, s[key].dump());
+  return s[key].get<std::string>();
+}
+
+void read_spec_summary(const ojson& s, const std::string& file, SpecParts& parts) {
+  std::string where = file + " summary";
+  NL_USAGE(s.is_object(), "{} must be an object (keys: rows, cols, metric, paired), got {}", where, s.dump());
+  for (auto& [key, value] : s.items()) {
+    if (std::find(summary_keys().begin(), summary_keys().end(), key) == summary_keys().end())
+      unknown_spec_key(key, where, summary_keys());
+  }
+  if (s.contains("rows")) {
+    parts.layout.rows = summary_string(s, "rows", where, "an axis name");
+    parts.rows_given = true;
+  }
+  if (s.contains("cols")) {
+    NL_USAGE(s["cols"].is_array(), "{}.cols must be a list of axis names, got {}", where, s["cols"].dump());
+    for (const ojson& c : s["cols"]) {
+      NL_USAGE(c.is_string(), "{}.cols must be a list of axis names, got {}", where, c.dump());
+      parts.layout.cols.push_back(c.get<std::string>());
+    }
+    parts.cols_given = true;
+  }
+  if (s.contains("metric")) parts.layout.metric = summary_string(s, "metric", where, "a result.json field name");
+  if (s.contains("paired"))
+    parts.layout.paired = summary_string(s, "paired", where, "a column's label (\"norm=layernorm\")");
+}
+
+void read_spec_file(const std::string& path, SpecParts& parts) {
+  const std::string file = shown(path, 200);  // as messages name it
+  const ojson spec = parse_spec_text(path, file);
+  if (spec.contains("base")) read_spec_base(spec["base"], path, file, parts);
+  read_spec_axes(spec, file, parts);
+  if (spec.contains("summary")) read_spec_summary(spec["summary"], file, parts);
+}
+
+std::pair<std::string, std::string> split_key_value(const std::string& s, const char* what) {
+  size_t eq = s.find('=');
+  NL_USAGE(eq != std::string::npos && eq > 0, "{} '{}' is not key=value", what, shown(s));
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+// A command-line axis "key=v1,v2": its values, canonical, none empty or given twice.
+std::vector<ojson> command_line_values(const std::string& s, const std::string& key, const std::string& value) {
+  std::vector<std::string> texts = split_at(value, ',');
+  std::vector<ojson> values;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    NL_USAGE(!texts[i].empty(), "axis '{}': value {} is empty", shown(s), i + 1);
+    ojson c = canonical_text(key, texts[i], fmt::format("axis {}", key));
+    for (const ojson& prev : values) NL_USAGE(prev != c, "axis '{}' lists '{}' twice", shown(s), shown(texts[i]));
+    values.push_back(c);
+  }
+  return values;
+}
+
+// The command line wins over the spec (Hydra's overrides): an axis the spec varies (or its seeds)
+// takes the values given, even one; a single value of any other key sets the base.
+void apply_command_line_axis(const std::string& s, SpecParts& parts) {
+  auto [key, value] = split_key_value(s, "axis");
+  check_key(key, fmt::format("axis '{}'", shown(s)));
+  std::vector<ojson> values = command_line_values(s, key, value);
+  if (key == "seed" && (values.size() > 1 || !parts.seeds.empty())) {
+    parts.seeds = values;
+    return;
+  }
+  bool replaced = false;
+  for (Axis& a : parts.grid)
+    if (a.key == key) a.values = values, replaced = true;
+  if (replaced) return;
+  for (const auto& group : parts.zips)
+    for (const Axis& a : group)
+      NL_USAGE(a.key != key, "axis '{}': {} varies together with other keys in {}'s zip; change it there",
+               shown(s, 80), key, parts.spec_name);
+  if (values.size() == 1) parts.base[key] = values[0];
+  else parts.grid.push_back({key, values, {}});
+}
+
+// --set key=value, then axes key=v1,v2 (one value: a base override).
+void apply_command_line(const SweepRequest& req, SpecParts& parts) {
   for (const std::string& s : req.sets) {
-    auto [key, value] = split_kv(s, "--set");
+    auto [key, value] = split_key_value(s, "--set");
     if (key == "config") {
-      base_file = value;
+      parts.base_file = value;
       continue;
     }
     check_key(key, "--set");
-    base_obj[key] = canonical_text(key, value, fmt::format("--set {}", key));
+    parts.base[key] = canonical_text(key, value, fmt::format("--set {}", key));
   }
-  for (const std::string& s : req.axes) {
-    auto [key, value] = split_kv(s, "axis");
-    check_key(key, fmt::format("axis '{}'", shown(s)));
-    std::vector<std::string> texts = split_at(value, ',');
-    std::vector<ojson> values;
-    for (size_t i = 0; i < texts.size(); ++i) {
-      NL_USAGE(!texts[i].empty(), "axis '{}': value {} is empty", shown(s), i + 1);
-      ojson c = canonical_text(key, texts[i], fmt::format("axis {}", key));
-      for (const ojson& prev : values) NL_USAGE(prev != c, "axis '{}' lists '{}' twice", shown(s), shown(texts[i]));
-      values.push_back(c);
-    }
-    // The command line wins over the spec (Hydra's overrides): an axis the spec varies (or its
-    // seeds) takes the values given, even one; a single value of any other key sets the base.
-    if (key == "seed" && (values.size() > 1 || !seeds.empty())) {
-      seeds = values;
-      continue;
-    }
-    bool replaced = false;
-    for (Axis& a : grid)
-      if (a.key == key) a.values = values, replaced = true;
-    if (replaced) continue;
-    for (const auto& group : zips)
-      for (const Axis& a : group)
-        NL_USAGE(a.key != key, "axis '{}': {} varies together with other keys in {}'s zip; change it there",
-                 shown(s, 80), key, spec_name);
-    if (values.size() == 1) {
-      base_obj[key] = values[0];
-      continue;
-    }
-    grid.push_back({key, values, {}});
-  }
+  for (const std::string& s : req.axes) apply_command_line_axis(s, parts);
+}
 
-  // seed in the grid is the seeds list; no key is varied twice
-  for (size_t i = 0; i < grid.size(); ++i) {
-    if (grid[i].key != "seed") continue;
-    NL_USAGE(seeds.empty(), "{}: seed is both a grid axis and 'seeds': give it once", spec_name);
-    seeds = grid[i].values;
-    grid.erase(grid.begin() + static_cast<long>(i));
+// seed in the grid is the seeds list; seeds are whole numbers; no key is varied twice.
+void settle_seeds_and_check_axes(SpecParts& parts) {
+  for (size_t i = 0; i < parts.grid.size(); ++i) {
+    if (parts.grid[i].key != "seed") continue;
+    NL_USAGE(parts.seeds.empty(), "{}: seed is both a grid axis and 'seeds': give it once", parts.spec_name);
+    parts.seeds = parts.grid[i].values;
+    parts.grid.erase(parts.grid.begin() + static_cast<long>(i));
     break;
   }
-  for (const ojson& s : seeds)
+  for (const ojson& s : parts.seeds)
     NL_USAGE(s.is_number_unsigned() || (s.is_number_integer() && s.get<int64_t>() >= 0), "seeds must be whole numbers >= 0, got {}", s.dump());
-  {
-    std::set<std::string> seen;
-    auto note = [&](const std::string& key) {
-      NL_USAGE(seen.insert(key).second, "{}: '{}' is varied twice (grid, zip, seeds or a command-line axis)", spec_name, shown(key));
-    };
-    for (const Axis& a : grid) note(a.key);
-    for (const auto& g : zips)
-      for (const Axis& a : g) note(a.key);
-    if (!seeds.empty()) note("seed");
-  }
+  std::set<std::string> seen;
+  auto note = [&](const std::string& key) {
+    NL_USAGE(seen.insert(key).second, "{}: '{}' is varied twice (grid, zip, seeds or a command-line axis)",
+             parts.spec_name, shown(key));
+  };
+  for (const Axis& a : parts.grid) note(a.key);
+  for (const auto& g : parts.zips)
+    for (const Axis& a : g) note(a.key);
+  if (!parts.seeds.empty()) note("seed");
+}
 
-  // ---- the base config: defaults, the config file, base keys; byte-level text gets vocab 256
-  TrainConfig base_cfg = load_train_config(base_file, {});
-  {
-    // load_train_config applied the text-vocab rule to the file alone; base keys may change data
-    bool vocab_given = base_obj.contains("vocab");
-    if (!base_file.empty()) vocab_given = vocab_given || ojson::parse(read_file(base_file)).contains("vocab");
-    apply_config_json(base_cfg, base_obj.dump(), spec_name + " base");
-    if (base_cfg.data.kind == DataKind::text && !vocab_given) base_cfg.model.vocab = 256;
-  }
-  base_cfg.threads = 0;
+// Defaults, the config file, base keys; byte-level text gets vocab 256.
+TrainConfig base_config(const SpecParts& parts) {
+  TrainConfig cfg = load_train_config(parts.base_file, {});
+  // load_train_config applied the text-vocab rule to the file alone; base keys may change data
+  bool vocab_given = parts.base.contains("vocab");
+  if (!parts.base_file.empty()) vocab_given = vocab_given || ojson::parse(read_file(parts.base_file)).contains("vocab");
+  apply_config_json(cfg, parts.base.dump(), parts.spec_name + " base");
+  if (cfg.data.kind == DataKind::text && !vocab_given) cfg.model.vocab = 256;
+  cfg.threads = 0;
+  return cfg;
+}
 
-  // ---- the axes in name order, and the product
-  std::vector<std::string> axis_keys;
-  for (const Axis& a : grid) axis_keys.push_back(a.key);
-  for (const auto& g : zips)
-    for (const Axis& a : g) axis_keys.push_back(a.key);
-  if (!seeds.empty()) axis_keys.push_back("seed");
-
-  // dimensions: each grid axis, each zip group, seeds
+// The product's dimensions: each grid axis, each zip group, seeds; and how many points they make.
+std::vector<size_t> product_dims(const SpecParts& parts, size_t max_points, size_t* total) {
   std::vector<size_t> dims;
-  for (const Axis& a : grid) dims.push_back(a.values.size());
-  for (const auto& g : zips) dims.push_back(g.front().values.size());
-  if (!seeds.empty()) dims.push_back(seeds.size());
-  size_t total = 1;
+  for (const Axis& a : parts.grid) dims.push_back(a.values.size());
+  for (const auto& g : parts.zips) dims.push_back(g.front().values.size());
+  if (!parts.seeds.empty()) dims.push_back(parts.seeds.size());
+  *total = 1;
   for (size_t d : dims) {
-    NL_USAGE(total * d <= req.max_points, "{}: the grid has more than {} points", spec_name, req.max_points);
-    total *= d;
+    NL_USAGE(*total * d <= max_points, "{}: the grid has more than {} points", parts.spec_name, max_points);
+    *total *= d;
   }
+  return dims;
+}
 
-  if (req.absolute_paths) make_paths_absolute(base_cfg, grid, zips);
-  for (Axis& a : grid) label_axis(a);
-  for (auto& g : zips)
-    for (Axis& a : g) label_axis(a);
-  Axis seed_axis{"seed", seeds, {}};
-  label_axis(seed_axis);
-
-  SweepPlan plan;
-  plan.axes = axis_keys;
-  std::set<std::string> names, text_checked;
+// Point n of the product (a mixed-radix index, the last dimension fastest): its values, config and
+// name, not yet validated.
+SweepPoint product_point(const SpecParts& parts, const Axis& seed_axis, const std::vector<size_t>& dims,
+                         const TrainConfig& base, size_t n) {
   std::vector<size_t> idx(dims.size(), 0);
-  const std::string base_json = config_to_json(base_cfg);
+  for (size_t d = dims.size(); d-- > 0;) {
+    idx[d] = n % dims[d];
+    n /= dims[d];
+  }
+  SweepPoint p;
+  ojson values = ojson::object();
+  size_t d = 0;
+  auto add = [&](const Axis& a, size_t k) {
+    if (!a.values[k].is_null()) values[a.key] = a.values[k];
+    p.values.emplace_back(a.key, a.shown[k]);
+  };
+  for (const Axis& a : parts.grid) add(a, idx[d++]);
+  for (const auto& g : parts.zips) {
+    for (const Axis& a : g) add(a, idx[d]);
+    ++d;
+  }
+  if (!parts.seeds.empty()) add(seed_axis, idx[d++]);
+  p.config = base;
+  apply_config_json(p.config, values.dump(), "the axes");
+  std::vector<std::string> names;
+  for (const auto& [k, v] : p.values)
+    if (v != kUnsetShown) names.push_back(path_safe(k + "=" + v));
+  p.name = names.empty() ? "base" : fmt::format("{}", fmt::join(names, "/"));
+  return p;
+}
+
+// A point's config is valid (validate_run also reads a text data file: once per distinct file is
+// enough); the error names the point.
+void validate_point(SweepPoint& p, std::set<std::string>& text_checked) {
+  try {
+    if (p.config.data.kind == DataKind::text && text_checked.insert(p.config.data.str()).second) validate_run(p.config);
+    else p.config.validate();
+  } catch (const UsageError& e) {
+    if (p.name == "base") throw UsageError(fmt::format("base config: {}", e.what()));
+    throw UsageError(fmt::format("point {}: {}", p.name, e.what()));
+  }
+  p.hash = config_hash(p.config);
+}
+
+std::vector<SweepPoint> product_points(SpecParts& parts, const TrainConfig& base, size_t max_points) {
+  size_t total = 0;
+  const std::vector<size_t> dims = product_dims(parts, max_points, &total);
+  for (Axis& a : parts.grid) label_axis(a);
+  for (auto& g : parts.zips)
+    for (Axis& a : g) label_axis(a);
+  Axis seed_axis{"seed", parts.seeds, {}};
+  label_axis(seed_axis);
+  std::vector<SweepPoint> points;
+  std::set<std::string> names, text_checked;
   for (size_t n = 0; n < total; ++n) {
-    // mixed-radix index, last dimension fastest
-    size_t rest = n;
-    for (size_t d = dims.size(); d-- > 0;) {
-      idx[d] = rest % dims[d];
-      rest /= dims[d];
-    }
-    SweepPoint p;
-    ojson values = ojson::object();
-    size_t d = 0;
-    auto add = [&](const Axis& a, size_t k) {
-      if (!a.values[k].is_null()) values[a.key] = a.values[k];
-      p.values.emplace_back(a.key, a.shown[k]);
-    };
-    for (const Axis& a : grid) add(a, idx[d++]);
-    for (const auto& g : zips) {
-      for (const Axis& a : g) add(a, idx[d]);
-      ++d;
-    }
-    if (!seeds.empty()) add(seed_axis, idx[d++]);
-    p.config = base_cfg;
-    apply_config_json(p.config, values.dump(), "the axes");
-    std::vector<std::string> parts;
-    for (const auto& [k, v] : p.values)
-      if (v != kUnsetShown) parts.push_back(path_safe(k + "=" + v));
-    p.name = parts.empty() ? "base" : fmt::format("{}", fmt::join(parts, "/"));
+    SweepPoint p = product_point(parts, seed_axis, dims, base, n);
     NL_USAGE(names.insert(p.name).second, "two points would share the run name '{}' (values that differ only in "
              "characters a directory name cannot hold)", p.name);
-    try {
-      // validate_run also reads a text data file: once per distinct file is enough
-      if (p.config.data.kind == DataKind::text && text_checked.insert(p.config.data.str()).second) validate_run(p.config);
-      else p.config.validate();
-    } catch (const UsageError& e) {
-      if (parts.empty()) throw UsageError(fmt::format("base config: {}", e.what()));
-      throw UsageError(fmt::format("point {}: {}", p.name, e.what()));
-    }
-    p.hash = config_hash(p.config);
-    plan.points.push_back(std::move(p));
+    validate_point(p, text_checked);
+    points.push_back(std::move(p));
   }
+  return points;
+}
 
-  // ---- the summary layout (checked against the axes)
+// The summary layout: as given, else rows lr (or the first varied axis) and every other varied axis
+// as columns; checked against the axes.
+SummaryLayout summary_layout(const SpecParts& parts, const SweepPlan& plan) {
   std::vector<std::string> varied;
-  for (const std::string& k : axis_keys)
+  for (const std::string& k : plan.axes)
     if (k != "seed") varied.push_back(k);
-  plan.layout = layout;
-  if (!layout_rows_given) plan.layout.rows = std::find(varied.begin(), varied.end(), "lr") != varied.end() ? "lr"
-                                              : (varied.empty() ? "" : varied.front());
-  if (!layout_cols_given) {
-    plan.layout.cols.clear();
+  SummaryLayout layout = parts.layout;
+  if (!parts.rows_given)
+    layout.rows = std::find(varied.begin(), varied.end(), "lr") != varied.end() ? "lr" : (varied.empty() ? "" : varied.front());
+  if (!parts.cols_given) {
+    layout.cols.clear();
     for (const std::string& k : varied)
-      if (k != plan.layout.rows) plan.layout.cols.push_back(k);
+      if (k != layout.rows) layout.cols.push_back(k);
   }
-  pair_across_rows_when_alone(plan.layout);
-  check_layout(plan.layout, plan.axes, spec_name + " summary", implied_axes(plan.points, plan.layout, plan.axes));
+  pair_across_rows_when_alone(layout);
+  check_layout(layout, plan.axes, parts.spec_name + " summary", implied_axes(plan.points, layout, plan.axes));
+  return layout;
+}
 
-  // ---- the resolved spec: the base in full, the axes as canonical values
+// The resolved spec: the base in full, the axes as canonical values.
+std::string resolved_spec_json(const SpecParts& parts, const TrainConfig& base, const SummaryLayout& layout) {
   ojson resolved = ojson::object();
-  resolved["base"] = ojson::parse(base_json);
+  resolved["base"] = ojson::parse(config_to_json(base));
   resolved["base"].erase("threads");
   ojson g = ojson::object();
-  for (const Axis& a : grid) g[a.key] = a.values;
+  for (const Axis& a : parts.grid) g[a.key] = a.values;
   resolved["grid"] = g;
   ojson z = ojson::array();
-  for (const auto& group : zips) {
+  for (const auto& group : parts.zips) {
     ojson o = ojson::object();
     for (const Axis& a : group) o[a.key] = a.values;
     z.push_back(o);
   }
   resolved["zip"] = z;
-  if (!seeds.empty()) resolved["seeds"] = seeds;
-  resolved["summary"] = {{"rows", plan.layout.rows}, {"cols", plan.layout.cols}, {"metric", plan.layout.metric}};
-  if (!plan.layout.paired.empty()) resolved["summary"]["paired"] = plan.layout.paired;
-  plan.spec_json = resolved.dump(2) + "\n";
+  if (!parts.seeds.empty()) resolved["seeds"] = parts.seeds;
+  resolved["summary"] = {{"rows", layout.rows}, {"cols", layout.cols}, {"metric", layout.metric}};
+  if (!layout.paired.empty()) resolved["summary"]["paired"] = layout.paired;
+  return resolved.dump(2) + "\n";
+}
+
+}  // namespace
+
+SweepPlan plan_sweep(const SweepRequest& req) {
+  SpecParts parts;
+  parts.spec_name = req.spec_file.empty() ? "the command line" : shown(req.spec_file, 200);
+  if (!req.spec_file.empty()) read_spec_file(req.spec_file, parts);
+  apply_command_line(req, parts);
+  settle_seeds_and_check_axes(parts);
+  TrainConfig base = base_config(parts);
+  SweepPlan plan;
+  for (const Axis& a : parts.grid) plan.axes.push_back(a.key);  // the axes in name order
+  for (const auto& g : parts.zips)
+    for (const Axis& a : g) plan.axes.push_back(a.key);
+  if (!parts.seeds.empty()) plan.axes.push_back("seed");
+  if (req.absolute_paths) make_paths_absolute(base, parts.grid, parts.zips);
+  plan.points = product_points(parts, base, req.max_points);
+  plan.layout = summary_layout(parts, plan);
+  plan.spec_json = resolved_spec_json(parts, base, plan.layout);
   return plan;
 }
 
