@@ -236,7 +236,10 @@ std::string paired_markdown(const SweepSummary& s, bool brief) {
   return out + paired_table(s).markdown();
 }
 
-SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) {
+namespace {
+
+// The spec's points, less those --where leaves out.
+SweepPlan selected_plan(const std::string& dir, const SummaryOptions& opt) {
   const std::string spec_path = (fs::path(dir) / "spec.json").string();
   std::error_code ec;
   NL_USAGE(fs::is_regular_file(spec_path, ec), "'{}' is not a sweep directory (no spec.json)", shown(dir, 200));
@@ -247,8 +250,12 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
                                    [&](const SweepPoint& p) { return !point_matches(p, opt.where); }),
                     plan.points.end());
   NL_USAGE(!plan.points.empty(), "--where {}: no point of {} matches", fmt::join(opt.where, " "), shown(dir, 200));
-  // With --where, the axes that still vary among its points (or that --rows / --cols name): an
-  // axis it fixes to one value is no longer a dimension of the table.
+  return plan;
+}
+
+// With --where, the axes that still vary among its points (or that --rows / --cols name): an axis
+// it fixes to one value is no longer a dimension of the table.
+std::vector<std::string> table_axes(const SweepPlan& plan, const SummaryOptions& opt) {
   std::vector<std::string> axes;
   for (const std::string& a : plan.axes) {
     std::set<std::string> values;
@@ -256,11 +263,17 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
     const bool named = a == opt.rows || std::find(opt.cols.begin(), opt.cols.end(), a) != opt.cols.end();
     if (opt.where.empty() || a == "seed" || values.size() > 1 || named) axes.push_back(a);
   }
-  SummaryLayout layout = plan.layout;
+  return axes;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// The spec's layout with the options' rows, columns, metric and reference in place of its own.
+SummaryLayout chosen_layout(SummaryLayout layout, const std::vector<std::string>& axes, const SummaryOptions& opt) {
   if (!opt.where.empty() && opt.rows.empty() && opt.cols.empty()) {  // the spec's layout, less the fixed axes
-    if (std::find(axes.begin(), axes.end(), layout.rows) == axes.end()) layout.rows.clear();
+    if (!contains(axes, layout.rows)) layout.rows.clear();
     layout.cols.erase(std::remove_if(layout.cols.begin(), layout.cols.end(),
-                                     [&](const std::string& c) { return std::find(axes.begin(), axes.end(), c) == axes.end(); }),
+                                     [&](const std::string& c) { return !contains(axes, c); }),
                       layout.cols.end());
   }
   if (!opt.rows.empty()) {
@@ -275,38 +288,36 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   if (!opt.metric.empty()) layout.metric = opt.metric;
   if (!opt.paired.empty()) layout.paired = opt.paired;
   pair_across_rows_when_alone(layout);
-  const std::vector<std::string> implied = implied_axes(plan.points, layout, axes);
-  check_layout(layout, axes, "summary", implied);
+  return layout;
+}
 
-  SweepSummary s;
-  s.rows = layout.rows;
-  s.cols = layout.cols;
-  s.implied = implied;
-  s.metric = layout.metric;
+// Each point's row and column. Rows and columns in the order the spec lists them (first appearance
+// in grid order), numeric rows then in increasing order (a learning-rate window reads left to right).
+struct CellOfPoint {
+  std::vector<size_t> row, col;
+};
 
-  // Row and column values in the order the spec lists them (first appearance in grid order).
-  std::vector<std::string> col_keys;
+CellOfPoint place_points(const std::vector<SweepPoint>& points, SweepSummary& s) {
+  CellOfPoint at{std::vector<size_t>(points.size()), std::vector<size_t>(points.size())};
   std::map<std::string, size_t> row_index, col_index;
-  std::vector<size_t> point_row(plan.points.size()), point_col(plan.points.size());
-  for (size_t i = 0; i < plan.points.size(); ++i) {
-    const SweepPoint& p = plan.points[i];
+  for (size_t i = 0; i < points.size(); ++i) {
+    const SweepPoint& p = points[i];
     std::string rv = s.rows.empty() ? "all" : value_of(p, s.rows);
     std::vector<std::string> parts, vals;
     for (const std::string& c : s.cols) parts.push_back(c + "=" + value_of(p, c)), vals.push_back(value_of(p, c));
     std::string cv = parts.empty() ? "all" : fmt::format("{}", fmt::join(parts, " "));
-    if (!row_index.count(rv)) {
-      row_index[rv] = s.row_values.size();
-      s.row_values.push_back(rv);
-    }
-    if (!col_index.count(cv)) {
-      col_index[cv] = s.col_labels.size();
+    if (row_index.emplace(rv, s.row_values.size()).second) s.row_values.push_back(rv);
+    if (col_index.emplace(cv, s.col_labels.size()).second) {
       s.col_labels.push_back(cv);
       s.col_values.push_back(vals);
     }
-    point_row[i] = row_index[rv];
-    point_col[i] = col_index[cv];
+    at.row[i] = row_index[rv];
+    at.col[i] = col_index[cv];
   }
-  // Numeric rows are shown in increasing order (a learning-rate window reads left to right).
+  return at;
+}
+
+void sort_numeric_rows(SweepSummary& s, std::vector<size_t>& point_row) {
   bool all_numeric = true;
   s.row_numbers.assign(s.row_values.size(), NAN);
   for (size_t r = 0; r < s.row_values.size(); ++r) all_numeric = numeric(s.row_values[r], &s.row_numbers[r]) && all_numeric;
@@ -315,126 +326,152 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
   if (all_numeric)
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.row_numbers[a] < s.row_numbers[b]; });
   std::vector<size_t> rank(order.size());
-  for (size_t k = 0; k < order.size(); ++k) rank[order[k]] = k;
-  {
-    std::vector<std::string> rv(order.size());
-    std::vector<double> rn(order.size());
-    for (size_t k = 0; k < order.size(); ++k) rv[k] = s.row_values[order[k]], rn[k] = s.row_numbers[order[k]];
-    s.row_values = rv;
-    s.row_numbers = rn;
+  std::vector<std::string> rv(order.size());
+  std::vector<double> rn(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    rank[order[k]] = k;
+    rv[k] = s.row_values[order[k]], rn[k] = s.row_numbers[order[k]];
   }
+  s.row_values = rv;
+  s.row_numbers = rn;
   for (size_t& r : point_row) r = rank[r];
+}
 
+// What the runs of one cell gave, before the cell's numbers are computed.
+struct CellRuns {
+  std::vector<double> converged, collapsed;  // the metric of each
+  // The converged runs' metric by what pairs it across columns: the values of the axes that are
+  // neither the rows, a column nor implied by them (the seed).
+  std::map<std::string, double> by_pair;
+  std::vector<std::string> dirs;  // the runs that ran (their curves)
+};
+using CellGrid = std::vector<std::vector<CellRuns>>;
+
+std::string pair_key(const SweepPoint& p, const SweepSummary& s) {
+  std::string k;
+  for (const auto& [key, v] : p.values)
+    if (key != s.rows && !contains(s.cols, key) && !contains(s.implied, key)) k += key + "=" + v + " ";
+  return k;
+}
+
+void widen(int64_t& first, int64_t& last, int64_t from, int64_t to) {
+  first = first < 0 ? from : std::min(first, from);
+  last = std::max(last, to);
+}
+
+// A finished run (completed or diverged) into its cell and the counts.
+void count_finished_run(const RunRecord& rec, const std::string& key, SummaryCell& c, CellRuns& runs, SweepSummary& s) {
+  if (rec.status != "completed" || !std::isfinite(rec.metric)) {  // diverged (or a metric that is not finite)
+    ++s.diverged;
+    ++c.diverged;
+    if (rec.diverged_step >= 0) widen(c.diverged_first, c.diverged_last, rec.diverged_step, rec.diverged_step);
+    return;
+  }
+  ++s.completed;
+  if (rec.spikes >= 0) c.spikes = std::max<int64_t>(c.spikes, 0) + rec.spikes;
+  if (rec.collapsed) {
+    // A run that ended collapsed is counted and shown apart: never averaged with the converged.
+    ++s.collapsed;
+    ++c.collapsed;
+    runs.collapsed.push_back(rec.metric);
+    if (rec.collapsed_step >= 0) widen(c.collapsed_first, c.collapsed_last, rec.collapsed_step, rec.collapsed_step);
+    return;
+  }
+  runs.converged.push_back(rec.metric);
+  runs.by_pair[key] = rec.metric;
+  if (!rec.plateaus.empty()) {
+    ++c.plateaued;
+    widen(c.plateau_first, c.plateau_last, rec.plateaus.front().first, rec.plateaus.back().second);
+  }
+}
+
+// A point that has no finished run: failed, damaged or pending.
+void count_unfinished_point(const PointState& st, const SweepPoint& p, SummaryCell& c, SweepSummary& s) {
+  if (st.status == "failed") {
+    ++s.failed;
+    ++c.failed;
+  } else if (st.status == "damaged") {
+    ++s.damaged;
+    ++c.damaged;
+    s.damaged_runs.emplace_back(p.name, st.problem);
+  } else {
+    ++s.pending;
+    ++c.pending;
+  }
+}
+
+// The task's unigram loss, read from the first finished run, drawn in the plots of a loss metric
+// (the metric itself was checked against result.json's numbers by check_layout).
+void read_unigram_loss(const RunRecord& rec, SweepSummary& s) {
+  json j = json::parse(rec.result_json);
+  if (s.metric.find("loss") != std::string::npos && j["unigram_loss"].is_number()) s.unigram_loss = j["unigram_loss"].get<double>();
+}
+
+// Every point's run into its cell; the metric's resolution from their standard errors.
+CellGrid gather_runs(const std::string& dir, const SweepPlan& plan, const CellOfPoint& at, SweepSummary& s) {
   s.cells.assign(s.row_values.size(), std::vector<SummaryCell>(s.col_labels.size()));
-  std::vector<std::vector<std::vector<double>>> values(s.row_values.size(), std::vector<std::vector<double>>(s.col_labels.size()));
-  std::vector<std::vector<std::vector<std::string>>> runs(s.row_values.size(), std::vector<std::vector<std::string>>(s.col_labels.size()));
-  auto collapsed_values = values;
-  // Per cell, the metric of each converged run by what pairs it across columns: the values of the
-  // axes that are neither the rows nor a column (the seed).
-  std::vector<std::vector<std::map<std::string, double>>> pair_values(
-      s.row_values.size(), std::vector<std::map<std::string, double>>(s.col_labels.size()));
-  auto pair_key = [&](const SweepPoint& p) {
-    std::string k;
-    for (const auto& [key, v] : p.values)
-      if (key != s.rows && std::find(s.cols.begin(), s.cols.end(), key) == s.cols.end() &&
-          std::find(implied.begin(), implied.end(), key) == implied.end())
-        k += key + "=" + v + " ";
-    return k;
-  };
+  CellGrid grid(s.row_values.size(), std::vector<CellRuns>(s.col_labels.size()));
   std::vector<double> se;
-  std::vector<PointState> states = point_states(dir, plan);
+  const std::vector<PointState> states = point_states(dir, plan);
   bool unigram_read = false;
   s.points = plan.points.size();
   for (size_t i = 0; i < plan.points.size(); ++i) {
     const SweepPoint& p = plan.points[i];
-    SummaryCell& c = s.cells[point_row[i]][point_col[i]];
+    SummaryCell& c = s.cells[at.row[i]][at.col[i]];
+    CellRuns& runs = grid[at.row[i]][at.col[i]];
     c.present = true;
     c.points.push_back(p.name);
     if (c.implied.empty())
-      for (const std::string& a : implied) c.implied.push_back(value_of(p, a));
-    RunRecord rec = states[i].done ? read_run(dir, p, s.metric) : RunRecord{};
-    if (!unigram_read && !rec.status.empty()) {
-      // (the metric itself was checked against result.json's numbers by check_layout)
-      json j = json::parse(rec.result_json);
-      unigram_read = true;
-      if (s.metric.find("loss") != std::string::npos && j["unigram_loss"].is_number()) s.unigram_loss = j["unigram_loss"].get<double>();
+      for (const std::string& a : s.implied) c.implied.push_back(value_of(p, a));
+    const RunRecord rec = states[i].done ? read_run(dir, p, s.metric) : RunRecord{};
+    if (rec.status.empty()) {
+      count_unfinished_point(states[i], p, c, s);
+      continue;
     }
-    if (rec.status == "completed" && std::isfinite(rec.metric)) {
-      ++s.completed;
-      if (std::isfinite(rec.metric_se)) se.push_back(rec.metric_se);
-      if (rec.spikes >= 0) c.spikes = std::max<int64_t>(c.spikes, 0) + rec.spikes;
-      if (rec.collapsed) {
-        // A run that ended collapsed is counted and shown apart: never averaged with the converged.
-        ++s.collapsed;
-        ++c.collapsed;
-        collapsed_values[point_row[i]][point_col[i]].push_back(rec.metric);
-        if (rec.collapsed_step >= 0) {
-          c.collapsed_first = c.collapsed_first < 0 ? rec.collapsed_step : std::min(c.collapsed_first, rec.collapsed_step);
-          c.collapsed_last = std::max(c.collapsed_last, rec.collapsed_step);
-        }
-      } else {
-        values[point_row[i]][point_col[i]].push_back(rec.metric);
-        pair_values[point_row[i]][point_col[i]][pair_key(p)] = rec.metric;
-        if (!rec.plateaus.empty()) {
-          ++c.plateaued;
-          const int64_t from = rec.plateaus.front().first, to = rec.plateaus.back().second;
-          c.plateau_first = c.plateau_first < 0 ? from : std::min(c.plateau_first, from);
-          c.plateau_last = std::max(c.plateau_last, to);
-        }
-      }
-      runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
-    } else if (!rec.status.empty()) {  // diverged (or a completed run whose metric is not finite)
-      ++s.diverged;
-      ++c.diverged;
-      int64_t step = rec.diverged_step;
-      if (step >= 0) {
-        c.diverged_first = c.diverged_first < 0 ? step : std::min(c.diverged_first, step);
-        c.diverged_last = std::max(c.diverged_last, step);
-      }
-      runs[point_row[i]][point_col[i]].push_back(run_dir(dir, p));
-    } else if (states[i].status == "failed") {
-      ++s.failed;
-      ++c.failed;
-    } else if (states[i].status == "damaged") {
-      ++s.damaged;
-      ++c.damaged;
-      s.damaged_runs.emplace_back(p.name, states[i].problem);
-    } else {
-      ++s.pending;
-      ++c.pending;
-    }
+    if (!unigram_read) read_unigram_loss(rec, s), unigram_read = true;
+    if (rec.status == "completed" && std::isfinite(rec.metric) && std::isfinite(rec.metric_se)) se.push_back(rec.metric_se);
+    count_finished_run(rec, pair_key(p, s), c, runs, s);
+    runs.dirs.push_back(run_dir(dir, p));
   }
+  s.resolution_runs = se.size();
+  s.resolution = median(se);
+  return grid;
+}
+
+void cell_statistics(const CellGrid& grid, SweepSummary& s) {
   for (size_t r = 0; r < s.row_values.size(); ++r)
     for (size_t col = 0; col < s.col_labels.size(); ++col) {
       SummaryCell& c = s.cells[r][col];
-      const auto& v = values[r][col];
-      c.n = static_cast<int>(v.size());
-      if (!collapsed_values[r][col].empty()) c.collapsed_mean = mean(collapsed_values[r][col]);
-      if (v.empty()) continue;
-      c.mean = mean(v);
-      c.std = sample_std(v);
+      const CellRuns& runs = grid[r][col];
+      c.n = static_cast<int>(runs.converged.size());
+      if (!runs.collapsed.empty()) c.collapsed_mean = mean(runs.collapsed);
+      if (runs.converged.empty()) continue;
+      c.mean = mean(runs.converged);
+      c.std = sample_std(runs.converged);
     }
-  s.resolution_runs = se.size();
-  s.resolution = median(se);
-  if (!layout.paired.empty()) {
-    s.paired_by = layout.paired;
-    s.paired_ref = paired_references(s, layout.paired);
-    s.paired.assign(s.row_values.size(), std::vector<PairedDifference>(s.col_labels.size()));
-    for (size_t r = 0; r < s.row_values.size(); ++r)
-      for (size_t col = 0; col < s.col_labels.size(); ++col) {
-        if (s.paired_ref[col] < 0) continue;
-        const size_t ref = static_cast<size_t>(s.paired_ref[col]);
-        std::vector<double> d;
-        for (const auto& [key, v] : pair_values[r][col]) {
-          auto it = pair_values[r][ref].find(key);
-          if (it != pair_values[r][ref].end()) d.push_back(v - it->second);
-        }
-        s.paired[r][col] = paired_difference(d);
-      }
-  }
+}
 
-  // Stable window and best row per column: only rows where every seed converged count; a diverged,
-  // collapsed, failed or pending seed keeps a row out (so a diverged or collapsed point is never best).
+// Each column minus its reference column, paired by seed, per row.
+void paired_differences(const CellGrid& grid, const std::string& paired, SweepSummary& s) {
+  s.paired_by = paired;
+  s.paired_ref = paired_references(s, paired);
+  s.paired.assign(s.row_values.size(), std::vector<PairedDifference>(s.col_labels.size()));
+  for (size_t r = 0; r < s.row_values.size(); ++r)
+    for (size_t col = 0; col < s.col_labels.size(); ++col) {
+      if (s.paired_ref[col] < 0) continue;
+      const auto& ref = grid[r][static_cast<size_t>(s.paired_ref[col])].by_pair;
+      std::vector<double> d;
+      for (const auto& [key, v] : grid[r][col].by_pair) {
+        auto it = ref.find(key);
+        if (it != ref.end()) d.push_back(v - it->second);
+      }
+      s.paired[r][col] = paired_difference(d);
+    }
+}
+
+// Stable window and best row per column: only rows where every seed converged count; a diverged,
+// collapsed, failed or pending seed keeps a row out (so a diverged or collapsed point is never best).
+void stable_and_best(SweepSummary& s) {
   s.stable.assign(s.col_labels.size(), {});
   s.best.assign(s.col_labels.size(), -1);
   for (size_t col = 0; col < s.col_labels.size(); ++col)
@@ -446,29 +483,50 @@ SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) 
       if (s.rows.empty()) continue;
       if (s.best[col] < 0 || c.mean < s.cells[static_cast<size_t>(s.best[col])][col].mean) s.best[col] = static_cast<int>(r);
     }
+}
 
-  // Validation loss by step for every cell that ran: the mean over its seeds at each step.
-  for (size_t col = 0; col < s.col_labels.size(); ++col)
-    for (size_t r = 0; r < s.row_values.size(); ++r) {
-      if (runs[r][col].empty()) continue;
-      SummaryCurve curve;
-      curve.row = r;
-      curve.col = col;
-      curve.label = s.col_labels[col] == "all" ? (s.rows.empty() ? "all" : s.rows + "=" + s.row_values[r])
-                                                : s.col_labels[col] + (s.rows.empty() ? "" : " " + s.rows + "=" + s.row_values[r]);
-      curve.diverged_step = s.cells[r][col].diverged_first;
-      std::map<int64_t, std::pair<double, int>> acc;
-      for (const std::string& run : runs[r][col])
-        for (const auto& [step, v] : val_curve(run)) {
-          auto& a = acc[step];
-          if (std::isfinite(v)) a.first += v, a.second += 1;
-        }
-      for (const auto& [step, a] : acc) {
-        curve.steps.push_back(step);
-        curve.mean.push_back(a.second > 0 ? a.first / a.second : NAN);
-      }
-      s.curves.push_back(std::move(curve));
+// Validation loss by step of a cell that ran: the mean over its seeds at each step.
+SummaryCurve cell_curve(const SweepSummary& s, size_t r, size_t col, const std::vector<std::string>& dirs) {
+  SummaryCurve curve;
+  curve.row = r;
+  curve.col = col;
+  const std::string row = s.rows.empty() ? "" : s.rows + "=" + s.row_values[r];
+  curve.label = s.col_labels[col] == "all" ? (row.empty() ? "all" : row) : s.col_labels[col] + (row.empty() ? "" : " " + row);
+  curve.diverged_step = s.cells[r][col].diverged_first;
+  std::map<int64_t, std::pair<double, int>> acc;
+  for (const std::string& run : dirs)
+    for (const auto& [step, v] : val_curve(run)) {
+      auto& a = acc[step];
+      if (std::isfinite(v)) a.first += v, a.second += 1;
     }
+  for (const auto& [step, a] : acc) {
+    curve.steps.push_back(step);
+    curve.mean.push_back(a.second > 0 ? a.first / a.second : NAN);
+  }
+  return curve;
+}
+
+}  // namespace
+
+SweepSummary summarize_sweep(const std::string& dir, const SummaryOptions& opt) {
+  const SweepPlan plan = selected_plan(dir, opt);
+  const std::vector<std::string> axes = table_axes(plan, opt);
+  const SummaryLayout layout = chosen_layout(plan.layout, axes, opt);
+  SweepSummary s;
+  s.rows = layout.rows;
+  s.cols = layout.cols;
+  s.implied = implied_axes(plan.points, layout, axes);
+  s.metric = layout.metric;
+  check_layout(layout, axes, "summary", s.implied);
+  CellOfPoint at = place_points(plan.points, s);
+  sort_numeric_rows(s, at.row);
+  const CellGrid grid = gather_runs(dir, plan, at, s);
+  cell_statistics(grid, s);
+  if (!layout.paired.empty()) paired_differences(grid, layout.paired, s);
+  stable_and_best(s);
+  for (size_t col = 0; col < s.col_labels.size(); ++col)
+    for (size_t r = 0; r < s.row_values.size(); ++r)
+      if (!grid[r][col].dirs.empty()) s.curves.push_back(cell_curve(s, r, col, grid[r][col].dirs));
   return s;
 }
 
