@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "normlab/tensorboard.h"
@@ -86,12 +87,29 @@ TEST(TensorBoardCli, SweepGivesEachPointItsOwnRun) {
   const auto r = run_cli({"sweep", "--out", (dir / "sweep").string(), "--jobs", "2", "--tensorboard", (dir / "tb").string(),
                           "-q", "steps=4", "eval_every=2", "batch_size=4", "layers=1,2", "placement=pre,post"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  size_t points = 0;
-  for (const char* name : {"layers=1/placement=pre", "layers=1/placement=post", "layers=2/placement=pre", "layers=2/placement=post"}) {
+  const std::set<std::string> names = {"layers=1/placement=pre", "layers=1/placement=post", "layers=2/placement=pre",
+                                        "layers=2/placement=post"};
+  // Events in each point's folder and in no other (none for the sweep as a whole); one file in
+  // each (expect_tb_matches), its numbers and config the point's own.
+  std::set<std::string> with_events;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "tb"))
+    if (e.is_regular_file() && e.path().filename().string().find("tfevents") != std::string::npos)
+      with_events.insert(e.path().parent_path().lexically_relative(dir / "tb").string());
+  EXPECT_EQ(with_events, names);
+  for (const std::string& name : names) {
+    // Every number of the point's metrics.jsonl, at its step ...
     EXPECT_GT(expect_tb_matches(dir / "tb" / name, dir / "sweep" / "runs" / name), 8u) << name;
-    ++points;
+    // ... and so is its config text: the point's own layers and placement.
+    const std::vector<std::string> files = normlab::event_files((dir / "tb" / name).string());
+    if (files.empty()) continue;
+    std::string config;
+    for (const auto& e : normlab::read_event_file(files[0]))
+      for (const auto& [tag, text] : e.texts)
+        if (tag == "config") config = text;
+    const std::string layers = name.substr(7, 1), placement = name.substr(name.find("placement=") + 10);
+    EXPECT_NE(config.find("\"layers\": " + layers + ","), std::string::npos) << name << ": " << config;
+    EXPECT_NE(config.find("\"placement\": \"" + placement + "\""), std::string::npos) << name << ": " << config;
   }
-  EXPECT_EQ(points, 4u);
 }
 
 // A file-size limit hit by the events file while the run trains stops the run with an error
