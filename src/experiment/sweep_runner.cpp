@@ -187,48 +187,96 @@ void remove_partials(const fs::path& run) {
 
 constexpr auto num = json_number<json>;
 
-}  // namespace
+// One sweep's run of its points: a queue of points, at most opt.jobs children at a time, the
+// manifest's start and end records, and a stop (a signal, or a failure of the sweep's own) that
+// forwards the signal to every child and reaps them all before it returns.
+class SweepScheduler {
+ public:
+  SweepScheduler(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
+                 const SweepCallbacks& cb, std::string exe)
+      : plan_(plan), opt_(opt), cb_(cb), exe_(std::move(exe)), shard_text_(fmt::format("{}/{}", opt.shard.index, opt.shard.count)),
+        host_(host_name()), me_(fmt::format("{}:{}", host_, ::getpid())),
+        started_elsewhere_((fs::path(opt.dir) / "manifest.jsonl").string(), me_), queue_(todo.begin(), todo.end()) {
+    report_.progress.total = todo.size();
+  }
 
-SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
-                         const SweepCallbacks& cb) {
-  check_run_options(opt);
-  const std::string exe = opt.exe.empty() ? self_exe() : opt.exe;
-  NL_CHECK(!exe.empty(), "cannot read /proc/self/exe: the sweep cannot find normlab to run its points");
-  const std::string shard_text = fmt::format("{}/{}", opt.shard.index, opt.shard.count);
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  const std::string me = fmt::format("{}:{}", host, ::getpid());  // who wrote a manifest line
-  StartedElsewhere started_elsewhere((fs::path(opt.dir) / "manifest.jsonl").string(), me);
-  SignalScope signals;
-
-  SweepRunReport report;
-  SweepProgress& pr = report.progress;
-  pr.total = todo.size();
-  std::deque<size_t> queue(todo.begin(), todo.end());
-  std::map<pid_t, Running> running;
-  const auto t0 = clock_type::now();
-  double finished_seconds = 0;  // summed durations of points that ran to their end
-  size_t finished_timed = 0;
-  bool stopping = false;
-  clock_type::time_point kill_deadline{};
-
-  auto update_progress = [&] {
-    pr.running = running.size();
-    pr.elapsed_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-    if (finished_timed > 0) {
-      const double mean = finished_seconds / static_cast<double>(finished_timed);
-      const double left = static_cast<double>(queue.size() + running.size());
-      pr.eta_s = mean * left / static_cast<double>(std::min<size_t>(static_cast<size_t>(opt.jobs), std::max<size_t>(1, queue.size() + running.size())));
+  SweepRunReport run() {
+    SignalScope signals;
+    auto last_tick = clock_type::now();
+    while (true) {
+      if (g_signal != 0 && !stopping_) {
+        report_.signal = g_signal;
+        stop(g_signal);
+      }
+      if (!stopping_) guarded([&] { fill_slots(); });
+      guarded([&] { reap(); });
+      if (running_.empty() && (queue_.empty() || stopping_)) break;
+      if (stopping_ && clock_type::now() > kill_deadline_)
+        for (const auto& [pid, run] : running_) ::kill(pid, SIGKILL);
+      signals.wait(250);
+      guarded([&] { reap(); });
+      if (cb_.on_tick && clock_type::now() - last_tick > std::chrono::milliseconds(200)) {
+        update_progress();
+        cb_.on_tick(report_.progress);
+        last_tick = clock_type::now();
+      }
     }
-  };
+    update_progress();
+    if (error_) std::rethrow_exception(error_);
+    return report_;
+  }
+
+ private:
+  static std::string host_name() {
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    return host;
+  }
+
+  void update_progress() {
+    SweepProgress& pr = report_.progress;
+    pr.running = running_.size();
+    pr.elapsed_s = std::chrono::duration<double>(clock_type::now() - t0_).count();
+    if (finished_timed_ == 0) return;
+    const double mean = finished_seconds_ / static_cast<double>(finished_timed_);
+    const size_t left = queue_.size() + running_.size();
+    pr.eta_s = mean * static_cast<double>(left) /
+               static_cast<double>(std::min<size_t>(static_cast<size_t>(opt_.jobs), std::max<size_t>(1, left)));
+  }
+
+  void fill_slots() {
+    while (running_.size() < static_cast<size_t>(opt_.jobs) && !queue_.empty()) {
+      size_t i = queue_.front();
+      queue_.pop_front();
+      if (!launch(i)) {
+        --report_.progress.total;
+        ++report_.progress.skipped;
+      }
+    }
+  }
+
+  // The child's command line: train the point's config into its run directory.
+  std::vector<std::string> train_args(const SweepPoint& p, const std::string& cfg_path, const fs::path& rd) const {
+    std::vector<std::string> args = {exe_, "train", "--config", cfg_path, "--out", rd.string(), "--force", "-q"};
+    if (opt_.device != "cpu") {
+      args.push_back("--device");
+      args.push_back(opt_.device);
+    }
+    if (opt_.tf32) args.push_back("--tf32");
+    if (!opt_.tensorboard.empty()) {
+      args.push_back("--tensorboard");
+      args.push_back(opt_.tensorboard + "/" + p.name);
+    }
+    return args;
+  }
 
   // Returns false (and starts nothing) when another process holds the point or has started it.
-  auto launch = [&](size_t i) -> bool {
-    const SweepPoint& p = plan.points[i];
-    const std::string lock_path = (fs::path(opt.dir) / "points" / (p.hash + ".lock")).string();
+  bool launch(size_t i) {
+    const SweepPoint& p = plan_.points[i];
+    const std::string lock_path = (fs::path(opt_.dir) / "points" / (p.hash + ".lock")).string();
     const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     NL_USAGE(lock_fd >= 0, "cannot open '{}': {}", shown(lock_path, 200), std::strerror(errno));
-    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || started_elsewhere.contains(p.hash)) {
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || started_elsewhere_.contains(p.hash)) {
       ::close(lock_fd);
       return false;
     }
@@ -238,52 +286,33 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
         if (fd >= 0) ::close(fd);
       }
     } guard{lock_fd};
-    const fs::path rd = run_dir(opt.dir, p);
+    const fs::path rd = run_dir(opt_.dir, p);
     std::error_code ec;
     fs::create_directories(rd.parent_path(), ec);
     NL_USAGE(!ec, "cannot create '{}': {}", shown(rd.parent_path().string(), 200), ec.message());
     remove_partials(rd);
     TrainConfig cfg = p.config;
-    cfg.threads = opt.threads;
-    const std::string cfg_path = point_config_path(opt.dir, p);
+    cfg.threads = opt_.threads;
+    const std::string cfg_path = point_config_path(opt_.dir, p);
     write_file_atomic(cfg_path, config_to_json(cfg) + "\n");
-    std::vector<std::string> args = {exe, "train", "--config", cfg_path, "--out", rd.string(), "--force", "-q"};
-    if (opt.device != "cpu") {
-      args.push_back("--device");
-      args.push_back(opt.device);
-    }
-    if (opt.tf32) args.push_back("--tf32");
-    if (!opt.tensorboard.empty()) {
-      args.push_back("--tensorboard");
-      args.push_back(opt.tensorboard + "/" + p.name);
-    }
     ChildSpec child;
-    child.argv = args;
-    child.stdout_path = child.stderr_path = point_log_path(opt.dir, p);
+    child.argv = train_args(p, cfg_path, rd);
+    child.stdout_path = child.stderr_path = point_log_path(opt_.dir, p);
     // Own process group: a terminal's Ctrl-C reaches the sweep, which forwards it. Dying with the
     // parent: a sweep killed outright (SIGKILL) takes its children with it.
     child.own_process_group = child.die_with_parent = true;
     const pid_t pid = start_child(child);
-    running[pid] = {i, clock_type::now(), lock_fd};
+    running_[pid] = {i, clock_type::now(), lock_fd};
     guard.fd = -1;
-    json start{{"event", "start"}, {"point", p.name},       {"hash", p.hash}, {"shard", shard_text}, {"pid", pid},
-               {"time", now_iso8601()}, {"host", host}, {"sweep", me},    {"command", args}};
-    manifest_append(opt.dir, start.dump());
+    json start{{"event", "start"}, {"point", p.name},        {"hash", p.hash}, {"shard", shard_text_}, {"pid", pid},
+               {"time", now_iso8601()}, {"host", host_}, {"sweep", me_},   {"command", child.argv}};
+    manifest_append(opt_.dir, start.dump());
     return true;
-  };
+  }
 
-  auto finish = [&](pid_t pid, int status) {
-    auto it = running.find(pid);
-    if (it == running.end()) return;
-    const Running r = it->second;
-    running.erase(it);
-    // Released after the end record is written (or failed to be): a process waiting for the point
-    // then finds it started here.
-    struct Unlock {
-      int fd;
-      ~Unlock() { ::close(fd); }
-    } unlock{r.lock_fd};
-    const SweepPoint& p = plan.points[r.point];
+  // How a child ended: its run's status when it exited 0 (failed when it left no whole run).
+  PointOutcome outcome_of(const Running& r, int status) const {
+    const SweepPoint& p = plan_.points[r.point];
     PointOutcome o;
     o.point = r.point;
     o.seconds = std::chrono::duration<double>(clock_type::now() - r.start).count();
@@ -291,25 +320,29 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
     if (WIFEXITED(status)) {
       o.exit_code = WEXITSTATUS(status);
       if (o.exit_code == 0) {
-        RunRecord rec = read_run(opt.dir, p, "final_val_loss");
+        RunRecord rec = read_run(opt_.dir, p, "final_val_loss");
         o.status = rec.status.empty() ? "failed" : rec.status;
         o.metric = rec.metric;
         o.diverged_step = rec.diverged_step;
         if (rec.status.empty()) o.stderr_tail = "train exited 0 but left no whole run directory of this config";
       } else {
-        o.status = stopping ? "interrupted" : "failed";
+        o.status = stopping_ ? "interrupted" : "failed";
       }
     } else if (WIFSIGNALED(status)) {
       o.signal = WTERMSIG(status);
-      o.status = (stopping || o.signal == SIGINT || o.signal == SIGTERM || o.signal == SIGHUP) ? "interrupted" : "failed";
+      o.status = (stopping_ || o.signal == SIGINT || o.signal == SIGTERM || o.signal == SIGHUP) ? "interrupted" : "failed";
     } else {
       o.status = "failed";
     }
-    if (o.status != "completed" && o.status != "diverged" && o.stderr_tail.empty()) o.stderr_tail = tail_of(point_log_path(opt.dir, p));
+    if (o.status != "completed" && o.status != "diverged" && o.stderr_tail.empty()) o.stderr_tail = tail_of(point_log_path(opt_.dir, p));
+    return o;
+  }
+
+  json end_record(const SweepPoint& p, pid_t pid, const PointOutcome& o) const {
     json end{{"event", "end"},
              {"point", p.name},
              {"hash", p.hash},
-             {"shard", shard_text},
+             {"shard", shard_text_},
              {"pid", pid},
              {"time", now_iso8601()},
              {"status", o.status},
@@ -319,74 +352,88 @@ SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo,
              {"final_val_loss", num(o.metric)},
              {"diverged_step", o.diverged_step >= 0 ? json(o.diverged_step) : json(nullptr)}};
     if (!o.stderr_tail.empty()) end["stderr_tail"] = o.stderr_tail;
-    manifest_append(opt.dir, end.dump());
+    return end;
+  }
 
+  void count(const PointOutcome& o) {
+    SweepProgress& pr = report_.progress;
     ++pr.finished;
     if (o.status == "completed") ++pr.completed;
     else if (o.status == "diverged") ++pr.diverged;
     else if (o.status == "failed") ++pr.failed;
     else ++pr.interrupted;
     if (o.status != "interrupted") {
-      finished_seconds += o.seconds;
-      ++finished_timed;
+      finished_seconds_ += o.seconds;
+      ++finished_timed_;
     }
-    update_progress();
-    if (cb.on_end) cb.on_end(p, o, pr);
-  };
+  }
 
-  auto reap = [&] {
+  void finish(pid_t pid, int status) {
+    auto it = running_.find(pid);
+    if (it == running_.end()) return;
+    const Running r = it->second;
+    running_.erase(it);
+    // Released after the end record is written (or failed to be): a process waiting for the point
+    // then finds it started here.
+    struct Unlock {
+      int fd;
+      ~Unlock() { ::close(fd); }
+    } unlock{r.lock_fd};
+    const SweepPoint& p = plan_.points[r.point];
+    const PointOutcome o = outcome_of(r, status);
+    manifest_append(opt_.dir, end_record(p, pid, o).dump());
+    count(o);
+    update_progress();
+    if (cb_.on_end) cb_.on_end(p, o, report_.progress);
+  }
+
+  void reap() {
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) finish(pid, status);
-  };
+  }
+
+  void stop(int sig) {
+    stopping_ = true;
+    for (const auto& [pid, run] : running_) ::kill(pid, sig);
+    kill_deadline_ = clock_type::now() + std::chrono::seconds(5);
+  }
 
   // A failure of the sweep's own (the manifest, a point's config: a full disk, a file-size limit)
   // stops it as a signal would, and is thrown once every child is reaped: none is left running.
-  std::exception_ptr error;
-  auto stop = [&](int sig) {
-    stopping = true;
-    for (const auto& [pid, run] : running) ::kill(pid, sig);
-    kill_deadline = clock_type::now() + std::chrono::seconds(5);
-  };
-  auto guarded = [&](const std::function<void()>& f) {
+  void guarded(const std::function<void()>& f) {
     try {
       f();
     } catch (...) {
-      if (!error) error = std::current_exception();
-      if (!stopping) stop(SIGTERM);
-    }
-  };
-  auto last_tick = clock_type::now();
-  while (true) {
-    if (g_signal != 0 && !stopping) {
-      report.signal = g_signal;
-      stop(g_signal);
-    }
-    if (!stopping) guarded([&] {
-      while (running.size() < static_cast<size_t>(opt.jobs) && !queue.empty()) {
-        size_t i = queue.front();
-        queue.pop_front();
-        if (!launch(i)) {
-          --pr.total;
-          ++pr.skipped;
-        }
-      }
-    });
-    guarded(reap);
-    if (running.empty() && (queue.empty() || stopping)) break;
-    if (stopping && clock_type::now() > kill_deadline)
-      for (const auto& [pid, run] : running) ::kill(pid, SIGKILL);
-    signals.wait(250);
-    guarded(reap);
-    if (cb.on_tick && clock_type::now() - last_tick > std::chrono::milliseconds(200)) {
-      update_progress();
-      cb.on_tick(pr);
-      last_tick = clock_type::now();
+      if (!error_) error_ = std::current_exception();
+      if (!stopping_) stop(SIGTERM);
     }
   }
-  update_progress();
-  if (error) std::rethrow_exception(error);
-  return report;
+
+  const SweepPlan& plan_;
+  const SweepRunOptions& opt_;
+  const SweepCallbacks& cb_;
+  const std::string exe_, shard_text_, host_, me_;  // me_: who wrote a manifest line
+  StartedElsewhere started_elsewhere_;
+  SweepRunReport report_;
+  std::deque<size_t> queue_;
+  std::map<pid_t, Running> running_;
+  const clock_type::time_point t0_ = clock_type::now();
+  double finished_seconds_ = 0;  // summed durations of points that ran to their end
+  size_t finished_timed_ = 0;
+  bool stopping_ = false;
+  clock_type::time_point kill_deadline_{};
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
+                         const SweepCallbacks& cb) {
+  check_run_options(opt);
+  const std::string exe = opt.exe.empty() ? self_exe() : opt.exe;
+  NL_CHECK(!exe.empty(), "cannot read /proc/self/exe: the sweep cannot find normlab to run its points");
+  return SweepScheduler(plan, todo, opt, cb, exe).run();
 }
 
 }  // namespace normlab
