@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "test_util.h"
+#include "normlab/backend.h"
 #include "normlab/ops.h"
 #include "normlab/probe.h"
 
@@ -225,16 +227,56 @@ TEST(ProbeBatchNorm, BatchStatisticsMixWhatPerTokenNormsKeepApart) {
   EXPECT_EQ(r.rms_leak.mean, 0.0);
 }
 
+// ||dL/dW_fc2|| of the last block over the first's, computed here from the model alone: the gpt
+// LayerNorm model of that init, width (d_hidden 2d, d/16 heads) and depth, one batch of `batch`
+// sequences of the config's data at its seed, the mean cross-entropy's gradient.
+namespace {
+double fc2_last_over_first(normlab::InitScheme init, normlab::Placement placement, int64_t d, int64_t layers,
+                           int64_t batch) {
+  normlab::ThreadCountScope one(1);  // as the probe runs: the same sums in the same order
+  TrainConfig c;
+  c.model.model = normlab::ModelKind::gpt;
+  c.model.norm = normlab::NormKind::layernorm;
+  c.model.init = init;
+  c.model.placement = placement;
+  c.model.layers = layers;
+  c.model.d_model = d;
+  c.model.d_hidden = 2 * d;
+  c.model.heads = d / 16;
+  normlab::Model model(c.model, c.seed);
+  normlab::Rng rng(c.seed, normlab::stream::data);
+  const normlab::Batch b = normlab::make_data_source(c)->train_batch(rng, batch, c.model.seq_len);
+  normlab::cross_entropy(model.forward(b.inputs), b.targets).backward();
+  auto norm = [](const normlab::Tensor& g) {
+    double ss = 0;
+    for (double v : g.to_vector()) ss += v * v;
+    return std::sqrt(ss);
+  };
+  return norm(model.blocks().back().mlp.fc2.w.grad()) / norm(model.blocks().front().mlp.fc2.w.grad());
+}
+}  // namespace
+
+// Each row is its init, width and depth, in that order of nesting, and its two factors are the
+// fc2 ratios of that model, Post-LN and Pre-LN, as computed above without the probe.
 TEST(ProbeXiong, FactorTableOverInitsWidthsAndDepths) {
-  normlab::XiongFactors f = normlab::probe_xiong_factors(
-      small(1, 2), {normlab::InitScheme::torch, normlab::InitScheme::fairseq}, {16, 32}, {2, 3});
+  const std::vector<normlab::InitScheme> inits = {normlab::InitScheme::torch, normlab::InitScheme::fairseq};
+  normlab::XiongFactors f = normlab::probe_xiong_factors(small(1, 2), inits, {16, 32}, {2, 3});
   ASSERT_EQ(f.rows.size(), 8u);
-  for (const auto& r : f.rows) {
-    EXPECT_TRUE(std::isfinite(r.post.mean) && r.post.mean > 0);
-    EXPECT_TRUE(std::isfinite(r.pre.mean) && r.pre.mean > 0);
-  }
-  EXPECT_EQ(f.rows[4].init, normlab::InitScheme::fairseq);
-  EXPECT_EQ(f.rows[3].d_model, 32);
+  size_t i = 0;
+  for (normlab::InitScheme init : inits)
+    for (int64_t d : {16, 32})
+      for (int64_t layers : {2, 3}) {
+        const auto& r = f.rows[i++];
+        EXPECT_EQ(r.init, init);
+        EXPECT_EQ(r.d_model, d);
+        EXPECT_EQ(r.layers, layers);
+        EXPECT_EQ(r.post.n, 1);
+        EXPECT_EQ(r.pre.n, 1);
+        const double post = fc2_last_over_first(init, normlab::Placement::post, d, layers, 2);
+        const double pre = fc2_last_over_first(init, normlab::Placement::pre, d, layers, 2);
+        EXPECT_NEAR(r.post.mean, post, 1e-5 * post) << normlab::to_string(init) << " d=" << d << " L=" << layers;
+        EXPECT_NEAR(r.pre.mean, pre, 1e-5 * pre) << normlab::to_string(init) << " d=" << d << " L=" << layers;
+      }
   EXPECT_NE(f.summary.find("model width"), std::string::npos);
   EXPECT_THROW(normlab::probe_xiong_factors(small(1, 2), {normlab::InitScheme::torch}, {20}, {2}), normlab::UsageError);
 }
