@@ -13,7 +13,9 @@
 #include "cli_common.h"
 #include "normlab/error.h"
 #include "normlab/about.h"
+#include "normlab/backend.h"
 #include "normlab/backends.h"
+#include "normlab/cuda_backend.h"
 
 namespace normlab::cli {
 
@@ -76,6 +78,16 @@ void print_error(const std::string& message, size_t max = kMaxErrorBytes) {
   std::fprintf(stderr, "error: %s\n", normlab::shown(message, max).c_str());
 }
 
+// -v: what a command on cuda-sim moved between the host and the simulated device, from the
+// simulator's own counters: the evidence that the work ran there, and its transfer budget (a
+// device-resident step moves its batch and a few scalars).
+void log_device_traffic() {
+  if (normlab::compute_device() != normlab::Device::cuda_sim || !spdlog::should_log(spdlog::level::debug)) return;
+  const normlab::CudaTransfers t = normlab::cuda_sim_transfers();
+  spdlog::debug("cuda-sim traffic: {} uploads ({} bytes), {} downloads ({} bytes)", t.uploads, t.upload_bytes,
+                t.downloads, t.download_bytes);
+}
+
 }  // namespace
 }  // namespace normlab::cli
 
@@ -124,7 +136,9 @@ int main(int argc, char** argv) {
     if (sub == nullptr || !sub->parsed()) continue;
     try {
       normlab::check_backend_environment();
-      return run();
+      const int code = run();
+      log_device_traffic();
+      return code;
     } catch (const normlab::Interrupted& e) {
       print_error(e.what());
       return 128 + e.signal;

@@ -116,14 +116,35 @@ void expect_same_numbers(const nlohmann::json& a, const nlohmann::json& b, const
   }
 }
 
-// `probe ARGS --json` on the cpu and on cuda-sim: every number the same.
+// The simulator's transfer counters as -v logs them at the end of a command on cuda-sim
+// ("cuda-sim traffic: U uploads (B bytes), D downloads (E bytes)"): {B, E}, or {-1, -1} when no
+// such line was logged (the command did not run on cuda-sim).
+std::pair<double, double> cuda_sim_traffic(const std::string& err) {
+  const std::string key = "cuda-sim traffic: ";
+  const size_t at = err.find(key);
+  if (at == std::string::npos) return {-1, -1};
+  const size_t up = err.find('(', at), down = err.find('(', err.find("downloads", at));
+  if (up == std::string::npos || down == std::string::npos) return {-1, -1};
+  return {std::stod(err.substr(up + 1)), std::stod(err.substr(down + 1))};
+}
+
+// `probe ARGS --json` on the cpu and on cuda-sim: every number the same, and the cuda-sim run did
+// run there: it uploaded at least every seed's token embedding (its parameters live on the
+// device) and downloaded what it reports.
 void expect_probe_on_cuda_sim_as_on_cpu(const std::vector<std::string>& args) {
   std::vector<std::string> sim_args = args;
-  sim_args.insert(sim_args.begin() + 1, {"--device", "cuda-sim"});
+  sim_args.insert(sim_args.begin() + 1, {"--device", "cuda-sim", "-v"});
   const CliResult cpu = run_cli(args), sim = run_cli(sim_args);
   ASSERT_EQ(cpu.exit_code, 0) << describe(cpu);
   ASSERT_EQ(sim.exit_code, 0) << describe(sim);
-  expect_same_numbers(nlohmann::json::parse(cpu.out), nlohmann::json::parse(sim.out), "probe");
+  const nlohmann::json c = nlohmann::json::parse(cpu.out);
+  expect_same_numbers(c, nlohmann::json::parse(sim.out), "probe");
+  const nlohmann::json& cfg = c["config"]["config"];
+  // At least 2 bytes a value (bf16; float32 takes 4).
+  const double embedding_bytes = cfg["vocab"].get<double>() * cfg["d_model"].get<double>() * 2;
+  const auto [up, down] = cuda_sim_traffic(sim.err);
+  EXPECT_GE(up, c["seeds"].get<double>() * embedding_bytes) << describe(sim);
+  EXPECT_GT(down, 0) << describe(sim);
 }
 
 TEST(DeviceCli, CudaSimProbeMatchesTheCpu) {
