@@ -2,6 +2,7 @@
 // clipping, evals with per-layer statistics, and divergence as a result (not a crash).
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "normlab/autograd.h"
 #include "normlab/checkpoint.h"
@@ -139,6 +140,428 @@ AttentionStats attention_statistics(const AttentionTap& tap) {
   return st;
 }
 
+namespace {
+
+// Adam's settings but the two that change every step (lr and step, set by adam_update).
+AdamParams adam_params(const TrainConfig& cfg) {
+  AdamParams hp;
+  hp.beta1 = cfg.beta1;
+  hp.beta2 = cfg.beta2;
+  hp.eps = cfg.adam_eps;
+  hp.weight_decay = cfg.weight_decay;
+  hp.decoupled = cfg.optimizer == OptimizerKind::adamw;
+  return hp;
+}
+
+// The dynamic loss scaler of a run that scales its loss (none otherwise); a resumed run's goes on
+// from the state it was saved with.
+std::optional<LossScaler> loss_scaler_for(const TrainConfig& cfg, const ResumePoint* resume) {
+  std::optional<LossScaler> scaler;
+  if (cfg.loss_scaling() != LossScaling::dynamic) return scaler;
+  if (resume) {
+    NL_USAGE(resume->state.loss_scaler.scale > 0,
+             "the state to resume from has no loss scaler's state, but this run scales its loss");
+    scaler.emplace(cfg.loss_scaler_settings(), resume->state.loss_scaler);
+  } else {
+    scaler.emplace(cfg.loss_scaler_settings());
+  }
+  return scaler;
+}
+
+// An eval's figures of the forward it traced: the residual stream's size after each block and
+// after the final norm, and each attention's logits.
+void add_trace_statistics(EvalRecord& r, const ForwardTrace& trace) {
+  for (const Tensor& x : trace.block_out) r.stream_norm.push_back(mean_token_norm(x));
+  r.final_norm_out = mean_token_norm(trace.final_out);
+  for (const AttentionTap& tap : trace.attention) {
+    const AttentionStats a = attention_statistics(tap);
+    r.attn_entropy.push_back(a.mean_entropy);
+    r.attn_max_logit.push_back(a.max_logit);
+  }
+}
+
+// The steps since the last eval: the next eval reports their mean training loss and their time
+// per step, then starts a new window.
+struct EvalWindow {
+  double train_loss_sum = 0;
+  int64_t train_loss_count = 0;
+  int64_t steps = 0;
+  std::chrono::steady_clock::time_point start;
+};
+
+// One run of train() on a model and data that train() set up, the loop's state in members. The
+// steps in the order they happen: the constructor (and a resumed run's state), train_step for each
+// step (backward, the loss scaler, Adam, the eval and checkpoint when due), then run's ending
+// (the evals a 0-step or diverged run still owes, summarize, the last checkpoint).
+class TrainLoop {
+ public:
+  TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource& data, Model& model, Device device,
+            const ResumePoint* resume);
+  TrainResult run();
+
+ private:
+  Tensor on_device(const Tensor& t) const { return t.device() == device_ ? t : t.to_device(device_); }
+  void resume_optimizer(const TrainState& st);
+  void resume_progress(const TrainState& st);
+  TrainState snapshot(int64_t step) const;
+  bool train_step(int64_t step);
+  double backward(const Tensor& loss, double seed);
+  bool unscale_or_skip(double& grad_norm, double seed);
+  void adam_update(int64_t step, double grad_norm);
+  void count_step(int64_t step, double loss_value);
+  void diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
+               std::optional<double> backward_seed);
+  void diverge_on_validation(int64_t step);
+  void evaluate(int64_t step, double grad_norm, bool grads = true);
+  EvalRecord training_record(int64_t step, double grad_norm, bool grads) const;
+  void measure_validation(EvalRecord& r);
+  double validation_loss(const Batch& b, bool traced, ForwardTrace& trace, EvalRecord& r) const;
+  void add_eval(const EvalRecord& r);
+  void summarize();
+
+  const TrainConfig& cfg_;
+  const TrainHooks& hooks_;
+  const bool low_precision_;
+  const int64_t tokens_per_step_;
+  DataSource& data_;
+  Model& model_;
+  ParamList& params_;
+  const Device device_;
+  // The flat parameter buffer, its gradient and Adam's moments, on the compute device.
+  Tensor flat_, flat_grad_;
+  Backend& kb_;
+  Tensor m_, v_;
+  AdamParams hp_;
+  Rng data_rng_;
+  std::optional<LossScaler> scaler_;
+  TrainResult res_;
+  std::chrono::steady_clock::time_point t_start_;
+  EvalWindow window_;
+  SpikeCounter spikes_;
+  int64_t first_step_ = 1;
+  // The gradient norm of the last step that got one, which the eval at a divergence reports.
+  double last_grad_norm_ = 0;
+};
+
+TrainLoop::TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource& data, Model& model, Device device,
+                     const ResumePoint* resume)
+    : cfg_(cfg),
+      hooks_(hooks),
+      low_precision_(cfg.storage() != Precision::fp32),
+      tokens_per_step_(cfg.batch_size * cfg.model.seq_len),
+      data_(data),
+      model_(model),
+      params_(model.params()),
+      device_(device),
+      flat_(params_.flat()),
+      flat_grad_(params_.flat_grad()),
+      kb_(backend_for(flat_.device(), flat_.dtype())),
+      m_(Tensor::zeros(flat_.shape(), flat_.dtype(), device)),
+      v_(Tensor::zeros(flat_.shape(), flat_.dtype(), device)),
+      hp_(adam_params(cfg)),
+      data_rng_(cfg.seed, stream::data) {
+  if (resume) resume_optimizer(resume->state);
+  scaler_ = loss_scaler_for(cfg, resume);
+  res_.parameters = params_.count();
+  res_.loss_floor = data_.loss_floor(cfg.model.seq_len);
+  res_.unigram_loss = data_.unigram_loss();
+  res_.best_val_loss = INFINITY;
+  res_.eps_rounding = eps_rounding(cfg);
+  t_start_ = std::chrono::steady_clock::now();
+  window_.start = t_start_;
+  if (resume) resume_progress(resume->state);
+}
+
+// Adam's moments and the training batches' stream as the resumed run left them.
+void TrainLoop::resume_optimizer(const TrainState& st) {
+  NL_USAGE(st.adam_m.defined() && st.adam_v.defined() && st.adam_m.numel() == flat_.numel() &&
+               st.adam_v.numel() == flat_.numel() && st.adam_m.dtype() == flat_.dtype() &&
+               st.adam_v.dtype() == flat_.dtype(),
+           "the optimizer state to resume from has {} / {} values; the model has {} {} parameters",
+           st.adam_m.defined() ? st.adam_m.numel() : 0, st.adam_v.defined() ? st.adam_v.numel() : 0, flat_.numel(),
+           to_string(flat_.dtype()));
+  NL_USAGE(st.step >= 1 && st.step < cfg_.steps, "cannot resume at step {} of a {}-step run", st.step, cfg_.steps);
+  m_.copy_(on_device(st.adam_m));
+  v_.copy_(on_device(st.adam_v));
+  data_rng_.set_state(st.data_rng);
+}
+
+// The loop's counts as the resumed run left them: its eval window's losses, the spike counter,
+// its steps and evals (the best of them too).
+void TrainLoop::resume_progress(const TrainState& st) {
+  window_.train_loss_sum = st.train_loss_sum;
+  window_.train_loss_count = st.train_loss_count;
+  spikes_.recent = st.recent_losses;
+  spikes_.result.count = st.spike_count;
+  spikes_.result.steps = st.spike_steps;
+  first_step_ = st.step + 1;
+  res_.steps_done = st.step;
+  for (const EvalRecord& r : st.evals) add_eval(r);
+}
+
+// What a run resumed after `step` needs besides the weights (TrainState).
+TrainState TrainLoop::snapshot(int64_t step) const {
+  TrainState st;
+  st.step = step;
+  st.adam_m = m_.to_device(Device::cpu);  // a copy, on the host, also from the cpu
+  st.adam_v = v_.to_device(Device::cpu);
+  st.data_rng = data_rng_.state();
+  st.train_loss_sum = window_.train_loss_sum;
+  st.train_loss_count = window_.train_loss_count;
+  st.evals = res_.evals;
+  st.recent_losses = spikes_.recent;
+  st.spike_count = spikes_.result.count;
+  st.spike_steps = spikes_.result.steps;
+  if (scaler_) st.loss_scaler = scaler_->state();
+  return st;
+}
+
+TrainResult TrainLoop::run() {
+  for (int64_t step = first_step_; step <= cfg_.steps; ++step)
+    if (!train_step(step)) break;
+  // No steps: the run is the initial model, evaluated once (and written by on_checkpoint below).
+  if (cfg_.steps == 0) {
+    res_.final_train_loss = NAN;
+    evaluate(0, NAN, false);
+  }
+  if (res_.status == "diverged" && (res_.evals.empty() || res_.evals.back().step != res_.diverged_step)) {
+    // The state at divergence is part of the result: record it (its losses may be NaN/Inf).
+    window_.train_loss_sum = NAN;
+    window_.train_loss_count = 1;
+    evaluate(res_.diverged_step, last_grad_norm_);
+  }
+  summarize();
+  if (hooks_.on_checkpoint && res_.status != "diverged")
+    hooks_.on_checkpoint(res_.steps_done, model_, snapshot(res_.steps_done));
+  return std::move(res_);
+}
+
+// One step: a training batch's loss and gradient, the loss scaler's verdict, Adam's update, then
+// the eval and the checkpoint when they are due. False: the run diverged at this step (res_ says
+// where and why).
+bool TrainLoop::train_step(int64_t step) {
+  params_.zero_grad();
+  Batch b = data_.train_batch(data_rng_, cfg_.batch_size, cfg_.model.seq_len);
+  const Tensor inputs = on_device(b.inputs), targets = on_device(b.targets);
+  const Tensor loss = model_.loss(inputs, targets);
+  const double loss_value = loss.item();
+  const double seed = scaler_ ? scaler_->scale() : 1.0;
+  if (!std::isfinite(loss_value) && !scaler_) {
+    diverge(step, "non-finite loss", inputs, targets, std::nullopt);
+    return false;
+  }
+  // Under a scaler a non-finite loss is a step like any with an inf or NaN gradient (PyTorch's
+  // backward would give it those): skipped, and the scale backs off.
+  double grad_norm = std::isfinite(loss_value) ? backward(loss, seed) : INFINITY;
+  bool step_taken = true;
+  if (scaler_) {
+    step_taken = unscale_or_skip(grad_norm, seed);
+    if (!step_taken && scaler_->scale() < kMinLossScale) {
+      const bool loss_finite = std::isfinite(loss_value);
+      diverge(step,
+              fmt::format("non-finite {} at {} steps in a row under loss scaling (scale now {:g})",
+                          loss_finite ? "gradient" : "loss", scaler_->state().consecutive_skips, scaler_->scale()),
+              inputs, targets, loss_finite ? std::optional<double>(seed) : std::nullopt);
+      return false;
+    }
+  }
+  last_grad_norm_ = grad_norm;
+  if (!scaler_ && !std::isfinite(grad_norm)) {
+    diverge(step, "non-finite gradient", inputs, targets, seed);
+    return false;
+  }
+  if (step_taken) adam_update(step, grad_norm);
+  count_step(step, loss_value);
+  if (step % cfg_.eval_every == 0 || step == cfg_.steps) {
+    evaluate(step, grad_norm);
+    if (!std::isfinite(res_.evals.back().val_loss)) {
+      diverge_on_validation(step);
+      return false;
+    }
+  }
+  // After the eval, so that a run resumed from here does not repeat it.
+  if (hooks_.on_checkpoint && hooks_.checkpoint_every > 0 && step % hooks_.checkpoint_every == 0 && step < cfg_.steps)
+    hooks_.on_checkpoint(step, model_, snapshot(step));
+  return true;
+}
+
+// The backward of a finite loss (seeded with the loss scale under a scaler), and the norm of the
+// gradient it left in the flat buffer.
+double TrainLoop::backward(const Tensor& loss, double seed) {
+  if (scaler_) loss.backward(Tensor::full_on(loss.shape(), seed, loss.dtype(), loss.device()));
+  else loss.backward();
+  params_.fill_missing_grads();
+  return std::sqrt(kb_.sum_squares(flat_grad_));
+}
+
+// GradScaler: a step whose gradients hold an inf or NaN is skipped and the scale backs off;
+// otherwise the gradients are unscaled (1/scale, as unscale_ multiplies) before clipping.
+// Whether the step goes ahead.
+bool TrainLoop::unscale_or_skip(double& grad_norm, double seed) {
+  const bool taken = scaler_->update(std::isfinite(grad_norm));
+  if (taken) {
+    kb_.scale(flat_grad_, flat_grad_, 1.0 / seed);
+    grad_norm /= seed;
+  }
+  return taken;
+}
+
+void TrainLoop::adam_update(int64_t step, double grad_norm) {
+  if (cfg_.clip > 0 && grad_norm > cfg_.clip) kb_.scale(flat_grad_, flat_grad_, cfg_.clip / grad_norm);
+  hp_.lr = learning_rate(cfg_, step);
+  // Adam's bias correction counts the updates made: a skipped step is not one (as PyTorch,
+  // whose optimizer.step() the scaler does not call).
+  hp_.step = step - (scaler_ ? scaler_->state().skipped : 0);
+  kb_.adam_step(flat_, flat_grad_, m_, v_, hp_);
+}
+
+// A step done (taken or skipped): its loss in the spike counter, the eval window and the result.
+void TrainLoop::count_step(int64_t step, double loss_value) {
+  spikes_.add(step, loss_value);
+  if (std::isfinite(loss_value)) {  // a skipped step's may not be
+    window_.train_loss_sum += loss_value;
+    ++window_.train_loss_count;
+  }
+  ++window_.steps;
+  res_.steps_done = step;
+  res_.final_train_loss = loss_value;
+  if (hooks_.on_step) hooks_.on_step(step, loss_value);
+}
+
+// A diverged run says where: the step replayed (the model unchanged since it ran) with every
+// stored value looked at.
+void TrainLoop::diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
+                        std::optional<double> backward_seed) {
+  res_.status = "diverged";
+  res_.diverged_step = step;
+  res_.diverged_reason = std::move(reason);
+  res_.nonfinite = find_nonfinite(model_, inputs, targets, step, backward_seed);
+}
+
+// The first held-out batch whose loss is not finite is the one replayed.
+void TrainLoop::diverge_on_validation(int64_t step) {
+  for (int64_t i = 0; i < cfg_.eval_batches; ++i) {
+    Batch vb = data_.val_batch(i, cfg_.batch_size, cfg_.model.seq_len);
+    diverge(step, "non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt);
+    if (res_.nonfinite.step >= 0) break;
+  }
+}
+
+// An eval after `step`: the training side since the last one, the held-out loss, recorded and
+// passed to on_eval. grads: whether a backward ran (the initial model of a 0-step run has no
+// gradients to report).
+void TrainLoop::evaluate(int64_t step, double grad_norm, bool grads) {
+  EvalRecord r = training_record(step, grad_norm, grads);
+  NoGradGuard no_grad;  // the held-out forwards, and on_eval
+  measure_validation(r);
+  window_.train_loss_sum = 0;
+  window_.train_loss_count = 0;
+  window_.steps = 0;
+  add_eval(r);
+  if (hooks_.on_eval) hooks_.on_eval(r);
+  window_.start = std::chrono::steady_clock::now();  // evals do not count as step time
+}
+
+// An eval's training side: the lr, the mean training loss and the time per step over the window,
+// the last gradient's norm (per block too), the loss scaler's scale and skips.
+EvalRecord TrainLoop::training_record(int64_t step, double grad_norm, bool grads) const {
+  auto now = std::chrono::steady_clock::now();
+  EvalRecord r;
+  r.step = step;
+  r.lr = learning_rate(cfg_, step);
+  r.train_loss = window_.train_loss_count ? window_.train_loss_sum / static_cast<double>(window_.train_loss_count) : NAN;
+  r.grad_norm = grad_norm;
+  if (grads)
+    for (size_t l = 0; l < model_.blocks().size(); ++l) r.block_grad_norm.push_back(params_grad_norm(model_.block_params(l)));
+  const double window = std::chrono::duration<double>(now - window_.start).count();
+  r.seconds_per_step = window_.steps ? window / static_cast<double>(window_.steps) : 0;
+  r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step_) / r.seconds_per_step : 0;
+  if (scaler_) {
+    r.loss_scale = scaler_->scale();
+    r.skipped_steps = scaler_->state().skipped;
+  }
+  return r;
+}
+
+// The held-out loss over eval_batches batches, its excess over the oracle's and their standard
+// errors; the first batch's forward is traced for the per-block figures.
+void TrainLoop::measure_validation(EvalRecord& r) {
+  std::vector<double> batch_loss, batch_excess;
+  double oracle = 0;
+  for (int64_t i = 0; i < cfg_.eval_batches; ++i) {
+    Batch b = data_.val_batch(i, cfg_.batch_size, cfg_.model.seq_len);
+    ForwardTrace trace;
+    const double loss = validation_loss(b, i == 0, trace, r);
+    const double oracle_batch = data_.oracle_loss(b);
+    batch_loss.push_back(loss);
+    batch_excess.push_back(loss - oracle_batch);
+    oracle += oracle_batch;
+    if (i == 0) add_trace_statistics(r, trace);
+  }
+  // Every batch has equally many tokens: the mean of the batch means is the mean over tokens.
+  const double batches = static_cast<double>(cfg_.eval_batches);
+  r.val_loss = mean(batch_loss);
+  r.val_oracle_loss = oracle / batches;
+  if (std::isfinite(r.val_oracle_loss)) r.excess_loss = mean(batch_excess);
+  if (cfg_.eval_batches > 1) {
+    r.val_loss_se = sample_std(batch_loss) / std::sqrt(batches);
+    if (std::isfinite(r.val_oracle_loss)) r.excess_loss_se = sample_std(batch_excess) / std::sqrt(batches);
+  }
+}
+
+// Batch b's loss, its forward traced when `traced`; a low-precision run's traced forward also
+// fills r's per-block statistics of what the format stores.
+double TrainLoop::validation_loss(const Batch& b, bool traced, ForwardTrace& trace, EvalRecord& r) const {
+  if (traced && low_precision_) {  // what the format does to each block's values
+    BlockStorageStats stats(model_.blocks().size());
+    const double loss = model_.loss(on_device(b.inputs), on_device(b.targets), &trace).item();
+    stats.fill(r, trace);
+    return loss;
+  }
+  return model_.loss(on_device(b.inputs), on_device(b.targets), traced ? &trace : nullptr).item();
+}
+
+// An eval in the result, and the best held-out loss so far.
+void TrainLoop::add_eval(const EvalRecord& r) {
+  res_.evals.push_back(r);
+  if (std::isfinite(r.val_loss) && r.val_loss < res_.best_val_loss) {
+    res_.best_val_loss = r.val_loss;
+    res_.best_val_step = r.step;
+  }
+}
+
+// The result's figures of the whole run, from its evals and counters: time and speed, the last
+// and best held-out loss, collapse and plateaus, spikes, the loss scaler's, what it ran on.
+void TrainLoop::summarize() {
+  res_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+  if (!res_.evals.empty()) res_.final_val_loss = res_.evals.back().val_loss;
+  double step_time = 0;
+  int64_t counted = 0;
+  for (const EvalRecord& r : res_.evals)
+    if (r.seconds_per_step > 0) {
+      step_time += r.seconds_per_step;
+      ++counted;
+    }
+  res_.seconds_per_step = counted ? step_time / static_cast<double>(counted) : 0;
+  res_.tokens_per_second = res_.seconds_per_step > 0 ? static_cast<double>(tokens_per_step_) / res_.seconds_per_step : 0;
+  if (!std::isfinite(res_.best_val_loss)) res_.best_val_loss = NAN;
+  if (res_.status == "ok" && res_.steps_done > 0) {  // an untrained model has not collapsed: it has not begun
+    res_.collapsed_step = collapse_step(res_.evals, res_.unigram_loss);
+    if (res_.collapsed_step >= 0) res_.status = "collapsed";
+  }
+  if (res_.steps_done > 0) res_.plateaus = plateau_spells(res_.evals, res_.unigram_loss);
+  res_.spike_count = spikes_.result.count;
+  res_.spike_steps = spikes_.result.steps;
+  if (scaler_) {
+    res_.skipped_steps = scaler_->state().skipped;
+    res_.final_loss_scale = scaler_->scale();
+  }
+  res_.threads = num_threads();
+  res_.kernel_choices = backend_for(device_, DType::f32).kernel_choices();
+}
+
+}  // namespace
+
 TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const ProgressCallback& on_step) {
   TrainHooks hooks;
   hooks.on_eval = on_eval;
@@ -147,295 +570,21 @@ TrainResult train(const TrainConfig& cfg, const EvalCallback& on_eval, const Pro
 }
 
 TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumePoint* resume) {
-  const EvalCallback& on_eval = hooks.on_eval;
-  const ProgressCallback& on_step = hooks.on_step;
   cfg.validate();
   ThreadCountScope thread_count(cfg.threads);  // the caller's count again when the run ends, or throws
   // Every op of the run (steps and evals) stores in the run's precision; the optimizer works on
   // the float32 master weights through the backend, outside the ops.
   StoragePrecisionScope storage(cfg.storage(), cfg.residual_storage(), cfg.norm_compute.value_or(NormCompute::fused));
-  const bool low_precision = cfg.storage() != Precision::fp32;
   std::unique_ptr<DataSource> data = make_data_source(cfg);
   Model model(cfg.model, cfg.seed);
   if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);
   else if (!cfg.init_from.empty()) load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
-  ParamList& params = model.params();
   // Parameters, gradients and Adam's moments live on the compute device from here on; a step
   // uploads its batch and downloads the loss and the gradient norm.
   const Device device = compute_device();
-  params.flatten(device);
-  Tensor flat = params.flat(), flat_grad = params.flat_grad();
-  Backend& kb = backend_for(flat.device(), flat.dtype());
-  Tensor m = Tensor::zeros(flat.shape(), flat.dtype(), device), v = Tensor::zeros(flat.shape(), flat.dtype(), device);
-  auto on_device = [device](const Tensor& t) { return t.device() == device ? t : t.to_device(device); };
-  Rng data_rng(cfg.seed, stream::data);
-  if (resume) {
-    const TrainState& st = resume->state;
-    NL_USAGE(st.adam_m.defined() && st.adam_v.defined() && st.adam_m.numel() == flat.numel() &&
-                 st.adam_v.numel() == flat.numel() && st.adam_m.dtype() == flat.dtype() &&
-                 st.adam_v.dtype() == flat.dtype(),
-             "the optimizer state to resume from has {} / {} values; the model has {} {} parameters",
-             st.adam_m.defined() ? st.adam_m.numel() : 0, st.adam_v.defined() ? st.adam_v.numel() : 0, flat.numel(),
-             to_string(flat.dtype()));
-    NL_USAGE(st.step >= 1 && st.step < cfg.steps, "cannot resume at step {} of a {}-step run", st.step, cfg.steps);
-    m.copy_(on_device(st.adam_m));
-    v.copy_(on_device(st.adam_v));
-    data_rng.set_state(st.data_rng);
-  }
-  std::optional<LossScaler> scaler;
-  if (cfg.loss_scaling() == LossScaling::dynamic) {
-    if (resume) {
-      NL_USAGE(resume->state.loss_scaler.scale > 0,
-               "the state to resume from has no loss scaler's state, but this run scales its loss");
-      scaler.emplace(cfg.loss_scaler_settings(), resume->state.loss_scaler);
-    } else {
-      scaler.emplace(cfg.loss_scaler_settings());
-    }
-  }
-
-  TrainResult res;
-  res.parameters = params.count();
-  res.loss_floor = data->loss_floor(cfg.model.seq_len);
-  res.unigram_loss = data->unigram_loss();
-  res.best_val_loss = INFINITY;
-  res.eps_rounding = eps_rounding(cfg);
-  const int64_t tokens_per_step = cfg.batch_size * cfg.model.seq_len;
-
-  auto t_start = std::chrono::steady_clock::now();
-  auto t_window = t_start;
-  int64_t window_steps = 0;
-  double train_loss_sum = 0;
-  int64_t train_loss_count = 0;
-  int64_t first_step = 1;
-  SpikeCounter spikes;
-  if (resume) {
-    const TrainState& st = resume->state;
-    train_loss_sum = st.train_loss_sum;
-    train_loss_count = st.train_loss_count;
-    spikes.recent = st.recent_losses;
-    spikes.result.count = st.spike_count;
-    spikes.result.steps = st.spike_steps;
-    first_step = st.step + 1;
-    res.steps_done = st.step;
-    for (const EvalRecord& r : st.evals) {
-      res.evals.push_back(r);
-      if (std::isfinite(r.val_loss) && r.val_loss < res.best_val_loss) {
-        res.best_val_loss = r.val_loss;
-        res.best_val_step = r.step;
-      }
-    }
-  }
-  auto snapshot = [&](int64_t step) {
-    TrainState st;
-    st.step = step;
-    st.adam_m = m.to_device(Device::cpu);  // a copy, on the host, also from the cpu
-    st.adam_v = v.to_device(Device::cpu);
-    st.data_rng = data_rng.state();
-    st.train_loss_sum = train_loss_sum;
-    st.train_loss_count = train_loss_count;
-    st.evals = res.evals;
-    st.recent_losses = spikes.recent;
-    st.spike_count = spikes.result.count;
-    st.spike_steps = spikes.result.steps;
-    if (scaler) st.loss_scaler = scaler->state();
-    return st;
-  };
-
-  // grads: whether a backward ran (the initial model of a 0-step run has no gradients to report).
-  auto evaluate = [&](int64_t step, double grad_norm, bool grads = true) {
-    auto now = std::chrono::steady_clock::now();
-    EvalRecord r;
-    r.step = step;
-    r.lr = learning_rate(cfg, step);
-    r.train_loss = train_loss_count ? train_loss_sum / static_cast<double>(train_loss_count) : NAN;
-    r.grad_norm = grad_norm;
-    if (grads)
-      for (size_t l = 0; l < model.blocks().size(); ++l) r.block_grad_norm.push_back(params_grad_norm(model.block_params(l)));
-    const double window = std::chrono::duration<double>(now - t_window).count();
-    r.seconds_per_step = window_steps ? window / static_cast<double>(window_steps) : 0;
-    r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / r.seconds_per_step : 0;
-    if (scaler) {
-      r.loss_scale = scaler->scale();
-      r.skipped_steps = scaler->state().skipped;
-    }
-    NoGradGuard no_grad;
-    std::vector<double> batch_loss, batch_excess;
-    double oracle = 0;
-    for (int64_t i = 0; i < cfg.eval_batches; ++i) {
-      Batch b = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
-      ForwardTrace trace;
-      double loss = 0;
-      if (i == 0 && low_precision) {  // what the format does to each block's values
-        BlockStorageStats stats(model.blocks().size());
-        loss = model.loss(on_device(b.inputs), on_device(b.targets), &trace).item();
-        stats.fill(r, trace);
-      } else {
-        loss = model.loss(on_device(b.inputs), on_device(b.targets), i == 0 ? &trace : nullptr).item();
-      }
-      const double oracle_batch = data->oracle_loss(b);
-      batch_loss.push_back(loss);
-      batch_excess.push_back(loss - oracle_batch);
-      oracle += oracle_batch;
-      if (i == 0) {
-        for (const Tensor& x : trace.block_out) r.stream_norm.push_back(mean_token_norm(x));
-        r.final_norm_out = mean_token_norm(trace.final_out);
-        for (const AttentionTap& tap : trace.attention) {
-          const AttentionStats a = attention_statistics(tap);
-          r.attn_entropy.push_back(a.mean_entropy);
-          r.attn_max_logit.push_back(a.max_logit);
-        }
-      }
-    }
-    // Every batch has equally many tokens: the mean of the batch means is the mean over tokens.
-    const double batches = static_cast<double>(cfg.eval_batches);
-    r.val_loss = mean(batch_loss);
-    r.val_oracle_loss = oracle / batches;
-    if (std::isfinite(r.val_oracle_loss)) r.excess_loss = mean(batch_excess);
-    if (cfg.eval_batches > 1) {
-      r.val_loss_se = sample_std(batch_loss) / std::sqrt(batches);
-      if (std::isfinite(r.val_oracle_loss)) r.excess_loss_se = sample_std(batch_excess) / std::sqrt(batches);
-    }
-    train_loss_sum = 0;
-    train_loss_count = 0;
-    window_steps = 0;
-    res.evals.push_back(r);
-    if (std::isfinite(r.val_loss) && r.val_loss < res.best_val_loss) {
-      res.best_val_loss = r.val_loss;
-      res.best_val_step = step;
-    }
-    if (on_eval) on_eval(r);
-    t_window = std::chrono::steady_clock::now();  // evals do not count as step time
-  };
-
-  AdamParams hp;
-  hp.beta1 = cfg.beta1;
-  hp.beta2 = cfg.beta2;
-  hp.eps = cfg.adam_eps;
-  hp.weight_decay = cfg.weight_decay;
-  hp.decoupled = cfg.optimizer == OptimizerKind::adamw;
-
-  double last_grad_norm = 0;
-  for (int64_t step = first_step; step <= cfg.steps; ++step) {
-    params.zero_grad();
-    Batch b = data->train_batch(data_rng, cfg.batch_size, cfg.model.seq_len);
-    const Tensor inputs = on_device(b.inputs), targets = on_device(b.targets);
-    Tensor loss = model.loss(inputs, targets);
-    const double loss_value = loss.item();
-    const double seed = scaler ? scaler->scale() : 1.0;
-    // A diverged run says where: the step replayed (the model unchanged since it ran) with
-    // every stored value looked at.
-    auto diverge = [&](std::string reason, const Tensor& in, const Tensor& tg, std::optional<double> backward_seed) {
-      res.status = "diverged";
-      res.diverged_step = step;
-      res.diverged_reason = std::move(reason);
-      res.nonfinite = find_nonfinite(model, in, tg, step, backward_seed);
-    };
-    if (!std::isfinite(loss_value) && !scaler) {
-      diverge("non-finite loss", inputs, targets, std::nullopt);
-      break;
-    }
-    // Under a scaler a non-finite loss is a step like any with an inf or NaN gradient (PyTorch's
-    // backward would give it those): skipped, and the scale backs off.
-    double grad_norm = INFINITY;
-    if (std::isfinite(loss_value)) {
-      if (scaler) loss.backward(Tensor::full_on(loss.shape(), seed, loss.dtype(), loss.device()));
-      else loss.backward();
-      params.fill_missing_grads();
-      grad_norm = std::sqrt(kb.sum_squares(flat_grad));
-    }
-    bool step_taken = true;
-    if (scaler) {
-      // GradScaler: a step whose gradients hold an inf or NaN is skipped and the scale backs off;
-      // otherwise the gradients are unscaled (1/scale, as unscale_ multiplies) before clipping.
-      step_taken = scaler->update(std::isfinite(grad_norm));
-      if (step_taken) {
-        kb.scale(flat_grad, flat_grad, 1.0 / seed);
-        grad_norm /= seed;
-      } else if (scaler->scale() < kMinLossScale) {
-        const bool loss_finite = std::isfinite(loss_value);
-        diverge(fmt::format("non-finite {} at {} steps in a row under loss scaling (scale now {:g})",
-                            loss_finite ? "gradient" : "loss", scaler->state().consecutive_skips, scaler->scale()),
-                inputs, targets, loss_finite ? std::optional<double>(seed) : std::nullopt);
-        break;
-      }
-    }
-    last_grad_norm = grad_norm;
-    if (!scaler && !std::isfinite(grad_norm)) {
-      diverge("non-finite gradient", inputs, targets, seed);
-      break;
-    }
-    if (step_taken) {
-      if (cfg.clip > 0 && grad_norm > cfg.clip) kb.scale(flat_grad, flat_grad, cfg.clip / grad_norm);
-      hp.lr = learning_rate(cfg, step);
-      // Adam's bias correction counts the updates made: a skipped step is not one (as PyTorch,
-      // whose optimizer.step() the scaler does not call).
-      hp.step = step - (scaler ? scaler->state().skipped : 0);
-      kb.adam_step(flat, flat_grad, m, v, hp);
-    }
-    spikes.add(step, loss_value);
-    if (std::isfinite(loss_value)) {  // a skipped step's may not be
-      train_loss_sum += loss_value;
-      ++train_loss_count;
-    }
-    ++window_steps;
-    res.steps_done = step;
-    res.final_train_loss = loss_value;
-    if (on_step) on_step(step, loss_value);
-    if (step % cfg.eval_every == 0 || step == cfg.steps) {
-      evaluate(step, grad_norm);
-      if (!std::isfinite(res.evals.back().val_loss)) {
-        // The first held-out batch whose loss is not finite is the one replayed.
-        for (int64_t i = 0; i < cfg.eval_batches; ++i) {
-          Batch vb = data->val_batch(i, cfg.batch_size, cfg.model.seq_len);
-          diverge("non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt);
-          if (res.nonfinite.step >= 0) break;
-        }
-        break;
-      }
-    }
-    // After the eval, so that a run resumed from here does not repeat it.
-    if (hooks.on_checkpoint && hooks.checkpoint_every > 0 && step % hooks.checkpoint_every == 0 && step < cfg.steps)
-      hooks.on_checkpoint(step, model, snapshot(step));
-  }
-  (void)last_grad_norm;
-  // No steps: the run is the initial model, evaluated once (and written by on_checkpoint below).
-  if (cfg.steps == 0) {
-    res.final_train_loss = NAN;
-    evaluate(0, NAN, false);
-  }
-  if (res.status == "diverged" && (res.evals.empty() || res.evals.back().step != res.diverged_step)) {
-    // The state at divergence is part of the result: record it (its losses may be NaN/Inf).
-    train_loss_sum = NAN;
-    train_loss_count = 1;
-    evaluate(res.diverged_step, last_grad_norm);
-  }
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  if (!res.evals.empty()) res.final_val_loss = res.evals.back().val_loss;
-  double step_time = 0;
-  int64_t counted = 0;
-  for (const EvalRecord& r : res.evals)
-    if (r.seconds_per_step > 0) {
-      step_time += r.seconds_per_step;
-      ++counted;
-    }
-  res.seconds_per_step = counted ? step_time / static_cast<double>(counted) : 0;
-  res.tokens_per_second = res.seconds_per_step > 0 ? static_cast<double>(tokens_per_step) / res.seconds_per_step : 0;
-  if (!std::isfinite(res.best_val_loss)) res.best_val_loss = NAN;
-  if (res.status == "ok" && res.steps_done > 0) {  // an untrained model has not collapsed: it has not begun
-    res.collapsed_step = collapse_step(res.evals, res.unigram_loss);
-    if (res.collapsed_step >= 0) res.status = "collapsed";
-  }
-  if (res.steps_done > 0) res.plateaus = plateau_spells(res.evals, res.unigram_loss);
-  res.spike_count = spikes.result.count;
-  res.spike_steps = spikes.result.steps;
-  if (scaler) {
-    res.skipped_steps = scaler->state().skipped;
-    res.final_loss_scale = scaler->scale();
-  }
-  res.threads = num_threads();
-  res.kernel_choices = backend_for(device, DType::f32).kernel_choices();
-  if (hooks.on_checkpoint && res.status != "diverged") hooks.on_checkpoint(res.steps_done, model, snapshot(res.steps_done));
-  return res;
+  model.params().flatten(device);
+  TrainLoop loop(cfg, hooks, *data, model, device, resume);
+  return loop.run();
 }
 
 std::vector<std::pair<int64_t, int64_t>> plateau_spells(const std::vector<EvalRecord>& evals, double unigram_loss) {
