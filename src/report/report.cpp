@@ -614,120 +614,143 @@ void name_leftovers(const fs::path& out, const ReportRequest& req) {
                                 shown(p, 200), shown(p, 200)));
 }
 
-}  // namespace
+// ---- writing the site -------------------------------------------------------------------------
 
-ReportResult write_report(const ReportRequest& req) {
-  auto stop_if_interrupted = [&req] {
-    if (req.interrupt && *req.interrupt)
-      throw Interrupted(fmt::format("interrupted by {}; nothing was written", signal_name(*req.interrupt)),
-                        static_cast<int>(*req.interrupt));
-  };
-  NL_USAGE(!req.inputs.empty(), "report needs run or sweep directories (or a folder of them, e.g. results/)");
-  NL_USAGE(!req.out.empty(), "--out needs a directory name");
-  if (!req.reproduction.empty()) ReadableFile check(req.reproduction);  // every input checked before the work
+// Throws Interrupted once the command is asked to stop (req.interrupt set). Called between files,
+// so that a stopped report leaves OUT as it was.
+void stop_if_interrupted(const ReportRequest& req) {
+  if (req.interrupt && *req.interrupt)
+    throw Interrupted(fmt::format("interrupted by {}; nothing was written", signal_name(*req.interrupt)),
+                      static_cast<int>(*req.interrupt));
+}
+
+// --out as a path without a trailing '/' ("site/" is "site"): as given, and absolute.
+struct OutPaths {
+  fs::path out, abs;
+};
+
+// Where the site goes, before any reading: a site of ours or nothing, in an existing directory.
+OutPaths checked_out_paths(const ReportRequest& req) {
   std::error_code ec;
-  // Where the site goes, before any reading: a site of ours or nothing, in an existing directory.
-  fs::path out = fs::path(req.out).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();  // "site/" is "site"
-  fs::path out_abs = fs::absolute(out).lexically_normal();
-  if (out_abs.filename().empty()) out_abs = out_abs.parent_path();
-  NL_USAGE(out_abs.has_parent_path() && fs::is_directory(out_abs.parent_path(), ec), "the parent directory of --out '{}' does not exist",
+  OutPaths p;
+  p.out = fs::path(req.out).lexically_normal();
+  if (p.out.filename().empty()) p.out = p.out.parent_path();
+  p.abs = fs::absolute(p.out).lexically_normal();
+  if (p.abs.filename().empty()) p.abs = p.abs.parent_path();
+  NL_USAGE(p.abs.has_parent_path() && fs::is_directory(p.abs.parent_path(), ec), "the parent directory of --out '{}' does not exist",
            shown(req.out, 200));
-  check_output_dir(out_abs.parent_path().string(), "--out");  // where the site is written, before any work
-  check_out(out_abs, req);
+  check_output_dir(p.abs.parent_path().string(), "--out");  // where the site is written, before any work
+  check_out(p.abs, req);
+  return p;
+}
 
-  std::vector<std::string> sweep_dirs;
-  std::vector<std::pair<std::string, std::string>> run_dirs;
+// The sweep directories and the finished run directories (with the names they are reported
+// under) that the inputs hold, sorted.
+struct FoundDirs {
+  std::vector<std::string> sweeps;
+  std::vector<std::pair<std::string, std::string>> runs;
+};
+
+// Every input holds at least one of them.
+FoundDirs find_inputs(const ReportRequest& req) {
+  FoundDirs found;
   for (const std::string& in : req.inputs) {
-    const size_t before = sweep_dirs.size() + run_dirs.size();
-    find(in, sweep_dirs, run_dirs);
-    std::sort(sweep_dirs.begin(), sweep_dirs.end());
-    std::sort(run_dirs.begin(), run_dirs.end());
-    NL_USAGE(sweep_dirs.size() + run_dirs.size() > before, "'{}' holds no sweep directory and no finished run directory", shown(in, 200));
+    const size_t before = found.sweeps.size() + found.runs.size();
+    find(in, found.sweeps, found.runs);
+    std::sort(found.sweeps.begin(), found.sweeps.end());
+    std::sort(found.runs.begin(), found.runs.end());
+    NL_USAGE(found.sweeps.size() + found.runs.size() > before, "'{}' holds no sweep directory and no finished run directory",
+             shown(in, 200));
   }
-  // OUT (replaced whole) never holds what it reports, nor goes inside a run directory.
-  auto check_apart = [&](const std::string& d) {
+  return found;
+}
+
+// OUT (replaced whole) never holds what it reports, nor goes inside a run directory.
+void check_apart(const FoundDirs& found, const fs::path& out_abs, const ReportRequest& req) {
+  auto apart = [&](const std::string& d) {
     const fs::path dir = fs::absolute(d).lexically_normal();
     const fs::path a = dir.lexically_relative(out_abs), b = out_abs.lexically_relative(dir);
     NL_USAGE((a.empty() || *a.begin() == "..") && (b.empty() || *b.begin() == ".."),
              "--out '{}' and '{}', which it reports, are inside one another", shown(req.out, 200), shown(d, 200));
   };
-  for (const std::string& d : sweep_dirs) check_apart(d);
-  for (const auto& rd : run_dirs) check_apart(rd.first);
+  for (const std::string& d : found.sweeps) apart(d);
+  for (const auto& rd : found.runs) apart(rd.first);
+}
 
-  Site site;
+// Sweep `d` (reported as `name`) as its spec plans it; each finished point's run is read and
+// appended to `runs`.
+SweepInfo read_sweep(const std::string& d, const std::string& name, std::deque<RunInfo>& runs, const ReportRequest& req) {
+  SweepInfo sw;
+  sw.dir = d;
+  sw.name = name;
+  SweepRequest sr;
+  sr.spec_file = d + "/spec.json";
+  const SweepPlan plan = plan_sweep(sr);
+  sw.axes = plan.axes;
+  const std::vector<PointState> states = point_states(d, plan);
+  sw.summary = summarize_sweep(d, {});
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    PointInfo p;
+    p.name = plan.points[i].name;
+    p.values = plan.points[i].values;
+    p.status = states[i].status;
+    if (states[i].done) {
+      stop_if_interrupted(req);
+      runs.push_back(read_run_info(d + "/runs/" + p.name, sw.name + "/" + p.name));
+      p.run = &runs.back();
+      const std::string s = str(p.run->result, "status");
+      if (s == "collapsed") p.status = s;
+    }
+    sw.points.push_back(std::move(p));
+  }
+  return sw;
+}
+
+// Everything the site reports, read into memory: the sweeps, and the runs (the sweeps' finished
+// points, then from first_standalone on the runs outside sweeps). Read in place by the
+// constructor, never moved: the points hold pointers into `runs`.
+struct Reported {
   std::vector<SweepInfo> sweeps;
   std::deque<RunInfo> runs;  // a deque: PointInfo points into it as it grows
-  std::set<std::string> names;
-  for (const std::string& d : sweep_dirs) {
-    SweepInfo sw;
-    sw.dir = d;
-    sw.name = base_name(d);
-    NL_USAGE(names.insert(sw.name).second, "two sweeps named '{}' ('{}' and another): report them separately", shown(sw.name, 100),
-             shown(d, 200));
-    SweepRequest sr;
-    sr.spec_file = d + "/spec.json";
-    const SweepPlan plan = plan_sweep(sr);
-    sw.axes = plan.axes;
-    const std::vector<PointState> states = point_states(d, plan);
-    sw.summary = summarize_sweep(d, {});
-    for (size_t i = 0; i < plan.points.size(); ++i) {
-      PointInfo p;
-      p.name = plan.points[i].name;
-      p.values = plan.points[i].values;
-      p.status = states[i].status;
-      if (states[i].done) {
-        stop_if_interrupted();
-        runs.push_back(read_run_info(d + "/runs/" + p.name, sw.name + "/" + p.name));
-        p.run = &runs.back();
-        const std::string s = str(p.run->result, "status");
-        if (s == "collapsed") p.status = s;
-      }
-      sw.points.push_back(std::move(p));
+  size_t first_standalone = 0;
+
+  Reported(const FoundDirs& found, const ReportRequest& req) {
+    std::set<std::string> names;
+    for (const std::string& d : found.sweeps) {
+      const std::string name = base_name(d);
+      NL_USAGE(names.insert(name).second, "two sweeps named '{}' ('{}' and another): report them separately", shown(name, 100),
+               shown(d, 200));
+      sweeps.push_back(read_sweep(d, name, runs, req));
     }
-    sweeps.push_back(std::move(sw));
+    first_standalone = runs.size();
+    std::set<std::string> run_names;
+    for (const auto& [d, name] : found.runs) {
+      NL_USAGE(run_names.insert(name).second, "two runs would be reported as '{}'", shown(name, 200));
+      stop_if_interrupted(req);
+      runs.push_back(read_run_info(d, "standalone/" + name));
+    }
   }
-  const size_t first_standalone = runs.size();
-  std::set<std::string> run_names;
-  for (const auto& [d, name] : run_dirs) {
-    NL_USAGE(run_names.insert(name).second, "two runs would be reported as '{}'", shown(name, 200));
-    stop_if_interrupted();
-    runs.push_back(read_run_info(d, "standalone/" + name));
-  }
+  Reported(const Reported&) = delete;
+  Reported& operator=(const Reported&) = delete;
+};
 
-  // Pages.
-  for (const SweepInfo& sw : sweeps) {
-    stop_if_interrupted();
-    sweep_page(site, sw);
-    for (const PointInfo& p : sw.points)
-      if (p.run) {
-        stop_if_interrupted();
-        run_page(site, *p.run, sw.name);
-      }
-  }
-  for (size_t i = first_standalone; i < runs.size(); ++i) {
-    stop_if_interrupted();
-    run_page(site, runs[i], "");
-  }
-  std::string md = req.reproduction;
-  if (md.empty())
-    for (const std::string& in : req.inputs)
-      if (fs::is_regular_file(fs::path(in) / "REPRODUCTION.md", ec)) {
-        md = (fs::path(in) / "REPRODUCTION.md").string();
-        break;
-      }
-  bool experiments = false;
-  if (!md.empty()) {
-    std::set<std::string> in_site;
-    for (const SweepInfo& sw : sweeps) in_site.insert(sw.name);
-    experiments = experiments_page(site, md, in_site);
-  }
+// The REPRODUCTION.md whose claims get a page: --reproduction, else the first input's own; "" for
+// none.
+std::string reproduction_md(const ReportRequest& req) {
+  if (!req.reproduction.empty()) return req.reproduction;
+  std::error_code ec;
+  for (const std::string& in : req.inputs)
+    if (fs::is_regular_file(fs::path(in) / "REPRODUCTION.md", ec)) return (fs::path(in) / "REPRODUCTION.md").string();
+  return "";
+}
 
+// The front page: a table of the sweeps, then one of the runs outside sweeps.
+void index_page(Site& site, const Reported& reported, bool experiments) {
   std::string b;
   if (experiments) b += "<p>" + link("experiments.html", "Experiments") + ": each claim of REPRODUCTION.md with its sweeps.</p>\n";
-  b += fmt::format("<h2>Sweeps ({})</h2>\n", sweeps.size());
+  b += fmt::format("<h2>Sweeps ({})</h2>\n", reported.sweeps.size());
   std::vector<std::vector<Cell>> rows;
-  for (const SweepInfo& sw : sweeps) {
+  for (const SweepInfo& sw : reported.sweeps) {
     const SweepSummary& s = sw.summary;
     rows.push_back({{link("sweeps/" + sw.name + "/index.html", sw.name), sw.name}, integer(static_cast<int64_t>(s.points)),
                     integer(static_cast<int64_t>(s.completed)), integer(static_cast<int64_t>(s.collapsed)),
@@ -736,31 +759,62 @@ ReportResult write_report(const ReportRequest& req) {
   }
   b += rows.empty() ? "<p>None.</p>\n" : table_html({"sweep", "points", "completed", "collapsed", "diverged", "failed", "pending"}, rows);
   rows.clear();
-  for (size_t i = first_standalone; i < runs.size(); ++i) {
-    const RunInfo& r = runs[i];
+  for (size_t i = reported.first_standalone; i < reported.runs.size(); ++i) {
+    const RunInfo& r = reported.runs[i];
     rows.push_back({{link("runs/" + r.name + "/index.html", r.name.substr(11)), r.name}, {status_html(str(r.result, "status"), run_status_text(r)), str(r.result, "status")},
                     number(num(r.result, "final_val_loss")), integer(inum(r.result, "steps_done"))});
   }
   b += fmt::format("<h2>Runs outside sweeps ({})</h2>\n", rows.size());
   b += rows.empty() ? "<p>None.</p>\n" : table_html({"run", "status", "final val loss", "steps"}, rows);
   site.page("index.html", "normlab report", b);
+}
+
+// Every page of the site with its figures, the stylesheet and the sorting script, in memory.
+// Whether it has the experiments page.
+bool render_site(Site& site, const Reported& reported, const ReportRequest& req) {
+  for (const SweepInfo& sw : reported.sweeps) {
+    stop_if_interrupted(req);
+    sweep_page(site, sw);
+    for (const PointInfo& p : sw.points)
+      if (p.run) {
+        stop_if_interrupted(req);
+        run_page(site, *p.run, sw.name);
+      }
+  }
+  for (size_t i = reported.first_standalone; i < reported.runs.size(); ++i) {
+    stop_if_interrupted(req);
+    run_page(site, reported.runs[i], "");
+  }
+  const std::string md = reproduction_md(req);
+  bool experiments = false;
+  if (!md.empty()) {
+    std::set<std::string> in_site;
+    for (const SweepInfo& sw : reported.sweeps) in_site.insert(sw.name);
+    experiments = experiments_page(site, md, in_site);
+  }
+  index_page(site, reported, experiments);
   site.files["style.css"] = kStyle;
   site.files["sort.js"] = kSortJs;
+  return experiments;
+}
 
-  // Written whole under a temporary name (made here, so never a directory someone else has), then
-  // in OUT's place.
-  name_leftovers(out, req);
-  stop_if_interrupted();
-  const std::string tmp = partial_path(out_abs.string());
+// The site written whole under a temporary name (made here, so never a directory someone else
+// has), then put in OUT's place; the temporary directory is removed if that fails.
+void publish(const Site& site, const OutPaths& out, const ReportRequest& req) {
+  name_leftovers(out.out, req);
+  stop_if_interrupted(req);
+  const std::string tmp = partial_path(out.abs.string());
   if (::mkdir(tmp.c_str(), 0755) != 0) {
     NL_USAGE(errno != EEXIST, "'{}' is left from a report that was stopped (its process had this one's pid); it is not a "
              "site: look at it or remove it (rm -r '{}')", shown(tmp, 200), shown(tmp, 200));
     throw UsageError(fmt::format("cannot create '{}': {}", shown(tmp, 200), std::strerror(errno)));
   }
+  const auto stop = [&req] { stop_if_interrupted(req); };
+  std::error_code ec;
   try {
-    site_dir::write(tmp, site.files, stop_if_interrupted);
-    stop_if_interrupted();  // the last moment the command can still stop with nothing changed
-    site_dir::install(tmp, out_abs.string(), req.out, req.on_notice);
+    site_dir::write(tmp, site.files, stop);
+    stop();  // the last moment the command can still stop with nothing changed
+    site_dir::install(tmp, out.abs.string(), req.out, req.on_notice);
   } catch (const Interrupted& e) {
     fs::remove_all(tmp, ec);  // made above by this process
     throw Interrupted(fmt::format("interrupted by {}; the unfinished site {} was removed", signal_name(e.signal), shown(tmp, 200)),
@@ -769,10 +823,25 @@ ReportResult write_report(const ReportRequest& req) {
     fs::remove_all(tmp, ec);
     throw;
   }
+}
+
+}  // namespace
+
+ReportResult write_report(const ReportRequest& req) {
+  NL_USAGE(!req.inputs.empty(), "report needs run or sweep directories (or a folder of them, e.g. results/)");
+  NL_USAGE(!req.out.empty(), "--out needs a directory name");
+  if (!req.reproduction.empty()) ReadableFile check(req.reproduction);  // every input checked before the work
+  const OutPaths out = checked_out_paths(req);
+  const FoundDirs found = find_inputs(req);
+  check_apart(found, out.abs, req);
+  const Reported reported(found, req);
+  Site site;
+  const bool experiments = render_site(site, reported, req);
+  publish(site, out, req);
   ReportResult r;
   r.out = req.out;
-  r.sweeps = sweeps.size();
-  r.runs = runs.size();
+  r.sweeps = reported.sweeps.size();
+  r.runs = reported.runs.size();
   r.pages = site.pages;
   r.files = site.files.size() + 1;  // and the marker
   r.experiments = experiments;
