@@ -140,6 +140,82 @@ Case row_case(const RowPlan& r, const detail::RowPlace& place, const ShapeGroup&
   return c;
 }
 
+// What every group of a cpu run shares: the options, the implementations and passes they select,
+// the thread counts, the size below which a shape stays in the caches, and the log.
+struct CpuRun {
+  const NormBenchOptions& opt;
+  std::vector<const NormImpl*> impls;
+  std::vector<int> threads;
+  std::vector<Pass> passes;
+  int64_t resident_below = 0;
+  std::function<void(const std::string&)> log;
+};
+
+CpuRun plan_run(const NormBenchOptions& opt, const NormRegistry& registry, int64_t llc_bytes) {
+  CpuRun run{opt, {}, {}, {}, 0, {}};
+  run.resident_below = detail::cache_resident_below(llc_bytes);
+  run.impls = registry.select(opt.impls);
+  run.threads = opt.threads;
+  if (run.threads.empty()) run.threads = parse_threads("1,all");
+  if (opt.fwd) run.passes.push_back(Pass::fwd);
+  if (opt.bwd) run.passes.push_back(Pass::bwd);
+  if (opt.addfwd) run.passes.push_back(Pass::addfwd);
+  run.log = [&opt](const std::string& s) {
+    if (opt.log) opt.log(s);
+  };
+  return run;
+}
+
+// The run's groups: each memory-bound shape with as many buffer sets as fill the footprint, then
+// each resident shape with one.
+std::vector<ShapeGroup> shape_groups(const NormBenchOptions& opt, int64_t footprint) {
+  std::vector<ShapeGroup> groups;
+  for (const NormShape& shape : opt.shapes) groups.push_back({shape, false, sets_for(shape, footprint)});
+  for (const NormShape& shape : opt.resident_shapes) groups.push_back({shape, true, 1});
+  return groups;
+}
+
+// A row's check in the log: the largest difference, or why it was rejected, with the command that
+// reruns the row alone (added to the row's report too).
+void log_check(Case& c, const RowPlan& r, const ShapeGroup& g, int threads, const CpuRun& run) {
+  if (!c.row.verify.pass) {
+    c.row.verify.report += fmt::format(
+        " (rerun: normlab bench norms --impl {} --precision {} --pass {} --{}shapes {} --threads {})",
+        r.impl ? r.impl->name() : "copy", r.dtype == "f32" ? "fp32" : r.dtype, to_string(r.pass),
+        g.resident ? "resident-" : "", g.shape.str(), threads);
+    run.log(fmt::format("REJECTED {}: {}", c.row.name(), c.row.verify.report));
+  } else {
+    run.log(fmt::format("verified {} (max |diff| {:.2g} in {})", c.row.name(), c.row.verify.max_abs_err,
+                        c.row.verify.worst_output));
+  }
+}
+
+// One group's rows at every thread count: each row checked (a rejected one is not timed), then the
+// checked rows timed together.
+void bench_group(ShapeGroup& group, const CpuRun& run, int64_t budget, NormReport& report) {
+  const std::vector<RowPlan> rows = plan_rows(run.opt, run.impls, run.passes, group.shape);
+  // Less rotation rather than swapping: keep the rows' sets within the memory budget.
+  while (group.sets > 1 && budget > 0 && group_bytes(rows, group.shape, group.sets) > budget) --group.sets;
+  // The rows share their tensors where they can (x and dy, the outputs), and each call takes the
+  // next of the group's sets: a buffer comes back after every row's traffic through them.
+  detail::SharedSets shared(backend("cpu"), group.sets);
+  run.log(fmt::format("{}{}: {} row(s), {} buffer set(s), {} in all", group.shape.str(), group.resident ? " (resident)" : "",
+                      rows.size(), group.sets, mib(group_bytes(rows, group.shape, group.sets))));
+  for (int t : run.threads) {
+    set_num_threads(t);
+    detail::RowPlace place;
+    place.threads = t;
+    place.resident = group.resident;
+    std::vector<Case> cases;
+    for (const RowPlan& r : rows) {
+      Case c = row_case(r, place, group, shared, run.resident_below, run.log);
+      log_check(c, r, group, t, run);
+      cases.push_back(std::move(c));
+    }
+    detail::time_cases(cases, group.sets, group.resident, run.opt, report);
+  }
+}
+
 }  // namespace
 
 NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry) {
@@ -149,58 +225,15 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
   report.context = collect_context();
   const int64_t footprint = footprint_of(opt, report.context.llc_bytes);
   report.context.footprint_target = footprint;
-  const int64_t resident_below = detail::cache_resident_below(report.context.llc_bytes);
-  const std::vector<const NormImpl*> impls = registry.select(opt.impls);
-  std::vector<int> threads = opt.threads;
-  if (threads.empty()) threads = parse_threads("1,all");
-  std::vector<Pass> passes;
-  if (opt.fwd) passes.push_back(Pass::fwd);
-  if (opt.bwd) passes.push_back(Pass::bwd);
-  if (opt.addfwd) passes.push_back(Pass::addfwd);
-  auto log = [&](const std::string& s) {
-    if (opt.log) opt.log(s);
-  };
-  detail::RunFrame frame(report.context, threads);
+  const CpuRun run = plan_run(opt, registry, report.context.llc_bytes);
+  detail::RunFrame frame(report.context, run.threads);
   const int64_t budget = memory_budget_bytes();
-
-  std::vector<ShapeGroup> groups;
-  for (const NormShape& shape : opt.shapes) groups.push_back({shape, false, sets_for(shape, footprint)});
-  for (const NormShape& shape : opt.resident_shapes) groups.push_back({shape, true, 1});
-  for (ShapeGroup& group : groups) {
-    const std::vector<RowPlan> rows = plan_rows(opt, impls, passes, group.shape);
-    // Less rotation rather than swapping: keep the rows' sets within the memory budget.
-    while (group.sets > 1 && budget > 0 && group_bytes(rows, group.shape, group.sets) > budget) --group.sets;
-    // The rows share their tensors where they can (x and dy, the outputs), and each call takes the
-    // next of the group's sets: a buffer comes back after every row's traffic through them.
-    detail::SharedSets shared(backend("cpu"), group.sets);
-    log(fmt::format("{}{}: {} row(s), {} buffer set(s), {} in all", group.shape.str(), group.resident ? " (resident)" : "",
-                    rows.size(), group.sets, mib(group_bytes(rows, group.shape, group.sets))));
-    for (int t : threads) {
-      set_num_threads(t);
-      detail::RowPlace place;
-      place.threads = t;
-      place.resident = group.resident;
-      std::vector<Case> cases;
-      for (const RowPlan& r : rows) {
-        Case c = row_case(r, place, group, shared, resident_below, log);
-        if (!c.row.verify.pass) {
-          c.row.verify.report += fmt::format(
-              " (rerun: normlab bench norms --impl {} --precision {} --pass {} --{}shapes {} --threads {})",
-              r.impl ? r.impl->name() : "copy", r.dtype == "f32" ? "fp32" : r.dtype, to_string(r.pass),
-              group.resident ? "resident-" : "", group.shape.str(), t);
-          log(fmt::format("REJECTED {}: {}", c.row.name(), c.row.verify.report));
-        } else {
-          log(fmt::format("verified {} (max |diff| {:.2g} in {})", c.row.name(), c.row.verify.max_abs_err,
-                          c.row.verify.worst_output));
-        }
-        cases.push_back(std::move(c));
-      }
-      detail::time_cases(cases, group.sets, group.resident, opt, report);
-    }
+  for (ShapeGroup& group : shape_groups(opt, footprint)) {
+    bench_group(group, run, budget, report);
     arena_release_cached();  // the next shape's tensors are of other sizes
   }
   frame.finish(report);
-  detail::add_row_warnings(report, resident_below);
+  detail::add_row_warnings(report, run.resident_below);
   return report;
 }
 
