@@ -99,132 +99,109 @@ void warn_damaged(const std::string& dir, const std::vector<std::pair<std::strin
     spdlog::warn("{}/runs/{} {}; {}", dir, point, problem, then);
 }
 
-int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
-  // Everything is checked before anything is created (a --device cuda without a GPU first).
-  check_device(a.dev);
-  SweepRequest req;
-  req.absolute_paths = true;
+// The flags as a SweepInvocation: positionals are the spec file and key=v1,v2 axes.
+SweepInvocation invocation_of(const SweepArgs& a) {
+  SweepInvocation inv;
+  inv.request.absolute_paths = true;
   for (const std::string& p : a.positional) {
     if (p.find('=') != std::string::npos) {
-      req.axes.push_back(p);
+      inv.request.axes.push_back(p);
     } else {
-      NL_USAGE(req.spec_file.empty(), "two spec files given ('{}' and '{}'); axes are written key=v1,v2", shown(req.spec_file, 200),
-               shown(p, 200));
-      req.spec_file = p;
+      NL_USAGE(inv.request.spec_file.empty(), "two spec files given ('{}' and '{}'); axes are written key=v1,v2",
+               shown(inv.request.spec_file, 200), shown(p, 200));
+      inv.request.spec_file = p;
     }
   }
-  req.sets = a.sets;
-  NL_USAGE(!a.out.empty(), "--out DIR is required (the sweep directory)");
-  NL_USAGE(!a.submit || a.slurm, "--submit needs --slurm");
-  const Shard shard = a.shard.empty() ? shard_from_env() : parse_shard(a.shard);
-  const std::vector<std::string> rerun = parse_rerun(a.rerun);
-  SweepRunOptions ro;
-  ro.dir = a.out;
-  ro.jobs = a.jobs_opt->count() > 0 ? a.jobs : usable_cpus();
-  ro.threads = a.threads;
-  ro.shard = shard;
-  ro.device = a.dev.device;
-  ro.tf32 = a.dev.tf32;
+  inv.request.sets = a.sets;
+  inv.run.dir = a.out;
+  inv.run.jobs = a.jobs_opt->count() > 0 ? a.jobs : usable_cpus();
+  inv.run.threads = a.threads;
+  inv.run.shard = a.shard.empty() ? shard_from_env() : parse_shard(a.shard);
+  inv.run.device = a.dev.device;
+  inv.run.tf32 = a.dev.tf32;
   // Absolute: the children run with the same working directory, Slurm's tasks maybe not.
   NL_USAGE(a.tensorboard_opt->count() == 0 || !a.tensorboard.empty(), "--tensorboard needs a directory (TensorBoard's --logdir)");
-  if (!a.tensorboard.empty()) ro.tensorboard = std::filesystem::absolute(a.tensorboard).lexically_normal().string();
-  check_run_options(ro);
-  SweepPlan plan = plan_sweep(req);
-  SlurmOptions so;
-  if (a.slurm) {
-    so.exe = self_exe();
-    so.partition = a.slurm_partition;
-    so.time = a.slurm_time;
-    so.cpus = a.slurm_cpus;
-    so.threads = a.threads;
-    so.array_max = a.slurm_array_max;
-    so.shards = a.slurm_shards_opt->count() > 0 ? a.slurm_shards : static_cast<int>(plan.points.size());
-    so.rerun = rerun;
-    so.tensorboard = ro.tensorboard;
-    check_slurm_options(a.out, so, plan.points.size());
-    if (a.submit) check_sbatch_available();
-  }
+  if (!a.tensorboard.empty()) inv.run.tensorboard = std::filesystem::absolute(a.tensorboard).lexically_normal().string();
+  inv.rerun = parse_rerun(a.rerun);
+  inv.force = a.force;
+  inv.dry_run = a.dry_run;
+  inv.slurm = a.slurm;
+  inv.submit = a.submit;
+  inv.slurm_options.partition = a.slurm_partition;
+  inv.slurm_options.time = a.slurm_time;
+  inv.slurm_options.cpus = a.slurm_cpus;
+  inv.slurm_options.array_max = a.slurm_array_max;
+  inv.slurm_options.shards = a.slurm_shards_opt->count() > 0 ? a.slurm_shards : 0;
+  return inv;
+}
 
-  if (a.dry_run) {
-    std::string changed = check_sweep_dir(a.out, plan);
-    std::error_code ec;
-    // Read the run directories even when the spec changed: a --force run keeps every point whose
-    // run is whole and of the same config, and the count says how many that is.
-    std::vector<PointState> states = std::filesystem::exists(a.out + "/spec.json", ec)
-                                         ? point_states(a.out, plan)
-                                         : std::vector<PointState>(plan.points.size());
-    const ShardWork w = shard_work(plan, states, shard, rerun);
-    for (size_t i = 0; i < plan.points.size(); ++i)
-      if (in_shard(i, shard))
-        std::printf("%-5s %-11s %s\n", w.runs[i] ? "run" : "skip", states[i].status.c_str(), plan.points[i].name.c_str());
-    std::printf("%zu points%s: %zu to run, %zu already done (dry run: nothing was started or created)\n", w.points,
-                shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "", w.todo.size(), w.done);
-    if (!changed.empty()) std::printf("note: the spec differs from the sweep in %s: %s (a real run refuses without --force)\n", a.out.c_str(), changed.c_str());
-    return 0;
-  }
+std::string shard_text(const Shard& shard) {
+  return shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count) : "";
+}
 
-  // Shards of one array share DIR (each point locked while it runs); anything else has it alone.
-  SweepDir dir(a.out, plan, a.force, shard.count > 1 ? SweepDir::Lock::shared : SweepDir::Lock::exclusive);
+void print_dry_run(const SweepInvocation& inv, const SweepInvocationResult& r) {
+  const ShardWork& w = r.work;
+  for (size_t i = 0; i < r.plan.points.size(); ++i)
+    if (in_shard(i, inv.run.shard))
+      std::printf("%-5s %-11s %s\n", w.runs[i] ? "run" : "skip", r.states[i].status.c_str(), r.plan.points[i].name.c_str());
+  std::printf("%zu points%s: %zu to run, %zu already done (dry run: nothing was started or created)\n", w.points,
+              shard_text(inv.run.shard).c_str(), w.todo.size(), w.done);
+  if (!r.changed.empty())
+    std::printf("note: the spec differs from the sweep in %s: %s (a real run refuses without --force)\n", inv.run.dir.c_str(),
+                r.changed.c_str());
+}
 
-  if (a.slurm) {
-    const std::string script = write_sbatch_script(dir, so);
-    std::string id;
-    if (a.submit) {
-      dir.unlock();  // the array's tasks lock DIR themselves, and may start before this process ends
-      id = submit_sbatch(script);
-    }
-    dir.keep();
-    std::printf("wrote %s: %d array tasks over %zu points, %d cpus each\n", script.c_str(), so.shards, plan.points.size(), so.cpus);
-    if (a.submit) std::printf("submitted job %s\n", id.c_str());
-    else std::printf("sbatch %s\n", script.c_str());
-    return 0;
-  }
+void print_slurm(const SweepInvocation& inv, const SweepInvocationResult& r) {
+  std::printf("wrote %s: %d array tasks over %zu points, %d cpus each\n", r.sbatch_script.c_str(), r.slurm_shards,
+              r.plan.points.size(), inv.slurm_options.cpus);
+  if (inv.submit) std::printf("submitted job %s\n", r.job_id.c_str());
+  else std::printf("sbatch %s\n", r.sbatch_script.c_str());
+}
 
-  std::vector<PointState> states = point_states(a.out, plan);
-  const ShardWork w = shard_work(plan, states, shard, rerun);
-  warn_damaged(a.out, w.damaged, "the point runs again");
-  if (!g.quiet)
-    std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", a.out.c_str(),
-                 w.points, shard.count > 1 ? fmt::format(" in shard {}/{}", shard.index, shard.count).c_str() : "",
-                 w.todo.size(), w.done, w.diverged ? fmt::format(" ({} diverged)", w.diverged).c_str() : "", ro.jobs,
-                 ro.jobs == 1 ? "" : "s", a.threads, a.threads == 1 ? "" : "s");
+void print_start(const SweepInvocation& inv, const ShardWork& w, const GlobalOptions& g) {
+  warn_damaged(inv.run.dir, w.damaged, "the point runs again");
+  if (g.quiet) return;
+  const int jobs = inv.run.jobs, threads = inv.run.threads;
+  std::fprintf(stderr, "sweep %s: %zu points%s; %zu to run, %zu already done%s; %d job%s x %d thread%s\n", inv.run.dir.c_str(),
+               w.points, shard_text(inv.run.shard).c_str(), w.todo.size(), w.done,
+               w.diverged ? fmt::format(" ({} diverged)", w.diverged).c_str() : "", jobs, jobs == 1 ? "" : "s", threads,
+               threads == 1 ? "" : "s");
+}
 
-  const bool tty = isatty(STDERR_FILENO) && !g.quiet;
+void draw_bar(const SweepProgress& p) {
+  const int width = 24;
+  int filled = p.total ? static_cast<int>(width * p.finished / p.total) : width;
+  std::fprintf(stderr, "\r\033[K[%.*s%*s] %s", filled, "########################", width - filled, "", progress_counts(p).c_str());
+  std::fflush(stderr);
+}
+
+// Each point's end on stderr: a line each (a progress bar on a terminal, failures above it).
+SweepCallbacks progress_printer(bool tty, const GlobalOptions& g) {
   SweepCallbacks cb;
-  auto draw_bar = [](const SweepProgress& p) {
-    const int width = 24;
-    int filled = p.total ? static_cast<int>(width * p.finished / p.total) : width;
-    std::fprintf(stderr, "\r\033[K[%.*s%*s] %s", filled, "########################", width - filled, "", progress_counts(p).c_str());
-    std::fflush(stderr);
-  };
-  cb.on_end = [&](const SweepPoint& pt, const PointOutcome& o, const SweepProgress& p) {
+  cb.on_end = [tty, quiet = g.quiet](const SweepPoint& pt, const PointOutcome& o, const SweepProgress& p) {
     const bool notable = o.status == "failed";
     if (tty) {
       if (notable) std::fprintf(stderr, "\r\033[K%s\n", outcome_line(pt, o, p).c_str());
       draw_bar(p);
-    } else if (!g.quiet || notable) {
+    } else if (!quiet || notable) {
       std::fprintf(stderr, "%s\n", outcome_line(pt, o, p).c_str());
     }
   };
   if (tty) cb.on_tick = draw_bar;
-  dir.keep();  // from the first point on, what is in DIR is the sweep's
-  SweepRunReport rep = run_sweep(plan, w.todo, ro, cb);
-  if (tty) std::fprintf(stderr, "\r\033[K");
+  return cb;
+}
 
-  // The summaries cover every run in DIR (other shards included), whatever this invocation ran.
-  SweepSummary s = summarize_sweep(a.out, {});
-  write_summaries(a.out, s);
-  const SweepProgress& p = rep.progress;
-  if (rep.signal) {
+// The summary on stdout, what ran on stderr; the exit status (128 + a signal that stopped it, 1
+// when a point failed).
+int print_run(const SweepInvocation& inv, const SweepInvocationResult& r, const GlobalOptions& g) {
+  const SweepProgress& p = r.report.progress;
+  const std::string& dir = inv.run.dir;
+  if (r.report.signal) {
     std::fprintf(stderr, "sweep interrupted (%s): %zu finished, %zu interrupted, %zu not started; run the same command "
-                 "again to resume\n", strsignal(rep.signal), p.finished - p.interrupted, p.interrupted, p.total - p.finished);
-    return 128 + rep.signal;
+                 "again to resume\n", strsignal(r.report.signal), p.finished - p.interrupted, p.interrupted, p.total - p.finished);
+    return 128 + r.report.signal;
   }
-  if (g.json) {
-    std::cout << summary_json(s);
-  } else {
-    std::cout << summary_markdown(s);
-  }
+  std::cout << (g.json ? summary_json(r.summary) : summary_markdown(r.summary));
   if (!g.quiet) {
     // The sweep's own cost (planning, launching, bookkeeping, summaries): this process's CPU time.
     const double own_cpu = process_cpu_seconds();
@@ -232,13 +209,25 @@ int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
                  "(the sweep process itself used %.2f s of CPU)\n", p.finished, p.finished == 1 ? "" : "s",
                  clock_text(p.elapsed_s).c_str(), p.completed, p.diverged, p.failed,
                  p.skipped ? fmt::format("; {} skipped (started by another process of this shard)", p.skipped).c_str() : "",
-                 a.out.c_str(), own_cpu);
+                 dir.c_str(), own_cpu);
   }
-  if (p.failed > 0) {
-    std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
-                 p.failed, p.failed == 1 ? "" : "s", a.out.c_str(), a.out.c_str());
-    return 1;
-  }
+  if (p.failed == 0) return 0;
+  std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
+               p.failed, p.failed == 1 ? "" : "s", dir.c_str(), dir.c_str());
+  return 1;
+}
+
+int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {
+  // Everything is checked before anything is created (a --device cuda without a GPU first).
+  check_device(a.dev);
+  const SweepInvocation inv = invocation_of(a);
+  const bool tty = isatty(STDERR_FILENO) && !g.quiet;
+  const SweepInvocationResult r =
+      run_sweep_invocation(inv, progress_printer(tty, g), [&](const ShardWork& w) { print_start(inv, w, g); });
+  if (tty && !inv.dry_run && !inv.slurm) std::fprintf(stderr, "\r\033[K");
+  if (inv.dry_run) print_dry_run(inv, r);
+  else if (inv.slurm) print_slurm(inv, r);
+  else return print_run(inv, r, g);
   return 0;
 }
 

@@ -856,6 +856,42 @@ TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
 }
 
+// The workflow `normlab sweep` runs, as one library call: a dry run creates nothing and counts what
+// a run would do; the run then runs exactly that and writes the summaries the command writes.
+TEST_F(SweepRun, TheInvocationIsTheCommandsWorkflow) {
+  TempDir tmp;
+  SweepInvocation inv;
+  inv.request.sets = {"layers=2", "d_model=16", "d_hidden=32", "steps=40", "eval_every=10", "batch_size=4", "eval_batches=2"};
+  inv.request.axes = {"lr=1e-3,1e-2,1e30", "placement=pre,post", "seed=0,1"};
+  inv.request.absolute_paths = true;
+  inv.run.dir = tmp / "s";
+  inv.run.exe = NORMLAB_BINARY;
+  inv.run.jobs = 2;
+  inv.dry_run = true;
+  bool started = false;
+  auto on_start = [&](const ShardWork& w) {
+    started = true;
+    EXPECT_EQ(w.todo.size(), 12u);
+  };
+  SweepInvocationResult r = run_sweep_invocation(inv, {}, on_start);
+  EXPECT_FALSE(started);
+  EXPECT_FALSE(fs::exists(tmp / "s"));
+  EXPECT_EQ(r.work.todo.size(), 12u);
+  EXPECT_EQ(r.states.size(), 12u);
+  inv.dry_run = false;
+  size_t ended = 0;
+  SweepCallbacks cb;
+  cb.on_end = [&](const SweepPoint&, const PointOutcome&, const SweepProgress&) { ++ended; };
+  r = run_sweep_invocation(inv, cb, on_start);
+  EXPECT_TRUE(started);
+  EXPECT_EQ(ended, 12u);
+  EXPECT_EQ(r.report.progress.completed + r.report.progress.diverged, 12u);
+  EXPECT_EQ(summaries(tmp / "s"), *ref_summary_);
+  EXPECT_EQ(r.summary.points, 12u);
+  inv.run.dir.clear();
+  EXPECT_THROW(run_sweep_invocation(inv, {}, on_start), UsageError);
+}
+
 // `summarize --check`: exit 0 when DIR's five files are what its runs give, 1 naming each file that
 // is missing or differs; summary.json's numbers may differ in their last bits, no more.
 TEST_F(SweepRun, CheckSaysWhetherTheSummariesAreWhatTheRunsGive) {

@@ -395,4 +395,33 @@ void check_sbatch_available();
 // Runs `sbatch --parsable SCRIPT` and returns the job id. Throws Error with sbatch's message.
 std::string submit_sbatch(const std::string& script_path);
 
+// ---- one invocation of `normlab sweep` ------------------------------------------------------------
+// The workflow the command runs, whole: plan, check every option, then a dry run (nothing created),
+// the Slurm script (written, and submitted), or the points run here and DIR's summaries rewritten.
+struct SweepInvocation {
+  SweepRequest request;          // the spec file, axes and --set
+  SweepRunOptions run;           // DIR, jobs, threads, shard, device, tensorboard
+  std::vector<std::string> rerun;  // parse_rerun's statuses
+  bool force = false;            // a changed spec: keep the points whose runs are of its config, run the rest
+  bool dry_run = false;          // say what would run; create nothing
+  bool slurm = false, submit = false;
+  // With slurm: partition, time, cpus and array_max as given; shards 0 = one per point. exe,
+  // threads, rerun and tensorboard are filled in from the invocation.
+  SlurmOptions slurm_options;
+};
+struct SweepInvocationResult {
+  SweepPlan plan;
+  ShardWork work;                  // this shard's points: what runs, what is done
+  std::vector<PointState> states;  // dry run: each point's state, as `work` counted it
+  std::string changed;             // dry run: how the spec differs from DIR's ("": it does not)
+  std::string sbatch_script, job_id;  // slurm: the script written; with submit, the job's id
+  int slurm_shards = 0;
+  SweepRunReport report;  // a run here
+  SweepSummary summary;   // a run here: every run in DIR, other shards' included
+};
+// on_start (may be empty) is called once the points to run are known, before the first starts.
+// UsageError before anything is created for a bad option; a run's errors as run_sweep's.
+SweepInvocationResult run_sweep_invocation(const SweepInvocation& inv, const SweepCallbacks& cb,
+                                           const std::function<void(const ShardWork&)>& on_start);
+
 }  // namespace normlab
