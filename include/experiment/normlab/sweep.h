@@ -13,9 +13,9 @@
 //   sweep.sbatch         with --slurm
 //   sweep.lock           flock'ed by the sweep that writes DIR (points/<hash>.lock: by the one running the point)
 //
-// The flow: plan_sweep (parse and validate everything; nothing touched), check_run_options and
-// check_slurm_options -> SweepDir (refuses a changed spec, creates and locks DIR) -> select_points ->
-// run_sweep -> summarize_sweep + write_summaries.
+// The flow, run_sweep_invocation whole: plan_sweep (parse and validate everything; nothing touched),
+// check_run_options and check_slurm_options -> SweepDir (refuses a changed spec, creates and locks
+// DIR) -> select_points -> run_sweep -> summarize_sweep + write_summaries.
 #pragma once
 #include <cmath>
 #include <cstdint>
