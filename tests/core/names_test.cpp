@@ -21,7 +21,8 @@ TEST(Names, CoreEnumerationsRoundTrip) {
 }
 
 TEST(Names, NormKindSpellings) {
-  // The spellings train and handcalc both accept (issue 24: each accepted only some of them).
+  // The spellings train and handcalc both accept: both read this one table, so neither refuses a
+  // spelling the other takes.
   for (const char* s : {"ln", "LN", "layernorm", "LayerNorm", "LAYERNORM"})
     EXPECT_EQ(parse_kind<NormKind>(s), NormKind::layernorm) << s;
   for (const char* s : {"rms", "rmsnorm", "RMSNorm"}) EXPECT_EQ(parse_kind<NormKind>(s), NormKind::rmsnorm) << s;
@@ -49,10 +50,17 @@ TEST(Names, TryParseIsEmptyWhereParseThrows) {
 }
 
 TEST(Names, DefaultEpsOfEachNorm) {
-  // DESIGN.md's math contract: LayerNorm 1e-5 (PyTorch's), RMSNorm 1e-6.
+  // Every norm that divides by a statistic has a positive default (with 0 a constant row, for
+  // RMSNorm a zero row, would divide by zero), and the others have none: every kind of the name
+  // table, so that a norm is held to it the day it is added.
+  for (NormKind k : kind_values<NormKind>()) EXPECT_EQ(has_eps(k), default_eps(k) > 0) << to_string(k);
+  // The values are part of what a recorded run means: most config.json files under results/ hold
+  // norm_eps 0, i.e. these defaults, and would rerun as other runs if they changed. LayerNorm's is
+  // PyTorch's nn.LayerNorm default (eps=1e-05), RMSNorm's LLaMA's; SeeDNorm divides by the RMS as
+  // RMSNorm does.
   EXPECT_EQ(default_eps(NormKind::layernorm), 1e-5);
   EXPECT_EQ(default_eps(NormKind::rmsnorm), 1e-6);
-  EXPECT_EQ(default_eps(NormKind::none), 0.0);
+  EXPECT_EQ(default_eps(NormKind::seednorm), default_eps(NormKind::rmsnorm));
 }
 
 // scripts/normlab_mirror.py's DEFAULT_EPS (what every script uses for norm_eps 0) says what

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "normlab/error.h"
 #include "normlab/nn.h"
@@ -54,4 +56,40 @@ TEST(FinalNorm, KindParametersAndEps) {
   EXPECT_EQ(c.final_norm_kind(), NormKind::none);
   c.final_norm = FinalNorm::layernorm;  // the blocks' RMSNorm, a final LayerNorm
   EXPECT_EQ(c.final_norm_kind(), NormKind::layernorm);
+}
+
+// norm_eps 0 is each norm's default_eps, and that default is what the model's norms divide with:
+// every norm of every block (sandwich has four) and the final norm hold it, and a row whose mean
+// square equals it comes out at 1/sqrt(2) of its normalized value (with another eps it would not).
+// A given norm_eps replaces it everywhere.
+TEST(NormEps, TheDefaultIsWhatTheModelsNormsDivideWith) {
+  for (NormKind k : {NormKind::layernorm, NormKind::rmsnorm, NormKind::seednorm})
+    for (double given : {0.0, 1e-3}) {
+      ModelConfig c;
+      c.layers = 2;
+      c.d_model = 8;
+      c.d_hidden = 16;
+      c.norm = k;
+      c.placement = Placement::sandwich;
+      c.norm_eps = given;
+      const Model m(c, 0);
+      const double eps = given > 0 ? given : default_eps(k);
+      std::vector<const Norm*> norms = {&m.final_norm()};
+      for (const Block& b : m.blocks())
+        for (const Norm* n : {&b.norm1, &b.norm2, &b.norm1b, &b.norm2b}) norms.push_back(n);
+      for (const Norm* n : norms) {
+        EXPECT_EQ(n->kind, k) << to_string(k);
+        EXPECT_EQ(n->eps, eps) << to_string(k) << " norm_eps " << given;
+      }
+      if (k == NormKind::seednorm) continue;  // its gain depends on the row: no closed form here
+      // x = +-a, mean 0 and mean square a^2 = eps: y = gamma * x / sqrt(a^2 + eps) + beta.
+      const double a = std::sqrt(eps);
+      std::vector<double> x;
+      for (int i = 0; i < 8; ++i) x.push_back(i % 2 ? -a : a);
+      const Norm& n = m.blocks()[1].norm2b;
+      const std::vector<double> y = n(Tensor::from(x, {1, 8})).to_vector(), gamma = n.gain().to_vector();
+      const std::vector<double> beta = k == NormKind::layernorm ? n.beta.to_vector() : std::vector<double>(8, 0.0);
+      for (size_t i = 0; i < 8; ++i)
+        EXPECT_NEAR(y[i], gamma[i] * x[i] / std::sqrt(2 * eps) + beta[i], 1e-5) << to_string(k) << " norm_eps " << given << " " << i;
+    }
 }
