@@ -856,6 +856,26 @@ TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
 }
 
+// The experiment layer speaks the CLI's grammar in one place: each point is a child
+// `normlab train --config POINT --out RUN --force -q` (docs/layers.md). Pinned here, so that a
+// change to train's flags that would break every sweep fails first.
+TEST_F(SweepRun, EachPointIsTrainsCommandLine) {
+  const std::string dir = *ref_ / "ref";
+  size_t starts = 0;
+  for (const json& m : manifest(dir)) {
+    if (m["event"] != "start") continue;
+    ++starts;
+    const std::vector<std::string> argv = m["command"].get<std::vector<std::string>>();
+    ASSERT_EQ(argv.size(), 8u) << m.dump();
+    EXPECT_EQ(fs::path(argv[0]).filename(), "normlab");
+    const std::vector<std::string> flags = {argv[1], argv[2], argv[4], argv[6], argv[7]};
+    EXPECT_EQ(flags, (std::vector<std::string>{"train", "--config", "--out", "--force", "-q"}));
+    EXPECT_EQ(argv[3], dir + "/points/" + m["hash"].get<std::string>() + ".json");
+    EXPECT_EQ(argv[5], dir + "/runs/" + m["point"].get<std::string>());
+  }
+  EXPECT_EQ(starts, 12u);
+}
+
 // The workflow `normlab sweep` runs, as one library call: a dry run creates nothing and counts what
 // a run would do; the run then runs exactly that and writes the summaries the command writes.
 TEST_F(SweepRun, TheInvocationIsTheCommandsWorkflow) {
