@@ -16,8 +16,8 @@ import os
 import subprocess
 import sys
 
-# Issue 23: no fused kernel below 80% of the copy it is held to at memory-bound shapes, forward
-# and backward (the previous round's forward target was 90%).
+# No fused kernel below 80% of the copy it is held to at memory-bound shapes, forward and
+# backward (the previous round's forward target was 90%).
 FWD_TARGET, BWD_TARGET = 80.0, 80.0
 RESIDENT_TARGET = 80.0  # the training step's shapes, against the copy loop on the same cache-resident buffers
 

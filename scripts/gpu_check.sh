@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 15), one unattended run on a machine with an NVIDIA GPU (written for an
+# The GPU check, one unattended run on a machine with an NVIDIA GPU (written for an
 # H200: sm_90, CUDA 13.0, PyTorch installed); about 3-5 minutes:
 #   1. builds normlab with the CUDA backend required (NORMLAB_CUDA=ON) for sm_90 + PTX, in build-gpu/
 #   2. runs the GPU tests: every op case against the reference for "cuda" (OpCases*/cuda, on

@@ -2,8 +2,8 @@
 """Writes results/RELIABILITY.md from measurements, not typed-in numbers:
   - the bad-input catalogue (tests/bad_inputs), run now, counted per class;
   - the interruption and race tests, run REPEATS times;
-  - issue 21's regression tests beyond the catalogue (messages, convert's interrupts, sweep's
-    locks, signals, limits and damaged runs), run now, each by name;
+  - the regression tests that need more than the catalogue's contract (messages, convert's
+    interrupts, sweep's locks, signals, limits and damaged runs), run now, each by name;
   - the last fuzz run of each target (build-fuzz/fuzz_<target>.log, from scripts/fuzz.sh);
   - the sanitized suite (ctest in build-asan, run now unless --no-asan).
 Run after ./scripts/test.sh, SANITIZE=1 ./scripts/test.sh and ./scripts/fuzz.sh:
@@ -78,7 +78,8 @@ def interrupts(repeats):
     return totals
 
 
-# Issue 21's regressions that need more than the catalogue's contract: (test binary, gtest filter).
+# Regressions that need more than the catalogue's contract (message text, signals, locks, limits,
+# damaged runs): (test binary, gtest filter).
 REGRESSIONS = [
     ("build/test_bad_inputs", "CatalogueMessages.*:Interrupt.ConvertIsWholeOrAbsent:Interrupt.AFileSizeLimit*"),
     ("build/test_cli", "BenchCli.NormsJsonAndCompare:CliGradcheck.ListAndDump"),
@@ -87,8 +88,8 @@ REGRESSIONS = [
 ]
 
 
-# Issue 43's regressions that need more than the catalogue's contract: limits on the process,
-# several processes at once, signals while writing, a user who cannot write, output forms.
+# More regressions that need more than the catalogue's contract: limits on the process, several
+# processes at once, signals while writing, a user who cannot write, output forms.
 REGRESSIONS_43 = [
     ("build/test_bad_inputs", "Hardening*"),
     ("build/test_cli", "ReportCli.ReplacesOnlyASiteAsItWroteIt:ReportCli.AnEmptyOrForgedMarkerMakesNoSite:ReportInterrupt.*:"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The published speed claims about RMSNorm vs LayerNorm next to what `normlab bench` measured
-(issue 12's speed tables in results/REPRODUCTION.md; every figure from the bench JSON files).
+(the speed tables in results/REPRODUCTION.md; every figure from the bench JSON files).
 
 Operator level. Published (one CPU thread, median of 2000 calls, shapes batch x seq x d):
 nn.LayerNorm 21 / 63 / 240 / 1820 us and a hand-written RMSNorm 18 / 54 / 205 / 1540 us at

@@ -1,4 +1,4 @@
-// The bad-input catalogue (issue 10): every way a user can get a command wrong, as a table. Each
+// The bad-input catalogue: every way a user can get a command wrong, as a table. Each
 // case runs `normlab` in a scratch directory (with its fixtures: user files, a FIFO, a run
 // directory, a symlink) and must end with
 //   exit code 2, exactly one line on stderr ("error: ..."), nothing on stdout,
@@ -307,7 +307,7 @@ std::vector<Case> catalogue() {
   add("train_data_missing", tiny({"--data", "text:nope.txt"}));
   add("train_data_too_short", tiny({"--data", "text:short.txt"}), [](const fs::path& w) { write(w / "short.txt", "abc"); });
   add("train_data_vocab_wrong", tiny({"--data", "text:" + tiny_txt, "--vocab", "64"}));
-  // issue 21: every checkpoint read refuses what is not a regular file (a FIFO used to block forever)
+  // Every checkpoint read refuses what is not a regular file: reading a FIFO would block forever
   add("train_init_from_fifo", tiny({"--init_from", "fifo"}), [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
   add("train_init_from_dev_zero", tiny({"--init_from", "/dev/zero"}));
   add("train_init_from_directory", tiny({"--init_from", "."}));
@@ -406,7 +406,8 @@ std::vector<Case> catalogue() {
   add("gradcheck_dump_directory", {"gradcheck", "--op", "add", "--dump", "."});
   add("gradcheck_dump_missing_dir", {"gradcheck", "--op", "add", "--dump", "no/such/d.json"});
   add("gradcheck_dump_trailing_slash", {"gradcheck", "--op", "add", "--dump", "d/"});
-  // issue 21: --dump never replaces a file that is not a gradcheck dump; --force only one that is
+  // --dump never replaces a file that is not a gradcheck dump (a person's, not normlab's to lose);
+  // --force only one that is
   add("gradcheck_dump_existing_user_file", {"gradcheck", "--op", "add", "--dump", "d.json"}, mine("d.json"));
   add("gradcheck_dump_existing_user_file_force", {"gradcheck", "--op", "add", "--dump", "d.json", "--force"},
       mine("d.json"));
@@ -450,7 +451,7 @@ std::vector<Case> catalogue() {
   add("handcalc_placement_norm_both", {"handcalc", "placement", "--norm", "both"});
   add("handcalc_x_twice", {"handcalc", "--x", "1,2", "residual", "--x", "1,2"});
 
-  // ---- sweep (issue 21)
+  // ---- sweep
   // Each of these was found only after points had trained, or after DIR had been created (or not
   // at all); a sweep's points are tiny, so a case that slipped through would still end quickly.
   const auto sweep = [](std::vector<std::string> more) {
@@ -546,7 +547,7 @@ std::vector<Case> catalogue() {
   add("bench_compare_one_file", {"bench", "--compare", "c.json"}, config("{}"));
   add("bench_compare_not_json", {"bench", "--compare", "c.json", "c.json"}, config("[1,"));
   add("bench_merge_out_missing_dir", {"bench", "merge", "c.json", "--out", "no/such/x.json"}, config("{}"));
-  // issue 21: --out never replaces a person's file; --force only a bench document
+  // --out never replaces a person's file (not normlab's to lose); --force only a bench document
   const std::vector<std::string> one = {"bench", "norms", "--shapes", "1x1x8", "--threads", "1", "--impl",
                                         "layernorm.fused", "--pass", "fwd", "--repeats", "1", "--min-time", "0"};
   auto bench_one = [&one](std::vector<std::string> more) {
@@ -577,7 +578,7 @@ std::vector<Case> catalogue() {
       });
   add("bench_merge_out_own_input_no_force", {"bench", "merge", "b.json", "--out", "b.json"}, bench_doc("b.json"));
 
-  // ---- convert (issue 21)
+  // ---- convert
   add("convert_no_to", {"convert", "ln", "--out", "c"}, ln_run("ln"));
   add("convert_to_unknown", {"convert", "ln", "--to", "batchnorm", "--out", "c"}, ln_run("ln"));
   add("convert_method_unknown", {"convert", "ln", "--to", "rmsnorm", "--method", "magic", "--out", "c"}, ln_run("ln"));
@@ -610,7 +611,7 @@ std::vector<Case> catalogue() {
   });
   add("convert_ln_to_layernorm", {"convert", "ln", "--to", "layernorm", "--out", "c"}, ln_run("ln"));
 
-  // ---- TensorBoard (issue 28)
+  // ---- TensorBoard
   add("export_no_format", {"export", "ln"}, ln_run("ln"));
   add("export_tensorboard_missing", {"export", "tensorboard", "nope"});
   add("export_tensorboard_no_runs", {"export", "tensorboard", "d"}, user_dir("d"));
@@ -638,7 +639,7 @@ std::vector<Case> catalogue() {
   add("train_tensorboard_file", tiny({"--tensorboard", "f"}), mine("f"));
   add("train_tensorboard_inside_run", tiny({"--out", "r", "--tensorboard", "r/tb"}));
 
-  // ---- report (issue 28)
+  // ---- report
   add("report_missing", {"report", "nope"});
   add("report_no_runs", {"report", "d"}, user_dir("d"));
   add("report_file", {"report", "f"}, mine("f"));
@@ -650,7 +651,7 @@ std::vector<Case> catalogue() {
   add("report_out_inside_run", {"report", "ln", "--out", "ln/site"}, ln_run("ln"));
   add("report_out_empty", {"report", "ln", "--out", ""}, ln_run("ln"));
 
-  // ---- plot (issue 28)
+  // ---- plot
   add("plot_no_kind", {"plot", "ln", "--out", "p.svg"}, ln_run("ln"));
   add("plot_heatmap_missing_run", {"plot", "heatmap", "nope", "--out", "p.svg"});
   add("plot_heatmap_unknown_field", {"plot", "heatmap", "ln", "--field", "nosuch", "--out", "p.svg"}, ln_run("ln"));
@@ -794,8 +795,8 @@ TEST_P(Catalogue, OneLineExitTwoNothingWritten) {
 INSTANTIATE_TEST_SUITE_P(Catalogue, Catalogue, testing::ValuesIn(catalogue()),
                          [](const testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// issue 21: errors that were one line but did not name the problem ("cannot be opened", a range
-// of 394 bytes with DBL_MAX in full, "too short" for /dev/zero).
+// One line is not enough: the error must name the problem. These once said only "cannot be
+// opened", gave a range of 394 bytes with DBL_MAX in full, or "too short" for /dev/zero.
 TEST(CatalogueMessages, NameTheProblem) {
   struct Expect {
     std::vector<std::string> args;

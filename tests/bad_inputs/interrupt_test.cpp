@@ -1,4 +1,4 @@
-// Runs stopped at random moments (issue 10): SIGKILL, SIGINT and SIGTERM sent to `normlab train`
+// Runs stopped at random moments: SIGKILL, SIGINT and SIGTERM sent to `normlab train`
 // at a random time between its start and its end, then:
 //   - the destination is absent or whole (whatever the exit code: a SIGKILL may land after the rename) (marker, config.json, metrics.jsonl with every eval,
 //     timing.jsonl, result.json that parses with a final status); nothing half-written under it;
@@ -233,10 +233,11 @@ TEST(Interrupt, AFileSizeLimitFailsTheRunInsteadOfTruncatingIt) {
 
 }  // namespace
 
-// issue 21: convert writes its --out as a run directory is written. Interrupted during
-// --calibrate, SIGINT and SIGTERM exit 130/143 with the partial directory removed; SIGKILL leaves
-// OUT.partial.<pid> (never OUT), which the next convert into OUT names and does not mistake for a
-// finished conversion; a file-size limit is exit 2 with nothing left.
+// convert writes its --out as a run directory is written, so that no half conversion is ever
+// taken for a whole one. Interrupted during --calibrate, SIGINT and SIGTERM exit 130/143 with the
+// partial directory removed; SIGKILL leaves OUT.partial.<pid> (never OUT), which the next convert
+// into OUT names and does not mistake for a finished conversion; a file-size limit is exit 2 with
+// nothing left.
 TEST(Interrupt, ConvertIsWholeOrAbsent) {
   const fs::path work = normlab::test::fresh_dir("convert_interrupt");
   fs::create_directories(work);

@@ -1,6 +1,6 @@
-// Every config.json a run writes loads back with --config and reproduces the run (issue 10):
-// extreme but valid values included (a huge adam_eps, a tiny lr, seed 2^64 - 1, clip near
-// DBL_MAX), which JSON must hold exactly.
+// Every config.json a run writes loads back with --config and reproduces the run (a run's record
+// is only as good as the rerun it allows): extreme but valid values included (a huge adam_eps, a
+// tiny lr, seed 2^64 - 1, clip near DBL_MAX), which JSON must hold exactly.
 #include <gtest/gtest.h>
 
 #include <filesystem>

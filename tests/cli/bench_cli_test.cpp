@@ -32,7 +32,7 @@ TEST(BenchCli, NormsJsonAndCompare) {
   r = run_cli({"bench", "merge", base, base, "--markdown"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("| layernorm.fused |"), std::string::npos) << r.out;
-  // issue 21: --out refuses an existing file unless --force, and --force replaces a bench
+  // --out refuses an existing file unless --force, and --force replaces a bench
   // document, even the merge's own input (a person's file never: the catalogue).
   const std::string before = normlab::test::slurp(base);
   r = run_cli({"bench", "merge", base, base, "--out", base});

@@ -54,7 +54,7 @@ TEST(CliGradcheck, ListAndDump) {
     auto j = nlohmann::json::parse(in);
     EXPECT_EQ(j["case"], "gelu");
   }
-  // issue 21: an existing file is refused without --force; --force replaces a dump (a person's
+  // An existing file is refused without --force; --force replaces a dump (a person's
   // file never: the catalogue), through a temporary name.
   r = run_cli({"gradcheck", "--op", "add", "--dump", path, "-q"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -107,8 +107,8 @@ TEST(CliHandcalc, NormOptionAndDecimals) {
   EXPECT_TRUE(contains(ln.out, "[1, -1, -1, 1]")) << ln.out;
 }
 
-// handcalc names a norm as train does (issue 24: `handcalc --norm ln` failed): each spelling gives
-// the same worksheet as the canonical name.
+// handcalc names a norm as train does (`handcalc --norm ln` once failed where train took it): each
+// spelling gives the same worksheet as the canonical name.
 TEST(CliHandcalc, NormTakesTrainsSpellings) {
   const std::string ln = ok({"handcalc", "--norm", "layernorm"}).out;
   EXPECT_EQ(ok({"handcalc", "--norm", "ln"}).out, ln);

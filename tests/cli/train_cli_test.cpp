@@ -36,8 +36,8 @@ TEST(TrainCli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(resolved["d_model"], 64);  // defaults are filled in
 }
 
-// train names a norm as handcalc does (issue 24: `train --norm LayerNorm` failed), and the
-// resolved config prints the canonical name.
+// train names a norm as handcalc does (`train --norm LayerNorm` once failed), and the resolved
+// config prints the canonical name.
 TEST(TrainCli, NormTakesEverySpelling) {
   for (const char* spelling : {"LayerNorm", "ln", "RMSNorm"}) {
     fs::path dir = fresh_dir(std::string("cli_norm_") + spelling);

@@ -1,4 +1,4 @@
-// `train --resume` (issue 13): a run stopped after a checkpoint and continued ends with the same
+// `train --resume`: a run stopped after a checkpoint and continued ends with the same
 // files, byte for byte, as one that never stopped; what cannot be resumed is refused by name.
 #include <gtest/gtest.h>
 
@@ -130,7 +130,8 @@ void expect_resume_is_exact(ModelKind model, int64_t save_every, int64_t stop_af
     EXPECT_EQ(a.data_rng.state, b.data_rng.state);
     EXPECT_EQ(a.train_loss_sum, b.train_loss_sum);
     EXPECT_EQ(a.train_loss_count, b.train_loss_count);
-    // The spike counter's window and counts continue where they were (issue 25).
+    // The spike counter's window and counts continue where they were: a resumed run counts the
+    // spikes the uninterrupted one counts.
     EXPECT_EQ(a.recent_losses, b.recent_losses) << name;
     EXPECT_EQ(a.recent_losses.size(), static_cast<size_t>(std::min<int64_t>(s, kSpikeWindow))) << name;
     EXPECT_EQ(a.spike_count, b.spike_count) << name;
@@ -260,8 +261,8 @@ TEST(Resume, TrainStateRoundTripsExactly) {
   fs::remove_all(dir);
 }
 
-// issue 25: the spike counter's state and the evals' standard errors and excess loss survive a
-// state file; a state written before they existed still loads, with counting restarted.
+// The spike counter's state and the evals' standard errors and excess loss survive a state file;
+// a state written before they existed still loads, with counting restarted.
 TEST(Resume, TrainStateKeepsTheSpikeCounterAndTheExcessLoss) {
   TrainState st;
   st.step = 130;

@@ -71,7 +71,7 @@ TEST(TrainRun, SameConfigSameMetricsBitForBit) {
         << e.path();
 }
 
-// issue 24: --steps 0 is the initial model: model.safetensors holds exactly the init the seed draws
+// --steps 0 is the initial model: model.safetensors holds exactly the init the seed draws
 // (scripts/torch_init_parity.py reads it), evaluated once at step 0, status ok (not "collapsed":
 // it has not trained).
 TEST(TrainRun, ZeroStepsWritesTheInitialModel) {
@@ -204,7 +204,7 @@ TEST(TrainConfigKeys, UnknownKeySuggestsTheClosest) {
 }
 
 
-// ---- the destination changes while the run goes (issue 10): the finished run is never lost and
+// ---- the destination changes while the run goes: the finished run is never lost and
 // nothing that appeared at the destination is replaced.
 namespace {
 
@@ -303,8 +303,7 @@ TEST(TrainConfigKeys, EveryResolvedConfigReadsBack) {
   EXPECT_EQ(config_to_json(back), config_to_json(c));
 }
 
-// issue 25: data_seed is written only when set, so every config from before it reads and hashes
-// as it did.
+// data_seed is written only when set, so every config from before it reads and hashes as it did.
 TEST(TrainConfigKeys, DataSeedIsWrittenOnlyWhenSet) {
   TrainConfig c = tiny();
   const std::string unset = config_to_json(c);
@@ -332,7 +331,7 @@ TEST(TrainConfigKeys, DataSeedIsWrittenOnlyWhenSet) {
   EXPECT_EQ(config_to_json(old), unset);
 }
 
-// issue 25: result.json and metrics.jsonl carry the resolution, the excess loss and the spikes.
+// result.json and metrics.jsonl carry the resolution, the excess loss and the spikes.
 TEST(TrainRun, ResultHoldsTheExcessLossSpikesAndPlateaus) {
   TrainConfig c = tiny();
   c.eval_batches = 4;

@@ -548,7 +548,7 @@ TEST_F(SweepRun, ReferenceHasEveryPointDivergedNeverBest) {
   EXPECT_NE(slurp(dir + "/final_loss_vs_lr.svg").find("diverged"), std::string::npos);
 }
 
-// issue 24: `sweep status` (was scripts/sweep_status.py) counts what the runner counts: every point
+// `sweep status` (was scripts/sweep_status.py) counts what the runner counts: every point
 // of spec.json's plan, finished when its run directory is whole; statuses are result.json's.
 TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
   const std::string dir = *ref_ / "ref";
@@ -620,7 +620,7 @@ TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
   EXPECT_NE(r.err.find("no spec.json"), std::string::npos) << describe(r);
 }
 
-// issue 24: `sweep summarize --curves` (was scripts/sweep_curves.py): a metrics.jsonl field at the
+// `sweep summarize --curves` (was scripts/sweep_curves.py): a metrics.jsonl field at the
 // chosen steps, mean ± sample std over the seeds, one column per point.
 TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
   const std::string dir = *ref_ / "ref";
@@ -1046,7 +1046,7 @@ TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
   EXPECT_EQ(s.row_values[static_cast<size_t>(s.best[0])], "pre");
 }
 
-// ---- issue 21: sweep checks everything first and writes only what it was asked to ------------------
+// ---- sweep checks everything first and writes only what it was asked to ---------------------------
 
 // Waits until DIR's manifest holds `starts` start records. Fails the test (and returns false) if
 // the sweep exits first or nothing happens for a very long time: never gives up silently.
@@ -1353,7 +1353,7 @@ TEST_F(SweepRun, DamagedRunsAreReportedNotCountedAsPending) {
 }
 
 
-// issue 21: what a sweep reads back from its directory is never waited on: a FIFO in place of a
+// What a sweep reads back from its directory is never waited on: a FIFO in place of a
 // run's metrics.jsonl, or of the manifest, is refused (summarize used to block forever on it).
 TEST(SweepFiles, AFifoInTheSweepIsNeverWaitedOn) {
   TempDir tmp;
@@ -1381,7 +1381,7 @@ TEST(SweepFiles, AFifoInTheSweepIsNeverWaitedOn) {
 }
 
 
-// ---- issue 25: collapsed seeds apart, plateaus, spikes, the paired table, the backfilled excess loss -----
+// ---- collapsed seeds apart, plateaus, spikes, the paired table, the backfilled excess loss -----
 
 // Rewrites fields of a run's result.json (as a run with other outcomes would have written it).
 void edit_result(const std::string& run, const json& fields, const std::vector<std::string>& erase = {}) {

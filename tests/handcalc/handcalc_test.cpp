@@ -378,7 +378,7 @@ TEST(HandcalcParse, ScalarsDecimalsNorm) {
   expect_usage_error([] { hc::parse_decimals("--decimals", "4.5"); }, {"--decimals", "4.5"});
   expect_usage_error([] { hc::parse_decimals("--decimals", ""); }, {"--decimals"});
   EXPECT_EQ(hc::parse_norm("--norm", "RMSNorm", true), hc::NormKind::rmsnorm);
-  // NormKind's own spellings, as train accepts them (issue 24: handcalc knew only the full names).
+  // NormKind's own spellings, as train accepts them (handcalc once knew only the full names).
   EXPECT_EQ(hc::parse_norm("--norm", "ln", false), hc::NormKind::layernorm);
   EXPECT_EQ(hc::parse_norm("--norm", " LN ", true), hc::NormKind::layernorm);
   EXPECT_EQ(hc::parse_norm("--norm", "rms", true), hc::NormKind::rmsnorm);

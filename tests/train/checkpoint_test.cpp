@@ -134,8 +134,8 @@ TEST(Checkpoint, CorruptedFilesAreRejectedCleanly) {
       {"trailing bytes", write_raw("ck_trail", "{" + ok_entry + "}", data8 + "xx"), "trailing"},
       {"gap", write_raw("ck_gap", R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data8), "gap or overlap"},
       {"metadata not strings", write_raw("ck_meta", R"({"__metadata__":{"a":1}})", ""), "not a string"},
-      // issue 21: the system's reason, and what is not a regular file refused at once (a FIFO
-      // used to block this call forever: the test would time out)
+      // The system's reason, and what is not a regular file refused at once (a FIFO would block
+      // this call forever: the test would time out)
       {"missing file", fs::path(testing::TempDir()) / "ck_nothing_here", "No such file or directory"},
       {"a directory", fs::path(testing::TempDir()), "it is a directory"},
       {"/dev/zero", fs::path("/dev/zero"), "not a regular file"},

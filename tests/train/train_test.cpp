@@ -162,7 +162,7 @@ TEST(TrainAttentionStats, UniformAndPeakedRowsByHand) {
   EXPECT_NEAR(p.mean_entropy, (3.0 / 4.0) * expect / static_cast<double>(t), 1e-6);
 }
 
-// ---- the oracle's loss on a batch (issue 25) ------------------------------------------------------
+// ---- the oracle's loss on a batch ----------------------------------------------------------------
 
 // Averaged over many held-out batches, the oracle's loss is the floor's estimate: within four
 // standard errors of the per-batch means.

@@ -5,7 +5,7 @@
 // chose wrong. On a Zen 4 guest, prefetching two rows ahead took the d 4096 LayerNorm forward from
 // 95-105% of the copy loop to 125-150%; on a Zen 1 guest the same kernel ran at 1.3 GB/s (6% of
 // memcpy), and streaming stores, chosen there because a streaming *copy* beat an ordinary one,
-// made the kernel 3x slower than ordinary stores (issue 23). So each candidate is the kernel
+// made the kernel 3x slower than ordinary stores. So each candidate is the kernel
 // itself, timed on the call's shape class, side by side, and the median decides.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
