@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -35,6 +36,13 @@ const EnumNames& enum_names<bench::Pass>() {
 }  // namespace normlab
 
 namespace normlab::bench {
+
+void check_timing(int64_t repeats, int64_t warmup, double min_time) {
+  NL_USAGE(repeats >= 1 && repeats <= 1000000, "--repeats must be 1..1000000, got {}", repeats);
+  NL_USAGE(warmup >= 0 && warmup <= 1000000, "--warmup must be 0..1000000, got {}", warmup);
+  NL_USAGE(std::isfinite(min_time) && min_time >= 0 && min_time <= 3600, "--min-time must be 0..3600 seconds, got {}",
+           min_time);
+}
 
 // ---- shapes -----------------------------------------------------------------------------
 

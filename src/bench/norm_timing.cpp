@@ -178,9 +178,7 @@ void validate(const NormBenchOptions& opt) {
            "--pass addfwd: no bf16 or fp16 rows (the 16-bit kernels have no fused add+norm); add --precision fp32");
   NL_USAGE(!opt.shapes.empty() || !opt.resident_shapes.empty(), "--shapes: no shape given");
   NL_USAGE(opt.fwd || opt.bwd || opt.addfwd, "--pass: nothing to run (fwd, bwd, addfwd or all)");
-  NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
-  NL_USAGE(opt.repeats >= 1, "--repeats must be >= 1, got {}", opt.repeats);
-  NL_USAGE(opt.min_time >= 0 && std::isfinite(opt.min_time), "--min-time must be >= 0 seconds, got {}", opt.min_time);
+  check_timing(opt.repeats, opt.warmup, opt.min_time);
   NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: automatic), got {}", opt.footprint >> 20);
   NL_USAGE(std::isfinite(opt.add_alpha), "the add+norm alpha must be finite, got {}", opt.add_alpha);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);

@@ -72,10 +72,7 @@ OpRow run_case(const OpCase& c, Backend& b, int threads, const OpsOptions& opt) 
 }  // namespace
 
 void validate(const OpsOptions& opt) {
-  NL_USAGE(opt.repeats >= 1 && opt.repeats <= 1000000, "--repeats must be 1..1000000, got {}", opt.repeats);
-  NL_USAGE(opt.warmup >= 0 && opt.warmup <= 1000000, "--warmup must be 0..1000000, got {}", opt.warmup);
-  NL_USAGE(std::isfinite(opt.min_time) && opt.min_time >= 0 && opt.min_time <= 3600,
-           "--min-time must be 0..3600 seconds, got {}", opt.min_time);
+  check_timing(opt.repeats, opt.warmup, opt.min_time);
   NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: resident), got {}", opt.footprint >> 20);
 }
 

@@ -209,9 +209,7 @@ void validate(const StepOptions& opt) {
            opt.vocab);
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   NL_USAGE(opt.seq >= 2, "--seq must be >= 2, got {}", opt.seq);
-  NL_USAGE(opt.warmup >= 0, "--warmup must be >= 0, got {}", opt.warmup);
-  NL_USAGE(opt.repeats >= 1, "--repeats must be >= 1, got {}", opt.repeats);
-  NL_USAGE(opt.min_time >= 0 && std::isfinite(opt.min_time), "--min-time must be >= 0 seconds, got {}", opt.min_time);
+  check_timing(opt.repeats, opt.warmup, opt.min_time);
   NL_USAGE(opt.peak_time >= 0 && std::isfinite(opt.peak_time), "the FMA peak's time must be >= 0 seconds, got {}",
            opt.peak_time);
   for (const std::string& m : opt.models)

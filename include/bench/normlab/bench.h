@@ -399,6 +399,9 @@ struct NormBenchOptions {
 };
 
 // Checks options (UsageError: shapes too large for memory, bad counts) before running anything.
+// The timing loop's bounds, the same for every bench: repeats 1..1000000, warmup 0..1000000,
+// min_time 0..3600 seconds. UsageError naming the flag.
+void check_timing(int64_t repeats, int64_t warmup, double min_time);
 void validate(const NormBenchOptions& opt);
 // Runs every (shape, threads) group, memory-bound shapes first, then the resident ones:
 // allocates and fills the buffer sets, verifies each case against the reference, warms up, then
