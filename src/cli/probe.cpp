@@ -51,105 +51,57 @@ const std::set<std::string>& training_only_keys() {
 
 // ---- the command ---------------------------------------------------------------------------------
 
-std::string preset_choices() {
-  std::string s;
-  for (const std::string& n : probe_presets()) s += n + ", ";
-  return s + "all, config";
-}
-
-int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
-  const std::string preset = a.preset.empty() ? "config" : a.preset;
-  const auto& presets = probe_presets();
-  const bool known = preset == "all" || preset == "config" ||
-                     std::find(presets.begin(), presets.end(), preset) != presets.end();
-  NL_USAGE(known, "unknown preset '{}': choose one of {}", shown(preset), preset_choices());
-  if (preset != "config") {
+// The flags as a ProbeRequest, each checked (a preset other than config takes no config keys).
+ProbeRequest probe_request(const ProbeArgs& a) {
+  ProbeRequest req;
+  req.preset = a.preset.empty() ? "config" : a.preset;
+  if (req.preset != "config") {
     const bool any = !a.values.empty() || !a.config_file.empty();
     NL_USAGE(!any, "config keys and --config apply to `normlab probe config`; preset '{}' fixes its own configs (got {})",
-             preset, !a.config_file.empty() ? "--config" : "--" + a.values.begin()->first);
+             req.preset, !a.config_file.empty() ? "--config" : "--" + a.values.begin()->first);
   }
-  NL_USAGE(!a.dev.tf32, "--tf32 does not apply to probe (its products compare with the cpu at float32)");
-  use_device(a.dev);  // the model probes run there; the plain-stack analyses stay on the cpu
   NL_USAGE(a.seeds >= 1 && a.seeds <= 1000, "--seeds must be 1..1000, got {}", a.seeds);
   NL_USAGE(a.batch >= 1 && a.batch <= (int64_t{1} << 20), "--batch must be 1..{}, got {}", int64_t{1} << 20, a.batch);
   NL_USAGE(a.threads >= 0 && a.threads <= kMaxThreads, "--threads must be 0 (all cores) .. {}, got {}", kMaxThreads,
            a.threads);
   for (int64_t L : a.depths) NL_USAGE(L <= 256, "--depths: each depth must be at most 256, got {}", L);
   NL_USAGE(a.depths.size() <= 16 && a.gains.size() <= 16, "--depths and --gains take at most 16 values each");
-  ProbeOptions opt;
-  opt.seeds = a.seeds;
-  opt.batch = a.batch;
-  opt.threads = a.threads;
-  ProbeReport report;
-  report.preset = preset;
+  req.options.seeds = a.seeds;
+  req.options.batch = a.batch;
+  req.options.threads = a.threads;
+  req.depths = a.depths;
+  for (const std::string& i : a.inits) req.inits.push_back(parse_kind<InitScheme>(i));
+  req.widths = a.widths;
+  req.gains = a.gains;
+  req.activation = parse_kind<Activation>(a.activation);
+  return req;
+}
+
+int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
+  const std::string preset = a.preset.empty() ? "config" : a.preset;
+  check_probe_preset(preset);
+  ProbeRequest req = probe_request(a);
+  NL_USAGE(!a.dev.tf32, "--tf32 does not apply to probe (its products compare with the cpu at float32)");
+  use_device(a.dev);  // the model probes run there; the plain-stack analyses stay on the cpu
   NL_USAGE(a.plot.empty() || preset == "config" || preset == "xiong2020" || preset == "identity-share" || preset == "all",
            "--plot draws the per-layer probes of config, xiong2020 and identity-share; preset '{}' has none", preset);
   NL_USAGE(!a.plot_given || !a.plot.empty(), "--plot needs a file name");
   if (!a.plot.empty()) check_plot_file(a.plot, "--plot");
-  report.options = opt;
-  const bool all = preset == "all";
-
-  XiongFactors factors;
-  PlainStackResult plain;
-  PrelnGrowthResult growth;
-  XiongResult xiong;
-  IdentityShareResult identity;
-  ConfigProbe config;
   if (preset == "config") {
-    TrainConfig cfg = load_train_config(a.config_file, a.values);
-    validate_config(cfg);
-    check_fits_in_memory(cfg, a.batch, "probe");
-    spdlog::debug("probing {} {} {} L={}", to_string(cfg.model.model), to_string(cfg.model.norm), to_string(cfg.model.placement),
-                  cfg.model.layers);
-    config = probe_config(cfg, opt);
-    report.config = &config;
+    req.config = load_train_config(a.config_file, a.values);
+    validate_config(req.config);
+    check_fits_in_memory(req.config, a.batch, "probe");
+    spdlog::debug("probing {} {} {} L={}", to_string(req.config.model.model), to_string(req.config.model.norm),
+                  to_string(req.config.model.placement), req.config.model.layers);
   }
-  if (all || preset == "plain-stack") {
-    PlainStackOptions so;
-    so.gains = a.gains;
-    so.activation = parse_kind<Activation>(a.activation);
-    plain = probe_plain_stack(so, opt);
-    report.plain_stack = &plain;
-  }
-  if (all || preset == "preln-growth") {
-    growth = probe_preln_growth(opt);
-    report.preln_growth = &growth;
-  }
-  if (all || preset == "xiong2020") {
-    xiong = probe_xiong(opt, a.depths);
-    if (!a.inits.empty() || !a.widths.empty()) {
-      std::vector<InitScheme> inits;
-      for (const std::string& i : a.inits) inits.push_back(parse_kind<InitScheme>(i));
-      if (inits.empty()) inits.push_back(InitScheme::xavier);
-      factors = probe_xiong_factors(opt, inits, a.widths.empty() ? std::vector<int64_t>{64} : a.widths, a.depths);
-      report.xiong_factors = &factors;
-    }
-    report.xiong = &xiong;
-  }
-  if (all || preset == "identity-share") {
-    identity = probe_identity_share(opt);
-    report.identity_share = &identity;
-  }
-  BatchNormProbeResult batchnorm;
-  if (all || preset == "batchnorm") {
-    batchnorm = probe_batchnorm(opt);
-    report.batchnorm = &batchnorm;
-  }
-
+  ProbeResults results;
+  run_probe_preset(req, results);
   if (!a.plot.empty()) {
     std::vector<ProbeBarSeries> series;
-    if (report.config) series.push_back(probe_bar_series(config));
-    if (report.xiong)
-      for (const XiongRun& r : xiong.runs) series.push_back(probe_bar_series(r.probe));
-    if (report.identity_share)
-      for (const ConfigProbe& p : identity.runs) series.push_back(probe_bar_series(p));
+    for (const ConfigProbe* p : per_layer_probes(results.report)) series.push_back(probe_bar_series(*p));
     write_plot_file(a.plot, plot_probe_bars_svg(series), "--plot");
   }
-  if (g.json) {
-    std::cout << probe_report_json(report) << "\n";
-    return 0;
-  }
-  std::cout << probe_report_text(report);
+  std::cout << (g.json ? probe_report_json(results.report) + "\n" : probe_report_text(results.report));
   return 0;
 }
 

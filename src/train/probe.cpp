@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "normlab/autograd.h"
@@ -166,6 +167,48 @@ const std::vector<std::string>& probe_presets() {
   static const std::vector<std::string> names = {"plain-stack", "preln-growth", "xiong2020", "identity-share",
                                                  "batchnorm"};
   return names;
+}
+
+void check_probe_preset(const std::string& preset) {
+  const auto& presets = probe_presets();
+  NL_USAGE(preset == "all" || preset == "config" || std::find(presets.begin(), presets.end(), preset) != presets.end(),
+           "unknown preset '{}': choose one of {}, all, config", shown(preset), fmt::join(presets, ", "));
+}
+
+void run_probe_preset(const ProbeRequest& req, ProbeResults& out) {
+  check_probe_preset(req.preset);
+  const bool all = req.preset == "all";
+  ProbeReport& r = out.report;
+  r.preset = req.preset;
+  r.options = req.options;
+  if (req.preset == "config") r.config = &(out.config = probe_config(req.config, req.options));
+  if (all || req.preset == "plain-stack") {
+    PlainStackOptions so;
+    so.gains = req.gains;
+    so.activation = req.activation;
+    r.plain_stack = &(out.plain_stack = probe_plain_stack(so, req.options));
+  }
+  if (all || req.preset == "preln-growth") r.preln_growth = &(out.preln_growth = probe_preln_growth(req.options));
+  if (all || req.preset == "xiong2020") {
+    r.xiong = &(out.xiong = probe_xiong(req.options, req.depths));
+    if (!req.inits.empty() || !req.widths.empty()) {
+      const std::vector<InitScheme> inits = req.inits.empty() ? std::vector<InitScheme>{InitScheme::xavier} : req.inits;
+      const std::vector<int64_t> widths = req.widths.empty() ? std::vector<int64_t>{64} : req.widths;
+      r.xiong_factors = &(out.xiong_factors = probe_xiong_factors(req.options, inits, widths, req.depths));
+    }
+  }
+  if (all || req.preset == "identity-share") r.identity_share = &(out.identity_share = probe_identity_share(req.options));
+  if (all || req.preset == "batchnorm") r.batchnorm = &(out.batchnorm = probe_batchnorm(req.options));
+}
+
+std::vector<const ConfigProbe*> per_layer_probes(const ProbeReport& report) {
+  std::vector<const ConfigProbe*> probes;
+  if (report.config) probes.push_back(report.config);
+  if (report.xiong)
+    for (const XiongRun& r : report.xiong->runs) probes.push_back(&r.probe);
+  if (report.identity_share)
+    for (const ConfigProbe& p : report.identity_share->runs) probes.push_back(&p);
+  return probes;
 }
 
 // ---- one configuration ---------------------------------------------------------------------

@@ -224,4 +224,37 @@ std::string probe_report_text(const ProbeReport& report);
 // The preset names `probe` accepts, in the order `all` runs them (config excluded).
 const std::vector<std::string>& probe_presets();
 
+// ---- a preset's run, as `normlab probe PRESET` runs it ---------------------------------------
+struct ProbeRequest {
+  std::string preset = "config";  // a probe_presets() name, "all" or "config"
+  ProbeOptions options;
+  TrainConfig config;                            // config: the model probed
+  std::vector<int64_t> depths = {6, 12, 24};     // xiong2020
+  std::vector<InitScheme> inits;                 // xiong2020: with inits or widths, the factor table too
+  std::vector<int64_t> widths;                   //   (xavier and width 64 when one of them is empty)
+  std::vector<double> gains = {0.5, 1.0, 2.0};   // plain-stack
+  Activation activation = Activation::linear;    // plain-stack
+};
+// Every result the preset (or all of them) produced, and the report that points into them: it is
+// filled in place and never copied.
+struct ProbeResults {
+  ProbeResults() = default;
+  ProbeResults(const ProbeResults&) = delete;
+  ProbeResults& operator=(const ProbeResults&) = delete;
+  ConfigProbe config;
+  PlainStackResult plain_stack;
+  PrelnGrowthResult preln_growth;
+  XiongResult xiong;
+  XiongFactors xiong_factors;
+  IdentityShareResult identity_share;
+  BatchNormProbeResult batchnorm;
+  ProbeReport report;
+};
+// UsageError unless `preset` is a probe_presets() name, "all" or "config".
+void check_probe_preset(const std::string& preset);
+// Runs req.preset's probes into `out` (UsageError for an unknown preset).
+void run_probe_preset(const ProbeRequest& req, ProbeResults& out);
+// The per-layer probes a preset has (config, xiong2020, identity-share): what `--plot` draws.
+std::vector<const ConfigProbe*> per_layer_probes(const ProbeReport& report);
+
 }  // namespace normlab
