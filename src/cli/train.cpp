@@ -135,24 +135,7 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
       spdlog::warn("TensorBoard events: {}", e.what());
     }
   if (progress) clear_progress_line();
-  if (g.json) {
-    std::cout << result << "\n";
-  } else {
-    std::printf("\nstatus %s", r.status.c_str());
-    if (r.status == "diverged") std::printf(" at step %lld (%s)", static_cast<long long>(r.diverged_step), r.diverged_reason.c_str());
-    if (r.status == "collapsed")
-      std::printf(" from step %lld (validation loss at or above the unigram baseline - %.2f)",
-                  static_cast<long long>(r.collapsed_step), kCollapseMargin);
-    if (r.nonfinite.step >= 0) std::printf("\nfirst non-finite value: %s", r.nonfinite.str().c_str());
-    if (std::isfinite(r.final_loss_scale))
-      std::printf("\nloss scale %g at the end; %lld steps skipped (an inf or NaN gradient)", r.final_loss_scale,
-                  static_cast<long long>(r.skipped_steps));
-    std::printf("\nfinal val loss %.4f, best %.4f at step %lld; unigram %.4f; floor %.4f (gap %.4f)\n",
-                r.final_val_loss, r.best_val_loss, static_cast<long long>(r.best_val_step), r.unigram_loss,
-                r.loss_floor, r.gap_to_floor());
-    std::printf("%lld parameters, %.2f ms/step, %.0f tokens/s; run directory %s\n", static_cast<long long>(r.parameters),
-                1e3 * r.seconds_per_step, r.tokens_per_second, opt.dir.c_str());
-  }
+  std::cout << (g.json ? result + "\n" : train_result_text(r, opt.dir));
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // train's loss table, on core's table renderer.
 #include <fmt/printf.h>
 
+#include <cmath>
+
 #include "normlab/table.h"
 #include "normlab/train.h"
 
@@ -23,6 +25,23 @@ const Table& loss_table() {
 }  // namespace
 
 std::string loss_table_header() { return loss_table().text_header(); }
+
+std::string train_result_text(const TrainResult& r, const std::string& dir) {
+  std::string s = fmt::sprintf("\nstatus %s", r.status);
+  if (r.status == "diverged") s += fmt::sprintf(" at step %lld (%s)", static_cast<long long>(r.diverged_step), r.diverged_reason);
+  if (r.status == "collapsed")
+    s += fmt::sprintf(" from step %lld (validation loss at or above the unigram baseline - %.2f)",
+                      static_cast<long long>(r.collapsed_step), kCollapseMargin);
+  if (r.nonfinite.step >= 0) s += fmt::sprintf("\nfirst non-finite value: %s", r.nonfinite.str());
+  if (std::isfinite(r.final_loss_scale))
+    s += fmt::sprintf("\nloss scale %g at the end; %lld steps skipped (an inf or NaN gradient)", r.final_loss_scale,
+                      static_cast<long long>(r.skipped_steps));
+  s += fmt::sprintf("\nfinal val loss %.4f, best %.4f at step %lld; unigram %.4f; floor %.4f (gap %.4f)\n", r.final_val_loss,
+                    r.best_val_loss, static_cast<long long>(r.best_val_step), r.unigram_loss, r.loss_floor, r.gap_to_floor());
+  s += fmt::sprintf("%lld parameters, %.2f ms/step, %.0f tokens/s; run directory %s\n", static_cast<long long>(r.parameters),
+                    1e3 * r.seconds_per_step, r.tokens_per_second, dir);
+  return s;
+}
 
 std::string loss_table_row(const EvalRecord& r) {
   return loss_table().text_line({std::to_string(r.step), fmt::sprintf("%.3g", r.lr), fmt::sprintf("%.4f", r.train_loss),

@@ -280,6 +280,10 @@ struct TrainResult {
   // How far the final validation loss is above the data's floor (result.json "gap_to_floor").
   double gap_to_floor() const { return final_val_loss - loss_floor; }
 };
+// What `train` prints when a run ends: its status (and why, for diverged and collapsed), the first
+// non-finite value, the loss scale, the losses against the baselines, the size and speed, and
+// where the run is (`dir`).
+std::string train_result_text(const TrainResult& r, const std::string& dir);
 
 // How train counts loss spikes (TrainResult::spike_count).
 constexpr double kSpikeFactor = 1.5;
