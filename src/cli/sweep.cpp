@@ -131,7 +131,7 @@ SweepInvocation invocation_of(const SweepArgs& a) {
   inv.slurm_options.time = a.slurm_time;
   inv.slurm_options.cpus = a.slurm_cpus;
   inv.slurm_options.array_max = a.slurm_array_max;
-  inv.slurm_options.shards = a.slurm_shards_opt->count() > 0 ? a.slurm_shards : 0;
+  inv.slurm_options.shards = a.slurm_shards_opt->count() > 0 ? a.slurm_shards : -1;  // a given 0 is refused
   return inv;
 }
 

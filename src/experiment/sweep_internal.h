@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "normlab/io.h"
+#include "normlab/run_records.h"
 
 #include "normlab/sweep.h"
 
@@ -51,20 +52,15 @@ struct RunRecord {
   std::string problem;      // status "": what is wrong with what is there ("" when nothing is: pending)
 };
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);
-// f(step, record) for each record of a metrics.jsonl (the file at `path`) that is a JSON object
-// with an integer step; a torn line (the last one of a killed run) is skipped. UsageError naming
-// the file when it cannot be read.
+// f(step, record) for each record of a metrics.jsonl (the file at `path`), as read_metrics_file
+// reads them (run_records.h).
 template <class F>
 void for_each_metrics_record(const std::string& path, F&& f) {
-  std::istringstream in(read_file(path));
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);
-    if (rec.is_discarded() || !rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;
-    f(rec["step"].get<int64_t>(), rec);
-  }
+  for (const MetricsRecord& r : read_metrics_file(path)) f(r.step, r.fields);
 }
 
-// A run directory's metrics.jsonl as eval records holding step and val_loss only (none when absent).
+// A run directory's metrics.jsonl as eval records holding step and val_loss only (none when absent
+// or unreadable).
 std::vector<EvalRecord> read_eval_losses(const std::string& run);
 std::string now_iso8601();
 

@@ -19,7 +19,7 @@ SlurmOptions checked_slurm_options(const SweepInvocation& inv, size_t points) {
   so.threads = inv.run.threads;
   so.rerun = inv.rerun;
   so.tensorboard = inv.run.tensorboard;
-  if (so.shards == 0) so.shards = static_cast<int>(points);
+  if (so.shards == -1) so.shards = static_cast<int>(points);
   check_slurm_options(inv.run.dir, so, points);
   if (inv.submit) check_sbatch_available();
   return so;

@@ -179,10 +179,7 @@ std::string tail_of(const std::string& path, size_t max_lines = 12) {
 // Stale `<run>.partial.<pid>` directories of a point: left by a child killed with its sweep.
 void remove_partials(const fs::path& run) {
   std::error_code ec;
-  const std::string prefix = run.filename().string() + ".partial.";
-  if (!fs::is_directory(run.parent_path(), ec)) return;
-  for (const auto& e : fs::directory_iterator(run.parent_path(), ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+  for (const auto& [partial, pid] : partials_of(run.string())) fs::remove_all(partial, ec);
 }
 
 constexpr auto num = json_number<json>;

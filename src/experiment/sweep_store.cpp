@@ -77,23 +77,17 @@ void manifest_append(const std::string& dir, const std::string& json_line) {
 
 std::vector<EvalRecord> read_eval_losses(const std::string& run) {
   std::vector<EvalRecord> evals;
-  std::string text;
+  std::vector<MetricsRecord> records;
   try {
-    text = read_file((fs::path(run) / "metrics.jsonl").string());
+    records = read_run_metrics(run);
   } catch (const UsageError&) {
-    return evals;
+    return evals;  // a summary goes on without a damaged run's curve (its status is result.json's)
   }
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    try {
-      const json e = json::parse(line);
-      EvalRecord r;
-      r.step = e.at("step").get<int64_t>();
-      r.val_loss = e["val_loss"].is_number() ? e["val_loss"].get<double>() : NAN;
-      evals.push_back(r);
-    } catch (const std::exception&) {
-    }
+  for (const MetricsRecord& m : records) {
+    EvalRecord r;
+    r.step = m.step;
+    r.val_loss = m.fields.contains("val_loss") && m.fields["val_loss"].is_number() ? m.fields["val_loss"].get<double>() : NAN;
+    evals.push_back(r);
   }
   return evals;
 }

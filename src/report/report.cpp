@@ -2,6 +2,7 @@
 // rendered into memory first; the files are then written under OUT.partial.<pid>, the marker
 // last, which takes OUT's place at the end (site_dir.h: the marker, the check, the replace).
 #include "normlab/report.h"
+#include "normlab/run_records.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -163,12 +164,6 @@ bool is_sweep_dir(const fs::path& p) {
   return fs::is_regular_file(p / "spec.json", ec) && fs::is_directory(p / "runs", ec);
 }
 
-bool is_finished_run(const fs::path& p) {
-  std::error_code ec;
-  return p.filename().string().find(".partial.") == std::string::npos && is_run_directory(p.string()) &&
-         fs::is_regular_file(p / "result.json", ec);
-}
-
 json read_json(const std::string& path) {
   json j = json::parse(read_file(path), nullptr, false);
   NL_USAGE(!j.is_discarded(), "'{}' is not valid JSON", shown(path, 200));
@@ -182,20 +177,7 @@ RunInfo read_run_info(const std::string& dir, const std::string& name) {
   r.result = read_json(dir + "/result.json");
   NL_USAGE(r.result.is_object(), "'{}/result.json' is not a JSON object", shown(dir, 200));
   r.config = r.result.contains("config") && r.result["config"].is_object() ? r.result["config"] : json::object();
-  std::error_code ec;
-  if (fs::is_regular_file(dir + "/metrics.jsonl", ec)) {
-    const std::string text = read_file(dir + "/metrics.jsonl");
-    size_t at = 0;
-    while (at < text.size()) {
-      size_t end = text.find('\n', at);
-      if (end == std::string::npos) end = text.size();
-      if (end > at) {
-        json line = json::parse(text.substr(at, end - at), nullptr, false);
-        if (line.is_object()) r.metrics.push_back(std::move(line));
-      }
-      at = end + 1;
-    }
-  }
+  for (MetricsRecord& m : read_run_metrics(dir)) r.metrics.push_back(std::move(m.fields));
   return r;
 }
 
@@ -567,7 +549,7 @@ void find(const std::string& input, std::vector<std::string>& sweep_dirs, std::v
     return;
   }
   const std::string base = base_name(input);
-  if (is_finished_run(root)) {
+  if (is_finished_run(root.string())) {
     run_dirs.emplace_back(root.string(), base);
     return;
   }
@@ -580,7 +562,7 @@ void find(const std::string& input, std::vector<std::string>& sweep_dirs, std::v
     if (is_sweep_dir(p)) {
       sweep_dirs.push_back(p.string());
       it.disable_recursion_pending();
-    } else if (is_finished_run(p)) {
+    } else if (is_finished_run(p.string())) {
       run_dirs.emplace_back(p.string(), base + "/" + p.lexically_relative(root).string());
       it.disable_recursion_pending();
     }

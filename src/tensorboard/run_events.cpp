@@ -20,6 +20,7 @@
 #include "normlab/io.h"
 #include "normlab/run.h"
 #include "normlab/system.h"
+#include "normlab/run_records.h"
 #include "normlab/tensorboard.h"
 
 namespace normlab {
@@ -55,13 +56,10 @@ std::string text_or(const json& j, const char* key, const std::string& fallback)
   return v != j.end() && v->is_string() ? v->get<std::string>() : fallback;
 }
 
-// A JSON line's numbers and per-layer lists as scalars under prefix.
-TbStep line_scalars(const std::string& line, const std::string& prefix, const char* what) {
-  const json j = parse_object(line, what);
-  const auto step = j.find("step");
-  NL_USAGE(step != j.end() && step->is_number_integer(), "{} has no integer \"step\": {}", what, shown(line, 80));
+// A record's numbers and per-layer lists as scalars under prefix (its step given).
+TbStep record_scalars(const json& j, int64_t step, const std::string& prefix) {
   TbStep out;
-  out.step = step->get<int64_t>();
+  out.step = step;
   for (const auto& [key, v] : j.items()) {
     if (key == "step") continue;
     if (v.is_array()) {
@@ -73,6 +71,14 @@ TbStep line_scalars(const std::string& line, const std::string& prefix, const ch
     }
   }
   return out;
+}
+
+// A JSON line's numbers and per-layer lists as scalars under prefix.
+TbStep line_scalars(const std::string& line, const std::string& prefix, const char* what) {
+  const json j = parse_object(line, what);
+  const auto step = j.find("step");
+  NL_USAGE(step != j.end() && step->is_number_integer(), "{} has no integer \"step\": {}", what, shown(line, 80));
+  return record_scalars(j, step->get<int64_t>(), prefix);
 }
 
 std::vector<std::string> nonempty_lines(const std::string& text) {
@@ -155,12 +161,6 @@ void RunEventLog::stopped(const std::string& why) {
 
 namespace {
 
-bool finished_run(const fs::path& p) {
-  std::error_code ec;
-  return p.filename().string().find(".partial.") == std::string::npos && is_run_directory(p.string()) &&
-         fs::is_regular_file(p / "result.json", ec) && fs::is_regular_file(p / "metrics.jsonl", ec);
-}
-
 // The run directories at or below `path`, with their names (see export_tensorboard).
 void find_runs(const std::string& path, std::vector<std::pair<std::string, std::string>>& runs) {
   std::error_code ec;
@@ -171,7 +171,7 @@ void find_runs(const std::string& path, std::vector<std::pair<std::string, std::
   NL_USAGE(fs::is_directory(st), "'{}' is not a directory (a run or sweep directory, or a folder of them)", shown(path, 200));
   std::string base = fs::absolute(root).lexically_normal().filename().string();
   if (base.empty() || base == "." || base == "..") base = fs::absolute(root).lexically_normal().parent_path().filename().string();
-  if (finished_run(root)) {
+  if (is_finished_run(root.string())) {
     runs.emplace_back(root.string(), base);
     return;
   }
@@ -183,7 +183,7 @@ void find_runs(const std::string& path, std::vector<std::pair<std::string, std::
       if (it->is_symlink(ec)) it.disable_recursion_pending();
       continue;
     }
-    if (!finished_run(it->path())) continue;
+    if (!is_finished_run(it->path().string())) continue;
     it.disable_recursion_pending();  // a run's checkpoints/ holds no runs
     std::string name = base;
     for (const fs::path& part : it->path().lexically_relative(root))
@@ -217,10 +217,8 @@ std::string run_events(const std::string& run, size_t* scalar_count) {
       at = end + 1;
     }
   };
-  each_line(run + "/metrics.jsonl", [&](const std::string& line) {
-    TbStep s = metrics_line_scalars(line);
-    for (TbScalar& t : s.scalars) by_step[s.step].push_back(std::move(t));
-  });
+  for (const MetricsRecord& m : read_metrics_file(run + "/metrics.jsonl"))
+    for (TbScalar& t : record_scalars(m.fields, m.step, "").scalars) by_step[m.step].push_back(std::move(t));
   std::error_code ec;
   if (fs::is_regular_file(run + "/timing.jsonl", ec))
     each_line(run + "/timing.jsonl", [&](const std::string& line) {

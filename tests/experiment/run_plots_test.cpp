@@ -638,7 +638,9 @@ TEST(RunPlots, SmallMultiplesOfLayerProfilesRangeOnTheOkRunsAndClipTheRest) {
 
 // ---- readers -------------------------------------------------------------------------------------
 TEST(RunPlots, ReadLayerHistoryReadsNullsAsNaNAndTheStatus) {
-  const fs::path dir = test::fresh_dir("run_plots_read");
+  // A run being written (train's <dir>.partial.<pid>) may end in half a line: left out.
+  const fs::path dir = test::fresh_dir("run_plots_read").string() + ".partial.4242";
+  fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "metrics.jsonl") << "{\"step\":10,\"val_loss\":3.0,\"stream_norm\":[1.0,2.0,3.0]}\n"
                                           "{\"step\":15,\"train_loss\":2.0}\n"
@@ -675,6 +677,12 @@ TEST(RunPlots, ReadLayerHistoryReadsNullsAsNaNAndTheStatus) {
   EXPECT_NE(error_of(dir.string(), "block_grad_norm").find("stream_norm"), std::string::npos);  // what there is
   EXPECT_NE(error_of(dir.string(), "val_loss").find("not a per-layer field"), std::string::npos);
   EXPECT_NE(error_of((dir / "nothing").string(), "stream_norm").find("metrics.jsonl"), std::string::npos);
+  // The same half line in a finished run (renamed into place whole) is damage: an error naming the
+  // file and the line, as every reader of metrics.jsonl says it.
+  const fs::path finished = test::fresh_dir("run_plots_read_finished");
+  fs::create_directories(finished);
+  fs::copy_file(dir / "metrics.jsonl", finished / "metrics.jsonl");
+  EXPECT_NE(error_of(finished.string(), "stream_norm").find("metrics.jsonl' line 4"), std::string::npos);
   std::ofstream(dir / "result.json") << "{not json";
   EXPECT_NE(error_of(dir.string(), "stream_norm").find("result.json"), std::string::npos);
 }

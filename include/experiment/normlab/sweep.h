@@ -405,7 +405,7 @@ struct SweepInvocation {
   bool force = false;            // a changed spec: keep the points whose runs are of its config, run the rest
   bool dry_run = false;          // say what would run; create nothing
   bool slurm = false, submit = false;
-  // With slurm: partition, time, cpus and array_max as given; shards 0 = one per point. exe,
+  // With slurm: partition, time, cpus and array_max as given; shards -1 = one per point. exe,
   // threads, rerun and tensorboard are filled in from the invocation.
   SlurmOptions slurm_options;
 };
