@@ -1,5 +1,5 @@
 // What the files of src/opcases share: a case's line, the draws of its inputs, and the lists each
-// op file adds its cases and grad forms to (registry.cpp calls them in order).
+// op file adds its cases and grad forms to (case_registry.cpp calls them in order).
 #pragma once
 #include <cstdint>
 #include <functional>

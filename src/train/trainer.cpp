@@ -19,7 +19,7 @@ std::string DataSpec::str() const { return kind == DataKind::text ? "text:" + pa
 DataSpec DataSpec::parse(const std::string& s) {
   DataSpec d;
   if (s.rfind("text:", 0) == 0) {
-    NL_USAGE(s.size() > 5, "data 'text:' needs a path, e.g. text:data/tiny.txt");
+    NL_USAGE(s.size() > 5, "data 'text:' needs a path, e.g. text:experiments/data/tiny.txt");
     d.kind = DataKind::text;
     d.path = s.substr(5);
     return d;

@@ -59,7 +59,7 @@ void rmsnorm_backward_onepass(float* dx, float* dgamma, const float* dy, const f
                               const float* gamma, const float* rstd, int64_t n, int64_t d);
 
 // ---- DyT and Derf: y = gamma * f(alpha*x + shift) + beta, f = tanh or erf (backend.h) ----------
-// The Backend's kernel (squash.cpp): one pass forward; one pass backward writing dx and the row
+// The Backend's kernel (squash_kernels.cpp): one pass forward; one pass backward writing dx and the row
 // blocks' partial sums of dgamma, dbeta, dalpha, dshift (each nullable). shift 0 for DyT; beta nullable.
 void squash_forward(float* y, const float* x, float alpha, float shift, const float* gamma, const float* beta,
                     int64_t n, int64_t d, Squash f);

@@ -1,5 +1,5 @@
 // `normlab bench`: timing normalization kernels and whole training steps, with figures anyone
-// can rerun. This header is the library half (src/bench/); src/cli/bench.cpp only parses flags
+// can rerun. This header is the library half (src/bench/); src/cli/bench_command.cpp only parses flags
 // into the option structs below and prints what the exporters return.
 //
 //   norms  every registered implementation of LayerNorm / RMSNorm (oneDNN's primitive, normlab's
@@ -152,8 +152,8 @@ struct Context {
   // measure_thread_round_trip_ns at the run's start and at its end (merged runs: every run's,
   // in order); empty where fewer than 2 threads ran.
   std::vector<double> thread_round_trip_ns;
-  // `bench norms` before issue 23: the fused kernels' machine-wide choice of streaming stores (read
-  // from older JSON files; a run now records kernel_choices instead).
+  // `bench norms` before kernel variants were chosen per shape class: the fused kernels' machine-wide
+  // choice of streaming stores (read from older JSON files; a run now records kernel_choices instead).
   std::string streaming_stores;
   // `bench norms` on the cpu: NORMLAB_TUNE's mode, the tuning cache, and every shape class's choice
   // of kernel variant made during the run, with the candidates' times (cpu::norm_choices_made).

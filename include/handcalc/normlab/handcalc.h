@@ -4,7 +4,7 @@
 //
 // Layout: plain result structs (every intermediate), pure functions that fill them, the parser
 // and validators for user input (they throw UsageError naming the option), and renderers
-// (aligned text, JSON). The CLI (src/cli/handcalc.cpp) only wires options to these.
+// (aligned text, JSON). The CLI (src/cli/handcalc_command.cpp) only wires options to these.
 //
 // Size letter: d, the length of x (d_model). W is d x d, row-major: W[i*d + j] = W_ij.
 #pragma once

@@ -40,7 +40,7 @@ void linear_backward_input(float* dx, const float* dy, const float* w, const flo
 void linear_forward(float* y, const float* x, const float* w, const float* bias, const float* residual, int64_t m,
                     int64_t k, int64_t n);
 
-// ---- elementwise over n values (elementwise.cpp) -------------------------------------------
+// ---- elementwise over n values (elementwise_kernels.cpp) -------------------------------------------
 void fill(float* out, float value, int64_t n);
 void copy(float* out, const float* x, int64_t n);
 void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n);
@@ -88,13 +88,13 @@ void seednorm_backward(float* dx, float* dgamma, float* dalpha, float* dbeta, co
                        const float* gamma, const float* alpha, const float* beta, const float* rstd, const float* t,
                        int64_t n, int64_t d);
 
-// ---- the channel scale (squash.cpp; DyT and Derf: cpu_kernels.h) --------------------------
+// ---- the channel scale (squash_kernels.cpp; DyT and Derf: cpu_kernels.h) --------------------------
 // Backend::channel_scale_*, on raw arrays (dx and dlambda nullable).
 void channel_scale_forward(float* y, const float* x, const float* lambda, int64_t n, int64_t d, int64_t c);
 void channel_scale_backward(float* dx, float* dlambda, const float* dy, const float* x, const float* lambda,
                             int64_t n, int64_t d, int64_t c);
 
-// ---- attention and token mixing (attention.cpp) -------------------------------------------
+// ---- attention and token mixing (attention_kernels.cpp) -------------------------------------------
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
 // dp_scratch: B*H*T*T floats of workspace (needed when dq or dk is wanted).
