@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "normlab/backends.h"
+#include "normlab/install_backends.h"
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);

@@ -1,5 +1,5 @@
 // The table of backends by name. It names no concrete backend: install_backends()
-// (include/backends/normlab/backends.h) registers them.
+// (include/backends/normlab/install_backends.h) registers them.
 #include <omp.h>
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // The only place that names concrete backends.
-#include "normlab/backends.h"
+#include "normlab/install_backends.h"
 
 #include "normlab/backend.h"
 #include "normlab/cpu_backend.h"

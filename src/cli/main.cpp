@@ -14,7 +14,7 @@
 #include "normlab/error.h"
 #include "normlab/about.h"
 #include "normlab/backend.h"
-#include "normlab/backends.h"
+#include "normlab/install_backends.h"
 #include "normlab/cuda_backend.h"
 
 namespace normlab::cli {

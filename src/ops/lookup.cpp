@@ -15,11 +15,11 @@ Tensor embedding(const Tensor& ids, const Tensor& table_in) {
   Shape out_shape = ids.shape();
   out_shape.push_back(d);
   Tensor y = new_output(out_shape, product_format(), table);
-  kernels(table).embedding_forward(y, table, ids, n, v, d);
+  backend_of(table).embedding_forward(y, table, ids, n, v, d);
   store(y, product_format(), "embedding");
   if (needs_grad({&table})) {
     record("embedding", y, {table}, [ids, n, v, d](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) kernels(dy).embedding_backward(*g[0], dy, ids, n, v, d);
+      if (g[0]) backend_of(dy).embedding_backward(*g[0], dy, ids, n, v, d);
     });
   }
   return y;
@@ -37,11 +37,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets) {
   NL_CHECK(n >= 1, "cross_entropy: no rows in logits {}", shape_str(logits.shape()));
   Tensor loss = float_output({}, logits);
   Tensor probs = float_output({n, v}, logits);
-  kernels(logits).cross_entropy_forward(loss, probs, logits, targets, n, v);
+  backend_of(logits).cross_entropy_forward(loss, probs, logits, targets, n, v);
   store(loss, Precision::fp32, "cross_entropy");  // float32 in any precision (shown to a watch)
   if (needs_grad({&logits})) {
     record("cross_entropy", loss, {logits}, [probs, targets, n, v](const Tensor& dloss, GradOutputs& g) {
-      if (g[0]) kernels(dloss).cross_entropy_backward(*g[0], dloss, probs, targets, n, v);
+      if (g[0]) backend_of(dloss).cross_entropy_backward(*g[0], dloss, probs, targets, n, v);
     });
   }
   return loss;
@@ -70,7 +70,7 @@ Tensor reshape(const Tensor& x_in, const Shape& shape) {
   Tensor y = x.view(target);
   if (needs_grad({&x})) {
     record("reshape", y, {x}, [in_shape = x.shape()](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) kernels(dy).copy(*g[0], dy.view(in_shape));
+      if (g[0]) backend_of(dy).copy(*g[0], dy.view(in_shape));
     });
   }
   return y;
@@ -94,16 +94,16 @@ Tensor transpose(const Tensor& x_in, int64_t dim0, int64_t dim1) {
   std::swap(out_shape[dim0], out_shape[dim1]);
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   if (dim0 == dim1) {
-    kernels(x).copy(y, x);
+    backend_of(x).copy(y, x);
   } else {
-    kernels(x).transpose(y, x, outer, a, mid, b, inner);
+    backend_of(x).transpose(y, x, outer, a, mid, b, inner);
   }
   y.impl().format = x.impl().format;  // the same values, moved
   y.impl().op_output = true;
   if (needs_grad({&x})) {
     record("transpose", y, {x}, [outer, a, mid, b, inner, same = dim0 == dim1](const Tensor& dy, GradOutputs& g) {
       if (!g[0]) return;
-      if (same) kernels(dy).copy(*g[0], dy); else kernels(dy).transpose(*g[0], dy, outer, b, mid, a, inner);
+      if (same) backend_of(dy).copy(*g[0], dy); else backend_of(dy).transpose(*g[0], dy, outer, b, mid, a, inner);
     });
   }
   return y;

@@ -30,13 +30,13 @@ namespace ops_detail {
 BackwardFn layernorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                                  int64_t n, int64_t d) {
   return [x = x.detach(), gamma, mean, rstd, n, d](const Tensor& dy, GradOutputs& g) {
-    kernels(dy).layernorm_backward(g[0], g[1], g[2], dy, x, gamma, mean, rstd, n, d);
+    backend_of(dy).layernorm_backward(g[0], g[1], g[2], dy, x, gamma, mean, rstd, n, d);
   };
 }
 
 BackwardFn rmsnorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) {
   return [x = x.detach(), gamma, rstd, n, d](const Tensor& dy, GradOutputs& g) {
-    kernels(dy).rmsnorm_backward(g[0], g[1], dy, x, gamma, rstd, n, d);
+    backend_of(dy).rmsnorm_backward(g[0], g[1], dy, x, gamma, rstd, n, d);
   };
 }
 
@@ -48,7 +48,7 @@ BackwardFn composite_norm_backward_fn(const Tensor& x, const Tensor& gamma, cons
     const bool ln = mean.defined();
     CompositeBackwardCensus census;
     const bool watched = store_watch_active();
-    kernels(dy).composite_norm_backward(g[0], g[1], ln ? g[2] : nullptr, dy, x, gamma, mean, rstd, n, d, p,
+    backend_of(dy).composite_norm_backward(g[0], g[1], ln ? g[2] : nullptr, dy, x, gamma, mean, rstd, n, d, p,
                                         watched ? &census : nullptr);
     if (watched) watch_composite_backward(census, ln, p, dy, module);
   };
@@ -67,9 +67,9 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   watch_norm_input(x, "layernorm");
   const bool composite = composite_norm(x);
   if (composite) {
-    kernels(x).composite_norm_forward(y, mean, rstd, x, gamma, beta, n, d, eps, x.impl().format);
+    backend_of(x).composite_norm_forward(y, mean, rstd, x, gamma, beta, n, d, eps, x.impl().format);
   } else {
-    kernels(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
+    backend_of(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
   }
   store(y, p, "layernorm", &rstd);
   if (needs_grad({&x, &gamma, &beta}))
@@ -90,9 +90,9 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   const bool composite = composite_norm(x);
   Tensor no_mean;
   if (composite) {
-    kernels(x).composite_norm_forward(y, no_mean, rstd, x, gamma, Tensor(), n, d, eps, x.impl().format);
+    backend_of(x).composite_norm_forward(y, no_mean, rstd, x, gamma, Tensor(), n, d, eps, x.impl().format);
   } else {
-    kernels(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
+    backend_of(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
   }
   store(y, p, "rmsnorm", &rstd);
   if (needs_grad({&x, &gamma}))
@@ -111,12 +111,12 @@ Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_
   Tensor y = new_output(x.shape(), p, x);
   Tensor rstd = row_stat(x), t = row_stat(x);
   watch_norm_input(x, "seednorm");
-  kernels(x).seednorm_forward(y, rstd, t, x, gamma, alpha, beta, n, d, eps);
+  backend_of(x).seednorm_forward(y, rstd, t, x, gamma, alpha, beta, n, d, eps);
   store(y, p, "seednorm", &rstd);
   if (needs_grad({&x, &gamma, &alpha, &beta}))
     record("seednorm", y, {x, gamma, alpha, beta},
            [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
-             kernels(dy).seednorm_backward(g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d);
+             backend_of(dy).seednorm_backward(g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d);
            });
   return y;
 }
@@ -137,7 +137,7 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
   Tensor s = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor mean = row_stat(a), rstd = row_stat(a);
-  kernels(a).add_layernorm_forward(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+  backend_of(a).add_layernorm_forward(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
   // float32 here (low precision takes the two ops above): tagged, and shown to a watch.
   store(s, Precision::fp32, "add");
   watch_norm_input(s, "layernorm");
@@ -163,7 +163,7 @@ std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tenso
   Tensor s = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor rstd = row_stat(a);
-  kernels(a).add_rmsnorm_forward(s, y, rstd, a, b, alpha, gamma, n, d, eps);
+  backend_of(a).add_rmsnorm_forward(s, y, rstd, a, b, alpha, gamma, n, d, eps);
   store(s, Precision::fp32, "add");  // as add_layernorm
   watch_norm_input(s, "rmsnorm");
   store(y, Precision::fp32, "rmsnorm");

@@ -10,7 +10,7 @@
 namespace normlab::ops_detail {
 
 // The backend of the op's tensors (all must share device and dtype).
-inline Backend& kernels(const Tensor& t) { return backend_for(t.device(), t.dtype()); }
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device(), t.dtype()); }
 
 // Floating tensors of one dtype and device; names the op and the offenders.
 void check_float_same(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts);

@@ -32,7 +32,7 @@ Tensor squash_op(const char* op, Squash f, const Tensor& x_in, const Tensor& alp
   const Precision p = widest({&x, &alpha, &gamma});
   Tensor y = new_output(x.shape(), p, x);
   watch_norm_input(x, op);
-  kernels(x).squash_forward(y, x, alpha, shift, gamma, beta, n, d, f);
+  backend_of(x).squash_forward(y, x, alpha, shift, gamma, beta, n, d, f);
   store(y, p, op);
   if (!needs_grad({&x, &alpha, &shift, &gamma, &beta})) return y;
   // The inputs that exist, in order, and where each gradient goes.
@@ -46,7 +46,7 @@ Tensor squash_op(const char* op, Squash f, const Tensor& x_in, const Tensor& alp
   record(op, y, inputs,
          [x = x.detach(), alpha, shift, gamma, n, d, f, at_shift, at_gamma, at_beta](const Tensor& dy, GradOutputs& g) {
            Tensor* none = nullptr;
-           kernels(dy).squash_backward(g[0], g[1], at_shift >= 0 ? g[static_cast<size_t>(at_shift)] : none,
+           backend_of(dy).squash_backward(g[0], g[1], at_shift >= 0 ? g[static_cast<size_t>(at_shift)] : none,
                                        g[static_cast<size_t>(at_gamma)],
                                        at_beta >= 0 ? g[static_cast<size_t>(at_beta)] : none, dy, x, alpha, shift,
                                        gamma, n, d, f);
@@ -76,11 +76,11 @@ Tensor channel_scale(const Tensor& x_in, const Tensor& lambda_in) {
   const int64_t n = rows_of(x), d = x.size(-1), c = lambda.numel();
   const Precision p = widest({&x, &lambda});
   Tensor y = new_output(x.shape(), p, x);
-  kernels(x).channel_scale_forward(y, x, lambda, n, d, c);
+  backend_of(x).channel_scale_forward(y, x, lambda, n, d, c);
   store(y, p, op);
   if (needs_grad({&x, &lambda})) {
     record(op, y, {x, lambda}, [x = x.detach(), lambda, n, d, c](const Tensor& dy, GradOutputs& g) {
-      kernels(dy).channel_scale_backward(g[0], g[1], dy, x, lambda, n, d, c);
+      backend_of(dy).channel_scale_backward(g[0], g[1], dy, x, lambda, n, d, c);
     });
   }
   return y;
@@ -91,7 +91,7 @@ Tensor add_constant(const Tensor& x_in, double c) {
   const Tensor x = stored(x_in);
   const Precision p = widest({&x});
   Tensor y = new_output(x.shape(), p, x);
-  Backend& kb = kernels(x);
+  Backend& kb = backend_of(x);
   kb.fill(y, c);
   kb.add(y, x, y, 1.0, 1.0);
   store(y, p, "add_constant");

@@ -1,6 +1,6 @@
 // What the sources of the CUDA backend module (libnormlab_cuda.so) define for its entry point
 // (module.cpp), which hands them to the loader as one table (module_abi.h). Private to
-// src/backends/cuda: everything else reaches them through include/backend_cuda/normlab/*.h.
+// src/backends/cuda: everything else reaches them through include/cuda_loader/normlab/*.h.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -1,6 +1,6 @@
 // The boundary between the normlab executable and its CUDA backend module (libnormlab_cuda.so):
 // the module exports one symbol, normlab_cuda_module, which returns this table; the loader
-// (src/backends/cuda_loader) implements include/backend_cuda/normlab/*.h through it. Included by
+// (src/backends/cuda_loader) implements include/cuda_loader/normlab/*.h through it. Included by
 // the module's entry point (module.cpp) and the loader only.
 #pragma once
 #include <cstddef>

@@ -1,4 +1,4 @@
-// include/backend_cuda/normlab/{cuda,cuda_backend}.h: the kernels, cuBLAS and the CUDA runtime
+// include/cuda_loader/normlab/{cuda,cuda_backend}.h: the kernels, cuBLAS and the CUDA runtime
 // are in a module, libnormlab_cuda.so (src/backends/cuda, when the toolkit is found), that these
 // functions dlopen the first time one of them needs the GPU; cuda-sim's module,
 // libnormlab_cuda_sim.so (the same sources on the host, always built), is loaded the same way
