@@ -461,6 +461,35 @@ std::vector<std::string> table_cells(const std::string& line) {
   return cells;
 }
 
+// REPRODUCTION.md marks its verdict table for machines: between these two comment lines, a markdown
+// table whose columns are claim, verdict and section (a link to the section's heading), in that
+// order, its first row their titles. A heading or a title may be reworded without breaking the report.
+constexpr const char* kVerdictsBegin = "<!-- verdicts: claim | verdict | section -->";
+constexpr const char* kVerdictsEnd = "<!-- end of verdicts -->";
+
+// The marked verdict table's rows, each its cells (claim, verdict, section and any more); none
+// without the markers.
+std::vector<std::vector<std::string>> verdict_rows(const std::vector<std::string>& lines) {
+  std::vector<std::vector<std::string>> rows;
+  bool in_table = false, titles_seen = false;
+  for (const std::string& line : lines) {
+    if (line == kVerdictsBegin) {
+      in_table = true;
+      continue;
+    }
+    if (!in_table) continue;
+    if (line == kVerdictsEnd || line.rfind("|", 0) != 0) break;  // the marker, or the table's end
+    if (line.rfind("|---", 0) == 0) continue;
+    if (!titles_seen) {
+      titles_seen = true;
+      continue;
+    }
+    std::vector<std::string> cells = table_cells(line);
+    if (cells.size() >= 3) rows.push_back(std::move(cells));
+  }
+  return rows;
+}
+
 // The experiments page: each row of the verdict table, linked to the sweeps its section cites.
 bool experiments_page(Site& site, const std::string& md_path, const std::set<std::string>& sweeps_in_site) {
   const std::string md = read_file(md_path);
@@ -503,17 +532,7 @@ bool experiments_page(Site& site, const std::string& md_path, const std::set<std
     }
   }
   std::vector<std::vector<Cell>> rows;
-  bool in_table = false;
-  for (const std::string& line : lines) {
-    if (line.rfind("## Verdicts at a glance", 0) == 0) {
-      in_table = true;
-      continue;
-    }
-    if (!in_table) continue;
-    if (line.rfind("## ", 0) == 0) break;
-    if (line.rfind("| ", 0) != 0 || line.rfind("|---", 0) == 0) continue;
-    const std::vector<std::string> cells = table_cells(line);
-    if (cells.size() < 3 || cells[0] == "claim (section of the article)") continue;
+  for (const std::vector<std::string>& cells : verdict_rows(lines)) {
     std::string sweeps_html;
     const size_t hash = cells[2].find("(#");
     std::string section_html = inline_md(cells[2]);

@@ -88,8 +88,8 @@ TEST(ReportCli, WritesASiteWhoseEveryLinkResolves) {
   r = run_cli({"train", "--steps", "4", "--eval_every", "2", "--layers", "1", "--batch_size", "4", "--out",
                (work / "in" / "one run").string(), "-q"});  // a space in a name: links must encode it
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  std::ofstream(work / "in" / "REPRODUCTION.md") << "# R\n\n## Verdicts at a glance\n\n| claim | verdict | section |\n|---|---|---|\n"
-                                                    "| depth `matters` | **reproduced** | [Depth](#depth-and-placement) |\n\n"
+  std::ofstream(work / "in" / "REPRODUCTION.md") << "# R\n\n## What holds\n\n<!-- verdicts: claim | verdict | section -->\n| the claim | what we found | where |\n|---|---|---|\n"
+                                                    "| depth `matters` | **reproduced** | [Depth](#depth-and-placement) |\n<!-- end of verdicts -->\n\n"
                                                     "## Depth and placement\n\nSee results/sweeps/grid and results/sweeps/elsewhere.\n";
   const fs::path site = work / "site";
   r = run_cli({"report", (work / "in").string(), "--out", site.string(), "--json"});
