@@ -124,34 +124,18 @@ void claim(const std::string& tmp, const std::string& dir, const struct stat* ol
 }  // namespace
 
 std::string eval_to_json_line(const EvalRecord& r) {
-  json j{{"step", r.step},           {"lr", r.lr},
-         {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},
-         {"grad_norm", num(r.grad_norm)},   {"final_norm_out", num(r.final_norm_out)},
-         {"val_loss_se", num(r.val_loss_se)}, {"val_oracle_loss", num(r.val_oracle_loss)},
-         {"excess_loss", num(r.excess_loss)}, {"excess_loss_se", num(r.excess_loss_se)}};
-  j["stream_norm"] = json::array();
-  for (double v : r.stream_norm) j["stream_norm"].push_back(num(v));
-  j["block_grad_norm"] = json::array();
-  for (double v : r.block_grad_norm) j["block_grad_norm"].push_back(num(v));
-  // Low precision only: fp32 runs' lines are as they were.
-  if (std::isfinite(r.loss_scale)) {
-    j["loss_scale"] = r.loss_scale;
-    j["skipped_steps"] = r.skipped_steps;
-  }
-  auto per_block = [&j](const char* key, const std::vector<double>& values) {
-    if (values.empty()) return;
-    j[key] = json::array();
-    for (double v : values) j[key].push_back(num(v));
-  };
-  per_block("stream_max_abs", r.stream_max_abs);
-  per_block("norm_input_max_abs", r.norm_input_max_abs);
-  per_block("overflow_share", r.overflow_share);
-  per_block("underflow_share", r.underflow_share);
-  if (!r.attn_entropy.empty()) {  // gpt: per attention layer
-    j["attn_entropy"] = json::array();
-    for (double v : r.attn_entropy) j["attn_entropy"].push_back(num(v));
-    j["attn_max_logit"] = json::array();
-    for (double v : r.attn_max_logit) j["attn_max_logit"].push_back(num(v));
+  using M = EvalField::InMetrics;
+  json j{{"step", r.step}};
+  for (const EvalField& f : eval_fields()) {
+    // Low precision's fields only where a run has them: fp32 runs' lines are as they were.
+    if (f.in_metrics == M::never || (f.in_metrics == M::loss_scaled && !std::isfinite(r.loss_scale)) ||
+        (f.in_metrics == M::when_listed && (r.*f.list).empty()))
+      continue;
+    if (f.number) j[f.name] = num(r.*f.number);
+    if (f.count) j[f.name] = r.*f.count;
+    if (!f.list) continue;
+    j[f.name] = json::array();
+    for (double v : r.*f.list) j[f.name].push_back(num(v));
   }
   return j.dump();
 }

@@ -286,33 +286,41 @@ int64_t parse_count(const std::string& path, const std::string& field, const std
   return v;
 }
 
+
+// An eval as the state keeps it: every field, each number exact (so a resumed run's metrics.jsonl
+// is the uninterrupted run's, bit for bit).
+json state_eval(const EvalRecord& r) {
+  json e{{"step", r.step}};
+  for (const EvalField& f : eval_fields()) {
+    if (f.number) e[f.name] = exact(r.*f.number);
+    if (f.list) e[f.name] = exact_array(r.*f.list);
+    if (f.count) e[f.name] = r.*f.count;
+  }
+  return e;
+}
+
+// A state's eval back: every field its writer knew (those older states lack keep their default).
+EvalRecord read_state_eval(const std::string& path, const json& e) {
+  EvalRecord r;
+  r.step = e["step"].get<int64_t>();
+  for (const EvalField& f : eval_fields()) {
+    if (f.optional_in_state && !e.contains(f.name)) continue;
+    const std::string where = std::string("evals.") + f.name;
+    if (f.number) r.*f.number = parse_exact(path, where, e.value(f.name, json()));
+    if (f.list) r.*f.list = parse_exact_array(path, where, e.value(f.name, json()));
+    if (f.count && (!e[f.name].is_number_integer() || e[f.name].get<int64_t>() < 0))
+      bad(path, fmt::format("an eval's {} is not a count", f.name));
+    if (f.count) r.*f.count = e[f.name].get<int64_t>();
+  }
+  if (r.attn_entropy.size() != r.attn_max_logit.size()) bad(path, "an eval's attention statistics differ in length");
+  return r;
+}
+
 }  // namespace
 
 void save_train_state(const std::string& path, const TrainState& st, const std::map<std::string, std::string>& extra) {
   json evals = json::array();
-  for (const EvalRecord& r : st.evals)
-    evals.push_back({{"step", r.step},
-                     {"lr", exact(r.lr)},
-                     {"train_loss", exact(r.train_loss)},
-                     {"val_loss", exact(r.val_loss)},
-                     {"grad_norm", exact(r.grad_norm)},
-                     {"val_loss_se", exact(r.val_loss_se)},
-                     {"val_oracle_loss", exact(r.val_oracle_loss)},
-                     {"excess_loss", exact(r.excess_loss)},
-                     {"excess_loss_se", exact(r.excess_loss_se)},
-                     {"stream_norm", exact_array(r.stream_norm)},
-                     {"final_norm_out", exact(r.final_norm_out)},
-                     {"block_grad_norm", exact_array(r.block_grad_norm)},
-                     {"attn_entropy", exact_array(r.attn_entropy)},
-                     {"attn_max_logit", exact_array(r.attn_max_logit)},
-                     {"loss_scale", exact(r.loss_scale)},
-                     {"skipped_steps", r.skipped_steps},
-                     {"stream_max_abs", exact_array(r.stream_max_abs)},
-                     {"norm_input_max_abs", exact_array(r.norm_input_max_abs)},
-                     {"overflow_share", exact_array(r.overflow_share)},
-                     {"underflow_share", exact_array(r.underflow_share)},
-                     {"seconds_per_step", exact(r.seconds_per_step)},
-                     {"tokens_per_second", exact(r.tokens_per_second)}});
+  for (const EvalRecord& r : st.evals) evals.push_back(state_eval(r));
   std::map<std::string, std::string> meta = extra;
   meta["normlab_train_state"] = "1";
   meta["step"] = std::to_string(st.step);
@@ -368,39 +376,7 @@ TrainState load_train_state(const std::string& path, std::map<std::string, std::
     for (const json& e : evals) {
       if (!e.is_object() || !e.contains("step") || !e["step"].is_number_integer())
         bad(path, "an entry of 'evals' has no integer step");
-      EvalRecord r;
-      r.step = e["step"].get<int64_t>();
-      auto num = [&](const char* k) { return parse_exact(path, std::string("evals.") + k, e.value(k, json())); };
-      auto arr = [&](const char* k) { return parse_exact_array(path, std::string("evals.") + k, e.value(k, json())); };
-      r.lr = num("lr");
-      r.train_loss = num("train_loss");
-      r.val_loss = num("val_loss");
-      r.grad_norm = num("grad_norm");
-      // States written before these fields existed lack them: unknown, not an error.
-      auto maybe = [&](const char* k) { return e.contains(k) ? num(k) : NAN; };
-      r.val_loss_se = maybe("val_loss_se");
-      r.val_oracle_loss = maybe("val_oracle_loss");
-      r.excess_loss = maybe("excess_loss");
-      r.excess_loss_se = maybe("excess_loss_se");
-      r.stream_norm = arr("stream_norm");
-      r.final_norm_out = num("final_norm_out");
-      r.block_grad_norm = arr("block_grad_norm");
-      r.attn_entropy = arr("attn_entropy");
-      r.attn_max_logit = arr("attn_max_logit");
-      if (r.attn_entropy.size() != r.attn_max_logit.size()) bad(path, "an eval's attention statistics differ in length");
-      r.loss_scale = maybe("loss_scale");
-      if (e.contains("skipped_steps")) {
-        if (!e["skipped_steps"].is_number_integer() || e["skipped_steps"].get<int64_t>() < 0)
-          bad(path, "an eval's skipped_steps is not a count");
-        r.skipped_steps = e["skipped_steps"].get<int64_t>();
-      }
-      auto maybe_arr = [&](const char* k) { return e.contains(k) ? arr(k) : std::vector<double>{}; };
-      r.stream_max_abs = maybe_arr("stream_max_abs");
-      r.norm_input_max_abs = maybe_arr("norm_input_max_abs");
-      r.overflow_share = maybe_arr("overflow_share");
-      r.underflow_share = maybe_arr("underflow_share");
-      r.seconds_per_step = num("seconds_per_step");
-      r.tokens_per_second = num("tokens_per_second");
+      EvalRecord r = read_state_eval(path, e);
       if (!st.evals.empty() && r.step <= st.evals.back().step) bad(path, "the evals' steps do not increase");
       if (r.step > st.step) bad(path, fmt::format("an eval at step {} lies after the state's step {}", r.step, st.step));
       st.evals.push_back(std::move(r));

@@ -24,6 +24,35 @@ const Table& loss_table() {
 
 }  // namespace
 
+const std::vector<EvalField>& eval_fields() {
+  using R = EvalRecord;
+  using M = EvalField::InMetrics;
+  static const std::vector<EvalField> fields = {
+      {"lr", &R::lr},
+      {"train_loss", &R::train_loss},
+      {"val_loss", &R::val_loss},
+      {"grad_norm", &R::grad_norm},
+      {"val_loss_se", &R::val_loss_se, nullptr, nullptr, M::always, true},
+      {"val_oracle_loss", &R::val_oracle_loss, nullptr, nullptr, M::always, true},
+      {"excess_loss", &R::excess_loss, nullptr, nullptr, M::always, true},
+      {"excess_loss_se", &R::excess_loss_se, nullptr, nullptr, M::always, true},
+      {"stream_norm", nullptr, &R::stream_norm},
+      {"final_norm_out", &R::final_norm_out},
+      {"block_grad_norm", nullptr, &R::block_grad_norm},
+      {"attn_entropy", nullptr, &R::attn_entropy, nullptr, M::when_listed},
+      {"attn_max_logit", nullptr, &R::attn_max_logit, nullptr, M::when_listed},
+      {"loss_scale", &R::loss_scale, nullptr, nullptr, M::loss_scaled, true},
+      {"skipped_steps", nullptr, nullptr, &R::skipped_steps, M::loss_scaled, true},
+      {"stream_max_abs", nullptr, &R::stream_max_abs, nullptr, M::when_listed, true},
+      {"norm_input_max_abs", nullptr, &R::norm_input_max_abs, nullptr, M::when_listed, true},
+      {"overflow_share", nullptr, &R::overflow_share, nullptr, M::when_listed, true},
+      {"underflow_share", nullptr, &R::underflow_share, nullptr, M::when_listed, true},
+      {"seconds_per_step", &R::seconds_per_step, nullptr, nullptr, M::never},
+      {"tokens_per_second", &R::tokens_per_second, nullptr, nullptr, M::never},
+  };
+  return fields;
+}
+
 std::string loss_table_header() { return loss_table().text_header(); }
 
 std::string train_result_text(const TrainResult& r, const std::string& dir) {

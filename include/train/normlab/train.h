@@ -202,6 +202,22 @@ struct EvalRecord {
   // timing (not deterministic: kept apart from the other fields)
   double seconds_per_step = 0, tokens_per_second = 0;
 };
+// Each field of an evaluation record, once: its name and its member. metrics.jsonl's line (run.h,
+// eval_to_json_line), the checkpoint's copy of the evals and its reader (checkpoint.h) all walk
+// this list, so a new field is one line here.
+struct EvalField {
+  const char* name;
+  double EvalRecord::*number = nullptr;             // a number (NaN: not measured)
+  std::vector<double> EvalRecord::*list = nullptr;  // one value per block or attention layer
+  int64_t EvalRecord::*count = nullptr;             // a whole number
+  // When metrics.jsonl's line has it: always; in a loss-scaled (bf16/fp16) run; when the list has
+  // values (low precision's per-block fields, gpt's attention ones); never (timing.jsonl's).
+  enum class InMetrics { always, loss_scaled, when_listed, never } in_metrics = InMetrics::always;
+  // Checkpoints written before the field existed lack it: read as its default, not an error.
+  bool optional_in_state = false;
+};
+const std::vector<EvalField>& eval_fields();
+
 // The loss table `train` prints as it runs, a line per evaluation (fixed widths: each line is
 // printed when its evaluation ends).
 std::string loss_table_header();
