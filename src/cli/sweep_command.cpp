@@ -260,10 +260,11 @@ int run_profile_command(const SweepArgs& a) {
 
 // Exit 1 when a summary file of DIR differs from what its runs give (as `render --check` for a document).
 int check_summaries(const std::string& dir, const SweepSummary& s, const GlobalOptions& g) {
-  const std::vector<std::string> stale = stale_summary_files(dir, s);
+  const auto files = summary_files(s);
+  const std::vector<std::string> stale = stale_summary_files(dir, files);
   for (const std::string& f : stale) std::cerr << fmt::format("{}: differs from what the runs give (or is missing)\n", f);
   if (!g.quiet)
-    std::cout << fmt::format("{}: {} summary files, {} differ from what the runs give\n", dir, summary_files(s).size(),
+    std::cout << fmt::format("{}: {} summary files, {} differ from what the runs give\n", dir, files.size(),
                              stale.size());
   return stale.empty() ? 0 : 1;
 }

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 // Everything the Slurm script needs, checked before anything is created.
 SlurmOptions checked_slurm_options(const SweepInvocation& inv, size_t points) {
   SlurmOptions so = inv.slurm_options;
-  so.exe = self_exe();
+  so.exe = inv.run.exe.empty() ? self_exe() : inv.run.exe;  // the binary the points would run
   so.threads = inv.run.threads;
   so.rerun = inv.rerun;
   so.tensorboard = inv.run.tensorboard;

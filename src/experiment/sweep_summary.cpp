@@ -755,9 +755,10 @@ bool same_summary_file(const std::string& name, const std::string& held, const s
 
 }  // namespace
 
-std::vector<std::string> stale_summary_files(const std::string& dir, const SweepSummary& s) {
+std::vector<std::string> stale_summary_files(const std::string& dir,
+                                             const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<std::string> stale;
-  for (const auto& [name, text] : summary_files(s)) {
+  for (const auto& [name, text] : files) {
     const fs::path path = fs::path(dir) / name;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec) || !same_summary_file(name, read_file(path.string()), text))

@@ -299,7 +299,9 @@ void write_summaries(const std::string& dir, const SweepSummary& s);
 std::vector<std::pair<std::string, std::string>> summary_files(const SweepSummary& s);
 // The summary files of DIR that are missing or differ from what `s` gives (`normlab sweep summarize
 // --check`): a committed summary is what the binary writes from the committed runs.
-std::vector<std::string> stale_summary_files(const std::string& dir, const SweepSummary& s);
+// `files` is summary_files(s), rendered once by the caller (the plots cost most of a check).
+std::vector<std::string> stale_summary_files(const std::string& dir,
+                                             const std::vector<std::pair<std::string, std::string>>& files);
 
 // ---- curves ------------------------------------------------------------------------------------
 // A field of metrics.jsonl at chosen steps for every point of a sweep, mean ± std over the seeds
