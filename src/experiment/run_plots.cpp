@@ -67,10 +67,14 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
   LayerHistory h;
   h.field = field;
   h.title = run_title(run_dir);
+  const RunDir run(run_dir);
   const std::string metrics = run_dir + "/metrics.jsonl";
+  struct stat st {};
+  NL_USAGE(::stat(metrics.c_str(), &st) == 0, "'{}' has no metrics.jsonl (not a run directory, or a run not started)",
+           shown(run_dir, 200));
   std::vector<std::string> lists;  // the per-layer fields seen, for the message when `field` is not one
   bool seen = false;
-  for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
+  for_each_metrics_record(run, [&](int64_t step, const json& rec) {
     for (const auto& [k, v] : rec.items())
       if (v.is_array() && std::find(lists.begin(), lists.end(), k) == lists.end()) lists.push_back(k);
     if (!rec.contains(field)) return;
@@ -86,16 +90,8 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
   for (const std::string& k : lists) known += (known.empty() ? "" : ", ") + k;
   NL_USAGE(seen, "{}: no record has the field '{}' (its per-layer fields: {})", shown(metrics, 200), shown(field),
            known.empty() ? "none" : known);
-  const std::string result = run_dir + "/result.json";
-  struct stat st {};
-  if (::stat(result.c_str(), &st) == 0) {  // a run still going has none yet
-    json r;
-    try {
-      r = json::parse(read_file(result));
-    } catch (const json::exception& e) {
-      throw UsageError(fmt::format("{}: not valid JSON ({})", shown(result, 200), e.what()));
-    }
-    NL_USAGE(r.is_object(), "{}: not a JSON object", shown(result, 200));
+  if (::stat((run_dir + "/result.json").c_str(), &st) == 0) {  // a run still going has none yet
+    const json r = run.result();
     if (r.contains("status") && r["status"].is_string()) h.status = r["status"].get<std::string>();
     const char* key = h.status == "diverged" ? "diverged_step" : h.status == "collapsed" ? "collapsed_step" : "";
     if (*key && r.contains(key) && r[key].is_number_integer()) h.status_step = r[key].get<int64_t>();

@@ -1,7 +1,8 @@
-// The one reader of a run directory's metrics.jsonl, and the one definition of a finished run.
+// The one way a run directory is read: its state, and its files' records.
 #include "normlab/run_records.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 
@@ -12,22 +13,34 @@
 namespace normlab {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
-bool is_finished_run(const std::string& dir) {
+namespace {
+
+bool is_partial(const std::string& path) {
   std::string target;
   long pid = 0;
-  std::error_code ec;
-  return !split_partial(fs::path(dir).lexically_normal().string(), &target, &pid) && is_run_directory(dir) &&
-         fs::is_regular_file(fs::path(dir) / "result.json", ec) && fs::is_regular_file(fs::path(dir) / "metrics.jsonl", ec);
+  return split_partial(fs::path(path).lexically_normal().string(), &target, &pid);
 }
+
+bool is_regular(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+std::vector<MetricsRecord> read_records_if_present(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {};
+  return read_metrics_file(path);
+}
+
+}  // namespace
 
 std::vector<MetricsRecord> read_metrics_file(const std::string& path) {
   const std::string text = read_file(path);
-  std::string target;
-  long pid = 0;
   // Only a run being written (its <dir>.partial.<pid>) may end in half a line: its trainer may be
   // inside that write. A finished run was renamed into place whole.
-  const bool being_written = split_partial(fs::path(path).parent_path().lexically_normal().string(), &target, &pid);
+  const bool being_written = is_partial(fs::path(path).parent_path().string());
   std::vector<MetricsRecord> records;
   size_t at = 0, line = 0;
   while (at < text.size()) {
@@ -36,11 +49,11 @@ std::vector<MetricsRecord> read_metrics_file(const std::string& path) {
     if (torn) end = text.size();
     ++line;
     if (end > at) {
-      nlohmann::json rec = nlohmann::json::parse(text.substr(at, end - at), nullptr, false);
+      json rec = json::parse(text.substr(at, end - at), nullptr, false);
       const bool whole = !rec.is_discarded() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer();
       if (whole) records.push_back({line, rec["step"].get<int64_t>(), std::move(rec)});
       else if (!(being_written && torn && rec.is_discarded()))
-        throw UsageError(fmt::format("'{}' line {}: not a record of an evaluation (a JSON object with an integer step)",
+        throw UsageError(fmt::format("'{}' line {}: not a record of a step (a JSON object with an integer step)",
                                      shown(path, 200), line));
     }
     at = end + 1;
@@ -48,11 +61,58 @@ std::vector<MetricsRecord> read_metrics_file(const std::string& path) {
   return records;
 }
 
-std::vector<MetricsRecord> read_run_metrics(const std::string& run_dir) {
-  const fs::path path = fs::path(run_dir) / "metrics.jsonl";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return {};
-  return read_metrics_file(path.string());
+RunDir::RunDir(std::string path) : path_(std::move(path)) {
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) != 0) return;
+  state_ = State::damaged;
+  if (S_ISLNK(st.st_mode)) {
+    problem_ = "is a symbolic link, not a run directory";
+    return;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    problem_ = "is not a directory";
+    return;
+  }
+  if (is_partial(path_)) {
+    state_ = State::being_written;
+    return;
+  }
+  for (const char* f : {"config.json", "result.json", "metrics.jsonl"})
+    if (!is_regular(file(f))) {
+      problem_ = fmt::format("has no {}", f);
+      return;
+    }
+  // A file a person added makes the directory theirs too: no reader takes it for train's.
+  if (!is_run_directory(path_)) {
+    problem_ = "holds files train does not write";
+    return;
+  }
+  state_ = State::finished;
 }
+
+std::string RunDir::result_text() const { return read_file(file("result.json")); }
+
+json RunDir::result() const {
+  json j = json::parse(result_text(), nullptr, false);
+  NL_USAGE(!j.is_discarded(), "'{}' is not valid JSON (truncated, or overwritten)", shown(file("result.json"), 200));
+  NL_USAGE(j.is_object(), "'{}' is not a JSON object", shown(file("result.json"), 200));
+  return j;
+}
+
+std::string RunDir::status() const {
+  const json j = result();
+  const auto s = j.find("status");
+  return s != j.end() && s->is_string() ? s->get<std::string>() : "";
+}
+
+std::string RunDir::config_text() const { return read_file(file("config.json")); }
+
+TrainConfig RunDir::config() const { return load_train_config(file("config.json"), {}); }
+
+std::vector<MetricsRecord> RunDir::metrics() const { return read_records_if_present(file("metrics.jsonl")); }
+
+std::vector<MetricsRecord> RunDir::timing() const { return read_records_if_present(file("timing.jsonl")); }
+
+bool is_finished_run(const std::string& dir) { return RunDir(dir).finished(); }
 
 }  // namespace normlab

@@ -1,7 +1,6 @@
 // `normlab sweep summarize DIR --curves STEPS`: a metrics.jsonl field at chosen steps, per point,
 // mean ± std over the seeds (sweep.h).
 #include <fmt/ranges.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -53,15 +52,15 @@ double reduce_layers(const json& v, LayerReduce how) {
 
 // f(step, record) for each record of a metrics.jsonl that has `field` and an integer step.
 template <class F>
-void for_each_record(const std::string& metrics, const std::string& field, F&& f) {
-  for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
+void for_each_record(const RunDir& run, const std::string& field, F&& f) {
+  for_each_metrics_record(run, [&](int64_t step, const json& rec) {
     if (rec.contains(field)) f(step, rec);
   });
 }
 
 struct Group {
   std::string name;                            // "placement=post warmup_steps=0" ("all": no axes)
-  int runs = 0;                                // seeds with a metrics.jsonl
+  int runs = 0;                                // finished seeds
   std::map<int64_t, std::vector<double>> at;   // step -> one value per seed that has it
 };
 
@@ -114,9 +113,8 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
   std::map<std::string, size_t> index;
   for (const SweepPoint& p : plan.points) {
     if (!point_matches(p, opt.where)) continue;
-    const std::string metrics = run_dir(dir, p) + "/metrics.jsonl";
-    struct stat st {};
-    if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // not run (yet)
+    const RunDir run(run_dir(dir, p));
+    if (!run.finished()) continue;  // not run (yet)
     std::string name;
     for (const auto& [k, v] : p.values)
       if (k != "seed") name += (name.empty() ? "" : " ") + k + "=" + v;
@@ -125,12 +123,12 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
     if (added) groups.push_back({name, 0, {}});
     Group& g = groups[it->second];
     ++g.runs;
-    for_each_record(metrics, opt.field, [&](int64_t step, const json& rec) {
+    for_each_record(run, opt.field, [&](int64_t step, const json& rec) {
       if (std::find(opt.steps.begin(), opt.steps.end(), step) != opt.steps.end())
         g.at[step].push_back(reduce_layers(rec[opt.field], opt.layers));
     });
   }
-  NL_USAGE(!groups.empty(), "no run under {}/runs with a metrics.jsonl matches", shown(dir, 200));
+  NL_USAGE(!groups.empty(), "no finished run under {}/runs matches", shown(dir, 200));
   static const char* per_layer[] = {"stream_norm",       "block_grad_norm",    "attn_entropy",   "attn_max_logit",
                                     "stream_max_abs",    "norm_input_max_abs", "overflow_share", "underflow_share"};
   const bool layered = std::find(std::begin(per_layer), std::end(per_layer), opt.field) != std::end(per_layer);
@@ -175,11 +173,10 @@ std::vector<LayerProfile> sweep_layer_profiles(const std::string& dir, const Pro
   bool field_seen = false, listed = true;
   for (const SweepPoint& p : plan.points) {
     if (!point_matches(p, opt.where)) continue;
-    const std::string metrics = run_dir(dir, p) + "/metrics.jsonl";
-    struct stat st {};
-    if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const RunDir run(run_dir(dir, p));
+    if (!run.finished()) continue;
     json at;  // the record at the step (or the last one with the field)
-    for_each_record(metrics, opt.field, [&](int64_t step, const json& rec) {
+    for_each_record(run, opt.field, [&](int64_t step, const json& rec) {
       field_seen = true;
       if (opt.step < 0 || step == opt.step) at = rec;
     });

@@ -52,11 +52,10 @@ struct RunRecord {
   std::string problem;      // status "": what is wrong with what is there ("" when nothing is: pending)
 };
 RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric);
-// f(step, record) for each record of a metrics.jsonl (the file at `path`), as read_metrics_file
-// reads them (run_records.h).
+// f(step, record) for each record of the run's metrics.jsonl.
 template <class F>
-void for_each_metrics_record(const std::string& path, F&& f) {
-  for (const MetricsRecord& r : read_metrics_file(path)) f(r.step, r.fields);
+void for_each_metrics_record(const RunDir& run, F&& f) {
+  for (const MetricsRecord& r : run.metrics()) f(r.step, r.fields);
 }
 
 // A run directory's metrics.jsonl as eval records holding step and val_loss only (none when absent

@@ -2,7 +2,6 @@
 // column), loss curves or the last per-layer profile of each point, the cells' fate written on them.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,9 +26,9 @@ bool usable(double v) { return std::isfinite(v) && v > 0; }
 
 // The last record of `field` with a value on a log scale: a diverged run's last records hold nulls
 // or zeros (its skipped steps), the one before them is what it looked like.
-PointLayers last_layers(const std::string& metrics, const std::string& field, std::vector<std::string>& fields_seen) {
+PointLayers last_layers(const RunDir& run, const std::string& field, std::vector<std::string>& fields_seen) {
   PointLayers out;
-  for_each_metrics_record(metrics, [&](int64_t step, const json& rec) {
+  for_each_metrics_record(run, [&](int64_t step, const json& rec) {
     for (const auto& [k, v] : rec.items())
       if (v.is_array() && std::find(fields_seen.begin(), fields_seen.end(), k) == fields_seen.end()) fields_seen.push_back(k);
     if (!rec.contains(field) || !rec[field].is_array()) return;
@@ -128,11 +127,10 @@ CellLayers read_cell_layers(const std::string& sweep_dir, const SweepSummary& s,
     out.cells[r].resize(s.cells[r].size());
     for (size_t c = 0; c < s.cells[r].size(); ++c)
       for (const std::string& point : s.cells[r][c].points) {
-        const std::string metrics = sweep_dir + "/runs/" + point + "/metrics.jsonl";
-        struct stat st {};
-        if (::stat(metrics.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // pending
+        const RunDir run(sweep_dir + "/runs/" + point);
+        if (!run.finished()) continue;  // pending
         ++out.runs_read;
-        PointLayers p = last_layers(metrics, field, out.fields_seen);
+        PointLayers p = last_layers(run, field, out.fields_seen);
         if (p.step < 0) continue;
         p.point = point;
         out.cells[r][c].push_back(std::move(p));

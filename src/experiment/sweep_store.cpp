@@ -79,7 +79,7 @@ std::vector<EvalRecord> read_eval_losses(const std::string& run) {
   std::vector<EvalRecord> evals;
   std::vector<MetricsRecord> records;
   try {
-    records = read_run_metrics(run);
+    records = RunDir(run).metrics();
   } catch (const UsageError&) {
     return evals;  // a summary goes on without a damaged run's curve (its status is result.json's)
   }
@@ -92,70 +92,73 @@ std::vector<EvalRecord> read_eval_losses(const std::string& run) {
   return evals;
 }
 
-RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric) {
-  RunRecord r;
-  const fs::path rd = run_dir(dir, p);
-  // train renames a run directory into place only when it is whole: nothing there is a point that
-  // has not finished; anything there that is not a whole run was damaged afterwards.
-  struct stat st {};
-  if (::lstat(rd.c_str(), &st) != 0) return r;
-  if (!S_ISDIR(st.st_mode)) {
-    r.problem = S_ISLNK(st.st_mode) ? "is a symbolic link, not a run directory" : "is not a directory";
-    return r;
+namespace {
+
+// The point's metric from its result.json `j`, backfilled for runs from before it was measured.
+void read_metric(const json& j, const TrainConfig& config, const std::string& metric, RunRecord& r) {
+  r.metric = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
+  // Runs from before evals measured against the oracle: its loss on their held-out tokens follows
+  // from their config, exactly (the same batches, the same rule).
+  if (!j.contains(metric) && (metric == "final_excess_loss" || metric == "final_oracle_loss") &&
+      j.contains("final_val_loss") && j["final_val_loss"].is_number()) {
+    const double oracle = held_out_oracle_loss(config);
+    r.metric = metric == "final_oracle_loss" ? oracle : j["final_val_loss"].get<double>() - oracle;
   }
-  std::error_code ec;
-  for (const char* f : {"config.json", "result.json"})
-    if (!fs::is_regular_file(rd / f, ec)) {
-      r.problem = fmt::format("has no {}", f);
-      return r;
-    }
-  TrainConfig config;
+  const std::string se = metric + "_se";
+  if (j.contains(se) && j[se].is_number()) r.metric_se = j[se].get<double>();
+}
+
+// The plateaus, spikes and collapse of a finished run with result.json `j` and status `status`.
+void read_events(const RunDir& run, const json& j, const std::string& status, RunRecord& r) {
+  if (j.contains("diverged_step") && j["diverged_step"].is_number()) r.diverged_step = j["diverged_step"].get<int64_t>();
+  if (j.contains("plateaus") && j["plateaus"].is_array())
+    for (const json& spell : j["plateaus"])
+      if (spell.is_array() && spell.size() == 2 && spell[0].is_number_integer() && spell[1].is_number_integer())
+        r.plateaus.emplace_back(spell[0].get<int64_t>(), spell[1].get<int64_t>());
+  // Runs from before result.json listed plateaus: the same rule over their metrics.jsonl.
+  if (!j.contains("plateaus") && status != "diverged" && j.contains("unigram_loss") && j["unigram_loss"].is_number())
+    r.plateaus = plateau_spells(read_eval_losses(run.path()), j["unigram_loss"].get<double>());
+  if (j.contains("spike_count") && j["spike_count"].is_number_integer()) r.spikes = j["spike_count"].get<int64_t>();
+  r.collapsed = status == "collapsed";
+  if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())
+    r.collapsed_step = j["collapsed_step"].get<int64_t>();
+}
+
+RunRecord damaged(std::string problem) {
+  RunRecord r;
+  r.problem = std::move(problem);
+  return r;
+}
+
+}  // namespace
+
+RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::string& metric) {
+  const RunDir run(run_dir(dir, p));
+  // train renames a run directory into place only when it is whole: nothing there is a point that
+  // has not finished (its partial is the runner's); anything else there was damaged afterwards.
+  if (run.state() == RunDir::State::absent || run.state() == RunDir::State::being_written) return {};
+  if (!run.finished()) return damaged(run.problem());
   try {
     // The run is of this point only when its resolved config hashes the same.
-    if (config_hash(load_train_config((rd / "config.json").string(), {})) != p.hash) return r;
-    config = p.config;
+    if (config_hash(run.config()) != p.hash) return {};
   } catch (const std::exception& e) {
-    r.problem = fmt::format("config.json does not read back: {}", e.what());
-    return r;
+    return damaged(fmt::format("config.json does not read back: {}", e.what()));
   }
+  RunRecord r;
+  json j;
   try {
-    r.result_json = read_file((rd / "result.json").string());
-    json j = json::parse(r.result_json);
-    const std::string status = j.is_object() && j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
-    // A collapsed run finished: it counts as completed, with its loss, and is marked.
-    if (status == "ok" || status == "collapsed") r.status = "completed";
-    else if (status == "diverged") r.status = "diverged";
-    else {
-      r = RunRecord{};
-      r.problem = "result.json has no final status";
-      return r;
-    }
-    if (j.contains("diverged_step") && j["diverged_step"].is_number()) r.diverged_step = j["diverged_step"].get<int64_t>();
-    r.metric = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
-    // Runs from before evals measured against the oracle: its loss on their held-out tokens follows
-    // from their config, exactly (the same batches, the same rule).
-    if (!j.contains(metric) && (metric == "final_excess_loss" || metric == "final_oracle_loss") &&
-        j.contains("final_val_loss") && j["final_val_loss"].is_number()) {
-      const double oracle = held_out_oracle_loss(config);
-      r.metric = metric == "final_oracle_loss" ? oracle : j["final_val_loss"].get<double>() - oracle;
-    }
-    const std::string se = metric + "_se";
-    if (j.contains(se) && j[se].is_number()) r.metric_se = j[se].get<double>();
-    if (j.contains("plateaus") && j["plateaus"].is_array())
-      for (const json& spell : j["plateaus"])
-        if (spell.is_array() && spell.size() == 2 && spell[0].is_number_integer() && spell[1].is_number_integer())
-          r.plateaus.emplace_back(spell[0].get<int64_t>(), spell[1].get<int64_t>());
-    // Runs from before result.json listed plateaus: the same rule over their metrics.jsonl.
-    if (!j.contains("plateaus") && status != "diverged" && j.contains("unigram_loss") && j["unigram_loss"].is_number())
-      r.plateaus = plateau_spells(read_eval_losses(rd.string()), j["unigram_loss"].get<double>());
-    if (j.contains("spike_count") && j["spike_count"].is_number_integer()) r.spikes = j["spike_count"].get<int64_t>();
-    r.collapsed = status == "collapsed";
-    if (r.collapsed && j.contains("collapsed_step") && j["collapsed_step"].is_number())
-      r.collapsed_step = j["collapsed_step"].get<int64_t>();
+    r.result_json = run.result_text();
+    j = run.result();
   } catch (const std::exception&) {
-    r = RunRecord{};
-    r.problem = "result.json is not valid JSON (truncated, or overwritten)";
+    return damaged("result.json is not valid JSON (truncated, or overwritten)");
   }
+  const std::string status = j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
+  // A collapsed run finished: it counts as completed, with its loss, and is marked.
+  if (status == "ok" || status == "collapsed") r.status = "completed";
+  else if (status == "diverged") r.status = "diverged";
+  else return damaged("result.json has no final status");
+  read_metric(j, p.config, metric, r);
+  read_events(run, j, status, r);
   return r;
 }
 

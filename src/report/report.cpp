@@ -164,20 +164,14 @@ bool is_sweep_dir(const fs::path& p) {
   return fs::is_regular_file(p / "spec.json", ec) && fs::is_directory(p / "runs", ec);
 }
 
-json read_json(const std::string& path) {
-  json j = json::parse(read_file(path), nullptr, false);
-  NL_USAGE(!j.is_discarded(), "'{}' is not valid JSON", shown(path, 200));
-  return j;
-}
-
 RunInfo read_run_info(const std::string& dir, const std::string& name) {
+  const RunDir run(dir);
   RunInfo r;
   r.dir = dir;
   r.name = name;
-  r.result = read_json(dir + "/result.json");
-  NL_USAGE(r.result.is_object(), "'{}/result.json' is not a JSON object", shown(dir, 200));
+  r.result = run.result();
   r.config = r.result.contains("config") && r.result["config"].is_object() ? r.result["config"] : json::object();
-  for (MetricsRecord& m : read_run_metrics(dir)) r.metrics.push_back(std::move(m.fields));
+  for (MetricsRecord& m : run.metrics()) r.metrics.push_back(std::move(m.fields));
   return r;
 }
 

@@ -195,40 +195,20 @@ void find_runs(const std::string& path, std::vector<std::pair<std::string, std::
 // The run's events, whole: config, one event per eval (metrics and timing of its step), result.
 // Wall times: the run's end (metrics.jsonl's modification time) less its seconds, spread over the
 // steps as the run went (the step time is not recorded per step).
-std::string run_events(const std::string& run, size_t* scalar_count) {
-  const std::string result = read_file(run + "/result.json");
-  const json rj = parse_object(result, fmt::format("'{}/result.json'", run).c_str());
+std::string run_events(const std::string& path, size_t* scalar_count) {
+  const RunDir run(path);
+  const std::string result = run.result_text();
+  const json rj = parse_object(result, fmt::format("'{}/result.json'", path).c_str());
   std::map<int64_t, std::vector<TbScalar>> by_step;
-  // Every line of a file through `f`; a line it refuses is an error naming the file and the line.
-  auto each_line = [](const std::string& file, const std::function<void(const std::string&)>& f) {
-    const std::string text = read_file(file);
-    size_t at = 0, number = 0;
-    while (at < text.size()) {
-      size_t end = text.find('\n', at);
-      if (end == std::string::npos) end = text.size();
-      ++number;
-      if (end > at) {
-        try {
-          f(text.substr(at, end - at));
-        } catch (const UsageError& e) {
-          throw UsageError(fmt::format("'{}' line {}: {}", shown(file, 200), number, e.what()));
-        }
-      }
-      at = end + 1;
-    }
-  };
-  for (const MetricsRecord& m : read_metrics_file(run + "/metrics.jsonl"))
+  for (const MetricsRecord& m : run.metrics())
     for (TbScalar& t : record_scalars(m.fields, m.step, "").scalars) by_step[m.step].push_back(std::move(t));
-  std::error_code ec;
-  if (fs::is_regular_file(run + "/timing.jsonl", ec))
-    each_line(run + "/timing.jsonl", [&](const std::string& line) {
-      TbStep s = timing_line_scalars(line);
-      auto at = by_step.find(s.step);
-      if (at != by_step.end())
-        for (TbScalar& t : s.scalars) at->second.push_back(std::move(t));
-    });
+  for (const MetricsRecord& m : run.timing()) {
+    auto at = by_step.find(m.step);
+    if (at != by_step.end())
+      for (TbScalar& t : record_scalars(m.fields, m.step, "timing/").scalars) at->second.push_back(std::move(t));
+  }
   struct stat st {};
-  const double end = ::stat((run + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0;
+  const double end = ::stat((path + "/metrics.jsonl").c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0;
   const int64_t steps = std::max<int64_t>(1, int_or(rj, "steps_done", 1));
   double seconds = 0;
   if (rj.contains("timing") && rj["timing"].is_object()) seconds = rj["timing"].contains("seconds") ? number_or_nan(rj["timing"]["seconds"]) : 0;
@@ -236,7 +216,7 @@ std::string run_events(const std::string& run, size_t* scalar_count) {
   auto wall = [&](int64_t step) { return end - seconds + seconds * static_cast<double>(step) / static_cast<double>(steps); };
 
   std::string out = version_event(wall(0), kExportWriter);
-  if (fs::is_regular_file(run + "/config.json", ec)) out += text_event(wall(0), 0, "config", config_text(read_file(run + "/config.json")));
+  out += text_event(wall(0), 0, "config", config_text(run.config_text()));
   size_t n = 0;
   for (const auto& [step, scalars] : by_step) {
     out += scalars_event(wall(step), step, scalars);

@@ -690,8 +690,11 @@ TEST(RunPlots, ReadLayerHistoryReadsNullsAsNaNAndTheStatus) {
 TEST(RunPlots, ReadCellLayersTakesEachPointsLastFiniteRecord) {
   const fs::path dir = test::fresh_dir("run_plots_cells");
   const fs::path a = dir / "runs" / "lr=1e-3" / "seed=0", b = dir / "runs" / "lr=1e-3" / "seed=1";
-  fs::create_directories(a);
-  fs::create_directories(b);
+  for (const fs::path& run : {a, b}) {  // finished runs: only their metrics are read
+    fs::create_directories(run);
+    std::ofstream(run / "config.json") << "{}\n";
+    std::ofstream(run / "result.json") << "{\"status\":\"ok\"}\n";
+  }
   std::ofstream(a / "metrics.jsonl") << "{\"step\":100,\"block_grad_norm\":[0.5,0.25]}\n"
                                         "{\"step\":200,\"block_grad_norm\":[0.4,0.2]}\n";
   // diverged: the last record's gradients are zeros (skipped steps), the one before counts

@@ -1,30 +1,67 @@
-// Reading a run directory, one definition for every reader: the sweep's summaries, curves and
-// profiles, `plot`, `report` and `export tensorboard` all decide "finished" and read metrics.jsonl
-// here, so they agree on which runs count and on what a damaged line is.
+// Reading a run directory, one definition for every reader: the sweep (its runner, status,
+// summaries, curves and profiles), `plot`, `report` and `export tensorboard` open a run here, so
+// they agree on which runs are finished, on what a damaged one is, and on what a damaged line is.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "normlab/config.h"
+
 namespace normlab {
 
-// A finished run: a run directory as train leaves it (is_run_directory), not a <dir>.partial.<pid>
-// being written, holding result.json and metrics.jsonl.
-bool is_finished_run(const std::string& dir);
-
-// One line of metrics.jsonl: an evaluation's record (EvalRecord's fields, as train writes them).
+// One line of metrics.jsonl (an evaluation's record: EvalRecord's fields, as train writes them) or
+// of timing.jsonl.
 struct MetricsRecord {
   size_t line = 0;      // 1-based, in the file
   int64_t step = 0;     // the record's "step"
   nlohmann::json fields;  // the whole record, a JSON object
 };
-// The records of a metrics.jsonl file, in file order. Every line must be a JSON object with an
-// integer step, or it is a UsageError naming the file and the line (as is a file that cannot be
-// read); the one exception is the last line of a run still being written (in its
+// The records of a metrics.jsonl (or timing.jsonl) file, in file order. Every line must be a JSON
+// object with an integer step, or it is a UsageError naming the file and the line (as is a file
+// that cannot be read); the one exception is the last line of a run still being written (in its
 // <dir>.partial.<pid>), which may be half written, and is left out.
 std::vector<MetricsRecord> read_metrics_file(const std::string& path);
-// RUN/metrics.jsonl's records; none when RUN has no metrics.jsonl (a run that has not started).
-std::vector<MetricsRecord> read_run_metrics(const std::string& run_dir);
+
+// A run directory as `normlab train` leaves it, opened once: what is at the path, and its files,
+// each read one way. Opening reads no file; each accessor reads its file when called.
+class RunDir {
+ public:
+  enum class State {
+    absent,         // nothing at the path: a run not started (train renames a run into place whole)
+    being_written,  // a <dir>.partial.<pid>: a trainer is writing it, or was until it was stopped
+    damaged,        // something that is not a whole run; problem() says what
+    finished,       // config.json, result.json and metrics.jsonl, and only files train writes
+  };
+  explicit RunDir(std::string path);
+
+  const std::string& path() const { return path_; }
+  State state() const { return state_; }
+  bool finished() const { return state_ == State::finished; }
+  // What is wrong with a damaged one, as a predicate of the path ("has no result.json").
+  const std::string& problem() const { return problem_; }
+
+  // The files. Each throws a UsageError naming the file when it cannot be read or is not what
+  // train writes there.
+  std::string result_text() const;
+  nlohmann::json result() const;  // result.json, a JSON object
+  std::string status() const;     // result.json's "status" ("ok", "diverged", "collapsed"; "" when absent)
+  std::string config_text() const;
+  TrainConfig config() const;     // config.json, as train would run it
+  // metrics.jsonl's records (none when there is no such file: a run that has not started).
+  std::vector<MetricsRecord> metrics() const;
+  // timing.jsonl's records (none when there is no such file: a run from before it was written).
+  std::vector<MetricsRecord> timing() const;
+
+ private:
+  std::string file(const char* name) const { return path_ + "/" + name; }
+  std::string path_;
+  State state_ = State::absent;
+  std::string problem_;
+};
+
+// RunDir(dir).finished(): the run directories `plot`, `report` and `export tensorboard` read.
+bool is_finished_run(const std::string& dir);
 
 }  // namespace normlab
