@@ -1,6 +1,8 @@
-// Sweep tests: planning and names (in process), and the whole command through the built binary: bad specs
-// (one error line, exit 2, nothing created), resume after SIGKILL at several moments, shards merging into
-// the unsharded summary, diverged points (never re-run by default, never best), changed specs, SIGTERM.
+// Sweep tests: planning and names, and the whole workflow (run_sweep_invocation, summaries, curves,
+// profiles, status) in process, its points run as child `normlab train`s: shards merging into the
+// unsharded summary, diverged points (never re-run by default, never best), changed specs. The built
+// binary where the test is about the command or the process: bad flags (one error line, exit 2,
+// nothing created), resume after SIGKILL at several moments, SIGTERM, locks, Slurm, what it prints.
 //   ./build/normlab_tests --gtest_filter='Sweep*'
 // Points are tiny (2 layers, d_model 16, 40 steps: ~40 ms each) so the file runs in seconds.
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <map>
@@ -64,6 +67,79 @@ std::vector<std::string> grid_args(const std::string& out) {
           "d_hidden=32",  "--set",        "steps=40",    "--set",          "eval_every=10",
           "--set",        "batch_size=4", "--set",       "eval_batches=2", "lr=1e-3,1e-2,1e30",
           "placement=pre,post",           "seed=0,1"};
+}
+
+// ---- the library, in process ---------------------------------------------------------------------
+// Where a test checks what the library computes, it asks the library directly: starting the binary
+// costs seconds under AddressSanitizer. The points still run as child `normlab train` processes.
+
+// `normlab sweep [SPEC] AXES --set SETS --out DIR --jobs JOBS` as the invocation the command makes
+// of its flags (sweep_command.cpp, invocation_of).
+SweepInvocation sweep_of(const std::string& dir, const std::vector<std::string>& axes,
+                         const std::vector<std::string>& sets, const std::string& spec_file = "", int jobs = 2) {
+  SweepInvocation inv;
+  inv.request.spec_file = spec_file;
+  inv.request.axes = axes;
+  inv.request.sets = sets;
+  inv.request.absolute_paths = true;
+  inv.run.dir = dir;
+  inv.run.exe = NORMLAB_BINARY;
+  inv.run.jobs = jobs;
+  return inv;
+}
+
+// grid_args(out) as that invocation.
+SweepInvocation grid_sweep(const std::string& out) {
+  return sweep_of(out, {"lr=1e-3,1e-2,1e30", "placement=pre,post", "seed=0,1"},
+                  {"layers=2", "d_model=16", "d_hidden=32", "steps=40", "eval_every=10", "batch_size=4", "eval_batches=2"});
+}
+
+SweepInvocationResult run_in_process(const SweepInvocation& inv) { return run_sweep_invocation(inv, {}, {}); }
+
+// The exit status `normlab sweep` gives a run (print_run): 128 + the signal that stopped it, 1 when
+// a point failed, else 0.
+int exit_status_of(const SweepInvocationResult& r) {
+  if (r.report.signal) return 128 + r.report.signal;
+  return r.report.progress.failed ? 1 : 0;
+}
+
+// `normlab sweep summarize DIR --no-write [--brief]` with these options: the markdown it prints.
+std::string summary_md(const std::string& dir, const SummaryOptions& opt = {}, bool brief = false) {
+  return summary_markdown(summarize_sweep(dir, opt), brief);
+}
+
+// `normlab sweep summarize DIR` without --no-write: the summary, written into DIR as the command does.
+SweepSummary summarize_writing(const std::string& dir, const SummaryOptions& opt = {}) {
+  SweepSummary s = summarize_sweep(dir, opt);
+  write_summaries(dir, s);
+  return s;
+}
+
+// What `normlab sweep summarize DIR --check` finds: DIR's summary files that differ from what its runs give.
+std::vector<std::string> stale_summaries(const std::string& dir) {
+  return stale_summary_files(dir, summary_files(summarize_sweep(dir, {})));
+}
+
+SummaryOptions paired_on(const std::string& column, const std::string& metric = "") {
+  SummaryOptions o;
+  o.metric = metric;
+  o.paired = column;
+  return o;
+}
+
+SummaryOptions with_metric(const std::string& metric) { return paired_on("", metric); }
+
+// The library's side of a refusal the command prints as one `error: ` line with exit 2: a
+// UsageError saying `says`, on one line.
+void expect_usage_error(const std::function<void()>& call, const std::string& says) {
+  try {
+    call();
+    ADD_FAILURE() << "no UsageError; expected one saying: " << says;
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(says), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
 }
 
 std::vector<json> manifest(const std::string& dir) {
@@ -435,11 +511,13 @@ TEST_F(SweepRun, DryRunOnAChangedSpecCountsWhatAForcedRunKeeps) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("16 points: 4 to run, 12 already done"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("note: the spec differs"), std::string::npos) << r.out;
-  args.pop_back();
-  args.push_back("--force");
-  r = run_cli(args);
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.err.find("4 to run, 12 already done"), std::string::npos) << describe(r);
+  SweepInvocation forced = grid_sweep(dir);
+  forced.request.axes[0] = "lr=1e-3,1e-2,1e30,3e-3";
+  forced.force = true;
+  const SweepInvocationResult run = run_in_process(forced);
+  ASSERT_EQ(exit_status_of(run), 0);
+  EXPECT_EQ(run.work.todo.size(), 4u);  // "4 to run, 12 already done"
+  EXPECT_EQ(run.work.done, 12u);
 }
 
 // A one-axis sweep compared with --paired has no row axis: no best anywhere (markdown, CSV,
@@ -453,16 +531,14 @@ TEST(SweepSummaryZip, UnsetReferenceIsPairedWithEveryValue) {
     "grid": {"lr": [3e-2]}, "zip": {"precision": ["fp32", "bf16", "bf16"], "norm_compute": [null, "format", "fp32"]},
     "seeds": [0, 1], "summary": {"rows": "lr", "cols": ["precision", "norm_compute"], "paired": "precision=fp32"}})";
   const std::string dir = tmp / "s";
-  CliResult r = run_cli({"sweep", tmp / "spec.json", "--out", dir, "--jobs", "2"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  ASSERT_EQ(exit_status_of(run_in_process(sweep_of(dir, {}, {}, tmp / "spec.json"))), 0);
   EXPECT_TRUE(fs::exists(dir + "/runs/lr=0.03/precision=fp32/seed=0/result.json"));
   EXPECT_TRUE(fs::exists(dir + "/runs/lr=0.03/precision=bf16/norm_compute=fp32/seed=1/result.json"));
-  r = run_cli({"sweep", "summarize", dir, "--no-write"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string md = summary_md(dir);
   for (const char* diff : {"precision=bf16 norm_compute=format − precision=fp32 norm_compute=-",
                            "precision=bf16 norm_compute=fp32 − precision=fp32 norm_compute=-"})
-    EXPECT_NE(r.out.find(diff), std::string::npos) << diff << "\n" << r.out;
-  EXPECT_NE(r.out.find(" [-"), std::string::npos) << r.out;  // an interval, from two seeds
+    EXPECT_NE(md.find(diff), std::string::npos) << diff << "\n" << md;
+  EXPECT_NE(md.find(" [-"), std::string::npos) << md;  // an interval, from two seeds
 }
 
 // Axes zipped together move together: with d_model as the rows, d_hidden (zipped with it) has one
@@ -474,49 +550,46 @@ TEST(SweepSummaryZip, AnAxisZippedWithTheRowsNeedsNoPlace) {
     "eval_batches": 2, "lr": 3e-2}, "grid": {"placement": ["pre", "post"]}, "zip": {"d_model": [16, 32], "d_hidden": [32, 64]},
     "seeds": [0, 1], "summary": {"rows": "d_model", "cols": ["placement"], "paired": "placement=pre"}})";
   const std::string dir = tmp / "s";
-  CliResult r = run_cli({"sweep", tmp / "spec.json", "--out", dir, "--jobs", "2"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  r = run_cli({"sweep", "summarize", dir, "--no-write", "--brief"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find("| d_model | placement=pre | placement=post |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" [-"), std::string::npos) << r.out;  // paired by seed: an interval
-  EXPECT_NE(r.out.find("d_hidden follows d_model: 32, 64 (by row)."), std::string::npos) << r.out;
-  r = run_cli({"sweep", "summarize", dir, "--no-write", "--format", "csv"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find(",d_hidden\n"), std::string::npos) << r.out;  // the implied axis, a column of its own
-  r = run_cli({"sweep", "summarize", dir, "--no-write", "--rows", "placement", "--cols", "d_hidden", "--paired", "d_hidden=32"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);  // d_model, zipped with the column, is implied too
-  EXPECT_NE(r.out.find("d_model follows the columns: 16, 32 (by column)."), std::string::npos) << r.out;
+  ASSERT_EQ(exit_status_of(run_in_process(sweep_of(dir, {}, {}, tmp / "spec.json"))), 0);
+  const SweepSummary s = summarize_sweep(dir, {});
+  const std::string brief = summary_markdown(s, true);
+  EXPECT_NE(brief.find("| d_model | placement=pre | placement=post |"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("placement=post − placement=pre"), std::string::npos) << brief;
+  EXPECT_NE(brief.find(" [-"), std::string::npos) << brief;  // paired by seed: an interval
+  EXPECT_NE(brief.find("d_hidden follows d_model: 32, 64 (by row)."), std::string::npos) << brief;
+  const std::string csv = summary_csv(s);
+  EXPECT_NE(csv.find(",d_hidden\n"), std::string::npos) << csv;  // the implied axis, a column of its own
+  SummaryOptions by_hidden = paired_on("d_hidden=32");
+  by_hidden.rows = "placement";
+  by_hidden.cols = {"d_hidden"};
+  const std::string md = summary_md(dir, by_hidden);  // d_model, zipped with the column, is implied too
+  EXPECT_NE(md.find("d_model follows the columns: 16, 32 (by column)."), std::string::npos) << md;
   // Without the zip's members, nothing determines them: the layout is refused, naming the axis.
   std::ofstream(tmp / "bad.json") << R"({"base": {"steps": 20}, "grid": {"placement": ["pre", "post"], "lr": [1e-3, 3e-3]},
     "zip": {"d_model": [16, 32], "d_hidden": [32, 64]}, "summary": {"rows": "d_model", "cols": ["placement"]}})";
-  r = run_cli({"sweep", tmp / "bad.json", "--out", tmp / "bad", "--dry-run"});
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_NE(r.err.find("axis 'lr' is neither the rows nor a column"), std::string::npos) << describe(r);
+  SweepInvocation bad = sweep_of(tmp / "bad", {}, {}, tmp / "bad.json");
+  bad.dry_run = true;
+  expect_usage_error([&] { run_in_process(bad); }, "axis 'lr' is neither the rows nor a column");
 }
 
 TEST(SweepSummaryNoRows, PairedOneAxisSweepHasNoBestAndShowsEveryCurve) {
   TempDir tmp;
   const std::string dir = tmp / "s";
-  CliResult r = run_cli({"sweep", "--out", dir, "--jobs", "2", "--set", "layers=2", "--set", "d_model=16", "--set",
-                         "d_hidden=32", "--set", "steps=20", "--set", "eval_every=10", "--set", "batch_size=4", "--set",
-                         "eval_batches=2", "placement=pre,post", "seed=0,1"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(r.out.find("**"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("| stable"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| step | placement=pre | placement=post |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
-  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write", "--format", "json"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  const json doc = json::parse(r.out);  // alive for the loop: a temporary's member would dangle
+  const SweepInvocation inv = sweep_of(dir, {"placement=pre,post", "seed=0,1"},
+                                       {"layers=2", "d_model=16", "d_hidden=32", "steps=20", "eval_every=10",
+                                        "batch_size=4", "eval_batches=2"});
+  ASSERT_EQ(exit_status_of(run_in_process(inv)), 0);
+  const SweepSummary s = summarize_sweep(dir, paired_on("placement=pre"));
+  const std::string md = summary_markdown(s);
+  EXPECT_EQ(md.find("**"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| stable"), std::string::npos) << md;
+  EXPECT_NE(md.find("| step | placement=pre | placement=post |"), std::string::npos) << md;
+  EXPECT_NE(md.find("placement=post − placement=pre"), std::string::npos) << md;
+  const json doc = json::parse(summary_json(s));  // alive for the loop: a temporary's member would dangle
   for (const json& col : doc["columns"]) EXPECT_TRUE(col["best"].is_null()) << col.dump();
-  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write", "--format", "csv"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  const std::vector<std::string> lines = test::split_lines(r.out);
-  ASSERT_GE(lines.size(), 3u) << r.out;
+  const std::string csv = summary_csv(s);
+  const std::vector<std::string> lines = test::split_lines(csv);
+  ASSERT_GE(lines.size(), 3u) << csv;
   const std::vector<std::string> header = split_at(lines[0], ',');
   const size_t best = static_cast<size_t>(std::find(header.begin(), header.end(), "best") - header.begin());
   ASSERT_LT(best, header.size()) << lines[0];
@@ -574,19 +647,18 @@ TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
   }
   EXPECT_NEAR(j[0]["run_seconds"].get<double>(), run_seconds, 1e-9);
   EXPECT_EQ(j[0]["wall_seconds"].get<double>(), last_end - first_start);
-  r = run_cli({"sweep", "status", dir});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(r.out.rfind("| sweep | init | points done | statuses | wall clock | sum of run times |\n", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find("| ref | gpt2 | 12 / 12 | "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("4 diverged"), std::string::npos) << r.out;
+  const std::string md = sweep_status_markdown({sweep_status(dir)});
+  EXPECT_EQ(md.rfind("| sweep | init | points done | statuses | wall clock | sum of run times |\n", 0), 0u) << md;
+  EXPECT_NE(md.find("| ref | gpt2 | 12 / 12 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("4 diverged"), std::string::npos) << md;
+  // `sweep status DIR --json`'s one entry.
+  auto status_json = [](const std::string& d) { return json::parse(sweep_status_json({sweep_status(d)}))[0]; };
   // A point whose run directory is gone is not finished, whatever the manifest says.
   TempDir copy;
   fs::copy(dir, copy / "ref", fs::copy_options::recursive);
   fs::create_directories(copy / "runs");
   fs::remove_all(copy / "ref/runs/lr=1e-3/placement=pre/seed=0");
-  r = run_cli({"sweep", "status", copy / "ref", "--json"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(json::parse(r.out)[0]["finished"], 11);
+  EXPECT_EQ(status_json(copy / "ref")["finished"], 11);
   // A point tried twice (an interrupted attempt an hour before, then the one that completed) counts
   // once, with its last attempt's seconds; the wall clock runs from the earlier attempt's start.
   {
@@ -607,17 +679,13 @@ TEST_F(SweepRun, StatusCountsThePlanAndHowThePointsEnded) {
       out << start.dump() << "\n" << end.dump() << "\n";
       for (const json& e : m) out << e.dump() << "\n";
     }
-    r = run_cli({"sweep", "status", twice / "ref", "--json"});
-    ASSERT_EQ(r.exit_code, 0) << describe(r);
-    const json t = json::parse(r.out)[0];
+    const json t = status_json(twice / "ref");
     EXPECT_EQ(t["finished"], 12);
     EXPECT_EQ(t["statuses"], j[0]["statuses"]) << t.dump();
     EXPECT_NEAR(t["run_seconds"].get<double>(), run_seconds, 1e-9) << "not the last attempt's seconds alone";
     EXPECT_EQ(t["wall_seconds"].get<double>(), last_end - epoch_seconds(start["time"]));
   }
-  r = run_cli({"sweep", "status", copy / "runs"});  // not a sweep directory
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_NE(r.err.find("no spec.json"), std::string::npos) << describe(r);
+  expect_usage_error([&] { sweep_status(copy / "runs"); }, "no spec.json");  // not a sweep directory
 }
 
 // `sweep summarize --curves` (was scripts/sweep_curves.py): a metrics.jsonl field at the
@@ -634,40 +702,47 @@ TEST_F(SweepRun, CurvesAreTheMeanOverSeedsAtEachStep) {
   };
   const double a = val_loss("lr=1e-3/placement=post/seed=0", 10), b = val_loss("lr=1e-3/placement=post/seed=1", 10);
   const double mean = (a + b) / 2, sd = std::sqrt(((a - mean) * (a - mean) + (b - mean) * (b - mean)) / 1);
-  CliResult r = run_cli({"sweep", "summarize", dir, "--curves", "10,40", "--where", "lr=0.001,1e30"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  const auto lines = test::split_lines(r.out);
-  ASSERT_EQ(lines.size(), 6u) << r.out;
+  CurveOptions at_10_40;
+  at_10_40.steps = {10, 40};
+  at_10_40.where = {"lr=0.001,1e30"};
+  const std::string table = sweep_curves_markdown(dir, at_10_40);
+  const auto lines = test::split_lines(table);
+  ASSERT_EQ(lines.size(), 6u) << table;
   EXPECT_EQ(lines[0], "val_loss: mean ± std over seeds (" + dir + ")");
   EXPECT_EQ(lines[2], "| step | lr=1e-3 placement=pre | lr=1e-3 placement=post | lr=1e30 placement=pre | "
                       "lr=1e30 placement=post |");
   EXPECT_NE(lines[4].find(fmt::format("| {:.4f} ± {:.4f} |", mean, sd)), std::string::npos) << lines[4];
   EXPECT_NE(lines[4].find("| — | — |"), std::string::npos) << lines[4];  // lr 1e30 diverged at step 2
-  r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--transpose", "--digits", "2", "--where", "lr=1e-3",
-               "--field", "stream_norm", "--layers", "first"});
+  // The flags of --curves, through the command.
+  CliResult r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--transpose", "--digits", "2", "--where", "lr=1e-3",
+                         "--field", "stream_norm", "--layers", "first"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("stream_norm (first over layers)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| point | step 10 |"), std::string::npos) << r.out;
   EXPECT_EQ(test::split_lines(r.out).size(), 6u) << r.out;
   r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--layers", "median"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
-  r = run_cli({"sweep", "summarize", dir, "--curves", "10", "--where", "lr=5"});
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  CurveOptions no_match;
+  no_match.steps = {10};
+  no_match.where = {"lr=5"};
+  expect_usage_error([&] { sweep_curves_markdown(dir, no_match); }, "");
   r = run_cli({"sweep", "summarize", dir, "--transpose", "--no-write"});  // a curves flag without --curves
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("give --curves STEPS"), std::string::npos) << describe(r);
   // --where selects the summary's points too, printed only (DIR's summaries keep every point)
-  r = run_cli({"sweep", "summarize", dir, "--where", "lr=1e-3", "--no-write", "--brief"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find("4 of 4 points completed"), std::string::npos) << r.out;
+  SummaryOptions lr_1e3;
+  lr_1e3.where = {"lr=1e-3"};
+  const std::string brief = summary_md(dir, lr_1e3, true);
+  EXPECT_NE(brief.find("4 of 4 points completed"), std::string::npos) << brief;
   // lr, fixed to one value, is no longer a dimension: one row, a column per placement
-  EXPECT_NE(r.out.find("|  | placement=pre | placement=post |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| all |"), std::string::npos) << r.out;
+  EXPECT_NE(brief.find("|  | placement=pre | placement=post |"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("| all |"), std::string::npos) << brief;
   r = run_cli({"sweep", "summarize", dir, "--where", "lr=1e-3"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("add --no-write"), std::string::npos) << describe(r);
-  r = run_cli({"sweep", "summarize", dir, "--where", "lr=5", "--no-write"});
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  SummaryOptions lr_5;
+  lr_5.where = {"lr=5"};
+  expect_usage_error([&] { summarize_sweep(dir, lr_5); }, "");
   // ... and a summary flag with --curves: it would have been ignored (--json printed markdown).
   for (std::vector<std::string> extra : {std::vector<std::string>{"--json"}, {"--format", "csv"}, {"--rows", "lr"},
                                          {"--cols", "lr"}, {"--metric", "final_val_loss"}, {"--no-write"}}) {
@@ -694,11 +769,16 @@ TEST_F(SweepRun, ProfileIsEachLayerAtAStep) {
   };
   TempDir tmp;
   const std::string plot = tmp / "profile.svg";
-  CliResult r = run_cli({"sweep", "summarize", dir, "--profile", "10", "--field", "stream_norm", "--where", "lr=1e-3",
-                         "--plot", plot});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  auto lines = test::split_lines(r.out);
-  ASSERT_EQ(lines.size(), 6u) << r.out;  // title, blank, header, rule, 2 layers
+  ProfileOptions at_10;
+  at_10.step = 10;
+  at_10.field = "stream_norm";
+  at_10.where = {"lr=1e-3"};
+  const std::vector<LayerProfile> profiles = sweep_layer_profiles(dir, at_10);
+  // Written as --plot writes it, so that the command's rerun below has its own plot to replace.
+  write_output_file(plot, plot_layer_profiles_svg(at_10, profiles), "--plot", true, is_layer_profile_svg);
+  const std::string table = layer_profiles_markdown(dir, at_10, profiles);
+  auto lines = test::split_lines(table);
+  ASSERT_EQ(lines.size(), 6u) << table;  // title, blank, header, rule, 2 layers
   EXPECT_EQ(lines[0], "stream_norm by layer at step 10: mean ± std over seeds (" + dir + "; lr=1e-3)");
   EXPECT_EQ(lines[2], "| layer | placement=pre | placement=post |");
   for (size_t layer : {0u, 1u}) {
@@ -712,18 +792,28 @@ TEST_F(SweepRun, ProfileIsEachLayerAtAStep) {
   EXPECT_TRUE(is_layer_profile_svg(svg)) << svg.substr(0, 80);
   EXPECT_NE(svg.find("placement=post"), std::string::npos);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
-  // A rerun replaces its own plot; a person's file at that path is never replaced.
-  r = run_cli({"sweep", "summarize", dir, "--profile", "last", "--field", "stream_norm", "--plot", plot});
+  // A rerun replaces its own plot; a person's file at that path is never replaced (the command's
+  // --profile and --plot).
+  CliResult r = run_cli({"sweep", "summarize", dir, "--profile", "last", "--field", "stream_norm", "--plot", plot});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("at each run's last record"), std::string::npos) << r.out;
   std::ofstream(tmp / "mine.svg") << "<svg>mine</svg>";
   r = run_cli({"sweep", "summarize", dir, "--profile", "10", "--field", "stream_norm", "--plot", tmp / "mine.svg"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_EQ(test::slurp(tmp / "mine.svg"), "<svg>mine</svg>");
+  // What the runs do not have, refused by the library ...
+  for (const auto& [step, field] : std::vector<std::pair<int64_t, std::string>>{
+           {10, "stream_max_abs"} /* fp32 runs log none */, {7, "stream_norm"} /* no eval at step 7 */}) {
+    SCOPED_TRACE(field + " at step " + std::to_string(step));
+    ProfileOptions o;
+    o.step = step;
+    o.field = field;
+    expect_usage_error([&] { sweep_layer_profiles(dir, o); }, "");
+  }
+  // ... and by the command: flags that do not go together, and --field val_loss (the flag's own
+  // default, which leaves --profile's field as it is).
   for (std::vector<std::string> bad : {std::vector<std::string>{"--profile", "10", "--field", "val_loss"},
                                        {"--profile", "10,40"},
-                                       {"--profile", "10", "--field", "stream_max_abs"},  // fp32 runs log none
-                                       {"--profile", "7", "--field", "stream_norm"},      // no eval at step 7
                                        {"--plot", plot},
                                        {"--profile", "10", "--curves", "10"}}) {
     std::vector<std::string> args = {"sweep", "summarize", dir};
@@ -743,11 +833,12 @@ TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {
   EXPECT_EQ(count_events(manifest(tmp / "s"), "start"), 12u);
   EXPECT_EQ(summaries(tmp / "s"), *ref_summary_);
   // --rerun diverged runs exactly the diverged points again, and they diverge again.
-  std::vector<std::string> args = grid_args(tmp / "s");
-  args.insert(args.end(), {"--rerun", "diverged"});
-  r = run_cli(args);
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.err.find("4 to run, 8 already done"), std::string::npos) << r.err;
+  SweepInvocation rerun = grid_sweep(tmp / "s");
+  rerun.rerun = parse_rerun("diverged");
+  const SweepInvocationResult again = run_in_process(rerun);
+  ASSERT_EQ(exit_status_of(again), 0);
+  EXPECT_EQ(again.work.todo.size(), 4u);  // "4 to run, 8 already done"
+  EXPECT_EQ(again.work.done, 8u);
   std::vector<json> m = manifest(tmp / "s");
   EXPECT_EQ(count_events(m, "start"), 16u);
   EXPECT_EQ(count_events(m, "end", "diverged"), 8u);
@@ -800,16 +891,16 @@ TEST_F(SweepRun, SigkillAtSeveralMomentsThenResumeGivesTheSameSummary) {
 TEST_F(SweepRun, TwoShardsMergeIntoTheUnshardedSummary) {
   TempDir tmp;
   const std::string dir = tmp / "s";
-  std::vector<std::string> a0 = grid_args(dir), a1 = grid_args(dir);
-  a0.insert(a0.end(), {"--shard", "0/2"});
-  // shard 1 from the Slurm variables, as an array task gets it
+  SweepInvocation first = grid_sweep(dir);
+  first.run.shard = parse_shard("0/2");
+  const SweepInvocationResult r0 = run_in_process(first);
+  ASSERT_EQ(exit_status_of(r0), 0);
+  EXPECT_EQ(r0.work.points, 6u);  // "6 points in shard 0/2"
+  EXPECT_NE(summaries(dir), *ref_summary_);  // half the runs: a partial summary
+  // shard 1 from the Slurm variables, as an array task gets it: through the command, which reads them
   test::RunOptions env;
   env.env = {{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "2"}};
-  CliResult r0 = run_cli(a0);
-  ASSERT_EQ(r0.exit_code, 0) << describe(r0);
-  EXPECT_NE(r0.err.find("6 points in shard 0/2"), std::string::npos) << r0.err;
-  EXPECT_NE(summaries(dir), *ref_summary_);  // half the runs: a partial summary
-  CliResult r1 = run_cli(a1, env);
+  CliResult r1 = run_cli(grid_args(dir), env);
   ASSERT_EQ(r1.exit_code, 0) << describe(r1);
   EXPECT_NE(r1.err.find("6 points in shard 1/2"), std::string::npos) << r1.err;
   CliResult s = run_cli({"sweep", "summarize", dir});
@@ -822,38 +913,35 @@ TEST_F(SweepRun, TwoShardsMergeIntoTheUnshardedSummary) {
 TEST_F(SweepRun, ChangedSpecIsRefusedUnlessForced) {
   TempDir tmp;
   fs::copy(*ref_ / "ref", tmp / "s", fs::copy_options::recursive);
-  std::vector<std::string> args = grid_args(tmp / "s");
-  args.insert(args.end(), {"--set", "steps=30"});
-  CliResult r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_EQ(test::split_lines(r.err).size(), 1u) << describe(r);
-  EXPECT_NE(r.err.find("base steps: 40 -> 30"), std::string::npos) << r.err;
+  SweepInvocation changed = grid_sweep(tmp / "s");
+  changed.request.sets.push_back("steps=30");
+  expect_usage_error([&] { run_in_process(changed); }, "base steps: 40 -> 30");
   EXPECT_EQ(count_events(manifest(tmp / "s"), "start"), 12u);
-  args.push_back("--force");
-  r = run_cli(args);
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.err.find("12 to run, 0 already done"), std::string::npos) << r.err;
+  changed.force = true;
+  const SweepInvocationResult r = run_in_process(changed);
+  ASSERT_EQ(exit_status_of(r), 0);
+  EXPECT_EQ(r.work.todo.size(), 12u);  // "12 to run, 0 already done"
+  EXPECT_EQ(r.work.done, 0u);
   json s = json::parse(slurp(tmp / "s/summary.json"));
   EXPECT_EQ(s["curves"][0]["steps"].back(), 30);
 }
 
 TEST_F(SweepRun, SummarizeLayoutsAndFormats) {
   const std::string dir = *ref_ / "ref";
-  CliResult r = run_cli({"sweep", "summarize", dir, "--rows", "placement", "--cols", "lr", "--format", "csv"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(r.out.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged,"
-                          "collapsed_mean,plateaued,spikes,paired_n,paired_mean,paired_low,paired_high\n", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find("pre,1e30,final_val_loss,0,,,2,2,0,0,0,false,false"), std::string::npos) << r.out;
-  r = run_cli({"sweep", "summarize", dir, "--cols", "nope"});
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  r = run_cli({"sweep", "summarize", dir, "--metric", "status"});
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  r = run_cli({"sweep", "summarize", dir, "--metric", "best_val_loss", "--format", "json"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(json::parse(r.out)["metric"], "best_val_loss");
+  SummaryOptions by_placement;
+  by_placement.rows = "placement";
+  by_placement.cols = {"lr"};
+  const std::string csv = summary_csv(summarize_writing(dir, by_placement));
+  EXPECT_EQ(csv.rfind("placement,lr,metric,n,mean,std,diverged,diverged_step,collapsed,failed,pending,stable,best,damaged,"
+                      "collapsed_mean,plateaued,spikes,paired_n,paired_mean,paired_low,paired_high\n", 0), 0u) << csv;
+  EXPECT_NE(csv.find("pre,1e30,final_val_loss,0,,,2,2,0,0,0,false,false"), std::string::npos) << csv;
+  SummaryOptions no_such_col;
+  no_such_col.cols = {"nope"};
+  expect_usage_error([&] { summarize_writing(dir, no_such_col); }, "");
+  expect_usage_error([&] { summarize_writing(dir, with_metric("status")); }, "");
+  EXPECT_EQ(json::parse(summary_json(summarize_writing(dir, with_metric("best_val_loss"))))["metric"], "best_val_loss");
   // restore the default layout for the other tests
-  r = run_cli({"sweep", "summarize", dir});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  ASSERT_NO_THROW(summarize_writing(dir));
 }
 
 // The experiment layer speaks the CLI's grammar in one place: each point is a child
@@ -880,13 +968,7 @@ TEST_F(SweepRun, EachPointIsTrainsCommandLine) {
 // a run would do; the run then runs exactly that and writes the summaries the command writes.
 TEST_F(SweepRun, TheInvocationIsTheCommandsWorkflow) {
   TempDir tmp;
-  SweepInvocation inv;
-  inv.request.sets = {"layers=2", "d_model=16", "d_hidden=32", "steps=40", "eval_every=10", "batch_size=4", "eval_batches=2"};
-  inv.request.axes = {"lr=1e-3,1e-2,1e30", "placement=pre,post", "seed=0,1"};
-  inv.request.absolute_paths = true;
-  inv.run.dir = tmp / "s";
-  inv.run.exe = NORMLAB_BINARY;
-  inv.run.jobs = 2;
+  SweepInvocation inv = grid_sweep(tmp / "s");
   inv.dry_run = true;
   bool started = false;
   auto on_start = [&](const ShardWork& w) {
@@ -918,28 +1000,29 @@ TEST_F(SweepRun, CheckSaysWhetherTheSummariesAreWhatTheRunsGive) {
   TempDir tmp;
   const std::string dir = tmp / "s";
   fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
-  ASSERT_EQ(run_cli({"sweep", "summarize", dir}).exit_code, 0);
-  CliResult r = run_cli({"sweep", "summarize", dir, "--check"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find("5 summary files, 0 differ"), std::string::npos) << r.out;
+  ASSERT_NO_THROW(summarize_writing(dir));
+  const auto files = summary_files(summarize_sweep(dir, {}));
+  EXPECT_EQ(files.size(), 5u);  // "5 summary files, 0 differ"
+  EXPECT_EQ(stale_summary_files(dir, files), std::vector<std::string>{});
   const std::string md = slurp(tmp / "s/summary.md"), js = slurp(tmp / "s/summary.json");
   std::ofstream(tmp / "s/summary.md") << md << "edited by hand\n";
   fs::remove(tmp / "s/loss_curves.svg");
-  r = run_cli({"sweep", "summarize", dir, "--check"});
+  // What the command makes of the files that differ: exit 1, each named on stderr.
+  CliResult r = run_cli({"sweep", "summarize", dir, "--check"});
   EXPECT_EQ(r.exit_code, 1) << describe(r);
   EXPECT_NE(r.out.find("2 differ"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("summary.md: differs"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("loss_curves.svg: differs"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(tmp / "s/summary.md"), md + "edited by hand\n");
-  ASSERT_EQ(run_cli({"sweep", "summarize", dir}).exit_code, 0);
+  ASSERT_NO_THROW(summarize_writing(dir));
   // One curve value moved by a relative 1e-15 (another CPU's rounding) passes; by 1e-9 it does not.
   json j = json::parse(js);
   const double v = j["curves"][0]["val_loss"][0].get<double>();
   for (const double rel : {1e-15, 1e-9}) {
     j["curves"][0]["val_loss"][0] = v * (1 + rel);
     std::ofstream(tmp / "s/summary.json") << j.dump(2);
-    r = run_cli({"sweep", "summarize", dir, "--check", "-q"});
-    EXPECT_EQ(r.exit_code, rel < 1e-12 ? 0 : 1) << rel << " " << describe(r);
+    const std::vector<std::string> stale = stale_summaries(dir);
+    EXPECT_EQ(stale.empty(), rel < 1e-12) << rel << " " << json(stale).dump();
   }
   r = run_cli({"sweep", "summarize", dir, "--check", "--no-write"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
@@ -1033,10 +1116,9 @@ TEST(SweepFailures, ACrashingPointIsRecordedAndTheSweepGoesOn) {
 // collapsed@STEP, kept out of the stable window, never best.
 TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
   TempDir tmp;
-  CliResult r = run_cli({"sweep", "--out", tmp / "s", "placement=pre,post", "--set", "lr=1e-2", "--set", "layers=12",
-                         "--set", "init=torch", "--set", "steps=100", "--set", "eval_every=50", "--set",
-                         "eval_batches=2", "--jobs", "2", "-q"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const SweepInvocation inv = sweep_of(tmp / "s", {"placement=pre,post"},
+                                       {"lr=1e-2", "layers=12", "init=torch", "steps=100", "eval_every=50", "eval_batches=2"});
+  ASSERT_EQ(exit_status_of(run_in_process(inv)), 0);
   SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss", "", {}});
   ASSERT_EQ(s.points, 2u);
   EXPECT_EQ(s.collapsed, 1u);
@@ -1365,17 +1447,17 @@ TEST_F(SweepRun, DamagedRunsAreReportedNotCountedAsPending) {
 TEST(SweepFiles, AFifoInTheSweepIsNeverWaitedOn) {
   TempDir tmp;
   const std::string dir = tmp / "s";
-  CliResult r = run_cli({"sweep", "--out", dir, "--set", "layers=1", "--set", "d_model=8", "--set", "d_hidden=8",
-                         "--set", "steps=4", "--set", "eval_every=2", "--set", "batch_size=2", "--set",
-                         "eval_batches=1", "lr=1e-3", "-q"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const SweepInvocation inv = sweep_of(
+      dir, {"lr=1e-3"}, {"layers=1", "d_model=8", "d_hidden=8", "steps=4", "eval_every=2", "batch_size=2", "eval_batches=1"});
+  ASSERT_EQ(exit_status_of(run_in_process(inv)), 0);
   const std::string metrics = dir + "/runs/base/metrics.jsonl";
   ASSERT_TRUE(fs::exists(metrics));
   fs::remove(metrics);
   ASSERT_EQ(::mkfifo(metrics.c_str(), 0600), 0);
   test::RunOptions opt;
   opt.timeout_s = 60;
-  r = run_cli({"sweep", "summarize", dir, "--no-write"}, opt);
+  // Through the command, with a timeout: a summarize that waited on the FIFO would never return.
+  CliResult r = run_cli({"sweep", "summarize", dir, "--no-write"}, opt);
   EXPECT_FALSE(r.timed_out) << describe(r);
   EXPECT_EQ(r.exit_code, 0) << describe(r);
   const std::string manifest = dir + "/manifest.jsonl";
@@ -1401,13 +1483,6 @@ void edit_result(const std::string& run, const json& fields, const std::vector<s
 json result_of(const std::string& run) { return json::parse(slurp(run + "/result.json")); }
 
 std::string fixed4(double v) { return fmt::format("{:.4f}", v); }
-
-SummaryOptions paired_on(const std::string& column, const std::string& metric = "") {
-  SummaryOptions o;
-  o.metric = metric;
-  o.paired = column;
-  return o;
-}
 
 TEST_F(SweepRun, CollapsedSeedsAreNeverAveragedIn) {
   TempDir tmp;
@@ -1467,9 +1542,7 @@ TEST_F(SweepRun, CollapsedSeedsAreNeverAveragedIn) {
   // A row with a collapsed seed is never stable; pre has no other stable row (lr 1e-3 collapses in
   // 40 steps, lr 1e30 diverges), so no best.
   for (size_t r : s.stable[0]) EXPECT_NE(s.row_values[r], "1e-2");
-  CliResult cli = run_cli({"sweep", "summarize", dir, "--format", "json", "--no-write"});
-  ASSERT_EQ(cli.exit_code, 0) << describe(cli);
-  json j = json::parse(cli.out);
+  json j = json::parse(summary_json(s));  // `summarize --format json --no-write`: the same options
   std::map<std::string, std::string> text;
   for (const json& col : j["columns"])
     for (const json& cell : col["cells"]) text[col["label"].get<std::string>() + " " + cell["row"].get<std::string>()] = cell["text"];
@@ -1510,15 +1583,13 @@ TEST_F(SweepRun, PairedBySeedWithAStudentTInterval) {
     EXPECT_EQ(s.paired[0][1].mean, -0.125);
     EXPECT_EQ(s.paired[2][1].n, 0);  // diverged
   }
-  CliResult r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--no-write"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find("## Paired by seed against placement=pre"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("placement=post − placement=pre"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("-0.2000 [-1.4706, +1.0706]"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("-0.1250 (n=1)"), std::string::npos) << r.out;
-  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=pre", "--format", "json", "--no-write"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  json j = json::parse(r.out);
+  const SweepSummary paired = summarize_sweep(dir, paired_on("placement=pre"));
+  const std::string md = summary_markdown(paired);
+  EXPECT_NE(md.find("## Paired by seed against placement=pre"), std::string::npos) << md;
+  EXPECT_NE(md.find("placement=post − placement=pre"), std::string::npos) << md;
+  EXPECT_NE(md.find("-0.2000 [-1.4706, +1.0706]"), std::string::npos) << md;
+  EXPECT_NE(md.find("-0.1250 (n=1)"), std::string::npos) << md;
+  json j = json::parse(summary_json(paired));
   EXPECT_EQ(j["paired"], "placement=pre");
   for (const json& cell : j["columns"][1]["cells"])
     if (cell["row"] == "1e-2") {
@@ -1527,17 +1598,17 @@ TEST_F(SweepRun, PairedBySeedWithAStudentTInterval) {
       EXPECT_EQ(cell["paired"]["against"], "placement=pre") << cell.dump();
     }
   // Without --paired: no paired table.
-  r = run_cli({"sweep", "summarize", dir, "--no-write"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_EQ(r.out.find("Paired by seed"), std::string::npos) << r.out;
+  const std::string plain = summary_md(dir);
+  EXPECT_EQ(plain.find("Paired by seed"), std::string::npos) << plain;
   // A value no column has, a key that is not a column axis, a word that is not key=value: one
-  // line each, exit 2, naming what is there.
-  r = run_cli({"sweep", "summarize", dir, "--paired", "placement=sandwich", "--no-write"});
-  expect_one_error_line(r, "placement has no value 'sandwich' (values: pre, post)");
-  r = run_cli({"sweep", "summarize", dir, "--paired", "lr=1e-2", "--no-write"});
-  expect_one_error_line(r, "names 'lr', which is not a column axis (columns: placement)");
-  r = run_cli({"sweep", "summarize", dir, "--paired", "pre", "--no-write"});
-  expect_one_error_line(r, "'pre' is not key=value");
+  // line each, naming what is there.
+  auto refused = [&](const std::string& column, const std::string& says) {
+    SCOPED_TRACE("--paired " + column);
+    expect_usage_error([&] { summarize_sweep(dir, paired_on(column)); }, says);
+  };
+  refused("placement=sandwich", "placement has no value 'sandwich' (values: pre, post)");
+  refused("lr=1e-2", "names 'lr', which is not a column axis (columns: placement)");
+  refused("pre", "'pre' is not key=value");
 }
 
 // Runs from before evals measured the oracle: final_excess_loss (and final_oracle_loss) come back
@@ -1565,10 +1636,9 @@ TEST_F(SweepRun, ExcessLossIsBackfilledForRunsThatLackIt) {
   EXPECT_NE(resolution_text(s).find("Resolution of final_excess_loss: "), std::string::npos) << resolution_text(s);
   s = summarize_sweep(dir, paired_on("", "final_oracle_loss"));
   EXPECT_NEAR(s.cells[1][0].mean, 0.5 * (oracle + jb["final_oracle_loss"].get<double>()), 1e-12);
-  CliResult r = run_cli({"sweep", "summarize", dir, "--metric", "final_excess_loss", "--no-write"});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_NE(r.out.find("# Sweep summary: final_excess_loss"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("Resolution of final_excess_loss: "), std::string::npos) << r.out;
+  const std::string md = summary_md(dir, with_metric("final_excess_loss"));
+  EXPECT_NE(md.find("# Sweep summary: final_excess_loss"), std::string::npos) << md;
+  EXPECT_NE(md.find("Resolution of final_excess_loss: "), std::string::npos) << md;
 }
 
 }  // namespace
