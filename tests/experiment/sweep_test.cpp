@@ -70,8 +70,9 @@ std::vector<std::string> grid_args(const std::string& out) {
 }
 
 // ---- the library, in process ---------------------------------------------------------------------
-// Where a test checks what the library computes, it asks the library directly: starting the binary
-// costs seconds under AddressSanitizer. The points still run as child `normlab train` processes.
+// Where a test checks what the library computes, it asks the library directly, so that a failure
+// points at the library and the test does not pay a process per question. The command's own
+// wiring keeps its tests below. The points still run as child `normlab train` processes.
 
 // `normlab sweep [SPEC] AXES --set SETS --out DIR --jobs JOBS` as the invocation the command makes
 // of its flags (sweep_command.cpp, invocation_of).
