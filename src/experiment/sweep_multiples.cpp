@@ -148,218 +148,292 @@ void require_layer_field(const CellLayers& layers, const std::string& sweep_dir)
                                shown(layers.field), known.empty() ? "none" : known));
 }
 
-std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple kind, const CellLayers& layers) {
-  const size_t nr = s.row_values.size(), nc = s.col_labels.size();
-  if (nr == 0 || nc == 0) return empty_plot("no points to plot");
-  const bool curves = kind == SmallMultiple::loss_curves;
-  auto cell_layers = [&](size_t r, size_t c) -> const std::vector<PointLayers>* {
-    if (r < layers.cells.size() && c < layers.cells[r].size()) return &layers.cells[r][c];
-    return nullptr;
-  };
-  // One y range for every panel, so that panels compare at a glance; x shared too for curves.
+namespace {
+
+// What one figure of small multiples draws, and where: the shared value range, the geometry of the
+// grid of panels, the titles, and which marks the legend explains.
+struct Multiples {
+  const SweepSummary& s;
+  const CellLayers& layers;
+  bool curves = false;
+  size_t nr = 0, nc = 0;
   double lo = INFINITY, hi = -INFINITY, xhi = 0;
   bool ranged_on_ok_only = false;
-  if (curves) {
-    for (const SummaryCurve& cv : s.curves)
-      for (size_t i = 0; i < cv.steps.size(); ++i) {
-        if (usable(cv.mean[i])) lo = std::min(lo, cv.mean[i]), hi = std::max(hi, cv.mean[i]);
-        xhi = std::max(xhi, static_cast<double>(cv.steps[i]));
-      }
-  } else {
-    // The range of the panels whose runs all finished ok, when there are any: a collapsed run's
-    // gradients (1e-10 against 1e+20) would otherwise flatten every healthy profile to a line.
-    // The other panels' lines are clipped to their frame.
-    for (const bool only_ok : {true, false}) {
-      bool skipped = false;
-      for (size_t r = 0; r < nr; ++r)
-        for (size_t c = 0; c < nc; ++c) {
-          const auto* pts = cell_layers(r, c);
-          if (!pts || pts->empty()) continue;
-          if (only_ok && *cell_state(s.cells[r][c]).kind) {
-            skipped = true;
-            continue;
-          }
-          for (const PointLayers& p : *pts)
-            for (double v : p.values)
-              if (usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  Ticks yt;
+  double pw = 210, ph = kPanelH, hgap = 34, vgap = 22;
+  double row_w = 0, x0 = 0, y0 = 0, width = 0, height = 0, grid_h = 0;
+  std::vector<std::string> col_heads;
+  std::string title, sub;
+  bool shown_diverged = false, shown_collapsed = false, shown_pending = false, any_diverged_mark = false,
+       unigram_shown = false;
+
+  Multiples(const SweepSummary& summary, const CellLayers& l) : s(summary), layers(l) {}
+  const std::vector<PointLayers>* cell_layers(size_t r, size_t c) const {
+    if (r < layers.cells.size() && c < layers.cells[r].size()) return &layers.cells[r][c];
+    return nullptr;
+  }
+  std::string row_label(size_t r) const { return s.rows.empty() ? s.row_values[r] : s.rows + "=" + s.row_values[r]; }
+  double left(size_t c) const { return x0 + static_cast<double>(c) * (pw + hgap); }
+  double top(size_t r) const { return y0 + static_cast<double>(r) * (ph + vgap); }
+};
+
+// The curves' one y range over every panel (so that panels compare at a glance) and shared x.
+void range_curves(Multiples& m) {
+  for (const SummaryCurve& cv : m.s.curves)
+    for (size_t i = 0; i < cv.steps.size(); ++i) {
+      if (usable(cv.mean[i])) m.lo = std::min(m.lo, cv.mean[i]), m.hi = std::max(m.hi, cv.mean[i]);
+      m.xhi = std::max(m.xhi, static_cast<double>(cv.steps[i]));
+    }
+}
+
+// The range of the panels whose runs all finished ok, when there are any: a collapsed run's
+// gradients (1e-10 against 1e+20) would otherwise flatten every healthy profile to a line. The
+// other panels' lines are clipped to their frame.
+void range_profiles(Multiples& m) {
+  for (const bool only_ok : {true, false}) {
+    bool skipped = false;
+    for (size_t r = 0; r < m.nr; ++r)
+      for (size_t c = 0; c < m.nc; ++c) {
+        const auto* pts = m.cell_layers(r, c);
+        if (!pts || pts->empty()) continue;
+        if (only_ok && *cell_state(m.s.cells[r][c]).kind) {
+          skipped = true;
+          continue;
         }
-      if (hi >= lo) {
-        ranged_on_ok_only = only_ok && skipped;  // said in the subtitle only when it left a panel out
-        break;
+        for (const PointLayers& p : *pts)
+          for (double v : p.values)
+            if (usable(v)) m.lo = std::min(m.lo, v), m.hi = std::max(m.hi, v);
       }
+    if (m.hi >= m.lo) {
+      m.ranged_on_ok_only = only_ok && skipped;  // said in the subtitle only when it left a panel out
+      return;
     }
   }
-  const bool any = hi >= lo && (!curves || xhi > 0);
-  if (!any) lo = 1, hi = 10, xhi = 1;
-  pad(lo, hi, true);
-  const Ticks yt = value_ticks(lo, hi, true, kPanelH);
+}
 
-  // Geometry: row labels, y tick labels (first column only), then the panels.
-  // hgap: room for the last x label of one panel beside the first of the next ("3000" and "0").
-  const double pw = 210, ph = kPanelH, hgap = 34, vgap = curves ? 22 : 40;
-  double row_w = 0, ytw = 0;
-  auto row_label = [&](size_t r) { return s.rows.empty() ? s.row_values[r] : s.rows + "=" + s.row_values[r]; };
-  for (size_t r = 0; r < nr; ++r) row_w = std::max(row_w, text_width(row_label(r), kLabel));
-  for (const std::string& l : yt.labels) ytw = std::max(ytw, text_width(l, kTick));
-  size_t head_lines = 1;
-  std::vector<std::string> col_heads;
-  for (const std::string& l : s.col_labels) col_heads.push_back(without_unset_keys(l));
-  for (const std::string& h : col_heads) head_lines = std::max(head_lines, wrap(h, pw, kLabel).size());
-  const double x0 = 30 + row_w + 16 + ytw + 12;  // the first panel's left edge
-  const double y0 = 56 + 17.0 * static_cast<double>(head_lines) + 6;
-  const std::string title = curves ? "validation loss by step (mean over seeds)"
-                                   : (layers.field.empty() ? std::string("per-layer field") : field_label(layers.field)) +
-                                         " by layer, each run's last record";
-  const std::string sub = fmt::format("rows: {}; columns: {}; {}", s.rows.empty() ? "-" : s.rows,
-                                      s.cols.empty() ? "-" : fmt::format("{}", fmt::join(s.cols, ", ")),
-                                      curves ? "one log y axis for all panels; × marks a divergence"
-                                      : ranged_on_ok_only
-                                          ? "one line per seed; one log y axis for all panels, ranged on the runs that finished ok"
-                                          : "one line per seed; one log y axis for all panels");
-  const double width = std::max(x0 + static_cast<double>(nc) * (pw + hgap) + 10,
-                                24 + std::max(1.1 * text_width(title, 15), text_width(sub, kTick)));
-  const double grid_h = static_cast<double>(nr) * (ph + vgap);
-  bool shown_diverged = false, shown_collapsed = false, shown_pending = false;
-  for (size_t r = 0; r < nr; ++r)
-    for (size_t c = 0; c < nc; ++c) {
-      const std::string k = cell_state(s.cells[r][c]).kind;
-      shown_diverged = shown_diverged || k == "diverged";
-      shown_collapsed = shown_collapsed || k == "collapsed";
-      shown_pending = shown_pending || k == "pending";
+void set_titles(Multiples& m) {
+  const SweepSummary& s = m.s;
+  m.title = m.curves ? "validation loss by step (mean over seeds)"
+                     : (m.layers.field.empty() ? std::string("per-layer field") : field_label(m.layers.field)) +
+                           " by layer, each run's last record";
+  m.sub = fmt::format("rows: {}; columns: {}; {}", s.rows.empty() ? "-" : s.rows,
+                      s.cols.empty() ? "-" : fmt::format("{}", fmt::join(s.cols, ", ")),
+                      m.curves ? "one log y axis for all panels; × marks a divergence"
+                      : m.ranged_on_ok_only
+                          ? "one line per seed; one log y axis for all panels, ranged on the runs that finished ok"
+                          : "one line per seed; one log y axis for all panels");
+}
+
+// Which cell states and marks are drawn, so that the legend explains exactly those.
+void find_marks(Multiples& m) {
+  for (size_t r = 0; r < m.nr; ++r)
+    for (size_t c = 0; c < m.nc; ++c) {
+      const std::string k = cell_state(m.s.cells[r][c]).kind;
+      m.shown_diverged = m.shown_diverged || k == "diverged";
+      m.shown_collapsed = m.shown_collapsed || k == "collapsed";
+      m.shown_pending = m.shown_pending || k == "pending";
     }
-  bool any_diverged_mark = false;
-  if (curves)
-    for (const SummaryCurve& cv : s.curves) any_diverged_mark = any_diverged_mark || cv.diverged_step >= 0;
-  const bool unigram_shown = curves && std::isfinite(s.unigram_loss) && s.unigram_loss >= lo && s.unigram_loss <= hi;
-  const bool legend = shown_diverged || shown_collapsed || shown_pending || any_diverged_mark || unigram_shown;
-  const double height = y0 + grid_h + (curves ? 40 : 24) + (legend ? 34 : 4);
+  if (m.curves)
+    for (const SummaryCurve& cv : m.s.curves) m.any_diverged_mark = m.any_diverged_mark || cv.diverged_step >= 0;
+  m.unigram_shown = m.curves && std::isfinite(m.s.unigram_loss) && m.s.unigram_loss >= m.lo && m.s.unigram_loss <= m.hi;
+}
 
-  std::string out = header(width, height) + backgrounds();
-  out += text(12, 22, title, 15, "start", " font-weight=\"bold\" class=\"title\"");
-  out += text(12, 42, sub, kTick, "start", " fill=\"#333\"");
-  for (size_t c = 0; c < nc; ++c) {
-    const std::vector<std::string> lines = wrap(col_heads[c], pw, kLabel);
-    const double cx = x0 + static_cast<double>(c) * (pw + hgap) + pw / 2;
+// Geometry: row labels, y tick labels (first column only), then the panels. hgap: room for the
+// last x label of one panel beside the first of the next ("3000" and "0").
+void lay_out(Multiples& m) {
+  m.vgap = m.curves ? 22 : 40;
+  double ytw = 0;
+  for (size_t r = 0; r < m.nr; ++r) m.row_w = std::max(m.row_w, text_width(m.row_label(r), kLabel));
+  for (const std::string& l : m.yt.labels) ytw = std::max(ytw, text_width(l, kTick));
+  size_t head_lines = 1;
+  for (const std::string& l : m.s.col_labels) m.col_heads.push_back(without_unset_keys(l));
+  for (const std::string& h : m.col_heads) head_lines = std::max(head_lines, wrap(h, m.pw, kLabel).size());
+  m.x0 = 30 + m.row_w + 16 + ytw + 12;  // the first panel's left edge
+  m.y0 = 56 + 17.0 * static_cast<double>(head_lines) + 6;
+  set_titles(m);
+  m.width = std::max(m.x0 + static_cast<double>(m.nc) * (m.pw + m.hgap) + 10,
+                     24 + std::max(1.1 * text_width(m.title, 15), text_width(m.sub, kTick)));
+  m.grid_h = static_cast<double>(m.nr) * (m.ph + m.vgap);
+  find_marks(m);
+  const bool legend = m.shown_diverged || m.shown_collapsed || m.shown_pending || m.any_diverged_mark || m.unigram_shown;
+  m.height = m.y0 + m.grid_h + (m.curves ? 40 : 24) + (legend ? 34 : 4);
+}
+
+Multiples plan_multiples(const SweepSummary& s, SmallMultiple kind, const CellLayers& layers) {
+  Multiples m(s, layers);
+  m.curves = kind == SmallMultiple::loss_curves;
+  m.nr = s.row_values.size();
+  m.nc = s.col_labels.size();
+  if (m.curves) range_curves(m);
+  else range_profiles(m);
+  const bool any = m.hi >= m.lo && (!m.curves || m.xhi > 0);
+  if (!any) m.lo = 1, m.hi = 10, m.xhi = 1;
+  pad(m.lo, m.hi, true);
+  m.yt = value_ticks(m.lo, m.hi, true, kPanelH);
+  lay_out(m);
+  return m;
+}
+
+// The mean validation loss of panel (r, c) by step, its divergence marks and the unigram line.
+std::string curve_panel(const Multiples& m, size_t r, size_t c, const Axis& y) {
+  const double left = m.left(c), right = left + m.pw, top = m.top(r);
+  Axis x{0, m.xhi * 1.02, false, left, right};
+  Ticks xt;
+  xt.at = linear_ticks(0, m.xhi, 3);
+  xt.labels = distinct_labels(xt.at);
+  std::string out = axes(x, y, xt, m.yt, "", "", {r + 1 == m.nr, c == 0, true, true});
+  for (const SummaryCurve& cv : m.s.curves) {
+    if (cv.row != r || cv.col != c) continue;
+    std::string pts;
+    double lx = NAN, ly = NAN;
+    for (size_t i = 0; i < cv.steps.size(); ++i) {
+      if (!usable(cv.mean[i])) continue;
+      lx = x.map(static_cast<double>(cv.steps[i]));
+      ly = y.map(cv.mean[i]);
+      pts += fmt::format("{:.1f},{:.1f} ", lx, ly);
+    }
+    if (!pts.empty())
+      out += fmt::format("<polyline class=\"curve\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts,
+                         color(0));
+    // at the last finite loss; without one, below the cell's state text
+    if (cv.diverged_step >= 0) out += cross(x.map(static_cast<double>(cv.diverged_step)), std::isfinite(ly) ? ly : top + 34, 5, "#a00");
+  }
+  if (m.unigram_shown)
+    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#555\" "
+                       "stroke-dasharray=\"5,4\"/>\n",
+                       left, y.map(m.s.unigram_loss), right);
+  return out;
+}
+
+// One seed's profile as polylines clipped to the panel, broken where a layer has no usable value.
+std::string profile_lines(const PointLayers& p, size_t seed, const Axis& x, const Axis& y, const std::string& clip) {
+  static const char* kDash[] = {"", "6,3", "2,3", "8,3,2,3"};
+  std::string out, line;
+  auto flush = [&]() {
+    if (!line.empty())
+      out += fmt::format("<polyline class=\"profile\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{} "
+                         "clip-path=\"url(#{})\"/>\n",
+                         line, color(0), *kDash[seed % 4] ? fmt::format(" stroke-dasharray=\"{}\"", kDash[seed % 4]) : "", clip);
+    line.clear();
+  };
+  for (size_t l = 0; l < p.values.size(); ++l) {
+    if (!usable(p.values[l])) {
+      flush();
+      continue;
+    }
+    line += fmt::format("{:.1f},{:.1f} ", x.map(static_cast<double>(l + 1)), y.map(p.values[l]));
+  }
+  flush();
+  return out;
+}
+
+// Panel (r, c)'s per-layer profiles, one line per seed.
+std::string profile_panel(const Multiples& m, size_t r, size_t c, const Axis& y, const CellState& st) {
+  const double left = m.left(c), top = m.top(r);
+  size_t nl = 0;
+  const std::vector<PointLayers>* pts = m.cell_layers(r, c);
+  if (pts)
+    for (const PointLayers& p : *pts) nl = std::max(nl, p.values.size());
+  Axis x{0.5, static_cast<double>(std::max<size_t>(nl, 1)) + 0.5, false, left, left + m.pw};
+  // Each panel has its own depth (columns may differ in layers), so each labels its x axis.
+  std::string out = axes(x, y, nl ? layer_ticks(nl) : Ticks{}, m.yt, "", "", {true, c == 0, false, true});
+  const std::string clip = fmt::format("clip-{}-{}", r, c);
+  if (pts && !pts->empty())
+    out += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
+                       clip, left, top, m.pw, m.ph);
+  if (pts)
+    for (size_t k = 0; k < pts->size(); ++k) out += profile_lines((*pts)[k], k, x, y, clip);
+  if (m.s.cells[r][c].present && st.text.empty() && (!pts || pts->empty()))
+    out += text(left + m.pw / 2, top + m.ph / 2, "no per-layer data", kTick, "middle", " fill=\"#555\"");
+  return out;
+}
+
+// The cell's state ("2/3 diverged@40"), boxed in the panel's corner.
+std::string state_badge(const Multiples& m, size_t r, size_t c, const CellState& st) {
+  if (st.text.empty()) return "";
+  const double left = m.left(c), top = m.top(r);
+  const std::string k = st.kind;
+  const char* fill = k == "diverged" ? "#a00" : k == "collapsed" ? "#6b5200" : "#444";
+  const double tw = std::min(m.pw - 8, text_width(st.text, kTick));
+  return fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"17\" fill=\"white\" fill-opacity=\"0.85\"/>\n",
+                     left + 3, top + 3, tw + 6) +
+         text(left + 6, top + 16, st.text, kTick, "start", fmt::format(" font-weight=\"bold\" fill=\"{}\" class=\"cell-state\"", fill));
+}
+
+std::string panel(const Multiples& m, size_t r, size_t c) {
+  const double left = m.left(c), top = m.top(r), bottom = top + m.ph;
+  const CellState st = cell_state(m.s.cells[r][c]);
+  std::string out = fmt::format("<g class=\"panel\" data-row=\"{}\" data-col=\"{}\" data-state=\"{}\">\n", r, c, *st.kind ? st.kind : "ok");
+  out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", left, top, m.pw, m.ph,
+                     background(st.kind));
+  const Axis y{m.lo, m.hi, true, bottom, top};
+  out += m.curves ? curve_panel(m, r, c, y) : profile_panel(m, r, c, y, st);
+  return out + state_badge(m, r, c, st) + "</g>\n";
+}
+
+std::string headings(const Multiples& m) {
+  std::string out = text(12, 22, m.title, 15, "start", " font-weight=\"bold\" class=\"title\"");
+  out += text(12, 42, m.sub, kTick, "start", " fill=\"#333\"");
+  for (size_t c = 0; c < m.nc; ++c) {
+    const std::vector<std::string> lines = wrap(m.col_heads[c], m.pw, kLabel);
+    const double cx = m.left(c) + m.pw / 2;
     for (size_t i = 0; i < lines.size(); ++i)
-      out += text(cx, y0 - 8 - 17.0 * static_cast<double>(lines.size() - 1 - i), lines[i], kLabel, "middle",
+      out += text(cx, m.y0 - 8 - 17.0 * static_cast<double>(lines.size() - 1 - i), lines[i], kLabel, "middle",
                   " font-weight=\"bold\" class=\"col-label\"");
   }
-  for (size_t r = 0; r < nr; ++r) {
-    const double top = y0 + static_cast<double>(r) * (ph + vgap), bottom = top + ph;
-    out += text(30 + row_w, (top + bottom) / 2 + 4, row_label(r), kLabel, "end", " font-weight=\"bold\" class=\"row-label\"");
-    for (size_t c = 0; c < nc; ++c) {
-      const double left = x0 + static_cast<double>(c) * (pw + hgap), right = left + pw;
-      const SummaryCell& cell = s.cells[r][c];
-      const CellState st = cell_state(cell);
-      out += fmt::format("<g class=\"panel\" data-row=\"{}\" data-col=\"{}\" data-state=\"{}\">\n", r, c, *st.kind ? st.kind : "ok");
-      out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", left, top, pw, ph,
-                         background(st.kind));
-      Axis y{lo, hi, true, bottom, top};
-      const bool last_row = r + 1 == nr;
-      if (curves) {
-        Axis x{0, xhi * 1.02, false, left, right};
-        Ticks xt;
-        xt.at = linear_ticks(0, xhi, 3);
-        xt.labels = distinct_labels(xt.at);
-        out += axes(x, y, xt, yt, "", "", {last_row, c == 0, true, true});
-        for (const SummaryCurve& cv : s.curves) {
-          if (cv.row != r || cv.col != c) continue;
-          std::string pts;
-          double lx = NAN, ly = NAN;
-          for (size_t i = 0; i < cv.steps.size(); ++i) {
-            if (!usable(cv.mean[i])) continue;
-            lx = x.map(static_cast<double>(cv.steps[i]));
-            ly = y.map(cv.mean[i]);
-            pts += fmt::format("{:.1f},{:.1f} ", lx, ly);
-          }
-          if (!pts.empty())
-            out += fmt::format("<polyline class=\"curve\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts,
-                               color(0));
-          if (cv.diverged_step >= 0) {
-            // at the last finite loss; without one, below the cell's state text
-            out += cross(x.map(static_cast<double>(cv.diverged_step)), std::isfinite(ly) ? ly : top + 34, 5, "#a00");
-          }
-        }
-        if (unigram_shown)
-          out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#555\" "
-                             "stroke-dasharray=\"5,4\"/>\n",
-                             left, y.map(s.unigram_loss), right);
-      } else {
-        size_t nl = 0;
-        const std::vector<PointLayers>* pts = cell_layers(r, c);
-        if (pts)
-          for (const PointLayers& p : *pts) nl = std::max(nl, p.values.size());
-        Axis x{0.5, static_cast<double>(std::max<size_t>(nl, 1)) + 0.5, false, left, right};
-        // Each panel has its own depth (columns may differ in layers), so each labels its x axis.
-        out += axes(x, y, nl ? layer_ticks(nl) : Ticks{}, yt, "", "", {true, c == 0, false, true});
-        static const char* kDash[] = {"", "6,3", "2,3", "8,3,2,3"};
-        const std::string clip = fmt::format("clip-{}-{}", r, c);
-        if (pts && !pts->empty())
-          out += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
-                             clip, left, top, pw, ph);
-        if (pts)
-          for (size_t k = 0; k < pts->size(); ++k) {
-            const PointLayers& p = (*pts)[k];
-            std::string line;
-            auto flush = [&]() {
-              if (!line.empty())
-                out += fmt::format("<polyline class=\"profile\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{} "
-                                   "clip-path=\"url(#{})\"/>\n",
-                                   line, color(0), *kDash[k % 4] ? fmt::format(" stroke-dasharray=\"{}\"", kDash[k % 4]) : "", clip);
-              line.clear();
-            };
-            for (size_t l = 0; l < p.values.size(); ++l) {
-              if (!usable(p.values[l])) {
-                flush();
-                continue;
-              }
-              line += fmt::format("{:.1f},{:.1f} ", x.map(static_cast<double>(l + 1)), y.map(p.values[l]));
-            }
-            flush();
-          }
-        if (cell.present && st.text.empty() && (!pts || pts->empty()))
-          out += text(left + pw / 2, top + ph / 2, "no per-layer data", kTick, "middle", " fill=\"#555\"");
-      }
-      if (!st.text.empty()) {
-        const std::string k = st.kind;
-        const char* fill = k == "diverged" ? "#a00" : k == "collapsed" ? "#6b5200" : "#444";
-        const double tw = std::min(pw - 8, text_width(st.text, kTick));
-        out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"17\" fill=\"white\" fill-opacity=\"0.85\"/>\n",
-                           left + 3, top + 3, tw + 6);
-        out += text(left + 6, top + 16, st.text, kTick, "start", fmt::format(" font-weight=\"bold\" fill=\"{}\" class=\"cell-state\"", fill));
-      }
-      out += "</g>\n";
-    }
-  }
-  const double grid_bottom = y0 + grid_h - vgap;
-  out += text(x0 + (static_cast<double>(nc) * (pw + hgap) - hgap) / 2, grid_bottom + (curves ? 38 : 36),
-              curves ? "training step" : "layer (block; 1 = first)", kLabel, "middle", " class=\"xlabel\"");
+  return out;
+}
+
+std::string axis_labels(const Multiples& m) {
+  const double grid_bottom = m.y0 + m.grid_h - m.vgap;
+  std::string out = text(m.x0 + (static_cast<double>(m.nc) * (m.pw + m.hgap) - m.hgap) / 2, grid_bottom + (m.curves ? 38 : 36),
+                         m.curves ? "training step" : "layer (block; 1 = first)", kLabel, "middle", " class=\"xlabel\"");
   out += fmt::format("<text transform=\"translate(18,{:.1f}) rotate(-90)\" text-anchor=\"middle\" font-size=\"{}\" "
                      "class=\"ylabel\">{}</text>\n",
-                     y0 + (grid_h - vgap) / 2, kLabel,
-                     esc(curves ? "validation loss (log scale)" : (layers.field.empty() ? "value" : field_label(layers.field)) + " (log scale)"));
-  // Legend: what the tints and marks mean.
-  double lx = x0, ly = height - 14;
+                     m.y0 + (m.grid_h - m.vgap) / 2, kLabel,
+                     esc(m.curves ? "validation loss (log scale)"
+                                  : (m.layers.field.empty() ? "value" : field_label(m.layers.field)) + " (log scale)"));
+  return out;
+}
+
+// What the tints and marks mean, those drawn only.
+std::string legend(const Multiples& m) {
+  std::string out;
+  double lx = m.x0, ly = m.height - 14;
   auto swatch = [&](const char* fill, const std::string& meaning) {
     out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"22\" height=\"14\" fill=\"{}\" stroke=\"#333\"/>\n", lx, ly - 11,
                        fill);
     out += text(lx + 28, ly, meaning, kTick, "start", " class=\"legend\"");
     lx += 28 + text_width(meaning, kTick) + 22;
   };
-  if (shown_diverged) swatch(background("diverged"), "diverged (all or most seeds)");
-  if (shown_collapsed) swatch(background("collapsed"), "collapsed (learned nothing)");
-  if (shown_pending) swatch(background("pending"), "pending (not run yet)");
-  if (curves && any_diverged_mark) {
+  if (m.shown_diverged) swatch(background("diverged"), "diverged (all or most seeds)");
+  if (m.shown_collapsed) swatch(background("collapsed"), "collapsed (learned nothing)");
+  if (m.shown_pending) swatch(background("pending"), "pending (not run yet)");
+  if (m.curves && m.any_diverged_mark) {
     out += cross(lx + 8, ly - 4, 5, "#a00");
     out += text(lx + 20, ly, "divergence step", kTick, "start", " class=\"legend\"");
     lx += 20 + text_width("divergence step", kTick) + 22;
   }
-  if (unigram_shown) {
+  if (m.unigram_shown) {
     out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n", lx,
                        ly - 4, lx + 26, ly - 4);
     out += text(lx + 32, ly, "unigram loss (learned nothing)", kTick, "start", " class=\"legend\"");
   }
-  return out + "</svg>\n";
+  return out;
+}
+
+}  // namespace
+
+std::string plot_sweep_small_multiples_svg(const SweepSummary& s, SmallMultiple kind, const CellLayers& layers) {
+  if (s.row_values.empty() || s.col_labels.empty()) return empty_plot("no points to plot");
+  const Multiples m = plan_multiples(s, kind, layers);
+  std::string out = header(m.width, m.height) + backgrounds() + headings(m);
+  for (size_t r = 0; r < m.nr; ++r) {
+    const double top = m.top(r), bottom = top + m.ph;
+    out += text(30 + m.row_w, (top + bottom) / 2 + 4, m.row_label(r), kLabel, "end", " font-weight=\"bold\" class=\"row-label\"");
+    for (size_t c = 0; c < m.nc; ++c) out += panel(m, r, c);
+  }
+  return out + axis_labels(m) + legend(m) + "</svg>\n";
 }
 
 }  // namespace normlab
