@@ -100,91 +100,84 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
 }
 
 // ---- heatmap -----------------------------------------------------------------------------------
-std::string plot_layer_heatmap_svg(const LayerHistory& h) {
-  const size_t steps = h.steps.size(), layers = layer_count(h);
-  if (steps == 0 || layers == 0) return empty_plot(fmt::format("{}: no records to plot", h.field));
+namespace {
+
+// The heatmap's fixed geometry: margins, the cell area, the colour bar beside it.
+constexpr double kHeatMl = 92, kHeatPw = 600, kHeatMt = 78, kHeatPh = 380, kHeatCbx = kHeatMl + kHeatPw + 26, kHeatCbw = 20;
+
+// The colour scale: the log range of the positive finite values, and whether any value is off it.
+struct HeatScale {
   double lo = INFINITY, hi = -INFINITY;
   bool any_nan = false, any_nonpos = false;
-  for (size_t i = 0; i < steps; ++i)
-    for (size_t l = 0; l < layers; ++l) {
+  double frac(double v) const { return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)); }
+};
+
+HeatScale heat_scale(const LayerHistory& h) {
+  HeatScale sc;
+  for (size_t i = 0; i < h.steps.size(); ++i)
+    for (size_t l = 0; l < layer_count(h); ++l) {
       const double v = value_at(h, i, l);
-      if (!std::isfinite(v)) any_nan = true;
-      else if (v <= 0) any_nonpos = true;
-      else lo = std::min(lo, v), hi = std::max(hi, v);
+      if (!std::isfinite(v)) sc.any_nan = true;
+      else if (v <= 0) sc.any_nonpos = true;
+      else sc.lo = std::min(sc.lo, v), sc.hi = std::max(sc.hi, v);
     }
-  if (!(hi >= lo)) lo = 1, hi = 10;  // nothing on the log scale: the bar is only a key
+  if (!(sc.hi >= sc.lo)) sc.lo = 1, sc.hi = 10;  // nothing on the log scale: the bar is only a key
   // The scale spans a factor 2 at least (around the data's geometric middle): a stream held at
   // 8.00 to 8.07 by its norms is flat, and must not look like the whole colormap.
-  if (hi / lo < 2) {
-    const double mid = std::sqrt(lo * hi);
-    lo = mid / std::sqrt(2.0), hi = mid * std::sqrt(2.0);
+  if (sc.hi / sc.lo < 2) {
+    const double mid = std::sqrt(sc.lo * sc.hi);
+    sc.lo = mid / std::sqrt(2.0), sc.hi = mid * std::sqrt(2.0);
   }
-  const double llo = std::log10(lo), lhi = std::log10(hi);
-  auto frac = [&](double v) { return (std::log10(v) - llo) / (lhi - llo); };
+  return sc;
+}
 
-  const double ph = 380;
-  const Ticks ct = value_ticks(lo, hi, true, ph);
-  double cbar_w = 0;
-  for (const std::string& s : ct.labels) cbar_w = std::max(cbar_w, text_width(s, kTick));
-  const double ml = 92, pw = 600, mt = 78;
-  const double cbx = ml + pw + 26, cbw = 20;
-  const std::string st = status_text(h.status, h.status_step);
-  const std::string title = field_label(h.field) + " by layer and step", sub = h.title + (st.empty() ? "" : "  (" + st + ")");
-  const double width = std::max({cbx + cbw + 10 + cbar_w + 34, title_width(title, sub)});
-  const bool legend = any_nan || any_nonpos;
-  const double height = mt + ph + 52 + (legend ? 30 : 0);
-  const double top = mt, bottom = mt + ph, cw = pw / static_cast<double>(steps), ch = ph / static_cast<double>(layers);
-
-  std::string out = header(width, height) + pattern_defs();
-  out += text(12, 22, title, kTitle, "start", " font-weight=\"bold\" class=\"title\"");
-  out += text(12, 42, sub, kSub, "start", " fill=\"#333\"");
-
-  // Cells: column i is record i, row l (from the bottom) is layer l + 1.
-  out += "<g shape-rendering=\"crispEdges\">\n";
+// Cells: column i is record i, row l (from the bottom) is layer l + 1.
+std::string heat_cells(const LayerHistory& h, const HeatScale& sc) {
+  const size_t steps = h.steps.size(), layers = layer_count(h);
+  const double cw = kHeatPw / static_cast<double>(steps), ch = kHeatPh / static_cast<double>(layers);
+  std::string out = "<g shape-rendering=\"crispEdges\">\n";
   for (size_t i = 0; i < steps; ++i)
     for (size_t l = 0; l < layers; ++l) {
       const double v = value_at(h, i, l);
-      const std::string fill = !std::isfinite(v) ? "url(#cell-nan)" : v <= 0 ? "url(#cell-nonpos)" : viridis(frac(v));
+      const std::string fill = !std::isfinite(v) ? "url(#cell-nan)" : v <= 0 ? "url(#cell-nonpos)" : viridis(sc.frac(v));
       out += fmt::format("<rect class=\"cell\" data-step=\"{}\" data-layer=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" "
                          "height=\"{:.2f}\" fill=\"{}\"/>\n",
-                         h.steps[i], l + 1, ml + static_cast<double>(i) * cw,
-                         top + static_cast<double>(layers - 1 - l) * ch, cw, ch, fill);
+                         h.steps[i], l + 1, kHeatMl + static_cast<double>(i) * cw,
+                         kHeatMt + static_cast<double>(layers - 1 - l) * ch, cw, ch, fill);
     }
-  out += "</g>\n";
-  // Axes in "index" coordinates: x = record index, y = layer.
-  Axis x{-0.5, static_cast<double>(steps) - 0.5, false, ml, ml + pw};
-  Axis y{0.5, static_cast<double>(layers) + 0.5, false, bottom, top};
-  Ticks xt, yt = layer_ticks(layers);
-  for (size_t i = 0; i < steps; ++i) xt.at.push_back(static_cast<double>(i)), xt.labels.push_back(std::to_string(h.steps[i]));
-  out += axes(x, y, xt, yt, "training step (one column per eval record)", "layer (block; 1 = first)", {true, true, false, false});
+  return out + "</g>\n";
+}
 
-  // The run's end: a line at the step where it diverged or collapsed (between records: interpolated).
-  if (!st.empty() && h.status_step >= 0) {
-    const double s = static_cast<double>(h.status_step);
-    double px = ml + pw;
-    if (s <= static_cast<double>(h.steps.front())) px = s == static_cast<double>(h.steps.front()) ? x.map(0) : ml;
-    for (size_t i = 0; i < steps; ++i) {
-      if (static_cast<double>(h.steps[i]) == s) px = x.map(static_cast<double>(i));
-      if (i + 1 < steps && h.steps[i] < h.status_step && h.status_step < h.steps[i + 1])
-        px = x.map(static_cast<double>(i) + (s - static_cast<double>(h.steps[i])) /
-                                                static_cast<double>(h.steps[i + 1] - h.steps[i]));
-    }
-    const char* kind = h.status == "diverged" ? "diverged" : "collapsed";
-    out += fmt::format("<g class=\"status-mark {}\">\n", kind);
-    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#fff\" stroke-width=\"5\"/>\n"
-                       "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\" stroke-width=\"2\" "
-                       "stroke-dasharray=\"6,3\"/>\n",
-                       px, top - 10, bottom);
-    const double w = text_width(st, kLabel);
-    const double tx = std::clamp(px, ml + w / 2, ml + pw - w / 2);
-    out += fmt::format("<path d=\"M{0:.1f},{1:.1f} l-5,-7 h10 z\" fill=\"#000\"/>\n", px, top - 3);
-    out += text(tx, top - 16, st, kLabel, "middle", " font-weight=\"bold\" fill=\"#a00\"");
-    out += "</g>\n";
+// The run's end: a line at the step where it diverged or collapsed (between records: interpolated).
+std::string status_mark(const LayerHistory& h, const std::string& st, const Axis& x) {
+  const size_t steps = h.steps.size();
+  const double top = kHeatMt, bottom = kHeatMt + kHeatPh;
+  const double s = static_cast<double>(h.status_step);
+  double px = kHeatMl + kHeatPw;
+  if (s <= static_cast<double>(h.steps.front())) px = s == static_cast<double>(h.steps.front()) ? x.map(0) : kHeatMl;
+  for (size_t i = 0; i < steps; ++i) {
+    if (static_cast<double>(h.steps[i]) == s) px = x.map(static_cast<double>(i));
+    if (i + 1 < steps && h.steps[i] < h.status_step && h.status_step < h.steps[i + 1])
+      px = x.map(static_cast<double>(i) + (s - static_cast<double>(h.steps[i])) / static_cast<double>(h.steps[i + 1] - h.steps[i]));
   }
+  const char* kind = h.status == "diverged" ? "diverged" : "collapsed";
+  std::string out = fmt::format("<g class=\"status-mark {}\">\n", kind);
+  out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#fff\" stroke-width=\"5\"/>\n"
+                     "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\" stroke-width=\"2\" "
+                     "stroke-dasharray=\"6,3\"/>\n",
+                     px, top - 10, bottom);
+  const double w = text_width(st, kLabel);
+  const double tx = std::clamp(px, kHeatMl + w / 2, kHeatMl + kHeatPw - w / 2);
+  out += fmt::format("<path d=\"M{0:.1f},{1:.1f} l-5,-7 h10 z\" fill=\"#000\"/>\n", px, top - 3);
+  out += text(tx, top - 16, st, kLabel, "middle", " font-weight=\"bold\" fill=\"#a00\"");
+  return out + "</g>\n";
+}
 
-  // Colour bar: 64 steps of the colormap from lo (bottom) to hi (top), log-spaced ticks.
+// Colour bar: 64 steps of the colormap from lo (bottom) to hi (top), log-spaced ticks.
+std::string colour_bar(const LayerHistory& h, const HeatScale& sc, const Ticks& ct, double cbar_w) {
+  const double cbx = kHeatCbx, cbw = kHeatCbw, top = kHeatMt, bottom = kHeatMt + kHeatPh, ph = kHeatPh;
   constexpr int kSteps = 64;
-  out += "<g shape-rendering=\"crispEdges\">\n";
+  std::string out = "<g shape-rendering=\"crispEdges\">\n";
   for (int k = 0; k < kSteps; ++k)
     out += fmt::format("<rect class=\"cbar\" x=\"{:.1f}\" y=\"{:.2f}\" width=\"{:.1f}\" height=\"{:.2f}\" fill=\"{}\"/>\n", cbx,
                        bottom - (k + 1) * ph / kSteps, cbw, ph / kSteps + 0.3, viridis((k + 0.5) / kSteps));
@@ -192,7 +185,7 @@ std::string plot_layer_heatmap_svg(const LayerHistory& h) {
   out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#333\"/>\n", cbx,
                      top, cbw, ph);
   std::vector<double> cp;
-  for (double v : ct.at) cp.push_back(bottom - frac(v) * ph);
+  for (double v : ct.at) cp.push_back(bottom - sc.frac(v) * ph);
   for (size_t i : thin_labels(cp, ct.labels, kTick, true)) {
     out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#333\"/>\n", cbx + cbw, cp[i],
                        cbx + cbw + 4);
@@ -200,19 +193,52 @@ std::string plot_layer_heatmap_svg(const LayerHistory& h) {
   }
   out += fmt::format("<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\" font-size=\"{}\">{}</text>\n",
                      cbx + cbw + 14 + cbar_w + 8, (top + bottom) / 2, kLabel, esc(field_label(h.field) + " (log colour scale)"));
+  return out;
+}
 
-  // What the grey cells mean.
-  if (legend) {
-    double lx = ml, ly = bottom + 62;
-    auto entry = [&](const char* pattern, const std::string& what) {
-      out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"16\" height=\"14\" fill=\"url(#{})\" stroke=\"#333\"/>\n", lx,
-                         ly - 11, pattern);
-      out += text(lx + 22, ly, what, kTick, "start", " class=\"legend\"");
-      lx += 22 + text_width(what, kTick) + 24;
-    };
-    if (any_nan) entry("cell-nan", "not finite (null, NaN or inf)");
-    if (any_nonpos) entry("cell-nonpos", "zero or negative (off the log scale)");
-  }
+// What the grey cells mean, those drawn only.
+std::string heat_legend(const HeatScale& sc) {
+  std::string out;
+  double lx = kHeatMl, ly = kHeatMt + kHeatPh + 62;
+  auto entry = [&](const char* pattern, const std::string& what) {
+    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"16\" height=\"14\" fill=\"url(#{})\" stroke=\"#333\"/>\n", lx,
+                       ly - 11, pattern);
+    out += text(lx + 22, ly, what, kTick, "start", " class=\"legend\"");
+    lx += 22 + text_width(what, kTick) + 24;
+  };
+  if (sc.any_nan) entry("cell-nan", "not finite (null, NaN or inf)");
+  if (sc.any_nonpos) entry("cell-nonpos", "zero or negative (off the log scale)");
+  return out;
+}
+
+}  // namespace
+
+std::string plot_layer_heatmap_svg(const LayerHistory& h) {
+  const size_t steps = h.steps.size(), layers = layer_count(h);
+  if (steps == 0 || layers == 0) return empty_plot(fmt::format("{}: no records to plot", h.field));
+  const HeatScale sc = heat_scale(h);
+  const Ticks ct = value_ticks(sc.lo, sc.hi, true, kHeatPh);
+  double cbar_w = 0;
+  for (const std::string& s : ct.labels) cbar_w = std::max(cbar_w, text_width(s, kTick));
+  const std::string st = status_text(h.status, h.status_step);
+  const std::string title = field_label(h.field) + " by layer and step", sub = h.title + (st.empty() ? "" : "  (" + st + ")");
+  const double width = std::max({kHeatCbx + kHeatCbw + 10 + cbar_w + 34, title_width(title, sub)});
+  const bool legend = sc.any_nan || sc.any_nonpos;
+  const double height = kHeatMt + kHeatPh + 52 + (legend ? 30 : 0);
+
+  std::string out = header(width, height) + pattern_defs();
+  out += text(12, 22, title, kTitle, "start", " font-weight=\"bold\" class=\"title\"");
+  out += text(12, 42, sub, kSub, "start", " fill=\"#333\"");
+  out += heat_cells(h, sc);
+  // Axes in "index" coordinates: x = record index, y = layer.
+  Axis x{-0.5, static_cast<double>(steps) - 0.5, false, kHeatMl, kHeatMl + kHeatPw};
+  Axis y{0.5, static_cast<double>(layers) + 0.5, false, kHeatMt + kHeatPh, kHeatMt};
+  Ticks xt, yt = layer_ticks(layers);
+  for (size_t i = 0; i < steps; ++i) xt.at.push_back(static_cast<double>(i)), xt.labels.push_back(std::to_string(h.steps[i]));
+  out += axes(x, y, xt, yt, "training step (one column per eval record)", "layer (block; 1 = first)", {true, true, false, false});
+  if (!st.empty() && h.status_step >= 0) out += status_mark(h, st, x);
+  out += colour_bar(h, sc, ct, cbar_w);
+  if (legend) out += heat_legend(sc);
   return out + "</svg>\n";
 }
 

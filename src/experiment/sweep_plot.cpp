@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "normlab/sweep.h"
@@ -96,109 +97,110 @@ std::string plot_loss_curves_svg(const SweepSummary& s) {
   return out + "</svg>\n";
 }
 
-std::string plot_final_vs_rows_svg(const SweepSummary& s) {
-  const size_t nr = s.row_values.size(), nc = s.col_labels.size();
-  bool log_x = nr > 0;
-  for (double v : s.row_numbers) log_x = log_x && std::isfinite(v) && v > 0;
-  // A grid whose values are very unevenly spaced even in log space (1e-3, 1e-2, 1e30) would crowd all
-  // but one value into a corner: show such values evenly spaced, in order, instead.
-  bool uneven = false;
-  if (log_x && nr >= 3) {
+namespace {
+
+// The final-metric plot's fixed geometry: margins, the plot area, the legend, and the "diverged"
+// band above the plot area.
+constexpr double kFinalMl = 78, kFinalPw = 520, kFinalPh = 320, kFinalMt = 44, kFinalMb = 54, kFinalLegendW = 250,
+                 kFinalBand = 26;
+
+// How the rows spread along x: log x when every row value is a positive number, unless they are so
+// unevenly spaced even in log space (1e-3, 1e-2, 1e30) that all but one would crowd into a corner;
+// then, as in any other case, evenly spaced in order.
+struct RowScale {
+  bool log_x = false, uneven = false;
+};
+RowScale row_scale(const SweepSummary& s) {
+  const size_t nr = s.row_values.size();
+  RowScale rs;
+  rs.log_x = nr > 0;
+  for (double v : s.row_numbers) rs.log_x = rs.log_x && std::isfinite(v) && v > 0;
+  if (rs.log_x && nr >= 3) {
     double min_gap = INFINITY, max_gap = 0;
     for (size_t r = 1; r < nr; ++r) {
       double gap = std::log10(s.row_numbers[r]) - std::log10(s.row_numbers[r - 1]);
       min_gap = std::min(min_gap, gap);
       max_gap = std::max(max_gap, gap);
     }
-    uneven = max_gap > 8 * min_gap;
-    log_x = !uneven;
+    rs.uneven = max_gap > 8 * min_gap;
+    rs.log_x = !rs.uneven;
   }
-  double ylo = INFINITY, yhi = -INFINITY;
-  for (size_t r = 0; r < nr; ++r)
-    for (size_t c = 0; c < nc; ++c) {
-      const SummaryCell& cell = s.cells[r][c];
+  return rs;
+}
+
+bool any_cell_diverged(const SweepSummary& s) {
+  for (const std::vector<SummaryCell>& row : s.cells)
+    for (const SummaryCell& cell : row)
+      if (cell.diverged > 0) return true;
+  return false;
+}
+
+// The y range of the cells' mean ± std; empty (lo > hi) when no cell has a positive mean.
+void final_y_range(const SweepSummary& s, double& ylo, double& yhi) {
+  ylo = INFINITY, yhi = -INFINITY;
+  for (const std::vector<SummaryCell>& row : s.cells)
+    for (const SummaryCell& cell : row) {
       if (cell.n == 0 || !(cell.mean > 0)) continue;
       ylo = std::min(ylo, cell.mean - cell.std > 0 ? cell.mean - cell.std : cell.mean);
       yhi = std::max(yhi, cell.mean + cell.std);
     }
-  bool any_diverged = false;
-  for (size_t r = 0; r < nr; ++r)
-    for (size_t c = 0; c < nc; ++c) any_diverged = any_diverged || s.cells[r][c].diverged > 0;
-  if (!(yhi >= ylo) && !any_diverged) return empty_plot("no finished runs to plot yet");
-  if (!(yhi >= ylo)) ylo = 1, yhi = 10;
-  pad(ylo, yhi, true);
+}
 
-  const double ml = 78, pw = 520, ph = 320, mt = 44, mb = 54, legend_w = 250;
-  const double band = 26;  // the "diverged" band above the plot area
-  const double width = ml + pw + 20 + legend_w;
-  const double height = std::max(mt + band + ph + mb, mt + 40 + 20.0 * static_cast<double>(nc + 3));
-  std::string out = header(width, height);
-  const std::string rows_name = s.rows.empty() ? "run" : s.rows;
-  out += fmt::format("<text x=\"12\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} against {} (mean ± std over "
-                     "seeds{})</text>\n",
-                     esc(s.metric), esc(rows_name), log_x ? "; log x" : (uneven ? "; x values evenly spaced" : ""));
-  Axis x;
-  std::vector<double> xt;
-  std::vector<std::string> xl;
-  if (log_x) {
-    double lo = *std::min_element(s.row_numbers.begin(), s.row_numbers.end());
-    double hi = *std::max_element(s.row_numbers.begin(), s.row_numbers.end());
-    pad(lo, hi, true);
-    x = Axis{lo, hi, true, ml, ml + pw};
-    for (size_t r = 0; r < nr; ++r) xt.push_back(s.row_numbers[r]), xl.push_back(s.row_values[r]);
-  } else {
-    x = Axis{-0.5, static_cast<double>(nr) - 0.5, false, ml, ml + pw};
-    for (size_t r = 0; r < nr; ++r) xt.push_back(static_cast<double>(r)), xl.push_back(s.row_values[r]);
-  }
-  const double top = mt + band;
-  Axis y{ylo, yhi, true, top + ph, top};
-  out += frame(x, y, xt, xl, log_ticks(ylo, yhi), rows_name, s.metric + " (log scale)", "");
-  out += unigram_line(x, y, s.unigram_loss);
-  if (any_diverged) {
-    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fbe9e9\" stroke=\"#333\"/>\n", ml,
-                       mt, pw, band);
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#b00\">diverged</text>\n", ml - 7, mt + band / 2 + 4);
-  }
-  auto px = [&](size_t r) { return log_x ? x.map(s.row_numbers[r]) : x.map(static_cast<double>(r)); };
-  const double jitter_step = nc > 1 ? std::min(6.0, 24.0 / static_cast<double>(nc)) : 0;
-  for (size_t c = 0; c < nc; ++c) {
-    const double jit = (static_cast<double>(c) - (static_cast<double>(nc) - 1) / 2) * jitter_step;
-    std::string pts;
-    for (size_t r = 0; r < nr; ++r) {
-      const SummaryCell& cell = s.cells[r][c];
-      if (cell.n == 0 || !(cell.mean > 0)) {
-        if (!pts.empty()) out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color(c));
-        pts.clear();
-        continue;
-      }
-      pts += fmt::format("{:.1f},{:.1f} ", px(r) + jit, y.map(cell.mean));
-    }
+// The x axis and its ticks: one per row value.
+Axis rows_axis(const SweepSummary& s, bool log_x, std::vector<double>& xt, std::vector<std::string>& xl) {
+  const size_t nr = s.row_values.size();
+  for (size_t r = 0; r < nr; ++r) xt.push_back(log_x ? s.row_numbers[r] : static_cast<double>(r)), xl.push_back(s.row_values[r]);
+  if (!log_x) return Axis{-0.5, static_cast<double>(nr) - 0.5, false, kFinalMl, kFinalMl + kFinalPw};
+  double lo = *std::min_element(s.row_numbers.begin(), s.row_numbers.end());
+  double hi = *std::max_element(s.row_numbers.begin(), s.row_numbers.end());
+  pad(lo, hi, true);
+  return Axis{lo, hi, true, kFinalMl, kFinalMl + kFinalPw};
+}
+
+// Column c's line through its cells, its error bars and markers, the best row's ring and the
+// crosses of diverged cells in the band. px: a row's x; jit: the column's offset, so that columns
+// at the same row do not hide each other.
+std::string final_column(const SweepSummary& s, size_t c, const Axis& y, const std::function<double(size_t)>& px, double jit) {
+  const size_t nr = s.row_values.size();
+  std::string out, pts;
+  auto line = [&]() {
     if (!pts.empty()) out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color(c));
-    for (size_t r = 0; r < nr; ++r) {
-      const SummaryCell& cell = s.cells[r][c];
-      const double cx = px(r) + jit;
-      if (cell.n > 0 && cell.mean > 0) {
-        if (cell.n > 1 && cell.std > 0) {
-          double lo = cell.mean - cell.std > 0 ? y.map(cell.mean - cell.std) : y.px0;
-          out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\"/>\n",
-                             cx, lo, y.map(cell.mean + cell.std), color(c));
-        }
-        // hollow marker: some seeds of this cell diverged
-        out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", cx,
-                           y.map(cell.mean), cell.diverged ? "white" : color(c), color(c));
-        if (s.best[c] == static_cast<int>(r))
-          out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"8\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n", cx,
-                             y.map(cell.mean), color(c));
-      }
-      if (cell.diverged > 0) out += cross(cx, mt + band / 2, 5, color(c));
-    }
+    pts.clear();
+  };
+  for (size_t r = 0; r < nr; ++r) {
+    const SummaryCell& cell = s.cells[r][c];
+    if (cell.n == 0 || !(cell.mean > 0)) line();
+    else pts += fmt::format("{:.1f},{:.1f} ", px(r) + jit, y.map(cell.mean));
   }
-  // Legend: one entry per column, then the marker meanings.
-  const double lx = ml + pw + 28;
-  double ly = top + 6;
-  out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", lx, ly - 14,
-                     esc(s.cols.empty() ? "configuration" : fmt::format("{}", fmt::join(s.cols, ", "))));
-  for (size_t c = 0; c < nc; ++c, ly += 20) {
+  line();
+  for (size_t r = 0; r < nr; ++r) {
+    const SummaryCell& cell = s.cells[r][c];
+    const double cx = px(r) + jit;
+    if (cell.n > 0 && cell.mean > 0) {
+      if (cell.n > 1 && cell.std > 0) {
+        double lo = cell.mean - cell.std > 0 ? y.map(cell.mean - cell.std) : y.px0;
+        out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\"/>\n",
+                           cx, lo, y.map(cell.mean + cell.std), color(c));
+      }
+      // hollow marker: some seeds of this cell diverged
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", cx,
+                         y.map(cell.mean), cell.diverged ? "white" : color(c), color(c));
+      if (s.best[c] == static_cast<int>(r))
+        out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"8\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n", cx,
+                           y.map(cell.mean), color(c));
+    }
+    if (cell.diverged > 0) out += cross(cx, kFinalMt + kFinalBand / 2, 5, color(c));
+  }
+  return out;
+}
+
+// One entry per column, then what the markers mean.
+std::string final_legend(const SweepSummary& s, const std::string& rows_name) {
+  const double lx = kFinalMl + kFinalPw + 28;
+  double ly = kFinalMt + kFinalBand + 6;
+  std::string out = fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", lx, ly - 14,
+                                esc(s.cols.empty() ? "configuration" : fmt::format("{}", fmt::join(s.cols, ", "))));
+  for (size_t c = 0; c < s.col_labels.size(); ++c, ly += 20) {
     out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"/>\n", lx,
                        ly - 4, lx + 24, ly - 4, color(c));
     out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"/>\n", lx + 12, ly - 4, color(c));
@@ -213,7 +215,46 @@ std::string plot_final_vs_rows_svg(const SweepSummary& s) {
   ly += 20;
   out += cross(lx + 12, ly - 4, 5, "#333");
   out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">diverged (top band)</text>\n", lx + 32, ly);
-  return out + "</svg>\n";
+  return out;
+}
+
+}  // namespace
+
+std::string plot_final_vs_rows_svg(const SweepSummary& s) {
+  const size_t nc = s.col_labels.size();
+  const RowScale rs = row_scale(s);
+  double ylo = 0, yhi = 0;
+  final_y_range(s, ylo, yhi);
+  const bool any_diverged = any_cell_diverged(s);
+  if (!(yhi >= ylo) && !any_diverged) return empty_plot("no finished runs to plot yet");
+  if (!(yhi >= ylo)) ylo = 1, yhi = 10;
+  pad(ylo, yhi, true);
+
+  const double width = kFinalMl + kFinalPw + 20 + kFinalLegendW;
+  const double height = std::max(kFinalMt + kFinalBand + kFinalPh + kFinalMb, kFinalMt + 40 + 20.0 * static_cast<double>(nc + 3));
+  std::string out = header(width, height);
+  const std::string rows_name = s.rows.empty() ? "run" : s.rows;
+  out += fmt::format("<text x=\"12\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} against {} (mean ± std over "
+                     "seeds{})</text>\n",
+                     esc(s.metric), esc(rows_name), rs.log_x ? "; log x" : (rs.uneven ? "; x values evenly spaced" : ""));
+  std::vector<double> xt;
+  std::vector<std::string> xl;
+  const Axis x = rows_axis(s, rs.log_x, xt, xl);
+  const double top = kFinalMt + kFinalBand;
+  const Axis y{ylo, yhi, true, top + kFinalPh, top};
+  out += frame(x, y, xt, xl, log_ticks(ylo, yhi), rows_name, s.metric + " (log scale)", "");
+  out += unigram_line(x, y, s.unigram_loss);
+  if (any_diverged) {
+    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fbe9e9\" stroke=\"#333\"/>\n",
+                       kFinalMl, kFinalMt, kFinalPw, kFinalBand);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#b00\">diverged</text>\n", kFinalMl - 7,
+                       kFinalMt + kFinalBand / 2 + 4);
+  }
+  auto px = [&](size_t r) { return rs.log_x ? x.map(s.row_numbers[r]) : x.map(static_cast<double>(r)); };
+  const double jitter_step = nc > 1 ? std::min(6.0, 24.0 / static_cast<double>(nc)) : 0;
+  for (size_t c = 0; c < nc; ++c)
+    out += final_column(s, c, y, px, (static_cast<double>(c) - (static_cast<double>(nc) - 1) / 2) * jitter_step);
+  return out + final_legend(s, rows_name) + "</svg>\n";
 }
 
 }  // namespace normlab
