@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "normlab/backend.h"
@@ -357,28 +358,27 @@ ResumableRun find_resumable(const std::string& path_in) {
   return r;
 }
 
-std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
-  {
-    TrainConfig checked = cfg;
-    if (opt.resume) checked.init_from.clear();  // the weights come from the checkpoint, not from init_from
-    validate_run(checked);
-  }
-  check_run_destination(opt);
-  const std::string dir = without_trailing_slashes(opt.dir);
-  NL_CHECK(!opt.resume || opt.resume->dir == dir, "resuming {} into {}", opt.resume ? opt.resume->dir : "", dir);
-  if (opt.on_notice) {
-    for (const std::string& p : stale_partials(dir)) {
-      if (opt.resume && p == opt.resume->partial) continue;
-      opt.on_notice(fmt::format("{} is left from an interrupted run (its process is gone); it is not a finished run: "
-                                "look at it or remove it (rm -r '{}')",
-                                p, p));
-    }
-    for (const EpsRounding& e : eps_rounding(cfg)) opt.on_notice(eps_rounding_warning(e));
-  }
-  // The run directory that --force may replace: the one there now, by identity.
-  struct stat old {};
-  const bool replace = ::lstat(dir.c_str(), &old) == 0;
+namespace {
 
+// Everything refused before a directory is made, then what a person should know about it.
+void check_run(const TrainConfig& cfg, const RunOptions& opt, const std::string& dir) {
+  TrainConfig checked = cfg;
+  if (opt.resume) checked.init_from.clear();  // the weights come from the checkpoint, not from init_from
+  validate_run(checked);
+  check_run_destination(opt);
+  NL_CHECK(!opt.resume || opt.resume->dir == dir, "resuming {} into {}", opt.resume ? opt.resume->dir : "", dir);
+  if (!opt.on_notice) return;
+  for (const std::string& p : stale_partials(dir)) {
+    if (opt.resume && p == opt.resume->partial) continue;
+    opt.on_notice(fmt::format("{} is left from an interrupted run (its process is gone); it is not a finished run: "
+                              "look at it or remove it (rm -r '{}')",
+                              p, p));
+  }
+  for (const EpsRounding& e : eps_rounding(cfg)) opt.on_notice(eps_rounding_warning(e));
+}
+
+// DIR's partial directory of this process, made (or a stopped run taken over into it).
+std::string take_partial(const RunOptions& opt, const std::string& dir) {
   const std::string tmp = partial_path(dir);
   if (opt.resume && opt.resume->partial == tmp) {
     // A stopped run of a process that had this pid: it is ours to continue in place.
@@ -393,98 +393,128 @@ std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainR
   } else {
     NL_USAGE(::mkdir(tmp.c_str(), 0755) == 0, "cannot create '{}': {}", shown(tmp, 200), std::strerror(errno));
   }
-  bool keep_tmp = false;
-  int64_t saved_step = opt.resume ? opt.resume->point.state.step : 0;  // the latest resumable checkpoint
-  const std::string resume_hint = "`normlab train --resume " + shown(tmp, 200) + "` continues it";
-  try {
-    if (!opt.resume) {
-      write_file_atomic(tmp + "/" + kRunMarker, "a normlab run directory (normlab train)\n");
-      write_file_atomic(tmp + "/config.json", config_to_json(cfg) + "\n");
-    } else {
-      // Checkpoints past the one resumed from are of a stopped process: the run writes them again.
-      std::error_code ec;
-      for (const fs::directory_entry& e : fs::directory_iterator(tmp + "/checkpoints", ec)) {
-        const std::string name = e.path().filename().string();
-        long long step = 0;
-        if (std::sscanf(name.c_str(), "step-%lld.", &step) == 1 && step > saved_step) fs::remove(e.path(), ec);
-      }
-    }
-    CheckedFile metrics(tmp + "/metrics.jsonl"), timing(tmp + "/timing.jsonl");
-    auto record = [&](const EvalRecord& r) {
-      metrics.write(eval_to_json_line(r) + "\n");
-      timing.write(timing_to_json_line(r) + "\n");
-    };
-    if (opt.on_start) opt.on_start();
-    if (opt.resume) {
-      for (const EvalRecord& r : opt.resume->point.state.evals) {
-        record(r);
-        if (opt.on_eval) opt.on_eval(r);
-      }
-    }
-    auto on_eval = [&](const EvalRecord& r) {
-      record(r);
-      if (opt.on_eval) opt.on_eval(r);
-    };
-    TrainHooks hooks;
-    hooks.on_eval = on_eval;
-    hooks.on_step = [&](int64_t step, double loss) {
-      if (opt.interrupt && *opt.interrupt) throw Interrupted("", static_cast<int>(*opt.interrupt));
-      if (opt.on_step) opt.on_step(step, loss);
-    };
-    hooks.checkpoint_every = opt.save_every;
-    const std::map<std::string, std::string> meta{{"format", "pt"}, {"normlab_config", config_to_json(cfg)}};
-    hooks.on_checkpoint = [&](int64_t step, Model& model, const TrainState& state) {
-      if (opt.save_every > 0 && step % opt.save_every == 0 && step < cfg.steps) {
-        std::error_code mkdir_ec;
-        fs::create_directories(tmp + "/checkpoints", mkdir_ec);
-        NL_USAGE(!mkdir_ec, "cannot create '{}/checkpoints': {}", shown(tmp, 200), mkdir_ec.message());
-        save_safetensors(checkpoint_file(tmp, step), model_state(model), meta);
-        save_train_state(state_file(tmp, step), state, {{"save_every", std::to_string(opt.save_every)}});
-        saved_step = step;
-        return;
-      }
-      save_safetensors(tmp + "/model.safetensors", model_state(model), meta);
-    };
-    ResumePoint point;
-    if (opt.resume) {
-      point = opt.resume->point;
-      point.weights = checkpoint_file(tmp, point.state.step);  // the directory has been taken over
-    }
-    TrainResult r = train(cfg, hooks, opt.resume ? &point : nullptr);
+  return tmp;
+}
+
+// A new run's marker and config; a resumed run loses the checkpoints past the one it resumes from
+// (of a stopped process: the run writes them again).
+void start_partial(const TrainConfig& cfg, const RunOptions& opt, const std::string& tmp) {
+  if (!opt.resume) {
+    write_file_atomic(tmp + "/" + kRunMarker, "a normlab run directory (normlab train)\n");
+    write_file_atomic(tmp + "/config.json", config_to_json(cfg) + "\n");
+    return;
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(tmp + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    long long step = 0;
+    if (std::sscanf(name.c_str(), "step-%lld.", &step) == 1 && step > opt.resume->point.state.step) fs::remove(e.path(), ec);
+  }
+}
+
+// The trainer's hooks for a run written into `tmp`: each eval recorded (then the caller's hook),
+// the interrupt checked each step, checkpoints every save_every steps (saved_step: the latest,
+// resumable) and the final weights.
+TrainHooks run_hooks(const TrainConfig& cfg, const RunOptions& opt, const std::string& tmp,
+                     const std::function<void(const EvalRecord&)>& record, int64_t& saved_step) {
+  TrainHooks hooks;
+  hooks.on_eval = [&opt, record](const EvalRecord& r) {
+    record(r);
+    if (opt.on_eval) opt.on_eval(r);
+  };
+  hooks.on_step = [&opt](int64_t step, double loss) {
     if (opt.interrupt && *opt.interrupt) throw Interrupted("", static_cast<int>(*opt.interrupt));
-    metrics.close();
-    timing.close();
-    std::string result = result_to_json(cfg, r, opt.versions);
-    write_file_atomic(tmp + "/result.json", result + "\n");
-    keep_tmp = true;  // from here on the run is finished: never thrown away
-    claim(tmp, dir, replace ? &old : nullptr, opt.dir);
-    if (out) *out = r;
-    return result;
+    if (opt.on_step) opt.on_step(step, loss);
+  };
+  hooks.checkpoint_every = opt.save_every;
+  const std::map<std::string, std::string> meta{{"format", "pt"}, {"normlab_config", config_to_json(cfg)}};
+  hooks.on_checkpoint = [&cfg, &opt, tmp, meta, &saved_step](int64_t step, Model& model, const TrainState& state) {
+    if (opt.save_every > 0 && step % opt.save_every == 0 && step < cfg.steps) {
+      std::error_code mkdir_ec;
+      fs::create_directories(tmp + "/checkpoints", mkdir_ec);
+      NL_USAGE(!mkdir_ec, "cannot create '{}/checkpoints': {}", shown(tmp, 200), mkdir_ec.message());
+      save_safetensors(checkpoint_file(tmp, step), model_state(model), meta);
+      save_train_state(state_file(tmp, step), state, {{"save_every", std::to_string(opt.save_every)}});
+      saved_step = step;
+      return;
+    }
+    save_safetensors(tmp + "/model.safetensors", model_state(model), meta);
+  };
+  return hooks;
+}
+
+// The run in `tmp` failed (called from a handler; rethrows): a run with a checkpoint is kept, and
+// the error says how to continue it; any other is removed.
+[[noreturn]] void keep_or_remove_partial(const std::string& tmp, int64_t saved_step) {
+  const std::string resume_hint = "`normlab train --resume " + shown(tmp, 200) + "` continues it";
+  std::error_code ec;
+  try {
+    throw;
   } catch (const Interrupted& e) {
     if (saved_step > 0)
       throw Interrupted(fmt::format("interrupted by {}; the run so far is kept in {} (checkpoint at step {}): {}",
                                     signal_name(e.signal), shown(tmp, 200), saved_step, resume_hint),
                         e.signal);
-    std::error_code ec;
     fs::remove_all(tmp, ec);
     throw Interrupted(fmt::format("interrupted by {}; the unfinished run {} was removed", signal_name(e.signal),
                                   shown(tmp, 200)),
                       e.signal);
   } catch (const UsageError& e) {
-    if (keep_tmp) throw;
     if (saved_step > 0)  // a run that can be continued is not thrown away
       throw UsageError(fmt::format("{}; the run so far is kept in {} (checkpoint at step {}): {}", e.what(),
                                    shown(tmp, 200), saved_step, resume_hint));
-    std::error_code ec;
     fs::remove_all(tmp, ec);
     throw;
   } catch (...) {
-    if (!keep_tmp) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
+    fs::remove_all(tmp, ec);
     throw;
   }
+}
+
+}  // namespace
+
+std::string run_and_record(const TrainConfig& cfg, const RunOptions& opt, TrainResult* out) {
+  const std::string dir = without_trailing_slashes(opt.dir);
+  check_run(cfg, opt, dir);
+  // The run directory that --force may replace: the one there now, by identity.
+  struct stat old {};
+  const bool replace = ::lstat(dir.c_str(), &old) == 0;
+  const std::string tmp = take_partial(opt, dir);
+  int64_t saved_step = opt.resume ? opt.resume->point.state.step : 0;  // the latest resumable checkpoint
+  std::string result;
+  TrainResult r;
+  try {
+    start_partial(cfg, opt, tmp);
+    CheckedFile metrics(tmp + "/metrics.jsonl"), timing(tmp + "/timing.jsonl");
+    auto record = [&](const EvalRecord& e) {
+      metrics.write(eval_to_json_line(e) + "\n");
+      timing.write(timing_to_json_line(e) + "\n");
+    };
+    if (opt.on_start) opt.on_start();
+    if (opt.resume) {
+      for (const EvalRecord& e : opt.resume->point.state.evals) {
+        record(e);
+        if (opt.on_eval) opt.on_eval(e);
+      }
+    }
+    ResumePoint point;
+    if (opt.resume) {
+      point = opt.resume->point;
+      point.weights = checkpoint_file(tmp, point.state.step);  // the directory has been taken over
+    }
+    r = train(cfg, run_hooks(cfg, opt, tmp, record, saved_step), opt.resume ? &point : nullptr);
+    if (opt.interrupt && *opt.interrupt) throw Interrupted("", static_cast<int>(*opt.interrupt));
+    metrics.close();
+    timing.close();
+    result = result_to_json(cfg, r, opt.versions);
+    write_file_atomic(tmp + "/result.json", result + "\n");
+  } catch (...) {
+    keep_or_remove_partial(tmp, saved_step);
+  }
+  // From here on the run is finished: never thrown away.
+  claim(tmp, dir, replace ? &old : nullptr, opt.dir);
+  if (out) *out = r;
+  return result;
 }
 
 }  // namespace normlab
