@@ -361,33 +361,9 @@ int run_compare_files(const BenchArgs& a, const GlobalOptions& g) {
   return 0;
 }
 
-}  // namespace
+// ---- the subcommands' flags
 
-Runner add_bench(CLI::App& app, GlobalOptions& g) {
-  auto bench = std::make_shared<BenchArgs>();
-  auto norms = std::make_shared<NormsArgs>();
-  auto step = std::make_shared<StepArgs>();
-  auto merge = std::make_shared<MergeArgs>();
-  auto ops = std::make_shared<OpsArgs>();
-
-  CLI::App* sub = app.add_subcommand("bench", "Time norm kernels (GB/s, % of copy bandwidth) and training steps");
-  sub->require_subcommand(0, 1);
-  sub->add_option("--compare", bench->compare, "BASE.json NEW.json: each row's time now / base")->expected(2);
-  sub->add_flag("--markdown", bench->o.markdown, "Print markdown instead of text");
-  sub->add_flag("--csv", bench->o.csv, "Print CSV instead of text");
-  add_global_flags(*sub, g);
-  sub->footer(R"(Examples:
-  normlab bench norms                                   every implementation, default shapes, 1 and all threads
-  normlab bench norms --shapes 8x256x1024 --impl fused,onednn --pass fwd --threads 1
-  normlab bench norms --with-torch --out run1.json      PyTorch's rows too (needs python3 with torch)
-  normlab bench step                                    toy and gpt steps, LayerNorm vs RMSNorm, GFLOP/s vs FMA peak
-  normlab bench merge run1.json run2.json run3.json     three runs as one: medians and their spread
-  normlab bench norms --compare run1.json               this run against an earlier one
-  normlab bench --compare run1.json run2.json           two saved runs
-
-docs/bench.md explains every column and the JSON schema.)");
-
-  // ---- norms
+CLI::App* add_norms(CLI::App* sub, const std::shared_ptr<NormsArgs>& norms, GlobalOptions& g) {
   CLI::App* n = sub->add_subcommand("norms", "Norm kernels (LayerNorm, RMSNorm, DyT, Derf): every implementation, shape and thread count");
   n->add_option_function<std::string>(
       "--impl", [norms](const std::string& v) { norms->impls = split_list(v, "--impl"); },
@@ -443,8 +419,10 @@ Examples:
   normlab bench norms --device cuda --precision fp32,bf16 --with-torch   GPU rows, PyTorch's beside them
   normlab bench norms --device cuda --pass both   DyT and Derf against RMSNorm on the GPU (DyT speed vs RMS)
 Run pinned: OMP_PROC_BIND=close OMP_PLACES=cores normlab bench norms)");
+  return n;
+}
 
-  // ---- step
+CLI::App* add_step(CLI::App* sub, const std::shared_ptr<StepArgs>& step, GlobalOptions& g) {
   CLI::App* s = sub->add_subcommand(
       "step", "Whole training steps, LayerNorm vs RMSNorm, the norms' share, GFLOP/s against the FMA peak");
   s->add_option_function<std::string>(
@@ -471,8 +449,10 @@ share of the peak at the same thread count, the distance to the physical limit.
 Examples:
   normlab bench step --model toy --threads 1             the toy step at 1 thread
   normlab bench step --model gpt --d-model 256 --layers 6 --seq 256 --batch 8)");
+  return s;
+}
 
-  // ---- ops
+CLI::App* add_ops(CLI::App* sub, const std::shared_ptr<OpsArgs>& ops, GlobalOptions& g) {
   CLI::App* o = sub->add_subcommand("ops", "Any op case (the kernels' test cases) on any device, checked then timed");
   o->add_option("cases", ops->cases,
                 "Cases: all (default), an op (rmsnorm_fwd), a family (rmsnorm), or a case's whole line in quotes (see "
@@ -495,11 +475,46 @@ Examples:
   normlab bench ops --list rmsnorm                          the RMSNorm cases' lines
   normlab bench ops rmsnorm_fwd layernorm_fwd --threads 1,all
   normlab bench ops 'rmsnorm_bwd rows=64 d=512 eps=1e-06 seed=907' --device cuda-sim)");
+  return o;
+}
 
-  // ---- merge
+CLI::App* add_merge(CLI::App* sub, const std::shared_ptr<MergeArgs>& merge, GlobalOptions& g) {
   CLI::App* m = sub->add_subcommand("merge", "Several runs' JSON as one table: medians over the runs and their range");
   m->add_option("files", merge->files, "JSON files written by --out or --json")->required();
   add_output_flags(*m, merge->o, g, false);
+  return m;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app, GlobalOptions& g) {
+  auto bench = std::make_shared<BenchArgs>();
+  auto norms = std::make_shared<NormsArgs>();
+  auto step = std::make_shared<StepArgs>();
+  auto merge = std::make_shared<MergeArgs>();
+  auto ops = std::make_shared<OpsArgs>();
+
+  CLI::App* sub = app.add_subcommand("bench", "Time norm kernels (GB/s, % of copy bandwidth) and training steps");
+  sub->require_subcommand(0, 1);
+  sub->add_option("--compare", bench->compare, "BASE.json NEW.json: each row's time now / base")->expected(2);
+  sub->add_flag("--markdown", bench->o.markdown, "Print markdown instead of text");
+  sub->add_flag("--csv", bench->o.csv, "Print CSV instead of text");
+  add_global_flags(*sub, g);
+  sub->footer(R"(Examples:
+  normlab bench norms                                   every implementation, default shapes, 1 and all threads
+  normlab bench norms --shapes 8x256x1024 --impl fused,onednn --pass fwd --threads 1
+  normlab bench norms --with-torch --out run1.json      PyTorch's rows too (needs python3 with torch)
+  normlab bench step                                    toy and gpt steps, LayerNorm vs RMSNorm, GFLOP/s vs FMA peak
+  normlab bench merge run1.json run2.json run3.json     three runs as one: medians and their spread
+  normlab bench norms --compare run1.json               this run against an earlier one
+  normlab bench --compare run1.json run2.json           two saved runs
+
+docs/bench.md explains every column and the JSON schema.)");
+
+  CLI::App* n = add_norms(sub, norms, g);
+  CLI::App* s = add_step(sub, step, g);
+  CLI::App* o = add_ops(sub, ops, g);
+  CLI::App* m = add_merge(sub, merge, g);
 
   return [sub, n, s, o, m, bench, norms, step, ops, merge, &g]() -> int {
     if (n->parsed()) return run_norms(*norms, g);

@@ -78,14 +78,10 @@ void print(const std::string& text, bool json) {
 const char* kVectorHelp =
     "LIST: numbers separated by commas, e.g. --x -1.5,2,0 (no spaces, or quote the list).\n";
 
-}  // namespace
+// ---- the forms' flags
 
-Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
-  auto* norm_cmd = app.add_subcommand(
-      "handcalc", "Step-by-step LayerNorm / RMSNorm / residual / Pre-vs-Post-LN arithmetic on a "
-                  "small vector, in float64 (or as bf16 / fp16 store it: --precision)");
-  norm_cmd->require_subcommand(0, 1);
-  add_global_flags(*norm_cmd, g);
+// The worksheet's own flags (also the defaults the forms' flags fall through to).
+std::shared_ptr<OptionSet> add_norm_flags(CLI::App* norm_cmd) {
   auto norm_opts = std::make_shared<OptionSet>();
   norm_opts->add(*norm_cmd, "--x", "LIST", "Input vector, comma list (default 2,-1,0,3)");
   norm_opts->add(*norm_cmd, "--eps", "NUM", "Epsilon inside the square root, > 0 (default 1e-5)");
@@ -120,12 +116,15 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
       "  normlab handcalc --precision fp16 --case all-equal --norm layernorm\n"
       "  normlab handcalc --precision bf16 --norm-compute fp32 --x 1000.3,999.4,1000.9,999.4\n"
       "\n") + kVectorHelp);
+  return norm_opts;
+}
 
+CLI::App* add_residual(CLI::App* norm_cmd, GlobalOptions& g, std::shared_ptr<OptionSet>& res_opts) {
   auto* res_cmd = norm_cmd->add_subcommand(
       "residual", "dL/dx through y = x + F(x), F(x) = W x: the identity term vs the F term");
   res_cmd->fallthrough();
   add_global_flags(*res_cmd, g);
-  auto res_opts = std::make_shared<OptionSet>();
+  res_opts = std::make_shared<OptionSet>();
   res_opts->add(*res_cmd, "--x", "LIST", "Input vector, comma list (default 2,-1,0,3)");
   res_opts->add(*res_cmd, "--w", "LIST",
                 "W of F(x) = W x: d*d values, row-major (default 0.05 on the diagonal, -0.02 "
@@ -144,12 +143,15 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
       "  normlab handcalc residual --x 1,2 --w 0.5,0,0.25,-1 --dy 1,-1\n"
       "  normlab handcalc residual --json\n"
       "\n") + kVectorHelp);
+  return res_cmd;
+}
 
+CLI::App* add_placement(CLI::App* norm_cmd, GlobalOptions& g, std::shared_ptr<OptionSet>& place_opts) {
   auto* place_cmd = norm_cmd->add_subcommand(
       "placement", "One vector through a Pre-LN step x + F(N(x)) and a Post-LN step N(x + F(x))");
   place_cmd->fallthrough();
   add_global_flags(*place_cmd, g);
-  auto place_opts = std::make_shared<OptionSet>();
+  place_opts = std::make_shared<OptionSet>();
   place_opts->add(*place_cmd, "--x", "LIST", "Input vector, comma list (default 2,-1,0,3)");
   place_opts->add(*place_cmd, "--w", "LIST",
                   "W of F(x) = W x: d*d values, row-major (default 0.05 on the diagonal, -0.02 "
@@ -169,47 +171,70 @@ Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
       "  normlab handcalc placement --x 20,-10,0,30 --norm rmsnorm\n"
       "  normlab handcalc placement --x 1,2 --w 0.5,0,0.25,-1 --json\n"
       "\n") + kVectorHelp);
+  return place_cmd;
+}
 
+// ---- the forms, each computed and rendered to text (or JSON)
+
+std::string residual_text(const OptionSet& norm_opts, const OptionSet& res_opts, bool json) {
+  reject_foreign(norm_opts, res_opts, "residual");
+  auto m = [&](const char* n) { return merged(norm_opts, res_opts, n, "residual"); };
+  hc::ResidualOptions o{m("--x"), m("--w"), m("--dy")};
+  const int decimals = hc::decimals_from_option(m("--decimals"));
+  const auto ws = hc::residual_worksheet_from_options(o);
+  spdlog::debug("handcalc residual: d = {}, identity share = {}", ws.d, ws.identity_share);
+  return json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
+}
+
+std::string placement_text(const OptionSet& norm_opts, const OptionSet& place_opts, bool json) {
+  reject_foreign(norm_opts, place_opts, "placement");
+  auto m = [&](const char* n) { return merged(norm_opts, place_opts, n, "placement"); };
+  hc::PlacementOptions o{m("--x"), m("--w"), m("--eps"), m("--gamma"), m("--beta"),
+                         m("--norm")};
+  const int decimals = hc::decimals_from_option(m("--decimals"));
+  const auto ws = hc::placement_worksheet_from_options(o);
+  spdlog::debug("handcalc placement: d = {}, norm = {}", ws.d, hc::norm_name(ws.norm));
+  return json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
+}
+
+std::string precision_text(const OptionSet& s, bool json) {
+  NL_USAGE(!s.given("--decimals"),
+           "--decimals does not apply with --precision: stored values print exactly");
+  hc::PrecisionOptions o{own(s, "--x"),         own(s, "--eps"),          own(s, "--gamma"),
+                         own(s, "--beta"),      own(s, "--norm"),         own(s, "--precision"),
+                         own(s, "--norm-compute"), own(s, "--case")};
+  const auto ws = hc::precision_worksheet_from_options(o);
+  spdlog::debug("handcalc precision: case {}", ws.case_name);
+  return json ? hc::render_json(ws) : hc::render_text(ws);
+}
+
+std::string norm_text(const OptionSet& s, bool json) {
+  hc::NormOptions o{own(s, "--x"), own(s, "--eps"), own(s, "--gamma"), own(s, "--beta"),
+                    own(s, "--norm")};
+  const int decimals = hc::decimals_from_option(own(s, "--decimals"));
+  const auto ws = hc::norm_worksheet_from_options(o);
+  spdlog::debug("handcalc: norm = {}", hc::norm_name(ws.norm));
+  return json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
+}
+
+}  // namespace
+
+Runner add_handcalc(CLI::App& app, GlobalOptions& g) {
+  auto* norm_cmd = app.add_subcommand(
+      "handcalc", "Step-by-step LayerNorm / RMSNorm / residual / Pre-vs-Post-LN arithmetic on a "
+                  "small vector, in float64 (or as bf16 / fp16 store it: --precision)");
+  norm_cmd->require_subcommand(0, 1);
+  add_global_flags(*norm_cmd, g);
+  std::shared_ptr<OptionSet> norm_opts = add_norm_flags(norm_cmd), res_opts, place_opts;
+  CLI::App* res_cmd = add_residual(norm_cmd, g, res_opts);
+  CLI::App* place_cmd = add_placement(norm_cmd, g, place_opts);
   return [&g, res_cmd, place_cmd, norm_opts, res_opts, place_opts]() -> int {
     const bool json = g.json;
-    std::string out;
-    if (res_cmd->parsed()) {
-      reject_foreign(*norm_opts, *res_opts, "residual");
-      auto m = [&](const char* n) { return merged(*norm_opts, *res_opts, n, "residual"); };
-      hc::ResidualOptions o{m("--x"), m("--w"), m("--dy")};
-      const int decimals = hc::decimals_from_option(m("--decimals"));
-      const auto ws = hc::residual_worksheet_from_options(o);
-      spdlog::debug("handcalc residual: d = {}, identity share = {}", ws.d, ws.identity_share);
-      out = json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
-    } else if (place_cmd->parsed()) {
-      reject_foreign(*norm_opts, *place_opts, "placement");
-      auto m = [&](const char* n) { return merged(*norm_opts, *place_opts, n, "placement"); };
-      hc::PlacementOptions o{m("--x"), m("--w"), m("--eps"), m("--gamma"), m("--beta"),
-                             m("--norm")};
-      const int decimals = hc::decimals_from_option(m("--decimals"));
-      const auto ws = hc::placement_worksheet_from_options(o);
-      spdlog::debug("handcalc placement: d = {}, norm = {}", ws.d, hc::norm_name(ws.norm));
-      out = json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
-    } else if (norm_opts->given("--precision") || norm_opts->given("--norm-compute") ||
-               norm_opts->given("--case")) {
-      const OptionSet& s = *norm_opts;
-      NL_USAGE(!s.given("--decimals"),
-               "--decimals does not apply with --precision: stored values print exactly");
-      hc::PrecisionOptions o{own(s, "--x"),         own(s, "--eps"),          own(s, "--gamma"),
-                             own(s, "--beta"),      own(s, "--norm"),         own(s, "--precision"),
-                             own(s, "--norm-compute"), own(s, "--case")};
-      const auto ws = hc::precision_worksheet_from_options(o);
-      spdlog::debug("handcalc precision: case {}", ws.case_name);
-      out = json ? hc::render_json(ws) : hc::render_text(ws);
-    } else {
-      const OptionSet& s = *norm_opts;
-      hc::NormOptions o{own(s, "--x"), own(s, "--eps"), own(s, "--gamma"), own(s, "--beta"),
-                        own(s, "--norm")};
-      const int decimals = hc::decimals_from_option(own(s, "--decimals"));
-      const auto ws = hc::norm_worksheet_from_options(o);
-      spdlog::debug("handcalc: norm = {}", hc::norm_name(ws.norm));
-      out = json ? hc::render_json(ws, decimals) : hc::render_text(ws, decimals);
-    }
+    const std::string out = res_cmd->parsed()     ? residual_text(*norm_opts, *res_opts, json)
+                            : place_cmd->parsed() ? placement_text(*norm_opts, *place_opts, json)
+                            : norm_opts->given("--precision") || norm_opts->given("--norm-compute") || norm_opts->given("--case")
+                                ? precision_text(*norm_opts, json)
+                                : norm_text(*norm_opts, json);
     // Everything is computed and rendered before the first byte is written: a bad option
     // leaves stdout empty.
     print(out, json);

@@ -345,6 +345,78 @@ int run_status_command(const SweepArgs& a, const GlobalOptions& g) {
   return 0;
 }
 
+// ---- the subcommands' flags
+
+CLI::App* add_summarize(CLI::App* sub, const std::shared_ptr<SweepArgs>& a, GlobalOptions& g) {
+  CLI::App* summ = sub->add_subcommand("summarize", "Rebuild DIR's tables and plots from whatever runs are there");
+  summ->add_option("dir", a->dir, "The sweep directory")->required();
+  summ->add_option("--rows", a->rows, "The row axis (default: the spec's, lr when it varies)");
+  summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
+  summ->add_option("--metric", a->metric,
+                   "A numeric field of result.json (default final_val_loss; final_excess_loss: above the oracle's loss "
+                   "on the same held-out tokens, which cancels the seeds' different validation sets)");
+  summ->add_option("--paired", a->paired,
+                   "KEY=VALUE[ ...] over column axes (e.g. norm=layernorm): also show each column minus its reference "
+                   "(the column with these values and its own on the other axes), paired by seed, with a 95% t interval");
+  summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
+  summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
+  summ->add_flag("--check", a->summary_check,
+                 "Write nothing; exit 1 when one of DIR's summary files differs from what its runs give now");
+  summ->add_flag("--brief", a->brief,
+                 "Markdown without the title, the legend and the curves: the table, its resolution and the paired "
+                 "table (what a document cites; see `sweep render`)");
+  summ->add_option("--curves", a->curves,
+                   "STEPS (comma list): print a metrics.jsonl field at these steps for every point, mean ± std over "
+                   "the seeds, instead of the summary (writes nothing)");
+  summ->add_option("--field", a->curve_field, "--curves: a field of metrics.jsonl (default val_loss)");
+  summ->add_option("--layers", a->curve_layers, "--curves: a per-layer field's reduction: " + kind_help<LayerReduce>());
+  summ->add_option("--where", a->curve_where, "key=v1,v2 keeps the points with one of these values (repeatable; the summary with --no-write, --curves, --profile)")
+      ->allow_extra_args(false);
+  summ->add_option("--digits", a->curve_digits, "--curves: decimals (default 4)");
+  summ->add_flag("--transpose", a->curve_transpose, "--curves: one row per point, one column per step");
+  summ->add_option("--profile", a->profile,
+                   "STEP or last: a per-layer field of metrics.jsonl (--field, default stream_max_abs) layer by layer "
+                   "at that step, one column per point (mean ± std over seeds; --where selects)");
+  summ->add_option("--plot", a->plot,
+                   "--profile: also draw it as an SVG line plot in FILE (replaces only a plot normlab drew)");
+  add_global_flags(*summ, g);
+  return summ;
+}
+
+CLI::App* add_status(CLI::App* sub, const std::shared_ptr<SweepArgs>& a, GlobalOptions& g) {
+  CLI::App* status = sub->add_subcommand(
+      "status", "Where sweep directories stand: points finished of planned, how they ended, wall clock and run time");
+  status->add_option("dirs", a->status_dirs, "Sweep directories (each holds spec.json and manifest.jsonl)")->required();
+  add_global_flags(*status, g);
+  status->footer(R"(Examples:
+  normlab sweep status results/sweeps/*/
+  normlab sweep status sweeps/lr --json
+
+A point is finished when its run directory is whole and of the spec's config (as `normlab sweep` decides
+what to resume); statuses are its result.json's. Wall clock: the first start to the last end in the
+manifest, across resumes; the sum of run times adds each point's last attempt's seconds.)");
+  return status;
+}
+
+CLI::App* add_render(CLI::App* sub, const std::shared_ptr<SweepArgs>& a, GlobalOptions& g) {
+  CLI::App* render = sub->add_subcommand(
+      "render", "Regenerate the blocks of a markdown document that cite normlab commands (tables from the sweeps)");
+  render->add_option("doc", a->render_doc, "The document (e.g. results/REPRODUCTION.md); rewritten in place")->required();
+  render->add_flag("--check", a->render_check, "Write nothing; exit 1 when a block differs from what its command gives now");
+  add_global_flags(*render, g);
+  render->footer(R"(A block is a directive line, the command's output, and an end marker:
+
+  <!-- normlab: sweep summarize results/sweeps/depth-torch --no-write --brief --paired norm=layernorm -->
+  (the output of `normlab sweep summarize ...`, replaced on every render)
+  <!-- normlab: end -->
+
+Each command runs as this normlab binary in the current directory; words are split at spaces (no quoting).
+Examples:
+  normlab sweep render results/REPRODUCTION.md
+  normlab sweep render results/REPRODUCTION.md --check)");
+  return render;
+}
+
 }  // namespace
 
 Runner add_sweep(CLI::App& app, GlobalOptions& g) {
@@ -387,65 +459,9 @@ A spec file: {"base": {"config": "FILE", "steps": 3000, ...}, "grid": {"lr": [1e
 Runs land in DIR/runs/<key=value/...>; running the same command again resumes (finished points are skipped;
 diverged ones are results and are not re-run unless --rerun diverged). See docs/sweep.md.)");
 
-  CLI::App* summ = sub->add_subcommand("summarize", "Rebuild DIR's tables and plots from whatever runs are there");
-  summ->add_option("dir", a->dir, "The sweep directory")->required();
-  summ->add_option("--rows", a->rows, "The row axis (default: the spec's, lr when it varies)");
-  summ->add_option("--cols", a->cols, "Column axes, comma-separated (default: every other varied axis but seed)");
-  summ->add_option("--metric", a->metric,
-                   "A numeric field of result.json (default final_val_loss; final_excess_loss: above the oracle's loss "
-                   "on the same held-out tokens, which cancels the seeds' different validation sets)");
-  summ->add_option("--paired", a->paired,
-                   "KEY=VALUE[ ...] over column axes (e.g. norm=layernorm): also show each column minus its reference "
-                   "(the column with these values and its own on the other axes), paired by seed, with a 95% t interval");
-  summ->add_option("--format", a->format, "markdown (md), csv or json (stdout)");
-  summ->add_flag("--no-write", a->no_write, "Print the table only; write nothing into DIR (a directory you cannot write)");
-  summ->add_flag("--check", a->summary_check,
-                 "Write nothing; exit 1 when one of DIR's summary files differs from what its runs give now");
-  summ->add_flag("--brief", a->brief,
-                 "Markdown without the title, the legend and the curves: the table, its resolution and the paired "
-                 "table (what a document cites; see `sweep render`)");
-  summ->add_option("--curves", a->curves,
-                   "STEPS (comma list): print a metrics.jsonl field at these steps for every point, mean ± std over "
-                   "the seeds, instead of the summary (writes nothing)");
-  summ->add_option("--field", a->curve_field, "--curves: a field of metrics.jsonl (default val_loss)");
-  summ->add_option("--layers", a->curve_layers, "--curves: a per-layer field's reduction: " + kind_help<LayerReduce>());
-  summ->add_option("--where", a->curve_where, "key=v1,v2 keeps the points with one of these values (repeatable; the summary with --no-write, --curves, --profile)")
-      ->allow_extra_args(false);
-  summ->add_option("--digits", a->curve_digits, "--curves: decimals (default 4)");
-  summ->add_flag("--transpose", a->curve_transpose, "--curves: one row per point, one column per step");
-  summ->add_option("--profile", a->profile,
-                   "STEP or last: a per-layer field of metrics.jsonl (--field, default stream_max_abs) layer by layer "
-                   "at that step, one column per point (mean ± std over seeds; --where selects)");
-  summ->add_option("--plot", a->plot,
-                   "--profile: also draw it as an SVG line plot in FILE (replaces only a plot normlab drew)");
-  add_global_flags(*summ, g);
-
-  CLI::App* status = sub->add_subcommand(
-      "status", "Where sweep directories stand: points finished of planned, how they ended, wall clock and run time");
-  status->add_option("dirs", a->status_dirs, "Sweep directories (each holds spec.json and manifest.jsonl)")->required();
-  add_global_flags(*status, g);
-  status->footer(R"(Examples:
-  normlab sweep status results/sweeps/*/
-  normlab sweep status sweeps/lr --json
-
-A point is finished when its run directory is whole and of the spec's config (as `normlab sweep` decides
-what to resume); statuses are its result.json's. Wall clock: the first start to the last end in the
-manifest, across resumes; the sum of run times adds each point's last attempt's seconds.)");
-  CLI::App* render = sub->add_subcommand(
-      "render", "Regenerate the blocks of a markdown document that cite normlab commands (tables from the sweeps)");
-  render->add_option("doc", a->render_doc, "The document (e.g. results/REPRODUCTION.md); rewritten in place")->required();
-  render->add_flag("--check", a->render_check, "Write nothing; exit 1 when a block differs from what its command gives now");
-  add_global_flags(*render, g);
-  render->footer(R"(A block is a directive line, the command's output, and an end marker:
-
-  <!-- normlab: sweep summarize results/sweeps/depth-torch --no-write --brief --paired norm=layernorm -->
-  (the output of `normlab sweep summarize ...`, replaced on every render)
-  <!-- normlab: end -->
-
-Each command runs as this normlab binary in the current directory; words are split at spaces (no quoting).
-Examples:
-  normlab sweep render results/REPRODUCTION.md
-  normlab sweep render results/REPRODUCTION.md --check)");
+  CLI::App* summ = add_summarize(sub, a, g);
+  CLI::App* status = add_status(sub, a, g);
+  CLI::App* render = add_render(sub, a, g);
   return [a, summ, status, render, &g] {
     if (render->parsed()) return run_render_command(*a, g);
     if (summ->parsed()) return run_summarize_command(*a, g);
