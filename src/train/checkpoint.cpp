@@ -73,28 +73,22 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   write_file_atomic(path, out);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  const ReadableFile in(path);  // a FIFO, a device or a directory is refused here, never waited on
-  const uint64_t size = static_cast<uint64_t>(in.size());
-  if (size < 8) bad(path, fmt::format("{} bytes: too short for the 8-byte header length", size));
-  unsigned char len_bytes[8];
-  if (!in.read_at(0, len_bytes, 8)) bad(path, "cannot read the header length (the file shrank)");
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  if (header_len > kMaxHeaderBytes) bad(path, fmt::format("header length {} is not plausible (more than 100 MiB)", header_len));
-  if (header_len > size - 8) bad(path, fmt::format("header length {} runs past the end of the file ({} bytes)", header_len, size));
-  std::string header_text(header_len, '\0');
-  if (!in.read_at(8, header_text.data(), static_cast<int64_t>(header_len))) bad(path, "cannot read the header (the file shrank)");
-  const uint64_t data_size = size - 8 - header_len;
+namespace {
 
+// A safetensors header, read and parsed: the JSON, and where the data section starts and its size.
+struct SafetensorsHeader {
+  json header;
+  uint64_t data_begin = 0, data_size = 0;
+};
+
+// The header's JSON, each tensor's name once, nested no deeper than a header needs.
+json parse_header_json(const std::string& path, const std::string& header_text) {
   json header;
   std::set<std::string> seen;
   bool duplicate = false;
   std::string duplicate_name;
-  int depth = 0;
   try {
     header = json::parse(header_text, [&](int d, json::parse_event_t ev, json& parsed) {
-      depth = std::max(depth, d);
       if (d > 8) throw UsageError("nested too deeply");
       if (ev == json::parse_event_t::key && d == 1) {
         const std::string k = parsed.get<std::string>();
@@ -112,64 +106,108 @@ SafetensorsFile load_safetensors(const std::string& path) {
   }
   if (duplicate) bad(path, fmt::format("tensor '{}' appears twice in the header", clip(duplicate_name)));
   if (!header.is_object()) bad(path, "the header is not a JSON object");
+  return header;
+}
 
-  SafetensorsFile file;
-  struct Span {
-    uint64_t begin, end;
-    std::string name;
-  };
-  std::vector<Span> spans;
-  for (auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) bad(path, "__metadata__ is not an object of strings");
-      for (auto& [k, v] : entry.items()) {
-        if (!v.is_string()) bad(path, fmt::format("__metadata__ '{}' is not a string", clip(k)));
-        file.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string n = clip(name);
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
-      bad(path, fmt::format("tensor '{}' needs dtype, shape and data_offsets", n));
-    DType dt;
-    if (!entry["dtype"].is_string() || !parse_st_dtype(entry["dtype"].get<std::string>(), dt))
-      bad(path, fmt::format("tensor '{}' has dtype {} (normlab reads F32, F64, I32)", n, clip(entry["dtype"].dump())));
-    if (!entry["shape"].is_array() || entry["shape"].size() > 8) bad(path, fmt::format("tensor '{}' has no valid shape", n));
-    Shape shape;
-    uint64_t numel = 1;
-    for (auto& v : entry["shape"]) {
-      if (!v.is_number_unsigned()) bad(path, fmt::format("tensor '{}' has a shape entry {} (not a size)", n, clip(v.dump())));
-      const uint64_t s = v.get<uint64_t>();
-      if (s > (uint64_t{1} << 40) || (s > 0 && numel > (uint64_t{1} << 40) / s))
-        bad(path, fmt::format("tensor '{}' has an implausibly large shape", n));
-      numel *= s;
-      shape.push_back(static_cast<int64_t>(s));
-    }
-    const auto& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      bad(path, fmt::format("tensor '{}' has data_offsets {} (expected [begin, end])", n, clip(off.dump())));
-    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > data_size)
-      bad(path, fmt::format("tensor '{}' has data_offsets [{}, {}] outside the {} data bytes", n, b, e, data_size));
-    if (e - b != numel * dtype_size(dt))
-      bad(path, fmt::format("tensor '{}': data_offsets hold {} bytes but shape {} of {} needs {}", n, e - b,
-                            shape_str(shape), to_string(dt), numel * dtype_size(dt)));
-    spans.push_back({b, e, n});
-    Tensor t = Tensor::empty(shape, dt);
-    file.tensors.push_back({name, t});
+SafetensorsHeader read_header(const ReadableFile& in, const std::string& path) {
+  const uint64_t size = static_cast<uint64_t>(in.size());
+  if (size < 8) bad(path, fmt::format("{} bytes: too short for the 8-byte header length", size));
+  unsigned char len_bytes[8];
+  if (!in.read_at(0, len_bytes, 8)) bad(path, "cannot read the header length (the file shrank)");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxHeaderBytes) bad(path, fmt::format("header length {} is not plausible (more than 100 MiB)", header_len));
+  if (header_len > size - 8) bad(path, fmt::format("header length {} runs past the end of the file ({} bytes)", header_len, size));
+  std::string header_text(header_len, '\0');
+  if (!in.read_at(8, header_text.data(), static_cast<int64_t>(header_len))) bad(path, "cannot read the header (the file shrank)");
+  return {parse_header_json(path, header_text), 8 + header_len, size - 8 - header_len};
+}
+
+// Where a tensor's bytes lie in the data section.
+struct Span {
+  uint64_t begin, end;
+  std::string name;
+};
+
+Shape entry_shape(const std::string& path, const std::string& n, const json& entry) {
+  if (!entry["shape"].is_array() || entry["shape"].size() > 8) bad(path, fmt::format("tensor '{}' has no valid shape", n));
+  Shape shape;
+  uint64_t numel = 1;
+  for (auto& v : entry["shape"]) {
+    if (!v.is_number_unsigned()) bad(path, fmt::format("tensor '{}' has a shape entry {} (not a size)", n, clip(v.dump())));
+    const uint64_t s = v.get<uint64_t>();
+    if (s > (uint64_t{1} << 40) || (s > 0 && numel > (uint64_t{1} << 40) / s))
+      bad(path, fmt::format("tensor '{}' has an implausibly large shape", n));
+    numel *= s;
+    shape.push_back(static_cast<int64_t>(s));
   }
-  // The tensors must tile the data section: no overlap, no gap.
-  std::vector<Span> sorted = spans;
-  std::sort(sorted.begin(), sorted.end(), [](const Span& a, const Span& b2) { return a.begin < b2.begin; });
+  return shape;
+}
+
+// One tensor's header entry checked: its dtype, shape and data_offsets, which must hold exactly
+// its bytes inside the data section. The tensor is allocated, its data not yet read.
+Span read_entry(const std::string& path, const std::string& name, const json& entry, uint64_t data_size, Tensor& t) {
+  const std::string n = clip(name);
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+    bad(path, fmt::format("tensor '{}' needs dtype, shape and data_offsets", n));
+  DType dt;
+  if (!entry["dtype"].is_string() || !parse_st_dtype(entry["dtype"].get<std::string>(), dt))
+    bad(path, fmt::format("tensor '{}' has dtype {} (normlab reads F32, F64, I32)", n, clip(entry["dtype"].dump())));
+  const Shape shape = entry_shape(path, n, entry);
+  uint64_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+  const auto& off = entry["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    bad(path, fmt::format("tensor '{}' has data_offsets {} (expected [begin, end])", n, clip(off.dump())));
+  const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+  if (b > e || e > data_size)
+    bad(path, fmt::format("tensor '{}' has data_offsets [{}, {}] outside the {} data bytes", n, b, e, data_size));
+  if (e - b != numel * dtype_size(dt))
+    bad(path, fmt::format("tensor '{}': data_offsets hold {} bytes but shape {} of {} needs {}", n, e - b,
+                          shape_str(shape), to_string(dt), numel * dtype_size(dt)));
+  t = Tensor::empty(shape, dt);
+  return {b, e, n};
+}
+
+void read_metadata(const std::string& path, const json& entry, std::map<std::string, std::string>& metadata) {
+  if (!entry.is_object()) bad(path, "__metadata__ is not an object of strings");
+  for (auto& [k, v] : entry.items()) {
+    if (!v.is_string()) bad(path, fmt::format("__metadata__ '{}' is not a string", clip(k)));
+    metadata[k] = v.get<std::string>();
+  }
+}
+
+// The tensors must tile the data section: no overlap, no gap.
+void check_tiling(const std::string& path, std::vector<Span> spans, uint64_t data_size) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b2) { return a.begin < b2.begin; });
   uint64_t at = 0;
-  for (const Span& s : sorted) {
+  for (const Span& s : spans) {
     if (s.begin != at) bad(path, fmt::format("tensor '{}' starts at byte {} of the data, expected {} (gap or overlap)", s.name, s.begin, at));
     at = s.end;
   }
   if (at != data_size) bad(path, fmt::format("{} data bytes, but the tensors cover {} (truncated or trailing bytes)", data_size, at));
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const ReadableFile in(path);  // a FIFO, a device or a directory is refused here, never waited on
+  const SafetensorsHeader h = read_header(in, path);
+  SafetensorsFile file;
+  std::vector<Span> spans;
+  for (auto& [name, entry] : h.header.items()) {
+    if (name == "__metadata__") {
+      read_metadata(path, entry, file.metadata);
+      continue;
+    }
+    Tensor t;
+    spans.push_back(read_entry(path, name, entry, h.data_size, t));
+    file.tensors.push_back({name, t});
+  }
+  check_tiling(path, spans, h.data_size);
   for (size_t i = 0; i < spans.size(); ++i) {
     Tensor& t = file.tensors[i].second;
-    if (t.nbytes() > 0 && !in.read_at(static_cast<int64_t>(8 + header_len + spans[i].begin), t.raw(),
+    if (t.nbytes() > 0 && !in.read_at(static_cast<int64_t>(h.data_begin + spans[i].begin), t.raw(),
                                       static_cast<int64_t>(t.nbytes())))
       bad(path, fmt::format("cannot read the data of tensor '{}' (the file shrank)", spans[i].name));
   }
