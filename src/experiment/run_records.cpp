@@ -28,9 +28,11 @@ bool is_regular(const std::string& path) {
   return fs::is_regular_file(path, ec);
 }
 
+// None when the file is absent; a FIFO or a device in its place is never read (never waited on).
 std::vector<MetricsRecord> read_records_if_present(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
+  if (!is_regular(path)) return {};
   return read_metrics_file(path);
 }
 
@@ -77,16 +79,13 @@ RunDir::RunDir(std::string path) : path_(std::move(path)) {
     state_ = State::being_written;
     return;
   }
+  // A file a person added beside them (notes, a plot) leaves it a run: it only keeps train --force
+  // from replacing the directory (is_run_directory).
   for (const char* f : {"config.json", "result.json", "metrics.jsonl"})
     if (!is_regular(file(f))) {
       problem_ = fmt::format("has no {}", f);
       return;
     }
-  // A file a person added makes the directory theirs too: no reader takes it for train's.
-  if (!is_run_directory(path_)) {
-    problem_ = "holds files train does not write";
-    return;
-  }
   state_ = State::finished;
 }
 

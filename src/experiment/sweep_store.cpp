@@ -145,19 +145,23 @@ RunRecord read_run(const std::string& dir, const SweepPoint& p, const std::strin
     return damaged(fmt::format("config.json does not read back: {}", e.what()));
   }
   RunRecord r;
-  json j;
   try {
     r.result_json = run.result_text();
-    j = run.result();
-  } catch (const std::exception&) {
-    return damaged("result.json is not valid JSON (truncated, or overwritten)");
+  } catch (const std::exception& e) {
+    return damaged(fmt::format("result.json cannot be read: {}", e.what()));
   }
-  const std::string status = j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
+  const json j = json::parse(r.result_json, nullptr, false);
+  if (j.is_discarded()) return damaged("result.json is not valid JSON (truncated, or overwritten)");
+  const std::string status = j.is_object() && j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
   // A collapsed run finished: it counts as completed, with its loss, and is marked.
   if (status == "ok" || status == "collapsed") r.status = "completed";
   else if (status == "diverged") r.status = "diverged";
   else return damaged("result.json has no final status");
-  read_metric(j, p.config, metric, r);
+  try {
+    read_metric(j, p.config, metric, r);  // may rebuild the run's data to backfill the metric
+  } catch (const std::exception& e) {
+    return damaged(fmt::format("its {} cannot be computed: {}", metric, e.what()));
+  }
   read_events(run, j, status, r);
   return r;
 }

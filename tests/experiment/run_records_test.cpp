@@ -2,6 +2,7 @@
 #include "normlab/run_records.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -65,9 +66,6 @@ TEST(RunDir, EveryWayOfNotBeingAWholeRunIsNamed) {
     fs::remove(d / f);
     cases.push_back({d, std::string("has no ") + f});
   }
-  const fs::path added = finished_run(root / "added");
-  write(added / "notes.txt", "mine\n");
-  cases.push_back({added, "holds files train does not write"});
   for (const Case& c : cases) {
     const RunDir run(c.path.string());
     EXPECT_EQ(run.state(), RunDir::State::damaged) << c.path;
@@ -75,6 +73,19 @@ TEST(RunDir, EveryWayOfNotBeingAWholeRunIsNamed) {
     EXPECT_EQ(run.problem(), c.problem) << c.path;
     EXPECT_FALSE(is_finished_run(c.path.string())) << c.path;
   }
+}
+
+// A person's notes beside a run leave it a run (they only keep train --force from replacing it);
+// a FIFO where timing.jsonl was is not read (never waited on).
+TEST(RunDir, AddedFilesLeaveARunFinished) {
+  const fs::path run = finished_run(test::fresh_dir("rundir_added"));
+  write(run / "notes.txt", "mine\n");
+  fs::remove(run / "timing.jsonl");
+  ASSERT_EQ(::mkfifo((run / "timing.jsonl").c_str(), 0644), 0);
+  const RunDir r(run.string());
+  EXPECT_TRUE(r.finished()) << r.problem();
+  EXPECT_TRUE(r.timing().empty());
+  EXPECT_EQ(r.metrics().size(), 2u);
 }
 
 TEST(RunDir, ABadLineIsAnErrorNamingItExceptTheTornEndOfARunBeingWritten) {

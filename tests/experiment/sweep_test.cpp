@@ -1424,17 +1424,20 @@ TEST_F(SweepRun, DamagedRunsAreReportedNotCountedAsPending) {
   std::ofstream(b + "/result.json", std::ios::trunc) << "\x01garbage";
   fs::remove_all(c);
   std::ofstream(c) << "a file where a run directory was\n";
-  // Whole runs, but not as train leaves them: one without its records, one a person added to.
+  // One without its records is not a whole run; one a person added notes to still is.
   const std::string d = dir + "/runs/lr=1e-3/placement=post/seed=0", e = dir + "/runs/lr=1e-3/placement=post/seed=1";
   fs::remove(d + "/metrics.jsonl");
   std::ofstream(e + "/notes.txt") << "mine\n";
+  const std::string f = dir + "/runs/lr=1e-2/placement=pre/seed=0";
+  std::ofstream(f + "/result.json", std::ios::trunc) << "[1]\n";  // JSON, but no status
   CliResult r = run_cli({"sweep", "summarize", dir, "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   for (const char* point : {"lr=1e-3/placement=pre/seed=0", "lr=1e-3/placement=pre/seed=1", "lr=1e-2/placement=post/seed=0",
-                            "lr=1e-3/placement=post/seed=0", "lr=1e-3/placement=post/seed=1"})
+                            "lr=1e-3/placement=post/seed=0", "lr=1e-2/placement=pre/seed=0"})
     EXPECT_NE(r.err.find(point), std::string::npos) << point << " not reported: " << r.err;
   EXPECT_NE(r.err.find("has no metrics.jsonl"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("holds files train does not write"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("result.json has no final status"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lr=1e-3/placement=post/seed=1"), std::string::npos) << r.err;
   EXPECT_EQ(test::split_lines(r.err).size(), 5u) << r.err;
   json s = json::parse(r.out);
   EXPECT_EQ(s["counts"]["damaged"], 5) << s["counts"].dump();

@@ -32,7 +32,7 @@ class RunDir {
     absent,         // nothing at the path: a run not started (train renames a run into place whole)
     being_written,  // a <dir>.partial.<pid>: a trainer is writing it, or was until it was stopped
     damaged,        // something that is not a whole run; problem() says what
-    finished,       // config.json, result.json and metrics.jsonl, and only files train writes
+    finished,       // config.json, result.json and metrics.jsonl (files a person added beside them allowed)
   };
   explicit RunDir(std::string path);
 
@@ -49,7 +49,8 @@ class RunDir {
   std::string status() const;     // result.json's "status" ("ok", "diverged", "collapsed"; "" when absent)
   std::string config_text() const;
   TrainConfig config() const;     // config.json, as train would run it
-  // metrics.jsonl's records (none when there is no such file: a run that has not started).
+  // metrics.jsonl's records (none when there is no such file: a run that has not started; or when
+  // something else than a file is in its place, which is never waited on).
   std::vector<MetricsRecord> metrics() const;
   // timing.jsonl's records (none when there is no such file: a run from before it was written).
   std::vector<MetricsRecord> timing() const;
