@@ -199,7 +199,7 @@ int print_run(const SweepInvocation& inv, const SweepInvocationResult& r, const 
   if (r.report.signal) {
     std::fprintf(stderr, "sweep interrupted (%s): %zu finished, %zu interrupted, %zu not started; run the same command "
                  "again to resume\n", strsignal(r.report.signal), p.finished - p.interrupted, p.interrupted, p.total - p.finished);
-    return 128 + r.report.signal;
+    return exit_status(r.report);
   }
   std::cout << (g.json ? summary_json(r.summary) : summary_markdown(r.summary));
   if (!g.quiet) {
@@ -211,10 +211,10 @@ int print_run(const SweepInvocation& inv, const SweepInvocationResult& r, const 
                  p.skipped ? fmt::format("; {} skipped (started by another process of this shard)", p.skipped).c_str() : "",
                  dir.c_str(), own_cpu);
   }
-  if (p.failed == 0) return 0;
-  std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
-               p.failed, p.failed == 1 ? "" : "s", dir.c_str(), dir.c_str());
-  return 1;
+  if (p.failed)
+    std::fprintf(stderr, "%zu point%s failed: see %s/manifest.jsonl and %s/logs/; rerun the same command to retry them\n",
+                 p.failed, p.failed == 1 ? "" : "s", dir.c_str(), dir.c_str());
+  return exit_status(r.report);
 }
 
 int run_sweep_command(const SweepArgs& a, const GlobalOptions& g) {

@@ -425,6 +425,11 @@ class SweepScheduler {
 
 }  // namespace
 
+int exit_status(const SweepRunReport& r) {
+  if (r.signal) return 128 + r.signal;
+  return r.progress.failed ? 1 : 0;
+}
+
 SweepRunReport run_sweep(const SweepPlan& plan, const std::vector<size_t>& todo, const SweepRunOptions& opt,
                          const SweepCallbacks& cb) {
   check_run_options(opt);

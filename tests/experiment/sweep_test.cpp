@@ -97,12 +97,8 @@ SweepInvocation grid_sweep(const std::string& out) {
 
 SweepInvocationResult run_in_process(const SweepInvocation& inv) { return run_sweep_invocation(inv, {}, {}); }
 
-// The exit status `normlab sweep` gives a run (print_run): 128 + the signal that stopped it, 1 when
-// a point failed, else 0.
-int exit_status_of(const SweepInvocationResult& r) {
-  if (r.report.signal) return 128 + r.report.signal;
-  return r.report.progress.failed ? 1 : 0;
-}
+// The exit status the command gives such a run (the library's one definition).
+int exit_status(const SweepInvocationResult& r) { return normlab::exit_status(r.report); }
 
 // `normlab sweep summarize DIR --no-write [--brief]` with these options: the markdown it prints.
 std::string summary_md(const std::string& dir, const SummaryOptions& opt = {}, bool brief = false) {
@@ -516,7 +512,7 @@ TEST_F(SweepRun, DryRunOnAChangedSpecCountsWhatAForcedRunKeeps) {
   forced.request.axes[0] = "lr=1e-3,1e-2,1e30,3e-3";
   forced.force = true;
   const SweepInvocationResult run = run_in_process(forced);
-  ASSERT_EQ(exit_status_of(run), 0);
+  ASSERT_EQ(exit_status(run), 0);
   EXPECT_EQ(run.work.todo.size(), 4u);  // "4 to run, 12 already done"
   EXPECT_EQ(run.work.done, 12u);
 }
@@ -532,7 +528,7 @@ TEST(SweepSummaryZip, UnsetReferenceIsPairedWithEveryValue) {
     "grid": {"lr": [3e-2]}, "zip": {"precision": ["fp32", "bf16", "bf16"], "norm_compute": [null, "format", "fp32"]},
     "seeds": [0, 1], "summary": {"rows": "lr", "cols": ["precision", "norm_compute"], "paired": "precision=fp32"}})";
   const std::string dir = tmp / "s";
-  ASSERT_EQ(exit_status_of(run_in_process(sweep_of(dir, {}, {}, tmp / "spec.json"))), 0);
+  ASSERT_EQ(exit_status(run_in_process(sweep_of(dir, {}, {}, tmp / "spec.json"))), 0);
   EXPECT_TRUE(fs::exists(dir + "/runs/lr=0.03/precision=fp32/seed=0/result.json"));
   EXPECT_TRUE(fs::exists(dir + "/runs/lr=0.03/precision=bf16/norm_compute=fp32/seed=1/result.json"));
   const std::string md = summary_md(dir);
@@ -551,7 +547,7 @@ TEST(SweepSummaryZip, AnAxisZippedWithTheRowsNeedsNoPlace) {
     "eval_batches": 2, "lr": 3e-2}, "grid": {"placement": ["pre", "post"]}, "zip": {"d_model": [16, 32], "d_hidden": [32, 64]},
     "seeds": [0, 1], "summary": {"rows": "d_model", "cols": ["placement"], "paired": "placement=pre"}})";
   const std::string dir = tmp / "s";
-  ASSERT_EQ(exit_status_of(run_in_process(sweep_of(dir, {}, {}, tmp / "spec.json"))), 0);
+  ASSERT_EQ(exit_status(run_in_process(sweep_of(dir, {}, {}, tmp / "spec.json"))), 0);
   const SweepSummary s = summarize_sweep(dir, {});
   const std::string brief = summary_markdown(s, true);
   EXPECT_NE(brief.find("| d_model | placement=pre | placement=post |"), std::string::npos) << brief;
@@ -579,7 +575,7 @@ TEST(SweepSummaryNoRows, PairedOneAxisSweepHasNoBestAndShowsEveryCurve) {
   const SweepInvocation inv = sweep_of(dir, {"placement=pre,post", "seed=0,1"},
                                        {"layers=2", "d_model=16", "d_hidden=32", "steps=20", "eval_every=10",
                                         "batch_size=4", "eval_batches=2"});
-  ASSERT_EQ(exit_status_of(run_in_process(inv)), 0);
+  ASSERT_EQ(exit_status(run_in_process(inv)), 0);
   const SweepSummary s = summarize_sweep(dir, paired_on("placement=pre"));
   const std::string md = summary_markdown(s);
   EXPECT_EQ(md.find("**"), std::string::npos) << md;
@@ -837,7 +833,7 @@ TEST_F(SweepRun, RerunSkipsDoneAndDivergedPoints) {
   SweepInvocation rerun = grid_sweep(tmp / "s");
   rerun.rerun = parse_rerun("diverged");
   const SweepInvocationResult again = run_in_process(rerun);
-  ASSERT_EQ(exit_status_of(again), 0);
+  ASSERT_EQ(exit_status(again), 0);
   EXPECT_EQ(again.work.todo.size(), 4u);  // "4 to run, 8 already done"
   EXPECT_EQ(again.work.done, 8u);
   std::vector<json> m = manifest(tmp / "s");
@@ -895,7 +891,7 @@ TEST_F(SweepRun, TwoShardsMergeIntoTheUnshardedSummary) {
   SweepInvocation first = grid_sweep(dir);
   first.run.shard = parse_shard("0/2");
   const SweepInvocationResult r0 = run_in_process(first);
-  ASSERT_EQ(exit_status_of(r0), 0);
+  ASSERT_EQ(exit_status(r0), 0);
   EXPECT_EQ(r0.work.points, 6u);  // "6 points in shard 0/2"
   EXPECT_NE(summaries(dir), *ref_summary_);  // half the runs: a partial summary
   // shard 1 from the Slurm variables, as an array task gets it: through the command, which reads them
@@ -920,7 +916,7 @@ TEST_F(SweepRun, ChangedSpecIsRefusedUnlessForced) {
   EXPECT_EQ(count_events(manifest(tmp / "s"), "start"), 12u);
   changed.force = true;
   const SweepInvocationResult r = run_in_process(changed);
-  ASSERT_EQ(exit_status_of(r), 0);
+  ASSERT_EQ(exit_status(r), 0);
   EXPECT_EQ(r.work.todo.size(), 12u);  // "12 to run, 0 already done"
   EXPECT_EQ(r.work.done, 0u);
   json s = json::parse(slurp(tmp / "s/summary.json"));
@@ -1119,7 +1115,7 @@ TEST(SweepCollapsed, ShownAtItsStepNeverStableNeverBest) {
   TempDir tmp;
   const SweepInvocation inv = sweep_of(tmp / "s", {"placement=pre,post"},
                                        {"lr=1e-2", "layers=12", "init=torch", "steps=100", "eval_every=50", "eval_batches=2"});
-  ASSERT_EQ(exit_status_of(run_in_process(inv)), 0);
+  ASSERT_EQ(exit_status(run_in_process(inv)), 0);
   SweepSummary s = summarize_sweep(tmp / "s", {"placement", {}, "final_val_loss", "", {}});
   ASSERT_EQ(s.points, 2u);
   EXPECT_EQ(s.collapsed, 1u);
@@ -1453,7 +1449,7 @@ TEST(SweepFiles, AFifoInTheSweepIsNeverWaitedOn) {
   const std::string dir = tmp / "s";
   const SweepInvocation inv = sweep_of(
       dir, {"lr=1e-3"}, {"layers=1", "d_model=8", "d_hidden=8", "steps=4", "eval_every=2", "batch_size=2", "eval_batches=1"});
-  ASSERT_EQ(exit_status_of(run_in_process(inv)), 0);
+  ASSERT_EQ(exit_status(run_in_process(inv)), 0);
   const std::string metrics = dir + "/runs/base/metrics.jsonl";
   ASSERT_TRUE(fs::exists(metrics));
   fs::remove(metrics);

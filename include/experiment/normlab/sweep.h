@@ -200,6 +200,9 @@ struct SweepRunReport {
   SweepProgress progress;
   int signal = 0;  // SIGINT / SIGTERM / SIGHUP that stopped the sweep, 0 if it ran to the end
 };
+// The exit status of `normlab sweep` after such a run: 128 + the signal that stopped it, 1 when
+// a point failed, else 0.
+int exit_status(const SweepRunReport& r);
 
 // Runs the chosen points as child processes, `jobs` at once. SIGINT, SIGTERM and SIGHUP are forwarded
 // to the children, which end as interrupted; the call then returns promptly with report.signal set.
