@@ -8,7 +8,6 @@
 
 #include "normlab/error.h"
 #include "normlab/io.h"
-#include "normlab/run.h"
 
 namespace normlab {
 
@@ -96,12 +95,6 @@ json RunDir::result() const {
   NL_USAGE(!j.is_discarded(), "'{}' is not valid JSON (truncated, or overwritten)", shown(file("result.json"), 200));
   NL_USAGE(j.is_object(), "'{}' is not a JSON object", shown(file("result.json"), 200));
   return j;
-}
-
-std::string RunDir::status() const {
-  const json j = result();
-  const auto s = j.find("status");
-  return s != j.end() && s->is_string() ? s->get<std::string>() : "";
 }
 
 std::string RunDir::config_text() const { return read_file(file("config.json")); }

@@ -34,7 +34,7 @@ TEST(RunDir, AFinishedRunReadsItsFiles) {
   const RunDir run(finished_run(test::fresh_dir("rundir_finished")).string());
   ASSERT_EQ(run.state(), RunDir::State::finished) << run.problem();
   EXPECT_TRUE(run.finished());
-  EXPECT_EQ(run.status(), "diverged");
+  EXPECT_EQ(run.result()["status"], "diverged");
   EXPECT_EQ(run.result()["steps_done"], 20);
   EXPECT_EQ(run.config().steps, 20);
   const std::vector<MetricsRecord> m = run.metrics();

@@ -46,7 +46,6 @@ class RunDir {
   // train writes there.
   std::string result_text() const;
   nlohmann::json result() const;  // result.json, a JSON object
-  std::string status() const;     // result.json's "status" ("ok", "diverged", "collapsed"; "" when absent)
   std::string config_text() const;
   TrainConfig config() const;     // config.json, as train would run it
   // metrics.jsonl's records (none when there is no such file: a run that has not started; or when
