@@ -1,47 +1,37 @@
 // Each kernel's size contract, stated once: the Backend's non-virtual entries check the call's
 // tensors against the sizes its arguments imply, then call the backend's implementation
-// (backend.h). A tensor that fails names the backend, the kernel and the argument.
+// (backend.h); a kernel declared by its op (kernel.h) states its own with the same Contract. A
+// tensor that fails names the backend, the kernel and the argument.
 #include <fmt/format.h>
 
-#include "normlab/backend.h"
 #include "normlab/error.h"
+#include "normlab/kernel.h"
 
 namespace normlab {
 
+const Contract& Contract::need(const Tensor& t, const char* arg, int64_t numel) const {
+  NL_CHECK(t.defined(), "{} {}: {} is an undefined tensor", b_.name(), kernel_, arg);
+  NL_CHECK(t.device() == b_.device(), "{} {}: {} is on {}, the backend's device is {}", b_.name(), kernel_, arg,
+           device_name(t.device()), device_name(b_.device()));
+  NL_CHECK(t.numel() == numel, "{} {}: {} has shape {} ({} elements); the sizes imply {}", b_.name(), kernel_, arg,
+           shape_str(t.shape()), t.numel(), numel);
+  return *this;
+}
+
+const Contract& Contract::maybe(const Tensor& t, const char* arg, int64_t numel) const {
+  return t.defined() ? need(t, arg, numel) : *this;
+}
+
+const Contract& Contract::maybe(const Tensor* t, const char* arg, int64_t numel) const {
+  return t ? need(*t, arg, numel) : *this;
+}
+
+const Contract& Contract::holds(bool ok, const std::string& what) const {
+  NL_CHECK(ok, "{} {}: {}", b_.name(), kernel_, what);
+  return *this;
+}
+
 namespace {
-
-// One call's tensors, each against the number of elements the sizes imply.
-class Contract {
- public:
-  Contract(const Backend& b, const char* kernel) : b_(b), kernel_(kernel) {}
-
-  // A tensor the kernel reads or writes: defined, on the backend's device, numel elements.
-  const Contract& need(const Tensor& t, const char* arg, int64_t numel) const {
-    NL_CHECK(t.defined(), "{} {}: {} is an undefined tensor", b_.name(), kernel_, arg);
-    NL_CHECK(t.device() == b_.device(), "{} {}: {} is on {}, the backend's device is {}", b_.name(), kernel_, arg,
-             device_name(t.device()), device_name(b_.device()));
-    NL_CHECK(t.numel() == numel, "{} {}: {} has shape {} ({} elements); the sizes imply {}", b_.name(), kernel_, arg,
-             shape_str(t.shape()), t.numel(), numel);
-    return *this;
-  }
-  // An optional input (undefined: none).
-  const Contract& maybe(const Tensor& t, const char* arg, int64_t numel) const {
-    return t.defined() ? need(t, arg, numel) : *this;
-  }
-  // A gradient output the caller may decline (nullptr: not wanted).
-  const Contract& maybe(const Tensor* t, const char* arg, int64_t numel) const {
-    return t ? need(*t, arg, numel) : *this;
-  }
-  // A condition on the size arguments themselves.
-  const Contract& holds(bool ok, const std::string& what) const {
-    NL_CHECK(ok, "{} {}: {}", b_.name(), kernel_, what);
-    return *this;
-  }
-
- private:
-  const Backend& b_;
-  const char* kernel_;
-};
 
 int64_t batched(bool on, int64_t batch) { return on ? batch : 1; }
 
@@ -185,37 +175,6 @@ void Backend::rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, con
       .need(gamma, "gamma", d)
       .need(rstd, "rstd", n);
   rmsnorm_backward_impl(dx, dgamma, dy, x, gamma, rstd, n, d);
-}
-
-void Backend::seednorm_forward(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
-                               const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) {
-  Contract(*this, "seednorm_forward")
-      .need(y, "y", n * d)
-      .need(rstd, "rstd", n)
-      .need(t, "t", n)
-      .need(x, "x", n * d)
-      .need(gamma, "gamma", d)
-      .need(alpha, "alpha", d)
-      .need(beta, "beta", d);
-  seednorm_forward_impl(y, rstd, t, x, gamma, alpha, beta, n, d, eps);
-}
-
-void Backend::seednorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
-                                const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
-                                const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) {
-  Contract(*this, "seednorm_backward")
-      .maybe(dx, "dx", n * d)
-      .maybe(dgamma, "dgamma", d)
-      .maybe(dalpha, "dalpha", d)
-      .maybe(dbeta, "dbeta", d)
-      .need(dy, "dy", n * d)
-      .need(x, "x", n * d)
-      .need(gamma, "gamma", d)
-      .need(alpha, "alpha", d)
-      .need(beta, "beta", d)
-      .need(rstd, "rstd", n)
-      .need(t, "t", n);
-  seednorm_backward_impl(dx, dgamma, dalpha, dbeta, dy, x, gamma, alpha, beta, rstd, t, n, d);
 }
 
 // LayerNorm when beta (forward) or mean (backward) is defined, RMSNorm otherwise.

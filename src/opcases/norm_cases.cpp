@@ -5,6 +5,7 @@
 
 #include "cases_internal.h"
 #include "normlab/ops.h"
+#include "normlab/seednorm_kernel.h"
 
 namespace normlab::opcases::detail {
 
@@ -212,8 +213,8 @@ OpCase seednorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
   };
   c.outputs = {{"y", {n, d}, tol::kForward}, {"rstd", {n}, tol::kForward}, {"t", {n}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.seednorm_forward(t.at("y"), t.at("rstd"), t.at("t"), t.at("x"), t.at("gamma"), t.at("alpha"), t.at("beta"), n,
-                       d, kRmsEps);
+    run_kernel(b, SeedNormForward{t.at("y"), t.at("rstd"), t.at("t"), t.at("x"), t.at("gamma"), t.at("alpha"),
+                                  t.at("beta"), n, d, kRmsEps});
   };
   return c;
 }
@@ -222,7 +223,8 @@ OpCase seednorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
 void add_seednorm_statistics(Tensors& t, int64_t n, int64_t d) {
   auto f32 = [&](const char* name) { return t.at(name).to(DType::f32).to(DType::f64); };
   Tensor y = Tensor::zeros({n, d}, DType::f64), rstd = Tensor::zeros({n}, DType::f64), th = Tensor::zeros({n}, DType::f64);
-  backend("reference").seednorm_forward(y, rstd, th, f32("x"), f32("gamma"), f32("alpha"), f32("beta"), n, d, kRmsEps);
+  const Tensor x = f32("x"), gamma = f32("gamma"), alpha = f32("alpha"), beta = f32("beta");
+  run_kernel(backend("reference"), SeedNormForward{y, rstd, th, x, gamma, alpha, beta, n, d, kRmsEps});
   t.set("rstd", rstd);
   t.set("t", th);
 }
@@ -263,8 +265,8 @@ OpCase seednorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
                Output("dalpha", {d}, tol::kFullSum, true).per_column(seednorm_dalpha_sums),
                Output("dbeta", {d}, tol::kFullSum, true).per_column(seednorm_dbeta_sums)};
   c.call = [=](Backend& b, Tensors& t) {
-    b.seednorm_backward(t.out("dx"), t.out("dgamma"), t.out("dalpha"), t.out("dbeta"), t.at("dy"), t.at("x"),
-                        t.at("gamma"), t.at("alpha"), t.at("beta"), t.at("rstd"), t.at("t"), n, d);
+    run_kernel(b, SeedNormBackward{t.out("dx"), t.out("dgamma"), t.out("dalpha"), t.out("dbeta"), t.at("dy"), t.at("x"),
+                                   t.at("gamma"), t.at("alpha"), t.at("beta"), t.at("rstd"), t.at("t"), n, d});
   };
   return c;
 }

@@ -1,6 +1,7 @@
 // LayerNorm, RMSNorm and SeeDNorm over the last dimension, and the fused residual-add forms.
 // Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean). As the
 // composite (norm_compute format) the backward is the composite's own, op by op in the format.
+#include "normlab/seednorm_kernel.h"
 #include "op_common.h"
 
 namespace normlab {
@@ -111,12 +112,12 @@ Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_
   Tensor y = new_output(x.shape(), p, x);
   Tensor rstd = row_stat(x), t = row_stat(x);
   watch_norm_input(x, "seednorm");
-  backend_of(x).seednorm_forward(y, rstd, t, x, gamma, alpha, beta, n, d, eps);
+  run_kernel(backend_of(x), SeedNormForward{y, rstd, t, x, gamma, alpha, beta, n, d, eps});
   store(y, p, "seednorm", &rstd);
   if (needs_grad({&x, &gamma, &alpha, &beta}))
     record("seednorm", y, {x, gamma, alpha, beta},
            [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
-             backend_of(dy).seednorm_backward(g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d);
+             run_kernel(backend_of(dy), SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d});
            });
   return y;
 }

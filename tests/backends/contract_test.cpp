@@ -8,6 +8,8 @@
 
 #include "normlab/backend.h"
 #include "normlab/error.h"
+#include "normlab/kernel.h"
+#include "normlab/seednorm_kernel.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -61,6 +63,43 @@ TEST_P(KernelContract, AnUndefinedTensorOrAnotherDevicesIsRefused) {
   const std::string e3 = error_of([&] { b().channel_scale_forward(y, x, lambda, 2, 3, 2); });
   EXPECT_NE(e3.find("channel_scale_forward: lambda has 2 values, expected 3 (one per column) or 1"), std::string::npos)
       << e3;
+}
+
+// A kernel an op declares (kernel.h) is held to its own contract on every backend, before the
+// backend's implementation runs.
+TEST_P(KernelContract, ADeclaredKernelIsHeldToItsContract) {
+  Tensor y = t({4, 8}), rstd = t({4}), th = t({4}), x = t({4, 8}), gamma = t({8}), alpha = t({7}), beta = t({8});
+  const std::string e =
+      error_of([&] { run_kernel(b(), SeedNormForward{y, rstd, th, x, gamma, alpha, beta, 4, 8, 1e-6}); });
+  EXPECT_NE(e.find(b().name() + " seednorm_forward: alpha has shape (7,) (7 elements); the sizes imply 8"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(has_kernel("seednorm_forward", b()));
+  EXPECT_TRUE(has_kernel("seednorm_backward", b()));
+}
+
+// A kernel declared here and implemented on the reference backend only.
+struct NegateRows {
+  static constexpr const char* kName = "negate_rows_test";
+  Tensor& y;
+  const Tensor& x;
+  int64_t n;
+  void check(const Contract& c) const { c.need(y, "y", n).need(x, "x", n); }
+};
+void negate(Backend&, const NegateRows& a) {
+  for (int64_t i = 0; i < a.n; ++i) a.y.data<float>()[i] = -a.x.data<float>()[i];
+}
+NORMLAB_KERNEL(NegateRows, "reference", negate);
+
+TEST(KernelRegistry, RunsTheBackendsImplementationAndNamesAMissingOne) {
+  Tensor x = Tensor::from({1.0, -2.0, 3.0}, {3}), y = Tensor::zeros({3}, DType::f32);
+  run_kernel(backend("reference"), NegateRows{y, x, 3});
+  EXPECT_EQ(y.to_vector(), (std::vector<double>{-1.0, 2.0, -3.0}));
+  EXPECT_FALSE(has_kernel("negate_rows_test", backend("cpu")));
+  const std::string missing = error_of([&] { run_kernel(backend("cpu"), NegateRows{y, x, 3}); });
+  EXPECT_EQ(missing.rfind("cpu negate_rows_test: the backend has no implementation of this kernel", 0), 0u) << missing;
+  const std::string twice = error_of([&] { KernelRegistration<NegateRows>("reference", negate); });
+  EXPECT_EQ(twice.rfind("kernel negate_rows_test has two implementations on backend reference", 0), 0u) << twice;
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -65,11 +65,13 @@ struct KernelChoice {
 // The bounded function of an elementwise normalizer: tanh (DyT), erf (Derf).
 enum class Squash { tanh, erf };
 
-// Every kernel is a non-virtual entry that checks the call against the kernel's size contract
+// Every kernel here is a non-virtual entry that checks the call against the kernel's size contract
 // (each tensor defined where the kernel needs it, on the backend's device, holding the number of
 // elements its size arguments imply: stated once, in src/backend_api/kernel_contracts.cpp) and then
 // calls the backend's implementation, the private virtual <kernel>_impl. A backend checks only
-// what is its own: the dtypes it supports, values such as ids in range.
+// what is its own: the dtypes it supports, values such as ids in range. A newer op declares its
+// kernels itself, with their contract, and each backend registers its implementation beside the
+// kernel's code (kernel.h): SeeDNorm's are the first.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -140,17 +142,6 @@ class Backend {
   // g = dy*gamma; dx = rstd*(g - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat)
   void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
                         const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d);
-  // SeeDNorm (Cai et al. 2025): RMSNorm with a gain that depends on the row, c = gamma + alpha *
-  // tanh(x . beta) (gamma, alpha, beta: D values each). rstd as RMSNorm's; y = c * x * rstd.
-  // Saves rstd and t = tanh(x . beta), one per row each.
-  void seednorm_forward(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma, const Tensor& alpha,
-                        const Tensor& beta, int64_t n, int64_t d, double eps);
-  // g = dy, xhat = x*rstd, u = (1 - t^2) * sum(g*alpha*xhat): dx = rstd*(c*g - xhat*mean(c*g*xhat)) +
-  // u*beta; dgamma = sum_rows(g*xhat); dalpha = sum_rows(t*g*xhat); dbeta = sum_rows(u*x). Any of dx,
-  // dgamma, dalpha, dbeta may be nullptr.
-  void seednorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                         const Tensor& gamma, const Tensor& alpha, const Tensor& beta, const Tensor& rstd,
-                         const Tensor& t, int64_t n, int64_t d);
   // The norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute format;
   // precision.h, composite_norm_row: the definition), row by row: LayerNorm when beta is defined
   // (mean written), RMSNorm otherwise (mean undefined). x, gamma, beta hold values of `format`;
@@ -288,11 +279,6 @@ class Backend {
       int64_t d, double eps) = 0;
   virtual void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
       const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) = 0;
-  virtual void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
-      const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) = 0;
-  virtual void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
-      const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta, const Tensor& rstd,
-      const Tensor& t, int64_t n, int64_t d) = 0;
   virtual void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
       const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) = 0;
   virtual void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,

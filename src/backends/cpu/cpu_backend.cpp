@@ -7,24 +7,14 @@
 #include "kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "onednn.h"
+#include "tensor_args.h"
 
 namespace normlab {
 
 namespace {
 
-// The pointer of a float32 tensor, or a sentence saying what is wrong (its sizes and device are
-// the Backend entry's contract, checked before the call reaches this backend).
-float* f32(const Tensor& t, const char* what) {
-  NL_CHECK(t.dtype() == DType::f32,
-           "cpu backend: {} is {}; the cpu backend is float32 only (float64 runs on the "
-           "\"reference\" backend)",
-           what, to_string(t.dtype()));
-  return static_cast<float*>(t.raw());
-}
-
-float* f32_opt(Tensor* t, const char* what) {
-  return t ? f32(*t, what) : nullptr;
-}
+using cpu::f32;
+using cpu::f32_opt;
 
 // int32 ids (or targets) of n elements, each checked to lie in [0, limit).
 const int32_t* ids_in_range(const Tensor& t, const char* what, int64_t n, int64_t limit) {
@@ -161,20 +151,6 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm_backward_onepass(f32_opt(dx, "rmsnorm dx"), f32_opt(dgamma, "rmsnorm dgamma"),
                                   f32(dy, "rmsnorm dy"), f32(x, "rmsnorm x"),
                                   f32(gamma, "rmsnorm gamma"), f32(rstd, "rmsnorm rstd"), n, d);
-  }
-  void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
-                             const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) override {
-    cpu::seednorm_forward(f32(y, "seednorm y"), f32(rstd, "seednorm rstd"), f32(t, "seednorm t"), f32(x, "seednorm x"),
-                          f32(gamma, "seednorm gamma"), f32(alpha, "seednorm alpha"), f32(beta, "seednorm beta"), n, d,
-                          static_cast<float>(eps));
-  }
-  void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
-                              const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
-                              const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) override {
-    cpu::seednorm_backward(f32_opt(dx, "seednorm dx"), f32_opt(dgamma, "seednorm dgamma"),
-                           f32_opt(dalpha, "seednorm dalpha"), f32_opt(dbeta, "seednorm dbeta"), f32(dy, "seednorm dy"),
-                           f32(x, "seednorm x"), f32(gamma, "seednorm gamma"), f32(alpha, "seednorm alpha"),
-                           f32(beta, "seednorm beta"), f32(rstd, "seednorm rstd"), f32(t, "seednorm t"), n, d);
   }
   void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
                            const Tensor& beta, int64_t n, int64_t d, Squash f) override {

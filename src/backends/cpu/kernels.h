@@ -80,14 +80,6 @@ void cross_entropy_forward(float* loss, float* probs, const float* logits, const
 void cross_entropy_backward(float* dlogits, float dloss, const float* probs, const int32_t* targets,
                             int64_t n, int64_t v);
 
-// ---- SeeDNorm (seednorm.cpp) ------------------------------------------------------------------
-// Backend::seednorm_*, on raw arrays (the backward's outputs nullable).
-void seednorm_forward(float* y, float* rstd, float* t, const float* x, const float* gamma, const float* alpha,
-                      const float* beta, int64_t n, int64_t d, float eps);
-void seednorm_backward(float* dx, float* dgamma, float* dalpha, float* dbeta, const float* dy, const float* x,
-                       const float* gamma, const float* alpha, const float* beta, const float* rstd, const float* t,
-                       int64_t n, int64_t d);
-
 // ---- the channel scale (squash_kernels.cpp; DyT and Derf: cpu_kernels.h) --------------------------
 // Backend::channel_scale_*, on raw arrays (dx and dlambda nullable).
 void channel_scale_forward(float* y, const float* x, const float* lambda, int64_t n, int64_t d, int64_t c);

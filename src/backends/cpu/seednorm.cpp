@@ -9,9 +9,10 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels.h"
+#include "normlab/seednorm_kernel.h"
 #include "parallel.h"
 #include "simd.h"
+#include "tensor_args.h"
 
 namespace normlab::cpu {
 
@@ -73,8 +74,6 @@ void seednorm_backward_row(float* dx, float* pg, float* pa, float* pb, const flo
   });
 }
 
-}  // namespace
-
 void seednorm_forward(float* y, float* rstd, float* t, const float* x, const float* gamma, const float* alpha,
                       const float* beta, int64_t n, int64_t d, float eps) {
   parallel_for(n, n * d * 4, [&](int64_t i) {
@@ -125,5 +124,23 @@ void seednorm_backward(float* dx, float* dgamma, float* dalpha, float* dbeta, co
     if (dbeta) dbeta[j] = static_cast<float>(sb);
   }
 }
+
+void forward(Backend&, const SeedNormForward& a) {
+  seednorm_forward(f32(a.y, "seednorm y"), f32(a.rstd, "seednorm rstd"), f32(a.t, "seednorm t"),
+                   f32(a.x, "seednorm x"), f32(a.gamma, "seednorm gamma"), f32(a.alpha, "seednorm alpha"),
+                   f32(a.beta, "seednorm beta"), a.n, a.d, static_cast<float>(a.eps));
+}
+
+void backward(Backend&, const SeedNormBackward& a) {
+  seednorm_backward(f32_opt(a.dx, "seednorm dx"), f32_opt(a.dgamma, "seednorm dgamma"),
+                    f32_opt(a.dalpha, "seednorm dalpha"), f32_opt(a.dbeta, "seednorm dbeta"), f32(a.dy, "seednorm dy"),
+                    f32(a.x, "seednorm x"), f32(a.gamma, "seednorm gamma"), f32(a.alpha, "seednorm alpha"),
+                    f32(a.beta, "seednorm beta"), f32(a.rstd, "seednorm rstd"), f32(a.t, "seednorm t"), a.n, a.d);
+}
+
+}  // namespace
+
+NORMLAB_KERNEL(SeedNormForward, "cpu", forward);
+NORMLAB_KERNEL(SeedNormBackward, "cpu", backward);
 
 }  // namespace normlab::cpu

@@ -20,6 +20,7 @@
 #include "flavor.h"
 #include "kernels.h"
 #include "module.h"
+#include "tensor_args.h"
 #include "normlab/error.h"
 
 namespace normlab {
@@ -110,82 +111,17 @@ void cuda::require_device() {
 
 namespace {
 
-// ---- argument checks ----------------------------------------------------------------------------
-// A data array: float32, bf16 or fp16 storage (its sizes and device are the Backend entry's
-// contract, checked before the call reaches this backend).
-void expect(const char* kernel, const char* arg, const Tensor& t) {
-  NL_CHECK(t.dtype() == DType::f32 || is_16bit(t.dtype()),
-           "cuda {}: {} is {}; the cuda backend takes float32, bfloat16 and float16", kernel, arg,
-           to_string(t.dtype()));
-}
-void expect(const char* kernel, const char* arg, const Tensor* t) {
-  if (t) expect(kernel, arg, *t);
-}
-// An array that is float32 in every precision: statistics, probabilities, parameters.
-void expect_f32(const char* kernel, const char* arg, const Tensor& t) {
-  NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; it is float32 in every precision", kernel, arg,
-           to_string(t.dtype()));
-}
-void expect_f32(const char* kernel, const char* arg, const Tensor* t) {
-  if (t) expect_f32(kernel, arg, *t);
-}
-// Arrays a kernel reads and writes in one storage type (a norm's x, y, dy, dx).
-void expect_same_storage(const char* kernel, const char* arg, const Tensor* t, const char* ref_arg, const Tensor& ref) {
-  NL_CHECK(!t || t->dtype() == ref.dtype(), "cuda {}: {} is {} but {} is {}", kernel, arg,
-           to_string(t ? t->dtype() : ref.dtype()), ref_arg, to_string(ref.dtype()));
-}
-float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
-float* fp(Tensor* t) { return t ? static_cast<float*>(t->raw()) : nullptr; }
-const float* fp_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
-
-cuda::In arr_in(const Tensor& t) { return t.defined() ? cuda::In(t.raw(), format_of_dtype(t.dtype())) : cuda::In(); }
-cuda::Out arr_out(const Tensor& t) { return t.defined() ? cuda::Out(t.raw(), format_of_dtype(t.dtype())) : cuda::Out(); }
-cuda::Out arr_out(Tensor* t) { return t ? arr_out(*t) : cuda::Out(); }
-template <class T>
-T* ptr(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.raw()) : nullptr;
-}
-template <class T>
-T* ptr(Tensor* t) {
-  return t ? static_cast<T*>(t->raw()) : nullptr;
-}
-
-// The kernel template for x's storage type: f(float{}), f(__nv_bfloat16{}) or f(__half{}).
-template <class F>
-void with_storage(DType t, F&& f) {
-  if (t == DType::bf16) f(__nv_bfloat16{});
-  else if (t == DType::f16) f(__half{});
-  else f(float{});
-}
-
-// t in `dtype`'s storage: t itself, or a float32 copy of a 16-bit t from the device arena (a bf16
-// gamma cast from its parameter beside a float32 residual stream's row: exact). Narrowing would
-// round: the ops never ask for it.
-Tensor in_storage(const Tensor& t, DType dtype) {
-  if (!t.defined() || t.dtype() == dtype) return t;
-  NL_CHECK(dtype == DType::f32 && is_16bit(t.dtype()), "cuda: a {} parameter beside {} rows", to_string(t.dtype()),
-           to_string(dtype));
-  Tensor c = Tensor::empty(t.shape(), dtype, t.device());
-  cuda::convert(arr_out(c), arr_in(t), t.numel());
-  return c;
-}
-
-// A float32 output of a kernel (dgamma, dbias): the tensor itself, or a float32 stand-in from
-// the device arena converted into it by finish() (rounded once, as the gradient's store would).
-class F32Out {
- public:
-  explicit F32Out(Tensor* t) : target_(t) {
-    if (t && t->dtype() != DType::f32) stand_in_ = Tensor::empty(t->shape(), DType::f32, t->device());
-  }
-  float* get() const { return stand_in_.defined() ? fp(stand_in_) : fp(target_); }
-  void finish() {
-    if (stand_in_.defined()) cuda::convert(arr_out(target_), cuda::In(fp(stand_in_)), target_->numel());
-  }
-
- private:
-  Tensor* target_;
-  Tensor stand_in_;
-};
+using cuda::arr_in;
+using cuda::arr_out;
+using cuda::expect;
+using cuda::expect_f32;
+using cuda::expect_same_storage;
+using cuda::F32Out;
+using cuda::fp;
+using cuda::fp_or_null;
+using cuda::in_storage;
+using cuda::ptr;
+using cuda::with_storage;
 
 cudaDataType_t blas_type(DType t) {
   if (t == DType::bf16) return CUDA_R_16BF;
@@ -496,37 +432,6 @@ class CudaBackend final : public Backend {
                                 n, d, work);
     });
     dg.finish();
-  }
-
-  void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
-                             const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) override {
-    const char* kn = "seednorm_forward";
-    for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &y}, {"x", &x}, {"gamma", &gamma},
-                                      {"alpha", &alpha}, {"beta", &beta}})
-      expect(kn, arg, *tensor);
-    expect_f32(kn, "rstd", rstd);
-    expect_f32(kn, "t", t);
-    cuda::seednorm_forward(arr_out(y), fp(rstd), fp(t), arr_in(x), arr_in(gamma), arr_in(alpha), arr_in(beta), n, d,
-                           static_cast<float>(eps));
-  }
-
-  void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
-                              const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
-                              const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) override {
-    const char* kn = "seednorm_backward";
-    for (const auto& [arg, tensor] :
-         {std::pair<const char*, const Tensor*>{"dx", dx}, {"dy", &dy}, {"x", &x}, {"gamma", &gamma}, {"alpha", &alpha},
-          {"beta", &beta}, {"dgamma", dgamma}, {"dalpha", dalpha}, {"dbeta", dbeta}})
-      expect(kn, arg, tensor);
-    expect_f32(kn, "rstd", rstd);
-    expect_f32(kn, "t", t);
-    F32Out dg(dgamma), da(dalpha), db(dbeta);
-    float* work = work_floats(cuda::seednorm_work(n, d), kn);
-    cuda::seednorm_backward(arr_out(dx), dg.get(), da.get(), db.get(), arr_in(dy), arr_in(x), arr_in(gamma),
-                            arr_in(alpha), arr_in(beta), fp(rstd), fp(t), n, d, work);
-    dg.finish();
-    da.finish();
-    db.finish();
   }
 
   void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
@@ -859,6 +764,8 @@ class CudaBackend final : public Backend {
     }
     return work_;
   }
+  // cuda::work_floats: a registered kernel's workspace.
+  friend float* cuda::work_floats(Backend& b, int64_t count, const char* kernel);
   float* work_floats(int64_t count, const char* kn) {
     return static_cast<float*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float), kn));
   }
@@ -896,6 +803,10 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> cuda::make_backend() { return std::make_unique<CudaBackend>(); }
+
+float* cuda::work_floats(Backend& b, int64_t count, const char* kernel) {
+  return dynamic_cast<CudaBackend&>(b).work_floats(count, kernel);
+}
 
 void cuda::set_tf32(bool on) { g_tf32.store(on); }
 bool cuda::tf32() { return g_tf32.load(); }

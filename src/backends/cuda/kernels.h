@@ -105,14 +105,6 @@ int64_t column_work(int64_t rows, int64_t cols);
 template <class T>
 void sum_rows(float* out, const T* x, int64_t rows, int64_t cols, float* work);
 
-// ---- seednorm.cu: SeeDNorm, N rows of D --------------------------------------------------------
-// Backend::seednorm_*: x, y, dy, dx of any storage; gamma, alpha, beta read as In; rstd, t and the
-// parameter gradients float32 (nullable). `work` holds seednorm_work(n, d) floats.
-int64_t seednorm_work(int64_t rows, int64_t cols);
-void seednorm_forward(Out y, float* rstd, float* t, In x, In gamma, In alpha, In beta, int64_t n, int64_t d, float eps);
-void seednorm_backward(Out dx, float* dgamma, float* dalpha, float* dbeta, In dy, In x, In gamma, In alpha, In beta,
-                       const float* rstd, const float* t, int64_t n, int64_t d, float* work);
-
 // ---- squash.cu: DyT / Derf (f = 0 tanh, 1 erf) and the channel scale, N rows of D -------------
 // Backend::squash_* / channel_scale_*: x, dy, dx, y of either storage; alpha, shift, gamma, beta,
 // lambda read as In; the parameter gradients float32. `work` holds squash_work(n, d) (or

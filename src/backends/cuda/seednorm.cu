@@ -4,6 +4,9 @@
 // columns of a chunk of rows, as squash.cu), added by column_final in order: deterministic, no
 // atomics. Arrays of any storage (In / Out), statistics and parameter gradients float32.
 #include "columns.h"
+#include "flavor.h"
+#include "normlab/seednorm_kernel.h"
+#include "tensor_args.h"
 
 namespace normlab::cuda {
 
@@ -96,8 +99,6 @@ __global__ void seednorm_partial_kernel(float* part_g, float* part_a, float* par
   }
 }
 
-}  // namespace
-
 int64_t seednorm_work(int64_t rows, int64_t cols) {
   int64_t rpc = 0;
   return 3 * column_chunks(rows, rpc) * cols + rows;
@@ -135,5 +136,36 @@ void seednorm_backward(Out dx, float* dgamma, float* dalpha, float* dbeta, In dy
   if (dgamma || dalpha) column_final(dgamma, dalpha, part_g, part_a, chunks, d, "seednorm_backward");
   if (dbeta) column_final(dbeta, nullptr, part_b, nullptr, chunks, d, "seednorm_backward");
 }
+
+void forward(Backend&, const SeedNormForward& a) {
+  for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &a.y}, {"x", &a.x}, {"gamma", &a.gamma},
+                                    {"alpha", &a.alpha}, {"beta", &a.beta}})
+    expect(a.kName, arg, *tensor);
+  expect_f32(a.kName, "rstd", a.rstd);
+  expect_f32(a.kName, "t", a.t);
+  seednorm_forward(arr_out(a.y), fp(a.rstd), fp(a.t), arr_in(a.x), arr_in(a.gamma), arr_in(a.alpha), arr_in(a.beta),
+                   a.n, a.d, static_cast<float>(a.eps));
+}
+
+void backward(Backend& b, const SeedNormBackward& a) {
+  for (const auto& [arg, tensor] :
+       {std::pair<const char*, const Tensor*>{"dx", a.dx}, {"dy", &a.dy}, {"x", &a.x}, {"gamma", &a.gamma},
+        {"alpha", &a.alpha}, {"beta", &a.beta}, {"dgamma", a.dgamma}, {"dalpha", a.dalpha}, {"dbeta", a.dbeta}})
+    expect(a.kName, arg, tensor);
+  expect_f32(a.kName, "rstd", a.rstd);
+  expect_f32(a.kName, "t", a.t);
+  F32Out dg(a.dgamma), da(a.dalpha), db(a.dbeta);
+  float* work = work_floats(b, seednorm_work(a.n, a.d), a.kName);
+  seednorm_backward(arr_out(a.dx), dg.get(), da.get(), db.get(), arr_in(a.dy), arr_in(a.x), arr_in(a.gamma),
+                    arr_in(a.alpha), arr_in(a.beta), fp(a.rstd), fp(a.t), a.n, a.d, work);
+  dg.finish();
+  da.finish();
+  db.finish();
+}
+
+}  // namespace
+
+NORMLAB_KERNEL(SeedNormForward, kBackendName, forward);
+NORMLAB_KERNEL(SeedNormBackward, kBackendName, backward);
 
 }  // namespace normlab::cuda

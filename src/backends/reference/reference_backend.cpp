@@ -5,42 +5,16 @@
 #include "normlab/reference_backend.h"
 
 #include "normlab/reference_kernels.h"
+#include "reference_args.h"
 
 namespace normlab {
 
 namespace {
 
-// Calls f(T{}) with T the C++ type of a floating dtype, so that each kernel is dispatched in one
-// line: dispatch(x.dtype(), "kernel", [&](auto tag) { using T = decltype(tag); ... }).
-template <class F>
-void dispatch(DType dtype, const char* kernel, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      f(float{});
-      return;
-    case DType::f64:
-      f(double{});
-      return;
-    case DType::i32:
-    case DType::bf16:
-    case DType::f16:
-      break;
-  }
-  NL_CHECK(false, "reference {}: dtype {} is not supported (f32 or f64)", kernel,
-           to_string(dtype));
-}
-
-// One tensor argument of a call: of the call's dtype (its sizes and device are the Backend
-// entry's contract, checked before the call reaches this backend).
-void expect(const char* kernel, const char* arg, const Tensor& t, DType dtype) {
-  NL_CHECK(t.dtype() == dtype, "reference {}: {} is {} but the call's dtype is {}", kernel, arg,
-           to_string(t.dtype()), to_string(dtype));
-}
-
-// A nullable gradient output: checked when present.
-void expect(const char* kernel, const char* arg, const Tensor* t, DType dtype) {
-  if (t) expect(kernel, arg, *t, dtype);
-}
+using reference::cptr;
+using reference::dispatch;
+using reference::expect;
+using reference::ptr;
 
 // Token ids or targets: int32, n of them, each in [0, v).
 void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t n, int64_t v) {
@@ -49,17 +23,6 @@ void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t 
   for (int64_t i = 0; i < n; ++i)
     NL_CHECK(p[i] >= 0 && p[i] < v, "reference {}: {}[{}] = {} is outside [0, {})", kernel, arg, i,
              p[i], v);
-}
-
-template <class T>
-T* ptr(Tensor* t) {
-  return t ? t->data<T>() : nullptr;
-}
-
-// An optional input (undefined: nullptr).
-template <class T>
-const T* cptr(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
 }
 
 class ReferenceBackend final : public Backend {
@@ -360,36 +323,6 @@ class ReferenceBackend final : public Backend {
       using T = decltype(tag);
       rmsnorm_backward_ref(ptr<T>(dx), ptr<T>(dgamma), dy.data<T>(), x.data<T>(), gamma.data<T>(),
                            rstd.data<T>(), n, d);
-    });
-  }
-
-  void seednorm_forward_impl(Tensor& y, Tensor& rstd, Tensor& t, const Tensor& x, const Tensor& gamma,
-                             const Tensor& alpha, const Tensor& beta, int64_t n, int64_t d, double eps) override {
-    const char* kn = "seednorm_forward";
-    const DType dt = x.dtype();
-    for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &y}, {"rstd", &rstd}, {"t", &t},
-                                      {"gamma", &gamma}, {"alpha", &alpha}, {"beta", &beta}})
-      expect(kn, arg, *tensor, dt);
-    dispatch(dt, kn, [&](auto tag) {
-      using T = decltype(tag);
-      seednorm_forward_ref(y.data<T>(), rstd.data<T>(), t.data<T>(), x.data<T>(), gamma.data<T>(), alpha.data<T>(),
-                           beta.data<T>(), n, d, eps);
-    });
-  }
-
-  void seednorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dalpha, Tensor* dbeta, const Tensor& dy,
-                              const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
-                              const Tensor& rstd, const Tensor& t, int64_t n, int64_t d) override {
-    const char* kn = "seednorm_backward";
-    const DType dt = x.dtype();
-    for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"dy", &dy}, {"gamma", &gamma},
-                                      {"alpha", &alpha}, {"beta", &beta}, {"rstd", &rstd}, {"t", &t}, {"dx", dx},
-                                      {"dgamma", dgamma}, {"dalpha", dalpha}, {"dbeta", dbeta}})
-      expect(kn, arg, tensor, dt);
-    dispatch(dt, kn, [&](auto tag) {
-      using T = decltype(tag);
-      seednorm_backward_ref(ptr<T>(dx), ptr<T>(dgamma), ptr<T>(dalpha), ptr<T>(dbeta), dy.data<T>(), x.data<T>(),
-                            gamma.data<T>(), alpha.data<T>(), beta.data<T>(), rstd.data<T>(), t.data<T>(), n, d);
     });
   }
 

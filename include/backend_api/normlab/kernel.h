@@ -1,0 +1,82 @@
+// Kernels declared by their op, not by a virtual entry of Backend: an op's kernel is a struct of
+// its arguments with its size contract (`check`), declared once in backend_api
+// (normlab/seednorm_kernel.h is the pattern), and each backend registers its implementation in
+// the file that holds the kernel's code (NORMLAB_KERNEL). A new op then touches its own files
+// only: no shared interface, no list of kernels per backend.
+//
+//   struct ScaleRows {                          // the kernel: its arguments and their contract
+//     static constexpr const char* kName = "scale_rows";
+//     Tensor& y; const Tensor& x; int64_t n, d;
+//     void check(const Contract& c) const { c.need(y, "y", n * d).need(x, "x", n * d); }
+//   };
+//   run_kernel(backend_of(x), ScaleRows{y, x, n, d});            // the op's call
+//   NORMLAB_KERNEL(ScaleRows, "cpu", [](Backend&, const ScaleRows& a) { ... });  // a backend's
+//
+// run_kernel checks the contract, then calls the implementation registered under the backend's
+// name(); a backend without one is an Error naming both. Implementations register while the
+// program (or a CUDA module) is loaded; the backends' static libraries are linked whole for it
+// (CMakeLists.txt), so that a kernel file nothing else names is not left out.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "normlab/backend.h"
+
+namespace normlab {
+
+// One call's tensors, each against the number of elements the sizes imply. A tensor that fails
+// names the backend, the kernel and the argument.
+class Contract {
+ public:
+  Contract(const Backend& b, const char* kernel) : b_(b), kernel_(kernel) {}
+  // A tensor the kernel reads or writes: defined, on the backend's device, numel elements.
+  const Contract& need(const Tensor& t, const char* arg, int64_t numel) const;
+  // An optional input (undefined: none).
+  const Contract& maybe(const Tensor& t, const char* arg, int64_t numel) const;
+  // A gradient output the caller may decline (nullptr: not wanted).
+  const Contract& maybe(const Tensor* t, const char* arg, int64_t numel) const;
+  // A condition on the size arguments themselves.
+  const Contract& holds(bool ok, const std::string& what) const;
+
+ private:
+  const Backend& b_;
+  const char* kernel_;
+};
+
+namespace kernel_registry {
+// An implementation with its type erased: void (*)(Backend&, const K&) for its kernel K.
+using Erased = void (*)();
+// Throws Error when `backend` already has an implementation of `kernel`.
+void add(const char* kernel, const char* backend, Erased impl);
+// Throws Error naming the backend and the kernel when there is none.
+Erased find(const char* kernel, const Backend& b);
+}  // namespace kernel_registry
+
+// Whether backend `b` implements kernel K.
+bool has_kernel(const char* kernel, const Backend& b);
+
+template <class K>
+void run_kernel(Backend& b, const K& call) {
+  call.check(Contract(b, K::kName));
+  using Impl = void (*)(Backend&, const K&);
+  reinterpret_cast<Impl>(kernel_registry::find(K::kName, b))(b, call);
+}
+
+// Registers `impl` as backend `backend`'s implementation of K when constructed (a static object:
+// NORMLAB_KERNEL).
+template <class K>
+struct KernelRegistration {
+  KernelRegistration(const char* backend, void (*impl)(Backend&, const K&)) {
+    kernel_registry::add(K::kName, backend, reinterpret_cast<kernel_registry::Erased>(impl));
+  }
+};
+
+#define NORMLAB_KERNEL_CAT2(a, b) a##b
+#define NORMLAB_KERNEL_CAT(a, b) NORMLAB_KERNEL_CAT2(a, b)
+// Kernel K's implementation on the backend named `backend`: a function or a lambda without
+// captures taking (Backend&, const K&).
+#define NORMLAB_KERNEL(K, backend, impl)                                                          \
+  static const ::normlab::KernelRegistration<K> NORMLAB_KERNEL_CAT(normlab_kernel_, __LINE__)( \
+      backend, impl)
+
+}  // namespace normlab

@@ -1,0 +1,52 @@
+// The implementations of the kernels that ops declare (kernel.h), by kernel and backend name.
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "normlab/error.h"
+#include "normlab/kernel.h"
+
+namespace normlab {
+
+namespace {
+
+struct Implementations {
+  // Written while the program or a CUDA module loads, read by every call: a CUDA module may be
+  // loaded (by its backend's first lookup) while another thread runs kernels.
+  std::mutex mutex;
+  std::map<std::pair<std::string, std::string>, kernel_registry::Erased> by_kernel_and_backend;
+};
+
+Implementations& implementations() {
+  static Implementations r;
+  return r;
+}
+
+}  // namespace
+
+void kernel_registry::add(const char* kernel, const char* backend, Erased impl) {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const bool fresh = r.by_kernel_and_backend.emplace(std::make_pair(kernel, backend), impl).second;
+  NL_CHECK(fresh, "kernel {} has two implementations on backend {}", kernel, backend);
+}
+
+kernel_registry::Erased kernel_registry::find(const char* kernel, const Backend& b) {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.by_kernel_and_backend.find({kernel, b.name()});
+  NL_CHECK(it != r.by_kernel_and_backend.end(), "{} {}: the backend has no implementation of this kernel", b.name(),
+           kernel);
+  return it->second;
+}
+
+bool has_kernel(const char* kernel, const Backend& b) {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.by_kernel_and_backend.count({kernel, b.name()}) > 0;
+}
+
+}  // namespace normlab
