@@ -17,6 +17,7 @@
 #include "bench_internal.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/opcases.h"
 #include "normlab/cpu_backend.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/parse.h"
@@ -115,42 +116,64 @@ Stats summarize(std::vector<double> v) {
 
 // ---- sizes --------------------------------------------------------------------------------
 
+namespace {
+
+// One tensor of an op case, measured on the case made at 1 and at 2 rows: the elements it has per
+// row (d for an N x D array, 1 for a row statistic, 0 for a parameter) and besides the rows.
+struct TensorSize {
+  std::string name;
+  int64_t per_row = 0, fixed = 0;
+  bool stored = false;  // held in the run's 16-bit format when it has one (OpCase::stored)
+};
+
+std::vector<TensorSize> tensor_sizes(const std::string& op, int64_t d) {
+  auto numels = [&](int64_t rows) {
+    const opcases::OpCase& c = opcases::find_case(fmt::format("{} rows={} d={}", op, rows, d));
+    std::vector<std::pair<std::string, int64_t>> out;
+    const opcases::Tensors inputs = c.inputs();
+    for (const auto& [name, t] : inputs.items()) out.emplace_back(name, t.numel());
+    for (const opcases::Output& o : c.outputs) out.emplace_back(o.name, shape_numel(o.shape));
+    return std::make_pair(out, c.stored);
+  };
+  const auto [one, stored] = numels(1);
+  const auto two = numels(2).first;
+  NL_CHECK(one.size() == two.size(), "op case {}: its tensors depend on its rows", op);
+  std::vector<TensorSize> sizes;
+  for (size_t i = 0; i < one.size(); ++i) {
+    TensorSize t;
+    t.name = one[i].first;
+    t.per_row = two[i].second - one[i].second;
+    t.fixed = one[i].second - t.per_row;
+    t.stored = std::find(stored.begin(), stored.end(), t.name) != stored.end();
+    sizes.push_back(t);
+  }
+  return sizes;
+}
+
+// The op case a row of `bench norms` times: "copy", or the norm's pass ("rmsnorm_bwd").
+std::string op_of(const std::string& norm, const std::string& pass) {
+  if (norm == "copy" || pass == "copy") return "copy";
+  const std::string op = detail::norm_op(parse_kind<NormKind>(norm), parse_kind<Pass>(pass));
+  NL_CHECK(!op.empty(), "bench norms: {} has no op case for its {} pass", norm, pass);
+  return op;
+}
+
+}  // namespace
+
 int64_t norm_parameters(const std::string& norm, int64_t d) {
-  if (norm == "layernorm") return 2 * d;
-  if (norm == "rmsnorm") return d;
-  if (norm == "dyt") return 2 * d + 1;   // gamma, beta, alpha
-  if (norm == "derf") return 2 * d + 2;  // gamma, beta, alpha, shift
-  if (norm == "seednorm") return 3 * d;  // gamma, alpha, beta
-  return 0;
+  int64_t n = 0;
+  for (const TensorSize& t : tensor_sizes(op_of(norm, "fwd"), d))
+    if (t.per_row == 0) n += t.fixed;
+  return n;
 }
 
 ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes) {
-  constexpr int64_t f = 4;  // sizeof(float): statistics, dgamma, dbeta
-  const int64_t e = stored_bytes;
-  const int64_t nd = s.numel(), n = s.rows(), d = s.d;
-  const bool ln = norm == "layernorm";
   ByteCount b;
-  if (norm == "dyt" || norm == "derf") {  // no statistics: gamma and beta (and alpha) read; dgamma, dbeta written
-    b.data = (pass == "bwd" ? 3 : pass == "addfwd" ? 4 : 2) * nd * e;
-    b.params = 2 * d * e + (pass == "bwd" ? 2 * d * f : 0);
-    return b;
-  }
-  if (norm == "seednorm") {  // RMSNorm's arrays; gamma, alpha, beta read; rstd and tanh(x . beta) per row
-    b.data = (pass == "bwd" ? 3 : 2) * nd * e;
-    b.params = 3 * d * e + (pass == "bwd" ? 3 * d * f : 0);
-    b.stats = 2 * n * f;
-    return b;
-  }
-  if (pass == "copy" || norm == "copy") {
-    b.data = 2 * nd * e;  // src read, dst written
-  } else if (pass == "fwd" || pass == "addfwd") {
-    b.data = (pass == "fwd" ? 2 : 4) * nd * e;  // x read, y written; addfwd: a, b read, s, y written
-    b.params = (ln ? 2 : 1) * d * e;    // gamma (+ beta) read
-    b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd written
-  } else {
-    b.data = 3 * nd * e;                // x, dy read, dx written
-    b.params = d * e + (ln ? 2 : 1) * d * f;  // gamma read; dgamma (+ dbeta) written
-    b.stats = (ln ? 2 : 1) * n * f;     // mean (+) rstd read
+  for (const TensorSize& t : tensor_sizes(op_of(norm, pass), s.d)) {
+    // The copy's arrays and what a case stores in the format take stored_bytes; the rest float32.
+    const int64_t bytes = (t.stored || norm == "copy") ? stored_bytes : 4;
+    const int64_t count = (t.per_row * s.rows() + t.fixed) * bytes;
+    (t.per_row == 0 ? b.params : t.per_row == 1 ? b.stats : b.data) += count;
   }
   return b;
 }

@@ -260,15 +260,21 @@ Table summary_table(const NormReport& r) {
                right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
                right("RMS vs unfused")};
   if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
-  // The other norms' columns (DyT, Derf, SeeDNorm: each one's GB/s and its speed against RMSNorm)
-  // only where they ran, so that the LayerNorm/RMSNorm table reads as before.
+  // The other norms' columns (DyT, Derf, SeeDNorm, ...: each one's GB/s and its speed against
+  // RMSNorm) only where they ran, so that the LayerNorm/RMSNorm table reads as before.
   std::vector<std::pair<std::string, std::string>> others;  // (norm, its label)
-  for (const auto& [norm, label] : {std::pair<const char*, const char*>{"dyt", "DyT"}, {"derf", "Derf"}, {"seednorm", "SeeD"}})
-    if (std::any_of(r.rows.begin(), r.rows.end(), [n = std::string(norm)](const NormRow& x) { return x.norm == n; })) {
+  for (const EnumName& n : enum_names<NormKind>().names) {
+    const std::string norm = n.name;
+    if (norm == "layernorm" || norm == "rmsnorm") continue;
+    if (std::any_of(r.rows.begin(), r.rows.end(), [&](const NormRow& x) { return x.norm == norm; })) {
+      // The name its help phrase starts with: "DyT (Zhu et al. 2025): ..." is DyT.
+      const std::string help = n.help;
+      const std::string label = help.substr(0, help.find_first_of(" :"));
       others.emplace_back(norm, label);
-      t.columns.push_back(right((std::string(label) + " fused GB/s").c_str()));
-      t.columns.push_back(right((std::string(label) + " speed vs RMS").c_str()));
+      t.columns.push_back(right((label + " fused GB/s").c_str()));
+      t.columns.push_back(right((label + " speed vs RMS").c_str()));
     }
+  }
   const bool narrow = any_narrow(r);
   if (narrow) t.columns.insert(t.columns.begin() + 2, left("dtype"));
   std::set<std::string> done;

@@ -1,12 +1,12 @@
 // `bench norms --device cuda | cuda-sim`: the device backend's norm kernels (LayerNorm, RMSNorm,
-// their add+norm, DyT, Derf and SeeDNorm) called through the Backend interface, as the models call
+// their add+norm, and every other norm with op cases) called through the Backend interface, as the models call
 // them, on tensors resident on the device: each row is its op case made at the row's shape,
 // checked by check_case against the float64 reference, then timed on copies of its tensors that
 // rotate through the footprint (case_sets.cpp, the code the cpu's backend rows and bench ops run),
 // with the cpu rows' timing loop, statistics, byte counts and report.
 //
 //   normlab bench norms --device cuda --precision fp32,bf16,fp16
-//   normlab bench norms --device cuda --pass both          DyT, Derf and SeeDNorm beside RMSNorm
+//   normlab bench norms --device cuda --pass both          every norm beside RMSNorm
 //   normlab bench norms --device cuda-sim --shapes 1x8x64 --footprint-mib 1 --min-time 0
 #include <algorithm>
 #include <string>

@@ -70,7 +70,7 @@ std::vector<RowPlan> plan_rows(const NormBenchOptions& opt, const std::vector<co
   for (const std::string& dtype : opt.dtypes) {
     if (dtype == "f32") continue;
     for (const NormImpl* m : impls) {
-      if (m->impl != "fused" || m->backend) continue;  // DyT, Derf and SeeDNorm have no 16-bit kernel here
+      if (m->impl != "fused" || m->backend) continue;  // the backend's rows have no 16-bit kernel here
       for (const Pass p : passes) {
         if (p == Pass::addfwd) continue;
         RowPlan r{nullptr, detail::norm16_impl(m->norm, detail::storage_of(dtype)), p, dtype,

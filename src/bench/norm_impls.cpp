@@ -16,9 +16,8 @@ namespace normlab::bench {
 bool NormImpl::has(Pass p) const { return backend ? !detail::norm_op(norm, p).empty() : static_cast<bool>(fn(p)); }
 
 void NormRegistry::add(NormImpl impl) {
-  NL_CHECK(impl.norm == NormKind::layernorm || impl.norm == NormKind::rmsnorm || impl.norm == NormKind::dyt ||
-               impl.norm == NormKind::derf || impl.norm == NormKind::seednorm,
-           "norm implementation '{}': norm must be layernorm, rmsnorm, dyt, derf or seednorm", impl.name());
+  NL_CHECK(!detail::norm_op(impl.norm, Pass::fwd).empty(),
+           "norm implementation '{}': norm {} has no op cases", impl.name(), to_string(impl.norm));
   NL_CHECK(!impl.impl.empty() && impl.impl.find_first_of("./ ") == std::string::npos,
            "norm implementation '{}': the implementation name must be non-empty, without '.', '/' or spaces",
            impl.name());
@@ -44,9 +43,11 @@ std::vector<const NormImpl*> NormRegistry::select(const std::vector<std::string>
     if (!matched) {
       std::string known;
       for (const NormImpl& m : impls_) known += (known.empty() ? "" : ", ") + m.name();
-      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, layernorm, rmsnorm, dyt, derf, seednorm, {}; "
-                                   "or an implementation such as fused)",
-                                   flag, p, known));
+      std::string norms;
+      for (const NormImpl& m : impls_)
+        if (norms.find(to_string(m.norm)) == std::string::npos) norms += std::string(to_string(m.norm)) + ", ";
+      throw UsageError(fmt::format("{}: unknown implementation '{}' (known: all, {}{}; or an implementation such as fused)",
+                                   flag, p, norms, known));
     }
   }
   // Registry order, whatever the order of the patterns.
@@ -189,21 +190,19 @@ NormRegistry builtin_norm_impls() {
                                           in(t, "dy"), in(t, "x"), in(t, "alpha")[0], in(t, "gamma"), rows(t),
                                           width(t));
             }));
-  // The backend's kernels of DyT and Derf (Chen et al. 2025: erf and a learned shift, whose
-  // gradient is a second full reduction), and SeeDNorm's (Cai et al. 2025: RMSNorm's passes with
-  // a second row sum, x . beta, and three parameter gradients), as the models call them.
-  auto backend_impl = [](NormKind norm, const char* description) {
+  // Every other norm with op cases (DyT, Derf, SeeDNorm, ...): the backend's kernel as the models
+  // call it, on its op case.
+  for (const EnumName& n : enum_names<NormKind>().names) {
+    const auto norm = static_cast<NormKind>(n.value);
+    if (norm == NormKind::layernorm || norm == NormKind::rmsnorm || detail::norm_op(norm, Pass::fwd).empty()) continue;
     NormImpl m;
     m.norm = norm;
     m.impl = "fused";
     m.provider = "normlab";
-    m.description = description;
+    m.description = fmt::format("the backend's kernel, on its op case: {}", n.help);
     m.backend = true;
-    return m;
-  };
-  r.add(backend_impl(NormKind::dyt, "one pass, vectorized tanh (the backend's DyT/Derf kernel, on its op case)"));
-  r.add(backend_impl(NormKind::derf, "one pass, vectorized erf (the backend's DyT/Derf kernel, on its op case)"));
-  r.add(backend_impl(NormKind::seednorm, "two row sums and a write per row, vectorized (the backend's kernel, on its op case)"));
+    r.add(m);
+  }
   // What the fused add+norm saves: s written by one pass and read back by the next (6ND floats
   // moved against 4ND).
   r.add(raw(NormKind::layernorm, "unfused", "normlab",

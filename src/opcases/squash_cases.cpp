@@ -69,7 +69,13 @@ OpCase squash_case(SquashVariant v, bool backward, int64_t n, int64_t d, uint64_
   OpCase c;
   c.op = op_of(v.f, backward);
   c.params = Params().add("beta", int64_t(v.beta)).add("rows", n).add("d", d).add("seed", int64_t(seed)).str();
-  c.inputs = [=] { return squash_inputs({n, d}, seed, v.f, v.beta); };
+  // What the call reads, no more (bench ops counts each input's bytes): the forward no dy, the
+  // backward no beta.
+  c.inputs = [=] {
+    Tensors t = squash_inputs({n, d}, seed, v.f, v.beta);
+    t.erase(backward ? "beta" : "dy");
+    return t;
+  };
   const Squash f = v.f;
   if (!backward) {
     // alpha*x + shift, f, gamma*f + beta: 5 per element.
@@ -125,7 +131,11 @@ OpCase channel_scale_case(bool backward, int64_t c, int64_t n, int64_t d, uint64
   OpCase k;
   k.op = backward ? "channel_scale_bwd" : "channel_scale_fwd";
   k.params = Params().add("c", c).add("rows", n).add("d", d).add("seed", int64_t(seed)).str();
-  k.inputs = [=] { return channel_scale_inputs({n, d}, seed, c); };
+  k.inputs = [=] {
+    Tensors t = channel_scale_inputs({n, d}, seed, c);
+    if (!backward) t.erase("dy");  // drawn for the backward: not read, not counted in the bytes
+    return t;
+  };
   if (!backward) {
     k.flops = double(n * d);
     k.outputs = {{"y", {n, d}, tol::kForward}};

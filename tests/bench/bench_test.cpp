@@ -118,13 +118,15 @@ TEST(BenchParse, ShapesAndThreads) {
 
 TEST(BenchParse, RegistrySelection) {
   NormRegistry r = builtin_norm_impls();
-  EXPECT_EQ(r.all().size(), 11u);
-  EXPECT_EQ(r.select({"all"}).size(), 11u);
-  EXPECT_EQ(r.select({"fused"}).size(), 5u);  // LayerNorm, RMSNorm, DyT, Derf, SeeDNorm
+  // The cpu's own LayerNorm (oneDNN, multipass, fused, unfused), RMSNorm (multipass, fused,
+  // unfused) and DyT (multipass) rows, and one backend row for every norm but LayerNorm and RMSNorm.
+  const size_t others = kind_values<NormKind>().size() - 3;
+  EXPECT_EQ(r.all().size(), 8u + others);
+  EXPECT_EQ(r.select({"all"}).size(), 8u + others);
+  EXPECT_EQ(r.select({"fused"}).size(), 2u + others);
   EXPECT_EQ(r.select({"layernorm"}).size(), 4u);
   EXPECT_EQ(r.select({"dyt"}).size(), 2u);
   EXPECT_EQ(r.select({"derf"}).size(), 1u);
-  EXPECT_EQ(r.select({"seednorm"}).size(), 1u);
   // The add+norm forward: the fused kernels have it, the unfused baseline has nothing else.
   ASSERT_EQ(r.select({"unfused"}).size(), 2u);
   for (const NormImpl* m : r.select({"unfused"})) {
@@ -134,14 +136,18 @@ TEST(BenchParse, RegistrySelection) {
   }
   for (const NormImpl* m : r.select({"layernorm.fused", "rmsnorm.fused"})) EXPECT_TRUE(m->has(Pass::addfwd)) << m->name();
   // The backend's rows run their op cases: every pass that has one, no function of their own.
-  for (const NormImpl* m : r.select({"dyt.fused", "derf.fused", "seednorm.fused"})) {
+  size_t backend_rows = 0;
+  for (const NormImpl* m : r.select({"fused"})) {
+    if (m->norm == NormKind::layernorm || m->norm == NormKind::rmsnorm) continue;
+    ++backend_rows;
     EXPECT_TRUE(m->backend) << m->name();
     EXPECT_TRUE(m->has(Pass::fwd) && m->has(Pass::bwd)) << m->name();
     EXPECT_FALSE(m->has(Pass::addfwd)) << m->name();  // no residual add fused into them
     EXPECT_FALSE(m->forward || m->backward) << m->name();
   }
+  EXPECT_EQ(backend_rows, others);
   EXPECT_FALSE(r.select({"onednn"})[0]->has(Pass::addfwd));
-  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 5u);
+  EXPECT_EQ(r.select({"rmsnorm.fused", "fused"}).size(), 2u + others);
   ASSERT_EQ(r.select({"onednn"}).size(), 1u);
   EXPECT_EQ(r.select({"onednn"})[0]->name(), "layernorm.onednn");
   EXPECT_THROW(r.select({"nope"}), UsageError);
@@ -166,7 +172,8 @@ TEST(BenchArithmetic, SummaryStatistics) {
   EXPECT_TRUE(std::isnan(summarize({}).median));
 }
 
-TEST(BenchArithmetic, BytesFromTheFormula) {
+// Each tensor of the row's op case read or written once, what a 16-bit run stores at 2 bytes.
+TEST(BenchArithmetic, BytesFromTheOpCase) {
   const NormShape s{2, 3, 4};  // N = 6 rows, D = 4, 24 elements, 96 bytes per N x D array
   ByteCount f = norm_bytes("layernorm", "fwd", s);
   EXPECT_EQ(f.data, 2 * 96);    // x read, y written
@@ -183,6 +190,15 @@ TEST(BenchArithmetic, BytesFromTheFormula) {
   EXPECT_EQ(norm_bytes("copy", "copy", s).data, 2 * 96);
   ByteCount a = norm_bytes("layernorm", "addfwd", s);
   EXPECT_EQ(a.data, 4 * 96);    // a, b read, s, y written
+  ByteCount dyt = norm_bytes("dyt", "fwd", s);
+  EXPECT_EQ(dyt.params, 4 * (2 * 4 + 1));  // gamma, beta and the scalar alpha read
+  EXPECT_EQ(dyt.stats, 0);                 // none: an elementwise normalizer
+  EXPECT_EQ(norm_parameters("dyt", 4), 2 * 4 + 1);
+  EXPECT_EQ(norm_parameters("layernorm", 4), 2 * 4);
+  ByteCount half = norm_bytes("layernorm", "bwd", s, 2);
+  EXPECT_EQ(half.data, 3 * 48);          // x, dy, dx in bf16
+  EXPECT_EQ(half.params, 8 + 2 * 16);    // gamma in bf16, dgamma and dbeta in float32
+  EXPECT_EQ(half.stats, 2 * 24);         // mean and rstd in float32
   EXPECT_EQ(a.params, 2 * 16);  // gamma, beta read
   EXPECT_EQ(a.stats, 2 * 24);   // mean, rstd written
   EXPECT_EQ(norm_bytes("rmsnorm", "addfwd", s).data, 4 * 96);

@@ -6,10 +6,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "normlab/kinds.h"
 #include "test_util.h"
 
 using normlab::test::describe;
 using normlab::test::run_cli;
+
+namespace {
+
+// The norms besides none, LayerNorm and RMSNorm: each has one backend row per pass in bench norms.
+size_t other_norms() { return normlab::kind_values<normlab::NormKind>().size() - 3; }
+
+}  // namespace
 
 TEST(BenchCli, NormsJsonAndCompare) {
   const std::string base = testing::TempDir() + "/normlab_bench_base.json";
@@ -17,9 +25,10 @@ TEST(BenchCli, NormsJsonAndCompare) {
                     "0", "--repeats", "2", "--warmup", "1", "--impl", "fused,onednn", "--json", "--out", base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   auto j = nlohmann::json::parse(r.out);
-  // Copy rows, six implementations (LayerNorm's, RMSNorm's, DyT's, Derf's and SeeDNorm's fused,
-  // oneDNN) x fwd, bwd, LayerNorm's and RMSNorm's add+norm rows; --shapes alone: no resident rows.
-  EXPECT_EQ(j["benchmarks"].size(), 2u + 6u * 2u + 2u);
+  // Copy rows, the fused implementations (LayerNorm's, RMSNorm's and every other norm's: the
+  // backend's) and oneDNN x fwd, bwd, LayerNorm's and RMSNorm's add+norm rows; --shapes alone: no
+  // resident rows.
+  EXPECT_EQ(j["benchmarks"].size(), 2u + (3u + other_norms()) * 2u + 2u);
   for (const auto& b : j["benchmarks"]) EXPECT_FALSE(b["resident"].get<bool>()) << b["name"];
   r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time", "0",
                "--repeats", "2", "--impl", "rmsnorm.fused", "--compare", base});
@@ -152,19 +161,19 @@ TEST(BenchCli, OpsOnCpuAndCudaSimTimeCheckedCasesSelectedByTheirLines) {
 // A norm's case of any size, rotated through copies of its tensors: 1 MiB of sets of a 32 KiB
 // case (rows 16 x d 256: x, y, rstd and gamma) is 32 sets, each checked case's row says so.
 TEST(BenchCli, OpsTimeANormAtAnySizeRotatedThroughAFootprint) {
-  auto r = run_cli({"bench", "ops", "seednorm_fwd rows=16 d=256", "rmsnorm_bwd rows=5 d=4097 seed=3", "--min-time", "0",
+  auto r = run_cli({"bench", "ops", "layernorm_fwd rows=16 d=256", "rmsnorm_bwd rows=5 d=4097 seed=3", "--min-time", "0",
                     "--repeats", "2", "--warmup", "1", "--footprint-mib", "1", "--json"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["benchmarks"].size(), 2u);
-  const auto& seed = j["benchmarks"][0];  // lines made to order run in the order given
-  EXPECT_EQ(seed["case"], "seednorm_fwd rows=16 d=256 eps=1e-06 seed=0");
-  EXPECT_EQ(seed["status"], "ok");
-  const int64_t bytes = seed["bytes"];
-  EXPECT_EQ(bytes, 4 * (2 * 16 * 256 + 2 * 16 + 3 * 256));  // x, y; rstd, t; gamma, alpha, beta
-  EXPECT_EQ(seed["sets"].get<int64_t>(), ((int64_t{1} << 20) + bytes - 1) / bytes);
+  const auto& ln = j["benchmarks"][0];  // lines made to order run in the order given
+  EXPECT_EQ(ln["case"], "layernorm_fwd rows=16 d=256 eps=1e-05 seed=0");
+  EXPECT_EQ(ln["status"], "ok");
+  const int64_t bytes = ln["bytes"];
+  EXPECT_EQ(bytes, 4 * (2 * 16 * 256 + 2 * 16 + 2 * 256));  // x, y; mean, rstd; gamma, beta
+  EXPECT_EQ(ln["sets"].get<int64_t>(), ((int64_t{1} << 20) + bytes - 1) / bytes);
   EXPECT_EQ(j["benchmarks"][1]["case"], "rmsnorm_bwd rows=5 d=4097 eps=1e-06 seed=3");
-  r = run_cli({"bench", "ops", "seednorm_bwd rows=3 d=70", "--min-time", "0", "--repeats", "1"});
+  r = run_cli({"bench", "ops", "dyt_bwd rows=3 d=70", "--min-time", "0", "--repeats", "1"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("     1 "), std::string::npos) << r.out;  // one resident set without --footprint-mib
 }
@@ -226,11 +235,10 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   EXPECT_EQ(j, nlohmann::json::parse(normlab::test::slurp(base)));
   EXPECT_EQ(j["context"]["normlab_bench"], "norms");
   EXPECT_EQ(j["context"]["device"].get<std::string>().rfind("cuda-sim: ", 0), 0u) << j["context"];
-  // Per shape: f32 copy.loop, copy.memcpy, both norms' fwd, bwd, addfwd and DyT's, Derf's and
-  // SeeDNorm's fwd, bwd; bf16 and fp16 both norms' fwd, bwd (no addfwd in 16 bits, no DyT, Derf or
-  // SeeDNorm).
-  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 6u + 4u + 4u));
-  int squash_rows = 0;
+  // Per shape: f32 copy.loop, copy.memcpy, both norms' fwd, bwd, addfwd and every other norm's
+  // fwd, bwd; bf16 and fp16 both norms' fwd, bwd (no addfwd in 16 bits, no other norm).
+  ASSERT_EQ(j["benchmarks"].size(), 2u * (2u + 6u + 2u * other_norms() + 4u + 4u));
+  size_t other_rows = 0;
   for (const auto& b : j["benchmarks"]) {
     const std::string name = b["name"];
     EXPECT_EQ(b["status"], "ok") << name << ": " << b["verify"]["report"];
@@ -245,13 +253,13 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
     if (b["norm"] != "copy") {
       EXPECT_EQ(b["provider"], "normlab (cuda-sim)") << name;
     }
-    if (b["norm"] == "dyt" || b["norm"] == "derf" || b["norm"] == "seednorm") {
-      ++squash_rows;
+    if (b["norm"] != "copy" && b["norm"] != "layernorm" && b["norm"] != "rmsnorm") {
+      ++other_rows;
       EXPECT_EQ(b["dtype"], "f32") << name;
       EXPECT_NE(b["pass"], "addfwd") << name;
     }
   }
-  EXPECT_EQ(squash_rows, 2 * 6);
+  EXPECT_EQ(other_rows, 2 * 2 * other_norms());
   r = run_cli({"bench", "--compare", base, base});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("rmsnorm.fused/bwd/1x3x67/bf16/cuda-sim"), std::string::npos) << r.out;
@@ -264,7 +272,6 @@ TEST(BenchCudaSim, RowsPassTheCheckAndEveryToolTakesThem) {
   // claim is about GPUs).
   EXPECT_NE(r.out.find("DyT speed vs RMS"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Derf speed vs RMS"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("SeeD speed vs RMS"), std::string::npos) << r.out;
   // A second run compared with the first, its document replacing the first's only with --force.
   args = {"bench", "norms", "--device", "cuda-sim", "--shapes", "1x8x64,1x3x67", "--dtypes", "bf16", "--pass", "fwd",
           "--footprint-mib", "1", "--min-time", "0", "--repeats", "2", "--compare", base, "--out", base};

@@ -126,7 +126,7 @@ TEST(OpCasesStorage, NormsStoredIn16BitsPassOnCudaSim) {
       const opcases::CaseCheck check = opcases::check_case(c, backend("cuda-sim"), p);
       EXPECT_TRUE(check.pass) << c.line() << " in " << to_string(p) << check.report;
     }
-  EXPECT_THROW(opcases::check_case(opcases::find_case("seednorm_fwd rows=3 d=8"), backend("cuda-sim"), Precision::bf16),
+  EXPECT_THROW(opcases::check_case(opcases::find_case("dyt_fwd rows=3 d=8"), backend("cuda-sim"), Precision::bf16),
                Error);
 }
 

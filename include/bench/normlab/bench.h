@@ -212,7 +212,7 @@ struct RowVariant {
 };
 
 struct NormImpl {
-  NormKind norm = NormKind::layernorm;  // layernorm, rmsnorm, dyt, derf or seednorm
+  NormKind norm = NormKind::layernorm;  // a norm with op cases
   std::string impl;         // "fused", "multipass", "onednn", ...
   std::string provider;     // who wrote the kernel: "normlab", "oneDNN 2.6.3"
   std::string description;  // one line for --list
@@ -226,7 +226,7 @@ struct NormImpl {
   // Storage of the N x D arrays and the parameters: "f32", "bf16" or "fp16" (the 16-bit kernels:
   // their op case checked at that storage, check_case).
   std::string dtype = "f32";
-  // The backend's kernel (DyT, Derf, SeeDNorm on the cpu; every norm on a device), called through
+  // The backend's kernel (the norms other than LayerNorm and RMSNorm on the cpu; every norm on a device), called through
   // the Backend interface on its op case made at the row's shape, checked by check_case: the
   // functions above stay empty.
   bool backend = false;
@@ -238,7 +238,7 @@ struct NormImpl {
 
 class NormRegistry {
  public:
-  // Error when the name exists already or the norm is not layernorm, rmsnorm, dyt or derf.
+  // Error when the name exists already or the norm has no op cases.
   void add(NormImpl impl);
   const std::vector<NormImpl>& all() const { return impls_; }
   // Selected by patterns: "all", a full name ("layernorm.fused"), an implementation ("fused":
@@ -258,19 +258,21 @@ class NormRegistry {
 // kernels, an add then the fused norm (the baseline the fused add+norm is held to).
 NormRegistry builtin_norm_impls();
 
-// Parameters of one norm over d: LayerNorm 2d (gamma, beta), RMSNorm d (gamma).
+// Parameters of one norm over d: its forward op case's tensors that do not grow with the rows
+// (LayerNorm 2d: gamma, beta; RMSNorm d; DyT 2d + 1 with its alpha).
 int64_t norm_parameters(const std::string& norm, int64_t d);
 
-// Bytes one call moves, counted from the formula, the N x D arrays and gamma/beta stored in
-// `stored_bytes` (4: float32, 2: bf16), statistics and dgamma/dbeta in float32. `data`: the
-// N x D arrays (forward x read + y written = 2ND; backward x, dy read + dx written = 3ND;
-// add+norm forward a, b read + s, y written = 4ND; copy 2ND);
-// `params`: gamma (+ beta) read, and in the backward dgamma (+ dbeta) written; `stats`: the
-// per-row mean (LayerNorm) and rstd, written by the forward, read by the backward.
+// Bytes one call moves: each tensor of the row's op case read or written once, counted from the
+// case made at 1 and 2 rows (what grows by d per row is an N x D array, by 1 a row statistic,
+// not at all a parameter). What the case stores in a 16-bit format (OpCase::stored) takes
+// `stored_bytes` (4: float32, 2: bf16), the rest (statistics, parameter gradients) float32.
+// `data`: the N x D arrays (forward x read + y written = 2ND; backward x, dy read + dx written =
+// 3ND; add+norm forward a, b read + s, y written = 4ND; copy 2ND); `params`: the parameters read
+// and their gradients written; `stats`: the per-row statistics.
 struct ByteCount {
   int64_t data = 0, params = 0, stats = 0;
 };
-// norm: "layernorm" | "rmsnorm" | "dyt", "derf" (no statistics) | "seednorm" | "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
+// norm: a norm with op cases ("layernorm", "rmsnorm", ...) or "copy"; pass: "fwd" | "bwd" | "addfwd" | "copy".
 ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes = 4);
 
 // ============================================================================
@@ -370,14 +372,14 @@ struct NormBenchOptions {
   // "cpu": the registry's implementations (the backend's, on their op cases, and the cpu's own
   // kernels and baselines on the pool's buffers). "cuda" (GPU 0) or "cuda-sim" (the same CUDA
   // sources simulated on the host: slow, for checking them): the device backend's kernels of the
-  // norms with a selected fused implementation (LayerNorm, RMSNorm, their add+norm; DyT, Derf and
-  // SeeDNorm with f32 storage only), each on its op case (checked by check_case, then rotated
+  // norms with a selected fused implementation (LayerNorm, RMSNorm, their add+norm; the others
+  // with f32 storage only), each on its op case (checked by check_case, then rotated
   // through `footprint`, 0: 1 GiB), against the device's scale kernel ("copy.loop") and its copy
   // ("copy.memcpy"). threads and resident_shapes are the cpu's only.
   std::string device = "cpu";
   // The storage of the N x D arrays and parameters, "f32", "bf16" and/or "fp16" (float32
-  // statistics; 16 bits have no addfwd rows and no DyT, Derf or SeeDNorm rows: their op cases have
-  // no 16-bit form).
+  // statistics; 16 bits have rows only for the ops whose cases have a 16-bit form: the LayerNorm
+  // and RMSNorm passes, not add+norm's or the other norms').
   std::vector<std::string> dtypes = {"f32"};
   std::vector<NormShape> shapes = default_shapes();                    // memory-bound: rotated
   std::vector<NormShape> resident_shapes = default_resident_shapes();  // one buffer set reused

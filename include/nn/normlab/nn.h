@@ -106,8 +106,8 @@ struct NormOptions {
 
 struct Norm {
   NormKind kind = NormKind::none;
-  Tensor gamma, beta;  // beta for LayerNorm, DyT and Derf (a bias), SeeDNorm (its direction); gamma holds w when gain_offset
-  Tensor alpha, shift;  // DyT and Derf: alpha; Derf: the shift s (one value each); SeeDNorm: alpha (D values)
+  Tensor gamma, beta;  // beta: LayerNorm's, DyT's and Derf's bias, or a norm's learned direction; gamma holds w when gain_offset
+  Tensor alpha, shift;  // DyT and Derf: alpha; Derf: the shift s (one value each); or a norm's learned vector alpha
   double eps = default_eps(NormKind::layernorm);
   bool gain_offset = false;
   double scale = 1.0;

@@ -22,7 +22,7 @@ void column_final(float* out_g, float* out_b, const float* part_g, const float* 
                   int64_t chunks, int64_t cols, const char* name);
 
 // Chunks of rows for the column reductions' partial sums (here and in the kernels that write
-// their own: squash.cu, seednorm.cu): enough blocks to fill the GPU, few enough that the
+// their own: squash.cu and other norms): enough blocks to fill the GPU, few enough that the
 // partials stay small. Sets rows_per_chunk.
 inline int64_t column_chunks(int64_t rows, int64_t& rows_per_chunk) {
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
