@@ -260,7 +260,7 @@ Table summary_table(const NormReport& r) {
                right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
                right("RMS vs unfused")};
   if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
-  // The other norms' columns (DyT, Derf, SeeDNorm, ...: each one's GB/s and its speed against
+  // The other norms' columns (DyT, Derf, ...: each one's GB/s and its speed against
   // RMSNorm) only where they ran, so that the LayerNorm/RMSNorm table reads as before.
   std::vector<std::pair<std::string, std::string>> others;  // (norm, its label)
   for (const EnumName& n : enum_names<NormKind>().names) {

@@ -190,7 +190,7 @@ NormRegistry builtin_norm_impls() {
                                           in(t, "dy"), in(t, "x"), in(t, "alpha")[0], in(t, "gamma"), rows(t),
                                           width(t));
             }));
-  // Every other norm with op cases (DyT, Derf, SeeDNorm, ...): the backend's kernel as the models
+  // Every other norm with op cases (DyT, Derf, ...): the backend's kernel as the models
   // call it, on its op case.
   for (const EnumName& n : enum_names<NormKind>().names) {
     const auto norm = static_cast<NormKind>(n.value);

@@ -69,9 +69,9 @@ enum class Squash { tanh, erf };
 // (each tensor defined where the kernel needs it, on the backend's device, holding the number of
 // elements its size arguments imply: stated once, in src/backend_api/kernel_contracts.cpp) and then
 // calls the backend's implementation, the private virtual <kernel>_impl. A backend checks only
-// what is its own: the dtypes it supports, values such as ids in range. A newer op declares its
-// kernels itself, with their contract, and each backend registers its implementation beside the
-// kernel's code (kernel.h): SeeDNorm's are the first.
+// what is its own: the dtypes it supports, values such as ids in range. A new op declares its
+// kernels itself instead, with their contract, and each backend registers its implementation
+// beside the kernel's code (kernel.h).
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -121,8 +121,8 @@ const std::vector<OpCase>& all_cases();
 // The ops (each case's `op`), in registry order, each once.
 std::vector<std::string> op_names();
 // The case whose line is `line`; throws UsageError naming the op's first cases when none is.
-// For an op of rows x d (the norms, add+norm, DyT, Derf, SeeDNorm), a line of any size is made to
-// order: "seednorm_fwd rows=16384 d=1024" (seed 0 unless given; any other word, such as eps,
+// For an op of rows x d (the norms and add+norm), a line of any size is made to
+// order: "rmsnorm_fwd rows=16384 d=1024" (seed 0 unless given; any other word, such as eps,
 // must be the one the op's cases write); copy and scale take n= (or rows= and d=).
 const OpCase& find_case(const std::string& line);
 // The ops a case of any rows x d can be made for.
