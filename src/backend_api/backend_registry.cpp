@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "normlab/backend.h"
+#include "normlab/kernel.h"
 
 namespace normlab {
 
@@ -61,6 +62,8 @@ Entry& fresh_entry(const std::string& name) {
   Entry& e = registry().backends[name];
   e.ready.store(nullptr);
   e.owned.reset();
+  // A backend made later may take the freed one's address: what run_kernel remembers is stale.
+  kernel_registry::invalidate();
   e.make = nullptr;
   e.failed = nullptr;
   return e;

@@ -1,6 +1,7 @@
 // The implementations of the kernels that ops declare (kernel.h), by kernel and backend name.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -25,6 +26,8 @@ Implementations& implementations() {
   return r;
 }
 
+std::atomic<uint64_t> g_generation{1};
+
 }  // namespace
 
 void kernel_registry::add(const char* kernel, const char* backend, Erased impl) {
@@ -32,7 +35,12 @@ void kernel_registry::add(const char* kernel, const char* backend, Erased impl) 
   std::lock_guard<std::mutex> lock(r.mutex);
   const bool fresh = r.by_kernel_and_backend.emplace(std::make_pair(kernel, backend), impl).second;
   NL_CHECK(fresh, "kernel {} has two implementations on backend {}", kernel, backend);
+  invalidate();
 }
+
+uint64_t kernel_registry::generation() { return g_generation.load(std::memory_order_acquire); }
+
+void kernel_registry::invalidate() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
 
 kernel_registry::Erased kernel_registry::find(const char* kernel, const Backend& b) {
   Implementations& r = implementations();

@@ -50,6 +50,10 @@ using Erased = void (*)();
 void add(const char* kernel, const char* backend, Erased impl);
 // Throws Error naming the backend and the kernel when there is none.
 Erased find(const char* kernel, const Backend& b);
+// Counts the registrations of implementations and of backends: what a caller remembers of find()
+// is stale once it moves (a backend registered anew may take a freed backend's address).
+uint64_t generation();
+void invalidate();
 }  // namespace kernel_registry
 
 // Whether backend `b` implements kernel K.
@@ -58,8 +62,18 @@ bool has_kernel(const char* kernel, const Backend& b);
 template <class K>
 void run_kernel(Backend& b, const K& call) {
   call.check(Contract(b, K::kName));
+  // The implementation last found for this kernel, per thread: find() (a map of names, a lock) took
+  // 60 ns, a fifth of a 4 x 64 SeeDNorm forward.
+  struct Found {
+    const Backend* backend = nullptr;
+    uint64_t generation = 0;
+    kernel_registry::Erased impl = nullptr;
+  };
+  thread_local Found found;
+  const uint64_t generation = kernel_registry::generation();
+  if (found.backend != &b || found.generation != generation) found = {&b, generation, kernel_registry::find(K::kName, b)};
   using Impl = void (*)(Backend&, const K&);
-  reinterpret_cast<Impl>(kernel_registry::find(K::kName, b))(b, call);
+  reinterpret_cast<Impl>(found.impl)(b, call);
 }
 
 // Registers `impl` as backend `backend`'s implementation of K when constructed (a static object:
