@@ -228,59 +228,6 @@ void Backend::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tens
   add_rmsnorm_forward_impl(s, y, rstd, a, b, alpha, gamma, n, d, eps);
 }
 
-// ---- elementwise normalizers and the channel scale ----------------------------------------------
-
-void Backend::squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-                             const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, Squash f) {
-  Contract(*this, "squash_forward")
-      .need(y, "y", n * d)
-      .need(x, "x", n * d)
-      .need(alpha, "alpha", 1)
-      .maybe(shift, "shift", 1)
-      .need(gamma, "gamma", d)
-      .maybe(beta, "beta", d);
-  squash_forward_impl(y, x, alpha, shift, gamma, beta, n, d, f);
-}
-
-void Backend::squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta,
-                              const Tensor& dy, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-                              const Tensor& gamma, int64_t n, int64_t d, Squash f) {
-  Contract(*this, "squash_backward")
-      .maybe(dx, "dx", n * d)
-      .maybe(dalpha, "dalpha", 1)
-      .maybe(dshift, "dshift", 1)
-      .maybe(dgamma, "dgamma", d)
-      .maybe(dbeta, "dbeta", d)
-      .need(dy, "dy", n * d)
-      .need(x, "x", n * d)
-      .need(alpha, "alpha", 1)
-      .maybe(shift, "shift", 1)
-      .need(gamma, "gamma", d);
-  squash_backward_impl(dx, dalpha, dshift, dgamma, dbeta, dy, x, alpha, shift, gamma, n, d, f);
-}
-
-void Backend::channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                                    int64_t c) {
-  Contract(*this, "channel_scale_forward")
-      .holds(c == d || c == 1, fmt::format("lambda has {} values, expected {} (one per column) or 1", c, d))
-      .need(y, "y", n * d)
-      .need(x, "x", n * d)
-      .need(lambda, "lambda", c);
-  channel_scale_forward_impl(y, x, lambda, n, d, c);
-}
-
-void Backend::channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x,
-                                     const Tensor& lambda, int64_t n, int64_t d, int64_t c) {
-  Contract(*this, "channel_scale_backward")
-      .holds(c == d || c == 1, fmt::format("lambda has {} values, expected {} (one per column) or 1", c, d))
-      .maybe(dx, "dx", n * d)
-      .maybe(dlambda, "dlambda", c)
-      .need(dy, "dy", n * d)
-      .need(x, "x", n * d)
-      .need(lambda, "lambda", c);
-  channel_scale_backward_impl(dx, dlambda, dy, x, lambda, n, d, c);
-}
-
 // ---- softmax, attention, prefix mean --------------------------------------------------------
 
 void Backend::softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d) {

@@ -3,8 +3,10 @@
 #include <cmath>
 
 #include "cases_internal.h"
+#include "normlab/channel_scale_kernels.h"
 #include "normlab/ops.h"
 #include "normlab/reference_kernels.h"
+#include "normlab/squash_kernels.h"
 
 namespace normlab::opcases::detail {
 
@@ -82,7 +84,8 @@ OpCase squash_case(SquashVariant v, bool backward, int64_t n, int64_t d, uint64_
     c.flops = 5.0 * double(n * d);
     c.outputs = {{"y", {n, d}, tol::kForward}};
     c.call = [=](Backend& b, Tensors& t) {
-      b.squash_forward(t.at("y"), t.at("x"), t.at("alpha"), t.get("shift"), t.at("gamma"), t.get("beta"), n, d, f);
+      run_kernel(b, SquashForward{t.at("y"), t.at("x"), t.at("alpha"), t.get("shift"), t.at("gamma"), t.get("beta"), n,
+                                  d, f});
     };
     return c;
   }
@@ -100,8 +103,8 @@ OpCase squash_case(SquashVariant v, bool backward, int64_t n, int64_t d, uint64_
       return squash_column_sums(in, f, false);
     }));
   c.call = [=](Backend& b, Tensors& t) {
-    b.squash_backward(t.out("dx"), t.out("dalpha"), t.out("dshift"), t.out("dgamma"), t.out("dbeta"), t.at("dy"),
-                      t.at("x"), t.at("alpha"), t.get("shift"), t.at("gamma"), n, d, f);
+    run_kernel(b, SquashBackward{t.out("dx"), t.out("dalpha"), t.out("dshift"), t.out("dgamma"), t.out("dbeta"),
+                                 t.at("dy"), t.at("x"), t.at("alpha"), t.get("shift"), t.at("gamma"), n, d, f});
   };
   return c;
 }
@@ -139,7 +142,9 @@ OpCase channel_scale_case(bool backward, int64_t c, int64_t n, int64_t d, uint64
   if (!backward) {
     k.flops = double(n * d);
     k.outputs = {{"y", {n, d}, tol::kForward}};
-    k.call = [=](Backend& b, Tensors& t) { b.channel_scale_forward(t.at("y"), t.at("x"), t.at("lambda"), n, d, c); };
+    k.call = [=](Backend& b, Tensors& t) {
+      run_kernel(b, ChannelScaleForward{t.at("y"), t.at("x"), t.at("lambda"), n, d, c});
+    };
     return k;
   }
   k.flops = 3.0 * double(n * d);
@@ -149,7 +154,7 @@ OpCase channel_scale_case(bool backward, int64_t c, int64_t n, int64_t d, uint64
   else
     k.outputs.push_back({"dlambda", {c}, tol::kReduction, true});
   k.call = [=](Backend& b, Tensors& t) {
-    b.channel_scale_backward(t.out("dx"), t.out("dlambda"), t.at("dy"), t.at("x"), t.at("lambda"), n, d, c);
+    run_kernel(b, ChannelScaleBackward{t.out("dx"), t.out("dlambda"), t.at("dy"), t.at("x"), t.at("lambda"), n, d, c});
   };
   return k;
 }

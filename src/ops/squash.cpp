@@ -1,5 +1,7 @@
 // The elementwise normalizers (DyT, Derf), the channel scale (ReZero, SkipInit, LayerScale) and the
 // constant shift (Gemma's gain 1 + w). Saved for backward: the input and the parameters.
+#include "normlab/channel_scale_kernels.h"
+#include "normlab/squash_kernels.h"
 #include "op_common.h"
 
 namespace normlab {
@@ -32,7 +34,7 @@ Tensor squash_op(const char* op, Squash f, const Tensor& x_in, const Tensor& alp
   const Precision p = widest({&x, &alpha, &gamma});
   Tensor y = new_output(x.shape(), p, x);
   watch_norm_input(x, op);
-  backend_of(x).squash_forward(y, x, alpha, shift, gamma, beta, n, d, f);
+  run_kernel(backend_of(x), SquashForward{y, x, alpha, shift, gamma, beta, n, d, f});
   store(y, p, op);
   if (!needs_grad({&x, &alpha, &shift, &gamma, &beta})) return y;
   // The inputs that exist, in order, and where each gradient goes.
@@ -46,10 +48,10 @@ Tensor squash_op(const char* op, Squash f, const Tensor& x_in, const Tensor& alp
   record(op, y, inputs,
          [x = x.detach(), alpha, shift, gamma, n, d, f, at_shift, at_gamma, at_beta](const Tensor& dy, GradOutputs& g) {
            Tensor* none = nullptr;
-           backend_of(dy).squash_backward(g[0], g[1], at_shift >= 0 ? g[static_cast<size_t>(at_shift)] : none,
-                                       g[static_cast<size_t>(at_gamma)],
-                                       at_beta >= 0 ? g[static_cast<size_t>(at_beta)] : none, dy, x, alpha, shift,
-                                       gamma, n, d, f);
+           Tensor* shift_grad = at_shift >= 0 ? g[static_cast<size_t>(at_shift)] : none;
+           Tensor* beta_grad = at_beta >= 0 ? g[static_cast<size_t>(at_beta)] : none;
+           run_kernel(backend_of(dy), SquashBackward{g[0], g[1], shift_grad, g[static_cast<size_t>(at_gamma)], beta_grad,
+                                                     dy, x, alpha, shift, gamma, n, d, f});
          });
   return y;
 }
@@ -76,11 +78,11 @@ Tensor channel_scale(const Tensor& x_in, const Tensor& lambda_in) {
   const int64_t n = rows_of(x), d = x.size(-1), c = lambda.numel();
   const Precision p = widest({&x, &lambda});
   Tensor y = new_output(x.shape(), p, x);
-  backend_of(x).channel_scale_forward(y, x, lambda, n, d, c);
+  run_kernel(backend_of(x), ChannelScaleForward{y, x, lambda, n, d, c});
   store(y, p, op);
   if (needs_grad({&x, &lambda})) {
     record(op, y, {x, lambda}, [x = x.detach(), lambda, n, d, c](const Tensor& dy, GradOutputs& g) {
-      backend_of(dy).channel_scale_backward(g[0], g[1], dy, x, lambda, n, d, c);
+      run_kernel(backend_of(dy), ChannelScaleBackward{g[0], g[1], dy, x, lambda, n, d, c});
     });
   }
   return y;

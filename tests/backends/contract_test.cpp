@@ -8,6 +8,7 @@
 
 #include "normlab/backend.h"
 #include "normlab/error.h"
+#include "normlab/channel_scale_kernels.h"
 #include "normlab/kernel.h"
 #include "normlab/tensor.h"
 
@@ -59,7 +60,7 @@ TEST_P(KernelContract, AnUndefinedTensorOrAnotherDevicesIsRefused) {
   EXPECT_NE(e2.find(std::string("softmax_forward: x is on ") + device_name(other)), std::string::npos) << e2;
   // An optional input that is absent is no error; present, it is held to its size.
   Tensor lambda = t({2});
-  const std::string e3 = error_of([&] { b().channel_scale_forward(y, x, lambda, 2, 3, 2); });
+  const std::string e3 = error_of([&] { run_kernel(b(), ChannelScaleForward{y, x, lambda, 2, 3, 2}); });
   EXPECT_NE(e3.find("channel_scale_forward: lambda has 2 values, expected 3 (one per column) or 1"), std::string::npos)
       << e3;
 }

@@ -17,6 +17,8 @@
 #include "kernel_check.h"
 #include "normlab/backend.h"
 #include "normlab/bench_kernels.h"
+#include "normlab/channel_scale_kernels.h"
+#include "normlab/squash_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
@@ -540,14 +542,15 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
       // DyT's and Derf's alpha and shift gradients, and LayerScale's / ReZero's, are full sums.
       const Tensor alpha = Tensor::full({1}, 0.7), shift = Tensor::full({1}, 0.25);
       Tensor qy = e32({n, d}), qdx = e32({n, d}), qda = e32({1}), qds = e32({1}), qdg = e32({d}), qdb = e32({d});
-      cpu_backend().squash_forward(qy, in.x, alpha, shift, in.gamma, in.beta, n, d, Squash::erf);
-      cpu_backend().squash_backward(&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d, Squash::erf);
+      run_kernel(cpu_backend(), SquashForward{qy, in.x, alpha, shift, in.gamma, in.beta, n, d, Squash::erf});
+      run_kernel(cpu_backend(),
+                 SquashBackward{&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d, Squash::erf});
       Tensor tdx = e32({n, d}), tda = e32({1});
-      cpu_backend().squash_backward(&tdx, &tda, nullptr, nullptr, nullptr, in.dy, in.x, alpha, Tensor(), in.gamma, n, d,
-                                    Squash::tanh);
+      run_kernel(cpu_backend(), SquashBackward{&tdx, &tda, nullptr, nullptr, nullptr, in.dy, in.x, alpha, Tensor(),
+                                               in.gamma, n, d, Squash::tanh});
       Tensor cdx = e32({n, d}), cdl = e32({d}), sdl = e32({1});
-      cpu_backend().channel_scale_backward(&cdx, &cdl, in.dy, in.x, in.gamma, n, d, d);
-      cpu_backend().channel_scale_backward(nullptr, &sdl, in.dy, in.x, alpha, n, d, 1);
+      run_kernel(cpu_backend(), ChannelScaleBackward{&cdx, &cdl, in.dy, in.x, in.gamma, n, d, d});
+      run_kernel(cpu_backend(), ChannelScaleBackward{nullptr, &sdl, in.dy, in.x, alpha, n, d, 1});
       std::vector<double> all;
       for (const Tensor* t : {&y, &mean, &rstd, &dx, &dg, &db, &ry, &rrstd, &rdx, &rdg, &s, &sy, &smean, &srstd, &rs, &rsy,
                               &rsrstd, &qy, &qdx, &qda, &qds, &qdg, &qdb, &tdx, &tda, &cdx, &cdl, &sdl}) {

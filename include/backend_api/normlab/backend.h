@@ -62,9 +62,6 @@ struct KernelChoice {
   std::string source;   // "measured", "cached", "forced (...)", "rule (...)"
 };
 
-// The bounded function of an elementwise normalizer: tanh (DyT), erf (Derf).
-enum class Squash { tanh, erf };
-
 // Every kernel here is a non-virtual entry that checks the call against the kernel's size contract
 // (each tensor defined where the kernel needs it, on the backend's device, holding the number of
 // elements its size arguments imply: stated once, in src/backend_api/kernel_contracts.cpp) and then
@@ -166,27 +163,7 @@ class Backend {
                            const Tensor& b, double alpha, const Tensor& gamma, int64_t n,
                            int64_t d, double eps);
 
-  // ---- elementwise normalizers: x is (N x D); alpha and shift are one element each ------
-  // DyT (Zhu et al. 2025) and Derf: y = gamma * f(alpha*x + shift) + beta, f = tanh or erf; shift
-  // undefined is 0 (DyT has none), beta undefined is 0. Every arithmetic in float32 (double on
-  // the reference backend).
-  void squash_forward(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-                      const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, Squash f);
-  // u = alpha*x + shift, h = dy*gamma*f'(u): dx = alpha*h; dalpha = sum over every element of x*h;
-  // dshift = sum of h; dgamma = sum_rows(dy*f(u)); dbeta = sum_rows(dy). Each may be nullptr. The
-  // full sums are deterministic: the same order of additions for the same shape, run after run.
-  void squash_backward(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta,
-                       const Tensor& dy, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-                       const Tensor& gamma, int64_t n, int64_t d, Squash f);
 
-  // ---- channel scale: x is (N x D), lambda (C) with C = D (a vector) or 1 (a scalar) -----
-  // y = x * lambda (ReZero's and SkipInit's scalar, LayerScale's diag(lambda)).
-  void channel_scale_forward(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                             int64_t c);
-  // dx = dy * lambda; dlambda = sum over rows of dy*x (C = D), or over every element (C = 1),
-  // deterministic as squash_backward's. Either may be nullptr.
-  void channel_scale_backward(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x,
-                              const Tensor& lambda, int64_t n, int64_t d, int64_t c);
 
   // ---- softmax over the last dimension: x is (N x D) ---------------------------
   void softmax_forward(Tensor& y, const Tensor& x, int64_t n, int64_t d);
@@ -288,15 +265,6 @@ class Backend {
       const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, double eps) = 0;
   virtual void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
       double alpha, const Tensor& gamma, int64_t n, int64_t d, double eps) = 0;
-  virtual void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift,
-      const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, Squash f) = 0;
-  virtual void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta,
-      const Tensor& dy, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
-      int64_t d, Squash f) = 0;
-  virtual void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-      int64_t c) = 0;
-  virtual void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x,
-      const Tensor& lambda, int64_t n, int64_t d, int64_t c) = 0;
   virtual void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) = 0;
   virtual void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n, int64_t d) = 0;
   virtual void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,

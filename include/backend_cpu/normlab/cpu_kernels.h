@@ -27,6 +27,7 @@
 
 #include "normlab/backend.h"
 #include "normlab/precision.h"
+#include "normlab/squash_kernels.h"
 
 namespace normlab::cpu {
 

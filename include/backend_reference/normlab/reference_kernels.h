@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "normlab/backend.h"
+#include "normlab/squash_kernels.h"
 #include "normlab/stats_math.h"
 
 namespace normlab {

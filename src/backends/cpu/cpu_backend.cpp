@@ -152,32 +152,6 @@ class CpuBackend final : public Backend {
                                   f32(dy, "rmsnorm dy"), f32(x, "rmsnorm x"),
                                   f32(gamma, "rmsnorm gamma"), f32(rstd, "rmsnorm rstd"), n, d);
   }
-  void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
-                           const Tensor& beta, int64_t n, int64_t d, Squash f) override {
-    cpu::squash_forward(f32(y, "squash y"), f32(x, "squash x"), *f32(alpha, "squash alpha"),
-                        shift.defined() ? *f32(shift, "squash shift") : 0.0f, f32(gamma, "squash gamma"),
-                        beta.defined() ? f32(beta, "squash beta") : nullptr, n, d, f);
-  }
-  void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                            const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
-                            int64_t d, Squash f) override {
-    cpu::squash_backward(f32_opt(dx, "squash dx"), f32_opt(dalpha, "squash dalpha"),
-                         f32_opt(dshift, "squash dshift"), f32_opt(dgamma, "squash dgamma"),
-                         f32_opt(dbeta, "squash dbeta"), f32(dy, "squash dy"), f32(x, "squash x"),
-                         *f32(alpha, "squash alpha"), shift.defined() ? *f32(shift, "squash shift") : 0.0f,
-                         f32(gamma, "squash gamma"), n, d, f);
-  }
-  void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                                  int64_t c) override {
-    cpu::channel_scale_forward(f32(y, "channel_scale y"), f32(x, "channel_scale x"),
-                               f32(lambda, "channel_scale lambda"), n, d, c);
-  }
-  void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
-                                   int64_t n, int64_t d, int64_t c) override {
-    cpu::channel_scale_backward(f32_opt(dx, "channel_scale dx"), f32_opt(dlambda, "channel_scale dlambda"),
-                                f32(dy, "channel_scale dy"), f32(x, "channel_scale x"),
-                                f32(lambda, "channel_scale lambda"), n, d, c);
-  }
   void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                                   const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                                   int64_t n, int64_t d, double eps) override {

@@ -434,67 +434,6 @@ class CudaBackend final : public Backend {
     dg.finish();
   }
 
-  void squash_forward_impl(Tensor& y, const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma,
-                           const Tensor& beta, int64_t n, int64_t d, Squash f) override {
-    const char* kn = "squash_forward";
-    expect(kn, "y", y);
-    expect(kn, "x", x);
-    expect(kn, "alpha", alpha);
-    if (shift.defined()) expect(kn, "shift", shift);
-    expect(kn, "gamma", gamma);
-    if (beta.defined()) expect(kn, "beta", beta);
-    cuda::squash_forward(arr_out(y), arr_in(x), arr_in(alpha), arr_in(shift), arr_in(gamma), arr_in(beta), n, d,
-                         f == Squash::tanh ? 0 : 1);
-  }
-
-  void squash_backward_impl(Tensor* dx, Tensor* dalpha, Tensor* dshift, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                            const Tensor& x, const Tensor& alpha, const Tensor& shift, const Tensor& gamma, int64_t n,
-                            int64_t d, Squash f) override {
-    const char* kn = "squash_backward";
-    expect(kn, "dx", dx);
-    expect(kn, "dalpha", dalpha);
-    expect(kn, "dshift", dshift);
-    expect(kn, "dgamma", dgamma);
-    expect(kn, "dbeta", dbeta);
-    expect(kn, "dy", dy);
-    expect(kn, "x", x);
-    expect(kn, "alpha", alpha);
-    if (shift.defined()) expect(kn, "shift", shift);
-    expect(kn, "gamma", gamma);
-    if (!dx && !dalpha && !dshift && !dgamma && !dbeta) return;
-    F32Out da(dalpha), ds(dshift), dg(dgamma), db(dbeta);
-    float* work = work_floats(cuda::squash_work(n, d), kn);
-    cuda::squash_backward(arr_out(dx), da.get(), ds.get(), dg.get(), db.get(), arr_in(dy), arr_in(x), arr_in(alpha),
-                          arr_in(shift), arr_in(gamma), n, d, f == Squash::tanh ? 0 : 1, work);
-    da.finish();
-    ds.finish();
-    dg.finish();
-    db.finish();
-  }
-
-  void channel_scale_forward_impl(Tensor& y, const Tensor& x, const Tensor& lambda, int64_t n, int64_t d,
-                                  int64_t c) override {
-    const char* kn = "channel_scale_forward";
-    expect(kn, "y", y);
-    expect(kn, "x", x);
-    expect(kn, "lambda", lambda);
-    cuda::channel_scale_forward(arr_out(y), arr_in(x), arr_in(lambda), n, d, c);
-  }
-
-  void channel_scale_backward_impl(Tensor* dx, Tensor* dlambda, const Tensor& dy, const Tensor& x, const Tensor& lambda,
-                                   int64_t n, int64_t d, int64_t c) override {
-    const char* kn = "channel_scale_backward";
-    expect(kn, "dx", dx);
-    expect(kn, "dlambda", dlambda);
-    expect(kn, "dy", dy);
-    expect(kn, "x", x);
-    expect(kn, "lambda", lambda);
-    F32Out dl(dlambda);
-    float* work = dlambda ? work_floats(cuda::channel_scale_work(n, d), kn) : nullptr;
-    cuda::channel_scale_backward(arr_out(dx), dl.get(), arr_in(dy), arr_in(x), arr_in(lambda), n, d, c, work);
-    dl.finish();
-  }
-
   void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                                   const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
                                   int64_t n, int64_t d, double eps) override {

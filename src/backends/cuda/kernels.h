@@ -106,7 +106,7 @@ template <class T>
 void sum_rows(float* out, const T* x, int64_t rows, int64_t cols, float* work);
 
 // ---- squash.cu: DyT / Derf (f = 0 tanh, 1 erf) and the channel scale, N rows of D -------------
-// Backend::squash_* / channel_scale_*: x, dy, dx, y of either storage; alpha, shift, gamma, beta,
+// SquashForward/Backward, ChannelScaleForward/Backward: x, dy, dx, y of either storage; alpha, shift, gamma, beta,
 // lambda read as In; the parameter gradients float32. `work` holds squash_work(n, d) (or
 // channel_scale_work(n, d)) floats.
 int64_t squash_work(int64_t rows, int64_t cols);
