@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cases_internal.h"
+#include "normlab/composite_norm_kernels.h"
 #include "normlab/precision.h"
 
 namespace normlab::opcases::detail {
@@ -145,8 +146,10 @@ Tensors composite_inputs(Precision p, int64_t d, uint64_t seed, bool backward) {
 void add_composite_statistics(Tensors& t, Precision p, bool layernorm, int64_t d) {
   const int64_t n = kCompositeRows;
   Tensor y = Tensor::empty({n, d}), rstd = Tensor::empty({n}), mean = layernorm ? Tensor::empty({n}) : Tensor();
-  backend("reference").composite_norm_forward(y, mean, rstd, t.at("x").to(DType::f32), t.at("gamma").to(DType::f32),
-                                              layernorm ? t.at("beta").to(DType::f32) : Tensor(), n, d, 1e-5, p);
+  run_kernel(backend("reference"), CompositeNormForward{y, mean, rstd, t.at("x").to(DType::f32),
+                                                        t.at("gamma").to(DType::f32),
+                                                        layernorm ? t.at("beta").to(DType::f32) : Tensor(), n, d, 1e-5,
+                                                        p});
   if (layernorm) t.set("mean", mean.to(DType::f64));
   t.set("rstd", rstd.to(DType::f64));
 }
@@ -179,8 +182,8 @@ OpCase composite_forward_case(Precision p, bool layernorm, int64_t d, double eps
   c.outputs.push_back({"rstd", {n}, tol::kExact});
   c.call = [=](Backend& b, Tensors& t) {
     Tensor no_mean;
-    b.composite_norm_forward(t.at("y"), layernorm ? t.at("mean") : no_mean, t.at("rstd"), t.at("x"), t.at("gamma"),
-                             t.get("beta"), n, d, eps, p);
+    run_kernel(b, CompositeNormForward{t.at("y"), layernorm ? t.at("mean") : no_mean, t.at("rstd"), t.at("x"),
+                                       t.at("gamma"), t.get("beta"), n, d, eps, p});
   };
   return c;
 }
@@ -197,8 +200,8 @@ OpCase composite_backward_case(Precision p, bool layernorm, int64_t d, uint64_t 
   c.outputs = {{"dx", {n, d}, tol::kExact, true}, {"dgamma", {d}, tol::kExact, true}};
   if (layernorm) c.outputs.push_back({"dbeta", {d}, tol::kExact, true});
   c.call = [=](Backend& b, Tensors& t) {
-    b.composite_norm_backward(t.out("dx"), t.out("dgamma"), t.out("dbeta"), t.at("dy"), t.at("x"), t.at("gamma"),
-                              t.get("mean"), t.at("rstd"), n, d, p, nullptr);
+    run_kernel(b, CompositeNormBackward{t.out("dx"), t.out("dgamma"), t.out("dbeta"), t.at("dy"), t.at("x"),
+                                        t.at("gamma"), t.get("mean"), t.at("rstd"), n, d, p, nullptr});
   };
   return c;
 }

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "cases_internal.h"
+#include "normlab/layernorm_kernels.h"
 #include "normlab/ops.h"
+#include "normlab/rmsnorm_kernels.h"
 #include "normlab/seednorm_kernel.h"
 
 namespace normlab::opcases::detail {
@@ -36,11 +38,11 @@ void add_saved_statistics(Tensors& t, bool layernorm, int64_t n, int64_t d) {
          rstd = Tensor::zeros({n}, DType::f64);
   Backend& ref = backend("reference");
   if (layernorm) {
-    ref.layernorm_forward(y, mean, rstd, x, t.at("gamma").to(DType::f32).to(DType::f64),
-                          t.at("beta").to(DType::f32).to(DType::f64), n, d, kLnEps);
+    run_kernel(ref, LayerNormForward{y, mean, rstd, x, t.at("gamma").to(DType::f32).to(DType::f64),
+                                     t.at("beta").to(DType::f32).to(DType::f64), n, d, kLnEps});
     t.set("mean", mean);
   } else {
-    ref.rmsnorm_forward(y, rstd, x, t.at("gamma").to(DType::f32).to(DType::f64), n, d, kRmsEps);
+    run_kernel(ref, RmsNormForward{y, rstd, x, t.at("gamma").to(DType::f32).to(DType::f64), n, d, kRmsEps});
   }
   t.set("rstd", rstd);
 }
@@ -98,7 +100,8 @@ OpCase layernorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
   };
   c.outputs = {{"y", {n, d}, tol::kForward}, {"mean", {n}, tol::kForward}, {"rstd", {n}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.layernorm_forward(t.at("y"), t.at("mean"), t.at("rstd"), t.at("x"), t.at("gamma"), t.at("beta"), n, d, kLnEps);
+    run_kernel(b, LayerNormForward{t.at("y"), t.at("mean"), t.at("rstd"), t.at("x"), t.at("gamma"), t.at("beta"), n, d,
+                                   kLnEps});
   };
   c.stored = kStoredRows;
   return c;
@@ -117,8 +120,8 @@ OpCase layernorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
                Output("dgamma", {d}, tol::kFullSum, true).per_column([](const Tensors& in) { return dy_xhat_sums(in, true); }),
                Output("dbeta", {d}, tol::kFullSum, true).per_column(dy_sums)};
   c.call = [=](Backend& b, Tensors& t) {
-    b.layernorm_backward(t.out("dx"), t.out("dgamma"), t.out("dbeta"), t.at("dy"), t.at("x"), t.at("gamma"),
-                         t.at("mean"), t.at("rstd"), n, d);
+    run_kernel(b, LayerNormBackward{t.out("dx"), t.out("dgamma"), t.out("dbeta"), t.at("dy"), t.at("x"), t.at("gamma"),
+                                    t.at("mean"), t.at("rstd"), n, d});
   };
   c.stored = kStoredRows;
   return c;
@@ -135,7 +138,7 @@ OpCase rmsnorm_forward_case(int64_t n, int64_t d, uint64_t seed) {
   };
   c.outputs = {{"y", {n, d}, tol::kForward}, {"rstd", {n}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.rmsnorm_forward(t.at("y"), t.at("rstd"), t.at("x"), t.at("gamma"), n, d, kRmsEps);
+    run_kernel(b, RmsNormForward{t.at("y"), t.at("rstd"), t.at("x"), t.at("gamma"), n, d, kRmsEps});
   };
   c.stored = kStoredRows;
   return c;
@@ -153,7 +156,8 @@ OpCase rmsnorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
   c.outputs = {{"dx", {n, d}, tol::kGradient, true},
                Output("dgamma", {d}, tol::kFullSum, true).per_column([](const Tensors& in) { return dy_xhat_sums(in, false); })};
   c.call = [=](Backend& b, Tensors& t) {
-    b.rmsnorm_backward(t.out("dx"), t.out("dgamma"), t.at("dy"), t.at("x"), t.at("gamma"), t.at("rstd"), n, d);
+    run_kernel(b, RmsNormBackward{t.out("dx"), t.out("dgamma"), t.at("dy"), t.at("x"), t.at("gamma"), t.at("rstd"), n,
+                                  d});
   };
   c.stored = kStoredRows;
   return c;
@@ -181,11 +185,11 @@ OpCase add_norm_case(bool layernorm, int64_t n, int64_t d, uint64_t seed) {
   c.outputs.push_back({"rstd", {n}, tol::kForward});
   c.call = [=](Backend& b, Tensors& t) {
     if (layernorm)
-      b.add_layernorm_forward(t.at("s"), t.at("y"), t.at("mean"), t.at("rstd"), t.at("a"), t.at("x"), kAddAlpha,
-                              t.at("gamma"), t.at("beta"), n, d, eps);
+      run_kernel(b, AddLayerNormForward{t.at("s"), t.at("y"), t.at("mean"), t.at("rstd"), t.at("a"), t.at("x"),
+                                        kAddAlpha, t.at("gamma"), t.at("beta"), n, d, eps});
     else
-      b.add_rmsnorm_forward(t.at("s"), t.at("y"), t.at("rstd"), t.at("a"), t.at("x"), kAddAlpha, t.at("gamma"), n, d,
-                            eps);
+      run_kernel(b, AddRmsNormForward{t.at("s"), t.at("y"), t.at("rstd"), t.at("a"), t.at("x"), kAddAlpha,
+                                      t.at("gamma"), n, d, eps});
   };
   return c;
 }

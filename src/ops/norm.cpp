@@ -1,6 +1,9 @@
 // LayerNorm, RMSNorm and SeeDNorm over the last dimension, and the fused residual-add forms.
 // Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean). As the
 // composite (norm_compute format) the backward is the composite's own, op by op in the format.
+#include "normlab/composite_norm_kernels.h"
+#include "normlab/layernorm_kernels.h"
+#include "normlab/rmsnorm_kernels.h"
 #include "normlab/seednorm_kernel.h"
 #include "op_common.h"
 
@@ -31,13 +34,13 @@ namespace ops_detail {
 BackwardFn layernorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                                  int64_t n, int64_t d) {
   return [x = x.detach(), gamma, mean, rstd, n, d](const Tensor& dy, GradOutputs& g) {
-    backend_of(dy).layernorm_backward(g[0], g[1], g[2], dy, x, gamma, mean, rstd, n, d);
+    run_kernel(backend_of(dy), LayerNormBackward{g[0], g[1], g[2], dy, x, gamma, mean, rstd, n, d});
   };
 }
 
 BackwardFn rmsnorm_backward_fn(const Tensor& x, const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) {
   return [x = x.detach(), gamma, rstd, n, d](const Tensor& dy, GradOutputs& g) {
-    backend_of(dy).rmsnorm_backward(g[0], g[1], dy, x, gamma, rstd, n, d);
+    run_kernel(backend_of(dy), RmsNormBackward{g[0], g[1], dy, x, gamma, rstd, n, d});
   };
 }
 
@@ -49,8 +52,8 @@ BackwardFn composite_norm_backward_fn(const Tensor& x, const Tensor& gamma, cons
     const bool ln = mean.defined();
     CompositeBackwardCensus census;
     const bool watched = store_watch_active();
-    backend_of(dy).composite_norm_backward(g[0], g[1], ln ? g[2] : nullptr, dy, x, gamma, mean, rstd, n, d, p,
-                                        watched ? &census : nullptr);
+    run_kernel(backend_of(dy), CompositeNormBackward{g[0], g[1], ln ? g[2] : nullptr, dy, x, gamma, mean, rstd, n, d, p,
+                                                     watched ? &census : nullptr});
     if (watched) watch_composite_backward(census, ln, p, dy, module);
   };
 }
@@ -68,9 +71,9 @@ Tensor layernorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_
   watch_norm_input(x, "layernorm");
   const bool composite = composite_norm(x);
   if (composite) {
-    backend_of(x).composite_norm_forward(y, mean, rstd, x, gamma, beta, n, d, eps, x.impl().format);
+    run_kernel(backend_of(x), CompositeNormForward{y, mean, rstd, x, gamma, beta, n, d, eps, x.impl().format});
   } else {
-    backend_of(x).layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, eps);
+    run_kernel(backend_of(x), LayerNormForward{y, mean, rstd, x, gamma, beta, n, d, eps});
   }
   store(y, p, "layernorm", &rstd);
   if (needs_grad({&x, &gamma, &beta}))
@@ -91,9 +94,9 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   const bool composite = composite_norm(x);
   Tensor no_mean;
   if (composite) {
-    backend_of(x).composite_norm_forward(y, no_mean, rstd, x, gamma, Tensor(), n, d, eps, x.impl().format);
+    run_kernel(backend_of(x), CompositeNormForward{y, no_mean, rstd, x, gamma, Tensor(), n, d, eps, x.impl().format});
   } else {
-    backend_of(x).rmsnorm_forward(y, rstd, x, gamma, n, d, eps);
+    run_kernel(backend_of(x), RmsNormForward{y, rstd, x, gamma, n, d, eps});
   }
   store(y, p, "rmsnorm", &rstd);
   if (needs_grad({&x, &gamma}))
@@ -117,7 +120,8 @@ Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_
   if (needs_grad({&x, &gamma, &alpha, &beta}))
     record("seednorm", y, {x, gamma, alpha, beta},
            [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
-             run_kernel(backend_of(dy), SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d});
+             run_kernel(backend_of(dy), SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n,
+                                                         d});
            });
   return y;
 }
@@ -138,7 +142,7 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
   Tensor s = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor mean = row_stat(a), rstd = row_stat(a);
-  backend_of(a).add_layernorm_forward(s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps);
+  run_kernel(backend_of(a), AddLayerNormForward{s, y, mean, rstd, a, b, alpha, gamma, beta, n, d, eps});
   // float32 here (low precision takes the two ops above): tagged, and shown to a watch.
   store(s, Precision::fp32, "add");
   watch_norm_input(s, "layernorm");
@@ -164,7 +168,7 @@ std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tenso
   Tensor s = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor rstd = row_stat(a);
-  backend_of(a).add_rmsnorm_forward(s, y, rstd, a, b, alpha, gamma, n, d, eps);
+  run_kernel(backend_of(a), AddRmsNormForward{s, y, rstd, a, b, alpha, gamma, n, d, eps});
   store(s, Precision::fp32, "add");  // as add_layernorm
   watch_norm_input(s, "rmsnorm");
   store(y, Precision::fp32, "rmsnorm");

@@ -50,8 +50,8 @@ Tensor squash_op(const char* op, Squash f, const Tensor& x_in, const Tensor& alp
            Tensor* none = nullptr;
            Tensor* shift_grad = at_shift >= 0 ? g[static_cast<size_t>(at_shift)] : none;
            Tensor* beta_grad = at_beta >= 0 ? g[static_cast<size_t>(at_beta)] : none;
-           run_kernel(backend_of(dy), SquashBackward{g[0], g[1], shift_grad, g[static_cast<size_t>(at_gamma)], beta_grad,
-                                                     dy, x, alpha, shift, gamma, n, d, f});
+           run_kernel(backend_of(dy), SquashBackward{g[0], g[1], shift_grad, g[static_cast<size_t>(at_gamma)],
+                                                     beta_grad, dy, x, alpha, shift, gamma, n, d, f});
          });
   return y;
 }

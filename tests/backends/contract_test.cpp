@@ -10,6 +10,8 @@
 #include "normlab/error.h"
 #include "normlab/channel_scale_kernels.h"
 #include "normlab/kernel.h"
+#include "normlab/layernorm_kernels.h"
+#include "normlab/rmsnorm_kernels.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -34,15 +36,16 @@ class KernelContract : public ::testing::TestWithParam<std::string> {
 
 TEST_P(KernelContract, AWrongSizeNamesTheKernelAndTheArgument) {
   Tensor y = t({4, 8}), mean = t({4}), rstd = t({4}), x = t({4, 8}), gamma = t({9}), beta = t({8});
-  const std::string e = error_of([&] { b().layernorm_forward(y, mean, rstd, x, gamma, beta, 4, 8, 1e-5); });
+  const std::string e = error_of([&] { run_kernel(b(), LayerNormForward{y, mean, rstd, x, gamma, beta, 4, 8, 1e-5}); });
   EXPECT_NE(e.find(b().name() + " layernorm_forward: gamma has shape (9,) (9 elements); the sizes imply 8"),
             std::string::npos)
       << e;
   Tensor dx = t({4, 8}), dy = t({4, 7});
-  const std::string e2 = error_of([&] { b().rmsnorm_backward(&dx, nullptr, dy, x, beta, rstd, 4, 8); });
+  const std::string e2 = error_of([&] { run_kernel(b(), RmsNormBackward{&dx, nullptr, dy, x, beta, rstd, 4, 8}); });
   EXPECT_NE(e2.find("rmsnorm_backward: dy has shape (4, 7)"), std::string::npos) << e2;
   Tensor wrong_gradient = t({3});
-  const std::string e3 = error_of([&] { b().rmsnorm_backward(&dx, &wrong_gradient, x, x, beta, rstd, 4, 8); });
+  const std::string e3 =
+      error_of([&] { run_kernel(b(), RmsNormBackward{&dx, &wrong_gradient, x, x, beta, rstd, 4, 8}); });
   EXPECT_NE(e3.find("rmsnorm_backward: dgamma has shape (3,)"), std::string::npos) << e3;
   Tensor c = t({6}), a = t({4}), bm = t({5});
   const std::string e4 = error_of([&] { b().matmul(c, a, bm, MatmulSpec::of(2, 3, 2)); });

@@ -18,6 +18,8 @@
 #include "normlab/backend.h"
 #include "normlab/bench_kernels.h"
 #include "normlab/channel_scale_kernels.h"
+#include "normlab/layernorm_kernels.h"
+#include "normlab/rmsnorm_kernels.h"
 #include "normlab/squash_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
@@ -53,12 +55,11 @@ TEST(CpuNormKernels, EveryLayerNormImplementationAgainstReference) {
     const int64_t n = s[0], d = s[1];
     NormInputs in(n, d, seed++);
     Tensor y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
-    ref().layernorm_forward(y64, mean64, rstd64, f64(in.x), f64(in.gamma), f64(in.beta), n, d,
-                            1e-5);
+    run_kernel(ref(), LayerNormForward{y64, mean64, rstd64, f64(in.x), f64(in.gamma), f64(in.beta), n, d, 1e-5});
     Tensor mean_ref = mean64.to(DType::f32), rstd_ref = rstd64.to(DType::f32);
     Tensor dx64 = e64({n, d}), dg64 = e64({d}), db64 = e64({d});
-    ref().layernorm_backward(&dx64, &dg64, &db64, f64(in.dy), f64(in.x), f64(in.gamma), mean64,
-                             rstd64, n, d);
+    run_kernel(ref(), LayerNormBackward{&dx64, &dg64, &db64, f64(in.dy), f64(in.x), f64(in.gamma), mean64, rstd64, n,
+                                        d});
     for (const Impl& impl : impls) {
       const std::string what = norm_case(impl.name, n, d);
       Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
@@ -102,10 +103,10 @@ TEST(CpuNormKernels, EveryRMSNormImplementationAgainstReference) {
     const int64_t n = s[0], d = s[1];
     NormInputs in(n, d, seed++);
     Tensor y64 = e64({n, d}), rstd64 = e64({n});
-    ref().rmsnorm_forward(y64, rstd64, f64(in.x), f64(in.gamma), n, d, 1e-6);
+    run_kernel(ref(), RmsNormForward{y64, rstd64, f64(in.x), f64(in.gamma), n, d, 1e-6});
     Tensor rstd_ref = rstd64.to(DType::f32);
     Tensor dx64 = e64({n, d}), dg64 = e64({d});
-    ref().rmsnorm_backward(&dx64, &dg64, f64(in.dy), f64(in.x), f64(in.gamma), rstd64, n, d);
+    run_kernel(ref(), RmsNormBackward{&dx64, &dg64, f64(in.dy), f64(in.x), f64(in.gamma), rstd64, n, d});
     for (const Impl& impl : impls) {
       const std::string what = norm_case(impl.name, n, d);
       Tensor y = e32({n, d}), rstd = e32({n});
@@ -134,10 +135,9 @@ TEST(CpuNormKernels, ConstantRowsAndLargeMean) {
     Tensor x = Tensor::from(xv, {n, d}, DType::f32);
     Tensor gamma = randn(rng, {d}, 0.2, 1.0), beta = randn(rng, {d}, 0.2), dy = randn(rng, {n, d});
     Tensor y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
-    ref().layernorm_forward(y64, mean64, rstd64, f64(x), f64(gamma), f64(beta), n, d, 1e-5);
+    run_kernel(ref(), LayerNormForward{y64, mean64, rstd64, f64(x), f64(gamma), f64(beta), n, d, 1e-5});
     Tensor dx64 = e64({n, d}), dg64 = e64({d}), db64 = e64({d});
-    ref().layernorm_backward(&dx64, &dg64, &db64, f64(dy), f64(x), f64(gamma), mean64, rstd64, n,
-                             d);
+    run_kernel(ref(), LayerNormBackward{&dx64, &dg64, &db64, f64(dy), f64(x), f64(gamma), mean64, rstd64, n, d});
     const std::string what = " constant and large-mean rows, d=" + std::to_string(d);
     struct Impl {
       const char* name;
@@ -199,7 +199,7 @@ TEST(CpuNormKernels, MeanFarAboveStd) {
     auto check = [&](const Tensor& in, const Tensor& y, const Tensor& mean, const Tensor& rstd,
                      const std::string& name) {
       Tensor y64 = e64({n, d}), mean64 = e64({n}), rstd64 = e64({n});
-      ref().layernorm_forward(y64, mean64, rstd64, f64(in), f64(gamma), f64(beta), n, d, eps);
+      run_kernel(ref(), LayerNormForward{y64, mean64, rstd64, f64(in), f64(gamma), f64(beta), n, d, eps});
       // y = ((x - c) - m)*rstd*gamma + beta: x - c exact near the mean, so only roundings at
       // the scale of y: measured <= 2.4e-6 absolute on |y| <= 5, 1.6e-5 on the outlier row's
       // |y| ~ 64 (2.5e-7 relative).
@@ -478,7 +478,7 @@ TEST(CpuBackend, IdentityAndFloat64Rejected) {
     EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
   }
   Tensor wrong = e32({5});
-  EXPECT_THROW(cpu_backend().layernorm_forward(y, wrong, wrong, y, wrong, wrong, 1, 4, 1e-5),
+  EXPECT_THROW(run_kernel(cpu_backend(), LayerNormForward{y, wrong, wrong, y, wrong, wrong, 1, 4, 1e-5}),
                Error);
 }
 
@@ -497,9 +497,9 @@ TEST(CpuBackend, NonFiniteValuesPropagate) {
       if (std::isfinite(t.data<float>()[row * d + j])) return false;
     return true;
   };
-  cpu_backend().layernorm_forward(y, mean, rstd, x, gamma, beta, 2, d, 1e-5);
+  run_kernel(cpu_backend(), LayerNormForward{y, mean, rstd, x, gamma, beta, 2, d, 1e-5});
   EXPECT_TRUE(all_nonfinite_row(y, 0) && all_nonfinite_row(y, 1)) << "layernorm hid a NaN/Inf";
-  cpu_backend().rmsnorm_forward(y, rstd, x, gamma, 2, d, 1e-6);
+  run_kernel(cpu_backend(), RmsNormForward{y, rstd, x, gamma, 2, d, 1e-6});
   EXPECT_TRUE(std::isnan(y.data<float>()[5]) && !std::isfinite(rstd.data<float>()[0]))
       << "rmsnorm hid a NaN";
   cpu_backend().softmax_forward(y, x, 2, d);
@@ -533,18 +533,19 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
       Tensor dx = e32({n, d}), dg = e32({d}), db = e32({d}), rdg = e32({d});
       Tensor ry = e32({n, d}), rrstd = e32({n}), rdx = e32({n, d}), s = e32({n, d}), sy = e32({n, d}),
              smean = e32({n}), srstd = e32({n}), rs = e32({n, d}), rsy = e32({n, d}), rsrstd = e32({n});
-      cpu_backend().layernorm_forward(y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5);
-      cpu_backend().layernorm_backward(&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d);
-      cpu_backend().rmsnorm_forward(ry, rrstd, in.x, in.gamma, n, d, 1e-5);
-      cpu_backend().rmsnorm_backward(&rdx, &rdg, in.dy, in.x, in.gamma, rrstd, n, d);
-      cpu_backend().add_layernorm_forward(s, sy, smean, srstd, in.x, in.dy, 0.5, in.gamma, in.beta, n, d, 1e-5);
-      cpu_backend().add_rmsnorm_forward(rs, rsy, rsrstd, in.x, in.dy, 0.5, in.gamma, n, d, 1e-5);
+      run_kernel(cpu_backend(), LayerNormForward{y, mean, rstd, in.x, in.gamma, in.beta, n, d, 1e-5});
+      run_kernel(cpu_backend(), LayerNormBackward{&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d});
+      run_kernel(cpu_backend(), RmsNormForward{ry, rrstd, in.x, in.gamma, n, d, 1e-5});
+      run_kernel(cpu_backend(), RmsNormBackward{&rdx, &rdg, in.dy, in.x, in.gamma, rrstd, n, d});
+      run_kernel(cpu_backend(), AddLayerNormForward{s, sy, smean, srstd, in.x, in.dy, 0.5, in.gamma, in.beta, n, d,
+                                                    1e-5});
+      run_kernel(cpu_backend(), AddRmsNormForward{rs, rsy, rsrstd, in.x, in.dy, 0.5, in.gamma, n, d, 1e-5});
       // DyT's and Derf's alpha and shift gradients, and LayerScale's / ReZero's, are full sums.
       const Tensor alpha = Tensor::full({1}, 0.7), shift = Tensor::full({1}, 0.25);
       Tensor qy = e32({n, d}), qdx = e32({n, d}), qda = e32({1}), qds = e32({1}), qdg = e32({d}), qdb = e32({d});
       run_kernel(cpu_backend(), SquashForward{qy, in.x, alpha, shift, in.gamma, in.beta, n, d, Squash::erf});
-      run_kernel(cpu_backend(),
-                 SquashBackward{&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d, Squash::erf});
+      run_kernel(cpu_backend(), SquashBackward{&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d,
+                                               Squash::erf});
       Tensor tdx = e32({n, d}), tda = e32({1});
       run_kernel(cpu_backend(), SquashBackward{&tdx, &tda, nullptr, nullptr, nullptr, in.dy, in.x, alpha, Tensor(),
                                                in.gamma, n, d, Squash::tanh});

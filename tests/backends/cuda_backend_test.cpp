@@ -16,6 +16,8 @@
 #include "normlab/backend.h"
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
+#include "normlab/layernorm_kernels.h"
+#include "normlab/rmsnorm_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 #include "gpu_skip.h"
@@ -128,8 +130,8 @@ TEST_P(CudaDevice, NormsAreBitReproducibleAndLongRowsWork) {
     auto run = [&]() {
       Tensor y = output({n, d}), mean = output({n}), rstd = output({n});
       Tensor dx = output({n, d}), dg = output({d}), db = output({d});
-      gpu.layernorm_forward(y, mean, rstd, xd, gd, bd, n, d, 1e-5);
-      gpu.layernorm_backward(&dx, &dg, &db, dyd, xd, gd, mean, rstd, n, d);
+      run_kernel(gpu, LayerNormForward{y, mean, rstd, xd, gd, bd, n, d, 1e-5});
+      run_kernel(gpu, LayerNormBackward{&dx, &dg, &db, dyd, xd, gd, mean, rstd, n, d});
       std::vector<Tensor> host;
       for (const Tensor& t : {y, mean, rstd, dx, dg, db}) host.push_back(t.to_device(Device::cpu));
       return host;
@@ -140,9 +142,9 @@ TEST_P(CudaDevice, NormsAreBitReproducibleAndLongRowsWork) {
     Tensor y64 = Tensor::empty({n, d}, DType::f64), m64 = Tensor::empty({n}, DType::f64);
     Tensor r64 = Tensor::empty({n}, DType::f64), dx64 = Tensor::empty({n, d}, DType::f64);
     Tensor dg64 = Tensor::empty({d}, DType::f64), db64 = Tensor::empty({d}, DType::f64);
-    ref.layernorm_forward(y64, m64, r64, x.to(DType::f64), g.to(DType::f64), b.to(DType::f64), n, d, 1e-5);
-    ref.layernorm_backward(&dx64, &dg64, &db64, dy.to(DType::f64), x.to(DType::f64),
-                           g.to(DType::f64), one[1].to(DType::f64), one[2].to(DType::f64), n, d);
+    run_kernel(ref, LayerNormForward{y64, m64, r64, x.to(DType::f64), g.to(DType::f64), b.to(DType::f64), n, d, 1e-5});
+    run_kernel(ref, LayerNormBackward{&dx64, &dg64, &db64, dy.to(DType::f64), x.to(DType::f64), g.to(DType::f64),
+                                      one[1].to(DType::f64), one[2].to(DType::f64), n, d});
     const std::string what = std::to_string(n) + "x" + std::to_string(d);
     EXPECT_LT(max_rel_diff(one[0], y64), 1e-4) << "y " << what;
     EXPECT_LT(max_rel_diff(one[3], dx64), 1e-4) << "dx " << what;
@@ -150,13 +152,13 @@ TEST_P(CudaDevice, NormsAreBitReproducibleAndLongRowsWork) {
     EXPECT_LT(max_rel_diff(one[5], db64), 1e-3) << "dbeta " << what;
 
     Tensor ry = output({n, d}), rr = output({n}), rdx = output({n, d}), rdg = output({d});
-    gpu.rmsnorm_forward(ry, rr, xd, gd, n, d, 1e-6);
-    gpu.rmsnorm_backward(&rdx, &rdg, dyd, xd, gd, rr, n, d);
+    run_kernel(gpu, RmsNormForward{ry, rr, xd, gd, n, d, 1e-6});
+    run_kernel(gpu, RmsNormBackward{&rdx, &rdg, dyd, xd, gd, rr, n, d});
     Tensor ry64 = Tensor::empty({n, d}, DType::f64), rr64 = Tensor::empty({n}, DType::f64);
     Tensor rdx64 = Tensor::empty({n, d}, DType::f64), rdg64 = Tensor::empty({d}, DType::f64);
-    ref.rmsnorm_forward(ry64, rr64, x.to(DType::f64), g.to(DType::f64), n, d, 1e-6);
-    ref.rmsnorm_backward(&rdx64, &rdg64, dy.to(DType::f64), x.to(DType::f64), g.to(DType::f64),
-                         rr.to_device(Device::cpu).to(DType::f64), n, d);
+    run_kernel(ref, RmsNormForward{ry64, rr64, x.to(DType::f64), g.to(DType::f64), n, d, 1e-6});
+    run_kernel(ref, RmsNormBackward{&rdx64, &rdg64, dy.to(DType::f64), x.to(DType::f64), g.to(DType::f64),
+                                    rr.to_device(Device::cpu).to(DType::f64), n, d});
     EXPECT_LT(max_rel_diff(ry, ry64), 1e-4) << "rms y " << what;
     EXPECT_LT(max_rel_diff(rdx, rdx64), 1e-4) << "rms dx " << what;
     EXPECT_LT(max_rel_diff(rdg, rdg64), 1e-3) << "rms dgamma " << what;

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "normlab/layernorm_kernels.h"
 #include "normlab/reference_kernels.h"
 #include "normlab/backend.h"
+#include "normlab/rmsnorm_kernels.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
 #include "test_util.h"
@@ -74,7 +76,7 @@ TEST(ReferenceHand, LayerNormWorksheet) {
     Tensor gamma = Tensor::from({1, 1, 1, 1}, {4}, dt), beta = Tensor::from({0, 0, 0, 0}, {4}, dt);
     Tensor y = Tensor::empty({1, 4}, dt), mean = Tensor::empty({1}, dt),
            rstd = Tensor::empty({1}, dt);
-    ref().layernorm_forward(y, mean, rstd, x, gamma, beta, 1, 4, 1e-5);
+    run_kernel(ref(), LayerNormForward{y, mean, rstd, x, gamma, beta, 1, 4, 1e-5});
     expect_close(y.to_vector(), {0.6325, -1.2649, -0.6325, 1.2649}, 1e-4, 0, "layernorm y");
     expect_close(mean.to_vector(), {1.0}, 1e-7, 0, "layernorm mean");
     expect_close(rstd.to_vector(), {1.0 / std::sqrt(2.50001)}, 1e-7, 0, "layernorm rstd");
@@ -87,7 +89,7 @@ TEST(ReferenceHand, LayerNormAffine) {
   Tensor gamma = f64({1, 2, 0.5, -1}, {4}), beta = f64({0, 1, 0, 0.5}, {4});
   Tensor y = Tensor::empty({1, 4}, DType::f64), mean = Tensor::empty({1}, DType::f64),
          rstd = Tensor::empty({1}, DType::f64);
-  ref().layernorm_forward(y, mean, rstd, x, gamma, beta, 1, 4, 1e-5);
+  run_kernel(ref(), LayerNormForward{y, mean, rstd, x, gamma, beta, 1, 4, 1e-5});
   expect_close(y.to_vector(), {0.6325, 2 * -1.2649 + 1, 0.5 * -0.6325, -1.2649 + 0.5}, 2e-4, 0,
                "layernorm affine y");
 }
@@ -99,7 +101,7 @@ TEST(ReferenceHand, RMSNormWorksheet) {
     Tensor x = Tensor::from({2, -1, 0, 3}, {1, 4}, dt);
     Tensor gamma = Tensor::from({1, 1, 1, 1}, {4}, dt);
     Tensor y = Tensor::empty({1, 4}, dt), rstd = Tensor::empty({1}, dt);
-    ref().rmsnorm_forward(y, rstd, x, gamma, 1, 4, 1e-5);
+    run_kernel(ref(), RmsNormForward{y, rstd, x, gamma, 1, 4, 1e-5});
     expect_close(y.to_vector(), {1.0690, -0.5345, 0.0, 1.6036}, 1e-4, 0, "rmsnorm y");
     expect_close(rstd.to_vector(), {1.0 / std::sqrt(3.50001)}, 1e-7, 0, "rmsnorm rstd");
   }
@@ -112,10 +114,10 @@ TEST(ReferenceHand, FusedAddNormWorksheet) {
   Tensor gamma = f64({1, 1, 1, 1}, {4}), beta = f64({0, 0, 0, 0}, {4});
   Tensor s = Tensor::empty({1, 4}, DType::f64), y = Tensor::empty({1, 4}, DType::f64);
   Tensor mean = Tensor::empty({1}, DType::f64), rstd = Tensor::empty({1}, DType::f64);
-  ref().add_layernorm_forward(s, y, mean, rstd, a, b, 2.0, gamma, beta, 1, 4, 1e-5);
+  run_kernel(ref(), AddLayerNormForward{s, y, mean, rstd, a, b, 2.0, gamma, beta, 1, 4, 1e-5});
   expect_close(s.to_vector(), {2, -1, 0, 3}, 0, 0, "add_layernorm s");
   expect_close(y.to_vector(), {0.6325, -1.2649, -0.6325, 1.2649}, 1e-4, 0, "add_layernorm y");
-  ref().add_rmsnorm_forward(s, y, rstd, a, b, 2.0, gamma, 1, 4, 1e-5);
+  run_kernel(ref(), AddRmsNormForward{s, y, rstd, a, b, 2.0, gamma, 1, 4, 1e-5});
   expect_close(s.to_vector(), {2, -1, 0, 3}, 0, 0, "add_rmsnorm s");
   expect_close(y.to_vector(), {1.0690, -0.5345, 0.0, 1.6036}, 1e-4, 0, "add_rmsnorm y");
 }
@@ -377,7 +379,7 @@ TEST(ReferenceGradcheck, LayerNorm) {
     Tensor y = Tensor::empty({n, d}, DType::f64), mean = Tensor::empty({n}, DType::f64),
            rstd = Tensor::empty({n}, DType::f64);
     auto loss = [&] {
-      ref().layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, 1e-5);
+      run_kernel(ref(), LayerNormForward{y, mean, rstd, x, gamma, beta, n, d, 1e-5});
       return dot(y, r);
     };
     Vec ndx = numeric_grad(x, loss), ndg = numeric_grad(gamma, loss),
@@ -385,7 +387,7 @@ TEST(ReferenceGradcheck, LayerNorm) {
     loss();  // saved statistics at the unperturbed point
     Tensor dy = f64(r, {n, d}), dx = Tensor::empty({n, d}, DType::f64),
            dg = Tensor::empty({d}, DType::f64), db = Tensor::empty({d}, DType::f64);
-    ref().layernorm_backward(&dx, &dg, &db, dy, x, gamma, mean, rstd, n, d);
+    run_kernel(ref(), LayerNormBackward{&dx, &dg, &db, dy, x, gamma, mean, rstd, n, d});
     expect_grad(dx, ndx, shape_name("layernorm dx", s));
     expect_grad(dg, ndg, shape_name("layernorm dgamma", s));
     expect_grad(db, ndb, shape_name("layernorm dbeta", s));
@@ -400,14 +402,14 @@ TEST(ReferenceGradcheck, RMSNorm) {
     Vec r = randn(rng, n * d);
     Tensor y = Tensor::empty({n, d}, DType::f64), rstd = Tensor::empty({n}, DType::f64);
     auto loss = [&] {
-      ref().rmsnorm_forward(y, rstd, x, gamma, n, d, 1e-6);
+      run_kernel(ref(), RmsNormForward{y, rstd, x, gamma, n, d, 1e-6});
       return dot(y, r);
     };
     Vec ndx = numeric_grad(x, loss), ndg = numeric_grad(gamma, loss);
     loss();
     Tensor dy = f64(r, {n, d}), dx = Tensor::empty({n, d}, DType::f64),
            dg = Tensor::empty({d}, DType::f64);
-    ref().rmsnorm_backward(&dx, &dg, dy, x, gamma, rstd, n, d);
+    run_kernel(ref(), RmsNormBackward{&dx, &dg, dy, x, gamma, rstd, n, d});
     expect_grad(dx, ndx, shape_name("rmsnorm dx", s));
     expect_grad(dg, ndg, shape_name("rmsnorm dgamma", s));
   }
@@ -431,17 +433,17 @@ TEST(ReferenceGradcheck, FusedAddNorm) {
     for (bool layernorm : {true, false}) {
       auto loss = [&] {
         if (layernorm)
-          ref().add_layernorm_forward(sum, y, mean, rstd, a, b, alpha, gamma, beta, n, d, 1e-5);
+          run_kernel(ref(), AddLayerNormForward{sum, y, mean, rstd, a, b, alpha, gamma, beta, n, d, 1e-5});
         else
-          ref().add_rmsnorm_forward(sum, y, rstd, a, b, alpha, gamma, n, d, 1e-6);
+          run_kernel(ref(), AddRmsNormForward{sum, y, rstd, a, b, alpha, gamma, n, d, 1e-6});
         return dot(y, r);
       };
       Vec nda = numeric_grad(a, loss), ndb = numeric_grad(b, loss);
       loss();
       if (layernorm)
-        ref().layernorm_backward(&ds, nullptr, nullptr, dy, sum, gamma, mean, rstd, n, d);
+        run_kernel(ref(), LayerNormBackward{&ds, nullptr, nullptr, dy, sum, gamma, mean, rstd, n, d});
       else
-        ref().rmsnorm_backward(&ds, nullptr, dy, sum, gamma, rstd, n, d);
+        run_kernel(ref(), RmsNormBackward{&ds, nullptr, dy, sum, gamma, rstd, n, d});
       ref().scale(da, ds, alpha);
       const char* name = layernorm ? "add_layernorm" : "add_rmsnorm";
       expect_grad(da, nda, shape_name(name, s) + " da");
@@ -794,15 +796,15 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
            b = Tensor::from(beta, {d}, dt);
     Tensor y = E({n, d}, dt), mean = E({n}, dt), rstd = E({n}, dt), dx = E({n, d}, dt),
            dg = E({d}, dt), db = E({d}, dt);
-    ref().layernorm_forward(y, mean, rstd, xt, g, b, n, d, 1e-5);
-    ref().layernorm_backward(&dx, &dg, &db, Tensor::from(dyv, {n, d}, dt), xt, g, mean, rstd, n, d);
+    run_kernel(ref(), LayerNormForward{y, mean, rstd, xt, g, b, n, d, 1e-5});
+    run_kernel(ref(), LayerNormBackward{&dx, &dg, &db, Tensor::from(dyv, {n, d}, dt), xt, g, mean, rstd, n, d});
     return Outputs{y, mean, rstd, dx, dg, db};
   });
   expect_f32_matches_f64("rmsnorm", [&](DType dt) {
     Tensor xt = Tensor::from(x, {n, d}, dt), g = Tensor::from(gamma, {d}, dt);
     Tensor y = E({n, d}, dt), rstd = E({n}, dt), dx = E({n, d}, dt), dg = E({d}, dt);
-    ref().rmsnorm_forward(y, rstd, xt, g, n, d, 1e-6);
-    ref().rmsnorm_backward(&dx, &dg, Tensor::from(dyv, {n, d}, dt), xt, g, rstd, n, d);
+    run_kernel(ref(), RmsNormForward{y, rstd, xt, g, n, d, 1e-6});
+    run_kernel(ref(), RmsNormBackward{&dx, &dg, Tensor::from(dyv, {n, d}, dt), xt, g, rstd, n, d});
     return Outputs{y, rstd, dx, dg};
   });
   expect_f32_matches_f64("add_layernorm / add_rmsnorm", [&](DType dt) {
@@ -810,8 +812,8 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
     Tensor g = Tensor::from(gamma, {d}, dt), bt = Tensor::from(beta, {d}, dt);
     Tensor s1 = E({n, d}, dt), y1 = E({n, d}, dt), mean = E({n}, dt), rstd1 = E({n}, dt);
     Tensor s2 = E({n, d}, dt), y2 = E({n, d}, dt), rstd2 = E({n}, dt);
-    ref().add_layernorm_forward(s1, y1, mean, rstd1, a, b, 0.7, g, bt, n, d, 1e-5);
-    ref().add_rmsnorm_forward(s2, y2, rstd2, a, b, 0.7, g, n, d, 1e-6);
+    run_kernel(ref(), AddLayerNormForward{s1, y1, mean, rstd1, a, b, 0.7, g, bt, n, d, 1e-5});
+    run_kernel(ref(), AddRmsNormForward{s2, y2, rstd2, a, b, 0.7, g, n, d, 1e-6});
     return Outputs{s1, y1, mean, rstd1, s2, y2, rstd2};
   });
   expect_f32_matches_f64("softmax", [&](DType dt) {
@@ -893,7 +895,7 @@ TEST(ReferencePrecision, Float32SumsInDouble) {
   Tensor x = Tensor::from({1e8, 1, -1e8, 0}, {1, 4}, dt), y = Tensor::empty({1, 4}, dt);
   Tensor g = Tensor::from({1, 1, 1, 1}, {4}, dt), b = Tensor::from({0, 0, 0, 0}, {4}, dt);
   Tensor mean = Tensor::empty({1}, dt), rstd = Tensor::empty({1}, dt);
-  ref().layernorm_forward(y, mean, rstd, x, g, b, 1, 4, 1e-5);
+  run_kernel(ref(), LayerNormForward{y, mean, rstd, x, g, b, 1, 4, 1e-5});
   EXPECT_EQ(mean.item(), 0.25) << "layernorm mean";
 }
 
@@ -913,10 +915,10 @@ TEST(ReferenceBackend, RejectsBadArguments) {
   Tensor x64 = Tensor::zeros({2, 3}, DType::f64), y32 = Tensor::empty({2, 3}, DType::f32);
   Tensor g64 = Tensor::zeros({3}, DType::f64), b64 = Tensor::zeros({3}, DType::f64);
   Tensor m = Tensor::empty({2}, DType::f64), r = Tensor::empty({2}, DType::f64);
-  EXPECT_THROW(ref().layernorm_forward(y32, m, r, x64, g64, b64, 2, 3, 1e-5),
+  EXPECT_THROW(run_kernel(ref(), LayerNormForward{y32, m, r, x64, g64, b64, 2, 3, 1e-5}),
                Error);  // mixed dtypes
   Tensor y64 = Tensor::empty({2, 3}, DType::f64);
-  EXPECT_THROW(ref().layernorm_forward(y64, m, r, x64, g64, b64, 2, 4, 1e-5),
+  EXPECT_THROW(run_kernel(ref(), LayerNormForward{y64, m, r, x64, g64, b64, 2, 4, 1e-5}),
                Error);  // sizes vs shape
   Tensor ids = Tensor::from_ids({0, 3}, {2}), table = Tensor::zeros({3, 3}, DType::f64);
   EXPECT_THROW(ref().embedding_forward(y64, table, ids, 2, 3, 3), Error);  // id 3 outside [0, 3)
@@ -934,24 +936,24 @@ TEST(ReferenceBackend, GradientMasksAndWrittenOutputs) {
   Tensor dy = f64(randn(rng, n * d), {n, d});
   Tensor y = Tensor::empty({n, d}, DType::f64), mean = Tensor::empty({n}, DType::f64),
          rstd = Tensor::empty({n}, DType::f64);
-  ref().layernorm_forward(y, mean, rstd, x, gamma, beta, n, d, 1e-5);
+  run_kernel(ref(), LayerNormForward{y, mean, rstd, x, gamma, beta, n, d, 1e-5});
   auto nans = [](const Shape& s) { return Tensor::full(s, std::nan(""), DType::f64); };
   Tensor dx = nans({n, d}), dg = nans({d}), db = nans({d});
-  ref().layernorm_backward(&dx, &dg, &db, dy, x, gamma, mean, rstd, n, d);
+  run_kernel(ref(), LayerNormBackward{&dx, &dg, &db, dy, x, gamma, mean, rstd, n, d});
   Tensor dg_only = nans({d}), db_only = nans({d}), dx_only = nans({n, d});
-  ref().layernorm_backward(nullptr, &dg_only, nullptr, dy, x, gamma, mean, rstd, n, d);
-  ref().layernorm_backward(nullptr, nullptr, &db_only, dy, x, gamma, mean, rstd, n, d);
-  ref().layernorm_backward(&dx_only, nullptr, nullptr, dy, x, gamma, mean, rstd, n, d);
+  run_kernel(ref(), LayerNormBackward{nullptr, &dg_only, nullptr, dy, x, gamma, mean, rstd, n, d});
+  run_kernel(ref(), LayerNormBackward{nullptr, nullptr, &db_only, dy, x, gamma, mean, rstd, n, d});
+  run_kernel(ref(), LayerNormBackward{&dx_only, nullptr, nullptr, dy, x, gamma, mean, rstd, n, d});
   expect_close(dg_only.to_vector(), dg.to_vector(), 0, 0, "layernorm dgamma alone");
   expect_close(db_only.to_vector(), db.to_vector(), 0, 0, "layernorm dbeta alone");
   expect_close(dx_only.to_vector(), dx.to_vector(), 0, 0, "layernorm dx alone");
   for (double v : dx.to_vector()) ASSERT_TRUE(std::isfinite(v));
 
   Tensor rdx = nans({n, d}), rdg = nans({d}), rdx_only = nans({n, d}), rdg_only = nans({d});
-  ref().rmsnorm_forward(y, rstd, x, gamma, n, d, 1e-6);
-  ref().rmsnorm_backward(&rdx, &rdg, dy, x, gamma, rstd, n, d);
-  ref().rmsnorm_backward(&rdx_only, nullptr, dy, x, gamma, rstd, n, d);
-  ref().rmsnorm_backward(nullptr, &rdg_only, dy, x, gamma, rstd, n, d);
+  run_kernel(ref(), RmsNormForward{y, rstd, x, gamma, n, d, 1e-6});
+  run_kernel(ref(), RmsNormBackward{&rdx, &rdg, dy, x, gamma, rstd, n, d});
+  run_kernel(ref(), RmsNormBackward{&rdx_only, nullptr, dy, x, gamma, rstd, n, d});
+  run_kernel(ref(), RmsNormBackward{nullptr, &rdg_only, dy, x, gamma, rstd, n, d});
   expect_close(rdx_only.to_vector(), rdx.to_vector(), 0, 0, "rmsnorm dx alone");
   expect_close(rdg_only.to_vector(), rdg.to_vector(), 0, 0, "rmsnorm dgamma alone");
 

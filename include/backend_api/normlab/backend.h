@@ -123,45 +123,6 @@ class Backend {
   // Not on a step's path: train's per-layer statistics and its non-finite diagnosis.
   FormatCensus format_census(const Tensor& x, Precision format);
 
-  // ---- normalization over the last dimension: x is (N x D) ---------------------
-  // mu = mean(x); var = mean((x-mu)^2); rstd = 1/sqrt(var+eps); y = gamma*(x-mu)*rstd + beta
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                         const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
-                         double eps);
-  // g = dy*gamma; dx = rstd*(g - mean(g) - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat);
-  // dbeta = sum_rows(dy). Any of dx, dgamma, dbeta may be nullptr.
-  void layernorm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, int64_t n, int64_t d);
-  // rstd = 1/sqrt(mean(x^2)+eps); y = gamma*x*rstd
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                       int64_t n, int64_t d, double eps);
-  // g = dy*gamma; dx = rstd*(g - xhat*mean(g*xhat)); dgamma = sum_rows(dy*xhat)
-  void rmsnorm_backward(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-                        const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d);
-  // The norm as PyTorch's composite of tensor ops at a bf16 / fp16 dtype (norm_compute format;
-  // precision.h, composite_norm_row: the definition), row by row: LayerNorm when beta is defined
-  // (mean written), RMSNorm otherwise (mean undefined). x, gamma, beta hold values of `format`;
-  // mean and rstd receive the stored statistics the norm's backward reads.
-  void composite_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                              const Tensor& beta, int64_t n, int64_t d, double eps, Precision format);
-  // Its backward as autograd runs the composite (precision.h, composite_norm_row_backward: the
-  // definition): dx written row by row; dgamma = sum over rows of composite_gamma_term and dbeta
-  // = sum over rows of dy, each the float32 nearest its exact sum (rounded to the format by the
-  // tape). LayerNorm when mean is defined. Any of dx, dgamma, dbeta may be nullptr; census (may
-  // be null) counts what each step stored, over every row.
-  void composite_norm_backward(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                               const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n,
-                               int64_t d, Precision format, CompositeBackwardCensus* census);
-  // Fused residual add + norm, one pass per row: s = alpha*a + b; y = LayerNorm(s) (or RMSNorm).
-  // Writes s as well: the residual stream is needed by the next block and by the backward.
-  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
-                             const Tensor& a, const Tensor& b, double alpha,
-                             const Tensor& gamma, const Tensor& beta, int64_t n,
-                             int64_t d, double eps);
-  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a,
-                           const Tensor& b, double alpha, const Tensor& gamma, int64_t n,
-                           int64_t d, double eps);
 
 
 
@@ -248,23 +209,6 @@ class Backend {
   virtual double sum_squares_impl(const Tensor& x) = 0;
   virtual void round_to_format_impl(Tensor& x, Precision format) = 0;
   virtual FormatCensus format_census_impl(const Tensor& x, Precision format) = 0;
-  virtual void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-      const Tensor& beta, int64_t n, int64_t d, double eps) = 0;
-  virtual void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-      const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d) = 0;
-  virtual void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
-      int64_t d, double eps) = 0;
-  virtual void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-      const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) = 0;
-  virtual void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-      const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) = 0;
-  virtual void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-      const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
-      Precision format, CompositeBackwardCensus* census) = 0;
-  virtual void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
-      const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d, double eps) = 0;
-  virtual void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
-      double alpha, const Tensor& gamma, int64_t n, int64_t d, double eps) = 0;
   virtual void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) = 0;
   virtual void softmax_backward_impl(Tensor& dx, const Tensor& dy, const Tensor& y, int64_t n, int64_t d) = 0;
   virtual void attention_forward_impl(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -88,24 +88,6 @@ class CpuBackend final : public Backend {
     const int64_t n = x.numel();
     cpu::round_to_format(f32(x, "round_to_format x"), n, format);
   }
-  void composite_norm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma,
-                                   const Tensor& beta, int64_t n, int64_t d, double eps, Precision format) override {
-    const bool ln = beta.defined();
-    cpu::composite_norm_forward(f32(y, "composite_norm y"), ln ? f32(mean, "composite_norm mean") : nullptr,
-                                f32(rstd, "composite_norm rstd"), f32(x, "composite_norm x"),
-                                f32(gamma, "composite_norm gamma"), ln ? f32(beta, "composite_norm beta") : nullptr,
-                                n, d, eps, format);
-  }
-  void composite_norm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                                    const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n, int64_t d,
-                                    Precision format, CompositeBackwardCensus* census) override {
-    const bool ln = mean.defined();
-    cpu::composite_norm_backward(f32_opt(dx, "composite_norm dx"), f32_opt(dgamma, "composite_norm dgamma"),
-                                 f32_opt(dbeta, "composite_norm dbeta"), f32(dy, "composite_norm dy"),
-                                 f32(x, "composite_norm x"), f32(gamma, "composite_norm gamma"),
-                                 ln ? f32(mean, "composite_norm mean") : nullptr,
-                                 f32(rstd, "composite_norm rstd"), n, d, format, census);
-  }
   FormatCensus format_census_impl(const Tensor& x, Precision format) override {
     const int64_t n = x.numel();
     return cpu::format_census(f32(x, "format_census x"), n, format);
@@ -123,54 +105,6 @@ class CpuBackend final : public Backend {
   }
 
   // ---- normalization ----------------------------------------------------------------------
-  void layernorm_forward_impl(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                              const Tensor& gamma, const Tensor& beta, int64_t n, int64_t d,
-                              double eps) override {
-    cpu::layernorm_forward(f32(y, "layernorm y"), f32(mean, "layernorm mean"),
-                           f32(rstd, "layernorm rstd"), f32(x, "layernorm x"),
-                           f32(gamma, "layernorm gamma"), f32(beta, "layernorm beta"), n, d,
-                           static_cast<float>(eps));
-  }
-  void layernorm_backward_impl(Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                               const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                               const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::layernorm_backward(f32_opt(dx, "layernorm dx"),
-                            f32_opt(dgamma, "layernorm dgamma"),
-                            f32_opt(dbeta, "layernorm dbeta"), f32(dy, "layernorm dy"),
-                            f32(x, "layernorm x"), f32(gamma, "layernorm gamma"),
-                            f32(mean, "layernorm mean"), f32(rstd, "layernorm rstd"), n, d);
-  }
-  void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& gamma, int64_t n,
-                            int64_t d, double eps) override {
-    cpu::rmsnorm_forward_onepass(f32(y, "rmsnorm y"), f32(rstd, "rmsnorm rstd"),
-                                 f32(x, "rmsnorm x"), f32(gamma, "rmsnorm gamma"), n, d,
-                                 static_cast<float>(eps));
-  }
-  void rmsnorm_backward_impl(Tensor* dx, Tensor* dgamma, const Tensor& dy, const Tensor& x,
-                             const Tensor& gamma, const Tensor& rstd, int64_t n, int64_t d) override {
-    cpu::rmsnorm_backward_onepass(f32_opt(dx, "rmsnorm dx"), f32_opt(dgamma, "rmsnorm dgamma"),
-                                  f32(dy, "rmsnorm dy"), f32(x, "rmsnorm x"),
-                                  f32(gamma, "rmsnorm gamma"), f32(rstd, "rmsnorm rstd"), n, d);
-  }
-  void add_layernorm_forward_impl(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
-                                  const Tensor& b, double alpha, const Tensor& gamma, const Tensor& beta,
-                                  int64_t n, int64_t d, double eps) override {
-    cpu::add_layernorm_forward_fused(
-        f32(s, "add_layernorm s"), f32(y, "add_layernorm y"),
-        f32(mean, "add_layernorm mean"), f32(rstd, "add_layernorm rstd"),
-        f32(a, "add_layernorm a"), f32(b, "add_layernorm b"),
-        static_cast<float>(alpha), f32(gamma, "add_layernorm gamma"),
-        f32(beta, "add_layernorm beta"), n, d, static_cast<float>(eps));
-  }
-  void add_rmsnorm_forward_impl(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& a, const Tensor& b,
-                                double alpha, const Tensor& gamma, int64_t n, int64_t d,
-                                double eps) override {
-    cpu::add_rmsnorm_forward_fused(f32(s, "add_rmsnorm s"), f32(y, "add_rmsnorm y"),
-                                   f32(rstd, "add_rmsnorm rstd"), f32(a, "add_rmsnorm a"),
-                                   f32(b, "add_rmsnorm b"), static_cast<float>(alpha),
-                                   f32(gamma, "add_rmsnorm gamma"), n, d,
-                                   static_cast<float>(eps));
-  }
 
   // ---- softmax ---------------------------------------------------------------------------
   void softmax_forward_impl(Tensor& y, const Tensor& x, int64_t n, int64_t d) override {

@@ -3,7 +3,14 @@
 // backend's names. Templated on the storage of the N x D arrays and of the parameters: float,
 // or __nv_bfloat16 / __half for `bench norms --precision bf16,fp16` (statistics and parameter
 // gradients are float32 either way).
+#include <vector>
+
 #include "columns.h"
+#include "flavor.h"
+#include "normlab/composite_norm_kernels.h"
+#include "normlab/layernorm_kernels.h"
+#include "normlab/rmsnorm_kernels.h"
+#include "tensor_args.h"
 
 namespace normlab::cuda {
 
@@ -529,5 +536,180 @@ NL_NORMS_FOR(float)
 NL_NORMS_FOR(__nv_bfloat16)
 NL_NORMS_FOR(__half)
 #undef NL_NORMS_FOR
+
+// ---- the Backend's norm kernels (layernorm_kernels.h, rmsnorm_kernels.h, composite_norm_kernels.h)
+
+namespace {
+
+// The census of a diagnosis (never a step's path): core's definition over the downloaded rows.
+void composite_census_on_host(CompositeBackwardCensus& census, const Tensor& dy, const Tensor& x,
+                              const Tensor& gamma, const Tensor& mean, const Tensor& rstd, int64_t n,
+                              int64_t d, Precision format) {
+  auto host = [](const Tensor& t) {
+    std::vector<float> v;
+    if (!t.defined()) return v;
+    for (double e : t.to_vector()) v.push_back(static_cast<float>(e));
+    return v;
+  };
+  const std::vector<float> hdy = host(dy), hx = host(x), hg = host(gamma), hm = host(mean), hr = host(rstd);
+  std::vector<float> row(static_cast<size_t>(d));
+  const bool ln = mean.defined();
+  for (int64_t i = 0; i < n; ++i) {
+    composite_norm_row_backward(ln, format, hdy.data() + i * d, hx.data() + i * d, hg.data(), ln ? hm[i] : 0.0f,
+                                hr[i], row.data(), d, &census);
+    for (int64_t j = 0; j < d; ++j)
+      composite_gamma_term(ln, format, hdy[i * d + j], hx[i * d + j], ln ? hm[i] : 0.0f, hr[i], &census);
+  }
+}
+
+void call_layernorm_forward(Backend&, const LayerNormForward& a) {
+  const char* kn = "layernorm_forward";
+  expect(kn, "y", a.y);
+  expect_f32(kn, "mean", a.mean);
+  expect_f32(kn, "rstd", a.rstd);
+  expect(kn, "x", a.x);
+  expect(kn, "gamma", a.gamma);
+  expect(kn, "beta", a.beta);
+  expect_same_storage(kn, "y", &a.y, "x", a.x);
+  const Tensor g = in_storage(a.gamma, a.x.dtype()), b = in_storage(a.beta, a.x.dtype());
+  with_storage(a.x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    layernorm_forward<T>(ptr<T>(a.y), fp(a.mean), fp(a.rstd), ptr<const T>(a.x), ptr<const T>(g), ptr<const T>(b), a.n,
+                               a.d, static_cast<float>(a.eps));
+  });
+}
+
+void call_layernorm_backward(Backend& self, const LayerNormBackward& a) {
+  const char* kn = "layernorm_backward";
+  expect(kn, "dx", a.dx);
+  expect(kn, "dgamma", a.dgamma);
+  expect(kn, "dbeta", a.dbeta);
+  expect(kn, "dy", a.dy);
+  expect(kn, "x", a.x);
+  expect(kn, "gamma", a.gamma);
+  expect_f32(kn, "mean", a.mean);
+  expect_f32(kn, "rstd", a.rstd);
+  expect_same_storage(kn, "dy", &a.dy, "x", a.x);
+  expect_same_storage(kn, "dx", a.dx, "x", a.x);
+  const Tensor g = in_storage(a.gamma, a.x.dtype());
+  F32Out dg(a.dgamma), db(a.dbeta);
+  float* work = (a.dgamma || a.dbeta) ? work_floats(self, column_work(a.n, a.d), kn) : nullptr;
+  with_storage(a.x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    layernorm_backward<T>(ptr<T>(a.dx), dg.get(), db.get(), ptr<const T>(a.dy), ptr<const T>(a.x), ptr<const T>(g),
+                                fp(a.mean), fp(a.rstd), a.n, a.d, work);
+  });
+  dg.finish();
+  db.finish();
+}
+
+void call_add_layernorm_forward(Backend&, const AddLayerNormForward& a) {
+  const char* kn = "add_layernorm_forward";
+  // float32 only: low precision runs the add and the norm as two ops (ops/norm.cpp).
+  expect_f32(kn, "s", a.s);
+  expect_f32(kn, "y", a.y);
+  expect_f32(kn, "mean", a.mean);
+  expect_f32(kn, "rstd", a.rstd);
+  expect_f32(kn, "a", a.a);
+  expect_f32(kn, "b", a.b);
+  expect_f32(kn, "gamma", a.gamma);
+  expect_f32(kn, "beta", a.beta);
+  add_layernorm_forward(fp(a.s), fp(a.y), fp(a.mean), fp(a.rstd), fp(a.a), fp(a.b), static_cast<float>(a.alpha),
+                              fp(a.gamma), fp(a.beta), a.n, a.d, static_cast<float>(a.eps));
+}
+
+void call_rmsnorm_forward(Backend&, const RmsNormForward& a) {
+  const char* kn = "rmsnorm_forward";
+  expect(kn, "y", a.y);
+  expect_f32(kn, "rstd", a.rstd);
+  expect(kn, "x", a.x);
+  expect(kn, "gamma", a.gamma);
+  expect_same_storage(kn, "y", &a.y, "x", a.x);
+  const Tensor g = in_storage(a.gamma, a.x.dtype());
+  with_storage(a.x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    rmsnorm_forward<T>(ptr<T>(a.y), fp(a.rstd), ptr<const T>(a.x), ptr<const T>(g), a.n, a.d,
+                       static_cast<float>(a.eps));
+  });
+}
+
+void call_rmsnorm_backward(Backend& self, const RmsNormBackward& a) {
+  const char* kn = "rmsnorm_backward";
+  expect(kn, "dx", a.dx);
+  expect(kn, "dgamma", a.dgamma);
+  expect(kn, "dy", a.dy);
+  expect(kn, "x", a.x);
+  expect(kn, "gamma", a.gamma);
+  expect_f32(kn, "rstd", a.rstd);
+  expect_same_storage(kn, "dy", &a.dy, "x", a.x);
+  expect_same_storage(kn, "dx", a.dx, "x", a.x);
+  const Tensor g = in_storage(a.gamma, a.x.dtype());
+  F32Out dg(a.dgamma);
+  float* work = a.dgamma ? work_floats(self, column_work(a.n, a.d), kn) : nullptr;
+  with_storage(a.x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    rmsnorm_backward<T>(ptr<T>(a.dx), dg.get(), ptr<const T>(a.dy), ptr<const T>(a.x), ptr<const T>(g), fp(a.rstd),
+                              a.n, a.d, work);
+  });
+  dg.finish();
+}
+
+void call_add_rmsnorm_forward(Backend&, const AddRmsNormForward& a) {
+  const char* kn = "add_rmsnorm_forward";
+  // float32 only, as add_layernorm_forward.
+  expect_f32(kn, "s", a.s);
+  expect_f32(kn, "y", a.y);
+  expect_f32(kn, "rstd", a.rstd);
+  expect_f32(kn, "a", a.a);
+  expect_f32(kn, "b", a.b);
+  expect_f32(kn, "gamma", a.gamma);
+  add_rmsnorm_forward(fp(a.s), fp(a.y), fp(a.rstd), fp(a.a), fp(a.b), static_cast<float>(a.alpha), fp(a.gamma), a.n,
+                      a.d, static_cast<float>(a.eps));
+}
+
+void call_composite_norm_forward(Backend&, const CompositeNormForward& a) {
+  const char* kn = "composite_norm_forward";
+  const bool ln = a.beta.defined();
+  expect(kn, "y", a.y);
+  expect(kn, "x", a.x);
+  expect(kn, "gamma", a.gamma);
+  if (ln) {
+    expect(kn, "beta", a.beta);
+    expect_f32(kn, "mean", a.mean);
+  }
+  expect_f32(kn, "rstd", a.rstd);
+  composite_norm_forward(arr_out(a.y), ln ? fp(a.mean) : nullptr, fp(a.rstd), arr_in(a.x), arr_in(a.gamma),
+                               arr_in(a.beta), a.n, a.d, a.eps, static_cast<int>(a.format));
+}
+
+void call_composite_norm_backward(Backend&, const CompositeNormBackward& a) {
+  const char* kn = "composite_norm_backward";
+  const bool ln = a.mean.defined();
+  expect(kn, "dx", a.dx);
+  expect(kn, "dgamma", a.dgamma);
+  expect(kn, "dbeta", a.dbeta);
+  expect(kn, "dy", a.dy);
+  expect(kn, "x", a.x);
+  expect(kn, "gamma", a.gamma);
+  if (ln) expect_f32(kn, "mean", a.mean);
+  expect_f32(kn, "rstd", a.rstd);
+  F32Out dg(a.dgamma), db(a.dbeta);
+  composite_norm_backward(arr_out(a.dx), dg.get(), db.get(), arr_in(a.dy), arr_in(a.x), arr_in(a.gamma),
+                                ln ? fp(a.mean) : nullptr, fp(a.rstd), a.n, a.d, static_cast<int>(a.format));
+  dg.finish();
+  db.finish();
+  if (a.census) composite_census_on_host(*a.census, a.dy, a.x, a.gamma, a.mean, a.rstd, a.n, a.d, a.format);
+}
+
+}  // namespace
+
+NORMLAB_KERNEL(LayerNormForward, kBackendName, call_layernorm_forward);
+NORMLAB_KERNEL(LayerNormBackward, kBackendName, call_layernorm_backward);
+NORMLAB_KERNEL(AddLayerNormForward, kBackendName, call_add_layernorm_forward);
+NORMLAB_KERNEL(RmsNormForward, kBackendName, call_rmsnorm_forward);
+NORMLAB_KERNEL(RmsNormBackward, kBackendName, call_rmsnorm_backward);
+NORMLAB_KERNEL(AddRmsNormForward, kBackendName, call_add_rmsnorm_forward);
+NORMLAB_KERNEL(CompositeNormForward, kBackendName, call_composite_norm_forward);
+NORMLAB_KERNEL(CompositeNormBackward, kBackendName, call_composite_norm_backward);
 
 }  // namespace normlab::cuda
