@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "normlab/error.h"
 #include "normlab/kernel.h"
@@ -49,6 +50,15 @@ kernel_registry::Erased kernel_registry::find(const char* kernel, const Backend&
   NL_CHECK(it != r.by_kernel_and_backend.end(), "{} {}: the backend has no implementation of this kernel", b.name(),
            kernel);
   return it->second;
+}
+
+std::vector<std::string> kernels_of(const Backend& b) {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [key, impl] : r.by_kernel_and_backend)
+    if (key.second == b.name()) names.push_back(key.first);
+  return names;
 }
 
 bool has_kernel(const char* kernel, const Backend& b) {

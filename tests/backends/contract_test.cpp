@@ -4,7 +4,9 @@
 // implementation runs. The cuda-sim rows run on the simulated device's tensors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "normlab/backend.h"
 #include "normlab/error.h"
@@ -98,6 +100,16 @@ TEST(KernelRegistry, RunsTheBackendsImplementationAndNamesAMissingOne) {
   EXPECT_EQ(missing.rfind("cpu negate_rows_test: the backend has no implementation of this kernel", 0), 0u) << missing;
   const std::string twice = error_of([&] { KernelRegistration<NegateRows>("reference", negate); });
   EXPECT_EQ(twice.rfind("kernel negate_rows_test has two implementations on backend reference", 0), 0u) << twice;
+}
+
+// Every kernel an op declares is implemented on every backend: a backend that forgot one is seen
+// here, not at the first op that calls it (the reference's test kernel above aside).
+TEST(KernelRegistry, EveryBackendImplementsTheSameKernels) {
+  std::vector<std::string> reference = kernels_of(backend("reference"));
+  reference.erase(std::remove(reference.begin(), reference.end(), "negate_rows_test"), reference.end());
+  EXPECT_GE(reference.size(), 16u);  // SeeDNorm's, the squash's, the channel scale's, the norms'
+  EXPECT_EQ(kernels_of(backend("cpu")), reference);
+  EXPECT_EQ(kernels_of(backend("cuda-sim")), reference);
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {

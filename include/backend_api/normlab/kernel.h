@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "normlab/backend.h"
 
@@ -58,6 +59,8 @@ void invalidate();
 
 // Whether backend `b` implements kernel K.
 bool has_kernel(const char* kernel, const Backend& b);
+// The kernels backend `b` implements, by name, in order.
+std::vector<std::string> kernels_of(const Backend& b);
 
 template <class K>
 void run_kernel(Backend& b, const K& call) {
