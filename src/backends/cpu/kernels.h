@@ -81,7 +81,7 @@ void cross_entropy_backward(float* dlogits, float dloss, const float* probs, con
                             int64_t n, int64_t v);
 
 // ---- the channel scale (squash_kernels.cpp; DyT and Derf: cpu_kernels.h) --------------------------
-// Backend::channel_scale_*, on raw arrays (dx and dlambda nullable).
+// ChannelScaleForward/Backward (channel_scale_kernels.h) on raw arrays (dx and dlambda nullable).
 void channel_scale_forward(float* y, const float* x, const float* lambda, int64_t n, int64_t d, int64_t c);
 void channel_scale_backward(float* dx, float* dlambda, const float* dy, const float* x, const float* lambda,
                             int64_t n, int64_t d, int64_t c);

@@ -7,7 +7,7 @@
 namespace normlab::cpu {
 
 // The pointer of a float32 tensor, or a sentence saying what is wrong (its sizes and device are
-// the Backend entry's contract, checked before the call reaches this backend).
+// the kernel's contract, checked before the call reaches this backend).
 inline float* f32(const Tensor& t, const char* what) {
   NL_CHECK(t.dtype() == DType::f32,
            "cpu backend: {} is {}; the cpu backend is float32 only (float64 runs on the "

@@ -13,7 +13,7 @@
 namespace normlab::cuda {
 
 // ---- argument checks ----------------------------------------------------------------------------
-// A data array: float32, bf16 or fp16 storage (its sizes and device are the Backend entry's
+// A data array: float32, bf16 or fp16 storage (its sizes and device are the kernel's
 // contract, checked before the call reaches this backend).
 inline void expect(const char* kernel, const char* arg, const Tensor& t) {
   NL_CHECK(t.dtype() == DType::f32 || is_16bit(t.dtype()),

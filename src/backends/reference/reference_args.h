@@ -26,8 +26,8 @@ void dispatch(DType dtype, const char* kernel, F&& f) {
            to_string(dtype));
 }
 
-// One tensor argument of a call: of the call's dtype (its sizes and device are the Backend
-// entry's contract, checked before the call reaches this backend).
+// One tensor argument of a call: of the call's dtype (its sizes and device are the
+// kernel's contract, checked before the call reaches this backend).
 inline void expect(const char* kernel, const char* arg, const Tensor& t, DType dtype) {
   NL_CHECK(t.dtype() == dtype, "reference {}: {} is {} but the call's dtype is {}", kernel, arg,
            to_string(t.dtype()), to_string(dtype));
