@@ -15,11 +15,16 @@ namespace normlab {
 
 namespace {
 
+using Key = std::pair<std::string, std::string>;  // (kernel, backend)
+
 struct Implementations {
   // Written while the program or a CUDA module loads, read by every call: a CUDA module may be
   // loaded (by its backend's first lookup) while another thread runs kernels.
   std::mutex mutex;
-  std::map<std::pair<std::string, std::string>, kernel_registry::Erased> by_kernel_and_backend;
+  std::map<Key, kernel_registry::Erased> by_kernel_and_backend;
+  // A module's registrations while its loader has not yet accepted it (ModuleLoad).
+  bool holding = false;
+  std::vector<std::pair<Key, kernel_registry::Erased>> held;
 };
 
 Implementations& implementations() {
@@ -34,8 +39,41 @@ std::atomic<uint64_t> g_generation{1};
 void kernel_registry::add(const char* kernel, const char* backend, Erased impl) {
   Implementations& r = implementations();
   std::lock_guard<std::mutex> lock(r.mutex);
-  const bool fresh = r.by_kernel_and_backend.emplace(std::make_pair(kernel, backend), impl).second;
+  if (r.holding) {  // inside dlopen: nothing may throw here (ModuleLoad::commit checks)
+    r.held.emplace_back(Key(kernel, backend), impl);
+    return;
+  }
+  const bool fresh = r.by_kernel_and_backend.emplace(Key(kernel, backend), impl).second;
   NL_CHECK(fresh, "kernel {} has two implementations on backend {}", kernel, backend);
+  invalidate();
+}
+
+kernel_registry::ModuleLoad::ModuleLoad() {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  NL_CHECK(!r.holding, "a module's kernels are loaded while another's are held");
+  r.holding = true;
+  r.held.clear();
+}
+
+kernel_registry::ModuleLoad::~ModuleLoad() {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.holding = false;
+  r.held.clear();
+}
+
+void kernel_registry::ModuleLoad::commit() {
+  Implementations& r = implementations();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.holding = false;
+  std::vector<std::pair<Key, Erased>> held;
+  held.swap(r.held);
+  std::map<Key, Erased> fresh;
+  for (const auto& [key, impl] : held)  // all or none
+    NL_CHECK(!r.by_kernel_and_backend.count(key) && fresh.emplace(key, impl).second,
+             "kernel {} has two implementations on backend {}", key.first, key.second);
+  r.by_kernel_and_backend.insert(fresh.begin(), fresh.end());
   invalidate();
 }
 

@@ -102,6 +102,27 @@ TEST(KernelRegistry, RunsTheBackendsImplementationAndNamesAMissingOne) {
   EXPECT_EQ(twice.rfind("kernel negate_rows_test has two implementations on backend reference", 0), 0u) << twice;
 }
 
+// What a module registers while it loads enters the registry only when its loader accepts it;
+// a refused module's kernels are dropped, and a kernel a backend already has is refused at commit,
+// outside dlopen, with nothing of the module added.
+TEST(KernelRegistry, AModulesKernelsWaitForItsLoaderToAcceptIt) {
+  const Backend& cpu = backend("cpu");
+  {
+    kernel_registry::ModuleLoad refused;
+    KernelRegistration<NegateRows>("cpu", negate);
+    EXPECT_FALSE(has_kernel("negate_rows_test", cpu));
+  }
+  EXPECT_FALSE(has_kernel("negate_rows_test", cpu));
+  {
+    kernel_registry::ModuleLoad twice;
+    KernelRegistration<NegateRows>("cpu", negate);
+    KernelRegistration<NegateRows>("reference", negate);  // the reference has it already
+    const std::string e = error_of([&] { twice.commit(); });
+    EXPECT_EQ(e.rfind("kernel negate_rows_test has two implementations on backend reference", 0), 0u) << e;
+    EXPECT_FALSE(has_kernel("negate_rows_test", cpu));
+  }
+}
+
 // Every kernel an op declares is implemented on every backend: a backend that forgot one is seen
 // here, not at the first op that calls it (the reference's test kernel above aside).
 TEST(KernelRegistry, EveryBackendImplementsTheSameKernels) {

@@ -55,6 +55,20 @@ Erased find(const char* kernel, const Backend& b);
 // is stale once it moves (a backend registered anew may take a freed backend's address).
 uint64_t generation();
 void invalidate();
+
+// While one lives, registrations are held instead of added: a CUDA module's static constructors
+// register its kernels inside dlopen, before the loader has read its build id and device. commit()
+// adds them once the loader accepts the module (throwing Error, outside dlopen, for a kernel a
+// backend already has); a ModuleLoad destroyed uncommitted drops them, so a refused module leaves
+// nothing behind. One at a time (the loaders hold their lock while they load).
+class ModuleLoad {
+ public:
+  ModuleLoad();
+  ~ModuleLoad();
+  ModuleLoad(const ModuleLoad&) = delete;
+  ModuleLoad& operator=(const ModuleLoad&) = delete;
+  void commit();
+};
 }  // namespace kernel_registry
 
 // Whether backend `b` implements kernel K.

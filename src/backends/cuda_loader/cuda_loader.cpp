@@ -20,6 +20,7 @@
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
 #include "normlab/error.h"
+#include "normlab/kernel.h"
 #include "normlab/system.h"
 
 namespace normlab {
@@ -91,6 +92,9 @@ const cuda::ModuleTable* load_locked(Loader& l) {
               (S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file (a device, FIFO or socket)");
     return nullptr;
   }
+  // The kernels the module registers while dlopen runs its constructors enter the registry only
+  // once the checks below accept it.
+  kernel_registry::ModuleLoad kernels;
   // RTLD_NOW: a missing library or symbol is this one error, not a crash at some later call.
   // RTLD_LOCAL: CUDA's symbols stay out of the way of anything loaded afterwards.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -113,6 +117,12 @@ const cuda::ModuleTable* load_locked(Loader& l) {
   if (t->device == nullptr || std::strcmp(t->device, l.device) != 0) {
     l.error = fmt::format("{} is the module of --device {}, not of --device {}: load {}", module_name(l, path),
                           shown(t->device ? t->device : "(none)", 32), l.device, l.file);
+    return nullptr;
+  }
+  try {
+    kernels.commit();
+  } catch (const Error& e) {
+    l.error = fmt::format("{} cannot be used: {}", module_name(l, path), e.what());
     return nullptr;
   }
   l.table = t;
