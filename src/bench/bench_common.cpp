@@ -11,6 +11,8 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <fmt/ranges.h>
 
@@ -126,7 +128,7 @@ struct TensorSize {
   bool stored = false;  // held in the run's 16-bit format when it has one (OpCase::stored)
 };
 
-std::vector<TensorSize> tensor_sizes(const std::string& op, int64_t d) {
+std::vector<TensorSize> measure_tensor_sizes(const std::string& op, int64_t d) {
   auto numels = [&](int64_t rows) {
     const opcases::OpCase& c = opcases::find_case(fmt::format("{} rows={} d={}", op, rows, d));
     std::vector<std::pair<std::string, int64_t>> out;
@@ -140,6 +142,7 @@ std::vector<TensorSize> tensor_sizes(const std::string& op, int64_t d) {
   NL_CHECK(one.size() == two.size(), "op case {}: its tensors depend on its rows", op);
   std::vector<TensorSize> sizes;
   for (size_t i = 0; i < one.size(); ++i) {
+    NL_CHECK(one[i].first == two[i].first, "op case {}: its tensors depend on its rows", op);
     TensorSize t;
     t.name = one[i].first;
     t.per_row = two[i].second - one[i].second;
@@ -148,6 +151,16 @@ std::vector<TensorSize> tensor_sizes(const std::string& op, int64_t d) {
     sizes.push_back(t);
   }
   return sizes;
+}
+
+// The same, measured once per op and width (every row of a bench asks).
+const std::vector<TensorSize>& tensor_sizes(const std::string& op, int64_t d) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, int64_t>, std::vector<TensorSize>> measured;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = measured.find({op, d});
+  if (it == measured.end()) it = measured.emplace(std::make_pair(op, d), measure_tensor_sizes(op, d)).first;
+  return it->second;
 }
 
 // The op case a row of `bench norms` times: "copy", or the norm's pass ("rmsnorm_bwd").
@@ -169,11 +182,13 @@ int64_t norm_parameters(const std::string& norm, int64_t d) {
 
 ByteCount norm_bytes(const std::string& norm, const std::string& pass, const NormShape& s, int64_t stored_bytes) {
   ByteCount b;
-  for (const TensorSize& t : tensor_sizes(op_of(norm, pass), s.d)) {
+  const std::string op = op_of(norm, pass);
+  for (const TensorSize& t : tensor_sizes(op, s.d)) {
     // The copy's arrays and what a case stores in the format take stored_bytes; the rest float32.
-    const int64_t bytes = (t.stored || norm == "copy") ? stored_bytes : 4;
+    const int64_t bytes = (t.stored || op == "copy") ? stored_bytes : 4;
     const int64_t count = (t.per_row * s.rows() + t.fixed) * bytes;
-    (t.per_row == 0 ? b.params : t.per_row == 1 ? b.stats : b.data) += count;
+    // A row of d is an N x D array (at d = 1 a statistic counts as one too), none a parameter.
+    (t.per_row == s.d ? b.data : t.per_row == 0 ? b.params : b.stats) += count;
   }
   return b;
 }
