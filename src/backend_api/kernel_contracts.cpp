@@ -26,9 +26,8 @@ const Contract& Contract::maybe(const Tensor* t, const char* arg, int64_t numel)
   return t ? need(*t, arg, numel) : *this;
 }
 
-const Contract& Contract::holds(bool ok, const std::string& what) const {
-  NL_CHECK(ok, "{} {}: {}", b_.name(), kernel_, what);
-  return *this;
+void Contract::fail(const std::string& what) const {
+  detail::check_failed(__FILE__, __LINE__, fmt::format("{} {}: {}", b_.name(), kernel_, what));
 }
 
 namespace {

@@ -4,18 +4,10 @@
 // src/backends/cuda/squash.cu.
 #pragma once
 #include <cstdint>
-#include <string>
-
-#include <fmt/format.h>
 
 #include "normlab/kernel.h"
 
 namespace normlab {
-
-// What is wrong with a lambda of c values for rows of d (C must be d or 1).
-inline std::string channel_scale_sizes(int64_t c, int64_t d) {
-  return fmt::format("lambda has {} values, expected {} (one per column) or 1", c, d);
-}
 
 // y = x * lambda.
 struct ChannelScaleForward {
@@ -26,7 +18,7 @@ struct ChannelScaleForward {
   int64_t n, d, c;
 
   void check(const Contract& k) const {
-    if (c != d && c != 1) k.holds(false, channel_scale_sizes(c, d));
+    k.holds(c == d || c == 1, "lambda has {} values, expected {} (one per column) or 1", c, d);
     k.need(y, "y", n * d).need(x, "x", n * d).need(lambda, "lambda", c);
   }
 };
@@ -43,7 +35,7 @@ struct ChannelScaleBackward {
   int64_t n, d, c;
 
   void check(const Contract& k) const {
-    if (c != d && c != 1) k.holds(false, channel_scale_sizes(c, d));
+    k.holds(c == d || c == 1, "lambda has {} values, expected {} (one per column) or 1", c, d);
     k.maybe(dx, "dx", n * d).maybe(dlambda, "dlambda", c).need(dy, "dy", n * d).need(x, "x", n * d);
     k.need(lambda, "lambda", c);
   }

@@ -19,7 +19,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "normlab/backend.h"
 
@@ -36,10 +39,16 @@ class Contract {
   const Contract& maybe(const Tensor& t, const char* arg, int64_t numel) const;
   // A gradient output the caller may decline (nullptr: not wanted).
   const Contract& maybe(const Tensor* t, const char* arg, int64_t numel) const;
-  // A condition on the size arguments themselves.
-  const Contract& holds(bool ok, const std::string& what) const;
+  // A condition on the size arguments themselves; the message is formatted only when it fails.
+  template <class... Args>
+  const Contract& holds(bool ok, fmt::format_string<Args...> what, Args&&... args) const {
+    if (!ok) fail(fmt::format(what, std::forward<Args>(args)...));
+    return *this;
+  }
 
  private:
+  [[noreturn]] void fail(const std::string& what) const;
+
   const Backend& b_;
   const char* kernel_;
 };
