@@ -14,17 +14,17 @@ namespace {
 
 void call_layernorm_forward(Backend&, const LayerNormForward& a) {
   layernorm_forward(f32(a.y, "layernorm y"), f32(a.mean, "layernorm mean"),
-                         f32(a.rstd, "layernorm rstd"), f32(a.x, "layernorm x"),
-                         f32(a.gamma, "layernorm gamma"), f32(a.beta, "layernorm beta"), a.n, a.d,
-                         static_cast<float>(a.eps));
+                    f32(a.rstd, "layernorm rstd"), f32(a.x, "layernorm x"),
+                    f32(a.gamma, "layernorm gamma"), f32(a.beta, "layernorm beta"), a.n, a.d,
+                    static_cast<float>(a.eps));
 }
 
 void call_layernorm_backward(Backend&, const LayerNormBackward& a) {
   layernorm_backward(f32_opt(a.dx, "layernorm dx"),
-                          f32_opt(a.dgamma, "layernorm dgamma"),
-                          f32_opt(a.dbeta, "layernorm dbeta"), f32(a.dy, "layernorm dy"),
-                          f32(a.x, "layernorm x"), f32(a.gamma, "layernorm gamma"),
-                          f32(a.mean, "layernorm mean"), f32(a.rstd, "layernorm rstd"), a.n, a.d);
+                     f32_opt(a.dgamma, "layernorm dgamma"),
+                     f32_opt(a.dbeta, "layernorm dbeta"), f32(a.dy, "layernorm dy"),
+                     f32(a.x, "layernorm x"), f32(a.gamma, "layernorm gamma"),
+                     f32(a.mean, "layernorm mean"), f32(a.rstd, "layernorm rstd"), a.n, a.d);
 }
 
 void call_add_layernorm_forward(Backend&, const AddLayerNormForward& a) {
@@ -38,39 +38,39 @@ void call_add_layernorm_forward(Backend&, const AddLayerNormForward& a) {
 
 void call_rmsnorm_forward(Backend&, const RmsNormForward& a) {
   rmsnorm_forward_onepass(f32(a.y, "rmsnorm y"), f32(a.rstd, "rmsnorm rstd"),
-                               f32(a.x, "rmsnorm x"), f32(a.gamma, "rmsnorm gamma"), a.n, a.d,
-                               static_cast<float>(a.eps));
+                          f32(a.x, "rmsnorm x"), f32(a.gamma, "rmsnorm gamma"), a.n, a.d,
+                          static_cast<float>(a.eps));
 }
 
 void call_rmsnorm_backward(Backend&, const RmsNormBackward& a) {
   rmsnorm_backward_onepass(f32_opt(a.dx, "rmsnorm dx"), f32_opt(a.dgamma, "rmsnorm dgamma"),
-                                f32(a.dy, "rmsnorm dy"), f32(a.x, "rmsnorm x"),
-                                f32(a.gamma, "rmsnorm gamma"), f32(a.rstd, "rmsnorm rstd"), a.n, a.d);
+                           f32(a.dy, "rmsnorm dy"), f32(a.x, "rmsnorm x"),
+                           f32(a.gamma, "rmsnorm gamma"), f32(a.rstd, "rmsnorm rstd"), a.n, a.d);
 }
 
 void call_add_rmsnorm_forward(Backend&, const AddRmsNormForward& a) {
   add_rmsnorm_forward_fused(f32(a.s, "add_rmsnorm s"), f32(a.y, "add_rmsnorm y"),
-                                 f32(a.rstd, "add_rmsnorm rstd"), f32(a.a, "add_rmsnorm a"),
-                                 f32(a.b, "add_rmsnorm b"), static_cast<float>(a.alpha),
-                                 f32(a.gamma, "add_rmsnorm gamma"), a.n, a.d,
-                                 static_cast<float>(a.eps));
+                            f32(a.rstd, "add_rmsnorm rstd"), f32(a.a, "add_rmsnorm a"),
+                            f32(a.b, "add_rmsnorm b"), static_cast<float>(a.alpha),
+                            f32(a.gamma, "add_rmsnorm gamma"), a.n, a.d,
+                            static_cast<float>(a.eps));
 }
 
 void call_composite_norm_forward(Backend&, const CompositeNormForward& a) {
   const bool ln = a.beta.defined();
   composite_norm_forward(f32(a.y, "composite_norm y"), ln ? f32(a.mean, "composite_norm mean") : nullptr,
-                              f32(a.rstd, "composite_norm rstd"), f32(a.x, "composite_norm x"),
-                              f32(a.gamma, "composite_norm gamma"), ln ? f32(a.beta, "composite_norm beta") : nullptr,
-                              a.n, a.d, a.eps, a.format);
+                         f32(a.rstd, "composite_norm rstd"), f32(a.x, "composite_norm x"),
+                         f32(a.gamma, "composite_norm gamma"), ln ? f32(a.beta, "composite_norm beta") : nullptr,
+                         a.n, a.d, a.eps, a.format);
 }
 
 void call_composite_norm_backward(Backend&, const CompositeNormBackward& a) {
   const bool ln = a.mean.defined();
   composite_norm_backward(f32_opt(a.dx, "composite_norm dx"), f32_opt(a.dgamma, "composite_norm dgamma"),
-                               f32_opt(a.dbeta, "composite_norm dbeta"), f32(a.dy, "composite_norm dy"),
-                               f32(a.x, "composite_norm x"), f32(a.gamma, "composite_norm gamma"),
-                               ln ? f32(a.mean, "composite_norm mean") : nullptr,
-                               f32(a.rstd, "composite_norm rstd"), a.n, a.d, a.format, a.census);
+                          f32_opt(a.dbeta, "composite_norm dbeta"), f32(a.dy, "composite_norm dy"),
+                          f32(a.x, "composite_norm x"), f32(a.gamma, "composite_norm gamma"),
+                          ln ? f32(a.mean, "composite_norm mean") : nullptr,
+                          f32(a.rstd, "composite_norm rstd"), a.n, a.d, a.format, a.census);
 }
 
 }  // namespace

@@ -189,27 +189,27 @@ namespace {
 
 void call_squash_forward(Backend&, const SquashForward& a) {
   squash_forward(f32(a.y, "squash y"), f32(a.x, "squash x"), *f32(a.alpha, "squash alpha"),
-                      a.shift.defined() ? *f32(a.shift, "squash shift") : 0.0f, f32(a.gamma, "squash gamma"),
-                      a.beta.defined() ? f32(a.beta, "squash beta") : nullptr, a.n, a.d, a.f);
+                 a.shift.defined() ? *f32(a.shift, "squash shift") : 0.0f, f32(a.gamma, "squash gamma"),
+                 a.beta.defined() ? f32(a.beta, "squash beta") : nullptr, a.n, a.d, a.f);
 }
 
 void call_squash_backward(Backend&, const SquashBackward& a) {
   squash_backward(f32_opt(a.dx, "squash dx"), f32_opt(a.dalpha, "squash dalpha"),
-                       f32_opt(a.dshift, "squash dshift"), f32_opt(a.dgamma, "squash dgamma"),
-                       f32_opt(a.dbeta, "squash dbeta"), f32(a.dy, "squash dy"), f32(a.x, "squash x"),
-                       *f32(a.alpha, "squash alpha"), a.shift.defined() ? *f32(a.shift, "squash shift") : 0.0f,
-                       f32(a.gamma, "squash gamma"), a.n, a.d, a.f);
+                  f32_opt(a.dshift, "squash dshift"), f32_opt(a.dgamma, "squash dgamma"),
+                  f32_opt(a.dbeta, "squash dbeta"), f32(a.dy, "squash dy"), f32(a.x, "squash x"),
+                  *f32(a.alpha, "squash alpha"), a.shift.defined() ? *f32(a.shift, "squash shift") : 0.0f,
+                  f32(a.gamma, "squash gamma"), a.n, a.d, a.f);
 }
 
 void call_channel_scale_forward(Backend&, const ChannelScaleForward& a) {
   channel_scale_forward(f32(a.y, "channel_scale y"), f32(a.x, "channel_scale x"),
-                             f32(a.lambda, "channel_scale lambda"), a.n, a.d, a.c);
+                        f32(a.lambda, "channel_scale lambda"), a.n, a.d, a.c);
 }
 
 void call_channel_scale_backward(Backend&, const ChannelScaleBackward& a) {
   channel_scale_backward(f32_opt(a.dx, "channel_scale dx"), f32_opt(a.dlambda, "channel_scale dlambda"),
-                              f32(a.dy, "channel_scale dy"), f32(a.x, "channel_scale x"),
-                              f32(a.lambda, "channel_scale lambda"), a.n, a.d, a.c);
+                         f32(a.dy, "channel_scale dy"), f32(a.x, "channel_scale x"),
+                         f32(a.lambda, "channel_scale lambda"), a.n, a.d, a.c);
 }
 
 }  // namespace

@@ -567,26 +567,20 @@ void call_layernorm_forward(Backend&, const LayerNormForward& a) {
   expect(kn, "y", a.y);
   expect_f32(kn, "mean", a.mean);
   expect_f32(kn, "rstd", a.rstd);
-  expect(kn, "x", a.x);
-  expect(kn, "gamma", a.gamma);
-  expect(kn, "beta", a.beta);
+  expect_all(kn, {{"x", &a.x}, {"gamma", &a.gamma}, {"beta", &a.beta}});
   expect_same_storage(kn, "y", &a.y, "x", a.x);
   const Tensor g = in_storage(a.gamma, a.x.dtype()), b = in_storage(a.beta, a.x.dtype());
   with_storage(a.x.dtype(), [&](auto t) {
     using T = decltype(t);
     layernorm_forward<T>(ptr<T>(a.y), fp(a.mean), fp(a.rstd), ptr<const T>(a.x), ptr<const T>(g), ptr<const T>(b), a.n,
-                               a.d, static_cast<float>(a.eps));
+                         a.d, static_cast<float>(a.eps));
   });
 }
 
 void call_layernorm_backward(Backend& self, const LayerNormBackward& a) {
   const char* kn = "layernorm_backward";
-  expect(kn, "dx", a.dx);
-  expect(kn, "dgamma", a.dgamma);
-  expect(kn, "dbeta", a.dbeta);
-  expect(kn, "dy", a.dy);
-  expect(kn, "x", a.x);
-  expect(kn, "gamma", a.gamma);
+  expect_all(kn, {{"dx", a.dx}, {"dgamma", a.dgamma}, {"dbeta", a.dbeta}, {"dy", &a.dy}, {"x", &a.x},
+                  {"gamma", &a.gamma}});
   expect_f32(kn, "mean", a.mean);
   expect_f32(kn, "rstd", a.rstd);
   expect_same_storage(kn, "dy", &a.dy, "x", a.x);
@@ -597,7 +591,7 @@ void call_layernorm_backward(Backend& self, const LayerNormBackward& a) {
   with_storage(a.x.dtype(), [&](auto t) {
     using T = decltype(t);
     layernorm_backward<T>(ptr<T>(a.dx), dg.get(), db.get(), ptr<const T>(a.dy), ptr<const T>(a.x), ptr<const T>(g),
-                                fp(a.mean), fp(a.rstd), a.n, a.d, work);
+                          fp(a.mean), fp(a.rstd), a.n, a.d, work);
   });
   dg.finish();
   db.finish();
@@ -606,16 +600,10 @@ void call_layernorm_backward(Backend& self, const LayerNormBackward& a) {
 void call_add_layernorm_forward(Backend&, const AddLayerNormForward& a) {
   const char* kn = "add_layernorm_forward";
   // float32 only: low precision runs the add and the norm as two ops (ops/norm.cpp).
-  expect_f32(kn, "s", a.s);
-  expect_f32(kn, "y", a.y);
-  expect_f32(kn, "mean", a.mean);
-  expect_f32(kn, "rstd", a.rstd);
-  expect_f32(kn, "a", a.a);
-  expect_f32(kn, "b", a.b);
-  expect_f32(kn, "gamma", a.gamma);
-  expect_f32(kn, "beta", a.beta);
+  expect_all_f32(kn, {{"s", &a.s}, {"y", &a.y}, {"mean", &a.mean}, {"rstd", &a.rstd}, {"a", &a.a}, {"b", &a.b},
+                      {"gamma", &a.gamma}, {"beta", &a.beta}});
   add_layernorm_forward(fp(a.s), fp(a.y), fp(a.mean), fp(a.rstd), fp(a.a), fp(a.b), static_cast<float>(a.alpha),
-                              fp(a.gamma), fp(a.beta), a.n, a.d, static_cast<float>(a.eps));
+                        fp(a.gamma), fp(a.beta), a.n, a.d, static_cast<float>(a.eps));
 }
 
 void call_rmsnorm_forward(Backend&, const RmsNormForward& a) {
@@ -635,11 +623,7 @@ void call_rmsnorm_forward(Backend&, const RmsNormForward& a) {
 
 void call_rmsnorm_backward(Backend& self, const RmsNormBackward& a) {
   const char* kn = "rmsnorm_backward";
-  expect(kn, "dx", a.dx);
-  expect(kn, "dgamma", a.dgamma);
-  expect(kn, "dy", a.dy);
-  expect(kn, "x", a.x);
-  expect(kn, "gamma", a.gamma);
+  expect_all(kn, {{"dx", a.dx}, {"dgamma", a.dgamma}, {"dy", &a.dy}, {"x", &a.x}, {"gamma", &a.gamma}});
   expect_f32(kn, "rstd", a.rstd);
   expect_same_storage(kn, "dy", &a.dy, "x", a.x);
   expect_same_storage(kn, "dx", a.dx, "x", a.x);
@@ -649,7 +633,7 @@ void call_rmsnorm_backward(Backend& self, const RmsNormBackward& a) {
   with_storage(a.x.dtype(), [&](auto t) {
     using T = decltype(t);
     rmsnorm_backward<T>(ptr<T>(a.dx), dg.get(), ptr<const T>(a.dy), ptr<const T>(a.x), ptr<const T>(g), fp(a.rstd),
-                              a.n, a.d, work);
+                        a.n, a.d, work);
   });
   dg.finish();
 }
@@ -657,12 +641,7 @@ void call_rmsnorm_backward(Backend& self, const RmsNormBackward& a) {
 void call_add_rmsnorm_forward(Backend&, const AddRmsNormForward& a) {
   const char* kn = "add_rmsnorm_forward";
   // float32 only, as add_layernorm_forward.
-  expect_f32(kn, "s", a.s);
-  expect_f32(kn, "y", a.y);
-  expect_f32(kn, "rstd", a.rstd);
-  expect_f32(kn, "a", a.a);
-  expect_f32(kn, "b", a.b);
-  expect_f32(kn, "gamma", a.gamma);
+  expect_all_f32(kn, {{"s", &a.s}, {"y", &a.y}, {"rstd", &a.rstd}, {"a", &a.a}, {"b", &a.b}, {"gamma", &a.gamma}});
   add_rmsnorm_forward(fp(a.s), fp(a.y), fp(a.rstd), fp(a.a), fp(a.b), static_cast<float>(a.alpha), fp(a.gamma), a.n,
                       a.d, static_cast<float>(a.eps));
 }
@@ -670,32 +649,26 @@ void call_add_rmsnorm_forward(Backend&, const AddRmsNormForward& a) {
 void call_composite_norm_forward(Backend&, const CompositeNormForward& a) {
   const char* kn = "composite_norm_forward";
   const bool ln = a.beta.defined();
-  expect(kn, "y", a.y);
-  expect(kn, "x", a.x);
-  expect(kn, "gamma", a.gamma);
+  expect_all(kn, {{"y", &a.y}, {"x", &a.x}, {"gamma", &a.gamma}});
   if (ln) {
     expect(kn, "beta", a.beta);
     expect_f32(kn, "mean", a.mean);
   }
   expect_f32(kn, "rstd", a.rstd);
   composite_norm_forward(arr_out(a.y), ln ? fp(a.mean) : nullptr, fp(a.rstd), arr_in(a.x), arr_in(a.gamma),
-                               arr_in(a.beta), a.n, a.d, a.eps, static_cast<int>(a.format));
+                         arr_in(a.beta), a.n, a.d, a.eps, static_cast<int>(a.format));
 }
 
 void call_composite_norm_backward(Backend&, const CompositeNormBackward& a) {
   const char* kn = "composite_norm_backward";
   const bool ln = a.mean.defined();
-  expect(kn, "dx", a.dx);
-  expect(kn, "dgamma", a.dgamma);
-  expect(kn, "dbeta", a.dbeta);
-  expect(kn, "dy", a.dy);
-  expect(kn, "x", a.x);
-  expect(kn, "gamma", a.gamma);
+  expect_all(kn, {{"dx", a.dx}, {"dgamma", a.dgamma}, {"dbeta", a.dbeta}, {"dy", &a.dy}, {"x", &a.x},
+                  {"gamma", &a.gamma}});
   if (ln) expect_f32(kn, "mean", a.mean);
   expect_f32(kn, "rstd", a.rstd);
   F32Out dg(a.dgamma), db(a.dbeta);
   composite_norm_backward(arr_out(a.dx), dg.get(), db.get(), arr_in(a.dy), arr_in(a.x), arr_in(a.gamma),
-                                ln ? fp(a.mean) : nullptr, fp(a.rstd), a.n, a.d, static_cast<int>(a.format));
+                          ln ? fp(a.mean) : nullptr, fp(a.rstd), a.n, a.d, static_cast<int>(a.format));
   dg.finish();
   db.finish();
   if (a.census) composite_census_on_host(*a.census, a.dy, a.x, a.gamma, a.mean, a.rstd, a.n, a.d, a.format);

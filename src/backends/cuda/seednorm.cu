@@ -138,9 +138,7 @@ void seednorm_backward(Out dx, float* dgamma, float* dalpha, float* dbeta, In dy
 }
 
 void forward(Backend&, const SeedNormForward& a) {
-  for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &a.y}, {"x", &a.x}, {"gamma", &a.gamma},
-                                    {"alpha", &a.alpha}, {"beta", &a.beta}})
-    expect(a.kName, arg, *tensor);
+  expect_all(a.kName, {{"y", &a.y}, {"x", &a.x}, {"gamma", &a.gamma}, {"alpha", &a.alpha}, {"beta", &a.beta}});
   expect_f32(a.kName, "rstd", a.rstd);
   expect_f32(a.kName, "t", a.t);
   seednorm_forward(arr_out(a.y), fp(a.rstd), fp(a.t), arr_in(a.x), arr_in(a.gamma), arr_in(a.alpha), arr_in(a.beta),
@@ -148,10 +146,8 @@ void forward(Backend&, const SeedNormForward& a) {
 }
 
 void backward(Backend& b, const SeedNormBackward& a) {
-  for (const auto& [arg, tensor] :
-       {std::pair<const char*, const Tensor*>{"dx", a.dx}, {"dy", &a.dy}, {"x", &a.x}, {"gamma", &a.gamma},
-        {"alpha", &a.alpha}, {"beta", &a.beta}, {"dgamma", a.dgamma}, {"dalpha", a.dalpha}, {"dbeta", a.dbeta}})
-    expect(a.kName, arg, tensor);
+  expect_all(a.kName, {{"dx", a.dx}, {"dy", &a.dy}, {"x", &a.x}, {"gamma", &a.gamma}, {"alpha", &a.alpha},
+                        {"beta", &a.beta}, {"dgamma", a.dgamma}, {"dalpha", a.dalpha}, {"dbeta", a.dbeta}});
   expect_f32(a.kName, "rstd", a.rstd);
   expect_f32(a.kName, "t", a.t);
   F32Out dg(a.dgamma), da(a.dalpha), db(a.dbeta);

@@ -206,33 +206,21 @@ namespace {
 
 void call_squash_forward(Backend&, const SquashForward& a) {
   const char* kn = "squash_forward";
-  expect(kn, "y", a.y);
-  expect(kn, "x", a.x);
-  expect(kn, "alpha", a.alpha);
-  if (a.shift.defined()) expect(kn, "shift", a.shift);
-  expect(kn, "gamma", a.gamma);
-  if (a.beta.defined()) expect(kn, "beta", a.beta);
+  expect_all(kn, {{"y", &a.y}, {"x", &a.x}, {"alpha", &a.alpha}, {"shift", &a.shift}, {"gamma", &a.gamma},
+                  {"beta", &a.beta}});
   squash_forward(arr_out(a.y), arr_in(a.x), arr_in(a.alpha), arr_in(a.shift), arr_in(a.gamma), arr_in(a.beta), a.n, a.d,
-                       a.f == Squash::tanh ? 0 : 1);
+                 a.f == Squash::tanh ? 0 : 1);
 }
 
 void call_squash_backward(Backend& self, const SquashBackward& a) {
   const char* kn = "squash_backward";
-  expect(kn, "dx", a.dx);
-  expect(kn, "dalpha", a.dalpha);
-  expect(kn, "dshift", a.dshift);
-  expect(kn, "dgamma", a.dgamma);
-  expect(kn, "dbeta", a.dbeta);
-  expect(kn, "dy", a.dy);
-  expect(kn, "x", a.x);
-  expect(kn, "alpha", a.alpha);
-  if (a.shift.defined()) expect(kn, "shift", a.shift);
-  expect(kn, "gamma", a.gamma);
+  expect_all(kn, {{"dx", a.dx}, {"dalpha", a.dalpha}, {"dshift", a.dshift}, {"dgamma", a.dgamma}, {"dbeta", a.dbeta},
+                  {"dy", &a.dy}, {"x", &a.x}, {"alpha", &a.alpha}, {"shift", &a.shift}, {"gamma", &a.gamma}});
   if (!a.dx && !a.dalpha && !a.dshift && !a.dgamma && !a.dbeta) return;
   F32Out da(a.dalpha), ds(a.dshift), dg(a.dgamma), db(a.dbeta);
   float* work = work_floats(self, squash_work(a.n, a.d), kn);
   squash_backward(arr_out(a.dx), da.get(), ds.get(), dg.get(), db.get(), arr_in(a.dy), arr_in(a.x), arr_in(a.alpha),
-                        arr_in(a.shift), arr_in(a.gamma), a.n, a.d, a.f == Squash::tanh ? 0 : 1, work);
+                  arr_in(a.shift), arr_in(a.gamma), a.n, a.d, a.f == Squash::tanh ? 0 : 1, work);
   da.finish();
   ds.finish();
   dg.finish();
@@ -241,19 +229,13 @@ void call_squash_backward(Backend& self, const SquashBackward& a) {
 
 void call_channel_scale_forward(Backend&, const ChannelScaleForward& a) {
   const char* kn = "channel_scale_forward";
-  expect(kn, "y", a.y);
-  expect(kn, "x", a.x);
-  expect(kn, "lambda", a.lambda);
+  expect_all(kn, {{"y", &a.y}, {"x", &a.x}, {"lambda", &a.lambda}});
   channel_scale_forward(arr_out(a.y), arr_in(a.x), arr_in(a.lambda), a.n, a.d, a.c);
 }
 
 void call_channel_scale_backward(Backend& self, const ChannelScaleBackward& a) {
   const char* kn = "channel_scale_backward";
-  expect(kn, "dx", a.dx);
-  expect(kn, "dlambda", a.dlambda);
-  expect(kn, "dy", a.dy);
-  expect(kn, "x", a.x);
-  expect(kn, "lambda", a.lambda);
+  expect_all(kn, {{"dx", a.dx}, {"dlambda", a.dlambda}, {"dy", &a.dy}, {"x", &a.x}, {"lambda", &a.lambda}});
   F32Out dl(a.dlambda);
   float* work = a.dlambda ? work_floats(self, channel_scale_work(a.n, a.d), kn) : nullptr;
   channel_scale_backward(arr_out(a.dx), dl.get(), arr_in(a.dy), arr_in(a.x), arr_in(a.lambda), a.n, a.d, a.c, work);

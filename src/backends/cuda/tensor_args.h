@@ -5,6 +5,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "kernels.h"
 #include "normlab/backend.h"
 #include "normlab/error.h"
@@ -23,10 +26,20 @@ inline void expect(const char* kernel, const char* arg, const Tensor& t) {
 inline void expect(const char* kernel, const char* arg, const Tensor* t) {
   if (t) expect(kernel, arg, *t);
 }
+// Every data array of a call; an absent one (nullptr, or an undefined optional input) is skipped.
+inline void expect_all(const char* kernel, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+  for (const auto& [arg, t] : args)
+    if (t && t->defined()) expect(kernel, arg, *t);
+}
 // An array that is float32 in every precision: statistics, probabilities, parameters.
 inline void expect_f32(const char* kernel, const char* arg, const Tensor& t) {
   NL_CHECK(t.dtype() == DType::f32, "cuda {}: {} is {}; it is float32 in every precision", kernel, arg,
            to_string(t.dtype()));
+}
+// Every float32 array of a call (absent ones skipped, as expect_all).
+inline void expect_all_f32(const char* kernel, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+  for (const auto& [arg, t] : args)
+    if (t && t->defined()) expect_f32(kernel, arg, *t);
 }
 inline void expect_f32(const char* kernel, const char* arg, const Tensor* t) {
   if (t) expect_f32(kernel, arg, *t);

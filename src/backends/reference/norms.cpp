@@ -15,18 +15,14 @@ namespace normlab {
 namespace {
 
 using reference::dispatch;
-using reference::expect;
+using reference::expect_all;
 using reference::ptr;
 
 void call_layernorm_forward(Backend&, const LayerNormForward& a) {
   const char* kn = "layernorm_forward";
   DType dt = a.x.dtype();
-  expect(kn, "y", a.y, dt);
-  expect(kn, "mean", a.mean, dt);
-  expect(kn, "rstd", a.rstd, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "gamma", a.gamma, dt);
-  expect(kn, "beta", a.beta, dt);
+  expect_all(kn, dt, {{"y", &a.y}, {"mean", &a.mean}, {"rstd", &a.rstd}, {"x", &a.x}, {"gamma", &a.gamma},
+                      {"beta", &a.beta}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     layernorm_forward_ref(a.y.data<T>(), a.mean.data<T>(), a.rstd.data<T>(), a.x.data<T>(),
@@ -37,14 +33,8 @@ void call_layernorm_forward(Backend&, const LayerNormForward& a) {
 void call_layernorm_backward(Backend&, const LayerNormBackward& a) {
   const char* kn = "layernorm_backward";
   DType dt = a.x.dtype();
-  expect(kn, "dx", a.dx, dt);
-  expect(kn, "dgamma", a.dgamma, dt);
-  expect(kn, "dbeta", a.dbeta, dt);
-  expect(kn, "dy", a.dy, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "gamma", a.gamma, dt);
-  expect(kn, "mean", a.mean, dt);
-  expect(kn, "rstd", a.rstd, dt);
+  expect_all(kn, dt, {{"dx", a.dx}, {"dgamma", a.dgamma}, {"dbeta", a.dbeta}, {"dy", &a.dy}, {"x", &a.x},
+                      {"gamma", &a.gamma}, {"mean", &a.mean}, {"rstd", &a.rstd}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     layernorm_backward_ref(ptr<T>(a.dx), ptr<T>(a.dgamma), ptr<T>(a.dbeta), a.dy.data<T>(), a.x.data<T>(),
@@ -55,14 +45,8 @@ void call_layernorm_backward(Backend&, const LayerNormBackward& a) {
 void call_add_layernorm_forward(Backend&, const AddLayerNormForward& a) {
   const char* kn = "add_layernorm_forward";
   DType dt = a.a.dtype();
-  expect(kn, "s", a.s, dt);
-  expect(kn, "y", a.y, dt);
-  expect(kn, "mean", a.mean, dt);
-  expect(kn, "rstd", a.rstd, dt);
-  expect(kn, "a", a.a, dt);
-  expect(kn, "b", a.b, dt);
-  expect(kn, "gamma", a.gamma, dt);
-  expect(kn, "beta", a.beta, dt);
+  expect_all(kn, dt, {{"s", &a.s}, {"y", &a.y}, {"mean", &a.mean}, {"rstd", &a.rstd}, {"a", &a.a}, {"b", &a.b},
+                      {"gamma", &a.gamma}, {"beta", &a.beta}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     add_layernorm_forward_ref(a.s.data<T>(), a.y.data<T>(), a.mean.data<T>(), a.rstd.data<T>(),
@@ -74,10 +58,7 @@ void call_add_layernorm_forward(Backend&, const AddLayerNormForward& a) {
 void call_rmsnorm_forward(Backend&, const RmsNormForward& a) {
   const char* kn = "rmsnorm_forward";
   DType dt = a.x.dtype();
-  expect(kn, "y", a.y, dt);
-  expect(kn, "rstd", a.rstd, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "gamma", a.gamma, dt);
+  expect_all(kn, dt, {{"y", &a.y}, {"rstd", &a.rstd}, {"x", &a.x}, {"gamma", &a.gamma}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     rmsnorm_forward_ref(a.y.data<T>(), a.rstd.data<T>(), a.x.data<T>(), a.gamma.data<T>(), a.n, a.d, a.eps);
@@ -87,12 +68,8 @@ void call_rmsnorm_forward(Backend&, const RmsNormForward& a) {
 void call_rmsnorm_backward(Backend&, const RmsNormBackward& a) {
   const char* kn = "rmsnorm_backward";
   DType dt = a.x.dtype();
-  expect(kn, "dx", a.dx, dt);
-  expect(kn, "dgamma", a.dgamma, dt);
-  expect(kn, "dy", a.dy, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "gamma", a.gamma, dt);
-  expect(kn, "rstd", a.rstd, dt);
+  expect_all(kn, dt, {{"dx", a.dx}, {"dgamma", a.dgamma}, {"dy", &a.dy}, {"x", &a.x}, {"gamma", &a.gamma},
+                      {"rstd", &a.rstd}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     rmsnorm_backward_ref(ptr<T>(a.dx), ptr<T>(a.dgamma), a.dy.data<T>(), a.x.data<T>(), a.gamma.data<T>(),
@@ -103,12 +80,7 @@ void call_rmsnorm_backward(Backend&, const RmsNormBackward& a) {
 void call_add_rmsnorm_forward(Backend&, const AddRmsNormForward& a) {
   const char* kn = "add_rmsnorm_forward";
   DType dt = a.a.dtype();
-  expect(kn, "s", a.s, dt);
-  expect(kn, "y", a.y, dt);
-  expect(kn, "rstd", a.rstd, dt);
-  expect(kn, "a", a.a, dt);
-  expect(kn, "b", a.b, dt);
-  expect(kn, "gamma", a.gamma, dt);
+  expect_all(kn, dt, {{"s", &a.s}, {"y", &a.y}, {"rstd", &a.rstd}, {"a", &a.a}, {"b", &a.b}, {"gamma", &a.gamma}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     add_rmsnorm_forward_ref(a.s.data<T>(), a.y.data<T>(), a.rstd.data<T>(), a.a.data<T>(), a.b.data<T>(),
@@ -119,14 +91,8 @@ void call_add_rmsnorm_forward(Backend&, const AddRmsNormForward& a) {
 void call_composite_norm_forward(Backend&, const CompositeNormForward& a) {
   const char* kn = "composite_norm_forward";
   const bool ln = a.beta.defined();
-  expect(kn, "y", a.y, DType::f32);
-  expect(kn, "x", a.x, DType::f32);
-  expect(kn, "gamma", a.gamma, DType::f32);
-  if (ln) {
-    expect(kn, "beta", a.beta, DType::f32);
-    expect(kn, "mean", a.mean, DType::f32);
-  }
-  expect(kn, "rstd", a.rstd, DType::f32);
+  expect_all(kn, DType::f32,
+             {{"y", &a.y}, {"x", &a.x}, {"gamma", &a.gamma}, {"beta", &a.beta}, {"mean", &a.mean}, {"rstd", &a.rstd}});
   for (int64_t i = 0; i < a.n; ++i) {
     const CompositeRowStats st = composite_norm_row(ln, a.format, a.x.data<float>() + i * a.d, a.gamma.data<float>(),
                                                     ln ? a.beta.data<float>() : nullptr, a.y.data<float>() + i * a.d,
@@ -139,14 +105,8 @@ void call_composite_norm_forward(Backend&, const CompositeNormForward& a) {
 void call_composite_norm_backward(Backend&, const CompositeNormBackward& a) {
   const char* kn = "composite_norm_backward";
   const bool ln = a.mean.defined();
-  expect(kn, "dx", a.dx, DType::f32);
-  expect(kn, "dgamma", a.dgamma, DType::f32);
-  expect(kn, "dbeta", a.dbeta, DType::f32);
-  expect(kn, "dy", a.dy, DType::f32);
-  expect(kn, "x", a.x, DType::f32);
-  expect(kn, "gamma", a.gamma, DType::f32);
-  if (ln) expect(kn, "mean", a.mean, DType::f32);
-  expect(kn, "rstd", a.rstd, DType::f32);
+  expect_all(kn, DType::f32, {{"dx", a.dx}, {"dgamma", a.dgamma}, {"dbeta", a.dbeta}, {"dy", &a.dy}, {"x", &a.x},
+                              {"gamma", &a.gamma}, {"mean", &a.mean}, {"rstd", &a.rstd}});
   const float *pdy = a.dy.data<float>(), *px = a.x.data<float>(), *pr = a.rstd.data<float>();
   const float* pm = ln ? a.mean.data<float>() : nullptr;
   std::vector<float> row(static_cast<size_t>(a.d));

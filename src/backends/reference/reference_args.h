@@ -1,6 +1,9 @@
 // The reference backend's checks and dispatch of a call's tensors, for its kernels in
 // reference_backend.cpp and for those registered in a file of their own (kernel.h).
 #pragma once
+#include <initializer_list>
+#include <utility>
+
 #include "normlab/error.h"
 #include "normlab/tensor.h"
 
@@ -36,6 +39,14 @@ inline void expect(const char* kernel, const char* arg, const Tensor& t, DType d
 // A nullable gradient output: checked when present.
 inline void expect(const char* kernel, const char* arg, const Tensor* t, DType dtype) {
   if (t) expect(kernel, arg, *t, dtype);
+}
+
+// Every tensor of a call in the call's dtype; an absent one (a gradient not wanted: nullptr, an
+// optional input: undefined) is skipped.
+inline void expect_all(const char* kernel, DType dtype,
+                       std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+  for (const auto& [arg, t] : args)
+    if (t && t->defined()) expect(kernel, arg, *t, dtype);
 }
 
 template <class T>

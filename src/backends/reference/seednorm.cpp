@@ -11,7 +11,7 @@ namespace normlab {
 namespace {
 
 using reference::dispatch;
-using reference::expect;
+using reference::expect_all;
 using reference::ptr;
 
 //   y_j = c_j * x_j * rstd,   rstd = 1/sqrt(mean(x^2) + eps)
@@ -74,9 +74,8 @@ void seednorm_backward_ref(T* dx, T* dgamma, T* dalpha, T* dbeta, const T* dy, c
 
 void forward(Backend&, const SeedNormForward& a) {
   const DType dt = a.x.dtype();
-  for (const auto& [arg, tensor] : {std::pair<const char*, const Tensor*>{"y", &a.y}, {"rstd", &a.rstd}, {"t", &a.t},
-                                    {"gamma", &a.gamma}, {"alpha", &a.alpha}, {"beta", &a.beta}})
-    expect(a.kName, arg, *tensor, dt);
+  expect_all(a.kName, dt, {{"y", &a.y}, {"rstd", &a.rstd}, {"t", &a.t}, {"gamma", &a.gamma}, {"alpha", &a.alpha},
+                           {"beta", &a.beta}});
   dispatch(dt, a.kName, [&](auto tag) {
     using T = decltype(tag);
     seednorm_forward_ref(a.y.data<T>(), a.rstd.data<T>(), a.t.data<T>(), a.x.data<T>(), a.gamma.data<T>(),
@@ -86,10 +85,8 @@ void forward(Backend&, const SeedNormForward& a) {
 
 void backward(Backend&, const SeedNormBackward& a) {
   const DType dt = a.x.dtype();
-  for (const auto& [arg, tensor] :
-       {std::pair<const char*, const Tensor*>{"dy", &a.dy}, {"gamma", &a.gamma}, {"alpha", &a.alpha}, {"beta", &a.beta},
-        {"rstd", &a.rstd}, {"t", &a.t}, {"dx", a.dx}, {"dgamma", a.dgamma}, {"dalpha", a.dalpha}, {"dbeta", a.dbeta}})
-    expect(a.kName, arg, tensor, dt);
+  expect_all(a.kName, dt, {{"dy", &a.dy}, {"gamma", &a.gamma}, {"alpha", &a.alpha}, {"beta", &a.beta}, {"rstd", &a.rstd},
+                           {"t", &a.t}, {"dx", a.dx}, {"dgamma", a.dgamma}, {"dalpha", a.dalpha}, {"dbeta", a.dbeta}});
   dispatch(dt, a.kName, [&](auto tag) {
     using T = decltype(tag);
     seednorm_backward_ref(ptr<T>(a.dx), ptr<T>(a.dgamma), ptr<T>(a.dalpha), ptr<T>(a.dbeta), a.dy.data<T>(),

@@ -12,18 +12,14 @@ namespace {
 
 using reference::cptr;
 using reference::dispatch;
-using reference::expect;
+using reference::expect_all;
 using reference::ptr;
 
 void squash_forward(Backend&, const SquashForward& a) {
   const char* kn = "squash_forward";
   DType dt = a.x.dtype();
-  expect(kn, "y", a.y, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "alpha", a.alpha, dt);
-  if (a.shift.defined()) expect(kn, "shift", a.shift, dt);
-  expect(kn, "gamma", a.gamma, dt);
-  if (a.beta.defined()) expect(kn, "beta", a.beta, dt);
+  expect_all(kn, dt, {{"y", &a.y}, {"x", &a.x}, {"alpha", &a.alpha}, {"shift", &a.shift}, {"gamma", &a.gamma},
+                      {"beta", &a.beta}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     squash_forward_ref(a.y.data<T>(), a.x.data<T>(), a.alpha.data<T>(), cptr<T>(a.shift), a.gamma.data<T>(), cptr<T>(a.beta), a.n,
@@ -34,16 +30,9 @@ void squash_forward(Backend&, const SquashForward& a) {
 void squash_backward(Backend&, const SquashBackward& a) {
   const char* kn = "squash_backward";
   DType dt = a.x.dtype();
-  expect(kn, "dx", a.dx, dt);
-  expect(kn, "dalpha", a.dalpha, dt);
-  expect(kn, "dshift", a.dshift, dt);
-  expect(kn, "dgamma", a.dgamma, dt);
-  expect(kn, "dbeta", a.dbeta, dt);
-  expect(kn, "dy", a.dy, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "alpha", a.alpha, dt);
-  if (a.shift.defined()) expect(kn, "shift", a.shift, dt);
-  expect(kn, "gamma", a.gamma, dt);
+  expect_all(kn, dt, {{"dx", a.dx}, {"dalpha", a.dalpha}, {"dshift", a.dshift}, {"dgamma", a.dgamma},
+                      {"dbeta", a.dbeta}, {"dy", &a.dy}, {"x", &a.x}, {"alpha", &a.alpha}, {"shift", &a.shift},
+                      {"gamma", &a.gamma}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     squash_backward_ref(ptr<T>(a.dx), ptr<T>(a.dalpha), ptr<T>(a.dshift), ptr<T>(a.dgamma), ptr<T>(a.dbeta), a.dy.data<T>(),
@@ -54,9 +43,7 @@ void squash_backward(Backend&, const SquashBackward& a) {
 void channel_scale_forward(Backend&, const ChannelScaleForward& a) {
   const char* kn = "channel_scale_forward";
   DType dt = a.x.dtype();
-  expect(kn, "y", a.y, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "lambda", a.lambda, dt);
+  expect_all(kn, dt, {{"y", &a.y}, {"x", &a.x}, {"lambda", &a.lambda}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     channel_scale_forward_ref(a.y.data<T>(), a.x.data<T>(), a.lambda.data<T>(), a.n, a.d, a.c);
@@ -66,11 +53,7 @@ void channel_scale_forward(Backend&, const ChannelScaleForward& a) {
 void channel_scale_backward(Backend&, const ChannelScaleBackward& a) {
   const char* kn = "channel_scale_backward";
   DType dt = a.x.dtype();
-  expect(kn, "dx", a.dx, dt);
-  expect(kn, "dy", a.dy, dt);
-  expect(kn, "x", a.x, dt);
-  expect(kn, "lambda", a.lambda, dt);
-  expect(kn, "dlambda", a.dlambda, dt);
+  expect_all(kn, dt, {{"dx", a.dx}, {"dy", &a.dy}, {"x", &a.x}, {"lambda", &a.lambda}, {"dlambda", a.dlambda}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     channel_scale_backward_ref(ptr<T>(a.dx), ptr<T>(a.dlambda), a.dy.data<T>(), a.x.data<T>(), a.lambda.data<T>(), a.n, a.d, a.c);
