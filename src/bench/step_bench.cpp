@@ -22,9 +22,11 @@
 #include <memory>
 
 #include "normlab/cpu_kernels.h"
+#include "normlab/adam_kernels.h"
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/bench.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/error.h"
 #include "normlab/nn.h"
 #include "normlab/system.h"
@@ -95,9 +97,9 @@ struct Trainee {
     NL_CHECK(std::isfinite(loss.item()), "bench step: the loss is not finite");
     loss.backward();
     params.fill_missing_grads();
-    (void)kb->sum_squares(flat_grad);  // the trainer's gradient norm (divergence check)
+    (void)sum_squares(*kb, flat_grad);  // the trainer's gradient norm (divergence check)
     hp.step += 1;
-    kb->adam_step(flat, flat_grad, m, v, hp);
+    run_kernel(*kb, AdamStep{flat, flat_grad, m, v, hp});
   }
 };
 

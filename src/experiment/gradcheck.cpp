@@ -10,6 +10,7 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/ops.h"
 #include "normlab/config.h"
 #include "normlab/parse.h"
@@ -74,7 +75,8 @@ Analytic analytic_gradients(const GradCase& c, const GradcheckOptions& opt, DTyp
   // 16-bit dtype itself where a CUDA device stores activations natively.
   Tensor r = a.seed.clone();
   if (is_16bit(y.dtype())) r = make_seed(y, opt.seed, y.dtype());
-  else if (y.impl().format != Precision::fp32) backend_for(Device::cpu, r.dtype()).round_to_format(r, y.impl().format);
+  else if (y.impl().format != Precision::fp32)
+    run_kernel(backend_for(Device::cpu, r.dtype()), RoundToFormat{r, y.impl().format});
   y.backward(device == Device::cpu ? r : r.to_device(device));
   for (auto& [name, t] : a.inst.inputs) {
     Tensor g = t.grad();

@@ -5,7 +5,10 @@
 #include <cmath>
 
 #include "cases_internal.h"
+#include "normlab/attention_kernels.h"
 #include "normlab/ops.h"
+#include "normlab/prefix_mean_kernels.h"
+#include "normlab/statistics_kernels.h"
 
 namespace normlab::opcases::detail {
 
@@ -36,7 +39,8 @@ struct AttentionShape {
 void add_saved_probs(Tensors& t, const AttentionShape& a) {
   Tensor out = Tensor::zeros(a.x(), DType::f64), probs = Tensor::zeros({a.b, a.h, a.t, a.t}, DType::f64);
   const auto held = [&](const char* name) { return t.at(name).to(DType::f32).to(DType::f64); };
-  backend("reference").attention_forward(out, probs, held("q"), held("k"), held("v"), a.b, a.t, a.h, a.dh, a.scale());
+  run_kernel(backend("reference"),
+             AttentionForward{out, probs, held("q"), held("k"), held("v"), a.b, a.t, a.h, a.dh, a.scale()});
   t.set("probs", probs);
 }
 
@@ -47,7 +51,8 @@ OpCase attention_forward_case(const AttentionShape& a, uint64_t seed) {
   c.inputs = [=] { return only(attention_inputs(a.x(), seed), {"q", "k", "v"}); };
   c.outputs = {{"out", a.x(), tol::kForward}, {"probs", {a.b, a.h, a.t, a.t}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.attention_forward(t.at("out"), t.at("probs"), t.at("q"), t.at("k"), t.at("v"), a.b, a.t, a.h, a.dh, a.scale());
+    run_kernel(b, AttentionForward{t.at("out"), t.at("probs"), t.at("q"), t.at("k"), t.at("v"), a.b, a.t, a.h, a.dh,
+                                   a.scale()});
   };
   c.flops = a.flops();
   return c;
@@ -65,8 +70,8 @@ OpCase attention_backward_case(const AttentionShape& a, uint64_t seed) {
   };
   for (const char* name : {"dq", "dk", "dv"}) c.outputs.push_back({name, a.x(), tol::kGradient, true});
   c.call = [=](Backend& b, Tensors& t) {
-    b.attention_backward(t.out("dq"), t.out("dk"), t.out("dv"), t.at("dout"), t.at("q"), t.at("k"), t.at("v"),
-                         t.at("probs"), a.b, a.t, a.h, a.dh, a.scale());
+    run_kernel(b, AttentionBackward{t.out("dq"), t.out("dk"), t.out("dv"), t.at("dout"), t.at("q"), t.at("k"),
+                                    t.at("v"), t.at("probs"), a.b, a.t, a.h, a.dh, a.scale()});
   };
   // dP, dv, dq, dk: four products of the forward's size.
   c.flops = 2.0 * a.flops();
@@ -81,7 +86,8 @@ OpCase logit_stats_case(const AttentionShape& a, uint64_t seed) {
   c.inputs = [=] { return only(attention_inputs(a.x(), seed, 3.0), {"q", "k"}); };
   c.outputs = {{"max_logit", {a.b, a.h, a.t}, tol::kSummedInDouble}, {"entropy", {a.b, a.h, a.t}, tol::kSummedInDouble}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.attention_logit_stats(t.at("max_logit"), t.at("entropy"), t.at("q"), t.at("k"), a.b, a.t, a.h, a.dh, a.scale());
+    run_kernel(b, AttentionLogitStats{t.at("max_logit"), t.at("entropy"), t.at("q"), t.at("k"), a.b, a.t, a.h, a.dh,
+                                      a.scale()});
   };
   c.flops = a.flops() / 2;
   return c;
@@ -101,7 +107,7 @@ OpCase row_norms_case(int64_t n, int64_t d, uint64_t seed) {
     return t;
   };
   c.outputs = {{"norms", {n}, tol::kSummedInDouble}};
-  c.call = [=](Backend& b, Tensors& t) { b.row_norms(t.at("norms"), t.at("x"), n, d); };
+  c.call = [=](Backend& b, Tensors& t) { run_kernel(b, RowNorms{t.at("norms"), t.at("x"), n, d}); };
   c.flops = 2.0 * double(n * d);
   return c;
 }
@@ -124,10 +130,12 @@ OpCase prefix_mean_case(bool backward, int64_t batch, int64_t time, int64_t ch, 
   c.flops = 2.0 * double(batch * time * ch);
   if (backward) {
     c.outputs = {{"dx", {batch, time, ch}, tol::kSummedInDouble}};
-    c.call = [=](Backend& b, Tensors& t) { b.prefix_mean_backward(t.at("dx"), t.at("dy"), batch, time, ch); };
+    c.call = [=](Backend& b, Tensors& t) {
+      run_kernel(b, PrefixMeanBackward{t.at("dx"), t.at("dy"), batch, time, ch});
+    };
   } else {
     c.outputs = {{"y", {batch, time, ch}, tol::kSummedInDouble}};
-    c.call = [=](Backend& b, Tensors& t) { b.prefix_mean_forward(t.at("y"), t.at("x"), batch, time, ch); };
+    c.call = [=](Backend& b, Tensors& t) { run_kernel(b, PrefixMeanForward{t.at("y"), t.at("x"), batch, time, ch}); };
   }
   return c;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "cases_internal.h"
+#include "normlab/adam_kernels.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
@@ -47,13 +49,13 @@ OpCase fill_case(int64_t n) {
   c.params = Params().add("n", n).add("value", kValue).str();
   c.inputs = [] { return Tensors(); };
   c.outputs = {{"out", {n}, tol::kOneRounding}};
-  c.call = [](Backend& b, Tensors& t) { b.fill(t.at("out"), kValue); };
+  c.call = [](Backend& b, Tensors& t) { run_kernel(b, Fill{t.at("out"), kValue}); };
   return c;
 }
 
 OpCase copy_case(int64_t n, uint64_t seed) {
   OpCase c = pair_case("copy", n, seed, {"a"}, tol::kExact);
-  c.call = [](Backend& b, Tensors& t) { b.copy(t.at("out"), t.at("a")); };
+  c.call = [](Backend& b, Tensors& t) { run_kernel(b, Copy{t.at("out"), t.at("a")}); };
   c.flops = 0;
   return c;
 }
@@ -65,10 +67,10 @@ OpCase add_case(int64_t n, uint64_t seed, bool in_place) {
   c.call = [in_place](Backend& b, Tensors& t) {
     Tensor& out = t.at("out");
     if (in_place) {
-      b.copy(out, t.at("a"));
-      b.add(out, out, t.at("b"), 2.0, 1.0);
+      run_kernel(b, Copy{out, t.at("a")});
+      run_kernel(b, Add{out, out, t.at("b"), 2.0, 1.0});
     } else {
-      b.add(out, t.at("a"), t.at("b"), 0.7, -1.3);
+      run_kernel(b, Add{out, t.at("a"), t.at("b"), 0.7, -1.3});
     }
   };
   c.flops = 3.0 * double(n);
@@ -80,21 +82,21 @@ OpCase accumulate_case(int64_t n, uint64_t seed) {
   OpCase c = pair_case("accumulate", n, seed, {"a", "b"}, tol::kForward);
   c.outputs = {{"dst", {n}, tol::kForward}};
   c.call = [](Backend& b, Tensors& t) {
-    b.copy(t.at("dst"), t.at("a"));
-    b.accumulate(t.at("dst"), t.at("b"));
+    run_kernel(b, Copy{t.at("dst"), t.at("a")});
+    run_kernel(b, Accumulate{t.at("dst"), t.at("b")});
   };
   return c;
 }
 
 OpCase scale_case(int64_t n, uint64_t seed) {
   OpCase c = pair_case("scale", n, seed, {"a"}, tol::kForward);
-  c.call = [](Backend& b, Tensors& t) { b.scale(t.at("out"), t.at("a"), -0.37); };
+  c.call = [](Backend& b, Tensors& t) { run_kernel(b, Scale{t.at("out"), t.at("a"), -0.37}); };
   return c;
 }
 
 OpCase mul_case(int64_t n, uint64_t seed) {
   OpCase c = pair_case("mul", n, seed, {"a", "b"}, tol::kForward);
-  c.call = [](Backend& b, Tensors& t) { b.mul(t.at("out"), t.at("a"), t.at("b")); };
+  c.call = [](Backend& b, Tensors& t) { run_kernel(b, Mul{t.at("out"), t.at("a"), t.at("b")}); };
   return c;
 }
 
@@ -105,7 +107,7 @@ OpCase gelu_case(int64_t n, uint64_t seed) {
   c.params = Params().add("n", n).add("seed", int64_t(seed)).str();
   c.inputs = [=] { return gelu_inputs({n}, seed); };
   c.outputs = {{"y", {n}, tol::kGelu}, {"dydx", {n}, tol::kGelu, true}};
-  c.call = [](Backend& b, Tensors& t) { b.gelu_forward(t.at("y"), t.out("dydx"), t.at("x")); };
+  c.call = [](Backend& b, Tensors& t) { run_kernel(b, GeluForward{t.at("y"), t.out("dydx"), t.at("x")}); };
   // erf and exp as one each, Phi, x Phi, the density and dy/dx: 8 per element.
   c.flops = 8.0 * double(n);
   return c;
@@ -118,7 +120,7 @@ OpCase sum_squares_case(int64_t n, const std::string& what, std::function<Tensor
   c.params = Params().add("n", n).str() + " " + what;
   c.inputs = std::move(inputs);
   c.outputs = {{"sum", {1}, tol, false, {}, DType::f64}};
-  c.call = [](Backend& b, Tensors& t) { t.at("sum").fill_(b.sum_squares(t.at("x"))); };
+  c.call = [](Backend& b, Tensors& t) { t.at("sum").fill_(sum_squares(b, t.at("x"))); };
   c.flops = 2.0 * double(n);
   return c;
 }
@@ -178,10 +180,10 @@ OpCase adam_case(int64_t n, bool decoupled, int64_t step, uint64_t seed) {
   // (~6e-8) dominates.
   c.outputs = {{"p", {n}, tol::kForward}, {"m", {n}, tol::kForward}, {"v", {n}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.copy(t.at("p"), t.at("p0"));
-    b.copy(t.at("m"), t.at("m0"));
-    b.copy(t.at("v"), t.at("v0"));
-    b.adam_step(t.at("p"), t.at("g"), t.at("m"), t.at("v"), hp);
+    run_kernel(b, Copy{t.at("p"), t.at("p0")});
+    run_kernel(b, Copy{t.at("m"), t.at("m0")});
+    run_kernel(b, Copy{t.at("v"), t.at("v0")});
+    run_kernel(b, AdamStep{t.at("p"), t.at("g"), t.at("m"), t.at("v"), hp});
   };
   // The decay, m, v, their corrections, the step: 16 per element.
   c.flops = 16.0 * double(n);

@@ -8,6 +8,7 @@
 
 #include "cases_internal.h"
 #include "normlab/composite_norm_kernels.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/precision.h"
 
 namespace normlab::opcases::detail {
@@ -61,8 +62,8 @@ OpCase round_to_format_case(Precision p, uint64_t seed) {
   // Bit for bit what core's round_to gives (the reference's loop).
   c.outputs = {{"x", {n}, tol::kExact}};
   c.call = [p](Backend& b, Tensors& t) {
-    b.copy(t.at("x"), t.at("x0"));
-    b.round_to_format(t.at("x"), p);
+    run_kernel(b, Copy{t.at("x"), t.at("x0")});
+    run_kernel(b, RoundToFormat{t.at("x"), p});
   };
   c.flops = double(n);
   return c;
@@ -98,7 +99,7 @@ OpCase format_census_case(Precision p, int64_t n, uint64_t seed) {
   c.reference_dtype = DType::f32;
   for (const char* field : kCensusFields) c.outputs.push_back({field, {1}, tol::kExact, false, {}, DType::f64});
   c.call = [p](Backend& b, Tensors& t) {
-    const FormatCensus s = b.format_census(t.at("x"), p);
+    const FormatCensus s = format_census(b, t.at("x"), p);
     const double values[] = {double(s.count), double(s.nonfinite), double(s.overflow), double(s.underflow), s.max_abs};
     for (size_t i = 0; i < std::size(kCensusFields); ++i) t.at(kCensusFields[i]).fill_(values[i]);
   };

@@ -1,6 +1,7 @@
 // Layout: the transpose of two axes (heads split and merged, a plain matrix transpose); its
 // kernel's cases and the op-level grad forms of reshape and transpose.
 #include "cases_internal.h"
+#include "normlab/layout_kernels.h"
 #include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
@@ -30,7 +31,9 @@ OpCase transpose_case(const int64_t (&dims)[5], uint64_t seed) {
                  .str();
   c.inputs = [=] { return layout_inputs({total}, seed); };
   c.outputs = {{"out", {total}, tol::kExact}};
-  c.call = [=](Backend& b, Tensors& t) { b.transpose(t.at("out"), t.at("x"), outer, a, mid, bdim, inner); };
+  c.call = [=](Backend& b, Tensors& t) {
+    run_kernel(b, Transpose{t.at("out"), t.at("x"), outer, a, mid, bdim, inner});
+  };
   return c;
 }
 

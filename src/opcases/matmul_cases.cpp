@@ -2,6 +2,8 @@
 // layer's forward with its bias and residual epilogue, its input gradient with the GELU gate, and
 // the column sums of the bias gradient; their kernels' cases and op-level grad forms.
 #include "cases_internal.h"
+#include "normlab/elementwise_kernels.h"
+#include "normlab/matmul_kernels.h"
 #include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
@@ -50,8 +52,8 @@ OpCase matmul_case(const MatmulShape& s, uint64_t seed) {
   const Tolerance tol = s.k == 0 ? tol::kExact : s.k > 100 ? tol::kReduction : tol::kForward;
   c.outputs = {{"c", {s.batch, s.m, s.n}, tol}};
   c.call = [spec = s.spec()](Backend& b, Tensors& t) {
-    if (spec.accumulate) b.copy(t.at("c"), t.at("c0"));
-    b.matmul(t.at("c"), t.at("a"), t.at("b"), spec);
+    if (spec.accumulate) run_kernel(b, Copy{t.at("c"), t.at("c0")});
+    run_kernel(b, Matmul{t.at("c"), t.at("a"), t.at("b"), spec});
   };
   c.flops = 2.0 * double(s.batch * s.m * s.n * s.k);
   return c;
@@ -89,7 +91,9 @@ OpCase linear_forward_case(int64_t m, int64_t k, int64_t n, bool bias, uint64_t 
   if (bias) inputs.push_back("bias");
   OpCase c = linear_case("linear_fwd", m, k, n, Params().add("bias", int64_t(bias)), inputs, seed);
   c.outputs = {{"y", {m, n}, tol::kForward}};
-  c.call = [=](Backend& b, Tensors& t) { b.linear_forward(t.at("y"), t.at("x"), t.at("w"), t.get("bias"), m, k, n); };
+  c.call = [=](Backend& b, Tensors& t) {
+    run_kernel(b, LinearForward{t.at("y"), t.at("x"), t.at("w"), t.get("bias"), Tensor(), m, k, n});
+  };
   return c;
 }
 
@@ -97,7 +101,7 @@ OpCase linear_residual_case(int64_t m, int64_t k, int64_t n, uint64_t seed) {
   OpCase c = linear_case("linear_fwd_residual", m, k, n, Params(), {"x", "w", "bias", "r"}, seed);
   c.outputs = {{"y", {m, n}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.linear_forward(t.at("y"), t.at("x"), t.at("w"), t.at("bias"), t.at("r"), m, k, n);
+    run_kernel(b, LinearForward{t.at("y"), t.at("x"), t.at("w"), t.at("bias"), t.at("r"), m, k, n});
   };
   return c;
 }
@@ -108,7 +112,7 @@ OpCase linear_backward_input_case(int64_t m, int64_t k, int64_t n, bool gated, u
   OpCase c = linear_case("linear_bwd_input", m, k, n, Params().add("gated", int64_t(gated)), inputs, seed);
   c.outputs = {{"dx", {m, k}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.linear_backward_input(t.at("dx"), t.at("dy"), t.at("w"), t.get("gate"), m, k, n);
+    run_kernel(b, LinearBackwardInput{t.at("dx"), t.at("dy"), t.at("w"), t.get("gate"), m, k, n});
   };
   return c;
 }
@@ -124,7 +128,7 @@ OpCase sum_rows_case(int64_t rows, int64_t d, uint64_t seed) {
   };
   // Up to 512 rows summed in float32 per column.
   c.outputs = {{"out", {d}, tol::kReduction}};
-  c.call = [=](Backend& b, Tensors& t) { b.sum_rows(t.at("out"), t.at("x"), rows, d); };
+  c.call = [=](Backend& b, Tensors& t) { run_kernel(b, SumRows{t.at("out"), t.at("x"), rows, d}); };
   c.flops = double(rows * d);
   return c;
 }

@@ -2,6 +2,7 @@
 // form.
 #include "cases_internal.h"
 #include "normlab/ops.h"
+#include "normlab/softmax_kernels.h"
 
 namespace normlab::opcases::detail {
 
@@ -23,7 +24,7 @@ Tensors softmax_inputs(const Shape& x_shape, uint64_t seed, double mean = 50.0, 
 // backend holds it.
 void add_saved_output(Tensors& t, int64_t n, int64_t d) {
   Tensor y = Tensor::zeros({n, d}, DType::f64);
-  backend("reference").softmax_forward(y, t.at("x").to(DType::f32).to(DType::f64), n, d);
+  run_kernel(backend("reference"), SoftmaxForward{y, t.at("x").to(DType::f32).to(DType::f64), n, d});
   t.erase("x");
   t.set("y", y);
 }
@@ -36,7 +37,7 @@ OpCase softmax_case(bool backward, int64_t n, int64_t d, uint64_t seed) {
     c.inputs = [=] { return only(softmax_inputs({n, d}, seed), {"x"}); };
     // exp to 2 ulp of arguments up to |x - max| ~ 20: relative 1e-6 of each probability.
     c.outputs = {{"y", {n, d}, tol::kForward}};
-    c.call = [=](Backend& b, Tensors& t) { b.softmax_forward(t.at("y"), t.at("x"), n, d); };
+    c.call = [=](Backend& b, Tensors& t) { run_kernel(b, SoftmaxForward{t.at("y"), t.at("x"), n, d}); };
     // the max, x - max, exp, the sum, the division: 5 per element.
     c.flops = 5.0 * double(n * d);
     return c;
@@ -47,7 +48,7 @@ OpCase softmax_case(bool backward, int64_t n, int64_t d, uint64_t seed) {
     return t;
   };
   c.outputs = {{"dx", {n, d}, tol::kGradient}};
-  c.call = [=](Backend& b, Tensors& t) { b.softmax_backward(t.at("dx"), t.at("dy"), t.at("y"), n, d); };
+  c.call = [=](Backend& b, Tensors& t) { run_kernel(b, SoftmaxBackward{t.at("dx"), t.at("dy"), t.at("y"), n, d}); };
   // dy*y summed, dy - sum, times y: 4 per element.
   c.flops = 4.0 * double(n * d);
   return c;

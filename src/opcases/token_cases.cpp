@@ -3,6 +3,8 @@
 // their kernels' cases and op-level grad forms. Ids outside the range are rejected
 // (tests/opcases/rejects_test.cpp).
 #include "cases_internal.h"
+#include "normlab/cross_entropy_kernels.h"
+#include "normlab/embedding_kernels.h"
 #include "normlab/ops.h"
 
 namespace normlab::opcases::detail {
@@ -30,13 +32,17 @@ OpCase embedding_case(bool backward, int64_t n, int64_t v, int64_t d, uint64_t s
   if (!backward) {
     c.inputs = [=] { return only(embedding_inputs({n}, v, d, seed), {"ids", "table"}); };
     c.outputs = {{"y", {n, d}, tol::kExact}};  // a gather
-    c.call = [=](Backend& b, Tensors& t) { b.embedding_forward(t.at("y"), t.at("table"), t.at("ids"), n, v, d); };
+    c.call = [=](Backend& b, Tensors& t) {
+      run_kernel(b, EmbeddingForward{t.at("y"), t.at("table"), t.at("ids"), n, v, d});
+    };
     return c;
   }
   c.inputs = [=] { return only(embedding_inputs({n}, v, d, seed), {"ids", "dy"}); };
   // Up to n/v ~ 8 rows summed per table row in float.
   c.outputs = {{"dtable", {v, d}, tol::kForward}};
-  c.call = [=](Backend& b, Tensors& t) { b.embedding_backward(t.at("dtable"), t.at("dy"), t.at("ids"), n, v, d); };
+  c.call = [=](Backend& b, Tensors& t) {
+    run_kernel(b, EmbeddingBackward{t.at("dtable"), t.at("dy"), t.at("ids"), n, v, d});
+  };
   c.flops = double(n * d);
   return c;
 }
@@ -57,8 +63,8 @@ Tensors logits_inputs(const Shape& rows, int64_t v, uint64_t seed, double mean =
 // logits as a float32 backend holds them; and the loss's gradient, 0.75.
 void add_saved_probs(Tensors& t, int64_t n, int64_t v) {
   Tensor loss = Tensor::zeros({1}, DType::f64), probs = Tensor::zeros({n, v}, DType::f64);
-  backend("reference").cross_entropy_forward(loss, probs, t.at("logits").to(DType::f32).to(DType::f64),
-                                             t.at("targets"), n, v);
+  run_kernel(backend("reference"), CrossEntropyForward{loss, probs, t.at("logits").to(DType::f32).to(DType::f64),
+                                             t.at("targets"), n, v});
   t.erase("logits");
   t.set("probs", probs);
   t.set("dloss", Tensor::full({1}, 0.75, DType::f64));
@@ -73,7 +79,7 @@ OpCase cross_entropy_case(bool backward, int64_t n, int64_t v, uint64_t seed) {
     // loss ~ log(V) + spread: float rounding of the logits' max (30 * 6e-8) dominates.
     c.outputs = {{"loss", {1}, tol::kForward}, {"probs", {n, v}, tol::kForward}};
     c.call = [=](Backend& b, Tensors& t) {
-      b.cross_entropy_forward(t.at("loss"), t.at("probs"), t.at("logits"), t.at("targets"), n, v);
+      run_kernel(b, CrossEntropyForward{t.at("loss"), t.at("probs"), t.at("logits"), t.at("targets"), n, v});
     };
     // the softmax's 5 per element and the log of each row's sum.
     c.flops = 5.0 * double(n * v);
@@ -86,7 +92,7 @@ OpCase cross_entropy_case(bool backward, int64_t n, int64_t v, uint64_t seed) {
   };
   c.outputs = {{"dlogits", {n, v}, tol::kForward}};
   c.call = [=](Backend& b, Tensors& t) {
-    b.cross_entropy_backward(t.at("dlogits"), t.at("dloss"), t.at("probs"), t.at("targets"), n, v);
+    run_kernel(b, CrossEntropyBackward{t.at("dlogits"), t.at("dloss"), t.at("probs"), t.at("targets"), n, v});
   };
   c.flops = 2.0 * double(n * v);
   return c;

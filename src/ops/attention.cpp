@@ -1,6 +1,9 @@
 // softmax, causal multi-head attention, and the toy model's causal prefix mean.
 #include <cmath>
 
+#include "normlab/attention_kernels.h"
+#include "normlab/prefix_mean_kernels.h"
+#include "normlab/softmax_kernels.h"
 #include "op_common.h"
 
 namespace normlab {
@@ -13,12 +16,12 @@ Tensor softmax(const Tensor& x_in) {
   const int64_t n = rows_of(x), d = x.size(-1);
   const Precision p = widest({&x});
   Tensor y = new_output(x.shape(), p, x);
-  backend_of(x).softmax_forward(y, x, n, d);
+  run_kernel(backend_of(x), SoftmaxForward{y, x, n, d});
   store(y, p, "softmax");
   if (needs_grad({&x})) {
     // The output is saved detached: a node must not own the tensor that owns it.
     record("softmax", y, {x}, [y = y.detach(), n, d](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) backend_of(dy).softmax_backward(*g[0], dy, y, n, d);
+      if (g[0]) run_kernel(backend_of(dy), SoftmaxBackward{*g[0], dy, y, n, d});
     });
   }
   return y;
@@ -36,7 +39,7 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   Tensor out = new_output(q.shape(), product_format(), q);
   Tensor probs = new_output({b, heads, t, t}, product_format(), q);
-  backend_of(q).attention_forward(out, probs, q, k, v, b, t, heads, dh, scale);
+  run_kernel(backend_of(q), AttentionForward{out, probs, q, k, v, b, t, heads, dh, scale});
   // The fused kernel weights v by the float32 probabilities; what is stored is its output and,
   // for the backward, the probabilities (an activation of the unfused form).
   store(out, product_format(), "causal_attention");
@@ -44,7 +47,8 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   if (needs_grad({&q, &k, &v})) {
     record("causal_attention", out, {q, k, v},
            [q, k, v, probs, b, t, heads, dh, scale](const Tensor& dout, GradOutputs& g) {
-             backend_of(dout).attention_backward(g[0], g[1], g[2], dout, q, k, v, probs, b, t, heads, dh, scale);
+             run_kernel(backend_of(dout),
+                        AttentionBackward{g[0], g[1], g[2], dout, q, k, v, probs, b, t, heads, dh, scale});
            });
   }
   return out;
@@ -57,11 +61,11 @@ Tensor prefix_mean(const Tensor& x_in) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
   const Precision p = widest({&x});
   Tensor y = new_output(x.shape(), p, x);
-  backend_of(x).prefix_mean_forward(y, x, b, t, c);
+  run_kernel(backend_of(x), PrefixMeanForward{y, x, b, t, c});
   store(y, p, "prefix_mean");
   if (needs_grad({&x})) {
     record("prefix_mean", y, {x}, [b, t, c](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) backend_of(dy).prefix_mean_backward(*g[0], dy, b, t, c);
+      if (g[0]) run_kernel(backend_of(dy), PrefixMeanBackward{*g[0], dy, b, t, c});
     });
   }
   return y;

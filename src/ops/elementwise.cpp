@@ -1,4 +1,5 @@
 // Elementwise ops: add, alpha*a + b, scale, mul, GELU.
+#include "normlab/elementwise_kernels.h"
 #include "op_common.h"
 
 namespace normlab {
@@ -9,7 +10,7 @@ namespace ops_detail {
 BackwardFn add_scaled_backward(double alpha) {
   return [alpha](const Tensor& dy, GradOutputs& g) {
     if (g[0]) {
-      if (alpha == 1.0) g.pass_through(0); else backend_of(dy).scale(*g[0], dy, alpha);
+      if (alpha == 1.0) g.pass_through(0); else run_kernel(backend_of(dy), Scale{*g[0], dy, alpha});
     }
     g.pass_through(1);
   };
@@ -27,7 +28,7 @@ Tensor add_scaled(const Tensor& a_in, double alpha, const Tensor& b_in) {
   const Tensor a = stored(a_in), b = stored(b_in);
   const Precision p = widest({&a, &b});
   Tensor y = new_output(a.shape(), p, a);
-  backend_of(a).add(y, a, b, alpha, 1.0);
+  run_kernel(backend_of(a), Add{y, a, b, alpha, 1.0});
   store(y, p, "add");
   if (needs_grad({&a, &b})) record("add", y, {a, b}, add_scaled_backward(alpha));
   return y;
@@ -37,14 +38,16 @@ Tensor add(const Tensor& a, const Tensor& b) { return add_scaled(a, 1.0, b); }
 
 double sum_squares(const Tensor& x) {
   check_float_same("sum_squares", {{"x", &x}});
-  return backend_of(x).sum_squares(x);
+  return sum_squares(backend_of(x), x);
 }
 
 void install_gradient_math() {
   GradientMath math;
-  math.accumulate = [](Tensor& dst, const Tensor& g) { backend_of(dst).accumulate(dst, g); };
-  math.add = [](Tensor& out, const Tensor& a, const Tensor& b) { backend_of(out).add(out, a, b, 1.0, 1.0); };
-  math.convert = [](Tensor& dst, const Tensor& src) { backend_of(dst).copy(dst, src); };
+  math.accumulate = [](Tensor& dst, const Tensor& g) { run_kernel(backend_of(dst), Accumulate{dst, g}); };
+  math.add = [](Tensor& out, const Tensor& a, const Tensor& b) {
+    run_kernel(backend_of(out), Add{out, a, b, 1.0, 1.0});
+  };
+  math.convert = [](Tensor& dst, const Tensor& src) { run_kernel(backend_of(dst), Copy{dst, src}); };
   math.store = store_gradient;
   set_gradient_math(math);
 }
@@ -54,11 +57,11 @@ Tensor scale(const Tensor& x_in, double alpha) {
   const Tensor x = stored(x_in);
   const Precision p = widest({&x});
   Tensor y = new_output(x.shape(), p, x);
-  backend_of(x).scale(y, x, alpha);
+  run_kernel(backend_of(x), Scale{y, x, alpha});
   store(y, p, "scale");
   if (needs_grad({&x})) {
     record("scale", y, {x}, [alpha](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) backend_of(dy).scale(*g[0], dy, alpha);
+      if (g[0]) run_kernel(backend_of(dy), Scale{*g[0], dy, alpha});
     });
   }
   return y;
@@ -69,13 +72,13 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   const Tensor a = stored(a_in), b = stored(b_in);
   const Precision p = widest({&a, &b});
   Tensor y = new_output(a.shape(), p, a);
-  backend_of(a).mul(y, a, b);
+  run_kernel(backend_of(a), Mul{y, a, b});
   store(y, p, "mul");
   if (needs_grad({&a, &b})) {
     record("mul", y, {a, b}, [a, b](const Tensor& dy, GradOutputs& g) {
       Backend& kb = backend_of(dy);
-      if (g[0]) kb.mul(*g[0], dy, b);
-      if (g[1]) kb.mul(*g[1], dy, a);
+      if (g[0]) run_kernel(kb, Mul{*g[0], dy, b});
+      if (g[1]) run_kernel(kb, Mul{*g[1], dy, a});
     });
   }
   return y;
@@ -87,16 +90,16 @@ Tensor gelu(const Tensor& x_in) {
   const Precision p = widest({&x});
   Tensor y = new_output(x.shape(), p, x);
   if (!needs_grad({&x})) {
-    backend_of(x).gelu_forward(y, nullptr, x);
+    run_kernel(backend_of(x), GeluForward{y, nullptr, x});
     store(y, p, "gelu");
     return y;
   }
   // gelu'(x) stays float32: the backward's float32 arithmetic, from the stored x.
   Tensor dydx = float_output(x.shape(), x);
-  backend_of(x).gelu_forward(y, &dydx, x);
+  run_kernel(backend_of(x), GeluForward{y, &dydx, x});
   store(y, p, "gelu");
   record("gelu", y, {x}, [dydx](const Tensor& dy, GradOutputs& g) {
-    if (g[0]) backend_of(dy).mul(*g[0], dy, dydx);
+    if (g[0]) run_kernel(backend_of(dy), Mul{*g[0], dy, dydx});
   });
   return y;
 }

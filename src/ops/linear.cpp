@@ -1,4 +1,6 @@
 // linear and batched matmul. Backward of C = A @ B: dA = dC @ B^T, dB = A^T @ dC.
+#include "normlab/elementwise_kernels.h"
+#include "normlab/matmul_kernels.h"
 #include "op_common.h"
 
 namespace normlab {
@@ -42,9 +44,9 @@ void linear_param_grads(const Tensor& dy, GradOutputs& g, const Tensor& x, bool 
                         int64_t m, int64_t k, int64_t n) {
   Backend& kb = backend_of(dy);
   // dW (N,K) = dy^T (N,M) @ x (M,K)
-  if (g[1]) kb.matmul(*g[1], dy, x, MatmulSpec::of(n, k, m).transposed_a());
+  if (g[1]) run_kernel(kb, Matmul{*g[1], dy, x, MatmulSpec::of(n, k, m).transposed_a()});
   // dbias (N) = sum over rows of dy
-  if (has_bias && g[2]) kb.sum_rows(*g[2], dy, m, n);
+  if (has_bias && g[2]) run_kernel(kb, SumRows{*g[2], dy, m, n});
   if (has_residual) g.pass_through(has_bias ? 3 : 2);
 }
 
@@ -56,14 +58,14 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
   const Tensor x = operand(x_in), w = operand(w_in), bias = operand(bias_in), residual = operand(residual_in);
   const int64_t m = rows_of(x), k = w.size(1), n = w.size(0);
   Tensor y = new_output(with_last(x.shape(), n), product_format(), x);
-  backend_of(x).linear_forward(y, x, w, bias, residual, m, k, n);
+  run_kernel(backend_of(x), LinearForward{y, x, w, bias, residual, m, k, n});
   store(y, product_format(), "linear");
   if (needs_grad({&x, &w, &bias, &residual})) {
     const bool has_bias = bias.defined(), has_residual = residual.defined();
     record("linear", y, linear_inputs(x, w, bias, residual),
            [x, w, m, k, n, has_bias, has_residual](const Tensor& dy, GradOutputs& g) {
              // dx (M,K) = dy (M,N) @ W (N,K)
-             if (g[0]) backend_of(dy).linear_backward_input(*g[0], dy, w, Tensor(), m, k, n);
+             if (g[0]) run_kernel(backend_of(dy), LinearBackwardInput{*g[0], dy, w, Tensor(), m, k, n});
              linear_param_grads(dy, g, x, has_bias, has_residual, m, k, n);
            });
   }
@@ -79,22 +81,22 @@ Tensor gelu_linear(const Tensor& h_in, const Tensor& w_in, const Tensor& bias_in
   Tensor y = new_output(with_last(h.shape(), n), product_format(), h);
   // gelu(h) is stored before the product reads it, as the two unfused ops would store it.
   if (!needs_grad({&h, &w, &bias, &residual})) {
-    backend_of(h).gelu_forward(a, nullptr, h);
+    run_kernel(backend_of(h), GeluForward{a, nullptr, h});
     store(a, product_format(), "gelu");
-    backend_of(h).linear_forward(y, a, w, bias, residual, m, k, n);
+    run_kernel(backend_of(h), LinearForward{y, a, w, bias, residual, m, k, n});
     store(y, product_format(), "gelu_linear");
     return y;
   }
   Tensor dadh = float_output(h.shape(), h);
-  backend_of(h).gelu_forward(a, &dadh, h);
+  run_kernel(backend_of(h), GeluForward{a, &dadh, h});
   store(a, product_format(), "gelu");
-  backend_of(h).linear_forward(y, a, w, bias, residual, m, k, n);
+  run_kernel(backend_of(h), LinearForward{y, a, w, bias, residual, m, k, n});
   store(y, product_format(), "gelu_linear");
   const bool has_bias = bias.defined(), has_residual = residual.defined();
   record("gelu_linear", y, linear_inputs(h, w, bias, residual),
          [a, dadh, w, m, k, n, has_bias, has_residual](const Tensor& dy, GradOutputs& g) {
            // dh (M,K) = (dy (M,N) @ W (N,K)) * gelu'(h)
-           if (g[0]) backend_of(dy).linear_backward_input(*g[0], dy, w, dadh, m, k, n);
+           if (g[0]) run_kernel(backend_of(dy), LinearBackwardInput{*g[0], dy, w, dadh, m, k, n});
            linear_param_grads(dy, g, a, has_bias, has_residual, m, k, n);
          });
   return y;
@@ -117,18 +119,20 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Shape out_shape(a.shape().begin(), a.shape().end() - 1);
   out_shape.push_back(n);
   Tensor c = new_output(out_shape, product_format(), a);
-  backend_of(a).matmul(c, a, b, MatmulSpec::of(m, n, k).batched(batch).shared_b(!b_batched));
+  run_kernel(backend_of(a), Matmul{c, a, b, MatmulSpec::of(m, n, k).batched(batch).shared_b(!b_batched)});
   store(c, product_format(), "matmul");
   if (needs_grad({&a, &b})) {
     record("matmul", c, {a, b}, [a, b, batch, m, n, k, b_batched](const Tensor& dc, GradOutputs& g) {
       Backend& kb = backend_of(dc);
       // dA_b (M,K) = dC_b (M,N) @ B_b^T
-      if (g[0]) kb.matmul(*g[0], dc, b, MatmulSpec::of(m, k, n).batched(batch).transposed_b().shared_b(!b_batched));
+      if (g[0])
+        run_kernel(kb,
+                   Matmul{*g[0], dc, b, MatmulSpec::of(m, k, n).batched(batch).transposed_b().shared_b(!b_batched)});
       if (g[1]) {
         if (b_batched) {  // dB_b (K,N) = A_b^T (K,M) @ dC_b (M,N)
-          kb.matmul(*g[1], a, dc, MatmulSpec::of(k, n, m).batched(batch).transposed_a());
+          run_kernel(kb, Matmul{*g[1], a, dc, MatmulSpec::of(k, n, m).batched(batch).transposed_a()});
         } else {  // a shared B sums over the batch: treat A as (batch*M, K)
-          kb.matmul(*g[1], a, dc, MatmulSpec::of(k, n, batch * m).transposed_a());
+          run_kernel(kb, Matmul{*g[1], a, dc, MatmulSpec::of(k, n, batch * m).transposed_a()});
         }
       }
     });

@@ -1,4 +1,8 @@
 // Embedding lookup, cross-entropy loss, reshape and transpose.
+#include "normlab/cross_entropy_kernels.h"
+#include "normlab/elementwise_kernels.h"
+#include "normlab/embedding_kernels.h"
+#include "normlab/layout_kernels.h"
 #include "op_common.h"
 
 namespace normlab {
@@ -15,11 +19,11 @@ Tensor embedding(const Tensor& ids, const Tensor& table_in) {
   Shape out_shape = ids.shape();
   out_shape.push_back(d);
   Tensor y = new_output(out_shape, product_format(), table);
-  backend_of(table).embedding_forward(y, table, ids, n, v, d);
+  run_kernel(backend_of(table), EmbeddingForward{y, table, ids, n, v, d});
   store(y, product_format(), "embedding");
   if (needs_grad({&table})) {
     record("embedding", y, {table}, [ids, n, v, d](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) backend_of(dy).embedding_backward(*g[0], dy, ids, n, v, d);
+      if (g[0]) run_kernel(backend_of(dy), EmbeddingBackward{*g[0], dy, ids, n, v, d});
     });
   }
   return y;
@@ -37,11 +41,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets) {
   NL_CHECK(n >= 1, "cross_entropy: no rows in logits {}", shape_str(logits.shape()));
   Tensor loss = float_output({}, logits);
   Tensor probs = float_output({n, v}, logits);
-  backend_of(logits).cross_entropy_forward(loss, probs, logits, targets, n, v);
+  run_kernel(backend_of(logits), CrossEntropyForward{loss, probs, logits, targets, n, v});
   store(loss, Precision::fp32, "cross_entropy");  // float32 in any precision (shown to a watch)
   if (needs_grad({&logits})) {
     record("cross_entropy", loss, {logits}, [probs, targets, n, v](const Tensor& dloss, GradOutputs& g) {
-      if (g[0]) backend_of(dloss).cross_entropy_backward(*g[0], dloss, probs, targets, n, v);
+      if (g[0]) run_kernel(backend_of(dloss), CrossEntropyBackward{*g[0], dloss, probs, targets, n, v});
     });
   }
   return loss;
@@ -70,7 +74,7 @@ Tensor reshape(const Tensor& x_in, const Shape& shape) {
   Tensor y = x.view(target);
   if (needs_grad({&x})) {
     record("reshape", y, {x}, [in_shape = x.shape()](const Tensor& dy, GradOutputs& g) {
-      if (g[0]) backend_of(dy).copy(*g[0], dy.view(in_shape));
+      if (g[0]) run_kernel(backend_of(dy), Copy{*g[0], dy.view(in_shape)});
     });
   }
   return y;
@@ -94,16 +98,19 @@ Tensor transpose(const Tensor& x_in, int64_t dim0, int64_t dim1) {
   std::swap(out_shape[dim0], out_shape[dim1]);
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   if (dim0 == dim1) {
-    backend_of(x).copy(y, x);
+    run_kernel(backend_of(x), Copy{y, x});
   } else {
-    backend_of(x).transpose(y, x, outer, a, mid, b, inner);
+    run_kernel(backend_of(x), Transpose{y, x, outer, a, mid, b, inner});
   }
   y.impl().format = x.impl().format;  // the same values, moved
   y.impl().op_output = true;
   if (needs_grad({&x})) {
     record("transpose", y, {x}, [outer, a, mid, b, inner, same = dim0 == dim1](const Tensor& dy, GradOutputs& g) {
       if (!g[0]) return;
-      if (same) backend_of(dy).copy(*g[0], dy); else backend_of(dy).transpose(*g[0], dy, outer, b, mid, a, inner);
+      if (same)
+        run_kernel(backend_of(dy), Copy{*g[0], dy});
+      else
+        run_kernel(backend_of(dy), Transpose{*g[0], dy, outer, b, mid, a, inner});
     });
   }
   return y;

@@ -1,3 +1,4 @@
+#include "normlab/elementwise_kernels.h"
 #include "op_common.h"
 
 namespace normlab::ops_detail {
@@ -37,7 +38,7 @@ void watch(const Tensor& v, Precision p, StoredKind kind, const char* op, const 
 
 Tensor cast(const Tensor& t) {
   Tensor y = new_output(t.shape(), t_storage, t);
-  backend_of(t).copy(y, t);  // a conversion where y is 16-bit storage
+  run_kernel(backend_of(t), Copy{y, t});  // a conversion where y is 16-bit storage
   store(y, t_storage, "cast");
   if (needs_grad({&t})) record("cast", y, {t}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
   return y;
@@ -68,7 +69,7 @@ void store(Tensor& y, Precision p, const char* op, const Tensor* norm_rstd) {
     return;
   }
   watch(y, p, StoredKind::output, op, current_module(), norm_rstd);
-  if (p != Precision::fp32) backend_of(y).round_to_format(y, p);
+  if (p != Precision::fp32) run_kernel(backend_of(y), RoundToFormat{y, p});
 }
 
 void watch_norm_input(const Tensor& x, const char* op) {
@@ -91,7 +92,7 @@ void watch_composite_backward(const CompositeBackwardCensus& census, bool layern
 void store_gradient(Tensor& g, const TensorImpl& of, const Node& from) {
   if (is_16bit(g.dtype())) return;  // native storage: rounded by the kernel that wrote it
   watch(g, of.format, StoredKind::gradient, from.op(), from.module());
-  if (of.format != Precision::fp32) backend_of(g).round_to_format(g, of.format);
+  if (of.format != Precision::fp32) run_kernel(backend_of(g), RoundToFormat{g, of.format});
 }
 
 Precision product_format() { return t_storage; }
@@ -158,7 +159,7 @@ Tensor residual_stream(const Tensor& x) {
   using namespace ops_detail;
   if (t_storage == Precision::fp32 || !x.defined() || x.impl().format == t_residual) return x;
   Tensor y = new_output(x.shape(), t_residual, x);  // fp32 from the format: exact
-  backend_of(x).copy(y, x);
+  run_kernel(backend_of(x), Copy{y, x});
   store(y, t_residual, "residual_stream");
   if (needs_grad({&x})) record("residual_stream", y, {x}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
   return y;

@@ -1,6 +1,7 @@
 // The elementwise normalizers (DyT, Derf), the channel scale (ReZero, SkipInit, LayerScale) and the
 // constant shift (Gemma's gain 1 + w). Saved for backward: the input and the parameters.
 #include "normlab/channel_scale_kernels.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/squash_kernels.h"
 #include "op_common.h"
 
@@ -94,8 +95,8 @@ Tensor add_constant(const Tensor& x_in, double c) {
   const Precision p = widest({&x});
   Tensor y = new_output(x.shape(), p, x);
   Backend& kb = backend_of(x);
-  kb.fill(y, c);
-  kb.add(y, x, y, 1.0, 1.0);
+  run_kernel(kb, Fill{y, c});
+  run_kernel(kb, Add{y, x, y, 1.0, 1.0});
   store(y, p, "add_constant");
   if (needs_grad({&x})) record("add_constant", y, {x}, [](const Tensor&, GradOutputs& g) { g.pass_through(0); });
   return y;

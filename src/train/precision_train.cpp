@@ -8,6 +8,7 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/elementwise_kernels.h"
 
 namespace normlab {
 
@@ -54,18 +55,18 @@ BlockStorageStats::BlockStorageStats(size_t blocks)
         if (l < 0 || l >= static_cast<int64_t>(blocks_.size())) return;
         PerBlock& b = blocks_[static_cast<size_t>(l)];
         if (v.kind == StoredKind::norm_input) {
-          const FormatCensus c = backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
+          const FormatCensus c = format_census(backend_for(v.value.device(), v.value.dtype()), v.value, v.format);
           const double m = c.nonfinite ? INFINITY : c.max_abs;
           b.norm_input_max = std::isnan(b.norm_input_max) ? m : std::max(b.norm_input_max, m);
         } else if (v.kind == StoredKind::output) {
-          b.stored.add(backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format));
+          b.stored.add(format_census(backend_for(v.value.device(), v.value.dtype()), v.value, v.format));
         }
       }) {}
 
 void BlockStorageStats::fill(EvalRecord& r, const ForwardTrace& trace) const {
   r.stream_max_abs.clear();
   for (const Tensor& x : trace.block_out) {
-    const FormatCensus c = backend_for(x.device(), x.dtype()).format_census(x, Precision::fp32);
+    const FormatCensus c = format_census(backend_for(x.device(), x.dtype()), x, Precision::fp32);
     r.stream_max_abs.push_back(c.nonfinite ? INFINITY : c.max_abs);
   }
   r.norm_input_max_abs.clear();
@@ -111,7 +112,7 @@ struct FirstNonFinite {
       return;
     }
     const FormatCensus c =
-        v.census ? *v.census : backend_for(v.value.device(), v.value.dtype()).format_census(v.value, v.format);
+        v.census ? *v.census : format_census(backend_for(v.value.device(), v.value.dtype()), v.value, v.format);
     if (c.nonfinite == 0 && c.overflow == 0) return;
     found = true;
     origin.step = step;

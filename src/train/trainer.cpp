@@ -5,9 +5,12 @@
 #include <optional>
 
 #include "normlab/autograd.h"
+#include "normlab/adam_kernels.h"
 #include "normlab/checkpoint.h"
 #include "normlab/backend.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/ops.h"
+#include "normlab/statistics_kernels.h"
 #include "normlab/stats.h"
 #include "normlab/train.h"
 #include "precision_train.h"
@@ -109,7 +112,7 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   Tensor norms = Tensor::empty({n}, statistics_dtype(x.dtype()), x.device());
-  backend_for(x.device(), x.dtype()).row_norms(norms, x, n, d);
+  run_kernel(backend_for(x.device(), x.dtype()), RowNorms{norms, x, n, d});
   double total = 0;
   for (double r : norms.to_vector()) total += r;
   return total / static_cast<double>(n);
@@ -130,7 +133,8 @@ AttentionStats attention_statistics(const AttentionTap& tap) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   Tensor max_logit = Tensor::empty({b, h, t}, statistics_dtype(tap.q.dtype()), tap.q.device());
   Tensor entropy = Tensor::empty({b, h, t}, statistics_dtype(tap.q.dtype()), tap.q.device());
-  backend_for(tap.q.device(), tap.q.dtype()).attention_logit_stats(max_logit, entropy, tap.q, tap.k, b, t, h, dh, scale);
+  run_kernel(backend_for(tap.q.device(), tap.q.dtype()),
+             AttentionLogitStats{max_logit, entropy, tap.q, tap.k, b, t, h, dh, scale});
   AttentionStats st;
   st.max_logit = -INFINITY;
   for (double m : max_logit.to_vector()) st.max_logit = std::max(st.max_logit, m);
@@ -391,7 +395,7 @@ double TrainLoop::backward(const Tensor& loss, double seed) {
   if (scaler_) loss.backward(Tensor::full_on(loss.shape(), seed, loss.dtype(), loss.device()));
   else loss.backward();
   params_.fill_missing_grads();
-  return std::sqrt(kb_.sum_squares(flat_grad_));
+  return std::sqrt(sum_squares(kb_, flat_grad_));
 }
 
 // GradScaler: a step whose gradients hold an inf or NaN is skipped and the scale backs off;
@@ -400,19 +404,19 @@ double TrainLoop::backward(const Tensor& loss, double seed) {
 bool TrainLoop::unscale_or_skip(double& grad_norm, double seed) {
   const bool taken = scaler_->update(std::isfinite(grad_norm));
   if (taken) {
-    kb_.scale(flat_grad_, flat_grad_, 1.0 / seed);
+    run_kernel(kb_, Scale{flat_grad_, flat_grad_, 1.0 / seed});
     grad_norm /= seed;
   }
   return taken;
 }
 
 void TrainLoop::adam_update(int64_t step, double grad_norm) {
-  if (cfg_.clip > 0 && grad_norm > cfg_.clip) kb_.scale(flat_grad_, flat_grad_, cfg_.clip / grad_norm);
+  if (cfg_.clip > 0 && grad_norm > cfg_.clip) run_kernel(kb_, Scale{flat_grad_, flat_grad_, cfg_.clip / grad_norm});
   hp_.lr = learning_rate(cfg_, step);
   // Adam's bias correction counts the updates made: a skipped step is not one (as PyTorch,
   // whose optimizer.step() the scaler does not call).
   hp_.step = step - (scaler_ ? scaler_->state().skipped : 0);
-  kb_.adam_step(flat_, flat_grad_, m_, v_, hp_);
+  run_kernel(kb_, AdamStep{flat_, flat_grad_, m_, v_, hp_});
 }
 
 // A step done (taken or skipped): its loss in the spike counter, the eval window and the result.

@@ -11,9 +11,11 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/ops.h"
 #include "normlab/precision.h"
 #include "normlab/rng.h"
+#include "normlab/statistics_kernels.h"
 
 using namespace normlab;
 
@@ -350,26 +352,26 @@ TEST(StoragePrecision, CudaSimStatisticsRead16BitStorage) {
     const Tensor f32 = Tensor::from(v, host.shape()).to_device(Device::cuda_sim);
     const Tensor h16 = Tensor::from(v, host.shape(), storage_dtype(p)).to_device(Device::cuda_sim);
     EXPECT_EQ(h16.nbytes(), 2u * 120u);
-    EXPECT_EQ(kb.sum_squares(h16), kb.sum_squares(f32));
-    const FormatCensus a = kb.format_census(h16, Precision::fp16), b = kb.format_census(f32, Precision::fp16);
+    EXPECT_EQ(sum_squares(kb, h16), sum_squares(kb, f32));
+    const FormatCensus a = format_census(kb, h16, Precision::fp16), b = format_census(kb, f32, Precision::fp16);
     EXPECT_EQ(a.max_abs, b.max_abs);
     EXPECT_EQ(a.underflow, b.underflow);
     Tensor n16 = Tensor::empty({10}, DType::f32, Device::cuda_sim), n32 = Tensor::empty({10}, DType::f32, Device::cuda_sim);
-    kb.row_norms(n16, h16, 10, 12);
-    kb.row_norms(n32, f32, 10, 12);
+    run_kernel(kb, RowNorms{n16, h16, 10, 12});
+    run_kernel(kb, RowNorms{n32, f32, 10, 12});
     EXPECT_EQ(bits_apart(n16.to_vector(), n32.to_vector()), 0);
     Tensor m16 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim), e16 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim);
     Tensor m32 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim), e32 = Tensor::empty({2, 3, 5}, DType::f32, Device::cuda_sim);
-    kb.attention_logit_stats(m16, e16, h16, h16, 2, 5, 3, 4, 0.5);
-    kb.attention_logit_stats(m32, e32, f32, f32, 2, 5, 3, 4, 0.5);
+    run_kernel(kb, AttentionLogitStats{m16, e16, h16, h16, 2, 5, 3, 4, 0.5});
+    run_kernel(kb, AttentionLogitStats{m32, e32, f32, f32, 2, 5, 3, 4, 0.5});
     EXPECT_EQ(bits_apart(m16.to_vector(), m32.to_vector()), 0);
     EXPECT_EQ(bits_apart(e16.to_vector(), e32.to_vector()), 0);
     // fill writes the format's encoding; a conversion back to float32 is exact.
     Tensor filled = Tensor::empty({7}, storage_dtype(p), Device::cuda_sim);
-    kb.fill(filled, 1.0 / 3.0);
+    run_kernel(kb, Fill{filled, 1.0 / 3.0});
     for (double x : filled.to_vector()) EXPECT_EQ(x, round_to(p, static_cast<float>(1.0 / 3.0)));
     Tensor back = Tensor::empty(host.shape(), DType::f32, Device::cuda_sim);
-    kb.copy(back, h16);
+    run_kernel(kb, Copy{back, h16});
     EXPECT_EQ(bits_apart(back.to_vector(), v), 0);
   }
 }

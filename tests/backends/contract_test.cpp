@@ -1,5 +1,5 @@
-// The kernels' size contract, checked once by the Backend entries (src/backend_api/
-// kernel_contracts.cpp) for every backend: a tensor of the wrong size, an undefined one, or one on
+// The kernels' size contract, stated once by each kernel (kernel.h) and checked by run_kernel for
+// every backend: a tensor of the wrong size, an undefined one, or one on
 // another device is an Error naming the backend, the kernel and the argument, before the backend's
 // implementation runs. The cuda-sim rows run on the simulated device's tensors.
 #include <gtest/gtest.h>
@@ -13,7 +13,9 @@
 #include "normlab/channel_scale_kernels.h"
 #include "normlab/kernel.h"
 #include "normlab/layernorm_kernels.h"
+#include "normlab/matmul_kernels.h"
 #include "normlab/rmsnorm_kernels.h"
+#include "normlab/softmax_kernels.h"
 #include "normlab/tensor.h"
 
 namespace normlab {
@@ -50,18 +52,18 @@ TEST_P(KernelContract, AWrongSizeNamesTheKernelAndTheArgument) {
       error_of([&] { run_kernel(b(), RmsNormBackward{&dx, &wrong_gradient, x, x, beta, rstd, 4, 8}); });
   EXPECT_NE(e3.find("rmsnorm_backward: dgamma has shape (3,)"), std::string::npos) << e3;
   Tensor c = t({6}), a = t({4}), bm = t({5});
-  const std::string e4 = error_of([&] { b().matmul(c, a, bm, MatmulSpec::of(2, 3, 2)); });
+  const std::string e4 = error_of([&] { run_kernel(b(), Matmul{c, a, bm, MatmulSpec::of(2, 3, 2)}); });
   EXPECT_NE(e4.find("matmul: b has shape (5,) (5 elements); the sizes imply 6"), std::string::npos) << e4;
 }
 
 TEST_P(KernelContract, AnUndefinedTensorOrAnotherDevicesIsRefused) {
   Tensor y = t({2, 3}), x = t({2, 3}), none;
-  const std::string e = error_of([&] { b().softmax_forward(y, none, 2, 3); });
+  const std::string e = error_of([&] { run_kernel(b(), SoftmaxForward{y, none, 2, 3}); });
   EXPECT_NE(e.find("softmax_forward: x is an undefined tensor"), std::string::npos) << e;
   const Device other = b().device() == Device::cpu ? Device::cuda_sim : Device::cpu;
   backend("cuda-sim");  // its device memory exists once its module is loaded
   Tensor elsewhere = Tensor::zeros({2, 3}, DType::f32, other);
-  const std::string e2 = error_of([&] { b().softmax_forward(y, elsewhere, 2, 3); });
+  const std::string e2 = error_of([&] { run_kernel(b(), SoftmaxForward{y, elsewhere, 2, 3}); });
   EXPECT_NE(e2.find(std::string("softmax_forward: x is on ") + device_name(other)), std::string::npos) << e2;
   // An optional input that is absent is no error; present, it is held to its size.
   Tensor lambda = t({2});

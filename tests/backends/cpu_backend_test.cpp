@@ -15,11 +15,16 @@
 #include <vector>
 
 #include "kernel_check.h"
+#include "normlab/attention_kernels.h"
 #include "normlab/backend.h"
 #include "normlab/bench_kernels.h"
 #include "normlab/channel_scale_kernels.h"
+#include "normlab/cross_entropy_kernels.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/layernorm_kernels.h"
+#include "normlab/matmul_kernels.h"
 #include "normlab/rmsnorm_kernels.h"
+#include "normlab/softmax_kernels.h"
 #include "normlab/squash_kernels.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/rng.h"
@@ -327,11 +332,11 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
          ldb = e32({ld});
 
   auto step = [&] {
-    be.matmul(c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, false});
-    be.matmul(c, a, w_shared, MatmulSpec{b, m, n, k, true, true, true, false, true});
-    be.linear_forward(y, x, wl, bias, m, k, n);
-    be.attention_forward(out, probs, q, kk, v, bt, t, h, dh, 0.3);
-    be.attention_backward(&dq, &dk, &dv, out, q, kk, v, probs, bt, t, h, dh, 0.3);
+    run_kernel(be, Matmul{c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, false}});
+    run_kernel(be, Matmul{c, a, w_shared, MatmulSpec{b, m, n, k, true, true, true, false, true}});
+    run_kernel(be, LinearForward{y, x, wl, bias, Tensor(), m, k, n});
+    run_kernel(be, AttentionForward{out, probs, q, kk, v, bt, t, h, dh, 0.3});
+    run_kernel(be, AttentionBackward{&dq, &dk, &dv, out, q, kk, v, probs, bt, t, h, dh, 0.3});
     cpu::layernorm_forward_onednn(fp(ly), fp(lm), fp(lr), fp(lx), fp(lg), fp(lb), ln, ld, 1e-5f);
     cpu::layernorm_backward_onednn(fp(ldx), fp(ldg), fp(ldb), fp(ly), fp(lx), fp(lg), fp(lm),
                                    fp(lr), ln, ld);
@@ -348,12 +353,12 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
 
   // A new shape is a new primitive, once.
   Tensor x2 = randn(rng, {m + 1, k}), y2 = e32({m + 1, n});
-  be.linear_forward(y2, x2, wl, bias, m + 1, k, n);
+  run_kernel(be, LinearForward{y2, x2, wl, bias, Tensor(), m + 1, k, n});
   EXPECT_EQ(be.primitives_created(), after_first + 1);
-  be.linear_forward(y2, x2, wl, bias, m + 1, k, n);
+  run_kernel(be, LinearForward{y2, x2, wl, bias, Tensor(), m + 1, k, n});
   EXPECT_EQ(be.primitives_created(), after_first + 1);
   // accumulate (a sum post-op) is part of the key too.
-  be.matmul(c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, true});
+  run_kernel(be, Matmul{c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, true}});
   EXPECT_EQ(be.primitives_created(), after_first + 2);
 }
 
@@ -367,14 +372,14 @@ TEST(CpuPrimitiveCache, ThreadCountIsPartOfTheKey) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   const uint64_t before = be.primitives_created();
-  be.linear_forward(y, x, w, bias, m, k, n);
+  run_kernel(be, LinearForward{y, x, w, bias, Tensor(), m, k, n});
   EXPECT_EQ(be.primitives_created(), before + 1);
   omp_set_num_threads(2);
-  be.linear_forward(y, x, w, bias, m, k, n);
+  run_kernel(be, LinearForward{y, x, w, bias, Tensor(), m, k, n});
   EXPECT_EQ(be.primitives_created(), before + 2) << "the 1-thread primitive was reused at 2 threads";
-  be.linear_forward(y, x, w, bias, m, k, n);
+  run_kernel(be, LinearForward{y, x, w, bias, Tensor(), m, k, n});
   omp_set_num_threads(1);
-  be.linear_forward(y, x, w, bias, m, k, n);
+  run_kernel(be, LinearForward{y, x, w, bias, Tensor(), m, k, n});
   EXPECT_EQ(be.primitives_created(), before + 2) << "each thread count's primitive is cached";
   omp_set_num_threads(saved);
 }
@@ -472,7 +477,7 @@ TEST(CpuBackend, IdentityAndFloat64Rejected) {
   EXPECT_FALSE(cpu_backend().supports(DType::f64));
   Tensor x64 = e64({4}), y = e32({4});
   try {
-    cpu_backend().gelu_forward(y, nullptr, x64);
+    run_kernel(cpu_backend(), GeluForward{y, nullptr, x64});
     FAIL() << "a float64 input was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
@@ -502,17 +507,17 @@ TEST(CpuBackend, NonFiniteValuesPropagate) {
   run_kernel(cpu_backend(), RmsNormForward{y, rstd, x, gamma, 2, d, 1e-6});
   EXPECT_TRUE(std::isnan(y.data<float>()[5]) && !std::isfinite(rstd.data<float>()[0]))
       << "rmsnorm hid a NaN";
-  cpu_backend().softmax_forward(y, x, 2, d);
+  run_kernel(cpu_backend(), SoftmaxForward{y, x, 2, d});
   EXPECT_TRUE(all_nonfinite_row(y, 0) && all_nonfinite_row(y, 1)) << "softmax hid a NaN/Inf";
-  cpu_backend().gelu_forward(y, nullptr, x);
+  run_kernel(cpu_backend(), GeluForward{y, nullptr, x});
   EXPECT_TRUE(std::isnan(y.data<float>()[5]));
   EXPECT_EQ(y.data<float>()[d + 30], inf);
-  cpu_backend().scale(y, x, 2.0);
+  run_kernel(cpu_backend(), Scale{y, x, 2.0});
   EXPECT_TRUE(std::isnan(y.data<float>()[5]));
-  EXPECT_TRUE(std::isnan(cpu_backend().sum_squares(x)));
+  EXPECT_TRUE(std::isnan(sum_squares(cpu_backend(), x)));
   Tensor logits = Tensor::full({1, 4}, 1.0), probs = e32({1, 4}), loss = e32({1});
   logits.data<float>()[2] = nan;
-  cpu_backend().cross_entropy_forward(loss, probs, logits, Tensor::from_ids({0}, {1}), 1, 4);
+  run_kernel(cpu_backend(), CrossEntropyForward{loss, probs, logits, Tensor::from_ids({0}, {1}), 1, 4});
   EXPECT_TRUE(std::isnan(loss.item()));
 }
 
@@ -558,7 +563,7 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
         auto v = t->to_vector();
         all.insert(all.end(), v.begin(), v.end());
       }
-      all.push_back(cpu_backend().sum_squares(in.x));
+      all.push_back(sum_squares(cpu_backend(), in.x));
       return all;
     };
     const int before = num_threads();

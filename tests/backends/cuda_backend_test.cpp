@@ -16,6 +16,7 @@
 #include "normlab/backend.h"
 #include "normlab/cuda.h"
 #include "normlab/cuda_backend.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/layernorm_kernels.h"
 #include "normlab/rmsnorm_kernels.h"
 #include "normlab/rng.h"
@@ -171,13 +172,13 @@ TEST_P(CudaDevice, DeviceTensorsGoToTheirBackend) {
   Backend& b = backend(name());
   Tensor x = Tensor::full({3}, 1.0).to_device(device());
   Tensor y = Tensor::empty({3}, DType::f32, device());
-  b.scale(y, x, -2.0);
+  run_kernel(b, Scale{y, x, -2.0});
   EXPECT_EQ(y.to_device(Device::cpu).to_vector(), std::vector<double>(3, -2.0));
-  EXPECT_DOUBLE_EQ(b.sum_squares(y), 12.0);
+  EXPECT_DOUBLE_EQ(sum_squares(b, y), 12.0);
   // A cpu tensor given to the cuda backend is an error naming the kernel, not a crash.
   Tensor host = Tensor::full({3}, 1.0);
   try {
-    b.scale(y, host, 1.0);
+    run_kernel(b, Scale{y, host, 1.0});
     FAIL() << "a cpu tensor was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(name() + " scale"), std::string::npos) << e.what();
@@ -186,7 +187,7 @@ TEST_P(CudaDevice, DeviceTensorsGoToTheirBackend) {
   if (name() == "cuda-sim") {
     try {
       Tensor other = Tensor::full({3}, 1.0).to_device(Device::cpu);
-      b.scale(y, other, 1.0);
+      run_kernel(b, Scale{y, other, 1.0});
       FAIL() << "a cpu tensor was accepted";
     } catch (const Error&) {
     }

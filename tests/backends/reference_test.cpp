@@ -13,10 +13,19 @@
 #include <vector>
 
 #include "normlab/layernorm_kernels.h"
+#include "normlab/adam_kernels.h"
+#include "normlab/attention_kernels.h"
+#include "normlab/cross_entropy_kernels.h"
+#include "normlab/elementwise_kernels.h"
+#include "normlab/embedding_kernels.h"
+#include "normlab/layout_kernels.h"
+#include "normlab/matmul_kernels.h"
+#include "normlab/prefix_mean_kernels.h"
 #include "normlab/reference_kernels.h"
 #include "normlab/backend.h"
 #include "normlab/rmsnorm_kernels.h"
 #include "normlab/rng.h"
+#include "normlab/softmax_kernels.h"
 #include "normlab/tensor.h"
 #include "test_util.h"
 
@@ -131,7 +140,7 @@ TEST(ReferenceHand, SoftmaxStable) {
     double atol = dt == DType::f64 ? 1e-12 : 1e-7;
     Tensor x = Tensor::from({1, 2, 3, 1001, 1002, 1003}, {2, 3}, dt);
     Tensor y = Tensor::empty({2, 3}, dt);
-    ref().softmax_forward(y, x, 2, 3);
+    run_kernel(ref(), SoftmaxForward{y, x, 2, 3});
     Vec got = y.to_vector();
     expect_close(Vec(got.begin(), got.begin() + 3), want, atol, 0, "softmax row 0");
     expect_close(Vec(got.begin() + 3, got.end()), want, atol, 0, "softmax row 1 (+1000)");
@@ -147,7 +156,7 @@ TEST(ReferenceHand, CrossEntropyStable) {
     Tensor logits = Tensor::from({1, 2, 3, 1000, 1000, 1000}, {2, 3}, dt);
     Tensor targets = Tensor::from_ids({2, 0}, {2});
     Tensor loss = Tensor::empty({1}, dt), probs = Tensor::empty({2, 3}, dt);
-    ref().cross_entropy_forward(loss, probs, logits, targets, 2, 3);
+    run_kernel(ref(), CrossEntropyForward{loss, probs, logits, targets, 2, 3});
     expect_close(loss.to_vector(), {0.753109126556245}, atol, 0, "cross_entropy loss");
     expect_close(
         probs.to_vector(),
@@ -155,7 +164,7 @@ TEST(ReferenceHand, CrossEntropyStable) {
         atol, 0, "cross_entropy probs");
     // dlogits = dloss * (probs - onehot) / N with dloss = 2, N = 2.
     Tensor dloss = Tensor::from({2.0}, {1}, dt), dlogits = Tensor::empty({2, 3}, dt);
-    ref().cross_entropy_backward(dlogits, dloss, probs, targets, 2, 3);
+    run_kernel(ref(), CrossEntropyBackward{dlogits, dloss, probs, targets, 2, 3});
     expect_close(dlogits.to_vector(),
                  {0.09003057317038046, 0.24472847105479767, 0.6652409557748219 - 1, 1. / 3 - 1,
                   1. / 3, 1. / 3},
@@ -168,7 +177,7 @@ TEST(ReferenceHand, CrossEntropyStable) {
 TEST(ReferenceHand, GeluErf) {
   Tensor x = f64({-3, -1, 0, 0.5, 1, 2}, {6});
   Tensor y = Tensor::empty({6}, DType::f64);
-  ref().gelu_forward(y, nullptr, x);
+  run_kernel(ref(), GeluForward{y, nullptr, x});
   expect_close(y.to_vector(),
                {-0.00404969409489031, -0.15865525393145707, 0.0, 0.34573123063700656,
                 0.8413447460685429, 1.9544997361036416},
@@ -176,7 +185,7 @@ TEST(ReferenceHand, GeluErf) {
   // GELU'(0) = Phi(0) + 0 = 0.5; GELU'(1) = Phi(1) + phi(1) = 0.8413447460685429 +
   // 0.24197072451914337.
   Tensor x2 = f64({0, 1}, {2}), y2 = Tensor::empty({2}, DType::f64), dydx = Tensor::empty({2}, DType::f64);
-  ref().gelu_forward(y2, &dydx, x2);
+  run_kernel(ref(), GeluForward{y2, &dydx, x2});
   expect_close(dydx.to_vector(), {0.5, 0.8413447460685429 + 0.24197072451914337}, 1e-12, 0, "gelu'");
   expect_close(y2.to_vector(), {0.0, 0.8413447460685429}, 1e-12, 0, "gelu with its derivative");
 }
@@ -185,33 +194,33 @@ TEST(ReferenceHand, GeluErf) {
 TEST(ReferenceHand, ElementwiseAndReductions) {
   Tensor a = f64({1, 2, 3, 4, 5, 6}, {2, 3}), b = f64({6, 5, 4, 3, 2, 1}, {2, 3});
   Tensor out = Tensor::empty({2, 3}, DType::f64);
-  ref().add(out, a, b, 2.0, -1.0);
+  run_kernel(ref(), Add{out, a, b, 2.0, -1.0});
   expect_close(out.to_vector(), {-4, -1, 2, 5, 8, 11}, 0, 0, "add");
-  ref().mul(out, a, b);
+  run_kernel(ref(), Mul{out, a, b});
   expect_close(out.to_vector(), {6, 10, 12, 12, 10, 6}, 0, 0, "mul");
-  ref().scale(out, a, -0.5);
+  run_kernel(ref(), Scale{out, a, -0.5});
   expect_close(out.to_vector(), {-0.5, -1, -1.5, -2, -2.5, -3}, 0, 0, "scale");
-  ref().copy(out, a);
-  ref().accumulate(out, b);
+  run_kernel(ref(), Copy{out, a});
+  run_kernel(ref(), Accumulate{out, b});
   expect_close(out.to_vector(), {7, 7, 7, 7, 7, 7}, 0, 0, "copy + accumulate");
-  ref().fill(out, 0.25);
+  run_kernel(ref(), Fill{out, 0.25});
   expect_close(out.to_vector(), Vec(6, 0.25), 0, 0, "fill");
-  EXPECT_EQ(ref().sum_squares(a), 91.0);
+  EXPECT_EQ(sum_squares(ref(), a), 91.0);
   Tensor cols = Tensor::empty({3}, DType::f64);
-  ref().sum_rows(cols, a, 2, 3);
+  run_kernel(ref(), SumRows{cols, a, 2, 3});
   expect_close(cols.to_vector(), {5, 7, 9}, 0, 0, "sum_rows");
   Tensor a32 = Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3}, DType::f32);
-  EXPECT_EQ(ref().sum_squares(a32), 91.0);
+  EXPECT_EQ(sum_squares(ref(), a32), 91.0);
 }
 
 // y[t] = mean of x[0..t]: [1, 2, 3, 4] -> [1, 1.5, 2, 2.5]; dx[s] = sum_{t>=s} dy[t]/(t+1):
 // dy = 1 -> [1 + 1/2 + 1/3 + 1/4, 1/2 + 1/3 + 1/4, 1/3 + 1/4, 1/4].
 TEST(ReferenceHand, PrefixMean) {
   Tensor x = f64({1, 2, 3, 4}, {1, 4, 1}), y = Tensor::empty({1, 4, 1}, DType::f64);
-  ref().prefix_mean_forward(y, x, 1, 4, 1);
+  run_kernel(ref(), PrefixMeanForward{y, x, 1, 4, 1});
   expect_close(y.to_vector(), {1, 1.5, 2, 2.5}, 1e-15, 0, "prefix_mean");
   Tensor dy = f64({1, 1, 1, 1}, {1, 4, 1}), dx = Tensor::empty({1, 4, 1}, DType::f64);
-  ref().prefix_mean_backward(dx, dy, 1, 4, 1);
+  run_kernel(ref(), PrefixMeanBackward{dx, dy, 1, 4, 1});
   expect_close(dx.to_vector(), {25. / 12, 13. / 12, 7. / 12, 3. / 12}, 1e-15, 0, "prefix_mean dx");
 }
 
@@ -221,11 +230,11 @@ TEST(ReferenceHand, Embedding) {
   Tensor table = f64({0, 1, 10, 11, 20, 21}, {3, 2});
   Tensor ids = Tensor::from_ids({2, 0, 2}, {3});
   Tensor y = Tensor::empty({3, 2}, DType::f64);
-  ref().embedding_forward(y, table, ids, 3, 3, 2);
+  run_kernel(ref(), EmbeddingForward{y, table, ids, 3, 3, 2});
   expect_close(y.to_vector(), {20, 21, 0, 1, 20, 21}, 0, 0, "embedding");
   Tensor dy = f64({1, 2, 3, 4, 5, 6}, {3, 2});
   Tensor dtable = Tensor::full({3, 2}, std::nan(""), DType::f64);
-  ref().embedding_backward(dtable, dy, ids, 3, 3, 2);
+  run_kernel(ref(), EmbeddingBackward{dtable, dy, ids, 3, 3, 2});
   expect_close(dtable.to_vector(), {3, 4, 0, 0, 6, 8}, 0, 0, "embedding dtable");
 }
 
@@ -233,7 +242,7 @@ TEST(ReferenceHand, Embedding) {
 // bdim exchanged restores the input (its backward).
 TEST(ReferenceHand, Transpose) {
   Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3}), out = Tensor::empty({3, 2}, DType::f64);
-  ref().transpose(out, x, 1, 2, 1, 3, 1);
+  run_kernel(ref(), Transpose{out, x, 1, 2, 1, 3, 1});
   expect_close(out.to_vector(), {1, 4, 2, 5, 3, 6}, 0, 0, "matrix transpose");
 
   Rng rng(11, stream::check);
@@ -242,18 +251,18 @@ TEST(ReferenceHand, Transpose) {
   Vec xv = randn(rng, o * a * mid * bd * in);
   Tensor x2 = f64(xv, {o, a, bd, in}), t1 = Tensor::empty({o, bd, a, in}, DType::f64),
          back = Tensor::empty({o, a, bd, in}, DType::f64);
-  ref().transpose(t1, x2, o, a, mid, bd, in);
+  run_kernel(ref(), Transpose{t1, x2, o, a, mid, bd, in});
   // element [o=1, a=2, b=4, i=1] lands at [1, 4, 2, 1]
   EXPECT_EQ(t1.to_vector()[((1 * bd + 4) * a + 2) * in + 1], xv[((1 * a + 2) * bd + 4) * in + 1]);
-  ref().transpose(back, t1, o, bd, mid, a, in);
+  run_kernel(ref(), Transpose{back, t1, o, bd, mid, a, in});
   expect_close(back.to_vector(), xv, 0, 0, "transpose round trip");
   // With a middle axis: (2, 3, 4, 2, 1) -> (2, 2, 4, 3, 1) and back.
   Vec xv3 = randn(rng, 2 * 3 * 4 * 2);
   Tensor x3 = f64(xv3, {2, 3, 4, 2}), t3 = Tensor::empty({2, 2, 4, 3}, DType::f64),
          back3 = Tensor::empty({2, 3, 4, 2}, DType::f64);
-  ref().transpose(t3, x3, 2, 3, 4, 2, 1);
+  run_kernel(ref(), Transpose{t3, x3, 2, 3, 4, 2, 1});
   EXPECT_EQ(t3.to_vector()[((1 * 2 + 1) * 4 + 3) * 3 + 2], xv3[((1 * 3 + 2) * 4 + 3) * 2 + 1]);
-  ref().transpose(back3, t3, 2, 2, 4, 3, 1);
+  run_kernel(ref(), Transpose{back3, t3, 2, 2, 4, 3, 1});
   expect_close(back3.to_vector(), xv3, 0, 0, "transpose round trip with mid");
 }
 
@@ -314,7 +323,7 @@ TEST(ReferenceMatmul, AgainstNaiveAllCombos) {
           Vec c0 = randn(rng, batch * m * n);
           Tensor ta_ = f64(a, {int64_t(a.size())}), tb_ = f64(b, {int64_t(b.size())});
           Tensor c = f64(c0, {batch, m, n});
-          ref().matmul(c, ta_, tb_, MatmulSpec{batch, m, n, k, ta, tb, mode.ab, mode.bb, acc});
+          run_kernel(ref(), Matmul{c, ta_, tb_, MatmulSpec{batch, m, n, k, ta, tb, mode.ab, mode.bb, acc}});
           std::string what =
               "matmul trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb) +
               " a_batched=" + std::to_string(mode.ab) + " b_batched=" + std::to_string(mode.bb) +
@@ -328,11 +337,11 @@ TEST(ReferenceMatmul, AgainstNaiveAllCombos) {
 // Degenerate sizes: 1 x 1 x 1 and a single batch with K = 1 (an outer product).
 TEST(ReferenceMatmul, TinyShapes) {
   Tensor a = f64({3}, {1}), b = f64({-2}, {1}), c = Tensor::empty({1}, DType::f64);
-  ref().matmul(c, a, b, MatmulSpec{1, 1, 1, 1, false, false, true, true, false});
+  run_kernel(ref(), Matmul{c, a, b, MatmulSpec{1, 1, 1, 1, false, false, true, true, false}});
   EXPECT_EQ(c.item(), -6.0);
   Tensor col = f64({1, 2}, {2, 1}), row = f64({3, 4, 5}, {1, 3}),
          outer = Tensor::empty({2, 3}, DType::f64);
-  ref().matmul(outer, col, row, MatmulSpec{1, 2, 3, 1, false, false, true, true, false});
+  run_kernel(ref(), Matmul{outer, col, row, MatmulSpec{1, 2, 3, 1, false, false, true, true, false}});
   expect_close(outer.to_vector(), {3, 4, 5, 6, 8, 10}, 0, 0, "outer product");
 }
 
@@ -346,9 +355,9 @@ TEST(ReferenceMatmul, LinearForward) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) want[i * n + j] += bias[j];
   Tensor y = Tensor::empty({m, n}, DType::f64);
-  ref().linear_forward(y, f64(x, {m, k}), f64(w, {n, k}), f64(bias, {n}), m, k, n);
+  run_kernel(ref(), LinearForward{y, f64(x, {m, k}), f64(w, {n, k}), f64(bias, {n}), Tensor(), m, k, n});
   expect_close(y.to_vector(), want, 1e-13, 0, "linear with bias");
-  ref().linear_forward(y, f64(x, {m, k}), f64(w, {n, k}), Tensor(), m, k, n);
+  run_kernel(ref(), LinearForward{y, f64(x, {m, k}), f64(w, {n, k}), Tensor(), Tensor(), m, k, n});
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) want[i * n + j] -= bias[j];
   expect_close(y.to_vector(), want, 1e-13, 0, "linear without bias");
@@ -444,7 +453,7 @@ TEST(ReferenceGradcheck, FusedAddNorm) {
         run_kernel(ref(), LayerNormBackward{&ds, nullptr, nullptr, dy, sum, gamma, mean, rstd, n, d});
       else
         run_kernel(ref(), RmsNormBackward{&ds, nullptr, dy, sum, gamma, rstd, n, d});
-      ref().scale(da, ds, alpha);
+      run_kernel(ref(), Scale{da, ds, alpha});
       const char* name = layernorm ? "add_layernorm" : "add_rmsnorm";
       expect_grad(da, nda, shape_name(name, s) + " da");
       expect_grad(ds, ndb, shape_name(name, s) + " db");
@@ -460,13 +469,13 @@ TEST(ReferenceGradcheck, Softmax) {
     Vec r = randn(rng, n * d);
     Tensor y = Tensor::empty({n, d}, DType::f64);
     auto loss = [&] {
-      ref().softmax_forward(y, x, n, d);
+      run_kernel(ref(), SoftmaxForward{y, x, n, d});
       return dot(y, r);
     };
     Vec ndx = numeric_grad(x, loss);
     loss();
     Tensor dx = Tensor::empty({n, d}, DType::f64);
-    ref().softmax_backward(dx, f64(r, {n, d}), y, n, d);
+    run_kernel(ref(), SoftmaxBackward{dx, f64(r, {n, d}), y, n, d});
     expect_grad(dx, ndx, shape_name("softmax dx", s));
   }
 }
@@ -480,13 +489,13 @@ TEST(ReferenceGradcheck, Gelu) {
   Vec r = randn(rng, n);
   Tensor y = Tensor::empty({n}, DType::f64);
   auto loss = [&] {
-    ref().gelu_forward(y, nullptr, x);
+    run_kernel(ref(), GeluForward{y, nullptr, x});
     return dot(y, r);
   };
   Vec ndx = numeric_grad(x, loss);
   Tensor dydx = Tensor::empty({n}, DType::f64), dx = Tensor::empty({n}, DType::f64);
-  ref().gelu_forward(y, &dydx, x);
-  ref().mul(dx, f64(r, {n}), dydx);
+  run_kernel(ref(), GeluForward{y, &dydx, x});
+  run_kernel(ref(), Mul{dx, f64(r, {n}), dydx});
   expect_grad(dx, ndx, "gelu dx");
 }
 
@@ -511,15 +520,15 @@ TEST(ReferenceGradcheck, Attention) {
     Tensor out = Tensor::empty(shp, DType::f64),
            probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::f64);
     auto loss = [&] {
-      ref().attention_forward(out, probs, q, k, v, s.b, s.t, s.h, s.dh, scale);
+      run_kernel(ref(), AttentionForward{out, probs, q, k, v, s.b, s.t, s.h, s.dh, scale});
       return dot(out, r);
     };
     Vec ndq = numeric_grad(q, loss), ndk = numeric_grad(k, loss), ndv = numeric_grad(v, loss);
     loss();
     Tensor dq = Tensor::empty(shp, DType::f64), dk = Tensor::empty(shp, DType::f64),
            dv = Tensor::empty(shp, DType::f64);
-    ref().attention_backward(&dq, &dk, &dv, f64(r, shp), q, k, v, probs, s.b, s.t, s.h, s.dh,
-                             scale);
+    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, probs, s.b, s.t, s.h, s.dh,
+                             scale});
     expect_grad(dq, ndq, attn_name("attention dq", s));
     expect_grad(dk, ndk, attn_name("attention dk", s));
     expect_grad(dv, ndv, attn_name("attention dv", s));
@@ -533,12 +542,12 @@ TEST(ReferenceGradcheck, PrefixMean) {
   Vec r = randn(rng, b * t * c);
   Tensor y = Tensor::empty({b, t, c}, DType::f64);
   auto loss = [&] {
-    ref().prefix_mean_forward(y, x, b, t, c);
+    run_kernel(ref(), PrefixMeanForward{y, x, b, t, c});
     return dot(y, r);
   };
   Vec ndx = numeric_grad(x, loss);
   Tensor dx = Tensor::empty({b, t, c}, DType::f64);
-  ref().prefix_mean_backward(dx, f64(r, {b, t, c}), b, t, c);
+  run_kernel(ref(), PrefixMeanBackward{dx, f64(r, {b, t, c}), b, t, c});
   expect_grad(dx, ndx, "prefix_mean dx");
 }
 
@@ -550,12 +559,12 @@ TEST(ReferenceGradcheck, Embedding) {
   Vec r = randn(rng, n * d);
   Tensor y = Tensor::empty({n, d}, DType::f64);
   auto loss = [&] {
-    ref().embedding_forward(y, table, ids, n, v, d);
+    run_kernel(ref(), EmbeddingForward{y, table, ids, n, v, d});
     return dot(y, r);
   };
   Vec nd = numeric_grad(table, loss);
   Tensor dtable = Tensor::empty({v, d}, DType::f64);
-  ref().embedding_backward(dtable, f64(r, {n, d}), ids, n, v, d);
+  run_kernel(ref(), EmbeddingBackward{dtable, f64(r, {n, d}), ids, n, v, d});
   expect_grad(dtable, nd, "embedding dtable");
 }
 
@@ -570,13 +579,13 @@ TEST(ReferenceGradcheck, CrossEntropy) {
     const double dloss = 1.7;  // an upstream gradient other than 1 checks it is applied
     Tensor loss_t = Tensor::empty({1}, DType::f64), probs = Tensor::empty({n, v}, DType::f64);
     auto loss = [&] {
-      ref().cross_entropy_forward(loss_t, probs, logits, targets, n, v);
+      run_kernel(ref(), CrossEntropyForward{loss_t, probs, logits, targets, n, v});
       return dloss * loss_t.item();
     };
     Vec nd = numeric_grad(logits, loss);
     loss();
     Tensor dlogits = Tensor::empty({n, v}, DType::f64);
-    ref().cross_entropy_backward(dlogits, f64({dloss}, {1}), probs, targets, n, v);
+    run_kernel(ref(), CrossEntropyBackward{dlogits, f64({dloss}, {1}), probs, targets, n, v});
     expect_grad(dlogits, nd, shape_name("cross_entropy dlogits", s));
   }
 }
@@ -591,16 +600,16 @@ TEST(ReferenceGradcheck, LinearViaMatmul) {
   Vec r = randn(rng, m * n);
   Tensor y = Tensor::empty({m, n}, DType::f64);
   auto loss = [&] {
-    ref().linear_forward(y, x, w, bias, m, k, n);
+    run_kernel(ref(), LinearForward{y, x, w, bias, Tensor(), m, k, n});
     return dot(y, r);
   };
   Vec ndx = numeric_grad(x, loss), ndw = numeric_grad(w, loss), ndb = numeric_grad(bias, loss);
   Tensor dy = f64(r, {m, n});
   Tensor dx = Tensor::empty({m, k}, DType::f64), dw = Tensor::empty({n, k}, DType::f64),
          db = Tensor::empty({n}, DType::f64);
-  ref().matmul(dx, dy, w, MatmulSpec{1, m, k, n, false, false, true, true, false});  // (M x N) @ (N x K)
-  ref().matmul(dw, dy, x, MatmulSpec{1, n, k, m, true, false, true, true, false});   // (M x N)^T @ (M x K)
-  ref().sum_rows(db, dy, m, n);
+  run_kernel(ref(), Matmul{dx, dy, w, MatmulSpec{1, m, k, n, false, false, true, true, false}});  // (M x N) @ (N x K)
+  run_kernel(ref(), Matmul{dw, dy, x, MatmulSpec{1, n, k, m, true, false, true, true, false}});   // (M x N)^T @ (M x K)
+  run_kernel(ref(), SumRows{db, dy, m, n});
   expect_grad(dx, ndx, "linear dx");
   expect_grad(dw, ndw, "linear dw");
   expect_grad(db, ndb, "linear dbias");
@@ -620,8 +629,8 @@ TEST(ReferenceAttention, AgainstDirect) {
   Vec q = randn(rng, B * T * C), k = randn(rng, B * T * C), v = randn(rng, B * T * C);
   Tensor out = Tensor::empty({B, T, C}, DType::f64),
          probs = Tensor::full({B, H, T, T}, 7.0, DType::f64);
-  ref().attention_forward(out, probs, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T,
-                          H, Dh, scale);
+  run_kernel(ref(), AttentionForward{out, probs, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T,
+                          H, Dh, scale});
   Vec want_out(B * T * C), want_p(B * H * T * T);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -669,8 +678,8 @@ TEST(ReferenceAttention, Causal) {
   auto run = [&](const Vec& kk, const Vec& vv) {
     Tensor out = Tensor::empty({B, T, C}, DType::f64),
            probs = Tensor::empty({B, H, T, T}, DType::f64);
-    ref().attention_forward(out, probs, f64(q, {B, T, C}), f64(kk, {B, T, C}), f64(vv, {B, T, C}),
-                            B, T, H, Dh, scale);
+    run_kernel(ref(), AttentionForward{out, probs, f64(q, {B, T, C}), f64(kk, {B, T, C}), f64(vv, {B, T, C}),
+                            B, T, H, Dh, scale});
     return out.to_vector();
   };
   Vec base = run(k, v);
@@ -709,7 +718,7 @@ TEST(ReferenceAdam, FirstStep) {
     hp.eps = eps;
     hp.decoupled = decoupled;
     hp.step = 1;
-    ref().adam_step(p, f64(g, {3}), m, v, hp);
+    run_kernel(ref(), AdamStep{p, f64(g, {3}), m, v, hp});
     Vec want(3);
     for (int i = 0; i < 3; ++i) {
       double ge = decoupled ? g[i] : g[i] + wd * p0[i];
@@ -741,7 +750,7 @@ TEST(ReferenceAdam, BiasCorrectionByHand) {
       hp.weight_decay = 0.1;
       hp.decoupled = c.decoupled;
       hp.step = 3;
-      ref().adam_step(p, g, m, v, hp);
+      run_kernel(ref(), AdamStep{p, g, m, v, hp});
       std::string what = std::string(c.decoupled ? "adamw" : "adam") + " " + to_string(dt);
       expect_close(p.to_vector(), {c.p}, atol, 0, what + " param");
       expect_close(m.to_vector(), {c.m}, atol, 0, what + " m");
@@ -781,14 +790,15 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
   expect_f32_matches_f64("matmul", [&](DType dt) {
     // batch 7 of (13 x 5)^T @ shared (13 x 5), accumulated into existing values
     Tensor c = Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 25), {n, 5, 5}, dt);
-    ref().matmul(c, Tensor::from(x, {n, 13, 5}, dt), Tensor::from(gamma, {13, 5}, dt), MatmulSpec{n, 5, 5, 13, true, false, true, false, true});
+    run_kernel(ref(), Matmul{c, Tensor::from(x, {n, 13, 5}, dt), Tensor::from(gamma, {13, 5}, dt),
+                             MatmulSpec{n, 5, 5, 13, true, false, true, false, true}});
     return Outputs{c};
   });
   expect_f32_matches_f64("linear", [&](DType dt) {
     Tensor y = E({n, 5}, dt);
-    ref().linear_forward(y, Tensor::from(x, {n, d}, dt),
+    run_kernel(ref(), LinearForward{y, Tensor::from(x, {n, d}, dt),
                          Tensor::from(Vec(x2.begin(), x2.begin() + 5 * d), {5, d}, dt),
-                         Tensor::from(Vec(beta.begin(), beta.begin() + 5), {5}, dt), n, d, 5);
+                         Tensor::from(Vec(beta.begin(), beta.begin() + 5), {5}, dt), Tensor(), n, d, 5});
     return Outputs{y};
   });
   expect_f32_matches_f64("layernorm", [&](DType dt) {
@@ -818,13 +828,13 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
   });
   expect_f32_matches_f64("softmax", [&](DType dt) {
     Tensor y = E({n, d}, dt), dx = E({n, d}, dt);
-    ref().softmax_forward(y, Tensor::from(x, {n, d}, dt), n, d);
-    ref().softmax_backward(dx, Tensor::from(dyv, {n, d}, dt), y, n, d);
+    run_kernel(ref(), SoftmaxForward{y, Tensor::from(x, {n, d}, dt), n, d});
+    run_kernel(ref(), SoftmaxBackward{dx, Tensor::from(dyv, {n, d}, dt), y, n, d});
     return Outputs{y, dx};
   });
   expect_f32_matches_f64("gelu", [&](DType dt) {
     Tensor xt = Tensor::from(x, {n * d}, dt), y = E({n * d}, dt), dydx = E({n * d}, dt);
-    ref().gelu_forward(y, &dydx, xt);
+    run_kernel(ref(), GeluForward{y, &dydx, xt});
     return Outputs{y, dydx};
   });
   expect_f32_matches_f64("attention", [&](DType dt) {
@@ -833,36 +843,36 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
     const Shape s = {B, T, H * Dh};
     Tensor q = Tensor::from(x, s, dt), k = Tensor::from(x2, s, dt), v = Tensor::from(dyv, s, dt);
     Tensor out = E(s, dt), probs = E({B, H, T, T}, dt), dq = E(s, dt), dk = E(s, dt), dv = E(s, dt);
-    ref().attention_forward(out, probs, q, k, v, B, T, H, Dh, 1.0 / std::sqrt(13.0));
-    ref().attention_backward(&dq, &dk, &dv, Tensor::from(x, s, dt), q, k, v, probs, B, T, H, Dh,
-                             1.0 / std::sqrt(13.0));
+    run_kernel(ref(), AttentionForward{out, probs, q, k, v, B, T, H, Dh, 1.0 / std::sqrt(13.0)});
+    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, Tensor::from(x, s, dt), q, k, v, probs, B, T, H, Dh,
+                             1.0 / std::sqrt(13.0)});
     return Outputs{out, probs, dq, dk, dv};
   });
   expect_f32_matches_f64("prefix_mean", [&](DType dt) {
     Tensor y = E({1, n, d}, dt), dx = E({1, n, d}, dt);
-    ref().prefix_mean_forward(y, Tensor::from(x, {1, n, d}, dt), 1, n, d);
-    ref().prefix_mean_backward(dx, Tensor::from(dyv, {1, n, d}, dt), 1, n, d);
+    run_kernel(ref(), PrefixMeanForward{y, Tensor::from(x, {1, n, d}, dt), 1, n, d});
+    run_kernel(ref(), PrefixMeanBackward{dx, Tensor::from(dyv, {1, n, d}, dt), 1, n, d});
     return Outputs{y, dx};
   });
   expect_f32_matches_f64("embedding", [&](DType dt) {
     Tensor ids = Tensor::from_ids({3, 0, 3, 1, 4, 4, 3}, {n});
     Tensor y = E({n, 13}, dt), dtab = E({5, 13}, dt);
-    ref().embedding_forward(y, Tensor::from(Vec(x.begin(), x.begin() + 65), {5, 13}, dt), ids, n, 5,
-                            13);
-    ref().embedding_backward(
-        dtab, Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 13), {n, 13}, dt), ids, n, 5, 13);
+    run_kernel(ref(), EmbeddingForward{y, Tensor::from(Vec(x.begin(), x.begin() + 65), {5, 13}, dt), ids, n, 5,
+                            13});
+    run_kernel(ref(), EmbeddingBackward{
+        dtab, Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 13), {n, 13}, dt), ids, n, 5, 13});
     return Outputs{y, dtab};
   });
   expect_f32_matches_f64("cross_entropy", [&](DType dt) {
     Tensor targets = Tensor::from_ids({0, 64, 3, 3, 17, 40, 1}, {n});
     Tensor loss = E({1}, dt), probs = E({n, d}, dt), dl = E({n, d}, dt);
-    ref().cross_entropy_forward(loss, probs, Tensor::from(x, {n, d}, dt), targets, n, d);
-    ref().cross_entropy_backward(dl, Tensor::from({1.0}, {1}, dt), probs, targets, n, d);
+    run_kernel(ref(), CrossEntropyForward{loss, probs, Tensor::from(x, {n, d}, dt), targets, n, d});
+    run_kernel(ref(), CrossEntropyBackward{dl, Tensor::from({1.0}, {1}, dt), probs, targets, n, d});
     return Outputs{loss, probs, dl};
   });
   expect_f32_matches_f64("transpose", [&](DType dt) {
     Tensor out = E({n, d}, dt);
-    ref().transpose(out, Tensor::from(x, {5, 7, 13}, dt), 1, 5, 1, 7, 13);
+    run_kernel(ref(), Transpose{out, Tensor::from(x, {5, 7, 13}, dt), 1, 5, 1, 7, 13});
     return Outputs{out};
   });
   expect_f32_matches_f64("adam", [&](DType dt) {
@@ -873,7 +883,7 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
     AdamParams hp;
     hp.weight_decay = 0.1;
     hp.step = 5;
-    ref().adam_step(p, Tensor::from(dyv, {n * d}, dt), m, v, hp);
+    run_kernel(ref(), AdamStep{p, Tensor::from(dyv, {n * d}, dt), m, v, hp});
     return Outputs{p, m, v};
   });
 }
@@ -884,12 +894,12 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
 TEST(ReferencePrecision, Float32SumsInDouble) {
   const DType dt = DType::f32;
   Tensor col = Tensor::from({1e8, 1, -1e8}, {3, 1}, dt), out = Tensor::empty({1}, dt);
-  ref().sum_rows(out, col, 3, 1);
+  run_kernel(ref(), SumRows{out, col, 3, 1});
   EXPECT_EQ(out.item(), 1.0) << "sum_rows";
   Tensor row = Tensor::from({1e8, 1, -1e8}, {1, 3}, dt), ones = Tensor::from({1, 1, 1}, {3, 1}, dt);
-  ref().matmul(out, row, ones, MatmulSpec{1, 1, 1, 3, false, false, true, true, false});
+  run_kernel(ref(), Matmul{out, row, ones, MatmulSpec{1, 1, 1, 3, false, false, true, true, false}});
   EXPECT_EQ(out.item(), 1.0) << "matmul";
-  ref().linear_forward(out, row, Tensor::from({1, 1, 1}, {1, 3}, dt), Tensor(), 1, 3, 1);
+  run_kernel(ref(), LinearForward{out, row, Tensor::from({1, 1, 1}, {1, 3}, dt), Tensor(), Tensor(), 1, 3, 1});
   EXPECT_EQ(out.item(), 1.0) << "linear_forward";
   // LayerNorm's saved mean of [1e8, 1, -1e8, 0] is 1/4.
   Tensor x = Tensor::from({1e8, 1, -1e8, 0}, {1, 4}, dt), y = Tensor::empty({1, 4}, dt);
@@ -921,9 +931,9 @@ TEST(ReferenceBackend, RejectsBadArguments) {
   EXPECT_THROW(run_kernel(ref(), LayerNormForward{y64, m, r, x64, g64, b64, 2, 4, 1e-5}),
                Error);  // sizes vs shape
   Tensor ids = Tensor::from_ids({0, 3}, {2}), table = Tensor::zeros({3, 3}, DType::f64);
-  EXPECT_THROW(ref().embedding_forward(y64, table, ids, 2, 3, 3), Error);  // id 3 outside [0, 3)
+  EXPECT_THROW(run_kernel(ref(), EmbeddingForward{y64, table, ids, 2, 3, 3}), Error);  // id 3 outside [0, 3)
   Tensor i32 = Tensor::from_ids({1, 2}, {2}), i32b = Tensor::from_ids({1, 2}, {2});
-  EXPECT_THROW(ref().copy(i32b, i32), Error);  // int32 is not a compute dtype
+  EXPECT_THROW(run_kernel(ref(), Copy{i32b, i32}), Error);  // int32 is not a compute dtype
 }
 
 // nullptr gradient outputs are skipped and the others are unchanged by the mask; outputs are
@@ -962,13 +972,13 @@ TEST(ReferenceBackend, GradientMasksAndWrittenOutputs) {
          v = f64(randn(rng, T * Dh), {B, T, Dh}), dout = f64(randn(rng, T * Dh), {B, T, Dh});
   Tensor out = Tensor::empty({B, T, Dh}, DType::f64),
          probs = Tensor::empty({B, H, T, T}, DType::f64);
-  ref().attention_forward(out, probs, q, k, v, B, T, H, Dh, 0.5);
+  run_kernel(ref(), AttentionForward{out, probs, q, k, v, B, T, H, Dh, 0.5});
   Tensor dq = nans({B, T, Dh}), dk = nans({B, T, Dh}), dv = nans({B, T, Dh});
-  ref().attention_backward(&dq, &dk, &dv, dout, q, k, v, probs, B, T, H, Dh, 0.5);
+  run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, dout, q, k, v, probs, B, T, H, Dh, 0.5});
   for (int which = 0; which < 3; ++which) {
     Tensor only = nans({B, T, Dh});
-    ref().attention_backward(which == 0 ? &only : nullptr, which == 1 ? &only : nullptr,
-                             which == 2 ? &only : nullptr, dout, q, k, v, probs, B, T, H, Dh, 0.5);
+    run_kernel(ref(), AttentionBackward{which == 0 ? &only : nullptr, which == 1 ? &only : nullptr,
+                             which == 2 ? &only : nullptr, dout, q, k, v, probs, B, T, H, Dh, 0.5});
     const Tensor& full = which == 0 ? dq : which == 1 ? dk : dv;
     expect_close(only.to_vector(), full.to_vector(), 0, 0,
                  "attention gradient " + std::to_string(which) + " alone");

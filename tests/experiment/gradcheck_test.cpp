@@ -8,6 +8,7 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/elementwise_kernels.h"
 #include "normlab/gradcheck.h"
 #include "normlab/nn.h"
 #include "normlab/ops.h"
@@ -120,10 +121,11 @@ GradCase broken_rmsnorm_case(double factor, bool low_only) {
         Tensor out = y_ref.detach();
         record("broken_rmsnorm", out, {y_ref}, [factor, low_only](const Tensor& dy, GradOutputs& gr) {
           if (low_only) {  // every element, only where values are stored in 16 bits
-            backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, storage_precision() == Precision::fp32 ? 1.0 : factor);
+            run_kernel(backend_for(dy.device(), dy.dtype()),
+                       Scale{*gr[0], dy, storage_precision() == Precision::fp32 ? 1.0 : factor});
             return;
           }
-          backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, 1.0);
+          run_kernel(backend_for(dy.device(), dy.dtype()), Scale{*gr[0], dy, 1.0});
           if (dy.dtype() == DType::f64)
             gr[0]->data<double>()[0] *= factor;
           else
@@ -163,7 +165,7 @@ GradCase small_gradient_case(double factor) {
       if (grad_enabled()) {
         Tensor out = y.detach();
         record("scaled_backward", out, {y}, [factor](const Tensor& dy, GradOutputs& gr) {
-          backend_for(dy.device(), dy.dtype()).scale(*gr[0], dy, factor);
+          run_kernel(backend_for(dy.device(), dy.dtype()), Scale{*gr[0], dy, factor});
         });
         y = out;
       }

@@ -1,7 +1,7 @@
-// Kernels declared by their op, not by a virtual entry of Backend: an op's kernel is a struct of
-// its arguments with its size contract (`check`), declared once in a header of backend_api of
-// its own (docs/ops.md names the pattern), and each backend registers its implementation in
-// the file that holds the kernel's code (NORMLAB_KERNEL). A new op then touches its own files
+// Every kernel is declared by its op, not by Backend: a kernel is a struct of its arguments with
+// its size contract (`check`), declared once in a header of backend_api of its op family
+// (docs/ops.md names the pattern), and each backend registers its implementation in the file that
+// holds the kernel's code (NORMLAB_KERNEL). A new op then touches its own files
 // only: no shared interface, no list of kernels per backend.
 //
 //   struct ScaleRows {                          // the kernel: its arguments and their contract

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "normlab/adam_kernels.h"
 #include "normlab/backend.h"
+#include "normlab/matmul_kernels.h"
 #include "normlab/squash_kernels.h"
 #include "normlab/stats_math.h"
 

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 
+#include "normlab/adam_kernels.h"
 #include "normlab/backend.h"
+#include "normlab/matmul_kernels.h"
 
 namespace normlab::cpu {
 
