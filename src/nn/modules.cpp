@@ -161,32 +161,31 @@ Tensor Init::xavier_uniform(int64_t fan_out, int64_t fan_in) {
 
 Tensor Init::constant(const Shape& s, double v) { return Tensor::from(std::vector<double>(shape_numel(s), v), s, dtype); }
 
+namespace {
+
+double initial_value(const NormParameter& q, const NormOptions& options) {
+  switch (q.init) {
+    case NormParameter::Init::one: return 1.0;
+    case NormParameter::Init::zero: return 0.0;
+    case NormParameter::Init::squash_alpha: return options.dyt_alpha;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
 Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init,
                const NormOptions& options) {
   Norm n;
   n.kind = kind;
   n.eps = eps;
   n.scale = options.scale;
-  if (kind == NormKind::none) return n;
-  if (kind == NormKind::dyt || kind == NormKind::derf) {
-    // The DyT paper's module order: alpha, then the per-channel weight and bias.
-    n.alpha = p.add(name + ".alpha", init.constant({1}, options.dyt_alpha));
-    if (kind == NormKind::derf) n.shift = p.add(name + ".shift", init.constant({1}, 0.0));
-  }
   n.gain_offset = options.gain_offset;
-  if (options.gain_offset)
-    n.gamma = p.add(name + ".w", init.constant({d}, 0.0));
-  else
-    n.gamma = p.add(name + ".gamma", init.constant({d}, 1.0));
-  if (kind == NormKind::seednorm) {
-    // The paper's initialisation: gamma 1 (above), alpha 1, beta 0: RMSNorm at the start, beta's
-    // gradient alpha * (1 - t^2) * ... nonzero. beta is saved as `.direction`: the vector x is
-    // projected on (a `.beta` would read as a bias).
-    n.alpha = p.add(name + ".alpha", init.constant({d}, 1.0));
-    n.beta = p.add(name + ".direction", init.constant({d}, 0.0));
-    return n;
+  for (const NormParameter& q : norm_parameters(kind)) {
+    const bool w = options.gain_offset && q.is_gain();  // Gemma's gain 1 + w, w saved and starting at 0
+    const std::string saved = w ? "w" : q.name;
+    n.params.push_back(p.add(name + "." + saved, init.constant({q.per_channel ? d : 1}, w ? 0.0 : initial_value(q, options))));
   }
-  if (kind != NormKind::rmsnorm) n.beta = p.add(name + ".beta", init.constant({d}, 0.0));
   return n;
 }
 
@@ -292,25 +291,27 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
 
 Tensor Linear::operator()(const Tensor& x, const Tensor& residual) const { return linear(x, w, b, residual); }
 
-Tensor Norm::gain() const { return gain_offset ? add_constant(gamma, 1.0) : gamma; }
+Tensor Norm::param(const std::string& name) const {
+  const std::vector<NormParameter>& names = norm_parameters(kind);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i].name == name) return params.at(i);
+  return Tensor();
+}
 
 Tensor Norm::operator()(const Tensor& x) const {
-  Tensor y;
-  switch (kind) {
-    case NormKind::none: return x;
-    case NormKind::layernorm: y = layernorm(x, gain(), beta, eps); break;
-    case NormKind::rmsnorm: y = rmsnorm(x, gain(), eps); break;
-    case NormKind::dyt: y = dyt(x, alpha, gain(), beta); break;
-    case NormKind::derf: y = derf(x, alpha, shift, gain(), beta); break;
-    case NormKind::seednorm: y = seednorm(x, gain(), alpha, beta, eps); break;
-  }
+  if (kind == NormKind::none) return x;
+  std::vector<Tensor> applied = params;
+  if (gain_offset)
+    for (size_t i = 0; i < applied.size(); ++i)
+      if (norm_parameters(kind)[i].is_gain()) applied[i] = add_constant(applied[i], 1.0);
+  const Tensor y = apply_norm(kind, x, applied, eps);
   return scale == 1.0 ? y : normlab::scale(y, scale);
 }
 
 std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double skip_alpha, const Tensor& b) const {
   const bool plain = !gain_offset && scale == 1.0;
-  if (plain && kind == NormKind::layernorm) return add_layernorm(a, skip_alpha, b, gamma, beta, eps);
-  if (plain && kind == NormKind::rmsnorm) return add_rmsnorm(a, skip_alpha, b, gamma, eps);
+  if (plain && kind == NormKind::layernorm) return add_layernorm(a, skip_alpha, b, param("gamma"), param("beta"), eps);
+  if (plain && kind == NormKind::rmsnorm) return add_rmsnorm(a, skip_alpha, b, param("gamma"), eps);
   Tensor s = add_scaled(a, skip_alpha, b);
   return {s, (*this)(s)};
 }

@@ -333,7 +333,7 @@ void add_norm_grad_forms(std::vector<GradForm>& forms) {
                                        nullptr};
                      const Tensor x = inst.inputs[0].second, g = inst.inputs[1].second, a = inst.inputs[2].second,
                                   b = inst.inputs[3].second;
-                     inst.forward = [=] { return seednorm(x, g, a, b, kRmsEps); };
+                     inst.forward = [=] { return apply_norm(NormKind::seednorm, x, {g, a, b}, kRmsEps); };
                      inst.numbers = {{"eps", kRmsEps}};
                      return inst;
                    }});

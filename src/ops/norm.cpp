@@ -1,4 +1,5 @@
-// LayerNorm, RMSNorm and SeeDNorm over the last dimension, and the fused residual-add forms.
+// LayerNorm, RMSNorm and SeeDNorm over the last dimension, the fused residual-add forms, and the
+// table of every norm a model holds (its learned tensors and its op).
 // Saved for backward: the input, gamma and one rstd per row (LayerNorm also the mean). As the
 // composite (norm_compute format) the backward is the composite's own, op by op in the format.
 #include "normlab/composite_norm_kernels.h"
@@ -106,26 +107,6 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& gamma_in, double eps) {
   return y;
 }
 
-Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_in, const Tensor& beta_in, double eps) {
-  check_norm("seednorm", x_in, gamma_in, beta_in, eps);
-  check_norm("seednorm", x_in, alpha_in, Tensor(), eps);
-  const Tensor x = stored(x_in), gamma = stored(gamma_in), alpha = stored(alpha_in), beta = stored(beta_in);
-  const int64_t n = rows_of(x), d = x.size(-1);
-  const Precision p = widest({&x, &gamma, &alpha, &beta});
-  Tensor y = new_output(x.shape(), p, x);
-  Tensor rstd = row_stat(x), t = row_stat(x);
-  watch_norm_input(x, "seednorm");
-  run_kernel(backend_of(x), SeedNormForward{y, rstd, t, x, gamma, alpha, beta, n, d, eps});
-  store(y, p, "seednorm", &rstd);
-  if (needs_grad({&x, &gamma, &alpha, &beta}))
-    record("seednorm", y, {x, gamma, alpha, beta},
-           [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
-             run_kernel(backend_of(dy), SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n,
-                                                         d});
-           });
-  return y;
-}
-
 std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Tensor& b, const Tensor& gamma,
                                         const Tensor& beta, double eps) {
   // In low precision the sum is stored before the norm reads it: the two ops, not the fused
@@ -175,6 +156,83 @@ std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tenso
   if (needs_grad({&a, &b})) record("add", s, {a, b}, add_scaled_backward(alpha));
   if (needs_grad({&s, &gamma})) record("rmsnorm", y, {s, gamma}, rmsnorm_backward_fn(s, gamma, rstd, n, d));
   return {s, y};
+}
+
+namespace {
+
+// SeeDNorm (Cai et al. 2025): (gamma + alpha * tanh(x . beta)) * x / RMS(x) over the last
+// dimension; gamma, alpha, beta of its size. Its fused kernel in every precision (no composite).
+Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_in, const Tensor& beta_in, double eps) {
+  check_norm("seednorm", x_in, gamma_in, beta_in, eps);
+  check_norm("seednorm", x_in, alpha_in, Tensor(), eps);
+  const Tensor x = stored(x_in), gamma = stored(gamma_in), alpha = stored(alpha_in), beta = stored(beta_in);
+  const int64_t n = rows_of(x), d = x.size(-1);
+  const Precision p = widest({&x, &gamma, &alpha, &beta});
+  Tensor y = new_output(x.shape(), p, x);
+  Tensor rstd = row_stat(x), t = row_stat(x);
+  watch_norm_input(x, "seednorm");
+  run_kernel(backend_of(x), SeedNormForward{y, rstd, t, x, gamma, alpha, beta, n, d, eps});
+  store(y, p, "seednorm", &rstd);
+  if (needs_grad({&x, &gamma, &alpha, &beta}))
+    record("seednorm", y, {x, gamma, alpha, beta},
+           [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
+             run_kernel(backend_of(dy), SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n,
+                                                         d});
+           });
+  return y;
+}
+
+using Init = NormParameter::Init;
+
+// A norm as a model holds it: its learned tensors and its op over them.
+struct NormRow {
+  NormKind kind;
+  std::vector<NormParameter> parameters;
+  Tensor (*op)(const Tensor& x, const std::vector<Tensor>& p, double eps);
+};
+
+const std::vector<NormRow>& norm_table() {
+  static const std::vector<NormRow> table = {
+      {NormKind::none, {}, [](const Tensor& x, const std::vector<Tensor>&, double) { return x; }},
+      {NormKind::layernorm,
+       {{"gamma", true, Init::one}, {"beta", true, Init::zero}},
+       [](const Tensor& x, const std::vector<Tensor>& p, double eps) { return layernorm(x, p[0], p[1], eps); }},
+      {NormKind::rmsnorm,
+       {{"gamma", true, Init::one}},
+       [](const Tensor& x, const std::vector<Tensor>& p, double eps) { return rmsnorm(x, p[0], eps); }},
+      // The DyT paper's module order: alpha, then the per-channel weight and bias.
+      {NormKind::dyt,
+       {{"alpha", false, Init::squash_alpha}, {"gamma", true, Init::one}, {"beta", true, Init::zero}},
+       [](const Tensor& x, const std::vector<Tensor>& p, double) { return dyt(x, p[0], p[1], p[2]); }},
+      {NormKind::derf,
+       {{"alpha", false, Init::squash_alpha}, {"shift", false, Init::zero}, {"gamma", true, Init::one},
+        {"beta", true, Init::zero}},
+       [](const Tensor& x, const std::vector<Tensor>& p, double) { return derf(x, p[0], p[1], p[2], p[3]); }},
+      // The paper's initialisation: gamma 1, alpha 1, beta 0: RMSNorm at the start, beta's gradient
+      // alpha * (1 - t^2) * ... nonzero. beta is saved as `direction`: the vector x is projected on
+      // (a `beta` would read as a bias).
+      {NormKind::seednorm,
+       {{"gamma", true, Init::one}, {"alpha", true, Init::one}, {"direction", true, Init::zero}},
+       [](const Tensor& x, const std::vector<Tensor>& p, double eps) { return seednorm(x, p[0], p[1], p[2], eps); }},
+  };
+  return table;
+}
+
+const NormRow& norm_row(NormKind kind) {
+  for (const NormRow& r : norm_table())
+    if (r.kind == kind) return r;
+  detail::check_failed(__FILE__, __LINE__, fmt::format("norm {} has no row in the norm table", to_string(kind)));
+}
+
+}  // namespace
+
+const std::vector<NormParameter>& norm_parameters(NormKind kind) { return norm_row(kind).parameters; }
+
+Tensor apply_norm(NormKind kind, const Tensor& x, const std::vector<Tensor>& params, double eps) {
+  const NormRow& row = norm_row(kind);
+  NL_CHECK(params.size() == row.parameters.size(), "{}: {} learned tensors given, the norm takes {}", to_string(kind),
+           params.size(), row.parameters.size());
+  return row.op(x, params, eps);
 }
 
 }  // namespace normlab

@@ -66,14 +66,14 @@ Mat causal_heads(const Mat& q, const Mat& k, const Mat& v, int B, int T, int H, 
 Mat independent_pre_ln_block(const Block& blk, const Mat& x, int B, int T, int C, int hidden, int H) {
   auto v = [](const Tensor& t) { return t.to_vector(); };
   const int rows = B * T;
-  Mat h1 = layer_norm(x, rows, C, v(blk.norm1.gamma), v(blk.norm1.beta), 1e-5);
+  Mat h1 = layer_norm(x, rows, C, v(blk.norm1.param("gamma")), v(blk.norm1.param("beta")), 1e-5);
   Mat q = affine(h1, rows, C, v(blk.attn.q.w), v(blk.attn.q.b), C);
   Mat k = affine(h1, rows, C, v(blk.attn.k.w), v(blk.attn.k.b), C);
   Mat val = affine(h1, rows, C, v(blk.attn.v.w), v(blk.attn.v.b), C);
   Mat a = affine(causal_heads(q, k, val, B, T, H, C / H), rows, C, v(blk.attn.o.w), v(blk.attn.o.b), C);
   Mat r1(x.size());
   for (size_t i = 0; i < x.size(); ++i) r1[i] = x[i] + a[i];
-  Mat h2 = layer_norm(r1, rows, C, v(blk.norm2.gamma), v(blk.norm2.beta), 1e-5);
+  Mat h2 = layer_norm(r1, rows, C, v(blk.norm2.param("gamma")), v(blk.norm2.param("beta")), 1e-5);
   Mat f = affine(h2, rows, C, v(blk.mlp.fc1.w), v(blk.mlp.fc1.b), hidden);
   for (double& z : f) z = 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
   Mat m = affine(f, rows, hidden, v(blk.mlp.fc2.w), v(blk.mlp.fc2.b), C);

@@ -89,8 +89,8 @@ TEST(NormEps, TheDefaultIsWhatTheModelsNormsDivideWith) {
       std::vector<double> x;
       for (int i = 0; i < 8; ++i) x.push_back(i % 2 ? -a : a);
       const Norm& n = m.blocks()[1].norm2b;
-      const std::vector<double> y = n(Tensor::from(x, {1, 8})).to_vector(), gamma = n.gain().to_vector();
-      const std::vector<double> beta = k == NormKind::layernorm ? n.beta.to_vector() : std::vector<double>(8, 0.0);
+      const std::vector<double> y = n(Tensor::from(x, {1, 8})).to_vector(), gamma = n.param("gamma").to_vector();
+      const std::vector<double> beta = k == NormKind::layernorm ? n.param("beta").to_vector() : std::vector<double>(8, 0.0);
       for (size_t i = 0; i < 8; ++i)
         EXPECT_NEAR(y[i], gamma[i] * x[i] / std::sqrt(2 * eps) + beta[i], 1e-5) << to_string(k) << " norm_eps " << given << " " << i;
     }

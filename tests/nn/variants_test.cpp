@@ -132,8 +132,7 @@ TEST(Variants, LayerNormScalingScalesBlockLByOneOverSqrtL) {
   Norm plain = m.blocks()[3].norm1;
   plain.scale = 1.0;
   Norm gamma4 = plain;
-  gamma4.gamma = Tensor::full({4}, 1.0, DType::f32);
-  gamma4.beta = Tensor::full({4}, 0.0, DType::f32);
+  gamma4.params = {Tensor::full({4}, 1.0, DType::f32), Tensor::full({4}, 0.0, DType::f32)};  // LayerNorm's gamma, beta
   Norm scaled = gamma4;
   scaled.scale = 0.5;
   const std::vector<double> a = gamma4(x).to_vector(), b = scaled(x).to_vector();

@@ -100,18 +100,21 @@ struct Linear {
 // How a norm is parametrized beyond its kind (make_norm).
 struct NormOptions {
   double dyt_alpha = 0.5;    // DyT's and Derf's alpha at init
-  bool gain_offset = false;  // Gemma: the gain is 1 + w, w (stored in `gamma`) initialised to 0
+  bool gain_offset = false;  // Gemma: the gain is 1 + w, w (saved as `.w`) initialised to 0
   double scale = 1.0;        // LayerNorm Scaling: the output times this constant (1/sqrt(l))
 };
 
+// A norm of any kind: its learned tensors are the norm table's (ops.h, norm_parameters), so that a
+// new norm needs no code here.
 struct Norm {
   NormKind kind = NormKind::none;
-  Tensor gamma, beta;  // beta: LayerNorm's, DyT's and Derf's bias, or a norm's learned direction; gamma holds w when gain_offset
-  Tensor alpha, shift;  // DyT and Derf: alpha; Derf: the shift s (one value each); or a norm's learned vector alpha
+  std::vector<Tensor> params;  // norm_parameters(kind)'s, in its order; the gain holds w when gain_offset
   double eps = default_eps(NormKind::layernorm);
   bool gain_offset = false;
   double scale = 1.0;
-  Tensor gain() const;  // gamma, or 1 + w
+  // A learned tensor by its name in the norm table ("gamma": the stored w under gain_offset);
+  // undefined when the kind has none of that name.
+  Tensor param(const std::string& name) const;
   Tensor operator()(const Tensor& x) const;  // identity for none
   // s = skip_alpha*a + b, y = norm(s), one pass per row where a kernel fuses them; returns {s, y}.
   std::pair<Tensor, Tensor> add_norm(const Tensor& a, double skip_alpha, const Tensor& b) const;

@@ -4,7 +4,9 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "normlab/kinds.h"
 #include "normlab/precision.h"
@@ -46,10 +48,23 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& a, double alpha, const Ten
                                         const Tensor& beta, double eps = default_eps(NormKind::layernorm));
 std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, double alpha, const Tensor& b,
                                       const Tensor& gamma, double eps = default_eps(NormKind::rmsnorm));
-// SeeDNorm (Cai et al. 2025): (gamma + alpha * tanh(x . beta)) * x / RMS(x) over the last
-// dimension; gamma, alpha, beta of its size. Its fused kernel in every precision (no composite).
-Tensor seednorm(const Tensor& x, const Tensor& gamma, const Tensor& alpha, const Tensor& beta,
-                double eps = default_eps(NormKind::rmsnorm));
+
+// ---- a norm of any kind, as a model holds it ------------------------------------------
+// A norm's learned tensors in the order its module creates them (its checkpoint's order): the name
+// after the module's prefix, d values or one, and the initial value. "gamma" is the gain, which a
+// model with Gemma's offset stores as w = gamma - 1 instead (nn's choice, not the op's).
+struct NormParameter {
+  enum class Init { one, zero, squash_alpha };  // squash_alpha: DyT's and Derf's configured alpha
+  const char* name;
+  bool per_channel;
+  Init init;
+  bool is_gain() const { return std::string(name) == "gamma"; }
+};
+// Every norm's table row (src/ops/norm.cpp): a new norm is a row there, its kernels and its cases.
+const std::vector<NormParameter>& norm_parameters(NormKind kind);
+// The norm of `kind` over x's last dimension, its learned tensors in norm_parameters' order (the
+// gain as applied); x itself for NormKind::none. A norm without a named op above is reached here.
+Tensor apply_norm(NormKind kind, const Tensor& x, const std::vector<Tensor>& params, double eps);
 
 // ---- elementwise normalizers, scales ----------------------------------------------
 // DyT (Zhu et al. 2025): gamma * tanh(alpha*x) + beta. Derf: gamma * erf(alpha*x + shift) + beta.
