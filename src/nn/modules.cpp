@@ -300,10 +300,13 @@ Tensor Norm::param(const std::string& name) const {
 
 Tensor Norm::operator()(const Tensor& x) const {
   if (kind == NormKind::none) return x;
+  const std::vector<NormParameter>& names = norm_parameters(kind);
+  NL_CHECK(params.size() == names.size(), "{}: {} learned tensors, the norm takes {}", to_string(kind), params.size(),
+           names.size());
   std::vector<Tensor> applied = params;
   if (gain_offset)
     for (size_t i = 0; i < applied.size(); ++i)
-      if (norm_parameters(kind)[i].is_gain()) applied[i] = add_constant(applied[i], 1.0);
+      if (names[i].is_gain()) applied[i] = add_constant(applied[i], 1.0);
   const Tensor y = apply_norm(kind, x, applied, eps);
   return scale == 1.0 ? y : normlab::scale(y, scale);
 }

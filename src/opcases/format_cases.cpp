@@ -147,10 +147,9 @@ Tensors composite_inputs(Precision p, int64_t d, uint64_t seed, bool backward) {
 void add_composite_statistics(Tensors& t, Precision p, bool layernorm, int64_t d) {
   const int64_t n = kCompositeRows;
   Tensor y = Tensor::empty({n, d}), rstd = Tensor::empty({n}), mean = layernorm ? Tensor::empty({n}) : Tensor();
-  run_kernel(backend("reference"), CompositeNormForward{y, mean, rstd, t.at("x").to(DType::f32),
-                                                        t.at("gamma").to(DType::f32),
-                                                        layernorm ? t.at("beta").to(DType::f32) : Tensor(), n, d, 1e-5,
-                                                        p});
+  run_kernel(backend("reference"),
+             CompositeNormForward{y, mean, rstd, t.at("x").to(DType::f32), t.at("gamma").to(DType::f32),
+                                  layernorm ? t.at("beta").to(DType::f32) : Tensor(), n, d, 1e-5, p});
   if (layernorm) t.set("mean", mean.to(DType::f64));
   t.set("rstd", rstd.to(DType::f64));
 }

@@ -156,8 +156,8 @@ OpCase rmsnorm_backward_case(int64_t n, int64_t d, uint64_t seed) {
   c.outputs = {{"dx", {n, d}, tol::kGradient, true},
                Output("dgamma", {d}, tol::kFullSum, true).per_column([](const Tensors& in) { return dy_xhat_sums(in, false); })};
   c.call = [=](Backend& b, Tensors& t) {
-    run_kernel(b, RmsNormBackward{t.out("dx"), t.out("dgamma"), t.at("dy"), t.at("x"), t.at("gamma"), t.at("rstd"), n,
-                                  d});
+    run_kernel(b,
+               RmsNormBackward{t.out("dx"), t.out("dgamma"), t.at("dy"), t.at("x"), t.at("gamma"), t.at("rstd"), n, d});
   };
   c.stored = kStoredRows;
   return c;

@@ -63,8 +63,8 @@ Tensors logits_inputs(const Shape& rows, int64_t v, uint64_t seed, double mean =
 // logits as a float32 backend holds them; and the loss's gradient, 0.75.
 void add_saved_probs(Tensors& t, int64_t n, int64_t v) {
   Tensor loss = Tensor::zeros({1}, DType::f64), probs = Tensor::zeros({n, v}, DType::f64);
-  run_kernel(backend("reference"), CrossEntropyForward{loss, probs, t.at("logits").to(DType::f32).to(DType::f64),
-                                             t.at("targets"), n, v});
+  run_kernel(backend("reference"),
+             CrossEntropyForward{loss, probs, t.at("logits").to(DType::f32).to(DType::f64), t.at("targets"), n, v});
   t.erase("logits");
   t.set("probs", probs);
   t.set("dloss", Tensor::full({1}, 0.75, DType::f64));

@@ -176,8 +176,8 @@ Tensor seednorm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& alpha_
   if (needs_grad({&x, &gamma, &alpha, &beta}))
     record("seednorm", y, {x, gamma, alpha, beta},
            [x = x.detach(), gamma, alpha, beta, rstd, t, n, d](const Tensor& dy, GradOutputs& g) {
-             run_kernel(backend_of(dy), SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n,
-                                                         d});
+             run_kernel(backend_of(dy),
+                        SeedNormBackward{g[0], g[1], g[2], g[3], dy, x, gamma, alpha, beta, rstd, t, n, d});
            });
   return y;
 }

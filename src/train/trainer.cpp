@@ -108,7 +108,7 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
   return cfg.lr;
 }
 
-// Reduced where x lives (Backend::row_norms): a device-resident run downloads N norms.
+// Reduced where x lives (the RowNorms kernel): a device-resident run downloads N norms.
 double mean_token_norm(const Tensor& x) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   Tensor norms = Tensor::empty({n}, statistics_dtype(x.dtype()), x.device());
@@ -127,7 +127,7 @@ double params_grad_norm(const std::vector<Tensor>& params) {
   return std::sqrt(s);
 }
 
-// Reduced where q and k live (Backend::attention_logit_stats): B*H*T maxima and entropies come back.
+// Reduced where q and k live (the AttentionLogitStats kernel): B*H*T maxima and entropies come back.
 AttentionStats attention_statistics(const AttentionTap& tap) {
   const int64_t b = tap.q.size(0), t = tap.q.size(1), c = tap.q.size(2), h = tap.heads, dh = c / h;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));

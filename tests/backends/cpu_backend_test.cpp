@@ -63,8 +63,8 @@ TEST(CpuNormKernels, EveryLayerNormImplementationAgainstReference) {
     run_kernel(ref(), LayerNormForward{y64, mean64, rstd64, f64(in.x), f64(in.gamma), f64(in.beta), n, d, 1e-5});
     Tensor mean_ref = mean64.to(DType::f32), rstd_ref = rstd64.to(DType::f32);
     Tensor dx64 = e64({n, d}), dg64 = e64({d}), db64 = e64({d});
-    run_kernel(ref(), LayerNormBackward{&dx64, &dg64, &db64, f64(in.dy), f64(in.x), f64(in.gamma), mean64, rstd64, n,
-                                        d});
+    run_kernel(ref(),
+               LayerNormBackward{&dx64, &dg64, &db64, f64(in.dy), f64(in.x), f64(in.gamma), mean64, rstd64, n, d});
     for (const Impl& impl : impls) {
       const std::string what = norm_case(impl.name, n, d);
       Tensor y = e32({n, d}), mean = e32({n}), rstd = e32({n});
@@ -542,15 +542,15 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
       run_kernel(cpu_backend(), LayerNormBackward{&dx, &dg, &db, in.dy, in.x, in.gamma, mean, rstd, n, d});
       run_kernel(cpu_backend(), RmsNormForward{ry, rrstd, in.x, in.gamma, n, d, 1e-5});
       run_kernel(cpu_backend(), RmsNormBackward{&rdx, &rdg, in.dy, in.x, in.gamma, rrstd, n, d});
-      run_kernel(cpu_backend(), AddLayerNormForward{s, sy, smean, srstd, in.x, in.dy, 0.5, in.gamma, in.beta, n, d,
-                                                    1e-5});
+      run_kernel(cpu_backend(),
+                 AddLayerNormForward{s, sy, smean, srstd, in.x, in.dy, 0.5, in.gamma, in.beta, n, d, 1e-5});
       run_kernel(cpu_backend(), AddRmsNormForward{rs, rsy, rsrstd, in.x, in.dy, 0.5, in.gamma, n, d, 1e-5});
       // DyT's and Derf's alpha and shift gradients, and LayerScale's / ReZero's, are full sums.
       const Tensor alpha = Tensor::full({1}, 0.7), shift = Tensor::full({1}, 0.25);
       Tensor qy = e32({n, d}), qdx = e32({n, d}), qda = e32({1}), qds = e32({1}), qdg = e32({d}), qdb = e32({d});
       run_kernel(cpu_backend(), SquashForward{qy, in.x, alpha, shift, in.gamma, in.beta, n, d, Squash::erf});
-      run_kernel(cpu_backend(), SquashBackward{&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d,
-                                               Squash::erf});
+      run_kernel(cpu_backend(),
+                 SquashBackward{&qdx, &qda, &qds, &qdg, &qdb, in.dy, in.x, alpha, shift, in.gamma, n, d, Squash::erf});
       Tensor tdx = e32({n, d}), tda = e32({1});
       run_kernel(cpu_backend(), SquashBackward{&tdx, &tda, nullptr, nullptr, nullptr, in.dy, in.x, alpha, Tensor(),
                                                in.gamma, n, d, Squash::tanh});

@@ -527,8 +527,7 @@ TEST(ReferenceGradcheck, Attention) {
     loss();
     Tensor dq = Tensor::empty(shp, DType::f64), dk = Tensor::empty(shp, DType::f64),
            dv = Tensor::empty(shp, DType::f64);
-    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, probs, s.b, s.t, s.h, s.dh,
-                             scale});
+    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, probs, s.b, s.t, s.h, s.dh, scale});
     expect_grad(dq, ndq, attn_name("attention dq", s));
     expect_grad(dk, ndk, attn_name("attention dk", s));
     expect_grad(dv, ndv, attn_name("attention dv", s));
@@ -629,8 +628,8 @@ TEST(ReferenceAttention, AgainstDirect) {
   Vec q = randn(rng, B * T * C), k = randn(rng, B * T * C), v = randn(rng, B * T * C);
   Tensor out = Tensor::empty({B, T, C}, DType::f64),
          probs = Tensor::full({B, H, T, T}, 7.0, DType::f64);
-  run_kernel(ref(), AttentionForward{out, probs, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T,
-                          H, Dh, scale});
+  run_kernel(ref(),
+             AttentionForward{out, probs, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T, H, Dh, scale});
   Vec want_out(B * T * C), want_p(B * H * T * T);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -678,8 +677,8 @@ TEST(ReferenceAttention, Causal) {
   auto run = [&](const Vec& kk, const Vec& vv) {
     Tensor out = Tensor::empty({B, T, C}, DType::f64),
            probs = Tensor::empty({B, H, T, T}, DType::f64);
-    run_kernel(ref(), AttentionForward{out, probs, f64(q, {B, T, C}), f64(kk, {B, T, C}), f64(vv, {B, T, C}),
-                            B, T, H, Dh, scale});
+    run_kernel(ref(), AttentionForward{out, probs, f64(q, {B, T, C}), f64(kk, {B, T, C}), f64(vv, {B, T, C}), B, T, H,
+                                       Dh, scale});
     return out.to_vector();
   };
   Vec base = run(k, v);
@@ -797,8 +796,8 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
   expect_f32_matches_f64("linear", [&](DType dt) {
     Tensor y = E({n, 5}, dt);
     run_kernel(ref(), LinearForward{y, Tensor::from(x, {n, d}, dt),
-                         Tensor::from(Vec(x2.begin(), x2.begin() + 5 * d), {5, d}, dt),
-                         Tensor::from(Vec(beta.begin(), beta.begin() + 5), {5}, dt), Tensor(), n, d, 5});
+                                    Tensor::from(Vec(x2.begin(), x2.begin() + 5 * d), {5, d}, dt),
+                                    Tensor::from(Vec(beta.begin(), beta.begin() + 5), {5}, dt), Tensor(), n, d, 5});
     return Outputs{y};
   });
   expect_f32_matches_f64("layernorm", [&](DType dt) {
@@ -845,7 +844,7 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
     Tensor out = E(s, dt), probs = E({B, H, T, T}, dt), dq = E(s, dt), dk = E(s, dt), dv = E(s, dt);
     run_kernel(ref(), AttentionForward{out, probs, q, k, v, B, T, H, Dh, 1.0 / std::sqrt(13.0)});
     run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, Tensor::from(x, s, dt), q, k, v, probs, B, T, H, Dh,
-                             1.0 / std::sqrt(13.0)});
+                                        1.0 / std::sqrt(13.0)});
     return Outputs{out, probs, dq, dk, dv};
   });
   expect_f32_matches_f64("prefix_mean", [&](DType dt) {
@@ -857,10 +856,9 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
   expect_f32_matches_f64("embedding", [&](DType dt) {
     Tensor ids = Tensor::from_ids({3, 0, 3, 1, 4, 4, 3}, {n});
     Tensor y = E({n, 13}, dt), dtab = E({5, 13}, dt);
-    run_kernel(ref(), EmbeddingForward{y, Tensor::from(Vec(x.begin(), x.begin() + 65), {5, 13}, dt), ids, n, 5,
-                            13});
-    run_kernel(ref(), EmbeddingBackward{
-        dtab, Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 13), {n, 13}, dt), ids, n, 5, 13});
+    run_kernel(ref(), EmbeddingForward{y, Tensor::from(Vec(x.begin(), x.begin() + 65), {5, 13}, dt), ids, n, 5, 13});
+    run_kernel(ref(), EmbeddingBackward{dtab, Tensor::from(Vec(dyv.begin(), dyv.begin() + n * 13), {n, 13}, dt), ids, n,
+                                        5, 13});
     return Outputs{y, dtab};
   });
   expect_f32_matches_f64("cross_entropy", [&](DType dt) {
@@ -978,7 +976,7 @@ TEST(ReferenceBackend, GradientMasksAndWrittenOutputs) {
   for (int which = 0; which < 3; ++which) {
     Tensor only = nans({B, T, Dh});
     run_kernel(ref(), AttentionBackward{which == 0 ? &only : nullptr, which == 1 ? &only : nullptr,
-                             which == 2 ? &only : nullptr, dout, q, k, v, probs, B, T, H, Dh, 0.5});
+                                        which == 2 ? &only : nullptr, dout, q, k, v, probs, B, T, H, Dh, 0.5});
     const Tensor& full = which == 0 ? dq : which == 1 ? dk : dv;
     expect_close(only.to_vector(), full.to_vector(), 0, 0,
                  "attention gradient " + std::to_string(which) + " alone");

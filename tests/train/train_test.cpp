@@ -144,7 +144,7 @@ TEST(TrainAttentionStats, UniformAndPeakedRowsByHand) {
   AttentionStats u = attention_statistics(tap);
   double expect = 0;
   for (int64_t i = 0; i < t; ++i) expect += std::log(static_cast<double>(i + 1));
-  // Each row's entropy comes back in the activations' dtype (Backend::attention_logit_stats):
+  // Each row's entropy comes back in the activations' dtype (the AttentionLogitStats kernel):
   // float32 here, so 6e-8 relative per row.
   EXPECT_NEAR(u.mean_entropy, expect / static_cast<double>(t), 1e-7 * expect / static_cast<double>(t));
   EXPECT_EQ(u.max_logit, 0.0);

@@ -1,4 +1,4 @@
-// The arithmetic of Backend::attention_logit_stats for one row, in double: the one definition the
+// The arithmetic of the AttentionLogitStats kernel for one row, in double: the one definition the
 // host backends (reference, cpu) share; the CUDA kernel does the same sums in a block.
 #pragma once
 #include <algorithm>

@@ -11,7 +11,7 @@
 // normlab's own variants the same way. (bench names the one-pass rows "fused": its committed
 // results use that name.)
 //
-// Sizes: N rows (B*T), D the normalized size (C). Math (backend.h is the contract):
+// Sizes: N rows (B*T), D the normalized size (C). Math (each kernel's header is its contract):
 //   LayerNorm  mu = mean(x); rstd = 1/sqrt(mean((x-mu)^2) + eps); y = gamma*(x-mu)*rstd + beta
 //   RMSNorm    rstd = 1/sqrt(mean(x^2) + eps); y = gamma*x*rstd
 //   backward   g = dy*gamma, xhat the normalized input:
@@ -59,8 +59,8 @@ void rmsnorm_forward_onepass(float* y, float* rstd, const float* x, const float*
 void rmsnorm_backward_onepass(float* dx, float* dgamma, const float* dy, const float* x,
                               const float* gamma, const float* rstd, int64_t n, int64_t d);
 
-// ---- DyT and Derf: y = gamma * f(alpha*x + shift) + beta, f = tanh or erf (backend.h) ----------
-// The Backend's kernel (squash_kernels.cpp): one pass forward; one pass backward writing dx and the row
+// ---- DyT and Derf: y = gamma * f(alpha*x + shift) + beta, f = tanh or erf (squash_kernels.h) --
+// The registered kernel's loops (squash_kernels.cpp): one pass forward; one pass backward writing dx and the row
 // blocks' partial sums of dgamma, dbeta, dalpha, dshift (each nullable). shift 0 for DyT; beta nullable.
 void squash_forward(float* y, const float* x, float alpha, float shift, const float* gamma, const float* beta,
                     int64_t n, int64_t d, Squash f);

@@ -4,7 +4,7 @@
 // output is (close to) the exact result rounded once. Header-only so that tests and benches can
 // call them on raw arrays without a Tensor.
 //
-// Conventions (the same as include/backend_api/normlab/backend.h, which states the contract):
+// Conventions (the same as include/backend_api/normlab/backend.h; each kernel's header states its contract):
 // - outputs first, then inputs, then sizes; all arrays contiguous and row-major;
 // - outputs and gradients are WRITTEN (=), unless a kernel says it accumulates;
 // - a gradient output passed as nullptr is skipped;
@@ -26,7 +26,7 @@ namespace normlab {
 // matrix products
 // ============================================================================
 
-// The products MatmulSpec describes (backend.h); accumulate: C += product (the backward of a
+// The products MatmulSpec describes (matmul_kernels.h); accumulate: C += product (the backward of a
 // shared weight sums batches).
 template <class T>
 void matmul_ref(T* c, const T* a, const T* b, const MatmulSpec& s) {
@@ -480,7 +480,7 @@ void attention_forward_ref(T* out, T* probs, const T* q, const T* k, const T* v,
 //                                           0)
 //   S[t,s] = scale q_t . k_s             =>  dq_t = scale sum_{s<=t} dS[t,s] k_s
 //                                           dk_s = scale sum_{t>=s} dS[t,s] q_t
-// (backend.h folds `scale` into dS; the same numbers.)
+// (attention_kernels.h folds `scale` into dS; the same numbers.)
 template <class T>
 void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                             const T* probs, int64_t b, int64_t t, int64_t h, int64_t dh,
@@ -571,7 +571,7 @@ void prefix_mean_backward_ref(T* dx, const T* dy, int64_t b, int64_t t, int64_t 
 }
 
 // ============================================================================
-// statistics of a log step (Backend::row_norms, attention_logit_stats)
+// statistics of a log step (the RowNorms and AttentionLogitStats kernels)
 // ============================================================================
 
 // N rows of D: norms[i] = sqrt(sum_j x[i,j]^2), summed in double.

@@ -74,7 +74,7 @@ template <>
 const EnumNames& enum_names<RoundingEvent>();
 RoundingEvent classify_rounding(Precision p, double value, double stored);
 
-// What storing float32 values in a format does to them, counted (Backend::format_census): the
+// What storing float32 values in a format does to them, counted (the CountFormat kernel): the
 // statistic behind train's overflow / underflow shares and its non-finite diagnosis.
 struct FormatCensus {
   int64_t count = 0;      // values looked at

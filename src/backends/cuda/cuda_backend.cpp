@@ -167,6 +167,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return cuda::kDevice; }
   bool supports(DType dtype) const override { return dtype == DType::f32 || is_16bit(dtype); }
 
+  // What the kernels of this file (registered at its end) use of the backend's state.
+
   // C = op(A) op(B) (+ C when accumulate), row-major, through cuBLAS's column-major GEMM as
   // C^T = op(B)^T op(A)^T. float32 operands: Sgemm. bf16 / fp16 operands (A and B alike): GemmEx
   // with a float32 compute type, C in float32 or the operands' storage, rounded once.
@@ -216,6 +218,34 @@ class CudaBackend final : public Backend {
     cuda::check_launch(kn);
   }
 
+  float* work_floats(int64_t count, const char* kn) {
+    return static_cast<float*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float), kn));
+  }
+  double* work_doubles(int64_t count, const char* kn) {
+    return static_cast<double*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(double), kn));
+  }
+
+  // Token ids or targets: int32 on the device, n of them, each in [0, v) (one synchronizing
+  // check kernel, as the reference backend checks every id).
+  void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t n, int64_t v) {
+    NL_CHECK(ids.dtype() == DType::i32, "cuda {}: {} is {} but ids are int32", kernel, arg,
+             to_string(ids.dtype()));
+    int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(scalars(kernel)) + 16);
+    const int64_t bad = cuda::first_bad_id(ids_ptr(ids), n, v, flag, kernel);
+    if (bad >= 0) {
+      int32_t value = 0;
+      check(cudaMemcpy(&value, ids_ptr(ids) + bad, sizeof value, cudaMemcpyDeviceToHost),
+            "cudaMemcpy(DeviceToHost)", kernel);
+      NL_CHECK(false, "cuda {}: {}[{}] = {} is outside [0, {})", kernel, arg, bad, value, v);
+    }
+  }
+  void* scalars(const char* kn) {
+    if (!scalars_) check(cudaMalloc(&scalars_, 64), "cudaMalloc", kn);
+    return scalars_;
+  }
+  static const int32_t* ids_ptr(const Tensor& ids) { return static_cast<const int32_t*>(ids.raw()); }
+
+ private:
   // The handle for 16-bit products: cuBLAS's default math (tensor cores, float32 accumulation),
   // with no reduction in the output's 16-bit precision (split-K partials summed in float32): the
   // product is rounded once, as the float32 path rounds it.
@@ -256,36 +286,6 @@ class CudaBackend final : public Backend {
     }
     return work_;
   }
-  // cuda::work_floats: a registered kernel's workspace.
-  friend float* cuda::work_floats(Backend& b, int64_t count, const char* kernel);
-  float* work_floats(int64_t count, const char* kn) {
-    return static_cast<float*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float), kn));
-  }
-  double* work_doubles(int64_t count, const char* kn) {
-    return static_cast<double*>(work(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(double), kn));
-  }
-
-  // Token ids or targets: int32 on the device, n of them, each in [0, v) (one synchronizing
-  // check kernel, as the reference backend checks every id).
-  void expect_ids(const char* kernel, const char* arg, const Tensor& ids, int64_t n, int64_t v) {
-    NL_CHECK(ids.dtype() == DType::i32, "cuda {}: {} is {} but ids are int32", kernel, arg,
-             to_string(ids.dtype()));
-    int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(scalars(kernel)) + 16);
-    const int64_t bad = cuda::first_bad_id(ids_ptr(ids), n, v, flag, kernel);
-    if (bad >= 0) {
-      int32_t value = 0;
-      check(cudaMemcpy(&value, ids_ptr(ids) + bad, sizeof value, cudaMemcpyDeviceToHost),
-            "cudaMemcpy(DeviceToHost)", kernel);
-      NL_CHECK(false, "cuda {}: {}[{}] = {} is outside [0, {})", kernel, arg, bad, value, v);
-    }
-  }
-  void* scalars(const char* kn) {
-    if (!scalars_) check(cudaMalloc(&scalars_, 64), "cudaMalloc", kn);
-    return scalars_;
-  }
-  static const int32_t* ids_ptr(const Tensor& ids) { return static_cast<const int32_t*>(ids.raw()); }
-
- private:
   cublasHandle_t blas_ = nullptr, blas16_ = nullptr;
   bool blas_mode_set_ = false, blas_tf32_ = false;
   void* work_ = nullptr;
@@ -767,7 +767,7 @@ NORMLAB_KERNEL(AdamStep, cuda::kBackendName, adam_step);
 std::unique_ptr<Backend> cuda::make_backend() { return std::make_unique<CudaBackend>(); }
 
 float* cuda::work_floats(Backend& b, int64_t count, const char* kernel) {
-  return dynamic_cast<CudaBackend&>(b).work_floats(count, kernel);
+  return static_cast<CudaBackend&>(b).work_floats(count, kernel);
 }
 
 void cuda::set_tf32(bool on) { g_tf32.store(on); }

@@ -1,4 +1,4 @@
-// Statistics of a log step (Backend::row_norms, attention_logit_stats): reduced on the device so
+// Statistics of a log step (the RowNorms and AttentionLogitStats kernels): reduced on the device so
 // that a device-resident run downloads one value per row. Double arithmetic throughout, one block
 // per row, common.cuh's block reductions (a fixed order: results repeat bit for bit).
 #include <cuda_runtime.h>
