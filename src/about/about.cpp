@@ -10,6 +10,17 @@
 
 namespace normlab {
 
+namespace {
+
+std::string bf16_products_text() {
+  if (native_bf16_products())
+    return fmt::format("native (oneDNN bf16 matmul, float32 accumulation, {})", onednn_isa());
+  return fmt::format("emulated (float32 products of bf16 values; oneDNN's ISA here, {}, has no bf16 dot products)",
+                     onednn_isa());
+}
+
+}  // namespace
+
 std::string version_text() {
   const BuildInfo& b = build_info();
   std::string s = fmt::format("normlab {} (commit {})\n", b.normlab_version, b.git_commit);
@@ -20,6 +31,7 @@ std::string version_text() {
   // What --precision bf16/fp16 means on each device (docs/precision.md).
   s += "bf16/fp16 on the CPU: emulated (float32 storage rounded to the format, nearest even, gradual "
        "underflow)\n";
+  s += fmt::format("bf16 products on the CPU: {}\n", bf16_products_text());
   s += "bf16/fp16 on CUDA (cuda, cuda-sim): native 2-byte storage of activations and gradients (float32 "
        "arithmetic, one rounding per store)\n";
   return s;
@@ -34,6 +46,7 @@ std::map<std::string, std::string> provenance() {
           {"cpu_vendor", c.vendor},       {"cpu_family", c.family},     {"cpu_model_number", c.model},
           {"cpu_stepping", c.stepping},   {"cpu_isa", fmt::format("{}", fmt::join(c.isa, " "))},
           {"onednn_isa", onednn_isa()},   {"norm_kernels_isa", cpu::norm_kernels_isa()},
+          {"bf16_products", native_bf16_products() ? "native" : "emulated"},
           {"host", host_name()}};
 }
 

@@ -1,9 +1,15 @@
 // The matrix products' kernels (kernel.h): batched products, the linear layer's forward with its
 // fused bias and residual, its input gradient with a fused gate, and the bias gradient.
+//
+// A product's `operands` is the format its two operands' values are on (a bf16 run's casts): a
+// backend may then multiply them in that format with float32 accumulation, as PyTorch's autocast
+// does, since each product of two bf16 values is exact in float32 and only the order of the sums
+// changes. fp32 (the default): float32 operands, whatever their values.
 #pragma once
 #include <cstdint>
 
 #include "normlab/kernel.h"
+#include "normlab/precision.h"
 
 namespace normlab {
 
@@ -41,6 +47,7 @@ struct Matmul {
   const Tensor& a;
   const Tensor& b;
   const MatmulSpec& s;
+  Precision operands = Precision::fp32;
 
   void check(const Contract& contract) const {
     contract.need(c, "c", s.batch * s.m * s.n).need(a, "a", s.a_elements()).need(b, "b", s.b_elements());
@@ -60,6 +67,7 @@ struct LinearForward {
   int64_t m;
   int64_t k;
   int64_t n;
+  Precision operands = Precision::fp32;
 
   void check(const Contract& contract) const {
     contract.need(y, "y", m * n).need(x, "x", m * k).need(w, "w", n * k).maybe(bias, "bias", n);
@@ -79,6 +87,7 @@ struct LinearBackwardInput {
   int64_t m;
   int64_t k;
   int64_t n;
+  Precision operands = Precision::fp32;
 
   void check(const Contract& contract) const {
     contract.need(dx, "dx", m * k).need(dy, "dy", m * n).need(w, "w", n * k).maybe(gate, "gate", m * k);

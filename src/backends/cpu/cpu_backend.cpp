@@ -61,8 +61,7 @@ void matmul(Backend&, const Matmul& call) {
   const Tensor& a = call.a;
   const Tensor& b = call.b;
   const MatmulSpec& s = call.s;
-  cpu::matmul(f32(c, "matmul C"), f32(a, "matmul A"),
-              f32(b, "matmul B"), s);
+  cpu::matmul(f32(c, "matmul C"), f32(a, "matmul A"), f32(b, "matmul B"), s, call.operands == Precision::bf16);
 }
 
 void linear_forward(Backend&, const LinearForward& call) {
@@ -76,8 +75,8 @@ void linear_forward(Backend&, const LinearForward& call) {
   const int64_t n = call.n;
   const float* bp = bias.defined() ? f32(bias, "linear bias") : nullptr;
   const float* rp = residual.defined() ? f32(residual, "linear residual") : nullptr;
-  cpu::linear_forward(f32(y, "linear y"), f32(x, "linear x"),
-                      f32(w, "linear w"), bp, rp, m, k, n);
+  cpu::linear_forward(f32(y, "linear y"), f32(x, "linear x"), f32(w, "linear w"), bp, rp, m, k, n,
+                      call.operands == Precision::bf16);
 }
 
 void linear_backward_input(Backend&, const LinearBackwardInput& call) {
@@ -89,8 +88,8 @@ void linear_backward_input(Backend&, const LinearBackwardInput& call) {
   const int64_t k = call.k;
   const int64_t n = call.n;
   const float* gp = gate.defined() ? f32(gate, "linear gate") : nullptr;
-  cpu::linear_backward_input(f32(dx, "linear dx"), f32(dy, "linear dy"),
-                             f32(w, "linear w"), gp, m, k, n);
+  cpu::linear_backward_input(f32(dx, "linear dx"), f32(dy, "linear dy"), f32(w, "linear w"), gp, m, k, n,
+                             call.operands == Precision::bf16);
 }
 
 void sum_rows(Backend&, const SumRows& call) {

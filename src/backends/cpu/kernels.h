@@ -31,16 +31,20 @@ struct Epilogue {
 
 // c = scale * (a @ b) [+ bias] [+ c when accumulate] [op src1], one oneDNN matmul primitive
 // (cached). a (..., M, K), b (..., K, N), c (..., M, N); bias (N) broadcast over rows, or nullptr.
+// bf16_operands: a's and b's values are said to be bf16's; where the CPU has bf16 dot products
+// (native_bf16_products) and every value is on bf16's grid they are multiplied as bf16, with
+// float32 accumulation; otherwise (a value off the grid included) as float32.
 void matmul_strided(float* c, const float* a, const float* b, const float* bias, const MatView& av,
                     const MatView& bv, const MatView& cv, float scale, bool accumulate,
-                    Epilogue epilogue = {});
+                    Epilogue epilogue = {}, bool bf16_operands = false);
 
-// Backend::matmul and Backend::linear_forward on raw arrays (their contract is in backend.h).
-void matmul(float* c, const float* a, const float* b, const MatmulSpec& s);
+// The Matmul, LinearForward and LinearBackwardInput kernels on raw arrays (matmul_kernels.h);
+// bf16_operands as matmul_strided's.
+void matmul(float* c, const float* a, const float* b, const MatmulSpec& s, bool bf16_operands = false);
 void linear_backward_input(float* dx, const float* dy, const float* w, const float* gate, int64_t m,
-                           int64_t k, int64_t n);
+                           int64_t k, int64_t n, bool bf16_operands = false);
 void linear_forward(float* y, const float* x, const float* w, const float* bias, const float* residual, int64_t m,
-                    int64_t k, int64_t n);
+                    int64_t k, int64_t n, bool bf16_operands = false);
 
 // ---- elementwise over n values (elementwise_kernels.cpp) -------------------------------------------
 void fill(float* out, float value, int64_t n);
@@ -96,7 +100,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* dp_scratch, cons
                         const float* q, const float* k, const float* v, const float* probs,
                         int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
-// Backend::row_norms and attention_logit_stats: the reference's double arithmetic, rows in
+// The RowNorms and AttentionLogitStats kernels: the reference's double arithmetic, rows in
 // parallel.
 void row_norms(float* norms, const float* x, int64_t n, int64_t d);
 void attention_logit_stats(float* max_logit, float* entropy, const float* q, const float* k, int64_t b, int64_t t,

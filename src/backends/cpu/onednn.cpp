@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+
 #include "normlab/cpu_backend.h"
 #include "normlab/error.h"
 
@@ -86,6 +88,20 @@ std::string onednn_version() {
   const dnnl_version_t* v = dnnl::version();
   return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
 }
+
+namespace {
+std::atomic<bool> g_native_bf16_allowed{true};
+}  // namespace
+
+bool native_bf16_products() {
+  static const bool has = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return has && g_native_bf16_allowed.load(std::memory_order_relaxed);
+}
+
+void set_native_bf16_products(bool allowed) { g_native_bf16_allowed.store(allowed); }
 
 std::string onednn_isa() {
   using isa = dnnl::cpu_isa;
