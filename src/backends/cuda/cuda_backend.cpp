@@ -1,10 +1,10 @@
 // The "cuda" backend, and its implementations of the products', elementwise, softmax, attention,
 // embedding, loss, layout, statistics and optimizer kernels (registered at the end): each checks
 // what is its own of a call's tensors (a float storage, ids in range; the sizes and the device are
-// the kernel's contract, kernel.h), then calls the kernels (kernels.h) or cuBLAS. Data arrays are float32, or bf16 / fp16 encodings where a
-// low-precision scope stores activations natively (DType bf16 / f16; statistics, parameters and
-// optimizer state stay float32); the CUDA calls' statuses are all checked and a failure names
-// the call and the kernel.
+// the kernel's contract, kernel.h), then calls the kernels (kernels.h) or cuBLAS. Data arrays are
+// float32, or bf16 / fp16 encodings where a low-precision scope stores activations natively
+// (DType bf16 / f16; statistics, parameters and optimizer state stay float32); the CUDA calls'
+// statuses are all checked and a failure names the call and the kernel.
 #include "normlab/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -296,196 +296,150 @@ class CudaBackend final : public Backend {
 // ---- matrix products -----------------------------------------------------------------------
 void matmul(Backend& backend, const Matmul& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& c = call.c;
-  const Tensor& a = call.a;
-  const Tensor& b = call.b;
-  const MatmulSpec& s = call.s;
   const char* kn = "matmul";
-  expect(kn, "c", c);
-  expect(kn, "a", a);
-  expect(kn, "b", b);
-  self.gemm(c, a, b, s, s.accumulate, kn);
+  expect(kn, "c", call.c);
+  expect(kn, "a", call.a);
+  expect(kn, "b", call.b);
+  self.gemm(call.c, call.a, call.b, call.s, call.s.accumulate, kn);
 }
 
 void linear_forward(Backend& backend, const LinearForward& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& y = call.y;
-  const Tensor& x = call.x;
-  const Tensor& w = call.w;
-  const Tensor& bias = call.bias;
-  const Tensor& residual = call.residual;
-  const int64_t m = call.m;
-  const int64_t k = call.k;
-  const int64_t n = call.n;
   const char* kn = "linear_forward";
-  expect(kn, "y", y);
-  expect(kn, "x", x);
-  expect(kn, "w", w);
-  if (bias.defined()) expect(kn, "bias", bias);
-  if (residual.defined()) expect(kn, "residual", residual);
-  const bool epilogue = bias.defined() || residual.defined();
-  MatmulSpec s = MatmulSpec::of(m, n, k).transposed_b();
-  if (y.dtype() != DType::f32 && epilogue) {
+  expect(kn, "y", call.y);
+  expect(kn, "x", call.x);
+  expect(kn, "w", call.w);
+  if (call.bias.defined()) expect(kn, "bias", call.bias);
+  if (call.residual.defined()) expect(kn, "residual", call.residual);
+  const bool epilogue = call.bias.defined() || call.residual.defined();
+  MatmulSpec s = MatmulSpec::of(call.m, call.n, call.k).transposed_b();
+  if (call.y.dtype() != DType::f32 && epilogue) {
     // 16-bit storage: the product in float32, then one pass adds bias and residual and rounds
     // once (bias + residual first, then the product, as the float32 path sums them).
-    Tensor product = Tensor::empty(y.shape(), DType::f32, y.device());
-    self.gemm(product, x, w, s, false, kn);
-    cuda::linear_epilogue(arr_out(y), fp(product), arr_in(bias), arr_in(residual), m, n);
+    Tensor product = Tensor::empty(call.y.shape(), DType::f32, call.y.device());
+    self.gemm(product, call.x, call.w, s, false, kn);
+    cuda::linear_epilogue(arr_out(call.y), fp(product), arr_in(call.bias), arr_in(call.residual), call.m, call.n);
     return;
   }
   // y = bias + residual first, then y += x @ w^T (cuBLAS beta = 1): the residual may be y.
-  if (bias.defined()) expect_f32(kn, "bias", bias);
-  if (residual.defined()) expect_f32(kn, "residual", residual);
-  if (epilogue) cuda::bias_residual_init(fp(y), fp_or_null(bias), fp_or_null(residual), m, n);
-  self.gemm(y, x, w, s, epilogue, kn);
+  if (call.bias.defined()) expect_f32(kn, "bias", call.bias);
+  if (call.residual.defined()) expect_f32(kn, "residual", call.residual);
+  if (epilogue) cuda::bias_residual_init(fp(call.y), fp_or_null(call.bias), fp_or_null(call.residual), call.m, call.n);
+  self.gemm(call.y, call.x, call.w, s, epilogue, kn);
 }
 
 void linear_backward_input(Backend& backend, const LinearBackwardInput& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& dx = call.dx;
-  const Tensor& dy = call.dy;
-  const Tensor& w = call.w;
-  const Tensor& gate = call.gate;
-  const int64_t m = call.m;
-  const int64_t k = call.k;
-  const int64_t n = call.n;
   const char* kn = "linear_backward_input";
-  expect(kn, "dx", dx);
-  expect(kn, "dy", dy);
-  expect(kn, "w", w);
-  if (gate.defined()) expect(kn, "gate", gate);
-  if (gate.defined() && dx.dtype() != DType::f32) {  // the product times the gate, rounded once
-    Tensor product = Tensor::empty(dx.shape(), DType::f32, dx.device());
-    self.gemm(product, dy, w, MatmulSpec::of(m, k, n), false, kn);
-    cuda::mul(arr_out(dx), arr_in(product), arr_in(gate), m * k);
+  expect(kn, "dx", call.dx);
+  expect(kn, "dy", call.dy);
+  expect(kn, "w", call.w);
+  if (call.gate.defined()) expect(kn, "gate", call.gate);
+  if (call.gate.defined() && call.dx.dtype() != DType::f32) {  // the product times the gate, rounded once
+    Tensor product = Tensor::empty(call.dx.shape(), DType::f32, call.dx.device());
+    self.gemm(product, call.dy, call.w, MatmulSpec::of(call.m, call.k, call.n), false, kn);
+    cuda::mul(arr_out(call.dx), arr_in(product), arr_in(call.gate), call.m * call.k);
     return;
   }
-  self.gemm(dx, dy, w, MatmulSpec::of(m, k, n), false, kn);
-  if (gate.defined()) cuda::mul(arr_out(dx), arr_in(dx), arr_in(gate), m * k);
+  self.gemm(call.dx, call.dy, call.w, MatmulSpec::of(call.m, call.k, call.n), false, kn);
+  if (call.gate.defined()) cuda::mul(arr_out(call.dx), arr_in(call.dx), arr_in(call.gate), call.m * call.k);
 }
 
 void sum_rows(Backend& backend, const SumRows& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& out = call.out;
-  const Tensor& x = call.x;
-  const int64_t rows = call.rows;
-  const int64_t cols = call.cols;
   const char* kn = "sum_rows";
-  expect(kn, "out", out);
-  expect(kn, "x", x);
-  F32Out sums(&out);
-  float* work = self.work_floats(cuda::column_work(rows, cols), kn);
-  with_storage(x.dtype(), [&](auto t) { cuda::sum_rows(sums.get(), ptr<const decltype(t)>(x), rows, cols, work); });
+  expect(kn, "out", call.out);
+  expect(kn, "x", call.x);
+  F32Out sums(&call.out);
+  float* work = self.work_floats(cuda::column_work(call.rows, call.cols), kn);
+  with_storage(call.x.dtype(),
+               [&](auto t) { cuda::sum_rows(sums.get(), ptr<const decltype(t)>(call.x), call.rows, call.cols, work); });
   sums.finish();
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
 void fill(Backend&, const Fill& call) {
-  Tensor& out = call.out;
-  const double value = call.value;
-  expect("fill", "out", out);
-  device_fill(out.raw(), out.dtype(), out.numel(), value);
+  expect("fill", "out", call.out);
+  device_fill(call.out.raw(), call.out.dtype(), call.out.numel(), call.value);
 }
 
 // Between storage types a conversion (rounded to nearest even when narrower).
 void copy(Backend&, const Copy& call) {
-  Tensor& y = call.out;
-  const Tensor& x = call.x;
-  expect("copy", "out", y);
-  expect("copy", "x", x);
-  if (y.dtype() == x.dtype()) device_copy(y.raw(), x.raw(), y.nbytes());
-  else cuda::convert(arr_out(y), arr_in(x), y.numel());
+  expect("copy", "out", call.out);
+  expect("copy", "x", call.x);
+  if (call.out.dtype() == call.x.dtype()) device_copy(call.out.raw(), call.x.raw(), call.out.nbytes());
+  else cuda::convert(arr_out(call.out), arr_in(call.x), call.out.numel());
 }
 
 void add(Backend&, const Add& call) {
-  Tensor& y = call.out;
-  const Tensor& a = call.a;
-  const Tensor& b = call.b;
-  const double alpha = call.alpha;
-  const double beta = call.beta;
-  const int64_t n = y.numel();
-  expect("add", "out", y);
-  expect("add", "a", a);
-  expect("add", "b", b);
-  cuda::add(arr_out(y), arr_in(a), arr_in(b), static_cast<float>(alpha), static_cast<float>(beta), n);
+  const int64_t n = call.out.numel();
+  expect("add", "out", call.out);
+  expect("add", "a", call.a);
+  expect("add", "b", call.b);
+  cuda::add(arr_out(call.out), arr_in(call.a), arr_in(call.b), static_cast<float>(call.alpha),
+            static_cast<float>(call.beta), n);
 }
 
 void accumulate(Backend&, const Accumulate& call) {
-  Tensor& dst = call.dst;
-  const Tensor& src = call.src;
-  const int64_t n = dst.numel();
-  expect("accumulate", "dst", dst);
-  expect("accumulate", "src", src);
-  cuda::accumulate(arr_out(dst), arr_in(src), n);
+  const int64_t n = call.dst.numel();
+  expect("accumulate", "dst", call.dst);
+  expect("accumulate", "src", call.src);
+  cuda::accumulate(arr_out(call.dst), arr_in(call.src), n);
 }
 
 void scale(Backend&, const Scale& call) {
-  Tensor& y = call.out;
-  const Tensor& x = call.x;
-  const double alpha = call.alpha;
-  const int64_t n = y.numel();
-  expect("scale", "out", y);
-  expect("scale", "x", x);
-  cuda::scale(arr_out(y), arr_in(x), static_cast<float>(alpha), n);
+  const int64_t n = call.out.numel();
+  expect("scale", "out", call.out);
+  expect("scale", "x", call.x);
+  cuda::scale(arr_out(call.out), arr_in(call.x), static_cast<float>(call.alpha), n);
 }
 
 void mul(Backend&, const Mul& call) {
-  Tensor& y = call.out;
-  const Tensor& a = call.a;
-  const Tensor& b = call.b;
-  const int64_t n = y.numel();
-  expect("mul", "out", y);
-  expect("mul", "a", a);
-  expect("mul", "b", b);
-  cuda::mul(arr_out(y), arr_in(a), arr_in(b), n);
+  const int64_t n = call.out.numel();
+  expect("mul", "out", call.out);
+  expect("mul", "a", call.a);
+  expect("mul", "b", call.b);
+  cuda::mul(arr_out(call.out), arr_in(call.a), arr_in(call.b), n);
 }
 
 void gelu_forward(Backend&, const GeluForward& call) {
-  Tensor& y = call.y;
-  Tensor* dydx = call.dydx;
-  const Tensor& x = call.x;
-  const int64_t n = y.numel();
-  expect("gelu_forward", "y", y);
-  expect("gelu_forward", "x", x);
-  expect_f32("gelu_forward", "dydx", dydx);
-  cuda::gelu_forward(arr_out(y), fp(dydx), arr_in(x), n);
+  const int64_t n = call.y.numel();
+  expect("gelu_forward", "y", call.y);
+  expect("gelu_forward", "x", call.x);
+  expect_f32("gelu_forward", "dydx", call.dydx);
+  cuda::gelu_forward(arr_out(call.y), fp(call.dydx), arr_in(call.x), n);
 }
 
 void sum_squares(Backend& backend, const SumSquares& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  const Tensor& x = call.x;
   const char* kn = "sum_squares";
-  expect(kn, "x", x);
-  double* work = self.work_doubles(cuda::sum_squares_work(x.numel()), kn);
-  cuda::sum_squares(static_cast<double*>(self.scalars(kn)), work, arr_in(x), x.numel());
+  expect(kn, "x", call.x);
+  double* work = self.work_doubles(cuda::sum_squares_work(call.x.numel()), kn);
+  cuda::sum_squares(static_cast<double*>(self.scalars(kn)), work, arr_in(call.x), call.x.numel());
   check(cudaMemcpy(&call.result, self.scalars(kn), sizeof call.result, cudaMemcpyDeviceToHost),
         "cudaMemcpy(DeviceToHost)", kn);
 }
 
 // 16-bit storage is its format's grid already: nothing to round.
 void round_to_format(Backend&, const RoundToFormat& call) {
-  Tensor& x = call.x;
-  const Precision format = call.format;
-  const int64_t n = x.numel();
-  expect("round_to_format", "x", x);
-  if (is_16bit(x.dtype())) {
-    NL_CHECK(format_of_dtype(x.dtype()) == format || format == Precision::fp32,
-             "cuda round_to_format: x is {} storage, asked for {}", to_string(x.dtype()), to_string(format));
+  const int64_t n = call.x.numel();
+  expect("round_to_format", "x", call.x);
+  if (is_16bit(call.x.dtype())) {
+    NL_CHECK(format_of_dtype(call.x.dtype()) == call.format || call.format == Precision::fp32,
+             "cuda round_to_format: x is {} storage, asked for {}", to_string(call.x.dtype()), to_string(call.format));
     return;
   }
-  if (format != Precision::fp32) cuda::round_to_format(fp(x), n, format == Precision::bf16);
+  if (call.format != Precision::fp32) cuda::round_to_format(fp(call.x), n, call.format == Precision::bf16);
 }
 
 void format_census(Backend& backend, const CountFormat& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  const Tensor& x = call.x;
-  const Precision format = call.format;
   const char* kn = "format_census";
-  const int64_t n = x.numel();
-  expect(kn, "x", x);
+  const int64_t n = call.x.numel();
+  expect(kn, "x", call.x);
   double* work = self.work_doubles(cuda::format_census_work(n), kn);
   double* result = reinterpret_cast<double*>(static_cast<char*>(self.scalars(kn)) + 32);
-  cuda::format_census(result, work, arr_in(x), n, static_cast<int>(format));
+  cuda::format_census(result, work, arr_in(call.x), n, static_cast<int>(call.format));
   double r[4] = {0, 0, 0, 0};
   check(cudaMemcpy(r, result, sizeof r, cudaMemcpyDeviceToHost), "cudaMemcpy(DeviceToHost)", kn);
   FormatCensus c;
@@ -499,238 +453,150 @@ void format_census(Backend& backend, const CountFormat& call) {
 
 // ---- softmax -----------------------------------------------------------------------------------
 void softmax_forward(Backend&, const SoftmaxForward& call) {
-  Tensor& y = call.y;
-  const Tensor& x = call.x;
-  const int64_t n = call.n;
-  const int64_t d = call.d;
-  expect("softmax_forward", "y", y);
-  expect("softmax_forward", "x", x);
-  cuda::softmax_forward(arr_out(y), arr_in(x), n, d);
+  expect("softmax_forward", "y", call.y);
+  expect("softmax_forward", "x", call.x);
+  cuda::softmax_forward(arr_out(call.y), arr_in(call.x), call.n, call.d);
 }
 
 void softmax_backward(Backend&, const SoftmaxBackward& call) {
-  Tensor& dx = call.dx;
-  const Tensor& dy = call.dy;
-  const Tensor& y = call.y;
-  const int64_t n = call.n;
-  const int64_t d = call.d;
-  expect("softmax_backward", "dx", dx);
-  expect("softmax_backward", "dy", dy);
-  expect("softmax_backward", "y", y);
-  cuda::softmax_backward(arr_out(dx), arr_in(dy), arr_in(y), n, d);
+  expect("softmax_backward", "dx", call.dx);
+  expect("softmax_backward", "dy", call.dy);
+  expect("softmax_backward", "y", call.y);
+  cuda::softmax_backward(arr_out(call.dx), arr_in(call.dy), arr_in(call.y), call.n, call.d);
 }
 
 // ---- attention ---------------------------------------------------------------------------------
 void attention_forward(Backend&, const AttentionForward& call) {
-  Tensor& out = call.out;
-  Tensor& probs = call.probs;
-  const Tensor& q = call.q;
-  const Tensor& k = call.k;
-  const Tensor& v = call.v;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t h = call.h;
-  const int64_t dh = call.dh;
-  const double scale = call.scale;
   const char* kn = "attention_forward";
-  expect(kn, "out", out);
-  expect(kn, "probs", probs);
-  expect(kn, "q", q);
-  expect(kn, "k", k);
-  expect(kn, "v", v);
-  NL_CHECK(t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes",
-           kn, t, cuda::attention_max_t());
-  cuda::attention_forward(arr_out(out), arr_out(probs), arr_in(q), arr_in(k), arr_in(v), b, t, h, dh,
-                          static_cast<float>(scale));
+  expect(kn, "out", call.out);
+  expect(kn, "probs", call.probs);
+  expect(kn, "q", call.q);
+  expect(kn, "k", call.k);
+  expect(kn, "v", call.v);
+  NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
+           cuda::attention_max_t());
+  cuda::attention_forward(arr_out(call.out), arr_out(call.probs), arr_in(call.q), arr_in(call.k), arr_in(call.v),
+                          call.b, call.t, call.h, call.dh, static_cast<float>(call.scale));
 }
 
 void attention_backward(Backend& backend, const AttentionBackward& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor* dq = call.dq;
-  Tensor* dk = call.dk;
-  Tensor* dv = call.dv;
-  const Tensor& dout = call.dout;
-  const Tensor& q = call.q;
-  const Tensor& k = call.k;
-  const Tensor& v = call.v;
-  const Tensor& probs = call.probs;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t h = call.h;
-  const int64_t dh = call.dh;
-  const double scale = call.scale;
   const char* kn = "attention_backward";
-  expect(kn, "dq", dq);
-  expect(kn, "dk", dk);
-  expect(kn, "dv", dv);
-  expect(kn, "dout", dout);
-  expect(kn, "q", q);
-  expect(kn, "k", k);
-  expect(kn, "v", v);
-  expect(kn, "probs", probs);
-  NL_CHECK(t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes",
-           kn, t, cuda::attention_max_t());
-  float* work = (dq || dk) ? self.work_floats(b * h * t * t, kn) : nullptr;
-  cuda::attention_backward(arr_out(dq), arr_out(dk), arr_out(dv), arr_in(dout), arr_in(q), arr_in(k), arr_in(v),
-                           arr_in(probs), b, t, h, dh, static_cast<float>(scale), work);
+  expect(kn, "dq", call.dq);
+  expect(kn, "dk", call.dk);
+  expect(kn, "dv", call.dv);
+  expect(kn, "dout", call.dout);
+  expect(kn, "q", call.q);
+  expect(kn, "k", call.k);
+  expect(kn, "v", call.v);
+  expect(kn, "probs", call.probs);
+  NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
+           cuda::attention_max_t());
+  float* work = (call.dq || call.dk) ? self.work_floats(call.b * call.h * call.t * call.t, kn) : nullptr;
+  cuda::attention_backward(arr_out(call.dq), arr_out(call.dk), arr_out(call.dv), arr_in(call.dout), arr_in(call.q),
+                           arr_in(call.k), arr_in(call.v), arr_in(call.probs), call.b, call.t, call.h, call.dh,
+                           static_cast<float>(call.scale), work);
 }
 
 // ---- prefix mean -------------------------------------------------------------------------------
 void prefix_mean_forward(Backend&, const PrefixMeanForward& call) {
-  Tensor& y = call.y;
-  const Tensor& x = call.x;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t c = call.c;
-  expect("prefix_mean_forward", "y", y);
-  expect("prefix_mean_forward", "x", x);
-  cuda::prefix_mean_forward(arr_out(y), arr_in(x), b, t, c);
+  expect("prefix_mean_forward", "y", call.y);
+  expect("prefix_mean_forward", "x", call.x);
+  cuda::prefix_mean_forward(arr_out(call.y), arr_in(call.x), call.b, call.t, call.c);
 }
 
 void prefix_mean_backward(Backend&, const PrefixMeanBackward& call) {
-  Tensor& dx = call.dx;
-  const Tensor& dy = call.dy;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t c = call.c;
-  expect("prefix_mean_backward", "dx", dx);
-  expect("prefix_mean_backward", "dy", dy);
-  cuda::prefix_mean_backward(arr_out(dx), arr_in(dy), b, t, c);
+  expect("prefix_mean_backward", "dx", call.dx);
+  expect("prefix_mean_backward", "dy", call.dy);
+  cuda::prefix_mean_backward(arr_out(call.dx), arr_in(call.dy), call.b, call.t, call.c);
 }
 
 // ---- embedding -----------------------------------------------------------------------------------
 void embedding_forward(Backend& backend, const EmbeddingForward& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& y = call.y;
-  const Tensor& table = call.table;
-  const Tensor& ids = call.ids;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
-  const int64_t d = call.d;
   const char* kn = "embedding_forward";
-  expect(kn, "y", y);
-  expect(kn, "table", table);
-  self.expect_ids(kn, "ids", ids, n, v);
-  cuda::embedding_forward(arr_out(y), arr_in(table), self.ids_ptr(ids), n, v, d);
+  expect(kn, "y", call.y);
+  expect(kn, "table", call.table);
+  self.expect_ids(kn, "ids", call.ids, call.n, call.v);
+  cuda::embedding_forward(arr_out(call.y), arr_in(call.table), self.ids_ptr(call.ids), call.n, call.v, call.d);
 }
 
 void embedding_backward(Backend& backend, const EmbeddingBackward& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& dtable = call.dtable;
-  const Tensor& dy = call.dy;
-  const Tensor& ids = call.ids;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
-  const int64_t d = call.d;
   const char* kn = "embedding_backward";
-  expect(kn, "dtable", dtable);
-  expect(kn, "dy", dy);
-  self.expect_ids(kn, "ids", ids, n, v);
-  cuda::embedding_backward(arr_out(dtable), arr_in(dy), self.ids_ptr(ids), n, v, d);
+  expect(kn, "dtable", call.dtable);
+  expect(kn, "dy", call.dy);
+  self.expect_ids(kn, "ids", call.ids, call.n, call.v);
+  cuda::embedding_backward(arr_out(call.dtable), arr_in(call.dy), self.ids_ptr(call.ids), call.n, call.v, call.d);
 }
 
 // ---- cross-entropy -------------------------------------------------------------------------------
 void cross_entropy_forward(Backend& backend, const CrossEntropyForward& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& loss = call.loss;
-  Tensor& probs = call.probs;
-  const Tensor& logits = call.logits;
-  const Tensor& targets = call.targets;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
   const char* kn = "cross_entropy_forward";
-  NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
-  expect_f32(kn, "loss", loss);
-  expect_f32(kn, "probs", probs);
-  expect(kn, "logits", logits);
-  self.expect_ids(kn, "targets", targets, n, v);
-  cuda::cross_entropy_forward(fp(loss), fp(probs), arr_in(logits), self.ids_ptr(targets), n, v,
-                              self.work_doubles(n, kn));
+  NL_CHECK(call.n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, call.n);
+  expect_f32(kn, "loss", call.loss);
+  expect_f32(kn, "probs", call.probs);
+  expect(kn, "logits", call.logits);
+  self.expect_ids(kn, "targets", call.targets, call.n, call.v);
+  cuda::cross_entropy_forward(fp(call.loss), fp(call.probs), arr_in(call.logits), self.ids_ptr(call.targets), call.n,
+                              call.v, self.work_doubles(call.n, kn));
 }
 
 void cross_entropy_backward(Backend& backend, const CrossEntropyBackward& call) {
   CudaBackend& self = static_cast<CudaBackend&>(backend);
-  Tensor& dlogits = call.dlogits;
-  const Tensor& dloss = call.dloss;
-  const Tensor& probs = call.probs;
-  const Tensor& targets = call.targets;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
   const char* kn = "cross_entropy_backward";
-  NL_CHECK(n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, n);
-  expect(kn, "dlogits", dlogits);
-  expect_f32(kn, "dloss", dloss);
-  expect_f32(kn, "probs", probs);
-  self.expect_ids(kn, "targets", targets, n, v);
-  cuda::cross_entropy_backward(arr_out(dlogits), fp(dloss), fp(probs), self.ids_ptr(targets), n, v);
+  NL_CHECK(call.n > 0, "cuda {}: the mean over N rows needs N > 0 (got {})", kn, call.n);
+  expect(kn, "dlogits", call.dlogits);
+  expect_f32(kn, "dloss", call.dloss);
+  expect_f32(kn, "probs", call.probs);
+  self.expect_ids(kn, "targets", call.targets, call.n, call.v);
+  cuda::cross_entropy_backward(arr_out(call.dlogits), fp(call.dloss), fp(call.probs), self.ids_ptr(call.targets),
+                               call.n, call.v);
 }
 
 // ---- layout -------------------------------------------------------------------------------------
 void transpose(Backend&, const Transpose& call) {
-  Tensor& out = call.out;
-  const Tensor& x = call.x;
-  const int64_t outer = call.outer;
-  const int64_t a = call.a;
-  const int64_t mid = call.mid;
-  const int64_t bdim = call.bdim;
-  const int64_t inner = call.inner;
-  expect("transpose", "out", out);
-  expect("transpose", "x", x);
-  cuda::transpose(arr_out(out), arr_in(x), outer, a, mid, bdim, inner);
+  expect("transpose", "out", call.out);
+  expect("transpose", "x", call.x);
+  cuda::transpose(arr_out(call.out), arr_in(call.x), call.outer, call.a, call.mid, call.bdim, call.inner);
 }
 
 // ---- statistics -------------------------------------------------------------------------------
 void row_norms(Backend&, const RowNorms& call) {
-  Tensor& norms = call.norms;
-  const Tensor& x = call.x;
-  const int64_t n = call.n;
-  const int64_t d = call.d;
-  expect_f32("row_norms", "norms", norms);
-  expect("row_norms", "x", x);
-  cuda::row_norms(fp(norms), arr_in(x), n, d);
+  expect_f32("row_norms", "norms", call.norms);
+  expect("row_norms", "x", call.x);
+  cuda::row_norms(fp(call.norms), arr_in(call.x), call.n, call.d);
 }
 
 void attention_logit_stats(Backend&, const AttentionLogitStats& call) {
-  Tensor& max_logit = call.max_logit;
-  Tensor& entropy = call.entropy;
-  const Tensor& q = call.q;
-  const Tensor& k = call.k;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t h = call.h;
-  const int64_t dh = call.dh;
-  const double scale = call.scale;
   const char* kn = "attention_logit_stats";
-  expect_f32(kn, "max_logit", max_logit);
-  expect_f32(kn, "entropy", entropy);
-  expect(kn, "q", q);
-  expect(kn, "k", k);
-  cuda::attention_logit_stats(fp(max_logit), fp(entropy), arr_in(q), arr_in(k), b, t, h, dh, scale);
+  expect_f32(kn, "max_logit", call.max_logit);
+  expect_f32(kn, "entropy", call.entropy);
+  expect(kn, "q", call.q);
+  expect(kn, "k", call.k);
+  cuda::attention_logit_stats(fp(call.max_logit), fp(call.entropy), arr_in(call.q), arr_in(call.k), call.b, call.t,
+                              call.h, call.dh, call.scale);
 }
 
 // ---- optimizer ----------------------------------------------------------------------------------
 void adam_step(Backend&, const AdamStep& call) {
-  Tensor& param = call.param;
-  const Tensor& grad = call.grad;
-  Tensor& m = call.m;
-  Tensor& v = call.v;
-  const AdamParams& hp = call.hp;
   const char* kn = "adam_step";
-  const int64_t n = param.numel();
-  NL_CHECK(hp.step >= 1, "cuda {}: step is 1-based for the bias correction (got {})", kn, hp.step);
-  expect_f32(kn, "param", param);
-  expect_f32(kn, "grad", grad);
-  expect_f32(kn, "m", m);
-  expect_f32(kn, "v", v);
+  const int64_t n = call.param.numel();
+  NL_CHECK(call.hp.step >= 1, "cuda {}: step is 1-based for the bias correction (got {})", kn, call.hp.step);
+  expect_f32(kn, "param", call.param);
+  expect_f32(kn, "grad", call.grad);
+  expect_f32(kn, "m", call.m);
+  expect_f32(kn, "v", call.v);
   // The cpu backend's arithmetic (float32, corrections as reciprocals computed in double).
-  const double step = static_cast<double>(hp.step);
-  const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(hp.beta1, step)));
-  const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(hp.beta2, step)));
-  cuda::adam_step(fp(param), fp(m), fp(v), fp(grad), n, static_cast<float>(hp.lr),
-                  static_cast<float>(hp.beta1), static_cast<float>(hp.beta2),
-                  static_cast<float>(hp.eps), inv_bc1, inv_bc2,
-                  hp.decoupled ? 0.0f : static_cast<float>(hp.weight_decay),
-                  hp.decoupled ? static_cast<float>(hp.weight_decay) : 0.0f);
+  const double step = static_cast<double>(call.hp.step);
+  const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(call.hp.beta1, step)));
+  const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(call.hp.beta2, step)));
+  cuda::adam_step(fp(call.param), fp(call.m), fp(call.v), fp(call.grad), n, static_cast<float>(call.hp.lr),
+                  static_cast<float>(call.hp.beta1), static_cast<float>(call.hp.beta2),
+                  static_cast<float>(call.hp.eps), inv_bc1, inv_bc2,
+                  call.hp.decoupled ? 0.0f : static_cast<float>(call.hp.weight_decay),
+                  call.hp.decoupled ? static_cast<float>(call.hp.weight_decay) : 0.0f);
 }
 
 NORMLAB_KERNEL(Matmul, cuda::kBackendName, matmul);

@@ -1,8 +1,9 @@
 // The "reference" backend, and its implementations of the products', elementwise, softmax,
 // attention, embedding, loss, layout, statistics and optimizer kernels (registered at the end):
-// each checks its call's tensors, then dispatches on dtype to the plain loops of reference_kernels.h. Being the oracle, it checks more than the contract requires
-// (element counts against the sizes, ids in range), so that a wrong op is caught here rather
-// than read as a wrong number.
+// each checks its call's tensors, then dispatches on dtype to the plain loops of
+// reference_kernels.h. Being the oracle, it checks more than the contract requires (element
+// counts against the sizes, ids in range), so that a wrong op is caught here rather than read as
+// a wrong number.
 #include "normlab/reference_backend.h"
 
 #include "normlab/adam_kernels.h"
@@ -45,503 +46,365 @@ class ReferenceBackend final : public Backend {
 
 // ---- matrix products ---------------------------------------------------------
 void matmul(Backend&, const Matmul& call) {
-  Tensor& c = call.c;
-  const Tensor& a = call.a;
-  const Tensor& b = call.b;
-  const MatmulSpec& s = call.s;
   const char* kn = "matmul";
-  DType dt = c.dtype();
-  expect(kn, "c", c, dt);
-  expect(kn, "a", a, dt);
-  expect(kn, "b", b, dt);
+  DType dt = call.c.dtype();
+  expect(kn, "c", call.c, dt);
+  expect(kn, "a", call.a, dt);
+  expect(kn, "b", call.b, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    matmul_ref(c.data<T>(), a.data<T>(), b.data<T>(), s);
+    matmul_ref(call.c.data<T>(), call.a.data<T>(), call.b.data<T>(), call.s);
   });
 }
 
 void linear_forward(Backend&, const LinearForward& call) {
-  Tensor& y = call.y;
-  const Tensor& x = call.x;
-  const Tensor& w = call.w;
-  const Tensor& bias = call.bias;
-  const Tensor& residual = call.residual;
-  const int64_t m = call.m;
-  const int64_t k = call.k;
-  const int64_t n = call.n;
   const char* kn = "linear_forward";
-  DType dt = y.dtype();
-  expect(kn, "y", y, dt);
-  expect(kn, "x", x, dt);
-  expect(kn, "w", w, dt);
-  if (bias.defined()) expect(kn, "bias", bias, dt);
-  if (residual.defined()) expect(kn, "residual", residual, dt);
+  DType dt = call.y.dtype();
+  expect(kn, "y", call.y, dt);
+  expect(kn, "x", call.x, dt);
+  expect(kn, "w", call.w, dt);
+  if (call.bias.defined()) expect(kn, "bias", call.bias, dt);
+  if (call.residual.defined()) expect(kn, "residual", call.residual, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    linear_forward_ref(y.data<T>(), x.data<T>(), w.data<T>(),
-                       bias.defined() ? bias.data<T>() : nullptr,
-                       residual.defined() ? residual.data<T>() : nullptr, m, k, n);
+    linear_forward_ref(call.y.data<T>(), call.x.data<T>(), call.w.data<T>(),
+                       call.bias.defined() ? call.bias.data<T>() : nullptr,
+                       call.residual.defined() ? call.residual.data<T>() : nullptr, call.m, call.k, call.n);
   });
 }
 
 void linear_backward_input(Backend&, const LinearBackwardInput& call) {
-  Tensor& dx = call.dx;
-  const Tensor& dy = call.dy;
-  const Tensor& w = call.w;
-  const Tensor& gate = call.gate;
-  const int64_t m = call.m;
-  const int64_t k = call.k;
-  const int64_t n = call.n;
   const char* kn = "linear_backward_input";
-  DType dt = dx.dtype();
-  expect(kn, "dx", dx, dt);
-  expect(kn, "dy", dy, dt);
-  expect(kn, "w", w, dt);
-  if (gate.defined()) expect(kn, "gate", gate, dt);
+  DType dt = call.dx.dtype();
+  expect(kn, "dx", call.dx, dt);
+  expect(kn, "dy", call.dy, dt);
+  expect(kn, "w", call.w, dt);
+  if (call.gate.defined()) expect(kn, "gate", call.gate, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    linear_backward_input_ref(dx.data<T>(), dy.data<T>(), w.data<T>(),
-                              gate.defined() ? gate.data<T>() : nullptr, m, k, n);
+    linear_backward_input_ref(call.dx.data<T>(), call.dy.data<T>(), call.w.data<T>(),
+                              call.gate.defined() ? call.gate.data<T>() : nullptr, call.m, call.k, call.n);
   });
 }
 
 void sum_rows(Backend&, const SumRows& call) {
-  Tensor& out = call.out;
-  const Tensor& x = call.x;
-  const int64_t rows = call.rows;
-  const int64_t cols = call.cols;
   const char* kn = "sum_rows";
-  DType dt = out.dtype();
-  expect(kn, "out", out, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.out.dtype();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    sum_rows_ref(out.data<T>(), x.data<T>(), rows, cols);
+    sum_rows_ref(call.out.data<T>(), call.x.data<T>(), call.rows, call.cols);
   });
 }
 
 // ---- elementwise ---------------------------------------------------------------
 void fill(Backend&, const Fill& call) {
-  Tensor& out = call.out;
-  const double value = call.value;
   const char* kn = "fill";
-  expect(kn, "out", out, out.dtype());
-  dispatch(out.dtype(), kn, [&](auto tag) {
+  expect(kn, "out", call.out, call.out.dtype());
+  dispatch(call.out.dtype(), kn, [&](auto tag) {
     using T = decltype(tag);
-    fill_ref(out.data<T>(), value, out.numel());
+    fill_ref(call.out.data<T>(), call.value, call.out.numel());
   });
 }
 
 void copy(Backend&, const Copy& call) {
-  Tensor& out = call.out;
-  const Tensor& x = call.x;
   const char* kn = "copy";
-  DType dt = out.dtype();
-  int64_t n = out.numel();
-  expect(kn, "out", out, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.out.dtype();
+  int64_t n = call.out.numel();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    copy_ref(out.data<T>(), x.data<T>(), n);
+    copy_ref(call.out.data<T>(), call.x.data<T>(), n);
   });
 }
 
 void add(Backend&, const Add& call) {
-  Tensor& out = call.out;
-  const Tensor& a = call.a;
-  const Tensor& b = call.b;
-  const double alpha = call.alpha;
-  const double beta = call.beta;
   const char* kn = "add";
-  DType dt = out.dtype();
-  int64_t n = out.numel();
-  expect(kn, "out", out, dt);
-  expect(kn, "a", a, dt);
-  expect(kn, "b", b, dt);
+  DType dt = call.out.dtype();
+  int64_t n = call.out.numel();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "a", call.a, dt);
+  expect(kn, "b", call.b, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    add_ref(out.data<T>(), a.data<T>(), b.data<T>(), alpha, beta, n);
+    add_ref(call.out.data<T>(), call.a.data<T>(), call.b.data<T>(), call.alpha, call.beta, n);
   });
 }
 
 void accumulate(Backend&, const Accumulate& call) {
-  Tensor& dst = call.dst;
-  const Tensor& src = call.src;
   const char* kn = "accumulate";
-  DType dt = dst.dtype();
-  int64_t n = dst.numel();
-  expect(kn, "dst", dst, dt);
-  expect(kn, "src", src, dt);
+  DType dt = call.dst.dtype();
+  int64_t n = call.dst.numel();
+  expect(kn, "dst", call.dst, dt);
+  expect(kn, "src", call.src, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_ref(dst.data<T>(), src.data<T>(), n);
+    accumulate_ref(call.dst.data<T>(), call.src.data<T>(), n);
   });
 }
 
 void scale(Backend&, const Scale& call) {
-  Tensor& out = call.out;
-  const Tensor& x = call.x;
-  const double alpha = call.alpha;
   const char* kn = "scale";
-  DType dt = out.dtype();
-  int64_t n = out.numel();
-  expect(kn, "out", out, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.out.dtype();
+  int64_t n = call.out.numel();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    scale_ref(out.data<T>(), x.data<T>(), alpha, n);
+    scale_ref(call.out.data<T>(), call.x.data<T>(), call.alpha, n);
   });
 }
 
 void mul(Backend&, const Mul& call) {
-  Tensor& out = call.out;
-  const Tensor& a = call.a;
-  const Tensor& b = call.b;
   const char* kn = "mul";
-  DType dt = out.dtype();
-  int64_t n = out.numel();
-  expect(kn, "out", out, dt);
-  expect(kn, "a", a, dt);
-  expect(kn, "b", b, dt);
+  DType dt = call.out.dtype();
+  int64_t n = call.out.numel();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "a", call.a, dt);
+  expect(kn, "b", call.b, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    mul_ref(out.data<T>(), a.data<T>(), b.data<T>(), n);
+    mul_ref(call.out.data<T>(), call.a.data<T>(), call.b.data<T>(), n);
   });
 }
 
 void gelu_forward(Backend&, const GeluForward& call) {
-  Tensor& y = call.y;
-  Tensor* dydx = call.dydx;
-  const Tensor& x = call.x;
   const char* kn = "gelu_forward";
-  DType dt = y.dtype();
-  int64_t n = y.numel();
-  expect(kn, "y", y, dt);
-  expect(kn, "x", x, dt);
-  if (dydx) expect(kn, "dydx", *dydx, dt);
+  DType dt = call.y.dtype();
+  int64_t n = call.y.numel();
+  expect(kn, "y", call.y, dt);
+  expect(kn, "x", call.x, dt);
+  if (call.dydx) expect(kn, "dydx", *call.dydx, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    gelu_forward_ref(y.data<T>(), dydx ? dydx->data<T>() : nullptr, x.data<T>(), n);
+    gelu_forward_ref(call.y.data<T>(), call.dydx ? call.dydx->data<T>() : nullptr, call.x.data<T>(), n);
   });
 }
 
 void sum_squares(Backend&, const SumSquares& call) {
-  const Tensor& x = call.x;
   const char* kn = "sum_squares";
-  expect(kn, "x", x, x.dtype());
+  expect(kn, "x", call.x, call.x.dtype());
   double result = 0.0;
-  dispatch(x.dtype(), kn, [&](auto tag) {
+  dispatch(call.x.dtype(), kn, [&](auto tag) {
     using T = decltype(tag);
-    result = sum_squares_ref(x.data<T>(), x.numel());
+    result = sum_squares_ref(call.x.data<T>(), call.x.numel());
   });
   call.result = result;
 }
 
 void round_to_format(Backend&, const RoundToFormat& call) {
-  Tensor& x = call.x;
-  const Precision format = call.format;
   const char* kn = "round_to_format";
-  const int64_t n = x.numel();
-  expect(kn, "x", x, x.dtype());
-  if (format == Precision::fp32) return;
-  if (x.dtype() == DType::f32) {
-    float* v = x.data<float>();
-    for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, v[i]);
+  const int64_t n = call.x.numel();
+  expect(kn, "x", call.x, call.x.dtype());
+  if (call.format == Precision::fp32) return;
+  if (call.x.dtype() == DType::f32) {
+    float* v = call.x.data<float>();
+    for (int64_t i = 0; i < n; ++i) v[i] = round_to(call.format, v[i]);
   } else {
-    NL_CHECK(x.dtype() == DType::f64, "round_to_format: x is {}, not a float tensor", to_string(x.dtype()));
-    double* v = x.data<double>();
-    for (int64_t i = 0; i < n; ++i) v[i] = round_to(format, to_float(v[i]));
+    NL_CHECK(call.x.dtype() == DType::f64, "round_to_format: x is {}, not a float tensor", to_string(call.x.dtype()));
+    double* v = call.x.data<double>();
+    for (int64_t i = 0; i < n; ++i) v[i] = round_to(call.format, to_float(v[i]));
   }
 }
 
 void format_census(Backend&, const CountFormat& call) {
-  const Tensor& x = call.x;
-  const Precision format = call.format;
   const char* kn = "format_census";
-  expect(kn, "x", x, DType::f32);
-  call.result = normlab::format_census(format, x.data<float>(), x.numel());
+  expect(kn, "x", call.x, DType::f32);
+  call.result = normlab::format_census(call.format, call.x.data<float>(), call.x.numel());
 }
 
 // ---- softmax ---------------------------------------------------------------------
 void softmax_forward(Backend&, const SoftmaxForward& call) {
-  Tensor& y = call.y;
-  const Tensor& x = call.x;
-  const int64_t n = call.n;
-  const int64_t d = call.d;
   const char* kn = "softmax_forward";
-  DType dt = x.dtype();
-  expect(kn, "y", y, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.x.dtype();
+  expect(kn, "y", call.y, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    softmax_forward_ref(y.data<T>(), x.data<T>(), n, d);
+    softmax_forward_ref(call.y.data<T>(), call.x.data<T>(), call.n, call.d);
   });
 }
 
 void softmax_backward(Backend&, const SoftmaxBackward& call) {
-  Tensor& dx = call.dx;
-  const Tensor& dy = call.dy;
-  const Tensor& y = call.y;
-  const int64_t n = call.n;
-  const int64_t d = call.d;
   const char* kn = "softmax_backward";
-  DType dt = y.dtype();
-  expect(kn, "dx", dx, dt);
-  expect(kn, "dy", dy, dt);
-  expect(kn, "y", y, dt);
+  DType dt = call.y.dtype();
+  expect(kn, "dx", call.dx, dt);
+  expect(kn, "dy", call.dy, dt);
+  expect(kn, "y", call.y, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    softmax_backward_ref(dx.data<T>(), dy.data<T>(), y.data<T>(), n, d);
+    softmax_backward_ref(call.dx.data<T>(), call.dy.data<T>(), call.y.data<T>(), call.n, call.d);
   });
 }
 
 // ---- attention -------------------------------------------------------------------
 void attention_forward(Backend&, const AttentionForward& call) {
-  Tensor& out = call.out;
-  Tensor& probs = call.probs;
-  const Tensor& q = call.q;
-  const Tensor& k = call.k;
-  const Tensor& v = call.v;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t h = call.h;
-  const int64_t dh = call.dh;
-  const double scale = call.scale;
   const char* kn = "attention_forward";
-  DType dt = q.dtype();
-  expect(kn, "out", out, dt);
-  expect(kn, "probs", probs, dt);
-  expect(kn, "q", q, dt);
-  expect(kn, "k", k, dt);
-  expect(kn, "v", v, dt);
+  DType dt = call.q.dtype();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "probs", call.probs, dt);
+  expect(kn, "q", call.q, dt);
+  expect(kn, "k", call.k, dt);
+  expect(kn, "v", call.v, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    attention_forward_ref(out.data<T>(), probs.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
-                          b, t, h, dh, scale);
+    attention_forward_ref(call.out.data<T>(), call.probs.data<T>(), call.q.data<T>(), call.k.data<T>(),
+                          call.v.data<T>(), call.b, call.t, call.h, call.dh, call.scale);
   });
 }
 
 void attention_backward(Backend&, const AttentionBackward& call) {
-  Tensor* dq = call.dq;
-  Tensor* dk = call.dk;
-  Tensor* dv = call.dv;
-  const Tensor& dout = call.dout;
-  const Tensor& q = call.q;
-  const Tensor& k = call.k;
-  const Tensor& v = call.v;
-  const Tensor& probs = call.probs;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t h = call.h;
-  const int64_t dh = call.dh;
-  const double scale = call.scale;
   const char* kn = "attention_backward";
-  DType dt = q.dtype();
-  expect(kn, "dq", dq, dt);
-  expect(kn, "dk", dk, dt);
-  expect(kn, "dv", dv, dt);
-  expect(kn, "dout", dout, dt);
-  expect(kn, "q", q, dt);
-  expect(kn, "k", k, dt);
-  expect(kn, "v", v, dt);
-  expect(kn, "probs", probs, dt);
+  DType dt = call.q.dtype();
+  expect(kn, "dq", call.dq, dt);
+  expect(kn, "dk", call.dk, dt);
+  expect(kn, "dv", call.dv, dt);
+  expect(kn, "dout", call.dout, dt);
+  expect(kn, "q", call.q, dt);
+  expect(kn, "k", call.k, dt);
+  expect(kn, "v", call.v, dt);
+  expect(kn, "probs", call.probs, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    attention_backward_ref(ptr<T>(dq), ptr<T>(dk), ptr<T>(dv), dout.data<T>(), q.data<T>(),
-                           k.data<T>(), v.data<T>(), probs.data<T>(), b, t, h, dh, scale);
+    attention_backward_ref(ptr<T>(call.dq), ptr<T>(call.dk), ptr<T>(call.dv), call.dout.data<T>(), call.q.data<T>(),
+                           call.k.data<T>(), call.v.data<T>(), call.probs.data<T>(), call.b, call.t, call.h, call.dh,
+                           call.scale);
   });
 }
 
 // ---- prefix mean -----------------------------------------------------------------
 void prefix_mean_forward(Backend&, const PrefixMeanForward& call) {
-  Tensor& y = call.y;
-  const Tensor& x = call.x;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t c = call.c;
   const char* kn = "prefix_mean_forward";
-  DType dt = x.dtype();
-  expect(kn, "y", y, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.x.dtype();
+  expect(kn, "y", call.y, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    prefix_mean_forward_ref(y.data<T>(), x.data<T>(), b, t, c);
+    prefix_mean_forward_ref(call.y.data<T>(), call.x.data<T>(), call.b, call.t, call.c);
   });
 }
 
 void prefix_mean_backward(Backend&, const PrefixMeanBackward& call) {
-  Tensor& dx = call.dx;
-  const Tensor& dy = call.dy;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t c = call.c;
   const char* kn = "prefix_mean_backward";
-  DType dt = dy.dtype();
-  expect(kn, "dx", dx, dt);
-  expect(kn, "dy", dy, dt);
+  DType dt = call.dy.dtype();
+  expect(kn, "dx", call.dx, dt);
+  expect(kn, "dy", call.dy, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    prefix_mean_backward_ref(dx.data<T>(), dy.data<T>(), b, t, c);
+    prefix_mean_backward_ref(call.dx.data<T>(), call.dy.data<T>(), call.b, call.t, call.c);
   });
 }
 
 // ---- embedding -------------------------------------------------------------------
 void embedding_forward(Backend&, const EmbeddingForward& call) {
-  Tensor& y = call.y;
-  const Tensor& table = call.table;
-  const Tensor& ids = call.ids;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
-  const int64_t d = call.d;
   const char* kn = "embedding_forward";
-  DType dt = table.dtype();
-  expect(kn, "y", y, dt);
-  expect(kn, "table", table, dt);
-  expect_ids(kn, "ids", ids, n, v);
+  DType dt = call.table.dtype();
+  expect(kn, "y", call.y, dt);
+  expect(kn, "table", call.table, dt);
+  expect_ids(kn, "ids", call.ids, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    embedding_forward_ref(y.data<T>(), table.data<T>(), ids.data<int32_t>(), n, v, d);
+    embedding_forward_ref(call.y.data<T>(), call.table.data<T>(), call.ids.data<int32_t>(), call.n, call.v, call.d);
   });
 }
 
 void embedding_backward(Backend&, const EmbeddingBackward& call) {
-  Tensor& dtable = call.dtable;
-  const Tensor& dy = call.dy;
-  const Tensor& ids = call.ids;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
-  const int64_t d = call.d;
   const char* kn = "embedding_backward";
-  DType dt = dy.dtype();
-  expect(kn, "dtable", dtable, dt);
-  expect(kn, "dy", dy, dt);
-  expect_ids(kn, "ids", ids, n, v);
+  DType dt = call.dy.dtype();
+  expect(kn, "dtable", call.dtable, dt);
+  expect(kn, "dy", call.dy, dt);
+  expect_ids(kn, "ids", call.ids, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    embedding_backward_ref(dtable.data<T>(), dy.data<T>(), ids.data<int32_t>(), n, v, d);
+    embedding_backward_ref(call.dtable.data<T>(), call.dy.data<T>(), call.ids.data<int32_t>(), call.n, call.v, call.d);
   });
 }
 
 // ---- cross-entropy -----------------------------------------------------------------
 void cross_entropy_forward(Backend&, const CrossEntropyForward& call) {
-  Tensor& loss = call.loss;
-  Tensor& probs = call.probs;
-  const Tensor& logits = call.logits;
-  const Tensor& targets = call.targets;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
   const char* kn = "cross_entropy_forward";
-  DType dt = logits.dtype();
-  NL_CHECK(n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, n);
-  expect(kn, "loss", loss, dt);
-  expect(kn, "probs", probs, dt);
-  expect(kn, "logits", logits, dt);
-  expect_ids(kn, "targets", targets, n, v);
+  DType dt = call.logits.dtype();
+  NL_CHECK(call.n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, call.n);
+  expect(kn, "loss", call.loss, dt);
+  expect(kn, "probs", call.probs, dt);
+  expect(kn, "logits", call.logits, dt);
+  expect_ids(kn, "targets", call.targets, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_forward_ref(loss.data<T>(), probs.data<T>(), logits.data<T>(),
-                              targets.data<int32_t>(), n, v);
+    cross_entropy_forward_ref(call.loss.data<T>(), call.probs.data<T>(), call.logits.data<T>(),
+                              call.targets.data<int32_t>(), call.n, call.v);
   });
 }
 
 void cross_entropy_backward(Backend&, const CrossEntropyBackward& call) {
-  Tensor& dlogits = call.dlogits;
-  const Tensor& dloss = call.dloss;
-  const Tensor& probs = call.probs;
-  const Tensor& targets = call.targets;
-  const int64_t n = call.n;
-  const int64_t v = call.v;
   const char* kn = "cross_entropy_backward";
-  DType dt = probs.dtype();
-  NL_CHECK(n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, n);
-  expect(kn, "dlogits", dlogits, dt);
-  expect(kn, "dloss", dloss, dt);
-  expect(kn, "probs", probs, dt);
-  expect_ids(kn, "targets", targets, n, v);
+  DType dt = call.probs.dtype();
+  NL_CHECK(call.n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, call.n);
+  expect(kn, "dlogits", call.dlogits, dt);
+  expect(kn, "dloss", call.dloss, dt);
+  expect(kn, "probs", call.probs, dt);
+  expect_ids(kn, "targets", call.targets, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_backward_ref(dlogits.data<T>(), dloss.data<T>(), probs.data<T>(),
-                               targets.data<int32_t>(), n, v);
+    cross_entropy_backward_ref(call.dlogits.data<T>(), call.dloss.data<T>(), call.probs.data<T>(),
+                               call.targets.data<int32_t>(), call.n, call.v);
   });
 }
 
 // ---- layout ------------------------------------------------------------------------
 void transpose(Backend&, const Transpose& call) {
-  Tensor& out = call.out;
-  const Tensor& x = call.x;
-  const int64_t outer = call.outer;
-  const int64_t a = call.a;
-  const int64_t mid = call.mid;
-  const int64_t bdim = call.bdim;
-  const int64_t inner = call.inner;
   const char* kn = "transpose";
-  DType dt = x.dtype();
-  expect(kn, "out", out, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.x.dtype();
+  expect(kn, "out", call.out, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    transpose_ref(out.data<T>(), x.data<T>(), outer, a, mid, bdim, inner);
+    transpose_ref(call.out.data<T>(), call.x.data<T>(), call.outer, call.a, call.mid, call.bdim, call.inner);
   });
 }
 
 // ---- statistics ------------------------------------------------------------------
 void row_norms(Backend&, const RowNorms& call) {
-  Tensor& norms = call.norms;
-  const Tensor& x = call.x;
-  const int64_t n = call.n;
-  const int64_t d = call.d;
   const char* kn = "row_norms";
-  DType dt = x.dtype();
-  expect(kn, "norms", norms, dt);
-  expect(kn, "x", x, dt);
+  DType dt = call.x.dtype();
+  expect(kn, "norms", call.norms, dt);
+  expect(kn, "x", call.x, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    row_norms_ref(norms.data<T>(), x.data<T>(), n, d);
+    row_norms_ref(call.norms.data<T>(), call.x.data<T>(), call.n, call.d);
   });
 }
 
 void attention_logit_stats(Backend&, const AttentionLogitStats& call) {
-  Tensor& max_logit = call.max_logit;
-  Tensor& entropy = call.entropy;
-  const Tensor& q = call.q;
-  const Tensor& k = call.k;
-  const int64_t b = call.b;
-  const int64_t t = call.t;
-  const int64_t h = call.h;
-  const int64_t dh = call.dh;
-  const double scale = call.scale;
   const char* kn = "attention_logit_stats";
-  DType dt = q.dtype();
-  expect(kn, "max_logit", max_logit, dt);
-  expect(kn, "entropy", entropy, dt);
-  expect(kn, "q", q, dt);
-  expect(kn, "k", k, dt);
+  DType dt = call.q.dtype();
+  expect(kn, "max_logit", call.max_logit, dt);
+  expect(kn, "entropy", call.entropy, dt);
+  expect(kn, "q", call.q, dt);
+  expect(kn, "k", call.k, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    attention_logit_stats_ref(max_logit.data<T>(), entropy.data<T>(), q.data<T>(), k.data<T>(), b, t, h, dh, scale);
+    attention_logit_stats_ref(call.max_logit.data<T>(), call.entropy.data<T>(), call.q.data<T>(), call.k.data<T>(),
+                              call.b, call.t, call.h, call.dh, call.scale);
   });
 }
 
 // ---- optimizer -----------------------------------------------------------------------
 void adam_step(Backend&, const AdamStep& call) {
-  Tensor& param = call.param;
-  const Tensor& grad = call.grad;
-  Tensor& m = call.m;
-  Tensor& v = call.v;
-  const AdamParams& hp = call.hp;
   const char* kn = "adam_step";
-  DType dt = param.dtype();
-  int64_t n = param.numel();
-  NL_CHECK(hp.step >= 1, "reference {}: step is 1-based for the bias correction (got {})", kn,
-           hp.step);
-  expect(kn, "param", param, dt);
-  expect(kn, "grad", grad, dt);
-  expect(kn, "m", m, dt);
-  expect(kn, "v", v, dt);
+  DType dt = call.param.dtype();
+  int64_t n = call.param.numel();
+  NL_CHECK(call.hp.step >= 1, "reference {}: step is 1-based for the bias correction (got {})", kn, call.hp.step);
+  expect(kn, "param", call.param, dt);
+  expect(kn, "grad", call.grad, dt);
+  expect(kn, "m", call.m, dt);
+  expect(kn, "v", call.v, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    adam_step_ref(param.data<T>(), m.data<T>(), v.data<T>(), grad.data<T>(), n, hp.lr, hp.beta1,
-                  hp.beta2, hp.eps, hp.weight_decay, hp.decoupled, hp.step);
+    adam_step_ref(call.param.data<T>(), call.m.data<T>(), call.v.data<T>(), call.grad.data<T>(), n, call.hp.lr,
+                  call.hp.beta1, call.hp.beta2, call.hp.eps, call.hp.weight_decay, call.hp.decoupled, call.hp.step);
   });
 }
 
