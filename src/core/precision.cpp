@@ -176,10 +176,10 @@ float to_float(double v) {
 
 float round_to(Precision p, float x) {
   if (p == Precision::fp32) return x;
-  if (p == Precision::bf16) return from_bits(p, to_bits(p, x));
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  u = fp16_rounded_bits(u);  // the encoding's round trip without its branches
+  // the encoding's round trip without its branches
+  u = p == Precision::bf16 ? bf16_rounded_bits(u) : fp16_rounded_bits(u);
   std::memcpy(&x, &u, sizeof x);
   return x;
 }
@@ -188,7 +188,12 @@ void round_to(Precision p, float* values, int64_t n) {
   switch (p) {
     case Precision::fp32: return;
     case Precision::bf16:
-      for (int64_t i = 0; i < n; ++i) values[i] = from_bits(p, float_to_bf16_bits(values[i]));
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, values + i, sizeof u);
+        u = bf16_rounded_bits(u);
+        std::memcpy(values + i, &u, sizeof u);
+      }
       return;
     case Precision::fp16:
       for (int64_t i = 0; i < n; ++i) {

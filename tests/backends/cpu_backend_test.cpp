@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -573,6 +574,33 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
     size_t differ = 0;
     for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
     EXPECT_EQ(differ, 0u) << "values that changed with the thread count";
+  }
+}
+
+// The cpu kernel's bf16 rounding (its own vectorized loop) is core's, bit for bit: every 7th upper
+// half (signs, exponents, infinities and NaNs among them) with the low halves around the tie, on
+// 1 and 2 threads (the chunks' seams). NaNs are compared as bit patterns: quieted the same way.
+TEST(CpuRoundToFormat, Bf16IsCoresRoundingBitForBit) {
+  std::vector<float> x;
+  for (uint32_t high = 0; high <= 0xffffu; high += 7)
+    for (const uint32_t low : {0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const uint32_t u = high << 16 | low;
+      float f;
+      std::memcpy(&f, &u, sizeof f);
+      x.push_back(f);
+    }
+  for (const int threads : {1, 2}) {
+    ThreadCountScope scope(threads);
+    Tensor t = Tensor::from(std::vector<double>(x.size()), {static_cast<int64_t>(x.size())}, DType::f32);
+    std::memcpy(t.data<float>(), x.data(), x.size() * sizeof(float));
+    run_kernel(backend("cpu"), RoundToFormat{t, Precision::bf16});
+    int64_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = round_to(Precision::bf16, x[i]);
+      if (std::memcmp(&want, t.data<float>() + i, sizeof want) != 0 && ++differ <= 5)
+        ADD_FAILURE() << "threads " << threads << " at " << i << ": " << t.data<float>()[i] << ", core " << want;
+    }
+    EXPECT_EQ(differ, 0) << "threads " << threads;
   }
 }
 

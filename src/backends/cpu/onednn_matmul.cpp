@@ -52,12 +52,16 @@ int64_t view_span(const MatView& v) {
 // the conversion is exact); false otherwise, with dst partly written.
 bool to_bf16_exactly(uint16_t* dst, const float* x, int64_t n) {
   std::atomic<uint32_t> off_grid{0};
-  parallel_chunks(n, n, [&](int64_t lo, int64_t hi) {
+  parallel_chunks(n, n, [dst, x, &off_grid](int64_t lo, int64_t hi) {
+    // Local pointers: a store may alias a captured one, which then reloads every time and keeps
+    // the loop from vectorizing.
+    uint16_t* const out = dst;
+    const float* const in = x;
     uint32_t low = 0;
     for (int64_t i = lo; i < hi; ++i) {
       uint32_t u;
-      std::memcpy(&u, x + i, sizeof u);
-      dst[i] = static_cast<uint16_t>(u >> 16);
+      std::memcpy(&u, in + i, sizeof u);
+      out[i] = static_cast<uint16_t>(u >> 16);
       low |= u & 0xFFFFu;
     }
     off_grid.fetch_or(low, std::memory_order_relaxed);
