@@ -14,9 +14,9 @@ namespace {
 
 std::string bf16_products_text() {
   if (native_bf16_products())
-    return fmt::format("native (oneDNN bf16 matmul, float32 accumulation, {})", onednn_isa());
-  return fmt::format("emulated (float32 products of bf16 values; oneDNN's ISA here, {}, has no bf16 dot products)",
-                     onednn_isa());
+    return fmt::format("native (oneDNN bf16 matmul, float32 accumulation, subnormals flushed to zero; {})",
+                       onednn_isa());
+  return fmt::format("emulated (float32 products of bf16 values; oneDNN's ISA here: {})", onednn_isa());
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The cpu backend's native bf16 products (a bf16 run's matrix products as oneDNN bf16 matmuls,
 // float32 accumulation) against the float32 products they replace. Each product of two bf16
-// values is exact in float32, so the two differ only in the order of their float32 sums: every
-// output stays within the float32 summation bound of the exact (float64) result,
+// values is exact in float32, so on values far from float32's subnormals (the hardware's bf16 dot
+// products flush those) the two differ only in the order of their float32 sums: every output
+// stays within the float32 summation bound of the exact (float64) result,
 // |c - exact| <= gamma_k * sum_p |a_ip b_pj| with gamma_k = k u / (1 - k u), u = 2^-24 (Higham,
 // Accuracy and Stability of Numerical Algorithms, eq. 3.5), here doubled for the bias and the
 // epilogue's rounding. Skipped, naming the missing instructions, on a CPU without bf16 dot products.
@@ -16,6 +17,7 @@
 #include "normlab/cpu_backend.h"
 #include "normlab/kernel.h"
 #include "normlab/matmul_kernels.h"
+#include "normlab/ops.h"
 #include "normlab/precision.h"
 #include "normlab/rng.h"
 #include "normlab/tensor.h"
@@ -146,6 +148,12 @@ TEST(Bf16Products, OperandsOffTheBf16GridAreMultipliedInFloat32) {
   EXPECT_EQ(check_within_bound(exact_product(p, a, b), c, c32), 0.0) << "a float32 operand was rounded to bf16";
 }
 
+// The switch turned off for a scope, back on at its end (an exception included).
+struct NativeBf16Off {
+  NativeBf16Off() { set_native_bf16_products(false); }
+  ~NativeBf16Off() { set_native_bf16_products(true); }
+};
+
 TEST(Bf16Products, TurnedOffTheyAreTheFloat32Products) {
   if (skip_without_native_bf16()) GTEST_SKIP() << why_skipped();
   Backend& cpu = backend("cpu");
@@ -154,10 +162,37 @@ TEST(Bf16Products, TurnedOffTheyAreTheFloat32Products) {
   MatmulSpec s = MatmulSpec::of(p.m, p.n, p.k).transposed_b();
   Tensor c = Tensor::empty({p.m * p.n}), c32 = Tensor::empty({p.m * p.n});
   run_kernel(cpu, Matmul{c32, a, b, s});
-  set_native_bf16_products(false);
-  run_kernel(cpu, Matmul{c, a, b, s, Precision::bf16});
-  set_native_bf16_products(true);
+  {
+    NativeBf16Off off;
+    run_kernel(cpu, Matmul{c, a, b, s, Precision::bf16});
+  }
   EXPECT_EQ(check_within_bound(exact_product(p, a, b), c, c32), 0.0);
+}
+
+// The linear op in a bf16 run hands its three products (y, dx, dW) to the kernels as bf16 operands:
+// with the native products on, each is a bf16 primitive of its own beside the float32 ones the
+// same op made with them off (shapes no other test uses, so that every primitive is new).
+TEST(Bf16Products, ABf16RunsLinearLayerMultipliesNatively) {
+  if (skip_without_native_bf16()) GTEST_SKIP() << why_skipped();
+  BackendScope cpu_ops("cpu");
+  Backend& cpu = backend("cpu");
+  const auto forward_backward = [] {
+    StoragePrecisionScope bf16(Precision::bf16);
+    Tensor x = Tensor::from(values(41 * 53, 41, false).to_vector(), {41, 53}, DType::f32);
+    Tensor w = Tensor::from(values(47 * 53, 42, false).to_vector(), {47, 53}, DType::f32);
+    x.requires_grad_(true);
+    w.requires_grad_(true);
+    const Tensor y = linear(x, w, values(47, 43, false));
+    y.backward(Tensor::full(y.shape(), 1.0, DType::f32));
+  };
+  const uint64_t before = cpu.primitives_created();
+  {
+    NativeBf16Off off;
+    forward_backward();
+  }
+  const uint64_t emulated = cpu.primitives_created() - before;
+  forward_backward();
+  EXPECT_EQ(cpu.primitives_created() - before - emulated, 3u) << "the forward, dx and dW products in bf16";
 }
 
 }  // namespace

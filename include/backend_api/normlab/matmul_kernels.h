@@ -3,8 +3,10 @@
 //
 // A product's `operands` is the format its two operands' values are on (a bf16 run's casts): a
 // backend may then multiply them in that format with float32 accumulation, as PyTorch's autocast
-// does, since each product of two bf16 values is exact in float32 and only the order of the sums
-// changes. fp32 (the default): float32 operands, whatever their values.
+// does. Each product of two bf16 values is exact in float32, so only the order of the sums
+// changes, except where the hardware's bf16 dot products treat subnormal values as zero (a bf16
+// subnormal operand, a product or sum below float32's smallest normal). fp32 (the default):
+// float32 operands, whatever their values.
 #pragma once
 #include <cstdint>
 

@@ -5,7 +5,8 @@
 // layer's bias is fused as the primitive's bias argument. Operands whose values are all bf16
 // (a bf16 run's products) are multiplied as bf16 with float32 accumulation where the CPU has
 // bf16 dot products: each product of two bf16 values is exact in float32, so only the order of
-// the float32 sums differs from the float32 primitive.
+// the float32 sums differs from the float32 primitive, and subnormals: AVX512-BF16's and AMX's dot
+// products read a subnormal operand as zero and flush a subnormal result to zero.
 #include <fmt/format.h>
 
 #include <atomic>
