@@ -123,6 +123,15 @@ float fp16_bits_to_float(uint16_t h) {
 // x rounded to fp16's grid and widened back, as float32 bits: the composition of
 // float_to_fp16_bits and fp16_bits_to_float, written without branches (every case computed,
 // one selected) so that a loop over it vectorizes; integer arithmetic only, as above.
+// bf16's round trip of a float32 bit pattern (to_bits then from_bits) without branches, so that a
+// loop over it vectorizes: nearest even on the low 16 bits (a carry moves into the exponent, and
+// out of the largest one gives infinity), a NaN quieted.
+inline uint32_t bf16_rounded_bits(uint32_t u) {
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+}
+
 inline uint32_t fp16_rounded_bits(uint32_t u) {
   const uint32_t sign = u & 0x80000000u;
   const uint32_t a = u & 0x7fffffffu;

@@ -577,7 +577,7 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
   }
 }
 
-// The cpu kernel's bf16 rounding (its own vectorized loop) is core's, bit for bit: every 7th upper
+// The cpu kernel's bf16 rounding (core's loop, run over the threads' chunks) is core's, bit for bit: every 7th upper
 // half (signs, exponents, infinities and NaNs among them) with the low halves around the tie, on
 // 1 and 2 threads (the chunks' seams). NaNs are compared as bit patterns: quieted the same way.
 TEST(CpuRoundToFormat, Bf16IsCoresRoundingBitForBit) {

@@ -46,15 +46,6 @@ float to_float(double v);
 float round_to(Precision p, float x);
 // The same, in place over n values (a kernel's loop; the backends call it on their outputs).
 void round_to(Precision p, float* values, int64_t n);
-// bf16's round trip of a float32 bit pattern (to_bits then from_bits) without branches, so that a
-// loop over it vectorizes: nearest even on the low 16 bits (a carry moves into the exponent, and
-// out of the largest one gives infinity), a NaN quieted. static: each translation unit keeps its
-// own copy, compiled for its own instruction set (the cpu kernels are built for several).
-static inline uint32_t bf16_rounded_bits(uint32_t u) {
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
-  return (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
-}
 
 // The 16-bit encodings of bf16 and fp16 (sign, exponent, fraction): what CUDA and a native bf16
 // CPU kernel store. to_bits rounds as round_to; from_bits is exact.

@@ -75,20 +75,6 @@ void scale(float* out, const float* x, float alpha, int64_t n) {
 
 void round_to_format(float* x, int64_t n, Precision format) {
   if (format == Precision::fp32) return;
-  if (format == Precision::bf16) {  // core's bf16 rounding, here compiled for this CPU's vectors
-    parallel_chunks(n, n, [x](int64_t lo, int64_t hi) {
-      // A local pointer: memcpy's stores may alias a captured one, which then reloads every time
-      // and keeps the loop from vectorizing.
-      float* const v = x;
-      for (int64_t i = lo; i < hi; ++i) {
-        uint32_t u;
-        std::memcpy(&u, v + i, sizeof u);
-        u = bf16_rounded_bits(u);
-        std::memcpy(v + i, &u, sizeof u);
-      }
-    });
-    return;
-  }
   parallel_chunks(n, n, [&](int64_t lo, int64_t hi) { round_to(format, x + lo, hi - lo); });
 }
 

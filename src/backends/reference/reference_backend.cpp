@@ -26,6 +26,7 @@ namespace {
 using reference::cptr;
 using reference::dispatch;
 using reference::expect;
+using reference::expect_all;
 using reference::ptr;
 
 // Token ids or targets: int32, n of them, each in [0, v).
@@ -48,9 +49,7 @@ class ReferenceBackend final : public Backend {
 void matmul(Backend&, const Matmul& call) {
   const char* kn = "matmul";
   DType dt = call.c.dtype();
-  expect(kn, "c", call.c, dt);
-  expect(kn, "a", call.a, dt);
-  expect(kn, "b", call.b, dt);
+  expect_all(kn, dt, {{"c", &call.c}, {"a", &call.a}, {"b", &call.b}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     matmul_ref(call.c.data<T>(), call.a.data<T>(), call.b.data<T>(), call.s);
@@ -60,11 +59,8 @@ void matmul(Backend&, const Matmul& call) {
 void linear_forward(Backend&, const LinearForward& call) {
   const char* kn = "linear_forward";
   DType dt = call.y.dtype();
-  expect(kn, "y", call.y, dt);
-  expect(kn, "x", call.x, dt);
-  expect(kn, "w", call.w, dt);
-  if (call.bias.defined()) expect(kn, "bias", call.bias, dt);
-  if (call.residual.defined()) expect(kn, "residual", call.residual, dt);
+  expect_all(kn, dt,
+             {{"y", &call.y}, {"x", &call.x}, {"w", &call.w}, {"bias", &call.bias}, {"residual", &call.residual}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     linear_forward_ref(call.y.data<T>(), call.x.data<T>(), call.w.data<T>(),
@@ -76,10 +72,7 @@ void linear_forward(Backend&, const LinearForward& call) {
 void linear_backward_input(Backend&, const LinearBackwardInput& call) {
   const char* kn = "linear_backward_input";
   DType dt = call.dx.dtype();
-  expect(kn, "dx", call.dx, dt);
-  expect(kn, "dy", call.dy, dt);
-  expect(kn, "w", call.w, dt);
-  if (call.gate.defined()) expect(kn, "gate", call.gate, dt);
+  expect_all(kn, dt, {{"dx", &call.dx}, {"dy", &call.dy}, {"w", &call.w}, {"gate", &call.gate}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     linear_backward_input_ref(call.dx.data<T>(), call.dy.data<T>(), call.w.data<T>(),
@@ -90,8 +83,7 @@ void linear_backward_input(Backend&, const LinearBackwardInput& call) {
 void sum_rows(Backend&, const SumRows& call) {
   const char* kn = "sum_rows";
   DType dt = call.out.dtype();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     sum_rows_ref(call.out.data<T>(), call.x.data<T>(), call.rows, call.cols);
@@ -112,8 +104,7 @@ void copy(Backend&, const Copy& call) {
   const char* kn = "copy";
   DType dt = call.out.dtype();
   int64_t n = call.out.numel();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     copy_ref(call.out.data<T>(), call.x.data<T>(), n);
@@ -124,9 +115,7 @@ void add(Backend&, const Add& call) {
   const char* kn = "add";
   DType dt = call.out.dtype();
   int64_t n = call.out.numel();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "a", call.a, dt);
-  expect(kn, "b", call.b, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"a", &call.a}, {"b", &call.b}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     add_ref(call.out.data<T>(), call.a.data<T>(), call.b.data<T>(), call.alpha, call.beta, n);
@@ -137,8 +126,7 @@ void accumulate(Backend&, const Accumulate& call) {
   const char* kn = "accumulate";
   DType dt = call.dst.dtype();
   int64_t n = call.dst.numel();
-  expect(kn, "dst", call.dst, dt);
-  expect(kn, "src", call.src, dt);
+  expect_all(kn, dt, {{"dst", &call.dst}, {"src", &call.src}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     accumulate_ref(call.dst.data<T>(), call.src.data<T>(), n);
@@ -149,8 +137,7 @@ void scale(Backend&, const Scale& call) {
   const char* kn = "scale";
   DType dt = call.out.dtype();
   int64_t n = call.out.numel();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     scale_ref(call.out.data<T>(), call.x.data<T>(), call.alpha, n);
@@ -161,9 +148,7 @@ void mul(Backend&, const Mul& call) {
   const char* kn = "mul";
   DType dt = call.out.dtype();
   int64_t n = call.out.numel();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "a", call.a, dt);
-  expect(kn, "b", call.b, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"a", &call.a}, {"b", &call.b}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     mul_ref(call.out.data<T>(), call.a.data<T>(), call.b.data<T>(), n);
@@ -174,8 +159,7 @@ void gelu_forward(Backend&, const GeluForward& call) {
   const char* kn = "gelu_forward";
   DType dt = call.y.dtype();
   int64_t n = call.y.numel();
-  expect(kn, "y", call.y, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"y", &call.y}, {"x", &call.x}});
   if (call.dydx) expect(kn, "dydx", *call.dydx, dt);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
@@ -219,8 +203,7 @@ void format_census(Backend&, const CountFormat& call) {
 void softmax_forward(Backend&, const SoftmaxForward& call) {
   const char* kn = "softmax_forward";
   DType dt = call.x.dtype();
-  expect(kn, "y", call.y, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"y", &call.y}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     softmax_forward_ref(call.y.data<T>(), call.x.data<T>(), call.n, call.d);
@@ -230,9 +213,7 @@ void softmax_forward(Backend&, const SoftmaxForward& call) {
 void softmax_backward(Backend&, const SoftmaxBackward& call) {
   const char* kn = "softmax_backward";
   DType dt = call.y.dtype();
-  expect(kn, "dx", call.dx, dt);
-  expect(kn, "dy", call.dy, dt);
-  expect(kn, "y", call.y, dt);
+  expect_all(kn, dt, {{"dx", &call.dx}, {"dy", &call.dy}, {"y", &call.y}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     softmax_backward_ref(call.dx.data<T>(), call.dy.data<T>(), call.y.data<T>(), call.n, call.d);
@@ -243,11 +224,7 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 void attention_forward(Backend&, const AttentionForward& call) {
   const char* kn = "attention_forward";
   DType dt = call.q.dtype();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "probs", call.probs, dt);
-  expect(kn, "q", call.q, dt);
-  expect(kn, "k", call.k, dt);
-  expect(kn, "v", call.v, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"probs", &call.probs}, {"q", &call.q}, {"k", &call.k}, {"v", &call.v}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_forward_ref(call.out.data<T>(), call.probs.data<T>(), call.q.data<T>(), call.k.data<T>(),
@@ -258,14 +235,15 @@ void attention_forward(Backend&, const AttentionForward& call) {
 void attention_backward(Backend&, const AttentionBackward& call) {
   const char* kn = "attention_backward";
   DType dt = call.q.dtype();
-  expect(kn, "dq", call.dq, dt);
-  expect(kn, "dk", call.dk, dt);
-  expect(kn, "dv", call.dv, dt);
-  expect(kn, "dout", call.dout, dt);
-  expect(kn, "q", call.q, dt);
-  expect(kn, "k", call.k, dt);
-  expect(kn, "v", call.v, dt);
-  expect(kn, "probs", call.probs, dt);
+  expect_all(kn, dt,
+             {{"dq", call.dq},
+              {"dk", call.dk},
+              {"dv", call.dv},
+              {"dout", &call.dout},
+              {"q", &call.q},
+              {"k", &call.k},
+              {"v", &call.v},
+              {"probs", &call.probs}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_backward_ref(ptr<T>(call.dq), ptr<T>(call.dk), ptr<T>(call.dv), call.dout.data<T>(), call.q.data<T>(),
@@ -278,8 +256,7 @@ void attention_backward(Backend&, const AttentionBackward& call) {
 void prefix_mean_forward(Backend&, const PrefixMeanForward& call) {
   const char* kn = "prefix_mean_forward";
   DType dt = call.x.dtype();
-  expect(kn, "y", call.y, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"y", &call.y}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     prefix_mean_forward_ref(call.y.data<T>(), call.x.data<T>(), call.b, call.t, call.c);
@@ -289,8 +266,7 @@ void prefix_mean_forward(Backend&, const PrefixMeanForward& call) {
 void prefix_mean_backward(Backend&, const PrefixMeanBackward& call) {
   const char* kn = "prefix_mean_backward";
   DType dt = call.dy.dtype();
-  expect(kn, "dx", call.dx, dt);
-  expect(kn, "dy", call.dy, dt);
+  expect_all(kn, dt, {{"dx", &call.dx}, {"dy", &call.dy}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     prefix_mean_backward_ref(call.dx.data<T>(), call.dy.data<T>(), call.b, call.t, call.c);
@@ -301,8 +277,7 @@ void prefix_mean_backward(Backend&, const PrefixMeanBackward& call) {
 void embedding_forward(Backend&, const EmbeddingForward& call) {
   const char* kn = "embedding_forward";
   DType dt = call.table.dtype();
-  expect(kn, "y", call.y, dt);
-  expect(kn, "table", call.table, dt);
+  expect_all(kn, dt, {{"y", &call.y}, {"table", &call.table}});
   expect_ids(kn, "ids", call.ids, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
@@ -313,8 +288,7 @@ void embedding_forward(Backend&, const EmbeddingForward& call) {
 void embedding_backward(Backend&, const EmbeddingBackward& call) {
   const char* kn = "embedding_backward";
   DType dt = call.dy.dtype();
-  expect(kn, "dtable", call.dtable, dt);
-  expect(kn, "dy", call.dy, dt);
+  expect_all(kn, dt, {{"dtable", &call.dtable}, {"dy", &call.dy}});
   expect_ids(kn, "ids", call.ids, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
@@ -327,9 +301,7 @@ void cross_entropy_forward(Backend&, const CrossEntropyForward& call) {
   const char* kn = "cross_entropy_forward";
   DType dt = call.logits.dtype();
   NL_CHECK(call.n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, call.n);
-  expect(kn, "loss", call.loss, dt);
-  expect(kn, "probs", call.probs, dt);
-  expect(kn, "logits", call.logits, dt);
+  expect_all(kn, dt, {{"loss", &call.loss}, {"probs", &call.probs}, {"logits", &call.logits}});
   expect_ids(kn, "targets", call.targets, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
@@ -342,9 +314,7 @@ void cross_entropy_backward(Backend&, const CrossEntropyBackward& call) {
   const char* kn = "cross_entropy_backward";
   DType dt = call.probs.dtype();
   NL_CHECK(call.n > 0, "reference {}: the mean over N rows needs N > 0 (got {})", kn, call.n);
-  expect(kn, "dlogits", call.dlogits, dt);
-  expect(kn, "dloss", call.dloss, dt);
-  expect(kn, "probs", call.probs, dt);
+  expect_all(kn, dt, {{"dlogits", &call.dlogits}, {"dloss", &call.dloss}, {"probs", &call.probs}});
   expect_ids(kn, "targets", call.targets, call.n, call.v);
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
@@ -357,8 +327,7 @@ void cross_entropy_backward(Backend&, const CrossEntropyBackward& call) {
 void transpose(Backend&, const Transpose& call) {
   const char* kn = "transpose";
   DType dt = call.x.dtype();
-  expect(kn, "out", call.out, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"out", &call.out}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     transpose_ref(call.out.data<T>(), call.x.data<T>(), call.outer, call.a, call.mid, call.bdim, call.inner);
@@ -369,8 +338,7 @@ void transpose(Backend&, const Transpose& call) {
 void row_norms(Backend&, const RowNorms& call) {
   const char* kn = "row_norms";
   DType dt = call.x.dtype();
-  expect(kn, "norms", call.norms, dt);
-  expect(kn, "x", call.x, dt);
+  expect_all(kn, dt, {{"norms", &call.norms}, {"x", &call.x}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     row_norms_ref(call.norms.data<T>(), call.x.data<T>(), call.n, call.d);
@@ -380,10 +348,7 @@ void row_norms(Backend&, const RowNorms& call) {
 void attention_logit_stats(Backend&, const AttentionLogitStats& call) {
   const char* kn = "attention_logit_stats";
   DType dt = call.q.dtype();
-  expect(kn, "max_logit", call.max_logit, dt);
-  expect(kn, "entropy", call.entropy, dt);
-  expect(kn, "q", call.q, dt);
-  expect(kn, "k", call.k, dt);
+  expect_all(kn, dt, {{"max_logit", &call.max_logit}, {"entropy", &call.entropy}, {"q", &call.q}, {"k", &call.k}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_logit_stats_ref(call.max_logit.data<T>(), call.entropy.data<T>(), call.q.data<T>(), call.k.data<T>(),
@@ -397,10 +362,7 @@ void adam_step(Backend&, const AdamStep& call) {
   DType dt = call.param.dtype();
   int64_t n = call.param.numel();
   NL_CHECK(call.hp.step >= 1, "reference {}: step is 1-based for the bias correction (got {})", kn, call.hp.step);
-  expect(kn, "param", call.param, dt);
-  expect(kn, "grad", call.grad, dt);
-  expect(kn, "m", call.m, dt);
-  expect(kn, "v", call.v, dt);
+  expect_all(kn, dt, {{"param", &call.param}, {"grad", &call.grad}, {"m", &call.m}, {"v", &call.v}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     adam_step_ref(call.param.data<T>(), call.m.data<T>(), call.v.data<T>(), call.grad.data<T>(), n, call.hp.lr,
