@@ -28,6 +28,10 @@ void copy_memcpy(float* dst, const float* src, int64_t n);
 // s = alpha*a + b: the add of the unfused add+norm baseline.
 void add_scaled(float* s, const float* a, const float* b, float alpha, int64_t n);
 
+// step_parts.cpp: `steps` calls of `step` under a KernelClock; sets r's clocked_step, its parts'
+// seconds and its kernels.
+void measure_step_parts(const std::function<void()>& step, int64_t steps, StepRow& r);
+
 // ---- bench_common.cpp: the start and the end every cpu bench run has -------------------------
 
 // Started before the first row: the thread count to restore, the threads' cache-line round trip

@@ -448,6 +448,34 @@ NormReport norm_report_from_json(const std::string& text, const std::string& wha
 
 namespace {
 
+// Where the step's time goes, in seconds per step (StepRow's parts and kernels).
+ordered_json step_parts_json(const StepRow& r) {
+  ordered_json p;
+  p["clocked_step_s"] = num(r.clocked_step);
+  for (const StepPart& part : step_parts()) p[std::string(part.name) + "_s"] = num(r.*part.seconds);
+  p["outside_kernels_s"] = num(r.outside_kernels_s);
+  p["outside_products_share"] = num(r.outside_products_share);
+  p["products_gflop_per_s"] = num(r.products_gflop_per_s);
+  p["products_pct_of_fma_peak"] = num(r.products_pct_of_fma_peak);
+  ordered_json kernels = ordered_json::array();
+  for (const StepRow::Kernel& k : r.kernels)
+    kernels.push_back({{"name", k.name}, {"part", k.part}, {"calls", k.calls}, {"seconds", num(k.seconds)}});
+  p["kernels"] = kernels;
+  return p;
+}
+
+void step_parts_from(const json& p, StepRow& r) {
+  r.clocked_step = get_num(p, "clocked_step_s");
+  for (const StepPart& part : step_parts()) r.*part.seconds = get_num(p, (std::string(part.name) + "_s").c_str());
+  r.outside_kernels_s = get_num(p, "outside_kernels_s");
+  r.outside_products_share = get_num(p, "outside_products_share");
+  r.products_gflop_per_s = get_num(p, "products_gflop_per_s");
+  r.products_pct_of_fma_peak = get_num(p, "products_pct_of_fma_peak");
+  if (!p.contains("kernels") || !p["kernels"].is_array()) return;
+  for (const json& k : p["kernels"])
+    r.kernels.push_back({get_str(k, "name"), get_str(k, "part"), get_num(k, "calls"), get_num(k, "seconds")});
+}
+
 ordered_json step_row_json(const StepRow& r) {
   constexpr double kUnit = 1e-3;  // milliseconds
   ordered_json j = benchmark_entry(r.name(), r.threads, r.step.samples, r.step.median, kUnit, "ms");
@@ -476,6 +504,7 @@ ordered_json step_row_json(const StepRow& r) {
   c["fma_peak_gflop_per_s"] = num(r.fma_peak_gflop_per_s);
   c["pct_of_fma_peak"] = num(r.pct_of_fma_peak);
   j["counters"] = c;
+  j["parts"] = step_parts_json(r);
   j["runs"] = r.runs;
   if (!r.run_range.empty()) j["run_range"] = range_json(r.run_range);
   return j;
@@ -517,6 +546,7 @@ StepRow step_row_from(const json& j, const std::string& what) {
   r.gflop_per_s = get_num(c, "gflop_per_s");
   r.fma_peak_gflop_per_s = get_num(c, "fma_peak_gflop_per_s");
   r.pct_of_fma_peak = get_num(c, "pct_of_fma_peak");
+  if (j.contains("parts") && j["parts"].is_object()) step_parts_from(j["parts"], r);
   r.runs = static_cast<int>(get_int(j, "runs", 1));
   r.run_range = range_from(j, "run_range");
   return r;
@@ -689,7 +719,14 @@ const Figures<StepRow> kStepFigures = {
     {"norm_share", &StepRow::norm_share},     {"tokens_per_s", &StepRow::tokens_per_s},
     {"gflop_per_s", &StepRow::gflop_per_s},   {"fma_peak_gflop_per_s", &StepRow::fma_peak_gflop_per_s},
     {"pct_of_fma_peak", &StepRow::pct_of_fma_peak}, {"step_speedup", &StepRow::step_speedup},
-    {"op_speedup", &StepRow::op_speedup},     {"predicted_step_speedup", &StepRow::predicted_step_speedup}};
+    {"op_speedup", &StepRow::op_speedup},     {"predicted_step_speedup", &StepRow::predicted_step_speedup},
+    {"clocked_step", &StepRow::clocked_step}, {"products_s", &StepRow::products_s},
+    {"norms_s", &StepRow::norms_s},           {"attention_s", &StepRow::attention_s},
+    {"elementwise_s", &StepRow::elementwise_s}, {"optimizer_s", &StepRow::optimizer_s},
+    {"other_s", &StepRow::other_s},           {"outside_kernels_s", &StepRow::outside_kernels_s},
+    {"outside_products_share", &StepRow::outside_products_share},
+    {"products_gflop_per_s", &StepRow::products_gflop_per_s},
+    {"products_pct_of_fma_peak", &StepRow::products_pct_of_fma_peak}};
 
 // One figure over the runs of a row: the median of the runs' values into the merged row, their
 // range into its run_range (where some run has a finite value).

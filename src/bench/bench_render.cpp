@@ -385,6 +385,39 @@ Table step_table(const StepReport& r) {
   return t;
 }
 
+// Where each row's step time goes, in the parts of step_parts().
+Table step_parts_table(const StepReport& r) {
+  Table t;
+  t.columns = {left("model"), left("norm"), right("thr"), right("clocked step")};
+  for (const StepPart& p : step_parts()) t.columns.push_back(right(p.name));
+  for (const char* c : {"in no kernel", "outside products", "products GFLOP/s", "products %FMA"})
+    t.columns.push_back(right(c));
+  auto pct = [](double x) { return std::isfinite(x) ? fmt::format("{:.1f}%", 100 * x) : std::string("-"); };
+  std::string last;
+  for (const StepRow& x : r.rows) {
+    const std::string group = fmt::format("{}/{}", x.model, x.threads);
+    if (!last.empty() && group != last) t.add_line("");
+    last = group;
+    std::vector<std::string> row = {x.model, x.norm, std::to_string(x.threads), fmt_time(x.clocked_step)};
+    for (const StepPart& p : step_parts()) row.push_back(pct(x.*p.seconds / x.clocked_step));
+    row.push_back(pct(x.outside_kernels_s / x.clocked_step));
+    row.push_back(pct(x.outside_products_share));
+    row.push_back(finite(x.products_gflop_per_s) ? fmt::format("{:.1f}", x.products_gflop_per_s) : "-");
+    row.push_back(finite(x.products_pct_of_fma_peak) ? fmt::format("{:.1f}%", x.products_pct_of_fma_peak) : "-");
+    t.add_row(row);
+  }
+  return t;
+}
+
+std::string step_parts_legend() {
+  return "Where the time goes: as many steps again, each kernel timed on the calling thread (its worker threads "
+         "inside its time), in parts: products (oneDNN's matrix products with their fused bias, residual and "
+         "GELU-derivative epilogues), norms, attention (the toy's prefix mean), elementwise (GELU, adds, copies, "
+         "bias gradients), optimizer (AdamW and the gradient norm), other (embedding, loss, statistics, and the "
+         "time in no kernel: the tape, allocation). Shares of the clocked step. products GFLOP/s: the step's "
+         "product flops over the products' time alone; %FMA: of the FMA loop at the same thread count.";
+}
+
 std::string step_legend() {
   return "step: one training step (forward + backward + gradient norm + AdamW), the two norms' models stepping in "
          "turn. GFLOP/s: the step's matrix-product flops (forward and the two backward products of each, 2*M*N*K "
@@ -422,16 +455,24 @@ std::string step_csv(const StepReport& r) {
       "name,model,norm,threads,layers,d_model,d_hidden,heads,vocab,batch,seq,parameters,norm_parameters,norm_calls,"
       "norm_rows,samples,step_median_s,step_min_s,step_max_s,step_cv,norm_kernels_median_s,norm_share,tokens_per_s,"
       "step_speedup,op_speedup,predicted_step_speedup,runs,matmul_flops,gflop_per_s,fma_peak_gflop_per_s,"
-      "pct_of_fma_peak");
-  for (const StepRow& x : r.rows)
-    t.add_row(cells(x.name(),
+      "pct_of_fma_peak,clocked_step_s,products_s,norms_s,attention_s,elementwise_s,optimizer_s,other_s,"
+      "outside_kernels_s,outside_products_share,products_gflop_per_s,products_pct_of_fma_peak");
+  for (const StepRow& x : r.rows) {
+    std::vector<std::string> parts = {csv_num(x.clocked_step)};
+    for (const StepPart& p : step_parts()) parts.push_back(csv_num(x.*p.seconds));
+    for (double v : {x.outside_kernels_s, x.outside_products_share, x.products_gflop_per_s, x.products_pct_of_fma_peak})
+      parts.push_back(csv_num(v));
+    std::vector<std::string> row = cells(x.name(),
                      x.model, x.norm, x.threads, x.layers, x.d_model, x.d_hidden, x.heads, x.vocab, x.batch, x.seq,
                      x.parameters, x.norm_parameters, x.norm_calls, x.norm_rows, x.step.samples,
                      csv_num(x.step.median), csv_num(x.step.min), csv_num(x.step.max), csv_num(x.step.cv()),
                      csv_num(x.norm_kernels.median), csv_num(x.norm_share), csv_num(x.tokens_per_s),
                      csv_num(x.step_speedup), csv_num(x.op_speedup), csv_num(x.predicted_step_speedup), x.runs,
                      fmt::format("{:.0f}", x.matmul_flops), csv_num(x.gflop_per_s), csv_num(x.fma_peak_gflop_per_s),
-                     csv_num(x.pct_of_fma_peak)));
+                     csv_num(x.pct_of_fma_peak));
+    row.insert(row.end(), parts.begin(), parts.end());
+    t.add_row(row);
+  }
   return t.csv();
 }
 
@@ -545,14 +586,14 @@ std::string render(const StepReport& r, OutputFormat f) {
     case OutputFormat::markdown: {
       std::string s = "Measured " + context_line(r.context) + ".\n\n" + fma_peak_line(r.context) +
                       (r.context.fma_peaks.empty() ? "" : "\n") + step_table(r).markdown() + "\n" + step_legend() +
-                      "\n";
+                      "\n\n" + step_parts_table(r).markdown() + "\n" + step_parts_legend() + "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
     case OutputFormat::text: break;
   }
   return fma_peak_line(r.context) + thread_round_trip_line(r.context) + step_table(r).text() + "\n" + step_legend() +
-         "\n";
+         "\n\n" + step_parts_table(r).text() + "\n" + step_parts_legend() + "\n";
 }
 
 namespace {

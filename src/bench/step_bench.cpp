@@ -196,6 +196,41 @@ double step_bench_memory_bytes(const StepOptions& opt) {
   return 4.0 * (4 * params + 2 * acts);
 }
 
+// The model of a `bench step` row.
+ModelConfig step_model_config(const StepOptions& opt, const std::string& model_name, NormKind norm) {
+  ModelConfig cfg;
+  cfg.model = parse_kind<ModelKind>(model_name);
+  cfg.norm = norm;
+  cfg.layers = opt.layers;
+  cfg.d_model = opt.d_model;
+  cfg.d_hidden = opt.d_hidden;
+  cfg.heads = opt.heads;
+  cfg.vocab = opt.vocab;
+  cfg.seq_len = opt.seq;
+  return cfg;
+}
+
+// A row's sizes and counts, before it is timed.
+StepRow step_row(const StepOptions& opt, const std::string& model_name, NormKind norm, int threads, Model& model) {
+  StepRow r;
+  r.model = model_name;
+  r.norm = to_string(norm);
+  r.threads = threads;
+  r.layers = opt.layers;
+  r.d_model = opt.d_model;
+  r.d_hidden = opt.d_hidden;
+  r.heads = model_name == "gpt" ? opt.heads : 0;
+  r.vocab = opt.vocab;
+  r.batch = opt.batch;
+  r.seq = opt.seq;
+  r.parameters = model.params().count();
+  r.norm_parameters = norm_parameters_of(model);
+  r.norm_calls = norm_calls_of(model);
+  r.norm_rows = opt.batch * opt.seq;
+  r.matmul_flops = step_matmul_flops(model_name, opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq);
+  return r;
+}
+
 }  // namespace
 
 void validate(const StepOptions& opt) {
@@ -246,33 +281,9 @@ StepReport run_step_bench(const StepOptions& opt) {
       std::unique_ptr<NormSweep> sweep[2];
       StepRow rows[2];
       for (int k = 0; k < 2; ++k) {
-        ModelConfig cfg;
-        cfg.model = parse_kind<ModelKind>(model_name);
-        cfg.norm = kinds[k];
-        cfg.layers = opt.layers;
-        cfg.d_model = opt.d_model;
-        cfg.d_hidden = opt.d_hidden;
-        cfg.heads = opt.heads;
-        cfg.vocab = opt.vocab;
-        cfg.seq_len = opt.seq;
-        trainee[k] = std::make_unique<Trainee>(cfg, opt.batch, opt.seed);
+        trainee[k] = std::make_unique<Trainee>(step_model_config(opt, model_name, kinds[k]), opt.batch, opt.seed);
+        rows[k] = step_row(opt, model_name, kinds[k], t, *trainee[k]->model);
         StepRow& r = rows[k];
-        r.model = model_name;
-        r.norm = to_string(kinds[k]);
-        r.threads = t;
-        r.layers = opt.layers;
-        r.d_model = opt.d_model;
-        r.d_hidden = opt.d_hidden;
-        r.heads = model_name == "gpt" ? opt.heads : 0;
-        r.vocab = opt.vocab;
-        r.batch = opt.batch;
-        r.seq = opt.seq;
-        r.parameters = trainee[k]->model->params().count();
-        r.norm_parameters = norm_parameters_of(*trainee[k]->model);
-        r.norm_calls = norm_calls_of(*trainee[k]->model);
-        r.norm_rows = opt.batch * opt.seq;
-        r.matmul_flops =
-            step_matmul_flops(model_name, opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq);
         sweep[k] = std::make_unique<NormSweep>(kinds[k], r.norm_calls, r.norm_rows, opt.d_model, opt.seed);
         r.norm_verify = sweep[k]->verify();
         NL_CHECK(r.norm_verify.pass, "bench step: the cpu backend's {} kernels fail the reference check: {}", r.norm,
@@ -289,6 +300,9 @@ StepReport run_step_bench(const StepOptions& opt) {
       // sweeps are short and steady).
       for (int k = 0; k < 2; ++k) sweep[k]->run();
       const auto norm_s = time_in_turn([&](int k) { sweep[k]->run(); }, opt.repeats, opt.min_time / 4);
+      // Where the time goes: as many steps again, each kernel timed.
+      for (int k = 0; k < 2; ++k)
+        detail::measure_step_parts([&] { trainee[k]->step(); }, static_cast<int64_t>(step_s[k].size()), rows[k]);
       for (int k = 0; k < 2; ++k) {
         rows[k].step = summarize(step_s[k]);
         rows[k].norm_kernels = summarize(norm_s[k]);
@@ -319,6 +333,9 @@ void derive(StepReport& report) {
     const FmaPeak* peak = report.context.fma_peak(r.threads);
     r.fma_peak_gflop_per_s = peak ? peak->gflop_per_s : NAN;
     r.pct_of_fma_peak = 100.0 * r.gflop_per_s / r.fma_peak_gflop_per_s;
+    r.outside_products_share = 1.0 - r.products_s / r.clocked_step;
+    r.products_gflop_per_s = r.matmul_flops > 0 ? r.matmul_flops / r.products_s / 1e9 : NAN;
+    r.products_pct_of_fma_peak = 100.0 * r.products_gflop_per_s / r.fma_peak_gflop_per_s;
   }
   for (StepRow& r : report.rows) {
     if (r.norm != "rmsnorm" || r.runs > 1) continue;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "bench_internal.h"
@@ -21,6 +22,7 @@
 #include "normlab/backend.h"
 #include "normlab/bench.h"
 #include "normlab/error.h"
+#include "normlab/kernel.h"
 #include "normlab/nn.h"
 #include "normlab/version.h"
 
@@ -1233,7 +1235,7 @@ TEST(BenchStep, FmaPeakAndTheStepsShareOfIt) {
   EXPECT_NE(table.find("FMA peak (float32, avx2+fma, 8 floats per vector"), std::string::npos) << table;
   EXPECT_NE(table.find("1 thread 200.0 GFLOP/s, 2 threads 320.0 GFLOP/s"), std::string::npos) << table;
   EXPECT_NE(table.find("%FMA peak"), std::string::npos);
-  EXPECT_NE(render(m, OutputFormat::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak\n"),
+  EXPECT_NE(render(m, OutputFormat::csv).find(",matmul_flops,gflop_per_s,fma_peak_gflop_per_s,pct_of_fma_peak,clocked_step_s,products_s,"),
             std::string::npos);
 }
 
@@ -1296,6 +1298,24 @@ TEST(BenchStep, TinyModelsBothNorms) {
     EXPECT_NEAR(x.norm_share, x.norm_kernels.median / x.step.median, 1e-12);
     EXPECT_EQ(x.matmul_flops, step_matmul_flops(x.model, 2, 16, 32, 16, 2, 4)) << x.name();
     EXPECT_GT(x.pct_of_fma_peak, 0) << x.name();
+    // The parts add up to the clocked step, every kernel has a part, and the step's products,
+    // norms, mixer, optimizer and loss each took time.
+    double parts = 0;
+    for (const StepPart& p : step_parts()) parts += x.*p.seconds;
+    EXPECT_NEAR(parts, x.clocked_step, 1e-9 * x.clocked_step) << x.name();
+    for (const StepPart& p : step_parts()) EXPECT_GT(x.*p.seconds, 0) << x.name() << " " << p.name;
+    EXPECT_GE(x.outside_kernels_s, 0) << x.name();
+    EXPECT_LE(x.outside_kernels_s, x.other_s) << x.name();
+    EXPECT_NEAR(x.outside_products_share, 1 - x.products_s / x.clocked_step, 1e-12) << x.name();
+    EXPECT_NEAR(x.products_gflop_per_s, x.matmul_flops / x.products_s / 1e9, 1e-9 * x.products_gflop_per_s) << x.name();
+    std::map<std::string, double> calls;
+    for (const StepRow::Kernel& k : x.kernels) {
+      EXPECT_FALSE(k.part.empty()) << k.name;
+      calls[k.name] = k.calls;
+    }
+    EXPECT_EQ(calls["adam_step"], 1) << x.name();
+    EXPECT_EQ(calls[x.norm + "_forward"] + calls["add_" + x.norm + "_forward"], x.norm_calls) << x.name();
+    EXPECT_EQ(calls[x.model == "gpt" ? "attention_forward" : "prefix_mean_forward"], 2) << x.name();
     if (x.norm == "rmsnorm") {
       EXPECT_GT(x.step_speedup, 0);
       EXPECT_GT(x.op_speedup, 0);
@@ -1317,10 +1337,21 @@ TEST(BenchStep, TinyModelsBothNorms) {
   ASSERT_EQ(back.rows.size(), 4u);
   EXPECT_EQ(back.rows[1].name(), "step/toy/rmsnorm/threads:1");
   EXPECT_NEAR(back.rows[1].step.median, r.rows[1].step.median, 1e-12);
+  EXPECT_NEAR(back.rows[1].products_s, r.rows[1].products_s, 1e-12);
+  EXPECT_EQ(back.rows[1].kernels.size(), r.rows[1].kernels.size());
+  EXPECT_NE(render(r, OutputFormat::text).find("outside products"), std::string::npos);
   EXPECT_EQ(timed_entries_from_json(text, "t").size(), 8u);
   StepOptions bad = o;
   bad.models = {"bert"};
   EXPECT_THROW(validate(bad), UsageError);
+}
+
+// A new kernel is read in a part of the step's time: each one the backends implement has one.
+TEST(StepBench, EveryKernelHasAPartOfTheStep) {
+  for (const char* name : {"reference", "cpu"})
+    for (const std::string& k : kernels_of(backend(name))) EXPECT_FALSE(step_part_of(k).empty()) << name << " " << k;
+  EXPECT_EQ(step_part_of("onednn_matmul"), "products");
+  EXPECT_EQ(step_part_of("no_such_kernel"), "");
 }
 
 // ---- the command line ----------------------------------------------------------------------------

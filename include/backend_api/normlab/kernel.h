@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "normlab/backend.h"
+#include "normlab/kernel_clock.h"
 
 namespace normlab {
 
@@ -99,6 +100,7 @@ void run_kernel(Backend& b, const K& call) {
   const uint64_t generation = kernel_registry::generation();
   if (found.backend != &b || found.generation != generation) found = {&b, generation, kernel_registry::find(K::kName, b)};
   using Impl = void (*)(Backend&, const K&);
+  const KernelClock::Region timed(K::kName);
   reinterpret_cast<Impl>(found.impl)(b, call);
 }
 

@@ -447,6 +447,20 @@ struct StepOptions {
 };
 void validate(const StepOptions& opt);
 
+struct StepRow;
+// The parts a step's time is read in, in the order printed: products (oneDNN's matrix products
+// with their fused epilogues), norms, attention (or the toy's prefix mean), elementwise,
+// optimizer (AdamW and the gradient norm) and other (embedding, loss, statistics, and what is in
+// no kernel).
+struct StepPart {
+  const char* name;
+  double StepRow::*seconds;
+};
+const std::vector<StepPart>& step_parts();
+// The part of kernel (or timed region) `name`: a name of step_parts(), or "" for a name it does
+// not know (counted as other).
+std::string step_part_of(const std::string& name);
+
 struct StepRow {
   std::string model;  // "toy" | "gpt"
   std::string norm;   // "layernorm" | "rmsnorm"
@@ -460,12 +474,26 @@ struct StepRow {
   Stats norm_kernels;           // seconds per step in the norm kernels (fwd + bwd of every call)
   VerifyResult norm_verify;     // the norm kernels checked against the reference first
   double matmul_flops = 0;      // of the step's matrix products (step_matmul_flops)
+  // Where the step's time goes: steps taken apart from the timed ones under a KernelClock, seconds
+  // per step in each part (step_parts(): its kernels' exclusive time; `other` also holds the time
+  // outside every kernel, the tape's and the allocator's). They add up to clocked_step.
+  double clocked_step = NAN;  // seconds per step of those steps
+  double products_s = NAN, norms_s = NAN, attention_s = NAN, elementwise_s = NAN, optimizer_s = NAN, other_s = NAN;
+  double outside_kernels_s = NAN;  // the part of other_s in no kernel
+  struct Kernel {
+    std::string name, part;
+    double calls = 0, seconds = 0;  // per step
+  };
+  std::vector<Kernel> kernels;  // every timed kernel and region, by time, largest first
   // derived (derive_step)
   double norm_share = NAN;      // norm_kernels.median / step.median
   double tokens_per_s = NAN;    // batch*seq / step.median
   double gflop_per_s = NAN;     // matmul_flops / step.median / 1e9: the products' flops over the whole step
   double fma_peak_gflop_per_s = NAN;  // the context's FMA peak at this row's thread count
   double pct_of_fma_peak = NAN;       // 100 * gflop_per_s / fma_peak_gflop_per_s
+  double outside_products_share = NAN;    // 1 - products_s / clocked_step
+  double products_gflop_per_s = NAN;      // matmul_flops / products_s / 1e9: the products alone
+  double products_pct_of_fma_peak = NAN;  // 100 * products_gflop_per_s / fma_peak_gflop_per_s
   // rmsnorm rows: LayerNorm / RMSNorm of the same model and threads
   double step_speedup = NAN;    // step.median(LN) / step.median(RMS): model level
   double op_speedup = NAN;      // norm_kernels.median(LN) / norm_kernels.median(RMS): operator level

@@ -16,6 +16,7 @@
 #include "kernels.h"
 #include "normlab/cpu_backend.h"
 #include "normlab/error.h"
+#include "normlab/kernel_clock.h"
 #include "onednn.h"
 #include "parallel.h"
 
@@ -185,6 +186,9 @@ void matmul_strided(float* c, const float* a_f32, const float* b_f32, const floa
     spec.impl = pd.impl_info_str();
     return spec;
   };
+  // The product alone, apart from the kernel around it (a cpu attention kernel's softmax, the bf16
+  // operands' conversion above).
+  const KernelClock::Region timed("onednn_matmul");
   if (bias && binary)
     run_primitive(key, make, describe, {a, b, bias, c, epilogue.src1});
   else if (bias)
