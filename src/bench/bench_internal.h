@@ -25,6 +25,17 @@ namespace normlab::bench::detail {
 // copy_kernels.cpp: the bandwidth baselines; n floats, split over the OpenMP threads.
 void copy_loop(float* dst, const float* src, int64_t n);
 void copy_memcpy(float* dst, const float* src, int64_t n);
+// A norm row's own copy: the bytes of one or two inputs (their XOR) stored into each output, `bytes`
+// of each, split over the OpenMP threads as the copies are; streaming: non-temporal stores, as a
+// kernel with streaming stores makes them.
+struct OwnCopyArrays {
+  void* outs[2] = {nullptr, nullptr};
+  const void* ins[2] = {nullptr, nullptr};
+  int n_out = 0, n_in = 0;
+  int64_t bytes = 0;  // of each array
+  bool streaming = false;
+};
+void own_copy(const OwnCopyArrays& a);
 // s = alpha*a + b: the add of the unfused add+norm baseline.
 void add_scaled(float* s, const float* a, const float* b, float alpha, int64_t n);
 

@@ -311,6 +311,9 @@ ordered_json norm_row_json(const NormRow& r) {
   c["pct_of_copy_loop"] = num(r.pct_of_copy_loop);
   c["pct_of_memcpy"] = num(r.pct_of_memcpy);
   c["pct_of_copy"] = num(r.pct_of_copy);
+  c["own_copy_gb_per_s"] = num(r.own_copy_gb_per_s);
+  c["pct_of_own_copy"] = num(r.pct_of_own_copy);
+  c["measurement_error"] = r.measurement_error;
   c["rms_over_ln"] = num(r.rms_over_ln);
   c["vs_onednn"] = num(r.vs_onednn);
   c["backend_vs_onednn"] = num(r.backend_vs_onednn);
@@ -373,6 +376,10 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.memcpy_gb_per_s = get_num(c, "memcpy_gb_per_s");
   r.pct_of_copy_loop = get_num(c, "pct_of_copy_loop");
   r.pct_of_memcpy = get_num(c, "pct_of_memcpy");
+  r.own_copy_gb_per_s = get_num(c, "own_copy_gb_per_s");
+  r.pct_of_own_copy = get_num(c, "pct_of_own_copy");
+  r.measurement_error = c.contains("measurement_error") && c["measurement_error"].is_boolean() &&
+                        c["measurement_error"].get<bool>();
   r.rms_over_ln = get_num(c, "rms_over_ln");
   r.vs_onednn = get_num(c, "vs_onednn");
   r.backend_vs_onednn = get_num(c, "backend_vs_onednn");
@@ -711,6 +718,7 @@ const Figures<NormRow> kNormFigures = {
     {"gb_per_s", &NormRow::gb_per_s},         {"copy_loop_gb_per_s", &NormRow::copy_loop_gb_per_s},
     {"memcpy_gb_per_s", &NormRow::memcpy_gb_per_s}, {"pct_of_copy_loop", &NormRow::pct_of_copy_loop},
     {"pct_of_memcpy", &NormRow::pct_of_memcpy}, {"pct_of_copy", &NormRow::pct_of_copy},
+    {"own_copy_gb_per_s", &NormRow::own_copy_gb_per_s}, {"pct_of_own_copy", &NormRow::pct_of_own_copy},
     {"rms_over_ln", &NormRow::rms_over_ln},   {"vs_onednn", &NormRow::vs_onednn},
     {"backend_vs_onednn", &NormRow::backend_vs_onednn}, {"vs_torch", &NormRow::vs_torch},
     {"vs_unfused", &NormRow::vs_unfused}};
@@ -792,17 +800,20 @@ Report merge_reports(const std::vector<Report>& runs_in, MergeGroup merge_group)
 NormReport merge_runs(const std::vector<NormReport>& runs) {
   return merge_reports(runs, [](const std::vector<const NormRow*>& g) {
     NormRow m = merge_row(g, kNormFigures, {{"median", &NormRow::time}});
-    int memcpy_runs = 0, ok_runs = 0;
+    int memcpy_runs = 0, own_runs = 0, ok_runs = 0;
     for (const NormRow* r : g) {
       if (!r->verify.pass && m.verify.pass) m.verify = r->verify;
       m.verify.max_abs_err = std::max(m.verify.max_abs_err, r->verify.max_abs_err);
       if (r->status != "ok") continue;
       ++ok_runs;
       memcpy_runs += r->pct_against == "memcpy";
+      own_runs += r->pct_against == "own-copy";
     }
     m.status = ok_runs == static_cast<int>(g.size()) ? "ok" : "rejected";
     // The copy most runs held the row to (runs of a streaming kernel can differ: derive).
-    if (ok_runs > 0) m.pct_against = 2 * memcpy_runs >= ok_runs ? "memcpy" : "copy-loop";
+    if (ok_runs > 0)
+      m.pct_against = 2 * own_runs >= ok_runs ? "own-copy" : 2 * memcpy_runs >= ok_runs ? "memcpy" : "copy-loop";
+    m.measurement_error = m.pct_of_own_copy > kOwnCopyLimitPct;
     return m;
   });
 }

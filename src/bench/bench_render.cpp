@@ -173,12 +173,14 @@ Table norm_table(const NormReport& r) {
   std::string last_group;
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
+    if (is_own_copy(x)) continue;  // each its row's %copy (JSON and CSV have them)
     const std::string group = fmt::format("{}/{}/{}", x.shape.str(), where(x), x.dtype);
     if (!last_group.empty() && group != last_group) t.add_line("");
     last_group = group;
     const auto& rr = x.run_range;
     std::string pct = fmt_pct(x.norm == "copy" ? x.pct_of_copy_loop : x.pct_of_copy);
     if (pct != "-" && x.pct_against == "memcpy" && x.norm != "copy") pct += " of memcpy";
+    if (x.measurement_error) pct = "error";
     std::vector<std::string> row = {
         x.norm + "." + x.impl,
         x.pass,
@@ -211,16 +213,19 @@ std::string norm_legend(bool merged, bool resident, bool device) {
       "next buffer set; resident: one sample = a batch of calls on the same buffers, divided by their number); "
       "cv: stddev/mean. GB/s: the N x D arrays moved per call (fwd: x read + y written; bwd: x, dy read + dx "
       "written; addfwd, the fused residual add + norm forward of Post-LN/DeepNorm: a, b read + s = alpha*a + b and "
-      "y = norm(s) written; parameters and statistics not counted) / median. %copy: of the copy loop's GB/s "
-      "(ordinary stores) measured in the same run, same shape, threads and buffers; a kernel with streaming stores "
-      "is held to memcpy instead (marked 'of memcpy'); the memcpy row shows memcpy as % of the copy loop. RMS/LN: "
+      "y = norm(s) written; parameters and statistics not counted) / median. %copy: of the row's own copy, timed "
+      "beside it in the same run: the same arrays read and written on the row's own buffers (the same footprint and "
+      "rotation) with the kernel's kind of stores (streaming where its variant streams): the most a kernel moving "
+      "those bytes can reach, so a row above 105% of it is a measurement error ('error', listed below the table), "
+      "not a result. Rows without one (a device's) are held to the copy loop, a streaming kernel to memcpy ('of "
+      "memcpy'); the copy rows show the copy loop's and memcpy's own speed as % of the copy loop. RMS/LN: "
       "LayerNorm's median / RMSNorm's, same implementation (>1: RMSNorm faster). vs oneDNN, vs torch: the other's "
       "median / this median (>1: this faster). vs unfused (addfwd): the add+norm as two kernels (an add, then the "
       "fused norm) / this median. ws: MiB the case cycles through; * = below max(1 GiB, 4 x LLC) on a memory-bound "
       "row: may be cache speed.";
   if (resident)
     s += " Resident rows (the training step's shapes): one buffer set reused by every call, so x and y stay in "
-         "L1/L2 as inside the step; their %copy is of the copy loop on the same reused buffers, i.e. of the cache's "
+         "L1/L2 as inside the step; their %copy is of their own copy on the same reused buffers, i.e. of the cache's "
          "copy speed, not of memory's.";
   if (device)
     s += " Device rows (dev cuda, cuda-sim): the device backend's kernels through the Backend interface on their op "
@@ -325,7 +330,8 @@ std::string norm_csv(const NormReport& r) {
       "name,norm,impl,provider,pass,batch,seq,d,threads,status,samples,median_s,min_s,max_s,mean_s,stddev_s,cv,"
       "spread,data_bytes,param_bytes,stat_bytes,working_set_bytes,cache_resident,parameters,gb_per_s,"
       "copy_loop_gb_per_s,memcpy_gb_per_s,pct_of_copy_loop,pct_of_memcpy,pct_against,rms_over_ln,vs_onednn,"
-      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused,device,dtype");
+      "vs_torch,verify_max_abs_err,runs,resident,calls_per_sample,vs_unfused,device,dtype,own_copy_gb_per_s,"
+      "pct_of_own_copy,measurement_error");
   for (const NormRow* p : display_order(r)) {
     const NormRow& x = *p;
     t.add_row(cells(x.name(), x.norm, x.impl, x.provider, x.pass, x.shape.batch, x.shape.seq,
@@ -336,7 +342,8 @@ std::string norm_csv(const NormReport& r) {
                      csv_num(x.memcpy_gb_per_s), csv_num(x.pct_of_copy_loop), csv_num(x.pct_of_memcpy),
                      x.pct_against, csv_num(x.rms_over_ln), csv_num(x.vs_onednn), csv_num(x.vs_torch),
                      csv_num(x.verify.max_abs_err), x.runs, x.resident ? 1 : 0, x.calls_per_sample,
-                     csv_num(x.vs_unfused), x.device, x.dtype));
+                     csv_num(x.vs_unfused), x.device, x.dtype, csv_num(x.own_copy_gb_per_s),
+                     csv_num(x.pct_of_own_copy), x.measurement_error ? 1 : 0));
   }
   return t.csv();
 }
@@ -514,7 +521,7 @@ std::string sections(const NormReport& r, OutputFormat f, bool long_headings, Ta
                       : "memory-bound shapes";
       } else {
         heading = long_headings ? "cache-resident, the training step's shapes: one buffer set reused by every call "
-                                  "(L1/L2), calls timed in batches; %copy is of the copy loop on the same buffers"
+                                  "(L1/L2), calls timed in batches; %copy is of each row's own copy on the same buffers"
                                 : "cache-resident, the training step's shapes";
       }
       out += (out.empty() ? "" : "\n") + heading + ":\n";

@@ -5,6 +5,8 @@
 //   copy_memcpy  memcpy, one call per thread on its chunk; glibc switches to non-temporal
 //                (streaming) stores above a size threshold, which is faster on large buffers:
 //                the limit for a kernel that streams its stores.
+// And each norm row's own copy (own_copy): the bytes its kernel moves, from the same buffers, with
+// the same kind of stores.
 // And the first half of the unfused add+norm baseline (an add, then the fused norm):
 //   add_scaled   s = alpha*a + b with the same loads, FMAs and stores as the fused add+norm
 //                kernels' first sweep, so the two differ only in the passes over memory.
@@ -19,8 +21,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX__)
+#include "bench_internal.h"
+
+#if defined(__AVX512F__) || defined(__AVX__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -88,7 +93,68 @@ void per_thread_chunk(int64_t n, F&& f) {
   }
 }
 
+// The n_in inputs' bytes [lo, hi) combined (the first, or the XOR of two: integer work, so no
+// value of any format is slow) and stored into each of the n_out outputs. A block of 64 bytes at a
+// time; streaming: non-temporal stores where every output is 64-byte aligned at the block.
+void own_copy_range(unsigned char* const* outs, int n_out, const unsigned char* const* ins, int n_in, int64_t lo,
+                    int64_t hi, bool streaming) {
+  int64_t i = lo;
+#if defined(__AVX512F__)
+  auto aligned = [&](int64_t at) {
+    for (int o = 0; o < n_out; ++o)
+      if (reinterpret_cast<uintptr_t>(outs[o] + at) % 64 != 0) return false;
+    return true;
+  };
+  const bool stream = streaming && aligned(i);
+  for (; i + 64 <= hi; i += 64) {
+    __m512i v = _mm512_loadu_si512(ins[0] + i);
+    if (n_in > 1) v = _mm512_xor_si512(v, _mm512_loadu_si512(ins[1] + i));
+    for (int o = 0; o < n_out; ++o) {
+      if (stream)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(outs[o] + i), v);
+      else
+        _mm512_storeu_si512(outs[o] + i, v);
+    }
+  }
+  if (stream) _mm_sfence();
+#elif defined(__AVX2__)
+  const bool stream = [&] {
+    for (int o = 0; o < n_out; ++o)
+      if (reinterpret_cast<uintptr_t>(outs[o] + i) % 32 != 0) return false;
+    return streaming;
+  }();
+  for (; i + 32 <= hi; i += 32) {
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ins[0] + i));
+    if (n_in > 1) v = _mm256_xor_si256(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ins[1] + i)));
+    for (int o = 0; o < n_out; ++o) {
+      if (stream)
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(outs[o] + i), v);
+      else
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(outs[o] + i), v);
+    }
+  }
+  if (stream) _mm_sfence();
+#else
+  (void)streaming;
+#endif
+  for (; i < hi; ++i) {
+    const unsigned char v = n_in > 1 ? static_cast<unsigned char>(ins[0][i] ^ ins[1][i]) : ins[0][i];
+    for (int o = 0; o < n_out; ++o) outs[o][i] = v;
+  }
+}
+
 }  // namespace
+
+void own_copy(const OwnCopyArrays& a) {
+  unsigned char* const outs[2] = {static_cast<unsigned char*>(a.outs[0]), static_cast<unsigned char*>(a.outs[1])};
+  const unsigned char* const ins[2] = {static_cast<const unsigned char*>(a.ins[0]),
+                                       static_cast<const unsigned char*>(a.ins[1])};
+  if (a.n_out < 1 || a.n_out > 2 || a.n_in < 1 || a.n_in > 2) return;
+  // Split as the float copies are: in 4-byte words, chunks on 64-byte lines.
+  per_thread_chunk((a.bytes + 3) / 4, [&](int64_t lo, int64_t hi) {
+    own_copy_range(outs, a.n_out, ins, a.n_in, lo * 4, std::min(a.bytes, hi * 4), a.streaming);
+  });
+}
 
 void copy_loop(float* dst, const float* src, int64_t n) {
   per_thread_chunk(n, [&](int64_t lo, int64_t hi) { copy_loop_range(dst + lo, src + lo, hi - lo); });

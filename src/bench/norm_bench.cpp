@@ -140,6 +140,51 @@ Case row_case(const RowPlan& r, const detail::RowPlace& place, const ShapeGroup&
   return c;
 }
 
+// A norm row's own copy: what its kernel must at least move (fwd: x read, y written; bwd: x and dy
+// read, dx written; addfwd: a and x read, s and y written; statistics and parameters left out) on
+// its own buffer sets, so the same bytes from the same footprint in the same rotation, with the
+// same kind of stores as its kernel's variant, timed beside it. No kernel moving those bytes can
+// beat it in the same cache regime: derive() flags a row above it as a measurement error.
+Case own_copy_case(const Case& norm, Pass pass) {
+  Case c;
+  c.row = norm.row;  // shape, place, bytes, working set, store kind
+  c.row.norm = "copy";
+  c.row.impl = own_copy_impl(norm.row);
+  c.row.provider = "normlab";
+  c.row.parameters = 0;
+  c.row.variant = c.row.variant_source = c.row.backend_variant = "";
+  c.row.verify = {};
+  c.row.verify.pass = true;  // what it stores is no one's result: nothing to check
+  c.sets = norm.sets;
+  using Names = std::vector<std::string>;
+  const Names ins = pass == Pass::bwd ? Names{"x", "dy"} : pass == Pass::addfwd ? Names{"a", "x"} : Names{"x"};
+  const Names outs = pass == Pass::bwd ? Names{"dx"} : pass == Pass::addfwd ? Names{"s", "y"} : Names{"y"};
+  // Each set's pointers found once: a call is only the copy (tiny resident shapes take ~100 ns).
+  auto arrays = std::make_shared<std::vector<detail::OwnCopyArrays>>();
+  for (int64_t k = 0; k < norm.sets->size(); ++k) {
+    opcases::Tensors& t = norm.sets->at(k);
+    detail::OwnCopyArrays a;
+    for (const std::string& n : outs) a.outs[a.n_out++] = t.at(n).raw();
+    for (const std::string& n : ins) a.ins[a.n_in++] = t.at(n).raw();
+    a.bytes = static_cast<int64_t>(t.at(outs[0]).nbytes());
+    a.streaming = norm.row.streaming_stores;
+    arrays->push_back(a);
+  }
+  c.call = [arrays](int64_t k) { detail::own_copy((*arrays)[static_cast<size_t>(k) % arrays->size()]); };
+  return c;
+}
+
+// Each cpu norm row that passed its check, followed by its own copy.
+std::vector<Case> with_own_copies(std::vector<Case> cases, const std::vector<RowPlan>& rows) {
+  std::vector<Case> out;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool norm = rows[i].impl != nullptr && cases[i].row.status == "ok" && cases[i].sets;
+    out.push_back(std::move(cases[i]));
+    if (norm) out.push_back(own_copy_case(out.back(), rows[i].pass));
+  }
+  return out;
+}
+
 // What every group of a cpu run shares: the options, the implementations and passes they select,
 // the thread counts, the size below which a shape stays in the caches, and the log.
 struct CpuRun {
@@ -212,6 +257,7 @@ void bench_group(ShapeGroup& group, const CpuRun& run, int64_t budget, NormRepor
       log_check(c, r, group, t, run);
       cases.push_back(std::move(c));
     }
+    if (run.opt.copy_baselines) cases = with_own_copies(std::move(cases), rows);
     detail::time_cases(cases, group.sets, group.resident, run.opt, report);
   }
 }

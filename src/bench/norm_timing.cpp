@@ -144,7 +144,7 @@ void time_cases(std::vector<Case>& cases, int64_t sets, bool resident, const Nor
 void add_row_warnings(NormReport& report, int64_t resident_below) {
   // Resident rows are in the caches on purpose; a memory-bound row there by accident is not.
   int short_rotation = 0;
-  for (const NormRow& r : report.rows) short_rotation += r.cache_resident && !r.resident ? 1 : 0;
+  for (const NormRow& r : report.rows) short_rotation += r.cache_resident && !r.resident && !is_own_copy(r) ? 1 : 0;
   if (short_rotation > 0)
     report.warnings.push_back(fmt::format(
         "{} row(s) rotate through less than {} (working set in the ws column, marked *): they may run at cache "

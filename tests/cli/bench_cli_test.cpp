@@ -27,8 +27,8 @@ TEST(BenchCli, NormsJsonAndCompare) {
   auto j = nlohmann::json::parse(r.out);
   // Copy rows, the fused implementations (LayerNorm's, RMSNorm's and every other norm's: the
   // backend's) and oneDNN x fwd, bwd, LayerNorm's and RMSNorm's add+norm rows; --shapes alone: no
-  // resident rows.
-  EXPECT_EQ(j["benchmarks"].size(), 2u + (3u + other_norms()) * 2u + 2u);
+  // resident rows. Each norm row has its own copy beside it.
+  EXPECT_EQ(j["benchmarks"].size(), 2u + 2 * ((3u + other_norms()) * 2u + 2u));
   for (const auto& b : j["benchmarks"]) EXPECT_FALSE(b["resident"].get<bool>()) << b["name"];
   r = run_cli({"bench", "norms", "--shapes", "2x4x32", "--threads", "1", "--footprint-mib", "1", "--min-time", "0",
                "--repeats", "2", "--impl", "rmsnorm.fused", "--compare", base});
@@ -72,20 +72,21 @@ TEST(BenchCli, ResidentAndAddNormRows) {
                     "--repeats", "2", "--warmup", "1", "--impl", "fused,unfused", "--pass", "addfwd", "--json"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   auto j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["benchmarks"].size(), 2u + 4u);  // --resident-shapes alone: no memory-bound rows
+  ASSERT_EQ(j["benchmarks"].size(), 2u + 2 * 4u);  // --resident-shapes alone: no memory-bound rows; own copies
   for (const auto& b : j["benchmarks"]) {
     EXPECT_TRUE(b["resident"].get<bool>()) << b["name"];
     EXPECT_NE(b["name"].get<std::string>().find("/1x64x32/resident/"), std::string::npos) << b["name"];
     EXPECT_EQ(b["status"], "ok") << b["name"];
     if (b["impl"] == "fused") {
       EXPECT_TRUE(b["counters"]["vs_unfused"].is_number()) << b["name"];
+      EXPECT_TRUE(b["counters"]["pct_of_own_copy"].is_number()) << b["name"];
     }
   }
   r = run_cli({"bench", "norms", "--resident-shapes", "default", "--shapes", "1x4x32", "--footprint-mib", "1",
                "--threads", "1", "--min-time", "0", "--repeats", "2", "--impl", "rmsnorm.fused", "--pass", "fwd"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   for (const char* want : {"memory-bound shapes", "cache-resident, the training step's shapes", "1x512x64",
-                           "1x512x256", "of the copy loop on the same reused buffers"})
+                           "1x512x256", "of their own copy on the same reused buffers"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 

@@ -323,9 +323,16 @@ struct NormRow {
   double memcpy_gb_per_s = NAN;      // memcpy's GB/s, same shape and threads, same run
   double pct_of_copy_loop = NAN;     // 100 * gb_per_s / copy_loop_gb_per_s
   double pct_of_memcpy = NAN;        // 100 * gb_per_s / memcpy_gb_per_s
-  // The copy the row is held to: the copy loop; for a streaming-store kernel the faster of the copy
-  // loop and memcpy (memcpy streams its stores too on large buffers), i.e. the lower percentage.
-  std::string pct_against;           // "copy-loop" | "memcpy"
+  // A cpu norm row's own copy ("copy.own-<norm>.<impl>" rows): the bytes its kernel moves, from
+  // its own buffer sets, with its kind of stores, timed beside it in the same run.
+  double own_copy_gb_per_s = NAN;    // the own copy's data bytes (the row's) / its median
+  double pct_of_own_copy = NAN;      // 100 * median(own copy) / median(this)
+  // Above kOwnCopyLimitPct of its own copy: a kernel cannot beat a copy of its own bytes in the
+  // same cache regime, so the measurement is wrong; the row's figures are not a result.
+  bool measurement_error = false;
+  // The copy the row is held to: its own copy where it has one ("own-copy"), else the copy loop;
+  // for a streaming-store kernel the faster of the copy loop and memcpy, i.e. the lower percentage.
+  std::string pct_against;           // "own-copy" | "copy-loop" | "memcpy"
   double pct_of_copy = NAN;          // the headline percentage: of the copy in pct_against
   double rms_over_ln = NAN;  // rmsnorm rows: median(layernorm, same impl) / median(this)
   double vs_onednn = NAN;    // median(layernorm.onednn, same pass) / median(this)
@@ -359,6 +366,13 @@ struct NormReport {
 std::vector<std::string> norm_verdicts(const NormReport& report);
 // Memory-bound rows below this share of their copy miss the speed target.
 constexpr double kCopyTargetPct = 80;
+// Above this percentage of its own copy a row is a measurement error (5%: the run-to-run spread
+// of medians on these machines).
+constexpr double kOwnCopyLimitPct = 105;
+// "own-layernorm.fused", "own-rmsnorm.fused-bf16": the impl of row r's own copy.
+std::string own_copy_impl(const NormRow& r);
+// Whether r is a norm row's own copy.
+bool is_own_copy(const NormRow& r);
 
 // Fills every derived field of every row from the measured ones (idempotent). A merged row
 // (runs > 1) keeps its figures: they are medians of per-run figures, not figures of its merged time.
