@@ -74,7 +74,15 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import nanogpt_mirror  # noqa: E402  (nanoGPT's model.py, --model nanogpt)
 import normlab_mirror as nm  # noqa: E402  (the gpt model; needs nothing beyond the standard library)
+
+# The sizes of each --model when not given: normlab's defaults, and nanoGPT's CPU shape.
+SIZES = {
+    "toy": {"layers": 20, "d_model": 64, "d_hidden": 128, "heads": 4, "vocab": 64, "seq_len": 16, "batch_size": 32},
+    "gpt": {"layers": 20, "d_model": 64, "d_hidden": 128, "heads": 4, "vocab": 64, "seq_len": 16, "batch_size": 32},
+    "nanogpt": nanogpt_mirror.SHAPE,
+}
 
 
 def parse_bool(v):
@@ -88,18 +96,23 @@ def parse_bool(v):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
-    p.add_argument("--model", choices=["toy", "gpt"], default="toy",
-                   help="toy: prefix-mean mixer (default); gpt: causal attention with F.scaled_dot_product_attention")
-    p.add_argument("--heads", type=int, default=4, help="attention heads (gpt; default 4)")
+    p.add_argument("--model", choices=["toy", "gpt", "nanogpt"], default="toy",
+                   help="toy: prefix-mean mixer (default); gpt: causal attention with F.scaled_dot_product_attention; "
+                        "nanogpt: nanoGPT's model.py (scripts/nanogpt_mirror.py) at its CPU shape of shakespeare_char, "
+                        "against normlab's gpt of the same sizes")
+    p.add_argument("--heads", type=int, default=None, help="attention heads (gpt, nanogpt; default 4)")
     p.add_argument("--qk_norm", type=parse_bool, nargs="?", const=True, default=False,
                    help="gpt: RMSNorm on each head's q and k (--qk_norm or --qk_norm true)")
-    p.add_argument("--layers", type=int, default=20)
-    p.add_argument("--d_model", type=int, default=64)
-    p.add_argument("--d_hidden", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--seq_len", type=int, default=16)
-    p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--norm", choices=["rmsnorm", "layernorm", "none"], default="rmsnorm")
+    # Sizes: SIZES[--model] where not given (toy, gpt: 20 layers, d 64, hidden 128, vocab 64, 32 x 16
+    # tokens; nanogpt: 4 layers, d 128, hidden 512, 4 heads, vocab 65, 12 x 64 tokens).
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--d_model", type=int, default=None)
+    p.add_argument("--d_hidden", type=int, default=None)
+    p.add_argument("--vocab", type=int, default=None)
+    p.add_argument("--seq_len", type=int, default=None)
+    p.add_argument("--batch_size", type=int, default=None)
+    p.add_argument("--norm", choices=["rmsnorm", "layernorm", "none"], default=None,
+                   help="default rmsnorm (toy, gpt); nanogpt: layernorm, its only norm")
     p.add_argument("--placement", choices=["pre"], default="pre", help="only pre (the timed configuration)")
     p.add_argument("--mode", choices=["eager", "compile", "both"], default="both")
     p.add_argument("--compile_mode", default="default",
@@ -154,10 +167,17 @@ def parse_args(argv=None):
                    help="summary: a repeat counts as quiet when other processes used less than this many "
                         "cores during each of its runs (default 0.2)")
     args = p.parse_args(argv)
-    if args.model == "gpt" and (args.heads < 1 or args.d_model % args.heads):
+    for k, v in SIZES[args.model].items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.norm is None:
+        args.norm = "layernorm" if args.model == "nanogpt" else "rmsnorm"
+    if args.model == "nanogpt" and (args.norm != "layernorm" or (args.norms and args.norms != "layernorm")):
+        p.error("--model nanogpt has LayerNorm (without bias) only")
+    if args.model != "toy" and (args.heads < 1 or args.d_model % args.heads):
         p.error(f"--heads {args.heads} does not divide --d_model {args.d_model}")
     if args.qk_norm and args.model != "gpt":
-        p.error("--qk_norm needs --model gpt (the toy model has no queries or keys)")
+        p.error("--qk_norm needs --model gpt (the toy model has no queries or keys; nanoGPT has no QK-Norm)")
     return args
 
 
@@ -175,6 +195,9 @@ def build_timed(args, torch, form="cumsum", cfg=None, init=True):
     """normlab's model as timed: the checked mirror (normlab_mirror.build_model) with PyTorch's own
     kernels swapped in (gpt: SDPA attention; every RMSNorm F.rms_norm; toy: the prefix mean in
     `form`), gpt2 init drawn with torch's RNG."""
+    if args.model == "nanogpt":
+        return nanogpt_mirror.build(torch, args.layers, args.d_model, args.heads, args.vocab, args.seq_len,
+                                    args.d_hidden)
     cfg = cfg or model_config(args)
     model = nm.build_model(cfg, torch, sdpa=True, fused_rms=True, mix=form)
     if init:
@@ -182,21 +205,26 @@ def build_timed(args, torch, form="cumsum", cfg=None, init=True):
     return model
 
 
-def make_optimizer(args, torch, params):
-    kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+def make_optimizer(args, torch, model):
+    """AdamW as normlab runs it (lr 1e-3, betas (0.9, 0.999), no decay), or nanoGPT's (its decay groups,
+    betas (0.9, 0.99), weight decay 0.1); fused, foreach or a loop as --adam says."""
+    if args.model == "nanogpt":
+        make = lambda **impl: nanogpt_mirror.optimizer(torch, model, **impl)
+    else:
+        kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        make = lambda **impl: torch.optim.AdamW(list(model.parameters()), **impl, **kw)
     choice = args.adam
     if choice in ("auto", "fused"):
         try:
-            opt = torch.optim.AdamW(params, fused=True, **kw)
-            return opt, "fused"
+            return make(fused=True), "fused"
         except (RuntimeError, TypeError, ValueError) as e:
             if choice == "fused":
                 raise
             warnings.warn(f"fused AdamW unavailable on CPU ({e}); using foreach")
             choice = "foreach"
     if choice in ("auto", "foreach"):
-        return torch.optim.AdamW(params, foreach=True, **kw), "foreach"
-    return torch.optim.AdamW(params, foreach=False, **kw), "loop"
+        return make(foreach=True), "foreach"
+    return make(foreach=False), "loop"
 
 
 def run_mode(args, torch, mode, form):
@@ -204,7 +232,7 @@ def run_mode(args, torch, mode, form):
     model = build_timed(args, torch, form if args.model == "toy" else "cumsum")
     params = [p for p in model.parameters()]
     n_params = sum(p.numel() for p in params)
-    opt, adam_impl = make_optimizer(args, torch, params)
+    opt, adam_impl = make_optimizer(args, torch, model)
     loss_fn = model
     if mode == "compile":
         loss_fn = torch.compile(model, mode=None if args.compile_mode == "default" else args.compile_mode)
@@ -290,7 +318,7 @@ def profile(torch, step):
 
 def choose_form(args, torch):
     """Times both prefix-mean forms in eager and keeps the faster one (toy; gpt: attention is SDPA)."""
-    if args.model == "gpt":
+    if args.model != "toy":
         return "sdpa", {}
     if args.mix != "auto":
         return args.mix, {}
@@ -315,6 +343,8 @@ def main(argv=None):
     if args.compare:
         return compare(args)
     if args.check_init:
+        if args.model == "nanogpt":
+            sys.exit("--check_init compares normlab's own model; nanoGPT's has no normlab checkpoint")
         return check_init(args)
     # PyTorch at its best: with jemalloc preloaded when it is installed (Debian: libjemalloc2), as
     # torch_bench.py runs it; the choice is recorded in the output.
@@ -353,7 +383,7 @@ def main(argv=None):
             print(f"torch {out['torch']}, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
                   f"batch {args.batch_size}; prefix mean: {form} {form_times or ''}")
         else:
-            print(f"torch {out['torch']}, model gpt, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
+            print(f"torch {out['torch']}, model {args.model}, threads {args.threads}, norm {args.norm}, layers {args.layers}, "
                   f"d_model {args.d_model}, d_hidden {args.d_hidden}, heads {args.heads}, qk_norm {args.qk_norm}, "
                   f"seq_len {args.seq_len}, batch {args.batch_size}; attention: "
                   f"F.scaled_dot_product_attention(is_causal=True); {out['results'][0].get('parameters')} parameters")
@@ -435,10 +465,15 @@ def find_normlab(args):
 
 
 def model_flags(args):
-    """normlab train's model flags for this config (toy: as before, only --model added)."""
-    flags = ["--model", args.model]
-    if args.model == "gpt":
+    """normlab train's model flags for this config (toy: as before, only --model added). nanogpt:
+    normlab's gpt of the same sizes with LayerNorm and nanoGPT's AdamW settings; it has what nanoGPT's
+    bias=False drops (the linears' biases and LayerNorm's beta) and an untied head."""
+    flags = ["--model", "gpt" if args.model == "nanogpt" else args.model]
+    if args.model != "toy":
         flags += ["--heads", str(args.heads), "--qk_norm", "true" if args.qk_norm else "false"]
+    if args.model == "nanogpt":
+        o = nanogpt_mirror.OPTIMIZER
+        flags += ["--lr", str(o["lr"]), "--beta2", str(o["betas"][1]), "--weight_decay", str(o["weight_decay"])]
     return flags
 
 
@@ -788,7 +823,9 @@ def compare(args):
                 pn = row["normlab"].get("parameters")
                 pt = {row[m].get("parameters") for m in modes} - {None}
                 if pn is not None and pt and pt != {pn}:
-                    msg += f"  PARAMETER COUNTS DIFFER: normlab {pn}, PyTorch {sorted(pt)}"
+                    msg += (f"  parameters: normlab {pn} (with biases, LayerNorm's beta and an untied head), "
+                            f"nanoGPT {sorted(pt)}" if args.model == "nanogpt" else
+                            f"  PARAMETER COUNTS DIFFER: normlab {pn}, PyTorch {sorted(pt)}")
                 log(msg)
                 if args.out_json:
                     with open(args.out_json, "w") as fh:
@@ -877,10 +914,14 @@ def print_summary(data, norms, threads, modes, quiet_max=0.2):
 
 def print_summary_runs(data, runs, norms, threads, modes, quiet_max):
     cfg = data.get("config") or {"model": "toy"}
-    if cfg.get("model") == "gpt":
-        print("\nmodel gpt: " + ", ".join(f"{k} {cfg[k]}" for k in ("layers", "d_model", "d_hidden", "heads", "qk_norm",
+    if cfg.get("model") in ("gpt", "nanogpt"):
+        print(f"\nmodel {cfg['model']}: " + ", ".join(f"{k} {cfg[k]}" for k in ("layers", "d_model", "d_hidden", "heads", "qk_norm",
                                                                  "vocab", "seq_len", "batch_size") if k in cfg))
         what = "PyTorch attention: F.scaled_dot_product_attention(is_causal=True)"
+        if cfg["model"] == "nanogpt":
+            what = ("PyTorch: nanoGPT's model.py (scripts/nanogpt_mirror.py: no biases, LayerNorm without beta, "
+                    "tied head, decay groups); normlab: its gpt of the same sizes, LayerNorm with beta, biases, "
+                    "untied head")
     else:
         what = f"PyTorch prefix mean: {data['mix']}"
     print(f"\nper-step ms, median over repeats [min-max of the repeats (± half-range / median)]; ratios: "
