@@ -36,6 +36,20 @@ void derive(NormReport& report) {
     return it == index.end() ? nullptr : it->second;
   };
   auto gbps = [](const NormRow& r) { return static_cast<double>(r.bytes.data) / r.time.median / 1e9; };
+  // A row's own copy; for a row timed elsewhere (PyTorch's, in its own process) the own copy of a
+  // normlab row of the same norm, pass, shape and place that stores as it does: the same bytes
+  // from the same footprint.
+  auto own_copy_of = [&](const NormRow& r) -> const NormRow* {
+    if (const NormRow* o = find("copy", own_copy_impl(r), r.pass, r)) return o;
+    for (const NormRow& o : report.rows) {
+      const bool same_norm = o.impl.rfind(fmt::format("own-{}.", r.norm), 0) == 0;
+      if (is_own_copy(o) && same_norm && o.streaming_stores == r.streaming_stores && o.pass == r.pass &&
+          o.dtype == r.dtype && key("copy", o.impl, o.pass, o) == key("copy", o.impl, o.pass, r) &&
+          o.status == "ok" && o.time.median > 0)
+        return &o;
+    }
+    return nullptr;
+  };
   std::vector<NormRow> rows = report.rows;  // derived from the measured fields of the originals
   for (NormRow& r : rows) {
     if (r.runs > 1) continue;  // medians of its runs' own figures (merge_runs)
@@ -56,7 +70,7 @@ void derive(NormReport& report) {
     if (loop_faster && std::isfinite(r.copy_loop_gb_per_s)) r.pct_against = "copy-loop";
     r.pct_of_copy = r.pct_against == "memcpy" ? r.pct_of_memcpy : r.pct_of_copy_loop;
     if (r.norm == "copy") continue;
-    if (const NormRow* o = find("copy", own_copy_impl(r), r.pass, r)) {
+    if (const NormRow* o = own_copy_of(r)) {
       r.own_copy_gb_per_s = static_cast<double>(r.bytes.data) / o->time.median / 1e9;
       r.pct_of_own_copy = 100.0 * o->time.median / r.time.median;
       r.pct_against = "own-copy";
