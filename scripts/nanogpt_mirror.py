@@ -15,8 +15,11 @@ What nanoGPT's model is, and this one too:
   LayerNorm without bias (weight only, eps 1e-5) and every Linear without bias (bias=False).
   Init: Linear and Embedding weights N(0, 0.02), every c_proj weight N(0, 0.02 / sqrt(2 * n_layer)).
   Optimizer (configure_optimizers): AdamW over two groups, the tensors of two or more dims
-  (matrices, embeddings) decayed by weight_decay, the others (LayerNorm weights) not; fused where
-  this torch has it. shakespeare_char: lr 1e-3, betas (0.9, 0.99), weight_decay 0.1.
+  (matrices, embeddings) decayed by weight_decay, the others (LayerNorm weights) not.
+  shakespeare_char: lr 1e-3, betas (0.9, 0.99), weight_decay 0.1. nanoGPT asks for the fused AdamW
+  only on CUDA (its CPU runs take the for-loop one); optimizer() takes the implementation from its
+  caller, and torch_baseline.py's --adam auto picks the fused CPU kernel, PyTorch's fastest, which
+  can only favour PyTorch.
 
 Needs PyTorch; never needed by normlab's tests.
 """

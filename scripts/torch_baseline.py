@@ -467,7 +467,9 @@ def find_normlab(args):
 def model_flags(args):
     """normlab train's model flags for this config (toy: as before, only --model added). nanogpt:
     normlab's gpt of the same sizes with LayerNorm and nanoGPT's AdamW settings; it has what nanoGPT's
-    bias=False drops (the linears' biases and LayerNorm's beta) and an untied head."""
+    bias=False drops (the linears' biases and LayerNorm's beta) and an untied head, and its
+    --weight_decay decays every parameter where nanoGPT decays the tensors of two or more dims (the
+    same work per step either way)."""
     flags = ["--model", "gpt" if args.model == "nanogpt" else args.model]
     if args.model != "toy":
         flags += ["--heads", str(args.heads), "--qk_norm", "true" if args.qk_norm else "false"]

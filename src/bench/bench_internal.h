@@ -32,7 +32,8 @@ struct OwnCopyArrays {
   void* outs[2] = {nullptr, nullptr};
   const void* ins[2] = {nullptr, nullptr};
   int n_out = 0, n_in = 0;
-  int64_t bytes = 0;  // of each array
+  int64_t bytes = 0;     // of each array
+  int64_t elements = 0;  // of each array: the kernels take threads from 16K
   bool streaming = false;
 };
 void own_copy(const OwnCopyArrays& a);

@@ -313,7 +313,6 @@ ordered_json norm_row_json(const NormRow& r) {
   c["pct_of_copy"] = num(r.pct_of_copy);
   c["own_copy_gb_per_s"] = num(r.own_copy_gb_per_s);
   c["pct_of_own_copy"] = num(r.pct_of_own_copy);
-  c["measurement_error"] = r.measurement_error;
   c["rms_over_ln"] = num(r.rms_over_ln);
   c["vs_onednn"] = num(r.vs_onednn);
   c["backend_vs_onednn"] = num(r.backend_vs_onednn);
@@ -321,6 +320,7 @@ ordered_json norm_row_json(const NormRow& r) {
   c["vs_unfused"] = num(r.vs_unfused);
   j["counters"] = c;
   j["pct_against"] = r.pct_against;
+  j["measurement_error"] = r.measurement_error;
   j["runs"] = r.runs;
   if (!r.run_range.empty()) j["run_range"] = range_json(r.run_range);
   return j;
@@ -378,8 +378,7 @@ NormRow norm_row_from(const json& j, const std::string& what) {
   r.pct_of_memcpy = get_num(c, "pct_of_memcpy");
   r.own_copy_gb_per_s = get_num(c, "own_copy_gb_per_s");
   r.pct_of_own_copy = get_num(c, "pct_of_own_copy");
-  r.measurement_error = c.contains("measurement_error") && c["measurement_error"].is_boolean() &&
-                        c["measurement_error"].get<bool>();
+  r.measurement_error = get_flag(j, "measurement_error");
   r.rms_over_ln = get_num(c, "rms_over_ln");
   r.vs_onednn = get_num(c, "vs_onednn");
   r.backend_vs_onednn = get_num(c, "backend_vs_onednn");
@@ -818,9 +817,43 @@ NormReport merge_runs(const std::vector<NormReport>& runs) {
   });
 }
 
+namespace {
+
+// Each kernel's calls and seconds per step: the median over the runs (0 in a run without it), as
+// the parts are.
+std::vector<StepRow::Kernel> merged_kernels(const std::vector<const StepRow*>& g) {
+  std::vector<StepRow::Kernel> out;
+  for (const StepRow* r : g)
+    for (const StepRow::Kernel& k : r->kernels)
+      if (std::none_of(out.begin(), out.end(), [&](const StepRow::Kernel& o) { return o.name == k.name; }))
+        out.push_back({k.name, k.part, 0, 0});
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  for (StepRow::Kernel& k : out) {
+    std::vector<double> calls, seconds;
+    for (const StepRow* r : g) {
+      const auto it = std::find_if(r->kernels.begin(), r->kernels.end(),
+                                   [&](const StepRow::Kernel& x) { return x.name == k.name; });
+      calls.push_back(it == r->kernels.end() ? 0 : it->calls);
+      seconds.push_back(it == r->kernels.end() ? 0 : it->seconds);
+    }
+    k.calls = median(calls);
+    k.seconds = median(seconds);
+  }
+  std::sort(out.begin(), out.end(), [](const StepRow::Kernel& a, const StepRow::Kernel& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+}  // namespace
+
 StepReport merge_runs(const std::vector<StepReport>& runs) {
   return merge_reports(runs, [](const std::vector<const StepRow*>& g) {
-    return merge_row(g, kStepFigures, {{"step", &StepRow::step}, {"norm_kernels", &StepRow::norm_kernels}});
+    StepRow m = merge_row(g, kStepFigures, {{"step", &StepRow::step}, {"norm_kernels", &StepRow::norm_kernels}});
+    m.kernels = merged_kernels(g);
+    return m;
   });
 }
 

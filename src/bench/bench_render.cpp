@@ -244,6 +244,26 @@ std::string norm_legend(bool merged, bool resident, bool device) {
   return s;
 }
 
+// The other norms' columns of the summary (DyT, Derf, ...: each one's GB/s and its speed against
+// RMSNorm), added to t only where they ran, so that the LayerNorm/RMSNorm table reads as before;
+// returns (norm, its label) of each.
+std::vector<std::pair<std::string, std::string>> other_norm_columns(const NormReport& r, Table& t) {
+  std::vector<std::pair<std::string, std::string>> others;
+  for (const EnumName& n : enum_names<NormKind>().names) {
+    const std::string norm = n.name;
+    if (norm == "layernorm" || norm == "rmsnorm") continue;
+    if (std::any_of(r.rows.begin(), r.rows.end(), [&](const NormRow& x) { return x.norm == norm; })) {
+      // The name its help phrase starts with: "DyT (Zhu et al. 2025): ..." is DyT.
+      const std::string help = n.help;
+      const std::string label = help.substr(0, help.find_first_of(" :"));
+      others.emplace_back(norm, label);
+      t.columns.push_back(right((label + " fused GB/s").c_str()));
+      t.columns.push_back(right((label + " speed vs RMS").c_str()));
+    }
+  }
+  return others;
+}
+
 Table summary_table(const NormReport& r) {
   // One line per (shape, threads, pass) with the headline figures.
   std::map<std::string, const NormRow*> at;
@@ -265,21 +285,7 @@ Table summary_table(const NormReport& r) {
                right("LN fused vs torch"), right("RMS fused vs torch"), right("LN vs unfused"),
                right("RMS vs unfused")};
   if (any_device(r)) t.columns[1].header = any_cpu(r) ? "thr/dev" : "device";
-  // The other norms' columns (DyT, Derf, ...: each one's GB/s and its speed against
-  // RMSNorm) only where they ran, so that the LayerNorm/RMSNorm table reads as before.
-  std::vector<std::pair<std::string, std::string>> others;  // (norm, its label)
-  for (const EnumName& n : enum_names<NormKind>().names) {
-    const std::string norm = n.name;
-    if (norm == "layernorm" || norm == "rmsnorm") continue;
-    if (std::any_of(r.rows.begin(), r.rows.end(), [&](const NormRow& x) { return x.norm == norm; })) {
-      // The name its help phrase starts with: "DyT (Zhu et al. 2025): ..." is DyT.
-      const std::string help = n.help;
-      const std::string label = help.substr(0, help.find_first_of(" :"));
-      others.emplace_back(norm, label);
-      t.columns.push_back(right((label + " fused GB/s").c_str()));
-      t.columns.push_back(right((label + " speed vs RMS").c_str()));
-    }
-  }
+  const std::vector<std::pair<std::string, std::string>> others = other_norm_columns(r, t);
   const bool narrow = any_narrow(r);
   if (narrow) t.columns.insert(t.columns.begin() + 2, left("dtype"));
   std::set<std::string> done;
@@ -296,6 +302,11 @@ Table summary_table(const NormReport& r) {
       if (!row) return std::string("-");
       return with_range(f(v), row->run_range, key2, spec);
     };
+    // A row above its own copy has no % to show (the verdicts name it).
+    auto pct = [&](const NormRow* row) {
+      return row && row->measurement_error ? std::string("error")
+                                           : fig(row, row ? row->pct_of_copy : NAN, "pct_of_copy", "{:.0f}", fmt_pct);
+    };
     std::vector<std::string> row = {
         x.shape.str(),
         where(x),
@@ -303,9 +314,9 @@ Table summary_table(const NormReport& r) {
         fig(cl, cl ? cl->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
         fig(cm, cm ? cm->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
         fig(lf, lf ? lf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-        fig(lf, lf ? lf->pct_of_copy : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+        pct(lf),
         fig(rf, rf ? rf->gb_per_s : NAN, "gb_per_s", "{:.1f}", fmt_gbps),
-        fig(rf, rf ? rf->pct_of_copy : NAN, "pct_of_copy", "{:.0f}", fmt_pct),
+        pct(rf),
         fig(rf, rf ? rf->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
         fig(rt, rt ? rt->rms_over_ln : NAN, "rms_over_ln", "{:.2f}", fmt_ratio),
         fig(lf, lf ? lf->vs_onednn : NAN, "vs_onednn", "{:.2f}", fmt_ratio),
@@ -421,8 +432,9 @@ std::string step_parts_legend() {
          "inside its time), in parts: products (oneDNN's matrix products with their fused bias, residual and "
          "GELU-derivative epilogues), norms, attention (the toy's prefix mean), elementwise (GELU, adds, copies, "
          "bias gradients), optimizer (AdamW and the gradient norm), other (embedding, loss, statistics, and the "
-         "time in no kernel: the tape, allocation). Shares of the clocked step. products GFLOP/s: the step's "
-         "product flops over the products' time alone; %FMA: of the FMA loop at the same thread count.";
+         "time in no kernel: the tape, allocation). Shares of the clocked step. products GFLOP/s: the linear layers' "
+         "and the head's flops over the products' time alone (attention's products are its kernels' own, in "
+         "attention); %FMA: of the FMA loop at the same thread count.";
 }
 
 std::string step_legend() {

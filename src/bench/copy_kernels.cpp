@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "bench_internal.h"
@@ -77,9 +78,10 @@ void add_scaled_range(float* s, const float* a, const float* b, float alpha, int
   for (; i < n; ++i) s[i] = std::fma(alpha, a[i], b[i]);
 }
 
+// f(lo, hi) on one contiguous chunk of [0, n) per thread, or f(0, n) alone below min_n.
 template <class F>
-void per_thread_chunk(int64_t n, F&& f) {
-  if (omp_get_max_threads() <= 1 || n < 1024) {
+void per_thread_chunk(int64_t n, F&& f, int64_t min_n = 1024) {
+  if (omp_get_max_threads() <= 1 || n < min_n || omp_in_parallel()) {
     f(int64_t{0}, n);
     return;
   }
@@ -150,10 +152,16 @@ void own_copy(const OwnCopyArrays& a) {
   const unsigned char* const ins[2] = {static_cast<const unsigned char*>(a.ins[0]),
                                        static_cast<const unsigned char*>(a.ins[1])};
   if (a.n_out < 1 || a.n_out > 2 || a.n_in < 1 || a.n_in > 2) return;
-  // Split as the float copies are: in 4-byte words, chunks on 64-byte lines.
-  per_thread_chunk((a.bytes + 3) / 4, [&](int64_t lo, int64_t hi) {
-    own_copy_range(outs, a.n_out, ins, a.n_in, lo * 4, std::min(a.bytes, hi * 4), a.streaming);
-  });
+  // In 4-byte words, chunks on 64-byte lines, on the threads from where the norm kernels take them
+  // (16K elements: the cpu backend's kParallelMinWork): below, a fork the kernel never pays would
+  // slow the copy it is held to.
+  constexpr int64_t kKernelsParallelFrom = int64_t{1} << 14;
+  per_thread_chunk(
+      (a.bytes + 3) / 4,
+      [&](int64_t lo, int64_t hi) {
+        own_copy_range(outs, a.n_out, ins, a.n_in, lo * 4, std::min(a.bytes, hi * 4), a.streaming);
+      },
+      a.elements >= kKernelsParallelFrom ? 1 : std::numeric_limits<int64_t>::max());
 }
 
 void copy_loop(float* dst, const float* src, int64_t n) {

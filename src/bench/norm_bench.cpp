@@ -172,6 +172,7 @@ Case own_copy_case(const Case& norm, Pass pass) {
     for (const std::string& n : outs) a.outs[a.n_out++] = t.at(n).raw();
     for (const std::string& n : ins) a.ins[a.n_in++] = t.at(n).raw();
     a.bytes = static_cast<int64_t>(t.at(outs[0]).nbytes());
+    a.elements = t.at(outs[0]).numel();
     a.streaming = norm.row.streaming_stores;
     arrays->push_back(a);
   }

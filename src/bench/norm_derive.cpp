@@ -93,13 +93,12 @@ void derive(NormReport& report) {
 
 std::vector<std::string> norm_verdicts(const NormReport& report) {
   std::vector<std::string> misses, errors;
+  for (const NormRow& r : report.rows)
+    if (r.measurement_error) errors.push_back(fmt::format("{}: {:.0f}% of its own copy", r.name(), r.pct_of_own_copy));
   int held = 0;
   for (const NormRow& r : report.rows) {
     if (r.impl != "fused" || r.device != "cpu" || r.status != "ok" || !(r.time.median > 0)) continue;
-    if (r.measurement_error) {
-      errors.push_back(fmt::format("{}: {:.0f}% of its own copy", r.name(), r.pct_of_own_copy));
-      continue;
-    }
+    if (r.measurement_error) continue;
     ++held;
     const std::string where = fmt::format("{}.{} {} {}{} thr {}", r.norm, r.impl, r.pass, r.shape.str(),
                                           r.resident ? " (resident)" : "", r.threads);

@@ -19,7 +19,8 @@ const std::vector<StepPart>& step_parts() {
 
 std::string step_part_of(const std::string& name) {
   // The linear layer's kernels hold their fused epilogues (bias, residual add, GELU's derivative):
-  // product time. "onednn_matmul" is the product inside a cpu kernel (attention's).
+  // product time. "onednn_matmul" is oneDNN's product inside a cpu kernel (the time of the kernel
+  // around it is the kernel's). Attention's products are the attention kernels' own loops.
   static const std::map<std::string, std::string> part = {
       {"onednn_matmul", "products"},
       {"matmul", "products"},

@@ -141,8 +141,10 @@ OpCase prefix_mean_case(bool backward, int64_t batch, int64_t time, int64_t ch, 
 }
 
 void add_attention_kernel_cases(std::vector<OpCase>& cases) {
-  const AttentionShape shapes[] = {{1, 1, 1, 1},  {1, 5, 3, 8},  {2, 16, 4, 16}, {2, 5, 1, 3},
-                                   {3, 1, 4, 16}, {1, 16, 2, 1}, {2, 64, 4, 16}};
+  // The last three: full row blocks with a tail of rows (T 13, 19, 40 against blocks of 8 rows),
+  // heads wider than a vector with a tail (Dh 20, 24, 33 against 16 or 8 floats).
+  const AttentionShape shapes[] = {{1, 1, 1, 1},  {1, 5, 3, 8},    {2, 16, 4, 16}, {2, 5, 1, 3},  {3, 1, 4, 16},
+                                   {1, 16, 2, 1}, {2, 64, 4, 16}, {2, 13, 2, 20}, {1, 19, 3, 24}, {1, 40, 2, 33}};
   uint64_t seed = 1600;
   for (const AttentionShape& a : shapes) cases.push_back(attention_forward_case(a, seed++));
   seed = 1600;

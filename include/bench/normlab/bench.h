@@ -506,7 +506,8 @@ struct StepRow {
   double fma_peak_gflop_per_s = NAN;  // the context's FMA peak at this row's thread count
   double pct_of_fma_peak = NAN;       // 100 * gflop_per_s / fma_peak_gflop_per_s
   double outside_products_share = NAN;    // 1 - products_s / clocked_step
-  double products_gflop_per_s = NAN;      // matmul_flops / products_s / 1e9: the products alone
+  double products_gflop_per_s = NAN;      // the linear layers' and the head's flops (matmul_flops less
+                                          // step_attention_flops) / products_s / 1e9: the products alone
   double products_pct_of_fma_peak = NAN;  // 100 * products_gflop_per_s / fma_peak_gflop_per_s
   // rmsnorm rows: LayerNorm / RMSNorm of the same model and threads
   double step_speedup = NAN;    // step.median(LN) / step.median(RMS): model level
@@ -537,12 +538,16 @@ StepReport run_step_bench(const StepOptions& opt);
 // M = batch*seq tokens, d = d_model, h = d_hidden, T = seq:
 //   toy block  mix d x d, fc1 d x h, fc2 h x d:          3 * 2M(d^2 + 2dh)
 //   gpt block  q, k, v, o d x d, fc1, fc2:               3 * 2M(4d^2 + 2dh)
-//              + Q K^T and P V over the full T x T (the masked half is computed too):
-//                                                        3 * 2 * 2 batch T^2 d
+//              + Q K^T and P V over the full T x T:      3 * 2 * 2 batch T^2 d
 //   head       d x vocab:                                3 * 2M d vocab
-// The prefix mean, norms, softmax, GELU, the loss and AdamW are not products: not counted.
+// The prefix mean, norms, softmax, GELU, the loss and AdamW are not products: not counted. The
+// attention products are counted over the full T x T, as a dense implementation (PyTorch's SDPA
+// on the CPU, the earlier oneDNN one) computes them; the cpu backend's attention kernels compute
+// the causal half only, inside the step's attention part.
 double step_matmul_flops(const std::string& model, int64_t layers, int64_t d_model, int64_t d_hidden, int64_t vocab,
                          int64_t batch, int64_t seq);
+// The part of step_matmul_flops that is attention's Q K^T and P V (0 for the toy model).
+double step_attention_flops(const std::string& model, int64_t layers, int64_t d_model, int64_t batch, int64_t seq);
 
 // ============================================================================
 // running `bench ops`: any op case (normlab/opcases.h) on any backend

@@ -186,8 +186,8 @@ void matmul_strided(float* c, const float* a_f32, const float* b_f32, const floa
     spec.impl = pd.impl_info_str();
     return spec;
   };
-  // The product alone, apart from the kernel around it (a cpu attention kernel's softmax, the bf16
-  // operands' conversion above).
+  // The product alone, apart from the kernel around it (the bf16 operands' conversion above, a
+  // bias or layout step of the caller).
   const KernelClock::Region timed("onednn_matmul");
   if (bias && binary)
     run_primitive(key, make, describe, {a, b, bias, c, epilogue.src1});
