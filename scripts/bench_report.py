@@ -143,8 +143,11 @@ def norms_report(doc):
                     continue  # a pass this run did not time
                 f = {col: get(f"{impl}/copy/{sn}/threads:{t}" if impl.startswith("copy.") else key(impl), figure)
                      for col, (impl, figure, _, _) in COLUMNS.items()}
+                # A row above its own copy is a measurement error, no figure (normlab's verdicts name it).
                 out.append(f"| {label} | {ps} | " + " | ".join(
-                    fmt_range(*f[col], unit, digits) for col, (_, _, unit, digits) in COLUMNS.items()) + " |")
+                    "error" if (COLUMNS[col][1] == "pct_of_copy" and (by.get(key(COLUMNS[col][0])) or {}).get(
+                        "measurement_error")) else fmt_range(*f[col], unit, digits)
+                    for col, (_, _, unit, digits) in COLUMNS.items()) + " |")
                 ln, rms, vs_o, vs_t, rvs_t, rl, lu, ru = (f[c] for c in ("ln", "rms", "vs_o", "vs_t", "rvs_t", "rl", "lu", "ru"))
                 # What training runs: the fused kernel, or oneDNN's primitive where the shape class's
                 # measurement chose it (then it is exactly as fast as oneDNN).
