@@ -377,7 +377,7 @@ CLI::App* add_norms(CLI::App* sub, const std::shared_ptr<NormsArgs>& norms, Glob
                 "4x128x512,8x256x1024,16x512x2048,32x1024x4096)");
   n->add_option("--resident-shapes", norms->resident_shapes,
                 "Cache-resident shapes, BATCHxSEQxD list: one buffer set reused by every call, timed in batches, "
-                "against the copy loop on the same buffers (default 1x512x64,1x512x128,1x512x256: the training "
+                "against its own copy on the same buffers (default 1x512x64,1x512x128,1x512x256: the training "
                 "step's norms)");
   n->add_option("--threads", norms->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
   n->add_option("--repeats", norms->repeats, "At least this many timed calls per case (default 5)");
@@ -402,8 +402,10 @@ before it is timed; one that fails is reported (exit 1) and never timed. Each ca
   memory-bound (--shapes): call by call, each call on the next of enough buffer sets that a
     case touches >= max(1 GiB, 4 x LLC) before it sees one again;
   cache-resident (--resident-shapes): every call on the same buffer set, which stays in L1/L2 as
-    the step's norms do; a sample is a batch of calls (~200 us), reported per call; %copy is of
-    the copy loop on the same buffers: the cache's copy speed, not memory's.
+    the step's norms do; a sample is a batch of calls (~200 us), reported per call.
+%copy is of each row's own copy: its arrays read and written on its own buffers, with its kind
+of stores, timed beside it (resident: the cache's speed for those bytes, not memory's); a row
+above 105% of it is a measurement error, printed as "error".
 Without --shapes and --resident-shapes both default lists run, each in its own table section;
 with either, only the lists given ("default": that list's defaults).
 addfwd rows: s = alpha*a + b written, then y = norm(s) (Post-LN, DeepNorm); GB/s counts 4ND floats;
