@@ -26,8 +26,8 @@ namespace normlab::bench::detail {
 void copy_loop(float* dst, const float* src, int64_t n);
 void copy_memcpy(float* dst, const float* src, int64_t n);
 // A norm row's own copy: the bytes of one or two inputs (their XOR) stored into each output, `bytes`
-// of each, split over the OpenMP threads as the copies are; streaming: non-temporal stores, as a
-// kernel with streaming stores makes them.
+// of each, split over the OpenMP threads from where the norm kernels split (16K elements);
+// streaming: non-temporal stores, as a kernel with streaming stores makes them.
 struct OwnCopyArrays {
   void* outs[2] = {nullptr, nullptr};
   const void* ins[2] = {nullptr, nullptr};

@@ -722,18 +722,20 @@ const Figures<NormRow> kNormFigures = {
     {"backend_vs_onednn", &NormRow::backend_vs_onednn}, {"vs_torch", &NormRow::vs_torch},
     {"vs_unfused", &NormRow::vs_unfused}};
 
-const Figures<StepRow> kStepFigures = {
-    {"norm_share", &StepRow::norm_share},     {"tokens_per_s", &StepRow::tokens_per_s},
-    {"gflop_per_s", &StepRow::gflop_per_s},   {"fma_peak_gflop_per_s", &StepRow::fma_peak_gflop_per_s},
-    {"pct_of_fma_peak", &StepRow::pct_of_fma_peak}, {"step_speedup", &StepRow::step_speedup},
-    {"op_speedup", &StepRow::op_speedup},     {"predicted_step_speedup", &StepRow::predicted_step_speedup},
-    {"clocked_step", &StepRow::clocked_step}, {"products_s", &StepRow::products_s},
-    {"norms_s", &StepRow::norms_s},           {"attention_s", &StepRow::attention_s},
-    {"elementwise_s", &StepRow::elementwise_s}, {"optimizer_s", &StepRow::optimizer_s},
-    {"other_s", &StepRow::other_s},           {"outside_kernels_s", &StepRow::outside_kernels_s},
-    {"outside_products_share", &StepRow::outside_products_share},
-    {"products_gflop_per_s", &StepRow::products_gflop_per_s},
-    {"products_pct_of_fma_peak", &StepRow::products_pct_of_fma_peak}};
+// A step row's figures, then each of step_parts()' seconds under the part's name.
+Figures<StepRow> step_figures() {
+  Figures<StepRow> f = {
+      {"norm_share", &StepRow::norm_share},     {"tokens_per_s", &StepRow::tokens_per_s},
+      {"gflop_per_s", &StepRow::gflop_per_s},   {"fma_peak_gflop_per_s", &StepRow::fma_peak_gflop_per_s},
+      {"pct_of_fma_peak", &StepRow::pct_of_fma_peak}, {"step_speedup", &StepRow::step_speedup},
+      {"op_speedup", &StepRow::op_speedup},     {"predicted_step_speedup", &StepRow::predicted_step_speedup},
+      {"clocked_step", &StepRow::clocked_step}, {"outside_kernels_s", &StepRow::outside_kernels_s},
+      {"outside_products_share", &StepRow::outside_products_share},
+      {"products_gflop_per_s", &StepRow::products_gflop_per_s},
+      {"products_pct_of_fma_peak", &StepRow::products_pct_of_fma_peak}};
+  for (const StepPart& part : step_parts()) f.emplace_back(part.name, part.seconds);
+  return f;
+}
 
 // One figure over the runs of a row: the median of the runs' values into the merged row, their
 // range into its run_range (where some run has a finite value).
@@ -827,11 +829,6 @@ std::vector<StepRow::Kernel> merged_kernels(const std::vector<const StepRow*>& g
     for (const StepRow::Kernel& k : r->kernels)
       if (std::none_of(out.begin(), out.end(), [&](const StepRow::Kernel& o) { return o.name == k.name; }))
         out.push_back({k.name, k.part, 0, 0});
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  };
   for (StepRow::Kernel& k : out) {
     std::vector<double> calls, seconds;
     for (const StepRow* r : g) {
@@ -840,8 +837,8 @@ std::vector<StepRow::Kernel> merged_kernels(const std::vector<const StepRow*>& g
       calls.push_back(it == r->kernels.end() ? 0 : it->calls);
       seconds.push_back(it == r->kernels.end() ? 0 : it->seconds);
     }
-    k.calls = median(calls);
-    k.seconds = median(seconds);
+    k.calls = median_of(calls);
+    k.seconds = median_of(seconds);
   }
   std::sort(out.begin(), out.end(), [](const StepRow::Kernel& a, const StepRow::Kernel& b) { return a.seconds > b.seconds; });
   return out;
@@ -851,7 +848,8 @@ std::vector<StepRow::Kernel> merged_kernels(const std::vector<const StepRow*>& g
 
 StepReport merge_runs(const std::vector<StepReport>& runs) {
   return merge_reports(runs, [](const std::vector<const StepRow*>& g) {
-    StepRow m = merge_row(g, kStepFigures, {{"step", &StepRow::step}, {"norm_kernels", &StepRow::norm_kernels}});
+    static const Figures<StepRow> figures = step_figures();
+    StepRow m = merge_row(g, figures, {{"step", &StepRow::step}, {"norm_kernels", &StepRow::norm_kernels}});
     m.kernels = merged_kernels(g);
     return m;
   });
