@@ -37,18 +37,19 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   NL_CHECK(heads >= 1 && c % heads == 0, "causal_attention: {} heads do not divide the model width C = {}", heads, c);
   const int64_t dh = c / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  Tensor out = new_output(q.shape(), product_format(), q);
-  Tensor probs = new_output({b, heads, t, t}, product_format(), q);
-  run_kernel(backend_of(q), AttentionForward{out, probs, q, k, v, b, t, heads, dh, scale});
-  // The fused kernel weights v by the float32 probabilities; what is stored is its output and,
-  // for the backward, the probabilities (an activation of the unfused form).
-  store(out, product_format(), "causal_attention");
-  store(probs, product_format(), "attention_probs");
+  const Precision pf = product_format();
+  Tensor out = new_output(q.shape(), pf, q), stats = float_output({b, heads, t, 2}, q);
+  run_kernel(backend_of(q), AttentionForward{out, stats, q, k, v, b, t, heads, dh, scale});
+  // The fused kernel weights v by the float32 probabilities and stores its output and each row's
+  // softmax statistics; the backward recomputes the probabilities and rounds them to the format
+  // the unfused form would have stored them in, so a bf16 / fp16 run's gradients see them as
+  // that form saves them.
+  store(out, pf, "causal_attention");
   if (needs_grad({&q, &k, &v})) {
     record("causal_attention", out, {q, k, v},
-           [q, k, v, probs, b, t, heads, dh, scale](const Tensor& dout, GradOutputs& g) {
+           [q, k, v, stats, b, t, heads, dh, scale, pf](const Tensor& dout, GradOutputs& g) {
              run_kernel(backend_of(dout),
-                        AttentionBackward{g[0], g[1], g[2], dout, q, k, v, probs, b, t, heads, dh, scale});
+                        AttentionBackward{g[0], g[1], g[2], dout, q, k, v, stats, b, t, heads, dh, scale, pf});
            });
   }
   return out;

@@ -325,7 +325,7 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
   Tensor x = randn(rng, {m, k}), wl = randn(rng, {n, k}), bias = randn(rng, {n}), y = e32({m, n});
   const int64_t bt = 2, t = 11, h = 3, dh = 7, ch = h * dh;
   Tensor q = randn(rng, {bt, t, ch}), kk = randn(rng, {bt, t, ch}), v = randn(rng, {bt, t, ch});
-  Tensor out = e32({bt, t, ch}), probs = e32({bt, h, t, t});
+  Tensor out = e32({bt, t, ch}), stats = e32({bt, h, t, 2});
   Tensor dq = e32({bt, t, ch}), dk = e32({bt, t, ch}), dv = e32({bt, t, ch});
   const int64_t ln = 13, ld = 59;
   Tensor lx = randn(rng, {ln, ld}), lg = randn(rng, {ld}), lb = randn(rng, {ld});
@@ -336,8 +336,8 @@ TEST(CpuPrimitiveCache, SteadyStateCreatesNoPrimitive) {
     run_kernel(be, Matmul{c, a, w, MatmulSpec{b, m, n, k, false, false, true, true, false}});
     run_kernel(be, Matmul{c, a, w_shared, MatmulSpec{b, m, n, k, true, true, true, false, true}});
     run_kernel(be, LinearForward{y, x, wl, bias, Tensor(), m, k, n});
-    run_kernel(be, AttentionForward{out, probs, q, kk, v, bt, t, h, dh, 0.3});
-    run_kernel(be, AttentionBackward{&dq, &dk, &dv, out, q, kk, v, probs, bt, t, h, dh, 0.3});
+    run_kernel(be, AttentionForward{out, stats, q, kk, v, bt, t, h, dh, 0.3});
+    run_kernel(be, AttentionBackward{&dq, &dk, &dv, out, q, kk, v, stats, bt, t, h, dh, 0.3});
     cpu::layernorm_forward_onednn(fp(ly), fp(lm), fp(lr), fp(lx), fp(lg), fp(lb), ln, ld, 1e-5f);
     cpu::layernorm_backward_onednn(fp(ldx), fp(ldg), fp(ldb), fp(ly), fp(lx), fp(lg), fp(lm),
                                    fp(lr), ln, ld);
@@ -600,6 +600,63 @@ TEST(CpuRoundToFormat, Bf16IsCoresRoundingBitForBit) {
         ADD_FAILURE() << "threads " << threads << " at " << i << ": " << t.data<float>()[i] << ", core " << want;
     }
     EXPECT_EQ(differ, 0) << "threads " << threads;
+  }
+}
+
+// Attention writes no probabilities, so they are read out through one-hot operands: a forward with
+// v one-hot at key s0 gives out[t] = P[t, s0], and a backward with dout one-hot at query t0 gives
+// dv[s] = P[t0, s] (each a single product with 1 added to zeros: exact). The backward's P must be
+// the forward's, bit for bit, rounded to the stored format: recomputed from the forward's row
+// statistics by the forward's own arithmetic. The reference backend keeps the same contract (its
+// float32 P is its double P rounded once).
+void expect_backward_sees_forward_probs(Backend& be) {
+  const int64_t b = 2, t = 13, h = 2, dh = 5, c = h * dh, e0 = 3;
+  Rng rng(2200, stream::check);
+  const Tensor q = randn(rng, {b, t, c}, 2.0), k = randn(rng, {b, t, c}, 2.0);
+  auto one_hot = [&](int64_t pos) {  // 1 at (every batch, pos, every head's channel e0)
+    Tensor x = Tensor::zeros({b, t, c}, DType::f32);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hi = 0; hi < h; ++hi) x.data<float>()[(bi * t + pos) * c + hi * dh + e0] = 1.0f;
+    return x;
+  };
+  // P[(bi, hi, t, s)] as the forward weighted v with it.
+  std::vector<float> forward(b * h * t * t, 0.0f);
+  Tensor stats = e32({b, h, t, 2});
+  for (int64_t s0 = 0; s0 < t; ++s0) {
+    Tensor out = e32({b, t, c});
+    run_kernel(be, AttentionForward{out, stats, q, k, one_hot(s0), b, t, h, dh, 0.37});
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hi = 0; hi < h; ++hi)
+        for (int64_t ti = 0; ti < t; ++ti)
+          forward[((bi * h + hi) * t + ti) * t + s0] = out.data<float>()[(bi * t + ti) * c + hi * dh + e0];
+  }
+  for (const Precision format : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(to_string(format));
+    int64_t differ = 0, rounded = 0;
+    for (int64_t t0 = 0; t0 < t; ++t0) {
+      Tensor dv = e32({b, t, c});
+      const Tensor v = randn(rng, {b, t, c});
+      run_kernel(be, AttentionBackward{nullptr, nullptr, &dv, one_hot(t0), q, k, v, stats, b, t, h, dh, 0.37, format});
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t hi = 0; hi < h; ++hi)
+          for (int64_t s = 0; s <= t0; ++s) {
+            const float p = forward[((bi * h + hi) * t + t0) * t + s];
+            const float got = dv.data<float>()[(bi * t + s) * c + hi * dh + e0];
+            differ += got != round_to(format, p);
+            rounded += got != p;
+          }
+    }
+    EXPECT_EQ(differ, 0) << "probabilities the backward used that are not the forward's in the format";
+    if (format != Precision::fp32) {
+      EXPECT_GT(rounded, 50) << "the format's rounding was not applied";
+    }
+  }
+}
+
+TEST(CpuAttention, TheBackwardRecomputesTheForwardsProbabilitiesInTheStoredFormat) {
+  for (const char* name : {"cpu", "reference"}) {
+    SCOPED_TRACE(name);
+    expect_backward_sees_forward_probs(backend(name));
   }
 }
 

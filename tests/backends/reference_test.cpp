@@ -517,17 +517,16 @@ TEST(ReferenceGradcheck, Attention) {
     Tensor q = f64(randn(rng, s.b * s.t * c), shp), k = f64(randn(rng, s.b * s.t * c), shp),
            v = f64(randn(rng, s.b * s.t * c), shp);
     Vec r = randn(rng, s.b * s.t * c);
-    Tensor out = Tensor::empty(shp, DType::f64),
-           probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::f64);
+    Tensor out = Tensor::empty(shp, DType::f64), stats = Tensor::empty({s.b, s.h, s.t, 2}, DType::f64);
     auto loss = [&] {
-      run_kernel(ref(), AttentionForward{out, probs, q, k, v, s.b, s.t, s.h, s.dh, scale});
+      run_kernel(ref(), AttentionForward{out, stats, q, k, v, s.b, s.t, s.h, s.dh, scale});
       return dot(out, r);
     };
     Vec ndq = numeric_grad(q, loss), ndk = numeric_grad(k, loss), ndv = numeric_grad(v, loss);
     loss();
     Tensor dq = Tensor::empty(shp, DType::f64), dk = Tensor::empty(shp, DType::f64),
            dv = Tensor::empty(shp, DType::f64);
-    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, probs, s.b, s.t, s.h, s.dh, scale});
+    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, stats, s.b, s.t, s.h, s.dh, scale});
     expect_grad(dq, ndq, attn_name("attention dq", s));
     expect_grad(dk, ndk, attn_name("attention dk", s));
     expect_grad(dv, ndv, attn_name("attention dv", s));
@@ -615,7 +614,7 @@ TEST(ReferenceGradcheck, LinearViaMatmul) {
 }
 
 // ============================================================================
-// attention: a direct computation, the saved probs, causality
+// attention: a direct computation (its output and row statistics), causality
 // ============================================================================
 
 // Per (b, h): gather the head into T x Dh matrices, form the full T x T score matrix, mask the
@@ -626,11 +625,10 @@ TEST(ReferenceAttention, AgainstDirect) {
   const int64_t B = 2, T = 6, H = 3, Dh = 4, C = H * Dh;
   const double scale = 1.0 / std::sqrt(double(Dh));
   Vec q = randn(rng, B * T * C), k = randn(rng, B * T * C), v = randn(rng, B * T * C);
-  Tensor out = Tensor::empty({B, T, C}, DType::f64),
-         probs = Tensor::full({B, H, T, T}, 7.0, DType::f64);
+  Tensor out = Tensor::empty({B, T, C}, DType::f64), stats = Tensor::full({B, H, T, 2}, 7.0, DType::f64);
   run_kernel(ref(),
-             AttentionForward{out, probs, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T, H, Dh, scale});
-  Vec want_out(B * T * C), want_p(B * H * T * T);
+             AttentionForward{out, stats, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T, H, Dh, scale});
+  Vec want_out(B * T * C), want_stats(B * H * T * 2);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       auto head = [&](const Vec& x) {
@@ -649,7 +647,8 @@ TEST(ReferenceAttention, AgainstDirect) {
         }
         double mx = *std::max_element(srow.begin(), srow.end()), z = 0;
         for (double& x : srow) z += (x = std::exp(x - mx));
-        for (int64_t s = 0; s < T; ++s) want_p[((b * H + h) * T + t) * T + s] = srow[s] / z;
+        want_stats[((b * H + h) * T + t) * 2] = mx;
+        want_stats[((b * H + h) * T + t) * 2 + 1] = z;
         for (int64_t e = 0; e < Dh; ++e) {
           double acc = 0;
           for (int64_t s = 0; s < T; ++s) acc += srow[s] / z * V[s][e];
@@ -658,13 +657,7 @@ TEST(ReferenceAttention, AgainstDirect) {
       }
     }
   expect_close(out.to_vector(), want_out, 1e-13, 0, "attention out");
-  expect_close(probs.to_vector(), want_p, 1e-14, 0, "attention probs");
-  // Above the diagonal the saved probs are exactly zero (the buffer held 7s before).
-  Vec p = probs.to_vector();
-  for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t s = t + 1; s < T; ++s)
-        ASSERT_EQ(p[(bh * T + t) * T + s], 0.0) << "probs above diagonal";
+  expect_close(stats.to_vector(), want_stats, 1e-13, 0, "attention stats");
 }
 
 // Changing k and v at a position t0 must leave every output at t < t0 bit-identical (the kernel
@@ -675,9 +668,8 @@ TEST(ReferenceAttention, Causal) {
   const double scale = 0.5;
   Vec q = randn(rng, B * T * C), k = randn(rng, B * T * C), v = randn(rng, B * T * C);
   auto run = [&](const Vec& kk, const Vec& vv) {
-    Tensor out = Tensor::empty({B, T, C}, DType::f64),
-           probs = Tensor::empty({B, H, T, T}, DType::f64);
-    run_kernel(ref(), AttentionForward{out, probs, f64(q, {B, T, C}), f64(kk, {B, T, C}), f64(vv, {B, T, C}), B, T, H,
+    Tensor out = Tensor::empty({B, T, C}, DType::f64), stats = Tensor::empty({B, H, T, 2}, DType::f64);
+    run_kernel(ref(), AttentionForward{out, stats, f64(q, {B, T, C}), f64(kk, {B, T, C}), f64(vv, {B, T, C}), B, T, H,
                                        Dh, scale});
     return out.to_vector();
   };
@@ -841,11 +833,11 @@ TEST(ReferencePrecision, Float32MatchesFloat64) {
     const int64_t B = 1, T = n, H = 5, Dh = 13;
     const Shape s = {B, T, H * Dh};
     Tensor q = Tensor::from(x, s, dt), k = Tensor::from(x2, s, dt), v = Tensor::from(dyv, s, dt);
-    Tensor out = E(s, dt), probs = E({B, H, T, T}, dt), dq = E(s, dt), dk = E(s, dt), dv = E(s, dt);
-    run_kernel(ref(), AttentionForward{out, probs, q, k, v, B, T, H, Dh, 1.0 / std::sqrt(13.0)});
-    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, Tensor::from(x, s, dt), q, k, v, probs, B, T, H, Dh,
+    Tensor out = E(s, dt), stats = E({B, H, T, 2}, dt), dq = E(s, dt), dk = E(s, dt), dv = E(s, dt);
+    run_kernel(ref(), AttentionForward{out, stats, q, k, v, B, T, H, Dh, 1.0 / std::sqrt(13.0)});
+    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, Tensor::from(x, s, dt), q, k, v, stats, B, T, H, Dh,
                                         1.0 / std::sqrt(13.0)});
-    return Outputs{out, probs, dq, dk, dv};
+    return Outputs{out, stats, dq, dk, dv};
   });
   expect_f32_matches_f64("prefix_mean", [&](DType dt) {
     Tensor y = E({1, n, d}, dt), dx = E({1, n, d}, dt);
@@ -968,15 +960,14 @@ TEST(ReferenceBackend, GradientMasksAndWrittenOutputs) {
   const int64_t B = 1, T = 4, H = 1, Dh = d;
   Tensor q = f64(randn(rng, T * Dh), {B, T, Dh}), k = f64(randn(rng, T * Dh), {B, T, Dh}),
          v = f64(randn(rng, T * Dh), {B, T, Dh}), dout = f64(randn(rng, T * Dh), {B, T, Dh});
-  Tensor out = Tensor::empty({B, T, Dh}, DType::f64),
-         probs = Tensor::empty({B, H, T, T}, DType::f64);
-  run_kernel(ref(), AttentionForward{out, probs, q, k, v, B, T, H, Dh, 0.5});
+  Tensor out = Tensor::empty({B, T, Dh}, DType::f64), stats = Tensor::empty({B, H, T, 2}, DType::f64);
+  run_kernel(ref(), AttentionForward{out, stats, q, k, v, B, T, H, Dh, 0.5});
   Tensor dq = nans({B, T, Dh}), dk = nans({B, T, Dh}), dv = nans({B, T, Dh});
-  run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, dout, q, k, v, probs, B, T, H, Dh, 0.5});
+  run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, dout, q, k, v, stats, B, T, H, Dh, 0.5});
   for (int which = 0; which < 3; ++which) {
     Tensor only = nans({B, T, Dh});
     run_kernel(ref(), AttentionBackward{which == 0 ? &only : nullptr, which == 1 ? &only : nullptr,
-                                        which == 2 ? &only : nullptr, dout, q, k, v, probs, B, T, H, Dh, 0.5});
+                                        which == 2 ? &only : nullptr, dout, q, k, v, stats, B, T, H, Dh, 0.5});
     const Tensor& full = which == 0 ? dq : which == 1 ? dk : dv;
     expect_close(only.to_vector(), full.to_vector(), 0, 0,
                  "attention gradient " + std::to_string(which) + " alone");

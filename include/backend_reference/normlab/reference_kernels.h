@@ -17,6 +17,7 @@
 #include "normlab/adam_kernels.h"
 #include "normlab/backend.h"
 #include "normlab/matmul_kernels.h"
+#include "normlab/precision.h"
 #include "normlab/squash_kernels.h"
 #include "normlab/stats_math.h"
 
@@ -428,42 +429,57 @@ void softmax_backward_ref(T* dx, const T* dy, const T* y, int64_t n, int64_t d) 
 // ============================================================================
 
 // B batch, T time, H heads, Dh head size, C = H*Dh channels.
-// q, k, v, out: (B, T, C); head h uses channels [h*Dh, (h+1)*Dh). probs: (B, H, T, T).
+// q, k, v, out: (B, T, C); head h uses channels [h*Dh, (h+1)*Dh).
 // For each (b, h) and query position t:
 //   S[t,s] = scale * q_t . k_s            for s <= t (causal: a position sees only the past)
-//   P[t,s] = softmax_s(S[t,:]) over s <= t (row max subtracted), P[t,s] = 0 for s > t (saved)
+//   P[t,s] = softmax_s(S[t,:]) over s <= t (row max subtracted), P[t,s] = 0 for s > t
 //   out_t  = sum_{s<=t} P[t,s] v_s
+
+// P (t x t, row-major, zero above the diagonal) of head hi of batch bi, in double; each row's max
+// and sum to stats[2 * ti], [2 * ti + 1] when stats is not null (the head's T rows of them).
 template <class T>
-void attention_forward_ref(T* out, T* probs, const T* q, const T* k, const T* v, int64_t b,
-                           int64_t t, int64_t h, int64_t dh, double scale) {
+void attention_probs_ref(std::vector<double>& p, T* stats, const T* q, const T* k, int64_t bi, int64_t hi, int64_t t,
+                         int64_t h, int64_t dh, double scale) {
   const int64_t c = h * dh;
-  std::vector<double> p(static_cast<size_t>(t));  // one row of P, in double until written
+  p.assign(static_cast<size_t>(t * t), 0.0);
+  for (int64_t ti = 0; ti < t; ++ti) {
+    const T* qt = q + (bi * t + ti) * c + hi * dh;
+    double* row = p.data() + ti * t;
+    double mx = -INFINITY;
+    for (int64_t si = 0; si <= ti; ++si) {
+      const T* ks = k + (bi * t + si) * c + hi * dh;
+      double dot = 0.0;
+      for (int64_t e = 0; e < dh; ++e) dot += double(qt[e]) * double(ks[e]);
+      row[si] = scale * dot;
+      mx = std::fmax(mx, row[si]);
+    }
+    double sum = 0.0;
+    for (int64_t si = 0; si <= ti; ++si) {
+      row[si] = std::exp(row[si] - mx);
+      sum += row[si];
+    }
+    for (int64_t si = 0; si <= ti; ++si) row[si] /= sum;
+    if (stats) {
+      stats[2 * ti] = static_cast<T>(mx);
+      stats[2 * ti + 1] = static_cast<T>(sum);
+    }
+  }
+}
+
+// stats: (B, H, T, 2), each query row's softmax max and sum.
+template <class T>
+void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v, int64_t b, int64_t t, int64_t h,
+                           int64_t dh, double scale) {
+  const int64_t c = h * dh;
+  std::vector<double> p;
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      T* prow0 = probs + (bi * h + hi) * t * t;
+      attention_probs_ref(p, stats + (bi * h + hi) * t * 2, q, k, bi, hi, t, h, dh, scale);
       for (int64_t ti = 0; ti < t; ++ti) {
-        const T* qt = q + (bi * t + ti) * c + hi * dh;
-        double mx = -INFINITY;
-        for (int64_t si = 0; si <= ti; ++si) {
-          const T* ks = k + (bi * t + si) * c + hi * dh;
-          double dot = 0.0;
-          for (int64_t e = 0; e < dh; ++e) dot += double(qt[e]) * double(ks[e]);
-          p[si] = scale * dot;
-          mx = std::fmax(mx, p[si]);
-        }
-        double sum = 0.0;
-        for (int64_t si = 0; si <= ti; ++si) {
-          p[si] = std::exp(p[si] - mx);
-          sum += p[si];
-        }
-        for (int64_t si = 0; si <= ti; ++si) p[si] /= sum;
-        T* prow = prow0 + ti * t;
-        for (int64_t si = 0; si < t; ++si) prow[si] = static_cast<T>(si <= ti ? p[si] : 0.0);
         T* ot = out + (bi * t + ti) * c + hi * dh;
         for (int64_t e = 0; e < dh; ++e) {
           double acc = 0.0;
-          for (int64_t si = 0; si <= ti; ++si)
-            acc += p[si] * double(v[(bi * t + si) * c + hi * dh + e]);
+          for (int64_t si = 0; si <= ti; ++si) acc += p[ti * t + si] * double(v[(bi * t + si) * c + hi * dh + e]);
           ot[e] = static_cast<T>(acc);
         }
       }
@@ -471,8 +487,10 @@ void attention_forward_ref(T* out, T* probs, const T* q, const T* k, const T* v,
   }
 }
 
-// Sizes as attention_forward_ref. dq, dk, dv each nullable; all WRITTEN.
-// Derivation, per (b, h), with P the saved probs (zero above the diagonal):
+// Sizes as attention_forward_ref. dq, dk, dv each nullable; all WRITTEN. P is recomputed from q
+// and k alone (the forward's stats, a backend's shortcut, are not needed for the math), and
+// rounded to `probs_format` (via float32: the format's grid is a subset of float32's).
+// Derivation, per (b, h), with P zero above the diagonal:
 //   out_t = sum_s P[t,s] v_s            =>  dv_s = sum_{t>=s} P[t,s] dout_t
 //                                           dP[t,s] = dout_t . v_s
 //   P[t,:] = softmax(S[t,:]) (per row)   =>  dS[t,s] = P[t,s] (dP[t,s] - sum_s' dP[t,s'] P[t,s'])
@@ -482,22 +500,22 @@ void attention_forward_ref(T* out, T* probs, const T* q, const T* k, const T* v,
 //                                           dk_s = scale sum_{t>=s} dS[t,s] q_t
 // (attention_kernels.h folds `scale` into dS; the same numbers.)
 template <class T>
-void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                            const T* probs, int64_t b, int64_t t, int64_t h, int64_t dh,
-                            double scale) {
+void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, int64_t b,
+                            int64_t t, int64_t h, int64_t dh, double scale, Precision probs_format) {
   const int64_t c = h * dh;
   // Offset of (batch bi, position ti, head hi) in a (B, T, C) array.
   auto at = [&](int64_t bi, int64_t ti, int64_t hi) { return (bi * t + ti) * c + hi * dh; };
-  std::vector<double> ds(static_cast<size_t>(t * t));  // scale * dS for one (b, h)
+  std::vector<double> p, ds(static_cast<size_t>(t * t));  // P and scale * dS for one (b, h)
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      const T* p = probs + (bi * h + hi) * t * t;
+      attention_probs_ref(p, static_cast<T*>(nullptr), q, k, bi, hi, t, h, dh, scale);
+      if (probs_format != Precision::fp32)
+        for (double& x : p) x = round_to(probs_format, to_float(x));
       if (dv) {
         for (int64_t si = 0; si < t; ++si) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t ti = si; ti < t; ++ti)
-              acc += double(p[ti * t + si]) * double(dout[at(bi, ti, hi) + e]);
+            for (int64_t ti = si; ti < t; ++ti) acc += p[ti * t + si] * double(dout[at(bi, ti, hi) + e]);
             dv[at(bi, si, hi) + e] = static_cast<T>(acc);
           }
         }
@@ -508,21 +526,18 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
         double rowdot = 0.0;
         for (int64_t si = 0; si <= ti; ++si) {
           double dp = 0.0;
-          for (int64_t e = 0; e < dh; ++e)
-            dp += double(dout[at(bi, ti, hi) + e]) * double(v[at(bi, si, hi) + e]);
+          for (int64_t e = 0; e < dh; ++e) dp += double(dout[at(bi, ti, hi) + e]) * double(v[at(bi, si, hi) + e]);
           ds[ti * t + si] = dp;
-          rowdot += dp * double(p[ti * t + si]);
+          rowdot += dp * p[ti * t + si];
         }
         for (int64_t si = 0; si < t; ++si)
-          ds[ti * t + si] =
-              si <= ti ? scale * double(p[ti * t + si]) * (ds[ti * t + si] - rowdot) : 0.0;
+          ds[ti * t + si] = si <= ti ? scale * p[ti * t + si] * (ds[ti * t + si] - rowdot) : 0.0;
       }
       if (dq) {
         for (int64_t ti = 0; ti < t; ++ti) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t si = 0; si <= ti; ++si)
-              acc += ds[ti * t + si] * double(k[at(bi, si, hi) + e]);
+            for (int64_t si = 0; si <= ti; ++si) acc += ds[ti * t + si] * double(k[at(bi, si, hi) + e]);
             dq[at(bi, ti, hi) + e] = static_cast<T>(acc);
           }
         }
@@ -531,8 +546,7 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
         for (int64_t si = 0; si < t; ++si) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t ti = si; ti < t; ++ti)
-              acc += ds[ti * t + si] * double(q[at(bi, ti, hi) + e]);
+            for (int64_t ti = si; ti < t; ++ti) acc += ds[ti * t + si] * double(q[at(bi, ti, hi) + e]);
             dk[at(bi, si, hi) + e] = static_cast<T>(acc);
           }
         }

@@ -5,12 +5,16 @@
 // (batch, head) tile, tiles split over the threads: the tile's operands are packed into small
 // buffers (K and V transposed or padded to whole vectors), and its products are register-blocked
 // loops of FMAs (8 rows by one vector) over the causal part only: the scores of s > t are never
-// computed (half the work of a full T x T product), the tile's probabilities are written once, and
-// everything a tile touches stays in L1/L2. A batched oneDNN matmul over (B, H) computed the full
-// T x T at a third of the FMA peak on 64 x 64 x 32 heads.
-//   S = scale * Q K^T (s <= t);  P = causal_softmax(S) (saved);  out = P V
-//   backward: dV = P^T dO;  dP = dO V^T;  dS = scale * P * (dP - rowsum(dP*P));
-//             dQ = dS K;  dK = dS^T Q
+// computed (half the work of a full T x T product). The probabilities are never written out: the
+// forward computes each block of 8 query rows' scores, softmax and output in one pass through a
+// buffer of 8 x T floats and keeps each row's softmax max and sum; the backward recomputes the
+// tile's scores and, from those two numbers, its P in one pass of exps (the same arithmetic, so
+// the same bits) into a buffer of its thread. A thread holds at most two T x T buffers; nothing
+// of size B x H x T x T is allocated. A batched oneDNN matmul over (B, H) computed the full T x T at a
+// third of the FMA peak on 64 x 64 x 32 heads.
+//   S = scale * Q K^T (s <= t);  P = causal_softmax(S);  out = P V
+//   backward: P recomputed (rounded to the stored format);  dV = P^T dO;  dP = dO V^T;
+//             dS = scale * P * (dP - rowsum(dP*P));  dQ = dS K;  dK = dS^T Q
 #include <algorithm>
 #include <cmath>
 
@@ -47,54 +51,55 @@ void pack_transposed(float* dst, const float* src, int64_t n, int64_t m, int64_t
   }
 }
 
-// Rows i0.. i0+R-1 of S = scale * A Bt over columns [0, jend): A's rows of m floats (stride lda),
-// Bt (m x ldb) the second operand transposed and padded; S rows of stride lds.
+// R rows of S = scale * A Bt over columns [0, jend): A's R rows of m floats (stride lda), Bt
+// (m x ldb) the second operand transposed and padded; S's R rows of stride lds.
 template <int R>
 void score_rows(float* s, int64_t lds, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t m,
-                int64_t i0, int64_t jend, float scale) {
+                int64_t jend, float scale) {
   for (int64_t j0 = 0; j0 < jend; j0 += kW) {
     VF acc[R];
     for (int r = 0; r < R; ++r) acc[r] = simd::zero();
     for (int64_t d = 0; d < m; ++d) {
       const VF bv = simd::load(bt + d * ldb + j0);
-      for (int r = 0; r < R; ++r) acc[r] = simd::fmadd(simd::set1(a[(i0 + r) * lda + d]), bv, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = simd::fmadd(simd::set1(a[r * lda + d]), bv, acc[r]);
     }
     const int64_t n = std::min(kW, jend - j0);
-    for (int r = 0; r < R; ++r) simd::store_tail(s + (i0 + r) * lds + j0, acc[r] * simd::set1(scale), n);
+    for (int r = 0; r < R; ++r) simd::store_tail(s + r * lds + j0, acc[r] * simd::set1(scale), n);
   }
 }
 
 // S[i][j] = scale * sum_d A[i][d] Bt[d][j] for j <= i (the causal part; a block's last columns
-// reach past its first rows' diagonal, which the softmax then ignores).
+// reach past its first rows' diagonal, which the softmax then ignores). S is t x t.
 void causal_scores(float* s, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t t, int64_t m,
                    float scale) {
   int64_t i0 = 0;
-  for (; i0 + kRows <= t; i0 += kRows) score_rows<kRows>(s, t, a, lda, bt, ldb, m, i0, i0 + kRows, scale);
-  for (; i0 < t; ++i0) score_rows<1>(s, t, a, lda, bt, ldb, m, i0, i0 + 1, scale);
+  for (; i0 + kRows <= t; i0 += kRows)
+    score_rows<kRows>(s + i0 * t, t, a + i0 * lda, lda, bt, ldb, m, i0 + kRows, scale);
+  for (; i0 < t; ++i0) score_rows<1>(s + i0 * t, t, a + i0 * lda, lda, bt, ldb, m, i0 + 1, scale);
 }
 
-// Rows i0.. of O = P B over j < jend (P's entries past the diagonal are zero): B (t x ldb) padded
-// rows; O rows of m floats, stride ldo.
+// R rows of O = P B over j < jend (P's entries past the diagonal are zero): P's R rows of stride
+// ldp, B (t x ldb) padded rows; O's R rows of m floats, stride ldo.
 template <int R>
-void lower_rows(float* o, int64_t ldo, const float* p, int64_t t, const float* b, int64_t ldb, int64_t m, int64_t i0,
+void lower_rows(float* o, int64_t ldo, const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t m,
                 int64_t jend) {
   for (int64_t c0 = 0; c0 < m; c0 += kW) {
     VF acc[R];
     for (int r = 0; r < R; ++r) acc[r] = simd::zero();
     for (int64_t j = 0; j < jend; ++j) {
       const VF bv = simd::load(b + j * ldb + c0);
-      for (int r = 0; r < R; ++r) acc[r] = simd::fmadd(simd::set1(p[(i0 + r) * t + j]), bv, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = simd::fmadd(simd::set1(p[r * ldp + j]), bv, acc[r]);
     }
     const int64_t n = std::min(kW, m - c0);
-    for (int r = 0; r < R; ++r) simd::store_tail(o + (i0 + r) * ldo + c0, acc[r], n);
+    for (int r = 0; r < R; ++r) simd::store_tail(o + r * ldo + c0, acc[r], n);
   }
 }
 
 // O[i] = sum_{j <= i} P[i][j] B[j]: the product with a lower-triangular P (t x t).
 void lower_product(float* o, int64_t ldo, const float* p, const float* b, int64_t ldb, int64_t t, int64_t m) {
   int64_t i0 = 0;
-  for (; i0 + kRows <= t; i0 += kRows) lower_rows<kRows>(o, ldo, p, t, b, ldb, m, i0, i0 + kRows);
-  for (; i0 < t; ++i0) lower_rows<1>(o, ldo, p, t, b, ldb, m, i0, i0 + 1);
+  for (; i0 + kRows <= t; i0 += kRows) lower_rows<kRows>(o + i0 * ldo, ldo, p + i0 * t, t, b, ldb, m, i0 + kRows);
+  for (; i0 < t; ++i0) lower_rows<1>(o + i0 * ldo, ldo, p + i0 * t, t, b, ldb, m, i0 + 1);
 }
 
 // Rows j0.. of G = P^T B over i >= j0 (P's entries past the diagonal are zero).
@@ -120,11 +125,14 @@ void upper_t_product(float* g, int64_t ldg, const float* p, const float* b, int6
   for (; j0 < t; ++j0) upper_rows<1>(g, ldg, p, t, b, ldb, m, j0);
 }
 
-// One thread's packing buffers, grown as needed and kept between calls.
+// One thread's buffers, grown as needed and kept between calls: the packed operands and, in the
+// backward, the tile's recomputed P and its dS.
 struct TileBuffers {
-  std::vector<float> transposed, rows;
+  std::vector<float> transposed, rows, probs, ds;
   float* transposed_of(int64_t floats) { return grown(transposed, floats); }
   float* rows_of(int64_t floats) { return grown(rows, floats); }
+  float* probs_of(int64_t floats) { return grown(probs, floats); }
+  float* ds_of(int64_t floats) { return grown(ds, floats); }
   static float* grown(std::vector<float>& v, int64_t floats) {
     if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
     return v.data();
@@ -140,17 +148,52 @@ struct Tiles {
   int64_t t, h, dh, c, tp, dhp;  // c = H*Dh: the row stride of q, k, v; tp, dhp: padded to vectors
   Tiles(int64_t t_, int64_t h_, int64_t dh_) : t(t_), h(h_), dh(dh_), c(h_ * dh_), tp(padded(t_)), dhp(padded(dh_)) {}
   int64_t head(int64_t tile) const { return (tile / h) * t * c + (tile % h) * dh; }  // offset in q, k, v
-  int64_t probs(int64_t tile) const { return tile * t * t; }
 };
+
+// A head's t rows of dh floats as the products read them: in place (row stride c) when dh is
+// whole vectors, else copied into `buffer` with each row padded to whole vectors.
+struct HeadRows {
+  const float* p;
+  int64_t ld;
+};
+HeadRows head_rows(const float* src, float* buffer, const Tiles& tl) {
+  if (tl.dh == tl.dhp) return {src, tl.c};
+  pack_rows(buffer, src, tl.t, tl.dh, tl.c, tl.dhp);
+  return {buffer, tl.dhp};
+}
+
+// R query rows from i0 of one tile: their scores, softmax and output through `s` (R x tp), their
+// max and sum to stats (the tile's, 2 a row).
+template <int R>
+void forward_rows(float* out, float* stats, float* s, const float* q, const float* kt, HeadRows v,
+                  const Tiles& tl, int64_t i0, float scale) {
+  const int64_t jend = i0 + R;
+  score_rows<R>(s, tl.tp, q + i0 * tl.c, tl.c, kt, tl.tp, tl.dh, jend, scale);
+  causal_softmax_rows(s, tl.tp, i0, R, jend, stats + 2 * i0);
+  lower_rows<R>(out + i0 * tl.c, tl.c, s, tl.tp, v.p, v.ld, tl.dh, jend);
+}
+
+// The tile's P (t x t, zero above the diagonal) as the forward computed it, rounded to the stored
+// format: the scores' blocks are the forward's own, and exp(s - max) * (1 / sum) its softmax's
+// last steps with its max and sum.
+void recompute_probs(float* p, const float* q, const float* k, const float* stats, float* kt, const Tiles& tl,
+                     float scale, Precision format) {
+  pack_transposed(kt, k, tl.t, tl.dh, tl.c, tl.tp);
+  causal_scores(p, q, tl.c, kt, tl.tp, tl.t, tl.dh, scale);
+  causal_probs_rows(p, tl.t, 0, tl.t, tl.t, stats);
+  if (format != Precision::fp32) round_to(format, p, tl.t * tl.t);
+}
 
 }  // namespace
 
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
-                       int64_t b, int64_t t, int64_t h, int64_t dh, float scale) {
+void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v, int64_t b,
+                       int64_t t, int64_t h, int64_t dh, float scale) {
   if (b <= 0 || t <= 0 || h <= 0) return;
-  if (dh <= 0) {  // empty heads: scores are 0, so P is uniform over s <= t, and out is empty
-    fill(probs, 0.0f, b * h * t * t);
-    causal_softmax_inplace(probs, b * h * t, t);
+  if (dh <= 0) {  // empty heads: the scores are 0, so each row's max is 0 and its sum i + 1
+    for (int64_t row = 0; row < b * h * t; ++row) {
+      stats[2 * row] = 0.0f;
+      stats[2 * row + 1] = static_cast<float>(row % t + 1);
+    }
     return;
   }
   const Tiles tl(t, h, dh);
@@ -158,43 +201,44 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     TileBuffers& buf = tile_buffers();
     const int64_t at = tl.head(tile);
     float* kt = buf.transposed_of(dh * tl.tp);
-    float* vp = buf.rows_of(t * tl.dhp);
-    float* p = probs + tl.probs(tile);
+    const HeadRows vp = head_rows(v + at, buf.rows_of(t * tl.dhp), tl);
+    float* s = buf.probs_of(kRows * tl.tp);
     pack_transposed(kt, k + at, t, dh, tl.c, tl.tp);
-    pack_rows(vp, v + at, t, dh, tl.c, tl.dhp);
-    causal_scores(p, q + at, tl.c, kt, tl.tp, t, dh, scale);
-    causal_softmax_inplace(p, t, t);
-    lower_product(out + at, tl.c, p, vp, tl.dhp, t, dh);
+    int64_t i0 = 0;
+    float* st = stats + tile * t * 2;
+    for (; i0 + kRows <= t; i0 += kRows) forward_rows<kRows>(out + at, st, s, q + at, kt, vp, tl, i0, scale);
+    for (; i0 < t; ++i0) forward_rows<1>(out + at, st, s, q + at, kt, vp, tl, i0, scale);
   });
 }
 
-void attention_backward(float* dq, float* dk, float* dv, float* dp_scratch, const float* dout,
-                        const float* q, const float* k, const float* v, const float* probs,
-                        int64_t b, int64_t t, int64_t h, int64_t dh, float scale) {
-  if (b <= 0 || t <= 0 || h <= 0 || dh <= 0) return;
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* stats, int64_t b, int64_t t, int64_t h, int64_t dh, float scale,
+                        Precision probs_format) {
+  if (b <= 0 || t <= 0 || h <= 0 || dh <= 0 || (!dq && !dk && !dv)) return;
   const Tiles tl(t, h, dh);
-  parallel_for(b * h, 3 * b * h * t * t * dh, [&](int64_t tile) {
+  parallel_for(b * h, 4 * b * h * t * t * dh, [&](int64_t tile) {
     TileBuffers& buf = tile_buffers();
     const int64_t at = tl.head(tile);
-    const float* p = probs + tl.probs(tile);
+    float* p = buf.probs_of(t * t);
     float* rows = buf.rows_of(t * tl.dhp);
+    float* transposed = buf.transposed_of(dh * tl.tp);
+    recompute_probs(p, q + at, k + at, stats + tile * t * 2, transposed, tl, scale, probs_format);
     if (dv) {
-      pack_rows(rows, dout + at, t, dh, tl.c, tl.dhp);
-      upper_t_product(dv + at, tl.c, p, rows, tl.dhp, t, dh);
+      const HeadRows g = head_rows(dout + at, rows, tl);
+      upper_t_product(dv + at, tl.c, p, g.p, g.ld, t, dh);
     }
     if (!dq && !dk) return;
-    float* ds = dp_scratch + tl.probs(tile);
-    float* vt = buf.transposed_of(dh * tl.tp);
-    pack_transposed(vt, v + at, t, dh, tl.c, tl.tp);
-    causal_scores(ds, dout + at, tl.c, vt, tl.tp, t, dh, 1.0f);  // dP
-    causal_softmax_backward_inplace(ds, p, t, t, scale);        // dS
+    float* ds = buf.ds_of(t * t);
+    pack_transposed(transposed, v + at, t, dh, tl.c, tl.tp);
+    causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dP
+    causal_softmax_backward_rows(ds, p, t, scale);         // dS
     if (dq) {
-      pack_rows(rows, k + at, t, dh, tl.c, tl.dhp);
-      lower_product(dq + at, tl.c, ds, rows, tl.dhp, t, dh);
+      const HeadRows kr = head_rows(k + at, rows, tl);
+      lower_product(dq + at, tl.c, ds, kr.p, kr.ld, t, dh);
     }
     if (dk) {
-      pack_rows(rows, q + at, t, dh, tl.c, tl.dhp);
-      upper_t_product(dk + at, tl.c, ds, rows, tl.dhp, t, dh);
+      const HeadRows qr = head_rows(q + at, rows, tl);
+      upper_t_product(dk + at, tl.c, ds, qr.p, qr.ld, t, dh);
     }
   });
 }

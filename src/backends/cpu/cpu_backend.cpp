@@ -139,21 +139,17 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 
 // ---- attention -------------------------------------------------------------------------
 void attention_forward(Backend&, const AttentionForward& call) {
-  cpu::attention_forward(f32(call.out, "attention out"),
-                         f32(call.probs, "attention probs"), f32(call.q, "attention q"),
-                         f32(call.k, "attention k"), f32(call.v, "attention v"), call.b, call.t, call.h, call.dh,
-                         static_cast<float>(call.scale));
+  cpu::attention_forward(f32(call.out, "attention out"), f32(call.stats, "attention stats"),
+                         f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"), call.b,
+                         call.t, call.h, call.dh, static_cast<float>(call.scale));
 }
 
 void attention_backward(Backend&, const AttentionBackward& call) {
-  Tensor scratch;  // dP, (B, H, T, T), from the arena: no allocation in the steady state
-  if (call.dq || call.dk) scratch = Tensor::empty({call.b, call.h, call.t, call.t});
-  cpu::attention_backward(
-      f32_opt(call.dq, "attention dq"), f32_opt(call.dk, "attention dk"),
-      f32_opt(call.dv, "attention dv"), scratch.defined() ? scratch.data<float>() : nullptr,
-      f32(call.dout, "attention dout"), f32(call.q, "attention q"), f32(call.k, "attention k"),
-      f32(call.v, "attention v"), f32(call.probs, "attention probs"), call.b, call.t, call.h, call.dh,
-      static_cast<float>(call.scale));
+  cpu::attention_backward(f32_opt(call.dq, "attention dq"), f32_opt(call.dk, "attention dk"),
+                          f32_opt(call.dv, "attention dv"), f32(call.dout, "attention dout"),
+                          f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"),
+                          f32(call.stats, "attention stats"), call.b, call.t, call.h, call.dh,
+                          static_cast<float>(call.scale), call.probs_format);
 }
 
 void prefix_mean_forward(Backend&, const PrefixMeanForward& call) {

@@ -75,12 +75,17 @@ void adam_step(float* param, float* m, float* v, const float* grad, int64_t n,
 // ---- softmax and loss (softmax_loss.cpp) ---------------------------------------------------
 void softmax_forward(float* y, const float* x, int64_t n, int64_t d);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d);
-// Rows of length T of `rows/T` (T x T) score matrices: row t keeps entries s <= t, softmax over
-// them in place, zeros beyond (the causal mask).
-void causal_softmax_inplace(float* p, int64_t rows, int64_t t);
-// dS = scale * P * (dP - rowsum(dP*P)) in place of dP, zero above the diagonal.
-void causal_softmax_backward_inplace(float* dp, const float* p, int64_t rows, int64_t t,
-                                     float scale);
+// Rows row0 .. row0+rows-1 of a causal score matrix, row r at p + r * ldp: query row i = row0 + r
+// keeps its entries s <= i, softmax over them in place, and zeros from i + 1 to `width` (the
+// causal mask, as far as the caller reads); stats[2r], [2r+1]: the row's max and sum of exps.
+// On the calling thread: attention calls it per tile.
+void causal_softmax_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_t width, float* stats);
+// The same rows' probabilities from their scores and the stats causal_softmax_rows wrote: the
+// same bits, in one pass (exp(s - max) * (1 / sum), its last two steps).
+void causal_probs_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_t width, const float* stats);
+// dS = scale * P * (dP - rowsum(dP*P)) in place of dP, both t x t and causal, zero above the
+// diagonal. On the calling thread.
+void causal_softmax_backward_rows(float* dp, const float* p, int64_t t, float scale);
 void cross_entropy_forward(float* loss, float* probs, const float* logits, const int32_t* targets,
                            int64_t n, int64_t v);
 void cross_entropy_backward(float* dlogits, float dloss, const float* probs, const int32_t* targets,
@@ -93,12 +98,12 @@ void channel_scale_backward(float* dx, float* dlambda, const float* dy, const fl
                             int64_t n, int64_t d, int64_t c);
 
 // ---- attention and token mixing (attention_kernels.cpp) -------------------------------------------
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
-                       int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
-// dp_scratch: B*H*T*T floats of workspace (needed when dq or dk is wanted).
-void attention_backward(float* dq, float* dk, float* dv, float* dp_scratch, const float* dout,
-                        const float* q, const float* k, const float* v, const float* probs,
-                        int64_t b, int64_t t, int64_t h, int64_t dh, float scale);
+void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v, int64_t b,
+                       int64_t t, int64_t h, int64_t dh, float scale);
+// P recomputed per tile from the forward's stats and rounded to probs_format (attention_kernels.h).
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* stats, int64_t b, int64_t t, int64_t h, int64_t dh, float scale,
+                        Precision probs_format);
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
 // The RowNorms and AttentionLogitStats kernels: the reference's double arithmetic, rows in
 // parallel.

@@ -80,24 +80,114 @@ void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int
   });
 }
 
-// Row r is query position t = r % T of its (T x T) matrix: entries s <= t are its scores.
-void causal_softmax_inplace(float* p, int64_t rows, int64_t t) {
-  parallel_for(rows, rows * t * 2, [&](int64_t r) {
-    float* row = p + r * t;
-    const int64_t valid = r % t + 1;
-    softmax_row(row, row, valid);
-    std::fill(row + valid, row + t, 0.0f);
-  });
+namespace {
+
+constexpr int64_t kBlockRows = 8;  // rows walked side by side
+
+// f(r, j, n) for the vector positions j of rows r < rows of a causal block (row r holds its first
+// valid[r] entries, n of them from j: kWidth, or fewer in its tail), position by position across
+// the rows: the rows' work overlaps instead of each short row waiting on its own reductions.
+// Within a row the positions come in order, so a row's sums add as along the row.
+template <class F>
+void across_rows(const int64_t* valid, int64_t rows, F&& f) {
+  int64_t longest = 0;
+  for (int64_t r = 0; r < rows; ++r) longest = std::max(longest, valid[r]);
+  for (int64_t j = 0; j < longest; j += kWidth)
+    for (int64_t r = 0; r < rows; ++r)
+      if (valid[r] > j) f(r, j, std::min(kWidth, valid[r] - j));
 }
 
-void causal_softmax_backward_inplace(float* dp, const float* p, int64_t rows, int64_t t,
-                                     float scale) {
-  parallel_for(rows, rows * t * 2, [&](int64_t r) {
-    float* row = dp + r * t;
-    const int64_t valid = r % t + 1;
-    softmax_backward_row(row, row, p + r * t, scale, valid);
-    std::fill(row + valid, row + t, 0.0f);
-  });
+// Sums of a block's rows in row_accumulate's order (whole vectors alternately into two
+// accumulators, a masked tail into the second), so that each equals row_reduce's bit for bit.
+struct RowSums {
+  VF a0[kBlockRows], a1[kBlockRows];
+  explicit RowSums(int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) a0[r] = a1[r] = zero();
+  }
+  void add(int64_t r, int64_t j, int64_t n, VF x) {
+    if (n < kWidth) a1[r] = a1[r] + keep_first(x, n);
+    else if ((j / kWidth) % 2 == 1) a1[r] = a1[r] + x;
+    else a0[r] = a0[r] + x;
+  }
+  float sum(int64_t r) const { return reduce_add(a0[r] + a1[r]); }
+};
+
+// Query row i of a causal block keeps its entries s <= i, and never more than `width`.
+void causal_valid(int64_t* valid, int64_t row0, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) valid[r] = std::min(row0 + r + 1, width);
+}
+
+}  // namespace
+
+// softmax_row's arithmetic row by row (its max, exps, sum and scaling by 1 / sum: the same bits),
+// the block's rows side by side.
+void causal_softmax_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_t width, float* stats) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, rows - r0);
+    float* block = p + r0 * ldp;
+    int64_t valid[kBlockRows];
+    VF vmx[kBlockRows];
+    causal_valid(valid, row0 + r0, n, width);
+    for (int64_t r = 0; r < n; ++r) {
+      stats[2 * (r0 + r)] = row_max(block + r * ldp, valid[r]);
+      vmx[r] = set1(stats[2 * (r0 + r)]);
+    }
+    RowSums sums(n);
+    across_rows(valid, n, [&](int64_t r, int64_t j, int64_t w) {
+      float* x = block + r * ldp + j;
+      const VF e = simd::exp(load_n(x, w) - vmx[r]);
+      store_n(x, e, w);
+      sums.add(r, j, w, e);
+    });
+    for (int64_t r = 0; r < n; ++r) {
+      float* row = block + r * ldp;
+      stats[2 * (r0 + r) + 1] = sums.sum(r);
+      row_scale(row, 1.0f / sums.sum(r), valid[r]);
+      std::fill(row + valid[r], row + width, 0.0f);
+    }
+  }
+}
+
+void causal_probs_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_t width, const float* stats) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, rows - r0);
+    float* block = p + r0 * ldp;
+    int64_t valid[kBlockRows];
+    VF vmx[kBlockRows], vinv[kBlockRows];
+    causal_valid(valid, row0 + r0, n, width);
+    for (int64_t r = 0; r < n; ++r) {
+      vmx[r] = set1(stats[2 * (r0 + r)]);
+      vinv[r] = set1(1.0f / stats[2 * (r0 + r) + 1]);
+    }
+    across_rows(valid, n, [&](int64_t r, int64_t j, int64_t w) {
+      float* x = block + r * ldp + j;
+      store_n(x, simd::exp(load_n(x, w) - vmx[r]) * vinv[r], w);
+    });
+    for (int64_t r = 0; r < n; ++r) std::fill(block + r * ldp + valid[r], block + r * ldp + width, 0.0f);
+  }
+}
+
+// softmax_backward_row's arithmetic (the same bits), the block's rows side by side.
+void causal_softmax_backward_rows(float* dp, const float* p, int64_t t, float scale) {
+  const VF vs = set1(scale);
+  for (int64_t r0 = 0; r0 < t; r0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, t - r0);
+    float* block = dp + r0 * t;
+    const float* pb = p + r0 * t;
+    int64_t valid[kBlockRows];
+    causal_valid(valid, r0, n, t);
+    RowSums dots(n);
+    across_rows(valid, n, [&](int64_t r, int64_t j, int64_t w) {
+      dots.add(r, j, w, load_n(block + r * t + j, w) * load_n(pb + r * t + j, w));
+    });
+    VF vdot[kBlockRows];
+    for (int64_t r = 0; r < n; ++r) vdot[r] = set1(dots.sum(r));
+    across_rows(valid, n, [&](int64_t r, int64_t j, int64_t w) {
+      float* x = block + r * t + j;
+      store_n(x, vs * load_n(pb + r * t + j, w) * (load_n(x, w) - vdot[r]), w);
+    });
+    for (int64_t r = 0; r < n; ++r) std::fill(block + r * t + valid[r], block + (r + 1) * t, 0.0f);
+  }
 }
 
 // Per row i: lse = mx + log(sum_j exp(x[j] - mx)); probs[j] = exp(x[j] - mx) / sum;

@@ -1,5 +1,7 @@
 // Causal self-attention (one block per query row; T <= attention_max_t()) and the prefix mean
-// of the toy model's token mixing: the cpu backend's attention.cpp.
+// of the toy model's token mixing: the cpu backend's attention_kernels.cpp. The forward writes no
+// probabilities; the backward recomputes them into the call's work (B x H x T x T floats, with
+// dS beside them: a transient of the backward, not an activation the model keeps).
 #include "common.cuh"
 
 namespace normlab::cuda {
@@ -10,22 +12,25 @@ constexpr int kAttnThreads = 128;
 // One row of T floats in shared memory, with the static scratch within the default 48 KiB.
 constexpr int64_t kAttnMaxT = 12000;
 
-// One block per (b, h, t): scores over s <= t in shared memory, softmax, P written (zeros
-// above the diagonal), then out_t = sum_s P[t,s] v_s with threads over the head's channels.
-__global__ void attention_forward_kernel(Out out, Out probs, In q, In k, In v, int64_t t, int64_t h, int64_t dh,
-                                         float scale) {
-  NL_DYNAMIC_SHARED(float, p);
-  NL_SHARED_ARRAY(float, scratch, 32);
-  const int64_t row = blockIdx.x;
+// The score S[t,s] = scale * q_t . k_s of query row `row` ((b, h, t) flattened) and key s: one
+// definition for the forward and the backward's recomputation, so that both get the same bits.
+__device__ inline float score(In q, In k, int64_t row, int64_t s, int64_t t, int64_t h, int64_t dh, float scale) {
   const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
   const int64_t c = h * dh;
-  const int64_t qt = (bi * t + ti) * c + hi * dh;
+  const int64_t qt = (bi * t + ti) * c + hi * dh, ks = (bi * t + s) * c + hi * dh;
+  float dot = 0.0f;
+  for (int64_t e = 0; e < dh; ++e) dot += ld(q, qt + e) * ld(k, ks + e);
+  return scale * dot;
+}
+
+// P's row t of head (b, h) in shared memory p[0..t]: the scores over s <= t, their softmax
+// exp(S - max) / sum; returns {max, sum}.
+__device__ float2 row_probs(float* p, float* scratch, In q, In k, int64_t row, int64_t t, int64_t h, int64_t dh,
+                            float scale) {
+  const int64_t ti = row % t;
   float mx = -INFINITY;
   for (int64_t s = threadIdx.x; s <= ti; s += blockDim.x) {
-    const int64_t ks = (bi * t + s) * c + hi * dh;
-    float dot = 0.0f;
-    for (int64_t e = 0; e < dh; ++e) dot += ld(q, qt + e) * ld(k, ks + e);
-    p[s] = scale * dot;
+    p[s] = score(q, k, row, s, t, h, dh, scale);
     mx = fmaxf(mx, p[s]);
   }
   mx = block_max(mx, scratch);
@@ -35,16 +40,25 @@ __global__ void attention_forward_kernel(Out out, Out probs, In q, In k, In v, i
     sum += p[s];
   }
   sum = block_sum(sum, scratch);
-  const int64_t prow = row * t;
-  for (int64_t s = threadIdx.x; s < t; s += blockDim.x) {
-    if (s <= ti) {
-      p[s] = p[s] / sum;
-      st(probs, prow + s, p[s]);
-    } else {
-      st(probs, prow + s, 0.0f);
-    }
-  }
+  for (int64_t s = threadIdx.x; s <= ti; s += blockDim.x) p[s] = p[s] / sum;
   __syncthreads();  // every p[s] normalized before any thread reads them all
+  return make_float2(mx, sum);
+}
+
+// One block per (b, h, t): P's row in shared memory, then out_t = sum_s P[t,s] v_s with threads
+// over the head's channels. P is not written out; the row's max and sum are (stats).
+__global__ void attention_forward_kernel(Out out, float* stats, In q, In k, In v, int64_t t, int64_t h, int64_t dh,
+                                         float scale) {
+  NL_DYNAMIC_SHARED(float, p);
+  NL_SHARED_ARRAY(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const float2 ms = row_probs(p, scratch, q, k, row, t, h, dh, scale);
+  if (threadIdx.x == 0) {
+    stats[2 * row] = ms.x;
+    stats[2 * row + 1] = ms.y;
+  }
+  const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
+  const int64_t c = h * dh;
   const int64_t ot = (bi * t + ti) * c + hi * dh;
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     float acc = 0.0f;
@@ -57,20 +71,33 @@ __global__ void attention_forward_kernel(Out out, Out probs, In q, In k, In v, i
 
 int64_t attention_max_t() { return kAttnMaxT; }
 
-void attention_forward(Out out, Out probs, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
+void attention_forward(Out out, float* stats, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
                        float scale) {
   const int64_t rows = b * h * t;
   if (rows <= 0) return;
   if (!rows_fit(rows) || t > kAttnMaxT)
     check(cudaErrorInvalidConfiguration, "grid of one block per query row", "attention_forward");
   const size_t bytes = static_cast<size_t>(t) * sizeof(float);
-  launch("attention_forward", attention_forward_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, out, probs, q, k, v, t, h, dh, scale);
+  launch("attention_forward", attention_forward_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, out, stats, q, k, v, t, h, dh, scale);
 }
 
 namespace {
 
+// The backward's P, (B, H, T, T) in the call's work: each entry from its score and its row's
+// stats as row_probs computes it, rounded to `format` (Precision's order), zero above the
+// diagonal. One thread per entry: no reductions left to do.
+__global__ void attention_probs_kernel(float* probs, const float* stats, In q, In k, int64_t b, int64_t t, int64_t h,
+                                       int64_t dh, float scale, int format) {
+  NL_GRID_STRIDE(idx, b * h * t * t) {
+    const int64_t row = idx / t, s = idx % t;
+    float p = 0.0f;
+    if (s <= row % t) p = stored_as(expf(score(q, k, row, s, t, h, dh, scale) - stats[2 * row]) / stats[2 * row + 1], format);
+    probs[idx] = p;
+  }
+}
+
 // scale * dS for one (b, h, t) row: dP[t,s] = dout_t . v_s; dS = P (dP - sum_s dP P).
-__global__ void attention_ds_kernel(float* ds, In dout, In v, In probs, int64_t t, int64_t h, int64_t dh,
+__global__ void attention_ds_kernel(float* ds, In dout, In v, const float* probs, int64_t t, int64_t h, int64_t dh,
                                     float scale) {
   NL_DYNAMIC_SHARED(float, dp);
   NL_SHARED_ARRAY(float, scratch, 32);
@@ -78,19 +105,18 @@ __global__ void attention_ds_kernel(float* ds, In dout, In v, In probs, int64_t 
   const int64_t ti = row % t, bh = row / t, hi = bh % h, bi = bh / h;
   const int64_t c = h * dh;
   const int64_t dot_ = (bi * t + ti) * c + hi * dh;
-  const int64_t prow = row * t;
+  const float* prow = probs + row * t;
   float rowdot = 0.0f;
   for (int64_t s = threadIdx.x; s <= ti; s += blockDim.x) {
     const int64_t vs = (bi * t + s) * c + hi * dh;
     float acc = 0.0f;
     for (int64_t e = 0; e < dh; ++e) acc += ld(dout, dot_ + e) * ld(v, vs + e);
     dp[s] = acc;  // read back only by this thread
-    rowdot += acc * ld(probs, prow + s);
+    rowdot += acc * prow[s];
   }
   rowdot = block_sum(rowdot, scratch);
   float* dsr = ds + row * t;
-  for (int64_t s = threadIdx.x; s < t; s += blockDim.x)
-    dsr[s] = s <= ti ? scale * ld(probs, prow + s) * (dp[s] - rowdot) : 0.0f;
+  for (int64_t s = threadIdx.x; s < t; s += blockDim.x) dsr[s] = s <= ti ? scale * prow[s] * (dp[s] - rowdot) : 0.0f;
 }
 
 // dq[b,t,h,e] = sum_{s<=t} dS[t,s] k[s,e]
@@ -119,24 +145,27 @@ __global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t
 
 }  // namespace
 
-void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, In probs, int64_t b, int64_t t,
-                        int64_t h, int64_t dh, float scale, float* work) {
+void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, int64_t b, int64_t t,
+                        int64_t h, int64_t dh, float scale, int probs_format, float* work) {
   const int64_t rows = b * h * t, total = b * t * h * dh;
-  if (rows <= 0) return;
+  if (rows <= 0 || (!dq && !dk && !dv)) return;
   if (!rows_fit(rows) || t > kAttnMaxT)
     check(cudaErrorInvalidConfiguration, "grid of one block per query row", "attention_backward");
+  const size_t bytes = static_cast<size_t>(t) * sizeof(float);
+  float* probs = work;
+  float* ds = work + rows * t;
+  launch("attention_backward", attention_probs_kernel, grid_for(rows * t), kThreads, 0, probs, stats, q, k, b, t, h, dh, scale, probs_format);
   if (dv && total > 0) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, probs, dout, b, t, h, dh);
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, In(probs), dout, b, t, h, dh);
   }
   if (!dq && !dk) return;
-  const size_t bytes = static_cast<size_t>(t) * sizeof(float);
-  launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, work, dout, v, probs, t, h, dh, scale);
+  launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, ds, dout, v, probs, t, h, dh, scale);
   if (total <= 0) return;
   if (dq) {
-    launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, work, k, b, t, h, dh);
+    launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, ds, k, b, t, h, dh);
   }
   if (dk) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(work), q, b, t, h, dh);
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(ds), q, b, t, h, dh);
   }
 }
 

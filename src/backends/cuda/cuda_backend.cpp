@@ -469,14 +469,14 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 void attention_forward(Backend&, const AttentionForward& call) {
   const char* kn = "attention_forward";
   expect(kn, "out", call.out);
-  expect(kn, "probs", call.probs);
+  expect_f32(kn, "stats", call.stats);
   expect(kn, "q", call.q);
   expect(kn, "k", call.k);
   expect(kn, "v", call.v);
   NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
            cuda::attention_max_t());
-  cuda::attention_forward(arr_out(call.out), arr_out(call.probs), arr_in(call.q), arr_in(call.k), arr_in(call.v),
-                          call.b, call.t, call.h, call.dh, static_cast<float>(call.scale));
+  cuda::attention_forward(arr_out(call.out), fp(call.stats), arr_in(call.q), arr_in(call.k), arr_in(call.v), call.b,
+                          call.t, call.h, call.dh, static_cast<float>(call.scale));
 }
 
 void attention_backward(Backend& backend, const AttentionBackward& call) {
@@ -489,13 +489,13 @@ void attention_backward(Backend& backend, const AttentionBackward& call) {
   expect(kn, "q", call.q);
   expect(kn, "k", call.k);
   expect(kn, "v", call.v);
-  expect(kn, "probs", call.probs);
+  expect_f32(kn, "stats", call.stats);
   NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
            cuda::attention_max_t());
-  float* work = (call.dq || call.dk) ? self.work_floats(call.b * call.h * call.t * call.t, kn) : nullptr;
+  float* work = self.work_floats(2 * call.b * call.h * call.t * call.t, kn);
   cuda::attention_backward(arr_out(call.dq), arr_out(call.dk), arr_out(call.dv), arr_in(call.dout), arr_in(call.q),
-                           arr_in(call.k), arr_in(call.v), arr_in(call.probs), call.b, call.t, call.h, call.dh,
-                           static_cast<float>(call.scale), work);
+                           arr_in(call.k), arr_in(call.v), fp(call.stats), call.b, call.t, call.h, call.dh,
+                           static_cast<float>(call.scale), static_cast<int>(call.probs_format), work);
 }
 
 // ---- prefix mean -------------------------------------------------------------------------------

@@ -154,11 +154,13 @@ void cross_entropy_backward(Out dlogits, const float* dloss, const float* probs,
 // ---- attention.cu: attention, prefix mean ------------------------------------------------------
 // Largest T the attention kernels take (one row of scores in shared memory).
 int64_t attention_max_t();
-void attention_forward(Out out, Out probs, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
+// stats: b*h*t*2 floats, each query row's softmax max and sum.
+void attention_forward(Out out, float* stats, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
                        float scale);
-// `work` holds b*h*t*t floats (scale * dS) when dq or dk is wanted.
-void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, In probs, int64_t b, int64_t t,
-                        int64_t h, int64_t dh, float scale, float* work);
+// `work` holds 2*b*h*t*t floats: P recomputed from the forward's stats (rounded to probs_format,
+// Precision's order) and scale * dS.
+void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, int64_t b, int64_t t,
+                        int64_t h, int64_t dh, float scale, int probs_format, float* work);
 void prefix_mean_forward(Out y, In x, int64_t b, int64_t t, int64_t c);
 void prefix_mean_backward(Out dx, In dy, int64_t b, int64_t t, int64_t c);
 

@@ -224,11 +224,11 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 void attention_forward(Backend&, const AttentionForward& call) {
   const char* kn = "attention_forward";
   DType dt = call.q.dtype();
-  expect_all(kn, dt, {{"out", &call.out}, {"probs", &call.probs}, {"q", &call.q}, {"k", &call.k}, {"v", &call.v}});
+  expect_all(kn, dt, {{"out", &call.out}, {"stats", &call.stats}, {"q", &call.q}, {"k", &call.k}, {"v", &call.v}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
-    attention_forward_ref(call.out.data<T>(), call.probs.data<T>(), call.q.data<T>(), call.k.data<T>(),
-                          call.v.data<T>(), call.b, call.t, call.h, call.dh, call.scale);
+    attention_forward_ref(call.out.data<T>(), call.stats.data<T>(), call.q.data<T>(), call.k.data<T>(), call.v.data<T>(), call.b, call.t,
+                          call.h, call.dh, call.scale);
   });
 }
 
@@ -243,12 +243,12 @@ void attention_backward(Backend&, const AttentionBackward& call) {
               {"q", &call.q},
               {"k", &call.k},
               {"v", &call.v},
-              {"probs", &call.probs}});
+              {"stats", &call.stats}});
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_backward_ref(ptr<T>(call.dq), ptr<T>(call.dk), ptr<T>(call.dv), call.dout.data<T>(), call.q.data<T>(),
-                           call.k.data<T>(), call.v.data<T>(), call.probs.data<T>(), call.b, call.t, call.h, call.dh,
-                           call.scale);
+                           call.k.data<T>(), call.v.data<T>(), call.b, call.t, call.h, call.dh, call.scale,
+                           call.probs_format);
   });
 }
 
