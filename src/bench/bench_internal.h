@@ -129,6 +129,10 @@ constexpr int64_t kMaxSets = 1024;
 int64_t sets_for(const NormShape& s, int64_t footprint, int64_t stored_bytes = 4);
 // Bytes each memory-bound case rotates through: opt.footprint, or max(1 GiB, 4 x LLC).
 int64_t footprint_of(const NormBenchOptions& opt, int64_t llc);
+// Bytes a row's check takes on top of the group's sets while it runs: the case's float64 copies
+// of its inputs and outputs and the reference's outputs, 16 arrays of N x D doubles (measured: a
+// whole 8x1024x4096 run with one buffer set peaked 15.4 arrays above its set).
+inline int64_t check_bytes(const NormShape& s) { return 16 * s.numel() * 8; }
 
 // ---- case_sets.cpp: op cases as the bench times them --------------------------------------
 

@@ -98,11 +98,6 @@ int64_t group_bytes(const std::vector<RowPlan>& rows, const NormShape& shape, in
   return sets * shape.numel() * (4 * arrays32 + (narrow ? 2 * 4 : 0));
 }
 
-// Bytes a row's check takes on top of the group's sets while it runs: the case's float64 copies
-// of its inputs and outputs and the reference's outputs, about a dozen arrays of N x D doubles (a
-// 32x1024x4096 LayerNorm row's check peaked at 10.8 GB above its sets).
-int64_t check_bytes(const NormShape& shape) { return 12 * shape.numel() * 8; }
-
 // The variant a fused row's kernel runs for its shape class (the check's call chose it, measuring
 // if it must), on the row.
 void add_variant(NormRow& row, const NormImpl& m, Pass p, const NormShape& shape, const float* written,
@@ -247,7 +242,7 @@ void bench_group(ShapeGroup& group, const CpuRun& run, int64_t budget, NormRepor
   const std::vector<RowPlan> rows = plan_rows(run.opt, run.impls, run.passes, group.shape);
   // Less rotation rather than swapping: keep the rows' sets and a row's check within the memory
   // budget (a machine that reports a large LLC asks for a large rotation).
-  while (group.sets > 1 && budget > 0 && group_bytes(rows, group.shape, group.sets) + check_bytes(group.shape) > budget)
+  while (group.sets > 1 && budget > 0 && group_bytes(rows, group.shape, group.sets) + detail::check_bytes(group.shape) > budget)
     --group.sets;
   // The rows share their tensors where they can (x and dy, the outputs), and each call takes the
   // next of the group's sets: a buffer comes back after every row's traffic through them.

@@ -182,21 +182,20 @@ void validate(const NormBenchOptions& opt) {
   NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: automatic), got {}", opt.footprint >> 20);
   NL_USAGE(std::isfinite(opt.add_alpha), "the add+norm alpha must be finite, got {}", opt.add_alpha);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
-  // One buffer set is all a shape cannot do without: it may take more than the planning budget
-  // (system.h's kMemoryBudgetShare, which the rotation's extra sets stay within) but not this.
+  // One buffer set and one row's float64 check are all a shape cannot do without: they may take
+  // more than the planning budget (system.h's kMemoryBudgetShare, which the rotation's extra sets
+  // stay within) but not this; beyond it the run would be killed for memory half way.
   constexpr double kOneSetShare = 0.8;
   const int64_t avail = available_memory_bytes();
   for (const auto* list : {&opt.shapes, &opt.resident_shapes}) {
     for (const NormShape& s : *list) {
-      // One set is the least a shape needs; the rotation adds sets up to the footprint, and
-      // shrinks to fewer sets when memory is short (then the rows say cache-resident if it is).
       // The rows' N x D arrays in float32: x, dy, y, dx, and the add+norm's a and s.
-      const int64_t one = s.numel() * 4 * (opt.addfwd ? 6 : 4);
-      NL_USAGE(avail <= 0 || static_cast<double>(one) <= kOneSetShare * static_cast<double>(avail),
-               "{}: {} needs {} for one set of buffers (x, dy, y, dx{}), more than {:.0f}% of the {} of memory "
-               "available: too large for memory",
+      const int64_t one = s.numel() * 4 * (opt.addfwd ? 6 : 4), check = detail::check_bytes(s);
+      NL_USAGE(avail <= 0 || static_cast<double>(one + check) <= kOneSetShare * static_cast<double>(avail),
+               "{}: {} needs {} for one set of buffers (x, dy, y, dx{}) and {} for a row's float64 check, more than "
+               "{:.0f}% of the {} of memory available: too large for memory",
                list == &opt.shapes ? "--shapes" : "--resident-shapes", s.str(), mib(one), opt.addfwd ? ", a, s" : "",
-               100 * kOneSetShare, mib(avail));
+               mib(check), 100 * kOneSetShare, mib(avail));
     }
   }
 }

@@ -2,6 +2,7 @@
 // rows, step's FMA peak and GFLOP/s, and its errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -215,6 +216,24 @@ TEST(BenchCli, BadInputIsOneLineAndExitTwo) {
     EXPECT_TRUE(r.out.empty()) << describe(r);
     EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
   }
+}
+
+// A shape whose one buffer set fits in memory but whose row check (float64 copies of the row's
+// arrays) does not is refused before anything is allocated, not killed for memory half way: under
+// a 3 GB address-space limit, 16x1024x1024 needs 256 MiB for its set and 2 GiB for a check. An
+// AddressSanitizer build reserves terabytes of shadow address space, which the limit forbids.
+TEST(BenchCli, NormsRefuseAShapeWhoseCheckCannotFitInMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit and AddressSanitizer's shadow memory exclude each other";
+#endif
+  const char* bin = std::getenv("NORMLAB_TEST_BINARY");
+  const std::vector<std::string> argv = {"-c", "ulimit -v 3000000 && exec \"$0\" \"$@\"", bin && *bin ? bin : NORMLAB_BINARY,
+                                         "bench", "norms", "--shapes", "16x1024x1024", "--threads", "1"};
+  const auto r = normlab::test::run_program("/bin/sh", argv);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(normlab::test::split_lines(r.err).size(), 1u) << describe(r);
+  EXPECT_NE(r.err.find("float64 check"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("too large for memory"), std::string::npos) << describe(r);
 }
 
 // bench norms on cuda-sim (the CUDA sources simulated on the host): the GPU bench's whole path
