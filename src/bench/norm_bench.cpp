@@ -267,8 +267,10 @@ void bench_group(ShapeGroup& group, const CpuRun& run, int64_t budget, NormRepor
 
 }  // namespace
 
-NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& registry) {
-  if (opt.device != "cpu") return detail::run_device_norm_bench(opt, registry);
+NormReport run_norm_bench(const NormBenchOptions& given, const NormRegistry& registry) {
+  if (given.device != "cpu") return detail::run_device_norm_bench(given, registry);
+  std::vector<std::string> left_out;
+  const NormBenchOptions opt = fitted_to_memory(given, left_out);
   validate(opt);
   NormReport report;
   report.context = collect_context();
@@ -282,6 +284,7 @@ NormReport run_norm_bench(const NormBenchOptions& opt, const NormRegistry& regis
     arena_release_cached();  // the next shape's tensors are of other sizes
   }
   frame.finish(report);
+  report.warnings.insert(report.warnings.end(), left_out.begin(), left_out.end());
   detail::add_row_warnings(report, run.resident_below);
   return report;
 }

@@ -164,6 +164,42 @@ void add_row_warnings(NormReport& report, int64_t resident_below) {
 
 }  // namespace detail
 
+namespace {
+
+// One buffer set and one row's float64 check are all a shape cannot do without: they may take
+// more than the planning budget (system.h's kMemoryBudgetShare, which the rotation's extra sets
+// stay within) but not this; beyond it the run would be killed for memory half way.
+constexpr double kOneSetShare = 0.8;
+
+// Why shape s cannot run in this machine's memory, or "" when it can (or nothing is known).
+std::string memory_excess(const NormShape& s, bool addfwd) {
+  const int64_t avail = available_memory_bytes();
+  // The rows' N x D arrays in float32: x, dy, y, dx, and the add+norm's a and s.
+  const int64_t one = s.numel() * 4 * (addfwd ? 6 : 4), check = detail::check_bytes(s);
+  if (avail <= 0 || static_cast<double>(one + check) <= kOneSetShare * static_cast<double>(avail)) return "";
+  return fmt::format("{} needs {} for one set of buffers (x, dy, y, dx{}) and {} for a row's float64 check, more than "
+                     "{:.0f}% of the {} of memory available: too large for memory",
+                     s.str(), detail::mib(one), addfwd ? ", a, s" : "", detail::mib(check), 100 * kOneSetShare,
+                     detail::mib(avail));
+}
+
+}  // namespace
+
+NormBenchOptions fitted_to_memory(const NormBenchOptions& opt, std::vector<std::string>& left_out) {
+  NormBenchOptions fitted = opt;
+  if (!opt.default_shape_lists) return fitted;
+  for (auto* list : {&fitted.shapes, &fitted.resident_shapes}) {
+    std::vector<NormShape> kept;
+    for (const NormShape& s : *list) {
+      const std::string excess = memory_excess(s, opt.addfwd);
+      if (excess.empty()) kept.push_back(s);
+      else left_out.push_back("the default shape " + excess + "; left out");
+    }
+    *list = kept;
+  }
+  return fitted;
+}
+
 void validate(const NormBenchOptions& opt) {
   const bool device = opt.device != "cpu";
   NL_USAGE(opt.device == "cpu" || opt.device == "cuda" || opt.device == "cuda-sim",
@@ -182,20 +218,11 @@ void validate(const NormBenchOptions& opt) {
   NL_USAGE(opt.footprint >= 0, "--footprint-mib must be >= 0 (0: automatic), got {}", opt.footprint >> 20);
   NL_USAGE(std::isfinite(opt.add_alpha), "the add+norm alpha must be finite, got {}", opt.add_alpha);
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
-  // One buffer set and one row's float64 check are all a shape cannot do without: they may take
-  // more than the planning budget (system.h's kMemoryBudgetShare, which the rotation's extra sets
-  // stay within) but not this; beyond it the run would be killed for memory half way.
-  constexpr double kOneSetShare = 0.8;
-  const int64_t avail = available_memory_bytes();
+  // The default lists are fitted to memory by the run itself (fitted_to_memory).
   for (const auto* list : {&opt.shapes, &opt.resident_shapes}) {
-    for (const NormShape& s : *list) {
-      // The rows' N x D arrays in float32: x, dy, y, dx, and the add+norm's a and s.
-      const int64_t one = s.numel() * 4 * (opt.addfwd ? 6 : 4), check = detail::check_bytes(s);
-      NL_USAGE(avail <= 0 || static_cast<double>(one + check) <= kOneSetShare * static_cast<double>(avail),
-               "{}: {} needs {} for one set of buffers (x, dy, y, dx{}) and {} for a row's float64 check, more than "
-               "{:.0f}% of the {} of memory available: too large for memory",
-               list == &opt.shapes ? "--shapes" : "--resident-shapes", s.str(), mib(one), opt.addfwd ? ", a, s" : "",
-               mib(check), 100 * kOneSetShare, mib(avail));
+    for (const NormShape& s : opt.default_shape_lists ? std::vector<NormShape>{} : *list) {
+      const std::string excess = memory_excess(s, opt.addfwd);
+      NL_USAGE(excess.empty(), "{}: {}", list == &opt.shapes ? "--shapes" : "--resident-shapes", excess);
     }
   }
 }

@@ -131,7 +131,9 @@ bool run_torch_script(NormReport& report, const TorchRun& run, const std::vector
 
 }  // namespace
 
-bool add_torch_rows(NormReport& report, const NormBenchOptions& opt, const TorchOptions& torch, std::string& why) {
+bool add_torch_rows(NormReport& report, const NormBenchOptions& given, const TorchOptions& torch, std::string& why) {
+  std::vector<std::string> left_out;  // the normlab rows' warnings say which
+  const NormBenchOptions opt = fitted_to_memory(given, left_out);
   const std::string script = torch.script.empty() ? find_torch_script() : torch.script;
   why = torch_unavailable(opt, torch, script);
   if (!why.empty()) return false;

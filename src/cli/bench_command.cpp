@@ -159,6 +159,7 @@ void set_shapes(NormBenchOptions& opt, const NormsArgs& a) {
     return text == "default" ? defaults() : parse_shapes(text, flag);
   };
   if (a.shapes.empty() && a.resident_shapes.empty()) return;  // the options' defaults: both lists
+  opt.default_shape_lists = false;
   opt.shapes = a.shapes.empty() ? std::vector<NormShape>{} : list(a.shapes, default_shapes, "--shapes");
   opt.resident_shapes = a.resident_shapes.empty() ? std::vector<NormShape>{}
                                                   : list(a.resident_shapes, default_resident_shapes, "--resident-shapes");

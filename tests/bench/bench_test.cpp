@@ -24,6 +24,7 @@
 #include "normlab/error.h"
 #include "normlab/kernel.h"
 #include "normlab/nn.h"
+#include "normlab/system.h"
 #include "normlab/version.h"
 
 using namespace normlab;
@@ -349,6 +350,34 @@ TEST(BenchArithmetic, StepFigures) {
 }
 
 // ---- correctness before timing ------------------------------------------------------------------
+
+// A default shape whose one buffer set and one row's check cannot fit in this machine's memory is
+// left out with a warning that names it; a shape the user names is kept (validate refuses it).
+// Nothing is allocated: the shapes are sized from the memory available.
+TEST(BenchMemory, DefaultShapesThatCannotFitAreLeftOutNamed) {
+  const int64_t avail = available_memory_bytes();
+  if (avail <= 0) GTEST_SKIP() << "this system does not say how much memory is available";
+  // A row's check alone is 16 doubles an element: twice the memory available at avail / 64.
+  const int64_t d = 4096, rows = std::max<int64_t>(avail / 64 / d, 1);
+  const NormShape huge{1, rows, d}, small{2, 16, 64};
+  NormBenchOptions opt;
+  opt.shapes = {small, huge};
+  opt.resident_shapes = {small};
+  std::vector<std::string> left_out;
+  const NormBenchOptions fitted = fitted_to_memory(opt, left_out);
+  ASSERT_EQ(fitted.shapes.size(), 1u);
+  EXPECT_EQ(fitted.shapes[0].str(), small.str());
+  EXPECT_EQ(fitted.resident_shapes.size(), 1u);
+  ASSERT_EQ(left_out.size(), 1u);
+  EXPECT_NE(left_out[0].find(huge.str()), std::string::npos) << left_out[0];
+  EXPECT_NE(left_out[0].find("float64 check"), std::string::npos) << left_out[0];
+
+  opt.default_shape_lists = false;  // named by the user: kept here, refused by validate
+  left_out.clear();
+  EXPECT_EQ(fitted_to_memory(opt, left_out).shapes.size(), 2u);
+  EXPECT_TRUE(left_out.empty());
+  EXPECT_THROW(validate(opt), UsageError);
+}
 
 TEST(BenchVerify, EveryBuiltinPassesAtOddSizes) {
   // 67 is not a multiple of any vector width; 15 rows are not a multiple of the row blocks.

@@ -397,6 +397,9 @@ struct NormBenchOptions {
   std::vector<std::string> dtypes = {"f32"};
   std::vector<NormShape> shapes = default_shapes();                    // memory-bound: rotated
   std::vector<NormShape> resident_shapes = default_resident_shapes();  // one buffer set reused
+  // The shapes are the defaults, not a user's: one that does not fit in this machine's memory is
+  // left out with a warning, where a shape a user names is refused (validate).
+  bool default_shape_lists = true;
   std::vector<int> threads;                  // empty: {1, all}
   std::vector<std::string> impls = {"all"};  // patterns for NormRegistry::select
   bool fwd = true, bwd = true, addfwd = true;
@@ -414,6 +417,10 @@ struct NormBenchOptions {
   std::function<void(const std::string&)> log;  // progress lines (optional)
 };
 
+// The shapes of opt that fit in this machine's memory (one buffer set and one row's float64 check
+// within 80% of what is available), each one left out named in `left_out` with its reason. The
+// unchanged options when default_shape_lists is false: validate refuses what does not fit.
+NormBenchOptions fitted_to_memory(const NormBenchOptions& opt, std::vector<std::string>& left_out);
 // Checks options (UsageError: shapes too large for memory, bad counts) before running anything.
 // The timing loop's bounds, the same for every bench: repeats 1..1000000, warmup 0..1000000,
 // min_time 0..3600 seconds. UsageError naming the flag.
