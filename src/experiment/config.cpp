@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 #include <set>
+#include <thread>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -418,7 +419,10 @@ double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_
                T = static_cast<double>(m.seq_len), B = static_cast<double>(batch);
   const double params = L * (4 * d * d + 2 * d * h + 8 * d) + 2 * V * d + T * d;
   double acts = L * B * T * (16 * d + 3 * h) + 3 * B * T * V;
-  if (m.model == ModelKind::gpt) acts += L * B * static_cast<double>(m.heads) * T * T * 3;
+  // Attention saves two floats per head and query row (its softmax's max and sum); its backward
+  // recomputes the probabilities into two T x T buffers per thread.
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  if (m.model == ModelKind::gpt) acts += L * B * static_cast<double>(m.heads) * T * 2 + 2 * T * T * threads;
   // float32: parameters, gradients and two moments; activations and their gradients.
   return 4.0 * (4 * params + 2 * acts) + data_bytes;
 }

@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernel_check.h"
+#include "kernels.h"
 #include "normlab/attention_kernels.h"
 #include "normlab/backend.h"
 #include "normlab/bench_kernels.h"
@@ -608,40 +611,48 @@ TEST(CpuRoundToFormat, Bf16IsCoresRoundingBitForBit) {
 // dv[s] = P[t0, s] (each a single product with 1 added to zeros: exact). The backward's P must be
 // the forward's, bit for bit, rounded to the stored format: recomputed from the forward's row
 // statistics by the forward's own arithmetic. The reference backend keeps the same contract (its
-// float32 P is its double P rounded once).
-void expect_backward_sees_forward_probs(Backend& be) {
-  const int64_t b = 2, t = 13, h = 2, dh = 5, c = h * dh, e0 = 3;
+// float32 P is its double P rounded once), and so does cuda-sim.
+struct ProbsShape {
+  int64_t b, t, h, dh;
+};
+
+void expect_backward_sees_forward_probs(Backend& be, const ProbsShape& sh) {
+  const int64_t b = sh.b, t = sh.t, h = sh.h, dh = sh.dh, c = h * dh, e0 = dh / 2;
+  const Device dev = be.device();
   Rng rng(2200, stream::check);
-  const Tensor q = randn(rng, {b, t, c}, 2.0), k = randn(rng, {b, t, c}, 2.0);
+  const Tensor q = randn(rng, {b, t, c}, 2.0).to_device(dev), k = randn(rng, {b, t, c}, 2.0).to_device(dev);
   auto one_hot = [&](int64_t pos) {  // 1 at (every batch, pos, every head's channel e0)
     Tensor x = Tensor::zeros({b, t, c}, DType::f32);
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t hi = 0; hi < h; ++hi) x.data<float>()[(bi * t + pos) * c + hi * dh + e0] = 1.0f;
-    return x;
+    return x.to_device(dev);
   };
+  auto empty = [&](const Shape& s) { return Tensor::empty(s, DType::f32, dev); };
   // P[(bi, hi, t, s)] as the forward weighted v with it.
   std::vector<float> forward(b * h * t * t, 0.0f);
-  Tensor stats = e32({b, h, t, 2});
+  Tensor stats = empty({b, h, t, 2});
   for (int64_t s0 = 0; s0 < t; ++s0) {
-    Tensor out = e32({b, t, c});
+    Tensor out = empty({b, t, c});
     run_kernel(be, AttentionForward{out, stats, q, k, one_hot(s0), b, t, h, dh, 0.37});
+    const Tensor host = out.to_device(Device::cpu);
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t hi = 0; hi < h; ++hi)
         for (int64_t ti = 0; ti < t; ++ti)
-          forward[((bi * h + hi) * t + ti) * t + s0] = out.data<float>()[(bi * t + ti) * c + hi * dh + e0];
+          forward[((bi * h + hi) * t + ti) * t + s0] = host.data<float>()[(bi * t + ti) * c + hi * dh + e0];
   }
   for (const Precision format : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     SCOPED_TRACE(to_string(format));
     int64_t differ = 0, rounded = 0;
     for (int64_t t0 = 0; t0 < t; ++t0) {
-      Tensor dv = e32({b, t, c});
-      const Tensor v = randn(rng, {b, t, c});
+      Tensor dv = empty({b, t, c});
+      const Tensor v = randn(rng, {b, t, c}).to_device(dev);
       run_kernel(be, AttentionBackward{nullptr, nullptr, &dv, one_hot(t0), q, k, v, stats, b, t, h, dh, 0.37, format});
+      const Tensor host = dv.to_device(Device::cpu);
       for (int64_t bi = 0; bi < b; ++bi)
         for (int64_t hi = 0; hi < h; ++hi)
           for (int64_t s = 0; s <= t0; ++s) {
             const float p = forward[((bi * h + hi) * t + t0) * t + s];
-            const float got = dv.data<float>()[(bi * t + s) * c + hi * dh + e0];
+            const float got = host.data<float>()[(bi * t + s) * c + hi * dh + e0];
             differ += got != round_to(format, p);
             rounded += got != p;
           }
@@ -653,10 +664,41 @@ void expect_backward_sees_forward_probs(Backend& be) {
   }
 }
 
+// The attention tile's causal softmax (its rows side by side, 8 at a time) is the plain softmax of
+// each row's valid prefix, bit for bit, forward, recomputed and backward: row lengths 1 to 70
+// (masked tails alone, whole vectors and tails; blocks of 8 and a tail block of 6).
+TEST(CpuAttention, TheTilesSoftmaxIsTheRowSoftmaxBitForBit) {
+  const int64_t t = 70;
+  Rng rng(2300, stream::check);
+  const Tensor scores = randn(rng, {t, t}, 3.0), dp = randn(rng, {t, t});
+  const float* sc = scores.data<float>();
+  std::vector<float> p(sc, sc + t * t), stats(2 * t), again(sc, sc + t * t), ds(dp.data<float>(), dp.data<float>() + t * t);
+  cpu::causal_softmax_rows(p.data(), t, 0, t, t, stats.data());
+  cpu::causal_probs_rows(again.data(), t, 0, t, t, stats.data());
+  cpu::causal_softmax_backward_rows(ds.data(), p.data(), t, 1.0f);  // softmax_backward's own scale
+  int64_t differ = 0;
+  std::vector<float> want(t), want_ds(t);
+  for (int64_t i = 0; i < t; ++i) {
+    cpu::softmax_forward(want.data(), sc + i * t, 1, i + 1);
+    cpu::softmax_backward(want_ds.data(), dp.data<float>() + i * t, want.data(), 1, i + 1);
+    for (int64_t j = 0; j < t; ++j) {
+      const float w = j <= i ? want[j] : 0.0f, wd = j <= i ? want_ds[j] : 0.0f;
+      differ += std::memcmp(&p[i * t + j], &w, sizeof w) != 0;
+      differ += std::memcmp(&again[i * t + j], &w, sizeof w) != 0;
+      differ += std::memcmp(&ds[i * t + j], &wd, sizeof wd) != 0;
+    }
+  }
+  EXPECT_EQ(differ, 0) << "softmax entries that differ from the row softmax's";
+}
+
+// Shapes: every row a masked tail (T 13, Dh 5: heads packed); rows of whole vectors and tails, the
+// softmax's 8-row blocks and a tail block, heads read in place (T 41, Dh 16 and 32).
 TEST(CpuAttention, TheBackwardRecomputesTheForwardsProbabilitiesInTheStoredFormat) {
-  for (const char* name : {"cpu", "reference"}) {
-    SCOPED_TRACE(name);
-    expect_backward_sees_forward_probs(backend(name));
+  for (const char* name : {"cpu", "reference", "cuda-sim"}) {
+    for (const ProbsShape& sh : {ProbsShape{2, 13, 2, 5}, ProbsShape{1, 41, 2, 16}, ProbsShape{1, 41, 1, 32}}) {
+      SCOPED_TRACE(fmt::format("{} T {} Dh {}", name, sh.t, sh.dh));
+      expect_backward_sees_forward_probs(backend(name), sh);
+    }
   }
 }
 

@@ -156,10 +156,11 @@ struct HeadRows {
   const float* p;
   int64_t ld;
 };
-HeadRows head_rows(const float* src, float* buffer, const Tiles& tl) {
+HeadRows head_rows(const float* src, TileBuffers& buf, const Tiles& tl) {
   if (tl.dh == tl.dhp) return {src, tl.c};
-  pack_rows(buffer, src, tl.t, tl.dh, tl.c, tl.dhp);
-  return {buffer, tl.dhp};
+  float* rows = buf.rows_of(tl.t * tl.dhp);
+  pack_rows(rows, src, tl.t, tl.dh, tl.c, tl.dhp);
+  return {rows, tl.dhp};
 }
 
 // R query rows from i0 of one tile: their scores, softmax and output through `s` (R x tp), their
@@ -201,7 +202,7 @@ void attention_forward(float* out, float* stats, const float* q, const float* k,
     TileBuffers& buf = tile_buffers();
     const int64_t at = tl.head(tile);
     float* kt = buf.transposed_of(dh * tl.tp);
-    const HeadRows vp = head_rows(v + at, buf.rows_of(t * tl.dhp), tl);
+    const HeadRows vp = head_rows(v + at, buf, tl);
     float* s = buf.probs_of(kRows * tl.tp);
     pack_transposed(kt, k + at, t, dh, tl.c, tl.tp);
     int64_t i0 = 0;
@@ -220,11 +221,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     TileBuffers& buf = tile_buffers();
     const int64_t at = tl.head(tile);
     float* p = buf.probs_of(t * t);
-    float* rows = buf.rows_of(t * tl.dhp);
     float* transposed = buf.transposed_of(dh * tl.tp);
     recompute_probs(p, q + at, k + at, stats + tile * t * 2, transposed, tl, scale, probs_format);
     if (dv) {
-      const HeadRows g = head_rows(dout + at, rows, tl);
+      const HeadRows g = head_rows(dout + at, buf, tl);
       upper_t_product(dv + at, tl.c, p, g.p, g.ld, t, dh);
     }
     if (!dq && !dk) return;
@@ -233,11 +233,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dP
     causal_softmax_backward_rows(ds, p, t, scale);         // dS
     if (dq) {
-      const HeadRows kr = head_rows(k + at, rows, tl);
+      const HeadRows kr = head_rows(k + at, buf, tl);
       lower_product(dq + at, tl.c, ds, kr.p, kr.ld, t, dh);
     }
     if (dk) {
-      const HeadRows qr = head_rows(q + at, rows, tl);
+      const HeadRows qr = head_rows(q + at, buf, tl);
       upper_t_product(dk + at, tl.c, ds, qr.p, qr.ld, t, dh);
     }
   });

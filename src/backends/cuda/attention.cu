@@ -20,7 +20,9 @@ __device__ inline float score(In q, In k, int64_t row, int64_t s, int64_t t, int
   const int64_t qt = (bi * t + ti) * c + hi * dh, ks = (bi * t + s) * c + hi * dh;
   float dot = 0.0f;
   for (int64_t e = 0; e < dh; ++e) dot += ld(q, qt + e) * ld(k, ks + e);
-  return scale * dot;
+  // Rounded on its own: the recomputation subtracts the row max right after, which nvcc would
+  // otherwise fuse into one FMA with this product, where the forward rounds the score first.
+  return __fmul_rn(scale, dot);
 }
 
 // P's row t of head (b, h) in shared memory p[0..t]: the scores over s <= t, their softmax

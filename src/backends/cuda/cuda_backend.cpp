@@ -492,7 +492,9 @@ void attention_backward(Backend& backend, const AttentionBackward& call) {
   expect_f32(kn, "stats", call.stats);
   NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
            cuda::attention_max_t());
-  float* work = self.work_floats(2 * call.b * call.h * call.t * call.t, kn);
+  if (!call.dq && !call.dk && !call.dv) return;
+  // P, and dS beside it when dq or dk is wanted.
+  float* work = self.work_floats((call.dq || call.dk ? 2 : 1) * call.b * call.h * call.t * call.t, kn);
   cuda::attention_backward(arr_out(call.dq), arr_out(call.dk), arr_out(call.dv), arr_in(call.dout), arr_in(call.q),
                            arr_in(call.k), arr_in(call.v), fp(call.stats), call.b, call.t, call.h, call.dh,
                            static_cast<float>(call.scale), static_cast<int>(call.probs_format), work);

@@ -157,8 +157,8 @@ int64_t attention_max_t();
 // stats: b*h*t*2 floats, each query row's softmax max and sum.
 void attention_forward(Out out, float* stats, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
                        float scale);
-// `work` holds 2*b*h*t*t floats: P recomputed from the forward's stats (rounded to probs_format,
-// Precision's order) and scale * dS.
+// `work` holds b*h*t*t floats for P recomputed from the forward's stats (rounded to probs_format,
+// Precision's order), and as many again for scale * dS when dq or dk is wanted.
 void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, int64_t b, int64_t t,
                         int64_t h, int64_t dh, float scale, int probs_format, float* work);
 void prefix_mean_forward(Out y, In x, int64_t b, int64_t t, int64_t c);

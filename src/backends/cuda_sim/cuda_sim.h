@@ -248,3 +248,4 @@ T atomicAdd(T* address, T value) {
 // Math functions with CUDA's float names (erff, expf, fmaxf, ...) are the C library's.
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }  // a product never contracted into an FMA
