@@ -151,7 +151,7 @@ struct Tiles {
 };
 
 // A head's t rows of dh floats as the products read them: in place (row stride c) when dh is
-// whole vectors, else copied into `buffer` with each row padded to whole vectors.
+// whole vectors, else copied into the thread's row buffer, each row padded to whole vectors.
 struct HeadRows {
   const float* p;
   int64_t ld;
@@ -231,7 +231,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* ds = buf.ds_of(t * t);
     pack_transposed(transposed, v + at, t, dh, tl.c, tl.tp);
     causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dP
-    causal_softmax_backward_rows(ds, p, t, scale);         // dS
+    causal_softmax_backward_rows(ds, p, t, scale);                        // dS
     if (dq) {
       const HeadRows kr = head_rows(k + at, buf, tl);
       lower_product(dq + at, tl.c, ds, kr.p, kr.ld, t, dh);
