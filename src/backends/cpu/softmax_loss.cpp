@@ -141,8 +141,9 @@ void causal_softmax_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int6
     });
     for (int64_t r = 0; r < n; ++r) {
       float* row = block + r * ldp;
-      stats[2 * (r0 + r) + 1] = sums.sum(r);
-      row_scale(row, 1.0f / sums.sum(r), valid[r]);
+      const float sum = sums.sum(r);
+      stats[2 * (r0 + r) + 1] = sum;
+      row_scale(row, 1.0f / sum, valid[r]);
       std::fill(row + valid[r], row + width, 0.0f);
     }
   }
