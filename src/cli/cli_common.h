@@ -88,5 +88,6 @@ Runner add_convert(CLI::App& app, GlobalOptions& g);
 Runner add_export(CLI::App& app, GlobalOptions& g);
 Runner add_report(CLI::App& app, GlobalOptions& g);
 Runner add_plot(CLI::App& app, GlobalOptions& g);
+Runner add_sample(CLI::App& app, GlobalOptions& g);
 
 }  // namespace normlab::cli

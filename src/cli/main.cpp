@@ -48,6 +48,7 @@ const std::vector<Registrar>& registrars() {
       &add_bench,
       &add_sweep,
       &add_convert,
+      &add_sample,
       &add_export,
       &add_report,
       &add_plot,

@@ -78,7 +78,8 @@ T typed(const json& v, const std::string& label) {
   } else {
     NL_USAGE(v.is_string(), "{} must be a string, got {}", label, shown_json(v));
     const std::string& s = v.get_ref<const std::string&>();
-    NL_USAGE(s.size() <= 4096, "{} is too long ({} bytes; at most 4096)", label, s.size());
+    NL_USAGE(s.size() <= kMaxConfigStringBytes, "{} is too long ({} bytes; at most {})", label, s.size(),
+             kMaxConfigStringBytes);
     return s;
   }
 }
@@ -143,7 +144,7 @@ const std::vector<Field>& fields() {
       NL_FIELD("d_model", int64_t, model.d_model, "residual stream width"),
       NL_FIELD("d_hidden", int64_t, model.d_hidden, "MLP hidden width"),
       NL_FIELD("heads", int64_t, model.heads, "attention heads (gpt)"),
-      NL_FIELD("vocab", int64_t, model.vocab, "vocabulary size (256 for text)"),
+      NL_FIELD("vocab", int64_t, model.vocab, "vocabulary size (text: the tokenizer's, 256 for bytes)"),
       NL_FIELD("seq_len", int64_t, model.seq_len, "tokens per sequence"),
       NL_KIND_FIELD("init", InitScheme, model.init),
       NL_FIELD("norm_eps", double, model.norm_eps,
@@ -163,6 +164,10 @@ const std::vector<Field>& fields() {
       NL_OPTIONAL_FIELD("embed_norm", bool, model.embed_norm, "the blocks' norm on the embeddings' sum (unset: false)"),
       text_field("data", kind_help<DataKind>(), [](TrainConfig& c, const std::string& v) { c.data = DataSpec::parse(v); },
                  [](const TrainConfig& c) { return c.data.str(); }),
+      NL_OPTIONAL_KIND_FIELD("tokenizer", Tokenizer, tokenizer, "; text only; unset: bytes"),
+      NL_OPTIONAL_FIELD("vocabulary", std::string, vocabulary,
+                        "tokenizer chars: the characters in id order, as one UTF-8 string (unset: the text's "
+                        "characters sorted, written into config.json when resolved)"),
       NL_FIELD("topics", int64_t, topics, "synthetic: number of topics"),
       NL_FIELD("noise", double, noise, "synthetic: probability a token is replaced by a uniform one"),
       NL_KIND_FIELD("optimizer", OptimizerKind, optimizer),
@@ -173,6 +178,7 @@ const std::vector<Field>& fields() {
       NL_FIELD("weight_decay", double, weight_decay, "decoupled (adamw) or L2 (adam) weight decay, all parameters"),
       NL_FIELD("warmup_steps", int64_t, warmup_steps, "linear warm-up from 0"),
       NL_KIND_FIELD("schedule", Schedule, schedule),
+      NL_OPTIONAL_FIELD("min_lr", double, min_lr, "schedule cosine: the lr it decays to at the last step (unset: 0)"),
       NL_FIELD("clip", double, clip, "global gradient-norm clip; 0 = off"),
       NL_FIELD("batch_size", int64_t, batch_size, "sequences per step"),
       NL_FIELD("steps", int64_t, steps, "training steps (0: the initial model, evaluated and written)"),
@@ -377,7 +383,7 @@ TrainConfig load_train_config(const std::string& config_file, const std::map<std
   }
   for (const auto& [key, value] : flags) apply_config_value(cfg, key, value);
   vocab_given = vocab_given || flags.count("vocab") > 0;
-  if (cfg.data.kind == DataKind::text && !vocab_given) cfg.model.vocab = 256;
+  resolve_text_vocabulary(cfg, vocab_given);
   return cfg;
 }
 

@@ -211,7 +211,10 @@ void validate_run(const TrainConfig& cfg) {
   double data_bytes = 0;
   if (cfg.data.kind == DataKind::text) {
     make_data_source(cfg);  // the file is read and checked (a regular file, bounded in size, long enough)
-    data_bytes = 3.0 * static_cast<double>(file_size_or_zero(cfg.data.path));
+    // At the peak: the file, its token ids (4 bytes each), the validation split's copy, and for
+    // characters the decoded code points (4 bytes each) too.
+    const double per_byte = cfg.tokens() == Tokenizer::chars ? 10.0 : 6.0;
+    data_bytes = per_byte * static_cast<double>(file_size_or_zero(cfg.data.path));
   }
   check_fits_in_memory(cfg, cfg.batch_size, "train", data_bytes);
   if (!cfg.init_from.empty()) {  // the checkpoint is read and matched against the config

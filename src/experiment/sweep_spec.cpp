@@ -468,14 +468,14 @@ void settle_seeds_and_check_axes(SpecParts& parts) {
   if (!parts.seeds.empty()) note("seed");
 }
 
-// Defaults, the config file, base keys; byte-level text gets vocab 256.
+// Defaults, the config file, base keys; text gets its tokenizer's vocabulary.
 TrainConfig base_config(const SpecParts& parts) {
   TrainConfig cfg = load_train_config(parts.base_file, {});
   // load_train_config applied the text-vocab rule to the file alone; base keys may change data
   bool vocab_given = parts.base.contains("vocab");
   if (!parts.base_file.empty()) vocab_given = vocab_given || ojson::parse(read_file(parts.base_file)).contains("vocab");
   apply_config_json(cfg, parts.base.dump(), parts.spec_name + " base");
-  if (cfg.data.kind == DataKind::text && !vocab_given) cfg.model.vocab = 256;
+  resolve_text_vocabulary(cfg, vocab_given);
   cfg.threads = 0;
   return cfg;
 }

@@ -3,6 +3,8 @@
 #include <numeric>
 
 #include "normlab/io.h"
+#include "normlab/parse.h"
+#include "normlab/text_tokens.h"
 #include "normlab/train.h"
 
 namespace normlab {
@@ -101,23 +103,26 @@ class Synthetic final : public DataSource {
 
 class Text final : public DataSource {
  public:
-  Text(const std::string& path, int64_t seq_len, uint64_t seed) : path_(path), seed_(seed) {
-    std::string text = read_file(path);
-    const size_t split = text.size() * 9 / 10;
-    train_.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(split));
-    val_.assign(text.begin() + static_cast<std::ptrdiff_t>(split), text.end());
+  Text(const std::string& path, Tokenizer tokenizer, const std::string& vocabulary, int64_t seq_len, uint64_t seed)
+      : path_(path), seed_(seed), codec_(tokenizer, vocabulary) {
+    std::vector<int32_t> ids = codec_.encode(read_file(path), fmt::format("text file '{}'", path));
+    const size_t split = ids.size() * 9 / 10;
+    val_.assign(ids.begin() + static_cast<std::ptrdiff_t>(split), ids.end());
+    ids.resize(split);
+    train_ = std::move(ids);
     const size_t need = static_cast<size_t>(seq_len) + 1;
     NL_USAGE(val_.size() >= need && train_.size() >= need,
-             "text file '{}' is too short: {} bytes give a validation split of {} bytes, and seq_len {} needs {} "
-             "in each split",
-             path, text.size(), val_.size(), seq_len, need);
-    std::vector<double> count(256, 0.0);
-    for (unsigned char c : train_) count[c] += 1;
+             "text file '{}' is too short: {} {} give a validation split of {}, and seq_len {} needs {} in each split",
+             path, train_.size() + val_.size(), unit(), val_.size(), seq_len, need);
+    std::vector<double> count(static_cast<size_t>(codec_.size()), 0.0);
+    for (int32_t c : train_) count[static_cast<size_t>(c)] += 1;
     for (double c : count)
       if (c > 0) unigram_ -= c / static_cast<double>(train_.size()) * std::log(c / static_cast<double>(train_.size()));
   }
-  std::string describe() const override { return fmt::format("text {} ({} + {} bytes)", path_, train_.size(), val_.size()); }
-  int64_t vocab() const override { return 256; }
+  std::string describe() const override {
+    return fmt::format("text {} ({} + {} {})", path_, train_.size(), val_.size(), unit());
+  }
+  int64_t vocab() const override { return codec_.size(); }
   Batch train_batch(Rng& rng, int64_t batch, int64_t seq_len) override { return windows(train_, rng, batch, seq_len); }
   Batch val_batch(int64_t i, int64_t batch, int64_t seq_len) override {
     Rng rng(seed_ ^ 0x5bd1e995ULL, 1000 + static_cast<uint64_t>(i));
@@ -128,7 +133,8 @@ class Text final : public DataSource {
   double oracle_loss(const Batch&) const override { return std::nan(""); }
 
  private:
-  static Batch windows(const std::vector<unsigned char>& src, Rng& rng, int64_t batch, int64_t seq_len) {
+  const char* unit() const { return codec_.kind() == Tokenizer::bytes ? "bytes" : "characters"; }
+  static Batch windows(const std::vector<int32_t>& src, Rng& rng, int64_t batch, int64_t seq_len) {
     std::vector<int32_t> in(static_cast<size_t>(batch * seq_len)), tg(in.size());
     const auto starts = static_cast<uint32_t>(src.size() - static_cast<size_t>(seq_len));
     for (int64_t b = 0; b < batch; ++b) {
@@ -142,7 +148,8 @@ class Text final : public DataSource {
   }
   std::string path_;
   uint64_t seed_;
-  std::vector<unsigned char> train_, val_;
+  TextCodec codec_;
+  std::vector<int32_t> train_, val_;
   double unigram_ = 0;
 };
 
@@ -150,8 +157,25 @@ class Text final : public DataSource {
 
 std::unique_ptr<DataSource> make_synthetic(const SyntheticSpec& spec) { return std::make_unique<Synthetic>(spec); }
 
-std::unique_ptr<DataSource> make_text(const std::string& path, int64_t seq_len, uint64_t seed) {
-  return std::make_unique<Text>(path, seq_len, seed);
+std::unique_ptr<DataSource> make_text(const std::string& path, Tokenizer tokenizer, const std::string& vocabulary,
+                                      int64_t seq_len, uint64_t seed) {
+  return std::make_unique<Text>(path, tokenizer, vocabulary, seq_len, seed);
+}
+
+void resolve_text_vocabulary(TrainConfig& cfg, bool vocab_given) {
+  if (cfg.data.kind != DataKind::text) return;
+  if (cfg.tokens() == Tokenizer::bytes) {
+    if (!vocab_given) cfg.model.vocab = 256;
+    return;
+  }
+  if (!cfg.vocabulary) {
+    cfg.vocabulary = char_vocabulary(read_file(cfg.data.path), fmt::format("text file '{}'", cfg.data.path));
+    NL_USAGE(cfg.vocabulary->size() <= kMaxConfigStringBytes,
+             "text file '{}' has {} distinct characters ({} bytes of UTF-8), more than the vocabulary key holds ({} "
+             "bytes): use tokenizer bytes", cfg.data.path, TextCodec(Tokenizer::chars, *cfg.vocabulary).size(),
+             cfg.vocabulary->size(), kMaxConfigStringBytes);
+  }
+  if (!vocab_given) cfg.model.vocab = TextCodec(Tokenizer::chars, *cfg.vocabulary).size();
 }
 
 }  // namespace normlab

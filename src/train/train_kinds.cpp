@@ -13,7 +13,7 @@ template <>
 const EnumNames& enum_names<Schedule>() {
   static const EnumNames t{"schedule",
                            {{Schedule::constant, "constant", {}, "the peak lr after warm-up"},
-                            {Schedule::cosine, "cosine", {}, "cosine from the peak to 0 at the last step"}}};
+                            {Schedule::cosine, "cosine", {}, "cosine from the peak to min_lr (default 0) at the last step"}}};
   return t;
 }
 template <>
@@ -21,6 +21,15 @@ const EnumNames& enum_names<DataKind>() {
   static const EnumNames t{"data",
                            {{DataKind::synthetic, "synthetic", {}, "the synthetic topic/permutation task"},
                             {DataKind::text, "text", {}, "text:PATH, byte-level language modelling on a file"}}};
+  return t;
+}
+template <>
+const EnumNames& enum_names<Tokenizer>() {
+  static const EnumNames t{"tokenizer",
+                           {{Tokenizer::bytes, "bytes", {}, "one token per byte (vocab 256)"},
+                            {Tokenizer::chars, "chars", {},
+                             "one token per character (UTF-8 code point), ids in the order of `vocabulary`: by "
+                             "default the text's characters sorted (nanoGPT's shakespeare_char)"}}};
   return t;
 }
 template <>

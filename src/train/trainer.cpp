@@ -13,6 +13,7 @@
 #include "normlab/statistics_kernels.h"
 #include "normlab/stats.h"
 #include "normlab/train.h"
+#include "normlab/text_tokens.h"
 #include "precision_train.h"
 
 namespace normlab {
@@ -34,7 +35,7 @@ DataSpec DataSpec::parse(const std::string& s) {
 std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg) {
   if (cfg.data.kind == DataKind::synthetic)
     return make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.task_seed()});
-  return make_text(cfg.data.path, cfg.model.seq_len, cfg.task_seed());
+  return make_text(cfg.data.path, cfg.tokens(), cfg.vocabulary.value_or(""), cfg.model.seq_len, cfg.task_seed());
 }
 
 void TrainConfig::validate() const {
@@ -45,6 +46,11 @@ void TrainConfig::validate() const {
   NL_USAGE(adam_eps > 0, "adam_eps must be > 0, got {}", adam_eps);
   NL_USAGE(weight_decay >= 0, "weight_decay must be >= 0, got {}", weight_decay);
   NL_USAGE(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
+  if (min_lr) {
+    NL_USAGE(schedule == Schedule::cosine, "min_lr is the floor of schedule cosine; schedule {} has none",
+             to_string(schedule));
+    NL_USAGE(*min_lr >= 0 && *min_lr <= lr, "min_lr must be in [0, lr = {}], got {}", lr, *min_lr);
+  }
   NL_USAGE(clip >= 0, "clip must be >= 0 (0 = off), got {}", clip);
   NL_USAGE(batch_size >= 1, "batch_size must be >= 1, got {}", batch_size);
   NL_USAGE(steps >= 0, "steps must be >= 0 (0: the initial model, evaluated), got {}", steps);
@@ -85,8 +91,20 @@ void TrainConfig::validate() const {
     NL_USAGE(topics >= 1, "topics must be >= 1, got {}", topics);
     NL_USAGE(model.vocab - topics >= 2, "vocab ({}) must exceed topics ({}) by at least 2", model.vocab, topics);
     NL_USAGE(noise >= 0 && noise <= 1, "noise must be in [0, 1], got {}", noise);
-  } else {
+  } else if (tokens() == Tokenizer::bytes) {
     NL_USAGE(model.vocab == 256, "byte-level text needs vocab = 256, got {}", model.vocab);
+  } else {
+    NL_USAGE(vocabulary.has_value(), "tokenizer chars needs its vocabulary (resolved from the text when the config is "
+             "loaded)");
+    const int64_t chars = TextCodec(Tokenizer::chars, *vocabulary).size();
+    NL_USAGE(model.vocab == chars, "tokenizer chars with a vocabulary of {} characters needs vocab = {}, got {} "
+             "(leave vocab unset)", chars, chars, model.vocab);
+  }
+  if (data.kind != DataKind::text) {
+    NL_USAGE(!tokenizer, "tokenizer is for text data (data text:PATH), not {}", data.str());
+    NL_USAGE(!vocabulary, "vocabulary is for text data with tokenizer chars, not {}", data.str());
+  } else if (tokens() == Tokenizer::bytes) {
+    NL_USAGE(!vocabulary, "vocabulary is for tokenizer chars (tokenizer bytes has the 256 byte values)");
   }
 }
 
@@ -103,7 +121,8 @@ double learning_rate(const TrainConfig& cfg, int64_t step) {
   if (cfg.schedule == Schedule::cosine) {
     const double span = static_cast<double>(std::max<int64_t>(cfg.steps - cfg.warmup_steps, 1));
     const double progress = static_cast<double>(step - cfg.warmup_steps) / span;
-    return cfg.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
+    const double floor = cfg.min_lr.value_or(0.0);
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
   }
   return cfg.lr;
 }

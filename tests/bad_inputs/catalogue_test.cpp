@@ -91,6 +91,24 @@ Setup ln_run(const std::string& name) {
   };
 }
 
+// A finished run on text with the character vocabulary: sample's source.
+Setup chars_run(const std::string& name) {
+  return [name](const fs::path& w) {
+    static const fs::path cached = [] {
+      const fs::path d = normlab::test::fresh_dir("catalogue_chars_run");
+      fs::create_directories(d);
+      const auto r = run_cli({"train", "--model", "gpt", "--data",
+                              "text:" + std::string(NORMLAB_SOURCE_DIR) + "/experiments/data/tiny.txt", "--tokenizer", "chars",
+                              "--steps", "2", "--eval_every", "1", "--layers", "1", "--d_model", "8", "--heads", "2",
+                              "--d_hidden", "8", "--seq_len", "8", "--batch_size", "2", "--threads", "1", "--out",
+                              (d / "chars").string(), "-q", "--json"});
+      if (r.exit_code != 0) throw std::runtime_error("the text fixture run failed: " + describe(r));
+      return d / "chars";
+    }();
+    fs::copy(cached, w / name, fs::copy_options::recursive);
+  };
+}
+
 // A finished two-point sweep (lr 1e-3 and 1e-2, tiny points), made once per process and copied.
 Setup sweep_run(const std::string& name) {
   return [name](const fs::path& w) {
@@ -307,6 +325,18 @@ std::vector<Case> catalogue() {
   add("train_data_missing", tiny({"--data", "text:nope.txt"}));
   add("train_data_too_short", tiny({"--data", "text:short.txt"}), [](const fs::path& w) { write(w / "short.txt", "abc"); });
   add("train_data_vocab_wrong", tiny({"--data", "text:" + tiny_txt, "--vocab", "64"}));
+  add("train_tokenizer_unknown", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "words"}));
+  add("train_tokenizer_synthetic", tiny({"--tokenizer", "chars"}));
+  add("train_vocabulary_bytes", tiny({"--data", "text:" + tiny_txt, "--vocabulary", "abc"}));
+  add("train_chars_vocab_wrong", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "chars", "--vocab", "64"}));
+  add("train_chars_not_utf8", tiny({"--data", "text:latin1.txt", "--tokenizer", "chars"}),
+      [](const fs::path& w) { write(w / "latin1.txt", std::string(200, 'a') + "caf\xe9 " + std::string(200, 'b')); });
+  add("train_vocabulary_lacks_a_char", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "chars", "--vocabulary", "abc"}));
+  add("train_vocabulary_twice", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "chars", "--vocabulary", "aba"}));
+  add("train_vocabulary_not_utf8", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "chars", "--vocabulary", "a\xff"}));
+  add("train_min_lr_constant", tiny({"--min_lr", "1e-4"}));
+  add("train_min_lr_above_lr", tiny({"--schedule", "cosine", "--lr", "1e-3", "--min_lr", "1e-2"}));
+  add("train_min_lr_negative", tiny({"--schedule", "cosine", "--min_lr", "-1e-4"}));
   // Every checkpoint read refuses what is not a regular file: reading a FIFO would block forever
   add("train_init_from_fifo", tiny({"--init_from", "fifo"}), [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
   add("train_init_from_dev_zero", tiny({"--init_from", "/dev/zero"}));
@@ -577,6 +607,22 @@ std::vector<Case> catalogue() {
         mine("f.json")(w);
       });
   add("bench_merge_out_own_input_no_force", {"bench", "merge", "b.json", "--out", "b.json"}, bench_doc("b.json"));
+
+  // ---- sample
+  add("sample_no_run", {"sample", "nope"});
+  add("sample_user_dir", {"sample", "mine"}, user_dir("mine"));
+  add("sample_synthetic_run", {"sample", "ln"}, ln_run("ln"));
+  add("sample_prompt_empty", {"sample", "chars", "--prompt", ""}, chars_run("chars"));
+  add("sample_prompt_not_in_vocabulary", {"sample", "chars", "--prompt", "caf\xc3\xa9"}, chars_run("chars"));
+  add("sample_prompt_not_utf8", {"sample", "chars", "--prompt", "a\xff"}, chars_run("chars"));
+  add("sample_temperature_negative", {"sample", "chars", "--temperature", "-1"}, chars_run("chars"));
+  add("sample_temperature_nan", {"sample", "chars", "--temperature", "nan"}, chars_run("chars"));
+  add("sample_top_k_negative", {"sample", "chars", "--top_k", "-3"}, chars_run("chars"));
+  add("sample_tokens_huge", {"sample", "chars", "--tokens", "100000000000"}, chars_run("chars"));
+  add("sample_no_weights", {"sample", "chars"}, [](const fs::path& w) {
+    chars_run("chars")(w);
+    fs::remove(w / "chars" / "model.safetensors");
+  });
 
   // ---- convert
   add("convert_no_to", {"convert", "ln", "--out", "c"}, ln_run("ln"));

@@ -13,6 +13,7 @@ TEST(Names, TrainEnumerationsRoundTrip) {
   EXPECT_EQ(test::names_round_trip_errors<OptimizerKind>(), "");
   EXPECT_EQ(test::names_round_trip_errors<Schedule>(), "");
   EXPECT_EQ(test::names_round_trip_errors<DataKind>(), "");
+  EXPECT_EQ(test::names_round_trip_errors<Tokenizer>(), "");
   EXPECT_EQ(test::names_round_trip_errors<ConvertMethod>(), "");
   EXPECT_EQ(test::names_round_trip_errors<Activation>(), "");
   EXPECT_THROW(parse_kind<ConvertMethod>("gain"), UsageError);

@@ -230,7 +230,7 @@ TEST(TrainOracle, AHandBuiltBatchScoresExactly) {
 }
 
 TEST(TrainOracle, TextHasNoOracle) {
-  auto text = make_text(std::string(NORMLAB_SOURCE_DIR) + "/experiments/data/tiny.txt", 16, 0);
+  auto text = make_text(std::string(NORMLAB_SOURCE_DIR) + "/experiments/data/tiny.txt", Tokenizer::bytes, "", 16, 0);
   EXPECT_TRUE(std::isnan(text->oracle_loss(text->val_batch(0, 2, 16))));
 }
 

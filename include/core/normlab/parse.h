@@ -8,6 +8,9 @@
 
 namespace normlab {
 
+// The most bytes a config's string value holds (a path, a character vocabulary).
+inline constexpr size_t kMaxConfigStringBytes = 4096;
+
 // "8x256x1024" -> {8, 256, 1024}: exactly three positive whole numbers separated by 'x', each at
 // most max_each and their product at most max_product; otherwise a UsageError naming the flag,
 // the text, the layout (e.g. "BxTxC") and the first bad part.

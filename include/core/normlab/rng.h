@@ -46,6 +46,7 @@ constexpr uint64_t data = 2;
 constexpr uint64_t dropout = 3;
 constexpr uint64_t check = 4;  // gradcheck and test inputs
 constexpr uint64_t task = 5;   // the synthetic task's rule (its topic permutations)
+constexpr uint64_t sample = 6;  // `normlab sample`'s draws of the next token
 }  // namespace stream
 
 }  // namespace normlab

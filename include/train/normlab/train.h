@@ -53,8 +53,15 @@ struct SyntheticSpec {
   uint64_t seed = 0;
 };
 std::unique_ptr<DataSource> make_synthetic(const SyntheticSpec& spec);
-// Byte-level language modelling on a text file: the first 90% trains, the rest validates.
-std::unique_ptr<DataSource> make_text(const std::string& path, int64_t seq_len, uint64_t seed);
+// Language modelling on a text file, as bytes or characters (text_tokens.h; vocabulary: the
+// characters in id order, chars only): the first 90% of its tokens train, the rest validate.
+std::unique_ptr<DataSource> make_text(const std::string& path, Tokenizer tokenizer, const std::string& vocabulary,
+                                      int64_t seq_len, uint64_t seed);
+// Text data's vocabulary where the config leaves it unset: tokenizer chars gets the file's
+// characters sorted (`vocabulary`) and their count as vocab; bytes gets vocab 256 unless
+// vocab_given. Nothing for synthetic data.
+struct TrainConfig;
+void resolve_text_vocabulary(TrainConfig& cfg, bool vocab_given);
 // The data source a config names (its data, vocab, topics, noise, seq_len and seed).
 struct TrainConfig;
 std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg);
@@ -110,10 +117,16 @@ struct TrainConfig {
   DataSpec data;
   int64_t topics = 4;              // synthetic only
   double noise = 0.1;              // synthetic only
+  // Text only (text_tokens.h): bytes or characters, and the characters in id order (resolved by
+  // load_train_config from the text when unset). Written only when set, as data_seed.
+  std::optional<Tokenizer> tokenizer;
+  std::optional<std::string> vocabulary;
+  Tokenizer tokens() const { return tokenizer.value_or(Tokenizer::bytes); }
   OptimizerKind optimizer = OptimizerKind::adamw;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.0;
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::constant;
+  std::optional<double> min_lr;  // cosine's floor (nanoGPT's min_lr); unset: 0. Written only when set.
   double clip = 0.0;                  // global gradient-norm clip; 0 = off
   int64_t batch_size = 32;
   int64_t steps = 3000;
@@ -158,7 +171,8 @@ struct TrainConfig {
 // config alone, so runs written before evals reported it get it back from their config.json.
 double held_out_oracle_loss(const TrainConfig& cfg);
 
-// lr at a 1-based step: linear warm-up from 0 over warmup_steps, then constant or cosine to 0.
+// lr at a 1-based step: linear warm-up from 0 over warmup_steps, then constant or cosine to min_lr
+// (0 unless set) at the last step.
 double learning_rate(const TrainConfig& cfg, int64_t step);
 
 // Mean over the rows (tokens) of the per-row L2 norm ||x_t||; x (..., d). The residual-stream

@@ -9,6 +9,8 @@ namespace normlab {
 enum class OptimizerKind { adam, adamw };
 enum class Schedule { constant, cosine };
 enum class DataKind { synthetic, text };
+// How text becomes token ids (text_tokens.h).
+enum class Tokenizer { bytes, chars };
 // Low precision: the residual stream's format, and whether the loss is scaled (docs/precision.md).
 enum class ResidualDtype { format, fp32 };
 enum class LossScaling { none, dynamic };
@@ -19,6 +21,8 @@ template <>
 const EnumNames& enum_names<Schedule>();
 template <>
 const EnumNames& enum_names<DataKind>();
+template <>
+const EnumNames& enum_names<Tokenizer>();
 template <>
 const EnumNames& enum_names<ResidualDtype>();
 template <>
