@@ -17,6 +17,15 @@ const EnumNames& enum_names<Schedule>() {
   return t;
 }
 template <>
+const EnumNames& enum_names<WeightDecayOn>() {
+  static const EnumNames t{"weight_decay_on",
+                           {{WeightDecayOn::all, "all", {}, "every parameter"},
+                            {WeightDecayOn::matrices, "matrices", {},
+                             "parameters of 2 or more dimensions: the linear layers' weights and the embeddings, "
+                             "not biases, norm parameters or residual scales (nanoGPT's configure_optimizers)"}}};
+  return t;
+}
+template <>
 const EnumNames& enum_names<DataKind>() {
   static const EnumNames t{"data",
                            {{DataKind::synthetic, "synthetic", {}, "the synthetic topic/permutation task"},

@@ -231,6 +231,12 @@ class TrainLoop {
   double backward(const Tensor& loss, double seed);
   bool unscale_or_skip(double& grad_norm, double seed);
   void adam_update(int64_t step, double grad_norm);
+  // The flat buffer as runs of neighbouring parameters that weight decay treats alike.
+  struct DecayRun {
+    int64_t offset = 0, count = 0;
+    bool decayed = true;
+  };
+  static std::vector<DecayRun> decay_runs(const TrainConfig& cfg, const ParamList& params);
   void count_step(int64_t step, double loss_value);
   void diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
                std::optional<double> backward_seed);
@@ -255,6 +261,7 @@ class TrainLoop {
   Backend& kb_;
   Tensor m_, v_;
   AdamParams hp_;
+  std::vector<DecayRun> decay_runs_;
   Rng data_rng_;
   std::optional<LossScaler> scaler_;
   TrainResult res_;
@@ -282,6 +289,7 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource
       m_(Tensor::zeros(flat_.shape(), flat_.dtype(), device)),
       v_(Tensor::zeros(flat_.shape(), flat_.dtype(), device)),
       hp_(adam_params(cfg)),
+      decay_runs_(decay_runs(cfg, params_)),
       data_rng_(cfg.seed, stream::data) {
   if (resume) resume_optimizer(resume->state);
   scaler_ = loss_scaler_for(cfg, resume);
@@ -435,7 +443,32 @@ void TrainLoop::adam_update(int64_t step, double grad_norm) {
   // Adam's bias correction counts the updates made: a skipped step is not one (as PyTorch,
   // whose optimizer.step() the scaler does not call).
   hp_.step = step - (scaler_ ? scaler_->state().skipped : 0);
-  run_kernel(kb_, AdamStep{flat_, flat_grad_, m_, v_, hp_});
+  if (decay_runs_.size() == 1 && decay_runs_[0].decayed) {
+    run_kernel(kb_, AdamStep{flat_, flat_grad_, m_, v_, hp_});
+    return;
+  }
+  AdamParams run_hp = hp_;
+  for (const DecayRun& r : decay_runs_) {
+    run_hp.weight_decay = r.decayed ? hp_.weight_decay : 0.0;
+    Tensor p = flat_.view_at(r.offset, {r.count}), m = m_.view_at(r.offset, {r.count}),
+           v = v_.view_at(r.offset, {r.count});
+    run_kernel(kb_, AdamStep{p, flat_grad_.view_at(r.offset, {r.count}), m, v, run_hp});
+  }
+}
+
+std::vector<TrainLoop::DecayRun> TrainLoop::decay_runs(const TrainConfig& cfg, const ParamList& params) {
+  // Without decay, or with it on every parameter, one pass over the buffer as always.
+  const bool matrices_only = cfg.weight_decay_on == WeightDecayOn::matrices && cfg.weight_decay != 0;
+  std::vector<DecayRun> runs;
+  int64_t offset = 0;
+  for (const Tensor& p : params.all()) {
+    const bool decayed = !matrices_only || p.dim() >= 2;
+    if (runs.empty() || runs.back().decayed != decayed) runs.push_back({offset, 0, decayed});
+    runs.back().count += p.numel();
+    offset += p.numel();
+  }
+  if (runs.empty()) runs.push_back({0, 0, true});
+  return runs;
 }
 
 // A step done (taken or skipped): its loss in the spike counter, the eval window and the result.

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <map>
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/checkpoint.h"
 #include "normlab/stats.h"
 #include "normlab/train.h"
 
@@ -428,4 +431,54 @@ TEST(TrainSpikes, CountedAgainstTheMedianOfTheStepsBefore) {
   for (size_t i = 0; i < many.size(); ++i) c.add(static_cast<int64_t>(i + 1), many[i]);
   EXPECT_EQ(c.result.count, 250);
   EXPECT_EQ(c.recent.size(), static_cast<size_t>(kSpikeWindow));
+}
+
+// weight_decay_on matrices decays the parameters of 2 or more dimensions (linear weights,
+// embeddings) as weight_decay_on all does, and leaves the others (biases, norm gains, QK-Norm's
+// gains) as weight_decay 0 does, bit for bit: nanoGPT's two parameter groups. One step, so that
+// every run's gradient is the initial model's.
+TEST(TrainDecay, MatricesOnlyDecaysTheMatricesAndNothingElse) {
+  TrainConfig cfg;
+  cfg.model.model = ModelKind::gpt;
+  cfg.model.layers = 2;
+  cfg.model.d_model = 16;
+  cfg.model.d_hidden = 32;
+  cfg.model.heads = 2;
+  cfg.model.qk_norm = true;
+  cfg.batch_size = 4;
+  cfg.steps = 1;
+  cfg.eval_every = 1;
+  cfg.eval_batches = 1;
+  cfg.threads = 1;
+  cfg.lr = 1e-2;
+  auto final_weights = [&](double wd, std::optional<WeightDecayOn> on) {
+    TrainConfig c = cfg;
+    c.weight_decay = wd;
+    c.weight_decay_on = on;
+    std::map<std::string, std::vector<double>> w;
+    TrainHooks hooks;
+    hooks.on_checkpoint = [&](int64_t, Model& model, const TrainState&) {
+      for (const auto& [name, t] : model_state(model)) w[name] = t.to_vector();
+    };
+    train(c, hooks);
+    return w;
+  };
+  const auto all = final_weights(0.5, WeightDecayOn::all), none = final_weights(0.0, std::nullopt),
+             matrices = final_weights(0.5, WeightDecayOn::matrices), unset = final_weights(0.5, std::nullopt);
+  EXPECT_EQ(unset, all);  // unset is all, as before the key
+  int decayed = 0, kept = 0;
+  for (const auto& [name, values] : matrices) {
+    // PyTorch's names: the linear layers' and embeddings' weights, not the norms' (norm1.weight, ...).
+    bool matrix = name == "tok_emb.weight" || name == "pos_emb.weight" || name == "head.weight";
+    for (const char* linear : {".attn.q.weight", ".attn.k.weight", ".attn.v.weight", ".attn.o.weight",
+                               ".mlp.fc1.weight", ".mlp.fc2.weight"})
+      matrix = matrix || (name.size() > std::strlen(linear) &&
+                          name.compare(name.size() - std::strlen(linear), std::string::npos, linear) == 0);
+    const auto& want = matrix ? all.at(name) : none.at(name);
+    EXPECT_TRUE(values == want) << name << (matrix ? " should be decayed" : " should not be decayed");
+    // Where decaying would have changed nothing (a bias initialised to 0), the test shows nothing.
+    if (all.at(name) != none.at(name)) (matrix ? decayed : kept) += 1;
+  }
+  EXPECT_EQ(decayed, 2 * 6 + 3);  // q, k, v, o, fc1, fc2 of each block, the embeddings, the head
+  EXPECT_GE(kept, 2 * 4);         // each block's two norm gains and two QK-Norm gains
 }

@@ -124,6 +124,8 @@ struct TrainConfig {
   Tokenizer tokens() const { return tokenizer.value_or(Tokenizer::bytes); }
   OptimizerKind optimizer = OptimizerKind::adamw;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.0;
+  // Unset: all (every parameter, as normlab always did); written only when set, as data_seed.
+  std::optional<WeightDecayOn> weight_decay_on;
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::constant;
   std::optional<double> min_lr;  // cosine's floor (nanoGPT's min_lr); unset: 0. Written only when set.

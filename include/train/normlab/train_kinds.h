@@ -8,6 +8,8 @@ namespace normlab {
 
 enum class OptimizerKind { adam, adamw };
 enum class Schedule { constant, cosine };
+// Which parameters weight decay applies to.
+enum class WeightDecayOn { all, matrices };
 enum class DataKind { synthetic, text };
 // How text becomes token ids (text_tokens.h).
 enum class Tokenizer { bytes, chars };
@@ -19,6 +21,8 @@ template <>
 const EnumNames& enum_names<OptimizerKind>();
 template <>
 const EnumNames& enum_names<Schedule>();
+template <>
+const EnumNames& enum_names<WeightDecayOn>();
 template <>
 const EnumNames& enum_names<DataKind>();
 template <>
