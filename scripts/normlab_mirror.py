@@ -96,6 +96,9 @@ class ModelConfig:
         self.final_norm = cfg["final_norm"]
         self.qk_norm = bool(cfg["qk_norm"])
         self.head_bias = bool(cfg["head_bias"])
+        self.tie_embeddings = bool(cfg.get("tie_embeddings", False))
+        self.tokenizer = cfg.get("tokenizer", "bytes")
+        self.vocabulary = cfg.get("vocabulary")
         self.residual = bool(cfg["residual"])
         self.layers = int(cfg["layers"])
         self.d_model = int(cfg["d_model"])
@@ -192,9 +195,14 @@ class Synthetic:
 
 
 class Text:
-    def __init__(self, path, seq_len, seed):
+    """Text windows as token ids: bytes, or characters numbered by their place in `vocabulary`."""
+
+    def __init__(self, path, seq_len, seed, vocabulary=None):
         with open(path, "rb") as f:
             text = f.read()
+        if vocabulary is not None:
+            ids = {c: i for i, c in enumerate(vocabulary)}
+            text = [ids[c] for c in text.decode("utf-8")]
         split = len(text) * 9 // 10
         self.val = text[split:]
         self.seed = seed
@@ -220,7 +228,7 @@ def data_source(cfg, data_root="."):
         path = cfg.data[5:]
         if not os.path.isabs(path):
             path = os.path.join(data_root, path)
-        return Text(path, cfg.seq_len, cfg.seed)
+        return Text(path, cfg.seq_len, cfg.seed, cfg.vocabulary if cfg.tokenizer == "chars" else None)
     raise ValueError(f"data {cfg.data!r} is not synthetic or text:PATH")
 
 
@@ -383,6 +391,8 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
             self.blocks = nn.ModuleList([Block() for _ in range(L)])
             self.final_norm = Norm(cfg.final_norm_kind(), d, cfg.final_eps())
             self.head = linear(d, V, bias=cfg.head_bias)
+            if cfg.tie_embeddings:  # nanoGPT's weight tying; the checkpoint holds it once, as tok_emb.weight
+                self.head.weight = self.tok_emb.weight
 
         def logits(self, ids):
             B, T = ids.shape
@@ -525,7 +535,9 @@ def normlab_init(cfg, seed=None):
             norm(p + ".norm2b")
     if cfg.final_norm_on():
         norm("final_norm", cfg.final_norm_kind())
-    if cfg.init == "torch":
+    if cfg.tie_embeddings:  # the head is tok_emb, drawn above
+        pass
+    elif cfg.init == "torch":
         put("head.weight", uniform((cfg.vocab, d), 1.0 / math.sqrt(d)))
     elif cfg.init == "fairseq":
         put("head.weight", normal((cfg.vocab, d), 1.0 / math.sqrt(d)))

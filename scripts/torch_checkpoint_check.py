@@ -93,6 +93,8 @@ def text_root(cfg, data_root):
 def check_weights(torch, load_file, cfg, batches, weights_path, reference):
     """{'f32':..., 'f64':..., 'rel32':..., 'rel64':...} for one safetensors file against `reference`."""
     state = load_file(weights_path)
+    if cfg.tie_embeddings:  # one tensor in the file, as safetensors' save_model writes a tied model
+        state["head.weight"] = state["tok_emb.weight"]
     out = {"weights": weights_path, "normlab": reference,
            "checkpoint_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in state.values()})}
     for name, dt in (("f32", torch.float32), ("f64", torch.float64)):

@@ -162,6 +162,8 @@ const std::vector<Field>& fields() {
       NL_OPTIONAL_FIELD("gemma_norm", bool, model.gemma_norm,
                         "Gemma's norm gain 1 + w, w initialised to 0 (unset: false)"),
       NL_OPTIONAL_FIELD("embed_norm", bool, model.embed_norm, "the blocks' norm on the embeddings' sum (unset: false)"),
+      NL_OPTIONAL_FIELD("tie_embeddings", bool, model.tie_embeddings,
+                        "the head's weight is the token embedding, one tensor (nanoGPT's weight tying; unset: false)"),
       text_field("data", kind_help<DataKind>(), [](TrainConfig& c, const std::string& v) { c.data = DataSpec::parse(v); },
                  [](const TrainConfig& c) { return c.data.str(); }),
       NL_OPTIONAL_KIND_FIELD("tokenizer", Tokenizer, tokenizer, "; text only; unset: bytes"),
@@ -424,7 +426,7 @@ double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_
   const double L = static_cast<double>(m.layers), d = static_cast<double>(m.d_model),
                h = static_cast<double>(m.d_hidden), V = static_cast<double>(m.vocab),
                T = static_cast<double>(m.seq_len), B = static_cast<double>(batch);
-  const double params = L * (4 * d * d + 2 * d * h + 8 * d) + 2 * V * d + T * d;
+  const double params = L * (4 * d * d + 2 * d * h + 8 * d) + (m.tied_head() ? 1 : 2) * V * d + T * d;
   double acts = L * B * T * (16 * d + 3 * h) + 3 * B * T * V;
   // Attention saves two floats per head and query row (its softmax's max and sum); its backward
   // recomputes the probabilities into two T x T buffers per thread.

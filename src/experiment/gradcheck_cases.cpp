@@ -192,6 +192,10 @@ std::vector<GradCase> build_cases() {
                           NormKind::layernorm, Placement::pre, false));
   cs.push_back(model_case("gpt_model_loss", "whole gpt model (Pre-RMSNorm, QK-Norm) + cross-entropy", ModelKind::gpt,
                           NormKind::rmsnorm, Placement::pre, true));
+  cs.push_back(model_case("gpt_tied_loss",
+                          "whole gpt model, Pre-LN, the head tied to the token embedding (nanoGPT) + cross-entropy",
+                          ModelKind::gpt, NormKind::layernorm, Placement::pre, false,
+                          [](ModelConfig& c) { c.tie_embeddings = true; }));
   return cs;
 }
 

@@ -465,6 +465,13 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
     embed_opts.gain_offset = cfg_.gain_offset();
     embed_norm_ = make_norm(params_, "embed_norm", cfg_.norm, d, cfg_.eps(), init, embed_opts);
   }
+  if (cfg_.tied_head()) {
+    // nanoGPT's weight tying: one tensor, which the embedding and the head both read and whose
+    // gradient sums both uses; a checkpoint holds it once, as tok_emb.
+    head_.w = tok_emb;
+    if (cfg_.head_bias) head_.b = params_.add("head.b", init.constant({cfg_.vocab}, 0.0));
+    return;
+  }
   // The head (no bias): nn.Linear(d, vocab)'s U(-1/sqrt(d), 1/sqrt(d)) (torch), N(0, 1/d) (fairseq).
   Tensor head = cfg_.init == InitScheme::torch     ? init.uniform({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))
                 : cfg_.init == InitScheme::fairseq ? init.normal({cfg_.vocab, d}, 1.0 / std::sqrt(static_cast<double>(d)))

@@ -95,6 +95,14 @@ TEST(ConvertLnToRms, RefusalsNameTheReason) {
   ModelConfig off = ln_config(ModelKind::toy, DType::f32);
   off.final_norm = FinalNorm::off;
   EXPECT_NE(conversion_refusal(off, ConvertMethod::exact).find("final norm is off"), std::string::npos);
+  // A tied head is the embedding the exact method centres; the naive one leaves both alone.
+  ModelConfig tied = ln_config(ModelKind::gpt, DType::f32);
+  tied.tie_embeddings = true;
+  EXPECT_NE(conversion_refusal(tied, ConvertMethod::exact).find("tie_embeddings"), std::string::npos);
+  EXPECT_EQ(conversion_refusal(tied, ConvertMethod::naive), "");
+  Model tied_model(tied, 1);
+  EXPECT_THROW(convert_layernorm_to_rmsnorm(tied_model, ConvertMethod::exact), UsageError);
+  EXPECT_NO_THROW(convert_layernorm_to_rmsnorm(tied_model, ConvertMethod::naive));
   ModelConfig rms = ln_config(ModelKind::toy, DType::f32);
   rms.norm = NormKind::rmsnorm;
   EXPECT_NE(conversion_refusal(rms, ConvertMethod::naive).find("not layernorm"), std::string::npos);

@@ -38,6 +38,7 @@ struct ModelConfig {
   std::optional<double> dyt_alpha;              // DyT's and Derf's alpha at init; unset: 0.5
   std::optional<bool> gemma_norm;               // every norm's gain is 1 + w, w initialised to 0
   std::optional<bool> embed_norm;               // the blocks' norm on the embeddings' sum
+  std::optional<bool> tie_embeddings;           // the head's weight is the token embedding (nanoGPT)
 
   double eps() const;
   // The norm before the head (none: the head reads the stream). auto: the blocks' norm for pre and
@@ -64,6 +65,7 @@ struct ModelConfig {
   double dyt_alpha_init() const { return dyt_alpha.value_or(0.5); }
   bool gain_offset() const { return gemma_norm.value_or(false); }
   bool embedding_norm() const { return embed_norm.value_or(false); }
+  bool tied_head() const { return tie_embeddings.value_or(false); }
   void validate() const;  // throws UsageError naming the field
 };
 
