@@ -97,6 +97,7 @@ class ModelConfig:
         self.qk_norm = bool(cfg["qk_norm"])
         self.head_bias = bool(cfg["head_bias"])
         self.tie_embeddings = bool(cfg.get("tie_embeddings", False))
+        self.bias = bool(cfg.get("bias", True))  # false: nanoGPT's bias=False (linears, LayerNorm's beta)
         self.tokenizer = cfg.get("tokenizer", "bytes")
         self.vocabulary = cfg.get("vocabulary")
         self.residual = bool(cfg["residual"])
@@ -268,8 +269,10 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
             self.kind, self.eps, self.n = kind, eps, n
             if kind != "none":
                 self.weight = nn.Parameter(torch.ones(n, **kw))
-            if kind == "layernorm":
+            if kind == "layernorm" and cfg.bias:
                 self.bias = nn.Parameter(torch.zeros(n, **kw))
+            elif kind == "layernorm":
+                self.bias = None  # F.layer_norm without a shift, as nn.LayerNorm(bias=False)
             if kind == "seednorm":  # SeeDNorm (Cai et al. 2025): alpha 1, direction (the paper's beta) 0
                 self.alpha = nn.Parameter(torch.ones(n, **kw))
                 self.direction = nn.Parameter(torch.zeros(n, **kw))
@@ -289,8 +292,8 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
             super().__init__()
             self.weight = nn.Parameter(torch.ones(n, **kw))
 
-    def linear(n_in, n_out, bias=True):
-        return nn.Linear(n_in, n_out, bias=bias, **kw)
+    def linear(n_in, n_out, bias=None):  # bias None: the config's
+        return nn.Linear(n_in, n_out, bias=cfg.bias if bias is None else bias, **kw)
 
     class Attention(nn.Module):
         def __init__(self):
@@ -495,7 +498,7 @@ def normlab_init(cfg, seed=None):
         if kind == "none":
             return
         put(name + ".weight", np.ones(d))
-        if kind == "layernorm":
+        if kind == "layernorm" and cfg.bias:
             put(name + ".bias", np.zeros(d))
         if kind == "seednorm":
             put(name + ".alpha", np.ones(d))
@@ -511,7 +514,8 @@ def normlab_init(cfg, seed=None):
         else:
             w = normal((n_out, n_in), resid_std if residual_proj else 0.02)
         put(name + ".weight", w)
-        put(name + ".bias", uniform((n_out,), 1.0 / math.sqrt(n_in)) if scheme == "torch" else np.zeros(n_out))
+        if cfg.bias:
+            put(name + ".bias", uniform((n_out,), 1.0 / math.sqrt(n_in)) if scheme == "torch" else np.zeros(n_out))
 
     for l in range(L):
         p = f"blocks.{l}"

@@ -162,6 +162,9 @@ const std::vector<Field>& fields() {
       NL_OPTIONAL_FIELD("gemma_norm", bool, model.gemma_norm,
                         "Gemma's norm gain 1 + w, w initialised to 0 (unset: false)"),
       NL_OPTIONAL_FIELD("embed_norm", bool, model.embed_norm, "the blocks' norm on the embeddings' sum (unset: false)"),
+      NL_OPTIONAL_FIELD("bias", bool, model.bias,
+                        "false: the linear layers without biases and the norms without beta (nanoGPT's bias=False; "
+                        "unset: true)"),
       NL_OPTIONAL_FIELD("tie_embeddings", bool, model.tie_embeddings,
                         "the head's weight is the token embedding, one tensor (nanoGPT's weight tying; unset: false)"),
       text_field("data", kind_help<DataKind>(), [](TrainConfig& c, const std::string& v) { c.data = DataSpec::parse(v); },

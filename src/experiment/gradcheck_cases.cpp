@@ -196,6 +196,11 @@ std::vector<GradCase> build_cases() {
                           "whole gpt model, Pre-LN, the head tied to the token embedding (nanoGPT) + cross-entropy",
                           ModelKind::gpt, NormKind::layernorm, Placement::pre, false,
                           [](ModelConfig& c) { c.tie_embeddings = true; }));
+  cs.push_back(model_case("gpt_nobias_post_loss",
+                          "whole gpt model, Post-LN, linears without biases and LayerNorms without beta (nanoGPT's "
+                          "bias false) + cross-entropy",
+                          ModelKind::gpt, NormKind::layernorm, Placement::post, false,
+                          [](ModelConfig& c) { c.bias = false; }));
   return cs;
 }
 

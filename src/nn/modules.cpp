@@ -183,6 +183,10 @@ Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, 
   n.gain_offset = options.gain_offset;
   for (const NormParameter& q : norm_parameters(kind)) {
     const bool w = options.gain_offset && q.is_gain();  // Gemma's gain 1 + w, w saved and starting at 0
+    if (!options.beta && std::string(q.name) == "beta") {
+      n.params.emplace_back();  // applied as zeros (Norm::applied); no parameter, no checkpoint entry
+      continue;
+    }
     const std::string saved = w ? "w" : q.name;
     n.params.push_back(p.add(name + "." + saved, init.constant({q.per_channel ? d : 1}, w ? 0.0 : initial_value(q, options))));
   }
@@ -194,9 +198,10 @@ namespace {
 // A Linear(in -> out) with weight w (drawn by the caller, first) and a bias drawn after it, as
 // PyTorch's reset_parameters does: U(-1/sqrt(in), 1/sqrt(in)) under the torch scheme, else zeros.
 Linear make_linear(ParamList& p, const std::string& name, int64_t out, int64_t in, Tensor w, InitScheme scheme,
-                   Init& init) {
+                   Init& init, bool bias) {
   Linear l;
   l.w = p.add(name + ".w", std::move(w));
+  if (!bias) return l;
   l.b = p.add(name + ".b", scheme == InitScheme::torch ? init.uniform({out}, 1.0 / std::sqrt(static_cast<double>(in)))
                                                        : init.constant({out}, 0.0));
   return l;
@@ -229,7 +234,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   };
   auto linear_of = [&](const std::string& name, int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
     Tensor w = weight(out, in, residual_proj, xavier_gain);
-    return make_linear(p, name, out, in, std::move(w), scheme, init);
+    return make_linear(p, name, out, in, std::move(w), scheme, init, cfg.biases());
   };
 
   Block b;
@@ -242,6 +247,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   NormOptions opts;
   opts.dyt_alpha = cfg.dyt_alpha_init();
   opts.gain_offset = cfg.gain_offset();
+  opts.beta = cfg.biases();
   // LayerNorm Scaling (1-based layer index l + 1).
   if (cfg.ln_scaled()) opts.scale = 1.0 / std::sqrt(static_cast<double>(l + 1));
   b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init, opts);
@@ -298,22 +304,32 @@ Tensor Norm::param(const std::string& name) const {
   return Tensor();
 }
 
-Tensor Norm::operator()(const Tensor& x) const {
-  if (kind == NormKind::none) return x;
+std::vector<Tensor> Norm::applied() const {
   const std::vector<NormParameter>& names = norm_parameters(kind);
   NL_CHECK(params.size() == names.size(), "{}: {} learned tensors, the norm takes {}", to_string(kind), params.size(),
            names.size());
-  std::vector<Tensor> applied = params;
-  if (gain_offset)
-    for (size_t i = 0; i < applied.size(); ++i)
-      if (names[i].is_gain()) applied[i] = add_constant(applied[i], 1.0);
-  const Tensor y = apply_norm(kind, x, applied, eps);
+  std::vector<Tensor> out = params;
+  const Tensor& gain = param("gamma");
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (gain_offset && names[i].is_gain()) out[i] = add_constant(out[i], 1.0);
+    // A missing beta: zeros where the gain lives (its device and dtype), y = gain * xhat + 0.
+    if (!out[i].defined()) out[i] = Tensor::zeros(gain.shape(), gain.dtype(), gain.device());
+  }
+  return out;
+}
+
+Tensor Norm::operator()(const Tensor& x) const {
+  if (kind == NormKind::none) return x;
+  const Tensor y = apply_norm(kind, x, applied(), eps);
   return scale == 1.0 ? y : normlab::scale(y, scale);
 }
 
 std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double skip_alpha, const Tensor& b) const {
   const bool plain = !gain_offset && scale == 1.0;
-  if (plain && kind == NormKind::layernorm) return add_layernorm(a, skip_alpha, b, param("gamma"), param("beta"), eps);
+  if (plain && kind == NormKind::layernorm) {
+    const std::vector<Tensor> p = applied();
+    return add_layernorm(a, skip_alpha, b, p[0], p[1], eps);
+  }
   if (plain && kind == NormKind::rmsnorm) return add_rmsnorm(a, skip_alpha, b, param("gamma"), eps);
   Tensor s = add_scaled(a, skip_alpha, b);
   return {s, (*this)(s)};
@@ -458,6 +474,7 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   NormOptions final_opts;
   final_opts.dyt_alpha = cfg_.dyt_alpha_init();
   final_opts.gain_offset = cfg_.gain_offset() && cfg_.final_norm_kind() != NormKind::none;
+  final_opts.beta = cfg_.biases();
   final_norm_ = make_norm(params_, "final_norm", cfg_.final_norm_kind(), d, cfg_.final_eps(), init, final_opts);
   // After every other parameter, so that a model without it draws what it drew before.
   if (cfg_.embedding_norm()) {

@@ -111,6 +111,9 @@ std::string conversion_refusal(const ModelConfig& cfg, ConvertMethod method) {
                        cfg.placement == Placement::sandwich ? "sandwich adds a norm's output (with its beta) to the stream"
                                                             : "post/deepnorm put a norm on the stream itself");
   if (!cfg.final_norm_on()) return "the final norm is off: the head reads the stream directly, mean included";
+  if (!cfg.biases())
+    return "bias false: the exact method moves each LayerNorm's mean into the biases of the linear layers around "
+           "it, and they have none";
   if (cfg.tied_head())
     return "the head is the token embedding (tie_embeddings): centring the embedding, as the exact method does, "
            "would change the head";

@@ -103,6 +103,11 @@ TEST(ConvertLnToRms, RefusalsNameTheReason) {
   Model tied_model(tied, 1);
   EXPECT_THROW(convert_layernorm_to_rmsnorm(tied_model, ConvertMethod::exact), UsageError);
   EXPECT_NO_THROW(convert_layernorm_to_rmsnorm(tied_model, ConvertMethod::naive));
+  ModelConfig nobias = ln_config(ModelKind::gpt, DType::f32);
+  nobias.bias = false;
+  EXPECT_NE(conversion_refusal(nobias, ConvertMethod::exact).find("bias false"), std::string::npos);
+  Model nobias_model(nobias, 1);
+  EXPECT_NO_THROW(convert_layernorm_to_rmsnorm(nobias_model, ConvertMethod::naive));
   ModelConfig rms = ln_config(ModelKind::toy, DType::f32);
   rms.norm = NormKind::rmsnorm;
   EXPECT_NE(conversion_refusal(rms, ConvertMethod::naive).find("not layernorm"), std::string::npos);

@@ -39,6 +39,7 @@ struct ModelConfig {
   std::optional<bool> gemma_norm;               // every norm's gain is 1 + w, w initialised to 0
   std::optional<bool> embed_norm;               // the blocks' norm on the embeddings' sum
   std::optional<bool> tie_embeddings;           // the head's weight is the token embedding (nanoGPT)
+  std::optional<bool> bias;                     // false: no linear's bias, no norm's beta (nanoGPT's bias)
 
   double eps() const;
   // The norm before the head (none: the head reads the stream). auto: the blocks' norm for pre and
@@ -66,6 +67,7 @@ struct ModelConfig {
   bool gain_offset() const { return gemma_norm.value_or(false); }
   bool embedding_norm() const { return embed_norm.value_or(false); }
   bool tied_head() const { return tie_embeddings.value_or(false); }
+  bool biases() const { return bias.value_or(true); }
   void validate() const;  // throws UsageError naming the field
 };
 
@@ -104,13 +106,16 @@ struct NormOptions {
   double dyt_alpha = 0.5;    // DyT's and Derf's alpha at init
   bool gain_offset = false;  // Gemma: the gain is 1 + w, w (saved as `.w`) initialised to 0
   double scale = 1.0;        // LayerNorm Scaling: the output times this constant (1/sqrt(l))
+  bool beta = true;          // false: no learned shift (the table's "beta"), as nanoGPT's LayerNorm(bias=False)
 };
 
 // A norm of any kind: its learned tensors are the norm table's (ops.h, norm_parameters), so that a
 // new norm needs no code here.
 struct Norm {
   NormKind kind = NormKind::none;
-  std::vector<Tensor> params;  // norm_parameters(kind)'s, in its order; the gain holds w when gain_offset
+  // norm_parameters(kind)'s, in its order; the gain holds w when gain_offset; undefined where the
+  // norm has no beta (NormOptions::beta), which it applies as zeros.
+  std::vector<Tensor> params;
   double eps = default_eps(NormKind::layernorm);
   bool gain_offset = false;
   double scale = 1.0;
@@ -120,6 +125,9 @@ struct Norm {
   Tensor operator()(const Tensor& x) const;  // identity for none
   // s = skip_alpha*a + b, y = norm(s), one pass per row where a kernel fuses them; returns {s, y}.
   std::pair<Tensor, Tensor> add_norm(const Tensor& a, double skip_alpha, const Tensor& b) const;
+
+ private:
+  std::vector<Tensor> applied() const;  // params as the op takes them: 1 + w, zeros for a missing beta
 };
 
 struct MLP {
