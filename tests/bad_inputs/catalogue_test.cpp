@@ -335,6 +335,8 @@ std::vector<Case> catalogue() {
   add("train_vocabulary_twice", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "chars", "--vocabulary", "aba"}));
   add("train_vocabulary_not_utf8", tiny({"--data", "text:" + tiny_txt, "--tokenizer", "chars", "--vocabulary", "a\xff"}));
   add("train_weight_decay_on_unknown", tiny({"--weight_decay_on", "biases"}));
+  add("train_tie_embeddings_maybe", tiny({"--tie_embeddings", "maybe"}));
+  add("train_bias_number", cfg(), config(R"({"bias": 0})"));
   add("train_min_lr_constant", tiny({"--min_lr", "1e-4"}));
   add("train_min_lr_above_lr", tiny({"--schedule", "cosine", "--lr", "1e-3", "--min_lr", "1e-2"}));
   add("train_min_lr_negative", tiny({"--schedule", "cosine", "--min_lr", "-1e-4"}));
