@@ -106,9 +106,7 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
   NL_USAGE(opt.digits >= 0 && opt.digits <= 17, "--digits must be 0..17, got {}", opt.digits);
   for (const std::string& w : opt.where)
     NL_USAGE(w.find('=') != std::string::npos && w.find('=') > 0, "--where '{}' is not key=v1,v2", shown(w));
-  SweepRequest req;
-  req.spec_file = dir + "/spec.json";  // the resolved spec: its points in the spec's order
-  const SweepPlan plan = plan_sweep(req);
+  const SweepPlan plan = plan_stored_sweep(dir + "/spec.json");  // its points in the spec's order
   std::vector<Group> groups;
   std::map<std::string, size_t> index;
   for (const SweepPoint& p : plan.points) {
@@ -164,9 +162,7 @@ std::vector<LayerProfile> sweep_layer_profiles(const std::string& dir, const Pro
   NL_USAGE(opt.digits >= 0 && opt.digits <= 17, "--digits must be 0..17, got {}", opt.digits);
   for (const std::string& w : opt.where)
     NL_USAGE(w.find('=') != std::string::npos && w.find('=') > 0, "--where '{}' is not key=v1,v2", shown(w));
-  SweepRequest req;
-  req.spec_file = dir + "/spec.json";
-  const SweepPlan plan = plan_sweep(req);
+  const SweepPlan plan = plan_stored_sweep(dir + "/spec.json");
   std::vector<LayerProfile> out;
   std::vector<std::vector<std::vector<double>>> values;  // per profile, per layer, per seed
   std::map<std::string, size_t> index;

@@ -527,9 +527,10 @@ SweepPoint product_point(const SpecParts& parts, const Axis& seed_axis, const st
 
 // A point's config is valid (validate_run also reads a text data file: once per distinct file is
 // enough); the error names the point.
-void validate_point(SweepPoint& p, std::set<std::string>& text_checked) {
+void validate_point(SweepPoint& p, bool check_inputs, std::set<std::string>& text_checked) {
   try {
-    if (p.config.data.kind == DataKind::text && text_checked.insert(p.config.data.str()).second) validate_run(p.config);
+    if (check_inputs && p.config.data.kind == DataKind::text && text_checked.insert(p.config.data.str()).second)
+      validate_run(p.config);
     else p.config.validate();
   } catch (const UsageError& e) {
     if (p.name == "base") throw UsageError(fmt::format("base config: {}", e.what()));
@@ -538,7 +539,8 @@ void validate_point(SweepPoint& p, std::set<std::string>& text_checked) {
   p.hash = config_hash(p.config);
 }
 
-std::vector<SweepPoint> product_points(SpecParts& parts, const TrainConfig& base, size_t max_points) {
+std::vector<SweepPoint> product_points(SpecParts& parts, const TrainConfig& base, size_t max_points,
+                                       bool check_inputs) {
   size_t total = 0;
   const std::vector<size_t> dims = product_dims(parts, max_points, &total);
   for (Axis& a : parts.grid) label_axis(a);
@@ -552,7 +554,7 @@ std::vector<SweepPoint> product_points(SpecParts& parts, const TrainConfig& base
     SweepPoint p = product_point(parts, seed_axis, dims, base, n);
     NL_USAGE(names.insert(p.name).second, "two points would share the run name '{}' (values that differ only in "
              "characters a directory name cannot hold)", p.name);
-    validate_point(p, text_checked);
+    validate_point(p, check_inputs, text_checked);
     points.push_back(std::move(p));
   }
   return points;
@@ -613,10 +615,17 @@ SweepPlan plan_sweep(const SweepRequest& req) {
     for (const Axis& a : g) plan.axes.push_back(a.key);
   if (!parts.seeds.empty()) plan.axes.push_back("seed");
   if (req.absolute_paths) make_paths_absolute(base, parts.grid, parts.zips);
-  plan.points = product_points(parts, base, req.max_points);
+  plan.points = product_points(parts, base, req.max_points, req.check_inputs);
   plan.layout = summary_layout(parts, plan);
   plan.spec_json = resolved_spec_json(parts, base, plan.layout);
   return plan;
+}
+
+SweepPlan plan_stored_sweep(const std::string& spec_json) {
+  SweepRequest req;
+  req.spec_file = spec_json;
+  req.check_inputs = false;
+  return plan_sweep(req);
 }
 
 void pair_across_rows_when_alone(SummaryLayout& layout) {

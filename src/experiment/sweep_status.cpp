@@ -47,9 +47,8 @@ SweepStatus sweep_status(const std::string& dir_text) {
   const std::string spec = (fs::path(st.dir) / "spec.json").string();
   struct stat sst {};
   NL_USAGE(::stat(spec.c_str(), &sst) == 0, "'{}' is not a sweep directory (it has no spec.json)", shown(st.dir, 200));
-  SweepRequest req;
-  req.spec_file = spec;  // the resolved spec plans the sweep's points, every default included
-  const SweepPlan plan = plan_sweep(req);
+  // The resolved spec plans the sweep's points, every default included.
+  const SweepPlan plan = plan_stored_sweep(spec);
   st.points = plan.points.size();
   for (const SweepPoint& p : plan.points) {
     const std::string init = to_string(p.config.model.init);

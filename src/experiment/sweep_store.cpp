@@ -264,7 +264,7 @@ std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan) {
   }
   SweepPlan old_plan;
   try {
-    old_plan = plan_sweep({spec_path.string(), {}, {}});
+    old_plan = plan_stored_sweep(spec_path.string());
   } catch (const UsageError& e) {
     return fmt::format("its spec.json no longer reads as a sweep ({})", e.what());
   }

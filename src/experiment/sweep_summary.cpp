@@ -243,7 +243,7 @@ SweepPlan selected_plan(const std::string& dir, const SummaryOptions& opt) {
   const std::string spec_path = (fs::path(dir) / "spec.json").string();
   std::error_code ec;
   NL_USAGE(fs::is_regular_file(spec_path, ec), "'{}' is not a sweep directory (no spec.json)", shown(dir, 200));
-  SweepPlan plan = plan_sweep({spec_path, {}, {}});
+  SweepPlan plan = plan_stored_sweep(spec_path);
   for (const std::string& w : opt.where)
     NL_USAGE(w.find('=') != std::string::npos && w.find('=') > 0, "--where '{}' is not key=v1,v2", shown(w));
   plan.points.erase(std::remove_if(plan.points.begin(), plan.points.end(),

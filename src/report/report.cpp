@@ -678,9 +678,7 @@ SweepInfo read_sweep(const std::string& d, const std::string& name, std::deque<R
   SweepInfo sw;
   sw.dir = d;
   sw.name = name;
-  SweepRequest sr;
-  sr.spec_file = d + "/spec.json";
-  const SweepPlan plan = plan_sweep(sr);
+  const SweepPlan plan = plan_stored_sweep(d + "/spec.json");
   sw.axes = plan.axes;
   const std::vector<PointState> states = point_states(d, plan);
   sw.summary = summarize_sweep(d, {});

@@ -1643,3 +1643,29 @@ TEST_F(SweepRun, ExcessLossIsBackfilledForRunsThatLackIt) {
 
 }  // namespace
 }  // namespace normlab
+
+// A finished sweep on text reads back (summaries, status) where its data file is gone: its
+// spec.json is planned as recorded, with the character vocabulary resolved in it, and reading
+// what the runs wrote does not read the text they were trained on. Running it again does.
+TEST(SweepPlan, AStoredTextSweepReadsBackWithoutItsDataFile) {
+  const std::filesystem::path dir = normlab::test::fresh_dir("sweep_text_gone");
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path text = dir / "corpus.txt";
+  std::filesystem::copy_file(std::filesystem::path(NORMLAB_SOURCE_DIR) / "experiments" / "data" / "tiny.txt", text);
+  const std::string out = (dir / "sw").string();
+  auto r = normlab::test::run_cli({"sweep", "--out", out, "--set", "data=text:" + text.string(), "--set",
+                                   "tokenizer=chars", "--set", "model=gpt", "--set", "steps=2", "--set", "eval_every=1",
+                                   "--set", "layers=1", "--set", "d_model=8", "--set", "heads=2", "--set", "d_hidden=8",
+                                   "--set", "seq_len=8", "--set", "batch_size=2", "norm=layernorm,rmsnorm", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << normlab::test::describe(r);
+  std::filesystem::remove(text);
+  r = normlab::test::run_cli({"sweep", "summarize", out, "--check"});
+  EXPECT_EQ(r.exit_code, 0) << normlab::test::describe(r);
+  r = normlab::test::run_cli({"sweep", "status", out});
+  EXPECT_EQ(r.exit_code, 0) << normlab::test::describe(r);
+  EXPECT_NE(r.out.find("2 / 2"), std::string::npos) << r.out;
+  // Resuming would train: then the missing file is an error naming it.
+  r = normlab::test::run_cli({"sweep", "--out", out, "--set", "data=text:" + text.string(), "--set", "tokenizer=chars",
+                              "--set", "model=gpt", "--set", "steps=3", "--force", "norm=layernorm,rmsnorm", "-q"});
+  EXPECT_EQ(r.exit_code, 2) << normlab::test::describe(r);
+}

@@ -42,6 +42,10 @@ struct SweepRequest {
   // names a file from the current directory and is planned, and recorded in spec.json, as its
   // absolute path. Off for a stored spec.json, which is planned as it was recorded.
   bool absolute_paths = false;
+  // Each point's inputs checked as a run checks them (a text file read, once per file). Off where a
+  // stored spec.json is planned to read what its runs wrote (plan_stored_sweep): reading results
+  // does not need the data they were trained on.
+  bool check_inputs = true;
 };
 
 struct SweepPoint {
@@ -68,6 +72,9 @@ struct SweepPlan {
 // Parses and validates the whole sweep (every point's config, via TrainConfig::validate) before
 // anything is created. Throws UsageError naming the field.
 SweepPlan plan_sweep(const SweepRequest& request);
+// A sweep directory's spec.json planned as it was recorded, its inputs unchecked: the points whose
+// runs summarize, status, curves and resume read.
+SweepPlan plan_stored_sweep(const std::string& spec_json);
 // The spec keys, for --help and "did you mean".
 const std::vector<std::string>& sweep_spec_keys();
 // A float value as shown in run names: the shorter of plain and scientific form that reads back exactly
