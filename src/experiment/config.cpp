@@ -131,8 +131,9 @@ Field text_field(const char* name, const std::string& help, std::function<void(T
         [](const TrainConfig& c) { return c.MEMBER ? json(to_string(*c.MEMBER)) : json(nullptr); }   \
   }
 
-const std::vector<Field>& fields() {
-  static const std::vector<Field> f = {
+// The model's keys (ModelConfig), in the order --help lists them.
+std::vector<Field> model_fields() {
+  return {
       NL_KIND_FIELD("model", ModelKind, model.model),
       NL_KIND_FIELD("norm", NormKind, model.norm),
       NL_KIND_FIELD("placement", Placement, model.placement),
@@ -167,6 +168,12 @@ const std::vector<Field>& fields() {
                         "unset: true)"),
       NL_OPTIONAL_FIELD("tie_embeddings", bool, model.tie_embeddings,
                         "the head's weight is the token embedding, one tensor (nanoGPT's weight tying; unset: false)"),
+  };
+}
+
+// The data's, the optimizer's and the run's keys, after the model's.
+std::vector<Field> run_fields() {
+  return {
       text_field("data", kind_help<DataKind>(), [](TrainConfig& c, const std::string& v) { c.data = DataSpec::parse(v); },
                  [](const TrainConfig& c) { return c.data.str(); }),
       NL_OPTIONAL_KIND_FIELD("tokenizer", Tokenizer, tokenizer, "; text only; unset: bytes"),
@@ -215,6 +222,14 @@ const std::vector<Field>& fields() {
       NL_FIELD("threads", int, threads, "threads (0 = all cores)"),
       NL_FIELD("init_from", std::string, init_from, "a model.safetensors to start from (\"\" = the init scheme)"),
   };
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = [] {
+    std::vector<Field> all = model_fields(), run = run_fields();
+    all.insert(all.end(), run.begin(), run.end());
+    return all;
+  }();
   return f;
 }
 
