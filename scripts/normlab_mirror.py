@@ -98,6 +98,9 @@ class ModelConfig:
         self.head_bias = bool(cfg["head_bias"])
         self.tie_embeddings = bool(cfg.get("tie_embeddings", False))
         self.bias = bool(cfg.get("bias", True))  # false: nanoGPT's bias=False (linears, LayerNorm's beta)
+        # Training's dropout changes no parameter and is off at evaluation, which is all the mirror
+        # computes (a model in PyTorch's eval mode): read so that a config with it is accepted.
+        self.dropout = float(cfg.get("dropout", 0.0))
         self.tokenizer = cfg.get("tokenizer", "bytes")
         self.vocabulary = cfg.get("vocabulary")
         self.residual = bool(cfg["residual"])

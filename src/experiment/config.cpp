@@ -193,6 +193,9 @@ std::vector<Field> run_fields() {
       NL_KIND_FIELD("schedule", Schedule, schedule),
       NL_OPTIONAL_FIELD("min_lr", double, min_lr, "schedule cosine: the lr it decays to at the last step (unset: 0)"),
       NL_FIELD("clip", double, clip, "global gradient-norm clip; 0 = off"),
+      NL_OPTIONAL_FIELD("dropout", double, dropout,
+                        "training's dropout in [0, 1) on the embeddings, each sublayer's output and attention's "
+                        "probabilities (nanoGPT's dropout; never at evaluation; unset: 0)"),
       NL_FIELD("batch_size", int64_t, batch_size, "sequences per step"),
       NL_FIELD("steps", int64_t, steps, "training steps (0: the initial model, evaluated and written)"),
       NL_FIELD("eval_every", int64_t, eval_every, "steps between evaluations"),

@@ -6,6 +6,7 @@
 #include "normlab/gradcheck.h"
 #include "normlab/nn.h"
 #include "normlab/opcases.h"
+#include "normlab/ops.h"
 #include "normlab/rng.h"
 
 namespace normlab {
@@ -49,15 +50,17 @@ ModelConfig case_config(const CaseShape& s, DType dtype, ModelKind model, NormKi
   return cfg;
 }
 
-// The hyperparameters of a composite case, for --dump.
+// The hyperparameters of a composite case, for --dump, before any its builder set.
 void describe_config(CaseInstance& inst, const ModelConfig& cfg) {
   inst.names = {{"model", to_string(cfg.model)}, {"norm", to_string(cfg.norm)},
                 {"placement", to_string(cfg.placement)}, {"init", to_string(cfg.init)}};
+  const auto own = inst.numbers;
   inst.numbers = {{"layers", double(cfg.layers)},   {"d_model", double(cfg.d_model)},
                   {"d_hidden", double(cfg.d_hidden)}, {"heads", double(cfg.heads)},
                   {"vocab", double(cfg.vocab)},     {"norm_eps", cfg.eps()},
                   {"qk_norm", cfg.qk_norm ? 1.0 : 0.0}, {"final_norm", cfg.final_norm_on() ? 1.0 : 0.0},
                   {"deepnorm_alpha", cfg.residual_alpha()}};
+  inst.numbers.insert(own.begin(), own.end());
 }
 
 using CompositeBuilder = std::function<CaseInstance(const ModelConfig&, const CaseShape&, DType, uint64_t seed)>;
@@ -108,18 +111,24 @@ GradCase block_case(std::string name, std::string description, ModelKind model, 
                         std::move(variant));
 }
 
-// The whole model's loss on random ids and targets; inputs: every parameter.
+// The whole model's loss on random ids and targets; inputs: every parameter. With `dropout`, as
+// training runs it: every evaluation under a DropoutScope of that rate and one key, so that each
+// draws the same masks and the loss is a smooth function of the parameters.
 GradCase model_case(std::string name, std::string description, ModelKind model, NormKind norm,
-                    Placement placement, bool qk_norm, Variant variant = nullptr) {
+                    Placement placement, bool qk_norm, Variant variant = nullptr, double dropout = 0.0) {
   return composite_case(std::move(name), std::move(description), model, norm, placement, qk_norm,
-                        [](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
+                        [dropout](const ModelConfig& cfg, const CaseShape& s, DType dtype, uint64_t seed) {
                           auto m = std::make_shared<Model>(cfg, seed);
                           Draw d{Rng(seed, stream::check), dtype};
                           Tensor ids = d.ids({s.batch, s.time}, s.vocab);
                           Tensor targets = d.ids({s.batch, s.time}, s.vocab);
-                          CaseInstance inst({}, [m, ids, targets] { return m->loss(ids, targets); });
+                          CaseInstance inst({}, [m, ids, targets, dropout, seed] {
+                            const DropoutScope drop(dropout, seed);
+                            return m->loss(ids, targets);
+                          });
                           for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
                           inst.constants = {{"ids", ids}, {"targets", targets}};
+                          if (dropout > 0) inst.numbers["dropout"] = dropout;
                           return inst;
                         },
                         std::move(variant));
@@ -201,6 +210,11 @@ std::vector<GradCase> build_cases() {
                           "bias false) + cross-entropy",
                           ModelKind::gpt, NormKind::layernorm, Placement::post, false,
                           [](ModelConfig& c) { c.bias = false; }));
+  cs.push_back(model_case("gpt_dropout_loss",
+                          "whole gpt model, Pre-LN, training's dropout 0.3 on the embeddings, the sublayers' outputs "
+                          "and attention's probabilities (one mask per call, the same in every evaluation) + "
+                          "cross-entropy",
+                          ModelKind::gpt, NormKind::layernorm, Placement::pre, false, nullptr, 0.3));
   return cs;
 }
 

@@ -335,11 +335,26 @@ std::pair<Tensor, Tensor> Norm::add_norm(const Tensor& a, double skip_alpha, con
   return {s, (*this)(s)};
 }
 
+namespace {
+
+// residual + dropout(y) for a sublayer's output y while dropout is on (training under a
+// DropoutScope): nanoGPT's resid_dropout, the Transformer's "dropout to the output of each
+// sub-layer, before it is added to the sub-layer input". The add is then an op of its own, not
+// the last product's epilogue.
+Tensor dropped_branch(const Tensor& y, const Tensor& residual) {
+  const Tensor d = dropout(y);
+  return residual.defined() ? residual + d : d;
+}
+
+}  // namespace
+
 Tensor MLP::operator()(const Tensor& x, const Tensor& residual) const {
+  if (dropout_active()) return dropped_branch(gelu_linear(fc1(x), fc2.w, fc2.b), residual);
   return gelu_linear(fc1(x), fc2.w, fc2.b, residual);
 }
 
 Tensor PrefixMixer::operator()(const Tensor& x, const Tensor& residual) const {
+  if (dropout_active()) return dropped_branch(proj(prefix_mean(x)), residual);
   return proj(prefix_mean(x), residual);
 }
 
@@ -355,6 +370,7 @@ Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual, Attent
     kx = reshape(rmsnorm(reshape(kx, {-1, dh}), kg, qk_eps), s);
   }
   if (tap) *tap = {qx, kx, heads};
+  if (dropout_active()) return dropped_branch(o(causal_attention(qx, kx, vx, heads)), residual);
   return o(causal_attention(qx, kx, vx, heads), residual);
 }
 
@@ -516,6 +532,7 @@ Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
     // In low precision with residual_dtype fp32 the stream starts in float32 here (ops.h).
     x = residual_stream(tokens) + embedding(positions_, pos_emb);
     x = embed_norm_(x);  // identity without embed_norm
+    x = dropout(x);      // nanoGPT's transformer.drop; the identity outside training's DropoutScope
   }
   if (trace) {
     trace->block_out.clear();

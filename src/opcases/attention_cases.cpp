@@ -6,6 +6,7 @@
 
 #include "cases_internal.h"
 #include "normlab/attention_kernels.h"
+#include "normlab/dropout_kernels.h"
 #include "normlab/ops.h"
 #include "normlab/prefix_mean_kernels.h"
 #include "normlab/statistics_kernels.h"
@@ -44,34 +45,42 @@ void add_saved_stats(Tensors& t, const AttentionShape& a) {
   t.set("stats", stats);
 }
 
-OpCase attention_forward_case(const AttentionShape& a, uint64_t seed) {
+// With `rate` above 0, the probabilities' dropout at that rate, keyed by the seed.
+DropoutMask case_dropout(double rate, uint64_t seed) { return DropoutMask::of(rate, mix64(seed)); }
+std::string with_dropout(std::string params, double rate) {
+  return rate > 0 ? params + " " + Params().add("dropout", rate).str() : params;
+}
+
+OpCase attention_forward_case(const AttentionShape& a, uint64_t seed, double rate = 0.0) {
   OpCase c;
   c.op = "attention_fwd";
-  c.params = a.params(seed);
+  c.params = with_dropout(a.params(seed), rate);
   c.inputs = [=] { return only(attention_inputs(a.x(), seed), {"q", "k", "v"}); };
   c.outputs = {{"out", a.x(), tol::kForward}, {"stats", {a.b, a.h, a.t, 2}, tol::kForward}};
+  const DropoutMask drop = case_dropout(rate, seed);
   c.call = [=](Backend& b, Tensors& t) {
     run_kernel(b, AttentionForward{t.at("out"), t.at("stats"), t.at("q"), t.at("k"), t.at("v"), a.b, a.t, a.h, a.dh,
-                                   a.scale()});
+                                   a.scale(), drop});
   };
   c.flops = a.flops();
   return c;
 }
 
 // dq, dk, dv each alone too: the gradient masks.
-OpCase attention_backward_case(const AttentionShape& a, uint64_t seed) {
+OpCase attention_backward_case(const AttentionShape& a, uint64_t seed, double rate = 0.0) {
   OpCase c;
   c.op = "attention_bwd";
-  c.params = a.params(seed);
+  c.params = with_dropout(a.params(seed), rate);
   c.inputs = [=] {
     Tensors t = attention_inputs(a.x(), seed);
     add_saved_stats(t, a);
     return t;
   };
   for (const char* name : {"dq", "dk", "dv"}) c.outputs.push_back({name, a.x(), tol::kGradient, true});
+  const DropoutMask drop = case_dropout(rate, seed);
   c.call = [=](Backend& b, Tensors& t) {
     run_kernel(b, AttentionBackward{t.out("dq"), t.out("dk"), t.out("dv"), t.at("dout"), t.at("q"), t.at("k"),
-                                    t.at("v"), t.at("stats"), a.b, a.t, a.h, a.dh, a.scale()});
+                                    t.at("v"), t.at("stats"), a.b, a.t, a.h, a.dh, a.scale(), Precision::fp32, drop});
   };
   // The recomputed scores, dP, dv, dq, dk: five products of the forward's size.
   c.flops = 2.5 * a.flops();
@@ -149,6 +158,13 @@ void add_attention_kernel_cases(std::vector<OpCase>& cases) {
   for (const AttentionShape& a : shapes) cases.push_back(attention_forward_case(a, seed++));
   seed = 1600;
   for (const AttentionShape& a : shapes) cases.push_back(attention_backward_case(a, seed++));
+  // The probabilities' dropout: a row block with a tail, a head with a tail, several tiles.
+  const AttentionShape dropout_shapes[] = {{1, 5, 3, 8}, {2, 13, 2, 20}, {2, 64, 4, 16}};
+  seed = 1620;
+  for (const AttentionShape& a : dropout_shapes) {
+    cases.push_back(attention_forward_case(a, seed, 0.25));
+    cases.push_back(attention_backward_case(a, seed++, 0.25));
+  }
   // Odd sizes, rows longer than a block, T = 1.
   const AttentionShape stats_shapes[] = {{1, 1, 1, 1}, {1, 5, 3, 8}, {2, 33, 2, 7}, {1, 300, 1, 4}, {2, 16, 4, 16}};
   seed = 1650;
@@ -178,6 +194,19 @@ void add_attention_grad_forms(std::vector<GradForm>& forms) {
                      const int64_t heads = s.heads;
                      inst.forward = [=] { return causal_attention(q, k, v, heads); };
                      inst.numbers = {{"heads", double(heads)}};
+                     return inst;
+                   }});
+  forms.push_back({"attention_dropout",
+                   "causal multi-head softmax(q k^T / sqrt(Dh)) v with dropout 0.3 on the probabilities (one mask)",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{leaves(attention_inputs(s.x(), seed), {"q", "k", "v"}, dt), nullptr};
+                     const Tensor q = inst.inputs[0].second, k = inst.inputs[1].second, v = inst.inputs[2].second;
+                     const int64_t heads = s.heads;
+                     inst.forward = [=] {
+                       const DropoutScope drop(0.3, seed);
+                       return causal_attention(q, k, v, heads);
+                     };
+                     inst.numbers = {{"heads", double(heads)}, {"p", 0.3}};
                      return inst;
                    }});
   forms.push_back({"prefix_mean", "causal prefix mean over time (toy mixing)",

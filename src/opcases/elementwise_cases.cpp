@@ -1,10 +1,11 @@
-// Elementwise kernels: fill, copy, add (also in place), accumulate, scale, mul, GELU, the sum of
-// squares and one Adam step; their cases and the op-level grad forms of add, add_scaled, scale,
-// mul, GELU and add_constant.
+// Elementwise kernels: fill, copy, add (also in place), accumulate, scale, mul, dropout, GELU, the
+// sum of squares and one Adam step; their cases and the op-level grad forms of add, add_scaled,
+// scale, dropout, mul, GELU and add_constant.
 #include <cmath>
 
 #include "cases_internal.h"
 #include "normlab/adam_kernels.h"
+#include "normlab/dropout_kernels.h"
 #include "normlab/elementwise_kernels.h"
 #include "normlab/ops.h"
 
@@ -91,6 +92,15 @@ OpCase accumulate_case(int64_t n, uint64_t seed) {
 OpCase scale_case(int64_t n, uint64_t seed) {
   OpCase c = pair_case("scale", n, seed, {"a"}, tol::kForward);
   c.call = [](Backend& b, Tensors& t) { run_kernel(b, Scale{t.at("out"), t.at("a"), -0.37}); };
+  return c;
+}
+
+// out = a * mask / (1 - rate), the mask keyed by the seed; rate 0.5 drops about half.
+OpCase dropout_case(int64_t n, uint64_t seed, double rate) {
+  OpCase c = pair_case("dropout", n, seed, {"a"}, tol::kForward);
+  c.params = Params().add("n", n).add("rate", rate).add("seed", int64_t(seed)).str();
+  const DropoutMask mask = DropoutMask::of(rate, mix64(seed));
+  c.call = [mask](Backend& b, Tensors& t) { run_kernel(b, DropoutApply{t.at("out"), t.at("a"), mask}); };
   return c;
 }
 
@@ -220,6 +230,8 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
   by_size(accumulate_case);
   by_size(scale_case);
   by_size(mul_case);
+  by_size([](int64_t n, uint64_t seed) { return dropout_case(n, seed, 0.5); });
+  cases.push_back(dropout_case(1000, 470, 0.05));
   uint64_t seed = 500;
   for (const int64_t n : kElementCounts) cases.push_back(gelu_case(n, seed++));
   seed = 600;
@@ -254,6 +266,17 @@ void add_elementwise_grad_forms(std::vector<GradForm>& forms) {
                      const Tensor x = inst.inputs[0].second;
                      inst.forward = [=] { return scale(x, -0.6); };
                      inst.numbers = {{"alpha", -0.6}};
+                     return inst;
+                   }});
+  forms.push_back({"dropout", "x * mask / (1 - p), p = 0.3, one mask (the same in every evaluation)",
+                   [](const GradSizes& s, DType dt, uint64_t seed) {
+                     CaseInstance inst{pair_leaves(s.x(), dt, seed, {"x"}), nullptr};
+                     const Tensor x = inst.inputs[0].second;
+                     inst.forward = [=] {
+                       const DropoutScope drop(0.3, seed);
+                       return dropout(x);
+                     };
+                     inst.numbers = {{"p", 0.3}};
                      return inst;
                    }});
   forms.push_back({"mul", "a * b elementwise", [](const GradSizes& s, DType dt, uint64_t seed) {

@@ -39,7 +39,8 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   const Precision pf = product_format();
   Tensor out = new_output(q.shape(), pf, q), stats = float_output({b, heads, t, 2}, q);
-  run_kernel(backend_of(q), AttentionForward{out, stats, q, k, v, b, t, heads, dh, scale});
+  const DropoutMask drop = next_dropout_mask();
+  run_kernel(backend_of(q), AttentionForward{out, stats, q, k, v, b, t, heads, dh, scale, drop});
   // The fused kernel weights v by the float32 probabilities and stores its output and each row's
   // softmax statistics; the backward recomputes the probabilities and rounds them to the format
   // the unfused form would have stored them in, so a bf16 / fp16 run's gradients see them as
@@ -47,9 +48,9 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   store(out, pf, "causal_attention");
   if (needs_grad({&q, &k, &v})) {
     record("causal_attention", out, {q, k, v},
-           [q, k, v, stats, b, t, heads, dh, scale, pf](const Tensor& dout, GradOutputs& g) {
+           [q, k, v, stats, b, t, heads, dh, scale, pf, drop](const Tensor& dout, GradOutputs& g) {
              run_kernel(backend_of(dout),
-                        AttentionBackward{g[0], g[1], g[2], dout, q, k, v, stats, b, t, heads, dh, scale, pf});
+                        AttentionBackward{g[0], g[1], g[2], dout, q, k, v, stats, b, t, heads, dh, scale, pf, drop});
            });
   }
   return out;

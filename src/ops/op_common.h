@@ -5,6 +5,7 @@
 
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
+#include "normlab/dropout_mask.h"
 #include "normlab/ops.h"
 
 namespace normlab::ops_detail {
@@ -14,6 +15,8 @@ inline Backend& backend_of(const Tensor& t) { return backend_for(t.device(), t.d
 
 // Floating tensors of one dtype and device; names the op and the offenders.
 void check_float_same(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts);
+// Inside a DropoutScope of a rate above 0, the next call's mask (each call its own key); else off.
+DropoutMask next_dropout_mask();
 // Rows of a (..., D) tensor.
 inline int64_t rows_of(const Tensor& x) { return x.dim() == 0 ? 1 : x.numel() / x.size(-1); }
 // Output shape of x with its last dimension replaced.

@@ -52,6 +52,7 @@ void TrainConfig::validate() const {
     NL_USAGE(*min_lr >= 0 && *min_lr <= lr, "min_lr must be in [0, lr = {}], got {}", lr, *min_lr);
   }
   NL_USAGE(clip >= 0, "clip must be >= 0 (0 = off), got {}", clip);
+  NL_USAGE(!dropout || (*dropout >= 0 && *dropout < 1), "dropout must be in [0, 1), got {}", dropout.value_or(0));
   NL_USAGE(batch_size >= 1, "batch_size must be >= 1, got {}", batch_size);
   NL_USAGE(steps >= 0, "steps must be >= 0 (0: the initial model, evaluated), got {}", steps);
   NL_USAGE(eval_every >= 1, "eval_every must be >= 1, got {}", eval_every);
@@ -238,8 +239,9 @@ class TrainLoop {
   };
   static std::vector<DecayRun> decay_runs(const TrainConfig& cfg, const ParamList& params);
   void count_step(int64_t step, double loss_value);
+  // dropout: the rate the replayed forward ran under (training's, or 0 for a held-out batch).
   void diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
-               std::optional<double> backward_seed);
+               std::optional<double> backward_seed, double dropout);
   void diverge_on_validation(int64_t step);
   void evaluate(int64_t step, double grad_norm, bool grads = true);
   EvalRecord training_record(int64_t step, double grad_norm, bool grads) const;
@@ -374,11 +376,16 @@ bool TrainLoop::train_step(int64_t step) {
   params_.zero_grad();
   Batch b = data_.train_batch(data_rng_, cfg_.batch_size, cfg_.model.seq_len);
   const Tensor inputs = on_device(b.inputs), targets = on_device(b.targets);
-  const Tensor loss = model_.loss(inputs, targets);
+  Tensor loss;
+  {
+    // The step's masks, keyed by (seed, step): a resumed run and a replay draw the same ones.
+    const DropoutScope drop(cfg_.dropout_rate(), dropout_step_key(cfg_.seed, step));
+    loss = model_.loss(inputs, targets);
+  }
   const double loss_value = loss.item();
   const double seed = scaler_ ? scaler_->scale() : 1.0;
   if (!std::isfinite(loss_value) && !scaler_) {
-    diverge(step, "non-finite loss", inputs, targets, std::nullopt);
+    diverge(step, "non-finite loss", inputs, targets, std::nullopt, cfg_.dropout_rate());
     return false;
   }
   // Under a scaler a non-finite loss is a step like any with an inf or NaN gradient (PyTorch's
@@ -392,13 +399,13 @@ bool TrainLoop::train_step(int64_t step) {
       diverge(step,
               fmt::format("non-finite {} at {} steps in a row under loss scaling (scale now {:g})",
                           loss_finite ? "gradient" : "loss", scaler_->state().consecutive_skips, scaler_->scale()),
-              inputs, targets, loss_finite ? std::optional<double>(seed) : std::nullopt);
+              inputs, targets, loss_finite ? std::optional<double>(seed) : std::nullopt, cfg_.dropout_rate());
       return false;
     }
   }
   last_grad_norm_ = grad_norm;
   if (!scaler_ && !std::isfinite(grad_norm)) {
-    diverge(step, "non-finite gradient", inputs, targets, seed);
+    diverge(step, "non-finite gradient", inputs, targets, seed, cfg_.dropout_rate());
     return false;
   }
   if (step_taken) adam_update(step, grad_norm);
@@ -487,10 +494,11 @@ void TrainLoop::count_step(int64_t step, double loss_value) {
 // A diverged run says where: the step replayed (the model unchanged since it ran) with every
 // stored value looked at.
 void TrainLoop::diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
-                        std::optional<double> backward_seed) {
+                        std::optional<double> backward_seed, double dropout) {
   res_.status = "diverged";
   res_.diverged_step = step;
   res_.diverged_reason = std::move(reason);
+  const DropoutScope replay(dropout, dropout_step_key(cfg_.seed, step));  // the step's masks again
   res_.nonfinite = find_nonfinite(model_, inputs, targets, step, backward_seed);
 }
 
@@ -498,7 +506,7 @@ void TrainLoop::diverge(int64_t step, std::string reason, const Tensor& inputs, 
 void TrainLoop::diverge_on_validation(int64_t step) {
   for (int64_t i = 0; i < cfg_.eval_batches; ++i) {
     Batch vb = data_.val_batch(i, cfg_.batch_size, cfg_.model.seq_len);
-    diverge(step, "non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt);
+    diverge(step, "non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt, 0.0);
     if (res_.nonfinite.step >= 0) break;
   }
 }

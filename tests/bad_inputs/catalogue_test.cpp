@@ -340,6 +340,9 @@ std::vector<Case> catalogue() {
   add("train_min_lr_constant", tiny({"--min_lr", "1e-4"}));
   add("train_min_lr_above_lr", tiny({"--schedule", "cosine", "--lr", "1e-3", "--min_lr", "1e-2"}));
   add("train_min_lr_negative", tiny({"--schedule", "cosine", "--min_lr", "-1e-4"}));
+  add("train_dropout_one", tiny({"--dropout", "1"}));
+  add("train_dropout_negative", tiny({"--dropout", "-0.1"}));
+  add("train_dropout_text", cfg(), config(R"({"dropout": "0.1"})"));
   // Every checkpoint read refuses what is not a regular file: reading a FIFO would block forever
   add("train_init_from_fifo", tiny({"--init_from", "fifo"}), [](const fs::path& w) { ::mkfifo((w / "fifo").c_str(), 0600); });
   add("train_init_from_dev_zero", tiny({"--init_from", "/dev/zero"}));

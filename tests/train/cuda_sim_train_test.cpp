@@ -86,6 +86,14 @@ TEST(CudaSimTrain, PostLnGptFollowsTheCpuLossCurve) {
   expect_same_curve(run_on(Device::cpu, cfg), run_on(Device::cuda_sim, cfg));
 }
 
+// Dropout on the embeddings, the sublayers' outputs and attention's probabilities: the CUDA kernels
+// draw the cpu's masks (one hash of (key, index) on both), so the curves agree as without it.
+TEST(CudaSimTrain, GptModelWithDropoutFollowsTheCpuLossCurve) {
+  TrainConfig cfg = tiny(ModelKind::gpt);
+  cfg.dropout = 0.2;
+  expect_same_curve(run_on(Device::cpu, cfg), run_on(Device::cuda_sim, cfg));
+}
+
 // Steady state: between two steps (no eval between them) nothing is allocated on the device
 // and the host <-> device traffic is the batch (ids and targets) up and two scalars (the loss,
 // the gradient norm) down, plus the ids checks' flags.

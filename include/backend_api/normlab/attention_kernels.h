@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "normlab/dropout_kernels.h"
 #include "normlab/kernel.h"
 #include "normlab/precision.h"
 
@@ -16,7 +17,9 @@ namespace normlab {
 
 // S[t,s] = scale * q_t . k_s; P[t,s] = exp(S[t,s] - max_t) / sum_t for s <= t, zero for s > t,
 // with max_t = max_{s<=t} S[t,s] and sum_t = sum_{s<=t} exp(S[t,s] - max_t), written to
-// stats[(b, h, t)] as {max_t, sum_t}; out_t = sum_s P[t,s] v_s.
+// stats[(b, h, t)] as {max_t, sum_t}; out_t = sum_s D[t,s] v_s, where D = P without dropout and,
+// with it, D[t,s] = P[t,s] * keep_scale where dropout.keeps(((b*H + h)*T + t)*T + s), else 0 (the
+// probabilities' dropout; the stats are P's).
 struct AttentionForward {
   static constexpr const char* kName = "attention_forward";
   Tensor& out;
@@ -29,6 +32,7 @@ struct AttentionForward {
   int64_t h;
   int64_t dh;
   double scale;
+  DropoutMask dropout{};
 
   void check(const Contract& c) const {
     const int64_t btc = b * t * h * dh;
@@ -42,7 +46,9 @@ struct AttentionForward {
 // rounded to `probs_format`:
 // the format the unfused form (softmax, then a product) would store P in for its backward, which
 // a bf16 / fp16 run's gradients therefore see; fp32 changes nothing. Then
-//   dP = dout v^T; dv = P^T dout; dS = P*(dP - rowsum(dP*P)) * scale; dq = dS k; dk = dS^T q.
+//   dD = dout v^T; dv = D^T dout; dP = dD * (D / P: the forward's mask times keep_scale);
+//   dS = P*(dP - rowsum(dP*P)) * scale; dq = dS k; dk = dS^T q,
+// with D as the forward's (= P without dropout), from the rounded P, and `dropout` the forward's.
 struct AttentionBackward {
   static constexpr const char* kName = "attention_backward";
   Tensor* dq;
@@ -59,6 +65,7 @@ struct AttentionBackward {
   int64_t dh;
   double scale;
   Precision probs_format = Precision::fp32;
+  DropoutMask dropout{};
 
   void check(const Contract& c) const {
     const int64_t btc = b * t * h * dh;

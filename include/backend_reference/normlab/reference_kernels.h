@@ -16,6 +16,7 @@
 
 #include "normlab/adam_kernels.h"
 #include "normlab/backend.h"
+#include "normlab/dropout_kernels.h"
 #include "normlab/matmul_kernels.h"
 #include "normlab/precision.h"
 #include "normlab/squash_kernels.h"
@@ -123,6 +124,24 @@ void accumulate_ref(T* dst, const T* src, int64_t n) {
 }
 
 // out = alpha * x
+// y[i] = x[i] / (1 - rate) where the mask keeps i, else 0 (the scale in double, rounded once to T).
+template <class T>
+void dropout_ref(T* y, const T* x, int64_t n, const DropoutMask& mask) {
+  const double keep = mask.keep_scale();
+  for (int64_t i = 0; i < n; ++i) y[i] = mask.keeps(static_cast<uint64_t>(i)) ? static_cast<T>(double(x[i]) * keep) : T(0);
+}
+
+// Head (bi, hi)'s P (t x t) with the probabilities' dropout applied: D[t,s] = P[t,s] / (1 - rate)
+// where the mask keeps index ((bi*H + hi)*T + t)*T + s, else 0; D = P when the mask is off.
+inline std::vector<double> dropped_probs_ref(const std::vector<double>& p, const DropoutMask& mask, int64_t bh,
+                                             int64_t t) {
+  std::vector<double> d = p;
+  if (!mask.on()) return d;
+  const double keep = mask.keep_scale();
+  for (int64_t i = 0; i < t * t; ++i) d[i] = mask.keeps(static_cast<uint64_t>(bh * t * t + i)) ? d[i] * keep : 0.0;
+  return d;
+}
+
 template <class T>
 void scale_ref(T* out, const T* x, double alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(alpha * x[i]);
@@ -469,12 +488,13 @@ void attention_probs_ref(std::vector<double>& p, T* stats, const T* q, const T* 
 // stats: (B, H, T, 2), each query row's softmax max and sum.
 template <class T>
 void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v, int64_t b, int64_t t, int64_t h,
-                           int64_t dh, double scale) {
+                           int64_t dh, double scale, const DropoutMask& dropout) {
   const int64_t c = h * dh;
-  std::vector<double> p;
+  std::vector<double> probs;
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      attention_probs_ref(p, stats + (bi * h + hi) * t * 2, q, k, bi, hi, t, h, dh, scale);
+      attention_probs_ref(probs, stats + (bi * h + hi) * t * 2, q, k, bi, hi, t, h, dh, scale);
+      const std::vector<double> p = dropped_probs_ref(probs, dropout, bi * h + hi, t);
       for (int64_t ti = 0; ti < t; ++ti) {
         T* ot = out + (bi * t + ti) * c + hi * dh;
         for (int64_t e = 0; e < dh; ++e) {
@@ -490,9 +510,11 @@ void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v,
 // Sizes as attention_forward_ref. dq, dk, dv each nullable; all WRITTEN. P is recomputed from q
 // and k alone (the forward's stats, a backend's shortcut, are not needed for the math), and
 // rounded to `probs_format` (via float32: the format's grid is a subset of float32's).
-// Derivation, per (b, h), with P zero above the diagonal:
-//   out_t = sum_s P[t,s] v_s            =>  dv_s = sum_{t>=s} P[t,s] dout_t
-//                                           dP[t,s] = dout_t . v_s
+// Derivation, per (b, h), with P zero above the diagonal and D = P * M / (1 - rate) the
+// probabilities after dropout (M the mask; D = P without dropout):
+//   out_t = sum_s D[t,s] v_s            =>  dv_s = sum_{t>=s} D[t,s] dout_t
+//                                           dD[t,s] = dout_t . v_s
+//   D = P * M / (1 - rate)               =>  dP[t,s] = dD[t,s] * M[t,s] / (1 - rate)
 //   P[t,:] = softmax(S[t,:]) (per row)   =>  dS[t,s] = P[t,s] (dP[t,s] - sum_s' dP[t,s'] P[t,s'])
 //                                           (softmax backward; masked entries have P = 0, so dS =
 //                                           0)
@@ -501,7 +523,8 @@ void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v,
 // (attention_kernels.h folds `scale` into dS; the same numbers.)
 template <class T>
 void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, int64_t b,
-                            int64_t t, int64_t h, int64_t dh, double scale, Precision probs_format) {
+                            int64_t t, int64_t h, int64_t dh, double scale, Precision probs_format,
+                            const DropoutMask& dropout) {
   const int64_t c = h * dh;
   // Offset of (batch bi, position ti, head hi) in a (B, T, C) array.
   auto at = [&](int64_t bi, int64_t ti, int64_t hi) { return (bi * t + ti) * c + hi * dh; };
@@ -511,11 +534,13 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
       attention_probs_ref(p, static_cast<T*>(nullptr), q, k, bi, hi, t, h, dh, scale);
       if (probs_format != Precision::fp32)
         for (double& x : p) x = round_to(probs_format, to_float(x));
+      const int64_t bh = bi * h + hi;
+      const std::vector<double> d = dropped_probs_ref(p, dropout, bh, t);
       if (dv) {
         for (int64_t si = 0; si < t; ++si) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t ti = si; ti < t; ++ti) acc += p[ti * t + si] * double(dout[at(bi, ti, hi) + e]);
+            for (int64_t ti = si; ti < t; ++ti) acc += d[ti * t + si] * double(dout[at(bi, ti, hi) + e]);
             dv[at(bi, si, hi) + e] = static_cast<T>(acc);
           }
         }
@@ -527,6 +552,8 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
         for (int64_t si = 0; si <= ti; ++si) {
           double dp = 0.0;
           for (int64_t e = 0; e < dh; ++e) dp += double(dout[at(bi, ti, hi) + e]) * double(v[at(bi, si, hi) + e]);
+          if (dropout.on())
+            dp = dropout.keeps(static_cast<uint64_t>((bh * t + ti) * t + si)) ? dp * dropout.keep_scale() : 0.0;
           ds[ti * t + si] = dp;
           rowdot += dp * p[ti * t + si];
         }

@@ -77,10 +77,36 @@ Tensor channel_scale(const Tensor& x, const Tensor& lambda);
 // x + c, every element (Gemma's gain 1 + w); the gradient passes through.
 Tensor add_constant(const Tensor& x, double c);
 
+// ---- dropout --------------------------------------------------------------------
+// Training's dropout, on this thread while a DropoutScope lives: dropout(x) zeroes each element
+// with probability `rate` and scales the rest by 1 / (1 - rate) (PyTorch's), and causal_attention
+// does the same to its probabilities (nanoGPT's attn_dropout). Each call inside the scope draws its
+// own mask, keyed by (key, the call's number in the scope): a scope made again with the same key
+// and the same calls in the same order draws the same masks (a step's forward repeated), and the
+// backward regenerates its forward's. Outside a scope, or at rate 0, both are the identity
+// (evaluation). Scopes nest; the innermost applies.
+class DropoutScope {
+ public:
+  DropoutScope(double rate, uint64_t key);  // rate in [0, 1): Error otherwise
+  ~DropoutScope();
+  DropoutScope(const DropoutScope&) = delete;
+  DropoutScope& operator=(const DropoutScope&) = delete;
+
+ private:
+  double previous_rate_;
+  uint64_t previous_key_, previous_calls_;
+};
+// True inside a DropoutScope of a rate above 0 (a model's sublayers then add their residual
+// after the dropout instead of in their last product).
+bool dropout_active();
+// The key of training step `step` of a run seeded `seed`: its own for every (seed, step).
+uint64_t dropout_step_key(uint64_t seed, int64_t step);
+Tensor dropout(const Tensor& x);
+
 // ---- softmax, attention, mixing -------------------------------------------------
 Tensor softmax(const Tensor& x);  // over the last dimension
 // Causal multi-head scaled-dot-product attention: q, k, v (B, T, C) with C = heads * Dh;
-// scale 1/sqrt(Dh). Returns (B, T, C).
+// scale 1/sqrt(Dh); inside a DropoutScope, dropout on its probabilities. Returns (B, T, C).
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads);
 // The toy model's stand-in for attention: y[b,t] = mean of x[b,0..t]. x (B, T, C).
 Tensor prefix_mean(const Tensor& x);

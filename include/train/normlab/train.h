@@ -130,6 +130,11 @@ struct TrainConfig {
   Schedule schedule = Schedule::constant;
   std::optional<double> min_lr;  // cosine's floor (nanoGPT's min_lr); unset: 0. Written only when set.
   double clip = 0.0;                  // global gradient-norm clip; 0 = off
+  // Dropout's rate in training (ops.h, DropoutScope): on the embeddings' sum, each sublayer's output
+  // and attention's probabilities, as nanoGPT's `dropout`; never at evaluation. Unset: 0. Written
+  // only when set.
+  std::optional<double> dropout;
+  double dropout_rate() const { return dropout.value_or(0.0); }
   int64_t batch_size = 32;
   int64_t steps = 3000;
   int64_t eval_every = 500;

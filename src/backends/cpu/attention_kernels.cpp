@@ -12,8 +12,9 @@
 // the same bits) into a buffer of its thread. A thread holds at most two T x T buffers; nothing
 // of size B x H x T x T is allocated. A batched oneDNN matmul over (B, H) computed the full T x T at a
 // third of the FMA peak on 64 x 64 x 32 heads.
-//   S = scale * Q K^T (s <= t);  P = causal_softmax(S);  out = P V
-//   backward: P recomputed (rounded to the stored format);  dV = P^T dO;  dP = dO V^T;
+//   S = scale * Q K^T (s <= t);  P = causal_softmax(S);  D = P (with dropout: P * mask / (1 - rate));
+//   out = D V
+//   backward: P recomputed (rounded to the stored format);  dV = D^T dO;  dP = dO V^T (* mask / (1 - rate));
 //             dS = scale * P * (dP - rowsum(dP*P));  dQ = dS K;  dK = dS^T Q
 #include <algorithm>
 #include <cmath>
@@ -125,14 +126,28 @@ void upper_t_product(float* g, int64_t ldg, const float* p, const float* b, int6
   for (; j0 < t; ++j0) upper_rows<1>(g, ldg, p, t, b, ldb, m, j0);
 }
 
+// Rows [i0, i0 + rows) of one tile's T x T matrix (row stride ld), columns [0, jend), times the
+// probabilities' dropout mask and its keep scale (attention_kernels.h): the tile's entry (i, j) is
+// the mask's index first + i*t + j.
+void drop_rows(float* m, int64_t ld, int64_t i0, int64_t rows, int64_t jend, int64_t t, uint64_t first,
+               const DropoutMask& mask) {
+  const float keep = static_cast<float>(mask.keep_scale());
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = m + r * ld;
+    const uint64_t at = first + static_cast<uint64_t>((i0 + r) * t);
+    for (int64_t j = 0; j < jend; ++j) row[j] = mask.keeps(at + static_cast<uint64_t>(j)) ? row[j] * keep : 0.0f;
+  }
+}
+
 // One thread's buffers, grown as needed and kept between calls: the packed operands and, in the
-// backward, the tile's recomputed P and its dS.
+// backward, the tile's recomputed P, its dS and, with dropout, P after it.
 struct TileBuffers {
-  std::vector<float> transposed, rows, probs, ds;
+  std::vector<float> transposed, rows, probs, ds, dropped;
   float* transposed_of(int64_t floats) { return grown(transposed, floats); }
   float* rows_of(int64_t floats) { return grown(rows, floats); }
   float* probs_of(int64_t floats) { return grown(probs, floats); }
   float* ds_of(int64_t floats) { return grown(ds, floats); }
+  float* dropped_of(int64_t floats) { return grown(dropped, floats); }
   static float* grown(std::vector<float>& v, int64_t floats) {
     if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
     return v.data();
@@ -163,14 +178,15 @@ HeadRows head_rows(const float* src, TileBuffers& buf, const Tiles& tl) {
   return {rows, tl.dhp};
 }
 
-// R query rows from i0 of one tile: their scores, softmax and output through `s` (R x tp), their
-// max and sum to stats (the tile's, 2 a row).
+// R query rows from i0 of one tile: their scores, softmax (and dropout) and output through `s`
+// (R x tp), their max and sum to stats (the tile's, 2 a row). `first`: the tile's first mask index.
 template <int R>
 void forward_rows(float* out, float* stats, float* s, const float* q, const float* kt, HeadRows v,
-                  const Tiles& tl, int64_t i0, float scale) {
+                  const Tiles& tl, int64_t i0, float scale, const DropoutMask& dropout, uint64_t first) {
   const int64_t jend = i0 + R;
   score_rows<R>(s, tl.tp, q + i0 * tl.c, tl.c, kt, tl.tp, tl.dh, jend, scale);
   causal_softmax_rows(s, tl.tp, i0, R, jend, stats + 2 * i0);
+  if (dropout.on()) drop_rows(s, tl.tp, i0, R, jend, tl.t, first, dropout);
   lower_rows<R>(out + i0 * tl.c, tl.c, s, tl.tp, v.p, v.ld, tl.dh, jend);
 }
 
@@ -188,7 +204,7 @@ void recompute_probs(float* p, const float* q, const float* k, const float* stat
 }  // namespace
 
 void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v, int64_t b,
-                       int64_t t, int64_t h, int64_t dh, float scale) {
+                       int64_t t, int64_t h, int64_t dh, float scale, const DropoutMask& dropout) {
   if (b <= 0 || t <= 0 || h <= 0) return;
   if (dh <= 0) {  // empty heads: the scores are 0, so each row's max is 0 and its sum i + 1
     for (int64_t row = 0; row < b * h * t; ++row) {
@@ -207,14 +223,16 @@ void attention_forward(float* out, float* stats, const float* q, const float* k,
     pack_transposed(kt, k + at, t, dh, tl.c, tl.tp);
     int64_t i0 = 0;
     float* st = stats + tile * t * 2;
-    for (; i0 + kRows <= t; i0 += kRows) forward_rows<kRows>(out + at, st, s, q + at, kt, vp, tl, i0, scale);
-    for (; i0 < t; ++i0) forward_rows<1>(out + at, st, s, q + at, kt, vp, tl, i0, scale);
+    const uint64_t first = static_cast<uint64_t>(tile * t * t);
+    for (; i0 + kRows <= t; i0 += kRows)
+      forward_rows<kRows>(out + at, st, s, q + at, kt, vp, tl, i0, scale, dropout, first);
+    for (; i0 < t; ++i0) forward_rows<1>(out + at, st, s, q + at, kt, vp, tl, i0, scale, dropout, first);
   });
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* stats, int64_t b, int64_t t, int64_t h, int64_t dh, float scale,
-                        Precision probs_format) {
+                        Precision probs_format, const DropoutMask& dropout) {
   if (b <= 0 || t <= 0 || h <= 0 || dh <= 0 || (!dq && !dk && !dv)) return;
   const Tiles tl(t, h, dh);
   parallel_for(b * h, 4 * b * h * t * t * dh, [&](int64_t tile) {
@@ -223,14 +241,23 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* p = buf.probs_of(t * t);
     float* transposed = buf.transposed_of(dh * tl.tp);
     recompute_probs(p, q + at, k + at, stats + tile * t * 2, transposed, tl, scale, probs_format);
+    const uint64_t first = static_cast<uint64_t>(tile * t * t);
     if (dv) {
+      const float* d = p;  // the probabilities the forward weighted v with
+      if (dropout.on()) {
+        float* dropped = buf.dropped_of(t * t);
+        std::copy(p, p + t * t, dropped);
+        drop_rows(dropped, t, 0, t, t, t, first, dropout);
+        d = dropped;
+      }
       const HeadRows g = head_rows(dout + at, buf, tl);
-      upper_t_product(dv + at, tl.c, p, g.p, g.ld, t, dh);
+      upper_t_product(dv + at, tl.c, d, g.p, g.ld, t, dh);
     }
     if (!dq && !dk) return;
     float* ds = buf.ds_of(t * t);
     pack_transposed(transposed, v + at, t, dh, tl.c, tl.tp);
-    causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dP
+    causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dD
+    if (dropout.on()) drop_rows(ds, t, 0, t, t, t, first, dropout);     // dP
     causal_softmax_backward_rows(ds, p, t, scale);                        // dS
     if (dq) {
       const HeadRows kr = head_rows(k + at, buf, tl);

@@ -10,6 +10,7 @@
 #include "normlab/adam_kernels.h"
 #include "normlab/attention_kernels.h"
 #include "normlab/cross_entropy_kernels.h"
+#include "normlab/dropout_kernels.h"
 #include "normlab/elementwise_kernels.h"
 #include "normlab/embedding_kernels.h"
 #include "normlab/layout_kernels.h"
@@ -103,6 +104,10 @@ void scale(Backend&, const Scale& call) {
   cpu::scale(f32(call.out, "scale out"), f32(call.x, "scale x"), static_cast<float>(call.alpha), n);
 }
 
+void dropout(Backend&, const DropoutApply& call) {
+  cpu::dropout(f32(call.y, "dropout y"), f32(call.x, "dropout x"), call.y.numel(), call.mask);
+}
+
 void mul(Backend&, const Mul& call) {
   const int64_t n = call.out.numel();
   cpu::mul(f32(call.out, "mul out"), f32(call.a, "mul a"), f32(call.b, "mul b"), n);
@@ -141,7 +146,7 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 void attention_forward(Backend&, const AttentionForward& call) {
   cpu::attention_forward(f32(call.out, "attention out"), f32(call.stats, "attention stats"),
                          f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"), call.b,
-                         call.t, call.h, call.dh, static_cast<float>(call.scale));
+                         call.t, call.h, call.dh, static_cast<float>(call.scale), call.dropout);
 }
 
 void attention_backward(Backend&, const AttentionBackward& call) {
@@ -149,7 +154,7 @@ void attention_backward(Backend&, const AttentionBackward& call) {
                           f32_opt(call.dv, "attention dv"), f32(call.dout, "attention dout"),
                           f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"),
                           f32(call.stats, "attention stats"), call.b, call.t, call.h, call.dh,
-                          static_cast<float>(call.scale), call.probs_format);
+                          static_cast<float>(call.scale), call.probs_format, call.dropout);
 }
 
 void prefix_mean_forward(Backend&, const PrefixMeanForward& call) {
@@ -223,6 +228,7 @@ NORMLAB_KERNEL(Copy, "cpu", copy);
 NORMLAB_KERNEL(Add, "cpu", add);
 NORMLAB_KERNEL(Accumulate, "cpu", accumulate);
 NORMLAB_KERNEL(Scale, "cpu", scale);
+NORMLAB_KERNEL(DropoutApply, "cpu", dropout);
 NORMLAB_KERNEL(Mul, "cpu", mul);
 NORMLAB_KERNEL(GeluForward, "cpu", gelu_forward);
 NORMLAB_KERNEL(SumSquares, "cpu", sum_squares);

@@ -73,6 +73,15 @@ void scale(float* out, const float* x, float alpha, int64_t n) {
   map_elements(n, 1, [&](int64_t i, int64_t w) { store_n(out + i, va * load_n(x + i, w), w); });
 }
 
+// One element at a time: the mask's hash is 64-bit integer arithmetic, which the compiler
+// vectorizes where the ISA has 64-bit multiplies.
+void dropout(float* y, const float* x, int64_t n, const DropoutMask& mask) {
+  const float keep = static_cast<float>(mask.keep_scale());
+  parallel_chunks(n, 4 * n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = mask.keeps(static_cast<uint64_t>(i)) ? x[i] * keep : 0.0f;
+  });
+}
+
 void round_to_format(float* x, int64_t n, Precision format) {
   if (format == Precision::fp32) return;
   parallel_chunks(n, n, [&](int64_t lo, int64_t hi) { round_to(format, x + lo, hi - lo); });

@@ -7,6 +7,7 @@
 
 #include "normlab/adam_kernels.h"
 #include "normlab/backend.h"
+#include "normlab/dropout_kernels.h"
 #include "normlab/matmul_kernels.h"
 
 namespace normlab::cpu {
@@ -52,6 +53,8 @@ void copy(float* out, const float* x, int64_t n);
 void add(float* out, const float* a, const float* b, float alpha, float beta, int64_t n);
 void accumulate(float* dst, const float* src, int64_t n);
 void scale(float* out, const float* x, float alpha, int64_t n);
+// y[i] = x[i] * float(keep scale) where the mask keeps i, else 0 (dropout_kernels.h); y may be x.
+void dropout(float* y, const float* x, int64_t n, const DropoutMask& mask);
 void mul(float* out, const float* a, const float* b, int64_t n);
 // x[i] rounded in place to the format's grid (core's round_to, split over the threads).
 void round_to_format(float* x, int64_t n, Precision format);
@@ -99,11 +102,11 @@ void channel_scale_backward(float* dx, float* dlambda, const float* dy, const fl
 
 // ---- attention and token mixing (attention_kernels.cpp) -------------------------------------------
 void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v, int64_t b,
-                       int64_t t, int64_t h, int64_t dh, float scale);
+                       int64_t t, int64_t h, int64_t dh, float scale, const DropoutMask& dropout);
 // P recomputed per tile from the forward's stats and rounded to probs_format (attention_kernels.h).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* stats, int64_t b, int64_t t, int64_t h, int64_t dh, float scale,
-                        Precision probs_format);
+                        Precision probs_format, const DropoutMask& dropout);
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
 // The RowNorms and AttentionLogitStats kernels: the reference's double arithmetic, rows in
 // parallel.

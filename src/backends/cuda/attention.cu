@@ -47,14 +47,26 @@ __device__ float2 row_probs(float* p, float* scratch, In q, In k, int64_t row, i
   return make_float2(mx, sum);
 }
 
-// One block per (b, h, t): P's row in shared memory, then out_t = sum_s P[t,s] v_s with threads
-// over the head's channels. P is not written out; the row's max and sum are (stats).
+// x times the probabilities' dropout at mask index `index` (attention_kernels.h): x itself when the
+// mask is off.
+__device__ inline float dropped(float x, const DropoutMask& dropout, float keep, int64_t index) {
+  if (!dropout.on()) return x;
+  return dropout.keeps(static_cast<uint64_t>(index)) ? x * keep : 0.0f;
+}
+
+// One block per (b, h, t): P's row in shared memory (then D's, with dropout), then
+// out_t = sum_s D[t,s] v_s with threads over the head's channels. P is not written out; the row's
+// max and sum are (stats).
 __global__ void attention_forward_kernel(Out out, float* stats, In q, In k, In v, int64_t t, int64_t h, int64_t dh,
-                                         float scale) {
+                                         float scale, DropoutMask dropout, float keep) {
   NL_DYNAMIC_SHARED(float, p);
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
   const float2 ms = row_probs(p, scratch, q, k, row, t, h, dh, scale);
+  if (dropout.on()) {
+    for (int64_t s = threadIdx.x; s <= row % t; s += blockDim.x) p[s] = dropped(p[s], dropout, keep, row * t + s);
+    __syncthreads();  // every D[t,s] in place before any thread reads them all
+  }
   if (threadIdx.x == 0) {
     stats[2 * row] = ms.x;
     stats[2 * row + 1] = ms.y;
@@ -74,13 +86,14 @@ __global__ void attention_forward_kernel(Out out, float* stats, In q, In k, In v
 int64_t attention_max_t() { return kAttnMaxT; }
 
 void attention_forward(Out out, float* stats, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                       float scale) {
+                       float scale, const DropoutMask& dropout) {
   const int64_t rows = b * h * t;
   if (rows <= 0) return;
   if (!rows_fit(rows) || t > kAttnMaxT)
     check(cudaErrorInvalidConfiguration, "grid of one block per query row", "attention_forward");
   const size_t bytes = static_cast<size_t>(t) * sizeof(float);
-  launch("attention_forward", attention_forward_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, out, stats, q, k, v, t, h, dh, scale);
+  launch("attention_forward", attention_forward_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, out, stats, q, k, v, t, h, dh, scale, dropout,
+         static_cast<float>(dropout.keep_scale()));
 }
 
 namespace {
@@ -98,9 +111,10 @@ __global__ void attention_probs_kernel(float* probs, const float* stats, In q, I
   }
 }
 
-// scale * dS for one (b, h, t) row: dP[t,s] = dout_t . v_s; dS = P (dP - sum_s dP P).
+// scale * dS for one (b, h, t) row: dD[t,s] = dout_t . v_s; dP = dD (* mask / (1 - rate) with
+// dropout); dS = P (dP - sum_s dP P).
 __global__ void attention_ds_kernel(float* ds, In dout, In v, const float* probs, int64_t t, int64_t h, int64_t dh,
-                                    float scale) {
+                                    float scale, DropoutMask dropout, float keep) {
   NL_DYNAMIC_SHARED(float, dp);
   NL_SHARED_ARRAY(float, scratch, 32);
   const int64_t row = blockIdx.x;
@@ -113,6 +127,7 @@ __global__ void attention_ds_kernel(float* ds, In dout, In v, const float* probs
     const int64_t vs = (bi * t + s) * c + hi * dh;
     float acc = 0.0f;
     for (int64_t e = 0; e < dh; ++e) acc += ld(dout, dot_ + e) * ld(v, vs + e);
+    acc = dropped(acc, dropout, keep, row * t + s);
     dp[s] = acc;  // read back only by this thread
     rowdot += acc * prow[s];
   }
@@ -133,14 +148,17 @@ __global__ void attention_dq_kernel(Out dq, const float* ds, In k, int64_t b, in
   }
 }
 
-// dk[b,s,h,e] = sum_{t>=s} dS[t,s] q[t,e];  dv[b,s,h,e] = sum_{t>=s} P[t,s] dout[t,e]
-__global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t, int64_t h, int64_t dh) {
+// dk[b,s,h,e] = sum_{t>=s} dS[t,s] q[t,e];  dv[b,s,h,e] = sum_{t>=s} D[t,s] dout[t,e], D = P with
+// the probabilities' dropout (`dropout` off for dk).
+__global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t, int64_t h, int64_t dh,
+                                     DropoutMask dropout, float keep) {
   const int64_t c = h * dh;
   NL_GRID_STRIDE(idx, b * t * c) {
     const int64_t e = idx % dh, hi = (idx / dh) % h, si = (idx / c) % t, bi = idx / (c * t);
     const int64_t mb = (bi * h + hi) * t * t;
     float acc = 0.0f;
-    for (int64_t ti = si; ti < t; ++ti) acc += ld(m, mb + ti * t + si) * ld(src, (bi * t + ti) * c + hi * dh + e);
+    for (int64_t ti = si; ti < t; ++ti)
+      acc += dropped(ld(m, mb + ti * t + si), dropout, keep, mb + ti * t + si) * ld(src, (bi * t + ti) * c + hi * dh + e);
     st(out, idx, acc);
   }
 }
@@ -148,7 +166,8 @@ __global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t
 }  // namespace
 
 void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, int64_t b, int64_t t,
-                        int64_t h, int64_t dh, float scale, int probs_format, float* work) {
+                        int64_t h, int64_t dh, float scale, int probs_format, const DropoutMask& dropout,
+                        float* work) {
   const int64_t rows = b * h * t, total = b * t * h * dh;
   if (rows <= 0 || (!dq && !dk && !dv)) return;
   if (!rows_fit(rows) || t > kAttnMaxT)
@@ -156,18 +175,22 @@ void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const
   const size_t bytes = static_cast<size_t>(t) * sizeof(float);
   float* probs = work;
   float* ds = work + rows * t;
+  const float keep = static_cast<float>(dropout.keep_scale());
   launch("attention_backward", attention_probs_kernel, grid_for(rows * t), kThreads, 0, probs, stats, q, k, b, t, h, dh, scale, probs_format);
   if (dv && total > 0) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, In(probs), dout, b, t, h, dh);
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, In(probs), dout, b, t, h, dh,
+           dropout, keep);
   }
   if (!dq && !dk) return;
-  launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, ds, dout, v, probs, t, h, dh, scale);
+  launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, ds, dout, v, probs, t, h, dh, scale,
+         dropout, keep);
   if (total <= 0) return;
   if (dq) {
     launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, ds, k, b, t, h, dh);
   }
   if (dk) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(ds), q, b, t, h, dh);
+    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(ds), q, b, t, h, dh,
+           DropoutMask{}, 1.0f);
   }
 }
 

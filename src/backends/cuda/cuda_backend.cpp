@@ -25,6 +25,7 @@
 #include "normlab/adam_kernels.h"
 #include "normlab/attention_kernels.h"
 #include "normlab/cross_entropy_kernels.h"
+#include "normlab/dropout_kernels.h"
 #include "normlab/elementwise_kernels.h"
 #include "normlab/embedding_kernels.h"
 #include "normlab/layout_kernels.h"
@@ -394,6 +395,12 @@ void scale(Backend&, const Scale& call) {
   cuda::scale(arr_out(call.out), arr_in(call.x), static_cast<float>(call.alpha), n);
 }
 
+void dropout(Backend&, const DropoutApply& call) {
+  expect("dropout", "y", call.y);
+  expect("dropout", "x", call.x);
+  cuda::dropout(arr_out(call.y), arr_in(call.x), call.y.numel(), call.mask);
+}
+
 void mul(Backend&, const Mul& call) {
   const int64_t n = call.out.numel();
   expect("mul", "out", call.out);
@@ -476,7 +483,7 @@ void attention_forward(Backend&, const AttentionForward& call) {
   NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
            cuda::attention_max_t());
   cuda::attention_forward(arr_out(call.out), fp(call.stats), arr_in(call.q), arr_in(call.k), arr_in(call.v), call.b,
-                          call.t, call.h, call.dh, static_cast<float>(call.scale));
+                          call.t, call.h, call.dh, static_cast<float>(call.scale), call.dropout);
 }
 
 void attention_backward(Backend& backend, const AttentionBackward& call) {
@@ -497,7 +504,7 @@ void attention_backward(Backend& backend, const AttentionBackward& call) {
   float* work = self.work_floats((call.dq || call.dk ? 2 : 1) * call.b * call.h * call.t * call.t, kn);
   cuda::attention_backward(arr_out(call.dq), arr_out(call.dk), arr_out(call.dv), arr_in(call.dout), arr_in(call.q),
                            arr_in(call.k), arr_in(call.v), fp(call.stats), call.b, call.t, call.h, call.dh,
-                           static_cast<float>(call.scale), static_cast<int>(call.probs_format), work);
+                           static_cast<float>(call.scale), static_cast<int>(call.probs_format), call.dropout, work);
 }
 
 // ---- prefix mean -------------------------------------------------------------------------------
@@ -610,6 +617,7 @@ NORMLAB_KERNEL(Copy, cuda::kBackendName, copy);
 NORMLAB_KERNEL(Add, cuda::kBackendName, add);
 NORMLAB_KERNEL(Accumulate, cuda::kBackendName, accumulate);
 NORMLAB_KERNEL(Scale, cuda::kBackendName, scale);
+NORMLAB_KERNEL(DropoutApply, cuda::kBackendName, dropout);
 NORMLAB_KERNEL(Mul, cuda::kBackendName, mul);
 NORMLAB_KERNEL(GeluForward, cuda::kBackendName, gelu_forward);
 NORMLAB_KERNEL(SumSquares, cuda::kBackendName, sum_squares);

@@ -84,6 +84,20 @@ void scale(Out out, In x, float alpha, int64_t n) {
 
 namespace {
 
+__global__ void dropout_kernel(Out y, In x, int64_t n, DropoutMask mask, float keep) {
+  NL_GRID_STRIDE(i, n) st(y, i, mask.keeps(static_cast<uint64_t>(i)) ? ld(x, i) * keep : 0.0f);
+}
+
+}  // namespace
+
+void dropout(Out y, In x, int64_t n, const DropoutMask& mask) {
+  if (n <= 0) return;
+  const float keep = static_cast<float>(mask.keep_scale());
+  launch("dropout", dropout_kernel, grid_for(n), kThreads, 0, y, x, n, mask, keep);
+}
+
+namespace {
+
 __global__ void round_to_bf16_kernel(float* x, int64_t n) {
   NL_GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
 }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "normlab/dropout_mask.h"
 #include "normlab/precision.h"
 
 namespace normlab::cuda {
@@ -64,6 +65,8 @@ void fill_f64(double* out, int64_t n, double value);
 void fill_i32(int32_t* out, int64_t n, int32_t value);
 void add(Out out, In a, In b, float alpha, float beta, int64_t n);
 void accumulate(Out dst, In src, int64_t n);
+// y[i] = x[i] * float(keep scale) where the mask keeps i, else 0 (dropout_mask.h); y may be x.
+void dropout(Out y, In x, int64_t n, const DropoutMask& mask);
 void scale(Out out, In x, float alpha, int64_t n);
 void mul(Out out, In a, In b, int64_t n);
 // x[i] stored as bf16 (bf16 = true) or fp16 and read back: the GPU's own conversions
@@ -156,11 +159,12 @@ void cross_entropy_backward(Out dlogits, const float* dloss, const float* probs,
 int64_t attention_max_t();
 // stats: b*h*t*2 floats, each query row's softmax max and sum.
 void attention_forward(Out out, float* stats, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                       float scale);
+                       float scale, const DropoutMask& dropout);
 // `work` holds b*h*t*t floats for P recomputed from the forward's stats (rounded to probs_format,
 // Precision's order), and as many again for scale * dS when dq or dk is wanted.
 void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, int64_t b, int64_t t,
-                        int64_t h, int64_t dh, float scale, int probs_format, float* work);
+                        int64_t h, int64_t dh, float scale, int probs_format, const DropoutMask& dropout,
+                        float* work);
 void prefix_mean_forward(Out y, In x, int64_t b, int64_t t, int64_t c);
 void prefix_mean_backward(Out dx, In dy, int64_t b, int64_t t, int64_t c);
 

@@ -144,6 +144,16 @@ void scale(Backend&, const Scale& call) {
   });
 }
 
+void dropout(Backend&, const DropoutApply& call) {
+  const char* kn = "dropout";
+  DType dt = call.y.dtype();
+  expect_all(kn, dt, {{"y", &call.y}, {"x", &call.x}});
+  dispatch(dt, kn, [&](auto tag) {
+    using T = decltype(tag);
+    dropout_ref(call.y.data<T>(), call.x.data<T>(), call.y.numel(), call.mask);
+  });
+}
+
 void mul(Backend&, const Mul& call) {
   const char* kn = "mul";
   DType dt = call.out.dtype();
@@ -228,7 +238,7 @@ void attention_forward(Backend&, const AttentionForward& call) {
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_forward_ref(call.out.data<T>(), call.stats.data<T>(), call.q.data<T>(), call.k.data<T>(), call.v.data<T>(), call.b, call.t,
-                          call.h, call.dh, call.scale);
+                          call.h, call.dh, call.scale, call.dropout);
   });
 }
 
@@ -248,7 +258,7 @@ void attention_backward(Backend&, const AttentionBackward& call) {
     using T = decltype(tag);
     attention_backward_ref(ptr<T>(call.dq), ptr<T>(call.dk), ptr<T>(call.dv), call.dout.data<T>(), call.q.data<T>(),
                            call.k.data<T>(), call.v.data<T>(), call.b, call.t, call.h, call.dh, call.scale,
-                           call.probs_format);
+                           call.probs_format, call.dropout);
   });
 }
 
@@ -380,6 +390,7 @@ NORMLAB_KERNEL(Add, "reference", add);
 NORMLAB_KERNEL(Accumulate, "reference", accumulate);
 NORMLAB_KERNEL(Scale, "reference", scale);
 NORMLAB_KERNEL(Mul, "reference", mul);
+NORMLAB_KERNEL(DropoutApply, "reference", dropout);
 NORMLAB_KERNEL(GeluForward, "reference", gelu_forward);
 NORMLAB_KERNEL(SumSquares, "reference", sum_squares);
 NORMLAB_KERNEL(RoundToFormat, "reference", round_to_format);
