@@ -53,6 +53,7 @@ std::string step_part_of(const std::string& name) {
       {"accumulate", "elementwise"},
       {"scale", "elementwise"},
       {"mul", "elementwise"},
+      {"dropout", "elementwise"},
       {"gelu_forward", "elementwise"},
       {"round_to_format", "elementwise"},
       {"transpose", "elementwise"},
