@@ -313,7 +313,11 @@ std::vector<Tensor> Norm::applied() const {
   for (size_t i = 0; i < out.size(); ++i) {
     if (gain_offset && names[i].is_gain()) out[i] = add_constant(out[i], 1.0);
     // A missing beta: zeros where the gain lives (its device and dtype), y = gain * xhat + 0.
-    if (!out[i].defined()) out[i] = Tensor::zeros(gain.shape(), gain.dtype(), gain.device());
+    if (!out[i].defined()) {
+      if (!zero_beta_.defined() || zero_beta_.device() != gain.device() || zero_beta_.dtype() != gain.dtype())
+        zero_beta_ = Tensor::zeros(gain.shape(), gain.dtype(), gain.device());
+      out[i] = zero_beta_;
+    }
   }
   return out;
 }

@@ -128,6 +128,9 @@ struct Norm {
 
  private:
   std::vector<Tensor> applied() const;  // params as the op takes them: 1 + w, zeros for a missing beta
+  // The zeros a norm without beta applies, made once where the gain lives (a step then allocates
+  // nothing for them, on a device either).
+  mutable Tensor zero_beta_;
 };
 
 struct MLP {
