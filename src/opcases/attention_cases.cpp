@@ -67,10 +67,12 @@ OpCase attention_forward_case(const AttentionShape& a, uint64_t seed, double rat
 }
 
 // dq, dk, dv each alone too: the gradient masks.
-OpCase attention_backward_case(const AttentionShape& a, uint64_t seed, double rate = 0.0) {
+OpCase attention_backward_case(const AttentionShape& a, uint64_t seed, double rate = 0.0,
+                               Precision probs = Precision::fp32) {
   OpCase c;
   c.op = "attention_bwd";
   c.params = with_dropout(a.params(seed), rate);
+  if (probs != Precision::fp32) c.params += " " + Params().add("probs", to_string(probs)).str();
   c.inputs = [=] {
     Tensors t = attention_inputs(a.x(), seed);
     add_saved_stats(t, a);
@@ -80,7 +82,7 @@ OpCase attention_backward_case(const AttentionShape& a, uint64_t seed, double ra
   const DropoutMask drop = case_dropout(rate, seed);
   c.call = [=](Backend& b, Tensors& t) {
     run_kernel(b, AttentionBackward{t.out("dq"), t.out("dk"), t.out("dv"), t.at("dout"), t.at("q"), t.at("k"),
-                                    t.at("v"), t.at("stats"), a.b, a.t, a.h, a.dh, a.scale(), Precision::fp32, drop});
+                                    t.at("v"), t.at("stats"), a.b, a.t, a.h, a.dh, a.scale(), probs, drop});
   };
   // The recomputed scores, dP, dv, dq, dk: five products of the forward's size.
   c.flops = 2.5 * a.flops();
@@ -165,6 +167,8 @@ void add_attention_kernel_cases(std::vector<OpCase>& cases) {
     cases.push_back(attention_forward_case(a, seed, 0.25));
     cases.push_back(attention_backward_case(a, seed++, 0.25));
   }
+  // P and the dropped D as a bf16 run's unfused form stores them.
+  cases.push_back(attention_backward_case({2, 13, 2, 20}, 1630, 0.25, Precision::bf16));
   // Odd sizes, rows longer than a block, T = 1.
   const AttentionShape stats_shapes[] = {{1, 1, 1, 1}, {1, 5, 3, 8}, {2, 33, 2, 7}, {1, 300, 1, 4}, {2, 16, 4, 16}};
   seed = 1650;

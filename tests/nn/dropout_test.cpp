@@ -3,11 +3,16 @@
 // key draws the same masks; a model's loss changes under it and its evaluation does not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
+#include "normlab/attention_kernels.h"
 #include "normlab/autograd.h"
+#include "normlab/kernel_clock.h"
 #include "normlab/nn.h"
 #include "normlab/ops.h"
+#include "normlab/rng.h"
 
 using namespace normlab;
 
@@ -114,7 +119,7 @@ TEST(Dropout, TheBackwardUsesTheForwardsMask) {
 // placement: the loss under a scope differs from the evaluation's, which a scope of rate 0 leaves
 // as it is; the same key gives the same loss.
 TEST(Dropout, AModelsLossChangesUnderAScopeAndItsEvaluationDoesNot) {
-  for (Placement pl : {Placement::pre, Placement::post, Placement::sandwich}) {
+  for (Placement pl : {Placement::pre, Placement::post, Placement::sandwich, Placement::postsub, Placement::deepnorm}) {
     ModelConfig cfg = small_gpt();
     cfg.placement = pl;
     Model m(cfg, 1);
@@ -142,6 +147,79 @@ TEST(Dropout, AModelsLossChangesUnderAScopeAndItsEvaluationDoesNot) {
     EXPECT_NE(train_a, other) << to_string(pl);
     EXPECT_EQ(m.loss(ids(), ids()).item(), eval) << to_string(pl);
   }
+}
+
+// Every site draws its own mask, in every placement and in the toy model, gated or not: one
+// dropout call on the embeddings' sum and one on each sublayer's output, 1 + 2L per forward.
+TEST(Dropout, EverySiteDropsOncePerForward) {
+  struct Shape {
+    ModelKind model;
+    Placement placement;
+    std::optional<ResidualScale> gate;
+  };
+  for (const Shape& s : {Shape{ModelKind::gpt, Placement::pre, {}}, Shape{ModelKind::gpt, Placement::post, {}},
+                         Shape{ModelKind::gpt, Placement::sandwich, {}}, Shape{ModelKind::gpt, Placement::postsub, {}},
+                         Shape{ModelKind::toy, Placement::pre, {}},
+                         Shape{ModelKind::gpt, Placement::pre, ResidualScale::layerscale},
+                         Shape{ModelKind::toy, Placement::post, ResidualScale::layerscale}}) {
+    ModelConfig cfg = small_gpt();
+    cfg.model = s.model;
+    cfg.placement = s.placement;
+    cfg.residual_scale = s.gate;
+    Model m(cfg, 1);
+    NoGradGuard no_grad;
+    const DropoutScope scope(0.3, 8);
+    const KernelClock clock;
+    (void)m.loss(ids(), ids());
+    int64_t calls = 0;
+    for (const KernelClock::Entry& e : clock.entries())
+      if (e.name == "dropout") calls = e.calls;
+    EXPECT_EQ(calls, 1 + 2 * cfg.layers) << to_string(s.model) << " " << to_string(s.placement);
+  }
+}
+
+// The probabilities' dropout by its definition, computed here in double from the mask's own bits:
+// D[t,s] = P[t,s] / (1 - rate) where dropout_bits(key, ((b*H + h)*T + t)*T + s) >= rate * 2^32,
+// out = D v. B and H above 1 and T above Dh, so that a transposed or shifted index shows.
+TEST(Dropout, AttentionDropsEachProbabilityByItsIndex) {
+  const int64_t B = 2, T = 7, H = 3, Dh = 2, C = H * Dh;
+  Rng rng(5, stream::check);
+  std::vector<double> q(B * T * C), k(B * T * C), v(B * T * C);
+  for (auto* x : {&q, &k, &v})
+    for (double& e : *x) e = rng.normal();
+  const DropoutMask mask = DropoutMask::of(0.4, 1234);
+  const double scale = 1.0 / std::sqrt(double(Dh));
+  std::vector<double> want(B * T * C, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> p(t + 1);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int64_t e = 0; e < Dh; ++e) dot += q[(b * T + t) * C + h * Dh + e] * k[(b * T + s) * C + h * Dh + e];
+          p[s] = scale * dot;
+          mx = std::max(mx, p[s]);
+        }
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (int64_t s = 0; s <= t; ++s) {
+          const uint64_t index = static_cast<uint64_t>(((b * H + h) * T + t) * T + s);
+          if (dropout_bits(mask.key, index) < mask.threshold) continue;
+          for (int64_t e = 0; e < Dh; ++e)
+            want[(b * T + t) * C + h * Dh + e] += p[s] / sum / 0.6 * v[(b * T + s) * C + h * Dh + e];
+        }
+      }
+  Tensor out = Tensor::zeros({B, T, C}, DType::f32), stats = Tensor::zeros({B, H, T, 2}, DType::f32);
+  const Tensor tq = Tensor::from(q, {B, T, C}), tk = Tensor::from(k, {B, T, C}), tv = Tensor::from(v, {B, T, C});
+  run_kernel(backend_for(Device::cpu, DType::f32), AttentionForward{out, stats, tq, tk, tv, B, T, H, Dh, scale, mask});
+  const std::vector<double> got = out.to_vector();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+}
+
+TEST(Dropout, EveryStepHasItsOwnKey) {
+  EXPECT_NE(dropout_step_key(0, 1), dropout_step_key(0, 2));
+  EXPECT_NE(dropout_step_key(0, 1), dropout_step_key(1, 1));
+  EXPECT_EQ(dropout_step_key(3, 9), dropout_step_key(3, 9));
 }
 
 // Only attention's probabilities: one layer of attention alone under a scope changes its output,

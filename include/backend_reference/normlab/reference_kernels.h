@@ -509,7 +509,8 @@ void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v,
 
 // Sizes as attention_forward_ref. dq, dk, dv each nullable; all WRITTEN. P is recomputed from q
 // and k alone (the forward's stats, a backend's shortcut, are not needed for the math), and
-// rounded to `probs_format` (via float32: the format's grid is a subset of float32's).
+// rounded to `probs_format` (via float32: the format's grid is a subset of float32's); with
+// dropout, D from it is rounded again.
 // Derivation, per (b, h), with P zero above the diagonal and D = P * M / (1 - rate) the
 // probabilities after dropout (M the mask; D = P without dropout):
 //   out_t = sum_s D[t,s] v_s            =>  dv_s = sum_{t>=s} D[t,s] dout_t
@@ -535,7 +536,10 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
       if (probs_format != Precision::fp32)
         for (double& x : p) x = round_to(probs_format, to_float(x));
       const int64_t bh = bi * h + hi;
-      const std::vector<double> d = dropped_probs_ref(p, dropout, bh, t);
+      std::vector<double> d = dropped_probs_ref(p, dropout, bh, t);
+      // As the unfused form stores dropout's output: rounded to the format again.
+      if (dropout.on() && probs_format != Precision::fp32)
+        for (double& x : d) x = round_to(probs_format, to_float(x));
       if (dv) {
         for (int64_t si = 0; si < t; ++si) {
           for (int64_t e = 0; e < dh; ++e) {

@@ -14,7 +14,8 @@
 // third of the FMA peak on 64 x 64 x 32 heads.
 //   S = scale * Q K^T (s <= t);  P = causal_softmax(S);  D = P (with dropout: P * mask / (1 - rate));
 //   out = D V
-//   backward: P recomputed (rounded to the stored format);  dV = D^T dO;  dP = dO V^T (* mask / (1 - rate));
+//   backward: P recomputed (rounded to the stored format), D from it (rounded again, as the unfused
+//             form stores dropout's output);  dV = D^T dO;  dP = dO V^T (* mask / (1 - rate));
 //             dS = scale * P * (dP - rowsum(dP*P));  dQ = dS K;  dK = dS^T Q
 #include <algorithm>
 #include <cmath>
@@ -126,27 +127,43 @@ void upper_t_product(float* g, int64_t ldg, const float* p, const float* b, int6
   for (; j0 < t; ++j0) upper_rows<1>(g, ldg, p, t, b, ldb, m, j0);
 }
 
-// Rows [i0, i0 + rows) of one tile's T x T matrix (row stride ld), columns [0, jend), times the
-// probabilities' dropout mask and its keep scale (attention_kernels.h): the tile's entry (i, j) is
-// the mask's index first + i*t + j.
-void drop_rows(float* m, int64_t ld, int64_t i0, int64_t rows, int64_t jend, int64_t t, uint64_t first,
-               const DropoutMask& mask) {
+// Rows [i0, i0 + rows) of one tile's P (row stride ld) times the probabilities' dropout mask and
+// its keep scale (attention_kernels.h), over the causal part j <= i only (P is 0 past it): the
+// tile's entry (i, j) is the mask's index first + i*t + j.
+void drop_rows(float* p, int64_t ld, int64_t i0, int64_t rows, int64_t t, uint64_t first, const DropoutMask& mask) {
   const float keep = static_cast<float>(mask.keep_scale());
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = m + r * ld;
+    float* row = p + r * ld;
     const uint64_t at = first + static_cast<uint64_t>((i0 + r) * t);
-    for (int64_t j = 0; j < jend; ++j) row[j] = mask.keeps(at + static_cast<uint64_t>(j)) ? row[j] * keep : 0.0f;
+    for (int64_t j = 0; j <= i0 + r; ++j) row[j] = mask.keeps(at + static_cast<uint64_t>(j)) ? row[j] * keep : 0.0f;
   }
 }
 
+// The backward's mask, hashed once for its two uses: f (t x t) = keep scale where the mask keeps
+// (i, j <= i), else 0.
+void mask_factors(float* f, int64_t t, uint64_t first, const DropoutMask& mask) {
+  std::fill(f, f + t * t, 0.0f);
+  const float keep = static_cast<float>(mask.keep_scale());
+  for (int64_t i = 0; i < t; ++i) {
+    const uint64_t at = first + static_cast<uint64_t>(i * t);
+    for (int64_t j = 0; j <= i; ++j) f[i * t + j] = mask.keeps(at + static_cast<uint64_t>(j)) ? keep : 0.0f;
+  }
+}
+
+// dst = a * b elementwise over n floats.
+void multiply(float* dst, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = a[i] * b[i];
+}
+
 // One thread's buffers, grown as needed and kept between calls: the packed operands and, in the
-// backward, the tile's recomputed P, its dS and, with dropout, P after it.
+// backward, the tile's recomputed P, its dS and, with dropout, the mask's factors and P after it.
 struct TileBuffers {
-  std::vector<float> transposed, rows, probs, ds, dropped;
+  std::vector<float> transposed, rows, probs, ds, factors, dropped;
   float* transposed_of(int64_t floats) { return grown(transposed, floats); }
   float* rows_of(int64_t floats) { return grown(rows, floats); }
   float* probs_of(int64_t floats) { return grown(probs, floats); }
   float* ds_of(int64_t floats) { return grown(ds, floats); }
+  float* factors_of(int64_t floats) { return grown(factors, floats); }
   float* dropped_of(int64_t floats) { return grown(dropped, floats); }
   static float* grown(std::vector<float>& v, int64_t floats) {
     if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
@@ -186,7 +203,7 @@ void forward_rows(float* out, float* stats, float* s, const float* q, const floa
   const int64_t jend = i0 + R;
   score_rows<R>(s, tl.tp, q + i0 * tl.c, tl.c, kt, tl.tp, tl.dh, jend, scale);
   causal_softmax_rows(s, tl.tp, i0, R, jend, stats + 2 * i0);
-  if (dropout.on()) drop_rows(s, tl.tp, i0, R, jend, tl.t, first, dropout);
+  if (dropout.on()) drop_rows(s, tl.tp, i0, R, tl.t, first, dropout);
   lower_rows<R>(out + i0 * tl.c, tl.c, s, tl.tp, v.p, v.ld, tl.dh, jend);
 }
 
@@ -241,13 +258,17 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* p = buf.probs_of(t * t);
     float* transposed = buf.transposed_of(dh * tl.tp);
     recompute_probs(p, q + at, k + at, stats + tile * t * 2, transposed, tl, scale, probs_format);
-    const uint64_t first = static_cast<uint64_t>(tile * t * t);
+    float* factors = nullptr;
+    if (dropout.on()) {
+      factors = buf.factors_of(t * t);
+      mask_factors(factors, t, static_cast<uint64_t>(tile * t * t), dropout);
+    }
     if (dv) {
-      const float* d = p;  // the probabilities the forward weighted v with
-      if (dropout.on()) {
+      const float* d = p;  // the probabilities the forward weighted v with, as the format stores them
+      if (factors) {
         float* dropped = buf.dropped_of(t * t);
-        std::copy(p, p + t * t, dropped);
-        drop_rows(dropped, t, 0, t, t, t, first, dropout);
+        multiply(dropped, p, factors, t * t);
+        if (probs_format != Precision::fp32) round_to(probs_format, dropped, t * t);
         d = dropped;
       }
       const HeadRows g = head_rows(dout + at, buf, tl);
@@ -257,7 +278,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* ds = buf.ds_of(t * t);
     pack_transposed(transposed, v + at, t, dh, tl.c, tl.tp);
     causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dD
-    if (dropout.on()) drop_rows(ds, t, 0, t, t, t, first, dropout);     // dP
+    if (factors) multiply(ds, ds, factors, t * t);                        // dP
     causal_softmax_backward_rows(ds, p, t, scale);                        // dS
     if (dq) {
       const HeadRows kr = head_rows(k + at, buf, tl);

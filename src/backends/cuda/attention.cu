@@ -111,6 +111,13 @@ __global__ void attention_probs_kernel(float* probs, const float* stats, In q, I
   }
 }
 
+// The backward's P made D in place, once dS no longer needs P: each entry times the mask's keep
+// scale or 0 (its index is its place in the (B, H, T, T) work), rounded to `format` again as the
+// unfused form stores dropout's output.
+__global__ void attention_drop_probs_kernel(float* probs, int64_t n, DropoutMask dropout, float keep, int format) {
+  NL_GRID_STRIDE(idx, n) probs[idx] = stored_as(dropped(probs[idx], dropout, keep, idx), format);
+}
+
 // scale * dS for one (b, h, t) row: dD[t,s] = dout_t . v_s; dP = dD (* mask / (1 - rate) with
 // dropout); dS = P (dP - sum_s dP P).
 __global__ void attention_ds_kernel(float* ds, In dout, In v, const float* probs, int64_t t, int64_t h, int64_t dh,
@@ -148,17 +155,14 @@ __global__ void attention_dq_kernel(Out dq, const float* ds, In k, int64_t b, in
   }
 }
 
-// dk[b,s,h,e] = sum_{t>=s} dS[t,s] q[t,e];  dv[b,s,h,e] = sum_{t>=s} D[t,s] dout[t,e], D = P with
-// the probabilities' dropout (`dropout` off for dk).
-__global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t, int64_t h, int64_t dh,
-                                     DropoutMask dropout, float keep) {
+// dk[b,s,h,e] = sum_{t>=s} dS[t,s] q[t,e];  dv[b,s,h,e] = sum_{t>=s} D[t,s] dout[t,e]
+__global__ void attention_dkv_kernel(Out out, In m, In src, int64_t b, int64_t t, int64_t h, int64_t dh) {
   const int64_t c = h * dh;
   NL_GRID_STRIDE(idx, b * t * c) {
     const int64_t e = idx % dh, hi = (idx / dh) % h, si = (idx / c) % t, bi = idx / (c * t);
     const int64_t mb = (bi * h + hi) * t * t;
     float acc = 0.0f;
-    for (int64_t ti = si; ti < t; ++ti)
-      acc += dropped(ld(m, mb + ti * t + si), dropout, keep, mb + ti * t + si) * ld(src, (bi * t + ti) * c + hi * dh + e);
+    for (int64_t ti = si; ti < t; ++ti) acc += ld(m, mb + ti * t + si) * ld(src, (bi * t + ti) * c + hi * dh + e);
     st(out, idx, acc);
   }
 }
@@ -177,21 +181,17 @@ void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const
   float* ds = work + rows * t;
   const float keep = static_cast<float>(dropout.keep_scale());
   launch("attention_backward", attention_probs_kernel, grid_for(rows * t), kThreads, 0, probs, stats, q, k, b, t, h, dh, scale, probs_format);
-  if (dv && total > 0) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, In(probs), dout, b, t, h, dh,
+  if (dq || dk) {
+    launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, ds, dout, v, probs, t, h, dh, scale,
            dropout, keep);
+    if (dq && total > 0) launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, ds, k, b, t, h, dh);
+    if (dk && total > 0) launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(ds), q, b, t, h, dh);
   }
-  if (!dq && !dk) return;
-  launch("attention_backward", attention_ds_kernel, static_cast<unsigned>(rows), kAttnThreads, bytes, ds, dout, v, probs, t, h, dh, scale,
-         dropout, keep);
-  if (total <= 0) return;
-  if (dq) {
-    launch("attention_backward", attention_dq_kernel, grid_for(total), kThreads, 0, dq, ds, k, b, t, h, dh);
-  }
-  if (dk) {
-    launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dk, In(ds), q, b, t, h, dh,
-           DropoutMask{}, 1.0f);
-  }
+  if (!dv || total <= 0) return;
+  if (dropout.on())
+    launch("attention_backward", attention_drop_probs_kernel, grid_for(rows * t), kThreads, 0, probs, rows * t, dropout, keep,
+           probs_format);
+  launch("attention_backward", attention_dkv_kernel, grid_for(total), kThreads, 0, dv, In(probs), dout, b, t, h, dh);
 }
 
 namespace {
