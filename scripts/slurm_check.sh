@@ -10,6 +10,13 @@ cd "$(dirname "$0")/.."
 NORMLAB=$(realpath "${NORMLAB:-build/normlab}")
 [ -x "$NORMLAB" ] || { echo "slurm_check: $NORMLAB not built (run ./scripts/build.sh)" >&2; exit 1; }
 
+# The norm kernels' fixed rule in every run, the Slurm tasks' and the local sweep's: a process that
+# finds no cached choice for a shape class times the candidates, and two processes timing at once on
+# a loaded machine can choose differently (oneDNN's LayerNorm rounds differently from normlab's own),
+# which would make the two summaries differ for a reason that is not the Slurm path. sbatch passes
+# the environment on to the tasks.
+export NORMLAB_TUNE=off
+
 say() { echo "slurm_check: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
