@@ -143,7 +143,8 @@ void print_dry_run(const SweepInvocation& inv, const SweepInvocationResult& r) {
   const ShardWork& w = r.work;
   for (size_t i = 0; i < r.plan.points.size(); ++i)
     if (in_shard(i, inv.run.shard))
-      std::printf("%-5s %-11s %s\n", w.runs[i] ? "run" : "skip", r.states[i].status.c_str(), r.plan.points[i].name.c_str());
+      std::printf("%-5s %-11s %s%s\n", w.runs[i] ? "run" : "skip", r.states[i].status.c_str(), r.plan.points[i].name.c_str(),
+                  r.states[i].carried_from.empty() ? "" : (" (with --force: the run of " + r.states[i].carried_from + ")").c_str());
   std::printf("%zu points%s: %zu to run, %zu already done (dry run: nothing was started or created)\n", w.points,
               shard_text(inv.run.shard).c_str(), w.todo.size(), w.done);
   if (!r.changed.empty())

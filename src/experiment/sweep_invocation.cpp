@@ -26,13 +26,20 @@ SlurmOptions checked_slurm_options(const SweepInvocation& inv, size_t points) {
 }
 
 // What a run would do, DIR untouched. The run directories are read even when the spec changed: a
-// --force run keeps every point whose run is whole and of the same config, and the count says how
-// many that is.
+// --force run keeps every point whose run is whole and of the same config (under its name, or
+// carried from the stored spec's), and the count says how many that is.
 void dry_run(const SweepInvocation& inv, SweepInvocationResult& r) {
   r.changed = check_sweep_dir(inv.run.dir, r.plan);
   std::error_code ec;
   r.states = fs::exists(fs::path(inv.run.dir) / "spec.json", ec) ? point_states(inv.run.dir, r.plan)
                                                                  : std::vector<PointState>(r.plan.points.size());
+  if (!r.changed.empty())
+    for (const CarriedRun& c : runs_to_carry(inv.run.dir, r.plan)) {
+      PointState& st = r.states[c.to];
+      st.status = c.status;
+      st.done = true;
+      st.carried_from = c.from.name;
+    }
   r.work = shard_work(r.plan, r.states, inv.run.shard, inv.rerun);
 }
 

@@ -280,6 +280,79 @@ std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan) {
   return fmt::format("{}", fmt::join(diffs, "; "));
 }
 
+std::vector<CarriedRun> runs_to_carry(const std::string& dir, const SweepPlan& plan) {
+  std::vector<CarriedRun> out;
+  SweepPlan old_plan;
+  try {
+    old_plan = plan_stored_sweep((fs::path(dir) / "spec.json").string());
+  } catch (const UsageError&) {
+    return out;  // no stored spec, or one that no longer plans: nothing to carry
+  }
+  std::set<std::string> names;
+  std::map<std::string, size_t> by_hash;
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    names.insert(plan.points[i].name);
+    by_hash.emplace(plan.points[i].hash, i);
+  }
+  std::set<size_t> taken;
+  for (const SweepPoint& q : old_plan.points) {
+    const auto it = by_hash.find(q.hash);
+    if (names.count(q.name) || it == by_hash.end() || taken.count(it->second)) continue;
+    // Only into a place nothing holds, and only a whole run of that very config.
+    struct stat st {};
+    if (::lstat(run_dir(dir, plan.points[it->second]).c_str(), &st) == 0 || errno != ENOENT) continue;
+    const std::string status = read_run(dir, q, "final_val_loss").status;
+    if (status.empty()) continue;
+    taken.insert(it->second);
+    out.push_back({q, it->second, status});
+  }
+  return out;
+}
+
+namespace {
+
+// mkdir -p of `path`'s missing ancestors under DIR/runs (the sweep's own tree).
+void make_parents(const fs::path& path) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  NL_USAGE(!ec, "cannot create '{}': {}", shown(path.parent_path().string(), 200), ec.message());
+}
+
+// Removes the directories between `path` and `top` that moving `path` left empty.
+void remove_empty_parents(fs::path path, const fs::path& top) {
+  for (path = path.parent_path(); path != top && path.has_relative_path(); path = path.parent_path())
+    if (::rmdir(path.c_str()) != 0) break;
+}
+
+// Moves run `c` (and its log) to its new point's name, and says so in the manifest: an end record
+// under the new name, with what the old one's said.
+void carry_run(const std::string& dir, const SweepPlan& plan, const CarriedRun& c, const Manifest& m) {
+  const SweepPoint& p = plan.points[c.to];
+  const std::string from = run_dir(dir, c.from), to = run_dir(dir, p);
+  make_parents(to);
+  NL_USAGE(::rename(from.c_str(), to.c_str()) == 0, "cannot move '{}' to '{}': {}", shown(from, 200), shown(to, 200),
+           std::strerror(errno));
+  remove_empty_parents(from, fs::path(dir) / "runs");
+  struct stat st {};
+  const std::string old_log = point_log_path(dir, c.from), new_log = point_log_path(dir, p);
+  if (::lstat(old_log.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::lstat(new_log.c_str(), &st) != 0)
+    ::rename(old_log.c_str(), new_log.c_str());  // a log left behind is only a log
+  const auto old_end = m.last_end.find(manifest_key(c.from));
+  json end{{"event", "end"}, {"point", p.name}, {"hash", p.hash}, {"time", now_iso8601()}, {"status", c.status},
+           {"seconds", old_end != m.last_end.end() ? old_end->second.seconds : 0.0}, {"moved_from", c.from.name}};
+  manifest_append(dir, end.dump());
+}
+
+// Moves every run runs_to_carry finds, before the stored spec is replaced.
+void carry_runs(const std::string& dir, const SweepPlan& plan) {
+  const std::vector<CarriedRun> carried = runs_to_carry(dir, plan);
+  if (carried.empty()) return;
+  const Manifest m = read_manifest(dir);
+  for (const CarriedRun& c : carried) carry_run(dir, plan, c, m);
+}
+
+}  // namespace
+
 namespace {
 
 std::string changed_spec_message(const std::string& dir, const std::string& changed) {
@@ -320,6 +393,7 @@ SweepDir::SweepDir(const std::string& dir, const SweepPlan& plan, bool force, Lo
     // Another sweep may have written DIR between the first check and the lock.
     const std::string changed = check_sweep_dir(dir, plan);
     if (!changed.empty() && !force) throw UsageError(changed_spec_message(dir, changed));
+    if (!changed.empty()) carry_runs(dir, plan);
     const std::string spec_path = (fs::path(dir) / "spec.json").string();
     // Shards of one array start together: rewrite only when the text differs.
     const bool had_spec = ::lstat(spec_path.c_str(), &st) == 0;

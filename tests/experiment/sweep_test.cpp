@@ -517,6 +517,44 @@ TEST_F(SweepRun, DryRunOnAChangedSpecCountsWhatAForcedRunKeeps) {
   EXPECT_EQ(run.work.done, 12u);
 }
 
+// An axis added at the value the base had renames every point but changes no config: a --force run
+// moves the 12 runs to their new names (the dry run says which) and runs only the 12 new points.
+TEST_F(SweepRun, AnAxisAddedAtTheBaseValueCarriesTheRunsOver) {
+  TempDir tmp;
+  const std::string dir = tmp / "s";
+  fs::copy(*ref_ / "ref", dir, fs::copy_options::recursive);
+  SweepInvocation widened = grid_sweep(dir);
+  std::vector<std::string>& sets = widened.request.sets;
+  sets.erase(std::find(sets.begin(), sets.end(), std::string("eval_batches=2")));
+  widened.request.axes.insert(widened.request.axes.begin(), "eval_batches=2,3");
+  widened.dry_run = true;
+  const SweepInvocationResult dry = run_in_process(widened);
+  ASSERT_EQ(dry.plan.points.size(), 24u);
+  EXPECT_EQ(dry.work.todo.size(), 12u);
+  std::map<std::string, std::string> moves;  // new name -> old
+  for (size_t i = 0; i < dry.plan.points.size(); ++i)
+    if (!dry.states[i].carried_from.empty()) moves[dry.plan.points[i].name] = dry.states[i].carried_from;
+  ASSERT_EQ(moves.size(), 12u);
+  EXPECT_EQ(moves["eval_batches=2/lr=1e-3/placement=pre/seed=1"], "lr=1e-3/placement=pre/seed=1");
+  EXPECT_TRUE(fs::exists(dir + "/runs/lr=1e-3/placement=pre/seed=1/result.json"));  // the dry run moved nothing
+  widened.dry_run = false;
+  widened.force = true;
+  const SweepInvocationResult r = run_in_process(widened);
+  ASSERT_EQ(exit_status(r), 0);
+  EXPECT_EQ(r.work.todo.size(), 12u);
+  EXPECT_EQ(r.work.done, 12u);
+  for (const auto& [to, from] : moves) {
+    EXPECT_FALSE(fs::exists(dir + "/runs/" + from)) << from;
+    EXPECT_EQ(slurp(dir + "/runs/" + to + "/result.json"), slurp(*ref_ / "ref/runs/" + from + "/result.json")) << to;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/runs/lr=1e-3"));  // emptied by the moves, so removed
+  const std::vector<json> m = manifest(dir);
+  EXPECT_EQ(count_events(m, "start"), 24u);  // 12 from the reference, 12 new: none of the moved ones again
+  EXPECT_EQ(std::count_if(m.begin(), m.end(), [](const json& e) { return e.contains("moved_from"); }), 12);
+  EXPECT_NE(slurp(dir + "/summary.md").find("24 points: 16 completed (6 collapsed), 8 diverged, 0 failed, 0 pending"),
+            std::string::npos) << slurp(dir + "/summary.md");
+}
+
 // A one-axis sweep compared with --paired has no row axis: no best anywhere (markdown, CSV,
 // JSON), and the curves of every column are shown.
 // A zip that leaves norm_compute unset for precision fp32: the fp32 column is the reference of

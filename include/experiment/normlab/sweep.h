@@ -98,8 +98,19 @@ bool in_shard(size_t point_index, const Shard& shard);
 // what changed (empty: nothing); UsageError when DIR cannot be a sweep directory at all.
 std::string check_sweep_dir(const std::string& dir, const SweepPlan& plan);
 
+// A whole run of DIR's stored spec whose config a point of `plan` has under another name: an axis
+// was added at the value the base had (or one was removed), which renames the points but not what
+// they ran. A --force run moves it to the point's run directory instead of running it again.
+struct CarriedRun {
+  SweepPoint from;  // the stored spec's point
+  size_t to = 0;    // its index in plan.points
+  std::string status;  // the run's: completed or diverged
+};
+std::vector<CarriedRun> runs_to_carry(const std::string& dir, const SweepPlan& plan);
+
 // DIR opened for writing by this process: checked (a changed spec is refused unless force), created
-// if absent, locked, spec.json written, runs/ points/ logs/ made. The lock is an flock on
+// if absent, locked, the runs a forced changed spec renames moved (runs_to_carry), spec.json
+// written, runs/ points/ logs/ made. The lock is an flock on
 // DIR/sweep.lock, which the kernel releases however the process ends:
 //   exclusive  one sweep at a time: a second one gets a UsageError naming the process that holds it;
 //   shared     shards (--shard K/N, a Slurm array on a shared file system) run side by side, each
@@ -141,6 +152,7 @@ struct PointState {
   std::string status = "pending";
   bool done = false;  // completed or diverged with a matching hash
   std::string problem;  // damaged: "result.json is not valid JSON", "is not a directory", ...
+  std::string carried_from;  // dry run: the stored spec's name of the run a --force run moves here
 };
 std::vector<PointState> point_states(const std::string& dir, const SweepPlan& plan);
 
