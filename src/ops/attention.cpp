@@ -1,4 +1,4 @@
-// softmax, causal multi-head attention, and the toy model's causal prefix mean.
+// softmax, multi-head attention (causal, and seeing every key), and the toy model's causal prefix mean.
 #include <cmath>
 
 #include "normlab/attention_kernels.h"
@@ -27,33 +27,51 @@ Tensor softmax(const Tensor& x_in) {
   return y;
 }
 
-Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, int64_t heads) {
-  check_float_same("causal_attention", {{"q", &q_in}, {"k", &k_in}, {"v", &v_in}});
+namespace {
+
+// Both attentions: q (B, T, C); k and v (B, Tk, C), Tk = T when causal.
+Tensor attention(const char* name, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, int64_t heads,
+                 bool causal) {
+  check_float_same(name, {{"q", &q_in}, {"k", &k_in}, {"v", &v_in}});
   const Tensor q = operand(q_in), k = operand(k_in), v = operand(v_in);
-  NL_CHECK(q.dim() == 3, "causal_attention: q must be (B, T, C), got {}", shape_str(q.shape()));
-  NL_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), "causal_attention: q {}, k {} and v {} must have one shape",
-           shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  NL_CHECK(q.dim() == 3, "{}: q must be (B, T, C), got {}", name, shape_str(q.shape()));
+  if (causal)
+    NL_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), "{}: q {}, k {} and v {} must have one shape", name,
+             shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  NL_CHECK(k.dim() == 3 && k.size(0) == q.size(0) && k.size(2) == q.size(2) && k.size(1) >= 1 && v.shape() == k.shape(),
+           "{}: k {} and v {} must be one (B, Tk, C) with q's B and C, q {}", name, shape_str(k.shape()),
+           shape_str(v.shape()), shape_str(q.shape()));
   const int64_t b = q.size(0), t = q.size(1), c = q.size(2);
-  NL_CHECK(heads >= 1 && c % heads == 0, "causal_attention: {} heads do not divide the model width C = {}", heads, c);
+  NL_CHECK(heads >= 1 && c % heads == 0, "{}: {} heads do not divide the model width C = {}", name, heads, c);
   const int64_t dh = c / heads;
+  const AttentionKeys keys{k.size(1), causal};
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   const Precision pf = product_format();
   Tensor out = new_output(q.shape(), pf, q), stats = float_output({b, heads, t, 2}, q);
   const DropoutMask drop = next_dropout_mask();
-  run_kernel(backend_of(q), AttentionForward{out, stats, q, k, v, b, t, heads, dh, scale, drop});
+  run_kernel(backend_of(q), AttentionForward{out, stats, q, k, v, b, t, heads, dh, scale, drop, keys});
   // The fused kernel weights v by the float32 probabilities and stores its output and each row's
   // softmax statistics; the backward recomputes the probabilities and rounds them to the format
   // the unfused form would have stored them in, so a bf16 / fp16 run's gradients see them as
   // that form saves them.
-  store(out, pf, "causal_attention");
+  store(out, pf, name);
   if (needs_grad({&q, &k, &v})) {
-    record("causal_attention", out, {q, k, v},
-           [q, k, v, stats, b, t, heads, dh, scale, pf, drop](const Tensor& dout, GradOutputs& g) {
-             run_kernel(backend_of(dout),
-                        AttentionBackward{g[0], g[1], g[2], dout, q, k, v, stats, b, t, heads, dh, scale, pf, drop});
-           });
+    record(name, out, {q, k, v}, [q, k, v, stats, b, t, heads, dh, scale, pf, drop, keys](const Tensor& dout, GradOutputs& g) {
+      run_kernel(backend_of(dout),
+                 AttentionBackward{g[0], g[1], g[2], dout, q, k, v, stats, b, t, heads, dh, scale, pf, drop, keys});
+    });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads) {
+  return attention("causal_attention", q, k, v, heads, true);
+}
+
+Tensor full_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads) {
+  return attention("full_attention", q, k, v, heads, false);
 }
 
 Tensor prefix_mean(const Tensor& x_in) {

@@ -675,7 +675,7 @@ TEST(CpuAttention, TheTilesSoftmaxIsTheRowSoftmaxBitForBit) {
   std::vector<float> p(sc, sc + t * t), stats(2 * t), again(sc, sc + t * t), ds(dp.data<float>(), dp.data<float>() + t * t);
   cpu::causal_softmax_rows(p.data(), t, 0, t, t, stats.data());
   cpu::causal_probs_rows(again.data(), t, 0, t, t, stats.data());
-  cpu::causal_softmax_backward_rows(ds.data(), p.data(), t, 1.0f);  // softmax_backward's own scale
+  cpu::causal_softmax_backward_rows(ds.data(), p.data(), t, t, 0, 1.0f);  // softmax_backward's own scale
   int64_t differ = 0;
   std::vector<float> want(t), want_ds(t);
   for (int64_t i = 0; i < t; ++i) {

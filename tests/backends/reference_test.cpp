@@ -499,34 +499,40 @@ TEST(ReferenceGradcheck, Gelu) {
   expect_grad(dx, ndx, "gelu dx");
 }
 
+// tk > 0: attention that sees all tk keys; 0: causal over T.
 struct AttnShape {
-  int64_t b, t, h, dh;
+  int64_t b, t, h, dh, tk = 0;
+  AttentionKeys keys() const { return {tk, tk == 0}; }
+  int64_t key_count() const { return tk ? tk : t; }
 };
 
 std::string attn_name(const char* what, AttnShape s) {
   return std::string(what) + " B=" + std::to_string(s.b) + " T=" + std::to_string(s.t) +
-         " H=" + std::to_string(s.h) + " Dh=" + std::to_string(s.dh);
+         (s.tk ? " Tk=" + std::to_string(s.tk) : std::string(" causal")) + " H=" + std::to_string(s.h) +
+         " Dh=" + std::to_string(s.dh);
 }
 
 TEST(ReferenceGradcheck, Attention) {
   Rng rng(8, stream::check);
-  for (AttnShape s : {AttnShape{1, 1, 1, 1}, AttnShape{2, 5, 2, 3}, AttnShape{1, 7, 3, 4}}) {
+  for (AttnShape s : {AttnShape{1, 1, 1, 1}, AttnShape{2, 5, 2, 3}, AttnShape{1, 7, 3, 4}, AttnShape{2, 5, 2, 3, 5},
+                      AttnShape{1, 4, 2, 3, 7}, AttnShape{2, 6, 1, 2, 1}}) {
     const int64_t c = s.h * s.dh;
-    const Shape shp = {s.b, s.t, c};
+    const Shape shp = {s.b, s.t, c}, kshp = {s.b, s.key_count(), c};
     const double scale = 1.0 / std::sqrt(double(s.dh));
-    Tensor q = f64(randn(rng, s.b * s.t * c), shp), k = f64(randn(rng, s.b * s.t * c), shp),
-           v = f64(randn(rng, s.b * s.t * c), shp);
+    Tensor q = f64(randn(rng, s.b * s.t * c), shp), k = f64(randn(rng, s.b * s.key_count() * c), kshp),
+           v = f64(randn(rng, s.b * s.key_count() * c), kshp);
     Vec r = randn(rng, s.b * s.t * c);
     Tensor out = Tensor::empty(shp, DType::f64), stats = Tensor::empty({s.b, s.h, s.t, 2}, DType::f64);
     auto loss = [&] {
-      run_kernel(ref(), AttentionForward{out, stats, q, k, v, s.b, s.t, s.h, s.dh, scale});
+      run_kernel(ref(), AttentionForward{out, stats, q, k, v, s.b, s.t, s.h, s.dh, scale, {}, s.keys()});
       return dot(out, r);
     };
     Vec ndq = numeric_grad(q, loss), ndk = numeric_grad(k, loss), ndv = numeric_grad(v, loss);
     loss();
-    Tensor dq = Tensor::empty(shp, DType::f64), dk = Tensor::empty(shp, DType::f64),
-           dv = Tensor::empty(shp, DType::f64);
-    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, stats, s.b, s.t, s.h, s.dh, scale});
+    Tensor dq = Tensor::empty(shp, DType::f64), dk = Tensor::empty(kshp, DType::f64),
+           dv = Tensor::empty(kshp, DType::f64);
+    run_kernel(ref(), AttentionBackward{&dq, &dk, &dv, f64(r, shp), q, k, v, stats, s.b, s.t, s.h, s.dh, scale,
+                                        Precision::fp32, {}, s.keys()});
     expect_grad(dq, ndq, attn_name("attention dq", s));
     expect_grad(dk, ndk, attn_name("attention dk", s));
     expect_grad(dv, ndv, attn_name("attention dv", s));
@@ -617,47 +623,50 @@ TEST(ReferenceGradcheck, LinearViaMatmul) {
 // attention: a direct computation (its output and row statistics), causality
 // ============================================================================
 
-// Per (b, h): gather the head into T x Dh matrices, form the full T x T score matrix, mask the
-// future with -inf, softmax each row with std::exp, multiply by V. Same math, other loops; both
-// in double: atol 1e-13.
+// Per (b, h): gather the head into T x Dh and Tk x Dh matrices, form the full T x Tk score
+// matrix, mask the future with -inf when causal, softmax each row with std::exp, multiply by V.
+// Same math, other loops; both in double: atol 1e-13.
 TEST(ReferenceAttention, AgainstDirect) {
   Rng rng(14, stream::check);
-  const int64_t B = 2, T = 6, H = 3, Dh = 4, C = H * Dh;
-  const double scale = 1.0 / std::sqrt(double(Dh));
-  Vec q = randn(rng, B * T * C), k = randn(rng, B * T * C), v = randn(rng, B * T * C);
-  Tensor out = Tensor::empty({B, T, C}, DType::f64), stats = Tensor::full({B, H, T, 2}, 7.0, DType::f64);
-  run_kernel(ref(),
-             AttentionForward{out, stats, f64(q, {B, T, C}), f64(k, {B, T, C}), f64(v, {B, T, C}), B, T, H, Dh, scale});
-  Vec want_out(B * T * C), want_stats(B * H * T * 2);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      auto head = [&](const Vec& x) {
-        std::vector<Vec> m(T, Vec(Dh));
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t e = 0; e < Dh; ++e) m[t][e] = x[(b * T + t) * C + h * Dh + e];
-        return m;
-      };
-      auto Q = head(q), K = head(k), V = head(v);
-      for (int64_t t = 0; t < T; ++t) {
-        Vec srow(T);
-        for (int64_t s = 0; s < T; ++s) {
-          double dotp = 0;
-          for (int64_t e = 0; e < Dh; ++e) dotp += Q[t][e] * K[s][e];
-          srow[s] = s <= t ? scale * dotp : -std::numeric_limits<double>::infinity();
-        }
-        double mx = *std::max_element(srow.begin(), srow.end()), z = 0;
-        for (double& x : srow) z += (x = std::exp(x - mx));
-        want_stats[((b * H + h) * T + t) * 2] = mx;
-        want_stats[((b * H + h) * T + t) * 2 + 1] = z;
-        for (int64_t e = 0; e < Dh; ++e) {
-          double acc = 0;
-          for (int64_t s = 0; s < T; ++s) acc += srow[s] / z * V[s][e];
-          want_out[(b * T + t) * C + h * Dh + e] = acc;
+  for (const AttnShape shape : {AttnShape{2, 6, 3, 4}, AttnShape{2, 6, 3, 4, 6}, AttnShape{2, 5, 3, 4, 8}}) {
+    const int64_t B = shape.b, T = shape.t, Tk = shape.key_count(), H = shape.h, Dh = shape.dh, C = H * Dh;
+    const bool causal = shape.tk == 0;
+    const double scale = 1.0 / std::sqrt(double(Dh));
+    Vec q = randn(rng, B * T * C), k = randn(rng, B * Tk * C), v = randn(rng, B * Tk * C);
+    Tensor out = Tensor::empty({B, T, C}, DType::f64), stats = Tensor::full({B, H, T, 2}, 7.0, DType::f64);
+    run_kernel(ref(), AttentionForward{out, stats, f64(q, {B, T, C}), f64(k, {B, Tk, C}), f64(v, {B, Tk, C}), B, T, H,
+                                       Dh, scale, {}, shape.keys()});
+    Vec want_out(B * T * C), want_stats(B * H * T * 2);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        auto head = [&](const Vec& x, int64_t n) {
+          std::vector<Vec> m(n, Vec(Dh));
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t e = 0; e < Dh; ++e) m[t][e] = x[(b * n + t) * C + h * Dh + e];
+          return m;
+        };
+        auto Q = head(q, T), K = head(k, Tk), V = head(v, Tk);
+        for (int64_t t = 0; t < T; ++t) {
+          Vec srow(Tk);
+          for (int64_t s = 0; s < Tk; ++s) {
+            double dotp = 0;
+            for (int64_t e = 0; e < Dh; ++e) dotp += Q[t][e] * K[s][e];
+            srow[s] = !causal || s <= t ? scale * dotp : -std::numeric_limits<double>::infinity();
+          }
+          double mx = *std::max_element(srow.begin(), srow.end()), z = 0;
+          for (double& x : srow) z += (x = std::exp(x - mx));
+          want_stats[((b * H + h) * T + t) * 2] = mx;
+          want_stats[((b * H + h) * T + t) * 2 + 1] = z;
+          for (int64_t e = 0; e < Dh; ++e) {
+            double acc = 0;
+            for (int64_t s = 0; s < Tk; ++s) acc += srow[s] / z * V[s][e];
+            want_out[(b * T + t) * C + h * Dh + e] = acc;
+          }
         }
       }
-    }
-  expect_close(out.to_vector(), want_out, 1e-13, 0, "attention out");
-  expect_close(stats.to_vector(), want_stats, 1e-13, 0, "attention stats");
+    expect_close(out.to_vector(), want_out, 1e-13, 0, attn_name("attention out", shape));
+    expect_close(stats.to_vector(), want_stats, 1e-13, 0, attn_name("attention stats", shape));
+  }
 }
 
 // Changing k and v at a position t0 must leave every output at t < t0 bit-identical (the kernel

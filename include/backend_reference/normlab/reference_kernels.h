@@ -10,6 +10,7 @@
 // - a gradient output passed as nullptr is skipped;
 // - norms save rstd (1/sqrt(var+eps), or 1/sqrt(mean(x^2)+eps)), one per row, in T.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -133,12 +134,12 @@ void dropout_ref(T* y, const T* x, int64_t n, const DropoutMask& mask) {
 
 // Head (bi, hi)'s P (t x t) with the probabilities' dropout applied: D[t,s] = P[t,s] / (1 - rate)
 // where the mask keeps index ((bi*H + hi)*T + t)*T + s, else 0; D = P when the mask is off.
-inline std::vector<double> dropped_probs_ref(const std::vector<double>& p, const DropoutMask& mask, int64_t bh,
-                                             int64_t t) {
+inline std::vector<double> dropped_probs_ref(const std::vector<double>& p, const DropoutMask& mask, int64_t bh) {
   std::vector<double> d = p;
   if (!mask.on()) return d;
   const double keep = mask.keep_scale();
-  for (int64_t i = 0; i < t * t; ++i) d[i] = mask.keeps(static_cast<uint64_t>(bh * t * t + i)) ? d[i] * keep : 0.0;
+  const int64_t n = static_cast<int64_t>(p.size());
+  for (int64_t i = 0; i < n; ++i) d[i] = mask.keeps(static_cast<uint64_t>(bh * n + i)) ? d[i] * keep : 0.0;
   return d;
 }
 
@@ -444,40 +445,46 @@ void softmax_backward_ref(T* dx, const T* dy, const T* y, int64_t n, int64_t d) 
 }
 
 // ============================================================================
-// causal multi-head scaled-dot-product attention
+// multi-head scaled-dot-product attention: causal self-attention, and attention over another
+// sequence's keys (an encoder's self-attention, a decoder's cross-attention)
 // ============================================================================
 
-// B batch, T time, H heads, Dh head size, C = H*Dh channels.
-// q, k, v, out: (B, T, C); head h uses channels [h*Dh, (h+1)*Dh).
-// For each (b, h) and query position t:
-//   S[t,s] = scale * q_t . k_s            for s <= t (causal: a position sees only the past)
-//   P[t,s] = softmax_s(S[t,:]) over s <= t (row max subtracted), P[t,s] = 0 for s > t
-//   out_t  = sum_{s<=t} P[t,s] v_s
+// B batch, T query positions, Tk key positions, H heads, Dh head size, C = H*Dh channels.
+// q, out: (B, T, C); k, v: (B, Tk, C); head h uses channels [h*Dh, (h+1)*Dh).
+// For each (b, h) and query position t, over the keys s it sees (s <= t when causal, where Tk = T;
+// every s < Tk otherwise):
+//   S[t,s] = scale * q_t . k_s
+//   P[t,s] = softmax_s(S[t,:]) over the keys seen (row max subtracted), P[t,s] = 0 for the others
+//   out_t  = sum_s P[t,s] v_s
 
-// P (t x t, row-major, zero above the diagonal) of head hi of batch bi, in double; each row's max
-// and sum to stats[2 * ti], [2 * ti + 1] when stats is not null (the head's T rows of them).
+// The keys query row ti sees: the first attention_keys_seen of them.
+inline int64_t attention_keys_seen(int64_t ti, int64_t tk, bool causal) { return causal ? std::min(ti + 1, tk) : tk; }
+
+// P (t x tk, row-major, zero where unseen) of head hi of batch bi, in double; each row's max and
+// sum to stats[2 * ti], [2 * ti + 1] when stats is not null (the head's T rows of them).
 template <class T>
 void attention_probs_ref(std::vector<double>& p, T* stats, const T* q, const T* k, int64_t bi, int64_t hi, int64_t t,
-                         int64_t h, int64_t dh, double scale) {
+                         int64_t tk, bool causal, int64_t h, int64_t dh, double scale) {
   const int64_t c = h * dh;
-  p.assign(static_cast<size_t>(t * t), 0.0);
+  p.assign(static_cast<size_t>(t * tk), 0.0);
   for (int64_t ti = 0; ti < t; ++ti) {
     const T* qt = q + (bi * t + ti) * c + hi * dh;
-    double* row = p.data() + ti * t;
+    double* row = p.data() + ti * tk;
+    const int64_t seen = attention_keys_seen(ti, tk, causal);
     double mx = -INFINITY;
-    for (int64_t si = 0; si <= ti; ++si) {
-      const T* ks = k + (bi * t + si) * c + hi * dh;
+    for (int64_t si = 0; si < seen; ++si) {
+      const T* ks = k + (bi * tk + si) * c + hi * dh;
       double dot = 0.0;
       for (int64_t e = 0; e < dh; ++e) dot += double(qt[e]) * double(ks[e]);
       row[si] = scale * dot;
       mx = std::fmax(mx, row[si]);
     }
     double sum = 0.0;
-    for (int64_t si = 0; si <= ti; ++si) {
+    for (int64_t si = 0; si < seen; ++si) {
       row[si] = std::exp(row[si] - mx);
       sum += row[si];
     }
-    for (int64_t si = 0; si <= ti; ++si) row[si] /= sum;
+    for (int64_t si = 0; si < seen; ++si) row[si] /= sum;
     if (stats) {
       stats[2 * ti] = static_cast<T>(mx);
       stats[2 * ti + 1] = static_cast<T>(sum);
@@ -487,19 +494,19 @@ void attention_probs_ref(std::vector<double>& p, T* stats, const T* q, const T* 
 
 // stats: (B, H, T, 2), each query row's softmax max and sum.
 template <class T>
-void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v, int64_t b, int64_t t, int64_t h,
-                           int64_t dh, double scale, const DropoutMask& dropout) {
+void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v, int64_t b, int64_t t, int64_t tk,
+                           bool causal, int64_t h, int64_t dh, double scale, const DropoutMask& dropout) {
   const int64_t c = h * dh;
   std::vector<double> probs;
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      attention_probs_ref(probs, stats + (bi * h + hi) * t * 2, q, k, bi, hi, t, h, dh, scale);
-      const std::vector<double> p = dropped_probs_ref(probs, dropout, bi * h + hi, t);
+      attention_probs_ref(probs, stats + (bi * h + hi) * t * 2, q, k, bi, hi, t, tk, causal, h, dh, scale);
+      const std::vector<double> p = dropped_probs_ref(probs, dropout, bi * h + hi);
       for (int64_t ti = 0; ti < t; ++ti) {
         T* ot = out + (bi * t + ti) * c + hi * dh;
         for (int64_t e = 0; e < dh; ++e) {
           double acc = 0.0;
-          for (int64_t si = 0; si <= ti; ++si) acc += p[ti * t + si] * double(v[(bi * t + si) * c + hi * dh + e]);
+          for (int64_t si = 0; si < tk; ++si) acc += p[ti * tk + si] * double(v[(bi * tk + si) * c + hi * dh + e]);
           ot[e] = static_cast<T>(acc);
         }
       }
@@ -511,74 +518,75 @@ void attention_forward_ref(T* out, T* stats, const T* q, const T* k, const T* v,
 // and k alone (the forward's stats, a backend's shortcut, are not needed for the math), and
 // rounded to `probs_format` (via float32: the format's grid is a subset of float32's); with
 // dropout, D from it is rounded again.
-// Derivation, per (b, h), with P zero above the diagonal and D = P * M / (1 - rate) the
-// probabilities after dropout (M the mask; D = P without dropout):
-//   out_t = sum_s D[t,s] v_s            =>  dv_s = sum_{t>=s} D[t,s] dout_t
+// Derivation, per (b, h), with P zero where unseen and D = P * M / (1 - rate) the probabilities
+// after dropout (M the mask; D = P without dropout):
+//   out_t = sum_s D[t,s] v_s            =>  dv_s = sum_t D[t,s] dout_t
 //                                           dD[t,s] = dout_t . v_s
 //   D = P * M / (1 - rate)               =>  dP[t,s] = dD[t,s] * M[t,s] / (1 - rate)
 //   P[t,:] = softmax(S[t,:]) (per row)   =>  dS[t,s] = P[t,s] (dP[t,s] - sum_s' dP[t,s'] P[t,s'])
-//                                           (softmax backward; masked entries have P = 0, so dS =
+//                                           (softmax backward; unseen entries have P = 0, so dS =
 //                                           0)
-//   S[t,s] = scale q_t . k_s             =>  dq_t = scale sum_{s<=t} dS[t,s] k_s
-//                                           dk_s = scale sum_{t>=s} dS[t,s] q_t
+//   S[t,s] = scale q_t . k_s             =>  dq_t = scale sum_s dS[t,s] k_s
+//                                           dk_s = scale sum_t dS[t,s] q_t
 // (attention_kernels.h folds `scale` into dS; the same numbers.)
 template <class T>
 void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, int64_t b,
-                            int64_t t, int64_t h, int64_t dh, double scale, Precision probs_format,
-                            const DropoutMask& dropout) {
+                            int64_t t, int64_t tk, bool causal, int64_t h, int64_t dh, double scale,
+                            Precision probs_format, const DropoutMask& dropout) {
   const int64_t c = h * dh;
-  // Offset of (batch bi, position ti, head hi) in a (B, T, C) array.
-  auto at = [&](int64_t bi, int64_t ti, int64_t hi) { return (bi * t + ti) * c + hi * dh; };
-  std::vector<double> p, ds(static_cast<size_t>(t * t));  // P and scale * dS for one (b, h)
+  // Offset of (batch bi, position ti of a sequence of n, head hi) in a (B, n, C) array.
+  auto at = [&](int64_t bi, int64_t ti, int64_t n, int64_t hi) { return (bi * n + ti) * c + hi * dh; };
+  std::vector<double> p, ds(static_cast<size_t>(t * tk));  // P and scale * dS for one (b, h)
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      attention_probs_ref(p, static_cast<T*>(nullptr), q, k, bi, hi, t, h, dh, scale);
+      attention_probs_ref(p, static_cast<T*>(nullptr), q, k, bi, hi, t, tk, causal, h, dh, scale);
       if (probs_format != Precision::fp32)
         for (double& x : p) x = round_to(probs_format, to_float(x));
       const int64_t bh = bi * h + hi;
-      std::vector<double> d = dropped_probs_ref(p, dropout, bh, t);
+      std::vector<double> d = dropped_probs_ref(p, dropout, bh);
       // As the unfused form stores dropout's output: rounded to the format again.
       if (dropout.on() && probs_format != Precision::fp32)
         for (double& x : d) x = round_to(probs_format, to_float(x));
       if (dv) {
-        for (int64_t si = 0; si < t; ++si) {
+        for (int64_t si = 0; si < tk; ++si) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t ti = si; ti < t; ++ti) acc += d[ti * t + si] * double(dout[at(bi, ti, hi) + e]);
-            dv[at(bi, si, hi) + e] = static_cast<T>(acc);
+            for (int64_t ti = 0; ti < t; ++ti) acc += d[ti * tk + si] * double(dout[at(bi, ti, t, hi) + e]);
+            dv[at(bi, si, tk, hi) + e] = static_cast<T>(acc);
           }
         }
       }
       if (!dq && !dk) continue;
       for (int64_t ti = 0; ti < t; ++ti) {
-        // dP[t,s] for s <= t, kept in ds until the row sum is known.
+        // dP[t,s] for the keys seen, kept in ds until the row sum is known.
+        const int64_t seen = attention_keys_seen(ti, tk, causal);
         double rowdot = 0.0;
-        for (int64_t si = 0; si <= ti; ++si) {
+        for (int64_t si = 0; si < seen; ++si) {
           double dp = 0.0;
-          for (int64_t e = 0; e < dh; ++e) dp += double(dout[at(bi, ti, hi) + e]) * double(v[at(bi, si, hi) + e]);
+          for (int64_t e = 0; e < dh; ++e) dp += double(dout[at(bi, ti, t, hi) + e]) * double(v[at(bi, si, tk, hi) + e]);
           if (dropout.on())
-            dp = dropout.keeps(static_cast<uint64_t>((bh * t + ti) * t + si)) ? dp * dropout.keep_scale() : 0.0;
-          ds[ti * t + si] = dp;
-          rowdot += dp * p[ti * t + si];
+            dp = dropout.keeps(static_cast<uint64_t>((bh * t + ti) * tk + si)) ? dp * dropout.keep_scale() : 0.0;
+          ds[ti * tk + si] = dp;
+          rowdot += dp * p[ti * tk + si];
         }
-        for (int64_t si = 0; si < t; ++si)
-          ds[ti * t + si] = si <= ti ? scale * p[ti * t + si] * (ds[ti * t + si] - rowdot) : 0.0;
+        for (int64_t si = 0; si < tk; ++si)
+          ds[ti * tk + si] = si < seen ? scale * p[ti * tk + si] * (ds[ti * tk + si] - rowdot) : 0.0;
       }
       if (dq) {
         for (int64_t ti = 0; ti < t; ++ti) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t si = 0; si <= ti; ++si) acc += ds[ti * t + si] * double(k[at(bi, si, hi) + e]);
-            dq[at(bi, ti, hi) + e] = static_cast<T>(acc);
+            for (int64_t si = 0; si < tk; ++si) acc += ds[ti * tk + si] * double(k[at(bi, si, tk, hi) + e]);
+            dq[at(bi, ti, t, hi) + e] = static_cast<T>(acc);
           }
         }
       }
       if (dk) {
-        for (int64_t si = 0; si < t; ++si) {
+        for (int64_t si = 0; si < tk; ++si) {
           for (int64_t e = 0; e < dh; ++e) {
             double acc = 0.0;
-            for (int64_t ti = si; ti < t; ++ti) acc += ds[ti * t + si] * double(q[at(bi, ti, hi) + e]);
-            dk[at(bi, si, hi) + e] = static_cast<T>(acc);
+            for (int64_t ti = 0; ti < t; ++ti) acc += ds[ti * tk + si] * double(q[at(bi, ti, t, hi) + e]);
+            dk[at(bi, si, tk, hi) + e] = static_cast<T>(acc);
           }
         }
       }

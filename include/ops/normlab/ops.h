@@ -108,6 +108,10 @@ Tensor softmax(const Tensor& x);  // over the last dimension
 // Causal multi-head scaled-dot-product attention: q, k, v (B, T, C) with C = heads * Dh;
 // scale 1/sqrt(Dh); inside a DropoutScope, dropout on its probabilities. Returns (B, T, C).
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads);
+// Multi-head attention that sees every key: q (B, T, C) over k and v (B, Tk, C), any Tk >= 1 (an
+// encoder's self-attention with k, v of the same sequence; a decoder's cross-attention to the
+// encoder's output). The same kernels, dropout scope and precision as causal_attention.
+Tensor full_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads);
 // The toy model's stand-in for attention: y[b,t] = mean of x[b,0..t]. x (B, T, C).
 Tensor prefix_mean(const Tensor& x);
 

@@ -70,18 +70,36 @@ void score_rows(float* s, int64_t lds, const float* a, int64_t lda, const float*
   }
 }
 
-// S[i][j] = scale * sum_d A[i][d] Bt[d][j] for j <= i (the causal part; a block's last columns
-// reach past its first rows' diagonal, which the softmax then ignores). S is t x t.
-void causal_scores(float* s, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t t, int64_t m,
-                   float scale) {
+// The (batch, head) tiles of an attention call: where each head's operands start, and which keys
+// each query row sees.
+struct Tiles {
+  int64_t t, tk, h, dh, c, tkp, dhp;  // c = H*Dh: the row stride of q, k, v; tkp, dhp: padded to vectors
+  bool causal;
+  explicit Tiles(const AttentionSizes& n)
+      : t(n.t), tk(n.tk), h(n.h), dh(n.dh), c(n.h * n.dh), tkp(padded(n.tk)), dhp(padded(n.dh)), causal(n.causal) {}
+  int64_t query_head(int64_t tile) const { return (tile / h) * t * c + (tile % h) * dh; }  // offset in q, out
+  int64_t key_head(int64_t tile) const { return (tile / h) * tk * c + (tile % h) * dh; }   // offset in k, v
+  // The keys rows [i0, i0 + rows) see between them: the last row's.
+  int64_t seen(int64_t i0, int64_t rows) const { return causal ? std::min(i0 + rows, tk) : tk; }
+  // The first query row that sees key j (P is zero above it).
+  int64_t first_row(int64_t j) const { return causal ? j : 0; }
+  // row0 for the softmax rows (kernels.h): the query row itself when causal, past every key when not.
+  int64_t softmax_row0(int64_t i0) const { return causal ? i0 : tk; }
+  uint64_t first_mask_index(int64_t tile) const { return static_cast<uint64_t>(tile * t * tk); }
+};
+
+// S[i][j] = scale * sum_d A[i][d] Bt[d][j] over the keys each block of rows sees (a causal block's
+// last columns reach past its first rows' diagonal, which the softmax then ignores). S is t x tk.
+void visible_scores(float* s, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t m, const Tiles& tl,
+                    float scale) {
   int64_t i0 = 0;
-  for (; i0 + kRows <= t; i0 += kRows)
-    score_rows<kRows>(s + i0 * t, t, a + i0 * lda, lda, bt, ldb, m, i0 + kRows, scale);
-  for (; i0 < t; ++i0) score_rows<1>(s + i0 * t, t, a + i0 * lda, lda, bt, ldb, m, i0 + 1, scale);
+  for (; i0 + kRows <= tl.t; i0 += kRows)
+    score_rows<kRows>(s + i0 * tl.tk, tl.tk, a + i0 * lda, lda, bt, ldb, m, tl.seen(i0, kRows), scale);
+  for (; i0 < tl.t; ++i0) score_rows<1>(s + i0 * tl.tk, tl.tk, a + i0 * lda, lda, bt, ldb, m, tl.seen(i0, 1), scale);
 }
 
-// R rows of O = P B over j < jend (P's entries past the diagonal are zero): P's R rows of stride
-// ldp, B (t x ldb) padded rows; O's R rows of m floats, stride ldo.
+// R rows of O = P B over j < jend (P's entries past what a row sees are zero): P's R rows of
+// stride ldp, B (tk x ldb) padded rows; O's R rows of m floats, stride ldo.
 template <int R>
 void lower_rows(float* o, int64_t ldo, const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t m,
                 int64_t jend) {
@@ -97,56 +115,62 @@ void lower_rows(float* o, int64_t ldo, const float* p, int64_t ldp, const float*
   }
 }
 
-// O[i] = sum_{j <= i} P[i][j] B[j]: the product with a lower-triangular P (t x t).
-void lower_product(float* o, int64_t ldo, const float* p, const float* b, int64_t ldb, int64_t t, int64_t m) {
+// O[i] = sum_{j seen} P[i][j] B[j]: the product with P (t x tk, lower-triangular when causal).
+void seen_product(float* o, int64_t ldo, const float* p, const float* b, int64_t ldb, int64_t m, const Tiles& tl) {
   int64_t i0 = 0;
-  for (; i0 + kRows <= t; i0 += kRows) lower_rows<kRows>(o + i0 * ldo, ldo, p + i0 * t, t, b, ldb, m, i0 + kRows);
-  for (; i0 < t; ++i0) lower_rows<1>(o + i0 * ldo, ldo, p + i0 * t, t, b, ldb, m, i0 + 1);
+  for (; i0 + kRows <= tl.t; i0 += kRows)
+    lower_rows<kRows>(o + i0 * ldo, ldo, p + i0 * tl.tk, tl.tk, b, ldb, m, tl.seen(i0, kRows));
+  for (; i0 < tl.t; ++i0) lower_rows<1>(o + i0 * ldo, ldo, p + i0 * tl.tk, tl.tk, b, ldb, m, tl.seen(i0, 1));
 }
 
-// Rows j0.. of G = P^T B over i >= j0 (P's entries past the diagonal are zero).
+// Rows j0.. of G = P^T B over the query rows i from i0 (P's entries above them are zero): P t x
+// ldp, B's rows padded (stride ldb).
 template <int R>
-void upper_rows(float* g, int64_t ldg, const float* p, int64_t t, const float* b, int64_t ldb, int64_t m,
-                int64_t j0) {
+void upper_rows(float* g, int64_t ldg, const float* p, int64_t ldp, int64_t i0, int64_t t, const float* b,
+                int64_t ldb, int64_t m, int64_t j0) {
   for (int64_t c0 = 0; c0 < m; c0 += kW) {
     VF acc[R];
     for (int r = 0; r < R; ++r) acc[r] = simd::zero();
-    for (int64_t i = j0; i < t; ++i) {
+    for (int64_t i = i0; i < t; ++i) {
       const VF bv = simd::load(b + i * ldb + c0);
-      for (int r = 0; r < R; ++r) acc[r] = simd::fmadd(simd::set1(p[i * t + j0 + r]), bv, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = simd::fmadd(simd::set1(p[i * ldp + j0 + r]), bv, acc[r]);
     }
     const int64_t n = std::min(kW, m - c0);
     for (int r = 0; r < R; ++r) simd::store_tail(g + (j0 + r) * ldg + c0, acc[r], n);
   }
 }
 
-// G[j] = sum_{i >= j} P[i][j] B[i]: the product with the transpose of a lower-triangular P.
-void upper_t_product(float* g, int64_t ldg, const float* p, const float* b, int64_t ldb, int64_t t, int64_t m) {
+// G[j] = sum_i P[i][j] B[i] for the tk keys j: the product with the transpose of P (t x tk).
+void transposed_product(float* g, int64_t ldg, const float* p, const float* b, int64_t ldb, int64_t m,
+                        const Tiles& tl) {
   int64_t j0 = 0;
-  for (; j0 + kRows <= t; j0 += kRows) upper_rows<kRows>(g, ldg, p, t, b, ldb, m, j0);
-  for (; j0 < t; ++j0) upper_rows<1>(g, ldg, p, t, b, ldb, m, j0);
+  for (; j0 + kRows <= tl.tk; j0 += kRows) upper_rows<kRows>(g, ldg, p, tl.tk, tl.first_row(j0), tl.t, b, ldb, m, j0);
+  for (; j0 < tl.tk; ++j0) upper_rows<1>(g, ldg, p, tl.tk, tl.first_row(j0), tl.t, b, ldb, m, j0);
 }
 
 // Rows [i0, i0 + rows) of one tile's P (row stride ld) times the probabilities' dropout mask and
-// its keep scale (attention_kernels.h), over the causal part j <= i only (P is 0 past it): the
-// tile's entry (i, j) is the mask's index first + i*t + j.
-void drop_rows(float* p, int64_t ld, int64_t i0, int64_t rows, int64_t t, uint64_t first, const DropoutMask& mask) {
+// its keep scale (attention_kernels.h), over the keys each row sees (P is 0 past them): the
+// tile's entry (i, j) is the mask's index first + i*tk + j.
+void drop_rows(float* p, int64_t ld, int64_t i0, int64_t rows, const Tiles& tl, uint64_t first,
+               const DropoutMask& mask) {
   const float keep = static_cast<float>(mask.keep_scale());
   for (int64_t r = 0; r < rows; ++r) {
     float* row = p + r * ld;
-    const uint64_t at = first + static_cast<uint64_t>((i0 + r) * t);
-    for (int64_t j = 0; j <= i0 + r; ++j) row[j] = mask.keeps(at + static_cast<uint64_t>(j)) ? row[j] * keep : 0.0f;
+    const uint64_t at = first + static_cast<uint64_t>((i0 + r) * tl.tk);
+    const int64_t seen = tl.seen(i0 + r, 1);
+    for (int64_t j = 0; j < seen; ++j) row[j] = mask.keeps(at + static_cast<uint64_t>(j)) ? row[j] * keep : 0.0f;
   }
 }
 
-// The backward's mask, hashed once for its two uses: f (t x t) = keep scale where the mask keeps
-// (i, j <= i), else 0.
-void mask_factors(float* f, int64_t t, uint64_t first, const DropoutMask& mask) {
-  std::fill(f, f + t * t, 0.0f);
+// The backward's mask, hashed once for its two uses: f (t x tk) = keep scale where the mask keeps
+// a seen (i, j), else 0.
+void mask_factors(float* f, const Tiles& tl, uint64_t first, const DropoutMask& mask) {
+  std::fill(f, f + tl.t * tl.tk, 0.0f);
   const float keep = static_cast<float>(mask.keep_scale());
-  for (int64_t i = 0; i < t; ++i) {
-    const uint64_t at = first + static_cast<uint64_t>(i * t);
-    for (int64_t j = 0; j <= i; ++j) f[i * t + j] = mask.keeps(at + static_cast<uint64_t>(j)) ? keep : 0.0f;
+  for (int64_t i = 0; i < tl.t; ++i) {
+    const uint64_t at = first + static_cast<uint64_t>(i * tl.tk);
+    const int64_t seen = tl.seen(i, 1);
+    for (int64_t j = 0; j < seen; ++j) f[i * tl.tk + j] = mask.keeps(at + static_cast<uint64_t>(j)) ? keep : 0.0f;
   }
 }
 
@@ -175,118 +199,123 @@ TileBuffers& tile_buffers() {
   return buffers;
 }
 
-// The (batch, head) tiles of an attention call: where each head's operands start.
-struct Tiles {
-  int64_t t, h, dh, c, tp, dhp;  // c = H*Dh: the row stride of q, k, v; tp, dhp: padded to vectors
-  Tiles(int64_t t_, int64_t h_, int64_t dh_) : t(t_), h(h_), dh(dh_), c(h_ * dh_), tp(padded(t_)), dhp(padded(dh_)) {}
-  int64_t head(int64_t tile) const { return (tile / h) * t * c + (tile % h) * dh; }  // offset in q, k, v
-};
-
-// A head's t rows of dh floats as the products read them: in place (row stride c) when dh is
+// A head's n rows of dh floats as the products read them: in place (row stride c) when dh is
 // whole vectors, else copied into the thread's row buffer, each row padded to whole vectors.
 struct HeadRows {
   const float* p;
   int64_t ld;
 };
-HeadRows head_rows(const float* src, TileBuffers& buf, const Tiles& tl) {
+HeadRows head_rows(const float* src, int64_t n, TileBuffers& buf, const Tiles& tl) {
   if (tl.dh == tl.dhp) return {src, tl.c};
-  float* rows = buf.rows_of(tl.t * tl.dhp);
-  pack_rows(rows, src, tl.t, tl.dh, tl.c, tl.dhp);
+  float* rows = buf.rows_of(n * tl.dhp);
+  pack_rows(rows, src, n, tl.dh, tl.c, tl.dhp);
   return {rows, tl.dhp};
 }
 
 // R query rows from i0 of one tile: their scores, softmax (and dropout) and output through `s`
-// (R x tp), their max and sum to stats (the tile's, 2 a row). `first`: the tile's first mask index.
+// (R x tkp), their max and sum to stats (the tile's, 2 a row). `first`: the tile's first mask index.
 template <int R>
 void forward_rows(float* out, float* stats, float* s, const float* q, const float* kt, HeadRows v,
                   const Tiles& tl, int64_t i0, float scale, const DropoutMask& dropout, uint64_t first) {
-  const int64_t jend = i0 + R;
-  score_rows<R>(s, tl.tp, q + i0 * tl.c, tl.c, kt, tl.tp, tl.dh, jend, scale);
-  causal_softmax_rows(s, tl.tp, i0, R, jend, stats + 2 * i0);
-  if (dropout.on()) drop_rows(s, tl.tp, i0, R, tl.t, first, dropout);
-  lower_rows<R>(out + i0 * tl.c, tl.c, s, tl.tp, v.p, v.ld, tl.dh, jend);
+  const int64_t jend = tl.seen(i0, R);
+  score_rows<R>(s, tl.tkp, q + i0 * tl.c, tl.c, kt, tl.tkp, tl.dh, jend, scale);
+  causal_softmax_rows(s, tl.tkp, tl.softmax_row0(i0), R, jend, stats + 2 * i0);
+  if (dropout.on()) drop_rows(s, tl.tkp, i0, R, tl, first, dropout);
+  lower_rows<R>(out + i0 * tl.c, tl.c, s, tl.tkp, v.p, v.ld, tl.dh, jend);
 }
 
-// The tile's P (t x t, zero above the diagonal) as the forward computed it, rounded to the stored
+// The tile's P (t x tk, zero where unseen) as the forward computed it, rounded to the stored
 // format: the scores' blocks are the forward's own, and exp(s - max) * (1 / sum) its softmax's
 // last steps with its max and sum.
 void recompute_probs(float* p, const float* q, const float* k, const float* stats, float* kt, const Tiles& tl,
                      float scale, Precision format) {
-  pack_transposed(kt, k, tl.t, tl.dh, tl.c, tl.tp);
-  causal_scores(p, q, tl.c, kt, tl.tp, tl.t, tl.dh, scale);
-  causal_probs_rows(p, tl.t, 0, tl.t, tl.t, stats);
-  if (format != Precision::fp32) round_to(format, p, tl.t * tl.t);
+  pack_transposed(kt, k, tl.tk, tl.dh, tl.c, tl.tkp);
+  visible_scores(p, q, tl.c, kt, tl.tkp, tl.dh, tl, scale);
+  causal_probs_rows(p, tl.tk, tl.softmax_row0(0), tl.t, tl.tk, stats);
+  if (format != Precision::fp32) round_to(format, p, tl.t * tl.tk);
+}
+
+// The tile's D (P after the forward's dropout, rounded as the format stores it), in the thread's
+// buffer; P itself without dropout.
+const float* dropped_probs(const float* p, const float* factors, TileBuffers& buf, const Tiles& tl, Precision format) {
+  if (!factors) return p;
+  float* dropped = buf.dropped_of(tl.t * tl.tk);
+  multiply(dropped, p, factors, tl.t * tl.tk);
+  if (format != Precision::fp32) round_to(format, dropped, tl.t * tl.tk);
+  return dropped;
+}
+
+// Attention with no head channels: every score is 0, so each row's max is 0 and its sum the
+// number of keys it sees; the output has no channels to write.
+void empty_head_stats(float* stats, const AttentionSizes& n) {
+  const Tiles tl(n);
+  for (int64_t row = 0; row < n.b * n.h * n.t; ++row) {
+    stats[2 * row] = 0.0f;
+    stats[2 * row + 1] = static_cast<float>(tl.seen(row % n.t, 1));
+  }
 }
 
 }  // namespace
 
-void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v, int64_t b,
-                       int64_t t, int64_t h, int64_t dh, float scale, const DropoutMask& dropout) {
-  if (b <= 0 || t <= 0 || h <= 0) return;
-  if (dh <= 0) {  // empty heads: the scores are 0, so each row's max is 0 and its sum i + 1
-    for (int64_t row = 0; row < b * h * t; ++row) {
-      stats[2 * row] = 0.0f;
-      stats[2 * row + 1] = static_cast<float>(row % t + 1);
-    }
+void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v,
+                       const AttentionSizes& n, float scale, const DropoutMask& dropout) {
+  if (n.b <= 0 || n.t <= 0 || n.h <= 0) return;
+  if (n.dh <= 0 || n.tk <= 0) {
+    if (n.tk > 0) empty_head_stats(stats, n);
     return;
   }
-  const Tiles tl(t, h, dh);
-  parallel_for(b * h, b * h * t * t * dh, [&](int64_t tile) {
+  const Tiles tl(n);
+  parallel_for(n.b * n.h, n.b * n.h * n.t * n.tk * n.dh, [&](int64_t tile) {
     TileBuffers& buf = tile_buffers();
-    const int64_t at = tl.head(tile);
-    float* kt = buf.transposed_of(dh * tl.tp);
-    const HeadRows vp = head_rows(v + at, buf, tl);
-    float* s = buf.probs_of(kRows * tl.tp);
-    pack_transposed(kt, k + at, t, dh, tl.c, tl.tp);
+    const int64_t qa = tl.query_head(tile), ka = tl.key_head(tile);
+    float* kt = buf.transposed_of(n.dh * tl.tkp);
+    const HeadRows vp = head_rows(v + ka, n.tk, buf, tl);
+    float* s = buf.probs_of(kRows * tl.tkp);
+    pack_transposed(kt, k + ka, n.tk, n.dh, tl.c, tl.tkp);
     int64_t i0 = 0;
-    float* st = stats + tile * t * 2;
-    const uint64_t first = static_cast<uint64_t>(tile * t * t);
-    for (; i0 + kRows <= t; i0 += kRows)
-      forward_rows<kRows>(out + at, st, s, q + at, kt, vp, tl, i0, scale, dropout, first);
-    for (; i0 < t; ++i0) forward_rows<1>(out + at, st, s, q + at, kt, vp, tl, i0, scale, dropout, first);
+    float* st = stats + tile * n.t * 2;
+    const uint64_t first = tl.first_mask_index(tile);
+    for (; i0 + kRows <= n.t; i0 += kRows)
+      forward_rows<kRows>(out + qa, st, s, q + qa, kt, vp, tl, i0, scale, dropout, first);
+    for (; i0 < n.t; ++i0) forward_rows<1>(out + qa, st, s, q + qa, kt, vp, tl, i0, scale, dropout, first);
   });
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* stats, int64_t b, int64_t t, int64_t h, int64_t dh, float scale,
+                        const float* v, const float* stats, const AttentionSizes& n, float scale,
                         Precision probs_format, const DropoutMask& dropout) {
-  if (b <= 0 || t <= 0 || h <= 0 || dh <= 0 || (!dq && !dk && !dv)) return;
-  const Tiles tl(t, h, dh);
-  parallel_for(b * h, 4 * b * h * t * t * dh, [&](int64_t tile) {
+  if (n.b <= 0 || n.t <= 0 || n.tk <= 0 || n.h <= 0 || n.dh <= 0 || (!dq && !dk && !dv)) return;
+  const Tiles tl(n);
+  const int64_t entries = n.t * n.tk;
+  parallel_for(n.b * n.h, 4 * n.b * n.h * entries * n.dh, [&](int64_t tile) {
     TileBuffers& buf = tile_buffers();
-    const int64_t at = tl.head(tile);
-    float* p = buf.probs_of(t * t);
-    float* transposed = buf.transposed_of(dh * tl.tp);
-    recompute_probs(p, q + at, k + at, stats + tile * t * 2, transposed, tl, scale, probs_format);
+    const int64_t qa = tl.query_head(tile), ka = tl.key_head(tile);
+    float* p = buf.probs_of(entries);
+    float* transposed = buf.transposed_of(n.dh * tl.tkp);
+    recompute_probs(p, q + qa, k + ka, stats + tile * n.t * 2, transposed, tl, scale, probs_format);
     float* factors = nullptr;
     if (dropout.on()) {
-      factors = buf.factors_of(t * t);
-      mask_factors(factors, t, static_cast<uint64_t>(tile * t * t), dropout);
+      factors = buf.factors_of(entries);
+      mask_factors(factors, tl, tl.first_mask_index(tile), dropout);
     }
     if (dv) {
-      const float* d = p;  // the probabilities the forward weighted v with, as the format stores them
-      if (factors) {
-        float* dropped = buf.dropped_of(t * t);
-        multiply(dropped, p, factors, t * t);
-        if (probs_format != Precision::fp32) round_to(probs_format, dropped, t * t);
-        d = dropped;
-      }
-      const HeadRows g = head_rows(dout + at, buf, tl);
-      upper_t_product(dv + at, tl.c, d, g.p, g.ld, t, dh);
+      const float* d = dropped_probs(p, factors, buf, tl, probs_format);
+      const HeadRows g = head_rows(dout + qa, n.t, buf, tl);
+      transposed_product(dv + ka, tl.c, d, g.p, g.ld, n.dh, tl);
     }
     if (!dq && !dk) return;
-    float* ds = buf.ds_of(t * t);
-    pack_transposed(transposed, v + at, t, dh, tl.c, tl.tp);
-    causal_scores(ds, dout + at, tl.c, transposed, tl.tp, t, dh, 1.0f);  // dD
-    if (factors) multiply(ds, ds, factors, t * t);                        // dP
-    causal_softmax_backward_rows(ds, p, t, scale);                        // dS
+    float* ds = buf.ds_of(entries);
+    pack_transposed(transposed, v + ka, n.tk, n.dh, tl.c, tl.tkp);
+    visible_scores(ds, dout + qa, tl.c, transposed, tl.tkp, n.dh, tl, 1.0f);          // dD
+    if (factors) multiply(ds, ds, factors, entries);                                  // dP
+    causal_softmax_backward_rows(ds, p, n.t, n.tk, tl.softmax_row0(0), scale);        // dS
     if (dq) {
-      const HeadRows kr = head_rows(k + at, buf, tl);
-      lower_product(dq + at, tl.c, ds, kr.p, kr.ld, t, dh);
+      const HeadRows kr = head_rows(k + ka, n.tk, buf, tl);
+      seen_product(dq + qa, tl.c, ds, kr.p, kr.ld, n.dh, tl);
     }
     if (dk) {
-      const HeadRows qr = head_rows(q + at, buf, tl);
-      upper_t_product(dk + at, tl.c, ds, qr.p, qr.ld, t, dh);
+      const HeadRows qr = head_rows(q + qa, n.t, buf, tl);
+      transposed_product(dk + ka, tl.c, ds, qr.p, qr.ld, n.dh, tl);
     }
   });
 }

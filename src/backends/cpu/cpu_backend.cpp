@@ -143,17 +143,22 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 }
 
 // ---- attention -------------------------------------------------------------------------
+cpu::AttentionSizes sizes_of(int64_t b, int64_t t, const AttentionKeys& keys, int64_t h, int64_t dh) {
+  return {b, t, keys.of(t), h, dh, keys.causal};
+}
+
 void attention_forward(Backend&, const AttentionForward& call) {
   cpu::attention_forward(f32(call.out, "attention out"), f32(call.stats, "attention stats"),
-                         f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"), call.b,
-                         call.t, call.h, call.dh, static_cast<float>(call.scale), call.dropout);
+                         f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"),
+                         sizes_of(call.b, call.t, call.keys, call.h, call.dh), static_cast<float>(call.scale),
+                         call.dropout);
 }
 
 void attention_backward(Backend&, const AttentionBackward& call) {
   cpu::attention_backward(f32_opt(call.dq, "attention dq"), f32_opt(call.dk, "attention dk"),
                           f32_opt(call.dv, "attention dv"), f32(call.dout, "attention dout"),
                           f32(call.q, "attention q"), f32(call.k, "attention k"), f32(call.v, "attention v"),
-                          f32(call.stats, "attention stats"), call.b, call.t, call.h, call.dh,
+                          f32(call.stats, "attention stats"), sizes_of(call.b, call.t, call.keys, call.h, call.dh),
                           static_cast<float>(call.scale), call.probs_format, call.dropout);
 }
 

@@ -79,16 +79,17 @@ void adam_step(float* param, float* m, float* v, const float* grad, int64_t n,
 void softmax_forward(float* y, const float* x, int64_t n, int64_t d);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t n, int64_t d);
 // Rows row0 .. row0+rows-1 of a causal score matrix, row r at p + r * ldp: query row i = row0 + r
-// keeps its entries s <= i, softmax over them in place, and zeros from i + 1 to `width` (the
-// causal mask, as far as the caller reads); stats[2r], [2r+1]: the row's max and sum of exps.
-// On the calling thread: attention calls it per tile.
+// keeps its entries s <= i (all `width` of them when i >= width: a row0 of width or more is the
+// unmasked softmax of attention that sees every key), softmax over them in place, and zeros from
+// i + 1 to `width` (the causal mask, as far as the caller reads); stats[2r], [2r+1]: the row's max
+// and sum of exps. On the calling thread: attention calls it per tile.
 void causal_softmax_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_t width, float* stats);
 // The same rows' probabilities from their scores and the stats causal_softmax_rows wrote: the
 // same bits, in one pass (exp(s - max) * (1 / sum), its last two steps).
 void causal_probs_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_t width, const float* stats);
-// dS = scale * P * (dP - rowsum(dP*P)) in place of dP, both t x t and causal, zero above the
-// diagonal. On the calling thread.
-void causal_softmax_backward_rows(float* dp, const float* p, int64_t t, float scale);
+// dS = scale * P * (dP - rowsum(dP*P)) in place of dP, both `rows` x `width` (row stride width),
+// the rows as causal_softmax_rows's from row0 (zero where masked). On the calling thread.
+void causal_softmax_backward_rows(float* dp, const float* p, int64_t rows, int64_t width, int64_t row0, float scale);
 void cross_entropy_forward(float* loss, float* probs, const float* logits, const int32_t* targets,
                            int64_t n, int64_t v);
 void cross_entropy_backward(float* dlogits, float dloss, const float* probs, const int32_t* targets,
@@ -101,11 +102,17 @@ void channel_scale_backward(float* dx, float* dlambda, const float* dy, const fl
                             int64_t n, int64_t d, int64_t c);
 
 // ---- attention and token mixing (attention_kernels.cpp) -------------------------------------------
-void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v, int64_t b,
-                       int64_t t, int64_t h, int64_t dh, float scale, const DropoutMask& dropout);
+// The sizes of an attention call: B sequences of T queries and Tk keys, H heads of Dh channels;
+// causal: query t sees keys s <= t (Tk = T), else all Tk.
+struct AttentionSizes {
+  int64_t b, t, tk, h, dh;
+  bool causal;
+};
+void attention_forward(float* out, float* stats, const float* q, const float* k, const float* v,
+                       const AttentionSizes& n, float scale, const DropoutMask& dropout);
 // P recomputed per tile from the forward's stats and rounded to probs_format (attention_kernels.h).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* stats, int64_t b, int64_t t, int64_t h, int64_t dh, float scale,
+                        const float* v, const float* stats, const AttentionSizes& n, float scale,
                         Precision probs_format, const DropoutMask& dropout);
 void prefix_mean_forward(float* y, const float* x, int64_t b, int64_t t, int64_t c);
 // The RowNorms and AttentionLogitStats kernels: the reference's double arithmetic, rows in

@@ -169,25 +169,25 @@ void causal_probs_rows(float* p, int64_t ldp, int64_t row0, int64_t rows, int64_
 }
 
 // softmax_backward_row's arithmetic (the same bits), the block's rows side by side.
-void causal_softmax_backward_rows(float* dp, const float* p, int64_t t, float scale) {
+void causal_softmax_backward_rows(float* dp, const float* p, int64_t rows, int64_t width, int64_t row0, float scale) {
   const VF vs = set1(scale);
-  for (int64_t r0 = 0; r0 < t; r0 += kBlockRows) {
-    const int64_t n = std::min(kBlockRows, t - r0);
-    float* block = dp + r0 * t;
-    const float* pb = p + r0 * t;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, rows - r0);
+    float* block = dp + r0 * width;
+    const float* pb = p + r0 * width;
     int64_t valid[kBlockRows];
-    causal_valid(valid, r0, n, t);
+    causal_valid(valid, row0 + r0, n, width);
     RowSums dots(n);
     across_rows(valid, n, [&](int64_t r, int64_t j, int64_t w) {
-      dots.add(r, j, w, load_n(block + r * t + j, w) * load_n(pb + r * t + j, w));
+      dots.add(r, j, w, load_n(block + r * width + j, w) * load_n(pb + r * width + j, w));
     });
     VF vdot[kBlockRows];
     for (int64_t r = 0; r < n; ++r) vdot[r] = set1(dots.sum(r));
     across_rows(valid, n, [&](int64_t r, int64_t j, int64_t w) {
-      float* x = block + r * t + j;
-      store_n(x, vs * load_n(pb + r * t + j, w) * (load_n(x, w) - vdot[r]), w);
+      float* x = block + r * width + j;
+      store_n(x, vs * load_n(pb + r * width + j, w) * (load_n(x, w) - vdot[r]), w);
     });
-    for (int64_t r = 0; r < n; ++r) std::fill(block + r * t + valid[r], block + (r + 1) * t, 0.0f);
+    for (int64_t r = 0; r < n; ++r) std::fill(block + r * width + valid[r], block + (r + 1) * width, 0.0f);
   }
 }
 

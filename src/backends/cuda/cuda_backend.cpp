@@ -473,6 +473,14 @@ void softmax_backward(Backend&, const SoftmaxBackward& call) {
 }
 
 // ---- attention ---------------------------------------------------------------------------------
+// The call's sizes, its key length within what the kernels take (a row of scores in shared memory).
+cuda::AttnSizes attn_sizes(int64_t b, int64_t t, const AttentionKeys& keys, int64_t h, int64_t dh, const char* kn) {
+  const int64_t tk = keys.of(t);
+  NL_CHECK(tk <= cuda::attention_max_t(), "cuda {}: Tk = {} keys are more than the {} the kernel takes", kn, tk,
+           cuda::attention_max_t());
+  return {b, t, tk, h, dh, keys.causal};
+}
+
 void attention_forward(Backend&, const AttentionForward& call) {
   const char* kn = "attention_forward";
   expect(kn, "out", call.out);
@@ -480,10 +488,9 @@ void attention_forward(Backend&, const AttentionForward& call) {
   expect(kn, "q", call.q);
   expect(kn, "k", call.k);
   expect(kn, "v", call.v);
-  NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
-           cuda::attention_max_t());
-  cuda::attention_forward(arr_out(call.out), fp(call.stats), arr_in(call.q), arr_in(call.k), arr_in(call.v), call.b,
-                          call.t, call.h, call.dh, static_cast<float>(call.scale), call.dropout);
+  const cuda::AttnSizes n = attn_sizes(call.b, call.t, call.keys, call.h, call.dh, kn);
+  cuda::attention_forward(arr_out(call.out), fp(call.stats), arr_in(call.q), arr_in(call.k), arr_in(call.v), n,
+                          static_cast<float>(call.scale), call.dropout);
 }
 
 void attention_backward(Backend& backend, const AttentionBackward& call) {
@@ -497,14 +504,13 @@ void attention_backward(Backend& backend, const AttentionBackward& call) {
   expect(kn, "k", call.k);
   expect(kn, "v", call.v);
   expect_f32(kn, "stats", call.stats);
-  NL_CHECK(call.t <= cuda::attention_max_t(), "cuda {}: T = {} is longer than the {} the kernel takes", kn, call.t,
-           cuda::attention_max_t());
+  const cuda::AttnSizes n = attn_sizes(call.b, call.t, call.keys, call.h, call.dh, kn);
   if (!call.dq && !call.dk && !call.dv) return;
   // P, and dS beside it when dq or dk is wanted.
-  float* work = self.work_floats((call.dq || call.dk ? 2 : 1) * call.b * call.h * call.t * call.t, kn);
+  float* work = self.work_floats((call.dq || call.dk ? 2 : 1) * n.b * n.h * n.t * n.tk, kn);
   cuda::attention_backward(arr_out(call.dq), arr_out(call.dk), arr_out(call.dv), arr_in(call.dout), arr_in(call.q),
-                           arr_in(call.k), arr_in(call.v), fp(call.stats), call.b, call.t, call.h, call.dh,
-                           static_cast<float>(call.scale), static_cast<int>(call.probs_format), call.dropout, work);
+                           arr_in(call.k), arr_in(call.v), fp(call.stats), n, static_cast<float>(call.scale),
+                           static_cast<int>(call.probs_format), call.dropout, work);
 }
 
 // ---- prefix mean -------------------------------------------------------------------------------

@@ -155,16 +155,22 @@ void cross_entropy_backward(Out dlogits, const float* dloss, const float* probs,
                             int64_t v);
 
 // ---- attention.cu: attention, prefix mean ------------------------------------------------------
-// Largest T the attention kernels take (one row of scores in shared memory).
+// Largest Tk the attention kernels take (one row of scores in shared memory).
 int64_t attention_max_t();
+// The sizes of an attention call: B sequences of T queries and Tk keys, H heads of Dh channels;
+// causal: query t sees keys s <= t (Tk = T), else all Tk.
+struct AttnSizes {
+  int64_t b, t, tk, h, dh;
+  bool causal;
+  __host__ __device__ int64_t seen(int64_t ti) const { return causal ? (ti + 1 < tk ? ti + 1 : tk) : tk; }
+};
 // stats: b*h*t*2 floats, each query row's softmax max and sum.
-void attention_forward(Out out, float* stats, In q, In k, In v, int64_t b, int64_t t, int64_t h, int64_t dh,
-                       float scale, const DropoutMask& dropout);
-// `work` holds b*h*t*t floats for P recomputed from the forward's stats (rounded to probs_format,
+void attention_forward(Out out, float* stats, In q, In k, In v, const AttnSizes& n, float scale,
+                       const DropoutMask& dropout);
+// `work` holds b*h*t*tk floats for P recomputed from the forward's stats (rounded to probs_format,
 // Precision's order), and as many again for scale * dS when dq or dk is wanted.
-void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, int64_t b, int64_t t,
-                        int64_t h, int64_t dh, float scale, int probs_format, const DropoutMask& dropout,
-                        float* work);
+void attention_backward(Out dq, Out dk, Out dv, In dout, In q, In k, In v, const float* stats, const AttnSizes& n,
+                        float scale, int probs_format, const DropoutMask& dropout, float* work);
 void prefix_mean_forward(Out y, In x, int64_t b, int64_t t, int64_t c);
 void prefix_mean_backward(Out dx, In dy, int64_t b, int64_t t, int64_t c);
 

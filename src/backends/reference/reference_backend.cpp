@@ -238,7 +238,7 @@ void attention_forward(Backend&, const AttentionForward& call) {
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_forward_ref(call.out.data<T>(), call.stats.data<T>(), call.q.data<T>(), call.k.data<T>(), call.v.data<T>(), call.b, call.t,
-                          call.h, call.dh, call.scale, call.dropout);
+                          call.keys.of(call.t), call.keys.causal, call.h, call.dh, call.scale, call.dropout);
   });
 }
 
@@ -257,8 +257,8 @@ void attention_backward(Backend&, const AttentionBackward& call) {
   dispatch(dt, kn, [&](auto tag) {
     using T = decltype(tag);
     attention_backward_ref(ptr<T>(call.dq), ptr<T>(call.dk), ptr<T>(call.dv), call.dout.data<T>(), call.q.data<T>(),
-                           call.k.data<T>(), call.v.data<T>(), call.b, call.t, call.h, call.dh, call.scale,
-                           call.probs_format, call.dropout);
+                           call.k.data<T>(), call.v.data<T>(), call.b, call.t, call.keys.of(call.t),
+                           call.keys.causal, call.h, call.dh, call.scale, call.probs_format, call.dropout);
   });
 }
 
