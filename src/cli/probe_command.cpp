@@ -37,6 +37,7 @@ struct ProbeArgs {
   std::map<std::string, std::string> values;  // --key value, applied over the file
   std::string plot;  // an SVG of the per-layer probes (stream, gradient, identity share) as bars
   bool plot_given = false;  // --plot was on the command line (with an empty name it names no file)
+  bool seeds_given = false, depths_given = false;
   DeviceOptions dev;
 };
 
@@ -55,10 +56,20 @@ const std::set<std::string>& training_only_keys() {
 ProbeRequest probe_request(const ProbeArgs& a) {
   ProbeRequest req;
   req.preset = a.preset.empty() ? "config" : a.preset;
+  std::map<std::string, std::string> values = a.values;
+  // xiong2020 --model encdec: the encoder-decoder at the paper's setting (10 seeds, N = 6..14 by
+  // default, as its figure); --model gpt is the decoder-only preset itself.
+  if (req.preset == "xiong2020" && values.count("model")) {
+    const std::string model = values["model"];
+    NL_USAGE(model == "encdec" || model == "gpt", "xiong2020 --model '{}': the preset probes gpt (decoder-only) or "
+                                                  "encdec (the paper's encoder-decoder)", shown(model));
+    req.encdec = model == "encdec";
+    values.erase("model");
+  }
   if (req.preset != "config") {
-    const bool any = !a.values.empty() || !a.config_file.empty();
+    const bool any = !values.empty() || !a.config_file.empty();
     NL_USAGE(!any, "config keys and --config apply to `normlab probe config`; preset '{}' fixes its own configs (got {})",
-             req.preset, !a.config_file.empty() ? "--config" : "--" + a.values.begin()->first);
+             req.preset, !a.config_file.empty() ? "--config" : "--" + values.begin()->first);
   }
   NL_USAGE(a.seeds >= 1 && a.seeds <= 1000, "--seeds must be 1..1000, got {}", a.seeds);
   NL_USAGE(a.batch >= 1 && a.batch <= (int64_t{1} << 20), "--batch must be 1..{}, got {}", int64_t{1} << 20, a.batch);
@@ -66,10 +77,10 @@ ProbeRequest probe_request(const ProbeArgs& a) {
            a.threads);
   for (int64_t L : a.depths) NL_USAGE(L <= 256, "--depths: each depth must be at most 256, got {}", L);
   NL_USAGE(a.depths.size() <= 16 && a.gains.size() <= 16, "--depths and --gains take at most 16 values each");
-  req.options.seeds = a.seeds;
+  req.options.seeds = req.encdec && !a.seeds_given ? 10 : a.seeds;
   req.options.batch = a.batch;
   req.options.threads = a.threads;
-  req.depths = a.depths;
+  req.depths = req.encdec && !a.depths_given ? std::vector<int64_t>{6, 8, 10, 12, 14} : a.depths;
   for (const std::string& i : a.inits) req.inits.push_back(parse_kind<InitScheme>(i));
   req.widths = a.widths;
   req.gains = a.gains;
@@ -86,6 +97,9 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   NL_USAGE(a.plot.empty() || preset == "config" || preset == "xiong2020" || preset == "identity-share" || preset == "all",
            "--plot draws the per-layer probes of config, xiong2020 and identity-share; preset '{}' has none", preset);
   NL_USAGE(!a.plot_given || !a.plot.empty(), "--plot needs a file name");
+  NL_USAGE(!req.encdec || (a.plot.empty() && a.inits.empty() && a.widths.empty()),
+           "xiong2020 --model encdec takes --depths, --seeds, --batch and --threads; --plot, --inits and --widths are "
+           "the decoder-only preset's");
   if (!a.plot.empty()) check_plot_file(a.plot, "--plot");
   if (preset == "config") {
     req.config = load_train_config(a.config_file, a.values);
@@ -113,14 +127,18 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   sub->add_option("preset", args->preset,
                   "plain-stack, preln-growth, xiong2020, identity-share, batchnorm, all, or config (default: config, probed "
                   "per layer from the config flags)");
-  sub->add_option("--seeds", args->seeds, "Seeds to average over (default 3)");
+  CLI::Option* seeds = sub->add_option("--seeds", args->seeds, "Seeds to average over (default 3; xiong2020 --model encdec: 10)");
   sub->add_option("--batch", args->batch, "Sequences per probe batch (default 16)");
   sub->add_option("--threads", args->threads, "Threads for the kernels (default 1: probe tensors are small; 0 = all cores)");
   sub->add_option("--config", args->config_file, "config: JSON file of config keys (flags override it)");
   // Lists through the one list parser (an empty entry such as 6,,12 is an error, not a default).
   sub->add_option_function<std::string>(
-      "--depths", [args](const std::string& v) { args->depths = parse_integer_list(v, "--depths", 1, 256); },
-      "xiong2020: depths to compare (default 6,12,24)");
+      "--depths",
+      [args](const std::string& v) {
+        args->depths = parse_integer_list(v, "--depths", 1, 256);
+        args->depths_given = true;
+      },
+      "xiong2020: depths to compare (default 6,12,24; --model encdec: layers per stack, default 6,8,10,12,14)");
   sub->add_option_function<std::string>(
       "--inits", [args](const std::string& v) { args->inits = split_list(v, "--inits"); },
       "xiong2020: also a factor table under these init schemes (gpt2, xavier, torch, fairseq)");
@@ -150,6 +168,7 @@ Runner add_probe(CLI::App& app, GlobalOptions& g) {
   normlab probe preln-growth                     Pre-LN stream growth over 12 layers; the final norm
   normlab probe xiong2020 --depths 6,12,24       Post-LN vs Pre-LN weight gradients at init (Xiong et al. 2020)
   normlab probe xiong2020 --depths 6,12 --inits gpt2,xavier,torch,fairseq --widths 64,256,512   what moves the ratio
+  normlab probe xiong2020 --model encdec         the same at the paper's setting: the encoder-decoder, 10 seeds
   normlab probe identity-share                   the identity term's share of dL/dx, with and without "x +"
   normlab probe all --seeds 5 --json > probe.json
   normlab probe config --model gpt --placement post --layers 12 --init xavier
@@ -160,8 +179,9 @@ Norms: ||x|| is the mean over tokens of the per-token L2 norm (a unit-variance t
 gradient norms are Frobenius norms of the gradient of the mean cross-entropy. Every number is the mean
 over --seeds seeds (model init and data); --json also carries the standard deviations. The config keys
 (--model, --norm, --placement, --layers, --d_model, ...) apply to `probe config` only.)");
-  return [args, &g, plot] {
+  return [args, &g, plot, seeds] {
     args->plot_given = plot->count() > 0;
+    args->seeds_given = seeds->count() > 0;
     return run_probe(*args, g);
   };
 }

@@ -3,6 +3,7 @@
 // models are declared here.
 #include <memory>
 
+#include "normlab/encdec.h"
 #include "normlab/gradcheck.h"
 #include "normlab/nn.h"
 #include "normlab/opcases.h"
@@ -149,6 +150,42 @@ void add_op_cases(std::vector<GradCase>& cs) {
   }
 }
 
+// The encoder-decoder's loss on random sources of T + 2 tokens and targets of T; inputs: every
+// parameter. `set` shapes the config beyond the case's sizes; with `dropout`, as model_case.
+GradCase encdec_case(std::string name, std::string description, NormKind norm, Placement placement,
+                     std::function<void(EncDecConfig&)> set, double dropout = 0.0) {
+  GradCase c;
+  c.name = std::move(name);
+  c.kind = "composite";
+  c.description = std::move(description);
+  c.make = [=](const CaseShape& s, DType dtype, uint64_t seed) {
+    EncDecConfig cfg;
+    cfg.model = case_config(s, dtype, ModelKind::gpt, norm, placement, false);
+    cfg.model.seq_len = s.time + 2;
+    cfg.encoder_layers = cfg.decoder_layers = s.layers;
+    if (set) set(cfg);
+    auto m = std::make_shared<EncDecModel>(cfg, seed);
+    Draw d{Rng(seed, stream::check), dtype};
+    const Tensor src = d.ids({s.batch, s.time + 2}, s.vocab), tgt_in = d.ids({s.batch, s.time}, s.vocab);
+    const Tensor tgt_out = d.ids({s.batch, s.time}, s.vocab);
+    CaseInstance inst({}, [m, src, tgt_in, tgt_out, dropout, seed] {
+      const DropoutScope drop(dropout, seed);
+      return m->loss(src, tgt_in, tgt_out);
+    });
+    for (const Tensor& p : m->params().all()) inst.inputs.push_back({p.name(), p});
+    inst.constants = {{"src", src}, {"tgt_in", tgt_in}, {"tgt_out", tgt_out}};
+    describe_config(inst, cfg.model);
+    inst.names["model"] = "encdec";
+    inst.numbers["encoder_layers"] = double(cfg.encoder_layers);
+    inst.numbers["decoder_layers"] = double(cfg.decoder_layers);
+    inst.numbers["encoder_alpha"] = cfg.encoder_alpha();
+    inst.numbers["decoder_alpha"] = cfg.decoder_alpha();
+    if (dropout > 0) inst.numbers["dropout"] = dropout;
+    return inst;
+  };
+  return c;
+}
+
 std::vector<GradCase> build_cases() {
   std::vector<GradCase> cs;
   add_op_cases(cs);
@@ -215,6 +252,22 @@ std::vector<GradCase> build_cases() {
                           "and attention's probabilities (one mask per call, the same in every evaluation) + "
                           "cross-entropy",
                           ModelKind::gpt, NormKind::layernorm, Placement::pre, false, nullptr, 0.3));
+  cs.push_back(encdec_case("encdec_post_loss",
+                           "encoder-decoder, Post-LN (Vaswani et al.), cross-attention over a longer source, shared "
+                           "embeddings + cross-entropy of the targets",
+                           NormKind::layernorm, Placement::post, nullptr));
+  cs.push_back(encdec_case("encdec_sandwich_loss",
+                           "encoder-decoder, Sandwich RMSNorm with QK-Norm on self- and cross-attention, separate "
+                           "embeddings, head tied to the target's + cross-entropy",
+                           NormKind::rmsnorm, Placement::sandwich, [](EncDecConfig& c) {
+                             c.model.qk_norm = true;
+                             c.model.tie_embeddings = true;
+                             c.shared_embeddings = false;
+                           }));
+  cs.push_back(encdec_case("encdec_deepnorm_loss",
+                           "encoder-decoder, DeepNorm with DeepNet's encoder and decoder constants, dropout 0.3 (one "
+                           "mask per call, the same in every evaluation) + cross-entropy",
+                           NormKind::layernorm, Placement::deepnorm, nullptr, 0.3));
   return cs;
 }
 

@@ -213,28 +213,49 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   return make_block(p, prefix, cfg, init, 0);
 }
 
-Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, int64_t l) {
-  const int64_t d = cfg.d_model, h = cfg.d_hidden;
-  const bool deepnet = cfg.deepnet();
+Linear make_block_linear(ParamList& p, const std::string& name, const ModelConfig& cfg, Init& init, int64_t out,
+                         int64_t in, bool residual_proj, double xavier_gain) {
   // DeepNet's own init wins under every scheme: Xavier (normal) with gain beta on the MLP and the
   // value/output (mixing) projections, gain 1 on queries and keys.
-  const InitScheme scheme = deepnet ? InitScheme::xavier : cfg.init;
+  const InitScheme scheme = cfg.deepnet() ? InitScheme::xavier : cfg.init;
   // GPT-2 scales the projections that write into the residual stream by 1/sqrt(2L); LayerNorm
   // Scaling's paper drops that scaled init, and so does normlab with ln_scaling (docs/variants.md).
   const double resid_std = cfg.ln_scaled() ? 0.02 : 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  const double gain = deepnet ? cfg.deepnorm_beta() : 1.0;
-  auto weight = [&](int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
-    switch (scheme) {
-      case InitScheme::xavier: return init.xavier(out, in, xavier_gain);
-      case InitScheme::torch: return init.uniform({out, in}, 1.0 / std::sqrt(static_cast<double>(in)));
-      case InitScheme::fairseq: return init.xavier_uniform(out, in);
-      case InitScheme::gpt2: break;
-    }
-    return init.normal({out, in}, residual_proj ? resid_std : 0.02);
-  };
+  Tensor w;
+  switch (scheme) {
+    case InitScheme::xavier: w = init.xavier(out, in, xavier_gain); break;
+    case InitScheme::torch: w = init.uniform({out, in}, 1.0 / std::sqrt(static_cast<double>(in))); break;
+    case InitScheme::fairseq: w = init.xavier_uniform(out, in); break;
+    case InitScheme::gpt2: w = init.normal({out, in}, residual_proj ? resid_std : 0.02); break;
+  }
+  return make_linear(p, name, out, in, std::move(w), scheme, init, cfg.biases());
+}
+
+SelfAttention make_attention(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, double gain) {
+  const int64_t d = cfg.d_model;
+  SelfAttention a;
+  a.heads = cfg.heads;
+  a.q = make_block_linear(p, prefix + ".q", cfg, init, d, d, false, 1.0);
+  a.k = make_block_linear(p, prefix + ".k", cfg, init, d, d, false, 1.0);
+  a.v = make_block_linear(p, prefix + ".v", cfg, init, d, d, false, gain);
+  a.o = make_block_linear(p, prefix + ".o", cfg, init, d, d, true, gain);
+  a.qk_norm = cfg.qk_norm;
+  a.gain_offset = cfg.gain_offset();
+  if (cfg.qk_norm) {
+    const int64_t dh = d / cfg.heads;
+    const char* gain_name = cfg.gain_offset() ? ".w" : ".gamma";
+    const double gain_init = cfg.gain_offset() ? 0.0 : 1.0;
+    a.q_gamma = p.add(prefix + ".q_norm" + gain_name, init.constant({dh}, gain_init));
+    a.k_gamma = p.add(prefix + ".k_norm" + gain_name, init.constant({dh}, gain_init));
+  }
+  return a;
+}
+
+Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, int64_t l) {
+  const int64_t d = cfg.d_model, h = cfg.d_hidden;
+  const double gain = cfg.deepnet() ? cfg.deepnorm_beta() : 1.0;
   auto linear_of = [&](const std::string& name, int64_t out, int64_t in, bool residual_proj, double xavier_gain) {
-    Tensor w = weight(out, in, residual_proj, xavier_gain);
-    return make_linear(p, name, out, in, std::move(w), scheme, init, cfg.biases());
+    return make_block_linear(p, name, cfg, init, out, in, residual_proj, xavier_gain);
   };
 
   Block b;
@@ -252,21 +273,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   if (cfg.ln_scaled()) opts.scale = 1.0 / std::sqrt(static_cast<double>(l + 1));
   b.norm1 = make_norm(p, prefix + ".norm1", nk, d, cfg.eps(), init, opts);
   if (b.attention) {
-    SelfAttention& a = b.attn;
-    a.heads = cfg.heads;
-    a.q = linear_of(prefix + ".attn.q", d, d, false, 1.0);
-    a.k = linear_of(prefix + ".attn.k", d, d, false, 1.0);
-    a.v = linear_of(prefix + ".attn.v", d, d, false, gain);
-    a.o = linear_of(prefix + ".attn.o", d, d, true, gain);
-    a.qk_norm = cfg.qk_norm;
-    a.gain_offset = cfg.gain_offset();
-    if (cfg.qk_norm) {
-      const int64_t dh = d / cfg.heads;
-      const char* gain_name = cfg.gain_offset() ? ".w" : ".gamma";
-      const double gain_init = cfg.gain_offset() ? 0.0 : 1.0;
-      a.q_gamma = p.add(prefix + ".attn.q_norm" + gain_name, init.constant({dh}, gain_init));
-      a.k_gamma = p.add(prefix + ".attn.k_norm" + gain_name, init.constant({dh}, gain_init));
-    }
+    b.attn = make_attention(p, prefix + ".attn", cfg, init, gain);
   } else {
     b.mixer.proj = linear_of(prefix + ".mix", d, d, true, gain);
   }
@@ -363,19 +370,23 @@ Tensor PrefixMixer::operator()(const Tensor& x, const Tensor& residual) const {
 }
 
 Tensor SelfAttention::operator()(const Tensor& x, const Tensor& residual, AttentionTap* tap) const {
-  Tensor qx = q(x), kx = k(x), vx = v(x);
+  return attend(x, x, residual, tap);
+}
+
+Tensor SelfAttention::attend(const Tensor& x, const Tensor& memory, const Tensor& residual, AttentionTap* tap) const {
+  Tensor qx = q(x), kx = k(memory), vx = v(memory);
   if (qk_norm) {
     // QK-Norm: RMSNorm over each head's Dh channels; (B, T, H*Dh) viewed as rows of Dh.
-    const Shape s = qx.shape();
     const int64_t dh = q_gamma.size(0);
     const Tensor qg = gain_offset ? add_constant(q_gamma, 1.0) : q_gamma;
     const Tensor kg = gain_offset ? add_constant(k_gamma, 1.0) : k_gamma;
-    qx = reshape(rmsnorm(reshape(qx, {-1, dh}), qg, qk_eps), s);
-    kx = reshape(rmsnorm(reshape(kx, {-1, dh}), kg, qk_eps), s);
+    qx = reshape(rmsnorm(reshape(qx, {-1, dh}), qg, qk_eps), qx.shape());
+    kx = reshape(rmsnorm(reshape(kx, {-1, dh}), kg, qk_eps), kx.shape());
   }
   if (tap) *tap = {qx, kx, heads};
-  if (dropout_active()) return dropped_branch(o(causal_attention(qx, kx, vx, heads)), residual);
-  return o(causal_attention(qx, kx, vx, heads), residual);
+  const Tensor mixed = causal ? causal_attention(qx, kx, vx, heads) : full_attention(qx, kx, vx, heads);
+  if (dropout_active()) return dropped_branch(o(mixed), residual);
+  return o(mixed, residual);
 }
 
 Tensor Block::mix(const Tensor& x, const Tensor& stream, AttentionTap* tap) const {

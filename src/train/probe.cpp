@@ -15,6 +15,7 @@
 #include "normlab/backend.h"
 #include "normlab/ops.h"
 #include "normlab/stats.h"
+#include "probe_internal.h"
 
 namespace normlab {
 
@@ -189,7 +190,9 @@ void run_probe_preset(const ProbeRequest& req, ProbeResults& out) {
     r.plain_stack = &(out.plain_stack = probe_plain_stack(so, req.options));
   }
   if (all || req.preset == "preln-growth") r.preln_growth = &(out.preln_growth = probe_preln_growth(req.options));
-  if (all || req.preset == "xiong2020") {
+  if (req.preset == "xiong2020" && req.encdec) {
+    r.xiong_encdec = &(out.xiong_encdec = probe_xiong_encdec(req.options, req.depths));
+  } else if (all || req.preset == "xiong2020") {
     r.xiong = &(out.xiong = probe_xiong(req.options, req.depths));
     if (!req.inits.empty() || !req.widths.empty()) {
       const std::vector<InitScheme> inits = req.inits.empty() ? std::vector<InitScheme>{InitScheme::xavier} : req.inits;
@@ -623,6 +626,7 @@ std::string probe_report_json(const ProbeReport& r) {
   if (r.plain_stack) j["plain_stack"] = plain_stack_json(*r.plain_stack);
   if (r.preln_growth) j["preln_growth"] = json{{"runs", runs_json(r.preln_growth->runs)}};
   if (r.xiong) j["xiong2020"] = xiong_json(*r.xiong);
+  if (r.xiong_encdec) j["xiong2020_encdec"] = xiong_encdec_json(*r.xiong_encdec);
   if (r.identity_share) j["identity_share"] = json{{"runs", runs_json(r.identity_share->runs)}};
   if (r.config) j["config"] = config_probe_json(*r.config);
   if (r.xiong_factors) {

@@ -8,6 +8,8 @@
 #include "normlab/probe.h"
 #include "normlab/table.h"
 
+#include "probe_internal.h"
+
 namespace normlab {
 
 namespace {
@@ -262,6 +264,7 @@ std::string probe_report_text(const ProbeReport& report) {
   if (report.preln_growth) section(preln_growth_text(*report.preln_growth, opt));
   if (report.xiong) section(xiong_text(*report.xiong, opt));
   if (report.xiong_factors) out += xiong_factors_text(*report.xiong_factors, opt);
+  if (report.xiong_encdec) section(xiong_encdec_text(*report.xiong_encdec, opt));
   if (report.identity_share) section(identity_share_text(*report.identity_share, opt));
   if (report.batchnorm) section(batchnorm_text(*report.batchnorm, opt));
   return out;

@@ -402,6 +402,10 @@ std::vector<Case> catalogue() {
   add("probe_memory_batch", {"probe", "--batch", "1000000", "--d_model", "4096"});
   add("probe_depths_huge", {"probe", "xiong2020", "--depths", "100000"});
   add("probe_depths_one", {"probe", "xiong2020", "--depths", "1"});
+  add("probe_xiong_model_toy", {"probe", "xiong2020", "--model", "toy"});
+  add("probe_xiong_encdec_plot", {"probe", "xiong2020", "--model", "encdec", "--plot", "p.svg"});
+  add("probe_xiong_encdec_depth_one", {"probe", "xiong2020", "--model", "encdec", "--depths", "1"});
+  add("probe_encdec_other_preset", {"probe", "plain-stack", "--model", "encdec"});
   add("probe_gains_negative", {"probe", "plain-stack", "--gains", "-1"});
   add("probe_gains_inf", {"probe", "plain-stack", "--gains", "1e400"});
   add("probe_activation_unknown", {"probe", "plain-stack", "--activation", "relu"});

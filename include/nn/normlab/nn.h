@@ -151,14 +151,20 @@ struct AttentionTap {
   int64_t heads = 0;
 };
 
+// Multi-head attention with its projections: self-attention (causal, a decoder's; or not, an
+// encoder's) and, through attend, cross-attention to another sequence (the encoder's output).
 struct SelfAttention {
   Linear q, k, v, o;
   int64_t heads = 1;
+  bool causal = true;  // query t sees keys s <= t; false: every key
   bool qk_norm = false;
   Tensor q_gamma, k_gamma;  // (Dh), QK-Norm only (w of 1 + w under gain_offset)
   bool gain_offset = false;
   double qk_eps = default_eps(NormKind::rmsnorm);  // QK-Norm is an RMSNorm
   Tensor operator()(const Tensor& x, const Tensor& residual = Tensor(), AttentionTap* tap = nullptr) const;  // x (B, T, C)
+  // Queries from x (B, T, C), keys and values from memory (B, Tk, C); causal needs Tk = T.
+  Tensor attend(const Tensor& x, const Tensor& memory, const Tensor& residual = Tensor(),
+                AttentionTap* tap = nullptr) const;
 };
 
 struct Block {
@@ -248,6 +254,14 @@ struct Init {
 };
 Norm make_norm(ParamList& p, const std::string& name, NormKind kind, int64_t d, double eps, Init& init,
                const NormOptions& options = NormOptions());
+// A Linear(in -> out) as make_block draws a block's: the init scheme's weight (DeepNet's Xavier
+// with gain `xavier_gain` where cfg.deepnet()), GPT-2's 1/sqrt(2L) on a projection into the stream
+// (residual_proj), then its bias.
+Linear make_block_linear(ParamList& p, const std::string& name, const ModelConfig& cfg, Init& init, int64_t out,
+                         int64_t in, bool residual_proj, double xavier_gain);
+// An attention layer's projections `prefix`.{q,k,v,o} (and QK-Norm's gains): DeepNet's gain on v
+// and o, 1 on q and k. Causal; an encoder sets causal = false.
+SelfAttention make_attention(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, double gain);
 // Block l (0-based) of the model `cfg` describes.
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init, int64_t l);
 Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg, Init& init);

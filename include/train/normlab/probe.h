@@ -152,6 +152,28 @@ struct XiongResult {
 };
 XiongResult probe_xiong(const ProbeOptions& opt, const std::vector<int64_t>& depths = {6, 12, 24});
 
+// Xiong et al. 2020, Fig. 3 at the paper's own setting: the encoder-decoder Transformer (d_model
+// 512, FFN 1024, 4 heads, Xavier init, N encoder and N decoder layers), gradients at init of the
+// mean cross-entropy of a batch of the copy task (random source tokens; the target is the source,
+// shifted right behind token 0). Per depth N and placement (Post-LN, Pre-LN): ||dL/dW2|| of each
+// FFN layer of both stacks, and per stack the last/first ratio (per seed, then averaged).
+struct XiongEncDecRun {
+  Placement placement = Placement::post;
+  int64_t layers = 0;  // per stack
+  Stat loss;
+  std::vector<Stat> encoder_fc2, decoder_fc2;  // layer 1 .. N
+  Stat encoder_ratio, decoder_ratio;           // last layer's / first layer's
+};
+struct XiongEncDecResult {
+  int64_t d_model = 512, d_hidden = 1024, heads = 4, vocab = 1000, seq_len = 16;
+  std::vector<int64_t> depths;
+  std::vector<XiongEncDecRun> runs;  // for each depth: post, then pre
+  // Theorem 1 for each stack and placement: the last layer's ||dL/dW2|| at each depth over the
+  // shallowest depth's, against ~1 (Post-LN) and sqrt(N_min / N) (Pre-LN).
+  std::string verdict;  // the claims of Fig. 3 and Theorem 1 against the measurement, per stack
+};
+XiongEncDecResult probe_xiong_encdec(const ProbeOptions& opt, const std::vector<int64_t>& depths);
+
 // What moves Xiong's ratio: the fc2 last/first ratio of Post-LN and Pre-LN for every init scheme
 // (embedding scale and head init come with it: docs/init.md), model width (d_hidden = 2d,
 // heads = d/16) and depth. The summary names the spread each factor causes, measured.
@@ -216,6 +238,7 @@ struct ProbeReport {
   const ConfigProbe* config = nullptr;
   const BatchNormProbeResult* batchnorm = nullptr;
   const XiongFactors* xiong_factors = nullptr;
+  const XiongEncDecResult* xiong_encdec = nullptr;
 };
 std::string probe_report_json(const ProbeReport& report);
 // The same report as text for a person: each preset's tables and notes, sections apart.
@@ -232,6 +255,7 @@ struct ProbeRequest {
   std::vector<int64_t> depths = {6, 12, 24};     // xiong2020
   std::vector<InitScheme> inits;                 // xiong2020: with inits or widths, the factor table too
   std::vector<int64_t> widths;                   //   (xavier and width 64 when one of them is empty)
+  bool encdec = false;                           // xiong2020: the encoder-decoder at the paper's setting
   std::vector<double> gains = {0.5, 1.0, 2.0};   // plain-stack
   Activation activation = Activation::linear;    // plain-stack
 };
@@ -246,6 +270,7 @@ struct ProbeResults {
   PrelnGrowthResult preln_growth;
   XiongResult xiong;
   XiongFactors xiong_factors;
+  XiongEncDecResult xiong_encdec;
   IdentityShareResult identity_share;
   BatchNormProbeResult batchnorm;
   ProbeReport report;
