@@ -186,6 +186,26 @@ GradCase encdec_case(std::string name, std::string description, NormKind norm, P
   return c;
 }
 
+// The encoder-decoder's whole-model cases: the original Post-LN, Sandwich with every option, DeepNorm with dropout.
+void add_encdec_cases(std::vector<GradCase>& cs) {
+  cs.push_back(encdec_case("encdec_post_loss",
+                           "encoder-decoder, Post-LN (Vaswani et al.), cross-attention over a longer source, shared "
+                           "embeddings + cross-entropy of the targets",
+                           NormKind::layernorm, Placement::post, nullptr));
+  cs.push_back(encdec_case("encdec_sandwich_loss",
+                           "encoder-decoder, Sandwich RMSNorm with QK-Norm on self- and cross-attention, separate "
+                           "embeddings, head tied to the target's + cross-entropy",
+                           NormKind::rmsnorm, Placement::sandwich, [](EncDecConfig& c) {
+                             c.model.qk_norm = true;
+                             c.model.tie_embeddings = true;
+                             c.shared_embeddings = false;
+                           }));
+  cs.push_back(encdec_case("encdec_deepnorm_loss",
+                           "encoder-decoder, DeepNorm with DeepNet's encoder and decoder constants, dropout 0.3 (one "
+                           "mask per call, the same in every evaluation) + cross-entropy",
+                           NormKind::layernorm, Placement::deepnorm, nullptr, 0.3));
+}
+
 std::vector<GradCase> build_cases() {
   std::vector<GradCase> cs;
   add_op_cases(cs);
@@ -252,22 +272,7 @@ std::vector<GradCase> build_cases() {
                           "and attention's probabilities (one mask per call, the same in every evaluation) + "
                           "cross-entropy",
                           ModelKind::gpt, NormKind::layernorm, Placement::pre, false, nullptr, 0.3));
-  cs.push_back(encdec_case("encdec_post_loss",
-                           "encoder-decoder, Post-LN (Vaswani et al.), cross-attention over a longer source, shared "
-                           "embeddings + cross-entropy of the targets",
-                           NormKind::layernorm, Placement::post, nullptr));
-  cs.push_back(encdec_case("encdec_sandwich_loss",
-                           "encoder-decoder, Sandwich RMSNorm with QK-Norm on self- and cross-attention, separate "
-                           "embeddings, head tied to the target's + cross-entropy",
-                           NormKind::rmsnorm, Placement::sandwich, [](EncDecConfig& c) {
-                             c.model.qk_norm = true;
-                             c.model.tie_embeddings = true;
-                             c.shared_embeddings = false;
-                           }));
-  cs.push_back(encdec_case("encdec_deepnorm_loss",
-                           "encoder-decoder, DeepNorm with DeepNet's encoder and decoder constants, dropout 0.3 (one "
-                           "mask per call, the same in every evaluation) + cross-entropy",
-                           NormKind::layernorm, Placement::deepnorm, nullptr, 0.3));
+  add_encdec_cases(cs);
   return cs;
 }
 
