@@ -176,6 +176,7 @@ GradCase encdec_case(std::string name, std::string description, NormKind norm, P
     inst.constants = {{"src", src}, {"tgt_in", tgt_in}, {"tgt_out", tgt_out}};
     describe_config(inst, cfg.model);
     inst.names["model"] = "encdec";
+    inst.numbers.erase("deepnorm_alpha");  // the decoder-only model's; each stack has its own below
     inst.numbers["encoder_layers"] = double(cfg.encoder_layers);
     inst.numbers["decoder_layers"] = double(cfg.decoder_layers);
     inst.numbers["encoder_alpha"] = cfg.encoder_alpha();

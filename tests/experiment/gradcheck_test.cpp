@@ -9,6 +9,7 @@
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/elementwise_kernels.h"
+#include "normlab/encdec.h"
 #include "normlab/gradcheck.h"
 #include "normlab/nn.h"
 #include "normlab/ops.h"
@@ -278,15 +279,35 @@ TEST(GradcheckBudget, MemoryEstimateOfAShape) {
 // A composite case records the alpha its blocks run with (--dump): the Block's own alpha, of a model
 // built from the recorded hyperparameters; DeepNet's (2L)^(1/4) for deepnorm with a norm, else 1 (it
 // used to be the placement alone, so a deepnorm case without a norm would have recorded DeepNet's
-// alpha for blocks run at 1).
+// alpha for blocks run at 1). An encoder-decoder case records each stack's alpha (DeepNet's
+// encoder-decoder constants), which every residual connection of that stack runs with.
+void expect_encdec_alphas(const GradCase& c, const CaseInstance& inst, ModelConfig cfg) {
+  EncDecConfig e;
+  e.model = cfg;
+  e.encoder_layers = int64_t(inst.numbers.at("encoder_layers"));
+  e.decoder_layers = int64_t(inst.numbers.at("decoder_layers"));
+  EXPECT_EQ(inst.numbers.count("deepnorm_alpha"), 0u) << c.name << ": the decoder-only alpha does not apply";
+  const double enc = inst.numbers.at("encoder_alpha"), dec = inst.numbers.at("decoder_alpha");
+  const EncDecModel m(e, 1);
+  for (const EncoderLayer& l : m.encoder()) {
+    EXPECT_EQ(l.attn_conn.alpha, enc) << c.name;
+    EXPECT_EQ(l.mlp_conn.alpha, enc) << c.name;
+  }
+  for (const DecoderLayer& l : m.decoder())
+    for (const Connection* k : {&l.self_conn, &l.cross_conn, &l.mlp_conn}) EXPECT_EQ(k->alpha, dec) << c.name;
+  if (e.deepnet()) EXPECT_DOUBLE_EQ(dec, std::pow(3.0 * double(e.decoder_layers), 0.25)) << c.name;
+  else EXPECT_EQ(enc, 1.0) << c.name;
+}
+
 TEST(Gradcheck, CompositeCasesRecordTheAlphaTheirBlocksRun) {
-  int composites = 0, deepnet = 0;
+  int composites = 0, deepnet = 0, encdec = 0;
   for (const GradCase& c : gradcheck_cases()) {
     if (c.kind != "composite") continue;
     ++composites;
     const CaseInstance inst = c.make(CaseShape{}, DType::f64, 1);
     ModelConfig cfg;
-    cfg.model = parse_kind<ModelKind>(inst.names.at("model"));
+    const bool is_encdec = inst.names.at("model") == "encdec";
+    cfg.model = is_encdec ? ModelKind::gpt : parse_kind<ModelKind>(inst.names.at("model"));
     cfg.norm = parse_kind<NormKind>(inst.names.at("norm"));
     cfg.placement = parse_kind<Placement>(inst.names.at("placement"));
     cfg.layers = int64_t(inst.numbers.at("layers"));
@@ -295,6 +316,12 @@ TEST(Gradcheck, CompositeCasesRecordTheAlphaTheirBlocksRun) {
     cfg.heads = int64_t(inst.numbers.at("heads"));
     cfg.vocab = int64_t(inst.numbers.at("vocab"));
     cfg.qk_norm = inst.numbers.at("qk_norm") != 0;
+    if (is_encdec) {
+      ++encdec;
+      cfg.seq_len = CaseShape{}.time + 2;
+      expect_encdec_alphas(c, inst, cfg);
+      continue;
+    }
     const double recorded = inst.numbers.at("deepnorm_alpha");
     const Model m(cfg, 1);
     ASSERT_FALSE(m.blocks().empty()) << c.name;
@@ -308,4 +335,5 @@ TEST(Gradcheck, CompositeCasesRecordTheAlphaTheirBlocksRun) {
   }
   EXPECT_GE(deepnet, 1);
   EXPECT_GE(composites, 4);
+  EXPECT_GE(encdec, 3);
 }
