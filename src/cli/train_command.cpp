@@ -101,8 +101,13 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     if (a.tensorboard_given) events = std::make_unique<RunEventLog>(a.tensorboard, config_to_json(cfg));
     if (opt.resume)
       spdlog::info("resuming {} at step {} of {}", opt.resume->partial, opt.resume->point.state.step, cfg.steps);
-    spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(cfg.model.model), to_string(cfg.model.norm),
-                 to_string(cfg.model.placement), cfg.model.layers, cfg.lr, cfg.steps, opt.dir);
+    const ModelConfig& m = cfg.model;
+    // An encoder-decoder's depth as encoder + decoder layers.
+    const std::string depth = m.model == ModelKind::encdec ? fmt::format("{}+{}", m.encoder_layers.value_or(m.layers),
+                                                                         m.decoder_layers.value_or(m.layers))
+                                                           : std::to_string(m.layers);
+    spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(m.model), to_string(m.norm),
+                 to_string(m.placement), depth, cfg.lr, cfg.steps, opt.dir);
     if (table) print_loss_table_header();
   };
   opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };

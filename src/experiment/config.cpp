@@ -168,6 +168,10 @@ std::vector<Field> model_fields() {
                         "unset: true)"),
       NL_OPTIONAL_FIELD("tie_embeddings", bool, model.tie_embeddings,
                         "the head's weight is the token embedding, one tensor (nanoGPT's weight tying; unset: false)"),
+      NL_OPTIONAL_FIELD("encoder_layers", int64_t, model.encoder_layers, "encdec: the encoder's layers (unset: layers)"),
+      NL_OPTIONAL_FIELD("decoder_layers", int64_t, model.decoder_layers, "encdec: the decoder's layers (unset: layers)"),
+      NL_OPTIONAL_FIELD("shared_embeddings", bool, model.shared_embeddings,
+                        "encdec: one token table for source and target (unset: true)"),
   };
 }
 
@@ -181,7 +185,8 @@ std::vector<Field> run_fields() {
                         "tokenizer chars: the characters in id order, as one UTF-8 string (unset: the text's "
                         "characters sorted, written into config.json when resolved)"),
       NL_FIELD("topics", int64_t, topics, "synthetic: number of topics"),
-      NL_FIELD("noise", double, noise, "synthetic: probability a token is replaced by a uniform one"),
+      NL_FIELD("noise", double, noise,
+               "synthetic, copy, reverse, translate: probability a token is replaced by a uniform one"),
       NL_KIND_FIELD("optimizer", OptimizerKind, optimizer),
       NL_FIELD("lr", double, lr, "peak learning rate"),
       NL_FIELD("beta1", double, beta1, "Adam beta1"),
@@ -418,6 +423,8 @@ void validate_config(const TrainConfig& cfg) {
     NL_USAGE(v <= most, "{} must be at most {}, got {}", key, most, v);
   };
   at_most("layers", m.layers, 4096);
+  at_most("encoder_layers", m.encoder_layers.value_or(0), 4096);
+  at_most("decoder_layers", m.decoder_layers.value_or(0), 4096);
   at_most("d_model", m.d_model, 65536);
   at_most("d_hidden", m.d_hidden, 262144);
   at_most("heads", m.heads, 4096);
@@ -444,7 +451,12 @@ void validate_config(const TrainConfig& cfg) {
 
 double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_bytes) {
   const ModelConfig& m = cfg.model;
-  const double L = static_cast<double>(m.layers), d = static_cast<double>(m.d_model),
+  // An encoder-decoder's decoder layer has two attentions: one and a half of an encoder's.
+  const double L = m.model == ModelKind::encdec
+                       ? static_cast<double>(m.encoder_layers.value_or(m.layers)) +
+                             1.5 * static_cast<double>(m.decoder_layers.value_or(m.layers))
+                       : static_cast<double>(m.layers),
+               d = static_cast<double>(m.d_model),
                h = static_cast<double>(m.d_hidden), V = static_cast<double>(m.vocab),
                T = static_cast<double>(m.seq_len), B = static_cast<double>(batch);
   const double params = L * (4 * d * d + 2 * d * h + 8 * d) + (m.tied_head() ? 1 : 2) * V * d + T * d;
@@ -452,7 +464,7 @@ double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_
   // Attention saves two floats per head and query row (its softmax's max and sum); its backward
   // recomputes the probabilities into two T x T buffers per thread.
   const double threads = std::max(1u, std::thread::hardware_concurrency());
-  if (m.model == ModelKind::gpt) acts += L * B * static_cast<double>(m.heads) * T * 2 + 2 * T * T * threads;
+  if (m.has_attention()) acts += L * B * static_cast<double>(m.heads) * T * 2 + 2 * T * T * threads;
   // float32: parameters, gradients and two moments; activations and their gradients.
   return 4.0 * (4 * params + 2 * acts) + data_bytes;
 }

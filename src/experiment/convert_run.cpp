@@ -176,6 +176,9 @@ ConvertReport convert_run(const ConvertRequest& req) {
   const std::string out = without_trailing_slashes(req.out);
 
   const TrainConfig cfg = load_train_config((fs::path(req.source) / "config.json").string(), {});
+  NL_USAGE(cfg.model.model != ModelKind::encdec,
+           "'{}' is an encoder-decoder run: convert maps the norms of decoder-only models (model toy or gpt)",
+           shown(req.source, 200));
   check_fits_in_memory(cfg, cfg.batch_size, "convert");
   const std::string model_file = (fs::path(req.source) / "model.safetensors").string();
   Model source(cfg.model, cfg.seed);

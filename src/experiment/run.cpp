@@ -218,8 +218,8 @@ void validate_run(const TrainConfig& cfg) {
   }
   check_fits_in_memory(cfg, cfg.batch_size, "train", data_bytes);
   if (!cfg.init_from.empty()) {  // the checkpoint is read and matched against the config
-    Model model(cfg.model, cfg.seed);
-    load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
+    const std::unique_ptr<TrainModel> model = make_train_model(cfg.model, cfg.seed);
+    load_model_state(*model, load_safetensors(cfg.init_from), cfg.init_from);
   }
 }
 
@@ -348,11 +348,12 @@ ResumableRun find_resumable(const std::string& path_in) {
   NL_USAGE(r.point.state.step == step, "'{}' says it is the state at step {}, not {}", shown(state_file(r.partial, step), 200),
            r.point.state.step, step);
   NL_USAGE(step < r.config.steps, "'{}' reached its last step ({}); nothing to resume", shown(r.partial, 200), step);
-  Model model(r.config.model, r.config.seed);  // the weights must be this config's model
-  load_model_state(model, load_safetensors(r.point.weights), r.point.weights);
-  NL_USAGE(r.point.state.adam_m.numel() == model.params().count(),
+  // The weights must be this config's model.
+  const std::unique_ptr<TrainModel> model = make_train_model(r.config.model, r.config.seed);
+  load_model_state(*model, load_safetensors(r.point.weights), r.point.weights);
+  NL_USAGE(r.point.state.adam_m.numel() == model->params().count(),
            "'{}' holds optimizer moments for {} parameters; the model has {}", shown(state_file(r.partial, step), 200),
-           r.point.state.adam_m.numel(), model.params().count());
+           r.point.state.adam_m.numel(), model->params().count());
   if (auto it = meta.find("save_every"); it != meta.end()) {
     char* end = nullptr;
     const long long v = std::strtoll(it->second.c_str(), &end, 10);
@@ -431,7 +432,7 @@ TrainHooks run_hooks(const TrainConfig& cfg, const RunOptions& opt, const std::s
   };
   hooks.checkpoint_every = opt.save_every;
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"normlab_config", config_to_json(cfg)}};
-  hooks.on_checkpoint = [&cfg, &opt, tmp, meta, &saved_step](int64_t step, Model& model, const TrainState& state) {
+  hooks.on_checkpoint = [&cfg, &opt, tmp, meta, &saved_step](int64_t step, TrainModel& model, const TrainState& state) {
     if (opt.save_every > 0 && step % opt.save_every == 0 && step < cfg.steps) {
       std::error_code mkdir_ec;
       fs::create_directories(tmp + "/checkpoints", mkdir_ec);

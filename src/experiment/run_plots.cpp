@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -90,6 +91,7 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
   for (const std::string& k : lists) known += (known.empty() ? "" : ", ") + k;
   NL_USAGE(seen, "{}: no record has the field '{}' (its per-layer fields: {})", shown(metrics, 200), shown(field),
            known.empty() ? "none" : known);
+  if (::stat((run_dir + "/config.json").c_str(), &st) == 0) h.encoder_layers = encoder_layers_of(run.config());
   if (::stat((run_dir + "/result.json").c_str(), &st) == 0) {  // a run still going has none yet
     const json r = run.result();
     if (r.contains("status") && r["status"].is_string()) h.status = r["status"].get<std::string>();
@@ -98,6 +100,41 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
   }
   return h;
 }
+
+std::vector<LayerHistory> split_stacks(const LayerHistory& h) {
+  const auto enc = static_cast<size_t>(std::max<int64_t>(h.encoder_layers, 0));
+  LayerHistory encoder = h, decoder = h;
+  encoder.encoder_layers = decoder.encoder_layers = 0;
+  encoder.stack = "encoder";
+  decoder.stack = "decoder";
+  for (size_t i = 0; i < h.values.size(); ++i) {
+    const std::vector<double>& v = h.values[i];
+    const auto cut = v.begin() + static_cast<std::ptrdiff_t>(std::min(enc, v.size()));
+    encoder.values[i].assign(v.begin(), cut);
+    decoder.values[i].assign(cut, v.end());
+  }
+  return {encoder, decoder};
+}
+
+namespace {
+
+// What a panel's y axis counts, and its subtitle: the run, its stack, its status.
+std::string layer_axis_label(const LayerHistory& h) {
+  return h.stack.empty() ? "layer (block; 1 = first)" : h.stack + " layer (1 = first)";
+}
+// An encoder-decoder's figure: `draw` of each stack, one panel above the other.
+std::string stack_panels(const LayerHistory& h, const std::function<std::string(const LayerHistory&)>& draw) {
+  std::vector<std::string> panels;
+  for (const LayerHistory& stack : split_stacks(h)) panels.push_back(draw(stack));
+  return stack_vertically(panels);
+}
+
+std::string panel_subtitle(const LayerHistory& h) {
+  const std::string st = status_text(h.status, h.status_step);
+  return h.title + (h.stack.empty() ? "" : ": " + h.stack) + (st.empty() ? "" : "  (" + st + ")");
+}
+
+}  // namespace
 
 // ---- heatmap -----------------------------------------------------------------------------------
 namespace {
@@ -214,6 +251,7 @@ std::string heat_legend(const HeatScale& sc) {
 }  // namespace
 
 std::string plot_layer_heatmap_svg(const LayerHistory& h) {
+  if (h.encoder_layers > 0) return stack_panels(h, [](const LayerHistory& s) { return plot_layer_heatmap_svg(s); });
   const size_t steps = h.steps.size(), layers = layer_count(h);
   if (steps == 0 || layers == 0) return empty_plot(fmt::format("{}: no records to plot", h.field));
   const HeatScale sc = heat_scale(h);
@@ -221,7 +259,7 @@ std::string plot_layer_heatmap_svg(const LayerHistory& h) {
   double cbar_w = 0;
   for (const std::string& s : ct.labels) cbar_w = std::max(cbar_w, text_width(s, kTick));
   const std::string st = status_text(h.status, h.status_step);
-  const std::string title = field_label(h.field) + " by layer and step", sub = h.title + (st.empty() ? "" : "  (" + st + ")");
+  const std::string title = field_label(h.field) + " by layer and step", sub = panel_subtitle(h);
   const double width = std::max({kHeatCbx + kHeatCbw + 10 + cbar_w + 34, title_width(title, sub)});
   const bool legend = sc.any_nan || sc.any_nonpos;
   const double height = kHeatMt + kHeatPh + 52 + (legend ? 30 : 0);
@@ -235,7 +273,7 @@ std::string plot_layer_heatmap_svg(const LayerHistory& h) {
   Axis y{0.5, static_cast<double>(layers) + 0.5, false, kHeatMt + kHeatPh, kHeatMt};
   Ticks xt, yt = layer_ticks(layers);
   for (size_t i = 0; i < steps; ++i) xt.at.push_back(static_cast<double>(i)), xt.labels.push_back(std::to_string(h.steps[i]));
-  out += axes(x, y, xt, yt, "training step (one column per eval record)", "layer (block; 1 = first)", {true, true, false, false});
+  out += axes(x, y, xt, yt, "training step (one column per eval record)", layer_axis_label(h), {true, true, false, false});
   if (!st.empty() && h.status_step >= 0) out += status_mark(h, st, x);
   out += colour_bar(h, sc, ct, cbar_w);
   if (legend) out += heat_legend(sc);
@@ -265,6 +303,8 @@ std::string marker(const char* kind, double x, double y, const char* color) {
 }  // namespace
 
 std::string plot_layer_profile_lines_svg(const LayerHistory& h, const std::vector<double>& init, const std::string& init_label) {
+  if (h.encoder_layers > 0)  // an init line (probe's) is a decoder-only model's: none here
+    return stack_panels(h, [](const LayerHistory& s) { return plot_layer_profile_lines_svg(s); });
   const size_t steps = h.steps.size();
   size_t layers = std::max(layer_count(h), init.size());
   if (layers == 0 || (steps == 0 && init.empty())) return empty_plot(fmt::format("{}: no records to plot", h.field));
@@ -298,8 +338,7 @@ std::string plot_layer_profile_lines_svg(const LayerHistory& h, const std::vecto
   double legend_w = 0;
   for (const Line& ln : lines) legend_w = std::max(legend_w, text_width(ln.label, kTick));
   legend_w = std::max(legend_w, text_width("gaps: not finite or ≤ 0", kTick)) + 60;
-  const std::string st = status_text(h.status, h.status_step);
-  const std::string title = field_label(h.field) + " by layer (log scale)", sub = h.title + (st.empty() ? "" : "  (" + st + ")");
+  const std::string title = field_label(h.field) + " by layer (log scale)", sub = panel_subtitle(h);
   const double width = std::max(ml + pw + 20 + legend_w, title_width(title, sub));
   const double height = mt + ph + mb;
   std::string out = header(width, height);
@@ -307,7 +346,7 @@ std::string plot_layer_profile_lines_svg(const LayerHistory& h, const std::vecto
   out += text(12, 42, sub, kSub, "start", " fill=\"#333\"");
   Axis x{0.5, static_cast<double>(layers) + 0.5, false, ml, ml + pw};
   Axis y{lo, hi, true, mt + ph, mt};
-  out += axes(x, y, layer_ticks(layers), value_ticks(lo, hi, true, ph), "layer (block; 1 = first)", field_label(h.field));
+  out += axes(x, y, layer_ticks(layers), value_ticks(lo, hi, true, ph), layer_axis_label(h), field_label(h.field));
   // Markers on every point up to ~25 of them; beyond, on every k-th so that they stay apart.
   const size_t every = std::max<size_t>(1, (layers + 24) / 25);
   for (const Line& ln : lines) {
@@ -431,6 +470,8 @@ std::string plot_probe_bars_svg(const std::vector<ProbeBarSeries>& series, const
 
 LayerInit probe_layer_init(const std::string& run_dir) {
   const TrainConfig cfg = load_train_config(run_dir + "/config.json", {});
+  NL_USAGE(cfg.model.model != ModelKind::encdec,
+           "the init line is probe's, of decoder-only models, and '{}' is an encoder-decoder run", shown(run_dir, 200));
   ProbeOptions opt;
   opt.seeds = 1;
   check_fits_in_memory(cfg, opt.batch, "plot profile --init");

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "normlab/encdec.h"
 #include "normlab/error.h"
 #include "normlab/io.h"
 
@@ -106,5 +107,9 @@ std::vector<MetricsRecord> RunDir::metrics() const { return read_records_if_pres
 std::vector<MetricsRecord> RunDir::timing() const { return read_records_if_present(file("timing.jsonl")); }
 
 bool is_finished_run(const std::string& dir) { return RunDir(dir).finished(); }
+
+int64_t encoder_layers_of(const TrainConfig& cfg) {
+  return cfg.model.model == ModelKind::encdec ? encdec_config(cfg.model).encoder_layers : 0;
+}
 
 }  // namespace normlab

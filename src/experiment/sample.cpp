@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 
@@ -13,6 +17,7 @@
 #include "normlab/rng.h"
 #include "normlab/text_tokens.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 
 namespace normlab {
 
@@ -20,19 +25,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The run's config and final weights; UsageError where either is missing or not a text run.
-TrainConfig text_run_config(const std::string& run) {
+// The run's config; UsageError where it has none.
+TrainConfig run_config(const std::string& run) {
   const std::string config = (fs::path(run) / "config.json").string();
   std::error_code ec;
   NL_USAGE(fs::is_regular_file(config, ec), "'{}' is not a run directory: it has no config.json", shown(run, 200));
-  TrainConfig cfg = load_train_config(config, {});
+  return load_train_config(config, {});
+}
+
+// The run's config; UsageError where it is not a text run.
+TrainConfig text_run_config(const std::string& run) {
+  TrainConfig cfg = run_config(run);
   NL_USAGE(cfg.data.kind == DataKind::text,
-           "'{}' was trained on {} data: sample writes text, from runs of data text:PATH", shown(run, 200),
-           cfg.data.str());
+           "'{}' was trained on {} data: sample writes text, from runs of data text:PATH{}", shown(run, 200),
+           cfg.data.str(), is_seq2seq(cfg.data.kind) ? " (an encoder-decoder run decodes with --source or --examples)" : "");
   return cfg;
 }
 
-void load_final_weights(Model& model, const std::string& run) {
+void load_final_weights(TrainModel& model, const std::string& run) {
   const std::string file = (fs::path(run) / "model.safetensors").string();
   std::error_code ec;
   NL_USAGE(fs::is_regular_file(file, ec),
@@ -91,8 +101,9 @@ SampleResult sample_run(const SampleRequest& req) {
   std::vector<int32_t> ids = codec.encode(req.prompt, "--prompt");
   NL_USAGE(!ids.empty(), "--prompt is empty: the model needs at least one token to start from (nanoGPT's is \"\\n\")");
   check_fits_in_memory(cfg, 1, "sample");
-  Model model(cfg.model, cfg.seed);
-  load_final_weights(model, req.run);
+  const std::unique_ptr<TrainModel> trained = make_train_model(cfg.model, cfg.seed);
+  load_final_weights(*trained, req.run);
+  const Model& model = *trained->decoder_only();
 
   if (req.on_start) req.on_start();
   NoGradGuard no_grad;
@@ -108,6 +119,118 @@ SampleResult sample_run(const SampleRequest& req) {
   }
   out.tokens = req.tokens;
   return out;
+}
+
+// ---- the encoder-decoder's greedy decoding ---------------------------------------------
+
+namespace {
+
+// Each row of `sources` (N, L) decoded greedily: the start token, then L times the most likely
+// next token given the source and the output so far.
+std::vector<std::vector<int32_t>> greedy_decode(const EncDecModel& model, const Tensor& sources, int32_t start) {
+  const int64_t n = sources.size(0), len = sources.size(1), vocab = model.config().model.vocab;
+  const Tensor memory = model.encode(sources);
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n), std::vector<int32_t>{start});
+  for (int64_t t = 0; t < len; ++t) {
+    std::vector<int32_t> so_far;
+    for (const auto& row : out) so_far.insert(so_far.end(), row.begin(), row.end());
+    const std::vector<double> logits = model.decode(Tensor::from_ids(so_far, {n, t + 1}), memory).to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const auto last = logits.begin() + ((i * (t + 1) + t) * vocab);
+      out[static_cast<size_t>(i)].push_back(static_cast<int32_t>(std::max_element(last, last + vocab) - last));
+    }
+  }
+  for (auto& row : out) row.erase(row.begin());  // the start token is not output
+  return out;
+}
+
+std::vector<int32_t> row_of(const Tensor& ids, int64_t row) {
+  const int64_t len = ids.size(1);
+  const int32_t* p = ids.data<int32_t>() + row * len;
+  return std::vector<int32_t>(p, p + len);
+}
+
+// The sequences to decode: the given source, or the first `examples` of held-out batch 0 with
+// their targets.
+std::vector<DecodedSequence> decode_inputs(const DecodeRequest& req, const TrainConfig& cfg) {
+  const int64_t ordinary = cfg.model.vocab - 1;
+  if (!req.source.empty()) {
+    // Every source it trained on had seq_len tokens: the positions past a shorter one were never seen empty.
+    NL_USAGE(static_cast<int64_t>(req.source.size()) == cfg.model.seq_len,
+             "--source has {} tokens; the run learned sources of seq_len = {} tokens", req.source.size(),
+             cfg.model.seq_len);
+    for (int32_t id : req.source)
+      NL_USAGE(id >= 0 && id < ordinary, "--source token {} is outside the run's ordinary tokens 0..{}", id,
+               ordinary - 1);
+    return {DecodedSequence{req.source, {}, {}, 0}};
+  }
+  NL_USAGE(req.examples >= 1 && req.examples <= cfg.batch_size,
+           "--examples must be in [1, {}] (the run's batch_size: one held-out batch), got {}", cfg.batch_size,
+           req.examples);
+  const Batch b = make_data_source(cfg)->val_batch(0, cfg.batch_size, cfg.model.seq_len);
+  std::vector<DecodedSequence> out;
+  for (int64_t i = 0; i < req.examples; ++i) out.push_back({row_of(b.sources, i), row_of(b.targets, i), {}, 0});
+  return out;
+}
+
+}  // namespace
+
+bool is_encoder_decoder_run(const std::string& run) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(run) / "config.json", ec)) return false;
+  try {
+    return run_config(run).model.model == ModelKind::encdec;
+  } catch (const UsageError&) {
+    return false;  // not a config this command reads: sample_run says why
+  }
+}
+
+DecodeResult decode_run(const DecodeRequest& req) {
+  const TrainConfig cfg = run_config(req.run);
+  NL_USAGE(cfg.model.model == ModelKind::encdec, "'{}' is a {} run: --source and --examples decode an encoder-decoder "
+           "run (model encdec)", shown(req.run, 200), to_string(cfg.model.model));
+  DecodeResult result;
+  result.task = cfg.data.str();
+  result.sequences = decode_inputs(req, cfg);
+  check_fits_in_memory(cfg, static_cast<int64_t>(result.sequences.size()), "sample");
+  const std::unique_ptr<TrainModel> trained = make_train_model(cfg.model, cfg.seed);
+  load_final_weights(*trained, req.run);
+  NoGradGuard no_grad;
+  std::vector<int32_t> sources;
+  for (const DecodedSequence& s : result.sequences) sources.insert(sources.end(), s.source.begin(), s.source.end());
+  const auto n = static_cast<int64_t>(result.sequences.size());
+  const auto len = static_cast<int64_t>(result.sequences[0].source.size());
+  const auto outputs = greedy_decode(*trained->encoder_decoder(), Tensor::from_ids(sources, {n, len}),
+                                     static_cast<int32_t>(cfg.model.vocab - 1));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    DecodedSequence& s = result.sequences[i];
+    s.output = outputs[i];
+    for (size_t t = 0; t < s.target.size(); ++t) s.matching += s.output[t] == s.target[t];
+  }
+  return result;
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  std::string token;
+  auto flush = [&] {
+    if (token.empty()) return;
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(token.c_str(), &end, 10);
+    NL_USAGE(end && *end == '\0' && errno == 0 && v >= 0 && v <= INT32_MAX,
+             "{} must be token ids (whole numbers >= 0) separated by spaces or commas; '{}' is not one", what,
+             shown(token));
+    ids.push_back(static_cast<int32_t>(v));
+    token.clear();
+  };
+  for (char c : text) {
+    if (c == ' ' || c == ',' || c == '\t' || c == '\n') flush();
+    else token += c;
+  }
+  flush();
+  NL_USAGE(!ids.empty(), "{} is empty: give at least one token id", what);
+  return ids;
 }
 
 }  // namespace normlab

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "normlab/error.h"
 #include "normlab/table.h"
 
 namespace normlab::svg {
@@ -85,6 +86,34 @@ std::string header(double w, double h) {
       "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
       "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
       w, h);
+}
+
+namespace {
+
+// The number in the attribute `name="..."` of a document's first element.
+double root_attribute(const std::string& doc, const std::string& name) {
+  const size_t end = doc.find('>');
+  const size_t at = doc.find(" " + name + "=\"");
+  NL_CHECK(at != std::string::npos && at < end, "an SVG document without its {}", name);
+  return std::stod(doc.substr(at + name.size() + 3));
+}
+
+}  // namespace
+
+std::string stack_vertically(const std::vector<std::string>& documents) {
+  double width = 0, height = 0;
+  for (const std::string& d : documents) {
+    width = std::max(width, root_attribute(d, "width"));
+    height += root_attribute(d, "height");
+  }
+  std::string out = header(width, height);
+  double y = 0;
+  for (const std::string& d : documents) {
+    // A nested <svg> is placed by its x and y: the document as it is, moved down.
+    out += "<svg x=\"0\" y=\"" + fmt::format("{}", y) + "\"" + d.substr(4);
+    y += root_attribute(d, "height");
+  }
+  return out + "</svg>\n";
 }
 
 std::string frame(const Axis& x, const Axis& y, const std::vector<double>& xt, const std::vector<std::string>& xl,

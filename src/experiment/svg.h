@@ -41,6 +41,10 @@ std::string frame(const Axis& x, const Axis& y, const std::vector<double>& xt, c
 
 std::string cross(double x, double y, double r, const char* stroke);
 
+// Whole SVG documents (each from header()) one above the other, in one document as wide as the
+// widest.
+std::string stack_vertically(const std::vector<std::string>& documents);
+
 // A whole small SVG saying `what` (nothing to plot).
 std::string empty_plot(const std::string& what);
 

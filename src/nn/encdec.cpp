@@ -14,6 +14,18 @@ namespace normlab {
 
 // ---- config ---------------------------------------------------------------------
 
+EncDecConfig encdec_config(const ModelConfig& m) {
+  EncDecConfig c;
+  c.model = m;
+  c.encoder_layers = m.encoder_layers.value_or(m.layers);
+  c.decoder_layers = m.decoder_layers.value_or(m.layers);
+  c.shared_embeddings = m.shared_embeddings.value_or(true);
+  c.model.encoder_layers.reset();
+  c.model.decoder_layers.reset();
+  c.model.shared_embeddings.reset();
+  return c;
+}
+
 void EncDecConfig::validate() const {
   NL_USAGE(encoder_layers >= 1, "encoder_layers must be >= 1, got {}", encoder_layers);
   NL_USAGE(decoder_layers >= 1, "decoder_layers must be >= 1, got {}", decoder_layers);
@@ -214,6 +226,7 @@ Tensor EncDecModel::decode(const Tensor& tgt_in, const Tensor& memory, EncDecTra
     ModuleScope module("decoder.final_norm");
     x = decoder_norm_(x);
   }
+  if (trace) trace->decoder_final = x;
   ModuleScope module("head");
   return linear(x, head_.w, head_.b);
 }

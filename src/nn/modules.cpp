@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "normlab/autograd.h"
+#include "normlab/encdec.h"
 #include "normlab/nn.h"
 #include "normlab/ops.h"
 
@@ -56,10 +57,15 @@ void ModelConfig::validate() const {
   NL_USAGE(vocab >= 2, "vocab must be >= 2, got {}", vocab);
   NL_USAGE(seq_len >= 2, "seq_len must be >= 2, got {}", seq_len);
   NL_USAGE(norm_eps >= 0, "norm_eps must be > 0 (or 0 for the norm's default), got {}", norm_eps);
-  if (model == ModelKind::gpt) {
+  if (has_attention()) {
     NL_USAGE(heads >= 1 && d_model % heads == 0, "heads = {} does not divide d_model = {}", heads, d_model);
   }
-  NL_USAGE(!(qk_norm && model != ModelKind::gpt), "qk_norm needs model = gpt (the toy model has no queries or keys)");
+  NL_USAGE(!(qk_norm && !has_attention()), "qk_norm needs model gpt or encdec (the toy model has no queries or keys)");
+  for (const auto& [key, set] : {std::pair<const char*, bool>{"encoder_layers", encoder_layers.has_value()},
+                                 {"decoder_layers", decoder_layers.has_value()},
+                                 {"shared_embeddings", shared_embeddings.has_value()}})
+    NL_USAGE(!set || model == ModelKind::encdec, "{} is a key of model encdec, and model is {}", key, to_string(model));
+  if (model == ModelKind::encdec) encdec_config(*this).validate();  // the encoder-decoder's own limits
   NL_USAGE(!(final_norm == FinalNorm::on && norm == NormKind::none),
            "final_norm on is the blocks' norm and norm is none: say final_norm layernorm or rmsnorm for a final norm "
            "alone");
@@ -263,7 +269,7 @@ Block make_block(ParamList& p, const std::string& prefix, const ModelConfig& cfg
   b.norm_kind = cfg.norm;
   b.residual = cfg.residual;
   b.alpha = cfg.residual_alpha();
-  b.attention = cfg.model == ModelKind::gpt;
+  b.attention = cfg.has_attention();
   const NormKind nk = cfg.norm;
   NormOptions opts;
   opts.dyt_alpha = cfg.dyt_alpha_init();
@@ -487,6 +493,7 @@ Tensor block_forward(const Block& b, const Tensor& x, Sublayers mode, AttentionT
 // ---- model ------------------------------------------------------------------------
 
 Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
+  NL_CHECK(cfg.model != ModelKind::encdec, "Model is decoder-only: an encdec config builds an EncDecModel");
   cfg_.validate();
   Init init{Rng(seed, stream::init), cfg_.dtype};
   const int64_t d = cfg_.d_model;

@@ -6,7 +6,9 @@ template <>
 const EnumNames& enum_names<ModelKind>() {
   static const EnumNames t{"model",
                            {{ModelKind::toy, "toy", {}, "causal prefix-mean mixing + Linear instead of attention"},
-                            {ModelKind::gpt, "gpt", {}, "causal multi-head self-attention"}}};
+                            {ModelKind::gpt, "gpt", {}, "causal multi-head self-attention"},
+                            {ModelKind::encdec, "encdec", {},
+                             "encoder-decoder Transformer with cross-attention, for data copy, reverse or translate"}}};
   return t;
 }
 template <>

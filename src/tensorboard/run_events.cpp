@@ -56,16 +56,26 @@ std::string text_or(const json& j, const char* key, const std::string& fallback)
   return v != j.end() && v->is_string() ? v->get<std::string>() : fallback;
 }
 
+// The tag of entry k of a per-layer list of n: layer_K, or for an encoder-decoder's lists (the
+// encoder's layers, then the decoder's) encoder_K and decoder_K, each stack counted from 1.
+std::string layer_tag(size_t k, size_t n, int64_t encoder_layers) {
+  const auto enc = static_cast<size_t>(std::max<int64_t>(encoder_layers, 0));
+  auto numbered = [](const char* stack, size_t i, size_t count) {
+    return fmt::format("{}_{:0{}}", stack, i + 1, static_cast<int>(std::to_string(count).size()));
+  };
+  if (enc == 0 || n <= enc) return numbered("layer", k, n);
+  return k < enc ? numbered("encoder", k, enc) : numbered("decoder", k - enc, n - enc);
+}
+
 // A record's numbers and per-layer lists as scalars under prefix (its step given).
-TbStep record_scalars(const json& j, int64_t step, const std::string& prefix) {
+TbStep record_scalars(const json& j, int64_t step, const std::string& prefix, int64_t encoder_layers = 0) {
   TbStep out;
   out.step = step;
   for (const auto& [key, v] : j.items()) {
     if (key == "step") continue;
     if (v.is_array()) {
-      const int width = static_cast<int>(std::to_string(v.size()).size());
       for (size_t k = 0; k < v.size(); ++k)
-        out.scalars.push_back({fmt::format("{}{}/layer_{:0{}}", prefix, key, k + 1, width), number_or_nan(v[k])});
+        out.scalars.push_back({prefix + key + "/" + layer_tag(k, v.size(), encoder_layers), number_or_nan(v[k])});
     } else if (v.is_number() || v.is_null()) {
       out.scalars.push_back({prefix + key, number_or_nan(v)});
     }
@@ -74,11 +84,11 @@ TbStep record_scalars(const json& j, int64_t step, const std::string& prefix) {
 }
 
 // A JSON line's numbers and per-layer lists as scalars under prefix.
-TbStep line_scalars(const std::string& line, const std::string& prefix, const char* what) {
+TbStep line_scalars(const std::string& line, const std::string& prefix, const char* what, int64_t encoder_layers = 0) {
   const json j = parse_object(line, what);
   const auto step = j.find("step");
   NL_USAGE(step != j.end() && step->is_number_integer(), "{} has no integer \"step\": {}", what, shown(line, 80));
-  return record_scalars(j, step->get<int64_t>(), prefix);
+  return record_scalars(j, step->get<int64_t>(), prefix, encoder_layers);
 }
 
 std::vector<std::string> nonempty_lines(const std::string& text) {
@@ -93,9 +103,18 @@ std::vector<std::string> nonempty_lines(const std::string& text) {
   return out;
 }
 
+TrainConfig config_from_json(const std::string& config_json) {
+  TrainConfig cfg;
+  apply_config_json(cfg, config_json, "the run's config");
+  return cfg;
+}
+
 }  // namespace
 
-TbStep metrics_line_scalars(const std::string& metrics_line) { return line_scalars(metrics_line, "", "a metrics.jsonl line"); }
+TbStep metrics_line_scalars(const std::string& metrics_line, int64_t encoder_layers) {
+  return line_scalars(metrics_line, "", "a metrics.jsonl line", encoder_layers);
+}
+
 
 TbStep timing_line_scalars(const std::string& timing_line) {
   return line_scalars(timing_line, "timing/", "a timing.jsonl line");
@@ -132,12 +151,13 @@ std::string config_text(const std::string& config_json) {
 
 // ---- during training --------------------------------------------------------------------------
 
-RunEventLog::RunEventLog(const std::string& dir, const std::string& config_json) : writer_(dir, kTrainWriter) {
+RunEventLog::RunEventLog(const std::string& dir, const std::string& config_json)
+    : writer_(dir, kTrainWriter), encoder_layers_(encoder_layers_of(config_from_json(config_json))) {
   writer_.append(text_event(now_seconds(), 0, "config", config_text(config_json)));
 }
 
 void RunEventLog::eval(const EvalRecord& r) {
-  std::vector<TbScalar> s = metrics_line_scalars(eval_to_json_line(r)).scalars;
+  std::vector<TbScalar> s = metrics_line_scalars(eval_to_json_line(r), encoder_layers_).scalars;
   for (TbScalar& t : timing_line_scalars(timing_to_json_line(r)).scalars) s.push_back(std::move(t));
   writer_.append(scalars_event(now_seconds(), r.step, s));
   last_step_ = r.step;
@@ -200,8 +220,10 @@ std::string run_events(const std::string& path, size_t* scalar_count) {
   const std::string result = run.result_text();
   const json rj = parse_object(result, fmt::format("'{}/result.json'", path).c_str());
   std::map<int64_t, std::vector<TbScalar>> by_step;
+  const int64_t encoder_layers = encoder_layers_of(run.config());
   for (const MetricsRecord& m : run.metrics())
-    for (TbScalar& t : record_scalars(m.fields, m.step, "").scalars) by_step[m.step].push_back(std::move(t));
+    for (TbScalar& t : record_scalars(m.fields, m.step, "", encoder_layers).scalars)
+      by_step[m.step].push_back(std::move(t));
   for (const MetricsRecord& m : run.timing()) {
     auto at = by_step.find(m.step);
     if (at != by_step.end())

@@ -227,36 +227,36 @@ std::string torch_parameter_name(const std::string& name) {
   return name;
 }
 
-std::vector<std::pair<std::string, Tensor>> model_state(Model& model) {
+std::vector<std::pair<std::string, Tensor>> model_state(const ParamList& params) {
   std::vector<std::pair<std::string, Tensor>> out;
   // Parameters in device memory are downloaded here, at save, and nowhere else.
-  for (const Tensor& p : model.params().all())
+  for (const Tensor& p : params.all())
     out.push_back({torch_parameter_name(p.name()), p.device() == Device::cpu ? p : p.to_device(Device::cpu)});
   return out;
 }
 
-void load_model_state(Model& model, const SafetensorsFile& file, const std::string& source) {
+void load_model_state(ParamList& params, const ModelConfig& cfg, const SafetensorsFile& file, const std::string& source) {
   // Gemma's w and a plain gamma share the name `.weight` (PyTorch's), so the tensors alone cannot
   // tell a plain checkpoint from a Gemma one: loaded across, every gain would be off by one. A
   // checkpoint normlab wrote says which in its config; one from elsewhere is taken as it is.
-  if (auto meta = file.metadata.find("normlab_config"); meta != file.metadata.end() && model.config().norm != NormKind::none) {
+  if (auto meta = file.metadata.find("normlab_config"); meta != file.metadata.end() && cfg.norm != NormKind::none) {
     const json saved = json::parse(meta->second, nullptr, /*allow_exceptions=*/false);
     if (saved.is_object()) {
       const json g = saved.value("gemma_norm", json(false));
       const bool saved_gemma = g.is_boolean() && g.get<bool>();
-      if (saved_gemma != model.config().gain_offset())
+      if (saved_gemma != cfg.gain_offset())
         throw UsageError(fmt::format(
             "checkpoint '{}' stores its norm gains {} but the config has gemma_norm {}: `normlab convert RUN --gain {}` "
             "maps one form to the other",
             source, saved_gemma ? "as Gemma's w (gain 1 + w)" : "plain (gain gamma)",
-            model.config().gain_offset() ? "true" : "false", model.config().gain_offset() ? "gemma" : "plain"));
+            cfg.gain_offset() ? "true" : "false", cfg.gain_offset() ? "gemma" : "plain"));
     }
   }
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : file.tensors) by_name[name] = &t;
   std::vector<std::string> problems;
   std::set<std::string> used;
-  for (const Tensor& p : model.params().all()) {
+  for (const Tensor& p : params.all()) {
     const std::string name = torch_parameter_name(p.name());
     auto it = by_name.find(name);
     if (it == by_name.end()) {
@@ -272,7 +272,7 @@ void load_model_state(Model& model, const SafetensorsFile& file, const std::stri
   for (const auto& [name, t] : file.tensors)
     if (!used.count(name) && by_name.count(name)) {
       bool is_param = false;
-      for (const Tensor& p : model.params().all()) is_param = is_param || torch_parameter_name(p.name()) == name;
+      for (const Tensor& p : params.all()) is_param = is_param || torch_parameter_name(p.name()) == name;
       if (!is_param) problems.push_back(fmt::format("{} is not a parameter of this model", name));
     }
   if (!problems.empty()) {
@@ -281,7 +281,7 @@ void load_model_state(Model& model, const SafetensorsFile& file, const std::stri
     if (problems.size() > 4) list += fmt::format("; and {} more", problems.size() - 4);
     throw UsageError(fmt::format("checkpoint '{}' does not match the config: {}", source, list));
   }
-  for (const Tensor& p : model.params().all()) {
+  for (const Tensor& p : params.all()) {
     Tensor dst = p;
     dst.copy_(*by_name[torch_parameter_name(p.name())]);
   }

@@ -6,6 +6,7 @@
 #include "normlab/parse.h"
 #include "normlab/text_tokens.h"
 #include "normlab/train.h"
+#include "rule_noise.h"
 
 namespace normlab {
 
@@ -44,11 +45,8 @@ class Synthetic final : public DataSource {
   double loss_floor(int64_t seq_len) const override {
     // Target 0 (the token after the marker) is uniform over R ordinary tokens; every later one is
     // the rule's token with probability q = 1 - p + p/R, each other token with p/R.
-    const double r = static_cast<double>(ordinary_), p = spec_.noise;
-    const double q = 1 - p + p / r;
-    double h = -q * std::log(q);
-    if (p > 0) h -= (r - 1) * (p / r) * std::log(p / r);
-    return (std::log(r) + static_cast<double>(seq_len - 1) * h) / static_cast<double>(seq_len);
+    const RuleNoise noise{static_cast<double>(ordinary_), spec_.noise};
+    return (std::log(noise.r) + static_cast<double>(seq_len - 1) * noise.entropy()) / static_cast<double>(seq_len);
   }
 
   // Targets are uniform over the ordinary tokens (a permutation of a uniform token is uniform).
@@ -60,9 +58,8 @@ class Synthetic final : public DataSource {
     const int64_t batch = b.inputs.size(0), seq_len = b.inputs.size(1);
     const int32_t* in = b.inputs.data<int32_t>();
     const int32_t* tg = b.targets.data<int32_t>();
-    const double r = static_cast<double>(ordinary_), p = spec_.noise;
-    const double q = 1 - p + p / r;
-    const double on_rule = -std::log(q), off_rule = p > 0 ? -std::log(p / r) : INFINITY;
+    const RuleNoise noise{static_cast<double>(ordinary_), spec_.noise};
+    const double r = noise.r, on_rule = noise.cost_on_rule(), off_rule = noise.cost_off_rule();
     double total = 0;
     for (int64_t row = 0; row < batch; ++row) {
       const int32_t* x = in + row * seq_len;

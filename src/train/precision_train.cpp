@@ -9,6 +9,7 @@
 #include "normlab/autograd.h"
 #include "normlab/backend.h"
 #include "normlab/elementwise_kernels.h"
+#include "normlab/train_model.h"
 
 namespace normlab {
 
@@ -131,13 +132,12 @@ struct FirstNonFinite {
 
 }  // namespace
 
-NonFiniteOrigin find_nonfinite(Model& model, const Tensor& inputs, const Tensor& targets, int64_t step,
-                               std::optional<double> backward_seed) {
+NonFiniteOrigin find_nonfinite(TrainModel& model, const Batch& batch, int64_t step, std::optional<double> backward_seed) {
   FirstNonFinite first;
   Tensor loss;
   {
     StoreWatchScope watch([&](const StoreEvent& v) { first.look(v, step, "forward"); });
-    loss = model.loss(inputs, targets);
+    loss = model.loss(batch);
   }
   if (first.found || !backward_seed || !loss.requires_grad()) return first.origin;
   model.params().zero_grad();

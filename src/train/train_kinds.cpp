@@ -29,7 +29,11 @@ template <>
 const EnumNames& enum_names<DataKind>() {
   static const EnumNames t{"data",
                            {{DataKind::synthetic, "synthetic", {}, "the synthetic topic/permutation task"},
-                            {DataKind::text, "text", {}, "text:PATH, byte-level language modelling on a file"}}};
+                            {DataKind::text, "text", {}, "text:PATH, byte-level language modelling on a file"},
+                            {DataKind::copy, "copy", {}, "encdec: the target is the source"},
+                            {DataKind::reverse, "reverse", {}, "encdec: the target is the source reversed"},
+                            {DataKind::translate, "translate", {},
+                             "encdec: each window of 3 source tokens reversed, then a fixed random mapping"}}};
   return t;
 }
 template <>

@@ -13,6 +13,7 @@
 #include "normlab/statistics_kernels.h"
 #include "normlab/stats.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 #include "normlab/text_tokens.h"
 #include "precision_train.h"
 
@@ -28,13 +29,19 @@ DataSpec DataSpec::parse(const std::string& s) {
     d.path = s.substr(5);
     return d;
   }
-  NL_USAGE(s == to_string(DataKind::synthetic), "data '{}' is not synthetic or text:PATH", shown(s));
-  return d;
+  const DataKind kinds[] = {DataKind::synthetic, DataKind::copy, DataKind::reverse, DataKind::translate};
+  for (DataKind k : kinds)
+    if (s == to_string(k)) {
+      d.kind = k;
+      return d;
+    }
+  throw UsageError(fmt::format("data '{}' is not synthetic, text:PATH, copy, reverse or translate", shown(s)));
 }
 
 std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg) {
   if (cfg.data.kind == DataKind::synthetic)
     return make_synthetic({cfg.model.vocab, cfg.topics, cfg.noise, cfg.task_seed()});
+  if (is_seq2seq(cfg.data.kind)) return make_seq2seq({cfg.data.kind, cfg.model.vocab, cfg.noise, cfg.task_seed()});
   return make_text(cfg.data.path, cfg.tokens(), cfg.vocabulary.value_or(""), cfg.model.seq_len, cfg.task_seed());
 }
 
@@ -88,9 +95,14 @@ void TrainConfig::validate() const {
     NL_USAGE(low, "norm_compute {} needs precision bf16 or fp16 (in fp32 every norm is float32 arithmetic)",
              to_string(*norm_compute));
   }
+  validate_model_for_data();
   if (data.kind == DataKind::synthetic) {
     NL_USAGE(topics >= 1, "topics must be >= 1, got {}", topics);
     NL_USAGE(model.vocab - topics >= 2, "vocab ({}) must exceed topics ({}) by at least 2", model.vocab, topics);
+    NL_USAGE(noise >= 0 && noise <= 1, "noise must be in [0, 1], got {}", noise);
+  } else if (is_seq2seq(data.kind)) {
+    NL_USAGE(model.vocab >= 3, "data {} needs vocab >= 3 (two ordinary tokens and the start token), got {}",
+             data.str(), model.vocab);
     NL_USAGE(noise >= 0 && noise <= 1, "noise must be in [0, 1], got {}", noise);
   } else if (tokens() == Tokenizer::bytes) {
     NL_USAGE(model.vocab == 256, "byte-level text needs vocab = 256, got {}", model.vocab);
@@ -107,6 +119,18 @@ void TrainConfig::validate() const {
   } else if (tokens() == Tokenizer::bytes) {
     NL_USAGE(!vocabulary, "vocabulary is for tokenizer chars (tokenizer bytes has the 256 byte values)");
   }
+}
+
+// The encoder-decoder learns a sequence-to-sequence task and nothing else does.
+void TrainConfig::validate_model_for_data() const {
+  const bool encdec = model.model == ModelKind::encdec;
+  NL_USAGE(encdec == is_seq2seq(data.kind),
+           encdec ? "model encdec maps a source to a target: it needs data copy, reverse or translate, not {}"
+                  : "data {} maps a source to a target: it needs model encdec",
+           data.str());
+  // Its per-layer census of stored values is the decoder-only model's (blocks.N) alone.
+  NL_USAGE(!encdec || storage() == Precision::fp32, "model encdec trains in fp32 only, not precision {}",
+           to_string(storage()));
 }
 
 double held_out_oracle_loss(const TrainConfig& cfg) {
@@ -219,12 +243,19 @@ struct EvalWindow {
 // (the evals a 0-step or diverged run still owes, summarize, the last checkpoint).
 class TrainLoop {
  public:
-  TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource& data, Model& model, Device device,
+  TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource& data, TrainModel& model, Device device,
             const ResumePoint* resume);
   TrainResult run();
 
  private:
-  Tensor on_device(const Tensor& t) const { return t.device() == device_ ? t : t.to_device(device_); }
+  Tensor on_device(const Tensor& t) const {
+    return !t.defined() || t.device() == device_ ? t : t.to_device(device_);
+  }
+  Batch on_device(const Batch& b) const {
+    Batch out{on_device(b.inputs), on_device(b.targets)};
+    out.sources = on_device(b.sources);
+    return out;
+  }
   void resume_optimizer(const TrainState& st);
   void resume_progress(const TrainState& st);
   TrainState snapshot(int64_t step) const;
@@ -240,8 +271,8 @@ class TrainLoop {
   static std::vector<DecayRun> decay_runs(const TrainConfig& cfg, const ParamList& params);
   void count_step(int64_t step, double loss_value);
   // dropout: the rate the replayed forward ran under (training's, or 0 for a held-out batch).
-  void diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
-               std::optional<double> backward_seed, double dropout);
+  void diverge(int64_t step, std::string reason, const Batch& batch, std::optional<double> backward_seed,
+               double dropout);
   void diverge_on_validation(int64_t step);
   void evaluate(int64_t step, double grad_norm, bool grads = true);
   EvalRecord training_record(int64_t step, double grad_norm, bool grads) const;
@@ -255,7 +286,7 @@ class TrainLoop {
   const bool low_precision_;
   const int64_t tokens_per_step_;
   DataSource& data_;
-  Model& model_;
+  TrainModel& model_;
   ParamList& params_;
   const Device device_;
   // The flat parameter buffer, its gradient and Adam's moments, on the compute device.
@@ -275,7 +306,7 @@ class TrainLoop {
   double last_grad_norm_ = 0;
 };
 
-TrainLoop::TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource& data, Model& model, Device device,
+TrainLoop::TrainLoop(const TrainConfig& cfg, const TrainHooks& hooks, DataSource& data, TrainModel& model, Device device,
                      const ResumePoint* resume)
     : cfg_(cfg),
       hooks_(hooks),
@@ -374,18 +405,17 @@ TrainResult TrainLoop::run() {
 // where and why).
 bool TrainLoop::train_step(int64_t step) {
   params_.zero_grad();
-  Batch b = data_.train_batch(data_rng_, cfg_.batch_size, cfg_.model.seq_len);
-  const Tensor inputs = on_device(b.inputs), targets = on_device(b.targets);
+  const Batch b = on_device(data_.train_batch(data_rng_, cfg_.batch_size, cfg_.model.seq_len));
   Tensor loss;
   {
     // The step's masks, keyed by (seed, step): a resumed run and a replay draw the same ones.
     const DropoutScope drop(cfg_.dropout_rate(), dropout_step_key(cfg_.seed, step));
-    loss = model_.loss(inputs, targets);
+    loss = model_.loss(b);
   }
   const double loss_value = loss.item();
   const double seed = scaler_ ? scaler_->scale() : 1.0;
   if (!std::isfinite(loss_value) && !scaler_) {
-    diverge(step, "non-finite loss", inputs, targets, std::nullopt, cfg_.dropout_rate());
+    diverge(step, "non-finite loss", b, std::nullopt, cfg_.dropout_rate());
     return false;
   }
   // Under a scaler a non-finite loss is a step like any with an inf or NaN gradient (PyTorch's
@@ -399,13 +429,13 @@ bool TrainLoop::train_step(int64_t step) {
       diverge(step,
               fmt::format("non-finite {} at {} steps in a row under loss scaling (scale now {:g})",
                           loss_finite ? "gradient" : "loss", scaler_->state().consecutive_skips, scaler_->scale()),
-              inputs, targets, loss_finite ? std::optional<double>(seed) : std::nullopt, cfg_.dropout_rate());
+              b, loss_finite ? std::optional<double>(seed) : std::nullopt, cfg_.dropout_rate());
       return false;
     }
   }
   last_grad_norm_ = grad_norm;
   if (!scaler_ && !std::isfinite(grad_norm)) {
-    diverge(step, "non-finite gradient", inputs, targets, seed, cfg_.dropout_rate());
+    diverge(step, "non-finite gradient", b, seed, cfg_.dropout_rate());
     return false;
   }
   if (step_taken) adam_update(step, grad_norm);
@@ -493,20 +523,20 @@ void TrainLoop::count_step(int64_t step, double loss_value) {
 
 // A diverged run says where: the step replayed (the model unchanged since it ran) with every
 // stored value looked at.
-void TrainLoop::diverge(int64_t step, std::string reason, const Tensor& inputs, const Tensor& targets,
-                        std::optional<double> backward_seed, double dropout) {
+void TrainLoop::diverge(int64_t step, std::string reason, const Batch& batch, std::optional<double> backward_seed,
+                        double dropout) {
   res_.status = "diverged";
   res_.diverged_step = step;
   res_.diverged_reason = std::move(reason);
   const DropoutScope replay(dropout, dropout_step_key(cfg_.seed, step));  // the step's masks again
-  res_.nonfinite = find_nonfinite(model_, inputs, targets, step, backward_seed);
+  res_.nonfinite = find_nonfinite(model_, batch, step, backward_seed);
 }
 
 // The first held-out batch whose loss is not finite is the one replayed.
 void TrainLoop::diverge_on_validation(int64_t step) {
   for (int64_t i = 0; i < cfg_.eval_batches; ++i) {
-    Batch vb = data_.val_batch(i, cfg_.batch_size, cfg_.model.seq_len);
-    diverge(step, "non-finite validation loss", on_device(vb.inputs), on_device(vb.targets), std::nullopt, 0.0);
+    const Batch vb = on_device(data_.val_batch(i, cfg_.batch_size, cfg_.model.seq_len));
+    diverge(step, "non-finite validation loss", vb, std::nullopt, 0.0);
     if (res_.nonfinite.step >= 0) break;
   }
 }
@@ -536,7 +566,7 @@ EvalRecord TrainLoop::training_record(int64_t step, double grad_norm, bool grads
   r.train_loss = window_.train_loss_count ? window_.train_loss_sum / static_cast<double>(window_.train_loss_count) : NAN;
   r.grad_norm = grad_norm;
   if (grads)
-    for (size_t l = 0; l < model_.blocks().size(); ++l) r.block_grad_norm.push_back(params_grad_norm(model_.block_params(l)));
+    for (size_t l = 0; l < model_.layer_count(); ++l) r.block_grad_norm.push_back(params_grad_norm(model_.layer_params(l)));
   const double window = std::chrono::duration<double>(now - window_.start).count();
   r.seconds_per_step = window_.steps ? window / static_cast<double>(window_.steps) : 0;
   r.tokens_per_second = r.seconds_per_step > 0 ? static_cast<double>(tokens_per_step_) / r.seconds_per_step : 0;
@@ -577,12 +607,12 @@ void TrainLoop::measure_validation(EvalRecord& r) {
 // fills r's per-block statistics of what the format stores.
 double TrainLoop::validation_loss(const Batch& b, bool traced, ForwardTrace& trace, EvalRecord& r) const {
   if (traced && low_precision_) {  // what the format does to each block's values
-    BlockStorageStats stats(model_.blocks().size());
-    const double loss = model_.loss(on_device(b.inputs), on_device(b.targets), &trace).item();
+    BlockStorageStats stats(model_.layer_count());
+    const double loss = model_.loss(on_device(b), &trace).item();
     stats.fill(r, trace);
     return loss;
   }
-  return model_.loss(on_device(b.inputs), on_device(b.targets), traced ? &trace : nullptr).item();
+  return model_.loss(on_device(b), traced ? &trace : nullptr).item();
 }
 
 // An eval in the result, and the best held-out loss so far.
@@ -640,14 +670,14 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, const ResumeP
   // the float32 master weights through the backend, outside the ops.
   StoragePrecisionScope storage(cfg.storage(), cfg.residual_storage(), cfg.norm_compute.value_or(NormCompute::fused));
   std::unique_ptr<DataSource> data = make_data_source(cfg);
-  Model model(cfg.model, cfg.seed);
-  if (resume) load_model_state(model, load_safetensors(resume->weights), resume->weights);
-  else if (!cfg.init_from.empty()) load_model_state(model, load_safetensors(cfg.init_from), cfg.init_from);
+  std::unique_ptr<TrainModel> model = make_train_model(cfg.model, cfg.seed);
+  if (resume) load_model_state(*model, load_safetensors(resume->weights), resume->weights);
+  else if (!cfg.init_from.empty()) load_model_state(*model, load_safetensors(cfg.init_from), cfg.init_from);
   // Parameters, gradients and Adam's moments live on the compute device from here on; a step
   // uploads its batch and downloads the loss and the gradient norm.
   const Device device = compute_device();
-  model.params().flatten(device);
-  TrainLoop loop(cfg, hooks, *data, model, device, resume);
+  model->params().flatten(device);
+  TrainLoop loop(cfg, hooks, *data, *model, device, resume);
   return loop.run();
 }
 

@@ -109,6 +109,23 @@ Setup chars_run(const std::string& name) {
   };
 }
 
+// A finished encoder-decoder run on the copy task: sample's decoding source.
+Setup copy_run(const std::string& name) {
+  return [name](const fs::path& w) {
+    static const fs::path cached = [] {
+      const fs::path d = normlab::test::fresh_dir("catalogue_copy_run");
+      fs::create_directories(d);
+      const auto r = run_cli({"train", "--model", "encdec", "--data", "copy", "--steps", "2", "--eval_every", "1",
+                              "--layers", "1", "--d_model", "8", "--heads", "2", "--d_hidden", "8", "--vocab", "7",
+                              "--seq_len", "5", "--batch_size", "2", "--threads", "1", "--out", (d / "copy").string(),
+                              "-q", "--json"});
+      if (r.exit_code != 0) throw std::runtime_error("the copy fixture run failed: " + describe(r));
+      return d / "copy";
+    }();
+    fs::copy(cached, w / name, fs::copy_options::recursive);
+  };
+}
+
 // A finished two-point sweep (lr 1e-3 and 1e-2, tiny points), made once per process and copied.
 Setup sweep_run(const std::string& name) {
   return [name](const fs::path& w) {
@@ -337,6 +354,21 @@ std::vector<Case> catalogue() {
   add("train_weight_decay_on_unknown", tiny({"--weight_decay_on", "biases"}));
   add("train_tie_embeddings_maybe", tiny({"--tie_embeddings", "maybe"}));
   add("train_bias_number", cfg(), config(R"({"bias": 0})"));
+  add("train_encdec_synthetic", tiny({"--model", "encdec"}));
+  add("train_encdec_text", tiny({"--model", "encdec", "--data", "text:" + tiny_txt}));
+  add("train_copy_gpt", tiny({"--model", "gpt", "--data", "copy"}));
+  add("train_data_unknown_task", tiny({"--model", "encdec", "--data", "sort"}));
+  add("train_encdec_mixln", tiny({"--model", "encdec", "--data", "copy", "--placement", "mixln"}));
+  add("train_encdec_bf16", tiny({"--model", "encdec", "--data", "copy", "--precision", "bf16"}));
+  add("train_encdec_rezero", tiny({"--model", "encdec", "--data", "copy", "--norm", "none", "--residual_scale", "rezero"}));
+  add("train_encdec_vocab_two", tiny({"--model", "encdec", "--data", "reverse", "--vocab", "2"}));
+  add("train_encdec_heads_not_dividing", tiny({"--model", "encdec", "--data", "copy", "--heads", "3"}));
+  add("train_encoder_layers_zero", tiny({"--model", "encdec", "--data", "copy", "--encoder_layers", "0"}));
+  add("train_decoder_layers_huge", tiny({"--model", "encdec", "--data", "copy", "--decoder_layers", "100000"}));
+  add("train_encoder_layers_gpt", tiny({"--model", "gpt", "--encoder_layers", "2"}));
+  add("train_shared_embeddings_toy", tiny({"--shared_embeddings", "false"}));
+  add("train_shared_embeddings_maybe", tiny({"--model", "encdec", "--data", "copy", "--shared_embeddings", "maybe"}));
+  add("train_encdec_noise_above_one", tiny({"--model", "encdec", "--data", "translate", "--noise", "1.5"}));
   add("train_min_lr_constant", tiny({"--min_lr", "1e-4"}));
   add("train_min_lr_above_lr", tiny({"--schedule", "cosine", "--lr", "1e-3", "--min_lr", "1e-2"}));
   add("train_min_lr_negative", tiny({"--schedule", "cosine", "--min_lr", "-1e-4"}));
@@ -406,6 +438,7 @@ std::vector<Case> catalogue() {
   add("probe_xiong_encdec_plot", {"probe", "xiong2020", "--model", "encdec", "--plot", "p.svg"});
   add("probe_xiong_encdec_depth_one", {"probe", "xiong2020", "--model", "encdec", "--depths", "1"});
   add("probe_encdec_other_preset", {"probe", "plain-stack", "--model", "encdec"});
+  add("probe_config_encdec", {"probe", "--model", "encdec", "--data", "copy"});
   add("probe_gains_negative", {"probe", "plain-stack", "--gains", "-1"});
   add("probe_gains_inf", {"probe", "plain-stack", "--gains", "1e400"});
   add("probe_activation_unknown", {"probe", "plain-stack", "--activation", "relu"});
@@ -633,6 +666,22 @@ std::vector<Case> catalogue() {
     chars_run("chars")(w);
     fs::remove(w / "chars" / "model.safetensors");
   });
+
+  add("sample_decode_text_run", {"sample", "chars", "--examples", "2"}, chars_run("chars"));
+  add("sample_decode_prompt", {"sample", "copy", "--prompt", "ab"}, copy_run("copy"));
+  add("sample_decode_temperature", {"sample", "copy", "--temperature", "0.5"}, copy_run("copy"));
+  add("sample_decode_source_short", {"sample", "copy", "--source", "1 2"}, copy_run("copy"));
+  add("sample_decode_source_start_token", {"sample", "copy", "--source", "1 2 3 4 6"}, copy_run("copy"));
+  add("sample_decode_source_not_ids", {"sample", "copy", "--source", "1 two 3 4 5"}, copy_run("copy"));
+  add("sample_decode_source_negative", {"sample", "copy", "--source", "1 -2 3 4 5"}, copy_run("copy"));
+  add("sample_decode_source_empty", {"sample", "copy", "--source", " , "}, copy_run("copy"));
+  add("sample_decode_examples_zero", {"sample", "copy", "--examples", "0"}, copy_run("copy"));
+  add("sample_decode_examples_over_batch", {"sample", "copy", "--examples", "3"}, copy_run("copy"));
+  add("sample_decode_no_weights", {"sample", "copy"}, [](const fs::path& w) {
+    copy_run("copy")(w);
+    fs::remove(w / "copy" / "model.safetensors");
+  });
+  add("convert_encdec_run", {"convert", "copy", "--to", "rmsnorm", "--out", "c"}, copy_run("copy"));
 
   // ---- convert
   add("convert_no_to", {"convert", "ln", "--out", "c"}, ln_run("ln"));

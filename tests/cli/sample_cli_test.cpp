@@ -2,6 +2,7 @@
 // vocabulary, the same text for the same seed, greedy at temperature 0, and --json.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -74,4 +75,32 @@ TEST(SampleCli, JsonHoldsThePromptTheTextAndTheSettings) {
   const auto plain = run_cli({"sample", run.string(), "--tokens", "12", "--top_k", "5", "--temperature", "0.8", "--seed",
                               "3"});
   EXPECT_EQ(plain.out, "\n" + j["continuation"].get<std::string>() + "\n");
+}
+
+// An encoder-decoder trained to copy: sample decodes held-out sources greedily, and the copy comes
+// out; a source of one's own too; --json says the same.
+TEST(SampleCli, AnEncoderDecoderRunDecodesItsSourcesGreedily) {
+  const fs::path run = fresh_dir("cli_sample") / "copy";
+  fs::create_directories(run.parent_path());
+  auto r = run_cli({"train", "--model", "encdec", "--data", "copy", "--noise", "0", "--layers", "2", "--d_model", "32",
+                    "--heads", "2", "--d_hidden", "64", "--vocab", "11", "--seq_len", "6", "--batch_size", "16",
+                    "--lr", "3e-3", "--warmup_steps", "20", "--steps", "400", "--eval_every", "400", "--threads", "1",
+                    "--out", run.string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"sample", run.string(), "--examples", "3"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3 * 4) << r.out;  // source, target, output, blank
+  EXPECT_NE(r.out.find("(6/6 as the target)"), std::string::npos) << r.out;
+  r = run_cli({"sample", run.string(), "--source", "3 1 4 1 5 9"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out, "source  3 1 4 1 5 9\noutput  3 1 4 1 5 9\n\n");
+  r = run_cli({"sample", run.string(), "--examples", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["task"], "copy");
+  ASSERT_EQ(j["sequences"].size(), 2u);
+  for (const auto& s : j["sequences"]) {
+    EXPECT_EQ(s["output"], s["source"]);
+    EXPECT_EQ(s["matching"], 6);
+  }
 }

@@ -266,6 +266,31 @@ TEST(RunPlots, HeatmapHasOneCellPerStepAndLayerWithLayerOneAtTheBottom) {
   }
 }
 
+// An encoder-decoder's run: the encoder's layers and the decoder's as two panels, one above the
+// other, each numbered from layer 1, in one well-formed document.
+TEST(RunPlots, AnEncoderDecoderIsTwoPanelsOneStackEach) {
+  LayerHistory h = history(5, 7);
+  h.encoder_layers = 4;
+  const std::vector<LayerHistory> stacks = split_stacks(h);
+  ASSERT_EQ(stacks.size(), 2u);
+  EXPECT_EQ(stacks[0].values[2], std::vector<double>(h.values[2].begin(), h.values[2].begin() + 4));
+  EXPECT_EQ(stacks[1].values[2], std::vector<double>(h.values[2].begin() + 4, h.values[2].end()));
+  for (const std::string& svg : {plot_layer_heatmap_svg(h), plot_layer_profile_lines_svg(h)}) {
+    save("encdec_panels", svg);
+    const Doc d = parse_ok(svg);
+    ASSERT_EQ(d.named("svg").size(), 3u) << "the document and its two panels";
+    const double top = d.named("svg")[1]->num("y"), below = d.named("svg")[2]->num("y");
+    EXPECT_EQ(top, 0);
+    EXPECT_DOUBLE_EQ(below, d.named("svg")[1]->num("height"));
+    EXPECT_DOUBLE_EQ(d.named("svg")[0]->num("height"), below + d.named("svg")[2]->num("height"));
+    const std::string text = all_text(d);
+    EXPECT_NE(text.find("encoder layer (1 = first)"), std::string::npos);
+    EXPECT_NE(text.find("decoder layer (1 = first)"), std::string::npos);
+    EXPECT_EQ(text.find("layer (block"), std::string::npos);
+  }
+  EXPECT_EQ(parse_ok(plot_layer_heatmap_svg(h)).with_class("cell").size(), 5u * 7u);
+}
+
 TEST(RunPlots, HeatmapTickLabelsStayApartWithManyWideSteps) {
   LayerHistory h = history(120, 64);
   for (size_t i = 0; i < h.steps.size(); ++i) h.steps[i] = 1000000 + static_cast<int64_t>(i) * 25000;  // 7-digit steps

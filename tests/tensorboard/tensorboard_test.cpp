@@ -12,6 +12,7 @@
 
 #include "normlab/error.h"
 #include "normlab/run.h"
+#include "normlab/run_records.h"
 #include "normlab/tensorboard.h"
 #include "test_util.h"
 
@@ -176,6 +177,27 @@ TEST(TensorBoard, MetricsLinesMapToTags) {
   // A result.json someone edited: no field of an unexpected type stops the export.
   EXPECT_EQ(result_status_text(R"({"status": 3, "diverged_step": "x"})"), "unknown");
   EXPECT_TRUE(result_scalars(R"({"final_val_loss": "x", "steps_done": 5})").size() == 1);
+}
+
+// An encoder-decoder's per-layer lists: its encoder's layers, then its decoder's, each stack
+// numbered from 1 (lists of another length keep layer_K).
+TEST(TensorBoard, AnEncoderDecodersLayersAreTaggedByStack) {
+  TrainConfig c;
+  c.model.layers = 6;
+  EXPECT_EQ(encoder_layers_of(c), 0);
+  c.model.model = ModelKind::encdec;
+  EXPECT_EQ(encoder_layers_of(c), 6);
+  c.model.encoder_layers = 12;
+  EXPECT_EQ(encoder_layers_of(c), 12);
+  const TbStep s = metrics_line_scalars(R"({"step": 5, "stream_norm": [1,2,3,4,5,6,7,8,9,10,11,12], "x": [7]})", 10);
+  std::map<std::string, double> m;
+  for (const TbScalar& t : s.scalars) m[t.tag] = t.value;
+  EXPECT_EQ(m["stream_norm/encoder_01"], 1);
+  EXPECT_EQ(m["stream_norm/encoder_10"], 10);
+  EXPECT_EQ(m["stream_norm/decoder_1"], 11);
+  EXPECT_EQ(m["stream_norm/decoder_2"], 12);
+  EXPECT_EQ(m["x/layer_1"], 7);
+  EXPECT_EQ(m.size(), 13u);
 }
 
 TEST(TensorBoard, ARunLogsWhatItsRunDirectoryHolds) {

@@ -11,6 +11,7 @@
 #include "normlab/nn.h"
 #include "normlab/ops.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 #include "test_util.h"
 
 namespace normlab {
@@ -133,7 +134,7 @@ TEST(CudaSimTrain, CheckpointAndResumeFromDeviceMemory) {
   ResumePoint point;
   TrainHooks h;
   h.checkpoint_every = 6;
-  h.on_checkpoint = [&](int64_t step, Model& model, const TrainState& st) {
+  h.on_checkpoint = [&](int64_t step, TrainModel& model, const TrainState& st) {
     if (step != 6) return;
     point.weights = (dir / "model.safetensors").string();
     save_safetensors(point.weights, model_state(model), {});

@@ -8,6 +8,7 @@
 #include "normlab/checkpoint.h"
 #include "normlab/nn.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 #include "test_util.h"
 
 using namespace normlab;
@@ -56,7 +57,7 @@ TEST(DropoutTraining, AResumedRunDrawsTheSameMasks) {
   ResumePoint point;
   TrainHooks h;
   h.checkpoint_every = 4;
-  h.on_checkpoint = [&](int64_t step, Model& model, const TrainState& st) {
+  h.on_checkpoint = [&](int64_t step, TrainModel& model, const TrainState& st) {
     if (step != 4) return;
     point.weights = (dir / "model.safetensors").string();
     save_safetensors(point.weights, model_state(model), {});

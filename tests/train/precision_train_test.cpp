@@ -11,6 +11,7 @@
 #include "normlab/error.h"
 #include "normlab/ops.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 #include "test_util.h"
 
 using namespace normlab;
@@ -147,7 +148,7 @@ TEST(TrainPrecision, ResumedScaledRunIsTheUninterruptedOne) {
   ResumePoint point;
   TrainHooks hooks;
   hooks.checkpoint_every = 100;
-  hooks.on_checkpoint = [&](int64_t step, Model& model, const TrainState& st) {
+  hooks.on_checkpoint = [&](int64_t step, TrainModel& model, const TrainState& st) {
     if (step != 100) return;
     point.weights = (dir / "model.safetensors").string();
     save_safetensors(point.weights, model_state(model), {});
@@ -203,17 +204,18 @@ TEST(TrainPrecision, EvalsRecordPerBlockRangeOnlyInLowPrecision) {
 
 TEST(TrainPrecision, NonFiniteOriginNamesTheFirstOverflow) {
   TrainConfig c = small_run();
-  Model model(c.model, 3);
+  const std::unique_ptr<TrainModel> trained = make_train_model(c.model, 3);
+  Model& model = *trained->decoder_only();
   Rng rng(5, stream::check);
   Tensor ids = Tensor::from_ids(std::vector<int32_t>(static_cast<size_t>(4 * c.model.seq_len), 3), {4, c.model.seq_len});
   Tensor targets = ids.clone();
   {
     StoragePrecisionScope fp16(Precision::fp16);
-    EXPECT_EQ(find_nonfinite(model, ids, targets, 7, 1.0).step, -1) << "a healthy model: nothing to find";
+    EXPECT_EQ(find_nonfinite(*trained, Batch{ids, targets}, 7, 1.0).step, -1) << "a healthy model: nothing to find";
     // Block 1's first MLP product: weights of ~1e4 make outputs beyond 65504 (the weights fit).
     Tensor w = param(model, "blocks.1.mlp.fc1.w");
     for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>(1e4 * rng.normal());
-    const NonFiniteOrigin o = find_nonfinite(model, ids, targets, 7, 1.0);
+    const NonFiniteOrigin o = find_nonfinite(*trained, Batch{ids, targets}, 7, 1.0);
     EXPECT_EQ(o.step, 7);
     EXPECT_EQ(o.phase, "forward");
     EXPECT_EQ(o.op, "linear");
@@ -224,10 +226,10 @@ TEST(TrainPrecision, NonFiniteOriginNamesTheFirstOverflow) {
     EXPECT_NE(o.str().find("step 7, forward, linear in blocks.1: overflow"), std::string::npos) << o.str();
   }
   // In float32 the same model is finite; a seed of 1e38 overflows its loss's gradient there.
-  Model healthy(c.model, 3);
-  EXPECT_EQ(find_nonfinite(healthy, ids, targets, 2, std::nullopt).step, -1);
+  const std::unique_ptr<TrainModel> healthy = make_train_model(c.model, 3);
+  EXPECT_EQ(find_nonfinite(*healthy, Batch{ids, targets}, 2, std::nullopt).step, -1);
   StoragePrecisionScope fp16(Precision::fp16);
-  const NonFiniteOrigin g = find_nonfinite(healthy, ids, targets, 2, 1e30);
+  const NonFiniteOrigin g = find_nonfinite(*healthy, Batch{ids, targets}, 2, 1e30);
   EXPECT_EQ(g.phase, "backward");
   EXPECT_EQ(g.op, "cross_entropy");
   EXPECT_EQ(g.module, "loss");
@@ -385,23 +387,24 @@ TEST(TrainPrecision, NonFiniteOriginTellsEpsFromVarianceUnderflow) {
   // of ~1e-4 (distinct): the centred squares (~1e-8) underflow, var = 0: var_underflow.
   TrainConfig c = small_run();
   c.model.norm_eps = 1e-12;
-  Model model(c.model, 3);
+  const std::unique_ptr<TrainModel> trained = make_train_model(c.model, 3);
+  Model& model = *trained->decoder_only();
   Tensor ids = Tensor::from_ids(std::vector<int32_t>(static_cast<size_t>(2 * c.model.seq_len), 3), {2, c.model.seq_len});
   Tensor tok = param(model, "tok_emb"), pos = param(model, "pos_emb");
   tok.fill_(0.0);
   pos.fill_(0.0);
   StoragePrecisionScope fp16(Precision::fp16, std::nullopt, NormCompute::format);
-  const NonFiniteOrigin zero = find_nonfinite(model, ids, ids, 1, std::nullopt);
+  const NonFiniteOrigin zero = find_nonfinite(*trained, Batch{ids, ids}, 1, std::nullopt);
   EXPECT_EQ(zero.op, "layernorm");
   EXPECT_EQ(zero.module, "blocks.0");
   EXPECT_EQ(zero.cause, "eps_zero");
   EXPECT_NE(zero.str().find("eps rounds to zero in fp16"), std::string::npos) << zero.str();
   Rng rng(9, stream::check);
   for (int64_t i = 0; i < pos.numel(); ++i) pos.data<float>()[i] = static_cast<float>(1e-4 * (1.0 + rng.uniform()));
-  const NonFiniteOrigin under = find_nonfinite(model, ids, ids, 1, std::nullopt);
+  const NonFiniteOrigin under = find_nonfinite(*trained, Batch{ids, ids}, 1, std::nullopt);
   EXPECT_EQ(under.op, "layernorm");
   EXPECT_EQ(under.cause, "var_underflow") << under.str();
   // With fp32 statistics (fused), the same rows are finite.
   StoragePrecisionScope fused(Precision::fp16, std::nullopt, NormCompute::fused);
-  EXPECT_EQ(find_nonfinite(model, ids, ids, 1, std::nullopt).step, -1);
+  EXPECT_EQ(find_nonfinite(*trained, Batch{ids, ids}, 1, std::nullopt).step, -1);
 }

@@ -11,6 +11,7 @@
 #include "normlab/checkpoint.h"
 #include "normlab/stats.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 
 using namespace normlab;
 
@@ -457,7 +458,7 @@ TEST(TrainDecay, MatricesOnlyDecaysTheMatricesAndNothingElse) {
     c.weight_decay_on = on;
     std::map<std::string, std::vector<double>> w;
     TrainHooks hooks;
-    hooks.on_checkpoint = [&](int64_t, Model& model, const TrainState&) {
+    hooks.on_checkpoint = [&](int64_t, TrainModel& model, const TrainState&) {
       for (const auto& [name, t] : model_state(model)) w[name] = t.to_vector();
     };
     train(c, hooks);

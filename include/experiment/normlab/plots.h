@@ -24,7 +24,13 @@ struct LayerHistory {
   std::string status;                        // result.json's status (ok, collapsed, diverged); "" without one
   int64_t status_step = -1;                  // its diverged_step or collapsed_step (-1: none)
   std::string title;                         // the run as shown: "SWEEP: POINT NAME", or the directory's name
+  // An encoder-decoder's run: its lists hold this many encoder layers, then the decoder's; each
+  // plot draws the two stacks as two panels, one above the other (0: one stack of blocks).
+  int64_t encoder_layers = 0;
+  std::string stack;                         // a panel's stack: "encoder", "decoder"; "" for blocks
 };
+// An encoder-decoder's history as its two stacks, each numbered from layer 1.
+std::vector<LayerHistory> split_stacks(const LayerHistory& h);
 
 // RUN_DIR/metrics.jsonl's records that have `field` (a list per block; null entries are NaN) and
 // RUN_DIR/result.json's status. A run still going (no result.json yet) has status "". UsageError

@@ -61,6 +61,10 @@ class RunDir {
   std::string problem_;
 };
 
+// An encoder-decoder run's per-layer lists (metrics.jsonl's stream_norm, block_grad_norm) hold its
+// encoder's layers, then its decoder's: the encoder's count; 0 for a decoder-only run.
+int64_t encoder_layers_of(const TrainConfig& cfg);
+
 // RunDir(dir).finished(): the run directories `plot`, `report` and `export tensorboard` read.
 bool is_finished_run(const std::string& dir);
 

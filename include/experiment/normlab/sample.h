@@ -32,6 +32,32 @@ struct SampleResult {
 // vocabulary cannot encode.
 SampleResult sample_run(const SampleRequest& req);
 
+// `normlab sample` of an encoder-decoder run (model encdec): each source decoded greedily, the
+// start token first and then the most likely token each time, as many tokens as the source has.
+// The sources: `source` (seq_len token ids, each an ordinary one) or, without it, the first
+// `examples` sequences of the run's first held-out batch, each beside its target.
+struct DecodeRequest {
+  std::string run;
+  std::vector<int32_t> source;  // empty: held-out examples
+  int64_t examples = 4;
+};
+struct DecodedSequence {
+  std::vector<int32_t> source, target, output;  // target: the held-out one (noise included); empty for a given source
+  int64_t matching = 0;  // positions where output equals target
+};
+struct DecodeResult {
+  std::string task;  // the run's data: copy, reverse, translate
+  std::vector<DecodedSequence> sequences;
+};
+// Whether `run` is a run directory of model encdec (false for any other, or no run at all).
+bool is_encoder_decoder_run(const std::string& run);
+// UsageError (exit 2) for a run that is not an encoder-decoder's, has no final weights, or a
+// source that is not seq_len tokens long, or holds a token outside the ordinary ones.
+DecodeResult decode_run(const DecodeRequest& req);
+// Token ids from text: whole numbers separated by spaces or commas ("3 14 15"); UsageError
+// naming `what` otherwise.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
+
 // The index drawn from `logits` (one position's, over the vocabulary) as sample_run draws it:
 // argmax at temperature 0 (the first of equal largest), else logits / temperature cut to the
 // top_k largest (every logit equal to the k-th kept, as torch.topk's threshold in nanoGPT),

@@ -35,6 +35,10 @@ struct EncDecConfig {
   double decoder_beta() const;
 };
 
+// The encoder-decoder a ModelConfig of model encdec describes: encoder_layers and decoder_layers
+// (unset: layers each), shared_embeddings (unset: true); the returned config's model holds neither.
+EncDecConfig encdec_config(const ModelConfig& m);
+
 // One residual sublayer F in a placement: pre x + F(N(x)); post N(x + F(x)); deepnorm
 // N(alpha x + F(x)); sandwich x + Nb(F(N(x))); postsub x + N(F(x)). With norm none each is
 // x + F(x).
@@ -62,7 +66,8 @@ struct DecoderLayer {
 // The stream after each layer of each stack, for probes and statistics.
 struct EncDecTrace {
   std::vector<Tensor> encoder_out, decoder_out;
-  Tensor memory;  // the encoder's output, after its final norm
+  Tensor memory;         // the encoder's output, after its final norm
+  Tensor decoder_final;  // the decoder's output after its final norm (what the head reads)
 };
 
 class EncDecModel {

@@ -13,11 +13,13 @@
 namespace normlab {
 
 struct ModelConfig {
-  ModelKind model = ModelKind::toy;  // toy: prefix-mean mixing + Linear; gpt: causal multi-head attention
+  // toy: prefix-mean mixing + Linear; gpt: causal multi-head attention; encdec: the encoder-decoder
+  // of encdec.h (EncDecModel, built from this config by encdec_config)
+  ModelKind model = ModelKind::toy;
   NormKind norm = NormKind::layernorm;
   Placement placement = Placement::pre;
   FinalNorm final_norm = FinalNorm::auto_;
-  bool qk_norm = false;      // gpt only: RMSNorm over each head's Dh on q and k
+  bool qk_norm = false;      // gpt and encdec: RMSNorm over each head's Dh on q and k
   bool head_bias = false;    // a bias on the head (what an exact LayerNorm -> RMSNorm conversion folds beta into)
   bool residual = true;      // false drops the identity path (probe's contrast)
   int64_t layers = 6;
@@ -40,6 +42,10 @@ struct ModelConfig {
   std::optional<bool> embed_norm;               // the blocks' norm on the embeddings' sum
   std::optional<bool> tie_embeddings;           // the head's weight is the token embedding (nanoGPT)
   std::optional<bool> bias;                     // false: no linear's bias, no norm's beta (nanoGPT's bias)
+  // encdec only: each stack's depth (unset: layers) and one token table for source and target
+  // (unset: true).
+  std::optional<int64_t> encoder_layers, decoder_layers;
+  std::optional<bool> shared_embeddings;
 
   double eps() const;
   // The norm before the head (none: the head reads the stream). auto: the blocks' norm for pre and
@@ -68,6 +74,7 @@ struct ModelConfig {
   bool embedding_norm() const { return embed_norm.value_or(false); }
   bool tied_head() const { return tie_embeddings.value_or(false); }
   bool biases() const { return bias.value_or(true); }
+  bool has_attention() const { return model != ModelKind::toy; }
   void validate() const;  // throws UsageError naming the field
 };
 

@@ -6,7 +6,7 @@
 
 namespace normlab {
 
-enum class ModelKind { toy, gpt };
+enum class ModelKind { toy, gpt, encdec };
 // on: the blocks' norm before the head; layernorm / rmsnorm: that norm whatever the blocks use (the
 // article's no-norm ToyDeepNet keeps a final LayerNorm).
 enum class FinalNorm { auto_, on, off, layernorm, rmsnorm };

@@ -50,7 +50,10 @@ struct TbStep {
   int64_t step = 0;
   std::vector<TbScalar> scalars;
 };
-TbStep metrics_line_scalars(const std::string& metrics_line);
+// encoder_layers > 0 (an encoder-decoder's run, run_records.h encoder_layers_of): its per-layer
+// lists hold that many encoder layers and then the decoder's, tagged encoder_K and decoder_K
+// instead of layer_K.
+TbStep metrics_line_scalars(const std::string& metrics_line, int64_t encoder_layers = 0);
 TbStep timing_line_scalars(const std::string& timing_line);
 std::vector<TbScalar> result_scalars(const std::string& result_json);
 // "ok", "diverged at step 312 (non-finite loss)", "collapsed from step 750": result.json's status.
@@ -91,6 +94,7 @@ class RunEventLog {
 
  private:
   EventWriter writer_;
+  int64_t encoder_layers_ = 0;  // encoder_layers_of(config)
   int64_t last_step_ = 0;
 };
 

@@ -12,6 +12,7 @@
 #include "normlab/nn.h"
 #include "normlab/tensor.h"
 #include "normlab/train.h"
+#include "normlab/train_model.h"
 
 namespace normlab {
 
@@ -33,10 +34,19 @@ SafetensorsFile load_safetensors(const std::string& path);
 // ".beta"/".b" -> ".bias", ".w" -> ".weight", "tok_emb" -> "tok_emb.weight".
 std::string torch_parameter_name(const std::string& normlab_name);
 // The model's parameters under their PyTorch names, in creation order.
-std::vector<std::pair<std::string, Tensor>> model_state(Model& model);
-// Copies a checkpoint's tensors into the model's parameters: every parameter must be present with
-// its shape, and the checkpoint may hold nothing else; every mismatch is named (UsageError).
-void load_model_state(Model& model, const SafetensorsFile& file, const std::string& source);
+std::vector<std::pair<std::string, Tensor>> model_state(const ParamList& params);
+inline std::vector<std::pair<std::string, Tensor>> model_state(Model& model) { return model_state(model.params()); }
+inline std::vector<std::pair<std::string, Tensor>> model_state(TrainModel& model) { return model_state(model.params()); }
+// Copies a checkpoint's tensors into the parameters of the model `cfg` describes: every parameter
+// must be present with its shape, and the checkpoint may hold nothing else; every mismatch is
+// named (UsageError).
+void load_model_state(ParamList& params, const ModelConfig& cfg, const SafetensorsFile& file, const std::string& source);
+inline void load_model_state(Model& model, const SafetensorsFile& file, const std::string& source) {
+  load_model_state(model.params(), model.config(), file, source);
+}
+inline void load_model_state(TrainModel& model, const SafetensorsFile& file, const std::string& source) {
+  load_model_state(model.params(), model.config(), file, source);
+}
 
 // The loop's state beside a checkpoint (checkpoints/step-N.state.safetensors): the Adam moments
 // as two flat F32 tensors "adam.m" and "adam.v", the rest in __metadata__ with every double

@@ -19,7 +19,10 @@ namespace normlab {
 
 // ---- data --------------------------------------------------------------------------
 struct Batch {
-  Tensor inputs, targets;  // int32 (B, T): targets are the inputs shifted by one
+  // int32 (B, T): a language model's targets are its inputs shifted by one; a sequence-to-sequence
+  // task's inputs are the start token and the targets shifted by one (the decoder's input).
+  Tensor inputs, targets;
+  Tensor sources{};  // int32 (B, S): the encoder's input (sequence-to-sequence tasks only)
 };
 
 class DataSource {
@@ -57,6 +60,20 @@ std::unique_ptr<DataSource> make_synthetic(const SyntheticSpec& spec);
 // characters in id order, chars only): the first 90% of its tokens train, the rest validate.
 std::unique_ptr<DataSource> make_text(const std::string& path, Tokenizer tokenizer, const std::string& vocabulary,
                                       int64_t seq_len, uint64_t seed);
+// The sequence-to-sequence tasks of model encdec. Tokens 0..V-2 are ordinary, V-1 starts the
+// decoder's input. A source is seq_len uniform ordinary tokens; its clean target is the source
+// (copy), the source reversed (reverse), or each window of 3 source positions reversed and every
+// token mapped through a fixed random permutation drawn from the seed (translate); then each
+// target token is replaced by a uniform ordinary one with probability `noise`. The floor follows
+// from the noise (0 without it).
+struct Seq2SeqSpec {
+  DataKind task = DataKind::copy;
+  int64_t vocab = 64;
+  double noise = 0.0;
+  uint64_t seed = 0;
+};
+bool is_seq2seq(DataKind kind);
+std::unique_ptr<DataSource> make_seq2seq(const Seq2SeqSpec& spec);
 // Text data's vocabulary where the config leaves it unset: tokenizer chars gets the file's
 // characters sorted (`vocabulary`) and their count as vocab; bytes gets vocab 256 unless
 // vocab_given. Nothing for synthetic data.
@@ -66,11 +83,12 @@ void resolve_text_vocabulary(TrainConfig& cfg, bool vocab_given);
 struct TrainConfig;
 std::unique_ptr<DataSource> make_data_source(const TrainConfig& cfg);
 
-// Where batches come from: the config key `data`, "synthetic" or "text:PATH".
+// Where batches come from: the config key `data`, "synthetic", "text:PATH", or a
+// sequence-to-sequence task ("copy", "reverse", "translate").
 struct DataSpec {
   DataKind kind = DataKind::synthetic;
   std::string path;  // text only
-  std::string str() const;  // "synthetic", "text:PATH"
+  std::string str() const;  // "synthetic", "text:PATH", "copy", ...
   static DataSpec parse(const std::string& s);  // UsageError for anything else
 };
 
@@ -171,6 +189,9 @@ struct TrainConfig {
   LossScalerSettings loss_scaler_settings() const;
   std::string init_from;  // a safetensors checkpoint the model starts from ("" = its init scheme)
   void validate() const;  // UsageError naming the field
+
+ private:
+  void validate_model_for_data() const;
 };
 
 // The oracle's mean loss on a config's held-out tokens (what every eval of its runs reports as
@@ -263,13 +284,13 @@ struct EpsRounding {
   std::string format;
 };
 
-// Replays one step (the model as it was when the step diverged, its batch) with every stored
+// Replays one step (the model as it was when the step diverged, its batch on the model's device) with every stored
 // value counted (ops.h, StoreWatchScope): the first op output, or in the backward the first
 // gradient, holding an inf or NaN, where and why. Runs in the caller's StoragePrecisionScope.
 // `backward_seed`: the backward's seed (the loss scale; 1 without a scaler), when the backward
 // is to be searched too. An origin with step -1: nothing found.
-NonFiniteOrigin find_nonfinite(Model& model, const Tensor& inputs, const Tensor& targets, int64_t step,
-                               std::optional<double> backward_seed);
+class TrainModel;  // train_model.h
+NonFiniteOrigin find_nonfinite(TrainModel& model, const Batch& batch, int64_t step, std::optional<double> backward_seed);
 
 // Norms whose eps the arithmetic does not add as configured: rounded to zero, or by more than
 // 1%, in the format it is added in (the run's format with norm_compute format, float32
@@ -378,7 +399,7 @@ struct TrainState {
 struct TrainHooks {
   EvalCallback on_eval;
   ProgressCallback on_step;
-  std::function<void(int64_t step, Model& model, const TrainState& state)> on_checkpoint;
+  std::function<void(int64_t step, TrainModel& model, const TrainState& state)> on_checkpoint;
   int64_t checkpoint_every = 0;
 };
 

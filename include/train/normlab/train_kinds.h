@@ -10,7 +10,8 @@ enum class OptimizerKind { adam, adamw };
 enum class Schedule { constant, cosine };
 // Which parameters weight decay applies to.
 enum class WeightDecayOn { all, matrices };
-enum class DataKind { synthetic, text };
+// copy, reverse, translate: the sequence-to-sequence tasks of model encdec (Seq2SeqSpec).
+enum class DataKind { synthetic, text, copy, reverse, translate };
 // How text becomes token ids (text_tokens.h).
 enum class Tokenizer { bytes, chars };
 // Low precision: the residual stream's format, and whether the loss is scaled (docs/precision.md).
