@@ -4,10 +4,14 @@ and scripts/torch_baseline.py (--model gpt).
   Rng              normlab's PCG32 + Box-Muller generator (src/core/rng.cpp), bit for bit.
   ModelConfig      the model keys of a resolved config.json, with normlab's derived values
                    (eps, final_norm on/off, DeepNet's alpha and beta).
-  validation_batch normlab's validation batch i (src/train/data.cpp: synthetic task and text:PATH).
+  data_source      normlab's validation batches (src/train/data.cpp: the synthetic task, text:PATH;
+                   src/train/seq2seq_data.cpp: copy, reverse, translate).
   build_model      the PyTorch mirror of normlab's toy / gpt model (src/nn/modules.cpp), its
                    parameter names those of normlab's checkpoints (blocks.3.norm1.weight, ...);
                    sdpa / fused_rms swap in PyTorch's own attention and RMSNorm kernels (timing).
+  build_encdec_model  the mirror of normlab's encoder-decoder (src/nn/encdec.cpp), every op spelt out;
+  build_nn_transformer  the same model as torch.nn.Transformer itself, where it covers the config
+                   (nn_transformer_covers), loaded through nn_transformer_state.
   init_with_torch  normlab's init scheme for a mirror model, drawn with torch's RNG.
   normlab_init     normlab's initial weights as numpy arrays, drawn with the ported Rng in
                    normlab's draw order (docs/init.md), under the checkpoints' names.
@@ -19,6 +23,7 @@ alone) checks Rng against tests/data/pcg32_kat.json, the known answers normlab's
 import json
 import math
 import os
+import warnings
 
 M32 = (1 << 32) - 1
 M64 = (1 << 64) - 1
@@ -118,8 +123,14 @@ class ModelConfig:
         self.batch_size = int(cfg["batch_size"])
         self.eval_batches = int(cfg["eval_batches"])
         self.seed = int(cfg["seed"])
-        for k, allowed in (("model", ("toy", "gpt")), ("norm", ("none", "layernorm", "rmsnorm", "seednorm")),
-                           ("placement", ("pre", "post", "sandwich", "deepnorm")),
+        self.data_seed = int(cfg.get("data_seed", self.seed))
+        # encdec: each stack's depth (unset: layers) and one token table for source and target.
+        self.encoder_layers = int(cfg.get("encoder_layers", self.layers))
+        self.decoder_layers = int(cfg.get("decoder_layers", self.layers))
+        self.shared_embeddings = bool(cfg.get("shared_embeddings", True))
+        placements = ("pre", "post", "sandwich", "deepnorm") + (("postsub",) if self.model == "encdec" else ())
+        for k, allowed in (("model", ("toy", "gpt", "encdec")), ("norm", ("none", "layernorm", "rmsnorm", "seednorm")),
+                           ("placement", placements),
                            ("final_norm", ("auto", "on", "off", "layernorm", "rmsnorm")), ("init", ("gpt2", "xavier", "torch", "fairseq"))):
             if getattr(self, k) not in allowed:
                 raise ValueError(f"config {k} = {getattr(self, k)!r} is not one of {allowed}")
@@ -141,7 +152,7 @@ class ModelConfig:
             return self.norm
         if self.final_norm in ("layernorm", "rmsnorm"):
             return self.final_norm
-        return self.norm if self.placement in ("pre", "sandwich") else "none"
+        return self.norm if self.placement in ("pre", "sandwich", "postsub", "mixln") else "none"
 
     def final_norm_on(self):  # ModelConfig::final_norm_on
         return self.final_norm_kind() != "none"
@@ -159,6 +170,13 @@ class ModelConfig:
 
     def deepnorm_beta(self):
         return (8.0 * self.layers) ** -0.25
+
+    def encoder_alpha(self):  # EncDecConfig: DeepNet's encoder-decoder constants (N encoder, M decoder layers)
+        n, m = self.encoder_layers, self.decoder_layers
+        return 0.81 * (n ** 4 * m) ** (1.0 / 16) if self.deepnet() else 1.0
+
+    def decoder_alpha(self):
+        return (3.0 * self.decoder_layers) ** 0.25 if self.deepnet() else 1.0
 
 
 # ---- data (src/train/data.cpp) -------------------------------------------------------------
@@ -224,15 +242,56 @@ class Text:
         return inputs, targets
 
 
+class Seq2Seq:
+    """The encoder-decoder's tasks (src/train/seq2seq_data.cpp): val_batch gives (sources, inputs, targets)."""
+
+    def __init__(self, task, vocab, noise, seed):
+        self.task, self.vocab, self.noise, self.seed = task, vocab, noise, seed
+        self.ordinary = vocab - 1  # V-1 starts the decoder's input
+        self.mapping = list(range(self.ordinary))
+        if task == "translate":
+            rng = Rng(seed, STREAM_TASK)
+            for i in range(self.ordinary - 1, 0, -1):  # Fisher-Yates
+                j = rng.below(i + 1)
+                self.mapping[i], self.mapping[j] = self.mapping[j], self.mapping[i]
+
+    def rule_token(self, src, t):
+        n = len(src)
+        if self.task == "reverse":
+            return src[n - 1 - t]
+        if self.task == "translate":  # each window of 3 positions reversed, then mapped
+            start = t - t % 3
+            end = min(start + 3, n)
+            return self.mapping[src[start + end - 1 - t]]
+        return src[t]
+
+    def val_batch(self, i, batch, seq_len):
+        rng = Rng(self.seed ^ 0x5BD1E995, 1000 + i)
+        flat = [rng.below(self.ordinary) for _ in range(batch * seq_len)]
+        sources = [flat[b * seq_len:(b + 1) * seq_len] for b in range(batch)]
+        inputs, targets = [], []
+        for src in sources:
+            tg = []
+            for t in range(seq_len):
+                noisy = rng.uniform() < self.noise
+                uniform_tok = rng.below(self.ordinary)  # drawn always
+                tg.append(uniform_tok if noisy else self.rule_token(src, t))
+            targets.append(tg)
+            inputs.append([self.ordinary] + tg[:-1])
+        return sources, inputs, targets
+
+
 def data_source(cfg, data_root="."):
     """normlab's data source for a config (make_data_source); text paths are relative to data_root."""
     if cfg.data == "synthetic":
-        return Synthetic(cfg.vocab, cfg.topics, cfg.noise, cfg.seed)
+        return Synthetic(cfg.vocab, cfg.topics, cfg.noise, cfg.data_seed)
+    if cfg.data in ("copy", "reverse", "translate"):
+        return Seq2Seq(cfg.data, cfg.vocab, cfg.noise, cfg.data_seed)
     if cfg.data.startswith("text:"):
         path = cfg.data[5:]
         if not os.path.isabs(path):
             path = os.path.join(data_root, path)
-        return Text(path, cfg.seq_len, cfg.seed, cfg.vocabulary if cfg.tokenizer == "chars" else None)
+        return Text(path, cfg.seq_len, cfg.data_seed, cfg.vocabulary if cfg.tokenizer == "chars" else None)
     raise ValueError(f"data {cfg.data!r} is not synthetic or text:PATH")
 
 
@@ -415,6 +474,244 @@ def build_model(cfg, torch, dtype=None, sdpa=False, fused_rms=False, mix="cumsum
             return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))  # mean over B*T tokens
 
     return Model()
+
+
+# ---- the encoder-decoder (src/nn/encdec.cpp) ----------------------------------------------------
+
+def build_encdec_model(cfg, torch, dtype=None):
+    """The PyTorch mirror of normlab's encoder-decoder, every op spelt out, under the checkpoints'
+    names (tok_emb or src_emb/tgt_emb, src_pos_emb, tgt_pos_emb, encoder.{l}.{norm1,attn,norm2,mlp},
+    decoder.{l}.{norm1,self_attn,norm2,cross_attn,norm3,mlp}, {encoder,decoder}.final_norm, head);
+    model(src, tgt_in, tgt_out) -> mean cross-entropy of tgt_out."""
+    nn = torch.nn
+    F = torch.nn.functional
+    dtype = dtype or torch.float32
+    kw = dict(dtype=dtype)
+    d, V = cfg.d_model, cfg.vocab
+    rms_eps = DEFAULT_EPS["rmsnorm"]
+
+    def rms(x, gamma, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma
+
+    class Norm(nn.Module):
+        def __init__(self, kind, eps):
+            super().__init__()
+            self.kind, self.eps = kind, eps
+            if kind != "none":
+                self.weight = nn.Parameter(torch.ones(d, **kw))
+            if kind == "layernorm":
+                self.bias = nn.Parameter(torch.zeros(d, **kw)) if cfg.bias else None
+
+        def forward(self, x):
+            if self.kind == "layernorm":
+                return F.layer_norm(x, (d,), self.weight, self.bias, self.eps)
+            if self.kind == "rmsnorm":
+                return rms(x, self.weight, self.eps)
+            if self.kind != "none":
+                raise ValueError(f"the encoder-decoder mirror has no norm {self.kind}")
+            return x
+
+    class Gain(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(n, **kw))
+
+    class Attention(nn.Module):  # causal self-attention, or over another sequence's keys (unmasked)
+        def __init__(self, causal):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=cfg.bias, **kw) for _ in range(4))
+            self.causal, self.heads, self.dh = causal, cfg.heads, d // cfg.heads
+            if cfg.qk_norm:
+                self.q_norm, self.k_norm = Gain(self.dh), Gain(self.dh)
+
+        def forward(self, x, keys=None):
+            keys = x if keys is None else keys
+            (B, T, _), S = x.shape, keys.shape[1]
+            q = self.q(x).view(B, T, self.heads, self.dh)
+            k = self.k(keys).view(B, S, self.heads, self.dh)
+            v = self.v(keys).view(B, S, self.heads, self.dh)
+            if cfg.qk_norm:
+                q, k = rms(q, self.q_norm.weight, rms_eps), rms(k, self.k_norm.weight, rms_eps)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.dh))
+            if self.causal:
+                s = s.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+            y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
+            return self.o(y)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(d, cfg.d_hidden, bias=cfg.bias, **kw)
+            self.fc2 = nn.Linear(cfg.d_hidden, d, bias=cfg.bias, **kw)
+
+        def forward(self, x):
+            return self.fc2(F.gelu(self.fc1(x)))
+
+    placement = "pre" if cfg.norm == "none" else cfg.placement
+
+    def connect(x, f, norm, norm_b, alpha):  # Connection::operator()
+        if placement == "pre":
+            return x + f(norm(x))
+        if placement in ("post", "deepnorm"):
+            return norm(alpha * x + f(x))
+        if placement == "sandwich":
+            return x + norm_b(f(norm(x)))
+        return x + norm(f(x))  # postsub
+
+    class Layer(nn.Module):  # an encoder layer, or with cross-attention a decoder layer
+        def __init__(self, decoder):
+            super().__init__()
+            self.decoder = decoder
+            names = ["norm1", "norm2"] + (["norm3"] if decoder else [])
+            for n in names:
+                setattr(self, n, Norm(cfg.norm, cfg.eps()))
+                if placement == "sandwich":
+                    setattr(self, n + "b", Norm(cfg.norm, cfg.eps()))
+            if decoder:
+                self.self_attn, self.cross_attn = Attention(True), Attention(False)
+            else:
+                self.attn = Attention(False)
+            self.mlp = MLP()
+            self.alpha = cfg.decoder_alpha() if decoder else cfg.encoder_alpha()
+
+        def sub(self, name, x, f):
+            return connect(x, f, getattr(self, name), getattr(self, name + "b", None), self.alpha)
+
+        def forward(self, x, memory=None):
+            if self.decoder:
+                x = self.sub("norm1", x, self.self_attn)
+                x = self.sub("norm2", x, lambda y: self.cross_attn(y, memory))
+                return self.sub("norm3", x, self.mlp)
+            x = self.sub("norm1", x, self.attn)
+            return self.sub("norm2", x, self.mlp)
+
+    class Stack(nn.Module):
+        def __init__(self, decoder, layers):
+            super().__init__()
+            for l in range(layers):
+                self.add_module(str(l), Layer(decoder))
+            self.final_norm = Norm(cfg.final_norm_kind(), cfg.final_eps())
+
+        def forward(self, x, memory=None):
+            for l in range(len(self._modules) - 1):
+                x = self._modules[str(l)](x, memory)
+            return self.final_norm(x)
+
+    class EncDec(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if cfg.shared_embeddings:
+                self.tok_emb = nn.Embedding(V, d, **kw)
+            else:
+                self.src_emb, self.tgt_emb = nn.Embedding(V, d, **kw), nn.Embedding(V, d, **kw)
+            self.src_pos_emb = nn.Embedding(cfg.seq_len, d, **kw)
+            self.tgt_pos_emb = nn.Embedding(cfg.seq_len, d, **kw)
+            self.encoder, self.decoder = Stack(False, cfg.encoder_layers), Stack(True, cfg.decoder_layers)
+            self.head = nn.Linear(d, V, bias=False, **kw)
+            if cfg.tie_embeddings:  # the head is the target embedding, one tensor in the checkpoint
+                self.head.weight = self.target_table().weight
+
+        def target_table(self):
+            return self.tok_emb if cfg.shared_embeddings else self.tgt_emb
+
+        def embed(self, ids, table, positions):
+            tokens = table(ids) * (math.sqrt(d) if cfg.init == "fairseq" else 1.0)
+            return tokens + positions(torch.arange(ids.shape[1])).unsqueeze(0)
+
+        def forward(self, src, tgt_in, tgt_out):
+            memory = self.encoder(self.embed(src, self.tok_emb if cfg.shared_embeddings else self.src_emb,
+                                             self.src_pos_emb))
+            x = self.decoder(self.embed(tgt_in, self.target_table(), self.tgt_pos_emb), memory)
+            return F.cross_entropy(self.head(x).reshape(-1, V), tgt_out.reshape(-1))
+
+    return EncDec()
+
+
+def nn_transformer_covers(cfg):
+    """Whether torch.nn.Transformer computes cfg's encoder-decoder: LayerNorm, pre or post, no QK-Norm,
+    each final norm either the blocks' LayerNorm or off (Post-LN), biases on or off together."""
+    final = cfg.final_norm_kind()
+    return (cfg.model == "encdec" and cfg.norm == "layernorm" and cfg.placement in ("pre", "post") and
+            not cfg.qk_norm and final in ("layernorm", "none") and (final == "none" or cfg.final_eps() == cfg.eps()))
+
+
+def build_nn_transformer(cfg, torch, dtype=None):
+    """torch.nn.Transformer (batch_first, exact GELU, no dropout) with normlab's embeddings and head
+    around it; load_normlab(state) takes a normlab checkpoint. model(src, tgt_in, tgt_out) -> loss."""
+    nn = torch.nn
+    dtype = dtype or torch.float32
+    d, V = cfg.d_model, cfg.vocab
+    mirror = build_encdec_model(cfg, torch, dtype)  # its embeddings and head; its stacks unused
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            with warnings.catch_warnings():  # its nested-tensor fast path's note on norm_first
+                warnings.simplefilter("ignore")
+                self.core = self.make_core()
+            if cfg.final_norm_kind() == "none":
+                self.core.encoder.norm, self.core.decoder.norm = None, None
+
+        @staticmethod
+        def make_core():
+            return nn.Transformer(d, cfg.heads, cfg.encoder_layers, cfg.decoder_layers, cfg.d_hidden,
+                                  dropout=0.0, activation="gelu", layer_norm_eps=cfg.eps(), batch_first=True,
+                                  norm_first=cfg.placement == "pre", bias=cfg.bias, dtype=dtype)
+
+        def load_normlab(self, state):
+            outside = {k: v for k, v in state.items() if not k.startswith(("encoder.", "decoder."))}
+            missing, unexpected = mirror.load_state_dict(outside, strict=False)
+            missing = [k for k in missing if not k.startswith(("encoder.", "decoder."))]
+            if missing or unexpected:
+                raise KeyError(f"embeddings and head: missing {missing}, unexpected {unexpected}")
+            self.core.load_state_dict(nn_transformer_state(cfg, state), strict=True)
+
+        def forward(self, src, tgt_in, tgt_out):
+            table_src = mirror.tok_emb if cfg.shared_embeddings else mirror.src_emb
+            mask = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], dtype=dtype)
+            x = self.core(mirror.embed(src, table_src, mirror.src_pos_emb),
+                          mirror.embed(tgt_in, mirror.target_table(), mirror.tgt_pos_emb),
+                          tgt_mask=mask, tgt_is_causal=True)
+            return torch.nn.functional.cross_entropy(mirror.head(x).reshape(-1, V), tgt_out.reshape(-1))
+
+    return Wrapped()
+
+
+def nn_transformer_state(cfg, state):
+    """A normlab encoder-decoder checkpoint's stacks as torch.nn.Transformer's state_dict: q, k, v
+    packed into in_proj_weight (and in_proj_bias), o as out_proj, fc1/fc2 as linear1/linear2,
+    cross_attn as multihead_attn, the final norms as encoder.norm / decoder.norm."""
+    import torch
+    out = {}
+
+    def attention(dst, src):
+        out[dst + ".in_proj_weight"] = torch.cat([state[f"{src}.{p}.weight"] for p in "qkv"])
+        out[dst + ".out_proj.weight"] = state[src + ".o.weight"]
+        if cfg.bias:
+            out[dst + ".in_proj_bias"] = torch.cat([state[f"{src}.{p}.bias"] for p in "qkv"])
+            out[dst + ".out_proj.bias"] = state[src + ".o.bias"]
+
+    def copy(dst, src):
+        for p in ("weight", "bias"):
+            if f"{src}.{p}" in state:
+                out[f"{dst}.{p}"] = state[f"{src}.{p}"]
+
+    for stack, layers in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
+        for l in range(layers):
+            at, sub = f"{stack}.layers.{l}", f"{stack}.{l}"
+            if stack == "encoder":
+                attention(at + ".self_attn", sub + ".attn")
+            else:
+                attention(at + ".self_attn", sub + ".self_attn")
+                attention(at + ".multihead_attn", sub + ".cross_attn")
+                copy(at + ".norm3", sub + ".norm3")
+            copy(at + ".norm1", sub + ".norm1")
+            copy(at + ".norm2", sub + ".norm2")
+            copy(at + ".linear1", sub + ".mlp.fc1")
+            copy(at + ".linear2", sub + ".mlp.fc2")
+        copy(stack + ".norm", stack + ".final_norm")
+    return out
 
 
 # ---- normlab's init schemes drawn with torch's RNG -------------------------------------------------

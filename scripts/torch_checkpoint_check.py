@@ -7,7 +7,8 @@ loss over `eval_batches` validation batches), this script
 
   1. builds the PyTorch mirror of the model for that config (scripts/normlab_mirror.py: toy and
      gpt, norm none / layernorm / rmsnorm, placement pre / post / sandwich / deepnorm, qk_norm,
-     final_norm, head_bias, residual, fairseq's sqrt(d) token-embedding scale, DeepNet's alpha),
+     final_norm, head_bias, residual, fairseq's sqrt(d) token-embedding scale, DeepNet's alpha;
+     the encoder-decoder, and for it torch.nn.Transformer itself where it expresses the config),
   2. loads model.safetensors with safetensors.torch.load_file and load_state_dict(strict=True),
   3. regenerates normlab's validation batches in Python (a port of normlab's PCG32 Rng and of the
      synthetic task / text windows of src/train/data.cpp: batch i from Rng(seed ^ 0x5bd1e995,
@@ -73,14 +74,32 @@ def parse_args(argv=None):
 
 
 def mean_val_loss(torch, model, batches, dtype):
-    model = model.to(dtype)
+    model = model.to(dtype).eval()
     total = 0.0
     with torch.no_grad():
-        for inputs, targets in batches:
-            ids = torch.tensor(inputs, dtype=torch.long)
-            tg = torch.tensor(targets, dtype=torch.long)
-            total += float(model(ids, tg))  # a float32 loss is widened to double, as normlab's item()
+        for batch in batches:  # (inputs, targets), or an encoder-decoder's (sources, inputs, targets)
+            # A float32 loss is widened to double, as normlab's item().
+            total += float(model(*(torch.tensor(part, dtype=torch.long) for part in batch)))
     return total / len(batches)
+
+
+def mirrors(cfg):
+    """The PyTorch models a run's checkpoint is loaded into: normlab's spelt-out mirror, and for an
+    encoder-decoder torch.nn.Transformer itself where it computes the same model."""
+    if cfg.model != "encdec":
+        return [("mirror", nm.build_model)]
+    out = [("mirror", nm.build_encdec_model)]
+    if nm.nn_transformer_covers(cfg):
+        out.append(("nn.Transformer", nm.build_nn_transformer))
+    return out
+
+
+def load_into(model, name, state, dt):
+    state = {k: v.to(dt) for k, v in state.items()}
+    if name == "nn.Transformer":
+        model.load_normlab(state)
+    else:
+        model.load_state_dict(state, strict=True)
 
 
 def text_root(cfg, data_root):
@@ -91,19 +110,23 @@ def text_root(cfg, data_root):
 
 
 def check_weights(torch, load_file, cfg, batches, weights_path, reference):
-    """{'f32':..., 'f64':..., 'rel32':..., 'rel64':...} for one safetensors file against `reference`."""
+    """A row per mirror: {'mirror', 'f32', 'f64', 'rel32', 'rel64'} for one safetensors file against `reference`."""
     state = load_file(weights_path)
     if cfg.tie_embeddings:  # one tensor in the file, as safetensors' save_model writes a tied model
-        state["head.weight"] = state["tok_emb.weight"]
-    out = {"weights": weights_path, "normlab": reference,
-           "checkpoint_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in state.values()})}
-    for name, dt in (("f32", torch.float32), ("f64", torch.float64)):
-        model = nm.build_model(cfg, torch, dtype=dt)
-        model.load_state_dict({k: v.to(dt) for k, v in state.items()}, strict=True)
-        loss = mean_val_loss(torch, model, batches, dt)
-        out[name] = loss
-        out["rel" + name[1:]] = abs(loss - reference) / abs(reference)
-    return out
+        shared = cfg.model != "encdec" or cfg.shared_embeddings
+        state["head.weight"] = state["tok_emb.weight" if shared else "tgt_emb.weight"]
+    rows = []
+    for mirror, build in mirrors(cfg):
+        out = {"weights": weights_path, "normlab": reference, "mirror": mirror,
+               "checkpoint_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in state.values()})}
+        for name, dt in (("f32", torch.float32), ("f64", torch.float64)):
+            model = build(cfg, torch, dtype=dt)
+            load_into(model, mirror, state, dt)
+            loss = mean_val_loss(torch, model, batches, dt)
+            out[name] = loss
+            out["rel" + name[1:]] = abs(loss - reference) / abs(reference)
+        rows.append(out)
+    return rows
 
 
 def check_run(torch, load_file, run, args):
@@ -115,8 +138,9 @@ def check_run(torch, load_file, run, args):
         raise RuntimeError(f"final_val_loss is {ref} (status {result.get('status')}): nothing to compare")
     data = nm.data_source(cfg, text_root(cfg, args.data_root))
     batches = [data.val_batch(i, cfg.batch_size, cfg.seq_len) for i in range(cfg.eval_batches)]
-    rows = [check_weights(torch, load_file, cfg, batches, os.path.join(run, "model.safetensors"), ref)]
-    rows[0]["step"] = result.get("steps_done")
+    rows = check_weights(torch, load_file, cfg, batches, os.path.join(run, "model.safetensors"), ref)
+    for r in rows:
+        r["step"] = result.get("steps_done")
     if args.checkpoints:
         ckdir = os.path.join(run, "checkpoints")
         val = {}
@@ -133,12 +157,14 @@ def check_run(torch, load_file, run, args):
             step = int(n[5:].split(".")[0])
             if val.get(step) is None:
                 continue  # a checkpoint between evals: metrics.jsonl has no loss for it
-            row = check_weights(torch, load_file, cfg, batches, os.path.join(ckdir, n), val[step])
-            row["step"] = step
-            rows.append(row)
+            for row in check_weights(torch, load_file, cfg, batches, os.path.join(ckdir, n), val[step]):
+                row["step"] = step
+                rows.append(row)
     desc = f"{cfg.model} {cfg.norm} {cfg.placement} {cfg.init}" + (" qk" if cfg.qk_norm else "") + \
         (" hb" if cfg.head_bias else "") + ("" if cfg.residual else " no-residual") + \
-        ("" if cfg.final_norm == "auto" else f" final_norm {cfg.final_norm}") + f" L{cfg.layers} {cfg.data if cfg.data == 'synthetic' else 'text'}"
+        ("" if cfg.final_norm == "auto" else f" final_norm {cfg.final_norm}") + \
+        (f" E{cfg.encoder_layers}D{cfg.decoder_layers}" if cfg.model == "encdec" else f" L{cfg.layers}") + \
+        f" {'text' if cfg.data.startswith('text:') else cfg.data}"
     return desc, rows
 
 
@@ -171,15 +197,16 @@ def main(argv=None):
     else:
         w = max([len("run")] + [len(e["run"]) for e in report])
         c = max([len("config")] + [len(e.get("config", "")) for e in report])
-        print(f"{'run':<{w}} {'config':<{c}} {'step':>5} {'normlab':>10} {'torch f32':>10} {'rel f32':>8} "
-              f"{'torch f64':>10} {'rel f64':>8}  ok")
+        print(f"{'run':<{w}} {'config':<{c}} {'torch model':<14} {'step':>5} {'normlab':>10} {'torch f32':>10} "
+              f"{'rel f32':>8} {'torch f64':>10} {'rel f64':>8}  ok")
         for e in report:
             if "error" in e:
                 print(f"{e['run']:<{w}} cannot check: {e['error']}")
                 continue
             for r in e["rows"]:
-                print(f"{e['run']:<{w}} {e['config']:<{c}} {r['step']!s:>5} {r['normlab']:10.6f} {r['f32']:10.6f} "
-                      f"{r['rel32']:8.1e} {r['f64']:10.6f} {r['rel64']:8.1e}  {'yes' if r['ok'] else 'NO'}")
+                print(f"{e['run']:<{w}} {e['config']:<{c}} {r['mirror']:<14} {r['step']!s:>5} {r['normlab']:10.6f} "
+                      f"{r['f32']:10.6f} {r['rel32']:8.1e} {r['f64']:10.6f} {r['rel64']:8.1e}  "
+                      f"{'yes' if r['ok'] else 'NO'}")
         print(f"worst relative difference {worst:.2e} (tolerance {args.rtol:g}); "
               f"{failed} mismatched, {unusable} could not be checked; torch {torch.__version__}")
     if args.markdown:
@@ -207,14 +234,14 @@ def markdown(report, args, torch, worst, failed, unusable):
     s = [f"Measured on {cpu_model()} ({os.cpu_count()} logical CPUs), PyTorch {torch.__version__}, numpy "
          f"{numpy.__version__}, torch threads {args.threads}; tolerance {args.rtol:g} relative.", "",
          f"Command: `python3 scripts/torch_checkpoint_check.py {' '.join(sys.argv[1:])}`", "",
-         "| run | config | step | normlab val loss | torch f32 | rel diff f32 | torch f64 | rel diff f64 | ok |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "| run | config | torch model | step | normlab val loss | torch f32 | rel diff f32 | torch f64 | rel diff f64 | ok |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
     for e in report:
         if "error" in e:
-            s.append(f"| {e['run']} | cannot check: {e['error']} | | | | | | | no |")
+            s.append(f"| {e['run']} | cannot check: {e['error']} | | | | | | | | no |")
             continue
         for r in e["rows"]:
-            s.append(f"| {os.path.basename(e['run'].rstrip('/'))} | {e['config']} | {r['step']} | {r['normlab']:.9f} | "
+            s.append(f"| {os.path.basename(e['run'].rstrip('/'))} | {e['config']} | {r['mirror']} | {r['step']} | {r['normlab']:.9f} | "
                      f"{r['f32']:.9f} | {r['rel32']:.1e} | {r['f64']:.9f} | {r['rel64']:.1e} | "
                      f"{'yes' if r['ok'] else '**no**'} |")
     s += ["", f"Worst relative difference {worst:.2e}; {failed} mismatched, {unusable} could not be checked.", ""]

@@ -34,6 +34,8 @@ void EncDecConfig::validate() const {
                                   "encoder-decoder takes none, pre, post, sandwich, postsub or deepnorm");
   NL_USAGE(!model.residual_scale && !model.ln_scaled() && !model.embedding_norm() && model.residual,
            "the encoder-decoder has no residual scales, LayerNorm Scaling, embed_norm or residual false");
+  NL_USAGE(!model.head_bias, "head_bias is the bias an exact LayerNorm -> RMSNorm conversion of a decoder-only model "
+                             "folds beta into; the encoder-decoder's head has none");
   ModelConfig m = model;
   m.model = ModelKind::gpt;
   m.layers = std::max(encoder_layers, decoder_layers);

@@ -361,6 +361,7 @@ std::vector<Case> catalogue() {
   add("train_encdec_mixln", tiny({"--model", "encdec", "--data", "copy", "--placement", "mixln"}));
   add("train_encdec_bf16", tiny({"--model", "encdec", "--data", "copy", "--precision", "bf16"}));
   add("train_encdec_rezero", tiny({"--model", "encdec", "--data", "copy", "--norm", "none", "--residual_scale", "rezero"}));
+  add("train_encdec_head_bias", tiny({"--model", "encdec", "--data", "copy", "--head_bias", "true"}));
   add("train_encdec_vocab_two", tiny({"--model", "encdec", "--data", "reverse", "--vocab", "2"}));
   add("train_encdec_heads_not_dividing", tiny({"--model", "encdec", "--data", "copy", "--heads", "3"}));
   add("train_encoder_layers_zero", tiny({"--model", "encdec", "--data", "copy", "--encoder_layers", "0"}));
