@@ -27,19 +27,16 @@ const EnumNames& enum_names<Activation>() {
   return t;
 }
 
-namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// ---- reductions over tensors read back to the host ---------------------------------------
-
-// Frobenius norm; 0 for an undefined tensor (no gradient reached it).
 double frobenius(const Tensor& t) {
   if (!t.defined()) return 0;
   return std::sqrt(sum_squares(t));
 }
 
-double ratio(double a, double b) { return b != 0 ? a / b : kNaN; }
+double ratio(double a, double b) { return b != 0 ? a / b : std::numeric_limits<double>::quiet_NaN(); }
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Per-layer numbers of one seed, before averaging.
 struct SeedLayer {
@@ -129,14 +126,6 @@ SeedProbe probe_one_seed(const TrainConfig& c, int64_t batch) {
     s.cosine = ii > 0 && ff > 0 ? fi / std::sqrt(ii * ff) : kNaN;  // the scale cancels
   }
   return r;
-}
-
-template <class T, class F>
-Stat over(const std::vector<T>& seeds, F get) {
-  std::vector<double> v;
-  v.reserve(seeds.size());
-  for (const T& s : seeds) v.push_back(get(s));
-  return summarize(v);
 }
 
 std::string model_label(const ModelConfig& m) {

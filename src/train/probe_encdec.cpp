@@ -20,10 +20,6 @@ namespace normlab {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-double ratio(double a, double b) { return b != 0 ? a / b : kNaN; }
-
 // The paper's model at N layers per stack and `placement`, Xavier init, LayerNorm.
 EncDecConfig paper_config(const XiongEncDecResult& shape, int64_t layers, Placement placement) {
   EncDecConfig c;
@@ -53,8 +49,6 @@ CopyBatch copy_batch(int64_t batch, int64_t len, int64_t vocab, uint64_t seed) {
   return {Tensor::from_ids(src, {batch, len}), Tensor::from_ids(in, {batch, len}), Tensor::from_ids(src, {batch, len})};
 }
 
-double frobenius(const Tensor& t) { return t.defined() ? std::sqrt(sum_squares(t)) : 0.0; }
-
 struct SeedGrads {
   double loss = 0;
   std::vector<double> encoder, decoder;  // ||dL/dW2|| per layer
@@ -74,13 +68,6 @@ SeedGrads seed_grads(const EncDecConfig& cfg, int64_t batch, uint64_t seed) {
   for (const EncoderLayer& l : model.encoder()) g.encoder.push_back(frobenius(l.mlp.fc2.w.grad()));
   for (const DecoderLayer& l : model.decoder()) g.decoder.push_back(frobenius(l.mlp.fc2.w.grad()));
   return g;
-}
-
-template <class F>
-Stat over(const std::vector<SeedGrads>& seeds, F get) {
-  std::vector<double> v;
-  for (const SeedGrads& s : seeds) v.push_back(get(s));
-  return summarize(v);
 }
 
 XiongEncDecRun probe_run(const XiongEncDecResult& shape, int64_t layers, Placement placement, const ProbeOptions& opt) {
