@@ -242,7 +242,10 @@ StepRow step_row(const StepOptions& opt, const std::string& model_name, NormKind
 
 void validate(const StepOptions& opt) {
   NL_USAGE(!opt.models.empty(), "--model: no model given");
-  for (const std::string& m : opt.models) parse_kind<ModelKind>(m);
+  for (const std::string& m : opt.models)
+    NL_USAGE(parse_kind<ModelKind>(m) != ModelKind::encdec,
+             "--model encdec: bench step times the decoder-only models (toy, gpt); an encoder-decoder's step time is "
+             "train's ms/step");
   for (int t : opt.threads) NL_USAGE(t >= 1, "--threads: {} is not a thread count", t);
   NL_USAGE(opt.layers >= 1, "--layers must be >= 1, got {}", opt.layers);
   NL_USAGE(opt.d_model >= 1, "--d-model must be >= 1, got {}", opt.d_model);

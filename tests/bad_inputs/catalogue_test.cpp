@@ -604,6 +604,7 @@ std::vector<Case> catalogue() {
   add("bench_norms_repeats_huge", {"bench", "norms", "--repeats", "99999999999999999999", "--shapes", "1x1x8"});
   add("bench_norms_warmup_huge", {"bench", "norms", "--warmup", "1e12", "--shapes", "1x1x8"});
   add("bench_norms_min_time_inf", {"bench", "norms", "--min-time", "1e400", "--shapes", "1x1x8"});
+  add("bench_step_model_encdec", {"bench", "step", "--model", "encdec"});
   add("bench_step_repeats_huge", {"bench", "step", "--repeats", "99999999999999999999"});
   add("bench_step_min_time_inf", {"bench", "step", "--min-time", "inf"});
   add("bench_step_tokens_memory", {"bench", "step", "--batch", "1000000000", "--seq", "1000000000"});
