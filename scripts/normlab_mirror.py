@@ -483,6 +483,8 @@ def build_encdec_model(cfg, torch, dtype=None):
     names (tok_emb or src_emb/tgt_emb, src_pos_emb, tgt_pos_emb, encoder.{l}.{norm1,attn,norm2,mlp},
     decoder.{l}.{norm1,self_attn,norm2,cross_attn,norm3,mlp}, {encoder,decoder}.final_norm, head);
     model(src, tgt_in, tgt_out) -> mean cross-entropy of tgt_out."""
+    if cfg.raw.get("gemma_norm", False):
+        raise ValueError("gemma_norm (a gain of 1 + w) is not mirrored")
     nn = torch.nn
     F = torch.nn.functional
     dtype = dtype or torch.float32
@@ -632,7 +634,7 @@ def nn_transformer_covers(cfg):
     """Whether torch.nn.Transformer computes cfg's encoder-decoder: LayerNorm, pre or post, no QK-Norm,
     each final norm either the blocks' LayerNorm or off (Post-LN), biases on or off together."""
     final = cfg.final_norm_kind()
-    return (cfg.model == "encdec" and cfg.norm == "layernorm" and cfg.placement in ("pre", "post") and
+    return (cfg.model == "encdec" and cfg.norm == "layernorm" and not cfg.raw.get("gemma_norm", False) and cfg.placement in ("pre", "post") and
             not cfg.qk_norm and final in ("layernorm", "none") and (final == "none" or cfg.final_eps() == cfg.eps()))
 
 

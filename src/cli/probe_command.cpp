@@ -103,6 +103,7 @@ int run_probe(const ProbeArgs& a, const GlobalOptions& g) {
   if (!a.plot.empty()) check_plot_file(a.plot, "--plot");
   if (preset == "config") {
     req.config = load_train_config(a.config_file, a.values);
+    check_probeable(req.config);
     validate_config(req.config);
     check_fits_in_memory(req.config, a.batch, "probe");
     spdlog::debug("probing {} {} {} L={}", to_string(req.config.model.model), to_string(req.config.model.norm),

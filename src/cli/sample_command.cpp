@@ -90,14 +90,15 @@ Runner add_sample(CLI::App& app, GlobalOptions& g) {
   CLI::Option* source_opt = sub->add_option("--source", *source,
                                             "Encoder-decoder runs: token ids to decode, e.g. \"3 14 15\"");
   CLI::Option* examples_opt = sub->add_option("--examples", decode->examples,
-                                              "Encoder-decoder runs: held-out sequences to decode (default 4)");
+                                              "Encoder-decoder runs: held-out sequences to decode (default 4)")
+                                  ->check(CLI::PositiveNumber);
   add_global_flags(*sub, g);
   sub->footer(R"(Examples:
   normlab train --data text:data/kjv.txt --tokenizer chars --model gpt --out runs/kjv
   normlab sample runs/kjv --prompt "And God said" --tokens 300 --temperature 0.8 --top_k 20
   normlab sample runs/kjv --temperature 0 --json        greedy, one JSON document
   normlab sample runs/copy --examples 3                  an encoder-decoder run: held-out sources decoded
-  normlab sample runs/copy --source "5 17 42 8"          ... or a source of your own
+  normlab sample runs/copy --source "5 17 42 8 1 9"      ... or a source of your own (seq_len ids)
 
 The model reads the last seq_len tokens (nanoGPT's block_size) and runs in float32 on the cpu,
 whatever precision it trained in. Without --json, stdout is the prompt and then the text as it is

@@ -37,12 +37,18 @@ struct TrainArgs {
   DeviceOptions dev;
 };
 
+// The model's depth as a user reads it: L, or an encoder-decoder's encoder + decoder layers.
+std::string depth_text(const ModelConfig& m) {
+  if (m.model != ModelKind::encdec) return std::to_string(m.layers);
+  return fmt::format("{}+{}", m.encoder_layers.value_or(m.layers), m.decoder_layers.value_or(m.layers));
+}
+
 std::string default_run_dir(const TrainConfig& c) {
   char stamp[32];
   std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
   return fmt::format("runs/{}-{}-{}-{}-L{}-s{}", stamp, to_string(c.model.model), to_string(c.model.norm),
-                     to_string(c.model.placement), c.model.layers, c.seed);
+                     to_string(c.model.placement), depth_text(c.model), c.seed);
 }
 
 // --tensorboard DIR, before anything is created: a directory (or nothing yet), not inside this
@@ -102,12 +108,8 @@ int run_train(const TrainArgs& a, const GlobalOptions& g) {
     if (opt.resume)
       spdlog::info("resuming {} at step {} of {}", opt.resume->partial, opt.resume->point.state.step, cfg.steps);
     const ModelConfig& m = cfg.model;
-    // An encoder-decoder's depth as encoder + decoder layers.
-    const std::string depth = m.model == ModelKind::encdec ? fmt::format("{}+{}", m.encoder_layers.value_or(m.layers),
-                                                                         m.decoder_layers.value_or(m.layers))
-                                                           : std::to_string(m.layers);
     spdlog::info("training {} {} {} L={} lr={} for {} steps -> {}", to_string(m.model), to_string(m.norm),
-                 to_string(m.placement), depth, cfg.lr, cfg.steps, opt.dir);
+                 to_string(m.placement), depth_text(m), cfg.lr, cfg.steps, opt.dir);
     if (table) print_loss_table_header();
   };
   opt.on_notice = [](const std::string& s) { spdlog::warn("{}", s); };

@@ -459,7 +459,11 @@ double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_
                d = static_cast<double>(m.d_model),
                h = static_cast<double>(m.d_hidden), V = static_cast<double>(m.vocab),
                T = static_cast<double>(m.seq_len), B = static_cast<double>(batch);
-  const double params = L * (4 * d * d + 2 * d * h + 8 * d) + (m.tied_head() ? 1 : 2) * V * d + T * d;
+  // Token tables and the head (an encoder-decoder: a source and a target table unless shared),
+  // position tables (the encoder-decoder's two).
+  const bool encdec = m.model == ModelKind::encdec;
+  const double tables = (encdec && !m.shared_embeddings.value_or(true) ? 2 : 1) + (m.tied_head() ? 0 : 1);
+  const double params = L * (4 * d * d + 2 * d * h + 8 * d) + tables * V * d + (encdec ? 2 : 1) * T * d;
   double acts = L * B * T * (16 * d + 3 * h) + 3 * B * T * V;
   // Attention saves two floats per head and query row (its softmax's max and sum); its backward
   // recomputes the probabilities into two T x T buffers per thread.

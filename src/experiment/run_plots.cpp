@@ -91,7 +91,7 @@ LayerHistory read_layer_history(const std::string& run_dir, const std::string& f
   for (const std::string& k : lists) known += (known.empty() ? "" : ", ") + k;
   NL_USAGE(seen, "{}: no record has the field '{}' (its per-layer fields: {})", shown(metrics, 200), shown(field),
            known.empty() ? "none" : known);
-  if (::stat((run_dir + "/config.json").c_str(), &st) == 0) h.encoder_layers = encoder_layers_of(run.config());
+  h.encoder_layers = run.encoder_layers();
   if (::stat((run_dir + "/result.json").c_str(), &st) == 0) {  // a run still going has none yet
     const json r = run.result();
     if (r.contains("status") && r["status"].is_string()) h.status = r["status"].get<std::string>();
@@ -470,8 +470,7 @@ std::string plot_probe_bars_svg(const std::vector<ProbeBarSeries>& series, const
 
 LayerInit probe_layer_init(const std::string& run_dir) {
   const TrainConfig cfg = load_train_config(run_dir + "/config.json", {});
-  NL_USAGE(cfg.model.model != ModelKind::encdec,
-           "the init line is probe's, of decoder-only models, and '{}' is an encoder-decoder run", shown(run_dir, 200));
+  check_probeable(cfg);
   ProbeOptions opt;
   opt.seeds = 1;
   check_fits_in_memory(cfg, opt.batch, "plot profile --init");

@@ -108,6 +108,16 @@ std::vector<MetricsRecord> RunDir::timing() const { return read_records_if_prese
 
 bool is_finished_run(const std::string& dir) { return RunDir(dir).finished(); }
 
+int64_t RunDir::encoder_layers() const {
+  struct stat st {};
+  if (::stat(file("config.json").c_str(), &st) != 0) return 0;
+  try {
+    return encoder_layers_of(config());
+  } catch (const UsageError&) {
+    return 0;  // plotted and exported as before this key existed, rather than not at all
+  }
+}
+
 int64_t encoder_layers_of(const TrainConfig& cfg) {
   return cfg.model.model == ModelKind::encdec ? encdec_config(cfg.model).encoder_layers : 0;
 }

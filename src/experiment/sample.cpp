@@ -164,12 +164,12 @@ std::vector<DecodedSequence> decode_inputs(const DecodeRequest& req, const Train
                ordinary - 1);
     return {DecodedSequence{req.source, {}, {}, 0}};
   }
-  NL_USAGE(req.examples >= 1 && req.examples <= cfg.batch_size,
-           "--examples must be in [1, {}] (the run's batch_size: one held-out batch), got {}", cfg.batch_size,
-           req.examples);
+  const int64_t examples = req.examples > 0 ? req.examples : std::min<int64_t>(4, cfg.batch_size);
+  NL_USAGE(examples <= cfg.batch_size, "--examples must be in [1, {}] (the run's batch_size: one held-out batch), got {}",
+           cfg.batch_size, examples);
   const Batch b = make_data_source(cfg)->val_batch(0, cfg.batch_size, cfg.model.seq_len);
   std::vector<DecodedSequence> out;
-  for (int64_t i = 0; i < req.examples; ++i) out.push_back({row_of(b.sources, i), row_of(b.targets, i), {}, 0});
+  for (int64_t i = 0; i < examples; ++i) out.push_back({row_of(b.sources, i), row_of(b.targets, i), {}, 0});
   return out;
 }
 
@@ -189,6 +189,8 @@ DecodeResult decode_run(const DecodeRequest& req) {
   const TrainConfig cfg = run_config(req.run);
   NL_USAGE(cfg.model.model == ModelKind::encdec, "'{}' is a {} run: --source and --examples decode an encoder-decoder "
            "run (model encdec)", shown(req.run, 200), to_string(cfg.model.model));
+  NL_USAGE(req.source.empty() || req.examples == 0, "--source and --examples are two ways to choose what to decode: give one");
+  cfg.validate();  // a config.json edited by hand is refused here, not half-run
   DecodeResult result;
   result.task = cfg.data.str();
   result.sequences = decode_inputs(req, cfg);

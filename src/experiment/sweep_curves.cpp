@@ -35,6 +35,13 @@ namespace {
 
 double number_or_nan(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
 
+// metrics.jsonl's fields that hold a list per layer.
+bool is_layer_field(const std::string& field) {
+  static const char* per_layer[] = {"stream_norm",       "block_grad_norm",    "attn_entropy",   "attn_max_logit",
+                                    "stream_max_abs",    "norm_input_max_abs", "overflow_share", "underflow_share"};
+  return std::find(std::begin(per_layer), std::end(per_layer), field) != std::end(per_layer);
+}
+
 // A per-layer field (a list) reduced to one number; a scalar as it is. NaN when not finite.
 double reduce_layers(const json& v, LayerReduce how) {
   if (!v.is_array()) return number_or_nan(v);
@@ -113,6 +120,9 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
     if (!point_matches(p, opt.where)) continue;
     const RunDir run(run_dir(dir, p));
     if (!run.finished()) continue;  // not run (yet)
+    NL_USAGE(!(is_layer_field(opt.field) && run.encoder_layers() > 0),
+             "--field {}: an encoder-decoder's per-layer figures are two stacks, which --layers would reduce as one; "
+             "`normlab plot profile RUN` draws a run's as two panels", shown(opt.field));
     std::string name;
     for (const auto& [k, v] : p.values)
       if (k != "seed") name += (name.empty() ? "" : " ") + k + "=" + v;
@@ -127,9 +137,7 @@ std::string sweep_curves_markdown(const std::string& dir, const CurveOptions& op
     });
   }
   NL_USAGE(!groups.empty(), "no finished run under {}/runs matches", shown(dir, 200));
-  static const char* per_layer[] = {"stream_norm",       "block_grad_norm",    "attn_entropy",   "attn_max_logit",
-                                    "stream_max_abs",    "norm_input_max_abs", "overflow_share", "underflow_share"};
-  const bool layered = std::find(std::begin(per_layer), std::end(per_layer), opt.field) != std::end(per_layer);
+  const bool layered = is_layer_field(opt.field);
   std::string out = fmt::format("{}{}: mean ± std over seeds ({})\n\n", opt.field,
                                 layered ? fmt::format(" ({} over layers)", to_string(opt.layers)) : "", dir);
   if (opt.transpose) {

@@ -129,6 +129,10 @@ CellLayers read_cell_layers(const std::string& sweep_dir, const SweepSummary& s,
       for (const std::string& point : s.cells[r][c].points) {
         const RunDir run(sweep_dir + "/runs/" + point);
         if (!run.finished()) continue;  // pending
+        // One profile per run joins an encoder-decoder's two stacks into one line: its run's own
+        // plot draws them apart.
+        NL_USAGE(run.encoder_layers() == 0, "{}: an encoder-decoder's per-layer figures are two stacks; `normlab plot "
+                 "profile RUN` draws a run's as two panels", shown(sweep_dir, 200));
         ++out.runs_read;
         PointLayers p = last_layers(run, field, out.fields_seen);
         if (p.step < 0) continue;

@@ -220,7 +220,7 @@ std::string run_events(const std::string& path, size_t* scalar_count) {
   const std::string result = run.result_text();
   const json rj = parse_object(result, fmt::format("'{}/result.json'", path).c_str());
   std::map<int64_t, std::vector<TbScalar>> by_step;
-  const int64_t encoder_layers = encoder_layers_of(run.config());
+  const int64_t encoder_layers = run.encoder_layers();
   for (const MetricsRecord& m : run.metrics())
     for (TbScalar& t : record_scalars(m.fields, m.step, "", encoder_layers).scalars)
       by_step[m.step].push_back(std::move(t));

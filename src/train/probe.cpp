@@ -205,10 +205,14 @@ std::vector<const ConfigProbe*> per_layer_probes(const ProbeReport& report) {
 
 // ---- one configuration ---------------------------------------------------------------------
 
-ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, const std::string& label) {
-  config.validate();
+void check_probeable(const TrainConfig& config) {
   NL_USAGE(config.model.model != ModelKind::encdec, "probe config probes decoder-only models (model toy or gpt); the "
            "encoder-decoder's gradients at initialisation: `normlab probe xiong2020 --model encdec`");
+}
+
+ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, const std::string& label) {
+  check_probeable(config);
+  config.validate();
   NL_USAGE(opt.seeds >= 1, "--seeds must be >= 1, got {}", opt.seeds);
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   NL_USAGE(opt.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", opt.threads);

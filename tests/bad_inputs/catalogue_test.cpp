@@ -142,6 +142,23 @@ Setup sweep_run(const std::string& name) {
   };
 }
 
+// A finished two-point sweep of tiny encoder-decoders on the copy task, made once and copied.
+Setup encdec_sweep_run(const std::string& name) {
+  return [name](const fs::path& w) {
+    static const fs::path cached = [] {
+      const fs::path d = normlab::test::fresh_dir("catalogue_encdec_sweep");
+      fs::create_directories(d);
+      const auto r = run_cli({"sweep", "--out", (d / "sw").string(), "--set", "model=encdec", "--set", "data=copy",
+                              "--set", "steps=2", "--set", "eval_every=1", "--set", "layers=1", "--set", "d_model=8",
+                              "--set", "heads=2", "--set", "d_hidden=8", "--set", "vocab=7", "--set", "seq_len=5",
+                              "--set", "batch_size=2", "lr=1e-3,1e-2", "-q"});
+      if (r.exit_code != 0) throw std::runtime_error("the encoder-decoder sweep fixture failed: " + describe(r));
+      return d / "sw";
+    }();
+    fs::copy(cached, w / name, fs::copy_options::recursive);
+  };
+}
+
 // The cuda-sim module this build made (next to the binary).
 std::string cuda_sim_module() { return (fs::path(NORMLAB_BINARY).parent_path() / "libnormlab_cuda_sim.so").string(); }
 
@@ -683,6 +700,14 @@ std::vector<Case> catalogue() {
     copy_run("copy")(w);
     fs::remove(w / "copy" / "model.safetensors");
   });
+  add("sample_decode_source_and_examples", {"sample", "copy", "--source", "1 2 3 4 5", "--examples", "2"},
+      copy_run("copy"));
+  add("sample_decode_edited_config", {"sample", "copy"}, [](const fs::path& w) {
+    copy_run("copy")(w);
+    std::string text = normlab::test::slurp(w / "copy" / "config.json");
+    text.replace(text.find("\"data\": \"copy\""), 14, "\"data\": \"synthetic\"");
+    write(w / "copy" / "config.json", text);
+  });
   add("convert_encdec_run", {"convert", "copy", "--to", "rmsnorm", "--out", "c"}, copy_run("copy"));
 
   // ---- convert
@@ -766,6 +791,10 @@ std::vector<Case> catalogue() {
     ln_run("ln")(w);
     mine("f.svg")(w);
   });
+  add("plot_multiples_encdec_layers", {"plot", "multiples", "esw", "--kind", "layers", "--out", "p.svg"},
+      encdec_sweep_run("esw"));
+  add("sweep_curves_encdec_layer_field",
+      {"sweep", "summarize", "esw", "--curves", "1,2", "--field", "stream_norm"}, encdec_sweep_run("esw"));
   add("plot_multiples_not_a_sweep", {"plot", "multiples", "ln", "--out", "p.svg"}, ln_run("ln"));
   add("plot_multiples_bad_kind", {"plot", "multiples", "ln", "--kind", "pie", "--out", "p.svg"}, ln_run("ln"));
   add("probe_plot_preset_without_layers", {"probe", "batchnorm", "--plot", "p.svg"});

@@ -94,6 +94,10 @@ TEST(SampleCli, AnEncoderDecoderRunDecodesItsSourcesGreedily) {
   r = run_cli({"sample", run.string(), "--source", "3 1 4 1 5 9"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_EQ(r.out, "source  3 1 4 1 5 9\noutput  3 1 4 1 5 9\n\n");
+  // Without --examples: four, or as many as one held-out batch has.
+  r = run_cli({"sample", run.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 4 * 4) << r.out;
   r = run_cli({"sample", run.string(), "--examples", "2", "--json"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   const auto j = nlohmann::json::parse(r.out);
@@ -103,4 +107,17 @@ TEST(SampleCli, AnEncoderDecoderRunDecodesItsSourcesGreedily) {
     EXPECT_EQ(s["output"], s["source"]);
     EXPECT_EQ(s["matching"], 6);
   }
+}
+
+// A run whose held-out batch has fewer than four sequences decodes all of them by default.
+TEST(SampleCli, TheDefaultExamplesFitASmallBatch) {
+  const fs::path run = fresh_dir("cli_sample") / "copy_small_batch";
+  fs::create_directories(run.parent_path());
+  auto r = run_cli({"train", "--model", "encdec", "--data", "copy", "--layers", "1", "--d_model", "8", "--heads", "2",
+                    "--d_hidden", "8", "--vocab", "7", "--seq_len", "5", "--batch_size", "2", "--steps", "2",
+                    "--eval_every", "1", "--threads", "1", "--out", run.string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  r = run_cli({"sample", run.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2 * 4) << r.out;
 }

@@ -48,6 +48,9 @@ class RunDir {
   nlohmann::json result() const;  // result.json, a JSON object
   std::string config_text() const;
   TrainConfig config() const;     // config.json, as train would run it
+  // encoder_layers_of(config()); 0 where config.json is absent or not a config this build reads
+  // (an older or hand-edited file): the run's per-layer lists are then shown as one stack.
+  int64_t encoder_layers() const;
   // metrics.jsonl's records (none when there is no such file: a run that has not started; or when
   // something else than a file is in its place, which is never waited on).
   std::vector<MetricsRecord> metrics() const;

@@ -39,7 +39,7 @@ SampleResult sample_run(const SampleRequest& req);
 struct DecodeRequest {
   std::string run;
   std::vector<int32_t> source;  // empty: held-out examples
-  int64_t examples = 4;
+  int64_t examples = 0;         // 0: 4, or the run's batch_size where it is smaller
 };
 struct DecodedSequence {
   std::vector<int32_t> source, target, output;  // target: the held-out one (noise included); empty for a given source

@@ -77,6 +77,10 @@ struct ConfigProbe {
   Stat stream_last_over_embed;
 };
 
+// UsageError for a config `probe config` cannot probe (model encdec: its probe is
+// `probe xiong2020 --model encdec`); checked before the config's own validation, so that it is the
+// first thing said.
+void check_probeable(const TrainConfig& config);
 // Probes one config: seeds config.seed .. config.seed + seeds - 1; batches from the config's
 // data source (synthetic rule task or text), `batch` sequences of seq_len tokens.
 ConfigProbe probe_config(const TrainConfig& config, const ProbeOptions& opt, const std::string& label = "");
