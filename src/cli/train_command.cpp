@@ -15,6 +15,7 @@
 #include "output.h"
 #include "normlab/about.h"
 #include "normlab/config.h"
+#include "normlab/encdec.h"
 #include "normlab/io.h"
 #include "normlab/run.h"
 #include "normlab/tensorboard.h"
@@ -40,7 +41,8 @@ struct TrainArgs {
 // The model's depth as a user reads it: L, or an encoder-decoder's encoder + decoder layers.
 std::string depth_text(const ModelConfig& m) {
   if (m.model != ModelKind::encdec) return std::to_string(m.layers);
-  return fmt::format("{}+{}", m.encoder_layers.value_or(m.layers), m.decoder_layers.value_or(m.layers));
+  const EncDecConfig stacks = encdec_config(m);
+  return fmt::format("{}+{}", stacks.encoder_layers, stacks.decoder_layers);
 }
 
 std::string default_run_dir(const TrainConfig& c) {

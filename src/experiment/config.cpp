@@ -13,6 +13,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "normlab/encdec.h"
 #include "normlab/io.h"
 #include "normlab/system.h"
 #include "normlab/parse.h"
@@ -451,18 +452,17 @@ void validate_config(const TrainConfig& cfg) {
 
 double estimate_memory_bytes(const TrainConfig& cfg, int64_t batch, double data_bytes) {
   const ModelConfig& m = cfg.model;
+  const bool encdec = m.model == ModelKind::encdec;
+  const EncDecConfig stacks = encdec_config(m);  // read only for an encoder-decoder
   // An encoder-decoder's decoder layer has two attentions: one and a half of an encoder's.
-  const double L = m.model == ModelKind::encdec
-                       ? static_cast<double>(m.encoder_layers.value_or(m.layers)) +
-                             1.5 * static_cast<double>(m.decoder_layers.value_or(m.layers))
-                       : static_cast<double>(m.layers),
+  const double L = encdec ? static_cast<double>(stacks.encoder_layers) + 1.5 * static_cast<double>(stacks.decoder_layers)
+                          : static_cast<double>(m.layers),
                d = static_cast<double>(m.d_model),
                h = static_cast<double>(m.d_hidden), V = static_cast<double>(m.vocab),
                T = static_cast<double>(m.seq_len), B = static_cast<double>(batch);
   // Token tables and the head (an encoder-decoder: a source and a target table unless shared),
   // position tables (the encoder-decoder's two).
-  const bool encdec = m.model == ModelKind::encdec;
-  const double tables = (encdec && !m.shared_embeddings.value_or(true) ? 2 : 1) + (m.tied_head() ? 0 : 1);
+  const double tables = (encdec && !stacks.shared_embeddings ? 2 : 1) + (m.tied_head() ? 0 : 1);
   const double params = L * (4 * d * d + 2 * d * h + 8 * d) + tables * V * d + (encdec ? 2 : 1) * T * d;
   double acts = L * B * T * (16 * d + 3 * h) + 3 * B * T * V;
   // Attention saves two floats per head and query row (its softmax's max and sum); its backward
