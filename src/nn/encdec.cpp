@@ -182,11 +182,9 @@ EncDecModel::EncDecModel(const EncDecConfig& cfg, uint64_t seed) : cfg_(cfg) {
 Tensor EncDecModel::embed(const Tensor& ids, const Tensor& table, const Tensor& positions_table) const {
   NL_CHECK(ids.dim() == 2 && ids.dtype() == DType::i32, "encoder-decoder input must be int32 (B, T), got {} {}",
            to_string(ids.dtype()), shape_str(ids.shape()));
-  const int64_t b = ids.size(0), t = ids.size(1);
+  const int64_t t = ids.size(1);
   NL_CHECK(t >= 1 && t <= cfg_.model.seq_len, "sequence of length {} outside 1 .. seq_len = {}", t, cfg_.model.seq_len);
-  std::vector<int32_t> pos(static_cast<size_t>(b * t));
-  for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
-  const Tensor positions = Tensor::from_ids(pos, {b, t}).to_device(positions_table.device());
+  const Tensor& positions = position_ids(ids, positions_table.device(), positions_);
   Tensor tokens = embedding(ids, table);
   if (cfg_.model.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.model.d_model)));
   return dropout(residual_stream(tokens) + embedding(positions, positions_table));

@@ -535,24 +535,28 @@ Model::Model(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   if (cfg_.head_bias) head_.b = params_.add("head.b", init.constant({cfg_.vocab}, 0.0));
 }
 
+const Tensor& position_ids(const Tensor& ids, Device device, Tensor& cache) {
+  if (cache.defined() && cache.shape() == ids.shape() && cache.device() == device) return cache;
+  const int64_t b = ids.size(0), t = ids.size(1);
+  std::vector<int32_t> pos(static_cast<size_t>(b * t));
+  for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
+  cache = Tensor::from_ids(pos, {b, t}).to_device(device);
+  return cache;
+}
+
 Tensor Model::forward(const Tensor& ids, ForwardTrace* trace) const {
   NL_CHECK(ids.dim() == 2 && ids.dtype() == DType::i32, "model input must be int32 (B, T), got {} {}",
            to_string(ids.dtype()), shape_str(ids.shape()));
-  const int64_t b = ids.size(0), t = ids.size(1);
+  const int64_t t = ids.size(1);
   NL_CHECK(t <= cfg_.seq_len, "sequence of length {} exceeds seq_len = {}", t, cfg_.seq_len);
-  // Made (and uploaded) once per (B, T) and device, not every step.
-  if (!positions_.defined() || positions_.shape() != ids.shape() || positions_.device() != pos_emb.device()) {
-    std::vector<int32_t> pos(static_cast<size_t>(b * t));
-    for (int64_t i = 0; i < b * t; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
-    positions_ = Tensor::from_ids(pos, {b, t}).to_device(pos_emb.device());
-  }
+  const Tensor& positions = position_ids(ids, pos_emb.device(), positions_);
   Tensor x;
   {
     ModuleScope module("embedding");
     Tensor tokens = embedding(ids, tok_emb);
     if (cfg_.init == InitScheme::fairseq) tokens = scale(tokens, std::sqrt(static_cast<double>(cfg_.d_model)));
     // In low precision with residual_dtype fp32 the stream starts in float32 here (ops.h).
-    x = residual_stream(tokens) + embedding(positions_, pos_emb);
+    x = residual_stream(tokens) + embedding(positions, pos_emb);
     x = embed_norm_(x);  // identity without embed_norm
     x = dropout(x);      // nanoGPT's transformer.drop; the identity outside training's DropoutScope
   }

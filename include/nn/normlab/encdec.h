@@ -95,6 +95,7 @@ class EncDecModel {
   std::vector<DecoderLayer> decoder_;
   Norm encoder_norm_, decoder_norm_;
   Linear head_;
+  mutable Tensor positions_;  // position ids for the last (B, T), on the parameters' device
 };
 
 }  // namespace normlab

@@ -249,6 +249,10 @@ class Model {
   mutable Tensor positions_;  // position ids for the last (B, T), on the parameters' device
 };
 
+// Position ids 0..T-1 in each row of ids (B, T), on `device`. `cache` holds the last ones made and
+// is reused while the shape and device stay: made and uploaded once, not every step.
+const Tensor& position_ids(const Tensor& ids, Device device, Tensor& cache);
+
 // Builders shared by the model and by gradcheck's composites.
 struct Init {
   Rng rng;
