@@ -459,7 +459,8 @@ CLI::App* add_ops(CLI::App* sub, const std::shared_ptr<OpsArgs>& ops, GlobalOpti
   CLI::App* o = sub->add_subcommand("ops", "Any op case (the kernels' test cases) on any device, checked then timed");
   o->add_option("cases", ops->cases,
                 "Cases: all (default), an op (rmsnorm_fwd), a family (rmsnorm), or a case's whole line in quotes (see "
-                "--list); a norm's line at any size, e.g. 'rmsnorm_fwd rows=16384 d=1024'");
+                "--list); a norm's line at any size, e.g. 'rmsnorm_fwd rows=16384 d=1024', and a product's "
+                "shape, e.g. 'matmul m=768 n=384 k=128 tb=1'");
   o->add_option("--threads", ops->threads, "cpu thread counts, comma-separated; 'all' = every CPU (default 1)");
   o->add_option("--repeats", ops->opt.repeats, "At least this many timed samples per case (default 5)");
   o->add_option("--min-time", ops->opt.min_time, "And at least this many seconds of samples per case (default 0.1)");

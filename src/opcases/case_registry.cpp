@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <iterator>
 #include <mutex>
 
 #include "cases_internal.h"
@@ -222,11 +223,47 @@ int64_t positive_word(const std::string& line, const std::string& key, const std
   return v;
 }
 
+// The product `line` names: m, n and k required (k may be 0: C is zero, or kept); batch 1, A and
+// B batched (ab=1 bb=1), no transpose or accumulate, seed 0 unless given; the flags 0 or 1.
+OpCase matmul_to_order(const std::string& line, const std::vector<std::pair<std::string, std::string>>& words) {
+  MatmulSpec s;
+  s.m = s.n = s.k = -1;
+  int64_t seed = 0;
+  const std::pair<const char*, bool*> flags[] = {{"ta", &s.trans_a},   {"tb", &s.trans_b},   {"ab", &s.a_batched},
+                                                 {"bb", &s.b_batched}, {"acc", &s.accumulate}};
+  for (const auto& [k, v] : words) {
+    const auto flag = std::find_if(std::begin(flags), std::end(flags), [&](const auto& f) { return k == f.first; });
+    if (flag != std::end(flags)) {
+      NL_USAGE(v == "0" || v == "1", "op case '{}': {}={} is not 0 or 1", shown(line), k, shown(v));
+      *flag->second = v == "1";
+    } else if (k == "batch" || k == "m" || k == "n" || k == "k" || k == "seed") {
+      const int64_t n = positive_word(line, k, v, k == "k" || k == "seed");
+      (k == "batch" ? s.batch : k == "m" ? s.m : k == "n" ? s.n : k == "k" ? s.k : seed) = n;
+    } else {
+      throw UsageError(fmt::format("op case '{}': matmul cases have no word {} (they take batch, m, n, k, ta, tb, "
+                                   "ab, bb, acc and seed)", shown(line), shown(k)));
+    }
+  }
+  NL_USAGE(s.m > 0 && s.n > 0 && s.k >= 0, "op case '{}': give m=, n= and k= (e.g. 'matmul m=768 n=384 k=128 tb=1')",
+           shown(line));
+  const int64_t largest = s.batch * std::max({s.m * s.k, s.k * s.n, s.m * s.n});
+  NL_USAGE(largest <= (int64_t{1} << 32), "op case '{}': an operand of {} values is more than 2^32", shown(line), largest);
+  return detail::matmul_case_of(s, static_cast<uint64_t>(seed));
+}
+
 // The case `line` names, made by its op's maker: rows and d required, seed 0 unless given, and
-// every other word the one the maker writes. Null when the op has no maker.
+// every other word the one the maker writes; a product of any shape (matmul_to_order). Null
+// when the op has no maker.
 const OpCase* made_to_order(const std::string& line) {
   static std::deque<OpCase> made;  // find_case's references stay valid
   const std::string op = line.substr(0, line.find(' '));
+  if (op == "matmul") {
+    bool well_formed = true;
+    const auto words = line_words(line, well_formed);
+    NL_USAGE(well_formed, "op case '{}': each word after the op is key=value", shown(line));
+    made.push_back(matmul_to_order(line, words));
+    return &made.back();
+  }
   const auto m = std::find_if(sized_makers().begin(), sized_makers().end(), [&](const auto& s) { return s.op == op; });
   if (m == sized_makers().end()) return nullptr;
   bool well_formed = true;

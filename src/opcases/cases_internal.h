@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/matmul_kernels.h"
 #include "normlab/opcases.h"
 #include "normlab/rng.h"
 
@@ -58,6 +59,9 @@ struct SizedMaker {
 void add_elementwise_makers(std::vector<SizedMaker>& makers);  // n values: rows x d
 void add_norm_makers(std::vector<SizedMaker>& makers);
 void add_squash_makers(std::vector<SizedMaker>& makers);
+// The matmul case of a product of any shape (find_case's 'matmul m=768 n=384 k=128 tb=1'), drawn
+// as the registry's matmul cases are.
+OpCase matmul_case_of(const MatmulSpec& spec, uint64_t seed);
 
 void add_matmul_cases(std::vector<OpCase>& cases);
 void add_matmul_grad_forms(std::vector<GradForm>& forms);

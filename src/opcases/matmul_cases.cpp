@@ -157,6 +157,10 @@ void add_matmul_shapes(std::vector<OpCase>& cases) {
 
 }  // namespace
 
+OpCase matmul_case_of(const MatmulSpec& s, uint64_t seed) {
+  return matmul_case({s.batch, s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_batched, s.b_batched, s.accumulate}, seed);
+}
+
 void add_matmul_cases(std::vector<OpCase>& cases) {
   add_matmul_shapes(cases);
   const int64_t linear_shapes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 65, 1}, {33, 64, 128}, {512, 64, 64}};

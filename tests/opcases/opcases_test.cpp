@@ -116,6 +116,33 @@ TEST(OpCasesMadeToOrder, ReproduceTheRegistryAndPassAtOtherSizes) {
   EXPECT_THROW(opcases::find_case("softmax_fwd rows=7 d=65"), UsageError);
 }
 
+// A product of any shape: the registry's shapes written whole or with the defaults left out are
+// the registry's cases (line and inputs); other shapes, odd and with every flag, pass the check on
+// every backend; a word matmul cases lack, a flag not 0 or 1 and a missing size are refused.
+TEST(OpCasesMadeToOrder, ProductsOfAnyShape) {
+  const opcases::OpCase& have = opcases::find_case("matmul batch=1 m=64 n=512 k=64 ta=0 tb=1 ab=1 bb=1 acc=0 seed=101");
+  const opcases::OpCase& made = opcases::find_case("matmul m=64 k=64 n=512 tb=1 seed=101");
+  EXPECT_EQ(made.line(), have.line());
+  EXPECT_NE(&made, &have);
+  const opcases::Tensors a = made.inputs(), b = have.inputs();
+  ASSERT_EQ(a.items().size(), b.items().size());
+  for (size_t i = 0; i < a.items().size(); ++i)
+    EXPECT_EQ(a.items()[i].second.to_vector(), b.items()[i].second.to_vector()) << a.items()[i].first;
+  EXPECT_EQ(opcases::find_case("matmul m=9 n=4 k=0 acc=1").line(),
+            "matmul batch=1 m=9 n=4 k=0 ta=0 tb=0 ab=1 bb=1 acc=1 seed=0");
+  for (const char* line : {"matmul m=37 n=19 k=130 tb=1 seed=3", "matmul batch=3 m=5 n=67 k=9 ta=1 bb=0 acc=1",
+                           "matmul batch=2 m=1 n=33 k=257 tb=1 ab=0"}) {
+    const opcases::OpCase& c = opcases::find_case(line);
+    for (const char* be : {"cpu", "cuda-sim"}) {
+      const opcases::CaseCheck check = opcases::check_case(c, backend(be));
+      EXPECT_TRUE(check.pass) << c.line() << " on " << be << check.report;
+    }
+  }
+  for (const char* bad : {"matmul m=7 n=5", "matmul m=7 n=5 k=3 tb=2", "matmul m=7 n=5 k=3 rows=4",
+                          "matmul m=0 n=5 k=3", "matmul m=7 n=5 k=3 tb", "matmul m=70000 n=70000 k=70000"})
+    EXPECT_THROW(opcases::find_case(bad), UsageError) << bad;
+}
+
 // LayerNorm's and RMSNorm's kernels with their rows and parameters stored in bf16 or fp16 (bench
 // norms --dtypes on a device): checked against the reference on the rounded inputs, the stored
 // outputs allowed half the format's ulp more.

@@ -123,7 +123,9 @@ std::vector<std::string> op_names();
 // The case whose line is `line`; throws UsageError naming the op's first cases when none is.
 // For an op of rows x d (the norms and add+norm), a line of any size is made to
 // order: "rmsnorm_fwd rows=16384 d=1024" (seed 0 unless given; any other word, such as eps,
-// must be the one the op's cases write); copy and scale take n= (or rows= and d=).
+// must be the one the op's cases write); copy and scale take n= (or rows= and d=); a product takes
+// its shape: "matmul m=768 n=384 k=128 tb=1" (batch 1, ab=1 bb=1, the other flags and seed 0
+// unless given).
 const OpCase& find_case(const std::string& line);
 // The ops a case of any rows x d can be made for.
 std::vector<std::string> sized_ops();
