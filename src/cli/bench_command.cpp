@@ -180,14 +180,10 @@ void set_passes(NormBenchOptions& opt, const std::string& pass) {
   }
 }
 
-int run_norms(const NormsArgs& a, const GlobalOptions& g) {
+// bench norms' options from its flags: usage errors for anything that cannot run, before anything
+// runs.
+NormBenchOptions norm_options(const NormsArgs& a, const NormRegistry& registry) {
   const bool on_device = a.dev.device != "cpu";
-  if (a.list) {
-    std::cout << render_norm_impls(builtin_norm_impls());
-    return 0;
-  }
-  const OutputFormat f = format_of(a.o, g);
-  check_out(a.o);
   NormBenchOptions opt;
   opt.device = a.dev.device;
   opt.dtypes = parse_dtypes(a.dtypes);
@@ -216,9 +212,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   NL_USAGE(excess.empty(), "--footprint-mib {} {}", a.footprint_mib, excess);
   opt.seed = a.seed;
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
-  const NormRegistry registry = builtin_norm_impls();
-  // Unknown names, and implementations none of which has a selected pass, are usage errors
-  // before anything runs.
+  // Unknown names, and implementations none of which has a selected pass, are usage errors.
   bool runs_something = on_device;  // the device's kernels have every pass
   for (const NormImpl* m : registry.select(opt.impls))
     for (const auto& [on, pass] : {std::pair{opt.fwd, Pass::fwd}, {opt.bwd, Pass::bwd}, {opt.addfwd, Pass::addfwd}})
@@ -226,9 +220,41 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
   NL_USAGE(runs_something, "--pass {}: none of the implementations selected by --impl has that pass (see --list)",
            shown(a.pass));
   validate(opt);
-  if (!a.o.compare.empty()) check_base(a.o.compare, "norms");
+  return opt;
+}
 
-  if (on_device)
+// The report in the chosen format, the comparison with --compare's run, the warnings; exit 1
+// when a row's check rejected it.
+int print_norm_report(const NormReport& report, const NormsArgs& a, OutputFormat f, bool verbose,
+                      const std::vector<NamedStats>& base) {
+  write_out(a.o, render(report, OutputFormat::json));
+  std::cout << render(report, f);
+  if (f == OutputFormat::text || f == OutputFormat::markdown)
+    std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
+  if ((f == OutputFormat::text || f == OutputFormat::markdown) && !report.context.kernel_choices.empty())
+    std::cout << "\n" << render_kernel_choices(report.context, f, verbose);
+  if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
+  print_warnings(report.warnings);
+  int rejected = 0;
+  for (const NormRow& r : report.rows)
+    if (r.status == "rejected") {
+      spdlog::error("{}", r.verify.report);
+      ++rejected;
+    }
+  return rejected ? 1 : 0;
+}
+
+int run_norms(const NormsArgs& a, const GlobalOptions& g) {
+  if (a.list) {
+    std::cout << render_norm_impls(builtin_norm_impls());
+    return 0;
+  }
+  const OutputFormat f = format_of(a.o, g);
+  check_out(a.o);
+  const NormRegistry registry = builtin_norm_impls();
+  const NormBenchOptions opt = norm_options(a, registry);
+  if (!a.o.compare.empty()) check_base(a.o.compare, "norms");
+  if (opt.device != "cpu")
     spdlog::info("bench norms --device {}: {} shape(s), dtypes {}, pass {} ...", opt.device, opt.shapes.size(),
                  a.dtypes, a.pass);
   else
@@ -244,22 +270,7 @@ int run_norms(const NormsArgs& a, const GlobalOptions& g) {
     if (!add_torch_rows(report, opt, t, why))
       report.warnings.push_back("--with-torch: " + why + "; PyTorch's rows are missing or incomplete");
   }
-  const std::vector<NamedStats> base = base_entries(a.o.compare);
-  write_out(a.o, render(report, OutputFormat::json));
-  std::cout << render(report, f);
-  if (f == OutputFormat::text || f == OutputFormat::markdown)
-    std::cout << "\nRMSNorm vs LayerNorm and the baselines, per shape:\n" << render_norm_summary(report, f);
-  if ((f == OutputFormat::text || f == OutputFormat::markdown) && !report.context.kernel_choices.empty())
-    std::cout << "\n" << render_kernel_choices(report.context, f, g.verbose > 0);
-  if (!a.o.compare.empty()) print_compare(a.o.compare, base, timed_entries(report), f);
-  print_warnings(report.warnings);
-  int rejected = 0;
-  for (const NormRow& r : report.rows)
-    if (r.status == "rejected") {
-      spdlog::error("{}", r.verify.report);
-      ++rejected;
-    }
-  return rejected ? 1 : 0;
+  return print_norm_report(report, a, f, g.verbose > 0, base_entries(a.o.compare));
 }
 
 int run_step(const StepArgs& a, const GlobalOptions& g) {
