@@ -99,52 +99,42 @@ struct SeedNumbers {
   double bn_leak = 0, ln_leak = 0, rms_leak = 0;
 };
 
-SeedNumbers one_seed(uint64_t seed, int64_t batch, const std::vector<int64_t>& sizes,
-                     const std::vector<int64_t>& running_batches) {
-  ModelConfig cfg;
-  cfg.init = InitScheme::torch;
-  cfg.layers = 1;
-  cfg.d_model = kD;
-  cfg.vocab = kVocab;
-  cfg.seq_len = kSeq;
-  Model model(cfg, seed);
-  Rng rng(seed, stream::data);
-  SeedNumbers r;
-
-  // Padding: lengths uniform in [4, 16], the rest token 0.
-  {
-    std::vector<int32_t> ids = random_ids(rng, batch);
-    std::vector<char> mask(ids.size(), 1);
-    for (int64_t s = 0; s < batch; ++s) {
-      const int64_t len = 4 + int64_t(rng.below(kSeq - 3));
-      for (int64_t t = len; t < kSeq; ++t) {
-        ids[size_t(s * kSeq + t)] = 0;
-        mask[size_t(s * kSeq + t)] = 0;
-      }
+// Padding: lengths uniform in [4, 16], the rest token 0; how the batch's statistics and each real
+// token's output move when the padding is counted.
+void measure_padding(const Model& model, Rng& rng, int64_t batch, SeedNumbers& r) {
+  std::vector<int32_t> ids = random_ids(rng, batch);
+  std::vector<char> mask(ids.size(), 1);
+  for (int64_t s = 0; s < batch; ++s) {
+    const int64_t len = 4 + int64_t(rng.below(kSeq - 3));
+    for (int64_t t = len; t < kSeq; ++t) {
+      ids[size_t(s * kSeq + t)] = 0;
+      mask[size_t(s * kSeq + t)] = 0;
     }
-    Tokens tok = embed(model, ids, batch);
-    tok.mask = mask;
-    const ChannelStats with = batch_stats(tok, false), without = batch_stats(tok, true);
-    double shift = 0, ratio = 0, real = 0;
-    for (int64_t c = 0; c < kD; ++c) {
-      shift += std::abs(with.mean[size_t(c)] - without.mean[size_t(c)]);
-      ratio += with.var[size_t(c)] / without.var[size_t(c)];
-    }
-    for (char m : mask) real += m;
-    r.pad_fraction = 1.0 - real / double(mask.size());
-    r.pad_mean_shift = shift / kD;
-    r.pad_var_ratio = ratio / kD;
-    double change = 0, count = 0;
-    for (int64_t p = 0; p < batch * kSeq; ++p) {
-      if (!mask[size_t(p)]) continue;
-      const std::vector<double> a = bn_apply(tok, with, p, p + 1), b = bn_apply(tok, without, p, p + 1);
-      change += mean_abs_diff(a, b);
-      ++count;
-    }
-    r.pad_output_change = change / count;
   }
+  Tokens tok = embed(model, ids, batch);
+  tok.mask = mask;
+  const ChannelStats with = batch_stats(tok, false), without = batch_stats(tok, true);
+  double shift = 0, ratio = 0, real = 0;
+  for (int64_t c = 0; c < kD; ++c) {
+    shift += std::abs(with.mean[size_t(c)] - without.mean[size_t(c)]);
+    ratio += with.var[size_t(c)] / without.var[size_t(c)];
+  }
+  for (char m : mask) real += m;
+  r.pad_fraction = 1.0 - real / double(mask.size());
+  r.pad_mean_shift = shift / kD;
+  r.pad_var_ratio = ratio / kD;
+  double change = 0, count = 0;
+  for (int64_t p = 0; p < batch * kSeq; ++p) {
+    if (!mask[size_t(p)]) continue;
+    const std::vector<double> a = bn_apply(tok, with, p, p + 1), b = bn_apply(tok, without, p, p + 1);
+    change += mean_abs_diff(a, b);
+    ++count;
+  }
+  r.pad_output_change = change / count;
+}
 
-  // Batch-mates: one target sequence in batches of each size, with two sets of companions.
+// Batch-mates: one target sequence in batches of each size, with two sets of companions.
+void measure_batch_mates(const Model& model, Rng& rng, const std::vector<int64_t>& sizes, SeedNumbers& r) {
   const std::vector<int32_t> target = random_ids(rng, 1);
   const Tokens alone = embed(model, target, 1);
   const std::vector<double> y_alone = bn_apply(alone, batch_stats(alone, false), 0, kSeq);
@@ -157,9 +147,12 @@ SeedNumbers one_seed(uint64_t seed, int64_t batch, const std::vector<int64_t>& s
     r.ln_comp.push_back(mean_abs_diff(per_token_norm(a, 0, true), per_token_norm(c, 0, true)));
     r.rms_comp.push_back(mean_abs_diff(per_token_norm(a, 0, false), per_token_norm(c, 0, false)));
   }
+}
 
-  // Train vs inference: running statistics as PyTorch keeps them (momentum 0.1, from mean 0 and
-  // variance 1; the unbiased variance goes into the running one).
+// Train vs inference: running statistics as PyTorch keeps them (momentum 0.1, from mean 0 and
+// variance 1; the unbiased variance goes into the running one) after each number of batches.
+void measure_running_gap(const Model& model, uint64_t seed, int64_t batch, const std::vector<int64_t>& running_batches,
+                         SeedNumbers& r) {
   for (int64_t n : running_batches) {
     ChannelStats running{std::vector<double>(kD, 0.0), std::vector<double>(kD, 1.0)};
     Rng train_rng(seed ^ 0x51ed27ULL, stream::data);
@@ -177,22 +170,40 @@ SeedNumbers one_seed(uint64_t seed, int64_t batch, const std::vector<int64_t>& s
     r.gaps.push_back(mean_abs_diff(bn_apply(fresh, batch_stats(fresh, false), 0, batch * kSeq),
                                    bn_apply(fresh, running, 0, batch * kSeq)));
   }
+}
 
-  // Causal leakage: sequence 0's last token replaced; its earlier positions' outputs compared.
-  {
-    std::vector<int32_t> ids = random_ids(rng, batch);
-    std::vector<int32_t> changed = ids;
-    changed[size_t(kSeq - 1)] = ids[size_t(kSeq - 1)] % (kVocab - 1) + 1;  // another token in 1..V-1
-    const Tokens a = embed(model, ids, batch), c = embed(model, changed, batch);
-    r.bn_leak = mean_abs_diff(bn_apply(a, batch_stats(a, false), 0, kSeq - 1),
-                              bn_apply(c, batch_stats(c, false), 0, kSeq - 1));
-    auto first = [](std::vector<double> v) {
-      v.resize(size_t((kSeq - 1) * kD));
-      return v;
-    };
-    r.ln_leak = mean_abs_diff(first(per_token_norm(a, 0, true)), first(per_token_norm(c, 0, true)));
-    r.rms_leak = mean_abs_diff(first(per_token_norm(a, 0, false)), first(per_token_norm(c, 0, false)));
-  }
+// Causal leakage: sequence 0's last token replaced; its earlier positions' outputs compared.
+void measure_leakage(const Model& model, Rng& rng, int64_t batch, SeedNumbers& r) {
+  std::vector<int32_t> ids = random_ids(rng, batch);
+  std::vector<int32_t> changed = ids;
+  changed[size_t(kSeq - 1)] = ids[size_t(kSeq - 1)] % (kVocab - 1) + 1;  // another token in 1..V-1
+  const Tokens a = embed(model, ids, batch), c = embed(model, changed, batch);
+  r.bn_leak = mean_abs_diff(bn_apply(a, batch_stats(a, false), 0, kSeq - 1),
+                            bn_apply(c, batch_stats(c, false), 0, kSeq - 1));
+  auto first = [](std::vector<double> v) {
+    v.resize(size_t((kSeq - 1) * kD));
+    return v;
+  };
+  r.ln_leak = mean_abs_diff(first(per_token_norm(a, 0, true)), first(per_token_norm(c, 0, true)));
+  r.rms_leak = mean_abs_diff(first(per_token_norm(a, 0, false)), first(per_token_norm(c, 0, false)));
+}
+
+// The four measurements of one seed's model, drawing from one data stream in this order.
+SeedNumbers one_seed(uint64_t seed, int64_t batch, const std::vector<int64_t>& sizes,
+                     const std::vector<int64_t>& running_batches) {
+  ModelConfig cfg;
+  cfg.init = InitScheme::torch;
+  cfg.layers = 1;
+  cfg.d_model = kD;
+  cfg.vocab = kVocab;
+  cfg.seq_len = kSeq;
+  const Model model(cfg, seed);
+  Rng rng(seed, stream::data);
+  SeedNumbers r;
+  measure_padding(model, rng, batch, r);
+  measure_batch_mates(model, rng, sizes, r);
+  measure_running_gap(model, seed, batch, running_batches, r);
+  measure_leakage(model, rng, batch, r);
   return r;
 }
 
