@@ -98,7 +98,6 @@ const PrecisionStep* find_step(const std::vector<PrecisionStep>& steps, const st
   return nullptr;
 }
 
-// The breakdown and its sentence, from the first step that went bad.
 // The largest |stored - exact| of a step in ulps of its format at the RMS of its exact values:
 // normwise, so that an element near zero is not judged by its own tiny ulp (a LayerNorm output
 // of 1e-3 beside outputs of 1 carries the absolute error of the others). NaN when any value is.
@@ -121,8 +120,78 @@ double normwise_ulps(const PrecisionStep& s, std::size_t* worst_index = nullptr)
   return worst;
 }
 
-void diagnose(PrecisionNormWorksheet& ws, const char* squares_name, const char* var_name,
-              const char* var_eps_name) {
+// Every value finite: the output within one rounding per step of float64, or where the error
+// first exceeded that budget (usually a cancellation, x - mean, or an input the format cannot
+// hold closely enough).
+void diagnose_finite(PrecisionNormWorksheet& ws) {
+  const char* fmt_name = to_string(ws.precision);
+  const double budget = static_cast<double>(ws.steps.size());
+  if (ws.max_abs_output_ulps <= budget) {
+    ws.diagnosis = fmt::format("every value finite; the output is within {:.3g} {} ulps of float64 (normwise)",
+                               ws.max_abs_output_ulps, fmt_name);
+    return;
+  }
+  ws.breakdown = Breakdown::inaccurate;
+  for (const PrecisionStep& s : ws.steps) {
+    std::size_t i = 0;
+    if (!(normwise_ulps(s, &i) > budget)) continue;
+    ws.diagnosis = fmt::format(
+        "every value finite, but the output is off by up to {:.3g} {} ulps (normwise), more than "
+        "its {} roundings explain; first off at {} ({}): stored {}, float64 {:.6g}",
+        ws.max_abs_output_ulps, fmt_name, ws.steps.size(), s.per_element ? fmt::format("{}[{}]", s.name, i) : s.name,
+        s.op, s.values[i].stored, s.values[i].exact);
+    return;
+  }
+}
+
+// The names of a norm's chain that a zero denominator is traced through: the squares, their
+// mean (the variance or mean square) and that plus eps.
+struct VarianceSteps {
+  const char* squares;
+  const char* var;
+  const char* var_eps;
+};
+
+// A bad step past the input that did not overflow: rsqrt of a zero denominator (the variance
+// underflowed, or is 0 and eps did not lift it), or inf operands from an earlier overflow.
+// `where` and `v` are its first non-finite value, `outcome` what became of the output.
+void diagnose_denominator(PrecisionNormWorksheet& ws, const PrecisionStep& bad, const std::string& where,
+                          const StoredValue& v, const std::string& outcome, const VarianceSteps& names) {
+  const PrecisionStep* var = find_step(ws.steps, names.var);
+  const PrecisionStep* var_eps = find_step(ws.steps, names.var_eps);
+  const bool denominator_zero = var_eps && var_eps->values[0].stored == 0;
+  // Underflow: the squares or their mean rounded nonzero values to 0. A variance that is 0
+  // because the stored inputs came out equal was lost to their rounding instead: that is the
+  // zero-variance case, with the cause named in its sentence.
+  bool underflowed = var->values[0].event == RoundingEvent::underflow;
+  if (const PrecisionStep* sq = find_step(ws.steps, names.squares))
+    for (const StoredValue& sv : sq->values) underflowed |= sv.event == RoundingEvent::underflow;
+  if (denominator_zero && underflowed) {
+    ws.breakdown = Breakdown::var_underflow;
+    ws.diagnosis = fmt::format(
+        "{} = {:.6g} underflowed to 0 in {} and eps = {:g} did not lift it: rsqrt(0) = inf, "
+        "then {} ({}) = {}; {}",
+        names.var, var->values[0].exact, to_string(var->stored_in), ws.eps, where, bad.op, v.stored, outcome);
+  } else if (denominator_zero) {
+    ws.breakdown = Breakdown::eps_zero;
+    ws.diagnosis = fmt::format(
+        "{} is {} and eps = {:g} {} in {} (smallest subnormal {:g}): {} = 0, rsqrt(0) = "
+        "inf, then {} ({}) = {}; {}",
+        names.var,
+        var->values[0].exact == 0 ? "exactly 0"
+                                  : fmt::format("0 as stored (float64: {:.6g}; the stored inputs "
+                                                "are equal)",
+                                                var->values[0].exact),
+        ws.eps, ws.eps_rounds_to_zero ? "rounds to 0" : "is lost", to_string(var_eps->stored_in),
+        format_info(var_eps->stored_in).min_subnormal, names.var_eps, where, bad.op, v.stored, outcome);
+  } else {
+    ws.breakdown = Breakdown::overflow;  // inf operands from an earlier overflow
+    ws.diagnosis = fmt::format("{} ({}) = {}; {}", where, bad.op, v.stored, outcome);
+  }
+}
+
+// The breakdown and its sentence, from the first step that went bad (none: diagnose_finite).
+void diagnose(PrecisionNormWorksheet& ws, const VarianceSteps& names) {
   const char* fmt_name = to_string(ws.precision);
   for (const StoredValue& v : ws.steps.back().values)
     if (!std::isfinite(v.stored)) ws.output_finite = false;
@@ -133,30 +202,7 @@ void diagnose(PrecisionNormWorksheet& ws, const char* squares_name, const char* 
       break;
     }
   }
-  const double budget = static_cast<double>(ws.steps.size());
-  if (!ws.first_bad_step) {
-    if (ws.max_abs_output_ulps <= budget) {
-      ws.diagnosis = fmt::format(
-          "every value finite; the output is within {:.3g} {} ulps of float64 (normwise)",
-          ws.max_abs_output_ulps, fmt_name);
-      return;
-    }
-    // Where the error first exceeded the budget: usually a cancellation (x - mean) or an input
-    // that the format cannot hold closely enough.
-    ws.breakdown = Breakdown::inaccurate;
-    for (const PrecisionStep& s : ws.steps) {
-      std::size_t i = 0;
-      if (!(normwise_ulps(s, &i) > budget)) continue;
-      ws.diagnosis = fmt::format(
-          "every value finite, but the output is off by up to {:.3g} {} ulps (normwise), more than "
-          "its {} roundings explain; first off at {} ({}): stored {}, float64 {:.6g}",
-          ws.max_abs_output_ulps, fmt_name, ws.steps.size(),
-          s.per_element ? fmt::format("{}[{}]", s.name, i) : s.name, s.op, s.values[i].stored,
-          s.values[i].exact);
-      return;
-    }
-    return;
-  }
+  if (!ws.first_bad_step) return diagnose_finite(ws);
   const PrecisionStep& bad = ws.steps[*ws.first_bad_step];
   std::size_t i = 0;
   while (i + 1 < bad.values.size() && std::isfinite(bad.values[i].stored) &&
@@ -174,44 +220,64 @@ void diagnose(PrecisionNormWorksheet& ws, const char* squares_name, const char* 
                                format_info(ws.precision).max, outcome);
   } else if (v.event == RoundingEvent::overflow) {
     ws.breakdown = Breakdown::overflow;
-    ws.diagnosis = fmt::format("{} ({}) overflowed {}: {:.6g} > max {}; {}", where, bad.op,
-                               to_string(bad.stored_in), v.exact, format_info(bad.stored_in).max,
-                               outcome);
+    ws.diagnosis = fmt::format("{} ({}) overflowed {}: {:.6g} > max {}; {}", where, bad.op, to_string(bad.stored_in),
+                               v.exact, format_info(bad.stored_in).max, outcome);
   } else {
-    const PrecisionStep* var = find_step(ws.steps, var_name);
-    const PrecisionStep* var_eps = find_step(ws.steps, var_eps_name);
-    const bool denominator_zero = var_eps && var_eps->values[0].stored == 0;
-    // Underflow: the squares or their mean rounded nonzero values to 0. A variance that is 0
-    // because the stored inputs came out equal was lost to their rounding instead: that is the
-    // zero-variance case, with the cause named in its sentence.
-    bool underflowed = var->values[0].event == RoundingEvent::underflow;
-    if (const PrecisionStep* sq = find_step(ws.steps, squares_name))
-      for (const StoredValue& sv : sq->values) underflowed |= sv.event == RoundingEvent::underflow;
-    if (denominator_zero && underflowed) {
-      ws.breakdown = Breakdown::var_underflow;
-      ws.diagnosis = fmt::format(
-          "{} = {:.6g} underflowed to 0 in {} and eps = {:g} did not lift it: rsqrt(0) = inf, "
-          "then {} ({}) = {}; {}",
-          var_name, var->values[0].exact, to_string(var->stored_in), ws.eps, where, bad.op,
-          v.stored, outcome);
-    } else if (denominator_zero) {
-      ws.breakdown = Breakdown::eps_zero;
-      ws.diagnosis = fmt::format(
-          "{} is {} and eps = {:g} {} in {} (smallest subnormal {:g}): {} = 0, rsqrt(0) = "
-          "inf, then {} ({}) = {}; {}",
-          var_name,
-          var->values[0].exact == 0 ? "exactly 0"
-                                    : fmt::format("0 as stored (float64: {:.6g}; the stored inputs "
-                                                  "are equal)",
-                                                  var->values[0].exact),
-          ws.eps, ws.eps_rounds_to_zero ? "rounds to 0" : "is lost",
-          to_string(var_eps->stored_in), format_info(var_eps->stored_in).min_subnormal,
-          var_eps_name, where, bad.op, v.stored, outcome);
-    } else {
-      ws.breakdown = Breakdown::overflow;  // inf operands from an earlier overflow
-      ws.diagnosis = fmt::format("{} ({}) = {}; {}", where, bad.op, v.stored, outcome);
-    }
+    diagnose_denominator(ws, bad, where, v, outcome, names);
   }
+}
+
+// RMSNorm's chain as PyTorch's composite runs it, each step stored in `mid` (y in the format),
+// beside the float64 worksheet; then its diagnosis.
+void rmsnorm_chain(PrecisionNormWorksheet& ws, Chain& chain, const std::vector<float>& xs, const std::vector<float>& g,
+                   Precision mid, float eps_added) {
+  const Precision p = ws.precision;
+  const std::size_t d = xs.size();
+  const RMSNormWorksheet ref = rmsnorm_worksheet(ws.x, ws.gamma, ws.eps);
+  std::vector<double> v32(d);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * xs[i];
+  const std::vector<float> sq = chain.add("x^2", "x.pow(2)", mid, v32, ref.x_sq, true);
+  const float ms = chain.add_scalar("mean(x^2)", ".mean(-1)", mid, sum32(sq) / static_cast<float>(d), ref.mean_sq);
+  const float ve = chain.add_scalar("mean(x^2) + eps", "+ eps", mid, ms + eps_added, ref.mean_sq + ws.eps);
+  const float r = chain.add_scalar("r", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve), ref.inv_r);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * r;
+  const std::vector<float> xhat = chain.add("xhat", "x * r", mid, v32, ref.xhat, true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
+  chain.add("y", "* gamma", p, v32, ref.y, true);
+  std::vector<float> sq_fmt(d);
+  for (std::size_t i = 0; i < d; ++i) sq_fmt[i] = round_to(p, xs[i] * xs[i]);
+  ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
+  diagnose(ws, {"x^2", "mean(x^2)", "mean(x^2) + eps"});
+}
+
+// LayerNorm's chain, as rmsnorm_chain.
+void layernorm_chain(PrecisionNormWorksheet& ws, Chain& chain, const std::vector<float>& xs,
+                     const std::vector<float>& g, const std::vector<float>& b, Precision mid, float eps_added) {
+  const Precision p = ws.precision;
+  const std::size_t d = xs.size();
+  const LayerNormWorksheet ref = layernorm_worksheet(ws.x, ws.gamma, ws.beta, ws.eps);
+  std::vector<double> v32(d);
+  const float mu = chain.add_scalar("mean", ".mean(-1)", mid, sum32(xs) / static_cast<float>(d), ref.mean);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] - mu;
+  const std::vector<float> xc = chain.add("x - mean", "x - mean", mid, v32, ref.xc, true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * xc[i];
+  const std::vector<float> sq = chain.add("(x - mean)^2", ".pow(2)", mid, v32, ref.xc_sq, true);
+  const float var = chain.add_scalar("var", ".mean(-1)", mid, sum32(sq) / static_cast<float>(d), ref.var);
+  const float ve = chain.add_scalar("var + eps", "+ eps", mid, var + eps_added, ref.var + ws.eps);
+  const float r = chain.add_scalar("rstd", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve), ref.rstd);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * r;
+  const std::vector<float> xhat = chain.add("xhat", "* rstd", mid, v32, ref.xhat, true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
+  const std::vector<float> yg = chain.add("gamma * xhat", "* gamma", mid, v32, scaled(ref.xhat, ws.gamma), true);
+  for (std::size_t i = 0; i < d; ++i) v32[i] = yg[i] + b[i];
+  chain.add("y", "+ beta", p, v32, ref.y, true);
+  std::vector<float> sq_fmt(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    const float c = round_to(p, xs[i] - round_to(p, mu));
+    sq_fmt[i] = round_to(p, c * c);
+  }
+  ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
+  diagnose(ws, {"(x - mean)^2", "var", "var + eps"});
 }
 
 }  // namespace
@@ -250,55 +316,10 @@ PrecisionNormWorksheet precision_norm_worksheet(NormKind norm, Precision precisi
     g[i] = round_to(p, to_float(gamma[i]));
     if (norm == NormKind::layernorm) b[i] = round_to(p, to_float(beta[i]));
   }
-  std::vector<double> v32(d);
-
-  if (norm == NormKind::rmsnorm) {
-    const RMSNormWorksheet ref = rmsnorm_worksheet(x, gamma, eps);
-    for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * xs[i];
-    const std::vector<float> sq = chain.add("x^2", "x.pow(2)", mid, v32, ref.x_sq, true);
-    const float ms = chain.add_scalar("mean(x^2)", ".mean(-1)", mid,
-                                      sum32(sq) / static_cast<float>(d), ref.mean_sq);
-    const float ve = chain.add_scalar("mean(x^2) + eps", "+ eps", mid, ms + eps_added,
-                                      ref.mean_sq + eps);
-    const float r = chain.add_scalar("r", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve),
-                                    ref.inv_r);
-    for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] * r;
-    const std::vector<float> xhat = chain.add("xhat", "x * r", mid, v32, ref.xhat, true);
-    for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
-    chain.add("y", "* gamma", p, v32, ref.y, true);
-    std::vector<float> sq_fmt(d);
-    for (std::size_t i = 0; i < d; ++i) sq_fmt[i] = round_to(p, xs[i] * xs[i]);
-    ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
-    diagnose(ws, "x^2", "mean(x^2)", "mean(x^2) + eps");
-    return ws;
-  }
-
-  const LayerNormWorksheet ref = layernorm_worksheet(x, gamma, beta, eps);
-  const float mu = chain.add_scalar("mean", ".mean(-1)", mid, sum32(xs) / static_cast<float>(d),
-                                    ref.mean);
-  for (std::size_t i = 0; i < d; ++i) v32[i] = xs[i] - mu;
-  const std::vector<float> xc = chain.add("x - mean", "x - mean", mid, v32, ref.xc, true);
-  for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * xc[i];
-  const std::vector<float> sq = chain.add("(x - mean)^2", ".pow(2)", mid, v32, ref.xc_sq, true);
-  const float var = chain.add_scalar("var", ".mean(-1)", mid, sum32(sq) / static_cast<float>(d),
-                                     ref.var);
-  const float ve = chain.add_scalar("var + eps", "+ eps", mid, var + eps_added, ref.var + eps);
-  const float r = chain.add_scalar("rstd", "torch.rsqrt", mid, rsqrt_before_rounding(mid, ve),
-                                     ref.rstd);
-  for (std::size_t i = 0; i < d; ++i) v32[i] = xc[i] * r;
-  const std::vector<float> xhat = chain.add("xhat", "* rstd", mid, v32, ref.xhat, true);
-  for (std::size_t i = 0; i < d; ++i) v32[i] = xhat[i] * g[i];
-  const std::vector<float> yg =
-      chain.add("gamma * xhat", "* gamma", mid, v32, scaled(ref.xhat, gamma), true);
-  for (std::size_t i = 0; i < d; ++i) v32[i] = yg[i] + b[i];
-  chain.add("y", "+ beta", p, v32, ref.y, true);
-  std::vector<float> sq_fmt(d);
-  for (std::size_t i = 0; i < d; ++i) {
-    const float c = round_to(p, xs[i] - round_to(p, mu));
-    sq_fmt[i] = round_to(p, c * c);
-  }
-  ws.mean_with_format_accumulator = mean_with_accumulator(p, sq_fmt);
-  diagnose(ws, "(x - mean)^2", "var", "var + eps");
+  if (norm == NormKind::rmsnorm)
+    rmsnorm_chain(ws, chain, xs, g, mid, eps_added);
+  else
+    layernorm_chain(ws, chain, xs, g, b, mid, eps_added);
   return ws;
 }
 
