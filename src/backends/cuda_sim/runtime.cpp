@@ -344,8 +344,38 @@ void yield() {
 
 std::string thread_name(const SimThread& t) { return "thread " + fmt_dim(t.idx); }
 
-// Runs one block to its end; false (with b.fault set) when it cannot finish.
-bool run_block(BlockRun& b, LaunchRun& l) {
+// A simulated thread's whole life on its fiber: the kernel's body, a C++ exception turned into
+// the block's fault, then back to the scheduler for good.
+ctx::fiber thread_main(SimThread* tp, ctx::fiber&& sink) {
+#if CUDASIM_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, const_cast<const void**>(&g_sched_bottom), &g_sched_size);
+#endif
+  new (&tp->sink.f) ctx::fiber(std::move(sink));
+  std::string error;
+  try {
+    g_launch_run->body(g_launch_run->ctx);
+  } catch (const std::exception& e) {
+    error = std::string("a C++ exception in the kernel: ") + e.what();
+  } catch (...) {
+    error = "a C++ exception in the kernel";
+  }
+  // After the handler: a handler never left (the fiber is never resumed) would stay the host
+  // thread's current exception.
+  if (!error.empty()) fault_here(std::move(error));
+  BlockRun& br = *g_run;
+  tp->state = State::done;
+  br.warps[tp->linear / 32].ready &= ~(1u << (tp->linear % 32));
+#if CUDASIM_ASAN
+  __sanitizer_start_switch_fiber(nullptr, g_sched_bottom, g_sched_size);
+#endif
+  ctx::fiber back = std::move(tp->sink.f);
+  tp->sink.f.~fiber();
+  return back;
+}
+
+// Every thread of the block ready at the kernel's start, each on a fiber of its own stack; false
+// (with b.fault set) when a stack cannot be mapped.
+bool start_threads(BlockRun& b, const LaunchRun& l) {
   const size_t n = b.nthreads;
   if (b.capacity < n) {
     b.threads.reset(new SimThread[n]);
@@ -374,37 +404,16 @@ bool run_block(BlockRun& b, LaunchRun& l) {
     sc.sp = t.stack + kStackSize;
     SimThread* tp = &t;
     new (&t.fib.f) ctx::fiber(std::allocator_arg, ctx::preallocated(sc.sp, sc.size, sc), NoopStackAllocator{},
-                              [tp](ctx::fiber&& sink) {
-#if CUDASIM_ASAN
-                                __sanitizer_finish_switch_fiber(nullptr, const_cast<const void**>(&g_sched_bottom),
-                                                                &g_sched_size);
-#endif
-                                new (&tp->sink.f) ctx::fiber(std::move(sink));
-                                std::string error;
-                                try {
-                                  g_launch_run->body(g_launch_run->ctx);
-                                } catch (const std::exception& e) {
-                                  error = std::string("a C++ exception in the kernel: ") + e.what();
-                                } catch (...) {
-                                  error = "a C++ exception in the kernel";
-                                }
-                                // After the handler: a handler never left (the fiber is never
-                                // resumed) would stay the host thread's current exception.
-                                if (!error.empty()) fault_here(std::move(error));
-                                BlockRun& br = *g_run;
-                                tp->state = State::done;
-                                br.warps[tp->linear / 32].ready &= ~(1u << (tp->linear % 32));
-#if CUDASIM_ASAN
-                                __sanitizer_start_switch_fiber(nullptr, g_sched_bottom, g_sched_size);
-#endif
-                                ctx::fiber back = std::move(tp->sink.f);
-                                tp->sink.f.~fiber();
-                                return back;
-                              });
+                              [tp](ctx::fiber&& sink) { return thread_main(tp, std::move(sink)); });
   }
+  return true;
+}
+
+// Runs the block's threads until none is ready or one faults. Depth first: the first warp in
+// priority order that can run, its lowest ready lane.
+void schedule(BlockRun& b) {
   const size_t nw = b.warps.size();
   while (true) {
-    // Depth first: the first warp in priority order that can run, its lowest ready lane.
     size_t w = nw;
     for (size_t k = 0; k < nw; ++k) {
       const size_t cand = b.reverse ? nw - 1 - k : k;
@@ -428,7 +437,11 @@ bool run_block(BlockRun& b, LaunchRun& l) {
     if (!b.fault.empty()) break;
   }
   detail::g_thread = nullptr;
-  // Everyone done: the fibers are finished and hold nothing. Otherwise describe who waits where.
+}
+
+// Why a block whose threads all wait can never finish: who waits at which barrier.
+std::string describe_deadlock(const BlockRun& b) {
+  const size_t n = b.nthreads;
   unsigned done = 0, at_block = 0, at_warp = 0;
   const SimThread* first_warp_waiter = nullptr;
   for (size_t i = 0; i < n; ++i) {
@@ -440,29 +453,38 @@ bool run_block(BlockRun& b, LaunchRun& l) {
       if (!first_warp_waiter) first_warp_waiter = &t;
     }
   }
+  std::string s;
+  if (at_block > 0) {
+    s = "__syncthreads() reached by " + std::to_string(at_block) + " of " + std::to_string(n) + " threads";
+    if (done > 0) s += "; " + std::to_string(done) + " exited without reaching it";
+    if (at_warp > 0)
+      s += "; " + std::to_string(at_warp) + " wait at " + first_warp_waiter->waiting_for + " (" +
+           thread_name(*first_warp_waiter) + " first)";
+  } else {
+    const WarpState& ws = b.warps[first_warp_waiter->linear / 32];
+    s = std::string(first_warp_waiter->waiting_for) + " in warp " + std::to_string(first_warp_waiter->linear / 32) +
+        " reached by lanes 0x";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%08x of mask 0x%08x", ws.arrived, ws.expected);
+    s += buf;
+    if (done > 0) s += "; " + std::to_string(done) + " threads of the block exited";
+  }
+  return s + ": the block can never finish";
+}
+
+// Runs one block to its end; false (with b.fault set) when it cannot finish.
+bool run_block(BlockRun& b, LaunchRun& l) {
+  if (!start_threads(b, l)) return false;
+  schedule(b);
+  const size_t n = b.nthreads;
+  size_t done = 0;
+  for (size_t i = 0; i < n; ++i) done += b.threads[i].state == State::done;
+  // Everyone done: the fibers are finished and hold nothing.
   if (done == n && b.fault.empty()) {
     for (size_t i = 0; i < n; ++i) b.threads[i].fib.f.~fiber();
     return true;
   }
-  if (b.fault.empty()) {
-    std::string s;
-    if (at_block > 0) {
-      s = "__syncthreads() reached by " + std::to_string(at_block) + " of " + std::to_string(n) + " threads";
-      if (done > 0) s += "; " + std::to_string(done) + " exited without reaching it";
-      if (at_warp > 0)
-        s += "; " + std::to_string(at_warp) + " wait at " + first_warp_waiter->waiting_for + " (" +
-             thread_name(*first_warp_waiter) + " first)";
-    } else {
-      const WarpState& ws = b.warps[first_warp_waiter->linear / 32];
-      s = std::string(first_warp_waiter->waiting_for) + " in warp " + std::to_string(first_warp_waiter->linear / 32) +
-          " reached by lanes 0x";
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%08x of mask 0x%08x", ws.arrived, ws.expected);
-      s += buf;
-      if (done > 0) s += "; " + std::to_string(done) + " threads of the block exited";
-    }
-    b.fault = s + ": the block can never finish";
-  }
+  if (b.fault.empty()) b.fault = describe_deadlock(b);
   b.fault += " (block " + fmt_dim(b.idx) + ")";
   // Abandon the unfinished fibers: never destroyed (that would unwind kernel frames); their
   // stacks are reused by the next block.
