@@ -199,7 +199,10 @@ std::string NormRow::name() const {
   return device == "cpu" ? s + fmt::format("/threads:{}", threads) : s + "/" + device;
 }
 
-std::string StepRow::name() const { return fmt::format("step/{}/{}/threads:{}", model, norm, threads); }
+std::string StepRow::name() const {
+  return fmt::format("step/{}/{}/threads:{}{}", model, norm, threads,
+                     precision == Precision::fp32 ? std::string() : std::string("/") + to_string(precision));
+}
 
 // ---- context -------------------------------------------------------------------------------
 

@@ -488,6 +488,7 @@ ordered_json step_row_json(const StepRow& r) {
   j["items_per_second"] = num(r.tokens_per_s);
   j["model"] = r.model;
   j["norm"] = r.norm;
+  j["precision"] = to_string(r.precision);
   j["config"] = {{"layers", r.layers}, {"d_model", r.d_model}, {"d_hidden", r.d_hidden}, {"heads", r.heads},
                  {"vocab", r.vocab},   {"batch", r.batch},     {"seq", r.seq}};
   j["aggregates"] = aggregates_json(r.step, kUnit);
@@ -505,6 +506,7 @@ ordered_json step_row_json(const StepRow& r) {
   c["step_speedup"] = num(r.step_speedup);
   c["op_speedup"] = num(r.op_speedup);
   c["predicted_step_speedup"] = num(r.predicted_step_speedup);
+  c["precision_speedup"] = num(r.precision_speedup);
   c["matmul_flops"] = r.matmul_flops;
   c["gflop_per_s"] = num(r.gflop_per_s);
   c["fma_peak_gflop_per_s"] = num(r.fma_peak_gflop_per_s);
@@ -522,6 +524,7 @@ StepRow step_row_from(const json& j, const std::string& what) {
   r.norm = get_str(j, "norm");
   NL_USAGE(!r.model.empty() && !r.norm.empty(), "{}: benchmark '{}' has no model or norm", what, get_str(j, "name"));
   r.threads = static_cast<int>(get_int(j, "threads", 1));
+  r.precision = parse_kind<Precision>(get_str(j, "precision", "fp32"));  // runs before bf16 rows: fp32
   const json cfg = j.contains("config") ? j["config"] : json::object();
   r.layers = get_int(cfg, "layers");
   r.d_model = get_int(cfg, "d_model");
@@ -548,6 +551,7 @@ StepRow step_row_from(const json& j, const std::string& what) {
   r.step_speedup = get_num(c, "step_speedup");
   r.op_speedup = get_num(c, "op_speedup");
   r.predicted_step_speedup = get_num(c, "predicted_step_speedup");
+  r.precision_speedup = get_num(c, "precision_speedup");
   r.matmul_flops = std::isfinite(get_num(c, "matmul_flops")) ? get_num(c, "matmul_flops") : 0;
   r.gflop_per_s = get_num(c, "gflop_per_s");
   r.fma_peak_gflop_per_s = get_num(c, "fma_peak_gflop_per_s");
@@ -729,6 +733,7 @@ Figures<StepRow> step_figures() {
       {"gflop_per_s", &StepRow::gflop_per_s},   {"fma_peak_gflop_per_s", &StepRow::fma_peak_gflop_per_s},
       {"pct_of_fma_peak", &StepRow::pct_of_fma_peak}, {"step_speedup", &StepRow::step_speedup},
       {"op_speedup", &StepRow::op_speedup},     {"predicted_step_speedup", &StepRow::predicted_step_speedup},
+      {"precision_speedup", &StepRow::precision_speedup},
       {"clocked_step", &StepRow::clocked_step}, {"outside_kernels_s", &StepRow::outside_kernels_s},
       {"outside_products_share", &StepRow::outside_products_share},
       {"products_gflop_per_s", &StepRow::products_gflop_per_s},

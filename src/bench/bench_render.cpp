@@ -361,9 +361,18 @@ std::string norm_csv(const NormReport& r) {
 
 // ---- bench step ----------------------------------------------------------------------------
 
+// Whether any row of the report ran in a precision other than fp32: its tables then name each
+// row's precision, and the step table its speed-up over the fp32 row.
+bool mixed_precisions(const StepReport& r) {
+  for (const StepRow& row : r.rows)
+    if (row.precision != Precision::fp32) return true;
+  return false;
+}
+
 Table step_table(const StepReport& r) {
   bool merged = false;
   for (const StepRow& row : r.rows) merged = merged || row.runs > 1;
+  const bool mixed = mixed_precisions(r);
   Table t;
   t.columns = {left("model"),        left("norm"),         right("thr"),          right("params"),
                right("norm params"),  right("norm calls"),  right("step median"),  right("min"),
@@ -371,6 +380,10 @@ Table step_table(const StepReport& r) {
                right("%FMA peak"),    right("norm kernels"), right("norm share"),  right("RMS/LN step"),
                right("RMS/LN norms"), right("predicted")};
   if (merged) t.columns.insert(t.columns.begin() + 7, right("runs"));
+  if (mixed) {
+    t.columns.insert(t.columns.begin() + 2, left("precision"));
+    t.columns.push_back(right("vs fp32"));
+  }
   std::string last;
   for (const StepRow& x : r.rows) {
     const std::string group = fmt::format("{}/{}", x.model, x.threads);
@@ -398,6 +411,10 @@ Table step_table(const StepReport& r) {
         with_range(fmt_ratio(x.op_speedup), rr, "op_speedup", "{:.2f}"),
         with_range(fmt_ratio(x.predicted_step_speedup), rr, "predicted_step_speedup", "{:.3f}")};
     if (merged) row.insert(row.begin() + 7, fmt::format("{} {}", x.runs, run_spread(rr, "step", x.step.median)));
+    if (mixed) {
+      row.insert(row.begin() + 2, to_string(x.precision));
+      row.push_back(with_range(fmt_ratio(x.precision_speedup), rr, "precision_speedup", "{:.3f}"));
+    }
     t.add_row(row);
   }
   return t;
@@ -405,8 +422,10 @@ Table step_table(const StepReport& r) {
 
 // Where each row's step time goes, in the parts of step_parts().
 Table step_parts_table(const StepReport& r) {
+  const bool mixed = mixed_precisions(r);
   Table t;
   t.columns = {left("model"), left("norm"), right("thr"), right("clocked step")};
+  if (mixed) t.columns.insert(t.columns.begin() + 2, left("precision"));
   for (const StepPart& p : step_parts()) t.columns.push_back(right(p.name));
   for (const char* c : {"in no kernel", "outside products", "products GFLOP/s", "products %FMA"})
     t.columns.push_back(right(c));
@@ -417,6 +436,7 @@ Table step_parts_table(const StepReport& r) {
     if (!last.empty() && group != last) t.add_line("");
     last = group;
     std::vector<std::string> row = {x.model, x.norm, std::to_string(x.threads), fmt_time(x.clocked_step)};
+    if (mixed) row.insert(row.begin() + 2, to_string(x.precision));
     for (const StepPart& p : step_parts()) row.push_back(pct(x.*p.seconds / x.clocked_step));
     row.push_back(pct(x.outside_kernels_s / x.clocked_step));
     row.push_back(pct(x.outside_products_share));
@@ -437,7 +457,12 @@ std::string step_parts_legend() {
          "attention); %FMA: of the FMA loop at the same thread count.";
 }
 
-std::string step_legend() {
+std::string step_legend(bool mixed) {
+  const std::string precision =
+      mixed ? " precision: what the step's ops store in (bf16: a bf16 run's activations, products native where the CPU "
+              "has bf16 dot products); vs fp32: the fp32 row's step / this row's (same model, norm and threads; every "
+              "model of a thread count steps in turn); %FMA peak: fp32 rows only (the FMA loop is float32's)."
+            : "";
   return "step: one training step (forward + backward + gradient norm + AdamW), the two norms' models stepping in "
          "turn. GFLOP/s: the step's matrix-product flops (forward and the two backward products of each, 2*M*N*K "
          "apiece; see docs/bench.md) / step median; %FMA peak: of the FMA loop's GFLOP/s at the same thread count "
@@ -445,7 +470,8 @@ std::string step_legend() {
          "kernels: those calls' kernels, forward and backward, timed apart at the step's shapes (cache-resident, as "
          "in the step). norm share: norm kernels / step. RMS/LN step: LayerNorm's step / RMSNorm's (model level); "
          "RMS/LN norms: the same for the norm kernels (operator level); predicted: the step speed-up if only the "
-         "norm time changed.";
+         "norm time changed." +
+         precision;
 }
 
 // "FMA peak (float32, avx512f, 16 floats per vector, 2 flops per lane per FMA): 1 thread 190.3 GFLOP/s, ..."
@@ -475,7 +501,8 @@ std::string step_csv(const StepReport& r) {
       "norm_rows,samples,step_median_s,step_min_s,step_max_s,step_cv,norm_kernels_median_s,norm_share,tokens_per_s,"
       "step_speedup,op_speedup,predicted_step_speedup,runs,matmul_flops,gflop_per_s,fma_peak_gflop_per_s,"
       "pct_of_fma_peak,clocked_step_s,products_s,norms_s,attention_s,elementwise_s,optimizer_s,other_s,"
-      "outside_kernels_s,outside_products_share,products_gflop_per_s,products_pct_of_fma_peak");
+      "outside_kernels_s,outside_products_share,products_gflop_per_s,products_pct_of_fma_peak,precision,"
+      "precision_speedup");
   for (const StepRow& x : r.rows) {
     std::vector<std::string> parts = {csv_num(x.clocked_step)};
     for (const StepPart& p : step_parts()) parts.push_back(csv_num(x.*p.seconds));
@@ -490,6 +517,8 @@ std::string step_csv(const StepReport& r) {
                      fmt::format("{:.0f}", x.matmul_flops), csv_num(x.gflop_per_s), csv_num(x.fma_peak_gflop_per_s),
                      csv_num(x.pct_of_fma_peak));
     row.insert(row.end(), parts.begin(), parts.end());
+    row.push_back(to_string(x.precision));
+    row.push_back(csv_num(x.precision_speedup));
     t.add_row(row);
   }
   return t.csv();
@@ -604,14 +633,14 @@ std::string render(const StepReport& r, OutputFormat f) {
     case OutputFormat::csv: return step_csv(r);
     case OutputFormat::markdown: {
       std::string s = "Measured " + context_line(r.context) + ".\n\n" + fma_peak_line(r.context) +
-                      (r.context.fma_peaks.empty() ? "" : "\n") + step_table(r).markdown() + "\n" + step_legend() +
+                      (r.context.fma_peaks.empty() ? "" : "\n") + step_table(r).markdown() + "\n" + step_legend(mixed_precisions(r)) +
                       "\n\n" + step_parts_table(r).markdown() + "\n" + step_parts_legend() + "\n";
       if (!r.warnings.empty()) s += "\n" + notes_markdown(r.warnings);
       return s;
     }
     case OutputFormat::text: break;
   }
-  return fma_peak_line(r.context) + thread_round_trip_line(r.context) + step_table(r).text() + "\n" + step_legend() +
+  return fma_peak_line(r.context) + thread_round_trip_line(r.context) + step_table(r).text() + "\n" + step_legend(mixed_precisions(r)) +
          "\n\n" + step_parts_table(r).text() + "\n" + step_parts_legend() + "\n";
 }
 

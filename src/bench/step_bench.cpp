@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 
+#include "normlab/cpu_backend.h"
 #include "normlab/cpu_kernels.h"
 #include "normlab/adam_kernels.h"
 #include "normlab/autograd.h"
@@ -29,6 +30,7 @@
 #include "normlab/elementwise_kernels.h"
 #include "normlab/error.h"
 #include "normlab/nn.h"
+#include "normlab/ops.h"
 #include "normlab/system.h"
 #include "normlab/train.h"
 #include "bench_internal.h"
@@ -41,16 +43,16 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Times run(0) and run(1) in turn (so that both see the same machine) until each has at least
+// Times run(0) .. run(n-1) in turn (so that all see the same machine) until each has at least
 // `repeats` samples and `min_time` seconds; returns the samples of each, in seconds.
 template <class Run>
-std::array<std::vector<double>, 2> time_in_turn(Run&& run, int64_t repeats, double min_time) {
-  std::array<std::vector<double>, 2> samples;
-  double total[2] = {0, 0};
+std::vector<std::vector<double>> time_in_turn(size_t n, Run&& run, int64_t repeats, double min_time) {
+  std::vector<std::vector<double>> samples(n);
+  std::vector<double> total(n, 0.0);
   bool more = true;
   while (more) {
     more = false;
-    for (int k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < n; ++k) {
       const auto t0 = Clock::now();
       run(k);
       const double s = seconds_since(t0);
@@ -70,8 +72,9 @@ struct Trainee {
   AdamParams hp;
   std::vector<Batch> batches;
   size_t next = 0;
+  Precision precision = Precision::fp32;  // what its steps store in
 
-  Trainee(const ModelConfig& cfg, int64_t batch, uint64_t seed) {
+  Trainee(const ModelConfig& cfg, int64_t batch, uint64_t seed, Precision p) : precision(p) {
     model = std::make_unique<Model>(cfg, seed);
     ParamList& params = model->params();
     params.flatten();
@@ -88,8 +91,9 @@ struct Trainee {
     for (int i = 0; i < 4; ++i) batches.push_back(data->train_batch(rng, batch, cfg.seq_len));
   }
 
-  // The trainer's step (trainer.cpp), data generation aside.
+  // The trainer's step (trainer.cpp), data generation aside, every op storing in `precision`.
   void step() {
+    const StoragePrecisionScope storage(precision);
     ParamList& params = model->params();
     params.zero_grad();
     const Batch& b = batches[next++ % batches.size()];
@@ -218,11 +222,13 @@ ModelConfig step_model_config(const StepOptions& opt, const std::string& model_n
 }
 
 // A row's sizes and counts, before it is timed.
-StepRow step_row(const StepOptions& opt, const std::string& model_name, NormKind norm, int threads, Model& model) {
+StepRow step_row(const StepOptions& opt, const std::string& model_name, NormKind norm, int threads, Precision precision,
+                 Model& model) {
   StepRow r;
   r.model = model_name;
   r.norm = to_string(norm);
   r.threads = threads;
+  r.precision = precision;
   r.layers = opt.layers;
   r.d_model = opt.d_model;
   r.d_hidden = opt.d_hidden;
@@ -236,6 +242,53 @@ StepRow step_row(const StepOptions& opt, const std::string& model_name, NormKind
   r.norm_rows = opt.batch * opt.seq;
   r.matmul_flops = step_matmul_flops(model_name, opt.layers, opt.d_model, opt.d_hidden, opt.vocab, opt.batch, opt.seq);
   return r;
+}
+
+// The rows of one model at one thread count: LayerNorm's and RMSNorm's model in each precision,
+// checked, then all their steps timed in turn (so that each ratio between them is of one
+// machine), the two norms' kernels timed apart, each model's steps taken apart in parts; the rows
+// appended to the report, precision by precision.
+void time_rows(const StepOptions& opt, const std::string& model_name, int t, StepReport& report) {
+  const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
+  std::vector<std::unique_ptr<Trainee>> trainees;
+  std::vector<StepRow> rows;
+  for (Precision precision : opt.precisions)
+    for (NormKind kind : kinds) {
+      trainees.push_back(
+          std::make_unique<Trainee>(step_model_config(opt, model_name, kind), opt.batch, opt.seed, precision));
+      rows.push_back(step_row(opt, model_name, kind, t, precision, *trainees.back()->model));
+    }
+  std::unique_ptr<NormSweep> sweep[2];
+  VerifyResult verified[2];
+  for (int k = 0; k < 2; ++k) {
+    const StepRow& r = rows[static_cast<size_t>(k)];
+    sweep[k] = std::make_unique<NormSweep>(kinds[k], r.norm_calls, r.norm_rows, opt.d_model, opt.seed);
+    verified[k] = sweep[k]->verify();
+    NL_CHECK(verified[k].pass, "bench step: the cpu backend's {} kernels fail the reference check: {}", r.norm,
+             verified[k].report);
+  }
+  if (opt.log)
+    opt.log(fmt::format("step {} threads {}: {} parameters (layernorm), {} norm calls per step", model_name, t,
+                        rows[0].parameters, rows[0].norm_calls));
+
+  for (int64_t w = 0; w < opt.warmup; ++w)
+    for (auto& trainee : trainees) trainee->step();
+  const auto step_s = time_in_turn(trainees.size(), [&](size_t i) { trainees[i]->step(); }, opt.repeats, opt.min_time);
+  // The norm kernels at the step's shapes, in turn; a quarter of the min-time suffices (the
+  // sweeps are short and steady).
+  for (int k = 0; k < 2; ++k) sweep[k]->run();
+  const auto norm_s = time_in_turn(2, [&](size_t k) { sweep[k]->run(); }, opt.repeats, opt.min_time / 4);
+  for (size_t i = 0; i < trainees.size(); ++i) {
+    // Where the time goes: as many steps again, each kernel timed.
+    detail::measure_step_parts([&] { trainees[i]->step(); }, static_cast<int64_t>(step_s[i].size()), rows[i]);
+    rows[i].step = summarize(step_s[i]);
+    rows[i].norm_kernels = summarize(norm_s[i % 2]);
+    rows[i].norm_verify = verified[i % 2];
+    if (opt.log)
+      opt.log(fmt::format("{}: step {:.3f} ms, norms {:.3f} ms", rows[i].name(), rows[i].step.median * 1e3,
+                          rows[i].norm_kernels.median * 1e3));
+    report.rows.push_back(rows[i]);
+  }
 }
 
 }  // namespace
@@ -254,6 +307,10 @@ void validate(const StepOptions& opt) {
   NL_USAGE(opt.vocab >= 6, "--vocab must be >= 6 (4 topic markers + 2 tokens), got {}", opt.vocab);
   NL_USAGE(opt.vocab <= (int64_t{1} << 24), "--vocab must be at most {} (as train's vocab), got {}", int64_t{1} << 24,
            opt.vocab);
+  NL_USAGE(!opt.precisions.empty(), "--precision: no precision given");
+  for (Precision p : opt.precisions)
+    NL_USAGE(p != Precision::fp16,
+             "--precision fp16: an fp16 step needs loss scaling, which bench step does not time; it times fp32 and bf16");
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   NL_USAGE(opt.seq >= 2, "--seq must be >= 2, got {}", opt.seq);
   check_timing(opt.repeats, opt.warmup, opt.min_time);
@@ -276,7 +333,6 @@ StepReport run_step_bench(const StepOptions& opt) {
     if (opt.log) opt.log(s);
   };
   bench::detail::RunFrame frame(report.context, threads);
-  const NormKind kinds[2] = {NormKind::layernorm, NormKind::rmsnorm};
   for (int t : threads) {
     report.context.fma_peaks.push_back(measure_fma_peak(t, opt.peak_time));
     const FmaPeak& p = report.context.fma_peaks.back();
@@ -287,42 +343,14 @@ StepReport run_step_bench(const StepOptions& opt) {
   for (const std::string& model_name : opt.models) {
     for (int t : threads) {
       set_num_threads(t);
-      std::unique_ptr<Trainee> trainee[2];
-      std::unique_ptr<NormSweep> sweep[2];
-      StepRow rows[2];
-      for (int k = 0; k < 2; ++k) {
-        trainee[k] = std::make_unique<Trainee>(step_model_config(opt, model_name, kinds[k]), opt.batch, opt.seed);
-        rows[k] = step_row(opt, model_name, kinds[k], t, *trainee[k]->model);
-        StepRow& r = rows[k];
-        sweep[k] = std::make_unique<NormSweep>(kinds[k], r.norm_calls, r.norm_rows, opt.d_model, opt.seed);
-        r.norm_verify = sweep[k]->verify();
-        NL_CHECK(r.norm_verify.pass, "bench step: the cpu backend's {} kernels fail the reference check: {}", r.norm,
-                 r.norm_verify.report);
-      }
-      log(fmt::format("step {} threads {}: {} parameters (layernorm), {} norm calls per step", model_name, t,
-                      rows[0].parameters, rows[0].norm_calls));
-
-      // Steps, in turn.
-      for (int64_t w = 0; w < opt.warmup; ++w)
-        for (int k = 0; k < 2; ++k) trainee[k]->step();
-      const auto step_s = time_in_turn([&](int k) { trainee[k]->step(); }, opt.repeats, opt.min_time);
-      // The norm kernels at the step's shapes, in turn; a quarter of the min-time suffices (the
-      // sweeps are short and steady).
-      for (int k = 0; k < 2; ++k) sweep[k]->run();
-      const auto norm_s = time_in_turn([&](int k) { sweep[k]->run(); }, opt.repeats, opt.min_time / 4);
-      // Where the time goes: as many steps again, each kernel timed.
-      for (int k = 0; k < 2; ++k)
-        detail::measure_step_parts([&] { trainee[k]->step(); }, static_cast<int64_t>(step_s[k].size()), rows[k]);
-      for (int k = 0; k < 2; ++k) {
-        rows[k].step = summarize(step_s[k]);
-        rows[k].norm_kernels = summarize(norm_s[k]);
-        log(fmt::format("{}: step {:.3f} ms, norms {:.3f} ms", rows[k].name(), rows[k].step.median * 1e3,
-                        rows[k].norm_kernels.median * 1e3));
-        report.rows.push_back(rows[k]);
-      }
+      time_rows(opt, model_name, t, report);
     }
   }
   frame.finish(report);
+  if (std::find(opt.precisions.begin(), opt.precisions.end(), Precision::bf16) != opt.precisions.end() &&
+      !native_bf16_products())
+    report.warnings.push_back("this CPU has no bf16 dot products (or ONEDNN_MAX_CPU_ISA hides them): the bf16 rows' "
+                              "products are float32 products of bf16 values (emulated)");
   std::vector<std::string> noisy;
   for (const StepRow& r : report.rows)
     if (r.step.cv() > 0.10) noisy.push_back(fmt::format("{} ({:.0f}%)", r.name(), 100 * r.step.cv()));
@@ -348,11 +376,22 @@ void derive(StepReport& report) {
     const double products_flops = r.matmul_flops - step_attention_flops(r.model, r.layers, r.d_model, r.batch, r.seq);
     r.products_gflop_per_s = products_flops > 0 ? products_flops / r.products_s / 1e9 : NAN;
     r.products_pct_of_fma_peak = 100.0 * r.products_gflop_per_s / r.fma_peak_gflop_per_s;
+    if (r.precision != Precision::fp32)  // the FMA loop is float32's: no peak for bf16 dot products
+      r.pct_of_fma_peak = r.products_pct_of_fma_peak = NAN;
+  }
+  for (StepRow& r : report.rows) {
+    if (r.runs > 1) continue;
+    r.precision_speedup = NAN;
+    for (const StepRow& f : report.rows)
+      if (r.precision != Precision::fp32 && f.precision == Precision::fp32 && f.model == r.model &&
+          f.norm == r.norm && f.threads == r.threads)
+        r.precision_speedup = f.step.median / r.step.median;
   }
   for (StepRow& r : report.rows) {
     if (r.norm != "rmsnorm" || r.runs > 1) continue;
     for (const StepRow& ln : report.rows) {
-      if (ln.norm != "layernorm" || ln.model != r.model || ln.threads != r.threads) continue;
+      if (ln.norm != "layernorm" || ln.model != r.model || ln.threads != r.threads || ln.precision != r.precision)
+        continue;
       r.step_speedup = ln.step.median / r.step.median;
       r.op_speedup = ln.norm_kernels.median / r.norm_kernels.median;
       r.predicted_step_speedup = ln.step.median / (ln.step.median - ln.norm_kernels.median + r.norm_kernels.median);

@@ -73,6 +73,7 @@ struct NormsArgs {
 struct StepArgs {
   OutputArgs o;
   std::vector<std::string> models;
+  std::vector<std::string> precisions;
   std::string threads = "1,all";
   StepOptions opt;
 };
@@ -278,6 +279,10 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   check_out(a.o);
   StepOptions opt = a.opt;
   if (!a.models.empty()) opt.models = a.models;
+  if (!a.precisions.empty()) {
+    opt.precisions.clear();
+    for (const std::string& p : a.precisions) opt.precisions.push_back(parse_kind<Precision>(p));
+  }
   opt.threads = parse_threads(a.threads, "--threads");
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };
   validate(opt);
@@ -443,6 +448,10 @@ CLI::App* add_step(CLI::App* sub, const std::shared_ptr<StepArgs>& step, GlobalO
       "--model", [step](const std::string& v) { step->models = split_list(v, "--model"); },
       "toy, gpt or both (comma-separated; default toy,gpt)");
   s->add_option("--threads", step->threads, "Thread counts, comma-separated; 'all' = every CPU (default 1,all)");
+  s->add_option_function<std::string>(
+      "--precision", [step](const std::string& v) { step->precisions = split_list(v, "--precision"); },
+      "fp32, bf16 or both (comma-separated; default fp32): what the steps store in, as train's --precision; each "
+      "precision its own rows, all stepping in turn");
   s->add_option("--layers", step->opt.layers, "Blocks (default 20)");
   s->add_option("--d-model", step->opt.d_model, "Width d (default 64)");
   s->add_option("--d-hidden", step->opt.d_hidden, "MLP hidden width (default 128)");
@@ -462,7 +471,8 @@ forward product and its two backward ones) / the step's median; %FMA peak: that 
 share of the peak at the same thread count, the distance to the physical limit.
 Examples:
   normlab bench step --model toy --threads 1             the toy step at 1 thread
-  normlab bench step --model gpt --d-model 256 --layers 6 --seq 256 --batch 8)");
+  normlab bench step --model gpt --d-model 256 --layers 6 --seq 256 --batch 8
+  normlab bench step --model gpt --d-model 256 --d-hidden 1024 --layers 6 --seq 256 --batch 8 --precision fp32,bf16)");
   return s;
 }
 

@@ -1480,6 +1480,67 @@ TEST(BenchStep, TinyModelsBothNorms) {
   EXPECT_THROW(validate(bad), UsageError);
 }
 
+// --precision fp32,bf16: each precision's LayerNorm and RMSNorm models, all stepping in turn; a
+// bf16 row's steps round what they store (the emulation's rounding kernel runs, as in a bf16 run,
+// and never in an fp32 one), its speed-up over the fp32 row of its norm is derived, LayerNorm and
+// RMSNorm are paired within a precision, and the rows keep their precision through JSON and CSV.
+TEST(BenchStep, Bf16RowsBesideFp32) {
+  StepOptions o;
+  o.models = {"gpt"};
+  o.threads = {1};
+  o.layers = 2;
+  o.d_model = 16;
+  o.d_hidden = 32;
+  o.heads = 2;
+  o.vocab = 16;
+  o.batch = 2;
+  o.seq = 4;
+  o.warmup = 1;
+  o.repeats = 2;
+  o.min_time = 0;
+  o.peak_time = 0.005;
+  o.precisions = {Precision::fp32, Precision::bf16};
+  StepReport r = run_step_bench(o);
+  ASSERT_EQ(r.rows.size(), 4u);
+  const std::vector<std::string> names = {"step/gpt/layernorm/threads:1", "step/gpt/rmsnorm/threads:1",
+                                          "step/gpt/layernorm/threads:1/bf16", "step/gpt/rmsnorm/threads:1/bf16"};
+  for (size_t i = 0; i < 4; ++i) {
+    const StepRow& x = r.rows[i];
+    EXPECT_EQ(x.name(), names[i]);
+    EXPECT_EQ(x.precision, i < 2 ? Precision::fp32 : Precision::bf16);
+    EXPECT_EQ(x.step.samples, r.rows[0].step.samples) << x.name();  // stepped in turn
+    double rounding_calls = 0;
+    for (const StepRow::Kernel& k : x.kernels)
+      if (k.name == "round_to_format") rounding_calls = k.calls;
+    EXPECT_EQ(rounding_calls > 0, x.precision == Precision::bf16) << x.name();
+    if (x.precision == Precision::bf16) {
+      const StepRow& f = r.rows[i - 2];
+      EXPECT_EQ(f.norm, x.norm);
+      EXPECT_NEAR(x.precision_speedup, f.step.median / x.step.median, 1e-12) << x.name();
+      EXPECT_TRUE(std::isnan(x.pct_of_fma_peak)) << x.name();  // the FMA loop is float32's
+      EXPECT_TRUE(std::isnan(x.products_pct_of_fma_peak)) << x.name();
+    } else {
+      EXPECT_TRUE(std::isnan(x.precision_speedup)) << x.name();
+      EXPECT_GT(x.pct_of_fma_peak, 0) << x.name();
+    }
+    if (x.norm == "rmsnorm") {
+      EXPECT_NEAR(x.step_speedup, r.rows[i - 1].step.median / x.step.median, 1e-12) << x.name();
+    }
+  }
+  const std::string text = render(r, OutputFormat::json);
+  const StepReport back = step_report_from_json(text, "t");
+  ASSERT_EQ(back.rows.size(), 4u);
+  EXPECT_EQ(back.rows[3].name(), names[3]);
+  EXPECT_EQ(back.rows[3].precision, Precision::bf16);
+  EXPECT_NEAR(back.rows[3].precision_speedup, r.rows[3].precision_speedup, 1e-12);
+  const std::string table = render(r, OutputFormat::text);
+  EXPECT_NE(table.find("vs fp32"), std::string::npos);
+  EXPECT_NE(render(r, OutputFormat::csv).find(",bf16,"), std::string::npos);
+  StepOptions fp16 = o;
+  fp16.precisions = {Precision::fp16};
+  EXPECT_THROW(validate(fp16), UsageError);
+}
+
 // A new kernel is read in a part of the step's time: each one the backends implement has one.
 TEST(StepBench, EveryKernelHasAPartOfTheStep) {
   for (const char* name : {"reference", "cpu"})

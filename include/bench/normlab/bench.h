@@ -32,6 +32,7 @@
 
 #include "normlab/kinds.h"
 #include "normlab/opcases.h"
+#include "normlab/precision.h"
 #include "normlab/table.h"
 
 namespace normlab::bench {
@@ -459,6 +460,10 @@ struct StepOptions {
   std::vector<int> threads;  // empty: {1, all}
   int64_t layers = 20, d_model = 64, d_hidden = 128, heads = 4, vocab = 64;
   int64_t batch = 32, seq = 16;
+  // The run's storage precisions (train's --precision), each its own rows: fp32 and bf16 (bf16:
+  // activations rounded to bf16 as a bf16 run stores them, products native where the CPU has bf16
+  // dot products).
+  std::vector<Precision> precisions = {Precision::fp32};
   int64_t warmup = 3;
   int64_t repeats = 10;
   double min_time = 1.0;  // seconds of timed steps per (model, norm, threads)
@@ -486,6 +491,7 @@ struct StepRow {
   std::string model;  // "toy" | "gpt"
   std::string norm;   // "layernorm" | "rmsnorm"
   int threads = 1;
+  Precision precision = Precision::fp32;  // the storage precision the step ran in
   int64_t layers = 0, d_model = 0, d_hidden = 0, heads = 0, vocab = 0, batch = 0, seq = 0;
   int64_t parameters = 0;       // of the model
   int64_t norm_parameters = 0;  // of its norms
@@ -522,9 +528,11 @@ struct StepRow {
   // what the step speed-up would be if only the norm time changed (Amdahl):
   // step(LN) / (step(LN) - norm(LN) + norm(RMS))
   double predicted_step_speedup = NAN;
+  // A bf16 row: the fp32 row's step median / this row's (same model, norm and threads, this run).
+  double precision_speedup = NAN;
   int runs = 1;
   std::map<std::string, std::pair<double, double>> run_range;
-  std::string name() const;  // "step/toy/rmsnorm/threads:1"
+  std::string name() const;  // "step/toy/rmsnorm/threads:1", "step/gpt/rmsnorm/threads:2/bf16"
 };
 
 struct StepReport {
