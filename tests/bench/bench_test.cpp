@@ -1401,7 +1401,8 @@ TEST(BenchContext, ThreadRoundTrip) {
   EXPECT_EQ(m.context.thread_round_trip_ns, (std::vector<double>{61, 63, 350, 64}));
 }
 
-TEST(BenchStep, TinyModelsBothNorms) {
+// Two blocks of d 16 over 2 x 4 tokens, at 1 thread, two timed steps: seconds to run.
+StepOptions tiny_step_options() {
   StepOptions o;
   o.threads = {1};
   o.layers = 2;
@@ -1415,6 +1416,11 @@ TEST(BenchStep, TinyModelsBothNorms) {
   o.repeats = 2;
   o.min_time = 0;
   o.peak_time = 0.005;
+  return o;
+}
+
+TEST(BenchStep, TinyModelsBothNorms) {
+  StepOptions o = tiny_step_options();
   StepReport r = run_step_bench(o);
   ASSERT_EQ(r.context.fma_peaks.size(), 1u);
   EXPECT_GT(r.context.fma_peak(1)->gflop_per_s, 0);
@@ -1485,20 +1491,8 @@ TEST(BenchStep, TinyModelsBothNorms) {
 // and never in an fp32 one), its speed-up over the fp32 row of its norm is derived, LayerNorm and
 // RMSNorm are paired within a precision, and the rows keep their precision through JSON and CSV.
 TEST(BenchStep, Bf16RowsBesideFp32) {
-  StepOptions o;
+  StepOptions o = tiny_step_options();
   o.models = {"gpt"};
-  o.threads = {1};
-  o.layers = 2;
-  o.d_model = 16;
-  o.d_hidden = 32;
-  o.heads = 2;
-  o.vocab = 16;
-  o.batch = 2;
-  o.seq = 4;
-  o.warmup = 1;
-  o.repeats = 2;
-  o.min_time = 0;
-  o.peak_time = 0.005;
   o.precisions = {Precision::fp32, Precision::bf16};
   StepReport r = run_step_bench(o);
   ASSERT_EQ(r.rows.size(), 4u);
