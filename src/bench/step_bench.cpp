@@ -192,8 +192,9 @@ double step_attention_flops(const std::string& model, int64_t layers, int64_t d_
 }
 
 
-// Roughly the bytes the largest model holds at its peak: parameters (and Adam's two moments) and the
-// activations the tape keeps, layers x tokens x (a dozen d-sized tensors + the hidden ones), plus the
+// Roughly the bytes the run holds at its peak: every model's parameters with their gradients and
+// Adam's two moments (two norms' models per precision, all alive), and one step's activations the
+// tape keeps, layers x tokens x (a dozen d-sized tensors + the hidden ones), plus the
 // embedding and head (vocab x d) and the logits with their softmax and gradient (tokens x vocab).
 namespace {
 
@@ -204,7 +205,8 @@ double step_bench_memory_bytes(const StepOptions& opt) {
                         2.0 * static_cast<double>(opt.vocab) * opt.d_model;
   const double acts = static_cast<double>(opt.layers) * tokens * (12.0 * opt.d_model + 3.0 * opt.d_hidden) +
                       3.0 * tokens * static_cast<double>(opt.vocab);
-  return 4.0 * (4 * params + 2 * acts);
+  const double models = 2.0 * static_cast<double>(std::max<size_t>(opt.precisions.size(), 1));
+  return 4.0 * (4 * params * models + 2 * acts);
 }
 
 // The model of a `bench step` row.
@@ -308,9 +310,14 @@ void validate(const StepOptions& opt) {
   NL_USAGE(opt.vocab <= (int64_t{1} << 24), "--vocab must be at most {} (as train's vocab), got {}", int64_t{1} << 24,
            opt.vocab);
   NL_USAGE(!opt.precisions.empty(), "--precision: no precision given");
-  for (Precision p : opt.precisions)
+  for (size_t i = 0; i < opt.precisions.size(); ++i) {
+    const Precision p = opt.precisions[i];
     NL_USAGE(p != Precision::fp16,
              "--precision fp16: an fp16 step needs loss scaling, which bench step does not time; it times fp32 and bf16");
+    NL_USAGE(std::find(opt.precisions.begin(), opt.precisions.begin() + static_cast<std::ptrdiff_t>(i), p) ==
+                 opt.precisions.begin() + static_cast<std::ptrdiff_t>(i),
+             "--precision: {} is given twice", to_string(p));
+  }
   NL_USAGE(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   NL_USAGE(opt.seq >= 2, "--seq must be >= 2, got {}", opt.seq);
   check_timing(opt.repeats, opt.warmup, opt.min_time);

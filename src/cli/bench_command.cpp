@@ -281,7 +281,7 @@ int run_step(const StepArgs& a, const GlobalOptions& g) {
   if (!a.models.empty()) opt.models = a.models;
   if (!a.precisions.empty()) {
     opt.precisions.clear();
-    for (const std::string& p : a.precisions) opt.precisions.push_back(parse_kind<Precision>(p));
+    for (const std::string& p : a.precisions) opt.precisions.push_back(parse_kind<Precision>(p));  // repeats: validate
   }
   opt.threads = parse_threads(a.threads, "--threads");
   opt.log = [](const std::string& s) { spdlog::debug("{}", s); };

@@ -246,8 +246,13 @@ OpCase matmul_to_order(const std::string& line, const std::vector<std::pair<std:
   }
   NL_USAGE(s.m > 0 && s.n > 0 && s.k >= 0, "op case '{}': give m=, n= and k= (e.g. 'matmul m=768 n=384 k=128 tb=1')",
            shown(line));
-  const int64_t largest = s.batch * std::max({s.m * s.k, s.k * s.n, s.m * s.n});
-  NL_USAGE(largest <= (int64_t{1} << 32), "op case '{}': an operand of {} values is more than 2^32", shown(line), largest);
+  // Each operand (A, B, C) at most 2^32 values, checked by division: the words go up to 2^40.
+  constexpr int64_t kMaxValues = int64_t{1} << 32;
+  const auto fits = [&](int64_t rows, int64_t cols) {
+    return rows == 0 || cols == 0 || (cols <= kMaxValues / rows && s.batch <= kMaxValues / (rows * cols));
+  };
+  NL_USAGE(fits(s.m, s.k) && fits(s.k, s.n) && fits(s.m, s.n), "op case '{}': an operand has more than 2^32 values",
+           shown(line));
   return detail::matmul_case_of(s, static_cast<uint64_t>(seed));
 }
 
@@ -277,7 +282,7 @@ const OpCase* made_to_order(const std::string& line) {
     if (k == "n") rows = 1, d = positive_word(line, k, v, false);  // the elementwise ops' n values
   }
   NL_USAGE(rows > 0 && d > 0, "op case '{}': give rows= and d= (e.g. '{} rows=4096 d=1024')", shown(line), op);
-  NL_USAGE(rows * d <= (int64_t{1} << 32), "op case '{}': rows x d = {} values is more than 2^32", shown(line), rows * d);
+  NL_USAGE(d <= (int64_t{1} << 32) / rows, "op case '{}': rows x d is more than 2^32 values", shown(line));
   OpCase c = m->make(rows, d, static_cast<uint64_t>(seed));
   bool ok = true;
   const auto wrote = line_words(c.line(), ok);

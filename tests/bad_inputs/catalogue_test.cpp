@@ -632,6 +632,7 @@ std::vector<Case> catalogue() {
   add("bench_step_heads", {"bench", "step", "--model", "gpt", "--heads", "3"});
   add("bench_step_precision_fp16", {"bench", "step", "--precision", "fp32,fp16"});
   add("bench_step_precision_unknown", {"bench", "step", "--precision", "fp8"});
+  add("bench_step_precision_twice", {"bench", "step", "--precision", "bf16,fp32,bf16"});
   add("bench_merge_missing", {"bench", "merge", "nope.json"});
   add("bench_merge_not_json", {"bench", "merge", "c.json"}, config("not json"));
   add("bench_merge_deep", {"bench", "merge", "c.json"}, config(nested(100000)));

@@ -114,6 +114,7 @@ TEST(OpCasesMadeToOrder, ReproduceTheRegistryAndPassAtOtherSizes) {
   EXPECT_THROW(opcases::find_case("rmsnorm_fwd rows=7 d=65 eps=0.1"), UsageError);
   EXPECT_THROW(opcases::find_case("rmsnorm_fwd rows=7 d=x"), UsageError);
   EXPECT_THROW(opcases::find_case("softmax_fwd rows=7 d=65"), UsageError);
+  EXPECT_THROW(opcases::find_case("rmsnorm_fwd rows=4294967296 d=4294967296"), UsageError);  // 2^64 wraps to 0
 }
 
 // A product of any shape: the registry's shapes written whole or with the defaults left out are
@@ -138,8 +139,15 @@ TEST(OpCasesMadeToOrder, ProductsOfAnyShape) {
       EXPECT_TRUE(check.pass) << c.line() << " on " << be << check.report;
     }
   }
+  // A contraction far longer than the registry's (K = 1000), whose tolerance grows with K.
+  for (const char* line : {"matmul m=64 n=64 k=32768", "matmul m=64 n=64 k=8192 ta=1 seed=4"}) {
+    const opcases::CaseCheck check = opcases::check_case(opcases::find_case(line), backend("cpu"));
+    EXPECT_TRUE(check.pass) << line << check.report;
+  }
   for (const char* bad : {"matmul m=7 n=5", "matmul m=7 n=5 k=3 tb=2", "matmul m=7 n=5 k=3 rows=4",
-                          "matmul m=0 n=5 k=3", "matmul m=7 n=5 k=3 tb", "matmul m=70000 n=70000 k=70000"})
+                          "matmul m=0 n=5 k=3", "matmul m=7 n=5 k=3 tb", "matmul m=70000 n=70000 k=70000",
+                          "matmul m=4294967296 n=4294967296 k=4294967296",
+                          "matmul batch=4294967296 m=65536 n=65536 k=65536"})
     EXPECT_THROW(opcases::find_case(bad), UsageError) << bad;
 }
 

@@ -130,7 +130,8 @@ const OpCase& find_case(const std::string& line);
 // The ops a case of any rows x d can be made for.
 std::vector<std::string> sized_ops();
 // Cases selected by patterns: "all", an op ("rmsnorm_fwd"), an op family prefix ("rmsnorm"), or a
-// whole line (of any size for sized_ops(), as find_case makes it). Throws UsageError for a pattern that selects nothing.
+// whole line (of any size for sized_ops(), of any shape for matmul, as find_case makes them). Throws UsageError for a
+// pattern that selects nothing.
 std::vector<const OpCase*> select_cases(const std::vector<std::string>& patterns);
 
 // Bytes one call moves at `dtype` storage: every input read once and every output written once
