@@ -231,7 +231,9 @@ OpCase matmul_to_order(const std::string& line, const std::vector<std::pair<std:
   int64_t seed = 0;
   const std::pair<const char*, bool*> flags[] = {{"ta", &s.trans_a},   {"tb", &s.trans_b},   {"ab", &s.a_batched},
                                                  {"bb", &s.b_batched}, {"acc", &s.accumulate}};
-  for (const auto& [k, v] : words) {
+  for (const auto& word : words) {
+    const std::string& k = word.first;  // not a structured binding: the lambda captures it
+    const std::string& v = word.second;
     const auto flag = std::find_if(std::begin(flags), std::end(flags), [&](const auto& f) { return k == f.first; });
     if (flag != std::end(flags)) {
       NL_USAGE(v == "0" || v == "1", "op case '{}': {}={} is not 0 or 1", shown(line), k, shown(v));
